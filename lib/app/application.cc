@@ -1,0 +1,379 @@
+#include "lib/app/application.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "lib/app/cli.h"
+#include "lib/app/launcher.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/interpolation.h"
+#include "lib/config/merge.h"
+#include "lib/config/provenance.h"
+#include "lib/config/suggest.h"
+#include "lib/config/sweep.h"
+#include "lib/config/yaml_io.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::app {
+namespace {
+
+using config::Node;
+using config::NodePtr;
+
+std::map<std::string, CommandFn>& Commands() {
+  static auto* commands = new std::map<std::string, CommandFn>();
+  return *commands;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string ExecutableDir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+std::string Absolute(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+void Print(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+class Application {
+ public:
+  explicit Application(CommandLine cl) : cl_(std::move(cl)) {}
+
+  absl::Status Run() {
+    if (cl_.command == "list") return List();
+    options_.config_name = cl_.config_name.value_or("train");
+    options_.job_name = cl_.command;
+    options_.version = Version();
+    options_.multirun = cl_.multirun;
+    std::string main_path = cl_.config_path.has_value() ? Absolute(*cl_.config_path) : DefaultConfigPath();
+    if (!IsDir(main_path)) {
+      return absl::NotFoundError(absl::StrCat("config path '", cl_.config_path.value_or(main_path),
+                                              "' is not a directory (--config-path)"));
+    }
+    options_.search_path.push_back({"main", main_path});
+    for (const auto& dir : cl_.config_dirs) {
+      if (!IsDir(dir)) {
+        return absl::NotFoundError(absl::StrCat("config dir '", dir, "' is not a directory (--config-dir)"));
+      }
+      options_.search_path.push_back({"command-line", Absolute(dir)});
+    }
+    options_.overrides = cl_.overrides;
+    repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
+
+    auto composed = config::Compose(options_, *repo_);
+    if (!composed.ok()) return composed.status();
+    if (cl_.help) return Help(*composed);
+    if (cl_.info.has_value()) return Info(*composed);
+    if (cl_.cfg.has_value()) return PrintConfig(*composed);
+    if (cl_.multirun) return Multirun(*composed);
+    if (cl_.dry_run) {
+      auto hydra = config::ResolveHydra(*composed);
+      if (!hydra.ok()) return hydra.status();
+      NodePtr dir = config::SelectPath(*hydra, {"run", "dir"});
+      Print(absl::StrCat(absl::StrJoin(cl_.overrides, " "), "\n"));
+      Logger::Instance().Info(absl::StrCat("dry run: would run '", cl_.command, "' in ",
+                                           dir ? config::PythonStr(*dir) : "?"));
+      return absl::OkStatus();
+    }
+    return RunJob(*composed, -1, "");
+  }
+
+ private:
+  absl::Status RunJob(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+    auto run = PrepareRunDir(composed, job_num, sweep_dir);
+    if (!run.ok()) return run.status();
+    if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
+        chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
+      Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");
+    }
+    if (!run->log_file.empty()) {
+      if (auto st = Logger::Instance().OpenFile(run->log_file); !st.ok()) return st;
+    }
+    auto resolved = config::ResolveJob(composed);
+    if (!resolved.ok()) {
+      Logger::Instance().CloseFile();
+      return resolved.status();
+    }
+    JobContext job;
+    job.command = cl_.command;
+    job.cfg = config::Config(*resolved);
+    job.composed = &composed;
+    job.output_dir = run->output_dir;
+    absl::Status status;
+    auto it = Commands().find(cl_.command);
+    if (it != Commands().end()) {
+      status = it->second(job);
+    } else {
+      Logger::Instance().Warning(absl::StrCat(
+          "kiln ", cl_.command, ": this build has no training engine yet; the job's config was composed "
+          "and recorded in ", run->output_dir, "/.hydra/config.yaml"));
+      Print(config::ToYaml(**resolved));
+    }
+    Logger::Instance().CloseFile();
+    return status;
+  }
+
+  absl::Status Multirun(config::ComposeResult& first) {
+    std::vector<config::Override> params;
+    if (NodePtr p = config::SelectPath(first.hydra, {"sweeper", "params"}); p && p->is_map()) {
+      for (const auto& [key, value] : p->entries()) {
+        std::string text = key + "=" + (value->kind() == config::NodeKind::kString
+                                            ? value->as_string()
+                                            : config::NodeToOverrideString(*value));
+        auto o = config::ParseOverride(text);
+        if (!o.ok()) return o.status();
+        params.push_back(*o);
+      }
+    }
+    auto jobs = config::PlanSweep(params, first.overrides, *repo_);
+    if (!jobs.ok()) return jobs.status();
+    if (cl_.dry_run) {
+      for (const auto& job : *jobs) Print(absl::StrCat(absl::StrJoin(job, " "), "\n"));
+      return absl::OkStatus();
+    }
+    config::Interpolator interpolator(first.root);
+    auto dir = interpolator.Select("hydra.sweep.dir", {"hydra"}, /*resolve=*/true);
+    if (!dir.ok()) return dir.status();
+    if (*dir == nullptr || (*dir)->kind() != config::NodeKind::kString) {
+      return absl::InvalidArgumentError("hydra.sweep.dir must be a string");
+    }
+    std::string sweep_dir = (*dir)->as_string();
+    if (auto st = MakeDirs(sweep_dir); !st.ok()) return st;
+    if (auto st = WriteFileAtomically(sweep_dir + "/multirun.yaml", config::ToYaml(*first.root)); !st.ok()) {
+      return st;
+    }
+    auto launcher_cfg = config::Config(first.hydra, "hydra").Sub("launcher");
+    if (!launcher_cfg.ok()) return launcher_cfg.status();
+    auto launcher = Registry<Launcher>::Get().Instantiate(*launcher_cfg);
+    if (!launcher.ok()) return launcher.status();
+    return (*launcher)->Launch(*jobs, [&](size_t index, const std::vector<std::string>& overrides) {
+      config::ComposeOptions job_options = options_;
+      job_options.overrides = overrides;
+      auto composed = config::Compose(job_options, *repo_);
+      if (!composed.ok()) return composed.status();
+      return RunJob(*composed, static_cast<int>(index), sweep_dir);
+    });
+  }
+
+  absl::StatusOr<NodePtr> SelectPackage(const NodePtr& node) {
+    if (!cl_.package.has_value() || cl_.package->empty() || *cl_.package == "_global_") return node;
+    NodePtr found = config::SelectPath(node, config::SplitKey(*cl_.package));
+    if (found == nullptr) {
+      std::vector<std::string> keys;
+      if (node->is_map()) {
+        for (const auto& [k, v] : node->entries()) keys.push_back(k);
+      }
+      return absl::NotFoundError(absl::StrCat("--package '", *cl_.package, "' is not in the config",
+                                              config::DidYouMean(*cl_.package, keys)));
+    }
+    return found;
+  }
+
+  absl::Status PrintConfig(config::ComposeResult& composed) {
+    NodePtr node;
+    if (*cl_.cfg == "job") {
+      node = composed.job;
+    } else if (*cl_.cfg == "hydra") {
+      node = Node::Map();
+      node->Set("hydra", composed.hydra);
+    } else {
+      node = composed.root;
+    }
+    if (cl_.resolve) {
+      config::Interpolator interpolator(*cl_.cfg == "job" ? composed.job : composed.root);
+      interpolator.set_hydra_root(composed.root);
+      auto resolved = interpolator.ResolveAll();
+      if (!resolved.ok()) return resolved.status();
+      node = *resolved;
+    }
+    auto selected = SelectPackage(node);
+    if (!selected.ok()) return selected.status();
+    if (cl_.package.has_value() && !cl_.package->empty()) Print(absl::StrCat("# @package ", *cl_.package, "\n"));
+    Print(config::ToYaml(**selected));
+    return absl::OkStatus();
+  }
+
+  absl::Status Info(config::ComposeResult& composed) {
+    const std::string& section = *cl_.info;
+    auto want = [&](const char* name) { return section.empty() || section == name; };
+    std::string out;
+    if (want("searchpath")) {
+      absl::StrAppend(&out, "Config search path\n******************\n", repo_->DescribeSearchPath(), "\n");
+    }
+    if (want("defaults-tree")) {
+      absl::StrAppend(&out, "Defaults Tree\n*************\n",
+                      config::FormatDefaultsTree(*composed.defaults.tree), "\n");
+    }
+    if (want("defaults")) {
+      absl::StrAppend(&out, "Defaults List\n*************\n");
+      size_t w1 = 11, w2 = 7;
+      for (const auto& d : composed.defaults.defaults) {
+        w1 = std::max(w1, d.config_path.size());
+        w2 = std::max(w2, d.package.size());
+      }
+      auto row = [&](const std::string& a, const std::string& b, const std::string& c) {
+        return absl::StrCat("| ", a, std::string(w1 - a.size(), ' '), " | ", b, std::string(w2 - b.size(), ' '),
+                            " | ", c, "\n");
+      };
+      absl::StrAppend(&out, row("Config path", "Package", "Parent"));
+      for (const auto& d : composed.defaults.defaults) {
+        absl::StrAppend(&out, row(d.config_path, d.package, d.parent.value_or("")));
+      }
+      absl::StrAppend(&out, "\n");
+    }
+    if (want("config")) {
+      absl::StrAppend(&out, "Config\n******\n", config::ToYaml(*composed.job), "\n");
+    }
+    if (want("provenance")) {
+      absl::StrAppend(&out, "Provenance (where each value was set)\n*************************************\n",
+                      config::FormatProvenance(*composed.job));
+    }
+    if (out.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--info takes defaults, defaults-tree, config, searchpath or provenance, not '", section, "'"));
+    }
+    Print(out);
+    return absl::OkStatus();
+  }
+
+  void AppendGroups(const std::string& parent, std::string* out) {
+    for (const auto& group : repo_->Groups(parent)) {
+      auto options = repo_->GroupOptions(group);
+      if (!options.empty()) absl::StrAppend(out, group, ": ", absl::StrJoin(options, ", "), "\n");
+      AppendGroups(group, out);
+    }
+  }
+
+  absl::Status Help(config::ComposeResult& composed) {
+    std::string header = "kiln: config-driven training on LibTorch";
+    if (NodePtr h = config::SelectPath(composed.hydra, {"help", "header"}); h && h->kind() == config::NodeKind::kString) {
+      header = h->as_string();
+    }
+    std::string out = absl::StrCat(header, "\n\nkiln ", cl_.command,
+                                   " [--config-name NAME] [-m] [--cfg job|hydra|all] [--info] [overrides...]\n\n");
+    absl::StrAppend(&out, "== Configuration groups ==\nCompose your configuration from these groups (group=option)\n\n");
+    AppendGroups("", &out);
+    absl::StrAppend(&out, "\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n",
+                    config::ToYaml(*composed.job), "\n");
+    if (NodePtr f = config::SelectPath(composed.hydra, {"help", "footer"}); f && f->kind() == config::NodeKind::kString) {
+      absl::StrAppend(&out, f->as_string(), "\n");
+    }
+    absl::StrAppend(&out, "\n", Usage());
+    Print(out);
+    return absl::OkStatus();
+  }
+
+  absl::Status List() {
+    RegistryHub& hub = RegistryHub::Instance();
+    std::vector<std::string> kinds = hub.Kinds();
+    if (cl_.overrides.size() > 1) return absl::InvalidArgumentError("usage: kiln list [KIND]");
+    if (!cl_.overrides.empty()) {
+      const std::string& kind = cl_.overrides[0];
+      if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+        return absl::NotFoundError(absl::StrCat("unknown component kind '", kind, "'",
+                                                config::DidYouMean(kind, kinds), "; kinds: ",
+                                                absl::StrJoin(kinds, ", ")));
+      }
+      kinds = {kind};
+    }
+    std::string out;
+    for (const auto& kind : kinds) {
+      absl::StrAppend(&out, kind, "\n");
+      for (const ComponentInfo* info : hub.Components(kind)) {
+        absl::StrAppend(&out, "  ", info->name, "  [", info->origin, "]  ", info->doc, "\n");
+        if (info->options.options().empty()) absl::StrAppend(&out, "      (no options)\n");
+        for (const auto& o : info->options.options()) {
+          std::string def = o.default_value ? config::ScalarToYaml(*o.default_value) : "(required)";
+          absl::StrAppend(&out, "      ", o.name, ": ", OptionTypeName(o.type), " = ", def, "  # ", o.doc, "\n");
+        }
+      }
+    }
+    Print(out);
+    return absl::OkStatus();
+  }
+
+  CommandLine cl_;
+  config::ComposeOptions options_;
+  std::unique_ptr<config::ConfigRepository> repo_;
+};
+
+}  // namespace
+
+void RegisterCommand(const std::string& name, CommandFn fn) { Commands()[name] = std::move(fn); }
+bool HasCommand(const std::string& name) { return Commands().count(name) > 0; }
+
+std::string Version() { return KILN_VERSION; }
+
+std::string DefaultConfigPath() {
+  if (IsDir(KILN_SOURCE_CONFIG_DIR)) return KILN_SOURCE_CONFIG_DIR;
+  return ExecutableDir() + "/../share/kiln/configs";
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+void ReportError(const absl::Status& status) {
+  std::string message = absl::StrReplaceAll(status.message(), {{"\n", " "}});
+  std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
+}
+
+int RunApplication(const std::vector<std::string>& args) {
+  auto cl = ParseCommandLine(args);
+  if (!cl.ok()) {
+    ReportError(cl.status());
+    std::fprintf(stderr, "Run 'kiln --help' for usage.\n");
+    return kExitUsage;
+  }
+  if (cl->command.empty()) {
+    if (cl->help) {
+      Print(Usage());
+      return kExitOk;
+    }
+    std::fprintf(stderr, "%s", Usage().c_str());
+    return kExitUsage;
+  }
+  Application app(*std::move(cl));
+  absl::Status status = app.Run();
+  if (!status.ok()) {
+    ReportError(status);
+    return ExitCodeFor(status);
+  }
+  return kExitOk;
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,120 @@
+#include "lib/app/cli.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "lib/config/suggest.h"
+
+namespace kiln::app {
+
+const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
+  static const auto* commands = new std::vector<std::pair<std::string, std::string>>{
+      {"train", "fit the task's model (Trainer.fit)"},
+      {"validate", "evaluate a checkpoint on the validation set"},
+      {"test", "evaluate a checkpoint on the test set"},
+      {"predict", "run a checkpoint on new inputs and write predictions"},
+      {"export", "write a checkpoint's weights as safetensors with the resolved config"},
+      {"compose", "compose the config, record it in a run directory and print it"},
+      {"list", "list registered components and their options: kiln list [KIND]"},
+  };
+  return *commands;
+}
+
+std::string Usage() {
+  std::string out =
+      "usage: kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR]\n"
+      "                    [--cfg job|hydra|all] [--resolve] [--package PKG]\n"
+      "                    [--info [defaults|defaults-tree|config|searchpath|provenance]]\n"
+      "                    [-m|--multirun] [--dry-run] [--help] [overrides...]\n\ncommands:\n";
+  for (const auto& [name, doc] : KnownCommands()) absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
+  out += "\n`kiln COMMAND --help` lists the config groups and the composed config.\n";
+  return out;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  auto fail = [](const std::string& message) { return absl::InvalidArgumentError(message); };
+  static const std::vector<std::string> kFlags = {
+      "--config-path", "--config-name", "--config-dir", "--cfg", "--resolve", "--package",
+      "--info", "--multirun", "--dry-run", "--help"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    // Flags take their value as the next argument or after '='.
+    auto value_of = [&](const std::string& flag) -> absl::StatusOr<std::string> {
+      if (a.size() > flag.size() && a[flag.size()] == '=') return a.substr(flag.size() + 1);
+      if (i + 1 >= args.size() || args[i + 1].rfind("-", 0) == 0) {
+        return fail(absl::StrCat(flag, " needs a value"));
+      }
+      return args[++i];
+    };
+    auto is_flag = [&](const std::string& flag) {
+      return a == flag || (a.rfind(flag + "=", 0) == 0);
+    };
+    if (is_flag("--config-path") || (a == "-cp")) {
+      auto v = a == "-cp" ? value_of("-cp") : value_of("--config-path");
+      if (!v.ok()) return v.status();
+      cl.config_path = *v;
+    } else if (is_flag("--config-name") || a == "-cn") {
+      auto v = a == "-cn" ? value_of("-cn") : value_of("--config-name");
+      if (!v.ok()) return v.status();
+      cl.config_name = *v;
+    } else if (is_flag("--config-dir") || a == "-cd") {
+      auto v = a == "-cd" ? value_of("-cd") : value_of("--config-dir");
+      if (!v.ok()) return v.status();
+      cl.config_dirs.push_back(*v);
+    } else if (is_flag("--cfg") || a == "-c") {
+      auto v = a == "-c" ? value_of("-c") : value_of("--cfg");
+      if (!v.ok()) return v.status();
+      if (*v != "job" && *v != "hydra" && *v != "all") {
+        return fail(absl::StrCat("--cfg takes job, hydra or all, not '", *v, "'"));
+      }
+      cl.cfg = *v;
+    } else if (is_flag("--package") || a == "-p") {
+      auto v = a == "-p" ? value_of("-p") : value_of("--package");
+      if (!v.ok()) return v.status();
+      cl.package = *v;
+    } else if (a == "--info" || a == "-i") {
+      static const std::vector<std::string> kSections = {"defaults", "defaults-tree", "config",
+                                                         "searchpath", "provenance", "all"};
+      cl.info = "";
+      if (i + 1 < args.size()) {
+        for (const auto& s : kSections) {
+          if (args[i + 1] == s) cl.info = args[++i];
+        }
+      }
+    } else if (a.rfind("--info=", 0) == 0) {
+      cl.info = a.substr(7);
+    } else if (a == "--resolve") {
+      cl.resolve = true;
+    } else if (a == "-m" || a == "--multirun") {
+      cl.multirun = true;
+    } else if (a == "--dry-run") {
+      cl.dry_run = true;
+    } else if (a == "-h" || a == "--help") {
+      cl.help = true;
+    } else if (a.rfind("--", 0) == 0 && a.find('=') == std::string::npos) {
+      return fail(absl::StrCat("unknown flag '", a, "'", config::DidYouMean(a, kFlags),
+                               "; overrides look like key=value"));
+    } else if (cl.command.empty() && a.find('=') == std::string::npos && a[0] != '~' && a[0] != '+' &&
+               a[0] != '-') {
+      cl.command = a;
+    } else {
+      cl.overrides.push_back(a);
+    }
+  }
+  if (!cl.command.empty()) {
+    bool known = false;
+    std::vector<std::string> names;
+    for (const auto& [name, doc] : KnownCommands()) {
+      names.push_back(name);
+      known |= name == cl.command;
+    }
+    if (!known) {
+      return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
+                               "; commands: train, validate, test, predict, export, compose, list"));
+    }
+  }
+  if (cl.info.has_value() && cl.info == "all") cl.info = "";
+  return cl;
+}
+
+}  // namespace kiln::app

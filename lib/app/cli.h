@@ -1,0 +1,37 @@
+// The `kiln` command line: a command, Hydra's flags, and overrides.
+//   kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR] [--cfg job|hydra|all]
+//        [--resolve] [--package PKG] [--info [defaults|defaults-tree|config|searchpath|provenance]]
+//        [-m|--multirun] [--dry-run] [--help] [overrides...]
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::app {
+
+struct CommandLine {
+  std::string command;
+  std::optional<std::string> config_path;
+  std::optional<std::string> config_name;
+  std::vector<std::string> config_dirs;
+  std::optional<std::string> cfg;      // job | hydra | all
+  bool resolve = false;
+  std::optional<std::string> package;
+  std::optional<std::string> info;     // "" means every section
+  bool multirun = false;
+  bool dry_run = false;
+  bool help = false;
+  std::vector<std::string> overrides;
+};
+
+// Parses argv[1..]. Errors say which argument was wrong.
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
+
+// The commands kiln knows, with a line each, for usage messages.
+const std::vector<std::pair<std::string, std::string>>& KnownCommands();
+std::string Usage();
+
+}  // namespace kiln::app

@@ -1,0 +1,141 @@
+#include "lib/app/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "lib/config/interpolation.h"
+#include "lib/config/merge.h"
+#include "lib/config/yaml_io.h"
+
+namespace kiln::app {
+
+using config::Node;
+using config::NodePtr;
+
+absl::Status MakeDirs(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::string current;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    current = path.substr(0, pos);
+    if (current.empty()) continue;
+    if (::mkdir(current.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(absl::StrCat(current, ": cannot create directory: ", std::strerror(errno)));
+    }
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<std::string> ResolveHydraString(const config::ComposeResult& composed, const std::string& key) {
+  config::Interpolator interpolator(composed.root);
+  auto value = interpolator.Select("hydra." + key, {"hydra"}, /*resolve=*/true);
+  if (!value.ok()) return value.status();
+  if (*value == nullptr || (*value)->kind() != config::NodeKind::kString) {
+    return absl::InvalidArgumentError(absl::StrCat("hydra.", key, " must be a string"));
+  }
+  return (*value)->as_string();
+}
+
+}  // namespace
+
+absl::StatusOr<RunDir> PrepareRunDir(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+  Node& hydra = *composed.hydra;
+  if (job_num >= 0) {
+    config::SetPath(hydra, "job.num", Node::Int(job_num));
+    config::SetPath(hydra, "job.id", Node::String(absl::StrCat("job_id_for_", job_num)));
+  } else {
+    config::SetPath(hydra, "job.num", Node::Int(0));
+    config::SetPath(hydra, "job.id", Node::String(absl::StrCat(::getpid())));
+  }
+  std::string output_dir;
+  if (job_num >= 0) {
+    auto subdir = ResolveHydraString(composed, "sweep.subdir");
+    if (!subdir.ok()) return subdir.status();
+    output_dir = absl::StrCat(sweep_dir, "/", *subdir);
+  } else {
+    auto dir = ResolveHydraString(composed, "run.dir");
+    if (!dir.ok()) return dir.status();
+    output_dir = *dir;
+  }
+  config::SetPath(hydra, "runtime.output_dir", Node::String(output_dir));
+  if (auto st = MakeDirs(output_dir); !st.ok()) return st;
+
+  std::string subdir = ".hydra";
+  if (NodePtr n = hydra.Find("output_subdir")) {
+    subdir = n->kind() == config::NodeKind::kString ? n->as_string() : "";
+  }
+  if (!subdir.empty()) {
+    std::string meta = absl::StrCat(output_dir, "/", subdir);
+    if (auto st = MakeDirs(meta); !st.ok()) return st;
+    NodePtr hydra_file = Node::Map();
+    hydra_file->Set("hydra", composed.hydra);
+    NodePtr overrides = Node::List();
+    for (const auto& o : composed.overrides) {
+      if (o.key_or_group.rfind("hydra", 0) != 0) overrides->Append(Node::String(o.input_line));
+    }
+    for (const auto& [name, node] : {std::pair<const char*, NodePtr>{"config.yaml", composed.job},
+                                     {"hydra.yaml", hydra_file},
+                                     {"overrides.yaml", overrides}}) {
+      if (auto st = WriteFileAtomically(absl::StrCat(meta, "/", name), config::ToYaml(*node)); !st.ok()) {
+        return st;
+      }
+    }
+  }
+  RunDir run;
+  run.output_dir = output_dir;
+  config::Interpolator interpolator(composed.root);
+  auto logging = interpolator.Select("hydra.job_logging", {"hydra"}, /*resolve=*/true);
+  if (logging.ok() && *logging != nullptr && (*logging)->is_map()) {
+    NodePtr to_file = (*logging)->Find("to_file");
+    NodePtr name = (*logging)->Find("file_name");
+    if (to_file && to_file->kind() == config::NodeKind::kBool && to_file->as_bool() && name &&
+        name->kind() == config::NodeKind::kString) {
+      run.log_file = absl::StrCat(output_dir, "/", name->as_string());
+    }
+  } else if (!logging.ok()) {
+    return logging.status();
+  }
+  return run;
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,29 @@
+// Hydra's run directory: `outputs/DATE/TIME/` (or `multirun/DATE/TIME/N/`) holding
+// `.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml` and the job's log file. kiln never
+// changes the working directory; paths in the config stay relative to where you ran it.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/config/compose.h"
+
+namespace kiln::app {
+
+struct RunDir {
+  std::string output_dir;
+  std::string log_file;  // empty when job logging to a file is off
+};
+
+// Fills hydra.job.num/id and hydra.runtime.output_dir, creates the directory and writes the
+// `.hydra` files. `job_num` < 0 means a single run (hydra.run.dir); otherwise the job's
+// directory is `sweep_dir/<hydra.sweep.subdir>`.
+absl::StatusOr<RunDir> PrepareRunDir(config::ComposeResult& composed, int job_num,
+                                     const std::string& sweep_dir);
+
+// Creates a directory and its parents.
+absl::Status MakeDirs(const std::string& path);
+// Writes a file through a temporary name and a rename, so readers never see half a file.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace kiln::app

@@ -1,0 +1,49 @@
+// Composes a config the way Hydra 1.3 does: defaults list, merge, command-line overrides,
+// and the `hydra` node (run dirs, choices, overrides) that the launcher and tools read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/defaults_list.h"
+#include "lib/config/node.h"
+#include "lib/config/override.h"
+#include "lib/config/repository.h"
+
+namespace kiln::config {
+
+struct ComposeOptions {
+  // Folders searched for configs, in order (the primary config folder first).
+  std::vector<SearchPathEntry> search_path;
+  std::string config_name;  // primary config, e.g. "train"; empty for none
+  std::vector<std::string> overrides;
+  bool multirun = false;       // sweep overrides are allowed (and left out of composition)
+  std::string job_name = "kiln";
+  std::string version = "0.0.0";
+};
+
+struct ComposeResult {
+  NodePtr root;   // everything, `hydra` included
+  NodePtr job;    // the job's config: root without `hydra`
+  NodePtr hydra;  // the `hydra` node
+  DefaultsList defaults;
+  std::vector<Override> overrides;  // the parsed command-line overrides, in order
+};
+
+// Parses every override first, so a syntax error is reported before any file is read.
+absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::string>& overrides);
+
+absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options);
+// Like Compose, reusing a repository (and its file cache) across jobs of a sweep.
+absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepository& repo);
+
+// The job config with every interpolation resolved (`???` left as is).
+absl::StatusOr<NodePtr> ResolveJob(const ComposeResult& result);
+// The hydra node, resolved (run dirs expanded).
+absl::StatusOr<NodePtr> ResolveHydra(const ComposeResult& result);
+
+// Sets `key` (dotted) in a config tree, creating maps on the way.
+void SetPath(Node& root, const std::string& dotted_key, NodePtr value);
+
+}  // namespace kiln::config

@@ -1,0 +1,494 @@
+#include "lib/config/interpolation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/config/override.h"
+
+namespace kiln::config {
+namespace {
+
+// Index of the '}' closing the "${" at `open`, or npos.
+size_t MatchingClose(absl::string_view s, size_t open) {
+  int depth = 0;
+  char quote = '\0';
+  for (size_t i = open; i < s.size(); ++i) {
+    char c = s[i];
+    if (quote != '\0') {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = '\0';
+      }
+      continue;
+    }
+    if ((c == '\'' || c == '"') && depth > 0) {
+      // Quotes only open inside resolver arguments, after a ':'.
+      absl::string_view before = s.substr(open, i - open);
+      if (before.find(':') != absl::string_view::npos) {
+        quote = c;
+        continue;
+      }
+    }
+    if (c == '{') ++depth;
+    if (c == '}' && --depth == 0) return i;
+  }
+  return absl::string_view::npos;
+}
+
+bool IsResolverName(absl::string_view s, size_t* colon) {
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  size_t start = i;
+  while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' ||
+                          s[i] == '.' || s[i] == '-')) {
+    ++i;
+  }
+  if (i == start || i >= s.size() || s[i] != ':') return false;
+  if (!(std::isalpha(static_cast<unsigned char>(s[start])) || s[start] == '_')) return false;
+  *colon = i;
+  return true;
+}
+
+absl::string_view Trim(absl::string_view s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == absl::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// Splits resolver arguments at top-level commas (outside brackets, quotes and ${}).
+std::vector<absl::string_view> SplitArgs(absl::string_view s) {
+  std::vector<absl::string_view> out;
+  int depth = 0;
+  char quote = '\0';
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (quote != '\0') {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = '\0';
+      }
+      continue;
+    }
+    if (c == '\\') {
+      ++i;
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == '{' || c == '[' || c == '(') {
+      ++depth;
+    } else if (c == '}' || c == ']' || c == ')') {
+      --depth;
+    } else if (c == ',' && depth == 0) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(s.substr(start));
+  return out;
+}
+
+absl::StatusOr<std::string> StringArg(const ResolverCall& call, size_t index) {
+  if (index >= call.args.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("resolver '", call.name, "' needs argument ", index + 1));
+  }
+  const Node& arg = *call.args[index];
+  if (arg.kind() != NodeKind::kString) {
+    return absl::InvalidArgumentError(absl::StrCat("resolver '", call.name, "': argument ", index + 1,
+                                                   " must be a string, got ", KindName(arg.kind())));
+  }
+  return arg.as_string();
+}
+
+std::chrono::system_clock::time_point ProcessStartTime() {
+  static const auto start = std::chrono::system_clock::now();
+  return start;
+}
+
+void RegisterBuiltins(ResolverRegistry* registry) {
+  registry->Register("oc.env", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto name = StringArg(call, 0);
+    if (!name.ok()) return name.status();
+    if (const char* value = std::getenv(name->c_str())) return Node::String(value);
+    if (call.args.size() >= 2) {
+      const Node& fallback = *call.args[1];
+      if (fallback.is_null()) return Node::Null();
+      if (fallback.kind() != NodeKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the default value of oc.env must be a string or null, got ", KindName(fallback.kind()),
+            " (quote it: '", PythonStr(fallback), "')"));
+      }
+      return Node::String(fallback.as_string());
+    }
+    return absl::NotFoundError(absl::StrCat("environment variable '", *name, "' is not set"));
+  });
+  registry->Register("oc.select", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto key = StringArg(call, 0);
+    if (!key.ok()) return key.status();
+    auto found = call.interpolator->Select(*key, *call.path, /*resolve=*/true);
+    if (!found.ok()) return found.status();
+    if (*found == nullptr || (*found)->is_missing()) {
+      if (call.args.size() >= 2) return call.args[1]->Clone();
+      return Node::Null();
+    }
+    return *found;
+  });
+  registry->Register("oc.decode", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    if (!call.args.empty() && call.args[0]->is_null()) return Node::Null();
+    auto text = StringArg(call, 0);
+    if (!text.ok()) return text.status();
+    auto value = ParseOverrideValue(*text);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ",
+                                                     value.status().message()));
+    }
+    return value->node;
+  });
+  auto dict_part = [](bool keys) {
+    return [keys](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+      auto key = StringArg(call, 0);
+      if (!key.ok()) return key.status();
+      auto found = call.interpolator->Select(*key, *call.path, /*resolve=*/true);
+      if (!found.ok()) return found.status();
+      if (*found == nullptr || !(*found)->is_map()) {
+        return absl::InvalidArgumentError(absl::StrCat(call.name, ": '", *key, "' is not a mapping"));
+      }
+      NodePtr out = Node::List();
+      for (const auto& [k, v] : (*found)->entries()) out->Append(keys ? Node::String(k) : v);
+      return out;
+    };
+  };
+  registry->Register("oc.dict.keys", dict_part(true));
+  registry->Register("oc.dict.values", dict_part(false));
+  registry->Register("now", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto format = StringArg(call, 0);
+    if (!format.ok()) return format.status();
+    std::time_t t = std::chrono::system_clock::to_time_t(ProcessStartTime());
+    std::tm local{};
+    localtime_r(&t, &local);
+    char buf[256];
+    size_t n = std::strftime(buf, sizeof(buf), format->c_str(), &local);
+    return Node::String(std::string(buf, n));
+  });
+  registry->Register("hydra", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto key = StringArg(call, 0);
+    if (!key.ok()) return key.status();
+    Interpolator hydra(call.interpolator->hydra_root());
+    auto found = hydra.Select("hydra." + *key, {}, /*resolve=*/true);
+    if (!found.ok()) return found.status();
+    if (*found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("'hydra.", *key, "' is not in the hydra config"));
+    }
+    return *found;
+  });
+}
+
+}  // namespace
+
+ResolverRegistry& ResolverRegistry::Default() {
+  static ResolverRegistry* registry = [] {
+    auto* r = new ResolverRegistry();
+    RegisterBuiltins(r);
+    return r;
+  }();
+  return *registry;
+}
+
+void ResolverRegistry::Register(const std::string& name, ResolverFn fn) {
+  resolvers_[name] = std::move(fn);
+}
+
+const ResolverFn* ResolverRegistry::Find(const std::string& name) const {
+  auto it = resolvers_.find(name);
+  return it == resolvers_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ResolverRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : resolvers_) names.push_back(k);
+  return names;
+}
+
+std::string JoinPath(const std::vector<std::string>& path) { return absl::StrJoin(path, "."); }
+
+std::vector<std::string> SplitKey(absl::string_view key) {
+  std::vector<std::string> out;
+  std::string current;
+  for (size_t i = 0; i < key.size(); ++i) {
+    char c = key[i];
+    if (c == '.') {
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+    } else if (c == '[') {
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+      size_t close = key.find(']', i);
+      if (close == absl::string_view::npos) close = key.size();
+      std::string inner(key.substr(i + 1, close - i - 1));
+      if (inner.size() >= 2 && (inner.front() == '\'' || inner.front() == '"')) {
+        inner = inner.substr(1, inner.size() - 2);
+      }
+      out.push_back(inner);
+      i = close;
+    } else {
+      current += c;
+    }
+  }
+  if (!current.empty()) out.push_back(current);
+  return out;
+}
+
+absl::StatusOr<NodePtr> Interpolator::Resolve(const NodePtr& node,
+                                              const std::vector<std::string>& path) {
+  if (node->is_map()) {
+    NodePtr out = Node::Map();
+    out->set_source(node->source());
+    std::vector<std::string> child_path = path;
+    for (const auto& [k, v] : node->entries()) {
+      child_path.push_back(k);
+      auto r = Resolve(v, child_path);
+      if (!r.ok()) return r.status();
+      out->Set(k, *r);
+      child_path.pop_back();
+    }
+    return out;
+  }
+  if (node->is_list()) {
+    NodePtr out = Node::List();
+    out->set_source(node->source());
+    std::vector<std::string> child_path = path;
+    for (size_t i = 0; i < node->items().size(); ++i) {
+      child_path.push_back(std::to_string(i));
+      auto r = Resolve(node->items()[i], child_path);
+      if (!r.ok()) return r.status();
+      out->Append(*r);
+      child_path.pop_back();
+    }
+    return out;
+  }
+  if (node->kind() == NodeKind::kString && node->as_string().find("${") != std::string::npos) {
+    return ResolveString(*node, path);
+  }
+  return node->Clone();
+}
+
+absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
+                                                    const std::vector<std::string>& path) {
+  if (std::find(stack_.begin(), stack_.end(), &node) != stack_.end()) {
+    std::vector<std::string> chain(stack_keys_.begin(), stack_keys_.end());
+    chain.push_back(JoinPath(path));
+    return absl::InvalidArgumentError(
+        absl::StrCat("interpolation cycle: ", absl::StrJoin(chain, " -> ")));
+  }
+  stack_.push_back(&node);
+  stack_keys_.push_back(JoinPath(path));
+  const std::string& s = node.as_string();
+  absl::StatusOr<NodePtr> result;
+  size_t close = s.rfind("${", 0) == 0 ? MatchingClose(s, 1) : std::string::npos;
+  if (close == s.size() - 1) {
+    result = Evaluate(absl::string_view(s).substr(2, s.size() - 3), path);
+  } else {
+    auto text = Interpolate(s, path);
+    result = text.ok() ? absl::StatusOr<NodePtr>(Node::String(*text))
+                       : absl::StatusOr<NodePtr>(text.status());
+  }
+  stack_.pop_back();
+  stack_keys_.pop_back();
+  if (!result.ok()) {
+    // Name the value being resolved and where it was written, once (innermost wins).
+    std::string message(result.status().message());
+    if (message.find(" (while resolving ") == std::string::npos) {
+      std::string where = node.source().Describe();
+      message = absl::StrCat(message, " (while resolving '", JoinPath(path), "'",
+                             where.empty() ? "" : ", set at " + where, ")");
+    }
+    return absl::Status(result.status().code(), message);
+  }
+  NodePtr out = *result;
+  if (out.use_count() > 1) out = out->Clone();
+  out->set_source(node.source());
+  return out;
+}
+
+absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
+                                                      const std::vector<std::string>& path) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\\') {
+      size_t run = 0;
+      while (i + run < text.size() && text[i + run] == '\\') ++run;
+      if (i + run + 1 < text.size() && text[i + run] == '$' && text[i + run + 1] == '{') {
+        out.append(run / 2, '\\');
+        i += run;
+        if (run % 2 == 1) {  // escaped: a literal "${"
+          out += "${";
+          ++i;
+          continue;
+        }
+        --i;  // let the loop see the '$'
+        continue;
+      }
+      out.append(run, '\\');
+      i += run - 1;
+      continue;
+    }
+    if (c == '$' && i + 1 < text.size() && text[i + 1] == '{') {
+      size_t close = MatchingClose(text, i + 1);
+      if (close == absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("unterminated interpolation in '", text, "'"));
+      }
+      auto value = Evaluate(text.substr(i + 2, close - i - 2), path);
+      if (!value.ok()) return value.status();
+      if ((*value)->is_missing()) {
+        return absl::InvalidArgumentError(absl::StrCat("interpolation '", text.substr(i, close - i + 1),
+                                                       "' points to a missing value (\?\?\?)"));
+      }
+      out += PythonStr(**value);
+      i = close;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
+                                               const std::vector<std::string>& path) {
+  size_t colon = 0;
+  if (IsResolverName(body, &colon)) {
+    std::string name(Trim(body.substr(0, colon)));
+    const ResolverFn* fn = resolvers_.Find(name);
+    if (fn == nullptr) {
+      return absl::NotFoundError(absl::StrCat("unknown resolver '", name, "' in '${", body,
+                                              "}' (known: ", absl::StrJoin(resolvers_.Names(), ", "),
+                                              ")"));
+    }
+    ResolverCall call{name, {}, this, &path};
+    absl::string_view args = body.substr(colon + 1);
+    if (!Trim(args).empty()) {
+      for (absl::string_view arg : SplitArgs(args)) {
+        auto value = EvaluateArgument(arg, path);
+        if (!value.ok()) return value.status();
+        call.args.push_back(*value);
+      }
+    }
+    return (*fn)(call);
+  }
+  // A key; parts of it may themselves be interpolations.
+  std::string key(Trim(body));
+  if (key.find("${") != std::string::npos) {
+    auto expanded = Interpolate(key, path);
+    if (!expanded.ok()) return expanded.status();
+    key = *expanded;
+  }
+  std::vector<std::string> target_path;
+  auto target = Lookup(key, path, &target_path);
+  if (!target.ok()) return target.status();
+  if (*target == nullptr) {
+    return absl::NotFoundError(absl::StrCat("interpolation key '", key, "' not found"));
+  }
+  if ((*target)->is_missing()) {
+    return absl::InvalidArgumentError(absl::StrCat("interpolation '${", key, "}' points to '",
+                                                   JoinPath(target_path),
+                                                   "', which is missing (\?\?\?)"));
+  }
+  return Resolve(*target, target_path);
+}
+
+absl::StatusOr<NodePtr> Interpolator::EvaluateArgument(absl::string_view text,
+                                                       const std::vector<std::string>& path) {
+  absl::string_view arg = Trim(text);
+  if (arg.empty()) return Node::String("");
+  if (arg.size() >= 2 && (arg.front() == '\'' || arg.front() == '"') && arg.back() == arg.front()) {
+    std::string inner;
+    for (size_t i = 1; i + 1 < arg.size(); ++i) {
+      if (arg[i] == '\\' && i + 2 < arg.size() && arg[i + 1] == arg.front()) continue;
+      inner += arg[i];
+    }
+    if (inner.find("${") == std::string::npos) return Node::String(inner);
+    auto s = Interpolate(inner, path);
+    if (!s.ok()) return s.status();
+    return Node::String(*s);
+  }
+  if (arg.rfind("${", 0) == 0 && MatchingClose(arg, 1) == arg.size() - 1) {
+    return Evaluate(arg.substr(2, arg.size() - 3), path);
+  }
+  if (arg.find("${") != absl::string_view::npos) {
+    auto s = Interpolate(arg, path);
+    if (!s.ok()) return s.status();
+    return Node::String(*s);
+  }
+  auto parsed = ParseOverrideValue(arg);
+  if (parsed.ok()) return parsed->node;
+  return Node::String(std::string(arg));
+}
+
+absl::StatusOr<NodePtr> Interpolator::Lookup(absl::string_view key,
+                                             const std::vector<std::string>& path,
+                                             std::vector<std::string>* target_path) {
+  std::vector<std::string> base;
+  size_t dots = 0;
+  while (dots < key.size() && key[dots] == '.') ++dots;
+  if (dots > 0) {
+    // ${.x} is relative to the node's container; each further dot goes one level up.
+    base = path;
+    if (!base.empty()) base.pop_back();
+    for (size_t i = 1; i < dots; ++i) {
+      if (base.empty()) {
+        return absl::NotFoundError(absl::StrCat("interpolation key '", key, "' goes above the root"));
+      }
+      base.pop_back();
+    }
+  }
+  std::vector<std::string> full = base;
+  for (auto& seg : SplitKey(key.substr(dots))) full.push_back(seg);
+  NodePtr current = root_;
+  for (const auto& seg : full) {
+    if (current->is_map()) {
+      current = current->Find(seg);
+    } else if (current->is_list()) {
+      char* end = nullptr;
+      long index = std::strtol(seg.c_str(), &end, 10);
+      if (seg.empty() || *end != '\0' || index < 0 ||
+          static_cast<size_t>(index) >= current->items().size()) {
+        return NodePtr();
+      }
+      current = current->items()[index];
+    } else if (current->kind() == NodeKind::kString && current->as_string().find("${") != std::string::npos) {
+      // Walking through an interpolated container: resolve it first.
+      auto resolved = Resolve(current, *target_path);
+      if (!resolved.ok()) return resolved.status();
+      current = *resolved;
+      if (current->is_map()) {
+        current = current->Find(seg);
+      } else {
+        return NodePtr();
+      }
+    } else {
+      return NodePtr();
+    }
+    if (current == nullptr) return NodePtr();
+    target_path->push_back(seg);
+  }
+  return current;
+}
+
+absl::StatusOr<NodePtr> Interpolator::Select(const std::string& key,
+                                             const std::vector<std::string>& path, bool resolve) {
+  std::vector<std::string> target_path;
+  auto found = Lookup(key, path, &target_path);
+  if (!found.ok() || *found == nullptr || !resolve) return found;
+  return Resolve(*found, target_path);
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,79 @@
+// OmegaConf-style interpolation: `${a.b}`, `${.x}`, `${..x}`, `${a[0]}`, string interpolation
+// ("x_${a}"), nested keys, escapes (`\${`), and resolvers (`${oc.env:HOME,/tmp}`).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/config/node.h"
+
+namespace kiln::config {
+
+class Interpolator;
+
+// What a resolver sees: its typed arguments, and the interpolator (to look up keys relative
+// to the node being resolved).
+struct ResolverCall {
+  std::string name;
+  std::vector<NodePtr> args;
+  Interpolator* interpolator;
+  const std::vector<std::string>* path;  // path of the node being resolved
+};
+using ResolverFn = std::function<absl::StatusOr<NodePtr>(const ResolverCall&)>;
+
+// Named resolvers. Default() holds oc.env, oc.select, oc.decode, oc.dict.keys, oc.dict.values,
+// now (Hydra's, cached per process) and hydra (reads the `hydra` node of the composed tree).
+class ResolverRegistry {
+ public:
+  static ResolverRegistry& Default();
+  void Register(const std::string& name, ResolverFn fn);
+  const ResolverFn* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, ResolverFn> resolvers_;
+};
+
+class Interpolator {
+ public:
+  explicit Interpolator(NodePtr root, const ResolverRegistry& resolvers = ResolverRegistry::Default())
+      : root_(std::move(root)), resolvers_(resolvers) {}
+
+  // A copy of `node` (found at `path`) with every interpolation below it resolved. `???`
+  // values stay as they are.
+  absl::StatusOr<NodePtr> Resolve(const NodePtr& node, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> ResolveAll() { return Resolve(root_, {}); }
+
+  // Looks up a key as an interpolation would from the node at `path`; nullptr if absent.
+  absl::StatusOr<NodePtr> Select(const std::string& key, const std::vector<std::string>& path,
+                                 bool resolve);
+  const NodePtr& root() const { return root_; }
+  // Where the `hydra` resolver looks up `hydra.*` (the composed tree that still holds `hydra`).
+  void set_hydra_root(NodePtr hydra_root) { hydra_root_ = std::move(hydra_root); }
+  const NodePtr& hydra_root() const { return hydra_root_ ? hydra_root_ : root_; }
+
+ private:
+  absl::StatusOr<NodePtr> ResolveString(const Node& node, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> Evaluate(absl::string_view body, const std::vector<std::string>& path);
+  absl::StatusOr<std::string> Interpolate(absl::string_view text, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> EvaluateArgument(absl::string_view text, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> Lookup(absl::string_view key, const std::vector<std::string>& path,
+                                 std::vector<std::string>* target_path);
+
+  NodePtr root_;
+  NodePtr hydra_root_;
+  const ResolverRegistry& resolvers_;
+  std::vector<const Node*> stack_;
+  std::vector<std::string> stack_keys_;
+};
+
+// "a.b.0" from path segments.
+std::string JoinPath(const std::vector<std::string>& path);
+// Splits "a.b[0].c" into {"a", "b", "0", "c"}.
+std::vector<std::string> SplitKey(absl::string_view key);
+
+}  // namespace kiln::config

@@ -1,0 +1,228 @@
+#include "lib/config/node.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::config {
+
+Source Source::File(std::shared_ptr<const std::string> file, int line, int column) {
+  Source s;
+  s.file = std::move(file);
+  s.line = line;
+  s.column = column;
+  return s;
+}
+
+Source Source::Override(std::string text) {
+  Source s;
+  s.override_text = std::move(text);
+  return s;
+}
+
+std::string Source::Describe() const {
+  if (!override_text.empty()) return absl::StrCat("command line '", override_text, "'");
+  if (file == nullptr) return "";
+  if (line <= 0) return *file;
+  return absl::StrCat(*file, ":", line);
+}
+
+const char* KindName(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kNull: return "null";
+    case NodeKind::kBool: return "bool";
+    case NodeKind::kInt: return "int";
+    case NodeKind::kFloat: return "float";
+    case NodeKind::kString: return "string";
+    case NodeKind::kMap: return "mapping";
+    case NodeKind::kList: return "list";
+  }
+  return "?";
+}
+
+NodePtr Node::Null() { return NodePtr(new Node(NodeKind::kNull)); }
+NodePtr Node::Bool(bool value) {
+  NodePtr n(new Node(NodeKind::kBool));
+  n->bool_ = value;
+  return n;
+}
+NodePtr Node::Int(int64_t value) {
+  NodePtr n(new Node(NodeKind::kInt));
+  n->int_ = value;
+  return n;
+}
+NodePtr Node::Float(double value) {
+  NodePtr n(new Node(NodeKind::kFloat));
+  n->float_ = value;
+  return n;
+}
+NodePtr Node::String(std::string value) {
+  NodePtr n(new Node(NodeKind::kString));
+  n->str_ = std::move(value);
+  return n;
+}
+NodePtr Node::Map() { return NodePtr(new Node(NodeKind::kMap)); }
+NodePtr Node::List() { return NodePtr(new Node(NodeKind::kList)); }
+
+bool Node::is_interpolation() const {
+  if (kind_ != NodeKind::kString) return false;
+  for (size_t i = 0; i + 1 < str_.size(); ++i) {
+    if (str_[i] == '$' && str_[i + 1] == '{') {
+      // "\${" is an escaped dollar, "\\${" an escaped backslash before a real interpolation.
+      size_t backslashes = 0;
+      for (size_t j = i; j > 0 && str_[j - 1] == '\\'; --j) ++backslashes;
+      if (backslashes % 2 == 0) return true;
+    }
+  }
+  return false;
+}
+
+NodePtr Node::Find(absl::string_view key) const {
+  for (const auto& [k, v] : entries_) {
+    if (k == key) return v;
+  }
+  return nullptr;
+}
+
+void Node::Set(absl::string_view key, NodePtr value) {
+  for (auto& [k, v] : entries_) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  entries_.emplace_back(std::string(key), std::move(value));
+}
+
+bool Node::Erase(absl::string_view key) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->first == key) {
+      entries_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+NodePtr Node::Clone() const {
+  NodePtr n(new Node(kind_));
+  n->bool_ = bool_;
+  n->int_ = int_;
+  n->float_ = float_;
+  n->str_ = str_;
+  n->source_ = source_;
+  n->entries_.reserve(entries_.size());
+  for (const auto& [k, v] : entries_) n->entries_.emplace_back(k, v->Clone());
+  n->items_.reserve(items_.size());
+  for (const auto& v : items_) n->items_.push_back(v->Clone());
+  return n;
+}
+
+void Node::SetSourceRecursive(const Source& source) {
+  source_ = source;
+  for (auto& [k, v] : entries_) v->SetSourceRecursive(source);
+  for (auto& v : items_) v->SetSourceRecursive(source);
+}
+
+bool DeepEqual(const Node& a, const Node& b) {
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case NodeKind::kNull: return true;
+    case NodeKind::kBool: return a.as_bool() == b.as_bool();
+    case NodeKind::kInt: return a.as_int() == b.as_int();
+    case NodeKind::kFloat:
+      return a.as_float() == b.as_float() || (std::isnan(a.as_float()) && std::isnan(b.as_float()));
+    case NodeKind::kString: return a.as_string() == b.as_string();
+    case NodeKind::kMap: {
+      if (a.size() != b.size()) return false;
+      for (const auto& [k, v] : a.entries()) {
+        NodePtr other = b.Find(k);
+        if (other == nullptr || !DeepEqual(*v, *other)) return false;
+      }
+      return true;
+    }
+    case NodeKind::kList: {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (!DeepEqual(*a.items()[i], *b.items()[i])) return false;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string PythonFloatRepr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  // Shortest round-trip digits, then Python's layout: positional for exponents in [-4, 16).
+  char buf[40];
+  int precision = 1;
+  for (; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*e", precision - 1, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  std::string sci(buf);
+  size_t e_pos = sci.find('e');
+  std::string mantissa = sci.substr(0, e_pos);
+  int exponent = std::atoi(sci.c_str() + e_pos + 1);
+  bool negative = mantissa[0] == '-';
+  if (negative) mantissa.erase(0, 1);
+  std::string digits;
+  for (char c : mantissa) {
+    if (c != '.') digits += c;
+  }
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  std::string out;
+  if (exponent >= -4 && exponent < 16) {
+    if (exponent < 0) {
+      out = "0." + std::string(-exponent - 1, '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exponent + 1) {
+      out = digits + std::string(exponent + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, exponent + 1) + "." + digits.substr(exponent + 1);
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char exp_buf[8];
+    std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out += exp_buf;
+  }
+  return negative ? "-" + out : out;
+}
+
+std::string PythonStr(const Node& node) {
+  switch (node.kind()) {
+    case NodeKind::kNull: return "None";
+    case NodeKind::kBool: return node.as_bool() ? "True" : "False";
+    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
+    case NodeKind::kString: return node.as_string();
+    case NodeKind::kMap: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [k, v] : node.entries()) {
+        if (!first) out += ", ";
+        first = false;
+        out += "'" + k + "': ";
+        out += v->kind() == NodeKind::kString ? "'" + v->as_string() + "'" : PythonStr(*v);
+      }
+      return out + "}";
+    }
+    case NodeKind::kList: {
+      std::string out = "[";
+      for (size_t i = 0; i < node.items().size(); ++i) {
+        const Node& v = *node.items()[i];
+        if (i > 0) out += ", ";
+        out += v.kind() == NodeKind::kString ? "'" + v.as_string() + "'" : PythonStr(v);
+      }
+      return out + "]";
+    }
+  }
+  return "";
+}
+
+}  // namespace kiln::config

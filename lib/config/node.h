@@ -1,0 +1,107 @@
+// A config value tree (the OmegaConf data model): null, bool, int, float, string, map, list.
+// Every node remembers where it was set (file:line or a command-line override) for provenance.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+namespace kiln::config {
+
+// Where a value came from: a file position, or a command-line override.
+struct Source {
+  std::shared_ptr<const std::string> file;  // null when not from a file
+  int line = 0;                             // 1-based; 0 when unknown
+  int column = 0;                           // 1-based; 0 when unknown
+  std::string override_text;                // non-empty for command-line overrides
+
+  static Source File(std::shared_ptr<const std::string> file, int line, int column);
+  static Source Override(std::string text);
+  bool known() const { return file != nullptr || !override_text.empty(); }
+  // "configs/model/cnn.yaml:3" or "command line 'model.depth=50'" or "" when unknown.
+  std::string Describe() const;
+};
+
+enum class NodeKind { kNull, kBool, kInt, kFloat, kString, kMap, kList };
+const char* KindName(NodeKind kind);
+
+class Node;
+using NodePtr = std::shared_ptr<Node>;
+
+class Node {
+ public:
+  using MapEntries = std::vector<std::pair<std::string, NodePtr>>;
+
+  static NodePtr Null();
+  static NodePtr Bool(bool value);
+  static NodePtr Int(int64_t value);
+  static NodePtr Float(double value);
+  static NodePtr String(std::string value);
+  static NodePtr Map();
+  static NodePtr List();
+
+  NodeKind kind() const { return kind_; }
+  bool is_null() const { return kind_ == NodeKind::kNull; }
+  bool is_map() const { return kind_ == NodeKind::kMap; }
+  bool is_list() const { return kind_ == NodeKind::kList; }
+  bool is_container() const { return is_map() || is_list(); }
+  bool is_scalar() const { return !is_container(); }
+  // "???": a mandatory value nobody has set yet.
+  bool is_missing() const { return kind_ == NodeKind::kString && str_ == "???"; }
+  // A string holding at least one unescaped "${".
+  bool is_interpolation() const;
+
+  bool as_bool() const { return bool_; }
+  int64_t as_int() const { return int_; }
+  double as_float() const { return float_; }
+  const std::string& as_string() const { return str_; }
+
+  // Maps keep insertion order, like Python dicts.
+  const MapEntries& entries() const { return entries_; }
+  NodePtr Find(absl::string_view key) const;
+  bool Contains(absl::string_view key) const { return Find(key) != nullptr; }
+  // Replaces the value of an existing key in place, or appends a new key.
+  void Set(absl::string_view key, NodePtr value);
+  bool Erase(absl::string_view key);
+
+  const std::vector<NodePtr>& items() const { return items_; }
+  std::vector<NodePtr>& mutable_items() { return items_; }
+  void Append(NodePtr value) { items_.push_back(std::move(value)); }
+
+  size_t size() const { return is_map() ? entries_.size() : items_.size(); }
+
+  // Deep copy, sources included.
+  NodePtr Clone() const;
+
+  const Source& source() const { return source_; }
+  void set_source(Source source) { source_ = std::move(source); }
+  // Sets this source on this node and every node below it.
+  void SetSourceRecursive(const Source& source);
+
+ private:
+  explicit Node(NodeKind kind) : kind_(kind) {}
+
+  NodeKind kind_;
+  bool bool_ = false;
+  int64_t int_ = 0;
+  double float_ = 0.0;
+  std::string str_;
+  MapEntries entries_;
+  std::vector<NodePtr> items_;
+  Source source_;
+};
+
+// Structural equality: same kinds, same scalars (1, 1.0, '1' and true all differ), same map
+// keys regardless of order, same list items in order. NaN equals NaN.
+bool DeepEqual(const Node& a, const Node& b);
+
+// Python's str() of a scalar (used by string interpolation): 5 -> "5", 0.5 -> "0.5",
+// true -> "True", null -> "None".
+std::string PythonStr(const Node& node);
+// Python's repr() of a float: the shortest text that reads back to the same double.
+std::string PythonFloatRepr(double value);
+
+}  // namespace kiln::config

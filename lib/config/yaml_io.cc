@@ -1,0 +1,460 @@
+#include "lib/config/yaml_io.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace kiln::config {
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Digits and underscores from `pos`; returns the end. `digit` decides what a digit is.
+template <typename Pred>
+size_t SkipDigits(absl::string_view s, size_t pos, Pred digit) {
+  while (pos < s.size() && (digit(s[pos]) || s[pos] == '_')) ++pos;
+  return pos;
+}
+
+std::string WithoutUnderscores(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c != '_') out += c;
+  }
+  return out;
+}
+
+bool MatchesNull(absl::string_view s) {
+  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
+
+int MatchesBool(absl::string_view s) {  // 1 true, 0 false, -1 neither
+  static const std::set<absl::string_view> kTrue = {"yes", "Yes", "YES", "true", "True",
+                                                   "TRUE", "on", "On", "ON"};
+  static const std::set<absl::string_view> kFalse = {"no", "No", "NO", "false", "False",
+                                                    "FALSE", "off", "Off", "OFF"};
+  if (kTrue.count(s)) return 1;
+  if (kFalse.count(s)) return 0;
+  return -1;
+}
+
+// Sexagesimal "1:30:15" part after the leading digits: (:[0-5]?[0-9])+
+size_t SkipSexagesimal(absl::string_view s, size_t pos) {
+  size_t start = pos;
+  while (pos < s.size() && s[pos] == ':') {
+    size_t p = pos + 1;
+    if (p < s.size() && IsDigit(s[p])) {
+      if (p + 1 < s.size() && IsDigit(s[p + 1])) {
+        if (s[p] > '5') return start == pos ? start : pos;
+        p += 2;
+      } else {
+        p += 1;
+      }
+    } else {
+      break;
+    }
+    pos = p;
+  }
+  return pos;
+}
+
+double ParseSexagesimal(absl::string_view s) {
+  double value = 0;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t colon = s.find(':', start);
+    std::string part = WithoutUnderscores(s.substr(start, colon - start));
+    value = value * 60 + std::strtod(part.c_str(), nullptr);
+    if (colon == absl::string_view::npos) break;
+    start = colon + 1;
+  }
+  return value;
+}
+
+// YAML 1.1 int (PyYAML): binary, octal, decimal, hex, sexagesimal.
+bool MatchesInt(absl::string_view s, int64_t* out) {
+  size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  absl::string_view body = s.substr(i);
+  if (body.empty()) return false;
+  auto finish = [&](std::string digits, int base) {
+    if (digits.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(digits.c_str(), &end, base);
+    if (errno != 0 || *end != '\0' || v > static_cast<unsigned long long>(INT64_MAX)) return false;
+    *out = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+    return true;
+  };
+  if (body.size() > 2 && body[0] == '0' && body[1] == 'b') {
+    absl::string_view rest = body.substr(2);
+    if (SkipDigits(rest, 0, [](char c) { return c == '0' || c == '1'; }) != rest.size()) return false;
+    return finish(WithoutUnderscores(rest), 2);
+  }
+  if (body.size() > 2 && body[0] == '0' && body[1] == 'x') {
+    absl::string_view rest = body.substr(2);
+    if (SkipDigits(rest, 0, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }) !=
+        rest.size())
+      return false;
+    return finish(WithoutUnderscores(rest), 16);
+  }
+  if (body == "0") return finish("0", 10);
+  if (body[0] == '0') {
+    absl::string_view rest = body.substr(1);
+    if (SkipDigits(rest, 0, [](char c) { return c >= '0' && c <= '7'; }) != rest.size()) return false;
+    return finish(WithoutUnderscores(rest), 8);
+  }
+  if (body[0] < '1' || body[0] > '9') return false;
+  size_t end = SkipDigits(body, 1, IsDigit);
+  if (end == body.size()) return finish(WithoutUnderscores(body), 10);
+  size_t sexa_end = SkipSexagesimal(body, end);
+  if (sexa_end != end && sexa_end == body.size()) {
+    double v = ParseSexagesimal(body);
+    *out = static_cast<int64_t>(negative ? -v : v);
+    return true;
+  }
+  return false;
+}
+
+// OmegaConf's float resolver (PyYAML's plus exponents without a dot, like 1e3).
+bool MatchesFloat(absl::string_view s, double* out) {
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") {
+    *out = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  absl::string_view body = s.substr(i);
+  if (body == ".inf" || body == ".Inf" || body == ".INF") {
+    *out = negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+    return true;
+  }
+  if (body.empty()) return false;
+  auto exponent_end = [&](size_t p, bool sign_required) -> size_t {
+    if (p >= body.size() || (body[p] != 'e' && body[p] != 'E')) return absl::string_view::npos;
+    ++p;
+    if (p < body.size() && (body[p] == '+' || body[p] == '-')) {
+      ++p;
+    } else if (sign_required) {
+      return absl::string_view::npos;
+    }
+    size_t start = p;
+    while (p < body.size() && IsDigit(body[p])) ++p;
+    return p == start ? absl::string_view::npos : p;
+  };
+  auto convert = [&]() {
+    std::string text = WithoutUnderscores(body);
+    double v = std::strtod(text.c_str(), nullptr);
+    *out = negative ? -v : v;
+    return true;
+  };
+  if (body[0] == '.') {
+    if (negative || s[0] == '+') return false;  // \.[0-9_]+ has no sign
+    size_t p = SkipDigits(body, 1, IsDigit);
+    if (p == 1) return false;
+    if (p == body.size()) return convert();
+    size_t e = exponent_end(p, /*sign_required=*/true);
+    return e == body.size() ? convert() : false;
+  }
+  if (!IsDigit(body[0])) return false;
+  size_t p = SkipDigits(body, 1, IsDigit);
+  if (p < body.size() && body[p] == '.') {
+    size_t q = SkipDigits(body, p + 1, IsDigit);
+    if (q == body.size()) return convert();
+    size_t e = exponent_end(q, /*sign_required=*/false);
+    return e == body.size() ? convert() : false;
+  }
+  if (p < body.size() && (body[p] == 'e' || body[p] == 'E')) {
+    size_t e = exponent_end(p, /*sign_required=*/false);
+    return e == body.size() ? convert() : false;
+  }
+  size_t sexa_end = SkipSexagesimal(body, p);
+  if (sexa_end != p && sexa_end < body.size() && body[sexa_end] == '.') {
+    if (SkipDigits(body, sexa_end + 1, IsDigit) != body.size()) return false;
+    double v = ParseSexagesimal(body);
+    *out = negative ? -v : v;
+    return true;
+  }
+  return false;
+}
+
+class YamlConverter {
+ public:
+  explicit YamlConverter(std::shared_ptr<const std::string> file) : file_(std::move(file)) {}
+
+  absl::StatusOr<NodePtr> Convert(const YAML::Node& y) {
+    NodePtr out;
+    switch (y.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null:
+        out = Node::Null();
+        break;
+      case YAML::NodeType::Scalar: {
+        const std::string& tag = y.Tag();
+        const std::string& text = y.Scalar();
+        if (tag == "?" || tag.empty()) {
+          out = ResolvePlainScalar(text);
+        } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
+          out = Node::String(text);
+        } else if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+                   tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
+          out = ResolvePlainScalar(text);
+          if (tag == "tag:yaml.org,2002:float" && out->kind() == NodeKind::kInt) {
+            out = Node::Float(static_cast<double>(out->as_int()));
+          }
+        } else {
+          return Error(y, absl::StrCat("unsupported YAML tag '", tag, "'"));
+        }
+        break;
+      }
+      case YAML::NodeType::Sequence: {
+        out = Node::List();
+        for (const auto& item : y) {
+          auto child = Convert(item);
+          if (!child.ok()) return child.status();
+          out->Append(*std::move(child));
+        }
+        break;
+      }
+      case YAML::NodeType::Map: {
+        out = Node::Map();
+        for (const auto& kv : y) {
+          if (!kv.first.IsScalar()) return Error(kv.first, "mapping keys must be scalars");
+          std::string key = kv.first.Scalar();
+          if (out->Contains(key)) return Error(kv.first, absl::StrCat("duplicate key '", key, "'"));
+          auto child = Convert(kv.second);
+          if (!child.ok()) return child.status();
+          // A null value has no mark of its own; point at its key.
+          if (!(*child)->source().known() || kv.second.Mark().line < 0) {
+            (*child)->set_source(SourceOf(kv.first));
+          }
+          out->Set(key, *std::move(child));
+        }
+        break;
+      }
+    }
+    if (!out->source().known()) out->set_source(SourceOf(y));
+    return out;
+  }
+
+ private:
+  Source SourceOf(const YAML::Node& y) const {
+    const YAML::Mark mark = y.Mark();
+    if (mark.line < 0) return Source::File(file_, 0, 0);
+    return Source::File(file_, mark.line + 1, mark.column + 1);
+  }
+
+  absl::Status Error(const YAML::Node& y, const std::string& message) const {
+    const YAML::Mark mark = y.Mark();
+    return absl::InvalidArgumentError(
+        absl::StrCat(*file_, ":", mark.line + 1, ":", mark.column + 1, ": ", message));
+  }
+
+  std::shared_ptr<const std::string> file_;
+};
+
+// PyYAML's plain-scalar rules for block context, simplified to the safe side.
+bool NeedsQuotes(const std::string& s) {
+  if (s.empty()) return true;
+  if (ResolvePlainScalar(s)->kind() != NodeKind::kString) return true;
+  static const std::string kIndicators = "#,[]{}&*!|>'\"%@`";
+  char first = s[0];
+  if (kIndicators.find(first) != std::string::npos) return true;
+  if ((first == '-' || first == '?' || first == ':') &&
+      (s.size() == 1 || s[1] == ' ' || s[1] == '\t')) {
+    return true;
+  }
+  if (s.front() == ' ' || s.back() == ' ' || s.back() == ':') return true;
+  if (s == "---" || s == "...") return true;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == ':' && i + 1 < s.size() && (s[i + 1] == ' ' || s[i + 1] == '\t')) return true;
+    if (c == '#' && i > 0 && (s[i - 1] == ' ' || s[i - 1] == '\t')) return true;
+  }
+  return false;
+}
+
+std::string QuoteString(const std::string& s) {
+  bool needs_double = false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) needs_double = true;
+  }
+  if (!needs_double) {
+    std::string out = "'";
+    for (char c : s) {
+      out += c;
+      if (c == '\'') out += '\'';
+    }
+    return out + "'";
+  }
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string KeyToYaml(const std::string& key) { return NeedsQuotes(key) ? QuoteString(key) : key; }
+
+void Emit(const Node& node, int indent, std::string* out);
+
+void EmitValueAfterKey(const Node& value, int indent, std::string* out) {
+  if (value.is_container() && value.size() > 0) {
+    *out += "\n";
+    // Lists under a key sit at the key's indentation (PyYAML's default).
+    Emit(value, value.is_list() ? indent : indent + 2, out);
+  } else {
+    *out += " " + ScalarToYaml(value) + "\n";
+  }
+}
+
+void Emit(const Node& node, int indent, std::string* out) {
+  const std::string pad(indent, ' ');
+  if (node.is_map()) {
+    for (const auto& [key, value] : node.entries()) {
+      *out += pad + KeyToYaml(key) + ":";
+      EmitValueAfterKey(*value, indent, out);
+    }
+  } else if (node.is_list()) {
+    for (const auto& item : node.items()) {
+      *out += pad + "-";
+      if (item->is_container() && item->size() > 0) {
+        // The first line of a nested block shares the dash's line.
+        std::string nested;
+        Emit(*item, indent + 2, &nested);
+        *out += " " + nested.substr(indent + 2);
+      } else {
+        *out += " " + ScalarToYaml(*item) + "\n";
+      }
+    }
+  } else {
+    *out += pad + ScalarToYaml(node) + "\n";
+  }
+}
+
+std::string FlowToYaml(const Node& node) {
+  if (node.is_map()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [k, v] : node.entries()) {
+      if (!first) out += ", ";
+      first = false;
+      out += KeyToYaml(k) + ": " + FlowToYaml(*v);
+    }
+    return out + "}";
+  }
+  if (node.is_list()) {
+    std::string out = "[";
+    for (size_t i = 0; i < node.items().size(); ++i) {
+      if (i > 0) out += ", ";
+      out += FlowToYaml(*node.items()[i]);
+    }
+    return out + "]";
+  }
+  if (node.kind() == NodeKind::kString) {
+    const std::string& s = node.as_string();
+    bool flow_unsafe = s.find_first_of(",[]{}") != std::string::npos;
+    return NeedsQuotes(s) || flow_unsafe ? QuoteString(s) : s;
+  }
+  return ScalarToYaml(node);
+}
+
+}  // namespace
+
+NodePtr ResolvePlainScalar(absl::string_view text) {
+  if (MatchesNull(text)) return Node::Null();
+  int b = MatchesBool(text);
+  if (b >= 0) return Node::Bool(b == 1);
+  int64_t i = 0;
+  if (MatchesInt(text, &i)) return Node::Int(i);
+  double f = 0;
+  if (MatchesFloat(text, &f)) return Node::Float(f);
+  return Node::String(std::string(text));
+}
+
+absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& file) {
+  auto file_name = std::make_shared<const std::string>(file);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": invalid YAML: ", e.msg));
+  }
+  YamlConverter converter(file_name);
+  try {
+    return converter.Convert(root);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": invalid YAML: ", e.msg));
+  }
+}
+
+absl::StatusOr<NodePtr> LoadYamlFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseYaml(buffer.str(), path);
+}
+
+std::string ScalarToYaml(const Node& node) {
+  switch (node.kind()) {
+    case NodeKind::kNull: return "null";
+    case NodeKind::kBool: return node.as_bool() ? "true" : "false";
+    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kFloat: {
+      double v = node.as_float();
+      if (std::isnan(v)) return ".nan";
+      if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+      std::string repr = PythonFloatRepr(v);
+      // PyYAML: "1e-05" would read back as a string in YAML 1.1, so it writes "1.0e-05".
+      if (repr.find('.') == std::string::npos && repr.find('e') != std::string::npos) {
+        repr.insert(repr.find('e'), ".0");
+      }
+      return repr;
+    }
+    case NodeKind::kString: {
+      const std::string& s = node.as_string();
+      return NeedsQuotes(s) ? QuoteString(s) : s;
+    }
+    case NodeKind::kMap:
+    case NodeKind::kList: return FlowToYaml(node);
+  }
+  return "";
+}
+
+std::string ToYaml(const Node& node) {
+  if (node.is_container() && node.size() == 0) return node.is_map() ? "{}\n" : "[]\n";
+  std::string out;
+  Emit(node, 0, &out);
+  return out;
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,27 @@
+// Reading and writing config YAML with the typing rules Hydra users know (PyYAML's YAML 1.1
+// resolvers as OmegaConf configures them: `yes` is a bool, `1e3` a float, `007` an octal int).
+#pragma once
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "lib/config/node.h"
+
+namespace kiln::config {
+
+// Types an unquoted YAML scalar: null, bool, int, float, or string.
+NodePtr ResolvePlainScalar(absl::string_view text);
+
+// Parses YAML text. `file` names it in errors and sources ("file:line:column: message").
+absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& file);
+absl::StatusOr<NodePtr> LoadYamlFile(const std::string& path);
+
+// Block-style YAML the way OmegaConf.to_yaml writes it: insertion order, `- item` lists at the
+// parent's indentation, strings quoted only when they would read back as another type.
+std::string ToYaml(const Node& node);
+// A scalar as it would appear in YAML (quoted when needed); containers in flow style.
+std::string ScalarToYaml(const Node& node);
+
+}  // namespace kiln::config

@@ -1,0 +1,81 @@
+#include "lib/logging/logger.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace kiln {
+namespace {
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "DEBUG";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kWarning: return "WARNING";
+    case LogLevel::kError: return "ERROR";
+  }
+  return "?";
+}
+
+std::string Timestamp() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm local{};
+  localtime_r(&t, &local);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  char out[48];
+  std::snprintf(out, sizeof(out), "%s,%03d", buf, static_cast<int>(ms));
+  return out;
+}
+
+}  // namespace
+
+Logger& Logger::Instance() {
+  static Logger* logger = new Logger();
+  return *logger;
+}
+
+absl::Status Logger::OpenFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) return absl::UnavailableError(absl::StrCat(path, ": cannot open log file"));
+  return absl::OkStatus();
+}
+
+void Logger::CloseFile() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = nullptr;
+}
+
+void Logger::Log(LogLevel level, const std::string& message) {
+  if (level < level_) return;
+  std::string line = absl::StrCat("[", Timestamp(), "][kiln][", LevelName(level), "] - ", message, "\n");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (console_) {
+    std::FILE* out = level >= LogLevel::kWarning ? stderr : stdout;
+    std::fputs(line.c_str(), out);
+    std::fflush(out);
+  }
+  if (file_ != nullptr) {
+    std::fputs(line.c_str(), file_);
+    std::fflush(file_);
+  }
+}
+
+bool ParseLogLevel(const std::string& text, LogLevel* level) {
+  std::string upper = absl::AsciiStrToUpper(text);
+  if (upper == "DEBUG") *level = LogLevel::kDebug;
+  else if (upper == "INFO") *level = LogLevel::kInfo;
+  else if (upper == "WARNING" || upper == "WARN") *level = LogLevel::kWarning;
+  else if (upper == "ERROR") *level = LogLevel::kError;
+  else return false;
+  return true;
+}
+
+}  // namespace kiln

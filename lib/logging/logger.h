@@ -1,0 +1,40 @@
+// Job logging: lines to the terminal and to the run directory's log file, in Hydra's format
+// "[2026-11-22 03:40:00,123][kiln][INFO] - message". Only rank 0 writes (ranks come later).
+#pragma once
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kiln {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+class Logger {
+ public:
+  static Logger& Instance();
+
+  // Also write every line to `path` (appending). Replaces a previous file.
+  absl::Status OpenFile(const std::string& path);
+  void CloseFile();
+  void set_level(LogLevel level) { level_ = level; }
+  void set_console(bool enabled) { console_ = enabled; }
+
+  void Log(LogLevel level, const std::string& message);
+  void Info(const std::string& message) { Log(LogLevel::kInfo, message); }
+  void Warning(const std::string& message) { Log(LogLevel::kWarning, message); }
+  void Error(const std::string& message) { Log(LogLevel::kError, message); }
+
+ private:
+  std::mutex mu_;
+  std::FILE* file_ = nullptr;
+  LogLevel level_ = LogLevel::kInfo;
+  bool console_ = true;
+};
+
+// Parses "DEBUG", "INFO", "WARNING", "ERROR" (any case).
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+
+}  // namespace kiln

@@ -1,0 +1,144 @@
+#include "lib/registry/options.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/config/override.h"
+#include "lib/config/suggest.h"
+#include "lib/config/yaml_io.h"
+
+namespace kiln {
+
+using config::Node;
+using config::NodeKind;
+using config::NodePtr;
+
+const char* OptionTypeName(OptionType type) {
+  switch (type) {
+    case OptionType::kBool: return "bool";
+    case OptionType::kInt: return "int";
+    case OptionType::kFloat: return "float";
+    case OptionType::kString: return "string";
+    case OptionType::kList: return "list";
+    case OptionType::kMap: return "mapping";
+    case OptionType::kAny: return "any";
+  }
+  return "?";
+}
+
+OptionSchema& OptionSchema::Push(OptionSpec spec) {
+  for (auto& existing : options_) {
+    if (existing.name == spec.name) {
+      existing = std::move(spec);
+      return *this;
+    }
+  }
+  options_.push_back(std::move(spec));
+  return *this;
+}
+
+OptionSchema& OptionSchema::Required(std::string name, OptionType type, std::string doc) {
+  return Push({std::move(name), type, nullptr, std::move(doc), false});
+}
+OptionSchema& OptionSchema::Bool(std::string name, bool value, std::string doc) {
+  return Push({std::move(name), OptionType::kBool, Node::Bool(value), std::move(doc), false});
+}
+OptionSchema& OptionSchema::Int(std::string name, int64_t value, std::string doc) {
+  return Push({std::move(name), OptionType::kInt, Node::Int(value), std::move(doc), false});
+}
+OptionSchema& OptionSchema::Float(std::string name, double value, std::string doc) {
+  return Push({std::move(name), OptionType::kFloat, Node::Float(value), std::move(doc), false});
+}
+OptionSchema& OptionSchema::String(std::string name, std::string value, std::string doc) {
+  return Push({std::move(name), OptionType::kString, Node::String(std::move(value)), std::move(doc), false});
+}
+OptionSchema& OptionSchema::Add(std::string name, OptionType type, const std::string& default_text,
+                                std::string doc) {
+  auto parsed = config::ParseOverrideValue(default_text);
+  NodePtr value = parsed.ok() ? parsed->node : Node::String(default_text);
+  bool nullable = value->is_null();
+  return Push({std::move(name), type, value, std::move(doc), nullable});
+}
+
+const OptionSpec* OptionSchema::Find(const std::string& name) const {
+  for (const auto& o : options_) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+namespace {
+
+bool Matches(OptionType type, const Node& value) {
+  switch (type) {
+    case OptionType::kBool: return value.kind() == NodeKind::kBool;
+    case OptionType::kInt: return value.kind() == NodeKind::kInt;
+    case OptionType::kFloat: return value.kind() == NodeKind::kFloat || value.kind() == NodeKind::kInt;
+    case OptionType::kString: return value.kind() == NodeKind::kString;
+    case OptionType::kList: return value.is_list();
+    case OptionType::kMap: return value.is_map();
+    case OptionType::kAny: return true;
+  }
+  return false;
+}
+
+std::string Where(const Node& node) {
+  std::string w = node.source().Describe();
+  return w.empty() ? "" : " (set at " + w + ")";
+}
+
+}  // namespace
+
+absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string& key,
+                                            const std::string& component) const {
+  if (!node.is_map()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a mapping of options for ",
+                                                   component, Where(node)));
+  }
+  auto full = [&](const std::string& name) { return key.empty() ? name : key + "." + name; };
+  std::vector<std::string> names;
+  for (const auto& o : options_) names.push_back(o.name);
+  NodePtr out = Node::Map();
+  out->set_source(node.source());
+  for (const auto& [name, value] : node.entries()) {
+    if (!name.empty() && name[0] == '_') {
+      out->Set(name, value);
+      continue;
+    }
+    const OptionSpec* spec = Find(name);
+    if (spec == nullptr) {
+      std::string known = names.empty() ? "it takes no options" : "known: " + absl::StrJoin(names, ", ");
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", full(name), "' for ", component,
+                                                     config::DidYouMean(name, names), Where(*value),
+                                                     "; ", known));
+    }
+    if (value->is_missing()) {
+      return absl::InvalidArgumentError(absl::StrCat("missing mandatory value '", full(name), "'",
+                                                     Where(*value), "; set it, e.g. ", full(name), "=VALUE"));
+    }
+    bool null_ok = value->is_null() && (spec->nullable || spec->type == OptionType::kAny);
+    if (!null_ok && !Matches(spec->type, *value)) {
+      return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component,
+                                                     " must be ", OptionTypeName(spec->type), ", got ",
+                                                     config::KindName(value->kind()), " ",
+                                                     config::ScalarToYaml(*value), Where(*value)));
+    }
+    NodePtr stored = value;
+    if (spec->type == OptionType::kFloat && value->kind() == NodeKind::kInt) {
+      stored = Node::Float(static_cast<double>(value->as_int()));
+      stored->set_source(value->source());
+    }
+    out->Set(name, stored);
+  }
+  for (const auto& spec : options_) {
+    if (out->Contains(spec.name)) continue;
+    if (spec.default_value == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("option '", full(spec.name), "' of ", component,
+                                                     " is required (", spec.doc, ")", Where(node)));
+    }
+    out->Set(spec.name, spec.default_value->Clone());
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,125 @@
+// String-keyed component registries, one per kind (model, datamodule, optimizer, callback,
+// launcher, ...), all owned by Kiln::core so every plugin and library sees the same ones.
+//
+//   KILN_REGISTER(Launcher, "basic", "Runs jobs one after another", OptionSchema(), Factory);
+//   auto launcher = Registry<Launcher>::Get().Instantiate(cfg.Sub("hydra.launcher").value());
+//
+// A registered base type declares `static constexpr const char* kKind = "launcher";`.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/registry/options.h"
+
+namespace kiln {
+
+struct ComponentInfo {
+  std::string kind;
+  std::string name;
+  std::string doc;
+  OptionSchema options;
+  std::string origin = "built-in";  // or "plugin NAME (path)"
+};
+
+// The type-erased store behind every Registry<T>.
+class RegistryHub {
+ public:
+  static RegistryHub& Instance();
+
+  struct Entry {
+    ComponentInfo info;
+    std::shared_ptr<void> factory;  // points to Registry<T>::Factory for the kind's T
+  };
+
+  absl::Status Add(ComponentInfo info, std::shared_ptr<void> factory);
+  const Entry* Find(const std::string& kind, const std::string& name) const;
+  std::vector<std::string> Names(const std::string& kind) const;
+  std::vector<std::string> Kinds() const;
+  std::vector<const ComponentInfo*> Components(const std::string& kind) const;
+
+  // Origin recorded for components registered from now on (the plugin loader sets it).
+  void set_current_origin(std::string origin) { current_origin_ = std::move(origin); }
+  const std::string& current_origin() const { return current_origin_; }
+
+ private:
+  std::map<std::string, std::map<std::string, Entry>> kinds_;
+  std::string current_origin_ = "built-in";
+};
+
+// "unknown model 'resnt' — did you mean 'resnet'? known: cnn, mlp, resnet".
+std::string UnknownComponentMessage(const std::string& kind, const std::string& name);
+
+template <typename T>
+class Registry {
+ public:
+  using Factory = std::function<absl::StatusOr<std::shared_ptr<T>>(const config::Config& options)>;
+
+  static Registry& Get() {
+    static Registry registry;
+    return registry;
+  }
+
+  absl::Status Register(std::string name, std::string doc, OptionSchema options, Factory factory) {
+    ComponentInfo info;
+    info.kind = T::kKind;
+    info.name = std::move(name);
+    info.doc = std::move(doc);
+    info.options = std::move(options);
+    return RegistryHub::Instance().Add(std::move(info),
+                                       std::make_shared<Factory>(std::move(factory)));
+  }
+
+  bool Contains(const std::string& name) const {
+    return RegistryHub::Instance().Find(T::kKind, name) != nullptr;
+  }
+
+  // Builds the component a config node names with `_target_`, after validating its options.
+  absl::StatusOr<std::shared_ptr<T>> Instantiate(const config::Config& node) const {
+    auto target = node.Get<std::string>("_target_");
+    if (!target.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", node.prefix().empty() ? std::string("config") : node.prefix(), "' needs a _target_ naming a ",
+          T::kKind, ": ", target.status().message()));
+    }
+    return Instantiate(*target, node);
+  }
+
+  // Builds component `name` with the options in `node` (keys starting with '_' are ignored).
+  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name, const config::Config& node) const {
+    const RegistryHub::Entry* entry = RegistryHub::Instance().Find(T::kKind, name);
+    if (entry == nullptr) {
+      std::string where = node.WhereSet("_target_");
+      return absl::NotFoundError(UnknownComponentMessage(T::kKind, name) +
+                                 (where.empty() ? "" : " (set at " + where + ")"));
+    }
+    auto applied = entry->info.options.Apply(*node.node(), node.prefix(),
+                                             std::string(T::kKind) + " '" + name + "'");
+    if (!applied.ok()) return applied.status();
+    const auto& factory = *static_cast<const Factory*>(entry->factory.get());
+    return factory(config::Config(*applied, node.prefix()));
+  }
+};
+
+}  // namespace kiln
+
+#define KILN_REGISTRY_CONCAT_INNER(a, b) a##b
+#define KILN_REGISTRY_CONCAT(a, b) KILN_REGISTRY_CONCAT_INNER(a, b)
+
+// Registers a component when the shared library that holds this line is loaded.
+#define KILN_REGISTER(Base, name, doc, options, factory)                                       \
+  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
+    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, options, factory);         \
+    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
+    return true;                                                                               \
+  }()
+
+namespace kiln::internal {
+// Registration runs before main; a clash is reported once and the process exits with code 2.
+void ReportRegistrationFailure(const absl::Status& status);
+}  // namespace kiln::internal

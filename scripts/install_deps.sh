@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kiln builds and runs with. Idempotent: when every package is
+# already present it only runs one dpkg query and returns in well under a second.
+set -euo pipefail
+
+# Why each package is here:
+#   build-essential cmake ninja-build ccache pkg-config  compiler, build system, build cache
+#   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
+#   libtorch-dev libgloo-dev                             LibTorch 1.13 (CPU) and the c10d headers it needs
+#   libopenblas0-openmp                                  fast BLAS; without it LibTorch uses reference BLAS (~40x slower)
+#   libyaml-cpp-dev                                      YAML parsing for lib/config
+#   libabsl-dev                                          absl::Status / StatusOr, strings, flat_hash_map
+#   libtbb-dev                                           oneTBB: the parallel data loader
+#   libopencv-dev                                        image decode and transforms
+#   libsentencepiece-dev                                 subword tokenizers (NLP tasks)
+#   libsndfile1-dev                                      audio file reading (speech tasks)
+#   libgtest-dev libgmock-dev                            the test suite
+#   zlib1g-dev                                           gzip-compressed IDX files
+#   dataset-fashion-mnist                                the default experiment's data
+#   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  clang libclang-rt-14-dev
+  libtorch-dev libgloo-dev libopenblas0-openmp
+  libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev
+  libgtest-dev libgmock-dev zlib1g-dev
+  dataset-fashion-mnist
+  python3-torch python3-torchvision python3-yaml
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "kiln setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "kiln setup: packages installed"

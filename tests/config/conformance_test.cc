@@ -1,0 +1,152 @@
+// Runs every case of ../shared/conformance/hydra (expected results produced by Hydra 1.3)
+// through the real `kiln` binary, judged as that folder's README says.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "lib/config/node.h"
+#include "lib/config/override.h"
+#include "lib/config/repository.h"
+#include "lib/config/sweep.h"
+#include "lib/config/yaml_io.h"
+#include "tests/support/process.h"
+
+namespace kiln::config {
+namespace {
+
+using kiln::testing::FileExists;
+using kiln::testing::ReadFile;
+using kiln::testing::RunProcess;
+
+const std::string kRoot = KILN_CONFORMANCE_DIR;
+
+std::vector<std::string> CaseNames() {
+  std::vector<std::string> names;
+  DIR* d = opendir(kRoot.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name[0] != '.' && FileExists(kRoot + "/" + name + "/case.yaml")) names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+int g_ran = 0;
+int g_passed = 0;
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void TearDownTestSuite() {
+    std::printf("Hydra conformance: %d of %d cases passed\n", g_passed, g_ran);
+  }
+
+  NodePtr Load(const std::string& file) {
+    auto node = LoadYamlFile(dir_ + "/" + file);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? *node : Node::Null();
+  }
+
+  testing::ProcessResult Kiln(bool resolve) {
+    std::vector<std::string> argv = {KILN_BINARY, "train", "--config-path", dir_ + "/conf", "--config-name",
+                                     config_name_, "--cfg", "job"};
+    if (resolve) argv.push_back("--resolve");
+    for (const auto& o : overrides_) argv.push_back(o);
+    return RunProcess(argv, env_);
+  }
+
+  void ExpectConfig(const testing::ProcessResult& r, const std::string& expected_file) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto got = ParseYaml(r.out, "<kiln output>");
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.out;
+    NodePtr expected = Load(expected_file);
+    EXPECT_TRUE(DeepEqual(**got, *expected)) << "kiln printed:\n" << r.out << "expected (" << expected_file
+                                             << "):\n" << ToYaml(*expected);
+  }
+
+  void ExpectRefusal(const testing::ProcessResult& r) {
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line expected:\n" << r.err;
+    for (const auto& word : mentions_) EXPECT_NE(r.err.find(word), std::string::npos) << "missing '" << word << "' in: " << r.err;
+  }
+
+  void RunSweep() {
+    std::vector<Override> overrides;
+    for (const auto& text : overrides_) {
+      auto o = ParseOverride(text);
+      ASSERT_TRUE(o.ok()) << o.status();
+      overrides.push_back(*o);
+    }
+    ConfigRepository repo(FileExists(dir_ + "/conf") ? std::vector<SearchPathEntry>{{"main", dir_ + "/conf"}}
+                                                      : std::vector<SearchPathEntry>{});
+    auto jobs = PlanSweep({}, overrides, repo);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    std::vector<std::string> lines = absl::StrSplit(ReadFile(dir_ + "/sweep.txt"), '\n', absl::SkipEmpty());
+    ASSERT_EQ(jobs->size(), lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      std::vector<std::string> want = absl::StrSplit(lines[i], ' ', absl::SkipEmpty());
+      const auto& got = (*jobs)[i];
+      ASSERT_EQ(got.size(), want.size()) << lines[i];
+      for (size_t j = 0; j < want.size(); ++j) {
+        auto g = ParseOverride(got[j]);
+        auto w = ParseOverride(want[j]);
+        ASSERT_TRUE(g.ok() && w.ok()) << got[j] << " / " << want[j];
+        EXPECT_EQ(g->KeyElement(), w->KeyElement());
+        EXPECT_TRUE(DeepEqual(*g->value.node, *w->value.node)) << got[j] << " vs " << want[j];
+      }
+    }
+  }
+
+  std::string dir_;
+  std::string config_name_;
+  std::vector<std::string> overrides_;
+  std::vector<std::string> mentions_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_P(Conformance, MatchesHydra) {
+  dir_ = kRoot + "/" + GetParam();
+  ++g_ran;
+  NodePtr spec = Load("case.yaml");
+  ASSERT_TRUE(spec->is_map());
+  config_name_ = spec->Find("config_name")->as_string();
+  if (NodePtr o = spec->Find("overrides"); o && o->is_list()) {
+    for (const auto& item : o->items()) overrides_.push_back(item->as_string());
+  }
+  if (NodePtr m = spec->Find("error_mentions"); m && m->is_list()) {
+    for (const auto& item : m->items()) mentions_.push_back(PythonStr(*item));
+  }
+  if (NodePtr e = spec->Find("env"); e && e->is_map()) {
+    for (const auto& [k, v] : e->entries()) env_[k] = PythonStr(*v);
+  }
+  NodePtr mode = spec->Find("mode");
+  bool has_expected = FileExists(dir_ + "/expected.yaml");
+  bool has_resolved = FileExists(dir_ + "/resolved.yaml");
+  bool has_error = FileExists(dir_ + "/error.txt");
+  if (mode && mode->kind() == NodeKind::kString && mode->as_string() == "sweep") {
+    RunSweep();
+  } else if (has_error && !has_resolved && !has_expected) {
+    ExpectRefusal(Kiln(false));
+  } else if (has_error && has_expected) {
+    ExpectConfig(Kiln(false), "expected.yaml");
+    ExpectRefusal(Kiln(true));
+  } else {
+    ExpectConfig(Kiln(false), "expected.yaml");
+    ExpectConfig(Kiln(true), "resolved.yaml");
+  }
+  if (!HasFailure()) ++g_passed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hydra, Conformance, ::testing::ValuesIn(CaseNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(ConformanceSuite, FindsTheCases) { EXPECT_GE(CaseNames().size(), 60u) << "no cases under " << kRoot; }
+
+}  // namespace
+}  // namespace kiln::config

@@ -1,0 +1,39 @@
+// Runs a program and captures its exit code, stdout and stderr (for CLI tests).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::testing {
+
+struct ProcessResult {
+  int exit_code = -1;  // 128+N when killed by signal N
+  std::string out;
+  std::string err;
+};
+
+// `env` entries are added to (or replace in) the current environment; `cwd` empty = inherit.
+ProcessResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env = {},
+                         const std::string& cwd = "");
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Writes `contents` to path()/relative, creating folders.
+  void Write(const std::string& relative, const std::string& contents) const;
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path);
+bool FileExists(const std::string& path);
+
+}  // namespace kiln::testing
