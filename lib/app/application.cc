@@ -29,8 +29,17 @@ namespace {
 using config::Node;
 using config::NodePtr;
 
+// `compose`: a job that only composes, records and prints its config.
+absl::Status ComposeCommand(JobContext& job) {
+  std::string yaml = config::ToYaml(*job.cfg.node());
+  std::fwrite(yaml.data(), 1, yaml.size(), stdout);
+  std::fflush(stdout);
+  Logger::Instance().Info(absl::StrCat("config recorded in ", job.output_dir, "/.hydra/config.yaml"));
+  return absl::OkStatus();
+}
+
 std::map<std::string, CommandFn>& Commands() {
-  static auto* commands = new std::map<std::string, CommandFn>();
+  static auto* commands = new std::map<std::string, CommandFn>{{"compose", ComposeCommand}};
   return *commands;
 }
 

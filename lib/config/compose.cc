@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
+#include "lib/config/suggest.h"
 
 namespace kiln::config {
 namespace {
@@ -116,7 +117,19 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
   }
   for (const auto& o : defaults->config_overrides) {
     auto st = ApplyConfigOverride(*root, o);
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      // `name=option` for a group that does not exist reads like a typo of a group name.
+      if (o.key_or_group.find('.') == std::string::npos && !root->Contains(o.key_or_group)) {
+        auto groups = repo.Groups("");
+        groups.erase(std::remove(groups.begin(), groups.end(), "hydra"), groups.end());
+        if (!groups.empty()) {
+          std::string hint = DidYouMean(o.key_or_group, groups);
+          return absl::Status(st.code(), absl::StrCat(st.message(), hint.empty() ? "" : " Or a config group?" + hint,
+                                                      " (config groups: ", absl::StrJoin(groups, ", "), ")"));
+        }
+      }
+      return st;
+    }
   }
 
   NodePtr hydra = root->Find("hydra");
@@ -154,6 +167,18 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
     choices->Set(key, value.has_value() ? Node::String(*value) : Node::Null());
   }
   SetPath(*hydra, "runtime.choices", choices);
+
+  if (!options.multirun) {
+    // Where this run would write, so `${hydra:runtime.output_dir}` resolves before the run starts.
+    NodePtr output_dir = SelectPath(hydra, {"runtime", "output_dir"});
+    if (output_dir == nullptr || output_dir->is_missing()) {
+      Interpolator interpolator(root);
+      auto run_dir = interpolator.Select("hydra.run.dir", {"hydra"}, /*resolve=*/true);
+      if (run_dir.ok() && *run_dir != nullptr && (*run_dir)->kind() == NodeKind::kString) {
+        SetPath(*hydra, "runtime.output_dir", *run_dir);
+      }
+    }
+  }
 
   ComposeResult result;
   result.root = root;

@@ -151,6 +151,8 @@ class Overrides {
       }
       if (meta.containing_config_path.has_value()) {
         msg = absl::StrCat("In '", *meta.containing_config_path, "': ", msg);
+        auto src = sources.find(key);
+        if (src != sources.end() && src->second.known()) msg += " (" + src->second.Describe() + ")";
       }
       if (meta.external_override) {
         msg += absl::StrCat(" To append to your default list use +", key, "=", choice.Text());
@@ -181,7 +183,8 @@ class Overrides {
       if (name != v) {
         return CompositionError(absl::StrCat("Multiple values for ", key,
                                              ". To override a value use 'override ", key, ": ",
-                                             v.value_or("null"), "'"));
+                                             v.value_or("null"), "'",
+                                             d.source.known() ? " (" + d.source.Describe() + ")" : ""));
       }
     }
     if (!found) known_choices.emplace_back(key, name);
@@ -392,7 +395,8 @@ class TreeBuilder {
       if (!d.override_) has_non_override = true;
       if (d.is_self()) {
         if (has_self) {
-          return CompositionError(absl::StrCat("Duplicate _self_ defined in ", containing.ConfigPath()));
+          std::string where = d.source.known() ? " (" + d.source.Describe() + ")" : "";
+          return CompositionError(absl::StrCat("Duplicate _self_ defined in ", containing.ConfigPath(), where));
         }
         has_self = true;
       }

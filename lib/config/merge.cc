@@ -118,8 +118,16 @@ bool PythonEqual(const Node& a, const Node& b) {
 
 namespace {
 
-absl::Status MissingKey(const Override& o, const Node& container, const std::string& seg) {
-  std::string hint = container.is_map() ? DidYouMean(seg, KeysOf(container)) : "";
+absl::Status MissingKey(const Override& o, const Node& container, const std::vector<std::string>& path,
+                        size_t depth) {
+  std::string hint;
+  if (container.is_map()) {
+    std::string prefix;
+    for (size_t i = 0; i < depth; ++i) prefix += path[i] + ".";
+    std::vector<std::string> full;
+    for (const auto& k : KeysOf(container)) full.push_back(prefix + k);
+    hint = DidYouMean(prefix + path[depth], full);
+  }
   std::string value = o.input_line.substr(o.input_line.find('=') == std::string::npos
                                               ? o.input_line.size()
                                               : o.input_line.find('='));
@@ -141,7 +149,7 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
     size_t index = 0;
     if (current->is_map()) {
       next = current->Find(seg);
-      if (next == nullptr && !force_add) return MissingKey(o, *current, seg);
+      if (next == nullptr && !force_add) return MissingKey(o, *current, path, i);
       if (next == nullptr || !next->is_container()) {
         next = Node::Map();
         current->Set(seg, next);
@@ -174,7 +182,7 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
     return absl::OkStatus();
   }
   NodePtr existing = current->Find(last);
-  if (existing == nullptr && !force_add) return MissingKey(o, *current, last);
+  if (existing == nullptr && !force_add) return MissingKey(o, *current, path, path.size() - 1);
   if (existing != nullptr && existing->is_map() && value->is_map()) {
     auto st = MergeInto(*existing, *value, !force_add, o.key_or_group);
     if (!st.ok()) {

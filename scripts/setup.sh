@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets kiln up on a fresh Debian 12 machine: installs the system packages it needs
+# (scripts/install_deps.sh says which and why), then configures and builds into build/.
+# Idempotent: when everything is in place it takes a few seconds.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/install_deps.sh
+
+BUILD_DIR=${KILN_BUILD_DIR:-build}
+JOBS=${KILN_JOBS:-$(nproc)}
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+ninja -C "$BUILD_DIR" -j "$JOBS" | grep -v '^\[' || true
+test -x "$BUILD_DIR/bin/kiln"

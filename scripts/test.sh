@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets kiln up (scripts/setup.sh), builds the libFuzzer targets with clang, and runs the
+# whole test suite with ctest. Extra arguments go to ctest (e.g. -R Conformance).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+# Fuzz targets need clang's libFuzzer runtime; they build in their own tree.
+if [[ ! -f build-fuzz/build.ninja ]]; then
+  CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF >/dev/null
+fi
+ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers | grep -v '^\[' || true
+
+cd build
+ctest --output-on-failure -j "${KILN_JOBS:-$(nproc)}" "$@"
