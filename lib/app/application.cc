@@ -113,19 +113,18 @@ class Application {
 
  private:
   absl::Status RunJob(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
-    auto run = PrepareRunDir(composed, job_num, sweep_dir);
+    auto run = PlanRunDir(composed, job_num, sweep_dir);
     if (!run.ok()) return run.status();
+    // A config that does not resolve is refused before anything is written.
+    auto resolved = config::ResolveJob(composed);
+    if (!resolved.ok()) return resolved.status();
+    if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
       Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");
     }
     if (!run->log_file.empty()) {
       if (auto st = Logger::Instance().OpenFile(run->log_file); !st.ok()) return st;
-    }
-    auto resolved = config::ResolveJob(composed);
-    if (!resolved.ok()) {
-      Logger::Instance().CloseFile();
-      return resolved.status();
     }
     JobContext job;
     job.command = cl_.command;

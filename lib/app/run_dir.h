@@ -15,11 +15,13 @@ struct RunDir {
   std::string log_file;  // empty when job logging to a file is off
 };
 
-// Fills hydra.job.num/id and hydra.runtime.output_dir, creates the directory and writes the
-// `.hydra` files. `job_num` < 0 means a single run (hydra.run.dir); otherwise the job's
-// directory is `sweep_dir/<hydra.sweep.subdir>`.
-absl::StatusOr<RunDir> PrepareRunDir(config::ComposeResult& composed, int job_num,
-                                     const std::string& sweep_dir);
+// Decides where the job writes: fills hydra.job.num/id and hydra.runtime.output_dir and
+// resolves the log file name. Writes nothing. `job_num` < 0 means a single run
+// (hydra.run.dir); otherwise the job's directory is `sweep_dir/<hydra.sweep.subdir>`.
+absl::StatusOr<RunDir> PlanRunDir(config::ComposeResult& composed, int job_num,
+                                  const std::string& sweep_dir);
+// Creates the directory and writes the `.hydra` files.
+absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& run);
 
 // Creates a directory and its parents.
 absl::Status MakeDirs(const std::string& path);

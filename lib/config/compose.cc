@@ -48,6 +48,7 @@ std::string OverrideDirname(const std::vector<Override>& task, const Node& hydra
   }
   std::vector<std::string> lines;
   for (const auto& o : task) {
+    if (o.is_sweep()) continue;  // a sweep has no single value; each job gets its own
     if (std::find(exclude.begin(), exclude.end(), o.key_or_group) != exclude.end()) continue;
     std::string value = o.has_value ? OverrideValueToString(o.value) : "";
     lines.push_back(o.KeyElement() + kv_sep + value);

@@ -58,9 +58,9 @@ void Logger::Log(LogLevel level, const std::string& message) {
   std::string line = absl::StrCat("[", Timestamp(), "][kiln][", LevelName(level), "] - ", message, "\n");
   std::lock_guard<std::mutex> lock(mu_);
   if (console_) {
-    std::FILE* out = level >= LogLevel::kWarning ? stderr : stdout;
-    std::fputs(line.c_str(), out);
-    std::fflush(out);
+    // Log lines go to stderr so that what a command prints on stdout stays machine-readable.
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
   }
   if (file_ != nullptr) {
     std::fputs(line.c_str(), file_);

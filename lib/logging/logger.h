@@ -1,4 +1,4 @@
-// Job logging: lines to the terminal and to the run directory's log file, in Hydra's format
+// Job logging: lines to stderr and to the run directory's log file, in Hydra's format
 // "[2026-11-22 03:40:00,123][kiln][INFO] - message". Only rank 0 writes (ranks come later).
 #pragma once
 
