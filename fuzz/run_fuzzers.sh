@@ -16,6 +16,9 @@ for f in "$cases"/*/case.yaml; do
     n=$((n + 1)); printf '%s' "$line" > "$work/override/$(basename "$(dirname "$f")")_$RANDOM$n"
   done
 done
+# Inputs that once found bugs stay in the seed set.
+cp "$root"/fuzz/regressions/override_parser/* "$work/override/" 2>/dev/null || true
+cp "$root"/fuzz/regressions/compose/* "$work/compose/" 2>/dev/null || true
 for f in "$cases"/*/conf/*.yaml "$cases"/*/conf/*/*.yaml; do
   [[ -f $f ]] && cp "$f" "$work/compose/$(echo "$f" | md5sum | cut -c1-12).yaml"
 done

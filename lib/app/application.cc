@@ -21,6 +21,7 @@
 #include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
+#include "lib/registry/module_loader.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::app {
@@ -66,6 +67,17 @@ std::string Absolute(const std::string& path) {
 void Print(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
+}
+
+// kiln's LibTorch layers, next to libkiln_core in the build tree and in an installed prefix.
+absl::Status LoadBuiltinLibraries() {
+  for (const char* name : {"kiln_components"}) {
+    std::string path = absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so");
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) continue;  // a build without LibTorch
+    if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 class Application {
@@ -125,6 +137,9 @@ class Application {
     }
     if (!run->log_file.empty()) {
       if (auto st = Logger::Instance().OpenFile(run->log_file); !st.ok()) return st;
+    }
+    if (cl_.command != "compose") {
+      if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
     }
     JobContext job;
     job.command = cl_.command;
@@ -296,6 +311,7 @@ class Application {
   }
 
   absl::Status List() {
+    if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
     RegistryHub& hub = RegistryHub::Instance();
     std::vector<std::string> kinds = hub.Kinds();
     if (cl_.overrides.size() > 1) return absl::InvalidArgumentError("usage: kiln list [KIND]");

@@ -834,7 +834,16 @@ std::string NodeToOverrideString(const Node& node) {
     case NodeKind::kNull: return "null";
     case NodeKind::kBool: return node.as_bool() ? "true" : "false";
     case NodeKind::kInt: return std::to_string(node.as_int());
-    case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
+    case NodeKind::kFloat: {
+      // Python writes 1e-07; the override grammar reads exponents without leading zeros.
+      std::string repr = PythonFloatRepr(node.as_float());
+      size_t e = repr.find('e');
+      if (e != std::string::npos) {
+        size_t digits = e + 1 + ((repr[e + 1] == '+' || repr[e + 1] == '-') ? 1 : 0);
+        while (digits + 1 < repr.size() && repr[digits] == '0') repr.erase(digits, 1);
+      }
+      return repr;
+    }
     case NodeKind::kString: {
       const std::string& s = node.as_string();
       // A string that would read back as another type, or would not parse, is quoted.

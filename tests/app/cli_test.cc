@@ -209,6 +209,17 @@ TEST_F(CliTest, ListShowsRegisteredComponents) {
   EXPECT_NE(r.out.find("basic  [built-in]"), std::string::npos) << r.out;
 }
 
+TEST_F(CliTest, ListLoadsTheLibTorchComponentsWithTheirOptions) {
+#if !KILN_HAS_COMPONENTS
+  GTEST_SKIP() << "built without LibTorch";
+#endif
+  auto r = Kiln({"list", "model"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cnn  [built-in]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("channels: list = [32, 64]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("num_classes: int = (required)"), std::string::npos) << r.out;
+}
+
 struct BadInput {
   std::vector<std::string> args;
   std::string file;      // written under conf/ before running, when not empty

@@ -1,0 +1,35 @@
+#include "lib/registry/module_loader.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <mutex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "lib/registry/registry.h"
+
+namespace kiln {
+
+absl::Status LoadComponentLibrary(const std::string& path, const std::string& origin) {
+  static std::mutex mu;
+  static std::set<std::string>* loaded = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (loaded->count(path)) return absl::OkStatus();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such library"));
+  RegistryHub& hub = RegistryHub::Instance();
+  std::string previous = hub.current_origin();
+  hub.set_current_origin(origin);
+  // Registrations run as the library's static initializers, inside dlopen.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  hub.set_current_origin(previous);
+  if (handle == nullptr) {
+    const char* error = ::dlerror();
+    return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", error ? error : "unknown error"));
+  }
+  loaded->insert(path);  // never dlclose: registered factories point into it
+  return absl::OkStatus();
+}
+
+}  // namespace kiln
