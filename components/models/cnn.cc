@@ -49,22 +49,18 @@ KILN_REGISTER(Model, "cnn", "Small CNN: conv-BN-ReLU-pool blocks, then two fully
                   .Required("num_classes", OptionType::kInt, "number of outputs")
                   .Float("dropout", 0.0, "dropout before the last layer"),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                auto in = cfg.Get<int64_t>("in_channels");
-                auto channels = cfg.Get<std::vector<int64_t>>("channels");
-                auto size = cfg.Get<int64_t>("input_size");
-                auto hidden = cfg.Get<int64_t>("hidden");
-                auto classes = cfg.Get<int64_t>("num_classes");
-                auto dropout = cfg.Get<double>("dropout");
-                for (const absl::Status& st : {in.status(), channels.status(), size.status(), hidden.status(),
-                                               classes.status(), dropout.status()}) {
-                  if (!st.ok()) return st;
-                }
-                if (*size >> channels->size() < 1) {
+                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_channels"));
+                KILN_ASSIGN_OR_RETURN(auto channels, cfg.Get<std::vector<int64_t>>("channels"));
+                KILN_ASSIGN_OR_RETURN(int64_t size, cfg.Get<int64_t>("input_size"));
+                KILN_ASSIGN_OR_RETURN(int64_t hidden, cfg.Get<int64_t>("hidden"));
+                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
+                KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
+                if (size >> channels.size() < 1) {
                   return absl::InvalidArgumentError(absl::StrCat(
-                      "option '", cfg.FullKey("input_size"), "' = ", *size, " is too small for ",
-                      channels->size(), " pooling blocks (set at ", cfg.WhereSet("input_size"), ")"));
+                      "option '", cfg.FullKey("input_size"), "' = ", size, " is too small for ",
+                      channels.size(), " pooling blocks (set at ", cfg.WhereSet("input_size"), ")"));
                 }
-                return std::make_shared<Cnn>(*in, *channels, *size, *hidden, *classes, *dropout);
+                return std::make_shared<Cnn>(in, channels, size, hidden, classes, dropout);
               });
 
 }  // namespace

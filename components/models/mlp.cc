@@ -46,21 +46,17 @@ KILN_REGISTER(Model, "mlp", "Multilayer perceptron on flattened inputs",
                   .Float("dropout", 0.0, "dropout after each hidden layer")
                   .String("activation", "relu", "relu, gelu or tanh"),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                auto in = cfg.Get<int64_t>("in_features");
-                auto hidden = cfg.Get<std::vector<int64_t>>("hidden");
-                auto classes = cfg.Get<int64_t>("num_classes");
-                auto dropout = cfg.Get<double>("dropout");
-                auto activation = cfg.Get<std::string>("activation");
-                for (const absl::Status& st : {in.status(), hidden.status(), classes.status(),
-                                               dropout.status(), activation.status()}) {
-                  if (!st.ok()) return st;
-                }
-                if (*activation != "relu" && *activation != "gelu" && *activation != "tanh") {
+                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_features"));
+                KILN_ASSIGN_OR_RETURN(auto hidden, cfg.Get<std::vector<int64_t>>("hidden"));
+                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
+                KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
+                KILN_ASSIGN_OR_RETURN(std::string activation, cfg.Get<std::string>("activation"));
+                if (activation != "relu" && activation != "gelu" && activation != "tanh") {
                   return absl::InvalidArgumentError(absl::StrCat(
                       "option '", cfg.FullKey("activation"), "' must be relu, gelu or tanh, got '",
-                      *activation, "' (set at ", cfg.WhereSet("activation"), ")"));
+                      activation, "' (set at ", cfg.WhereSet("activation"), ")"));
                 }
-                return std::make_shared<Mlp>(*in, *hidden, *classes, *dropout, *activation);
+                return std::make_shared<Mlp>(in, hidden, classes, dropout, activation);
               });
 
 }  // namespace

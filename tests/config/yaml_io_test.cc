@@ -1,0 +1,540 @@
+#include "lib/config/yaml_io.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "lib/config/node.h"
+
+namespace kiln::config {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+NodePtr MustParse(const std::string& text) {
+  auto parsed = ParseYaml(text, "test.yaml");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *parsed : Node::Map();
+}
+
+// The value of `v` in "v: <text>".
+NodePtr Value(const std::string& text) {
+  NodePtr root = MustParse("v: " + text + "\n");
+  NodePtr v = root->is_map() ? root->Find("v") : nullptr;
+  EXPECT_NE(v, nullptr) << text;
+  return v ? v : Node::String("<absent>");
+}
+
+void ExpectInt(const std::string& text, int64_t expected) {
+  NodePtr v = Value(text);
+  ASSERT_EQ(v->kind(), NodeKind::kInt) << text << " read as " << KindName(v->kind());
+  EXPECT_EQ(v->as_int(), expected) << text;
+}
+
+void ExpectFloat(const std::string& text, double expected) {
+  NodePtr v = Value(text);
+  ASSERT_EQ(v->kind(), NodeKind::kFloat) << text << " read as " << KindName(v->kind());
+  EXPECT_DOUBLE_EQ(v->as_float(), expected) << text;
+}
+
+void ExpectBool(const std::string& text, bool expected) {
+  NodePtr v = Value(text);
+  ASSERT_EQ(v->kind(), NodeKind::kBool) << text << " read as " << KindName(v->kind());
+  EXPECT_EQ(v->as_bool(), expected) << text;
+}
+
+void ExpectString(const std::string& text, const std::string& expected) {
+  NodePtr v = Value(text);
+  ASSERT_EQ(v->kind(), NodeKind::kString) << text << " read as " << KindName(v->kind());
+  EXPECT_EQ(v->as_string(), expected) << text;
+}
+
+void ExpectNull(const std::string& text) {
+  NodePtr v = Value(text);
+  EXPECT_EQ(v->kind(), NodeKind::kNull) << text << " read as " << KindName(v->kind());
+}
+
+// --- Scalar typing (PyYAML's YAML 1.1 resolvers plus OmegaConf's float resolver) ---
+
+TEST(YamlScalarTyping, YesNoOnOffAreBools) {
+  for (const char* t : {"yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"}) {
+    ExpectBool(t, true);
+  }
+  for (const char* t : {"no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"}) {
+    ExpectBool(t, false);
+  }
+}
+
+TEST(YamlScalarTyping, OddlyCasedBoolWordsAndYNAreStrings) {
+  ExpectString("tRUE", "tRUE");
+  ExpectString("yEs", "yEs");
+  ExpectString("y", "y");
+  ExpectString("n", "n");
+}
+
+TEST(YamlScalarTyping, NullForms) {
+  ExpectNull("~");
+  ExpectNull("null");
+  ExpectNull("Null");
+  ExpectNull("NULL");
+  NodePtr root = MustParse("v:\n");
+  ASSERT_NE(root->Find("v"), nullptr);
+  EXPECT_TRUE(root->Find("v")->is_null());
+}
+
+TEST(YamlScalarTyping, NullLikeWordsInOtherCaseAreStrings) { ExpectString("nULL", "nULL"); }
+
+TEST(YamlScalarTyping, DecimalInts) {
+  ExpectInt("0", 0);
+  ExpectInt("42", 42);
+  ExpectInt("-17", -17);
+  ExpectInt("+5", 5);
+}
+
+TEST(YamlScalarTyping, UnderscoresInInts) { ExpectInt("1_000", 1000); }
+
+TEST(YamlScalarTyping, LeadingZeroIsOctal) {
+  ExpectInt("007", 7);
+  ExpectInt("010", 8);
+  ExpectInt("-010", -8);
+}
+
+TEST(YamlScalarTyping, NonOctalDigitsAfterZeroAreStrings) {
+  ExpectString("08", "08");
+  ExpectString("09", "09");
+}
+
+TEST(YamlScalarTyping, HexAndBinary) {
+  ExpectInt("0x1F", 31);
+  ExpectInt("0xff", 255);
+  ExpectInt("-0x10", -16);
+  ExpectInt("0b101", 5);
+}
+
+TEST(YamlScalarTyping, UppercaseHexPrefixIsAString) { ExpectString("0X1F", "0X1F"); }
+
+TEST(YamlScalarTyping, SexagesimalInt) { ExpectInt("1:30", 90); }
+
+TEST(YamlScalarTyping, Floats) {
+  ExpectFloat("1.5", 1.5);
+  ExpectFloat("-2.25", -2.25);
+  ExpectFloat("1.", 1.0);
+  ExpectFloat(".5", 0.5);
+  ExpectFloat("1_000.5", 1000.5);
+  ExpectFloat("1.5e3", 1500.0);
+  ExpectFloat("1.0e-05", 1e-5);
+}
+
+TEST(YamlScalarTyping, ExponentWithoutDotIsFloat) {
+  ExpectFloat("1e3", 1000.0);
+  ExpectFloat("1E3", 1000.0);
+  ExpectFloat("-1e3", -1000.0);
+  ExpectFloat("2e-2", 0.02);
+  ExpectFloat("1e+3", 1000.0);
+}
+
+TEST(YamlScalarTyping, InfinityAndNan) {
+  NodePtr inf = Value(".inf");
+  ASSERT_EQ(inf->kind(), NodeKind::kFloat);
+  EXPECT_TRUE(std::isinf(inf->as_float()));
+  EXPECT_GT(inf->as_float(), 0);
+  NodePtr neg = Value("-.inf");
+  ASSERT_EQ(neg->kind(), NodeKind::kFloat);
+  EXPECT_TRUE(std::isinf(neg->as_float()));
+  EXPECT_LT(neg->as_float(), 0);
+  for (const char* t : {".Inf", ".INF", "+.inf"}) {
+    NodePtr v = Value(t);
+    ASSERT_EQ(v->kind(), NodeKind::kFloat) << t;
+    EXPECT_TRUE(std::isinf(v->as_float())) << t;
+  }
+  for (const char* t : {".nan", ".NaN", ".NAN"}) {
+    NodePtr v = Value(t);
+    ASSERT_EQ(v->kind(), NodeKind::kFloat) << t;
+    EXPECT_TRUE(std::isnan(v->as_float())) << t;
+  }
+}
+
+TEST(YamlScalarTyping, InfAndNanWithoutDotAreStrings) {
+  ExpectString("inf", "inf");
+  ExpectString("nan", "nan");
+}
+
+TEST(YamlScalarTyping, DatesStayStrings) {
+  // OmegaConf removes PyYAML's timestamp resolver.
+  ExpectString("2001-12-14", "2001-12-14");
+}
+
+TEST(YamlScalarTyping, QuotedScalarsStayStrings) {
+  ExpectString("'007'", "007");
+  ExpectString("\"true\"", "true");
+  ExpectString("'yes'", "yes");
+  ExpectString("'1.5'", "1.5");
+  ExpectString("'null'", "null");
+  ExpectString("'~'", "~");
+  ExpectString("\"1e3\"", "1e3");
+  ExpectString("''", "");
+}
+
+TEST(YamlScalarTyping, ExplicitTags) {
+  ExpectString("!!str 5", "5");
+  ExpectFloat("!!float 1", 1.0);
+  ExpectInt("!!int 12", 12);
+}
+
+TEST(YamlScalarTyping, PlainWordsAreStrings) {
+  ExpectString("hello", "hello");
+  ExpectString("hello world", "hello world");
+  ExpectString("1.2.3", "1.2.3");
+  ExpectString("${a.b}", "${a.b}");
+  ExpectString("???", "???");
+}
+
+TEST(YamlScalarTyping, ResolvePlainScalarAgreesWithParse) {
+  EXPECT_EQ(ResolvePlainScalar("yes")->kind(), NodeKind::kBool);
+  EXPECT_EQ(ResolvePlainScalar("007")->as_int(), 7);
+  EXPECT_EQ(ResolvePlainScalar("1e3")->kind(), NodeKind::kFloat);
+  EXPECT_EQ(ResolvePlainScalar("")->kind(), NodeKind::kNull);
+  EXPECT_EQ(ResolvePlainScalar("abc")->as_string(), "abc");
+}
+
+// --- Structure and errors ---
+
+TEST(ParseYaml, NestedMapsAndListsKeepOrder) {
+  NodePtr root = MustParse("b: 1\na:\n  y: [1, 2]\n  x:\n    - p: 1\n      q: 2\n");
+  ASSERT_TRUE(root->is_map());
+  ASSERT_EQ(root->entries().size(), 2u);
+  EXPECT_EQ(root->entries()[0].first, "b");
+  EXPECT_EQ(root->entries()[1].first, "a");
+  NodePtr a = root->Find("a");
+  EXPECT_EQ(a->entries()[0].first, "y");
+  EXPECT_EQ(a->Find("y")->items().size(), 2u);
+  NodePtr x = a->Find("x");
+  ASSERT_TRUE(x->is_list());
+  ASSERT_EQ(x->items().size(), 1u);
+  EXPECT_EQ(x->items()[0]->Find("q")->as_int(), 2);
+}
+
+TEST(ParseYaml, EmptyDocumentIsNull) {
+  NodePtr root = MustParse("");
+  EXPECT_TRUE(root->is_null());
+}
+
+TEST(ParseYaml, SourcesAreOneBasedLineAndColumn) {
+  NodePtr root = MustParse("a: 1\nb:\n  c: hello\n");
+  const Source& a = root->Find("a")->source();
+  ASSERT_NE(a.file, nullptr);
+  EXPECT_EQ(*a.file, "test.yaml");
+  EXPECT_EQ(a.line, 1);
+  EXPECT_EQ(a.column, 4);
+  const Source& c = root->Find("b")->Find("c")->source();
+  EXPECT_EQ(c.line, 3);
+  EXPECT_EQ(c.column, 6);
+  EXPECT_EQ(c.Describe(), "test.yaml:3");
+}
+
+TEST(ParseYaml, NullValueSourcePointsAtItsKey) {
+  NodePtr root = MustParse("a: 1\nempty:\nb: 2\n");
+  const Source& s = root->Find("empty")->source();
+  EXPECT_EQ(s.line, 2);
+  EXPECT_EQ(s.column, 1);
+}
+
+TEST(ParseYaml, NullValueAtEndOfFileSourcePointsAtItsKey) {
+  NodePtr root = MustParse("a: 1\nempty:\n");
+  EXPECT_EQ(root->Find("empty")->source().line, 2);
+}
+
+TEST(ParseYaml, ExplicitNullSourceIsItsOwnPosition) {
+  NodePtr root = MustParse("x: ~\ny: null\n");
+  EXPECT_EQ(root->Find("x")->source().line, 1);
+  EXPECT_EQ(root->Find("y")->source().line, 2);
+  EXPECT_EQ(root->Find("y")->source().column, 4);
+}
+
+TEST(ParseYaml, DuplicateKeysRejected) {
+  auto parsed = ParseYaml("a: 1\nb: 2\na: 3\n", "dup.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("duplicate key 'a'"));
+  EXPECT_THAT(Message(parsed.status()), StartsWith("dup.yaml:3:1:"));
+}
+
+TEST(ParseYaml, DuplicateNestedKeysRejected) {
+  auto parsed = ParseYaml("top:\n  x: 1\n  x: 2\n", "dup.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("duplicate key 'x'"));
+  EXPECT_THAT(Message(parsed.status()), StartsWith("dup.yaml:3:3:"));
+}
+
+TEST(ParseYaml, SyntaxErrorCarriesFileLineColumn) {
+  auto parsed = ParseYaml("a: 1\nb: [1, 2\n", "bad.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()),
+              ::testing::MatchesRegex("bad\\.yaml:[0-9]+:[0-9]+: .*"));
+}
+
+TEST(ParseYaml, SyntaxErrorPointsAtTheBadLine) {
+  // The second key is indented deeper than the first: invalid at line 2.
+  auto parsed = ParseYaml("a: 1\n  b: 2\nc: 3\n", "bad.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()), StartsWith("bad.yaml:2:"));
+}
+
+TEST(ParseYaml, TabIndentationIsAnError) {
+  auto parsed = ParseYaml("a:\n\tb: 1\n", "tabs.yaml");
+  EXPECT_FALSE(parsed.ok());
+  if (!parsed.ok()) EXPECT_THAT(Message(parsed.status()), StartsWith("tabs.yaml:"));
+}
+
+TEST(ParseYaml, UnsupportedTagIsAnError) {
+  auto parsed = ParseYaml("a: !!python/object foo\n", "tag.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()), StartsWith("tag.yaml:1:"));
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("tag"));
+}
+
+TEST(LoadYamlFile, MissingFileIsNotFound) {
+  auto loaded = LoadYamlFile("/nonexistent/kiln/dir/file.yaml");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(loaded.status()), HasSubstr("/nonexistent/kiln/dir/file.yaml"));
+}
+
+// --- Writing ---
+
+TEST(ToYaml, ScalarsInBlockMap) {
+  NodePtr m = Node::Map();
+  m->Set("i", Node::Int(3));
+  m->Set("f", Node::Float(0.5));
+  m->Set("b", Node::Bool(true));
+  m->Set("n", Node::Null());
+  m->Set("s", Node::String("hello"));
+  EXPECT_EQ(ToYaml(*m), "i: 3\nf: 0.5\nb: true\nn: null\ns: hello\n");
+}
+
+TEST(ToYaml, QuotesStringsThatReadBackAsOtherTypes) {
+  NodePtr m = Node::Map();
+  m->Set("a", Node::String("007"));
+  m->Set("b", Node::String("true"));
+  m->Set("c", Node::String("1.5"));
+  m->Set("d", Node::String("yes"));
+  m->Set("e", Node::String("null"));
+  m->Set("f", Node::String("1e3"));
+  m->Set("g", Node::String(""));
+  m->Set("h", Node::String("~"));
+  EXPECT_EQ(ToYaml(*m),
+            "a: '007'\nb: 'true'\nc: '1.5'\nd: 'yes'\ne: 'null'\nf: '1e3'\ng: ''\nh: '~'\n");
+}
+
+TEST(ToYaml, PlainStringsStayUnquoted) {
+  NodePtr m = Node::Map();
+  m->Set("a", Node::String("hello world"));
+  m->Set("b", Node::String("${x.y}"));
+  m->Set("c", Node::String("???"));
+  m->Set("d", Node::String("/tmp/a-b_c"));
+  EXPECT_EQ(ToYaml(*m), "a: hello world\nb: ${x.y}\nc: ???\nd: /tmp/a-b_c\n");
+}
+
+TEST(ToYaml, QuotesStringsWithYamlIndicators) {
+  NodePtr m = Node::Map();
+  m->Set("a", Node::String("x: y"));
+  m->Set("b", Node::String("#c"));
+  m->Set("c", Node::String("- item"));
+  m->Set("d", Node::String("[x]"));
+  m->Set("e", Node::String("it's"));
+  m->Set("f", Node::String("'quoted'"));
+  // A quote inside a word needs no quoting, as with PyYAML; a leading one does.
+  EXPECT_EQ(ToYaml(*m),
+            "a: 'x: y'\nb: '#c'\nc: '- item'\nd: '[x]'\ne: it's\nf: '''quoted'''\n");
+}
+
+TEST(ToYaml, EmptyContainers) {
+  EXPECT_EQ(ToYaml(*Node::Map()), "{}\n");
+  EXPECT_EQ(ToYaml(*Node::List()), "[]\n");
+  NodePtr m = Node::Map();
+  m->Set("m", Node::Map());
+  m->Set("l", Node::List());
+  EXPECT_EQ(ToYaml(*m), "m: {}\nl: []\n");
+}
+
+TEST(ToYaml, NestedMapsIndentByTwo) {
+  NodePtr inner = Node::Map();
+  inner->Set("c", Node::Int(1));
+  NodePtr mid = Node::Map();
+  mid->Set("b", inner);
+  NodePtr m = Node::Map();
+  m->Set("a", mid);
+  EXPECT_EQ(ToYaml(*m), "a:\n  b:\n    c: 1\n");
+}
+
+TEST(ToYaml, ListsUnderKeysSitAtTheKeyIndentation) {
+  NodePtr list = Node::List();
+  list->Append(Node::Int(1));
+  list->Append(Node::String("two"));
+  NodePtr m = Node::Map();
+  m->Set("xs", list);
+  EXPECT_EQ(ToYaml(*m), "xs:\n- 1\n- two\n");
+}
+
+TEST(ToYaml, ListOfMaps) {
+  NodePtr first = Node::Map();
+  first->Set("name", Node::String("a"));
+  first->Set("size", Node::Int(1));
+  NodePtr second = Node::Map();
+  second->Set("name", Node::String("b"));
+  NodePtr list = Node::List();
+  list->Append(first);
+  list->Append(second);
+  NodePtr m = Node::Map();
+  m->Set("items", list);
+  EXPECT_EQ(ToYaml(*m), "items:\n- name: a\n  size: 1\n- name: b\n");
+}
+
+TEST(ToYaml, ListOfListsAndMapWithList) {
+  NodePtr inner = Node::List();
+  inner->Append(Node::Int(1));
+  inner->Append(Node::Int(2));
+  NodePtr map_with_list = Node::Map();
+  NodePtr ys = Node::List();
+  ys->Append(Node::Int(3));
+  map_with_list->Set("ys", ys);
+  NodePtr list = Node::List();
+  list->Append(inner);
+  list->Append(map_with_list);
+  EXPECT_EQ(ToYaml(*list), "- - 1\n  - 2\n- ys:\n  - 3\n");
+}
+
+TEST(ToYaml, FloatFormatting) {
+  NodePtr m = Node::Map();
+  m->Set("a", Node::Float(1.0));
+  m->Set("b", Node::Float(1e-5));
+  m->Set("c", Node::Float(std::numeric_limits<double>::infinity()));
+  m->Set("d", Node::Float(-std::numeric_limits<double>::infinity()));
+  m->Set("e", Node::Float(std::numeric_limits<double>::quiet_NaN()));
+  m->Set("f", Node::Float(1e16));
+  EXPECT_EQ(ToYaml(*m), "a: 1.0\nb: 1.0e-05\nc: .inf\nd: -.inf\ne: .nan\nf: 1.0e+16\n");
+}
+
+TEST(ScalarToYaml, ContainersInFlowStyle) {
+  NodePtr list = Node::List();
+  list->Append(Node::Int(1));
+  list->Append(Node::String("a,b"));
+  NodePtr map = Node::Map();
+  map->Set("k", list);
+  EXPECT_EQ(ScalarToYaml(*map), "{k: [1, 'a,b']}");
+}
+
+TEST(ToYaml, KeysThatLookLikeOtherTypesAreQuoted) {
+  NodePtr m = Node::Map();
+  m->Set("1", Node::Int(1));
+  m->Set("true", Node::Int(2));
+  std::string out = ToYaml(*m);
+  EXPECT_EQ(out, "'1': 1\n'true': 2\n");
+}
+
+// --- Round trip ---
+
+NodePtr VariedTree() {
+  NodePtr root = Node::Map();
+  root->Set("int", Node::Int(42));
+  root->Set("neg", Node::Int(-7));
+  root->Set("big", Node::Int(int64_t{1} << 50));
+  root->Set("float", Node::Float(0.1));
+  root->Set("tiny", Node::Float(1e-7));
+  root->Set("huge", Node::Float(1e20));
+  root->Set("whole", Node::Float(3.0));
+  root->Set("inf", Node::Float(-std::numeric_limits<double>::infinity()));
+  root->Set("nan", Node::Float(std::numeric_limits<double>::quiet_NaN()));
+  root->Set("yes", Node::Bool(false));
+  root->Set("none", Node::Null());
+  const char* strings[] = {"007",   "true",      "1.5",        "yes",     "off",      "null",
+                           "~",     "",          "1e3",        "0x1F",    "1_000",    "1:30",
+                           ".inf",  " leading",  "trailing ",  "a: b",    "- x",      "[x]",
+                           "{y}",   "x, y",      "it's",       "say \"hi\"", "#hash", "a #b",
+                           "back\\slash", "multi\nline", "tab\there", "*star", "&anchor",
+                           "!bang", "%pct",      "@at",        "`tick",   "?",        "-",
+                           ":",     "---",       "...",        "héllo",   "${a.b}",   "???",
+                           "x:",    "|",         ">",          "'",       "\""};
+  NodePtr strs = Node::List();
+  for (const char* s : strings) strs->Append(Node::String(s));
+  root->Set("strings", strs);
+  NodePtr list_of_maps = Node::List();
+  for (int i = 0; i < 2; ++i) {
+    NodePtr m = Node::Map();
+    m->Set("id", Node::Int(i));
+    NodePtr tags = Node::List();
+    tags->Append(Node::String("t" + std::to_string(i)));
+    tags->Append(Node::List());
+    m->Set("tags", tags);
+    m->Set("empty", Node::Map());
+    list_of_maps->Append(m);
+  }
+  root->Set("list_of_maps", list_of_maps);
+  NodePtr nested = Node::List();
+  NodePtr inner = Node::List();
+  inner->Append(Node::Int(1));
+  inner->Append(Node::List());
+  nested->Append(inner);
+  nested->Append(Node::Map());
+  root->Set("nested", nested);
+  NodePtr odd_keys = Node::Map();
+  odd_keys->Set("1", Node::String("one"));
+  odd_keys->Set("null", Node::Int(0));
+  odd_keys->Set("a b", Node::Int(1));
+  odd_keys->Set("k: v", Node::Int(2));
+  odd_keys->Set("", Node::Int(3));
+  root->Set("odd_keys", odd_keys);
+  root->Set("empty_map", Node::Map());
+  root->Set("empty_list", Node::List());
+  return root;
+}
+
+TEST(YamlRoundTrip, VariedTreeReadsBackEqual) {
+  NodePtr tree = VariedTree();
+  std::string text = ToYaml(*tree);
+  auto parsed = ParseYaml(text, "roundtrip.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  EXPECT_TRUE(DeepEqual(**parsed, *tree)) << text;
+}
+
+TEST(YamlRoundTrip, EveryStringReadsBackAsTheSameString) {
+  NodePtr strs = VariedTree()->Find("strings");
+  for (const auto& s : strs->items()) {
+    NodePtr m = Node::Map();
+    m->Set("v", s);
+    std::string text = ToYaml(*m);
+    auto parsed = ParseYaml(text, "s.yaml");
+    ASSERT_TRUE(parsed.ok()) << parsed.status() << " for " << text;
+    NodePtr v = (*parsed)->Find("v");
+    ASSERT_NE(v, nullptr) << text;
+    EXPECT_EQ(v->kind(), NodeKind::kString) << text;
+    EXPECT_EQ(v->as_string(), s->as_string()) << text;
+  }
+}
+
+TEST(YamlRoundTrip, TopLevelScalar) {
+  for (NodePtr n : {Node::Int(5), Node::String("007"), Node::Float(2.5), Node::Bool(true)}) {
+    auto parsed = ParseYaml(ToYaml(*n), "scalar.yaml");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(DeepEqual(**parsed, *n)) << ToYaml(*n);
+  }
+}
+
+TEST(YamlRoundTrip, Int64Extremes) {
+  NodePtr m = Node::Map();
+  m->Set("max", Node::Int(std::numeric_limits<int64_t>::max()));
+  m->Set("min", Node::Int(std::numeric_limits<int64_t>::min()));
+  std::string text = ToYaml(*m);
+  auto parsed = ParseYaml(text, "ints.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(DeepEqual(**parsed, *m)) << text;
+}
+
+}  // namespace
+}  // namespace kiln::config
