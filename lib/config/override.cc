@@ -852,11 +852,21 @@ std::string NodeToOverrideString(const Node& node) {
                   reparsed->node->as_string() == s;
       if (same && !s.empty()) return EscapeSpecialCharacters(s);
       char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+      // Inside quotes only backslashes right before a quote (or the closing one) are escapes,
+      // so those runs are doubled.
       std::string out(1, quote);
+      size_t backslashes = 0;
       for (char c : s) {
+        if (c == '\\') {
+          ++backslashes;
+          continue;
+        }
+        out.append(c == quote ? 2 * backslashes : backslashes, '\\');
+        backslashes = 0;
         if (c == quote) out += '\\';
         out += c;
       }
+      out.append(2 * backslashes, '\\');
       return out + quote;
     }
     case NodeKind::kList: {

@@ -398,7 +398,45 @@ NodePtr ResolvePlainScalar(absl::string_view text) {
   return Node::String(std::string(text));
 }
 
+// YAML allows tab, newline and carriage return but no other control characters, and must be
+// valid UTF-8 (PyYAML refuses such files too).
+absl::Status CheckCharacters(absl::string_view text, const std::string& file) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < text.size();) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t length = 1;
+    bool ok = true;
+    if (c < 0x80) {
+      ok = c >= 0x20 || c == '\t' || c == '\n' || c == '\r';
+      ok = ok && c != 0x7f;
+    } else {
+      length = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+      ok = length != 0 && i + length <= text.size() && c != 0xc0 && c != 0xc1 && c <= 0xf4;
+      for (size_t k = 1; ok && k < length; ++k) {
+        ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      }
+    }
+    if (!ok) {
+      char code[8];
+      std::snprintf(code, sizeof(code), "0x%02x", c);
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ":", line, ":", column, ": invalid YAML: ",
+          c < 0x80 ? absl::StrCat("control character ", code, " is not allowed")
+                   : absl::StrCat("invalid UTF-8 (byte ", code, ")")));
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += length;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& file) {
+  if (auto st = CheckCharacters(text, file); !st.ok()) return st;
   auto file_name = std::make_shared<const std::string>(file);
   YAML::Node root;
   try {
