@@ -145,6 +145,15 @@ TEST_F(CliTest, MultirunDryRunPrintsJobsInLaunchOrder) {
   EXPECT_FALSE(FileExists(dir_.path() + "/multirun"));
 }
 
+TEST_F(CliTest, SweeperParamsFromTheConfigComeBeforeTheCommandLine) {
+  dir_.Write("conf/sweep.yaml",
+             "defaults:\n  - model: cnn\n  - _self_\nseed: 1\nhydra:\n  sweeper:\n    params:\n"
+             "      seed: 1,2\n      model: cnn\n");
+  auto r = Kiln({"train", "--config-name", "sweep", "-m", "--dry-run", "model=mlp"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "seed=1 model=mlp\nseed=2 model=mlp\n");
+}
+
 TEST_F(CliTest, MultirunGlobSweepsGroupOptions) {
   auto r = Kiln({"train", "-m", "--dry-run", "model=glob(*)"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -221,11 +230,14 @@ TEST_F(CliTest, ListLoadsTheLibTorchComponentsWithTheirOptions) {
 }
 
 struct BadInput {
+  std::string name;
   std::vector<std::string> args;
   std::string file;      // written under conf/ before running, when not empty
   std::string contents;
   std::vector<std::string> mentions;
 };
+
+void PrintTo(const BadInput& bad, std::ostream* os) { *os << bad.name; }
 
 class CliBadInputTest : public CliTest, public ::testing::WithParamInterface<BadInput> {};
 
@@ -244,26 +256,28 @@ TEST_P(CliBadInputTest, OneLineExitTwoNoOutputs) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliBadInputTest,
     ::testing::Values(
-        BadInput{{"train", "--cfg", "job"}, "train.yaml", "a: [1, 2\nb: 3\n", {"conf/train.yaml:2:"}},
-        BadInput{{"compose", "trainer.max_epoch=3"}, "", "", {"trainer.max_epoch", "did you mean 'trainer.max_epochs'"}},
-        BadInput{{"compose", "model=transfomer"}, "", "", {"transfomer", "cnn, mlp"}},
-        BadInput{{"compose", "modle=cnn"}, "", "", {"modle", "did you mean 'model'"}},
-        BadInput{{"compose", "seed=[1,2"}, "", "", {"seed=[1,2", "column"}},
-        BadInput{{"compose", "seed=1,2"}, "", "", {"Ambiguous", "--multirun"}},
-        BadInput{{"compose"}, "model/cnn.yaml", "name: ${nope.x}\n", {"nope.x"}},
-        BadInput{{"compose"}, "model/cnn.yaml", "a: ${.b}\nb: ${.a}\n", {"cycle"}},
-        BadInput{{"train", "--cfg", "job", "--config-name", "trian"}, "", "", {"trian", "did you mean 'train'"}},
-        BadInput{{"train", "--cfgg", "job"}, "", "", {"--cfgg", "did you mean '--cfg'"}},
-        BadInput{{"trian"}, "", "", {"trian", "did you mean 'train'"}},
-        BadInput{{"train", "--cfg", "jobs"}, "", "", {"--cfg takes job, hydra or all"}},
-        BadInput{{"list", "modle"}, "", "", {"modle"}},
-        BadInput{{"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - model: cnn\n  - model: mlp\n",
+        BadInput{"MalformedYaml", {"train", "--cfg", "job"}, "train.yaml", "a: [1, 2\nb: 3\n", {"conf/train.yaml:2:"}},
+        BadInput{"UnknownKey", {"compose", "trainer.max_epoch=3"}, "", "", {"trainer.max_epoch", "did you mean 'trainer.max_epochs'"}},
+        BadInput{"UnknownOption", {"compose", "model=transfomer"}, "", "", {"transfomer", "cnn, mlp"}},
+        BadInput{"UnknownGroup", {"compose", "modle=cnn"}, "", "", {"modle", "did you mean 'model'"}},
+        BadInput{"BadOverrideSyntax", {"compose", "seed=[1,2"}, "", "", {"seed=[1,2", "column"}},
+        BadInput{"SweepWithoutMultirun", {"compose", "seed=1,2"}, "", "", {"Ambiguous", "--multirun"}},
+        BadInput{"InterpolationToMissingKey", {"compose"}, "model/cnn.yaml", "name: ${nope.x}\n", {"nope.x"}},
+        BadInput{"InterpolationCycle", {"compose"}, "model/cnn.yaml", "a: ${.b}\nb: ${.a}\n", {"cycle"}},
+        BadInput{"InterpolationToMandatoryValue", {"compose"}, "model/cnn.yaml", "depth: ???\nlayers: ${.depth}\n", {"model.depth", "???"}},
+        BadInput{"UnknownConfigName", {"train", "--cfg", "job", "--config-name", "trian"}, "", "", {"trian", "did you mean 'train'"}},
+        BadInput{"UnknownFlag", {"train", "--cfgg", "job"}, "", "", {"--cfgg", "did you mean '--cfg'"}},
+        BadInput{"UnknownCommand", {"trian"}, "", "", {"trian", "did you mean 'train'"}},
+        BadInput{"BadCfgValue", {"train", "--cfg", "jobs"}, "", "", {"--cfg takes job, hydra or all"}},
+        BadInput{"UnknownComponentKind", {"list", "modle"}, "", "", {"modle"}},
+        BadInput{"DuplicateGroupInDefaults", {"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - model: cnn\n  - model: mlp\n",
                  {"Multiple values for model"}},
-        BadInput{{"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - _self_\n  - _self_\n",
+        BadInput{"DuplicateSelf", {"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - _self_\n  - _self_\n",
                  {"Duplicate _self_", "conf/train.yaml:3"}},
-        BadInput{{"train", "--cfg", "job"}, "train.yaml", "defaults: 3\n", {"'defaults' must be a list"}},
-        BadInput{{"train", "--cfg", "job"}, "train.yaml", "- 1\n- 2\n", {"mapping"}},
-        BadInput{{"train", "-m", "--dry-run", "seed=interval(0,1)"}, "", "", {"interval"}}));
+        BadInput{"DefaultsNotAList", {"train", "--cfg", "job"}, "train.yaml", "defaults: 3\n", {"'defaults' must be a list"}},
+        BadInput{"TopLevelNotAMapping", {"train", "--cfg", "job"}, "train.yaml", "- 1\n- 2\n", {"mapping"}},
+        BadInput{"IntervalInBasicSweeper", {"train", "-m", "--dry-run", "seed=interval(0,1)"}, "", "", {"interval"}}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace kiln
