@@ -194,6 +194,40 @@ std::string PythonFloatRepr(double value) {
   return negative ? "-" + out : out;
 }
 
+namespace {
+
+// Python's repr() of a str: single quotes unless the text has ' and no ".
+std::string PythonStringRepr(const std::string& s) {
+  char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c == static_cast<unsigned char>(quote)) {
+          out += '\\';
+          out += static_cast<char>(c);
+        } else if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + quote;
+}
+
+std::string PythonRepr(const Node& node) {
+  return node.kind() == NodeKind::kString ? PythonStringRepr(node.as_string()) : PythonStr(node);
+}
+
+}  // namespace
+
 std::string PythonStr(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "None";
@@ -207,17 +241,15 @@ std::string PythonStr(const Node& node) {
       for (const auto& [k, v] : node.entries()) {
         if (!first) out += ", ";
         first = false;
-        out += "'" + k + "': ";
-        out += v->kind() == NodeKind::kString ? "'" + v->as_string() + "'" : PythonStr(*v);
+        out += PythonStringRepr(k) + ": " + PythonRepr(*v);
       }
       return out + "}";
     }
     case NodeKind::kList: {
       std::string out = "[";
       for (size_t i = 0; i < node.items().size(); ++i) {
-        const Node& v = *node.items()[i];
         if (i > 0) out += ", ";
-        out += v.kind() == NodeKind::kString ? "'" + v.as_string() + "'" : PythonStr(v);
+        out += PythonRepr(*node.items()[i]);
       }
       return out + "]";
     }

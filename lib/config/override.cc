@@ -100,9 +100,10 @@ NodePtr TypedToken(absl::string_view s) {
     std::string digits = StripUnderscores(body);
     errno = 0;
     char* end = nullptr;
-    long long v = std::strtoll(digits.c_str(), &end, 10);
-    if (errno == 0) return Node::Int(negative ? -v : v);
-    return nullptr;
+    unsigned long long v = std::strtoull(digits.c_str(), &end, 10);
+    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
+    if (errno != 0 || v > limit) return nullptr;
+    return Node::Int(negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v));
   }
   // POINT_FLOAT: INT_UNSIGNED '.' | INT_UNSIGNED? '.' DIGIT ('_'? DIGIT)*
   size_t q = int_end == absl::string_view::npos ? 0 : int_end;

@@ -309,7 +309,7 @@ job:
   chdir: false
   override_dirname: ''
   id: ???
-  num: ???
+  num: 0
   config_name: ???
   env_set: {}
   config:

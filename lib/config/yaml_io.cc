@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace kiln::config {
@@ -91,8 +93,9 @@ bool MatchesInt(absl::string_view s, int64_t* out) {
     errno = 0;
     char* end = nullptr;
     unsigned long long v = std::strtoull(digits.c_str(), &end, base);
-    if (errno != 0 || *end != '\0' || v > static_cast<unsigned long long>(INT64_MAX)) return false;
-    *out = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
+    if (errno != 0 || *end != '\0' || v > limit) return false;
+    *out = negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v);
     return true;
   };
   if (body.size() > 2 && body[0] == '0' && body[1] == 'b') {
@@ -191,7 +194,8 @@ bool MatchesFloat(absl::string_view s, double* out) {
 
 class YamlConverter {
  public:
-  explicit YamlConverter(std::shared_ptr<const std::string> file) : file_(std::move(file)) {}
+  YamlConverter(std::shared_ptr<const std::string> file, absl::string_view text)
+      : file_(std::move(file)), text_(text) {}
 
   absl::StatusOr<NodePtr> Convert(const YAML::Node& y) {
     NodePtr out;
@@ -228,18 +232,41 @@ class YamlConverter {
         break;
       }
       case YAML::NodeType::Map: {
-        out = Node::Map();
+        NodePtr explicit_keys = Node::Map();
+        std::vector<NodePtr> merged;  // YAML 1.1 merge keys (`<<: *base`), as PyYAML applies them
         for (const auto& kv : y) {
           if (!kv.first.IsScalar()) return Error(kv.first, "mapping keys must be scalars");
           std::string key = kv.first.Scalar();
-          if (out->Contains(key)) return Error(kv.first, absl::StrCat("duplicate key '", key, "'"));
           auto child = Convert(kv.second);
           if (!child.ok()) return child.status();
-          // A null value has no mark of its own; point at its key.
-          if (!(*child)->source().known() || kv.second.Mark().line < 0) {
-            (*child)->set_source(SourceOf(kv.first));
+          if (key == "<<" && kv.first.Tag() == "?") {
+            if ((*child)->is_map()) {
+              merged.push_back(*child);
+            } else if ((*child)->is_list() &&
+                       std::all_of((*child)->items().begin(), (*child)->items().end(),
+                                   [](const NodePtr& n) { return n->is_map(); })) {
+              for (const auto& m : (*child)->items()) merged.push_back(m);
+            } else {
+              return Error(kv.second, "a merge key (<<) needs a mapping or a list of mappings");
+            }
+            continue;
           }
-          out->Set(key, *std::move(child));
+          if (explicit_keys->Contains(key)) return Error(kv.first, absl::StrCat("duplicate key '", key, "'"));
+          // A null value has no position of its own (yaml-cpp marks the next token); use its key's.
+          if (kv.second.IsNull() && !WrittenNull(kv.second)) (*child)->set_source(SourceOf(kv.first));
+          explicit_keys->Set(key, *std::move(child));
+        }
+        if (merged.empty()) {
+          out = explicit_keys;
+        } else {
+          // Merged keys come first; explicit keys win, and earlier merged mappings win over later.
+          out = Node::Map();
+          for (const auto& m : merged) {
+            for (const auto& [k, v] : m->entries()) {
+              if (!out->Contains(k) && !explicit_keys->Contains(k)) out->Set(k, v->Clone());
+            }
+          }
+          for (const auto& [k, v] : explicit_keys->entries()) out->Set(k, v);
         }
         break;
       }
@@ -261,7 +288,26 @@ class YamlConverter {
         absl::StrCat(*file_, ":", mark.line + 1, ":", mark.column + 1, ": ", message));
   }
 
+  // Whether a null node was written (`~`, `null`) rather than left empty: yaml-cpp marks an
+  // empty value at the next token.
+  bool WrittenNull(const YAML::Node& y) const {
+    int pos = y.Mark().pos;
+    if (pos < 0 || static_cast<size_t>(pos) >= text_.size()) return false;
+    absl::string_view rest = text_.substr(static_cast<size_t>(pos));
+    for (absl::string_view word : {"~", "null", "Null", "NULL"}) {
+      if (!absl::StartsWith(rest, word)) continue;
+      if (rest.size() == word.size()) return true;
+      char next = rest[word.size()];
+      if (next == ' ' || next == '\t' || next == '\r' || next == '\n' || next == ',' || next == '}' ||
+          next == ']' || next == '#') {
+        return true;
+      }
+    }
+    return false;
+  }
+
   std::shared_ptr<const std::string> file_;
+  absl::string_view text_;
 };
 
 // PyYAML's plain-scalar rules for block context, simplified to the safe side.
@@ -440,12 +486,18 @@ absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& fil
   auto file_name = std::make_shared<const std::string>(file);
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(text));
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ":", documents[1].Mark().line + 1, ": invalid YAML: expected a single document, found ",
+          documents.size(), " (separated by ---)"));
+    }
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ":",
                                                    e.mark.column + 1, ": invalid YAML: ", e.msg));
   }
-  YamlConverter converter(file_name);
+  YamlConverter converter(file_name, text);
   try {
     return converter.Convert(root);
   } catch (const YAML::Exception& e) {

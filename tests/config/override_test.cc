@@ -312,9 +312,7 @@ TEST(OverrideValues, EscapedTrailingSpaceIsKept) { ExpectString("a\\ ", "a "); }
 
 TEST(OverrideValues, EscapedNumberIsAString) { ExpectString("1\\,000", "1,000"); }
 
-TEST(OverrideValues, BackslashBeforeOrdinaryCharIsLiteral) {
-  ExpectString("C:\\dir", "C:\\dir");
-}
+TEST(OverrideValues, BackslashBeforeOrdinaryCharIsLiteral) { ExpectString("C:\\dir", "C:\\dir"); }
 
 TEST(OverrideValues, InterpolationsAreKeptVerbatim) {
   ExpectString("${a.b}", "${a.b}");
@@ -691,10 +689,12 @@ TEST(NodeToOverrideString, NumberLikeStringsRoundTrip) {
 }
 
 TEST(NodeToOverrideString, StringsWithSpecialCharactersRoundTrip) {
-  for (const char* s :
-       {"", " ", "a,b", "a b", " lead", "trail ", "a  b", "it's", "say \"hi\"", "both ' and \"",
-        "a=b", "(x)", "[x]", "{x}", "x:y", "a\\,b", "back\\slash", "trailing\\", "tab\there",
-        "line\nbreak", "${a.b}", "pre_${a}", "\\${x}", "héllo", "#hash", "a;b", "'", "\"", "\\"}) {
+  for (const char* s : {"",       " ",           "a,b",        "a b",        " lead",
+                        "trail ", "a  b",        "it's",       "say \"hi\"", "both ' and \"",
+                        "a=b",    "(x)",         "[x]",        "{x}",        "x:y",
+                        "a\\,b",  "back\\slash", "trailing\\", "tab\there",  "line\nbreak",
+                        "${a.b}", "pre_${a}",    "\\${x}",     "héllo",      "#hash",
+                        "a;b",    "'",           "\"",         "\\"}) {
     SCOPED_TRACE(s);
     ExpectRoundTrip(Node::String(s));
   }
@@ -708,10 +708,10 @@ TEST(NodeToOverrideString, QuotedStringEndingInBackslashRoundTrips) {
 }
 
 TEST(NodeToOverrideString, NumbersRoundTrip) {
-  for (double d : {0.0, 0.1, -2.5, 1e-7, 1e16, 1e300, 123456.789, 1.0 / 3,
-                   std::numeric_limits<double>::infinity(),
-                   -std::numeric_limits<double>::infinity(),
-                   std::numeric_limits<double>::quiet_NaN()}) {
+  for (double d :
+       {0.0, 0.1, -2.5, 1e-7, 1e16, 1e300, 123456.789, 1.0 / 3,
+        std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::quiet_NaN()}) {
     SCOPED_TRACE(d);
     ExpectRoundTrip(Node::Float(d));
   }

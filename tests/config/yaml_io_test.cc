@@ -226,6 +226,35 @@ TEST(ParseYaml, EmptyDocumentIsNull) {
   EXPECT_TRUE(root->is_null());
 }
 
+TEST(ParseYaml, AnchorsAndAliases) {
+  NodePtr root = MustParse("a: &x 5\nb: *x\n");
+  EXPECT_EQ(root->Find("b")->as_int(), 5);
+}
+
+TEST(ParseYaml, MergeKeyMergesTheAnchoredMap) {
+  // PyYAML's SafeLoader (which OmegaConf uses) applies YAML 1.1 merge keys.
+  NodePtr root = MustParse("base: &b\n  x: 1\n  y: 1\nderived:\n  <<: *b\n  y: 2\n");
+  NodePtr derived = root->Find("derived");
+  ASSERT_NE(derived, nullptr);
+  EXPECT_FALSE(derived->Contains("<<"));
+  ASSERT_NE(derived->Find("x"), nullptr);
+  EXPECT_EQ(derived->Find("x")->as_int(), 1);
+  EXPECT_EQ(derived->Find("y")->as_int(), 2);
+}
+
+TEST(ParseYaml, MultipleDocumentsAreAnError) {
+  // PyYAML's yaml.load (OmegaConf.load) refuses a stream with more than one document.
+  auto parsed = ParseYaml("a: 1\n---\nb: 2\n", "multi.yaml");
+  EXPECT_FALSE(parsed.ok()) << "second document silently dropped";
+  if (!parsed.ok()) EXPECT_THAT(Message(parsed.status()), StartsWith("multi.yaml:"));
+}
+
+TEST(ParseYaml, NonScalarKeyIsAnError) {
+  auto parsed = ParseYaml("? [1, 2]\n: x\n", "key.yaml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(Message(parsed.status()), StartsWith("key.yaml:1:"));
+}
+
 TEST(ParseYaml, SourcesAreOneBasedLineAndColumn) {
   NodePtr root = MustParse("a: 1\nb:\n  c: hello\n");
   const Source& a = root->Find("a")->source();
@@ -275,8 +304,7 @@ TEST(ParseYaml, DuplicateNestedKeysRejected) {
 TEST(ParseYaml, SyntaxErrorCarriesFileLineColumn) {
   auto parsed = ParseYaml("a: 1\nb: [1, 2\n", "bad.yaml");
   ASSERT_FALSE(parsed.ok());
-  EXPECT_THAT(Message(parsed.status()),
-              ::testing::MatchesRegex("bad\\.yaml:[0-9]+:[0-9]+: .*"));
+  EXPECT_THAT(Message(parsed.status()), ::testing::MatchesRegex("bad\\.yaml:[0-9]+:[0-9]+: .*"));
 }
 
 TEST(ParseYaml, SyntaxErrorPointsAtTheBadLine) {
@@ -350,8 +378,7 @@ TEST(ToYaml, QuotesStringsWithYamlIndicators) {
   m->Set("e", Node::String("it's"));
   m->Set("f", Node::String("'quoted'"));
   // A quote inside a word needs no quoting, as with PyYAML; a leading one does.
-  EXPECT_EQ(ToYaml(*m),
-            "a: 'x: y'\nb: '#c'\nc: '- item'\nd: '[x]'\ne: it's\nf: '''quoted'''\n");
+  EXPECT_EQ(ToYaml(*m), "a: 'x: y'\nb: '#c'\nc: '- item'\nd: '[x]'\ne: it's\nf: '''quoted'''\n");
 }
 
 TEST(ToYaml, EmptyContainers) {
@@ -453,14 +480,14 @@ NodePtr VariedTree() {
   root->Set("nan", Node::Float(std::numeric_limits<double>::quiet_NaN()));
   root->Set("yes", Node::Bool(false));
   root->Set("none", Node::Null());
-  const char* strings[] = {"007",   "true",      "1.5",        "yes",     "off",      "null",
-                           "~",     "",          "1e3",        "0x1F",    "1_000",    "1:30",
-                           ".inf",  " leading",  "trailing ",  "a: b",    "- x",      "[x]",
-                           "{y}",   "x, y",      "it's",       "say \"hi\"", "#hash", "a #b",
-                           "back\\slash", "multi\nline", "tab\there", "*star", "&anchor",
-                           "!bang", "%pct",      "@at",        "`tick",   "?",        "-",
-                           ":",     "---",       "...",        "héllo",   "${a.b}",   "???",
-                           "x:",    "|",         ">",          "'",       "\""};
+  const char* strings[] = {
+      "007",        "true",  "1.5",  "yes",         "off",         "null",      "~",
+      "",           "1e3",   "0x1F", "1_000",       "1:30",        ".inf",      " leading",
+      "trailing ",  "a: b",  "- x",  "[x]",         "{y}",         "x, y",      "it's",
+      "say \"hi\"", "#hash", "a #b", "back\\slash", "multi\nline", "tab\there", "*star",
+      "&anchor",    "!bang", "%pct", "@at",         "`tick",       "?",         "-",
+      ":",          "---",   "...",  "héllo",       "${a.b}",      "???",       "x:",
+      "|",          ">",     "'",    "\""};
   NodePtr strs = Node::List();
   for (const char* s : strings) strs->Append(Node::String(s));
   root->Set("strings", strs);
