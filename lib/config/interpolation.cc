@@ -293,6 +293,10 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
     return absl::InvalidArgumentError(
         absl::StrCat("interpolation cycle: ", absl::StrJoin(chain, " -> ")));
   }
+  if (stack_.size() >= 256) {
+    return absl::InvalidArgumentError(absl::StrCat("interpolations nested deeper than 256 levels at '",
+                                                   JoinPath(path), "'"));
+  }
   stack_.push_back(&node);
   stack_keys_.push_back(JoinPath(path));
   const std::string& s = node.as_string();

@@ -192,6 +192,15 @@ class OverrideParser {
 
   // element: primitive | list | dict | function. `terminators` end a primitive here.
   absl::StatusOr<Element> ParseElement(absl::string_view terminators) {
+    // Lists, dicts and function calls recurse; a bound keeps hostile input from exhausting the stack.
+    if (depth_ >= kMaxDepth) return Fail(absl::StrCat("values nested deeper than ", kMaxDepth, " levels"));
+    ++depth_;
+    auto result = ParseElementAtDepth(terminators);
+    --depth_;
+    return result;
+  }
+
+  absl::StatusOr<Element> ParseElementAtDepth(absl::string_view terminators) {
     SkipWs();
     if (AtEnd()) return Fail("missing value");
     char c = Peek();
@@ -698,10 +707,12 @@ class OverrideParser {
   size_t pos() const { return pos_; }
 
  private:
+  static constexpr int kMaxDepth = 100;
   absl::string_view s_;
   absl::string_view whole_;
   size_t offset_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {

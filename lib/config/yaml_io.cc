@@ -198,6 +198,15 @@ class YamlConverter {
       : file_(std::move(file)), text_(text) {}
 
   absl::StatusOr<NodePtr> Convert(const YAML::Node& y) {
+    if (depth_ >= kMaxDepth) return Error(y, absl::StrCat("nested deeper than ", kMaxDepth, " levels"));
+    ++depth_;
+    auto result = ConvertAtDepth(y);
+    --depth_;
+    return result;
+  }
+
+ private:
+  absl::StatusOr<NodePtr> ConvertAtDepth(const YAML::Node& y) {
     NodePtr out;
     switch (y.Type()) {
       case YAML::NodeType::Undefined:
@@ -275,7 +284,6 @@ class YamlConverter {
     return out;
   }
 
- private:
   Source SourceOf(const YAML::Node& y) const {
     const YAML::Mark mark = y.Mark();
     if (mark.line < 0) return Source::File(file_, 0, 0);
@@ -306,8 +314,10 @@ class YamlConverter {
     return false;
   }
 
+  static constexpr int kMaxDepth = 200;
   std::shared_ptr<const std::string> file_;
   absl::string_view text_;
+  int depth_ = 0;
 };
 
 // PyYAML's plain-scalar rules for block context, simplified to the safe side.
