@@ -14,6 +14,7 @@
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/run_dir.h"
+#include "lib/core/exit_code.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
@@ -71,7 +72,7 @@ void Print(const std::string& text) {
 
 // kiln's LibTorch layers, next to libkiln_core in the build tree and in an installed prefix.
 absl::Status LoadBuiltinLibraries() {
-  for (const char* name : {"kiln_components"}) {
+  for (const char* name : {"kiln_engine", "kiln_components", "kiln_tasks"}) {
     std::string path = absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so");
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) continue;  // a build without LibTorch
@@ -358,6 +359,7 @@ std::string DefaultConfigPath() {
 }
 
 int ExitCodeFor(const absl::Status& status) {
+  if (int requested = RequestedExitCode(status); requested >= 0) return requested;
   switch (status.code()) {
     case absl::StatusCode::kOk: return kExitOk;
     case absl::StatusCode::kInvalidArgument:

@@ -112,9 +112,10 @@ class Registry {
 #define KILN_REGISTRY_CONCAT(a, b) KILN_REGISTRY_CONCAT_INNER(a, b)
 
 // Registers a component when the shared library that holds this line is loaded.
-#define KILN_REGISTER(Base, name, doc, options, factory)                                       \
+// The factory is the variadic tail, so commas inside a lambda body need no parentheses.
+#define KILN_REGISTER(Base, name, doc, options, ...)                                           \
   static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
-    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, options, factory);         \
+    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, options, __VA_ARGS__);     \
     if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
     return true;                                                                               \
   }()

@@ -1,0 +1,73 @@
+// EarlyStopping (Lightning's): stops training when a validation metric has not improved by
+// min_delta for `patience` validations in a row.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/trainer.h"
+
+namespace kiln {
+namespace {
+
+class EarlyStopping : public Callback {
+ public:
+  EarlyStopping(std::string monitor, bool maximize, int64_t patience, double min_delta)
+      : monitor_(std::move(monitor)), maximize_(maximize), patience_(patience), min_delta_(std::abs(min_delta)) {}
+
+  absl::Status OnValidationEnd(Trainer& trainer, const std::map<std::string, double>& metrics) override {
+    auto it = metrics.find(monitor_);
+    if (it == metrics.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("callbacks.early_stopping.monitor='", monitor_,
+                                                     "' is not a validation metric"));
+    }
+    double v = it->second;
+    bool improved = std::isnan(best_) || (maximize_ ? v > best_ + min_delta_ : v < best_ - min_delta_);
+    if (improved) {
+      best_ = v;
+      wait_ = 0;
+    } else if (++wait_ >= patience_) {
+      trainer.RequestStop(absl::StrCat("early stopping: ", monitor_, " did not improve for ", wait_,
+                                       " validations (best ", best_, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  void SaveState(torch::serialize::OutputArchive& archive) const override {
+    archive.write("best", c10::IValue(best_));
+    archive.write("wait", c10::IValue(wait_));
+  }
+  void LoadState(torch::serialize::InputArchive& archive) override {
+    c10::IValue best, wait;
+    if (archive.try_read("best", best)) best_ = best.toDouble();
+    if (archive.try_read("wait", wait)) wait_ = wait.toInt();
+  }
+
+ private:
+  std::string monitor_;
+  bool maximize_;
+  int64_t patience_;
+  double min_delta_;
+  double best_ = std::nan("");
+  int64_t wait_ = 0;
+};
+
+KILN_REGISTER(Callback, "early_stopping", "Stops when a validation metric stops improving",
+              OptionSchema()
+                  .Required("monitor", OptionType::kString, "validation metric to watch, e.g. val/loss")
+                  .String("mode", "min", "min or max: which direction is better")
+                  .Int("patience", 3, "validations without improvement before stopping")
+                  .Float("min_delta", 0.0, "smallest change that counts as an improvement"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                KILN_ASSIGN_OR_RETURN(std::string monitor, cfg.Get<std::string>("monitor"));
+                KILN_ASSIGN_OR_RETURN(std::string mode, cfg.Get<std::string>("mode"));
+                KILN_ASSIGN_OR_RETURN(int64_t patience, cfg.Get<int64_t>("patience"));
+                KILN_ASSIGN_OR_RETURN(double min_delta, cfg.Get<double>("min_delta"));
+                if (mode != "min" && mode != "max") {
+                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("mode"), "' must be min or max"));
+                }
+                return std::make_shared<EarlyStopping>(monitor, mode == "max", patience, min_delta);
+              });
+
+}  // namespace
+}  // namespace kiln

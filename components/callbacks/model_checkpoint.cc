@@ -1,0 +1,188 @@
+// ModelCheckpoint (Lightning's): after each epoch, keeps the best `save_top_k` checkpoints by a
+// monitored metric and, with save_last, `last.ckpt` to resume from. Filenames come from a
+// template like "epoch={epoch}-val_acc={val/acc:.4f}". Runs after every other callback.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "lib/app/run_dir.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/trainer.h"
+
+namespace kiln {
+namespace {
+
+class ModelCheckpoint : public Callback {
+ public:
+  ModelCheckpoint(std::string dirpath, std::string filename, std::string monitor, std::string mode,
+                  int64_t save_top_k, bool save_last, int64_t every_n_epochs, int64_t every_n_train_steps)
+      : dirpath_(std::move(dirpath)), filename_(std::move(filename)), monitor_(std::move(monitor)),
+        maximize_(mode == "max"), save_top_k_(save_top_k), save_last_(save_last),
+        every_n_epochs_(every_n_epochs), every_n_train_steps_(every_n_train_steps) {}
+
+  bool runs_last() const override { return true; }
+
+  absl::Status OnFitStart(Trainer& trainer) override {
+    trainer.set_checkpoint_dir(dirpath_);
+    return absl::OkStatus();
+  }
+
+  absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch&, double) override {
+    if (every_n_train_steps_ <= 0 || !trainer.checkpointing_enabled()) return absl::OkStatus();
+    if (trainer.global_step() == 0 || trainer.global_step() % every_n_train_steps_ != 0 ||
+        trainer.global_step() == last_step_saved_) {
+      return absl::OkStatus();
+    }
+    last_step_saved_ = trainer.global_step();
+    return Save(trainer);
+  }
+
+  absl::Status OnTrainEpochEnd(Trainer& trainer) override {
+    if (!trainer.checkpointing_enabled() || every_n_train_steps_ > 0) return absl::OkStatus();
+    if (every_n_epochs_ <= 0 || trainer.current_epoch() % every_n_epochs_ != 0) return absl::OkStatus();
+    return Save(trainer);
+  }
+
+  void SaveState(torch::serialize::OutputArchive& archive) const override {
+    std::vector<double> scores;
+    std::string paths;
+    for (const auto& [score, path] : top_) {
+      scores.push_back(score);
+      paths += path + "\n";
+    }
+    archive.write("scores", torch::tensor(scores, torch::kFloat64));
+    archive.write("paths", c10::IValue(paths));
+    archive.write("best", c10::IValue(best_path_));
+  }
+
+  void LoadState(torch::serialize::InputArchive& archive) override {
+    torch::Tensor scores;
+    c10::IValue paths, best;
+    if (!archive.try_read("scores", scores) || !archive.try_read("paths", paths)) return;
+    archive.try_read("best", best);
+    top_.clear();
+    std::vector<std::string> lines = absl::StrSplit(paths.toStringRef(), '\n', absl::SkipEmpty());
+    for (size_t i = 0; i < lines.size() && i < static_cast<size_t>(scores.numel()); ++i) {
+      top_.emplace_back(scores[static_cast<int64_t>(i)].item<double>(), lines[i]);
+    }
+    if (best.isString()) best_path_ = best.toStringRef();
+  }
+
+ private:
+  std::string FormatName(const Trainer& trainer) const {
+    std::string out;
+    const std::string& t = filename_;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] != '{') {
+        out += t[i];
+        continue;
+      }
+      size_t close = t.find('}', i);
+      if (close == std::string::npos) {
+        out += t.substr(i);
+        break;
+      }
+      std::string field = t.substr(i + 1, close - i - 1);
+      std::string spec;
+      size_t colon = field.find(':');
+      if (colon != std::string::npos) {
+        spec = field.substr(colon + 1);
+        field = field.substr(0, colon);
+      }
+      if (field == "epoch") {
+        out += std::to_string(trainer.current_epoch() - (every_n_train_steps_ > 0 ? 0 : 1));
+      } else if (field == "step") {
+        out += std::to_string(trainer.global_step());
+      } else {
+        auto it = trainer.callback_metrics().find(field);
+        double v = it == trainer.callback_metrics().end() ? std::nan("") : it->second;
+        int precision = 4;
+        if (spec.size() >= 3 && spec[0] == '.' && spec.back() == 'f') precision = std::atoi(spec.c_str() + 1);
+        out += absl::StrFormat("%.*f", precision, v);
+      }
+      i = close;
+    }
+    return out;
+  }
+
+  absl::Status Save(Trainer& trainer) {
+    KILN_RETURN_IF_ERROR(app::MakeDirs(dirpath_));
+    if (save_top_k_ != 0) {
+      auto it = trainer.callback_metrics().find(monitor_);
+      bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
+      if (!monitor_.empty() && !has_metric) {
+        return absl::InvalidArgumentError(absl::StrCat("callbacks.model_checkpoint.monitor='", monitor_,
+                                                       "' is not a logged metric"));
+      }
+      double score = has_metric ? it->second : static_cast<double>(trainer.global_step());
+      bool better_than_worst = static_cast<int64_t>(top_.size()) < save_top_k_ || save_top_k_ < 0 ||
+                               (maximize_ ? score > top_.back().first : score < top_.back().first);
+      if (better_than_worst && std::isfinite(score)) {
+        std::string path = absl::StrCat(dirpath_, "/", FormatName(trainer), ".ckpt");
+        KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(path));
+        top_.erase(std::remove_if(top_.begin(), top_.end(), [&](const auto& e) { return e.second == path; }),
+                   top_.end());
+        top_.emplace_back(score, path);
+        std::stable_sort(top_.begin(), top_.end(), [&](const auto& a, const auto& b) {
+          return maximize_ ? a.first > b.first : a.first < b.first;
+        });
+        while (save_top_k_ > 0 && static_cast<int64_t>(top_.size()) > save_top_k_) {
+          ::unlink(top_.back().second.c_str());
+          top_.pop_back();
+        }
+        if (best_path_ != top_.front().second) {
+          best_path_ = top_.front().second;
+          KILN_RETURN_IF_ERROR(app::WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
+          Logger::Instance().Info(absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
+        }
+      }
+    }
+    if (save_last_) KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
+    return absl::OkStatus();
+  }
+
+  std::string dirpath_, filename_, monitor_;
+  bool maximize_;
+  int64_t save_top_k_;
+  bool save_last_;
+  int64_t every_n_epochs_, every_n_train_steps_;
+  int64_t last_step_saved_ = -1;
+  std::vector<std::pair<double, std::string>> top_;  // best first
+  std::string best_path_;
+};
+
+KILN_REGISTER(Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
+              OptionSchema()
+                  .String("dirpath", "checkpoints", "folder for the checkpoint files")
+                  .String("filename", "epoch={epoch}", "name template: {epoch}, {step}, {metric:.4f}")
+                  .String("monitor", "", "metric to rank checkpoints by (empty: the latest wins)")
+                  .String("mode", "min", "min or max: which direction of the metric is better")
+                  .Int("save_top_k", 1, "how many best checkpoints to keep (-1: all, 0: none)")
+                  .Bool("save_last", true, "also write last.ckpt every time, to resume from")
+                  .Int("every_n_epochs", 1, "save after every N epochs")
+                  .Int("every_n_train_steps", 0, "save every N optimizer steps instead (0: off)"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                KILN_ASSIGN_OR_RETURN(std::string dirpath, cfg.Get<std::string>("dirpath"));
+                KILN_ASSIGN_OR_RETURN(std::string filename, cfg.Get<std::string>("filename"));
+                KILN_ASSIGN_OR_RETURN(std::string monitor, cfg.Get<std::string>("monitor"));
+                KILN_ASSIGN_OR_RETURN(std::string mode, cfg.Get<std::string>("mode"));
+                KILN_ASSIGN_OR_RETURN(int64_t top_k, cfg.Get<int64_t>("save_top_k"));
+                KILN_ASSIGN_OR_RETURN(bool save_last, cfg.Get<bool>("save_last"));
+                KILN_ASSIGN_OR_RETURN(int64_t every_epochs, cfg.Get<int64_t>("every_n_epochs"));
+                KILN_ASSIGN_OR_RETURN(int64_t every_steps, cfg.Get<int64_t>("every_n_train_steps"));
+                if (mode != "min" && mode != "max") {
+                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("mode"), "' must be min or max"));
+                }
+                return std::make_shared<ModelCheckpoint>(dirpath, filename, monitor, mode, top_k, save_last,
+                                                         every_epochs, every_steps);
+              });
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,124 @@
+// Counter, base lrs, length and checkpointing shared by kiln's lr schedules.
+#include "components/optim/lr_scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "components/optim/option_checks.h"
+
+namespace kiln {
+
+LrScheduler::LrScheduler(std::string name, Interval interval, Length length)
+    : name_(std::move(name)), interval_(interval), length_option_(std::move(length)) {}
+
+LrScheduler::LrScheduler(std::string name, Interval interval)
+    : LrScheduler(std::move(name), interval, Length()) {}
+
+absl::Status LrScheduler::Attach(torch::optim::Optimizer* optimizer, int64_t total_steps,
+                                 int64_t steps_per_epoch) {
+  if (optimizer == nullptr) return absl::InvalidArgumentError("scheduler attached to no optimizer");
+  auto& groups = optimizer->param_groups();
+  if (restored_) {
+    if (groups.size() != base_lrs_.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("scheduler '", name_, "' was restored for ", base_lrs_.size(),
+                       " parameter groups but the optimizer has ", groups.size()));
+    }
+  } else {
+    int64_t planned = 0;
+    if (interval_ == Interval::kStep) {
+      planned = total_steps;
+    } else if (total_steps > 0 && steps_per_epoch > 0) {
+      planned = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+    }
+    length_ = length_option_.fixed > 0 ? length_option_.fixed : std::max<int64_t>(planned, 0);
+    if (length_option_.needed && length_ == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheduler '", name_, "' needs the length of the schedule: set '",
+                       length_option_.option, "', or give the trainer a step or epoch limit"));
+    }
+    base_lrs_.clear();
+    for (const auto& group : groups) base_lrs_.push_back(group.options().get_lr());
+    step_ = 0;
+    OnStart();
+  }
+  optimizer_ = optimizer;
+  ApplyLrs();
+  return absl::OkStatus();
+}
+
+void LrScheduler::Step(double metric) {
+  ++step_;
+  Observe(metric);
+  ApplyLrs();
+}
+
+void LrScheduler::ApplyLrs() {
+  if (optimizer_ == nullptr) return;
+  auto& groups = optimizer_->param_groups();
+  for (size_t i = 0; i < groups.size() && i < base_lrs_.size(); ++i) {
+    groups[i].options().set_lr(LrAt(step_, i));
+  }
+}
+
+void LrScheduler::Save(torch::serialize::OutputArchive& archive) const {
+  WriteInt(archive, "step", step_);
+  WriteInt(archive, "length", length_);
+  WriteDoubles(archive, "base_lrs", base_lrs_);
+  SaveExtra(archive);
+}
+
+void LrScheduler::Load(torch::serialize::InputArchive& archive) {
+  std::vector<double> base_lrs = ReadDoubles(archive, "base_lrs");
+  if (optimizer_ != nullptr) {
+    TORCH_CHECK(base_lrs.size() == optimizer_->param_groups().size(), "scheduler '", name_,
+                "' checkpoint has ", base_lrs.size(), " parameter groups but the optimizer has ",
+                optimizer_->param_groups().size());
+  }
+  base_lrs_ = std::move(base_lrs);
+  step_ = ReadInt(archive, "step");
+  length_ = ReadInt(archive, "length");
+  LoadExtra(archive);
+  restored_ = true;
+  ApplyLrs();
+}
+
+absl::StatusOr<Scheduler::Interval> GetInterval(const config::Config& cfg) {
+  KILN_ASSIGN_OR_RETURN(std::string interval, cfg.Get<std::string>("interval"));
+  if (interval == "step") return Scheduler::Interval::kStep;
+  if (interval == "epoch") return Scheduler::Interval::kEpoch;
+  return BadOption(cfg, "interval", "must be step or epoch");
+}
+
+absl::StatusOr<int64_t> GetOptionalCount(const config::Config& cfg, const std::string& key) {
+  auto node = cfg.Get<config::NodePtr>(key);
+  if (!node.ok() || (*node)->is_null()) return 0;
+  KILN_ASSIGN_OR_RETURN(int64_t value, cfg.Get<int64_t>(key));
+  if (value <= 0) return BadOption(cfg, key, "must be > 0 (or null)");
+  return value;
+}
+
+void WriteInt(torch::serialize::OutputArchive& archive, const std::string& key, int64_t value) {
+  archive.write(key, torch::full({}, value, torch::kInt64));
+}
+
+int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
+  torch::Tensor tensor;
+  archive.read(key, tensor);
+  return tensor.item<int64_t>();
+}
+
+void WriteDoubles(torch::serialize::OutputArchive& archive, const std::string& key,
+                  const std::vector<double>& values) {
+  archive.write(key, torch::tensor(values, torch::dtype(torch::kFloat64)));
+}
+
+std::vector<double> ReadDoubles(torch::serialize::InputArchive& archive, const std::string& key) {
+  torch::Tensor tensor;
+  archive.read(key, tensor);
+  tensor = tensor.to(torch::kFloat64).contiguous();
+  const double* data = tensor.data_ptr<double>();
+  return std::vector<double>(data, data + tensor.numel());
+}
+
+}  // namespace kiln

@@ -1,0 +1,27 @@
+// A status can carry the process exit code it should end with (SIGINT -> 130, SIGTERM -> 143),
+// so layers below the application decide it and the application honours it.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/cord.h"
+
+namespace kiln {
+
+inline constexpr char kExitCodePayload[] = "kiln/exit-code";
+
+inline absl::Status WithExitCode(absl::Status status, int exit_code) {
+  status.SetPayload(kExitCodePayload, absl::Cord(std::to_string(exit_code)));
+  return status;
+}
+
+// The exit code a status asks for, or -1.
+inline int RequestedExitCode(const absl::Status& status) {
+  auto payload = status.GetPayload(kExitCodePayload);
+  if (!payload.has_value()) return -1;
+  return std::atoi(std::string(*payload).c_str());
+}
+
+}  // namespace kiln

@@ -1,0 +1,172 @@
+#include "lib/data/loader.h"
+
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::data {
+
+absl::StatusOr<Batch> Collate(std::vector<Example>& examples) {
+  Batch batch;
+  if (examples.empty()) return batch;
+  std::vector<torch::Tensor> inputs, targets;
+  inputs.reserve(examples.size());
+  targets.reserve(examples.size());
+  const std::vector<int64_t> shape = examples[0].input.sizes().vec();
+  for (auto& e : examples) {
+    if (e.input.sizes().vec() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot batch inputs of different shapes: ",
+                                                     c10::str(shape), " and ",
+                                                     c10::str(e.input.sizes())));
+    }
+    inputs.push_back(std::move(e.input));
+    targets.push_back(std::move(e.target));
+  }
+  batch.input = torch::stack(inputs);
+  batch.target = torch::stack(targets);
+  return batch;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
+                       LoaderOptions options)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
+  if (options_.batch_size < 1) options_.batch_size = 1;
+  if (options_.prefetch < 1) options_.prefetch = 1;
+}
+
+int64_t DataLoader::num_batches() const {
+  int64_t n = static_cast<int64_t>(sampler_->EpochOrder(0).size());
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
+  size_t begin = static_cast<size_t>(index * options_.batch_size);
+  size_t end = std::min(order.size(), begin + static_cast<size_t>(options_.batch_size));
+  std::vector<Example> examples;
+  examples.reserve(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    SampleRng rng(options_.seed, epoch, order[i]);
+    auto example = dataset_->Get(order[i], rng);
+    if (!example.ok()) return example.status();
+    examples.push_back(*std::move(example));
+  }
+  auto batch = Collate(examples);
+  if (!batch.ok()) return batch.status();
+  batch->epoch = epoch;
+  batch->index = index;
+  return batch;
+}
+
+namespace {
+
+// The hand-over point between the loading pipeline and the consumer.
+class BoundedQueue {
+ public:
+  explicit BoundedQueue(size_t capacity) : capacity_(capacity) {}
+
+  // False when the consumer has stopped listening.
+  bool Push(absl::StatusOr<Batch> item) {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_full_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
+    if (cancelled_) return false;
+    items_.push_back(std::move(item));
+    not_empty_.notify_one();
+    return true;
+  }
+  absl::StatusOr<Batch> Pop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_empty_.wait(lock, [&] { return !items_.empty(); });
+    auto item = std::move(items_.front());
+    items_.pop_front();
+    not_full_.notify_one();
+    return item;
+  }
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    not_full_.notify_all();
+  }
+  bool cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable not_full_, not_empty_;
+  std::deque<absl::StatusOr<Batch>> items_;
+  size_t capacity_;
+  bool cancelled_ = false;
+};
+
+}  // namespace
+
+absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const Consumer& consume) const {
+  std::vector<int64_t> order = sampler_->EpochOrder(epoch);
+  if (options_.drop_last) order.resize(order.size() - order.size() % static_cast<size_t>(options_.batch_size));
+  last = std::min(last, num_batches());
+  if (first >= last) return absl::OkStatus();
+
+  if (options_.num_workers <= 0) {
+    for (int64_t b = first; b < last; ++b) {
+      auto batch = LoadBatch(order, epoch, b);
+      if (!batch.ok()) return batch.status();
+      auto more = consume(*batch);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+    }
+    return absl::OkStatus();
+  }
+
+  BoundedQueue queue(static_cast<size_t>(options_.prefetch));
+  std::thread producer([&] {
+    tbb::task_arena arena(options_.num_workers);
+    arena.execute([&] {
+      int64_t next = first;
+      bool failed = false;
+      tbb::parallel_pipeline(
+          static_cast<size_t>(options_.prefetch),
+          tbb::make_filter<void, int64_t>(tbb::filter_mode::serial_in_order,
+                                          [&](tbb::flow_control& fc) -> int64_t {
+                                            if (next >= last || failed || queue.cancelled()) {
+                                              fc.stop();
+                                              return 0;
+                                            }
+                                            return next++;
+                                          }) &
+              tbb::make_filter<int64_t, absl::StatusOr<Batch>>(
+                  tbb::filter_mode::parallel, [&](int64_t b) { return LoadBatch(order, epoch, b); }) &
+              tbb::make_filter<absl::StatusOr<Batch>, void>(tbb::filter_mode::serial_in_order,
+                                                            [&](absl::StatusOr<Batch> batch) {
+                                                              if (failed) return;
+                                                              failed = !batch.ok();
+                                                              queue.Push(std::move(batch));
+                                                            }));
+    });
+  });
+  absl::Status status;
+  for (int64_t b = first; b < last; ++b) {
+    auto batch = queue.Pop();
+    if (!batch.ok()) {
+      status = batch.status();
+      break;
+    }
+    auto more = consume(*batch);
+    if (!more.ok()) {
+      status = more.status();
+      break;
+    }
+    if (!*more) break;
+  }
+  queue.Cancel();
+  producer.join();
+  return status;
+}
+
+}  // namespace kiln::data

@@ -1,0 +1,57 @@
+// Turns a dataset into batches: a oneTBB pipeline loads and collates batches in parallel ahead of
+// the consumer (bounded prefetch) and hands them over in order. Each sample's randomness comes
+// from (seed, epoch, dataset index), so batches do not depend on thread count or timing.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "lib/data/dataset.h"
+#include "lib/data/sampler.h"
+
+namespace kiln::data {
+
+struct Batch {
+  torch::Tensor input;   // stacked inputs [B, ...]
+  torch::Tensor target;  // stacked targets [B, ...]
+  int64_t epoch = 0;
+  int64_t index = 0;     // batch number within the epoch
+  int64_t size() const { return input.defined() ? input.size(0) : 0; }
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 32;
+  bool drop_last = false;
+  int num_workers = 2;  // threads loading batches; 0 loads on the caller's thread
+  int prefetch = 4;     // batches loaded ahead at most
+  uint64_t seed = 0;    // per-sample randomness
+};
+
+// Stacks examples into a batch (all inputs must have the same shape).
+absl::StatusOr<Batch> Collate(std::vector<Example>& examples);
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler, LoaderOptions options);
+
+  int64_t num_batches() const;
+  const LoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+  // Delivers batches [first, last) of `epoch` to `consume`, in order; stops early when consume
+  // returns false. Returns the first loading or consuming error.
+  using Consumer = std::function<absl::StatusOr<bool>(Batch&)>;
+  absl::Status Run(int64_t epoch, int64_t first, int64_t last, const Consumer& consume) const;
+
+ private:
+  absl::StatusOr<Batch> LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<Sampler> sampler_;
+  LoaderOptions options_;
+};
+
+}  // namespace kiln::data

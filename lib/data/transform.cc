@@ -1,0 +1,43 @@
+#include "lib/data/transform.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/data/datamodule.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::data {
+
+const char* StageName(Stage stage) {
+  switch (stage) {
+    case Stage::kFit: return "fit";
+    case Stage::kValidate: return "validate";
+    case Stage::kTest: return "test";
+    case Stage::kPredict: return "predict";
+  }
+  return "?";
+}
+
+absl::StatusOr<TransformPipeline> TransformPipeline::FromConfig(const config::Config& parent,
+                                                                const std::string& key) {
+  if (!parent.Has(key)) return TransformPipeline();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr node, parent.Get<config::NodePtr>(key));
+  if (node->is_null()) return TransformPipeline();
+  if (!node->is_list()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", parent.FullKey(key),
+                                                   "' must be a list of transforms ({_target_: ...})"));
+  }
+  KILN_ASSIGN_OR_RETURN(config::Config list, parent.Sub(key));
+  std::vector<std::shared_ptr<Transform>> steps;
+  for (size_t i = 0; i < node->items().size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(config::Config item, list.Sub(std::to_string(i)));
+    KILN_ASSIGN_OR_RETURN(auto step, Registry<Transform>::Get().Instantiate(item));
+    steps.push_back(std::move(step));
+  }
+  return TransformPipeline(std::move(steps));
+}
+
+torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const {
+  for (const auto& step : steps_) image = step->Apply(std::move(image), rng);
+  return image;
+}
+
+}  // namespace kiln::data

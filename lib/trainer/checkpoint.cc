@@ -1,0 +1,129 @@
+#include "lib/trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kiln {
+namespace {
+
+absl::Status SyncPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": cannot open for sync: ", std::strerror(errno)));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed: ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
+std::string DirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+}  // namespace
+
+absl::Status WriteCheckpoint(const std::string& path,
+                             const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  try {
+    torch::serialize::OutputArchive archive;
+    fill(archive);
+    archive.save_to(tmp);
+  } catch (const c10::Error& e) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": cannot write checkpoint: ", e.what_without_backtrace()));
+  }
+  if (auto st = SyncPath(tmp, O_RDONLY); !st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": cannot rename checkpoint into place: ", std::strerror(errno)));
+  }
+  return SyncPath(DirOf(path), O_RDONLY | O_DIRECTORY);
+}
+
+absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
+  try {
+    archive->load_from(path);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
+  }
+  c10::IValue format;
+  if (!archive->try_read("meta/format", format) || !format.isInt()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
+  }
+  if (format.toInt() > kCheckpointFormat) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": written by a newer kiln (checkpoint format ",
+                                                      format.toInt(), ", this build reads up to ",
+                                                      kCheckpointFormat, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  std::string names;
+  int64_t i = 0;
+  auto put = [&](const std::string& name, const torch::Tensor& t) {
+    names += name + "\n";
+    archive.write(absl::StrCat("model/", i++), t.detach().to(torch::kCPU));
+  };
+  for (const auto& p : module.named_parameters()) put(p.key(), p.value());
+  for (const auto& b : module.named_buffers()) put(b.key(), b.value());
+  archive.write("model/names", c10::IValue(names));
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
+                                                                   const std::string& path) {
+  c10::IValue names;
+  if (!archive.try_read("model/names", names) || !names.isString()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint has no model weights"));
+  }
+  std::map<std::string, torch::Tensor> state;
+  int64_t i = 0;
+  for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
+    torch::Tensor t;
+    if (!archive.try_read(absl::StrCat("model/", i++), t)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": truncated model weights at '", name, "'"));
+    }
+    state[std::string(name)] = t;
+  }
+  return state;
+}
+
+absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
+                            const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy = [&](const std::string& name, torch::Tensor& target) -> absl::Status {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
+    }
+    if (it->second.sizes() != target.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of another model: '", name, "' is ",
+                                                     c10::str(it->second.sizes()), " there and ",
+                                                     c10::str(target.sizes()), " here"));
+    }
+    target.copy_(it->second);
+    return absl::OkStatus();
+  };
+  for (auto& p : module.named_parameters()) {
+    if (auto st = copy(p.key(), p.value()); !st.ok()) return st;
+  }
+  for (auto& b : module.named_buffers()) {
+    if (auto st = copy(b.key(), b.value()); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln

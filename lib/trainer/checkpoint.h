@@ -1,0 +1,34 @@
+// Checkpoint files: LibTorch archives written atomically (temporary file, fsync, rename, fsync of
+// the folder), so a crash mid-write never damages the previous checkpoint.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kiln {
+
+// Builds the archive with `fill`, then writes it to `path` atomically.
+absl::Status WriteCheckpoint(const std::string& path,
+                             const std::function<void(torch::serialize::OutputArchive&)>& fill);
+// Loads `path`; a missing, truncated or foreign file is a one-line error naming the file.
+absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive);
+
+// A module's parameters and buffers under their PyTorch names ("conv1.weight", "bn1.running_mean").
+void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive);
+// name -> tensor as stored by WriteModelState; an error names the file when there is none.
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
+                                                                   const std::string& path);
+// Copies `state` into the module; every parameter and buffer must be there with its shape.
+absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
+                            const std::string& path);
+
+// The checkpoint format version; readers refuse newer ones.
+inline constexpr int64_t kCheckpointFormat = 1;
+
+}  // namespace kiln

@@ -1,0 +1,169 @@
+// The `train`, `validate` and `test` commands: build every component the config names (so a
+// mistake anywhere is reported before any training), then drive the Trainer.
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/app/application.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/yaml_io.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/trainer.h"
+
+namespace kiln {
+namespace {
+
+struct Job {
+  std::shared_ptr<Task> task;
+  std::shared_ptr<data::DataModule> data;
+  std::shared_ptr<OptimizerFactory> optimizer;
+  std::shared_ptr<Scheduler> scheduler;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<MetricsLogger>> loggers;
+  TrainerOptions options;
+  uint64_t seed = 0;
+  std::string model_name;
+  std::string ckpt_path;
+  std::string checkpoint_dir;  // model_checkpoint's dirpath, or default_root_dir/checkpoints
+};
+
+bool IsNull(const config::Config& cfg, const std::string& key) {
+  return !cfg.Has(key) || cfg.Get<config::NodePtr>(key).value()->is_null();
+}
+
+// Every entry of a mapping like `callbacks:` that is not null, instantiated in order.
+template <typename T>
+absl::StatusOr<std::vector<std::shared_ptr<T>>> InstantiateAll(const config::Config& cfg, const std::string& key) {
+  std::vector<std::shared_ptr<T>> out;
+  if (IsNull(cfg, key)) return out;
+  KILN_ASSIGN_OR_RETURN(config::Config group, cfg.Sub(key));
+  if (!group.node()->is_map()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a mapping of name: {_target_: ...}"));
+  }
+  for (const auto& name : group.Keys()) {
+    if (IsNull(group, name)) continue;
+    KILN_ASSIGN_OR_RETURN(config::Config item, group.Sub(name));
+    KILN_ASSIGN_OR_RETURN(auto component, Registry<T>::Get().Instantiate(item));
+    out.push_back(std::move(component));
+  }
+  return out;
+}
+
+absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
+  Job job;
+  KILN_ASSIGN_OR_RETURN(int64_t seed, cfg.GetOr<int64_t>("seed", 0));
+  job.seed = static_cast<uint64_t>(seed);
+  // The seed is set before anything is built, so weight initialization is reproducible.
+  torch::manual_seed(job.seed);
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(job.options, TrainerOptions::FromConfig(trainer_cfg));
+  KILN_ASSIGN_OR_RETURN(config::Config task_cfg, cfg.Sub("task"));
+  KILN_ASSIGN_OR_RETURN(job.task, Registry<Task>::Get().Instantiate(task_cfg));
+  KILN_RETURN_IF_ERROR(job.task->Build(cfg));
+  job.model_name = cfg.Get<std::string>("model._target_").value_or("");
+  KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
+  KILN_ASSIGN_OR_RETURN(job.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));
+  if (fit) {
+    KILN_ASSIGN_OR_RETURN(config::Config opt_cfg, cfg.Sub("optimizer"));
+    KILN_ASSIGN_OR_RETURN(job.optimizer, Registry<OptimizerFactory>::Get().Instantiate(opt_cfg));
+    if (!IsNull(cfg, "scheduler")) {
+      KILN_ASSIGN_OR_RETURN(config::Config sched_cfg, cfg.Sub("scheduler"));
+      KILN_ASSIGN_OR_RETURN(job.scheduler, Registry<Scheduler>::Get().Instantiate(sched_cfg));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(job.callbacks, InstantiateAll<Callback>(cfg, "callbacks"));
+  KILN_ASSIGN_OR_RETURN(job.loggers, InstantiateAll<MetricsLogger>(cfg, "logger"));
+  if (!IsNull(cfg, "ckpt_path")) {
+    KILN_ASSIGN_OR_RETURN(job.ckpt_path, cfg.Get<std::string>("ckpt_path"));
+  }
+  job.checkpoint_dir = job.options.default_root_dir + "/checkpoints";
+  if (!IsNull(cfg, "callbacks")) {
+    KILN_ASSIGN_OR_RETURN(config::Config callbacks, cfg.Sub("callbacks"));
+    for (const auto& name : callbacks.Keys()) {
+      if (callbacks.Get<std::string>(name + "._target_").value_or("") == "model_checkpoint") {
+        job.checkpoint_dir = callbacks.Get<std::string>(name + ".dirpath").value_or("checkpoints");
+      }
+    }
+  }
+  return job;
+}
+
+// ckpt_path for evaluation: a file, `last`, or `best` (what model_checkpoint recorded).
+absl::StatusOr<std::string> EvaluationCheckpoint(const Job& job) {
+  if (job.ckpt_path == "last") return job.checkpoint_dir + "/last.ckpt";
+  if (job.ckpt_path == "best") {
+    std::ifstream in(job.checkpoint_dir + "/best_model_path.txt");
+    std::string path;
+    if (!in || !std::getline(in, path) || path.empty()) {
+      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", job.checkpoint_dir,
+                                              " (pass ckpt_path=PATH)"));
+    }
+    return path;
+  }
+  return job.ckpt_path;
+}
+
+absl::Status WriteResults(const std::string& output_dir, const std::string& name,
+                          const std::map<std::string, double>& metrics) {
+  config::NodePtr node = config::Node::Map();
+  for (const auto& [k, v] : metrics) node->Set(k, config::Node::Float(v));
+  return app::WriteFileAtomically(output_dir + "/" + name, config::ToYaml(*node));
+}
+
+absl::Status TrainCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
+  Trainer trainer(job.options, job.callbacks, job.loggers);
+  FitInputs inputs;
+  inputs.task = job.task.get();
+  inputs.data = job.data.get();
+  inputs.optimizer = job.optimizer;
+  inputs.scheduler = job.scheduler;
+  inputs.ckpt_path = job.ckpt_path;
+  inputs.seed = job.seed;
+  inputs.config_yaml = config::ToYaml(*ctx.cfg.node());
+  inputs.model_name = job.model_name;
+  KILN_RETURN_IF_ERROR(trainer.Fit(inputs));
+  if (!ctx.cfg.GetOr<bool>("test", true).value_or(true)) return absl::OkStatus();
+  // Test the best checkpoint when one was kept, as lightning-hydra-template does.
+  std::ifstream best_file(job.checkpoint_dir + "/best_model_path.txt");
+  std::string best;
+  if (best_file && std::getline(best_file, best) && !best.empty() && trainer.checkpointing_enabled()) {
+    Logger::Instance().Info(absl::StrCat("testing the best checkpoint: ", best));
+    KILN_RETURN_IF_ERROR(Trainer::LoadWeights(best, *job.task, job.model_name));
+  }
+  KILN_RETURN_IF_ERROR(job.data->Setup(data::Stage::kTest));
+  if (!job.data->test_dataset()) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, data::Stage::kTest));
+  return WriteResults(ctx.output_dir, "test_metrics.yaml", metrics);
+}
+
+absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/false));
+  if (job.ckpt_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("kiln ", ctx.command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
+  }
+  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(job));
+  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *job.task, job.model_name));
+  Trainer trainer(job.options, job.callbacks, job.loggers);
+  KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, stage));
+  std::string text = config::ToYaml(*[&] {
+    config::NodePtr node = config::Node::Map();
+    for (const auto& [k, v] : metrics) node->Set(k, config::Node::Float(v));
+    return node;
+  }());
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return WriteResults(ctx.output_dir, stage == data::Stage::kTest ? "test_metrics.yaml" : "val_metrics.yaml", metrics);
+}
+
+const bool kRegistered = [] {
+  app::RegisterCommand("train", TrainCommand);
+  app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
+  app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln

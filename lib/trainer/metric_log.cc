@@ -1,0 +1,25 @@
+#include "lib/trainer/metric_log.h"
+
+namespace kiln {
+
+void MetricLog::Log(const std::string& name, double value, double weight) {
+  Sum& s = sums_[name];
+  s.weighted += value * weight;
+  s.weight += weight;
+  last_[name] = value;
+}
+
+std::map<std::string, double> MetricLog::EpochMeans() const {
+  std::map<std::string, double> means;
+  for (const auto& [name, s] : sums_) {
+    if (s.weight > 0) means[name] = s.weighted / s.weight;
+  }
+  return means;
+}
+
+void MetricLog::ResetEpoch() {
+  sums_.clear();
+  last_.clear();
+}
+
+}  // namespace kiln

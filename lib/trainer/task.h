@@ -1,0 +1,33 @@
+// A Task (Lightning's LightningModule): owns the model, computes the loss of a training batch,
+// logs evaluation metrics, predicts. Built by name from the `task` config node through
+// Registry<Task>; Build() then reads the rest of the job config (model, loss options).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/data/loader.h"
+#include "lib/trainer/metric_log.h"
+
+namespace kiln {
+
+class Task {
+ public:
+  static constexpr const char* kKind = "task";
+  virtual ~Task() = default;
+
+  // Builds the model and whatever else the task needs from the whole job config.
+  virtual absl::Status Build(const config::Config& job) = 0;
+  // The trainable module: its parameters are optimized, its state is checkpointed.
+  virtual torch::nn::Module& module() = 0;
+
+  // Returns the loss to minimize; logs "train/..." metrics.
+  virtual absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) = 0;
+  // Logs metrics named "<stage>/..." (stage: "val" or "test") for one evaluation batch.
+  virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
+  // The model's output for one batch (e.g. class probabilities).
+  virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,25 @@
+// The only place that branches on the LibTorch version (Debian's 1.13 on CPU machines, 2.x with
+// CUDA on GPU machines).
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/version.h>
+#include <ATen/autocast_mode.h>
+
+namespace kiln::compat {
+
+// Turns CPU autocast on or off (bf16-mixed precision).
+inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+#else
+  at::autocast::set_cpu_enabled(enabled);
+  at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+  if (!enabled) at::autocast::clear_cache();
+}
+
+inline std::string TorchVersion() { return TORCH_VERSION; }
+
+}  // namespace kiln::compat

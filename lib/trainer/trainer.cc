@@ -1,0 +1,508 @@
+#include "lib/trainer/trainer.h"
+
+#include <sys/stat.h>
+
+#include <csignal>
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "lib/config/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/trainer/checkpoint.h"
+#include "lib/trainer/torch_compat.h"
+
+namespace kiln {
+namespace {
+
+// The signal that asked training to stop (SIGINT or SIGTERM), 0 while none did.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
+
+// Installs the stop handlers for the lifetime of a fit, then restores the previous ones.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+std::string FormatMetrics(const std::map<std::string, double>& metrics) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %.4f", k, v));
+  return absl::StrJoin(parts, "  ");
+}
+
+// Refuses a checkpoint written for another model, then loads its weights.
+absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchive& archive, Task& task,
+                           const std::string& model_name) {
+  c10::IValue stored_name;
+  if (!model_name.empty() && archive.try_read("meta/model", stored_name) && stored_name.isString() &&
+      !stored_name.toStringRef().empty() && stored_name.toStringRef() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of model '", stored_name.toStringRef(),
+                                                   "', but the config builds model '", model_name, "'"));
+  }
+  KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
+  return LoadModelState(state, task.module(), path);
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
+                 std::vector<std::shared_ptr<MetricsLogger>> loggers)
+    : options_(std::move(options)), loggers_(std::move(loggers)) {
+  // Callback order: as listed, except those that must run last (checkpointing).
+  for (auto& c : callbacks) {
+    if (!c->runs_last()) callbacks_.push_back(c);
+  }
+  for (auto& c : callbacks) {
+    if (c->runs_last()) callbacks_.push_back(c);
+  }
+  checkpoint_dir_ = options_.default_root_dir + "/checkpoints";
+}
+
+double Trainer::elapsed_seconds() const {
+  return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+bool Trainer::OutOfTime() const { return options_.max_time.has_value() && elapsed_seconds() >= *options_.max_time; }
+
+void Trainer::RequestStop(const std::string& reason) {
+  stop_requested_ = true;
+  stop_reason_ = reason;
+}
+
+absl::Status Trainer::ForEachCallback(const std::function<absl::Status(Callback&)>& fn) {
+  for (auto& c : callbacks_) KILN_RETURN_IF_ERROR(fn(*c));
+  return absl::OkStatus();
+}
+
+void Trainer::LogToLoggers(const std::map<std::string, double>& metrics) {
+  for (auto& logger : loggers_) {
+    auto st = logger->LogMetrics(metrics, global_step_);
+    if (!st.ok()) Logger::Instance().Warning(std::string(st.message()));
+  }
+}
+
+torch::Tensor Trainer::ToDevice(const torch::Tensor& t) const {
+  return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
+}
+
+absl::Status Trainer::SaveCheckpoint(const std::string& path) {
+  Task& task = *inputs_.task;
+  return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
+    archive.write("meta/format", c10::IValue(kCheckpointFormat));
+    archive.write("meta/kiln_version", c10::IValue(std::string(KILN_VERSION)));
+    archive.write("meta/torch_version", c10::IValue(compat::TorchVersion()));
+    archive.write("meta/model", c10::IValue(inputs_.model_name));
+    archive.write("meta/config", c10::IValue(inputs_.config_yaml));
+    WriteModelState(task.module(), archive);
+    if (optimizer_) {
+      torch::serialize::OutputArchive opt;
+      optimizer_->save(opt);
+      archive.write("optimizer", opt);
+    }
+    if (inputs_.scheduler) {
+      torch::serialize::OutputArchive sched;
+      inputs_.scheduler->Save(sched);
+      archive.write("scheduler", sched);
+    }
+    archive.write("loop/global_step", c10::IValue(global_step_));
+    archive.write("loop/epoch", c10::IValue(epoch_));
+    archive.write("loop/batch_in_epoch", c10::IValue(batch_in_epoch_));
+    archive.write("loop/micro_batches", c10::IValue(micro_batches_));
+    archive.write("loop/samples", c10::IValue(samples_));
+    archive.write("loop/elapsed_seconds", c10::IValue(elapsed_seconds()));
+    archive.write("loop/seed", c10::IValue(static_cast<int64_t>(inputs_.seed)));
+    archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      torch::serialize::OutputArchive state;
+      callbacks_[i]->SaveState(state);
+      archive.write(absl::StrCat("callbacks/", i), state);
+    }
+  });
+}
+
+absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std::string& model_name) {
+  torch::serialize::InputArchive archive;
+  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  return LoadSameModel(path, archive, task, model_name);
+}
+
+absl::Status Trainer::ResumeFrom(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *inputs_.task, inputs_.model_name));
+  try {
+    inputs_.task->module().to(device_);
+    torch::serialize::InputArchive opt;
+    if (archive.try_read("optimizer", opt)) optimizer_->load(opt);
+    torch::serialize::InputArchive sched;
+    if (inputs_.scheduler && archive.try_read("scheduler", sched)) inputs_.scheduler->Load(sched);
+    c10::IValue v;
+    archive.read("loop/global_step", v);
+    global_step_ = v.toInt();
+    archive.read("loop/epoch", v);
+    epoch_ = v.toInt();
+    archive.read("loop/batch_in_epoch", v);
+    batch_in_epoch_ = v.toInt();
+    archive.read("loop/micro_batches", v);
+    micro_batches_ = v.toInt();
+    archive.read("loop/samples", v);
+    samples_ = v.toInt();
+    archive.read("loop/elapsed_seconds", v);
+    elapsed_before_ = v.toDouble();
+    torch::Tensor rng;
+    archive.read("rng/cpu", rng);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng);
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks_[i]->LoadState(state);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resume from this checkpoint: ",
+                                                   e.what_without_backtrace()));
+  }
+  Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", epoch_, ", batch ", batch_in_epoch_,
+                                       ", step ", global_step_));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Fit(const FitInputs& inputs) {
+  inputs_ = inputs;
+  Task& task = *inputs.task;
+  data::DataModule& dm = *inputs.data;
+  start_ = std::chrono::steady_clock::now();
+
+  int threads = options_.num_threads > 0 ? options_.num_threads
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  at::globalContext().setDeterministicAlgorithms(options_.deterministic, /*warn_only=*/false);
+  torch::manual_seed(inputs.seed);
+  bool cuda = torch::cuda::is_available();
+  if (options_.accelerator == "cuda" && !cuda) {
+    return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
+  }
+  device_ = (options_.accelerator != "cpu" && cuda) ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+
+  KILN_RETURN_IF_ERROR(dm.PrepareData());
+  KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kFit));
+  auto train_ds = dm.train_dataset();
+  if (!train_ds) return absl::FailedPreconditionError("the data module has no training split");
+  data::LoaderOptions lo = dm.loader_options();
+  lo.seed = inputs.seed;
+  std::shared_ptr<const data::Dataset> val_ds = dm.val_dataset();
+  std::shared_ptr<data::Sampler> train_sampler = data::RandomSampler(train_ds->size(), inputs.seed);
+  if (options_.overfit_batches > 0) {
+    // The same few batches, in order, for training and validation.
+    std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options_.overfit_batches * lo.batch_size)));
+    std::iota(first.begin(), first.end(), 0);
+    train_ds = data::Subset(train_ds, first);
+    val_ds = train_ds;
+    train_sampler = data::SequentialSampler(train_ds->size());
+  }
+  data::DataLoader train_loader(train_ds, train_sampler, lo);
+  std::unique_ptr<data::DataLoader> val_loader;
+  if (val_ds) val_loader = std::make_unique<data::DataLoader>(val_ds, data::SequentialSampler(val_ds->size()), lo);
+
+  train_batches_ = options_.limit_train_batches.Of(train_loader.num_batches());
+  if (options_.fast_dev_run > 0) train_batches_ = std::min(train_batches_, options_.fast_dev_run);
+  if (train_batches_ <= 0) return absl::FailedPreconditionError("no training batches (check limit_train_batches)");
+  int64_t max_epochs = options_.fast_dev_run > 0 ? 1 : options_.max_epochs;
+  int64_t steps_per_epoch = (train_batches_ + options_.accumulate_grad_batches - 1) / options_.accumulate_grad_batches;
+  int64_t total_steps = options_.max_steps > 0 ? options_.max_steps : steps_per_epoch * max_epochs;
+
+  task.module().to(device_);
+  NamedParameters params;
+  for (const auto& p : task.module().named_parameters()) params.emplace_back(p.key(), p.value());
+  KILN_ASSIGN_OR_RETURN(optimizer_, inputs.optimizer->Create(params));
+  if (inputs.scheduler) KILN_RETURN_IF_ERROR(inputs.scheduler->Attach(optimizer_.get(), total_steps, steps_per_epoch));
+
+  StopSignals signals;
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnFitStart(*this); }));
+
+  bool resumed = false;
+  if (!inputs.ckpt_path.empty()) {
+    std::string path = inputs.ckpt_path;
+    if (path == "last") path = checkpoint_dir_ + "/last.ckpt";
+    if (path == "best") {
+      return absl::InvalidArgumentError("ckpt_path=best only applies to validate/test/predict; fit resumes from last or a path");
+    }
+    struct stat st;
+    if (inputs.ckpt_path == "last" && ::stat(path.c_str(), &st) != 0) {
+      Logger::Instance().Info(absl::StrCat("ckpt_path=last: no checkpoint at ", path, " yet; starting fresh"));
+    } else {
+      KILN_RETURN_IF_ERROR(ResumeFrom(path));
+      resumed = true;
+    }
+  }
+
+  if (val_loader && options_.num_sanity_val_steps > 0 && !resumed && options_.fast_dev_run == 0) {
+    // A few validation batches first, so a broken validation step fails before hours of training.
+    KILN_RETURN_IF_ERROR(RunEvaluation(*val_loader, options_.num_sanity_val_steps, "val").status());
+  }
+
+  Logger::Instance().Info(absl::StrCat("training on ", device_.is_cuda() ? "cuda" : "cpu", " with ", threads,
+                                       " threads: ", train_ds->size(), " samples, ", train_batches_,
+                                       " batches per epoch, up to ", max_epochs, " epochs"));
+  absl::Status status;
+  while (epoch_ < max_epochs && !stop_requested_) {
+    if (options_.max_steps > 0 && global_step_ >= options_.max_steps) break;
+    if (OutOfTime()) {
+      Logger::Instance().Info("max_time reached");
+      break;
+    }
+    bool interrupted = false;
+    int64_t first = batch_in_epoch_;
+    status = RunEpoch(train_loader, first, val_loader.get(), &interrupted);
+    if (!status.ok() || interrupted) break;
+  }
+  if (status.ok() && g_stop_signal.load() != 0) {
+    int signal = g_stop_signal.load();
+    std::string path = checkpoint_dir_ + "/last.ckpt";
+    absl::Status saved = absl::OkStatus();
+    if (checkpointing_enabled()) {
+      ::mkdir(checkpoint_dir_.c_str(), 0755);
+      saved = SaveCheckpoint(path);
+    }
+    status = WithExitCode(absl::AbortedError(absl::StrCat(
+                              "interrupted by ", signal == SIGINT ? "SIGINT" : "SIGTERM", " at epoch ", epoch_,
+                              ", step ", global_step_,
+                              saved.ok() ? absl::StrCat("; resume with ckpt_path=", path)
+                                         : absl::StrCat("; could not save a checkpoint: ", saved.message()))),
+                          128 + signal);
+  }
+  if (!status.ok()) {
+    for (auto& c : callbacks_) c->OnException(*this, status);
+    return status;
+  }
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnFitEnd(*this); }));
+  for (auto& logger : loggers_) KILN_RETURN_IF_ERROR(logger->Finish());
+  Logger::Instance().Info(absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", epoch_,
+                                          global_step_, samples_, elapsed_seconds(),
+                                          stop_reason_.empty() ? "" : " (" + stop_reason_ + ")"));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, data::DataLoader* val_loader,
+                               bool* interrupted) {
+  Task& task = *inputs_.task;
+  task.module().train();
+  if (first_batch == 0) train_log_.ResetEpoch();
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainEpochStart(*this); }));
+  auto epoch_start = std::chrono::steady_clock::now();
+  int64_t samples_at_start = samples_;
+  int64_t val_every = 0;  // mid-epoch validation every N batches
+  if (!options_.val_check_interval.fraction) {
+    val_every = static_cast<int64_t>(options_.val_check_interval.value);
+  } else if (options_.val_check_interval.value < 1.0) {
+    val_every = std::max<int64_t>(1, options_.val_check_interval.Of(train_batches_));
+  }
+  bool stop_mid_epoch = false;
+  auto status = loader.Run(epoch_, first_batch, train_batches_, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    bool last = batch.index + 1 == train_batches_;
+    bool stepped = false;
+    KILN_RETURN_IF_ERROR(TrainStep(batch, last, &stepped));
+    batch_in_epoch_ = batch.index + 1;
+    bool at_step_boundary = batch_in_epoch_ % options_.accumulate_grad_batches == 0 || last;
+    if (val_loader && val_every > 0 && !last && batch_in_epoch_ % val_every == 0) {
+      KILN_RETURN_IF_ERROR(Validate(*val_loader));
+      task.module().train();
+    }
+    if (at_step_boundary) {
+      if (g_stop_signal.load() != 0 || (options_.max_steps > 0 && global_step_ >= options_.max_steps) || OutOfTime()) {
+        stop_mid_epoch = true;
+        return false;
+      }
+    }
+    return true;
+  });
+  KILN_RETURN_IF_ERROR(status);
+  if (stop_mid_epoch && batch_in_epoch_ < train_batches_) {
+    *interrupted = true;
+    if (g_stop_signal.load() == 0 && checkpointing_enabled()) {
+      // max_steps or max_time ended training mid-epoch: keep a resumable checkpoint.
+      ::mkdir(checkpoint_dir_.c_str(), 0755);
+      KILN_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_dir_ + "/last.ckpt"));
+    }
+    return absl::OkStatus();
+  }
+
+  auto means = train_log_.EpochMeans();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+  for (const auto& [k, v] : means) callback_metrics_[k] = v;
+  bool validate = val_loader && (epoch_ + 1) % options_.check_val_every_n_epoch == 0;
+  if (validate) KILN_RETURN_IF_ERROR(Validate(*val_loader));
+  if (inputs_.scheduler && inputs_.scheduler->interval() == Scheduler::Interval::kEpoch) {
+    double metric = std::nan("");
+    auto it = callback_metrics_.find(inputs_.scheduler->monitor());
+    if (it != callback_metrics_.end()) metric = it->second;
+    inputs_.scheduler->Step(metric);
+  }
+  std::map<std::string, double> epoch_metrics;
+  for (const auto& [k, v] : means) epoch_metrics[k + "_epoch"] = v;
+  epoch_metrics["epoch"] = static_cast<double>(epoch_);
+  LogToLoggers(epoch_metrics);
+  Logger::Instance().Info(absl::StrFormat("epoch %d: %s  (%.1f s, %.0f samples/s)", epoch_,
+                                          FormatMetrics(callback_metrics_), seconds,
+                                          static_cast<double>(samples_ - samples_at_start) / std::max(seconds, 1e-9)));
+  // Checkpoints written at the end of the epoch resume at the next one.
+  ++epoch_;
+  batch_in_epoch_ = 0;
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainEpochEnd(*this); }));
+  if (stop_requested_ && epoch_ < options_.min_epochs) {
+    Logger::Instance().Info(absl::StrCat("not stopping before min_epochs=", options_.min_epochs));
+    stop_requested_ = false;
+    stop_reason_.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* stepped) {
+  Task& task = *inputs_.task;
+  batch.input = ToDevice(batch.input);
+  batch.target = ToDevice(batch.target);
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainBatchStart(*this, batch); }));
+  bool bf16 = options_.precision == "bf16-mixed";
+  if (bf16) compat::SetCpuAutocast(true, at::kBFloat16);
+  auto loss = task.TrainingStep(batch, train_log_);
+  if (bf16) compat::SetCpuAutocast(false, at::kBFloat16);
+  if (!loss.ok()) return loss.status();
+  double loss_value = loss->item<double>();
+  ++micro_batches_;
+  samples_ += batch.size();
+  if (!std::isfinite(loss_value)) {
+    std::string where = absl::StrCat("epoch ", epoch_, ", batch ", batch.index, ", step ", global_step_);
+    if (options_.on_nonfinite_loss == "stop") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss is ", loss_value, " at ", where,
+          "; stopped without writing a checkpoint (lower the learning rate, or set trainer.on_nonfinite_loss=skip)"));
+    }
+    Logger::Instance().Warning(absl::StrCat("skipping a step with loss ", loss_value, " at ", where));
+    optimizer_->zero_grad();
+    return absl::OkStatus();
+  }
+  (*loss / static_cast<double>(options_.accumulate_grad_batches)).backward();
+  bool boundary = (batch.index + 1) % options_.accumulate_grad_batches == 0 || last_in_epoch;
+  if (boundary) {
+    KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnBeforeOptimizerStep(*this); }));
+    if (options_.gradient_clip_val.has_value()) {
+      auto parameters = task.module().parameters();
+      if (options_.gradient_clip_algorithm == "norm") {
+        torch::nn::utils::clip_grad_norm_(parameters, *options_.gradient_clip_val);
+      } else {
+        torch::nn::utils::clip_grad_value_(parameters, *options_.gradient_clip_val);
+      }
+    }
+    optimizer_->step();
+    optimizer_->zero_grad();
+    ++global_step_;
+    *stepped = true;
+    if (inputs_.scheduler && inputs_.scheduler->interval() == Scheduler::Interval::kStep) {
+      inputs_.scheduler->Step(std::nan(""));
+    }
+    if (global_step_ % options_.log_every_n_steps == 0) {
+      std::map<std::string, double> metrics = train_log_.last();
+      auto& group = optimizer_->param_groups()[0];
+      metrics["lr"] = group.options().get_lr();
+      metrics["epoch"] = static_cast<double>(epoch_);
+      LogToLoggers(metrics);
+    }
+  }
+  return ForEachCallback([&](Callback& c) { return c.OnTrainBatchEnd(*this, batch, loss_value); });
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::RunEvaluation(data::DataLoader& loader, int64_t max_batches,
+                                                                     const std::string& stage) {
+  Task& task = *inputs_.task;
+  task.module().eval();
+  torch::NoGradGuard no_grad;
+  MetricLog log;
+  bool bf16 = options_.precision == "bf16-mixed";
+  auto status = loader.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    batch.input = ToDevice(batch.input);
+    batch.target = ToDevice(batch.target);
+    if (bf16) compat::SetCpuAutocast(true, at::kBFloat16);
+    auto st = task.EvaluationStep(batch, stage, log);
+    if (bf16) compat::SetCpuAutocast(false, at::kBFloat16);
+    KILN_RETURN_IF_ERROR(st);
+    return true;
+  });
+  KILN_RETURN_IF_ERROR(status);
+  return log.EpochMeans();
+}
+
+absl::Status Trainer::Validate(data::DataLoader& loader) {
+  KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnValidationStart(*this); }));
+  int64_t batches = options_.limit_val_batches.Of(loader.num_batches());
+  if (options_.fast_dev_run > 0) batches = std::min(batches, options_.fast_dev_run);
+  KILN_ASSIGN_OR_RETURN(auto metrics, RunEvaluation(loader, batches, "val"));
+  for (const auto& [k, v] : metrics) callback_metrics_[k] = v;
+  LogToLoggers(metrics);
+  return ForEachCallback([&](Callback& c) { return c.OnValidationEnd(*this, metrics); });
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
+  inputs_.task = &task;
+  start_ = std::chrono::steady_clock::now();
+  int threads = options_.num_threads > 0 ? options_.num_threads
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  task.module().to(device_);
+  KILN_RETURN_IF_ERROR(dm.PrepareData());
+  KILN_RETURN_IF_ERROR(dm.Setup(stage));
+  bool test = stage == data::Stage::kTest;
+  auto ds = test ? dm.test_dataset() : dm.val_dataset();
+  if (!ds) return absl::FailedPreconditionError(absl::StrCat("the data module has no ", test ? "test" : "validation", " split"));
+  data::LoaderOptions lo = dm.loader_options();
+  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), lo);
+  const BatchLimit& limit = test ? options_.limit_test_batches : options_.limit_val_batches;
+  int64_t batches = limit.Of(loader.num_batches());
+  if (options_.fast_dev_run > 0) batches = std::min(batches, options_.fast_dev_run);
+  KILN_ASSIGN_OR_RETURN(auto metrics, RunEvaluation(loader, batches, test ? "test" : "val"));
+  LogToLoggers(metrics);
+  if (test) KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTestEnd(*this, metrics); }));
+  Logger::Instance().Info(absl::StrCat(test ? "test: " : "validation: ", FormatMetrics(metrics)));
+  return metrics;
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
+  inputs_.task = &task;
+  task.module().to(device_);
+  task.module().eval();
+  KILN_RETURN_IF_ERROR(dm.PrepareData());
+  KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kPredict));
+  auto ds = dm.predict_dataset();
+  if (!ds) return absl::FailedPreconditionError("the data module has no prediction inputs");
+  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), dm.loader_options());
+  int64_t batches = options_.limit_predict_batches.Of(loader.num_batches());
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> outputs;
+  KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    batch.input = ToDevice(batch.input);
+    KILN_ASSIGN_OR_RETURN(torch::Tensor out, task.PredictStep(batch));
+    outputs.push_back(out.to(torch::kCPU));
+    return true;
+  }));
+  return outputs;
+}
+
+}  // namespace kiln

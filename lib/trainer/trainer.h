@@ -1,0 +1,101 @@
+// The Trainer (Lightning's): owns the loops. fit() trains a Task on a DataModule with an
+// optimizer and an optional scheduler, validating, logging, calling callbacks and checkpointing;
+// validate()/test() evaluate; predict() runs the model. Counters are kept apart: optimizer steps,
+// micro-batches, samples, epochs, wall time.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/core/exit_code.h"
+#include "lib/data/datamodule.h"
+#include "lib/trainer/callback.h"
+#include "lib/trainer/optimization.h"
+#include "lib/trainer/task.h"
+#include "lib/trainer/trainer_options.h"
+
+namespace kiln {
+
+struct FitInputs {
+  Task* task = nullptr;
+  data::DataModule* data = nullptr;
+  std::shared_ptr<OptimizerFactory> optimizer;
+  std::shared_ptr<Scheduler> scheduler;  // may be null
+  std::string ckpt_path;                 // "", "last", or a file
+  uint64_t seed = 0;
+  std::string config_yaml;               // the resolved job config, stored in checkpoints
+  std::string model_name;                // e.g. "cnn", checked when resuming
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
+          std::vector<std::shared_ptr<MetricsLogger>> loggers);
+
+  absl::Status Fit(const FitInputs& inputs);
+  // Evaluates on the validation ("val") or test ("test") split; returns the epoch means.
+  absl::StatusOr<std::map<std::string, double>> Evaluate(Task& task, data::DataModule& data, data::Stage stage);
+  absl::StatusOr<std::vector<torch::Tensor>> Predict(Task& task, data::DataModule& data);
+
+  // Loads a checkpoint's model weights into `task` (for validate/test/predict/export).
+  static absl::Status LoadWeights(const std::string& path, Task& task, const std::string& model_name);
+
+  // --- read by callbacks ---
+  const TrainerOptions& options() const { return options_; }
+  int64_t global_step() const { return global_step_; }       // optimizer steps taken
+  int64_t current_epoch() const { return epoch_; }
+  int64_t micro_batches() const { return micro_batches_; }
+  int64_t samples_seen() const { return samples_; }
+  double elapsed_seconds() const;
+  int64_t train_batches_per_epoch() const { return train_batches_; }
+  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
+  torch::optim::Optimizer* optimizer() const { return optimizer_.get(); }
+  Task* task() const { return inputs_.task; }
+  bool checkpointing_enabled() const { return options_.fast_dev_run == 0; }
+  // Where `ckpt_path=last` looks and interruption checkpoints go; ModelCheckpoint sets it.
+  void set_checkpoint_dir(std::string dir) { checkpoint_dir_ = std::move(dir); }
+  const std::string& checkpoint_dir() const { return checkpoint_dir_; }
+  // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
+  void RequestStop(const std::string& reason);
+  // Writes the full training state.
+  absl::Status SaveCheckpoint(const std::string& path);
+
+ private:
+  absl::Status RunEpoch(data::DataLoader& loader, int64_t first_batch, data::DataLoader* val_loader,
+                        bool* interrupted);
+  absl::Status TrainStep(data::Batch& batch, bool last_in_epoch, bool* stepped);
+  absl::StatusOr<std::map<std::string, double>> RunEvaluation(data::DataLoader& loader, int64_t max_batches,
+                                                              const std::string& stage);
+  absl::Status Validate(data::DataLoader& loader);
+  absl::Status ResumeFrom(const std::string& path);
+  absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
+  void LogToLoggers(const std::map<std::string, double>& metrics);
+  torch::Tensor ToDevice(const torch::Tensor& t) const;
+  bool OutOfTime() const;
+
+  TrainerOptions options_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<MetricsLogger>> loggers_;
+  FitInputs inputs_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  torch::Device device_{torch::kCPU};
+
+  int64_t global_step_ = 0, epoch_ = 0, batch_in_epoch_ = 0, micro_batches_ = 0, samples_ = 0;
+  int64_t train_batches_ = 0;
+  double elapsed_before_ = 0;  // wall time of earlier runs of a resumed fit
+  std::chrono::steady_clock::time_point start_;
+  std::map<std::string, double> callback_metrics_;
+  MetricLog train_log_;
+  bool stop_requested_ = false;
+  std::string stop_reason_;
+  std::string checkpoint_dir_;
+};
+
+}  // namespace kiln

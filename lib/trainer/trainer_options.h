@@ -1,0 +1,49 @@
+// Everything `trainer:` in the config can set, declared once (OptionSchema) so unknown keys and
+// wrong types are refused with the key and file:line, and `kiln list` can show them.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/registry/options.h"
+
+namespace kiln {
+
+// A batch limit given as a fraction of the loader (0.25) or a count of batches (10).
+struct BatchLimit {
+  bool fraction = true;
+  double value = 1.0;
+  int64_t Of(int64_t available) const;
+};
+
+struct TrainerOptions {
+  int64_t max_epochs = 10;
+  int64_t max_steps = -1;                 // optimizer steps; -1: no limit
+  std::optional<double> max_time;         // seconds
+  int64_t min_epochs = 0;
+  BatchLimit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
+  BatchLimit val_check_interval;          // fraction of an epoch or a batch count
+  int64_t check_val_every_n_epoch = 1;
+  int64_t num_sanity_val_steps = 2;
+  int64_t fast_dev_run = 0;               // >0: that many batches of each stage, one epoch, no checkpoints
+  int64_t overfit_batches = 0;            // >0: train and validate on the first N training batches
+  int64_t accumulate_grad_batches = 1;
+  std::optional<double> gradient_clip_val;
+  std::string gradient_clip_algorithm = "norm";
+  std::string precision = "32";           // "32" or "bf16-mixed"
+  std::string accelerator = "auto";       // cpu | cuda | auto
+  bool deterministic = false;
+  int num_threads = 0;                    // 0: every core
+  int64_t log_every_n_steps = 50;
+  bool enable_progress_bar = true;
+  std::string default_root_dir = ".";
+  std::string on_nonfinite_loss = "stop"; // stop | skip
+
+  static const OptionSchema& Schema();
+  // `trainer` is the `trainer:` node; `seconds` like "00:01:30:00" (DD:HH:MM:SS) or a number.
+  static absl::StatusOr<TrainerOptions> FromConfig(const config::Config& trainer);
+};
+
+}  // namespace kiln

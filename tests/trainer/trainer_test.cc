@@ -1,0 +1,252 @@
+// The trainer's contracts: an interrupted run (max_steps, or SIGTERM mid-epoch) resumed with
+// ckpt_path=last ends with parameters bitwise equal to an uninterrupted run, also with another
+// loader thread count; a NaN loss stops without a checkpoint; bad checkpoints are refused.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <csignal>
+
+#include "components/models/model.h"
+#include "lib/config/yaml_io.h"
+#include "lib/core/exit_code.h"
+#include "lib/data/datamodule.h"
+#include "lib/data/transform.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/checkpoint.h"
+#include "lib/trainer/trainer.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+config::Config Yaml(const std::string& text, const std::string& prefix) {
+  auto node = config::ParseYaml(text, prefix + ".yaml");
+  EXPECT_TRUE(node.ok()) << node.status();
+  return config::Config(*node, prefix);
+}
+
+// 96 random 8x8 images in 3 classes, augmented with a random crop and flip.
+class SyntheticImages : public data::DataModule {
+ public:
+  explicit SyntheticImages(int workers) : workers_(workers) {}
+  absl::Status Setup(data::Stage) override {
+    torch::manual_seed(7);
+    images_ = torch::rand({96, 1, 8, 8});
+    labels_ = torch::randint(0, 3, {96}, torch::kInt64);
+    auto crop = Registry<data::Transform>::Get().Instantiate(Yaml("_target_: random_crop\nsize: 8\npadding: 1\n", "t"));
+    auto flip = Registry<data::Transform>::Get().Instantiate(Yaml("_target_: horizontal_flip\n", "t"));
+    if (!crop.ok() || !flip.ok()) return absl::InternalError("transforms");
+    pipeline_ = data::TransformPipeline({*crop, *flip});
+    auto self = this;
+    struct Ds : data::Dataset {
+      SyntheticImages* owner;
+      int64_t size() const override { return owner->images_.size(0); }
+      absl::StatusOr<data::Example> Get(int64_t i, data::SampleRng& rng) const override {
+        return data::Example{owner->pipeline_.Apply(owner->images_[i], rng), owner->labels_[i]};
+      }
+    };
+    auto ds = std::make_shared<Ds>();
+    ds->owner = self;
+    train_ = ds;
+    return absl::OkStatus();
+  }
+  std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
+  std::shared_ptr<const data::Dataset> val_dataset() const override { return train_; }
+  data::LoaderOptions loader_options() const override {
+    data::LoaderOptions o;
+    o.batch_size = 16;
+    o.num_workers = workers_;
+    return o;
+  }
+
+  torch::Tensor images_, labels_;
+  data::TransformPipeline pipeline_;
+
+ private:
+  int workers_;
+  std::shared_ptr<const data::Dataset> train_;
+};
+
+class Classifier : public Task {
+ public:
+  explicit Classifier(bool poison = false) : poison_(poison) {}
+  absl::Status Build(const config::Config&) override {
+    auto m = Registry<Model>::Get().Instantiate(
+        Yaml("_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n", "model"));
+    if (!m.ok()) return m.status();
+    model_ = *m;
+    return absl::OkStatus();
+  }
+  torch::nn::Module& module() override { return *model_; }
+  absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& b, MetricLog& log) override {
+    auto loss = torch::nn::functional::cross_entropy(model_->forward(b.input), b.target);
+    if (poison_ && b.index == 2) loss = loss * std::nan("");
+    log.Log("train/loss", loss.item<double>(), static_cast<double>(b.size()));
+    return loss;
+  }
+  absl::Status EvaluationStep(const data::Batch& b, const std::string& stage, MetricLog& log) override {
+    auto logits = model_->forward(b.input);
+    log.Log(stage + "/acc", logits.argmax(1).eq(b.target).to(torch::kFloat).mean().item<double>(),
+            static_cast<double>(b.size()));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& b) override { return model_->forward(b.input); }
+
+ private:
+  bool poison_;
+  std::shared_ptr<Model> model_;
+};
+
+// Sends SIGTERM to this process after a given batch, as `kill -TERM` would.
+class SigtermAfter : public Callback {
+ public:
+  explicit SigtermAfter(int64_t step) : step_(step) {}
+  absl::Status OnTrainBatchEnd(Trainer& t, const data::Batch&, double) override {
+    if (t.global_step() == step_ && !sent_) {
+      sent_ = true;
+      std::raise(SIGTERM);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t step_;
+  bool sent_ = false;
+};
+
+struct RunResult {
+  absl::Status status;
+  std::vector<torch::Tensor> params;
+  int64_t steps = 0;
+};
+
+RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
+              std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false) {
+  RunResult result;
+  auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
+                                                     "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
+                                                 "trainer"));
+  EXPECT_TRUE(options.ok()) << options.status();
+  torch::manual_seed(1);
+  Classifier task(poison);
+  EXPECT_TRUE(task.Build(config::Config()).ok());
+  SyntheticImages data(workers);
+  auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: adamw\nlr: 0.01\n", "optimizer"));
+  auto scheduler = Registry<Scheduler>::Get().Instantiate(
+      Yaml("_target_: cosine_with_warmup\nwarmup_steps: 3\ntotal_steps: 18\n", "scheduler"));
+  EXPECT_TRUE(optimizer.ok() && scheduler.ok());
+  Trainer trainer(*options, std::move(callbacks), {});
+  FitInputs in;
+  in.task = &task;
+  in.data = &data;
+  in.optimizer = *optimizer;
+  in.scheduler = *scheduler;
+  in.ckpt_path = ckpt_path;
+  in.seed = 99;
+  in.model_name = "mlp";
+  result.status = trainer.Fit(in);
+  for (const auto& p : task.module().parameters()) result.params.push_back(p.detach().clone());
+  result.steps = trainer.global_step();
+  return result;
+}
+
+void ExpectBitwiseEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << " differs";
+}
+
+const char kThreeEpochs[] = "max_epochs: 3\nlog_every_n_steps: 1\n";
+
+TEST(TrainerResume, MaxStepsInterruptionResumesBitwiseEqual) {
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "");
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  EXPECT_EQ(full.steps, 18);  // 96 samples / 16 = 6 batches, 3 epochs
+  // Stop mid-epoch 1 (step 9 of 18), then resume to the end.
+  RunResult first = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 2, "");
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(first.steps, 9);
+  ASSERT_TRUE(testing::FileExists(b.path() + "/checkpoints/last.ckpt"));
+  RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last");
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+TEST(TrainerResume, SigtermMidEpochWritesCheckpointAndResumesBitwiseEqualWithOtherThreadCount) {
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "");
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  RunResult interrupted = Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(10)});
+  ASSERT_FALSE(interrupted.status.ok());
+  EXPECT_EQ(RequestedExitCode(interrupted.status), 128 + SIGTERM);
+  EXPECT_NE(std::string(interrupted.status.message()).find("SIGTERM"), std::string::npos) << interrupted.status;
+  EXPECT_EQ(interrupted.steps, 10);
+  // Resume with the loader on the training thread instead of two workers.
+  RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last");
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
+  testing::TempDir a, b;
+  RunResult fresh = Train(a.path(), kThreeEpochs, 2, "");
+  RunResult last = Train(b.path(), kThreeEpochs, 2, "last");
+  ASSERT_TRUE(last.status.ok()) << last.status;
+  ExpectBitwiseEqual(fresh.params, last.params);
+}
+
+TEST(Trainer, NanLossStopsWithAMessageAndNoCheckpoint) {
+  testing::TempDir dir;
+  RunResult r = Train(dir.path(), kThreeEpochs, 2, "", {}, /*poison=*/true);
+  ASSERT_FALSE(r.status.ok());
+  std::string m(r.status.message());
+  EXPECT_NE(m.find("loss is nan at epoch 0, batch 2"), std::string::npos) << m;
+  EXPECT_FALSE(testing::FileExists(dir.path() + "/checkpoints/last.ckpt"));
+}
+
+TEST(Trainer, NanLossCanBeSkipped) {
+  testing::TempDir dir;
+  RunResult r = Train(dir.path(), std::string(kThreeEpochs) + "on_nonfinite_loss: skip\n", 2, "", {}, true);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.steps, 15);  // batch 2 of each epoch skipped
+}
+
+TEST(Trainer, CorruptOrForeignCheckpointIsRefused) {
+  testing::TempDir dir;
+  dir.Write("checkpoints/last.ckpt", "not a checkpoint at all");
+  RunResult r = Train(dir.path(), kThreeEpochs, 2, "last");
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(std::string(r.status.message()).find("last.ckpt: not a readable kiln checkpoint"), std::string::npos)
+      << r.status;
+  // A checkpoint of another model: same format, other parameter shapes.
+  testing::TempDir other;
+  Classifier task;
+  ASSERT_TRUE(task.Build(config::Config()).ok());
+  auto status = WriteCheckpoint(other.path() + "/x.ckpt", [](torch::serialize::OutputArchive& ar) {
+    ar.write("meta/format", c10::IValue(kCheckpointFormat));
+    ar.write("model/names", c10::IValue(std::string("layers.0.weight\n")));
+    ar.write("model/0", torch::zeros({5, 5}));
+  });
+  ASSERT_TRUE(status.ok());
+  auto loaded = Trainer::LoadWeights(other.path() + "/x.ckpt", task, "mlp");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(std::string(loaded.message()).find("checkpoint of another model"), std::string::npos) << loaded;
+}
+
+TEST(TrainerOptions, UnknownKeyAndBadValuesAreNamed) {
+  auto bad = TrainerOptions::FromConfig(Yaml("max_epoch: 3\n", "trainer"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("unknown option 'trainer.max_epoch'"), std::string::npos);
+  EXPECT_NE(std::string(bad.status().message()).find("did you mean 'max_epochs'"), std::string::npos);
+  auto clip = TrainerOptions::FromConfig(Yaml("gradient_clip_algorithm: l3\n", "trainer"));
+  ASSERT_FALSE(clip.ok());
+  EXPECT_NE(std::string(clip.status().message()).find("trainer.gradient_clip_algorithm"), std::string::npos);
+  auto limit = TrainerOptions::FromConfig(Yaml("limit_train_batches: 10\nmax_time: 00:00:01:30\n", "trainer"));
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  EXPECT_EQ(limit->limit_train_batches.Of(100), 10);
+  EXPECT_DOUBLE_EQ(*limit->max_time, 90.0);
+}
+
+}  // namespace
+}  // namespace kiln
