@@ -1,5 +1,6 @@
 // MNIST-style IDX files (gzip-compressed or raw): Fashion-MNIST from Debian's
 // dataset-fashion-mnist, MNIST, KMNIST. The training file is split into train and val from a seed.
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <numeric>
@@ -15,8 +16,10 @@ namespace kiln::data {
 namespace {
 
 absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   gzFile file = gzopen(path.c_str(), "rb");  // reads plain files too
-  if (file == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open (no such file?)"));
+  if (file == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
   std::string data;
   char buf[1 << 16];
   int n = 0;

@@ -104,6 +104,14 @@ torch::Tensor Trainer::ToDevice(const torch::Tensor& t) const {
   return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
 }
 
+std::vector<std::pair<std::string, int64_t*>> Trainer::Counters() {
+  return {{"loop/global_step", &global_step_},
+          {"loop/epoch", &epoch_},
+          {"loop/batch_in_epoch", &batch_in_epoch_},
+          {"loop/micro_batches", &micro_batches_},
+          {"loop/samples", &samples_}};
+}
+
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   Task& task = *inputs_.task;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
@@ -123,11 +131,7 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
       inputs_.scheduler->Save(sched);
       archive.write("scheduler", sched);
     }
-    archive.write("loop/global_step", c10::IValue(global_step_));
-    archive.write("loop/epoch", c10::IValue(epoch_));
-    archive.write("loop/batch_in_epoch", c10::IValue(batch_in_epoch_));
-    archive.write("loop/micro_batches", c10::IValue(micro_batches_));
-    archive.write("loop/samples", c10::IValue(samples_));
+    for (const auto& [key, counter] : Counters()) archive.write(key, c10::IValue(*counter));
     archive.write("loop/elapsed_seconds", c10::IValue(elapsed_seconds()));
     archive.write("loop/seed", c10::IValue(static_cast<int64_t>(inputs_.seed)));
     archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
@@ -156,16 +160,10 @@ absl::Status Trainer::ResumeFrom(const std::string& path) {
     torch::serialize::InputArchive sched;
     if (inputs_.scheduler && archive.try_read("scheduler", sched)) inputs_.scheduler->Load(sched);
     c10::IValue v;
-    archive.read("loop/global_step", v);
-    global_step_ = v.toInt();
-    archive.read("loop/epoch", v);
-    epoch_ = v.toInt();
-    archive.read("loop/batch_in_epoch", v);
-    batch_in_epoch_ = v.toInt();
-    archive.read("loop/micro_batches", v);
-    micro_batches_ = v.toInt();
-    archive.read("loop/samples", v);
-    samples_ = v.toInt();
+    for (const auto& [key, counter] : Counters()) {
+      archive.read(key, v);
+      *counter = v.toInt();
+    }
     archive.read("loop/elapsed_seconds", v);
     elapsed_before_ = v.toDouble();
     torch::Tensor rng;

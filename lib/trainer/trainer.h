@@ -75,6 +75,8 @@ class Trainer {
                                                               const std::string& stage);
   absl::Status Validate(data::DataLoader& loader);
   absl::Status ResumeFrom(const std::string& path);
+  // The loop counters a checkpoint carries, by archive key.
+  std::vector<std::pair<std::string, int64_t*>> Counters();
   absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
   void LogToLoggers(const std::map<std::string, double>& metrics);
   torch::Tensor ToDevice(const torch::Tensor& t) const;

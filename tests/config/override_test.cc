@@ -163,11 +163,11 @@ TEST(ParseOverride, EmptyKeyIsAnError) {
 }
 
 TEST(ParseOverride, InvalidKeysAreErrors) {
-  ParseError("a..b=1");
-  ParseError("a b=1");
-  ParseError("x =1");
-  ParseError("a/b.c=1");
-  ParseError("db@a@b=x");
+  (void)ParseError("a..b=1");
+  (void)ParseError("a b=1");
+  (void)ParseError("x =1");
+  (void)ParseError("a/b.c=1");
+  (void)ParseError("db@a@b=x");
 }
 
 // --- Typed values ---
@@ -532,9 +532,9 @@ TEST(OverrideSweeps, TagWrapsASweep) {
   EXPECT_EQ(o.sweep.kind, SweepKind::kInterval);
 }
 
-TEST(OverrideSweeps, ChoiceNeedsAValue) { ParseError("x=choice()"); }
+TEST(OverrideSweeps, ChoiceNeedsAValue) { (void)ParseError("x=choice()"); }
 
-TEST(OverrideSweeps, SweepInsideAListIsAnError) { ParseError("x=[choice(1,2)]"); }
+TEST(OverrideSweeps, SweepInsideAListIsAnError) { (void)ParseError("x=[choice(1,2)]"); }
 
 // --- Sweep expansion ---
 

@@ -1,0 +1,106 @@
+"""The reference for bench/fashion_mnist_speed.sh: the same CNN as kiln's `cnn` model (conv 32 ->
+conv 64 with BatchNorm and max-pool, FC 128, FC 10), batch 128, AdamW, 2 threads, trained on
+Fashion-MNIST with a plain PyTorch loop and DataLoader (2 workers). Prints samples/s over the
+timed batches.
+
+usage: pytorch_reference.py WARMUP TIMED torchvision|numpy
+  torchvision: torchvision.datasets.FashionMNIST with ToTensor() and Normalize(), the usual loop
+  numpy:       the decoded arrays indexed directly (a hand-optimized loop, faster than most code)"""
+import gzip
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+ROOT = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+class FashionMnist(torch.utils.data.Dataset):
+    def __init__(self):
+        self.images = read_idx(f"{ROOT}/train-images-idx3-ubyte.gz")
+        self.labels = read_idx(f"{ROOT}/train-labels-idx1-ubyte.gz").astype(np.int64)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        image = torch.from_numpy(self.images[i].astype(np.float32) / 255.0).unsqueeze(0)
+        return (image - 0.2860) / 0.3530, self.labels[i]
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.25)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = torch.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
+        x = self.dropout(torch.relu(self.fc1(x.flatten(1))))
+        return self.fc2(x)
+
+
+def torchvision_dataset(work_dir):
+    import os
+    import shutil
+    import torchvision
+    from torchvision import transforms
+
+    # torchvision reads the uncompressed files from ROOT/FashionMNIST/raw/ (it would download them).
+    raw = os.path.join(work_dir, "FashionMNIST", "raw")
+    os.makedirs(raw, exist_ok=True)
+    for name in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"]:
+        with gzip.open(f"{ROOT}/{name}.gz", "rb") as src, open(os.path.join(raw, name), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.2860,), (0.3530,))])
+    return torchvision.datasets.FashionMNIST(work_dir, train=True, transform=tf, download=False)
+
+
+def main():
+    warmup, timed, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    if mode == "torchvision":
+        import tempfile
+        dataset = torchvision_dataset(tempfile.mkdtemp())
+    else:
+        dataset = FashionMnist()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, num_workers=2,
+                                         drop_last=True, persistent_workers=True)
+    model = Cnn()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=0.01)
+    model.train()
+    seen, start = 0, None
+    for step, (x, y) in enumerate(loader):
+        if step == warmup:
+            start, seen = time.perf_counter(), 0
+        if step == warmup + timed:
+            break
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        seen += x.shape[0]
+    print(f"{seen / (time.perf_counter() - start):.1f}")
+
+
+if __name__ == "__main__":
+    main()

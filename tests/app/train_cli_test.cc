@@ -1,0 +1,199 @@
+// `kiln train/test` as a user runs them, on small IDX files the test writes: bad inputs end in one
+// line and a non-zero exit with nothing half-written; SIGTERM stops with 143 and a resumable
+// checkpoint; kill -9 in the middle of checkpoint writes never leaves a broken last.ckpt.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::FileExists;
+using testing::RunProcess;
+using testing::TempDir;
+
+void WriteIdx(const std::string& path, const std::vector<uint32_t>& shape, const std::vector<uint8_t>& data,
+              bool gzip = true, size_t truncate_to = 0) {
+  std::string bytes = {0, 0, 8, static_cast<char>(shape.size())};
+  for (uint32_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) bytes += static_cast<char>((d >> s) & 0xff);
+  }
+  bytes.append(reinterpret_cast<const char*>(data.data()), data.size());
+  if (truncate_to > 0) bytes.resize(truncate_to);
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+}
+
+// 512 training and 128 test images of 28x28 whose class is a brightness band.
+void WriteData(const std::string& dir, int n_train = 512) {
+  std::mt19937 rng(3);
+  for (auto [prefix, n] : {std::pair<std::string, int>{"train", n_train}, {"t10k", 128}}) {
+    std::vector<uint8_t> images(static_cast<size_t>(n) * 784), labels(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 3);
+      for (int p = 0; p < 784; ++p) images[static_cast<size_t>(i) * 784 + p] = static_cast<uint8_t>(labels[i] * 80 + rng() % 40);
+    }
+    WriteIdx(dir + "/" + prefix + "-images-idx3-ubyte.gz", {static_cast<uint32_t>(n), 28, 28}, images);
+    WriteIdx(dir + "/" + prefix + "-labels-idx1-ubyte.gz", {static_cast<uint32_t>(n)}, labels);
+  }
+}
+
+double TestAccuracy(const std::string& yaml) {
+  size_t at = yaml.find("test/acc: ");
+  return at == std::string::npos ? -1 : std::atof(yaml.c_str() + at + 10);
+}
+
+class TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("data/.keep", "");
+    WriteData(dir_.path() + "/data");
+  }
+
+  std::vector<std::string> Args(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY, "train", "data.root=" + dir_.path() + "/data", "model=mlp",
+                                     "trainer.max_epochs=2", "data.batch_size=32", "hydra.run.dir=" + dir_.path() + "/run",
+                                     "trainer.num_threads=1", "callbacks.early_stopping=null"};
+    for (auto& e : extra) {
+      if (e == "test" || e == "validate") {
+        argv[1] = e;
+        continue;
+      }
+      argv.push_back(e);
+    }
+    return argv;
+  }
+
+  testing::ProcessResult Kiln(std::vector<std::string> extra) { return RunProcess(Args(std::move(extra))); }
+
+  TempDir dir_;
+};
+
+TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
+  auto r = Kiln({"scheduler=null", "trainer.max_epochs=4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/run";
+  EXPECT_TRUE(FileExists(run + "/checkpoints/last.ckpt"));
+  EXPECT_TRUE(FileExists(run + "/checkpoints/best_model_path.txt"));
+  EXPECT_TRUE(FileExists(run + "/metrics.csv"));
+  std::string results = testing::ReadFile(run + "/test_metrics.yaml");
+  EXPECT_GE(TestAccuracy(results), 0.9) << results << r.err;  // the brightness bands are separable
+  auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(results)) << t.out;
+}
+
+struct BadTrainInput {
+  std::string name;
+  std::vector<std::string> args;
+  std::string mention;
+};
+void PrintTo(const BadTrainInput& b, std::ostream* os) { *os << b.name; }
+
+class TrainBadInputTest : public TrainCliTest, public ::testing::WithParamInterface<BadTrainInput> {};
+
+TEST_P(TrainBadInputTest, OneLineNonZeroExitNothingWritten) {
+  WriteIdx(dir_.path() + "/data/short-images.gz", {512, 28, 28}, std::vector<uint8_t>(512 * 784), true, 1000);
+  WriteIdx(dir_.path() + "/data/not-idx.gz", {4}, {1, 2, 3, 4});
+  std::ofstream(dir_.path() + "/bad.ckpt") << "garbage";
+  auto args = GetParam().args;
+  for (auto& a : args) {
+    size_t at = a.find("DIR");
+    if (at != std::string::npos) a.replace(at, 3, dir_.path());
+  }
+  auto r = Kiln(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  std::string last_line = r.err.substr(r.err.rfind("kiln: error: "));
+  EXPECT_EQ(std::count(last_line.begin(), last_line.end(), '\n'), 1) << r.err;
+  std::string mention = GetParam().mention;
+  if (size_t at = mention.find("DIR"); at != std::string::npos) mention.replace(at, 3, dir_.path());
+  EXPECT_NE(last_line.find(mention), std::string::npos) << r.err;
+  EXPECT_FALSE(FileExists(dir_.path() + "/run/checkpoints/last.ckpt"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainBadInputTest,
+    ::testing::Values(
+        BadTrainInput{"MissingDatasetPath", {"data.root=DIR/nowhere"}, "DIR/nowhere/train-images-idx3-ubyte.gz: no such file"},
+        BadTrainInput{"TruncatedIdx", {"data.train_images=short-images.gz"}, "short-images.gz: truncated IDX file"},
+        BadTrainInput{"NotIdx", {"data.train_images=not-idx.gz"}, "not-idx.gz: expected an IDX file with 3 dimensions"},
+        BadTrainInput{"UnknownTarget", {"model._target_=resnt"}, "unknown model 'resnt'"},
+        BadTrainInput{"UnknownOption", {"+model.widht=3"}, "unknown option 'model.widht'"},
+        BadTrainInput{"CorruptCheckpoint", {"ckpt_path=DIR/bad.ckpt"}, "bad.ckpt: not a readable kiln checkpoint"},
+        BadTrainInput{"MissingCheckpoint", {"test", "ckpt_path=DIR/none.ckpt"}, "none.ckpt: no such checkpoint"}),
+    [](const ::testing::TestParamInfo<BadTrainInput>& info) { return info.param.name; });
+
+TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto t = Kiln({"test", "model=cnn", "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt",
+                 "hydra.run.dir=" + dir_.path() + "/eval"});
+  EXPECT_EQ(t.exit_code, 2);
+  EXPECT_NE(t.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos) << t.err;
+}
+
+// Starts training in the background and returns its pid.
+pid_t Spawn(const std::vector<std::string>& argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST_F(TrainCliTest, SigtermExitsWith143AndLeavesAResumableCheckpoint) {
+  WriteData(dir_.path() + "/data", 4096);
+  pid_t pid = Spawn(Args({"trainer.max_epochs=50", "callbacks.model_checkpoint.save_last=false"}));
+  std::string ckpt = dir_.path() + "/run/checkpoints/last.ckpt";
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  ASSERT_TRUE(FileExists(ckpt));
+  auto r = Kiln({"trainer.max_epochs=1", "ckpt_path=last", "test=false"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed from " + ckpt), std::string::npos) << r.err;
+}
+
+TEST_F(TrainCliTest, Kill9DuringCheckpointWritesNeverBreaksTheLastCheckpoint) {
+  // A checkpoint every optimizer step, killed at varying moments: last.ckpt is always whole.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    pid_t pid = Spawn(Args({"trainer.max_epochs=50", "+callbacks.model_checkpoint.every_n_train_steps=1",
+                            "callbacks.model_checkpoint.save_top_k=0"}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500 + 137 * attempt));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    std::string ckpt = dir_.path() + "/run/checkpoints/last.ckpt";
+    if (!FileExists(ckpt)) continue;  // killed before the first checkpoint
+    auto t = Kiln({"test", "ckpt_path=" + ckpt, "hydra.run.dir=" + dir_.path() + "/eval"});
+    EXPECT_EQ(t.exit_code, 0) << "attempt " << attempt << ": " << t.err;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
