@@ -22,13 +22,20 @@ cp "$root"/fuzz/regressions/compose/* "$work/compose/" 2>/dev/null || true
 for f in "$cases"/*/conf/*.yaml "$cases"/*/conf/*/*.yaml; do
   [[ -f $f ]] && cp "$f" "$work/compose/$(echo "$f" | md5sum | cut -c1-12).yaml"
 done
-common=(-seed=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+artifacts=${KILN_FUZZ_ARTIFACTS:-$(dirname "$bin")/../fuzz-artifacts}
+mkdir -p "$artifacts"
+common=(-seed=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/")
 # The override parser is cheap per input; composition writes and reads files.
 for spec in override_parser:${KILN_FUZZ_OVERRIDE_RUNS:-400000} compose:${KILN_FUZZ_COMPOSE_RUNS:-20000}; do
   target=${spec%%:*} runs=${spec##*:}
   corpus=$work/${target%_parser}
   echo "== $target: $(ls "$corpus" | wc -l) seeds, $runs runs"
-  (cd "$work" && "$bin/${target}_fuzzer" "${common[@]}" -runs="$runs" "$corpus" 2>&1) | grep -E "stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|Done" || true
-  test "${PIPESTATUS[0]}" -eq 0
+  status=0
+  (cd "$work" && "$bin/${target}_fuzzer" "${common[@]}" -runs="$runs" "$corpus") > "$work/$target.log" 2>&1 || status=$?
+  grep -aE "stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|Done" "$work/$target.log" || true
+  if [[ $status -ne 0 ]]; then
+    echo "$target failed (exit $status); the input that failed is in $artifacts"
+    exit 1
+  fi
 done
 echo "fuzzing finished: no crash, leak or timeout"

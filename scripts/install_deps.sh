@@ -16,6 +16,7 @@ set -euo pipefail
 #   libsndfile1-dev                                      audio file reading (speech tasks)
 #   libgtest-dev libgmock-dev                            the test suite
 #   zlib1g-dev                                           gzip-compressed IDX files
+#   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
 PACKAGES=(
@@ -23,7 +24,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev
-  libgtest-dev libgmock-dev zlib1g-dev
+  libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-yaml
 )

@@ -13,6 +13,8 @@
 namespace kiln::config {
 namespace {
 
+constexpr size_t kMaxInterpolatedLength = 1 << 20;
+
 // Index of the '}' closing the "${" at `open`, or npos.
 size_t MatchingClose(absl::string_view s, size_t open) {
   int depth = 0;
@@ -287,6 +289,7 @@ absl::StatusOr<NodePtr> Interpolator::Resolve(const NodePtr& node,
 
 absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
                                                     const std::vector<std::string>& path) {
+  if (auto it = resolved_.find(&node); it != resolved_.end()) return it->second->Clone();
   if (std::find(stack_.begin(), stack_.end(), &node) != stack_.end()) {
     std::vector<std::string> chain(stack_keys_.begin(), stack_keys_.end());
     chain.push_back(JoinPath(path));
@@ -324,6 +327,7 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
   NodePtr out = *result;
   if (out.use_count() > 1) out = out->Clone();
   out->set_source(node.source());
+  resolved_[&node] = out->Clone();
   return out;
 }
 
@@ -362,6 +366,10 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
                                                        "' points to a missing value (\?\?\?)"));
       }
       out += PythonStr(**value);
+      if (out.size() > kMaxInterpolatedLength) {
+        return absl::InvalidArgumentError(absl::StrCat("interpolation result longer than ", kMaxInterpolatedLength,
+                                                       " characters in '", text.substr(0, 60), "...'"));
+      }
       i = close;
       continue;
     }
@@ -477,6 +485,7 @@ absl::StatusOr<NodePtr> Interpolator::Lookup(absl::string_view key,
       auto resolved = Resolve(current, *target_path);
       if (!resolved.ok()) return resolved.status();
       current = *resolved;
+      temporaries_.push_back(current);
       if (current->is_map()) {
         current = current->Find(seg);
       } else {

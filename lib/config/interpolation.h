@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ class Interpolator {
   NodePtr hydra_root_;
   const ResolverRegistry& resolvers_;
   std::vector<const Node*> stack_;
+  // Each node sits at one place in the tree, so its resolved value is fixed; remembering it keeps
+  // configs whose interpolations fan out (a: ${b}${b}, b: ${c}${c}, ...) linear instead of exponential.
+  std::unordered_map<const Node*, NodePtr> resolved_;
+  // Containers resolved on the way through a key; kept alive so their addresses stay unique.
+  std::vector<NodePtr> temporaries_;
   std::vector<std::string> stack_keys_;
 };
 

@@ -1,5 +1,6 @@
 #include "lib/config/yaml_io.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -394,7 +395,9 @@ void Emit(const Node& node, int indent, std::string* out) {
   const std::string pad(indent, ' ');
   if (node.is_map()) {
     for (const auto& [key, value] : node.entries()) {
-      *out += pad + KeyToYaml(key) + ":";
+      std::string k = KeyToYaml(key);
+      // Implicit keys are limited to 1024 characters; longer ones need YAML's explicit "? key".
+      *out += k.size() > 1000 ? pad + "? " + k + "\n" + pad + ":" : pad + k + ":";
       EmitValueAfterKey(*value, indent, out);
     }
   } else if (node.is_list()) {
@@ -491,18 +494,47 @@ absl::Status CheckCharacters(absl::string_view text, const std::string& file) {
   return absl::OkStatus();
 }
 
+// Records where documents start; the events themselves are not needed.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  std::vector<YAML::Mark> starts;
+};
+
+// A config file holds one document. Counting documents with a bound also avoids yaml-cpp 0.7's
+// endless loop on some invalid input (a "document" that never advances; fixed upstream in 2024).
+absl::Status CheckSingleDocument(const std::string& text, const std::string& file) {
+  std::stringstream stream(text);
+  YAML::Parser parser(stream);
+  DocumentStarts handler;
+  for (int i = 0; i < 2 && parser.HandleNextDocument(handler); ++i) {
+  }
+  if (handler.starts.size() < 2) return absl::OkStatus();
+  const YAML::Mark& second = handler.starts[1];
+  if (second.pos == handler.starts[0].pos) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", second.line + 1, ":", second.column + 1,
+                                                   ": invalid YAML: the parser cannot continue here"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(file, ":", second.line + 1,
+                                                 ": invalid YAML: expected a single document, found more "
+                                                 "(separated by ---)"));
+}
+
 absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& file) {
   if (auto st = CheckCharacters(text, file); !st.ok()) return st;
   auto file_name = std::make_shared<const std::string>(file);
   YAML::Node root;
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ":", documents[1].Mark().line + 1, ": invalid YAML: expected a single document, found ",
-          documents.size(), " (separated by ---)"));
-    }
-    if (!documents.empty()) root = documents[0];
+    if (auto st = CheckSingleDocument(std::string(text), file); !st.ok()) return st;
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ":",
                                                    e.mark.column + 1, ": invalid YAML: ", e.msg));

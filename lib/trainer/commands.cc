@@ -11,6 +11,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/safetensors.h"
 #include "lib/trainer/trainer.h"
 
 namespace kiln {
@@ -158,7 +159,24 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
   return WriteResults(ctx.output_dir, stage == data::Stage::kTest ? "test_metrics.yaml" : "val_metrics.yaml", metrics);
 }
 
+// `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config.
+absl::Status ExportCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/false));
+  if (job.ckpt_path.empty()) return absl::InvalidArgumentError("kiln export needs a checkpoint: ckpt_path=PATH (or last, best)");
+  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(job));
+  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *job.task, job.model_name));
+  std::string weights = ctx.output_dir + "/model.safetensors";
+  KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job.task->module()),
+                                        {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job.model_name},
+                                         {"source", path}}));
+  KILN_RETURN_IF_ERROR(app::WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
+  Logger::Instance().Info(absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
+  std::printf("%s\n", weights.c_str());
+  return absl::OkStatus();
+}
+
 const bool kRegistered = [] {
+  app::RegisterCommand("export", ExportCommand);
   app::RegisterCommand("train", TrainCommand);
   app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
   app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });

@@ -71,7 +71,7 @@ class TrainCliTest : public ::testing::Test {
                                      "trainer.max_epochs=2", "data.batch_size=32", "hydra.run.dir=" + dir_.path() + "/run",
                                      "trainer.num_threads=1", "callbacks.early_stopping=null"};
     for (auto& e : extra) {
-      if (e == "test" || e == "validate") {
+      if (e == "test" || e == "validate" || e == "export") {
         argv[1] = e;
         continue;
       }
@@ -97,6 +97,12 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(results)) << t.out;
+  auto e = Kiln({"export", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/export"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(e.out, dir_.path() + "/export/model.safetensors\n");
+  std::string weights = testing::ReadFile(dir_.path() + "/export/model.safetensors");
+  EXPECT_NE(weights.find("\"layers.0.weight\""), std::string::npos);  // PyTorch names in the header
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/export/config.yaml").find("_target_: mlp"), std::string::npos);
 }
 
 struct BadTrainInput {

@@ -1,0 +1,127 @@
+// ResNet-18/34/50 with torchvision's layout and parameter names (conv1, bn1, layer1.0.conv1, ...,
+// layer2.0.downsample.0, fc), so weights move between kiln and torchvision as they are.
+#include "absl/strings/str_cat.h"
+#include "components/models/model.h"
+#include "lib/registry/registry.h"
+
+namespace kiln {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+}
+
+// BasicBlock (ResNet-18/34) and Bottleneck (ResNet-50), as torchvision builds them.
+class Block : public nn::Module {
+ public:
+  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck) : bottleneck_(bottleneck) {
+    int64_t out = planes * (bottleneck ? 4 : 1);
+    if (bottleneck) {
+      conv1_ = register_module("conv1", Conv(in, planes, 1, 1, 0));
+      bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+      conv2_ = register_module("conv2", Conv(planes, planes, 3, stride, 1));
+      bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+      conv3_ = register_module("conv3", Conv(planes, out, 1, 1, 0));
+      bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+    } else {
+      conv1_ = register_module("conv1", Conv(in, planes, 3, stride, 1));
+      bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+      conv2_ = register_module("conv2", Conv(planes, planes, 3, 1, 1));
+      bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    }
+    if (stride != 1 || in != out) {
+      downsample_ = register_module("downsample", nn::Sequential(Conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
+    }
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
+    torch::Tensor y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    if (bottleneck_) y = bn3_->forward(conv3_->forward(torch::relu(y)));
+    return torch::relu(y + identity);
+  }
+
+  // torchvision's zero_init_residual: the last norm of each block starts at zero.
+  void ZeroInitLastNorm() { nn::init::zeros_((bottleneck_ ? bn3_ : bn2_)->weight); }
+
+ private:
+  bool bottleneck_;
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  nn::Sequential downsample_{nullptr};
+};
+
+class ResNet : public Model {
+ public:
+  ResNet(int64_t depth, int64_t in_channels, int64_t num_classes, bool zero_init_residual) {
+    const std::vector<int64_t> counts = depth == 18 ? std::vector<int64_t>{2, 2, 2, 2} : std::vector<int64_t>{3, 4, 6, 3};
+    bool bottleneck = depth == 50;
+    conv1_ = register_module("conv1", Conv(in_channels, 64, 7, 2, 3));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+    int64_t in = 64;
+    for (int64_t stage = 0; stage < 4; ++stage) {
+      int64_t planes = 64 << stage;
+      nn::Sequential layer;
+      for (int64_t b = 0; b < counts[static_cast<size_t>(stage)]; ++b) {
+        auto block = std::make_shared<Block>(in, planes, b == 0 && stage > 0 ? 2 : 1, bottleneck);
+        in = planes * (bottleneck ? 4 : 1);
+        blocks_.push_back(block);
+        layer->push_back(block);
+      }
+      layers_.push_back(register_module(absl::StrCat("layer", stage + 1), layer));
+    }
+    fc_ = register_module("fc", nn::Linear(in, num_classes));
+    // torchvision's initialization: Kaiming normal (fan_out) for convs, BatchNorm at 1 and 0.
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* conv = m->as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
+      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+        nn::init::ones_(bn->weight);
+        nn::init::zeros_(bn->bias);
+      }
+    }
+    if (zero_init_residual) {
+      for (auto& block : blocks_) block->ZeroInitLastNorm();
+    }
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(bn1_->forward(conv1_->forward(x))), 3, 2, 1);
+    for (auto& layer : layers_) {
+      for (size_t i = 0; i < layer->size(); ++i) x = layer[i]->as<Block>()->forward(x);
+    }
+    return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr};
+  std::vector<nn::Sequential> layers_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  nn::Linear fc_{nullptr};
+};
+
+KILN_REGISTER(Model, "resnet", "ResNet-18/34/50 with torchvision's layout and parameter names",
+              OptionSchema()
+                  .Int("depth", 18, "18, 34 or 50")
+                  .Int("in_channels", 3, "channels of the input images")
+                  .Required("num_classes", OptionType::kInt, "number of outputs")
+                  .Bool("zero_init_residual", false, "start each block's last BatchNorm at zero"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
+                KILN_ASSIGN_OR_RETURN(int64_t depth, cfg.Get<int64_t>("depth"));
+                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_channels"));
+                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
+                KILN_ASSIGN_OR_RETURN(bool zero_init, cfg.Get<bool>("zero_init_residual"));
+                if (depth != 18 && depth != 34 && depth != 50) {
+                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("depth"),
+                                                                 "' must be 18, 34 or 50, got ", depth,
+                                                                 " (set at ", cfg.WhereSet("depth"), ")"));
+                }
+                return std::make_shared<ResNet>(depth, in, classes, zero_init);
+              });
+
+}  // namespace
+}  // namespace kiln
