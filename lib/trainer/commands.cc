@@ -11,6 +11,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/trainer.h"
 
@@ -63,7 +64,22 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   KILN_ASSIGN_OR_RETURN(job.options, TrainerOptions::FromConfig(trainer_cfg));
   KILN_ASSIGN_OR_RETURN(config::Config task_cfg, cfg.Sub("task"));
   KILN_ASSIGN_OR_RETURN(job.task, Registry<Task>::Get().Instantiate(task_cfg));
-  KILN_RETURN_IF_ERROR(job.task->Build(cfg));
+  // `model.init_from: PATH` (safetensors, PyTorch names) starts from given weights; it is not a
+  // model option, so the model is built from the config without it.
+  std::string init_from;
+  config::Config build_cfg = cfg;
+  if (!IsNull(cfg, "model.init_from")) {
+    KILN_ASSIGN_OR_RETURN(init_from, cfg.Get<std::string>("model.init_from"));
+    config::NodePtr copy = cfg.node()->Clone();
+    copy->Find("model")->Erase("init_from");
+    build_cfg = config::Config(copy, cfg.prefix());
+  }
+  KILN_RETURN_IF_ERROR(job.task->Build(build_cfg));
+  if (!init_from.empty()) {
+    KILN_ASSIGN_OR_RETURN(auto weights, ReadSafetensors(init_from));
+    KILN_RETURN_IF_ERROR(LoadModelState(weights, job.task->module(), init_from));
+    Logger::Instance().Info(absl::StrCat("model weights from ", init_from));
+  }
   job.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
   KILN_ASSIGN_OR_RETURN(job.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));

@@ -103,6 +103,16 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   std::string weights = testing::ReadFile(dir_.path() + "/export/model.safetensors");
   EXPECT_NE(weights.find("\"layers.0.weight\""), std::string::npos);  // PyTorch names in the header
   EXPECT_NE(testing::ReadFile(dir_.path() + "/export/config.yaml").find("_target_: mlp"), std::string::npos);
+  // Fine-tuning starts from exported weights: with no training at all, the test accuracy is the
+  // exported model's.
+  auto init = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "trainer.max_epochs=0",
+                    "scheduler=null", "callbacks.model_checkpoint=null", "hydra.run.dir=" + dir_.path() + "/init"});
+  ASSERT_EQ(init.exit_code, 0) << init.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(testing::ReadFile(dir_.path() + "/init/test_metrics.yaml")), TestAccuracy(results));
+  auto wrong = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "model=cnn", "trainer.max_epochs=0", "scheduler=null",
+                     "hydra.run.dir=" + dir_.path() + "/wrong"});
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("model.safetensors: checkpoint of another model"), std::string::npos) << wrong.err;
 }
 
 struct BadTrainInput {
