@@ -150,7 +150,14 @@ class Application {
     absl::Status status;
     auto it = Commands().find(cl_.command);
     if (it != Commands().end()) {
-      status = it->second(job);
+      // Components call LibTorch, which throws (a model that does not fit the data's shape, ...):
+      // one line with the message, never a stack trace.
+      try {
+        status = it->second(job);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        status = absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", what.substr(0, what.find('\n'))));
+      }
     } else {
       Logger::Instance().Warning(absl::StrCat(
           "kiln ", cl_.command, ": this build has no training engine yet; the job's config was composed "

@@ -52,9 +52,17 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
   examples.reserve(end - begin);
   for (size_t i = begin; i < end; ++i) {
     SampleRng rng(options_.seed, epoch, order[i]);
-    auto example = dataset_->Get(order[i], rng);
-    if (!example.ok()) return example.status();
-    examples.push_back(*std::move(example));
+    // Transforms run LibTorch ops that throw on mismatched shapes; an exception must not escape a
+    // loader thread (it would end the process), so it becomes an error naming the sample.
+    try {
+      auto example = dataset_->Get(order[i], rng);
+      if (!example.ok()) return example.status();
+      examples.push_back(*std::move(example));
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", order[i], ": ",
+                                                     what.substr(0, what.find('\n'))));
+    }
   }
   auto batch = Collate(examples);
   if (!batch.ok()) return batch.status();
@@ -150,6 +158,16 @@ absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const C
                                                             }));
     });
   });
+  // Stops and joins the producer on every way out, including an exception from `consume`
+  // (destroying a joinable std::thread would end the process).
+  struct StopProducer {
+    BoundedQueue& queue;
+    std::thread& thread;
+    ~StopProducer() {
+      queue.Cancel();
+      thread.join();
+    }
+  } stop{queue, producer};
   absl::Status status;
   for (int64_t b = first; b < last; ++b) {
     auto batch = queue.Pop();
@@ -164,8 +182,6 @@ absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const C
     }
     if (!*more) break;
   }
-  queue.Cancel();
-  producer.join();
   return status;
 }
 

@@ -153,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrainInput{"UnknownTarget", {"model._target_=resnt"}, "unknown model 'resnt'"},
         BadTrainInput{"UnknownOption", {"+model.widht=3"}, "unknown option 'model.widht'"},
         BadTrainInput{"CorruptCheckpoint", {"ckpt_path=DIR/bad.ckpt"}, "bad.ckpt: not a readable kiln checkpoint"},
-        BadTrainInput{"MissingCheckpoint", {"test", "ckpt_path=DIR/none.ckpt"}, "none.ckpt: no such checkpoint"}),
+        BadTrainInput{"MissingCheckpoint", {"test", "ckpt_path=DIR/none.ckpt"}, "none.ckpt: no such checkpoint"},
+        BadTrainInput{"ModelDoesNotFitTheData", {"model.in_features=100"}, "kiln train failed: mat1 and mat2 shapes"}),
     [](const ::testing::TestParamInfo<BadTrainInput>& info) { return info.param.name; });
 
 TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {

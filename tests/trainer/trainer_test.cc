@@ -234,6 +234,38 @@ TEST(Trainer, CorruptOrForeignCheckpointIsRefused) {
   EXPECT_NE(std::string(loaded.message()).find("checkpoint of another model"), std::string::npos) << loaded;
 }
 
+TEST(DataLoader, AnExceptionInALoaderThreadBecomesAnErrorNamingTheSample) {
+  struct Throwing : data::Dataset {
+    int64_t size() const override { return 64; }
+    absl::StatusOr<data::Example> Get(int64_t i, data::SampleRng&) const override {
+      if (i == 37) throw std::runtime_error("shape mismatch\nfirst frame");
+      return data::Example{torch::zeros({2}), torch::tensor(0)};
+    }
+  };
+  for (int workers : {0, 2}) {
+    data::LoaderOptions o;
+    o.batch_size = 8;
+    o.num_workers = workers;
+    data::DataLoader loader(std::make_shared<Throwing>(), data::SequentialSampler(64), o);
+    int64_t delivered = 0;
+    auto st = loader.Run(0, 0, loader.num_batches(), [&](data::Batch&) -> absl::StatusOr<bool> {
+      ++delivered;
+      return true;
+    });
+    EXPECT_EQ(std::string(st.message()), "cannot load sample 37: shape mismatch") << workers;
+    EXPECT_EQ(delivered, 4) << workers;  // the batches before the failing one
+  }
+}
+
+TEST(DataLoader, AnExceptionFromTheConsumerStopsTheLoaderCleanly) {
+  testing::TempDir dir;
+  SyntheticImages data(2);
+  ASSERT_TRUE(data.Setup(data::Stage::kFit).ok());
+  data::DataLoader loader(data.train_dataset(), data::SequentialSampler(96), data.loader_options());
+  EXPECT_THROW((void)loader.Run(0, 0, 6, [](data::Batch&) -> absl::StatusOr<bool> { throw std::runtime_error("x"); }),
+               std::runtime_error);
+}
+
 TEST(TrainerOptions, UnknownKeyAndBadValuesAreNamed) {
   auto bad = TrainerOptions::FromConfig(Yaml("max_epoch: 3\n", "trainer"));
   ASSERT_FALSE(bad.ok());
