@@ -17,19 +17,23 @@ class ProgressBar : public Callback {
  public:
   explicit ProgressBar(int64_t refresh_rate) : refresh_rate_(refresh_rate), tty_(::isatty(2)) {}
 
-  absl::Status OnTrainEpochStart(Trainer& trainer) override {
-    start_ = std::chrono::steady_clock::now();
-    first_step_ = trainer.global_step();
+  absl::Status OnTrainEpochStart(Trainer&) override {
+    first_batch_ = -1;
     return absl::OkStatus();
   }
 
   absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch& batch, double loss) override {
     if (!trainer.options().enable_progress_bar) return absl::OkStatus();
+    // The rate counts from the first batch this process saw, which is not 0 in a resumed epoch.
+    if (first_batch_ < 0) {
+      first_batch_ = batch.index;
+      start_ = std::chrono::steady_clock::now();
+    }
     int64_t done = batch.index + 1, total = trainer.train_batches_per_epoch();
     bool last = done == total;
     if (!last && done % refresh_rate_ != 0) return absl::OkStatus();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    double rate = seconds > 0 ? static_cast<double>(done - resumed_from(batch)) / seconds : 0;
+    double rate = seconds > 0 ? static_cast<double>(done - first_batch_ - 1) / seconds : 0;
     double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
     std::string line = absl::StrFormat("epoch %d  %d/%d  loss %.4f  %.1f it/s  eta %.0fs", trainer.current_epoch(),
                                        done, total, loss, rate, eta);
@@ -43,11 +47,10 @@ class ProgressBar : public Callback {
   }
 
  private:
-  int64_t resumed_from(const data::Batch&) const { return 0; }
   int64_t refresh_rate_;
   bool tty_;
   std::chrono::steady_clock::time_point start_;
-  int64_t first_step_ = 0;
+  int64_t first_batch_ = -1;
 };
 
 class ModelSummary : public Callback {

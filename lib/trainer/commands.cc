@@ -123,11 +123,15 @@ absl::StatusOr<std::string> EvaluationCheckpoint(const Job& job) {
   return job.ckpt_path;
 }
 
-absl::Status WriteResults(const std::string& output_dir, const std::string& name,
-                          const std::map<std::string, double>& metrics) {
+std::string MetricsYaml(const std::map<std::string, double>& metrics) {
   config::NodePtr node = config::Node::Map();
   for (const auto& [k, v] : metrics) node->Set(k, config::Node::Float(v));
-  return app::WriteFileAtomically(output_dir + "/" + name, config::ToYaml(*node));
+  return config::ToYaml(*node);
+}
+
+absl::Status WriteResults(const std::string& output_dir, const std::string& name,
+                          const std::map<std::string, double>& metrics) {
+  return app::WriteFileAtomically(output_dir + "/" + name, MetricsYaml(metrics));
 }
 
 absl::Status TrainCommand(app::JobContext& ctx) {
@@ -166,11 +170,7 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
   KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *job.task, job.model_name));
   Trainer trainer(job.options, job.callbacks, job.loggers);
   KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, stage));
-  std::string text = config::ToYaml(*[&] {
-    config::NodePtr node = config::Node::Map();
-    for (const auto& [k, v] : metrics) node->Set(k, config::Node::Float(v));
-    return node;
-  }());
+  std::string text = MetricsYaml(metrics);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return WriteResults(ctx.output_dir, stage == data::Stage::kTest ? "test_metrics.yaml" : "val_metrics.yaml", metrics);
 }

@@ -77,6 +77,14 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
   checkpoint_dir_ = options_.default_root_dir + "/checkpoints";
 }
 
+int Trainer::ConfigureThreads() const {
+  // LibTorch defaults to one thread here; trainer.num_threads (null) means every core.
+  int threads = options_.num_threads > 0 ? options_.num_threads
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  return threads;
+}
+
 double Trainer::elapsed_seconds() const {
   return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
@@ -190,9 +198,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   data::DataModule& dm = *inputs.data;
   start_ = std::chrono::steady_clock::now();
 
-  int threads = options_.num_threads > 0 ? options_.num_threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
+  int threads = ConfigureThreads();
   at::globalContext().setDeterministicAlgorithms(options_.deterministic, /*warn_only=*/false);
   torch::manual_seed(inputs.seed);
   bool cuda = torch::cuda::is_available();
@@ -461,9 +467,7 @@ absl::Status Trainer::Validate(data::DataLoader& loader) {
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
   inputs_.task = &task;
   start_ = std::chrono::steady_clock::now();
-  int threads = options_.num_threads > 0 ? options_.num_threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
+  ConfigureThreads();
   task.module().to(device_);
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(stage));

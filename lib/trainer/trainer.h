@@ -81,6 +81,8 @@ class Trainer {
   void LogToLoggers(const std::map<std::string, double>& metrics);
   torch::Tensor ToDevice(const torch::Tensor& t) const;
   bool OutOfTime() const;
+  // Sets LibTorch's thread count from num_threads; returns it.
+  int ConfigureThreads() const;
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
