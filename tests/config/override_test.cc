@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/config/typed_value_checks.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -33,29 +35,10 @@ NodePtr Value(const std::string& text) {
   return o.value.node ? o.value.node : Node::String("<no value>");
 }
 
-void ExpectString(const std::string& text, const std::string& expected) {
-  NodePtr v = Value(text);
-  ASSERT_EQ(v->kind(), NodeKind::kString) << text << " read as " << KindName(v->kind());
-  EXPECT_EQ(v->as_string(), expected) << text;
-}
-
-void ExpectInt(const std::string& text, int64_t expected) {
-  NodePtr v = Value(text);
-  ASSERT_EQ(v->kind(), NodeKind::kInt) << text << " read as " << KindName(v->kind());
-  EXPECT_EQ(v->as_int(), expected) << text;
-}
-
-void ExpectFloat(const std::string& text, double expected) {
-  NodePtr v = Value(text);
-  ASSERT_EQ(v->kind(), NodeKind::kFloat) << text << " read as " << KindName(v->kind());
-  EXPECT_DOUBLE_EQ(v->as_float(), expected) << text;
-}
-
-void ExpectBool(const std::string& text, bool expected) {
-  NodePtr v = Value(text);
-  ASSERT_EQ(v->kind(), NodeKind::kBool) << text << " read as " << KindName(v->kind());
-  EXPECT_EQ(v->as_bool(), expected) << text;
-}
+constexpr auto ExpectString = &TypedValueChecks<Value>::String;
+constexpr auto ExpectInt = &TypedValueChecks<Value>::Int;
+constexpr auto ExpectFloat = &TypedValueChecks<Value>::Float;
+constexpr auto ExpectBool = &TypedValueChecks<Value>::Bool;
 
 std::vector<std::string> ChoiceStrings(const Override& o) {
   std::vector<std::string> out;
