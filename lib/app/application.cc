@@ -23,6 +23,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/module_loader.h"
+#include "lib/registry/plugin_loader.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::app {
@@ -81,12 +82,37 @@ absl::Status LoadBuiltinLibraries() {
   return absl::OkStatus();
 }
 
+// Where `plugins: [name]` finds installed plugins: <prefix>/lib/kiln/plugins.
+std::string InstalledPluginDir() { return ExecutableDir() + "/../lib/kiln/plugins"; }
+
+// A `plugins:` value: a path or a list of them.
+absl::Status AppendPluginNames(const Node& value, const std::string& where, std::vector<std::string>* out) {
+  if (value.is_null()) return absl::OkStatus();
+  if (value.kind() == config::NodeKind::kString) {
+    out->push_back(value.as_string());
+    return absl::OkStatus();
+  }
+  if (value.is_list()) {
+    for (const auto& item : value.items()) {
+      if (item->kind() != config::NodeKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat("'plugins' (", where, ") must list plugin paths or names"));
+      }
+      out->push_back(item->as_string());
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'plugins' (", where, ") must be a list of plugin paths or names"));
+}
+
 class Application {
  public:
   explicit Application(CommandLine cl) : cl_(std::move(cl)) {}
 
   absl::Status Run() {
-    if (cl_.command == "list") return List();
+    if (cl_.command == "list") {
+      if (auto st = FindPlugins(nullptr); !st.ok()) return st;
+      return List();
+    }
     options_.config_name = cl_.config_name.value_or("train");
     options_.job_name = cl_.command;
     options_.version = Version();
@@ -105,6 +131,15 @@ class Application {
     }
     options_.overrides = cl_.overrides;
     repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
+    // Plugins' config folders join the search path before composition; the libraries
+    // themselves load only when a command builds components.
+    if (auto st = FindPlugins(repo_.get()); !st.ok()) return st;
+    if (!plugins_.empty()) {
+      for (const auto& plugin : plugins_) {
+        if (!plugin.config_dir.empty()) options_.search_path.push_back({"plugin " + plugin.name, plugin.config_dir});
+      }
+      repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
+    }
 
     auto composed = config::Compose(options_, *repo_);
     if (!composed.ok()) return composed.status();
@@ -140,7 +175,7 @@ class Application {
       if (auto st = Logger::Instance().OpenFile(run->log_file); !st.ok()) return st;
     }
     if (cl_.command != "compose") {
-      if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
+      if (auto st = LoadLibraries(); !st.ok()) return st;
     }
     JobContext job;
     job.command = cl_.command;
@@ -196,6 +231,10 @@ class Application {
     if (auto st = MakeDirs(sweep_dir); !st.ok()) return st;
     if (auto st = WriteFileAtomically(sweep_dir + "/multirun.yaml", config::ToYaml(*first.root)); !st.ok()) {
       return st;
+    }
+    // A plugin may provide the launcher.
+    if (!plugins_.empty()) {
+      if (auto st = LoadLibraries(); !st.ok()) return st;
     }
     auto launcher_cfg = config::Config(first.hydra, "hydra").Sub("launcher");
     if (!launcher_cfg.ok()) return launcher_cfg.status();
@@ -318,8 +357,60 @@ class Application {
     return absl::OkStatus();
   }
 
-  absl::Status List() {
+  // The plugins this run uses, inspected (not loaded): KILN_PLUGIN_PATH, then `plugins:` in the
+  // primary config and on the command line (as Hydra reads hydra.searchpath: the primary
+  // config and overrides only, since the rest of the config may live in a plugin), then --plugin.
+  absl::Status FindPlugins(config::ConfigRepository* repo) {
+    std::vector<std::string> paths;
+    if (const char* env = std::getenv("KILN_PLUGIN_PATH"); env != nullptr && *env != '\0') {
+      auto on_path = PluginsOnPath(env);
+      if (!on_path.ok()) return on_path.status();
+      paths = *std::move(on_path);
+    }
+    std::vector<std::string> named;
+    if (repo != nullptr && !options_.config_name.empty()) {
+      auto primary = repo->Load(options_.config_name);
+      if (primary.ok() && *primary != nullptr && (*primary)->content != nullptr) {
+        if (NodePtr value = (*primary)->content->Find("plugins")) {
+          if (auto st = AppendPluginNames(*value, (*primary)->file, &named); !st.ok()) return st;
+        }
+      }
+      for (const auto& text : cl_.overrides) {
+        auto o = config::ParseOverride(text);
+        if (!o.ok() || o->key_or_group != "plugins" || o->package.has_value()) continue;
+        named.clear();  // the command line replaces the primary config's list
+        if (o->has_value && !o->is_sweep() && o->value.node != nullptr) {
+          if (auto st = AppendPluginNames(*o->value.node, "override " + text, &named); !st.ok()) return st;
+        }
+      }
+    }
+    named.insert(named.end(), cl_.plugins.begin(), cl_.plugins.end());
+    for (const auto& name : named) {
+      auto path = ResolvePluginReference(name, InstalledPluginDir());
+      if (!path.ok()) return path.status();
+      paths.push_back(*path);
+    }
+    for (const auto& path : paths) {
+      auto manifest = InspectPlugin(path);
+      if (!manifest.ok()) return manifest.status();
+      bool seen = false;
+      for (const auto& p : plugins_) seen |= p.path == manifest->path;
+      if (!seen) plugins_.push_back(*std::move(manifest));
+    }
+    return absl::OkStatus();
+  }
+
+  // kiln's LibTorch layers, then the plugins (which link against them).
+  absl::Status LoadLibraries() {
     if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
+    for (const auto& plugin : plugins_) {
+      if (auto loaded = LoadPlugin(plugin.path); !loaded.ok()) return loaded.status();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status List() {
+    if (auto st = LoadLibraries(); !st.ok()) return st;
     RegistryHub& hub = RegistryHub::Instance();
     std::vector<std::string> kinds = hub.Kinds();
     if (cl_.overrides.size() > 1) return absl::InvalidArgumentError("usage: kiln list [KIND]");
@@ -332,23 +423,60 @@ class Application {
       }
       kinds = {kind};
     }
-    std::string out;
-    for (const auto& kind : kinds) {
-      absl::StrAppend(&out, kind, "\n");
-      for (const ComponentInfo* info : hub.Components(kind)) {
-        absl::StrAppend(&out, "  ", info->name, "  [", info->origin, "]  ", info->doc, "\n");
-        if (info->options.options().empty()) absl::StrAppend(&out, "      (no options)\n");
-        for (const auto& o : info->options.options()) {
-          std::string def = o.default_value ? config::ScalarToYaml(*o.default_value) : "(required)";
-          absl::StrAppend(&out, "      ", o.name, ": ", OptionTypeName(o.type), " = ", def, "  # ", o.doc, "\n");
-        }
-      }
-    }
-    Print(out);
+    Print(cl_.markdown ? ComponentsMarkdown(kinds) : ComponentsText(kinds));
     return absl::OkStatus();
   }
 
+  static std::string DefaultText(const OptionSpec& o) {
+    return o.default_value ? config::ScalarToYaml(*o.default_value) : "(required)";
+  }
+
+  std::string ComponentsText(const std::vector<std::string>& kinds) {
+    std::string out;
+    for (const auto& kind : kinds) {
+      absl::StrAppend(&out, kind, "\n");
+      for (const ComponentInfo* info : RegistryHub::Instance().Components(kind)) {
+        absl::StrAppend(&out, "  ", info->name, "  [", info->origin, "]  ", info->doc, "\n");
+        if (info->options.options().empty()) absl::StrAppend(&out, "      (no options)\n");
+        for (const auto& o : info->options.options()) {
+          absl::StrAppend(&out, "      ", o.name, ": ", OptionTypeName(o.type), " = ", DefaultText(o), "  # ", o.doc,
+                          "\n");
+        }
+      }
+    }
+    return out;
+  }
+
+  // docs/components.md: the same facts as a Markdown reference.
+  std::string ComponentsMarkdown(const std::vector<std::string>& kinds) {
+    auto cell = [](const std::string& text) { return absl::StrReplaceAll(text, {{"|", "\\|"}, {"\n", " "}}); };
+    std::string out =
+        "# Components\n\n"
+        "Every component kiln registers, with its options. Generated by `kiln list --markdown`\n"
+        "(`scripts/gen_components_doc.sh`); a test fails when this page is out of date.\n"
+        "Select one in a config with `_target_: NAME`; `kiln list KIND` prints the same from the binary,\n"
+        "plugins' components included.\n";
+    for (const auto& kind : kinds) {
+      absl::StrAppend(&out, "\n## ", kind, "\n");
+      for (const ComponentInfo* info : RegistryHub::Instance().Components(kind)) {
+        absl::StrAppend(&out, "\n### `", info->name, "`\n\n", info->doc, "\n");
+        if (info->origin != "built-in") absl::StrAppend(&out, "\nFrom ", info->origin, ".\n");
+        if (info->options.options().empty()) {
+          absl::StrAppend(&out, "\nNo options.\n");
+          continue;
+        }
+        absl::StrAppend(&out, "\n| option | type | default | description |\n|---|---|---|---|\n");
+        for (const auto& o : info->options.options()) {
+          absl::StrAppend(&out, "| `", o.name, "` | ", OptionTypeName(o.type), " | `", cell(DefaultText(o)), "` | ",
+                          cell(o.doc), " |\n");
+        }
+      }
+    }
+    return out;
+  }
+
   CommandLine cl_;
+  std::vector<PluginManifest> plugins_;
   config::ComposeOptions options_;
   std::unique_ptr<config::ConfigRepository> repo_;
 };
@@ -361,8 +489,10 @@ bool HasCommand(const std::string& name) { return Commands().count(name) > 0; }
 std::string Version() { return KILN_VERSION; }
 
 std::string DefaultConfigPath() {
-  if (IsDir(KILN_SOURCE_CONFIG_DIR)) return KILN_SOURCE_CONFIG_DIR;
-  return ExecutableDir() + "/../share/kiln/configs";
+  // An installed kiln uses its own copy; a build tree uses the source tree's configs.
+  std::string installed = ExecutableDir() + "/../share/kiln/configs";
+  if (IsDir(installed) || !IsDir(KILN_SOURCE_CONFIG_DIR)) return installed;
+  return KILN_SOURCE_CONFIG_DIR;
 }
 
 int ExitCodeFor(const absl::Status& status) {

@@ -14,7 +14,7 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"predict", "run a checkpoint on new inputs and write predictions"},
       {"export", "write a checkpoint's weights as safetensors with the resolved config"},
       {"compose", "compose the config, record it in a run directory and print it"},
-      {"list", "list registered components and their options: kiln list [KIND]"},
+      {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
   };
   return *commands;
 }
@@ -24,9 +24,10 @@ std::string Usage() {
       "usage: kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR]\n"
       "                    [--cfg job|hydra|all] [--resolve] [--package PKG]\n"
       "                    [--info [defaults|defaults-tree|config|searchpath|provenance]]\n"
-      "                    [-m|--multirun] [--dry-run] [--help] [overrides...]\n\ncommands:\n";
+      "                    [-m|--multirun] [--dry-run] [--plugin PATH]... [--help] [overrides...]\n\ncommands:\n";
   for (const auto& [name, doc] : KnownCommands()) absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
-  out += "\n`kiln COMMAND --help` lists the config groups and the composed config.\n";
+  out += "\n`kiln COMMAND --help` lists the config groups and the composed config.\n"
+         "Plugins: --plugin PATH, a `plugins: [...]` list in the primary config, or KILN_PLUGIN_PATH.\n";
   return out;
 }
 
@@ -35,7 +36,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   auto fail = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   static const std::vector<std::string> kFlags = {
       "--config-path", "--config-name", "--config-dir", "--cfg", "--resolve", "--package",
-      "--info", "--multirun", "--dry-run", "--help"};
+      "--info", "--multirun", "--dry-run", "--plugin", "--markdown", "--help"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     // Flags take their value as the next argument or after '='.
@@ -83,6 +84,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       }
     } else if (a.rfind("--info=", 0) == 0) {
       cl.info = a.substr(7);
+    } else if (is_flag("--plugin")) {
+      auto v = value_of("--plugin");
+      if (!v.ok()) return v.status();
+      cl.plugins.push_back(*v);
+    } else if (a == "--markdown") {
+      cl.markdown = true;
     } else if (a == "--resolve") {
       cl.resolve = true;
     } else if (a == "-m" || a == "--multirun") {

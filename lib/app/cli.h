@@ -1,7 +1,7 @@
 // The `kiln` command line: a command, Hydra's flags, and overrides.
 //   kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR] [--cfg job|hydra|all]
 //        [--resolve] [--package PKG] [--info [defaults|defaults-tree|config|searchpath|provenance]]
-//        [-m|--multirun] [--dry-run] [--help] [overrides...]
+//        [-m|--multirun] [--dry-run] [--plugin PATH]... [--help] [overrides...]
 #pragma once
 
 #include <optional>
@@ -24,6 +24,8 @@ struct CommandLine {
   bool multirun = false;
   bool dry_run = false;
   bool help = false;
+  std::vector<std::string> plugins;  // --plugin PATH, in order
+  bool markdown = false;             // `kiln list --markdown`: docs/components.md
   std::vector<std::string> overrides;
 };
 

@@ -1,0 +1,31 @@
+# `cmake --install build --prefix DIR` gives a relocatable kiln:
+#   DIR/bin/kiln, DIR/lib/libkiln_*.so (RPATH $ORIGIN/../lib), DIR/include/kiln/{lib,components,tasks}/,
+#   DIR/share/kiln/configs/, DIR/lib/cmake/Kiln/ (find_package(Kiln)), DIR/lib/kiln/plugins/.
+include(CMakePackageConfigHelpers)
+
+set(KILN_INSTALL_CMAKEDIR lib/cmake/Kiln)
+set(kiln_targets kiln kiln_config kiln_core)
+if(Torch_FOUND)
+  list(APPEND kiln_targets kiln_engine kiln_components kiln_tasks)
+endif()
+install(TARGETS ${kiln_targets} EXPORT KilnTargets
+  RUNTIME DESTINATION bin
+  LIBRARY DESTINATION lib
+  ARCHIVE DESTINATION lib)
+install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
+
+# Headers keep their source layout so `#include "lib/trainer/trainer.h"` works the same.
+foreach(dir lib components tasks)
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)
+
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/KilnConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/KilnConfig.cmake INSTALL_DESTINATION ${KILN_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/KilnConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/KilnConfig.cmake ${CMAKE_BINARY_DIR}/KilnConfigVersion.cmake
+              ${CMAKE_SOURCE_DIR}/cmake/KilnPlugin.cmake
+        DESTINATION ${KILN_INSTALL_CMAKEDIR})

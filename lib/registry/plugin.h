@@ -1,0 +1,114 @@
+// The plugin ABI: a shared library that adds components (and configs) to kiln without forking it.
+//
+//   void Register(kiln::Registrar& registrar) {
+//     registrar.Add<kiln::Model>("tiny_convnet", "A two-layer CNN", Options(), Build);
+//   }
+//   KILN_PLUGIN("tiny_convnet", "1.0.0", Register, KILN_PLUGIN_CONFIG_DIR);
+//
+// KILN_PLUGIN defines the one exported entry function, `kilnGetPluginInfo`, and a copy of its
+// versions and config directory in the library's `.kiln_plugin` section, which kiln reads from
+// the file without loading it (Qt's plugin metadata does the same): composing a config with a
+// plugin's config directory on the search path (`kiln train --cfg job`) never pays for loading
+// LibTorch. kiln loads the library with RTLD_NOW only for commands that build components,
+// checks the versions, and never unloads it (LLVM's pass-plugin pattern).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lib/core/version.h"
+#include "lib/registry/registry.h"
+
+// The LibTorch version a plugin is built against; "" for a plugin that does not use LibTorch.
+#ifndef KILN_PLUGIN_TORCH_VERSION
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#define KILN_PLUGIN_TORCH_VERSION TORCH_VERSION
+#else
+#define KILN_PLUGIN_TORCH_VERSION ""
+#endif
+#endif
+
+// The plugin's config folder, relative to the library's own folder (kiln_add_plugin defines it).
+#ifndef KILN_PLUGIN_CONFIG_DIR
+#define KILN_PLUGIN_CONFIG_DIR ""
+#endif
+
+namespace kiln {
+
+// Bumped whenever KilnPluginInfo, KilnPluginManifest or Registrar change incompatibly.
+inline constexpr uint32_t kPluginAbiVersion = 1;
+
+// What a plugin's register function adds. The loader adds all of it or, when one name is
+// already taken, none of it, and records the plugin as each component's origin.
+class Registrar {
+ public:
+  struct Pending {
+    ComponentInfo info;
+    std::shared_ptr<void> factory;
+  };
+
+  template <typename T>
+  void Add(std::string name, std::string doc, OptionSchema options, typename Registry<T>::Factory factory) {
+    ComponentInfo info;
+    info.kind = T::kKind;
+    info.name = std::move(name);
+    info.doc = std::move(doc);
+    info.options = std::move(options);
+    pending_.push_back({std::move(info), std::make_shared<typename Registry<T>::Factory>(std::move(factory))});
+  }
+
+  const std::vector<Pending>& pending() const { return pending_; }
+
+ private:
+  std::vector<Pending> pending_;
+};
+
+}  // namespace kiln
+
+extern "C" {
+
+// Fixed-size fields, no pointers: readable straight from the file.
+struct KilnPluginManifest {
+  char magic[16];  // "kiln-plugin"
+  uint32_t abi_version;
+  char kiln_version[32];
+  char torch_version[32];
+  char name[64];
+  char version[32];
+  char config_dir[256];
+};
+
+struct KilnPluginInfo {
+  uint32_t abi_version;
+  const char* kiln_version;   // the kiln it was built against
+  const char* torch_version;  // the LibTorch it was built against ("" for none)
+  const char* name;
+  const char* version;
+  void (*register_components)(kiln::Registrar&);
+  const char* config_dir;  // joins the config search path; relative to the library's folder; "" for none
+};
+
+typedef KilnPluginInfo (*KilnGetPluginInfoFn)();
+
+}  // extern "C"
+
+#define KILN_PLUGIN_MAGIC "kiln-plugin"
+#define KILN_PLUGIN_SECTION ".kiln_plugin"
+#define KILN_PLUGIN_ENTRY "kilnGetPluginInfo"
+
+// Declares the plugin: name, version, register function, config folder (or "").
+#define KILN_PLUGIN(NAME, VERSION, REGISTER_FN, CONFIG_DIR)                                          \
+  extern "C" __attribute__((visibility("default"), used, section(KILN_PLUGIN_SECTION)))            \
+  const KilnPluginManifest kiln_plugin_manifest = {KILN_PLUGIN_MAGIC, ::kiln::kPluginAbiVersion,    \
+                                                   KILN_VERSION_STRING, KILN_PLUGIN_TORCH_VERSION,  \
+                                                   NAME, VERSION, CONFIG_DIR};                      \
+  extern "C" __attribute__((visibility("default"))) KilnPluginInfo kilnGetPluginInfo() {           \
+    const KilnPluginManifest& m = kiln_plugin_manifest;                                             \
+    return KilnPluginInfo{m.abi_version, m.kiln_version, m.torch_version, m.name,                   \
+                          m.version,     &REGISTER_FN,   m.config_dir};                             \
+  }

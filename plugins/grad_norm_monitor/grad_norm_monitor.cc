@@ -1,0 +1,80 @@
+// A kiln plugin that adds a callback: before every optimizer step it measures the global L2
+// norm of the gradients; every `every_n_steps` steps it records (step, norm) and at the end of
+// fit writes them to a CSV file and logs the largest and the mean.
+//   kiln train --plugin PATH/libgrad_norm_monitor.so callbacks=grad_norm
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/plugin.h"
+#include "lib/trainer/callback.h"
+#include "lib/trainer/task.h"
+#include "lib/trainer/trainer.h"
+
+namespace {
+
+class GradNormMonitor : public kiln::Callback {
+ public:
+  GradNormMonitor(std::string filename, int64_t every_n_steps)
+      : filename_(std::move(filename)), every_n_steps_(every_n_steps) {}
+
+  absl::Status OnBeforeOptimizerStep(kiln::Trainer& trainer) override {
+    // global_step() counts the steps already taken: this one is global_step() + 1.
+    int64_t step = trainer.global_step() + 1;
+    if (step % every_n_steps_ != 0) return absl::OkStatus();
+    double sum_sq = 0;
+    for (const auto& p : trainer.task()->module().parameters()) {
+      if (p.grad().defined()) sum_sq += p.grad().detach().to(torch::kDouble).pow(2).sum().item<double>();
+    }
+    rows_.push_back({step, std::sqrt(sum_sq)});
+    return absl::OkStatus();
+  }
+
+  absl::Status OnFitEnd(kiln::Trainer&) override {
+    std::string csv = "step,grad_norm\n";
+    double max = 0, sum = 0;
+    for (const auto& [step, norm] : rows_) {
+      absl::StrAppendFormat(&csv, "%d,%.6g\n", step, norm);
+      max = std::max(max, norm);
+      sum += norm;
+    }
+    if (auto status = kiln::app::WriteFileAtomically(filename_, csv); !status.ok()) return status;
+    if (!rows_.empty()) {
+      kiln::Logger::Instance().Info(absl::StrFormat("gradient norm over %d steps: max %.4g, mean %.4g (%s)",
+                                                    rows_.size(), max, sum / rows_.size(), filename_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string filename_;
+  int64_t every_n_steps_;
+  std::vector<std::pair<int64_t, double>> rows_;
+};
+
+void Register(kiln::Registrar& registrar) {
+  registrar.Add<kiln::Callback>(
+      "grad_norm_monitor", "Records the global gradient norm before optimizer steps (plugin example)",
+      kiln::OptionSchema()
+          .Required("filename", kiln::OptionType::kString, "CSV file written at the end of fit")
+          .Int("every_n_steps", 1, "record every n-th optimizer step"),
+      [](const kiln::config::Config& cfg) -> absl::StatusOr<std::shared_ptr<kiln::Callback>> {
+        KILN_ASSIGN_OR_RETURN(std::string filename, cfg.Get<std::string>("filename"));
+        KILN_ASSIGN_OR_RETURN(int64_t every, cfg.Get<int64_t>("every_n_steps"));
+        if (every < 1) {
+          return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("every_n_steps"),
+                                                         "' must be at least 1 (set at ",
+                                                         cfg.WhereSet("every_n_steps"), ")"));
+        }
+        return std::make_shared<GradNormMonitor>(filename, every);
+      });
+}
+
+}  // namespace
+
+KILN_PLUGIN("grad_norm_monitor", "1.0.0", Register, KILN_PLUGIN_CONFIG_DIR)

@@ -1,0 +1,29 @@
+// Test plugin: a launcher that runs a multirun's jobs last to first, and a config folder.
+#include <memory>
+
+#include "lib/app/launcher.h"
+#include "lib/registry/plugin.h"
+
+namespace {
+
+class ReverseLauncher : public kiln::app::Launcher {
+ public:
+  absl::Status Launch(const std::vector<std::vector<std::string>>& jobs, const kiln::app::JobFn& run) override {
+    for (size_t i = jobs.size(); i-- > 0;) {
+      if (auto status = run(i, jobs[i]); !status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+};
+
+void Register(kiln::Registrar& registrar) {
+  registrar.Add<kiln::app::Launcher>("reverse", "Runs the jobs last to first (test plugin)", kiln::OptionSchema(),
+                                     [](const kiln::config::Config&)
+                                         -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+                                       return std::make_shared<ReverseLauncher>();
+                                     });
+}
+
+}  // namespace
+
+KILN_PLUGIN("reverse_launcher", "1.0.0", Register, KILN_PLUGIN_CONFIG_DIR)
