@@ -8,6 +8,14 @@ set(kiln_targets kiln kiln_config kiln_core)
 if(Torch_FOUND)
   list(APPEND kiln_targets kiln_engine kiln_components kiln_tasks)
 endif()
+# Exported as Kiln::config, Kiln::core, Kiln::engine, Kiln::components, Kiln::tasks (the same
+# names the tree's ALIAS targets use, so plugins and examples build in and out of the tree).
+foreach(target ${kiln_targets})
+  if(NOT target STREQUAL "kiln")
+    string(REPLACE "kiln_" "" export_name ${target})
+    set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  endif()
+endforeach()
 install(TARGETS ${kiln_targets} EXPORT KilnTargets
   RUNTIME DESTINATION bin
   LIBRARY DESTINATION lib

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -491,7 +493,9 @@ std::string Version() { return KILN_VERSION; }
 std::string DefaultConfigPath() {
   // An installed kiln uses its own copy; a build tree uses the source tree's configs.
   std::string installed = ExecutableDir() + "/../share/kiln/configs";
-  if (IsDir(installed) || !IsDir(KILN_SOURCE_CONFIG_DIR)) return installed;
+  char canonical[4096];
+  if (::realpath(installed.c_str(), canonical) != nullptr) return canonical;
+  if (!IsDir(KILN_SOURCE_CONFIG_DIR)) return installed;
   return KILN_SOURCE_CONFIG_DIR;
 }
 

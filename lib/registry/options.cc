@@ -141,4 +141,39 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
   return out;
 }
 
+Options& Options::Put(const std::string& key, NodePtr value) {
+  node_->Set(key, std::move(value));
+  return *this;
+}
+
+Options& Options::Set(const std::string& key, std::initializer_list<int64_t> values) {
+  return Set(key, std::vector<int64_t>(values));
+}
+
+Options& Options::Set(const std::string& key, const std::vector<int64_t>& values) {
+  NodePtr list = Node::List();
+  for (int64_t v : values) list->Append(Node::Int(v));
+  return Put(key, list);
+}
+
+Options& Options::Set(const std::string& key, const std::vector<double>& values) {
+  NodePtr list = Node::List();
+  for (double v : values) list->Append(Node::Float(v));
+  return Put(key, list);
+}
+
+Options& Options::Set(const std::string& key, const std::vector<std::string>& values) {
+  NodePtr list = Node::List();
+  for (const auto& v : values) list->Append(Node::String(v));
+  return Put(key, list);
+}
+
+Options& Options::Set(const std::string& key, const Options& nested) { return Put(key, nested.node_->Clone()); }
+
+Options& Options::Set(const std::string& key, const std::vector<Options>& list) {
+  NodePtr items = Node::List();
+  for (const auto& o : list) items->Append(o.node_->Clone());
+  return Put(key, items);
+}
+
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/config/config.h"
 #include "lib/config/node.h"
 
 namespace kiln {
@@ -43,6 +44,35 @@ class OptionSchema {
  private:
   OptionSchema& Push(OptionSpec spec);
   std::vector<OptionSpec> options_;
+};
+
+// A component's options written in C++ instead of YAML, for library use:
+//   auto model = Registry<Model>::Get().Instantiate(
+//       "mlp", Options().Set("in_features", 784).Set("hidden", {256, 128}).Set("num_classes", 10));
+// The same declaration validates them (unknown key, wrong type) and fills defaults.
+class Options {
+ public:
+  Options() : node_(config::Node::Map()) {}
+  Options& Set(const std::string& key, bool value) { return Put(key, config::Node::Bool(value)); }
+  Options& Set(const std::string& key, int value) { return Put(key, config::Node::Int(value)); }
+  Options& Set(const std::string& key, int64_t value) { return Put(key, config::Node::Int(value)); }
+  Options& Set(const std::string& key, double value) { return Put(key, config::Node::Float(value)); }
+  Options& Set(const std::string& key, const char* value) { return Put(key, config::Node::String(value)); }
+  Options& Set(const std::string& key, const std::string& value) { return Put(key, config::Node::String(value)); }
+  Options& Set(const std::string& key, std::initializer_list<int64_t> values);
+  Options& Set(const std::string& key, const std::vector<int64_t>& values);
+  Options& Set(const std::string& key, const std::vector<double>& values);
+  Options& Set(const std::string& key, const std::vector<std::string>& values);
+  Options& Set(const std::string& key, const Options& nested);
+  Options& Set(const std::string& key, const std::vector<Options>& list);
+
+  // The options as a config node (for Registry<T>::Instantiate and TrainerOptions::FromConfig).
+  config::Config config() const { return config::Config(node_); }
+  const config::NodePtr& node() const { return node_; }
+
+ private:
+  Options& Put(const std::string& key, config::NodePtr value);
+  config::NodePtr node_;
 };
 
 }  // namespace kiln

@@ -90,6 +90,11 @@ class Registry {
     return Instantiate(*target, node);
   }
 
+  // Builds component `name` from options written in C++.
+  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name, const Options& options) const {
+    return Instantiate(name, options.config());
+  }
+
   // Builds component `name` with the options in `node` (keys starting with '_' are ignored).
   absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name, const config::Config& node) const {
     const RegistryHub::Entry* entry = RegistryHub::Instance().Find(T::kKind, name);
