@@ -159,6 +159,12 @@ TEST_F(PluginTest, BuiltForAnotherAbi) {
                     ") was built for plugin ABI 99; this kiln loads ABI 1");
 }
 
+TEST_F(PluginTest, BuiltAgainstAnotherKiln) {
+  ExpectRefused(Kiln({"train", "--cfg", "job", "--plugin", TestPlugin("other_kiln_plugin")}),
+                "plugin 'other_kiln_plugin' (" + TestPlugin("other_kiln_plugin") +
+                    ") was built against kiln 0.0.9; this is kiln 0.1.0: rebuild the plugin");
+}
+
 TEST_F(PluginTest, BuiltAgainstAnotherLibTorch) {
   ExpectRefused(Kiln({"list", "--plugin", TestPlugin("other_torch_plugin")}),
                 "was built against LibTorch 0.4.1; this kiln uses LibTorch");
