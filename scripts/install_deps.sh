@@ -11,7 +11,7 @@ set -euo pipefail
 #   libyaml-cpp-dev                                      YAML parsing for lib/config
 #   libabsl-dev                                          absl::Status / StatusOr, strings, flat_hash_map
 #   libtbb-dev                                           oneTBB: the parallel data loader
-#   libopencv-dev                                        image decode and transforms
+#   libopencv-dev                                        image_folder data module: decodes jpg/png/bmp/webp, resizes
 #   libsentencepiece-dev                                 subword tokenizers (NLP tasks)
 #   libsndfile1-dev                                      audio file reading (speech tasks)
 #   libgtest-dev libgmock-dev                            the test suite

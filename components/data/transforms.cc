@@ -1,6 +1,7 @@
 // Image transforms on [C, H, W] tensors: to_tensor, normalize, random_crop, center_crop,
 // horizontal_flip, resize. Random ones draw only from the sample's SampleRng.
 #include "absl/strings/str_cat.h"
+#include "components/data/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 
@@ -8,8 +9,6 @@ namespace kiln::data {
 namespace {
 
 using TransformOr = absl::StatusOr<std::shared_ptr<Transform>>;
-
-torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? image.unsqueeze(0) : image; }
 
 class ToTensor : public Transform {
  public:
@@ -78,16 +77,7 @@ class Resize : public Transform {
  public:
   Resize(int64_t height, int64_t width) : height_(height), width_(width) {}
   torch::Tensor Apply(torch::Tensor image, SampleRng&) const override {
-    image = AsChw(std::move(image));
-    auto dtype = image.scalar_type();
-    auto resized = torch::nn::functional::interpolate(
-        image.to(torch::kFloat32).unsqueeze(0),
-        torch::nn::functional::InterpolateFuncOptions()
-            .size(std::vector<int64_t>{height_, width_})
-            .mode(torch::kBilinear)
-            .align_corners(false));
-    resized = resized.squeeze(0);
-    return dtype == torch::kUInt8 ? resized.round().clamp(0, 255).to(torch::kUInt8) : resized;
+    return ResizeBilinear(AsChw(std::move(image)), height_, width_);
   }
 
  private:

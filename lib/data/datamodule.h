@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "lib/data/dataset.h"
@@ -27,6 +28,9 @@ class DataModule {
   virtual std::shared_ptr<const Dataset> val_dataset() const { return nullptr; }
   virtual std::shared_ptr<const Dataset> test_dataset() const { return nullptr; }
   virtual std::shared_ptr<const Dataset> predict_dataset() const { return nullptr; }
+
+  // Names of the classes by index (an image folder's sub-folder names), empty when unknown.
+  virtual std::vector<std::string> class_names() const { return {}; }
 
   // Batch size and workers; the trainer adds the seed.
   virtual LoaderOptions loader_options() const = 0;

@@ -1,5 +1,8 @@
 #include "lib/data/dataset.h"
 
+#include <numeric>
+#include <random>
+
 namespace kiln::data {
 namespace {
 
@@ -11,6 +14,7 @@ class SubsetDataset : public Dataset {
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override {
     return base_->Get(indices_.at(static_cast<size_t>(index)), rng);
   }
+  std::string Source(int64_t index) const override { return base_->Source(indices_.at(static_cast<size_t>(index))); }
 
  private:
   std::shared_ptr<const Dataset> base_;
@@ -21,6 +25,17 @@ class SubsetDataset : public Dataset {
 
 std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices) {
   return std::make_shared<SubsetDataset>(std::move(base), std::move(indices));
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction, int64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 engine(MixSeed(static_cast<uint64_t>(seed), 0x53504c4954ULL));
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[engine() % i]);
+  auto val_count = static_cast<ptrdiff_t>(static_cast<double>(n) * val_fraction);
+  std::vector<int64_t> val(order.begin(), order.begin() + val_count);
+  std::vector<int64_t> train(order.begin() + val_count, order.end());
+  return {std::move(train), std::move(val)};
 }
 
 }  // namespace kiln::data

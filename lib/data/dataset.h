@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/data/sample_rng.h"
@@ -23,9 +26,16 @@ class Dataset {
   virtual int64_t size() const = 0;
   // Must be safe to call from several threads at once. `rng` is this sample's own randomness.
   virtual absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const = 0;
+  // Where example `index` comes from (a file path), for predictions and error messages; "" if
+  // the dataset has no such notion.
+  virtual std::string Source(int64_t /*index*/) const { return ""; }
 };
 
 // The examples of `base` at `indices` (a split, a subset).
 std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices);
+
+// A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;
+// the same (n, val_fraction, seed) always gives the same split.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction, int64_t seed);
 
 }  // namespace kiln::data

@@ -1,5 +1,5 @@
-// The `train`, `validate` and `test` commands: build every component the config names (so a
-// mistake anywhere is reported before any training), then drive the Trainer.
+// The `train`, `validate`, `test`, `predict` and `export` commands: build every component the
+// config names (so a mistake anywhere is reported before any training), then drive the Trainer.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -134,6 +134,17 @@ absl::Status WriteResults(const std::string& output_dir, const std::string& name
   return app::WriteFileAtomically(output_dir + "/" + name, MetricsYaml(metrics));
 }
 
+// Evaluates on the test split, adds the task's report (confusion matrix, per-class accuracy) and
+// writes test_metrics.yaml; returns the metrics.
+absl::StatusOr<std::map<std::string, double>> RunTest(Trainer& trainer, const Job& job, const std::string& output_dir) {
+  KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, data::Stage::kTest));
+  KILN_ASSIGN_OR_RETURN(auto report, job.task->TestReport(output_dir, job.data->class_names()));
+  if (!report.empty()) trainer.LogMetrics(report);
+  metrics.insert(report.begin(), report.end());
+  KILN_RETURN_IF_ERROR(WriteResults(output_dir, "test_metrics.yaml", metrics));
+  return metrics;
+}
+
 absl::Status TrainCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
   Trainer trainer(job.options, job.callbacks, job.loggers);
@@ -157,30 +168,80 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   }
   KILN_RETURN_IF_ERROR(job.data->Setup(data::Stage::kTest));
   if (!job.data->test_dataset()) return absl::OkStatus();
-  KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, data::Stage::kTest));
-  return WriteResults(ctx.output_dir, "test_metrics.yaml", metrics);
+  return RunTest(trainer, job, ctx.output_dir).status();
 }
 
-absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+// The job of a command that starts from a checkpoint (validate, test, predict, export), with the
+// checkpoint's weights loaded; returns the checkpoint's path in `path`.
+absl::StatusOr<Job> BuildJobFromCheckpoint(const app::JobContext& ctx, std::string* path) {
   KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/false));
   if (job.ckpt_path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("kiln ", ctx.command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
   }
-  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(job));
-  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *job.task, job.model_name));
+  KILN_ASSIGN_OR_RETURN(*path, EvaluationCheckpoint(job));
+  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(*path, *job.task, job.model_name));
+  return job;
+}
+
+absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+  std::string path;
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
   Trainer trainer(job.options, job.callbacks, job.loggers);
-  KILN_ASSIGN_OR_RETURN(auto metrics, trainer.Evaluate(*job.task, *job.data, stage));
+  std::map<std::string, double> metrics;
+  if (stage == data::Stage::kTest) {
+    KILN_ASSIGN_OR_RETURN(metrics, RunTest(trainer, job, ctx.output_dir));
+  } else {
+    KILN_ASSIGN_OR_RETURN(metrics, trainer.Evaluate(*job.task, *job.data, stage));
+    KILN_RETURN_IF_ERROR(WriteResults(ctx.output_dir, "val_metrics.yaml", metrics));
+  }
   std::string text = MetricsYaml(metrics);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  return WriteResults(ctx.output_dir, stage == data::Stage::kTest ? "test_metrics.yaml" : "val_metrics.yaml", metrics);
+  return absl::OkStatus();
+}
+
+// A CSV cell, quoted when it holds a comma, a quote or a line break.
+std::string CsvCell(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// `predict`: the model's most likely class for every prediction input, in predictions.csv.
+absl::Status PredictCommand(app::JobContext& ctx) {
+  std::string path;
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
+  Trainer trainer(job.options, job.callbacks, job.loggers);
+  KILN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> outputs, trainer.Predict(*job.task, *job.data));
+  std::shared_ptr<const data::Dataset> inputs = job.data->predict_dataset();
+  std::vector<std::string> names = job.data->class_names();
+  std::string csv = "path,class_index,class,probability\n";
+  int64_t row = 0;
+  for (const torch::Tensor& batch : outputs) {
+    if (batch.dim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("kiln predict expects class probabilities [batch, classes] from the task, got ",
+                                                     c10::str(batch.sizes())));
+    }
+    auto [probability, index] = batch.to(torch::kFloat64).max(1);
+    for (int64_t i = 0; i < batch.size(0); ++i, ++row) {
+      int64_t c = index[i].item<int64_t>();
+      std::string source = inputs->Source(row);
+      std::string name = c < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c)] : std::to_string(c);
+      csv += absl::StrFormat("%s,%d,%s,%.6f\n", CsvCell(source.empty() ? std::to_string(row) : source), c, CsvCell(name),
+                             probability[i].item<double>());
+    }
+  }
+  std::string file = ctx.output_dir + "/predictions.csv";
+  KILN_RETURN_IF_ERROR(app::WriteFileAtomically(file, csv));
+  Logger::Instance().Info(absl::StrCat("predicted ", row, " inputs with ", path, ": ", file));
+  std::printf("%s\n", file.c_str());
+  return absl::OkStatus();
 }
 
 // `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config.
 absl::Status ExportCommand(app::JobContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/false));
-  if (job.ckpt_path.empty()) return absl::InvalidArgumentError("kiln export needs a checkpoint: ckpt_path=PATH (or last, best)");
-  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(job));
-  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *job.task, job.model_name));
+  std::string path;
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
   std::string weights = ctx.output_dir + "/model.safetensors";
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job.task->module()),
                                         {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job.model_name},
@@ -196,6 +257,7 @@ const bool kRegistered = [] {
   app::RegisterCommand("train", TrainCommand);
   app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
   app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
+  app::RegisterCommand("predict", PredictCommand);
   return true;
 }();
 

@@ -5,6 +5,10 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
 #include "lib/data/loader.h"
@@ -28,6 +32,14 @@ class Task {
   virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
+
+  // After a test run: writes what the task gathered beyond per-batch means (a confusion matrix)
+  // into `output_dir` and returns the metrics derived from it (per-class accuracy).
+  // `class_names` names the classes by index when the data module knows them.
+  virtual absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& /*output_dir*/,
+                                                                  const std::vector<std::string>& /*class_names*/) {
+    return std::map<std::string, double>();
+  }
 };
 
 }  // namespace kiln

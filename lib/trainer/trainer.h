@@ -62,6 +62,8 @@ class Trainer {
   // Where `ckpt_path=last` looks and interruption checkpoints go; ModelCheckpoint sets it.
   void set_checkpoint_dir(std::string dir) { checkpoint_dir_ = std::move(dir); }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
+  // Sends metrics to every logger at the current optimizer step (LearningRateMonitor, Timer).
+  void LogMetrics(const std::map<std::string, double>& metrics) { LogToLoggers(metrics); }
   // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
   void RequestStop(const std::string& reason);
   // Writes the full training state.

@@ -1,6 +1,7 @@
-// `kiln train/test` as a user runs them, on small IDX files the test writes: bad inputs end in one
-// line and a non-zero exit with nothing half-written; SIGTERM stops with 143 and a resumable
-// checkpoint; kill -9 in the middle of checkpoint writes never leaves a broken last.ckpt.
+// `kiln train/test/predict` as a user runs them, on small IDX files and image folders the test
+// writes: bad inputs end in one line and a non-zero exit with nothing half-written; SIGTERM stops
+// with 143 and a resumable checkpoint; kill -9 in the middle of checkpoint writes never leaves a
+// broken last.ckpt; tests write a confusion matrix; predict writes predictions.csv.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -8,8 +9,11 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,7 +75,7 @@ class TrainCliTest : public ::testing::Test {
                                      "trainer.max_epochs=2", "data.batch_size=32", "hydra.run.dir=" + dir_.path() + "/run",
                                      "trainer.num_threads=1", "callbacks.early_stopping=null"};
     for (auto& e : extra) {
-      if (e == "test" || e == "validate" || e == "export") {
+      if (e == "test" || e == "validate" || e == "export" || e == "predict") {
         argv[1] = e;
         continue;
       }
@@ -94,6 +98,28 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   EXPECT_TRUE(FileExists(run + "/metrics.csv"));
   std::string results = testing::ReadFile(run + "/test_metrics.yaml");
   EXPECT_GE(TestAccuracy(results), 0.9) << results << r.err;  // the brightness bands are separable
+  // The confusion matrix (task.num_classes=10, the data has 3): 128 test images, 43, 43 and 42 in
+  // classes 0-2, none in the others; its diagonal is the accuracy.
+  std::ifstream matrix(run + "/test_confusion_matrix.csv");
+  std::string line;
+  ASSERT_TRUE(std::getline(matrix, line));
+  EXPECT_EQ(line, "true/predicted,0,1,2,3,4,5,6,7,8,9");
+  int64_t total = 0, correct = 0;
+  for (int t = 0; t < 10 && std::getline(matrix, line); ++t) {
+    std::vector<int64_t> cells;
+    std::stringstream row(line.substr(line.find(',') + 1));
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(std::stoll(cell));
+    ASSERT_EQ(cells.size(), 10u) << line;
+    int64_t support = std::accumulate(cells.begin(), cells.end(), int64_t{0});
+    EXPECT_EQ(support, t < 2 ? 43 : t == 2 ? 42 : 0) << line;
+    total += support;
+    correct += cells[static_cast<size_t>(t)];
+  }
+  EXPECT_EQ(total, 128);
+  EXPECT_NEAR(static_cast<double>(correct) / 128, TestAccuracy(results), 1e-6);
+  EXPECT_NE(results.find("test/acc_class/2: "), std::string::npos) << results;
+  EXPECT_NE(testing::ReadFile(run + "/test_per_class_accuracy.csv").find("class,support,correct,accuracy\n0,43,"),
+            std::string::npos);
   auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(results)) << t.out;
@@ -210,6 +236,100 @@ TEST_F(TrainCliTest, Kill9DuringCheckpointWritesNeverBreaksTheLastCheckpoint) {
     auto t = Kiln({"test", "ckpt_path=" + ckpt, "hydra.run.dir=" + dir_.path() + "/eval"});
     EXPECT_EQ(t.exit_code, 0) << "attempt " << attempt << ": " << t.err;
   }
+}
+
+// A 24-bit BMP of a w x h gray image with value `v` (rows bottom-up, padded to 4 bytes).
+void WriteBmp(const std::string& path, int w, int h, uint8_t v) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  int row = (3 * w + 3) / 4 * 4;
+  uint32_t size = 54 + static_cast<uint32_t>(row * h);
+  auto u32 = [](uint32_t x) { return std::string{char(x), char(x >> 8), char(x >> 16), char(x >> 24)}; };
+  std::string bytes = "BM" + u32(size) + u32(0) + u32(54) + u32(40) + u32(static_cast<uint32_t>(w)) +
+                      u32(static_cast<uint32_t>(h)) + std::string{1, 0, 24, 0} + u32(0) + u32(static_cast<uint32_t>(row * h)) +
+                      u32(2835) + u32(2835) + u32(0) + u32(0);
+  for (int y = 0; y < h; ++y) bytes += std::string(static_cast<size_t>(3 * w), static_cast<char>(v)) + std::string(static_cast<size_t>(row - 3 * w), 0);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Class folders dark/, light/, mid/ of 12x12 gray images: the class is a brightness band.
+void WriteImageFolder(const std::string& root, int per_class) {
+  std::mt19937 rng(5);
+  const std::vector<std::pair<std::string, int>> classes = {{"dark", 20}, {"light", 200}, {"mid", 110}};
+  for (const auto& [name, base] : classes) {
+    for (int i = 0; i < per_class; ++i) {
+      WriteBmp(root + "/" + name + "/img" + std::to_string(i) + ".bmp", 12, 12, static_cast<uint8_t>(base + rng() % 30));
+    }
+  }
+}
+
+class ImageFolderCliTest : public TrainCliTest {
+ protected:
+  void SetUp() override {
+    WriteImageFolder(dir_.path() + "/images/train", 40);
+    WriteImageFolder(dir_.path() + "/images/test", 10);
+  }
+  testing::ProcessResult KilnImages(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"data=image_folder", "data.root=" + dir_.path() + "/images/train",
+                                     "data.test_root=" + dir_.path() + "/images/test", "data.size=28",
+                                     "data.grayscale=true", "data.transforms=null", "data.batch_size=16",
+                                     "task.num_classes=3"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Kiln(args);
+  }
+};
+
+TEST_F(ImageFolderCliTest, TrainsTestsWithNamedClassesAndPredicts) {
+  auto r = KilnImages({"trainer.max_epochs=15", "optimizer.lr=0.01", "scheduler=null"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/run";
+  std::string results = testing::ReadFile(run + "/test_metrics.yaml");
+  EXPECT_GE(TestAccuracy(results), 0.9) << results << r.err;
+  EXPECT_NE(results.find("test/acc_class/mid: "), std::string::npos) << results;
+  std::string matrix = testing::ReadFile(run + "/test_confusion_matrix.csv");
+  EXPECT_EQ(matrix.substr(0, matrix.find('\n')), "true/predicted,dark,light,mid");
+  EXPECT_NE(r.err.find("test accuracy per class: dark "), std::string::npos) << r.err;
+
+  // predict over the test folder: a row per image with its folder's class for nearly all.
+  auto p = KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt", "data.root=" + dir_.path() + "/images/test",
+                       "hydra.run.dir=" + dir_.path() + "/predict"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.out, dir_.path() + "/predict/predictions.csv\n");
+  std::ifstream csv(dir_.path() + "/predict/predictions.csv");
+  std::string line;
+  ASSERT_TRUE(std::getline(csv, line));
+  EXPECT_EQ(line, "path,class_index,class,probability");
+  int rows = 0, right = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 4u) << line;
+    std::string folder = std::filesystem::path(cells[0]).parent_path().filename().string();
+    right += folder == cells[2];
+    double probability = std::stod(cells[3]);
+    EXPECT_GT(probability, 1.0 / 3) << line;
+    EXPECT_LE(probability, 1.0) << line;
+  }
+  EXPECT_EQ(rows, 30);
+  EXPECT_GE(right, 27);
+}
+
+TEST_F(ImageFolderCliTest, CorruptImageEndsTrainingWithOneLineNamingTheFile) {
+  std::string broken = dir_.path() + "/images/train/mid/broken.bmp";
+  std::ofstream(broken) << "BM this is not a bitmap";
+  auto r = KilnImages({"trainer.max_epochs=1", "data.val_fraction=0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  std::string last_line = r.err.substr(r.err.rfind("kiln: error: "));
+  EXPECT_EQ(std::count(last_line.begin(), last_line.end(), '\n'), 1) << r.err;
+  EXPECT_NE(last_line.find(broken + ": cannot decode image"), std::string::npos) << r.err;
+  EXPECT_FALSE(FileExists(dir_.path() + "/run/checkpoints/last.ckpt"));
+}
+
+TEST_F(ImageFolderCliTest, PredictNeedsACheckpoint) {
+  auto r = KilnImages({"predict"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("kiln predict needs a checkpoint: ckpt_path=PATH"), std::string::npos) << r.err;
 }
 
 }  // namespace

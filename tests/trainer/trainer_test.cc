@@ -121,7 +121,8 @@ struct RunResult {
 };
 
 RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
-              std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false) {
+              std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false,
+              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}) {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
@@ -135,7 +136,7 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   auto scheduler = Registry<Scheduler>::Get().Instantiate(
       Yaml("_target_: cosine_with_warmup\nwarmup_steps: 3\ntotal_steps: 18\n", "scheduler"));
   EXPECT_TRUE(optimizer.ok() && scheduler.ok());
-  Trainer trainer(*options, std::move(callbacks), {});
+  Trainer trainer(*options, std::move(callbacks), std::move(loggers));
   FitInputs in;
   in.task = &task;
   in.data = &data;
@@ -278,6 +279,75 @@ TEST(TrainerOptions, UnknownKeyAndBadValuesAreNamed) {
   ASSERT_TRUE(limit.ok()) << limit.status();
   EXPECT_EQ(limit->limit_train_batches.Of(100), 10);
   EXPECT_DOUBLE_EQ(*limit->max_time, 90.0);
+}
+
+// Keeps every logged row.
+class RecordingLogger : public MetricsLogger {
+ public:
+  absl::Status LogMetrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    rows.push_back({step, metrics});
+    return absl::OkStatus();
+  }
+  // (step, value) of every row holding `key`.
+  std::vector<std::pair<int64_t, double>> Values(const std::string& key) const {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& [step, metrics] : rows) {
+      if (auto it = metrics.find(key); it != metrics.end()) out.push_back({step, it->second});
+    }
+    return out;
+  }
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> rows;
+};
+
+std::shared_ptr<Callback> BuildCallback(const std::string& yaml) {
+  auto callback = Registry<Callback>::Get().Instantiate(Yaml(yaml, "callbacks.x"));
+  EXPECT_TRUE(callback.ok()) << callback.status();
+  return callback.ok() ? *callback : nullptr;
+}
+
+TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
+  testing::TempDir dir;
+  auto steps = std::make_shared<RecordingLogger>();
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\n")}, false, {steps});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  // 96 samples in batches of 16: 6 steps an epoch. The trainer's own "lr" is the first group's.
+  auto monitored = steps->Values("lr-AdamW");
+  ASSERT_EQ(monitored.size(), 18u);
+  EXPECT_EQ(monitored, steps->Values("lr"));
+  EXPECT_EQ(monitored.front().first, 1);
+  EXPECT_LT(monitored.front().second, monitored[2].second);  // warming up
+  EXPECT_LT(monitored.back().second, monitored[3].second);   // decaying
+  auto epochs = std::make_shared<RecordingLogger>();
+  r = Train(dir.path() + "/e", kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\nlogging_interval: epoch\n")},
+            false, {epochs});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  auto per_epoch = epochs->Values("lr-AdamW");
+  ASSERT_EQ(per_epoch.size(), 3u);
+  EXPECT_EQ(per_epoch[1], monitored[11]);  // after step 12
+  auto bad = Registry<Callback>::Get().Instantiate(Yaml("_target_: lr_monitor\nlogging_interval: batch\n", "callbacks.lr"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("option 'callbacks.lr.logging_interval' must be step or epoch"),
+            std::string::npos);
+}
+
+TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
+  testing::TempDir dir;
+  auto logger = std::make_shared<RecordingLogger>();
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: timer\nduration: {seconds: 0.001}\n")}, false,
+                 {logger});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.steps, 6);  // one epoch of three
+  auto elapsed = logger->Values("time/elapsed_seconds");
+  ASSERT_EQ(elapsed.size(), 1u);
+  EXPECT_GT(elapsed[0].second, 0.0);
+  // A long duration lets all three epochs run.
+  r = Train(dir.path() + "/long", kThreeEpochs, 0, "", {BuildCallback("_target_: timer\nduration: \"00:01:00:00\"\n")});
+  EXPECT_EQ(r.steps, 18);
+  for (const char* bad : {"duration: \"01:00\"", "duration: {hours: -1}", "duration: {weeks: 1}", "duration: \"00:00:00:00\""}) {
+    auto timer = Registry<Callback>::Get().Instantiate(Yaml(std::string("_target_: timer\n") + bad + "\n", "callbacks.timer"));
+    ASSERT_FALSE(timer.ok()) << bad;
+    EXPECT_NE(std::string(timer.status().message()).find("callbacks.timer.duration"), std::string::npos) << timer.status();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// CIFAR-10 and CIFAR-100 in their binary distributions (cifar-10-batches-bin, cifar-100-binary):
+// fixed-size records of label byte(s) then a 32x32 RGB image stored channel by channel. The
+// training files are split into train and val from a seed.
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "components/data/file_bytes.h"
+#include "components/data/image_data_module.h"
+#include "components/optim/option_checks.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::data {
+namespace {
+
+constexpr int64_t kImageBytes = 3 * 32 * 32;
+
+struct CifarLayout {
+  std::vector<std::string> train_files, test_files;
+  int64_t label_bytes = 1;   // CIFAR-100 records start with the coarse then the fine label
+  int64_t label_offset = 0;  // which label byte is the class
+  int64_t num_classes = 10;
+  std::string names_file;    // class names, one a line, when the folder has it
+};
+
+class Cifar : public ImageDataModule {
+ public:
+  Cifar(std::string root, CifarLayout layout, ImageDataOptions options)
+      : ImageDataModule(std::move(options)), root_(std::move(root)), layout_(std::move(layout)) {}
+
+  absl::Status PrepareData() override {
+    // Names are optional: without the metadata file, predictions name classes by index.
+    std::ifstream names(root_ + "/" + layout_.names_file);
+    std::string line;
+    std::vector<std::string> read;
+    while (std::getline(names, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) read.push_back(line);
+    }
+    if (static_cast<int64_t>(read.size()) == layout_.num_classes) set_class_names(std::move(read));
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::StatusOr<DatasetMaker> LoadTraining() override { return Load(layout_.train_files); }
+  absl::StatusOr<DatasetMaker> LoadTest() override { return Load(layout_.test_files); }
+
+ private:
+  absl::StatusOr<DatasetMaker> Load(const std::vector<std::string>& files) {
+    const int64_t record = layout_.label_bytes + kImageBytes;
+    std::vector<std::string> contents;
+    int64_t total = 0;
+    for (const auto& name : files) {
+      std::string path = root_ + "/" + name;
+      KILN_ASSIGN_OR_RETURN(std::string data, ReadMaybeGzip(path));
+      auto size = static_cast<int64_t>(data.size());
+      if (size == 0 || size % record != 0) {
+        return absl::DataLossError(absl::StrCat(path, ": truncated or not a CIFAR file: ", size,
+                                                " bytes is not a whole number of ", record, "-byte records"));
+      }
+      for (int64_t i = 0; i < size / record; ++i) {
+        auto label = static_cast<unsigned char>(data[static_cast<size_t>(i * record + layout_.label_offset)]);
+        if (label >= layout_.num_classes) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": record ", i, " has label ", int{label}, ", but ",
+                                                         layout_.num_classes,
+                                                         " classes are expected (is data.variant right?)"));
+        }
+      }
+      total += size / record;
+      contents.push_back(std::move(data));
+    }
+    torch::Tensor images = torch::empty({total, 3, 32, 32}, torch::kUInt8);
+    torch::Tensor labels = torch::empty({total}, torch::kInt64);
+    auto* image_bytes = images.data_ptr<uint8_t>();
+    auto* label_values = labels.data_ptr<int64_t>();
+    int64_t n = 0;
+    for (const auto& data : contents) {
+      for (size_t at = 0; at < data.size(); at += static_cast<size_t>(record), ++n) {
+        label_values[n] = static_cast<unsigned char>(data[at + static_cast<size_t>(layout_.label_offset)]);
+        std::memcpy(image_bytes + n * kImageBytes, data.data() + at + layout_.label_bytes, kImageBytes);
+      }
+    }
+    return InMemory(images, labels);
+  }
+
+  std::string root_;
+  CifarLayout layout_;
+};
+
+KILN_REGISTER(DataModule, "cifar", "CIFAR-10 / CIFAR-100 binary batches (data_batch_N.bin, train.bin, ...)",
+              AddImageDataOptions(
+                  OptionSchema()
+                      .Required("root", OptionType::kString,
+                                "folder holding the .bin files (cifar-10-batches-bin or cifar-100-binary)")
+                      .String("variant", "cifar10", "cifar10 (10 classes) or cifar100 (100 fine / 20 coarse)")
+                      .String("label", "fine", "cifar100 only: fine (100 classes) or coarse (20 superclasses)")),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+                KILN_ASSIGN_OR_RETURN(std::string root, cfg.Get<std::string>("root"));
+                KILN_ASSIGN_OR_RETURN(std::string variant, cfg.Get<std::string>("variant"));
+                KILN_ASSIGN_OR_RETURN(std::string label, cfg.Get<std::string>("label"));
+                CifarLayout layout;
+                if (variant == "cifar10") {
+                  for (int i = 1; i <= 5; ++i) layout.train_files.push_back(absl::StrCat("data_batch_", i, ".bin"));
+                  layout.test_files = {"test_batch.bin"};
+                  layout.names_file = "batches.meta.txt";
+                } else if (variant == "cifar100") {
+                  if (label != "fine" && label != "coarse") return BadOption(cfg, "label", "must be fine or coarse");
+                  layout.train_files = {"train.bin"};
+                  layout.test_files = {"test.bin"};
+                  layout.label_bytes = 2;
+                  layout.label_offset = label == "fine" ? 1 : 0;
+                  layout.num_classes = label == "fine" ? 100 : 20;
+                  layout.names_file = label + "_label_names.txt";
+                } else {
+                  return BadOption(cfg, "variant", "must be cifar10 or cifar100");
+                }
+                KILN_ASSIGN_OR_RETURN(ImageDataOptions options, ReadImageDataOptions(cfg));
+                return std::make_shared<Cifar>(std::move(root), std::move(layout), std::move(options));
+              });
+
+}  // namespace
+}  // namespace kiln::data

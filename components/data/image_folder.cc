@@ -1,0 +1,214 @@
+// An image folder (torchvision's ImageFolder): root/CLASS/.../IMAGE, the class index being the
+// position of CLASS among the sorted folder names. Images (jpg, png, bmp, webp) are decoded with
+// OpenCV when a sample is loaded, optionally resized, as RGB or grayscale uint8 [C, H, W].
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "components/data/image_data_module.h"
+#include "components/data/option_values.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DecodeOptions {
+  bool grayscale = false;
+  int64_t height = 0, width = 0;  // 0: keep each image's size
+};
+
+// One image file as uint8 [C, H, W] (RGB or grayscale), resized when asked.
+absl::StatusOr<torch::Tensor> DecodeImage(const std::string& path, const DecodeOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open image file"));
+  std::vector<uchar> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  cv::Mat image;
+  try {
+    image = cv::imdecode(bytes, options.grayscale ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+  } catch (const cv::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode image: ", e.msg));
+  }
+  if (image.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode image (corrupt, truncated or not an image)"));
+  }
+  if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  if (options.height > 0 && (image.rows != options.height || image.cols != options.width)) {
+    // Area averaging when shrinking avoids aliasing; bilinear when enlarging.
+    bool shrink = options.height * options.width < static_cast<int64_t>(image.rows) * image.cols;
+    cv::Mat resized;
+    cv::resize(image, resized, cv::Size(static_cast<int>(options.width), static_cast<int>(options.height)), 0, 0,
+               shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+    image = resized;
+  }
+  if (!image.isContinuous()) image = image.clone();
+  return torch::from_blob(image.data, {image.rows, image.cols, image.channels()}, torch::kUInt8)
+      .permute({2, 0, 1})
+      .contiguous();
+}
+
+struct ImageFile {
+  std::string path;
+  int64_t label = -1;  // -1: not in a class folder (prediction inputs)
+};
+
+class ImageFileDataset : public Dataset {
+ public:
+  ImageFileDataset(std::shared_ptr<const std::vector<ImageFile>> files, DecodeOptions decode,
+                   TransformPipeline transforms)
+      : files_(std::move(files)), decode_(decode), transforms_(std::move(transforms)) {}
+  int64_t size() const override { return static_cast<int64_t>(files_->size()); }
+  std::string Source(int64_t index) const override { return (*files_)[static_cast<size_t>(index)].path; }
+  absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override {
+    const ImageFile& file = (*files_)[static_cast<size_t>(index)];
+    KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImage(file.path, decode_));
+    image = transforms_.empty() ? image.to(torch::kFloat32).div_(255.0) : transforms_.Apply(image, rng);
+    return Example{image, torch::tensor(file.label, torch::kInt64)};
+  }
+
+ private:
+  std::shared_ptr<const std::vector<ImageFile>> files_;
+  DecodeOptions decode_;
+  TransformPipeline transforms_;
+};
+
+bool IsImageFile(const fs::path& path) {
+  std::string ext = absl::AsciiStrToLower(path.extension().string());
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp" || ext == ".webp";
+}
+
+// Image files below `dir` (following sub-folders), sorted by path.
+absl::StatusOr<std::vector<std::string>> ImagesBelow(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, error), end;
+       !error && it != end; it.increment(error)) {
+    if (it->is_regular_file(error) && IsImageFile(it->path())) out.push_back(it->path().string());
+  }
+  if (error) return absl::NotFoundError(absl::StrCat(dir.string(), ": cannot list: ", error.message()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The sorted names of the sub-folders of `root`.
+absl::StatusOr<std::vector<std::string>> ClassFolders(const std::string& root) {
+  std::error_code error;
+  if (!fs::is_directory(root, error)) return absl::NotFoundError(absl::StrCat(root, ": no such folder"));
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  if (error) return absl::NotFoundError(absl::StrCat(root, ": cannot list: ", error.message()));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+struct ImageFolderOptions {
+  std::string root, test_root;
+  std::vector<std::string> classes;  // empty: the sorted sub-folders of root
+  DecodeOptions decode;
+};
+
+class ImageFolder : public ImageDataModule {
+ public:
+  ImageFolder(ImageFolderOptions options, ImageDataOptions common)
+      : ImageDataModule(std::move(common)), options_(std::move(options)) {}
+
+  absl::Status PrepareData() override {
+    if (!options_.classes.empty()) {
+      set_class_names(options_.classes);
+      return absl::OkStatus();
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> folders, ClassFolders(options_.root));
+    set_class_names(std::move(folders));
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::StatusOr<DatasetMaker> LoadTraining() override { return Labelled(options_.root); }
+  absl::StatusOr<DatasetMaker> LoadTest() override {
+    if (options_.test_root.empty()) return DatasetMaker();
+    return Labelled(options_.test_root);
+  }
+  // Every image below root: those in a class folder carry its label, the others -1.
+  absl::StatusOr<DatasetMaker> LoadPredict() override {
+    std::error_code error;
+    if (!fs::is_directory(options_.root, error)) return absl::NotFoundError(absl::StrCat(options_.root, ": no such folder"));
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, ImagesBelow(options_.root));
+    if (paths.empty()) return absl::NotFoundError(absl::StrCat(options_.root, ": no images (jpg, png, bmp, webp)"));
+    const std::vector<std::string> names = class_names();
+    auto files = std::make_shared<std::vector<ImageFile>>();
+    for (auto& path : paths) {
+      fs::path relative = fs::path(path).lexically_relative(options_.root);
+      int64_t label = -1;
+      if (std::distance(relative.begin(), relative.end()) > 1) {
+        auto it = std::find(names.begin(), names.end(), relative.begin()->string());
+        if (it != names.end()) label = it - names.begin();
+      }
+      files->push_back({std::move(path), label});
+    }
+    return Maker(std::move(files));
+  }
+
+ private:
+  absl::StatusOr<DatasetMaker> Labelled(const std::string& root) {
+    const std::vector<std::string> names = class_names();
+    if (names.empty()) return absl::NotFoundError(absl::StrCat(root, ": no class folders (expected ROOT/CLASS/IMAGE)"));
+    auto files = std::make_shared<std::vector<ImageFile>>();
+    for (size_t c = 0; c < names.size(); ++c) {
+      fs::path dir = fs::path(root) / names[c];
+      std::error_code error;
+      if (!fs::is_directory(dir, error)) return absl::NotFoundError(absl::StrCat(dir.string(), ": no such class folder"));
+      KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, ImagesBelow(dir));
+      if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir.string(), ": no images (jpg, png, bmp, webp)"));
+      for (auto& path : paths) files->push_back({std::move(path), static_cast<int64_t>(c)});
+    }
+    return Maker(std::move(files));
+  }
+
+  DatasetMaker Maker(std::shared_ptr<const std::vector<ImageFile>> files) const {
+    DecodeOptions decode = options_.decode;
+    return [files, decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
+      return std::make_shared<ImageFileDataset>(files, decode, transforms);
+    };
+  }
+
+  ImageFolderOptions options_;
+};
+
+KILN_REGISTER(DataModule, "image_folder", "Images in one folder per class (torchvision ImageFolder), decoded with OpenCV",
+              AddImageDataOptions(
+                  OptionSchema()
+                      .Required("root", OptionType::kString,
+                                "folder of class folders (ROOT/CLASS/IMAGE); train and val are split from it")
+                      .Add("test_root", OptionType::kString, "null",
+                           "folder of the same class folders for the test split (null: no test split)")
+                      .Add("classes", OptionType::kList, "null",
+                           "class names in index order (null: the sorted sub-folders of root)")
+                      .Add("size", OptionType::kAny, "null",
+                           "resize every image to [height, width] (or a side for squares) when decoding; "
+                           "null keeps sizes (then they must all match to be batched)")
+                      .Bool("grayscale", false, "decode as one grayscale channel instead of RGB")),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+                ImageFolderOptions o;
+                KILN_ASSIGN_OR_RETURN(o.root, cfg.Get<std::string>("root"));
+                KILN_ASSIGN_OR_RETURN(o.test_root, cfg.GetOr<std::string>("test_root", ""));
+                KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
+                KILN_ASSIGN_OR_RETURN(o.decode.grayscale, cfg.Get<bool>("grayscale"));
+                if (cfg.Has("size") && !cfg.Get<config::NodePtr>("size").value()->is_null()) {
+                  KILN_ASSIGN_OR_RETURN(auto size, GetImageSize(cfg, "size"));
+                  std::tie(o.decode.height, o.decode.width) = size;
+                }
+                KILN_ASSIGN_OR_RETURN(ImageDataOptions common, ReadImageDataOptions(cfg));
+                return std::make_shared<ImageFolder>(std::move(o), std::move(common));
+              });
+
+}  // namespace
+}  // namespace kiln::data

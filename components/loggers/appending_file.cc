@@ -1,0 +1,32 @@
+#include "components/loggers/appending_file.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/status_macros.h"
+
+namespace kiln {
+
+absl::Status AppendingFile::Append(const std::string& bytes) {
+  if (file_ == nullptr) {
+    if (!started_) {
+      std::string dir = path_.substr(0, path_.find_last_of('/'));
+      if (dir != path_) KILN_RETURN_IF_ERROR(app::MakeDirs(dir));
+    }
+    file_ = std::fopen(path_.c_str(), started_ ? "ab" : "wb");
+    if (file_ == nullptr) return absl::UnavailableError(absl::StrCat(path_, ": cannot open for writing"));
+    started_ = true;
+  }
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() || std::fflush(file_) != 0) {
+    return absl::UnavailableError(absl::StrCat(path_, ": write failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendingFile::Close() {
+  if (file_ == nullptr) return absl::OkStatus();
+  bool ok = std::fclose(file_) == 0;
+  file_ = nullptr;
+  return ok ? absl::OkStatus() : absl::UnavailableError(absl::StrCat(path_, ": write failed"));
+}
+
+}  // namespace kiln

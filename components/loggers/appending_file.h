@@ -1,0 +1,31 @@
+// A logger's output file: created (emptied) by the first write of the run, appended to and
+// flushed by every write after it, also after Close (a test after a fit goes on in the same file).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kiln {
+
+class AppendingFile {
+ public:
+  explicit AppendingFile(std::string path) : path_(std::move(path)) {}
+  ~AppendingFile() { Close().IgnoreError(); }
+  AppendingFile(const AppendingFile&) = delete;
+  AppendingFile& operator=(const AppendingFile&) = delete;
+
+  // Whether nothing was written yet in this run.
+  bool fresh() const { return !started_; }
+  absl::Status Append(const std::string& bytes);
+  absl::Status Close();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  bool started_ = false;
+};
+
+}  // namespace kiln
