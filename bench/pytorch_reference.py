@@ -3,7 +3,7 @@ conv 64 with BatchNorm and max-pool, FC 128, FC 10), batch 128, AdamW, 2 threads
 Fashion-MNIST with a plain PyTorch loop and DataLoader (2 workers). Prints samples/s over the
 timed batches.
 
-usage: pytorch_reference.py WARMUP TIMED torchvision|numpy
+usage: pytorch_reference.py WARMUP TIMED torchvision|numpy [WORKERS]   (DataLoader workers, default 2)
   torchvision: torchvision.datasets.FashionMNIST with ToTensor() and Normalize(), the usual loop
   numpy:       the decoded arrays indexed directly (a hand-optimized loop, faster than most code)"""
 import gzip
@@ -76,6 +76,7 @@ def torchvision_dataset(work_dir):
 
 def main():
     warmup, timed, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2
     torch.set_num_threads(2)
     torch.manual_seed(0)
     if mode == "torchvision":
@@ -83,8 +84,8 @@ def main():
         dataset = torchvision_dataset(tempfile.mkdtemp())
     else:
         dataset = FashionMnist()
-    loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, num_workers=2,
-                                         drop_last=True, persistent_workers=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, num_workers=workers,
+                                         drop_last=True, persistent_workers=workers > 0)
     model = Cnn()
     opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=0.01)
     model.train()

@@ -112,6 +112,29 @@ torch::Tensor Trainer::ToDevice(const torch::Tensor& t) const {
   return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
 }
 
+namespace {
+// NHWC strides even where contiguous() would keep NCHW ones: with one channel both orders are
+// "contiguous", and the convolution then picks NCHW and converts back and forth.
+torch::Tensor ToChannelsLast(const torch::Tensor& t) {
+  return torch::empty_like(t, t.options().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(t);
+}
+}  // namespace
+
+torch::Tensor Trainer::InputToDevice(const torch::Tensor& t) const {
+  torch::Tensor on_device = ToDevice(t);
+  return options_.channels_last && on_device.dim() == 4 ? ToChannelsLast(on_device) : on_device;
+}
+
+void Trainer::PlaceModule(torch::nn::Module& module) const {
+  module.to(device_);
+  if (!options_.channels_last) return;
+  // torch::nn::Module::to has no memory-format overload (Python's has): convert the 4-D tensors.
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(ToChannelsLast(p.data()));
+  }
+}
+
 std::vector<std::pair<std::string, int64_t*>> Trainer::Counters() {
   return {{"loop/global_step", &global_step_},
           {"loop/epoch", &epoch_},
@@ -162,7 +185,7 @@ absl::Status Trainer::ResumeFrom(const std::string& path) {
   KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
   KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *inputs_.task, inputs_.model_name));
   try {
-    inputs_.task->module().to(device_);
+    PlaceModule(inputs_.task->module());
     torch::serialize::InputArchive opt;
     if (archive.try_read("optimizer", opt)) optimizer_->load(opt);
     torch::serialize::InputArchive sched;
@@ -234,7 +257,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   int64_t steps_per_epoch = (train_batches_ + options_.accumulate_grad_batches - 1) / options_.accumulate_grad_batches;
   int64_t total_steps = options_.max_steps > 0 ? options_.max_steps : steps_per_epoch * max_epochs;
 
-  task.module().to(device_);
+  PlaceModule(task.module());
   NamedParameters params;
   for (const auto& p : task.module().named_parameters()) params.emplace_back(p.key(), p.value());
   KILN_ASSIGN_OR_RETURN(optimizer_, inputs.optimizer->Create(params));
@@ -382,7 +405,7 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
 
 absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* stepped) {
   Task& task = *inputs_.task;
-  batch.input = ToDevice(batch.input);
+  batch.input = InputToDevice(batch.input);
   batch.target = ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainBatchStart(*this, batch); }));
   bool bf16 = options_.precision == "bf16-mixed";
@@ -442,7 +465,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::RunEvaluation(data::DataL
   MetricLog log;
   bool bf16 = options_.precision == "bf16-mixed";
   auto status = loader.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
-    batch.input = ToDevice(batch.input);
+    batch.input = InputToDevice(batch.input);
     batch.target = ToDevice(batch.target);
     if (bf16) compat::SetCpuAutocast(true, at::kBFloat16);
     auto st = task.EvaluationStep(batch, stage, log);
@@ -468,7 +491,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   inputs_.task = &task;
   start_ = std::chrono::steady_clock::now();
   ConfigureThreads();
-  task.module().to(device_);
+  PlaceModule(task.module());
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(stage));
   bool test = stage == data::Stage::kTest;
@@ -488,7 +511,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
 
 absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
   inputs_.task = &task;
-  task.module().to(device_);
+  PlaceModule(task.module());
   task.module().eval();
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kPredict));
@@ -499,7 +522,7 @@ absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::Da
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> outputs;
   KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
-    batch.input = ToDevice(batch.input);
+    batch.input = InputToDevice(batch.input);
     KILN_ASSIGN_OR_RETURN(torch::Tensor out, task.PredictStep(batch));
     outputs.push_back(out.to(torch::kCPU));
     return true;

@@ -82,6 +82,10 @@ class Trainer {
   absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
   void LogToLoggers(const std::map<std::string, double>& metrics);
   torch::Tensor ToDevice(const torch::Tensor& t) const;
+  // A batch's input on the device, in the configured memory order.
+  torch::Tensor InputToDevice(const torch::Tensor& t) const;
+  // Moves the task's module to the device (and to channels-last order when configured).
+  void PlaceModule(torch::nn::Module& module) const;
   bool OutOfTime() const;
   // Sets LibTorch's thread count from num_threads; returns it.
   int ConfigureThreads() const;

@@ -41,7 +41,9 @@ const OptionSchema& TrainerOptions::Schema() {
         .Int("log_every_n_steps", 50, "log training metrics every N optimizer steps")
         .Bool("enable_progress_bar", true, "show progress (live in a terminal, plain lines otherwise)")
         .String("default_root_dir", ".", "where checkpoints go when no callback says otherwise")
-        .String("on_nonfinite_loss", "stop", "stop (with a message) or skip the step when the loss is NaN/Inf");
+        .String("on_nonfinite_loss", "stop", "stop (with a message) or skip the step when the loss is NaN/Inf")
+        .Bool("channels_last", false,
+              "keep 4-D weights and image batches in channels-last (NHWC) memory order: faster convolutions");
     return s;
   }();
   return *schema;
@@ -151,6 +153,7 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
   KILN_ASSIGN_OR_RETURN(o.enable_progress_bar, cfg.Get<bool>("enable_progress_bar"));
   KILN_ASSIGN_OR_RETURN(o.default_root_dir, cfg.Get<std::string>("default_root_dir"));
   KILN_ASSIGN_OR_RETURN(o.on_nonfinite_loss, cfg.Get<std::string>("on_nonfinite_loss"));
+  KILN_ASSIGN_OR_RETURN(o.channels_last, cfg.Get<bool>("channels_last"));
   if (o.on_nonfinite_loss != "stop" && o.on_nonfinite_loss != "skip") {
     return Bad(cfg, "on_nonfinite_loss", "must be stop or skip");
   }

@@ -40,6 +40,7 @@ struct TrainerOptions {
   bool enable_progress_bar = true;
   std::string default_root_dir = ".";
   std::string on_nonfinite_loss = "stop"; // stop | skip
+  bool channels_last = false;             // 4-D weights and image batches in NHWC (faster convolutions on CPU)
 
   static const OptionSchema& Schema();
   // `trainer` is the `trainer:` node; `seconds` like "00:01:30:00" (DD:HH:MM:SS) or a number.

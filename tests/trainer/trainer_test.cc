@@ -6,6 +6,7 @@
 
 #include <csignal>
 
+#include "absl/strings/str_cat.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/exit_code.h"
@@ -67,12 +68,14 @@ class SyntheticImages : public data::DataModule {
   std::shared_ptr<const data::Dataset> train_;
 };
 
+constexpr char kMlp[] = "_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n";
+
 class Classifier : public Task {
  public:
-  explicit Classifier(bool poison = false) : poison_(poison) {}
+  explicit Classifier(bool poison = false, std::string model_yaml = kMlp)
+      : poison_(poison), model_yaml_(std::move(model_yaml)) {}
   absl::Status Build(const config::Config&) override {
-    auto m = Registry<Model>::Get().Instantiate(
-        Yaml("_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n", "model"));
+    auto m = Registry<Model>::Get().Instantiate(Yaml(model_yaml_, "model"));
     if (!m.ok()) return m.status();
     model_ = *m;
     return absl::OkStatus();
@@ -94,6 +97,7 @@ class Classifier : public Task {
 
  private:
   bool poison_;
+  std::string model_yaml_;
   std::shared_ptr<Model> model_;
 };
 
@@ -157,6 +161,51 @@ void ExpectBitwiseEqual(const std::vector<torch::Tensor>& a, const std::vector<t
 }
 
 const char kThreeEpochs[] = "max_epochs: 3\nlog_every_n_steps: 1\n";
+
+// trainer.channels_last: the CNN's 4-D weights end in NHWC order (even the one-channel first
+// convolution, whose NCHW strides also count as "channels-last contiguous") and training reaches
+// the same parameters as in NCHW order, up to float rounding.
+TEST(Trainer, ChannelsLastTrainsTheSameModelInNhwcOrder) {
+  std::vector<std::vector<torch::Tensor>> params;
+  for (bool channels_last : {false, true}) {
+    testing::TempDir dir;
+    auto options = TrainerOptions::FromConfig(Yaml(
+        absl::StrCat("max_epochs: 1\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n"
+                     "limit_val_batches: 0\ndefault_root_dir: ", dir.path(), "\nchannels_last: ", channels_last ? "true" : "false", "\n"),
+        "trainer"));
+    ASSERT_TRUE(options.ok()) << options.status();
+    torch::manual_seed(1);
+    Classifier task(false, "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n");
+    ASSERT_TRUE(task.Build(config::Config()).ok());
+    SyntheticImages data(0);
+    auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: sgd\nlr: 0.05\n", "optimizer"));
+    ASSERT_TRUE(optimizer.ok());
+    Trainer trainer(*options, {}, {});
+    FitInputs in;
+    in.task = &task;
+    in.data = &data;
+    in.optimizer = *optimizer;
+    in.seed = 5;
+    in.model_name = "cnn";
+    ASSERT_TRUE(trainer.Fit(in).ok());
+    EXPECT_EQ(trainer.global_step(), 6);
+    params.emplace_back();
+    for (const auto& item : task.module().named_parameters()) {
+      const std::string& name = item.key();
+      const torch::Tensor& p = item.value();
+      if (p.dim() == 4) {
+        // NHWC: the channel dimension is the innermost one.
+        EXPECT_EQ(p.stride(1) == 1, channels_last) << name << " strides " << p.strides();
+      }
+      params.back().push_back(p.detach().contiguous().clone());
+    }
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    EXPECT_FALSE(torch::equal(params[0][i], torch::zeros_like(params[0][i])));
+    EXPECT_TRUE(torch::allclose(params[0][i], params[1][i], 1e-4, 1e-5)) << "parameter " << i;
+  }
+}
 
 TEST(TrainerResume, MaxStepsInterruptionResumesBitwiseEqual) {
   testing::TempDir a, b;
