@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/run_dir.h"
+#include "lib/app/sweep_ledger.h"
 #include "lib/core/exit_code.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
@@ -51,6 +54,12 @@ std::map<std::string, CommandFn>& Commands() {
 bool IsDir(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string ExecutablePath() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "kiln";
 }
 
 std::string ExecutableDir() {
@@ -143,6 +152,14 @@ class Application {
       repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
     }
 
+    if (cl_.multirun_job.has_value()) {  // one job of a sweep, started by the `local` launcher
+      if (!cl_.sweep_dir.has_value()) return absl::InvalidArgumentError("--multirun-job needs --sweep-dir");
+      options_.multirun = true;
+      auto composed = config::Compose(options_, *repo_);
+      if (!composed.ok()) return composed.status();
+      config::SetPath(*composed->hydra, "sweep.dir", Node::String(*cl_.sweep_dir));
+      return RunJob(*composed, *cl_.multirun_job, *cl_.sweep_dir, cl_.overrides);
+    }
     auto composed = config::Compose(options_, *repo_);
     if (!composed.ok()) return composed.status();
     if (cl_.help) return Help(*composed);
@@ -158,13 +175,33 @@ class Application {
                                            dir ? config::PythonStr(*dir) : "?"));
       return absl::OkStatus();
     }
-    return RunJob(*composed, -1, "");
+    return RunJob(*composed, -1, "", {});
   }
 
  private:
-  absl::Status RunJob(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+  // Runs one job; a job of a sweep records its outcome in the sweep's ledger.
+  absl::Status RunJob(config::ComposeResult& composed, int job_num, const std::string& sweep_dir,
+                      const std::vector<std::string>& job_overrides) {
+    auto start = std::chrono::steady_clock::now();
+    absl::Status status = RunJobInDir(composed, job_num, sweep_dir);
+    if (job_num >= 0) {
+      LedgerEntry entry;
+      entry.job = job_num;
+      entry.status = status.ok() ? "ok" : "failed";
+      entry.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      entry.overrides = job_overrides;
+      entry.message = std::string(status.message());
+      entry.dir = last_output_dir_;
+      if (auto st = AppendLedger(sweep_dir, entry); !st.ok() && status.ok()) return st;
+    }
+    return status;
+  }
+
+  absl::Status RunJobInDir(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+    last_output_dir_.clear();
     auto run = PlanRunDir(composed, job_num, sweep_dir);
     if (!run.ok()) return run.status();
+    last_output_dir_ = run->output_dir;
     // A config that does not resolve is refused before anything is written.
     auto resolved = config::ResolveJob(composed);
     if (!resolved.ok()) return resolved.status();
@@ -242,13 +279,57 @@ class Application {
     if (!launcher_cfg.ok()) return launcher_cfg.status();
     auto launcher = Registry<Launcher>::Get().Instantiate(*launcher_cfg);
     if (!launcher.ok()) return launcher.status();
-    return (*launcher)->Launch(*jobs, [&](size_t index, const std::vector<std::string>& overrides) {
+
+    // A sweep re-run into the same folder skips the jobs its ledger records as done.
+    auto ledger = ReadLedger(sweep_dir);
+    if (!ledger.ok()) return ledger.status();
+    auto done = LatestByJob(*ledger);
+    std::vector<SweepJob> pending;
+    for (size_t i = 0; i < jobs->size(); ++i) {
+      auto it = done.find(static_cast<int64_t>(i));
+      if (it != done.end() && JobIdentity(it->second.overrides) != JobIdentity((*jobs)[i])) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            sweep_dir, "/ledger.yaml records job ", i, " as '", absl::StrJoin(JobIdentity(it->second.overrides), " "),
+            "', but this sweep's job ", i, " is '", absl::StrJoin(JobIdentity((*jobs)[i]), " "),
+            "': it holds another sweep; choose another hydra.sweep.dir"));
+      }
+      if (it == done.end() || it->second.status != "ok") pending.push_back({i, (*jobs)[i]});
+    }
+    if (pending.size() < jobs->size()) {
+      Logger::Instance().Info(absl::StrCat("resuming the sweep in ", sweep_dir, ": ", jobs->size() - pending.size(),
+                                           " of ", jobs->size(), " jobs are done, running ", pending.size()));
+    }
+    LaunchContext context;
+    context.sweep_dir = sweep_dir;
+    context.fail_fast = cl_.fail_fast;
+    context.run = [&](const SweepJob& job) -> absl::Status {
       config::ComposeOptions job_options = options_;
-      job_options.overrides = overrides;
+      job_options.overrides = job.overrides;
       auto composed = config::Compose(job_options, *repo_);
       if (!composed.ok()) return composed.status();
-      return RunJob(*composed, static_cast<int>(index), sweep_dir);
-    });
+      return RunJob(*composed, static_cast<int>(job.index), sweep_dir, job.overrides);
+    };
+    context.command = [&](const SweepJob& job) {
+      std::vector<std::string> argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
+                                       "--config-name", options_.config_name};
+      for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", Absolute(dir)});
+      for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", Absolute(plugin)});
+      argv.push_back(absl::StrCat("--multirun-job=", job.index));
+      argv.push_back(absl::StrCat("--sweep-dir=", Absolute(sweep_dir)));
+      argv.insert(argv.end(), job.overrides.begin(), job.overrides.end());
+      return argv;
+    };
+    absl::Status status = (*launcher)->Launch(pending, context);
+    auto summary = WriteSweepSummary(sweep_dir, *jobs);
+    if (summary.ok()) {
+      Logger::Instance().Info(absl::StrCat("sweep summary (", sweep_dir, "/summary.csv):"));
+      for (absl::string_view line : absl::StrSplit(*summary, '\n', absl::SkipEmpty())) {
+        Logger::Instance().Info(absl::StrCat("  ", line));
+      }
+    } else if (status.ok()) {
+      status = summary.status();
+    }
+    return status;
   }
 
   absl::StatusOr<NodePtr> SelectPackage(const NodePtr& node) {
@@ -478,6 +559,7 @@ class Application {
   }
 
   CommandLine cl_;
+  std::string last_output_dir_;  // of the job run last
   std::vector<PluginManifest> plugins_;
   config::ComposeOptions options_;
   std::unique_ptr<config::ConfigRepository> repo_;

@@ -1,5 +1,7 @@
 #include "lib/app/cli.h"
 
+#include <cstdlib>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "lib/config/suggest.h"
@@ -24,7 +26,7 @@ std::string Usage() {
       "usage: kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR]\n"
       "                    [--cfg job|hydra|all] [--resolve] [--package PKG]\n"
       "                    [--info [defaults|defaults-tree|config|searchpath|provenance]]\n"
-      "                    [-m|--multirun] [--dry-run] [--plugin PATH]... [--help] [overrides...]\n\ncommands:\n";
+      "                    [-m|--multirun] [--dry-run] [--fail-fast] [--plugin PATH]... [--help] [overrides...]\n\ncommands:\n";
   for (const auto& [name, doc] : KnownCommands()) absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
   out += "\n`kiln COMMAND --help` lists the config groups and the composed config.\n"
          "Plugins: --plugin PATH, a `plugins: [...]` list in the primary config, or KILN_PLUGIN_PATH.\n";
@@ -36,7 +38,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   auto fail = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   static const std::vector<std::string> kFlags = {
       "--config-path", "--config-name", "--config-dir", "--cfg", "--resolve", "--package",
-      "--info", "--multirun", "--dry-run", "--plugin", "--markdown", "--help"};
+      "--info", "--multirun", "--dry-run", "--plugin", "--markdown", "--fail-fast", "--help"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     // Flags take their value as the next argument or after '='.
@@ -88,6 +90,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       auto v = value_of("--plugin");
       if (!v.ok()) return v.status();
       cl.plugins.push_back(*v);
+    } else if (a == "--fail-fast") {
+      cl.fail_fast = true;
+    } else if (a.rfind("--multirun-job=", 0) == 0) {
+      cl.multirun_job = std::atoi(a.c_str() + 15);
+    } else if (a.rfind("--sweep-dir=", 0) == 0) {
+      cl.sweep_dir = a.substr(12);
     } else if (a == "--markdown") {
       cl.markdown = true;
     } else if (a == "--resolve") {

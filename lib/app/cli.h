@@ -26,6 +26,10 @@ struct CommandLine {
   bool help = false;
   std::vector<std::string> plugins;  // --plugin PATH, in order
   bool markdown = false;             // `kiln list --markdown`: docs/components.md
+  bool fail_fast = false;            // -m: stop launching after the first failed job
+  // Internal: run job N of the sweep in SWEEP_DIR in this process (the `local` launcher's children).
+  std::optional<int> multirun_job;
+  std::optional<std::string> sweep_dir;
   std::vector<std::string> overrides;
 };
 

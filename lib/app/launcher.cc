@@ -1,29 +1,125 @@
 #include "lib/app/launcher.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/config/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+
+extern char** environ;
 
 namespace kiln::app {
 namespace {
 
+absl::Status Summarize(const std::vector<std::string>& failures, size_t total) {
+  if (failures.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(failures.size(), " of ", total, " jobs failed: ",
+                                          absl::StrJoin(failures, "; ")));
+}
+
 class BasicLauncher : public Launcher {
  public:
-  absl::Status Launch(const std::vector<std::vector<std::string>>& jobs, const JobFn& run) override {
+  absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) override {
     Logger::Instance().Info(absl::StrCat("Launching ", jobs.size(), " jobs locally"));
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      Logger::Instance().Info(absl::StrCat("\t#", i, " : ", absl::StrJoin(jobs[i], " ")));
-      auto st = run(i, jobs[i]);
-      if (!st.ok()) return absl::Status(st.code(), absl::StrCat("job #", i, " failed: ", st.message()));
+    std::vector<std::string> failures;
+    for (const auto& job : jobs) {
+      Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+      absl::Status status = context.run(job);
+      if (status.ok()) continue;
+      failures.push_back(absl::StrCat("job #", job.index, ": ", status.message()));
+      if (context.fail_fast) break;
     }
-    return absl::OkStatus();
+    return Summarize(failures, jobs.size());
   }
 };
 
 KILN_REGISTER(Launcher, "basic", "Runs the jobs of a multirun one after another in this process",
               OptionSchema(), [](const config::Config&) -> absl::StatusOr<std::shared_ptr<Launcher>> {
                 return std::make_shared<BasicLauncher>();
+              });
+
+// Up to n_jobs `kiln` processes at once; each job's output goes to its own log file.
+class LocalLauncher : public Launcher {
+ public:
+  explicit LocalLauncher(int n_jobs) : n_jobs_(n_jobs) {}
+
+  absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) override {
+    Logger::Instance().Info(absl::StrCat("Launching ", jobs.size(), " jobs, ", n_jobs_, " at a time"));
+    std::map<pid_t, const SweepJob*> running;
+    std::vector<std::string> failures;
+    size_t next = 0;
+    bool stop = false;
+    while ((next < jobs.size() && !stop) || !running.empty()) {
+      while (!stop && next < jobs.size() && static_cast<int>(running.size()) < n_jobs_) {
+        const SweepJob& job = jobs[next++];
+        Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+        auto pid = Spawn(context.command(job));
+        if (!pid.ok()) {
+          failures.push_back(absl::StrCat("job #", job.index, ": ", pid.status().message()));
+          stop = context.fail_fast;
+          continue;
+        }
+        running[*pid] = &job;
+      }
+      if (running.empty()) break;
+      int wstatus = 0;
+      pid_t pid = ::waitpid(-1, &wstatus, 0);
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        return absl::InternalError(absl::StrCat("waiting for jobs: ", std::strerror(errno)));
+      }
+      auto it = running.find(pid);
+      if (it == running.end()) continue;
+      const SweepJob& job = *it->second;
+      running.erase(it);
+      if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) continue;
+      std::string how = WIFEXITED(wstatus) ? absl::StrCat("exited with code ", WEXITSTATUS(wstatus))
+                                           : absl::StrCat("killed by signal ", WTERMSIG(wstatus));
+      failures.push_back(absl::StrCat("job #", job.index, " ", how, " (see ", context.sweep_dir, "/", job.index, ")"));
+      if (context.fail_fast) stop = true;
+    }
+    return Summarize(failures, jobs.size());
+  }
+
+ private:
+  static absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    pid_t pid = 0;
+    int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+    return pid;
+  }
+
+  int n_jobs_;
+};
+
+KILN_REGISTER(Launcher, "local", "Runs up to n_jobs jobs at once, each in a kiln process of its own",
+              OptionSchema().Int("n_jobs", -1, "jobs at once; -1: one per core"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Launcher>> {
+                KILN_ASSIGN_OR_RETURN(int64_t n, cfg.Get<int64_t>("n_jobs"));
+                if (n == 0 || n < -1) {
+                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("n_jobs"),
+                                                                 "' must be -1 or at least 1"));
+                }
+                if (n == -1) n = std::max(1u, std::thread::hardware_concurrency());
+                return std::make_shared<LocalLauncher>(static_cast<int>(n));
               });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Launchers run the jobs of a multirun. `basic` runs them one after another in this process,
-// like Hydra's BasicLauncher; others (local processes, SLURM) register under the same kind.
+// like Hydra's BasicLauncher; `local` runs up to n_jobs at once, each in a `kiln` process of its
+// own (like Hydra's joblib launcher). Plugins can register more under the same kind.
 #pragma once
 
 #include <functional>
@@ -10,14 +11,26 @@
 
 namespace kiln::app {
 
-// Runs job `index` with its overrides.
-using JobFn = std::function<absl::Status(size_t index, const std::vector<std::string>& overrides)>;
+struct SweepJob {
+  size_t index = 0;                    // the job's number in the sweep (its folder name)
+  std::vector<std::string> overrides;  // the job's own overrides
+};
+
+struct LaunchContext {
+  std::string sweep_dir;
+  bool fail_fast = false;  // stop launching after the first failed job
+  // Runs a job in this process.
+  std::function<absl::Status(const SweepJob&)> run;
+  // The command line that runs a job in a process of its own.
+  std::function<std::vector<std::string>(const SweepJob&)> command;
+};
 
 class Launcher {
  public:
   static constexpr const char* kKind = "launcher";
   virtual ~Launcher() = default;
-  virtual absl::Status Launch(const std::vector<std::vector<std::string>>& jobs, const JobFn& run) = 0;
+  // Runs the jobs; returns an error naming the failed jobs (all of them, or the first with fail_fast).
+  virtual absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) = 0;
 };
 
 }  // namespace kiln::app

@@ -337,6 +337,10 @@ output_subdir: .hydra
       {"hydra/launcher/basic", R"(# @package hydra.launcher
 _target_: basic
 )"},
+      {"hydra/launcher/local", R"(# @package hydra.launcher
+_target_: local
+n_jobs: -1
+)"},
       {"hydra/sweeper/basic", R"(# @package hydra.sweeper
 _target_: basic
 max_batch_size: null

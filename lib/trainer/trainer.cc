@@ -18,7 +18,8 @@
 namespace kiln {
 namespace {
 
-// The signal that asked training to stop (SIGINT or SIGTERM), 0 while none did.
+// The signal that asked training to stop (SIGINT, SIGTERM, or SIGUSR1 — what SLURM sends before
+// preempting a job), 0 while none did.
 std::atomic<int> g_stop_signal{0};
 
 extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
@@ -33,14 +34,16 @@ class StopSignals {
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &old_int_);
     sigaction(SIGTERM, &action, &old_term_);
+    sigaction(SIGUSR1, &action, &old_usr1_);
   }
   ~StopSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
   }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {}, old_term_ {}, old_usr1_ {};
 };
 
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {
@@ -311,7 +314,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
       saved = SaveCheckpoint(path);
     }
     status = WithExitCode(absl::AbortedError(absl::StrCat(
-                              "interrupted by ", signal == SIGINT ? "SIGINT" : "SIGTERM", " at epoch ", epoch_,
+                              "interrupted by ", signal == SIGINT ? "SIGINT" : signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM", " at epoch ", epoch_,
                               ", step ", global_step_,
                               saved.ok() ? absl::StrCat("; resume with ckpt_path=", path)
                                          : absl::StrCat("; could not save a checkpoint: ", saved.message()))),

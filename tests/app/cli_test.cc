@@ -163,7 +163,7 @@ TEST_F(CliTest, MultirunGlobSweepsGroupOptions) {
 TEST_F(CliTest, MultirunWritesOneNumberedDirectoryPerJob) {
   auto r = Kiln({"compose", "-m", "model=cnn,mlp", "hydra.sweep.dir=sweep"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(List(dir_.path() + "/sweep"), (std::vector<std::string>{"0", "1", "multirun.yaml"}));
+  EXPECT_EQ(List(dir_.path() + "/sweep"), (std::vector<std::string>{"0", "1", "ledger.yaml", "multirun.yaml", "summary.csv"}));
   for (auto [num, model] : {std::pair<const char*, const char*>{"0", "cnn"}, {"1", "mlp"}}) {
     std::string job = dir_.path() + "/sweep/" + num;
     auto cfg = Yaml(ReadFile(job + "/.hydra/config.yaml"));
@@ -178,7 +178,7 @@ TEST_F(CliTest, SweepSubdirCanUseOverrideDirname) {
   auto r = Kiln({"compose", "-m", "seed=1,2", "hydra.sweep.dir=s",
                  "hydra.sweep.subdir=${hydra.job.override_dirname}"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(List(dir_.path() + "/s"), (std::vector<std::string>{"multirun.yaml", "seed=1", "seed=2"}));
+  EXPECT_EQ(List(dir_.path() + "/s"), (std::vector<std::string>{"ledger.yaml", "multirun.yaml", "seed=1", "seed=2", "summary.csv"}));
 }
 
 TEST_F(CliTest, HelpListsGroupsOptionsAndConfig) {

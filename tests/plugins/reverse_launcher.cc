@@ -8,9 +8,9 @@ namespace {
 
 class ReverseLauncher : public kiln::app::Launcher {
  public:
-  absl::Status Launch(const std::vector<std::vector<std::string>>& jobs, const kiln::app::JobFn& run) override {
+  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs, const kiln::app::LaunchContext& context) override {
     for (size_t i = jobs.size(); i-- > 0;) {
-      if (auto status = run(i, jobs[i]); !status.ok()) return status;
+      if (auto status = context.run(jobs[i]); !status.ok()) return status;
     }
     return absl::OkStatus();
   }

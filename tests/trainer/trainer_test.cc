@@ -104,17 +104,18 @@ class Classifier : public Task {
 // Sends SIGTERM to this process after a given batch, as `kill -TERM` would.
 class SigtermAfter : public Callback {
  public:
-  explicit SigtermAfter(int64_t step) : step_(step) {}
+  explicit SigtermAfter(int64_t step, int signal = SIGTERM) : step_(step), signal_(signal) {}
   absl::Status OnTrainBatchEnd(Trainer& t, const data::Batch&, double) override {
     if (t.global_step() == step_ && !sent_) {
       sent_ = true;
-      std::raise(SIGTERM);
+      std::raise(signal_);
     }
     return absl::OkStatus();
   }
 
  private:
   int64_t step_;
+  int signal_;
   bool sent_ = false;
 };
 
@@ -234,6 +235,22 @@ TEST(TrainerResume, SigtermMidEpochWritesCheckpointAndResumesBitwiseEqualWithOth
   EXPECT_EQ(interrupted.steps, 10);
   // Resume with the loader on the training thread instead of two workers.
   RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last");
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// SLURM sends SIGUSR1 before preempting a job: checkpoint, exit 138 (128 + SIGUSR1) so a wrapper
+// can requeue, and ckpt_path=last continues exactly.
+TEST(TrainerResume, SigusrOnePreemptionCheckpointsAndResumesBitwiseEqual) {
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "");
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  RunResult preempted = Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(7, SIGUSR1)});
+  ASSERT_FALSE(preempted.status.ok());
+  EXPECT_EQ(RequestedExitCode(preempted.status), 128 + SIGUSR1);
+  EXPECT_NE(std::string(preempted.status.message()).find("interrupted by SIGUSR1 at epoch 1, step 7"), std::string::npos)
+      << preempted.status;
+  RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last");
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   ExpectBitwiseEqual(full.params, resumed.params);
 }

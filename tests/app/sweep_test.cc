@@ -1,0 +1,143 @@
+// Multirun sweeps through the real binary: the `local` launcher runs jobs in processes of their
+// own; a sweep killed midway and re-run into the same folder runs only the jobs its ledger does
+// not record as done; --fail-fast; the summary table of every job's final metrics.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::FileExists;
+using testing::RunProcess;
+using testing::TempDir;
+
+int CountLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) n += absl::StrContains(line, needle) ? 1 : 0;
+  return n;
+}
+
+std::vector<std::string> BlobsSweep(const std::string& sweep_dir) {
+  return {KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
+          "trainer.num_threads=1", "data.train_size=30000", "trainer.max_epochs=2", "hydra/launcher=local",
+          "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep_dir, "data.seed=0,1,2,3"};
+}
+
+TEST(Sweep, KilledMidwayAndRerunRunsOnlyTheMissingJobs) {
+  TempDir dir;
+  std::string sweep = dir.path() + "/sweep";
+  std::vector<std::string> argv = BlobsSweep(sweep);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);  // the launcher and its job processes, killed together below
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  // Kill everything as soon as the first job is recorded as done.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (CountLines(FileExists(sweep + "/ledger.yaml") ? testing::ReadFile(sweep + "/ledger.yaml") : "", "status: ok") == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(-pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  int done = CountLines(testing::ReadFile(sweep + "/ledger.yaml"), "status: ok");
+  ASSERT_GE(done, 1);
+  ASSERT_LT(done, 4) << "every job finished before the kill; the jobs are too short for this machine";
+
+  auto rerun = RunProcess(BlobsSweep(sweep));
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_TRUE(absl::StrContains(rerun.err, "resuming the sweep in " + sweep + ": " + std::to_string(done) +
+                                               " of 4 jobs are done, running " + std::to_string(4 - done)))
+      << rerun.err;
+  std::string ledger = testing::ReadFile(sweep + "/ledger.yaml");
+  EXPECT_EQ(CountLines(ledger, "status: ok"), 4) << ledger;  // each job ran to completion exactly once
+  for (int job = 0; job < 4; ++job) {
+    EXPECT_EQ(CountLines(ledger, "{job: " + std::to_string(job) + ", status: ok"), 1) << ledger;
+    EXPECT_TRUE(FileExists(sweep + "/" + std::to_string(job) + "/test_metrics.yaml")) << job;
+  }
+  std::string summary = testing::ReadFile(sweep + "/summary.csv");
+  std::vector<std::string> rows = absl::StrSplit(summary, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 5u) << summary;
+  EXPECT_TRUE(absl::StartsWith(rows[0], "job,status,seconds,overrides,")) << summary;
+  EXPECT_TRUE(absl::StrContains(rows[0], "test/acc")) << summary;
+  EXPECT_TRUE(absl::StartsWith(rows[3], "2,ok,")) << summary;
+  EXPECT_TRUE(absl::StrContains(rows[3], "data.seed=2")) << summary;
+  // A third run finds everything done.
+  auto again = RunProcess(BlobsSweep(sweep));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.err, "4 of 4 jobs are done, running 0")) << again.err;
+}
+
+class ComposeSweep : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_.Write("conf/train.yaml", "defaults:\n  - _self_\nx: 1\ny: 0\n"); }
+  testing::ProcessResult Kiln(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY, "compose", "-m", "--config-path", dir_.path() + "/conf",
+                                     "hydra.sweep.dir=" + dir_.path() + "/sweep"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv, {}, dir_.path());
+  }
+  TempDir dir_;
+};
+
+TEST_F(ComposeSweep, AFailedJobDoesNotStopTheOthersUnlessFailFast) {
+  // Job 1's value does not resolve.
+  auto r = Kiln({"y=1,${oops},3"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.out, "x: 1\ny: 1\nx: 1\ny: 3\n");
+  EXPECT_TRUE(absl::StrContains(r.err, "1 of 3 jobs failed: job #1:")) << r.err;
+  std::string ledger = testing::ReadFile(dir_.path() + "/sweep/ledger.yaml");
+  EXPECT_EQ(CountLines(ledger, "status: failed"), 1) << ledger;
+  EXPECT_EQ(CountLines(ledger, "status: ok"), 2) << ledger;
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(dir_.path() + "/sweep/summary.csv"), "1,failed,")) << ledger;
+
+  TempDir other;
+  auto fast = RunProcess({KILN_BINARY, "compose", "-m", "--fail-fast", "--config-path", dir_.path() + "/conf",
+                          "hydra.sweep.dir=" + other.path() + "/sweep", "y=1,${oops},3"},
+                         {}, dir_.path());
+  EXPECT_EQ(fast.exit_code, 1) << fast.err;
+  EXPECT_EQ(fast.out, "x: 1\ny: 1\n");  // job 2 never started
+}
+
+TEST_F(ComposeSweep, ReRunningIntoAFolderOfAnotherSweepIsRefused) {
+  ASSERT_EQ(Kiln({"x=1,2"}).exit_code, 0);
+  auto r = Kiln({"x=1,3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "records job 1 as 'x=2', but this sweep's job 1 is 'x=3'")) << r.err;
+}
+
+TEST_F(ComposeSweep, LocalLauncherRunsEveryJobInItsOwnProcess) {
+  auto r = Kiln({"hydra/launcher=local", "hydra.launcher.n_jobs=3", "x=1,2,3,4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int job = 0; job < 4; ++job) {
+    std::string config = testing::ReadFile(dir_.path() + "/sweep/" + std::to_string(job) + "/.hydra/config.yaml");
+    EXPECT_EQ(config, "x: " + std::to_string(job + 1) + "\ny: 0\n");
+    std::string hydra = testing::ReadFile(dir_.path() + "/sweep/" + std::to_string(job) + "/.hydra/hydra.yaml");
+    EXPECT_TRUE(absl::StrContains(hydra, "num: " + std::to_string(job))) << hydra;
+    EXPECT_TRUE(absl::StrContains(hydra, "dir: " + dir_.path() + "/sweep")) << hydra;
+  }
+  EXPECT_EQ(CountLines(testing::ReadFile(dir_.path() + "/sweep/ledger.yaml"), "status: ok"), 4);
+}
+
+}  // namespace
+}  // namespace kiln
