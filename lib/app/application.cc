@@ -320,6 +320,7 @@ class Application {
       return argv;
     };
     absl::Status status = (*launcher)->Launch(pending, context);
+    if (!(*launcher)->waits()) return status;
     auto summary = WriteSweepSummary(sweep_dir, *jobs);
     if (summary.ok()) {
       Logger::Instance().Info(absl::StrCat("sweep summary (", sweep_dir, "/summary.csv):"));

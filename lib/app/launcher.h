@@ -1,6 +1,7 @@
 // Launchers run the jobs of a multirun. `basic` runs them one after another in this process,
 // like Hydra's BasicLauncher; `local` runs up to n_jobs at once, each in a `kiln` process of its
-// own (like Hydra's joblib launcher). Plugins can register more under the same kind.
+// own (like Hydra's joblib launcher); `slurm` submits them as an sbatch array. Plugins can
+// register more under the same kind.
 #pragma once
 
 #include <functional>
@@ -31,6 +32,8 @@ class Launcher {
   virtual ~Launcher() = default;
   // Runs the jobs; returns an error naming the failed jobs (all of them, or the first with fail_fast).
   virtual absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) = 0;
+  // False for launchers that hand the jobs to a scheduler and return before they finish (slurm).
+  virtual bool waits() const { return true; }
 };
 
 }  // namespace kiln::app

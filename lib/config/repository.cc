@@ -341,6 +341,21 @@ _target_: basic
 _target_: local
 n_jobs: -1
 )"},
+      {"hydra/launcher/slurm", R"(# @package hydra.launcher
+_target_: slurm
+partition: ''
+time: ''
+mem: ''
+cpus_per_task: 0
+gpus_per_task: 0
+array_parallelism: 0
+signal_seconds: 90
+requeue: true
+additional_directives: []
+job_name: kiln-sweep
+submit: true
+sbatch: sbatch
+)"},
       {"hydra/sweeper/basic", R"(# @package hydra.sweeper
 _target_: basic
 max_batch_size: null

@@ -3,10 +3,12 @@
 // not record as done; --fail-fast; the summary table of every job's final metrics.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +139,41 @@ TEST_F(ComposeSweep, LocalLauncherRunsEveryJobInItsOwnProcess) {
     EXPECT_TRUE(absl::StrContains(hydra, "dir: " + dir_.path() + "/sweep")) << hydra;
   }
   EXPECT_EQ(CountLines(testing::ReadFile(dir_.path() + "/sweep/ledger.yaml"), "status: ok"), 4);
+}
+
+// With no cluster here, a stand-in sbatch records how it was called; the generated array script
+// is then run as SLURM would run task 1, and that job lands in the ledger like any other.
+TEST_F(ComposeSweep, SlurmLauncherWritesAndSubmitsAnArrayScript) {
+  dir_.Write("bin/sbatch", "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\necho 4242\n");
+  ASSERT_EQ(chmod((dir_.path() + "/bin/sbatch").c_str(), 0755), 0);
+  std::string path = dir_.path() + "/bin:" + std::getenv("PATH");
+  std::vector<std::string> argv = {KILN_BINARY, "compose", "-m", "--config-path", dir_.path() + "/conf",
+                                   "hydra.sweep.dir=" + dir_.path() + "/sweep", "hydra/launcher=slurm",
+                                   "hydra.launcher.array_parallelism=2", "hydra.launcher.time=00:10:00", "x=1,2,3"};
+  auto r = RunProcess(argv, {{"PATH", path}}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "submitted 3 jobs as SLURM array job 4242")) << r.err;
+  std::string script_path = dir_.path() + "/sweep/slurm/array.sbatch";
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/bin/args"), "--parsable " + script_path + "\n");
+  std::string script = testing::ReadFile(script_path);
+  for (const char* line : {"#SBATCH --array=0-2%2\n", "#SBATCH --time=00:10:00\n", "#SBATCH --signal=USR1@90\n",
+                           "#SBATCH --requeue\n", "scontrol requeue"}) {
+    EXPECT_TRUE(absl::StrContains(script, line)) << line << " missing from\n" << script;
+  }
+  std::string commands = testing::ReadFile(dir_.path() + "/sweep/slurm/commands.txt");
+  EXPECT_EQ(CountLines(commands, "--multirun-job="), 3) << commands;
+  EXPECT_TRUE(absl::StrContains(commands, "'--multirun-job=1' '--sweep-dir=" + dir_.path() + "/sweep'")) << commands;
+
+  auto task = RunProcess({"/bin/bash", script_path}, {{"SLURM_ARRAY_TASK_ID", "1"}}, dir_.path());
+  ASSERT_EQ(task.exit_code, 0) << task.err;
+  EXPECT_EQ(task.out, "x: 2\ny: 0\n");
+  std::string ledger = testing::ReadFile(dir_.path() + "/sweep/ledger.yaml");
+  EXPECT_EQ(CountLines(ledger, "{job: 1, status: ok"), 1) << ledger;
+  // The rest of the sweep, here with the basic launcher: job 1 is done.
+  auto rest = Kiln({"x=1,2,3"});
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  EXPECT_EQ(rest.out, "x: 1\ny: 0\nx: 3\ny: 0\n");
+  EXPECT_TRUE(absl::StrContains(rest.err, "1 of 3 jobs are done, running 2")) << rest.err;
 }
 
 }  // namespace
