@@ -1,6 +1,7 @@
-// timer (Lightning's Timer): stops training once a wall-clock duration has passed, checked at the
-// end of every epoch, and logs the elapsed training time. The duration counts the earlier runs of
-// a resumed fit too. (trainer.max_time stops at the next optimizer step instead.)
+// timer (Lightning's Timer): stops training once a wall-clock duration has passed, checked after
+// every training batch (interval: step, Lightning's default; the run stops after that optimizer step
+// with a resumable last.ckpt) or at the end of every epoch (interval: epoch), and logs the elapsed
+// training time. The duration counts the earlier runs of a resumed fit too.
 #include <cmath>
 
 #include "absl/strings/numbers.h"
@@ -17,14 +18,18 @@ namespace {
 
 class Timer : public Callback {
  public:
-  explicit Timer(double seconds) : seconds_(seconds) {}
+  Timer(double seconds, bool per_step) : seconds_(seconds), per_step_(per_step) {}
+
+  absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch&, double) override {
+    double elapsed = trainer.elapsed_seconds();
+    if (per_step_ && elapsed >= seconds_) trainer.RequestStopNow(Reason(elapsed));
+    return absl::OkStatus();
+  }
 
   absl::Status OnTrainEpochEnd(Trainer& trainer) override {
     double elapsed = trainer.elapsed_seconds();
     trainer.LogMetrics({{"time/elapsed_seconds", elapsed}});
-    if (elapsed >= seconds_) {
-      trainer.RequestStop(absl::StrFormat("timer: %.1f s elapsed, the limit is %.1f s", elapsed, seconds_));
-    }
+    if (elapsed >= seconds_) trainer.RequestStop(Reason(elapsed));
     return absl::OkStatus();
   }
 
@@ -34,7 +39,12 @@ class Timer : public Callback {
   }
 
  private:
+  std::string Reason(double elapsed) const {
+    return absl::StrFormat("timer: %.1f s elapsed, the limit is %.1f s", elapsed, seconds_);
+  }
+
   double seconds_;
+  bool per_step_;
 };
 
 // "DD:HH:MM:SS" (Lightning's format), or a mapping {days, hours, minutes, seconds}.
@@ -70,11 +80,15 @@ absl::StatusOr<double> DurationSeconds(const config::Config& cfg) {
 }
 
 KILN_REGISTER(Callback, "timer", "Stops training after a wall-clock duration; logs the elapsed time",
-              OptionSchema().Required("duration", OptionType::kAny,
-                                      "\"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}"),
+              OptionSchema()
+                  .Required("duration", OptionType::kAny,
+                            "\"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}")
+                  .String("interval", "step", "check after every step (stop mid-epoch) or every epoch"),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
                 KILN_ASSIGN_OR_RETURN(double seconds, DurationSeconds(cfg));
-                return std::make_shared<Timer>(seconds);
+                KILN_ASSIGN_OR_RETURN(std::string interval, cfg.Get<std::string>("interval"));
+                if (interval != "step" && interval != "epoch") return BadOption(cfg, "interval", "must be step or epoch");
+                return std::make_shared<Timer>(seconds, interval == "step");
               });
 
 }  // namespace

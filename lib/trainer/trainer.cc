@@ -1,5 +1,7 @@
 #include "lib/trainer/trainer.h"
 
+#include "lib/app/run_dir.h"
+
 #include <sys/stat.h>
 
 #include <csignal>
@@ -93,6 +95,12 @@ double Trainer::elapsed_seconds() const {
 }
 
 bool Trainer::OutOfTime() const { return options_.max_time.has_value() && elapsed_seconds() >= *options_.max_time; }
+
+void Trainer::RequestStopNow(const std::string& reason) {
+  if (epoch_ < options_.min_epochs) return;
+  stop_now_ = true;
+  RequestStop(reason);
+}
 
 void Trainer::RequestStop(const std::string& reason) {
   stop_requested_ = true;
@@ -310,8 +318,8 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
     std::string path = checkpoint_dir_ + "/last.ckpt";
     absl::Status saved = absl::OkStatus();
     if (checkpointing_enabled()) {
-      ::mkdir(checkpoint_dir_.c_str(), 0755);
-      saved = SaveCheckpoint(path);
+      saved = app::MakeDirs(checkpoint_dir_);
+      if (saved.ok()) saved = SaveCheckpoint(path);
     }
     status = WithExitCode(absl::AbortedError(absl::StrCat(
                               "interrupted by ", signal == SIGINT ? "SIGINT" : signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM", " at epoch ", epoch_,
@@ -358,7 +366,8 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
       task.module().train();
     }
     if (at_step_boundary) {
-      if (g_stop_signal.load() != 0 || (options_.max_steps > 0 && global_step_ >= options_.max_steps) || OutOfTime()) {
+      if (g_stop_signal.load() != 0 || (options_.max_steps > 0 && global_step_ >= options_.max_steps) || OutOfTime() ||
+          stop_now_) {
         stop_mid_epoch = true;
         return false;
       }
@@ -370,7 +379,7 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
     *interrupted = true;
     if (g_stop_signal.load() == 0 && checkpointing_enabled()) {
       // max_steps or max_time ended training mid-epoch: keep a resumable checkpoint.
-      ::mkdir(checkpoint_dir_.c_str(), 0755);
+      KILN_RETURN_IF_ERROR(app::MakeDirs(checkpoint_dir_));
       KILN_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_dir_ + "/last.ckpt"));
     }
     return absl::OkStatus();

@@ -66,6 +66,9 @@ class Trainer {
   void LogMetrics(const std::map<std::string, double>& metrics) { LogToLoggers(metrics); }
   // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
   void RequestStop(const std::string& reason);
+  // Asks the loop to stop after the current optimizer step (Timer with interval=step); writes a
+  // resumable last.ckpt like max_steps does. Ignored before min_epochs.
+  void RequestStopNow(const std::string& reason);
   // Writes the full training state.
   absl::Status SaveCheckpoint(const std::string& path);
 
@@ -104,6 +107,7 @@ class Trainer {
   std::map<std::string, double> callback_metrics_;
   MetricLog train_log_;
   bool stop_requested_ = false;
+  bool stop_now_ = false;
   std::string stop_reason_;
   std::string checkpoint_dir_;
 };

@@ -399,8 +399,8 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
 TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   testing::TempDir dir;
   auto logger = std::make_shared<RecordingLogger>();
-  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: timer\nduration: {seconds: 0.001}\n")}, false,
-                 {logger});
+  auto r = Train(dir.path(), kThreeEpochs, 0, "",
+                 {BuildCallback("_target_: timer\nduration: {seconds: 0.001}\ninterval: epoch\n")}, false, {logger});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.steps, 6);  // one epoch of three
   auto elapsed = logger->Values("time/elapsed_seconds");
@@ -409,10 +409,17 @@ TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   // A long duration lets all three epochs run.
   r = Train(dir.path() + "/long", kThreeEpochs, 0, "", {BuildCallback("_target_: timer\nduration: \"00:01:00:00\"\n")});
   EXPECT_EQ(r.steps, 18);
-  for (const char* bad : {"duration: \"01:00\"", "duration: {hours: -1}", "duration: {weeks: 1}", "duration: \"00:00:00:00\""}) {
+  // interval: step (the default) stops after the first step past the limit, mid-epoch, with a
+  // resumable checkpoint.
+  r = Train(dir.path() + "/step", kThreeEpochs, 0, "",
+            {BuildCallback("_target_: timer\nduration: {seconds: 0.000001}\n")});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.steps, 1);
+  EXPECT_TRUE(testing::FileExists(dir.path() + "/step/checkpoints/last.ckpt"));
+  for (const char* bad : {"interval: batch\nduration: {hours: 1}", "duration: \"01:00\"", "duration: {hours: -1}", "duration: {weeks: 1}", "duration: \"00:00:00:00\""}) {
     auto timer = Registry<Callback>::Get().Instantiate(Yaml(std::string("_target_: timer\n") + bad + "\n", "callbacks.timer"));
     ASSERT_FALSE(timer.ok()) << bad;
-    EXPECT_NE(std::string(timer.status().message()).find("callbacks.timer.duration"), std::string::npos) << timer.status();
+    EXPECT_NE(std::string(timer.status().message()).find("'callbacks.timer."), std::string::npos) << timer.status();
   }
 }
 
