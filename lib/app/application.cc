@@ -63,11 +63,9 @@ std::string ExecutablePath() {
 }
 
 std::string ExecutableDir() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
+  std::string path = ExecutablePath();
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
 std::string Absolute(const std::string& path) {
@@ -488,7 +486,7 @@ class Application {
   absl::Status LoadLibraries() {
     if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
     for (const auto& plugin : plugins_) {
-      if (auto loaded = LoadPlugin(plugin.path); !loaded.ok()) return loaded.status();
+      if (auto loaded = LoadPlugin(plugin); !loaded.ok()) return loaded.status();
     }
     return absl::OkStatus();
   }

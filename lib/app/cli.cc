@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/config/suggest.h"
 
@@ -93,7 +94,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (a == "--fail-fast") {
       cl.fail_fast = true;
     } else if (a.rfind("--multirun-job=", 0) == 0) {
-      cl.multirun_job = std::atoi(a.c_str() + 15);
+      int job = -1;
+      if (!absl::SimpleAtoi(a.substr(15), &job) || job < 0) {
+        return fail(absl::StrCat("--multirun-job takes a job number, not '", a.substr(15), "'"));
+      }
+      cl.multirun_job = job;
     } else if (a.rfind("--sweep-dir=", 0) == 0) {
       cl.sweep_dir = a.substr(12);
     } else if (a == "--markdown") {

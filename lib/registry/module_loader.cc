@@ -18,18 +18,24 @@ absl::Status LoadComponentLibrary(const std::string& path, const std::string& or
   if (loaded->count(path)) return absl::OkStatus();
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such library"));
+  auto handle = OpenLibraryAs(path, origin, RTLD_GLOBAL);
+  if (!handle.ok()) return handle.status();
+  loaded->insert(path);  // never dlclose: registered factories point into it
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> OpenLibraryAs(const std::string& path, const std::string& origin, int flags) {
   RegistryHub& hub = RegistryHub::Instance();
   std::string previous = hub.current_origin();
   hub.set_current_origin(origin);
   // Registrations run as the library's static initializers, inside dlopen.
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | flags);
   hub.set_current_origin(previous);
   if (handle == nullptr) {
     const char* error = ::dlerror();
     return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", error ? error : "unknown error"));
   }
-  loaded->insert(path);  // never dlclose: registered factories point into it
-  return absl::OkStatus();
+  return handle;
 }
 
 }  // namespace kiln

@@ -54,12 +54,8 @@ class Registrar {
 
   template <typename T>
   void Add(std::string name, std::string doc, OptionSchema options, typename Registry<T>::Factory factory) {
-    ComponentInfo info;
-    info.kind = T::kKind;
-    info.name = std::move(name);
-    info.doc = std::move(doc);
-    info.options = std::move(options);
-    pending_.push_back({std::move(info), std::make_shared<typename Registry<T>::Factory>(std::move(factory))});
+    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
+    pending_.push_back({std::move(info), std::move(stored)});
   }
 
   const std::vector<Pending>& pending() const { return pending_; }

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/registry/module_loader.h"
 #include "lib/registry/plugin.h"
 #include "lib/registry/registry.h"
 
@@ -192,7 +193,10 @@ absl::StatusOr<PluginManifest> InspectPlugin(const std::string& path) {
 absl::StatusOr<PluginManifest> LoadPlugin(const std::string& path) {
   auto inspected = InspectPlugin(path);
   if (!inspected.ok()) return inspected.status();
-  PluginManifest m = *std::move(inspected);
+  return LoadPlugin(*inspected);
+}
+
+absl::StatusOr<PluginManifest> LoadPlugin(const PluginManifest& m) {
   LoaderState& state = State();
   std::lock_guard<std::mutex> lock(state.mu);
   if (auto it = state.by_path.find(m.path); it != state.by_path.end()) return it->second;
@@ -202,18 +206,12 @@ absl::StatusOr<PluginManifest> LoadPlugin(const std::string& path) {
                                                    m.path, "; load only one"));
     }
   }
-  RegistryHub& hub = RegistryHub::Instance();
-  std::string previous = hub.current_origin();
-  hub.set_current_origin(m.Origin());  // for components registered by static initializers
-  void* handle = ::dlopen(m.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  hub.set_current_origin(previous);
-  if (handle == nullptr) {
-    const char* error = ::dlerror();
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot load plugin '", m.name, "': ", error != nullptr ? error : m.path));
+  auto handle = OpenLibraryAs(m.path, m.Origin(), RTLD_LOCAL);
+  if (!handle.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("plugin '", m.name, "': ", handle.status().message()));
   }
   // Never dlclose: the registered factories point into the library.
-  auto entry = reinterpret_cast<KilnGetPluginInfoFn>(::dlsym(handle, KILN_PLUGIN_ENTRY));
+  auto entry = reinterpret_cast<KilnGetPluginInfoFn>(::dlsym(*handle, KILN_PLUGIN_ENTRY));
   if (entry == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("plugin '", m.path, "' is not a kiln plugin: it exports no ",
                                                    KILN_PLUGIN_ENTRY, " function"));

@@ -32,6 +32,8 @@ absl::StatusOr<PluginManifest> InspectPlugin(const std::string& path);
 
 // Loads a plugin once (later calls return the same manifest) and registers its components.
 absl::StatusOr<PluginManifest> LoadPlugin(const std::string& path);
+// The same for a manifest InspectPlugin returned (the file is not read again).
+absl::StatusOr<PluginManifest> LoadPlugin(const PluginManifest& manifest);
 
 // The plugins loaded so far, in load order.
 std::vector<PluginManifest> LoadedPlugins();

@@ -65,14 +65,20 @@ class Registry {
     return registry;
   }
 
-  absl::Status Register(std::string name, std::string doc, OptionSchema options, Factory factory) {
+  // What the hub stores for one component of this kind.
+  static std::pair<ComponentInfo, std::shared_ptr<void>> Entry(std::string name, std::string doc,
+                                                               OptionSchema options, Factory factory) {
     ComponentInfo info;
     info.kind = T::kKind;
     info.name = std::move(name);
     info.doc = std::move(doc);
     info.options = std::move(options);
-    return RegistryHub::Instance().Add(std::move(info),
-                                       std::make_shared<Factory>(std::move(factory)));
+    return {std::move(info), std::make_shared<Factory>(std::move(factory))};
+  }
+
+  absl::Status Register(std::string name, std::string doc, OptionSchema options, Factory factory) {
+    auto [info, stored] = Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
+    return RegistryHub::Instance().Add(std::move(info), std::move(stored));
   }
 
   bool Contains(const std::string& name) const {
