@@ -23,10 +23,17 @@ function(kiln_add_plugin name)
       message(FATAL_ERROR "kiln_add_plugin(${name}): CONFIGS ${ARG_CONFIGS} is not a folder")
     endif()
     target_compile_definitions(${name} PRIVATE KILN_PLUGIN_CONFIG_DIR="${name}-configs")
-    add_custom_command(TARGET ${name} POST_BUILD
+    # Copied again whenever a config file changes, not only when the library relinks.
+    file(GLOB_RECURSE config_files CONFIGURE_DEPENDS "${configs}/*")
+    set(stamp "${CMAKE_CURRENT_BINARY_DIR}/${name}-configs.stamp")
+    add_custom_command(OUTPUT "${stamp}"
       COMMAND ${CMAKE_COMMAND} -E rm -rf "$<TARGET_FILE_DIR:${name}>/${name}-configs"
       COMMAND ${CMAKE_COMMAND} -E copy_directory "${configs}" "$<TARGET_FILE_DIR:${name}>/${name}-configs"
+      COMMAND ${CMAKE_COMMAND} -E touch "${stamp}"
+      DEPENDS ${config_files}
       VERBATIM)
+    add_custom_target(${name}_configs DEPENDS "${stamp}")
+    add_dependencies(${name} ${name}_configs)
   endif()
   if(ARG_INSTALL)
     install(TARGETS ${name} LIBRARY DESTINATION lib/kiln/plugins)
