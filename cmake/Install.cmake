@@ -25,7 +25,8 @@ install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR}
 # Headers keep their source layout so `#include "lib/trainer/trainer.h"` works the same.
 foreach(dir lib components tasks)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h"
+          PATTERN "missing_torch_headers" EXCLUDE)  # a build-time stand-in, see lib/CMakeLists.txt
 endforeach()
 install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)

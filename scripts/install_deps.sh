@@ -19,6 +19,7 @@ set -euo pipefail
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
+#   iproute2                                             network namespaces for the two-host data-parallel test
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev
@@ -27,6 +28,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-yaml
+  iproute2
 )
 
 missing=()

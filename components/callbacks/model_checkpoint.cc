@@ -113,7 +113,9 @@ class ModelCheckpoint : public Callback {
   }
 
   absl::Status Save(Trainer& trainer) {
-    KILN_RETURN_IF_ERROR(app::MakeDirs(dirpath_));
+    // Every rank keeps the same bookkeeping (metrics are reduced across ranks); rank 0 writes.
+    const bool writes = trainer.is_global_zero();
+    if (writes) KILN_RETURN_IF_ERROR(app::MakeDirs(dirpath_));
     if (save_top_k_ != 0) {
       auto it = trainer.callback_metrics().find(monitor_);
       bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
@@ -134,12 +136,12 @@ class ModelCheckpoint : public Callback {
           return maximize_ ? a.first > b.first : a.first < b.first;
         });
         while (save_top_k_ > 0 && static_cast<int64_t>(top_.size()) > save_top_k_) {
-          ::unlink(top_.back().second.c_str());
+          if (writes) ::unlink(top_.back().second.c_str());
           top_.pop_back();
         }
         if (best_path_ != top_.front().second) {
           best_path_ = top_.front().second;
-          KILN_RETURN_IF_ERROR(app::WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
+          if (writes) KILN_RETURN_IF_ERROR(app::WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
           Logger::Instance().Info(absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
         }
       }

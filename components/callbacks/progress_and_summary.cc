@@ -23,7 +23,7 @@ class ProgressBar : public Callback {
   }
 
   absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch& batch, double loss) override {
-    if (!trainer.options().enable_progress_bar) return absl::OkStatus();
+    if (!trainer.options().enable_progress_bar || !trainer.is_global_zero()) return absl::OkStatus();
     // The rate counts from the first batch this process saw, which is not 0 in a resumed epoch.
     if (first_batch_ < 0) {
       first_batch_ = batch.index;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
+#include "lib/app/local_workers.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/core/exit_code.h"
@@ -26,6 +27,7 @@
 #include "lib/config/suggest.h"
 #include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
+#include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/module_loader.h"
 #include "lib/registry/plugin_loader.h"
@@ -150,6 +152,7 @@ class Application {
       repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
     }
 
+    if (cl_.worker_of.has_value()) return RunWorker(*cl_.worker_of);
     if (cl_.multirun_job.has_value()) {  // one job of a sweep, started by the `local` launcher
       if (!cl_.sweep_dir.has_value()) return absl::InvalidArgumentError("--multirun-job needs --sweep-dir");
       options_.multirun = true;
@@ -203,7 +206,24 @@ class Application {
     // A config that does not resolve is refused before anything is written.
     auto resolved = config::ResolveJob(composed);
     if (!resolved.ok()) return resolved.status();
+    auto env = distributed::ReadEnvironment();
+    if (!env.ok()) return env.status();
+    if (env->rank != 0) {
+      // A rank > 0 under torchrun or SLURM: rank 0 owns the run directory and the log, and
+      // hands this rank its config and folder when training starts.
+      Logger::Instance().set_level(LogLevel::kWarning);
+      if (auto st = LoadLibraries(); !st.ok()) return st;
+      return RunCommand(config::Config(*resolved), &composed, run->output_dir);
+    }
     if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
+    if (cl_.command == "train" && !env->distributed()) {
+      config::Config cfg(*resolved);
+      auto devices = cfg.GetOr<int64_t>("trainer.devices", 1);
+      if (!devices.ok()) return devices.status();
+      auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
+      if (!nodes.ok()) return nodes.status();
+      if (*devices > 1 || *nodes > 1) return RunWorkers(**resolved, *run, static_cast<int>(*devices), static_cast<int>(*nodes));
+    }
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
       Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");
@@ -214,11 +234,56 @@ class Application {
     if (cl_.command != "compose") {
       if (auto st = LoadLibraries(); !st.ok()) return st;
     }
+    absl::Status status = RunCommand(config::Config(*resolved), &composed, run->output_dir);
+    Logger::Instance().CloseFile();
+    return status;
+  }
+
+  // The parent of `trainer.devices=N` workers: hands them the resolved config through the run
+  // directory and waits.
+  absl::Status RunWorkers(const Node& resolved, const RunDir& run, int devices, int nodes) {
+    std::string handed = run.output_dir + "/.hydra/resolved.yaml";
+    if (auto st = WriteFileAtomically(handed, config::ToYaml(resolved)); !st.ok()) return st;
+    LocalWorkersOptions options;
+    options.devices = devices;
+    options.num_nodes = nodes;
+    options.output_dir = run.output_dir;
+    options.log_file = run.log_file;
+    // The parent's own command line, so the workers find the same plugins; they compose nothing.
+    options.argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
+                    "--config-name", options_.config_name};
+    for (const auto& dir : cl_.config_dirs) options.argv.insert(options.argv.end(), {"--config-dir", Absolute(dir)});
+    for (const auto& plugin : cl_.plugins) options.argv.insert(options.argv.end(), {"--plugin", Absolute(plugin)});
+    options.argv.push_back(absl::StrCat("--worker-of=", Absolute(run.output_dir)));
+    options.argv.insert(options.argv.end(), cl_.overrides.begin(), cl_.overrides.end());
+    return RunLocalWorkers(options);
+  }
+
+  // One worker of RunWorkers: the job config it was handed, in the parent's run directory.
+  absl::Status RunWorker(const std::string& dir) {
+    auto env = distributed::ReadEnvironment();
+    if (!env.ok()) return env.status();
+    auto resolved = config::LoadYamlFile(dir + "/.hydra/resolved.yaml");
+    if (!resolved.ok()) return resolved.status();
+    if (env->rank == 0) {
+      if (std::string log = distributed::ProcessEnv("KILN_WORKER_LOG"); !log.empty()) {
+        if (auto st = Logger::Instance().OpenFile(log); !st.ok()) return st;
+      }
+    } else {
+      Logger::Instance().set_level(LogLevel::kWarning);
+    }
+    if (auto st = LoadLibraries(); !st.ok()) return st;
+    absl::Status status = RunCommand(config::Config(*resolved), nullptr, dir);
+    Logger::Instance().CloseFile();
+    return status;
+  }
+
+  absl::Status RunCommand(config::Config cfg, const config::ComposeResult* composed, const std::string& output_dir) {
     JobContext job;
     job.command = cl_.command;
-    job.cfg = config::Config(*resolved);
-    job.composed = &composed;
-    job.output_dir = run->output_dir;
+    job.cfg = std::move(cfg);
+    job.composed = composed;
+    job.output_dir = output_dir;
     absl::Status status;
     auto it = Commands().find(cl_.command);
     if (it != Commands().end()) {
@@ -233,10 +298,9 @@ class Application {
     } else {
       Logger::Instance().Warning(absl::StrCat(
           "kiln ", cl_.command, ": this build has no training engine yet; the job's config was composed "
-          "and recorded in ", run->output_dir, "/.hydra/config.yaml"));
-      Print(config::ToYaml(**resolved));
+          "and recorded in ", output_dir, "/.hydra/config.yaml"));
+      Print(config::ToYaml(*job.cfg.node()));
     }
-    Logger::Instance().CloseFile();
     return status;
   }
 
@@ -596,6 +660,7 @@ int ExitCodeFor(const absl::Status& status) {
 }
 
 void ReportError(const absl::Status& status) {
+  if (IsReported(status)) return;
   std::string message = absl::StrReplaceAll(status.message(), {{"\n", " "}});
   std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
 }

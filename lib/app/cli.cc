@@ -101,6 +101,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.multirun_job = job;
     } else if (a.rfind("--sweep-dir=", 0) == 0) {
       cl.sweep_dir = a.substr(12);
+    } else if (a.rfind("--worker-of=", 0) == 0) {
+      cl.worker_of = a.substr(12);
     } else if (a == "--markdown") {
       cl.markdown = true;
     } else if (a == "--resolve") {

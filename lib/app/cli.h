@@ -30,6 +30,9 @@ struct CommandLine {
   // Internal: run job N of the sweep in SWEEP_DIR in this process (the `local` launcher's children).
   std::optional<int> multirun_job;
   std::optional<std::string> sweep_dir;
+  // Internal: a data-parallel worker started by `trainer.devices=N`; runs the job whose resolved
+  // config the parent wrote into run directory DIR.
+  std::optional<std::string> worker_of;
   std::vector<std::string> overrides;
 };
 

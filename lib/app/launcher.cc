@@ -1,5 +1,7 @@
 #include "lib/app/launcher.h"
 
+#include "lib/app/spawn.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,8 +18,6 @@
 #include "lib/config/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
-
-extern char** environ;
 
 namespace kiln::app {
 namespace {
@@ -64,7 +64,7 @@ class LocalLauncher : public Launcher {
       while (!stop && next < jobs.size() && static_cast<int>(running.size()) < n_jobs_) {
         const SweepJob& job = jobs[next++];
         Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
-        auto pid = Spawn(context.command(job));
+        auto pid = SpawnProcess(context.command(job));
         if (!pid.ok()) {
           failures.push_back(absl::StrCat("job #", job.index, ": ", pid.status().message()));
           stop = context.fail_fast;
@@ -84,8 +84,7 @@ class LocalLauncher : public Launcher {
       const SweepJob& job = *it->second;
       running.erase(it);
       if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) continue;
-      std::string how = WIFEXITED(wstatus) ? absl::StrCat("exited with code ", WEXITSTATUS(wstatus))
-                                           : absl::StrCat("killed by signal ", WTERMSIG(wstatus));
+      std::string how = DescribeExit(wstatus);
       failures.push_back(absl::StrCat("job #", job.index, " ", how, " (see ", context.sweep_dir, "/", job.index, ")"));
       if (context.fail_fast) stop = true;
     }
@@ -93,20 +92,6 @@ class LocalLauncher : public Launcher {
   }
 
  private:
-  static absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    pid_t pid = 0;
-    int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
-    return pid;
-  }
-
   int n_jobs_;
 };
 

@@ -17,6 +17,16 @@ inline absl::Status WithExitCode(absl::Status status, int exit_code) {
   return status;
 }
 
+inline constexpr char kReportedPayload[] = "kiln/reported";
+
+// A failure whose one-line message was already printed (by a worker process): the application
+// exits with its code without printing another line.
+inline absl::Status MarkReported(absl::Status status) {
+  status.SetPayload(kReportedPayload, absl::Cord("1"));
+  return status;
+}
+inline bool IsReported(const absl::Status& status) { return status.GetPayload(kReportedPayload).has_value(); }
+
 // The exit code a status asks for, or -1.
 inline int RequestedExitCode(const absl::Status& status) {
   auto payload = status.GetPayload(kExitCodePayload);

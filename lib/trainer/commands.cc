@@ -9,6 +9,8 @@
 #include "lib/app/application.h"
 #include "lib/app/run_dir.h"
 #include "lib/config/yaml_io.h"
+#include "lib/distributed/environment.h"
+#include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
@@ -145,9 +147,39 @@ absl::StatusOr<std::map<std::string, double>> RunTest(Trainer& trainer, const Jo
   return metrics;
 }
 
+// Joins the data-parallel group this process belongs to (torchrun, SLURM, or `trainer.devices`),
+// then takes rank 0's config and run directory, so every rank trains the same job in one folder.
+absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(app::JobContext& ctx,
+                                                                            const distributed::Environment& env) {
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
+  distributed::ProcessGroupOptions group_options;
+  group_options.backend = options.process_group_backend;
+  group_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.ddp_timeout * 1000));
+  KILN_ASSIGN_OR_RETURN(auto group, distributed::ProcessGroup::Create(env, group_options));
+  std::string mine = config::ToYaml(*ctx.cfg.node());
+  KILN_ASSIGN_OR_RETURN(std::string config0, group->ShareFromRankZero("config", mine));
+  KILN_ASSIGN_OR_RETURN(ctx.output_dir, group->ShareFromRankZero("output_dir", ctx.output_dir));
+  if (config0 != mine) {
+    KILN_ASSIGN_OR_RETURN(config::NodePtr node, config::ParseYaml(config0, "rank 0's config"));
+    ctx.cfg = config::Config(node);
+  }
+  Logger::Instance().Info(absl::StrCat("rank ", env.rank, " of ", env.world_size, " (", env.source, ") joined at ",
+                                       env.master_addr, ":", env.master_port));
+  return group;
+}
+
 absl::Status TrainCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
+  std::shared_ptr<distributed::ProcessGroup> group;
+  if (env.distributed()) {
+    KILN_ASSIGN_OR_RETURN(group, JoinProcessGroup(ctx, env));
+  }
   KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
+  bool rank_zero = group == nullptr || group->is_global_zero();
+  if (!rank_zero) job.loggers.clear();
   Trainer trainer(job.options, job.callbacks, job.loggers);
+  trainer.set_process_group(group);
   FitInputs inputs;
   inputs.task = job.task.get();
   inputs.data = job.data.get();
@@ -158,6 +190,9 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   inputs.config_yaml = config::ToYaml(*ctx.cfg.node());
   inputs.model_name = job.model_name;
   KILN_RETURN_IF_ERROR(trainer.Fit(inputs));
+  // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
+  if (!rank_zero) return absl::OkStatus();
+  trainer.set_process_group(nullptr);
   if (!ctx.cfg.GetOr<bool>("test", true).value_or(true)) return absl::OkStatus();
   // Test the best checkpoint when one was kept, as lightning-hydra-template does.
   std::ifstream best_file(job.checkpoint_dir + "/best_model_path.txt");

@@ -6,6 +6,15 @@
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
 
+// LibTorch 1.x: ProcessGroupGloo is itself a c10d::ProcessGroup that c10d::Reducer accepts. In 2.x
+// it became a c10d::Backend behind a ProcessGroup, and the construction differs between 2.x
+// releases; lib/distributed supports the 1.x form only so far and says so at run time.
+#if TORCH_VERSION_MAJOR < 2
+#define KILN_TORCH_GLOO_IS_PROCESS_GROUP 1
+#else
+#define KILN_TORCH_GLOO_IS_PROCESS_GROUP 0
+#endif
+
 namespace kiln::compat {
 
 // Turns CPU autocast on or off (bf16-mixed precision).

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/config/status_macros.h"
+#include "lib/distributed/data_parallel.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/torch_compat.h"
@@ -84,10 +85,96 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
 
 int Trainer::ConfigureThreads() const {
   // LibTorch defaults to one thread here; trainer.num_threads (null) means every core.
-  int threads = options_.num_threads > 0 ? options_.num_threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options_.num_threads;
+  if (threads <= 0) {
+    // Every core, shared among the workers on this node (torchrun's LOCAL_WORLD_SIZE).
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int local_workers = 1;
+    if (distributed()) {
+      local_workers = world_size();
+      std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+      if (!local.empty()) local_workers = std::max(1, std::atoi(local.c_str()));
+    }
+    threads = std::max(1, cores / local_workers);
+  }
   at::set_num_threads(threads);
   return threads;
+}
+
+int Trainer::global_rank() const { return group_ ? group_->rank() : 0; }
+int Trainer::world_size() const { return group_ ? group_->world_size() : 1; }
+
+absl::StatusOr<bool> Trainer::AnyRank(bool local) {
+  if (!distributed()) return local;
+  torch::Tensor flag = torch::tensor({local ? 1.0 : 0.0}, torch::kFloat64);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(flag, c10d::ReduceOp::MAX));
+  return flag.item<double>() > 0;
+}
+
+absl::Status Trainer::AverageOverRanks(std::map<std::string, double>& means) {
+  if (!distributed() || means.empty()) return absl::OkStatus();
+  std::vector<double> values;
+  for (const auto& [name, value] : means) values.push_back(value);
+  torch::Tensor sums = torch::tensor(values, torch::kFloat64);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(sums));
+  size_t i = 0;
+  for (auto& [name, value] : means) value = sums[static_cast<int64_t>(i++)].item<double>() / world_size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Trainer::StopAfterThisStep() {
+  bool step_limit = options_.max_steps > 0 && global_step_ >= options_.max_steps;
+  int signal = g_stop_signal.load();
+  bool local = OutOfTime() || stop_now_;
+  if (distributed()) {
+    // A signal may reach one rank first, and clocks differ: all ranks stop at the same step or none.
+    torch::Tensor flags = torch::tensor({static_cast<double>(signal), local ? 1.0 : 0.0}, torch::kFloat64);
+    KILN_RETURN_IF_ERROR(group_->AllReduce(flags, c10d::ReduceOp::MAX));
+    signal = static_cast<int>(flags[0].item<double>());
+    if (flags[1].item<double>() > 0 && !local) RequestStop("another rank reached its time limit");
+    local = flags[1].item<double>() > 0;
+    if (local) stop_now_ = true;
+  }
+  stop_signal_ = signal;
+  return signal != 0 || step_limit || local;
+}
+
+absl::Status Trainer::StartDataParallel() {
+  if (!distributed()) return absl::OkStatus();
+  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, inputs_.task->module(), options_.ddp_bucket_cap_mb);
+  KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
+  // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
+  int64_t numel = 0;
+  for (const auto& p : inputs_.task->module().parameters()) numel += p.numel();
+  torch::Tensor probe = torch::zeros({numel}, torch::kFloat32);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
+  constexpr int kRounds = 5;
+  auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
+  allreduce_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() / kRounds;
+  Logger::Instance().Info(absl::StrFormat(
+      "data parallel: %d ranks over %s; %d gradient buckets (cap %g MB); one all-reduce of all %.2f MB of "
+      "gradients takes %.2f ms",
+      world_size(), group_->backend(), data_parallel_->num_buckets(), options_.ddp_bucket_cap_mb,
+      static_cast<double>(numel) * 4 / (1024.0 * 1024.0), allreduce_ms_));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path) {
+  int64_t per_step = world_size() * batch_size_;
+  if (saved_world_size * saved_batch_size == per_step || batch_in_epoch_ == 0) return absl::OkStatus();
+  // Batch b of every rank covers positions [b*W*B, (b+1)*W*B) of the epoch's order whatever the
+  // world size W and batch size B, so a position carries over when the new W*B divides it.
+  int64_t samples = batch_in_epoch_ * saved_world_size * saved_batch_size;
+  if (samples % per_step != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " stopped mid-epoch after ", samples, " samples (", saved_world_size, " ranks x batch ",
+        saved_batch_size, "); ", world_size(), " ranks x batch ", batch_size_,
+        " cannot continue from there: choose sizes whose product divides ", samples,
+        ", or resume from an end-of-epoch checkpoint"));
+  }
+  batch_in_epoch_ = samples / per_step;
+  return absl::OkStatus();
 }
 
 double Trainer::elapsed_seconds() const {
@@ -113,6 +200,7 @@ absl::Status Trainer::ForEachCallback(const std::function<absl::Status(Callback&
 }
 
 void Trainer::LogToLoggers(const std::map<std::string, double>& metrics) {
+  if (!is_global_zero()) return;
   for (auto& logger : loggers_) {
     auto st = logger->LogMetrics(metrics, global_step_);
     if (!st.ok()) Logger::Instance().Warning(std::string(st.message()));
@@ -155,6 +243,7 @@ std::vector<std::pair<std::string, int64_t*>> Trainer::Counters() {
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
+  if (!is_global_zero()) return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
   Task& task = *inputs_.task;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
     archive.write("meta/format", c10::IValue(kCheckpointFormat));
@@ -176,6 +265,8 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
     for (const auto& [key, counter] : Counters()) archive.write(key, c10::IValue(*counter));
     archive.write("loop/elapsed_seconds", c10::IValue(elapsed_seconds()));
     archive.write("loop/seed", c10::IValue(static_cast<int64_t>(inputs_.seed)));
+    archive.write("loop/world_size", c10::IValue(static_cast<int64_t>(world_size())));
+    archive.write("loop/batch_size", c10::IValue(batch_size_));
     archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
     for (size_t i = 0; i < callbacks_.size(); ++i) {
       torch::serialize::OutputArchive state;
@@ -208,6 +299,9 @@ absl::Status Trainer::ResumeFrom(const std::string& path) {
     }
     archive.read("loop/elapsed_seconds", v);
     elapsed_before_ = v.toDouble();
+    int64_t saved_world_size = archive.try_read("loop/world_size", v) ? v.toInt() : 1;
+    int64_t saved_batch_size = archive.try_read("loop/batch_size", v) ? v.toInt() : batch_size_;
+    KILN_RETURN_IF_ERROR(AdaptPosition(saved_world_size, saved_batch_size, path));
     torch::Tensor rng;
     archive.read("rng/cpu", rng);
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
@@ -247,8 +341,10 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   if (!train_ds) return absl::FailedPreconditionError("the data module has no training split");
   data::LoaderOptions lo = dm.loader_options();
   lo.seed = inputs.seed;
+  batch_size_ = lo.batch_size;
   std::shared_ptr<const data::Dataset> val_ds = dm.val_dataset();
   std::shared_ptr<data::Sampler> train_sampler = data::RandomSampler(train_ds->size(), inputs.seed);
+  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SequentialSampler(val_ds->size()) : nullptr;
   if (options_.overfit_batches > 0) {
     // The same few batches, in order, for training and validation.
     std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options_.overfit_batches * lo.batch_size)));
@@ -256,10 +352,16 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
     train_ds = data::Subset(train_ds, first);
     val_ds = train_ds;
     train_sampler = data::SequentialSampler(train_ds->size());
+    val_sampler = data::SequentialSampler(val_ds->size());
+  }
+  if (distributed()) {
+    // Each rank reads every world_size-th sample of the epoch's order (PyTorch's DistributedSampler).
+    train_sampler = data::DistributedSampler(train_sampler, global_rank(), world_size());
+    if (val_sampler) val_sampler = data::DistributedSampler(val_sampler, global_rank(), world_size());
   }
   data::DataLoader train_loader(train_ds, train_sampler, lo);
   std::unique_ptr<data::DataLoader> val_loader;
-  if (val_ds) val_loader = std::make_unique<data::DataLoader>(val_ds, data::SequentialSampler(val_ds->size()), lo);
+  if (val_ds) val_loader = std::make_unique<data::DataLoader>(val_ds, val_sampler, lo);
 
   train_batches_ = options_.limit_train_batches.Of(train_loader.num_batches());
   if (options_.fast_dev_run > 0) train_batches_ = std::min(train_batches_, options_.fast_dev_run);
@@ -292,6 +394,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
       resumed = true;
     }
   }
+  KILN_RETURN_IF_ERROR(StartDataParallel());
 
   if (val_loader && options_.num_sanity_val_steps > 0 && !resumed && options_.fast_dev_run == 0) {
     // A few validation batches first, so a broken validation step fails before hours of training.
@@ -299,12 +402,19 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   }
 
   Logger::Instance().Info(absl::StrCat("training on ", device_.is_cuda() ? "cuda" : "cpu", " with ", threads,
-                                       " threads: ", train_ds->size(), " samples, ", train_batches_,
-                                       " batches per epoch, up to ", max_epochs, " epochs"));
+                                       " threads", distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
+                                       ": ", train_ds->size(), " samples, ", train_batches_,
+                                       " batches per epoch", distributed() ? " per rank" : "", ", up to ", max_epochs,
+                                       " epochs"));
   absl::Status status;
   while (epoch_ < max_epochs && !stop_requested_) {
     if (options_.max_steps > 0 && global_step_ >= options_.max_steps) break;
-    if (OutOfTime()) {
+    auto out_of_time = AnyRank(OutOfTime());
+    if (!out_of_time.ok()) {
+      status = out_of_time.status();
+      break;
+    }
+    if (*out_of_time) {
       Logger::Instance().Info("max_time reached");
       break;
     }
@@ -313,8 +423,10 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
     status = RunEpoch(train_loader, first, val_loader.get(), &interrupted);
     if (!status.ok() || interrupted) break;
   }
-  if (status.ok() && g_stop_signal.load() != 0) {
-    int signal = g_stop_signal.load();
+  // Alone, a signal that came after the last step still stops with a checkpoint; with several
+  // ranks only the signal they agreed on at a step boundary counts, so all of them end alike.
+  int signal = distributed() ? stop_signal_ : g_stop_signal.load();
+  if (status.ok() && signal != 0) {
     std::string path = checkpoint_dir_ + "/last.ckpt";
     absl::Status saved = absl::OkStatus();
     if (checkpointing_enabled()) {
@@ -333,6 +445,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
     return status;
   }
   KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnFitEnd(*this); }));
+  if (distributed()) KILN_RETURN_IF_ERROR(group_->Barrier());
   for (auto& logger : loggers_) KILN_RETURN_IF_ERROR(logger->Finish());
   Logger::Instance().Info(absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", epoch_,
                                           global_step_, samples_, elapsed_seconds(),
@@ -366,8 +479,8 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
       task.module().train();
     }
     if (at_step_boundary) {
-      if (g_stop_signal.load() != 0 || (options_.max_steps > 0 && global_step_ >= options_.max_steps) || OutOfTime() ||
-          stop_now_) {
+      KILN_ASSIGN_OR_RETURN(bool stop, StopAfterThisStep());
+      if (stop) {
         stop_mid_epoch = true;
         return false;
       }
@@ -377,7 +490,7 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
   KILN_RETURN_IF_ERROR(status);
   if (stop_mid_epoch && batch_in_epoch_ < train_batches_) {
     *interrupted = true;
-    if (g_stop_signal.load() == 0 && checkpointing_enabled()) {
+    if (stop_signal_ == 0 && checkpointing_enabled()) {
       // max_steps or max_time ended training mid-epoch: keep a resumable checkpoint.
       KILN_RETURN_IF_ERROR(app::MakeDirs(checkpoint_dir_));
       KILN_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_dir_ + "/last.ckpt"));
@@ -386,6 +499,7 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
   }
 
   auto means = train_log_.EpochMeans();
+  KILN_RETURN_IF_ERROR(AverageOverRanks(means));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
   for (const auto& [k, v] : means) callback_metrics_[k] = v;
   bool validate = val_loader && (epoch_ + 1) % options_.check_val_every_n_epoch == 0;
@@ -420,14 +534,20 @@ absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* st
   batch.input = InputToDevice(batch.input);
   batch.target = ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainBatchStart(*this, batch); }));
+  if (data_parallel_) KILN_RETURN_IF_ERROR(data_parallel_->BroadcastBuffers());
   bool bf16 = options_.precision == "bf16-mixed";
   if (bf16) compat::SetCpuAutocast(true, at::kBFloat16);
   auto loss = task.TrainingStep(batch, train_log_);
   if (bf16) compat::SetCpuAutocast(false, at::kBFloat16);
   if (!loss.ok()) return loss.status();
   double loss_value = loss->item<double>();
+  if (distributed()) {
+    // Every rank skips or stops on a non-finite loss together, or their collectives would pair up wrongly.
+    KILN_ASSIGN_OR_RETURN(bool nonfinite, AnyRank(!std::isfinite(loss_value)));
+    if (nonfinite && std::isfinite(loss_value)) loss_value = std::nan("");
+  }
   ++micro_batches_;
-  samples_ += batch.size();
+  samples_ += batch.size() * world_size();
   if (!std::isfinite(loss_value)) {
     std::string where = absl::StrCat("epoch ", epoch_, ", batch ", batch.index, ", step ", global_step_);
     if (options_.on_nonfinite_loss == "stop") {
@@ -439,8 +559,15 @@ absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* st
     optimizer_->zero_grad();
     return absl::OkStatus();
   }
-  (*loss / static_cast<double>(options_.accumulate_grad_batches)).backward();
   bool boundary = (batch.index + 1) % options_.accumulate_grad_batches == 0 || last_in_epoch;
+  torch::Tensor scaled = *loss / static_cast<double>(options_.accumulate_grad_batches);
+  if (data_parallel_) {
+    // Micro-steps accumulate locally; the step's last backward averages the sum over ranks.
+    if (boundary) data_parallel_->PrepareSyncedBackward();
+    KILN_RETURN_IF_ERROR(group_->Guard("backward with gradient all-reduce", [&] { scaled.backward(); }));
+  } else {
+    scaled.backward();
+  }
   if (boundary) {
     KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnBeforeOptimizerStep(*this); }));
     if (options_.gradient_clip_val.has_value()) {
@@ -494,6 +621,7 @@ absl::Status Trainer::Validate(data::DataLoader& loader) {
   int64_t batches = options_.limit_val_batches.Of(loader.num_batches());
   if (options_.fast_dev_run > 0) batches = std::min(batches, options_.fast_dev_run);
   KILN_ASSIGN_OR_RETURN(auto metrics, RunEvaluation(loader, batches, "val"));
+  KILN_RETURN_IF_ERROR(AverageOverRanks(metrics));
   for (const auto& [k, v] : metrics) callback_metrics_[k] = v;
   LogToLoggers(metrics);
   return ForEachCallback([&](Callback& c) { return c.OnValidationEnd(*this, metrics); });

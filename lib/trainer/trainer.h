@@ -23,6 +23,11 @@
 
 namespace kiln {
 
+namespace distributed {
+class DataParallel;
+class ProcessGroup;
+}  // namespace distributed
+
 struct FitInputs {
   Task* task = nullptr;
   data::DataModule* data = nullptr;
@@ -39,6 +44,10 @@ class Trainer {
   Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
           std::vector<std::shared_ptr<MetricsLogger>> loggers);
 
+  // Trains data-parallel over `group` (one process per rank, see lib/distributed): each rank
+  // reads its shard of the data, gradients are averaged, metrics are reduced, rank 0 logs and
+  // writes checkpoints. Without a group (or with one rank) training is single-process.
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) { group_ = std::move(group); }
   absl::Status Fit(const FitInputs& inputs);
   // Evaluates on the validation ("val") or test ("test") split; returns the epoch means.
   absl::StatusOr<std::map<std::string, double>> Evaluate(Task& task, data::DataModule& data, data::Stage stage);
@@ -49,10 +58,13 @@ class Trainer {
 
   // --- read by callbacks ---
   const TrainerOptions& options() const { return options_; }
+  int global_rank() const;
+  int world_size() const;
+  bool is_global_zero() const { return global_rank() == 0; }
   int64_t global_step() const { return global_step_; }       // optimizer steps taken
   int64_t current_epoch() const { return epoch_; }
   int64_t micro_batches() const { return micro_batches_; }
-  int64_t samples_seen() const { return samples_; }
+  int64_t samples_seen() const { return samples_; }  // over all ranks
   double elapsed_seconds() const;
   int64_t train_batches_per_epoch() const { return train_batches_; }
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
@@ -92,6 +104,17 @@ class Trainer {
   bool OutOfTime() const;
   // Sets LibTorch's thread count from num_threads; returns it.
   int ConfigureThreads() const;
+  bool distributed() const { return world_size() > 1; }
+  // True when `local` holds on any rank (every rank gets the same answer).
+  absl::StatusOr<bool> AnyRank(bool local);
+  // Replaces per-rank means by their average over ranks (equal shards, so the global mean).
+  absl::Status AverageOverRanks(std::map<std::string, double>& means);
+  // Sets up gradient reduction and rank 0's weights on every rank.
+  absl::Status StartDataParallel();
+  // Agrees on whether to stop after this optimizer step (a signal, a time limit, a callback).
+  absl::StatusOr<bool> StopAfterThisStep();
+  // Maps a mid-epoch position written at another world size or batch size to this run's.
+  absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);
 
   TrainerOptions options_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
@@ -110,6 +133,11 @@ class Trainer {
   bool stop_now_ = false;
   std::string stop_reason_;
   std::string checkpoint_dir_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
+  std::shared_ptr<distributed::DataParallel> data_parallel_;
+  int stop_signal_ = 0;  // the signal every rank agreed to stop for
+  double allreduce_ms_ = 0;
+  int64_t batch_size_ = 0;  // per rank  // one blocking all-reduce of all gradients, measured at the start
 };
 
 }  // namespace kiln

@@ -35,7 +35,11 @@ const OptionSchema& TrainerOptions::Schema() {
         .String("gradient_clip_algorithm", "norm", "norm or value")
         .Add("precision", OptionType::kAny, "32", "32, or bf16-mixed (autocast to bfloat16)")
         .String("accelerator", "auto", "cpu, cuda or auto")
-        .Int("devices", 1, "devices per node (only 1 for now)")
+        .Int("devices", 1, "processes per node: N > 1 trains data-parallel in N worker processes")
+        .Int("num_nodes", 1, "nodes (each runs kiln with NODE_RANK, MASTER_ADDR and MASTER_PORT set)")
+        .Float("ddp_bucket_cap_mb", 25.0, "data parallel: gradient bucket size in MB (reduced as backward fills them)")
+        .Float("ddp_timeout", 1800.0, "data parallel: seconds to wait for other workers before giving up")
+        .String("process_group_backend", "auto", "data parallel: gloo (CPU), nccl (CUDA) or auto")
         .Bool("deterministic", false, "use deterministic algorithms only")
         .Add("num_threads", OptionType::kInt, "null", "LibTorch threads (null: every core)")
         .Int("log_every_n_steps", 50, "log training metrics every N optimizer steps")
@@ -143,8 +147,18 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
   if (o.accelerator != "cpu" && o.accelerator != "cuda" && o.accelerator != "auto") {
     return Bad(cfg, "accelerator", "must be cpu, cuda or auto");
   }
-  KILN_ASSIGN_OR_RETURN(int64_t devices, cfg.Get<int64_t>("devices"));
-  if (devices != 1) return Bad(cfg, "devices", "must be 1 (multi-device training is not built yet)");
+  KILN_ASSIGN_OR_RETURN(o.devices, cfg.Get<int64_t>("devices"));
+  if (o.devices < 1) return Bad(cfg, "devices", "must be at least 1");
+  KILN_ASSIGN_OR_RETURN(o.num_nodes, cfg.Get<int64_t>("num_nodes"));
+  if (o.num_nodes < 1) return Bad(cfg, "num_nodes", "must be at least 1");
+  KILN_ASSIGN_OR_RETURN(o.ddp_bucket_cap_mb, cfg.Get<double>("ddp_bucket_cap_mb"));
+  if (!(o.ddp_bucket_cap_mb > 0)) return Bad(cfg, "ddp_bucket_cap_mb", "must be positive");
+  KILN_ASSIGN_OR_RETURN(o.ddp_timeout, cfg.Get<double>("ddp_timeout"));
+  if (!(o.ddp_timeout > 0)) return Bad(cfg, "ddp_timeout", "must be positive (seconds)");
+  KILN_ASSIGN_OR_RETURN(o.process_group_backend, cfg.Get<std::string>("process_group_backend"));
+  if (o.process_group_backend != "auto" && o.process_group_backend != "gloo" && o.process_group_backend != "nccl") {
+    return Bad(cfg, "process_group_backend", "must be auto, gloo or nccl");
+  }
   KILN_ASSIGN_OR_RETURN(o.deterministic, cfg.Get<bool>("deterministic"));
   KILN_ASSIGN_OR_RETURN(o.num_threads, cfg.GetOr<int>("num_threads", 0));
   if (o.num_threads < 0) return Bad(cfg, "num_threads", "must not be negative");

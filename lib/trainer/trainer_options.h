@@ -40,7 +40,13 @@ struct TrainerOptions {
   bool enable_progress_bar = true;
   std::string default_root_dir = ".";
   std::string on_nonfinite_loss = "stop"; // stop | skip
-  bool channels_last = false;             // 4-D weights and image batches in NHWC (faster convolutions on CPU)
+  bool channels_last = false;
+  // Data parallel (one process per device; see lib/distributed).
+  int64_t devices = 1;                    // processes per node that `kiln train` starts
+  int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set
+  double ddp_bucket_cap_mb = 25;          // gradient bucket size, as DDP's bucket_cap_mb
+  double ddp_timeout = 1800;              // seconds a rendezvous or collective may wait for a peer
+  std::string process_group_backend = "auto";  // auto | gloo | nccl             // 4-D weights and image batches in NHWC (faster convolutions on CPU)
 
   static const OptionSchema& Schema();
   // `trainer` is the `trainer:` node; `seconds` like "00:01:30:00" (DD:HH:MM:SS) or a number.

@@ -1,0 +1,58 @@
+#include "lib/app/spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace kiln::app {
+
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    if (options.env.count(name) == 0) env_storage.push_back(entry);
+  }
+  for (const auto& [name, value] : options.env) env_storage.push_back(name + "=" + value);
+  std::vector<char*> env;
+  for (auto& e : env_storage) env.push_back(e.data());
+  env.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (!options.output_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.output_file.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  }
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+  return pid;
+}
+
+std::string DescribeExit(int wait_status) {
+  if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
+  int signal = WTERMSIG(wait_status);
+  const char* name = sigabbrev_np(signal);
+  return absl::StrCat("was killed by signal ", signal, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+}
+
+int ExitCodeOf(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,60 @@
+#include "lib/distributed/data_parallel.h"
+
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <algorithm>
+
+namespace kiln::distributed {
+
+DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb)
+    : group_(std::move(group)), module_(module) {
+  std::vector<at::Tensor> params;
+  std::unordered_map<size_t, std::string> names;
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    names[params.size()] = item.key();
+    params.push_back(item.value());
+  }
+  auto bucket_bytes = static_cast<int64_t>(bucket_cap_mb * 1024 * 1024);
+  // As DistributedDataParallel: a small first bucket (1 MiB, or less when the cap is smaller) so
+  // communication starts early, buckets laid
+  // out in reverse because backward produces the last layers' gradients first.
+  auto first_bucket_bytes = std::min<int64_t>(c10d::kDefaultFirstBucketBytes, bucket_bytes);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      params, {static_cast<size_t>(first_bucket_bytes), static_cast<size_t>(bucket_bytes)},
+      std::vector<bool>(params.size(), false));
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  num_buckets_ = buckets.size();
+  reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), std::move(limits), group_->group(),
+                                             std::vector<bool>(params.size(), false), bucket_bytes,
+                                             /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+                                             std::move(names), bucket_bytes);
+}
+
+DataParallel::~DataParallel() = default;
+
+absl::Status DataParallel::SyncModuleStates() {
+  std::vector<torch::Tensor> states;
+  for (const auto& p : module_.parameters()) states.push_back(p.detach());
+  auto status = group_->Guard("comparing the model across workers", [&] {
+    c10d::verify_params_across_processes(group_->group(), states, c10::nullopt);
+  });
+  if (!status.ok()) return status;
+  for (const auto& b : module_.buffers()) states.push_back(b.detach());
+  return group_->Broadcast(states);
+}
+
+absl::Status DataParallel::BroadcastBuffers() {
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : module_.buffers()) buffers.push_back(b.detach());
+  if (buffers.empty()) return absl::OkStatus();
+  return group_->Broadcast(buffers);
+}
+
+void DataParallel::PrepareSyncedBackward() {
+  reducer_->prepare_for_forward();
+  reducer_->prepare_for_backward({});
+}
+
+}  // namespace kiln::distributed

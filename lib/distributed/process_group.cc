@@ -1,0 +1,118 @@
+#include "lib/distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "lib/trainer/torch_compat.h"
+
+namespace kiln::distributed {
+namespace {
+
+// The first line of a c10d/Gloo message, without LibTorch's C++ backtrace.
+std::string FirstLine(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+bool IsLoopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environment& env,
+                                                                   const ProcessGroupOptions& options) {
+  auto group = std::make_shared<ProcessGroup>();
+  group->rank_ = env.rank;
+  group->world_size_ = env.world_size;
+  std::string backend = options.backend == "auto" ? "gloo" : options.backend;
+  if (backend != "gloo") {
+    return absl::UnimplementedError(absl::StrCat("process_group_backend=", backend,
+                                                 ": this LibTorch build offers gloo only (CPU)"));
+  }
+  group->backend_ = backend;
+#if !KILN_TORCH_GLOO_IS_PROCESS_GROUP
+  return absl::UnimplementedError(absl::StrCat("data-parallel training is built for LibTorch 1.x's c10d; this is ",
+                                               compat::TorchVersion(), " (see lib/trainer/torch_compat.h)"));
+#else
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(env.master_port);
+    store_options.isServer = env.rank == 0;
+    store_options.numWorkers = static_cast<size_t>(env.world_size);
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    group->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": rendezvous at ", env.master_addr, ":",
+                                               env.master_port, " failed: ", FirstLine(e)));
+  }
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    std::string interface = ProcessEnv("GLOO_SOCKET_IFNAME");
+    if (!interface.empty()) {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+    } else if (IsLoopback(env.master_addr)) {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("kiln/default_pg", group->store_);
+    group->group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, gloo_options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the Gloo process group: ", FirstLine(e)));
+  }
+  return group;
+#endif
+}
+
+absl::Status ProcessGroup::Guard(const std::string& what, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank_, " of ", world_size_, ": ", what,
+                                               " failed; another worker has probably stopped: ", FirstLine(e)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::Barrier() {
+  return Guard("barrier", [&] { group_->barrier()->wait(); });
+}
+
+absl::Status ProcessGroup::AllReduce(torch::Tensor& tensor, c10d::ReduceOp op) {
+  return Guard("all-reduce", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions all_reduce;
+    all_reduce.reduceOp = op;
+    group_->allreduce(tensors, all_reduce)->wait();
+  });
+}
+
+absl::Status ProcessGroup::Broadcast(std::vector<torch::Tensor> tensors) {
+  return Guard("broadcast", [&] {
+    torch::NoGradGuard no_grad;
+    constexpr size_t kBufferBytes = 250 * 1024 * 1024;  // DDP's broadcast_bucket_size
+    c10d::broadcast_coalesced(group_, tensors, kBufferBytes, 0);
+  });
+}
+
+absl::StatusOr<std::string> ProcessGroup::ShareFromRankZero(const std::string& key, const std::string& value) {
+  std::string shared;
+  auto status = Guard(absl::StrCat("sharing '", key, "'"), [&] {
+    std::string full = "kiln/share/" + key;
+    if (rank_ == 0) {
+      store_->set(full, std::vector<uint8_t>(value.begin(), value.end()));
+      shared = value;
+    } else {
+      std::vector<uint8_t> bytes = store_->get(full);
+      shared.assign(bytes.begin(), bytes.end());
+    }
+  });
+  if (!status.ok()) return status;
+  return shared;
+}
+
+}  // namespace kiln::distributed
