@@ -104,7 +104,8 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
                  {"LOCAL_WORLD_SIZE", std::to_string(options.devices)},
                  {"GROUP_RANK", std::to_string(node_rank)},
                  {"MASTER_ADDR", master_addr},
-                 {"MASTER_PORT", std::to_string(port)}};
+                 {"MASTER_PORT", std::to_string(port)},
+                 {"KILN_LOCAL_WORKERS", "1"}};
     if (rank == 0 && !options.log_file.empty()) spawn.env["KILN_WORKER_LOG"] = options.log_file;
     if (rank != 0) spawn.output_file = absl::StrCat(options.output_dir, "/rank_", rank, ".log");
     auto pid = SpawnProcess(options.argv, spawn);

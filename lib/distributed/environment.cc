@@ -58,7 +58,8 @@ absl::StatusOr<std::string> FirstSlurmHost(const std::string& nodelist) {
 absl::StatusOr<Environment> ReadEnvironment(const GetEnv& get) {
   Environment env;
   if (!get("WORLD_SIZE").empty() || !get("RANK").empty()) {
-    env.source = "torchrun";
+    // kiln's own workers (trainer.devices) set the same variables and say so.
+    env.source = get("KILN_LOCAL_WORKERS").empty() ? "torchrun" : "kiln";
     auto world = ReadInt(get, "WORLD_SIZE", 1, 1);
     if (!world.ok()) return world.status();
     auto rank = ReadInt(get, "RANK", 0, 0);

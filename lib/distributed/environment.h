@@ -17,7 +17,7 @@ struct Environment {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source = "single";  // "single", "torchrun" (or kiln's own workers), "slurm"
+  std::string source = "single";  // "single", "torchrun", "kiln" (trainer.devices workers), "slurm"
 
   bool distributed() const { return world_size > 1; }
 };

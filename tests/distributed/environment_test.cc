@@ -35,6 +35,9 @@ TEST(DistributedEnvironment, TorchrunVariables) {
   EXPECT_EQ(env->master_addr, "10.1.2.3");
   EXPECT_EQ(env->master_port, 29511);
   EXPECT_EQ(env->source, "torchrun");
+  auto own = ReadEnvironment(From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"KILN_LOCAL_WORKERS", "1"}}));
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->source, "kiln");
 }
 
 TEST(DistributedEnvironment, SlurmVariablesWithTheFirstNodeAsMaster) {
