@@ -215,15 +215,30 @@ class Application {
       if (auto st = LoadLibraries(); !st.ok()) return st;
       return RunCommand(config::Config(*resolved), &composed, run->output_dir);
     }
-    if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
     if (cl_.command == "train" && !env->distributed()) {
       config::Config cfg(*resolved);
       auto devices = cfg.GetOr<int64_t>("trainer.devices", 1);
       if (!devices.ok()) return devices.status();
       auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
       if (!nodes.ok()) return nodes.status();
-      if (*devices > 1 || *nodes > 1) return RunWorkers(**resolved, *run, static_cast<int>(*devices), static_cast<int>(*nodes));
+      if (*devices > 1 || *nodes > 1) {
+        // Node 0 owns the run directory; another node's workers join it when training starts, and
+        // meanwhile read their config (and write their logs) in a folder of this node's own.
+        std::string node = distributed::ProcessEnv("NODE_RANK");
+        if (*nodes > 1 && !node.empty() && node != "0") {
+          char scratch[] = "/tmp/kiln-node-XXXXXX";
+          if (::mkdtemp(scratch) == nullptr) return absl::InternalError("cannot create a folder in /tmp");
+          RunDir local = *run;
+          local.output_dir = scratch;
+          local.log_file.clear();
+          if (auto st = MakeDirs(local.output_dir + "/.hydra"); !st.ok()) return st;
+          return RunWorkers(**resolved, local, static_cast<int>(*devices), static_cast<int>(*nodes));
+        }
+        if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
+        return RunWorkers(**resolved, *run, static_cast<int>(*devices), static_cast<int>(*nodes));
+      }
     }
+    if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
       Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");

@@ -143,6 +143,31 @@ TEST(DataParallel, TorchrunStyleRanksShareRankZerosRunDirectory) {
   EXPECT_EQ(r1.err, "") << "rank 1 logs nothing but warnings and errors";
 }
 
+// trainer.num_nodes=2 on one machine: each "node" runs kiln with NODE_RANK, MASTER_ADDR and
+// MASTER_PORT; node 0 owns the run directory, node 1 writes none of its own.
+TEST(DataParallel, TwoNodesStartTheirWorkersAndShareNodeZerosRunDirectory) {
+  testing::TempDir dir;
+  std::string port = std::to_string(20000 + (getpid() + 7) % 20000);
+  auto node = [&](int rank, const std::string& run_dir) {
+    return RunProcess(Blobs(run_dir, {"data.batch_size=64", "trainer.max_steps=5", "trainer.num_nodes=2",
+                                      "trainer.num_threads=1"}),
+                      {{"NODE_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  };
+  testing::ProcessResult n1;
+  std::thread second([&] { n1 = node(1, dir.path() + "/node1_dir"); });
+  auto n0 = node(0, dir.path() + "/node0_dir");
+  second.join();
+  ASSERT_EQ(n0.exit_code, 0) << n0.err;
+  ASSERT_EQ(n1.exit_code, 0) << n1.err;
+  EXPECT_NE(n1.err.find("starting 1 workers (ranks 1..1 of 2)"), std::string::npos) << n1.err;
+  EXPECT_EQ(Counter(dir.path() + "/node0_dir/checkpoints/last.ckpt", "loop/world_size"), 2);
+  EXPECT_FALSE(FileExists(dir.path() + "/node1_dir"));
+  // Without the rendezvous variables the refusal says what to set.
+  auto alone = RunProcess(Blobs(dir.path() + "/x", {"trainer.num_nodes=2"}), {{"NODE_RANK", ""}});
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("start kiln on every node with NODE_RANK"), std::string::npos) << alone.err;
+}
+
 // The PID of the worker of `parent` whose environment has RANK=<rank>, or -1.
 pid_t WorkerPid(pid_t parent, int rank) {
   for (int attempt = 0; attempt < 600; ++attempt) {
