@@ -20,6 +20,7 @@ set -euo pipefail
 #   dataset-fashion-mnist                                the default experiment's data
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
 #   iproute2                                             network namespaces for the two-host data-parallel test
+#   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev
@@ -28,7 +29,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-yaml
-  iproute2
+  iproute2 espeak-ng sox
 )
 
 missing=()
