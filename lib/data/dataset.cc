@@ -15,6 +15,7 @@ class SubsetDataset : public Dataset {
     return base_->Get(indices_.at(static_cast<size_t>(index)), rng);
   }
   std::string Source(int64_t index) const override { return base_->Source(indices_.at(static_cast<size_t>(index))); }
+  int64_t Length(int64_t index) const override { return base_->Length(indices_.at(static_cast<size_t>(index))); }
 
  private:
   std::shared_ptr<const Dataset> base_;

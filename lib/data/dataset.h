@@ -29,6 +29,9 @@ class Dataset {
   // Where example `index` comes from (a file path), for predictions and error messages; "" if
   // the dataset has no such notion.
   virtual std::string Source(int64_t /*index*/) const { return ""; }
+  // The length of example `index` (tokens of a text) for length bucketing, without loading it;
+  // 0 when the dataset has no such notion.
+  virtual int64_t Length(int64_t /*index*/) const { return 0; }
 };
 
 // The examples of `base` at `indices` (a split, a subset).

@@ -64,7 +64,7 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
                                                      what.substr(0, what.find('\n'))));
     }
   }
-  auto batch = Collate(examples);
+  auto batch = options_.collate ? options_.collate(examples) : Collate(examples);
   if (!batch.ok()) return batch.status();
   batch->epoch = epoch;
   batch->index = index;
@@ -117,6 +117,7 @@ class BoundedQueue {
 
 absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const Consumer& consume) const {
   std::vector<int64_t> order = sampler_->EpochOrder(epoch);
+  if (options_.batch_order) order = options_.batch_order(std::move(order), epoch, *dataset_);
   if (options_.drop_last) order.resize(order.size() - order.size() % static_cast<size_t>(options_.batch_size));
   last = std::min(last, num_batches());
   if (first >= last) return absl::OkStatus();

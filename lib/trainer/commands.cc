@@ -85,6 +85,7 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   job.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
   KILN_ASSIGN_OR_RETURN(job.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));
+  KILN_RETURN_IF_ERROR(job.task->Connect(*job.data));
   if (fit) {
     KILN_ASSIGN_OR_RETURN(config::Config opt_cfg, cfg.Sub("optimizer"));
     KILN_ASSIGN_OR_RETURN(job.optimizer, Registry<OptimizerFactory>::Get().Instantiate(opt_cfg));
@@ -242,10 +243,19 @@ std::string CsvCell(const std::string& text) {
   return out + "\"";
 }
 
-// `predict`: the model's most likely class for every prediction input, in predictions.csv.
+// `predict`: the model's most likely class for every prediction input, in predictions.csv; or,
+// for a task that generates (a language model), the generated text on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
   std::string path;
   KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> generated, job.task->Generate());
+  if (generated.has_value()) {
+    std::string file = ctx.output_dir + "/generated.txt";
+    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(file, *generated + "\n"));
+    Logger::Instance().Info(absl::StrCat("generated ", generated->size(), " bytes with ", path, ": ", file));
+    std::printf("%s\n", generated->c_str());
+    return absl::OkStatus();
+  }
   Trainer trainer(job.options, job.callbacks, job.loggers);
   KILN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> outputs, trainer.Predict(*job.task, *job.data));
   std::shared_ptr<const data::Dataset> inputs = job.data->predict_dataset();

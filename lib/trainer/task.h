@@ -6,11 +6,13 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
+#include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/trainer/metric_log.h"
 
@@ -25,6 +27,9 @@ class Task {
   virtual absl::Status Build(const config::Config& job) = 0;
   // The trainable module: its parameters are optimized, its state is checkpointed.
   virtual torch::nn::Module& module() = 0;
+  // Called by every command once the data module is built, before training, evaluation or
+  // checkpoint loading: a task that needs what the data learned (a tokenizer) takes it here.
+  virtual absl::Status Connect(data::DataModule& /*data*/) { return absl::OkStatus(); }
 
   // Returns the loss to minimize; logs "train/..." metrics.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) = 0;
@@ -32,6 +37,10 @@ class Task {
   virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
+
+  // A task that answers `kiln predict` itself (a language model generating text) returns the text
+  // to print and keep; nullopt means the usual batch predictions.
+  virtual absl::StatusOr<std::optional<std::string>> Generate() { return std::optional<std::string>(); }
 
   // After a test run: writes what the task gathered beyond per-batch means (a confusion matrix)
   // into `output_dir` and returns the metrics derived from it (per-class accuracy).

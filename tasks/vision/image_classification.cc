@@ -1,11 +1,8 @@
 // Image classification: a registered model over images, cross-entropy (with label smoothing),
-// accuracy and top-k accuracy; at test time a confusion matrix and per-class accuracy.
+// accuracy and top-k accuracy; at test time a confusion matrix, per-class accuracy and macro-F1.
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "components/models/model.h"
-#include "lib/app/run_dir.h"
-#include "lib/logging/logger.h"
+#include "tasks/confusion_matrix.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/task.h"
 
@@ -18,7 +15,7 @@ class ImageClassification : public Task {
       : num_classes_(num_classes),
         label_smoothing_(label_smoothing),
         top_k_(top_k),
-        confusion_(torch::zeros({num_classes, num_classes}, torch::kInt64)) {}
+        confusion_(num_classes) {}
 
   absl::Status Build(const config::Config& job) override {
     KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
@@ -48,49 +45,14 @@ class ImageClassification : public Task {
       log.Log(absl::StrCat(stage, "/acc_top", top_k_), Accuracy(logits, batch.target, top_k_), n);
     }
     if (stage == "test") {
-      // Row: true class, column: predicted class.
-      torch::Tensor cell = batch.target.to(torch::kCPU) * num_classes_ + logits.argmax(1).to(torch::kCPU);
-      confusion_ += torch::bincount(cell, {}, num_classes_ * num_classes_).view({num_classes_, num_classes_});
+      confusion_.Add(batch.target, logits);
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& output_dir,
                                                           const std::vector<std::string>& class_names) override {
-    std::vector<std::string> names = class_names;
-    if (static_cast<int64_t>(names.size()) != num_classes_) {
-      names.clear();
-      for (int64_t c = 0; c < num_classes_; ++c) names.push_back(std::to_string(c));
-    }
-    auto counts = confusion_.accessor<int64_t, 2>();
-    std::string matrix = "true/predicted," + absl::StrJoin(names, ",") + "\n";
-    std::string per_class = "class,support,correct,accuracy\n";
-    std::map<std::string, double> metrics;
-    std::vector<std::string> summary;
-    for (int64_t t = 0; t < num_classes_; ++t) {
-      int64_t support = 0;
-      std::vector<std::string> row = {names[static_cast<size_t>(t)]};
-      for (int64_t p = 0; p < num_classes_; ++p) {
-        support += counts[t][p];
-        row.push_back(std::to_string(counts[t][p]));
-      }
-      matrix += absl::StrJoin(row, ",") + "\n";
-      if (support == 0) {
-        per_class += absl::StrCat(names[static_cast<size_t>(t)], ",0,0,\n");
-        continue;
-      }
-      double accuracy = static_cast<double>(counts[t][t]) / static_cast<double>(support);
-      per_class += absl::StrCat(names[static_cast<size_t>(t)], ",", support, ",", counts[t][t], ",", accuracy, "\n");
-      metrics["test/acc_class/" + names[static_cast<size_t>(t)]] = accuracy;
-      summary.push_back(absl::StrCat(names[static_cast<size_t>(t)], " ", absl::StrFormat("%.4f", accuracy)));
-    }
-    confusion_.zero_();
-    KILN_RETURN_IF_ERROR(app::MakeDirs(output_dir));
-    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(output_dir + "/test_confusion_matrix.csv", matrix));
-    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(output_dir + "/test_per_class_accuracy.csv", per_class));
-    Logger::Instance().Info(absl::StrCat("test accuracy per class: ", absl::StrJoin(summary, "  "), " (",
-                                         output_dir, "/test_confusion_matrix.csv)"));
-    return metrics;
+    return confusion_.Report(output_dir, class_names);
   }
 
   absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) override {
@@ -121,7 +83,7 @@ class ImageClassification : public Task {
   int64_t num_classes_;
   double label_smoothing_;
   int64_t top_k_;
-  torch::Tensor confusion_;  // test-time counts, [true class, predicted class]
+  ConfusionMatrix confusion_;
   std::shared_ptr<Model> model_;
 };
 

@@ -1,0 +1,96 @@
+// A fastText-style classifier (Joulin et al. 2017): the mean of the token embeddings (and, with
+// ngram_buckets > 0, of hashed bigram embeddings), an optional hidden layer, a linear head.
+// Input [B, T] token ids (0 = padding), output [B, classes].
+#include "absl/strings/str_cat.h"
+#include "components/models/model.h"
+#include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
+
+namespace kiln {
+namespace {
+
+struct BagOptions {
+  int64_t vocab_size = 0, dim = 64, hidden = 0, ngram_buckets = 0, num_classes = 2;
+  double dropout = 0.0;
+};
+
+class BagOfEmbeddings : public Model {
+ public:
+  explicit BagOfEmbeddings(const BagOptions& o) : o_(o) {
+    embedding = register_module(
+        "embedding", torch::nn::EmbeddingBag(
+                         torch::nn::EmbeddingBagOptions(o.vocab_size, o.dim).mode(torch::kSum)));
+    if (o.ngram_buckets > 0) {
+      ngrams = register_module(
+          "ngrams", torch::nn::EmbeddingBag(
+                        torch::nn::EmbeddingBagOptions(o.ngram_buckets, o.dim).mode(torch::kSum)));
+    }
+    int64_t width = o.dim;
+    if (o.hidden > 0) {
+      hidden = register_module("hidden", torch::nn::Linear(o.dim, o.hidden));
+      width = o.hidden;
+    }
+    head = register_module("head", torch::nn::Linear(width, o.num_classes));
+    torch::NoGradGuard no_grad;
+    embedding->weight.uniform_(-1.0 / static_cast<double>(o.dim), 1.0 / static_cast<double>(o.dim));
+    if (ngrams)
+      ngrams->weight.uniform_(-1.0 / static_cast<double>(o.dim), 1.0 / static_cast<double>(o.dim));
+  }
+
+  torch::Tensor forward(torch::Tensor input) override {
+    torch::Tensor mask = input.ne(0);
+    torch::Tensor weights = mask.to(torch::kFloat32);
+    // Padding (id 0) weighs nothing in the sum; dividing by the count gives the mean.
+    torch::Tensor x = embedding->forward(input, {}, weights);
+    torch::Tensor count = weights.sum(1, /*keepdim=*/true);
+    if (ngrams && input.size(1) > 1) {
+      torch::Tensor a = input.narrow(1, 0, input.size(1) - 1),
+                    b = input.narrow(1, 1, input.size(1) - 1);
+      torch::Tensor ids = (a * 1000003 + b).remainder(o_.ngram_buckets);
+      torch::Tensor w = (mask.narrow(1, 1, input.size(1) - 1)).to(torch::kFloat32);
+      x = x + ngrams->forward(ids, {}, w);
+      count = count + w.sum(1, true);
+    }
+    x = x / count.clamp_min(1.0);
+    if (hidden) x = torch::relu(hidden->forward(x));
+    if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
+    return head->forward(x);
+  }
+
+  torch::nn::EmbeddingBag embedding{nullptr}, ngrams{nullptr};
+  torch::nn::Linear hidden{nullptr}, head{nullptr};
+
+ private:
+  BagOptions o_;
+};
+
+KILN_REGISTER(Model, "bag_of_embeddings",
+              "fastText-style classifier: mean of token (and hashed bigram) embeddings, optional "
+              "hidden layer, linear head",
+              OptionSchema()
+                  .Required("vocab_size", OptionType::kInt,
+                            "token ids are below it (the tokenizer's vocab_size)")
+                  .Required("num_classes", OptionType::kInt, "number of classes")
+                  .Int("dim", 64, "embedding width")
+                  .Int("hidden", 0, "width of a ReLU hidden layer (0: none, as fastText)")
+                  .Int("ngram_buckets", 0, "hash buckets for bigram embeddings (0: unigrams only)")
+                  .Float("dropout", 0.0, "dropout before the head"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
+                BagOptions o;
+                KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
+                KILN_ASSIGN_OR_RETURN(o.num_classes, cfg.Get<int64_t>("num_classes"));
+                KILN_ASSIGN_OR_RETURN(o.dim, cfg.Get<int64_t>("dim"));
+                KILN_ASSIGN_OR_RETURN(o.hidden, cfg.Get<int64_t>("hidden"));
+                KILN_ASSIGN_OR_RETURN(o.ngram_buckets, cfg.Get<int64_t>("ngram_buckets"));
+                KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
+                if (o.vocab_size < 2 || o.num_classes < 2 || o.dim < 1 || o.hidden < 0 ||
+                    o.ngram_buckets < 0) {
+                  return absl::InvalidArgumentError(absl::StrCat(
+                      "model 'bag_of_embeddings' (", cfg.prefix(),
+                      "): vocab_size and num_classes must be at least 2, dim positive"));
+                }
+                return std::make_shared<BagOfEmbeddings>(o);
+              });
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,53 @@
+// A GPT-style decoder language model (Radford et al. 2019; nanoGPT's layout and parameter names):
+// token and learned position embeddings, pre-LayerNorm blocks with causal self-attention, a final
+// LayerNorm, and an output layer tied to the token embedding. Input [B, T] ids -> [B, T, vocab].
+#include "absl/strings/str_cat.h"
+#include "components/models/model.h"
+#include "components/models/text_transformer.h"
+#include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
+
+namespace kiln {
+namespace {
+
+class Gpt : public Model {
+ public:
+  Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights) {
+    transformer = register_module("transformer", TextTransformer(o));
+    if (!tie_weights) {
+      lm_head = register_module(
+          "lm_head", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    }
+    InitTransformerWeights(*this, o.depth);
+  }
+
+  torch::Tensor forward(torch::Tensor input) override {
+    torch::Tensor x = transformer->forward(
+        input, CausalBias(input.size(1), torch::TensorOptions().device(input.device())));
+    // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
+    return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
+  }
+
+  TextTransformer transformer{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+
+ private:
+  bool tie_weights_;
+};
+
+KILN_REGISTER(
+    Model, "gpt",
+    "GPT decoder LM: learned positions, pre-LayerNorm causal self-attention, tied output layer",
+    AddTextTransformerOptions(OptionSchema().Int("block_size", 256,
+                                                 "longest context (learned positions)"),
+                              TextTransformerOptions{0, 256, 256, 4, 4, 1024, 0.0})
+        .Bool("tie_weights", true, "the output layer reuses the token embedding"),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_ASSIGN_OR_RETURN(int64_t block_size, cfg.Get<int64_t>("block_size"));
+      KILN_ASSIGN_OR_RETURN(TextTransformerOptions o, ReadTextTransformerOptions(cfg, block_size));
+      KILN_ASSIGN_OR_RETURN(bool tie, cfg.Get<bool>("tie_weights"));
+      return std::make_shared<Gpt>(o, tie);
+    });
+
+}  // namespace
+}  // namespace kiln

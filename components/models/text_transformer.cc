@@ -1,0 +1,151 @@
+#include "components/models/text_transformer.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "lib/config/status_macros.h"
+
+namespace kiln {
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, double dropout)
+    : heads_(heads), dropout_(dropout) {
+  c_attn = register_module("c_attn", torch::nn::Linear(dim, 3 * dim));
+  c_proj = register_module("c_proj", torch::nn::Linear(dim, dim));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+  auto qkv =
+      c_attn->forward(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, hd]
+  torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  torch::Tensor scores =
+      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  if (bias.defined()) scores = scores + bias;
+  torch::Tensor weights = torch::softmax(scores, -1);
+  if (dropout_ > 0 && is_training()) weights = torch::dropout(weights, dropout_, true);
+  torch::Tensor y = torch::matmul(weights, v).transpose(1, 2).reshape({b, t, d});
+  return c_proj->forward(y);
+}
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim,
+                                           double dropout)
+    : dropout_(dropout) {
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  attn = register_module("attn", SelfAttention(dim, heads, dropout));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  mlp = torch::nn::Sequential();
+  mlp->push_back("c_fc", torch::nn::Linear(dim, mlp_dim));
+  mlp->push_back("gelu", torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")));
+  mlp->push_back("c_proj", torch::nn::Linear(mlp_dim, dim));
+  mlp = register_module("mlp", mlp);
+}
+
+torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& bias) {
+  torch::Tensor a = attn->forward(ln_1->forward(x), bias);
+  if (dropout_ > 0) a = torch::dropout(a, dropout_, is_training());
+  x = x + a;
+  torch::Tensor m = mlp->forward(ln_2->forward(x));
+  if (dropout_ > 0) m = torch::dropout(m, dropout_, is_training());
+  return x + m;
+}
+
+TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o) {
+  wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.dim));
+  wpe = register_module("wpe", torch::nn::Embedding(o.positions, o.dim));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.depth; ++i) {
+    blocks_.push_back(TransformerBlock(o.dim, o.heads, o.mlp_dim, o.dropout));
+    h->push_back(blocks_.back());
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
+}
+
+torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& bias) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(t <= o_.positions, "a sequence of ", t, " tokens is longer than the model's ",
+              o_.positions, " positions");
+  torch::Tensor positions =
+      torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
+  torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
+  if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
+  for (auto& block : blocks_) x = block->forward(x, bias);
+  return ln_f->forward(x);
+}
+
+OptionSchema& AddTextTransformerOptions(OptionSchema& schema, const TextTransformerOptions& d) {
+  return schema
+      .Required("vocab_size", OptionType::kInt,
+                "token ids are below it (the tokenizer's vocab_size)")
+      .Int("dim", d.dim, "embedding width")
+      .Int("depth", d.depth, "Transformer blocks")
+      .Int("heads", d.heads, "attention heads (dim must divide by it)")
+      .Int("mlp_dim", d.mlp_dim, "hidden width of each block's MLP")
+      .Float("dropout", d.dropout,
+             "dropout on embeddings, attention weights and residual branches");
+}
+
+absl::StatusOr<TextTransformerOptions> ReadTextTransformerOptions(const config::Config& cfg,
+                                                                  int64_t positions) {
+  TextTransformerOptions o;
+  o.positions = positions;
+  KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
+  KILN_ASSIGN_OR_RETURN(o.dim, cfg.Get<int64_t>("dim"));
+  KILN_ASSIGN_OR_RETURN(o.depth, cfg.Get<int64_t>("depth"));
+  KILN_ASSIGN_OR_RETURN(o.heads, cfg.Get<int64_t>("heads"));
+  KILN_ASSIGN_OR_RETURN(o.mlp_dim, cfg.Get<int64_t>("mlp_dim"));
+  KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
+  for (const char* key : {"vocab_size", "dim", "depth", "heads", "mlp_dim"}) {
+    if (cfg.Get<int64_t>(key).value_or(0) < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option '", cfg.FullKey(key), "' must be positive"));
+    }
+  }
+  if (o.positions < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", cfg.prefix(), "': the number of positions must be positive"));
+  if (o.dim % o.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("dim"), "' (", o.dim,
+                                                   ") must be divisible by heads (", o.heads, ")"));
+  }
+  if (o.dropout < 0 || o.dropout >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option '", cfg.FullKey("dropout"), "' must be in [0, 1)"));
+  }
+  return o;
+}
+
+torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options) {
+  return torch::full({length, length}, -std::numeric_limits<float>::infinity(), options).triu(1);
+}
+
+torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOptions& options) {
+  torch::Tensor bias = torch::zeros(tokens.sizes(), options);
+  bias.masked_fill_(tokens.eq(0), -std::numeric_limits<float>::infinity());
+  return bias.unsqueeze(1).unsqueeze(1);
+}
+
+void InitTransformerWeights(torch::nn::Module& module, int64_t depth) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    bool is_norm = name.find("ln_") != std::string::npos || name.find(".ln") != std::string::npos ||
+                   name.rfind("ln", 0) == 0;
+    if (is_norm) {
+      if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0)
+        p.fill_(1.0);
+      else
+        p.zero_();
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.zero_();
+    } else {
+      double std = 0.02;
+      if (name.find("c_proj.weight") != std::string::npos)
+        std /= std::sqrt(2.0 * static_cast<double>(depth));
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+// The pre-LayerNorm Transformer block that the text models share (GPT-2's layout and nanoGPT's
+// parameter names: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj), with causal and
+// key-padding masks, and the masks themselves. Token id 0 is padding in every text model.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/registry/options.h"
+
+namespace kiln {
+
+class SelfAttentionImpl : public torch::nn::Module {
+ public:
+  SelfAttentionImpl(int64_t dim, int64_t heads, double dropout);
+  // x [B, T, D]; `bias` is added to the attention scores: [T, T] (causal) or [B, 1, 1, T]
+  // (padding).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
+
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t heads_;
+  double dropout_;
+};
+TORCH_MODULE(SelfAttention);
+
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim, double dropout);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& bias);
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  SelfAttention attn{nullptr};
+  torch::nn::Sequential mlp{nullptr};
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(TransformerBlock);
+
+// Token and learned position embeddings, blocks, a final LayerNorm (nanoGPT's `transformer`:
+// wte, wpe, h.N, ln_f). forward(tokens [B, T], bias) -> hidden states [B, T, dim].
+struct TextTransformerOptions {
+  int64_t vocab_size = 0, positions = 256, dim = 256, depth = 4, heads = 4, mlp_dim = 1024;
+  double dropout = 0.0;
+};
+
+class TextTransformerImpl : public torch::nn::Module {
+ public:
+  explicit TextTransformerImpl(const TextTransformerOptions& o);
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& bias);
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  TextTransformerOptions o_;
+  std::vector<TransformerBlock> blocks_;
+};
+TORCH_MODULE(TextTransformer);
+
+// [T, T]: 0 on and below the diagonal, -inf above (a position sees itself and the past).
+torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options);
+// [B, 1, 1, T]: -inf at padding keys (token id 0), 0 elsewhere.
+torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOptions& options);
+// GPT-2's initialization: N(0, 0.02) weights, zero biases, unit LayerNorms; the residual output
+// projections (c_proj) scaled by 1/sqrt(2 * depth).
+void InitTransformerWeights(torch::nn::Module& module, int64_t depth);
+
+// Declares dim, depth, heads, mlp_dim and dropout (with the given defaults) ...
+OptionSchema& AddTextTransformerOptions(OptionSchema& schema,
+                                        const TextTransformerOptions& defaults);
+// ... and reads and checks them with vocab_size; `positions` comes from the model's own option.
+absl::StatusOr<TextTransformerOptions> ReadTextTransformerOptions(const config::Config& cfg,
+                                                                  int64_t positions);
+
+}  // namespace kiln

@@ -1,0 +1,74 @@
+// A Transformer encoder text classifier (BERT-shaped, small): the shared text Transformer with
+// padding-masked self-attention, then the first position (the <cls> token the data module
+// prepends) or the mean of the real tokens, and a linear head. Input [B, T] ids (0 = padding).
+#include "absl/strings/str_cat.h"
+#include "components/models/model.h"
+#include "components/models/text_transformer.h"
+#include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
+
+namespace kiln {
+namespace {
+
+class TransformerClassifier : public Model {
+ public:
+  TransformerClassifier(const TextTransformerOptions& o, int64_t num_classes, bool cls_pool)
+      : max_length_(o.positions), dropout_(o.dropout), cls_pool_(cls_pool) {
+    transformer = register_module("transformer", TextTransformer(o));
+    head = register_module("head", torch::nn::Linear(o.dim, num_classes));
+    InitTransformerWeights(*this, o.depth);
+  }
+
+  torch::Tensor forward(torch::Tensor input) override {
+    // Longer inputs are cut to the positions the model has.
+    if (input.size(1) > max_length_) input = input.narrow(1, 0, max_length_);
+    torch::Tensor x = transformer->forward(
+        input, PaddingBias(input, torch::TensorOptions().device(input.device())));
+    torch::Tensor pooled;
+    if (cls_pool_) {
+      pooled = x.select(1, 0);
+    } else {
+      torch::Tensor mask = input.ne(0).unsqueeze(-1).to(x.dtype());
+      pooled = (x * mask).sum(1) / mask.sum(1).clamp_min(1.0);
+    }
+    if (dropout_ > 0) pooled = torch::dropout(pooled, dropout_, is_training());
+    return head->forward(pooled);
+  }
+
+  TextTransformer transformer{nullptr};
+  torch::nn::Linear head{nullptr};
+
+ private:
+  int64_t max_length_;
+  double dropout_;
+  bool cls_pool_;
+};
+
+KILN_REGISTER(Model, "transformer_classifier",
+              "Transformer encoder text classifier: padding-masked pre-LayerNorm blocks, <cls> or "
+              "mean pooling",
+              AddTextTransformerOptions(
+                  OptionSchema()
+                      .Required("num_classes", OptionType::kInt, "number of classes")
+                      .Int("max_length", 512, "positions (longer inputs are cut)")
+                      .String("pool", "cls", "cls (the first token) or mean (of the real tokens)"),
+                  TextTransformerOptions{0, 512, 128, 2, 4, 512, 0.1}),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
+                KILN_ASSIGN_OR_RETURN(int64_t max_length, cfg.Get<int64_t>("max_length"));
+                KILN_ASSIGN_OR_RETURN(TextTransformerOptions o,
+                                      ReadTextTransformerOptions(cfg, max_length));
+                KILN_ASSIGN_OR_RETURN(int64_t num_classes, cfg.Get<int64_t>("num_classes"));
+                KILN_ASSIGN_OR_RETURN(std::string pool, cfg.Get<std::string>("pool"));
+                if (pool != "cls" && pool != "mean") {
+                  return absl::InvalidArgumentError(absl::StrCat(
+                      "option '", cfg.FullKey("pool"), "' must be cls or mean, got '", pool, "'"));
+                }
+                if (num_classes < 2) {
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("option '", cfg.FullKey("num_classes"), "' must be at least 2"));
+                }
+                return std::make_shared<TransformerClassifier>(o, num_classes, pool == "cls");
+              });
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,265 @@
+// `labelled_text`: text classification data from JSONL, CSV or TSV files (configurable text and
+// label fields) or a folder per class. Texts are tokenized in parallel, cut to max_length, padded
+// per batch (lengths and masks), and bucketed by length when fitting.
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "components/text/text_data_module.h"
+#include "components/text/text_files.h"
+#include "lib/config/status_macros.h"
+#include "lib/data/padding.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::text {
+namespace {
+
+struct LabelledTextOptions {
+  std::string train, val, test, predict;
+  RecordFields fields;
+  std::vector<std::string> labels;
+  double val_fraction = 0.1;
+  int64_t split_seed = 1234;
+  int64_t max_length = 512;
+  bool add_cls = false;
+  bool bucket = true;
+  int64_t bucket_window = 50;
+};
+
+// Tokenized texts with class indices (-1 when unlabelled) in memory.
+class TokenizedTexts : public data::Dataset {
+ public:
+  TokenizedTexts(std::vector<std::vector<int64_t>> tokens, std::vector<int64_t> labels,
+                 std::vector<std::string> sources)
+      : tokens_(std::move(tokens)), labels_(std::move(labels)), sources_(std::move(sources)) {}
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+  absl::StatusOr<data::Example> Get(int64_t index, data::SampleRng&) const override {
+    const auto& t = tokens_.at(static_cast<size_t>(index));
+    data::Example e;
+    e.input = torch::from_blob(const_cast<int64_t*>(t.data()), {static_cast<int64_t>(t.size())},
+                               torch::kInt64)
+                  .clone();
+    e.target = torch::tensor(labels_[static_cast<size_t>(index)], torch::kInt64);
+    return e;
+  }
+  std::string Source(int64_t index) const override {
+    return sources_.at(static_cast<size_t>(index));
+  }
+  int64_t Length(int64_t index) const override {
+    return static_cast<int64_t>(tokens_.at(static_cast<size_t>(index)).size());
+  }
+
+ private:
+  std::vector<std::vector<int64_t>> tokens_;
+  std::vector<int64_t> labels_;
+  std::vector<std::string> sources_;
+};
+
+// A text for predictions.csv: its first line, at most 80 characters.
+std::string Preview(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() > 80) {
+    size_t cut = 80;
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+    line = line.substr(0, cut) + "...";
+  }
+  return line;
+}
+
+class LabelledText : public TextDataModule {
+ public:
+  LabelledText(LabelledTextOptions o, std::shared_ptr<Tokenizer> tokenizer,
+               data::LoaderOptions loader)
+      : TextDataModule(std::move(tokenizer), loader), o_(std::move(o)) {}
+
+  absl::Status Setup(data::Stage stage) override {
+    KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
+    data::LoaderOptions& lo = mutable_loader();
+    lo.collate = [](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, SpecialTokens::kPad);
+    };
+    // Bucketing groups similar lengths into batches; predictions keep the input order.
+    lo.batch_order = nullptr;
+    if (o_.bucket && stage == data::Stage::kFit) {
+      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window, static_cast<uint64_t>(o_.split_seed));
+    }
+    if (stage == data::Stage::kFit || stage == data::Stage::kValidate) {
+      if (!train_) {
+        KILN_RETURN_IF_ERROR(LoadTrain());
+        const std::vector<TextRecord>& train = train_records_;
+        if (o_.val.empty()) {
+          auto [train_idx, val_idx] =
+              data::RandomSplit(static_cast<int64_t>(train.size()), o_.val_fraction, o_.split_seed);
+          std::vector<TextRecord> t, v;
+          for (int64_t i : train_idx) t.push_back(train[static_cast<size_t>(i)]);
+          for (int64_t i : val_idx) v.push_back(train[static_cast<size_t>(i)]);
+          KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, t, true));
+          if (!v.empty()) {
+            KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, v, true));
+          }
+        } else {
+          KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, train, true));
+          KILN_ASSIGN_OR_RETURN(auto val, ReadLabelledTexts(o_.val, o_.fields, true));
+          KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, val, true));
+        }
+      }
+    }
+    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, ReadLabelledTexts(o_.test, o_.fields, true));
+      KILN_ASSIGN_OR_RETURN(test_, Encode(*tok, test, true));
+    }
+    if (stage == data::Stage::kPredict && !predict_) {
+      std::vector<TextRecord> records;
+      if (!o_.predict.empty()) {
+        KILN_ASSIGN_OR_RETURN(records, ReadTextLines(o_.predict));
+      } else if (!o_.test.empty()) {
+        KILN_ASSIGN_OR_RETURN(records, ReadLabelledTexts(o_.test, o_.fields, false));
+      } else {
+        return absl::FailedPreconditionError(
+            "nothing to predict: set data.predict=FILE (one text per line, - for stdin)");
+      }
+      KILN_ASSIGN_OR_RETURN(predict_, Encode(*tok, records, false));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
+  std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
+  std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
+  std::shared_ptr<const data::Dataset> predict_dataset() const override { return predict_; }
+  std::vector<std::string> class_names() const override { return labels_; }
+
+ protected:
+  absl::StatusOr<std::vector<std::string>> TrainingTexts() override {
+    KILN_RETURN_IF_ERROR(LoadTrain());
+    std::vector<std::string> texts;
+    texts.reserve(train_records_.size());
+    for (const auto& r : train_records_) texts.push_back(r.text);
+    return texts;
+  }
+  std::string TrainingName() const override { return o_.train; }
+
+ private:
+  // The training records (read once) and, from them, the label set.
+  absl::Status LoadTrain() {
+    if (train_records_.empty()) {
+      KILN_ASSIGN_OR_RETURN(train_records_, ReadLabelledTexts(o_.train, o_.fields, true));
+      if (o_.labels.empty()) {
+        std::set<std::string> seen;
+        for (const auto& r : train_records_) seen.insert(r.label);
+        labels_.assign(seen.begin(), seen.end());
+        if (labels_.size() < 2) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(o_.train, ": every text has the label '", *seen.begin(),
+                           "'; classification needs at least 2 labels"));
+        }
+      } else {
+        labels_ = o_.labels;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<TokenizedTexts>> Encode(const Tokenizer& tok,
+                                                         const std::vector<TextRecord>& records,
+                                                         bool labelled) {
+    std::map<std::string, int64_t> index;
+    for (size_t i = 0; i < labels_.size(); ++i) index[labels_[i]] = static_cast<int64_t>(i);
+    std::vector<int64_t> labels;
+    std::vector<std::string> texts, sources;
+    for (const auto& r : records) {
+      int64_t label = -1;
+      if (labelled || !r.label.empty()) {
+        auto it = index.find(r.label);
+        if (it == index.end() && labelled) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              r.where, ": label '", r.label, "' is not one of the labels [",
+              absl::StrJoin(labels_, ", "), "]",
+              o_.labels.empty() ? " (those of the training split)" : " (data.labels)"));
+        }
+        if (it != index.end()) label = it->second;
+      }
+      labels.push_back(label);
+      texts.push_back(r.text);
+      sources.push_back(o_.predict.empty() ? r.where : Preview(r.text));
+    }
+    std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
+    int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
+    for (auto& t : tokens) {
+      if (budget > 0 && static_cast<int64_t>(t.size()) > budget)
+        t.resize(static_cast<size_t>(budget));
+      if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
+      if (t.empty())
+        t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
+    }
+    return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels),
+                                            std::move(sources));
+  }
+
+  LabelledTextOptions o_;
+  std::vector<TextRecord> train_records_;
+  std::vector<std::string> labels_;
+  std::shared_ptr<TokenizedTexts> train_, val_, test_, predict_;
+};
+
+KILN_REGISTER(
+    data::DataModule, "labelled_text",
+    "Text classification data: JSONL/CSV/TSV with text and label fields, or a folder per class",
+    AddTextDataOptions(
+        OptionSchema()
+            .Required("train", OptionType::kString,
+                      "training file (.jsonl, .csv, .tsv) or folder per class")
+            .Add("val", OptionType::kString, "null",
+                 "validation file (null: val_fraction of train)")
+            .Add("test", OptionType::kString, "null", "test file (null: no test split)")
+            .Add("predict", OptionType::kString, "null",
+                 "texts to classify, one per line (- for stdin; null: the test file)")
+            .String("format", "auto", "auto (from the extension), jsonl, csv, tsv or folder")
+            .String("text_field", "text", "the field (JSON key or CSV column) holding the text")
+            .String("label_field", "label", "the field holding the label")
+            .Add("labels", OptionType::kList, "null",
+                 "the label set in class order (null: the sorted labels of train)")
+            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
+            .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
+            .Int("max_length", 512, "tokens kept per text (with <cls>); 0 keeps all")
+            .Bool("add_cls", false, "prepend <cls> (for models that pool the first position)")
+            .Bool("bucket_by_length", true, "training batches of similar lengths (less padding)")
+            .Int("bucket_window", 50, "batches sorted together when bucketing")),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      LabelledTextOptions o;
+      KILN_ASSIGN_OR_RETURN(o.train, cfg.Get<std::string>("train"));
+      KILN_ASSIGN_OR_RETURN(o.val, cfg.GetOr<std::string>("val", ""));
+      KILN_ASSIGN_OR_RETURN(o.test, cfg.GetOr<std::string>("test", ""));
+      KILN_ASSIGN_OR_RETURN(o.predict, cfg.GetOr<std::string>("predict", ""));
+      KILN_ASSIGN_OR_RETURN(o.fields.format, cfg.Get<std::string>("format"));
+      KILN_ASSIGN_OR_RETURN(o.fields.text_field, cfg.Get<std::string>("text_field"));
+      KILN_ASSIGN_OR_RETURN(o.fields.label_field, cfg.Get<std::string>("label_field"));
+      KILN_ASSIGN_OR_RETURN(o.labels, cfg.GetOr<std::vector<std::string>>("labels", {}));
+      KILN_ASSIGN_OR_RETURN(o.val_fraction, cfg.Get<double>("val_fraction"));
+      KILN_ASSIGN_OR_RETURN(o.split_seed, cfg.Get<int64_t>("split_seed"));
+      KILN_ASSIGN_OR_RETURN(o.max_length, cfg.Get<int64_t>("max_length"));
+      KILN_ASSIGN_OR_RETURN(o.add_cls, cfg.Get<bool>("add_cls"));
+      KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
+      KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
+      const std::set<std::string> formats = {"auto", "jsonl", "csv", "tsv", "folder"};
+      if (!formats.count(o.fields.format)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", cfg.FullKey("format"),
+                         "' must be auto, jsonl, csv, tsv or folder, got '", o.fields.format, "'"));
+      }
+      if (o.val_fraction < 0 || o.val_fraction >= 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", cfg.FullKey("val_fraction"), "' must be in [0, 1)"));
+      }
+      if (o.max_length < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", cfg.FullKey("max_length"), "' must be >= 0"));
+      KILN_ASSIGN_OR_RETURN(auto tokenizer, ReadTokenizer(cfg));
+      KILN_ASSIGN_OR_RETURN(auto loader, ReadTextLoaderOptions(cfg));
+      return std::make_shared<LabelledText>(std::move(o), std::move(tokenizer), loader);
+    });
+
+}  // namespace
+}  // namespace kiln::text

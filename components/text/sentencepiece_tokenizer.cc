@@ -1,0 +1,232 @@
+// `sentencepiece`: a unigram or BPE SentencePiece model, loaded from `model_file`, or trained on
+// the training split when none is given and cached in `cache_dir` under a key made of the corpus
+// and the options, so the next run with the same data and options loads it in milliseconds.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "components/text/sentencepiece_backend.h"
+#include "components/text/tokenizer.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::text {
+namespace {
+
+struct SentencePieceOptions {
+  std::string model_type;
+  int64_t vocab_size = 8000;
+  std::string model_file;  // "" = train
+  std::string cache_dir;
+  double character_coverage = 0.9995;
+  int64_t input_sentence_size = 100000;
+  int64_t max_sentence_length = 4192;
+  std::string normalization = "identity";
+  int64_t num_threads = 0;
+};
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(SentencePieceOptions options) : options_(std::move(options)) {}
+
+  absl::Status Fit(const std::vector<std::string>& texts, const std::string& corpus_name) override {
+    std::string serialized;
+    if (!options_.model_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(serialized, ReadAll(options_.model_file));
+      source_ = options_.model_file;
+    } else {
+      KILN_ASSIGN_OR_RETURN(serialized, TrainOrLoadCached(texts, corpus_name));
+    }
+    std::string error;
+    const spm::Backend* backend = spm::LoadBackend(&error);
+    if (backend == nullptr) return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
+    processor_ = backend->make_processor();
+    error = processor_->Load(serialized);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, ": not a SentencePiece model: ", error));
+    }
+    // The shared special ids: a model trained elsewhere must reserve them the same way.
+    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) {
+      if (processor_->PieceToId(SpecialTokens::Name(id)) != id) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source_, ": the SentencePiece model must have ", SpecialTokens::Name(id), " at id ", id,
+            " (kiln's special ids: <pad> 0, <unk> 1, <s> 2, </s> 3, <cls> 4); train it with "
+            "pad_id=0 unk_id=1 "
+            "bos_id=2 eos_id=3 user_defined_symbols=<cls>"));
+      }
+    }
+    if (processor_->size() > options_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, " has ", processor_->size(),
+                       " pieces, more than tokenizer.vocab_size=", options_.vocab_size));
+    }
+    fingerprint_ = StableHash(serialized, StableHash("sentencepiece"));
+    return absl::OkStatus();
+  }
+
+  std::vector<int64_t> Encode(std::string_view text) const override {
+    std::vector<int> ids = processor_->Encode(text);
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  }
+
+  std::string Decode(const std::vector<int64_t>& ids) const override {
+    std::vector<int> kept;
+    for (int64_t id : ids) {
+      if (id >= SpecialTokens::kCount || id == SpecialTokens::kUnk)
+        kept.push_back(static_cast<int>(id));
+    }
+    return processor_->Decode(kept);
+  }
+
+  int64_t vocab_size() const override { return options_.vocab_size; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  std::string Describe() const override {
+    return absl::StrCat("sentencepiece ", options_.model_type, " tokenizer: ", processor_->size(),
+                        " pieces from ", source_);
+  }
+
+ private:
+  std::map<std::string, std::string> Flags() const {
+    int64_t threads = options_.num_threads > 0
+                          ? options_.num_threads
+                          : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    return {
+        {"model_type", options_.model_type},
+        {"vocab_size", std::to_string(options_.vocab_size)},
+        {"character_coverage", absl::StrFormat("%g", options_.character_coverage)},
+        {"input_sentence_size", std::to_string(options_.input_sentence_size)},
+        {"shuffle_input_sentence", "true"},
+        {"max_sentence_length", std::to_string(options_.max_sentence_length)},
+        {"normalization_rule_name", options_.normalization},
+        {"remove_extra_whitespaces", "false"},
+        {"pad_id", "0"},
+        {"unk_id", "1"},
+        {"bos_id", "2"},
+        {"eos_id", "3"},
+        {"unk_piece", "<unk>"},
+        {"pad_piece", "<pad>"},
+        {"bos_piece", "<s>"},
+        {"eos_piece", "</s>"},
+        {"user_defined_symbols", "<cls>"},
+        // Small corpora (tests, a few files) may not have vocab_size pieces; take what there is.
+        {"hard_vocab_limit", "false"},
+        {"num_threads", std::to_string(threads)},
+        {"minloglevel", "1"}};
+  }
+
+  absl::StatusOr<std::string> TrainOrLoadCached(const std::vector<std::string>& texts,
+                                                const std::string& corpus_name) {
+    std::map<std::string, std::string> flags = Flags();
+    // The key: every option that changes the model (not the thread count) and every text.
+    uint64_t key = StableHash("kiln-spm-v1");
+    for (const auto& [k, v] : flags) {
+      if (k != "num_threads" && k != "minloglevel")
+        key = StableHash(absl::StrCat(k, "=", v, ";"), key);
+    }
+    for (const auto& t : texts) key = StableHash(t, StableHash("\x1e", key));
+    std::string path = absl::StrFormat("%s/spm-%s-%d-%016x.model", options_.cache_dir,
+                                       options_.model_type, options_.vocab_size, key);
+    source_ = path;
+    if (auto cached = ReadAll(path); cached.ok()) {
+      Logger::Instance().Info(absl::StrCat("sentencepiece: cached model ", path));
+      return cached;
+    }
+    // SentencePiece learns from "sentences": the lines of every training text.
+    std::vector<std::string> sentences;
+    for (const auto& t : texts) {
+      for (absl::string_view line : absl::StrSplit(t, '\n', absl::SkipWhitespace())) {
+        sentences.emplace_back(line);
+      }
+    }
+    if (sentences.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(corpus_name, ": no text to train a SentencePiece model on"));
+    }
+    auto start = std::chrono::steady_clock::now();
+    std::string model, error;
+    const spm::Backend* backend = spm::LoadBackend(&error);
+    if (backend == nullptr) return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
+    error = backend->train(flags, sentences, &model);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training the SentencePiece model on ", corpus_name, " failed: ", error));
+    }
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    KILN_RETURN_IF_ERROR(app::MakeDirs(options_.cache_dir));
+    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(path, model));
+    Logger::Instance().Info(absl::StrFormat(
+        "sentencepiece: trained a %s model (vocab %d) on %d lines of %s in %.1f s: %s",
+        options_.model_type, options_.vocab_size, sentences.size(), corpus_name, seconds, path));
+    return model;
+  }
+
+  SentencePieceOptions options_;
+  std::unique_ptr<spm::Processor> processor_;
+  uint64_t fingerprint_ = 0;
+  std::string source_;
+};
+
+KILN_REGISTER(
+    Tokenizer, "sentencepiece",
+    "SentencePiece unigram or BPE; trained on the training split (and cached) when no model_file "
+    "is given",
+    OptionSchema()
+        .String("model_type", "unigram", "unigram or bpe")
+        .Int("vocab_size", 8000, "pieces incl. the 5 specials")
+        .Add("model_file", OptionType::kString, "null",
+             "a trained .model file (null: train on the training split)")
+        .String("cache_dir", ".cache/kiln/tokenizers",
+                "where trained models are kept, keyed by corpus and options")
+        .Float("character_coverage", 0.9995,
+               "share of characters the model covers; the rest become <unk>")
+        .Int("input_sentence_size", 100000, "lines sampled for training at most (0: all)")
+        .Int("max_sentence_length", 4192, "longer lines (bytes) are skipped in training")
+        .String("normalization", "identity",
+                "SentencePiece normalization rule: identity, nmt_nfkc, nfkc, ...")
+        .Int("num_threads", 0, "training threads (0: every core)"),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
+      SentencePieceOptions o;
+      KILN_ASSIGN_OR_RETURN(o.model_type, cfg.Get<std::string>("model_type"));
+      KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
+      KILN_ASSIGN_OR_RETURN(o.model_file, cfg.GetOr<std::string>("model_file", ""));
+      KILN_ASSIGN_OR_RETURN(o.cache_dir, cfg.Get<std::string>("cache_dir"));
+      KILN_ASSIGN_OR_RETURN(o.character_coverage, cfg.Get<double>("character_coverage"));
+      KILN_ASSIGN_OR_RETURN(o.input_sentence_size, cfg.Get<int64_t>("input_sentence_size"));
+      KILN_ASSIGN_OR_RETURN(o.max_sentence_length, cfg.Get<int64_t>("max_sentence_length"));
+      KILN_ASSIGN_OR_RETURN(o.normalization, cfg.Get<std::string>("normalization"));
+      KILN_ASSIGN_OR_RETURN(o.num_threads, cfg.Get<int64_t>("num_threads"));
+      if (o.model_type != "unigram" && o.model_type != "bpe") {
+        return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("model_type"),
+                                                       "' must be unigram or bpe, got '",
+                                                       o.model_type, "'"));
+      }
+      if (o.vocab_size <= SpecialTokens::kCount) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("vocab_size"), "' must be more than 5 (the special tokens)"));
+      }
+      return std::make_shared<SentencePieceTokenizer>(std::move(o));
+    });
+
+}  // namespace
+}  // namespace kiln::text

@@ -1,0 +1,178 @@
+// `text_corpus`: language-modeling data from plain text files. Each split's files are tokenized
+// into one contiguous stream (</s> between files) and cut into blocks of block_size tokens, every
+// `stride` tokens for training; evaluation blocks tile the stream once (the last one padded), so
+// every token but the first is predicted exactly once and bits per character are exact.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "components/text/text_data_module.h"
+#include "components/text/text_files.h"
+#include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::text {
+namespace {
+
+struct CorpusOptions {
+  std::vector<std::string> train, val, test;
+  int64_t block_size = 256;
+  int64_t stride = 0;  // 0: block_size
+};
+
+// Blocks of a token stream: input stream[s, s+T), target stream[s+1, s+T+1), s = index * stride;
+// a block running past the end is padded with <pad> (0), which the loss ignores.
+class TokenBlocks : public data::Dataset {
+ public:
+  TokenBlocks(torch::Tensor stream, int64_t block, int64_t stride, bool cover_all)
+      : stream_(std::move(stream)), block_(block), stride_(stride) {
+    int64_t predicted = stream_.size(0) - 1;
+    count_ = cover_all ? (predicted + stride_ - 1) / stride_
+                       : (predicted >= block_ ? (predicted - block_) / stride_ + 1 : 0);
+  }
+  int64_t size() const override { return count_; }
+  absl::StatusOr<data::Example> Get(int64_t index, data::SampleRng&) const override {
+    int64_t start = index * stride_;
+    int64_t n = std::min(block_, stream_.size(0) - 1 - start);
+    data::Example e;
+    e.input = torch::zeros({block_}, torch::kInt64);
+    e.target = torch::zeros({block_}, torch::kInt64);
+    e.input.narrow(0, 0, n).copy_(stream_.narrow(0, start, n));
+    e.target.narrow(0, 0, n).copy_(stream_.narrow(0, start + 1, n));
+    return e;
+  }
+
+ private:
+  torch::Tensor stream_;
+  int64_t block_, stride_, count_;
+};
+
+struct Split {
+  torch::Tensor stream;
+  int64_t chars = 0;
+};
+
+class TextCorpus : public TextDataModule {
+ public:
+  TextCorpus(CorpusOptions o, std::shared_ptr<Tokenizer> tokenizer, data::LoaderOptions loader)
+      : TextDataModule(std::move(tokenizer), loader), o_(std::move(o)) {}
+
+  absl::Status Setup(data::Stage stage) override {
+    KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
+    int64_t stride = o_.stride > 0 ? o_.stride : o_.block_size;
+    if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
+      KILN_ASSIGN_OR_RETURN(splits_["train"], Tokenize(*tok, o_.train, TrainingTextsCached()));
+      train_ = std::make_shared<TokenBlocks>(splits_["train"].stream, o_.block_size, stride, false);
+      if (train_->size() == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(absl::StrJoin(o_.train, ", "), ": ", splits_["train"].stream.size(0),
+                         " tokens, fewer than data.block_size + 1 = ", o_.block_size + 1));
+      }
+      if (!o_.val.empty()) {
+        KILN_ASSIGN_OR_RETURN(val_, EvalBlocks(*tok, "val", o_.val));
+      }
+    }
+    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
+      KILN_ASSIGN_OR_RETURN(test_, EvalBlocks(*tok, "test", o_.test));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
+  std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
+  std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
+
+  double tokens_per_char(const std::string& split) const override {
+    auto it = splits_.find(split);
+    if (it == splits_.end() || it->second.chars == 0) return 0;
+    return static_cast<double>(it->second.stream.size(0) - 1) /
+           static_cast<double>(it->second.chars);
+  }
+
+ protected:
+  absl::StatusOr<std::vector<std::string>> TrainingTexts() override {
+    std::vector<std::string> texts;
+    for (const auto& file : o_.train) {
+      KILN_ASSIGN_OR_RETURN(std::string text, ReadPlainText(file));
+      texts.push_back(std::move(text));
+    }
+    train_texts_ = texts;
+    return texts;
+  }
+  std::string TrainingName() const override { return absl::StrJoin(o_.train, ", "); }
+
+ private:
+  // The training texts read for fitting the tokenizer, handed over once.
+  std::vector<std::string> TrainingTextsCached() { return std::move(train_texts_); }
+
+  absl::StatusOr<std::shared_ptr<TokenBlocks>> EvalBlocks(const Tokenizer& tok,
+                                                          const std::string& name,
+                                                          const std::vector<std::string>& files) {
+    KILN_ASSIGN_OR_RETURN(splits_[name], Tokenize(tok, files, {}));
+    if (splits_[name].stream.size(0) < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(absl::StrJoin(files, ", "), ": fewer than 2 tokens to evaluate on"));
+    }
+    return std::make_shared<TokenBlocks>(splits_[name].stream, o_.block_size, o_.block_size, true);
+  }
+
+  // One stream of the files' tokens, </s> between files.
+  absl::StatusOr<Split> Tokenize(const Tokenizer& tok, const std::vector<std::string>& files,
+                                 std::vector<std::string> texts) {
+    if (texts.size() != files.size()) {
+      texts.clear();
+      for (const auto& file : files) {
+        KILN_ASSIGN_OR_RETURN(std::string text, ReadPlainText(file));
+        texts.push_back(std::move(text));
+      }
+    }
+    Split split;
+    std::vector<int64_t> ids;
+    std::vector<std::vector<int64_t>> encoded = tok.EncodeAll(texts);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (i > 0) ids.push_back(SpecialTokens::kEos);
+      ids.insert(ids.end(), encoded[i].begin(), encoded[i].end());
+      split.chars += CountCodePoints(texts[i]);
+    }
+    split.stream = torch::tensor(ids, torch::kInt64);
+    return split;
+  }
+
+  CorpusOptions o_;
+  std::vector<std::string> train_texts_;
+  std::map<std::string, Split> splits_;
+  std::shared_ptr<TokenBlocks> train_, val_, test_;
+};
+
+KILN_REGISTER(data::DataModule, "text_corpus",
+              "Language-modeling data: plain text files as one token stream cut into blocks "
+              "(block_size, stride)",
+              AddTextDataOptions(
+                  OptionSchema()
+                      .Required("train", OptionType::kList, "training text files")
+                      .Add("val", OptionType::kList, "[]", "validation text files")
+                      .Add("test", OptionType::kList, "[]", "test text files")
+                      .Int("block_size", 256, "tokens per training example (the model's context)")
+                      .Int("stride", 0,
+                           "tokens between training blocks (0: block_size, no overlap)")),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+                CorpusOptions o;
+                KILN_ASSIGN_OR_RETURN(o.train, cfg.Get<std::vector<std::string>>("train"));
+                KILN_ASSIGN_OR_RETURN(o.val, cfg.GetOr<std::vector<std::string>>("val", {}));
+                KILN_ASSIGN_OR_RETURN(o.test, cfg.GetOr<std::vector<std::string>>("test", {}));
+                KILN_ASSIGN_OR_RETURN(o.block_size, cfg.Get<int64_t>("block_size"));
+                KILN_ASSIGN_OR_RETURN(o.stride, cfg.Get<int64_t>("stride"));
+                if (o.train.empty())
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("option '", cfg.FullKey("train"), "' lists no files"));
+                if (o.block_size < 1)
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("option '", cfg.FullKey("block_size"), "' must be positive"));
+                if (o.stride < 0)
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("option '", cfg.FullKey("stride"), "' must be >= 0"));
+                KILN_ASSIGN_OR_RETURN(auto tokenizer, ReadTokenizer(cfg));
+                KILN_ASSIGN_OR_RETURN(auto loader, ReadTextLoaderOptions(cfg));
+                return std::make_shared<TextCorpus>(std::move(o), std::move(tokenizer), loader);
+              });
+
+}  // namespace
+}  // namespace kiln::text

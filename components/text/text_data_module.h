@@ -1,0 +1,48 @@
+// What the text data modules (labelled_text, text_corpus) share: a tokenizer fitted on the
+// training split on first use — tasks take it to size and check models, and to generate — and the
+// loader options each declares.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "components/text/tokenizer.h"
+#include "lib/config/config.h"
+#include "lib/data/datamodule.h"
+#include "lib/registry/options.h"
+
+namespace kiln::text {
+
+class TextDataModule : public data::DataModule {
+ public:
+  TextDataModule(std::shared_ptr<Tokenizer> tokenizer, data::LoaderOptions loader)
+      : tokenizer_(std::move(tokenizer)), loader_(std::move(loader)) {}
+
+  // The tokenizer, fitted on the training texts the first time it is asked for.
+  absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer();
+  // Predicted tokens per character of a split ("train", "val", "test"), so a task can turn a mean
+  // token loss into bits per character; 0 when unknown.
+  virtual double tokens_per_char(const std::string& /*split*/) const { return 0; }
+  data::LoaderOptions loader_options() const override { return loader_; }
+
+ protected:
+  // The training texts and a name for them in messages ("data/text/spam/train.jsonl").
+  virtual absl::StatusOr<std::vector<std::string>> TrainingTexts() = 0;
+  virtual std::string TrainingName() const = 0;
+  data::LoaderOptions& mutable_loader() { return loader_; }
+
+ private:
+  std::shared_ptr<Tokenizer> tokenizer_;
+  bool fitted_ = false;
+  data::LoaderOptions loader_;
+};
+
+// Declares `tokenizer` (a {_target_: ...} mapping), batch_size, num_workers and prefetch.
+OptionSchema& AddTextDataOptions(OptionSchema& schema);
+// Builds the tokenizer the node names (not yet fitted).
+absl::StatusOr<std::shared_ptr<Tokenizer>> ReadTokenizer(const config::Config& cfg);
+absl::StatusOr<data::LoaderOptions> ReadTextLoaderOptions(const config::Config& cfg);
+
+}  // namespace kiln::text

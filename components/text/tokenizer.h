@@ -1,0 +1,54 @@
+// Tokenizers turn text into token ids and back, built by name from the `tokenizer` node of a text
+// data module (Registry<Tokenizer>). Every tokenizer reserves the same special ids — pad 0, unk 1,
+// bos 2, eos 3, cls 4 — so collation, models and tasks rely on them whatever the tokenizer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kiln::text {
+
+struct SpecialTokens {
+  static constexpr int64_t kPad = 0, kUnk = 1, kBos = 2, kEos = 3, kCls = 4;
+  static constexpr int64_t kCount = 5;
+  // "<pad>", "<unk>", "<s>", "</s>", "<cls>" by id.
+  static const char* Name(int64_t id);
+};
+
+class Tokenizer {
+ public:
+  static constexpr const char* kKind = "tokenizer";
+  virtual ~Tokenizer() = default;
+
+  // Learns the vocabulary from the training texts; a tokenizer given a model file ignores them.
+  // `corpus_name` names the texts in messages. Called once before Encode.
+  virtual absl::Status Fit(const std::vector<std::string>& texts,
+                           const std::string& corpus_name) = 0;
+  // Token ids of `text`, without specials; thread-safe after Fit.
+  virtual std::vector<int64_t> Encode(std::string_view text) const = 0;
+  // The text of `ids`; special ids are left out.
+  virtual std::string Decode(const std::vector<int64_t>& ids) const = 0;
+  // The size of the id space (the model's embedding rows): every id is below it.
+  virtual int64_t vocab_size() const = 0;
+  // Identifies the vocabulary (a stable hash of it), so a checkpoint can tell whether it was
+  // trained with this tokenizer; 0 before Fit.
+  virtual uint64_t fingerprint() const = 0;
+  // One line for logs: kind, vocabulary, where it came from.
+  virtual std::string Describe() const = 0;
+
+  // Encode over many texts in parallel (oneTBB), in order.
+  std::vector<std::vector<int64_t>> EncodeAll(const std::vector<std::string>& texts) const;
+};
+
+// FNV-1a 64: a hash that stays the same across runs, builds and machines (cache keys,
+// fingerprints).
+uint64_t StableHash(std::string_view bytes, uint64_t seed = 14695981039346656037ULL);
+
+// The number of Unicode code points of valid UTF-8 `text`.
+int64_t CountCodePoints(std::string_view text);
+
+}  // namespace kiln::text

@@ -1,0 +1,27 @@
+// Batching for variable-length sequences (text): padding collation with lengths and masks, and
+// length bucketing, so a batch holds sequences of similar length and wastes little on padding.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/data/loader.h"
+
+namespace kiln::data {
+
+// Pads 1-d int64 inputs to the longest one with `pad`: input [B, T], lengths [B], mask [B, T]
+// (true at real positions); targets are stacked when they have one shape, else padded with `pad`.
+absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad);
+
+// fairseq-style bucketing: cuts `order` into windows of `window_batches` batches, sorts each window
+// by dataset.Length(index), and shuffles the full batches with (seed, epoch); a last partial batch
+// stays last, so batch boundaries still fall every `batch_size` samples.
+std::vector<int64_t> BucketByLength(std::vector<int64_t> order, const Dataset& dataset,
+                                    int64_t batch_size, int64_t window_batches, uint64_t seed,
+                                    int64_t epoch);
+
+// The loader hook for BucketByLength (LoaderOptions::batch_order).
+BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed);
+
+}  // namespace kiln::data

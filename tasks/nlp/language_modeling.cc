@@ -1,0 +1,174 @@
+// Language modeling: a registered model mapping token ids [B, T] to next-token logits [B, T, V];
+// cross-entropy over the real (non-padding) targets, perplexity, and bits per character (the
+// summed token loss over the split's characters, comparable across tokenizers). `kiln predict`
+// generates text from a prompt (temperature, top-k, seed).
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "components/models/model.h"
+#include "lib/config/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/task.h"
+#include "tasks/nlp/tokenizer_binding.h"
+
+namespace kiln {
+namespace {
+
+struct GenerationOptions {
+  std::string prompt;
+  int64_t max_tokens = 200;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  int64_t seed = 0;
+};
+
+class LanguageModeling : public Task {
+ public:
+  explicit LanguageModeling(GenerationOptions generation) : generation_(std::move(generation)) {}
+
+  absl::Status Build(const config::Config& job) override {
+    KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
+    KILN_ASSIGN_OR_RETURN(model_, Registry<Model>::Get().Instantiate(model_cfg));
+    model_vocab_ = job.GetOr<int64_t>("model.vocab_size", 0).value_or(0);
+    // The context generation keeps: the model's positions, else the training block size.
+    context_ = job.GetOr<int64_t>("model.block_size", 0).value_or(0);
+    if (context_ <= 0) context_ = job.GetOr<int64_t>("data.block_size", 256).value_or(256);
+    binding_.Register(*model_);
+    return absl::OkStatus();
+  }
+
+  torch::nn::Module& module() override { return *model_; }
+
+  absl::Status Connect(data::DataModule& data) override {
+    return binding_.Connect(data, model_vocab_, "language_modeling");
+  }
+
+  absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    KILN_ASSIGN_OR_RETURN(torch::Tensor loss, Loss(batch));
+    LogLoss("train", loss.item<double>(), Tokens(batch), log);
+    return loss;
+  }
+
+  absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
+                              MetricLog& log) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    KILN_ASSIGN_OR_RETURN(torch::Tensor loss, Loss(batch));
+    LogLoss(stage, loss.item<double>(), Tokens(batch), log);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    return torch::softmax(model_->forward(batch.input).to(torch::kFloat32), -1);
+  }
+
+  absl::StatusOr<std::optional<std::string>> Generate() override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    const text::Tokenizer& tok = binding_.tokenizer();
+    std::vector<int64_t> ids = tok.Encode(generation_.prompt);
+    if (ids.empty()) {
+      return absl::InvalidArgumentError(
+          "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call "
+          "me'");
+    }
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    at::Generator generator =
+        at::detail::createCPUGenerator(static_cast<uint64_t>(generation_.seed));
+    const size_t prompt_tokens = ids.size();
+    for (int64_t i = 0; i < generation_.max_tokens; ++i) {
+      size_t start = ids.size() > static_cast<size_t>(context_)
+                         ? ids.size() - static_cast<size_t>(context_)
+                         : 0;
+      torch::Tensor context =
+          torch::tensor(
+              std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end()),
+              torch::kInt64)
+              .unsqueeze(0);
+      torch::Tensor logits = model_->forward(context).select(1, -1).squeeze(0).to(torch::kFloat32);
+      // Never sample padding or the other specials but </s> and <unk>.
+      logits.index_fill_(0,
+                         torch::tensor({text::SpecialTokens::kPad, text::SpecialTokens::kBos,
+                                        text::SpecialTokens::kCls}),
+                         -std::numeric_limits<float>::infinity());
+      int64_t next;
+      if (generation_.temperature <= 0) {
+        next = logits.argmax().item<int64_t>();
+      } else {
+        logits = logits / generation_.temperature;
+        if (generation_.top_k > 0 && generation_.top_k < logits.size(0)) {
+          double kth = std::get<0>(logits.topk(generation_.top_k)).min().item<double>();
+          logits.masked_fill_(logits < kth, -std::numeric_limits<float>::infinity());
+        }
+        next = torch::multinomial(torch::softmax(logits, 0), 1, false, generator).item<int64_t>();
+      }
+      if (next == text::SpecialTokens::kEos) break;
+      ids.push_back(next);
+    }
+    Logger::Instance().Info(absl::StrCat("generated ", ids.size() - prompt_tokens,
+                                         " tokens after a prompt of ", prompt_tokens));
+    return std::optional<std::string>(tok.Decode(ids));
+  }
+
+ private:
+  absl::StatusOr<torch::Tensor> Loss(const data::Batch& batch) {
+    torch::Tensor logits = model_->forward(batch.input);
+    if (logits.dim() != 3 || logits.size(0) != batch.target.size(0) ||
+        logits.size(1) != batch.target.size(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "language_modeling needs next-token logits [batch, tokens, vocab] from the model, got ",
+          c10::str(logits.sizes()), " for targets ", c10::str(batch.target.sizes())));
+    }
+    return torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), batch.target.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(text::SpecialTokens::kPad));
+  }
+
+  static double Tokens(const data::Batch& batch) {
+    return batch.target.ne(text::SpecialTokens::kPad).sum().item<double>();
+  }
+
+  // loss (nats per token), perplexity, and bits per character: loss * tokens / characters / ln 2.
+  void LogLoss(const std::string& stage, double loss, double tokens, MetricLog& log) const {
+    if (tokens <= 0) return;
+    log.Log(stage + "/loss", loss, tokens);
+    log.LogExp(stage + "/ppl", loss, tokens);
+    double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
+    if (per_char > 0) log.Log(stage + "/bpc", loss * per_char / std::log(2.0), tokens);
+  }
+
+  GenerationOptions generation_;
+  int64_t model_vocab_ = 0, context_ = 256;
+  TokenizerBinding binding_;
+  std::shared_ptr<Model> model_;
+};
+
+KILN_REGISTER(Task, "language_modeling",
+              "Next-token prediction: loss, perplexity, bits per character; `kiln predict` "
+              "generates from a prompt",
+              OptionSchema()
+                  .String("prompt", "", "kiln predict: the text to continue")
+                  .Int("max_tokens", 200,
+                       "kiln predict: tokens to generate at most (stops early at </s>)")
+                  .Float("temperature", 1.0,
+                         "kiln predict: sampling temperature (0: always the most likely token)")
+                  .Int("top_k", 0, "kiln predict: sample among the k most likely tokens (0: all)")
+                  .Int("seed", 0, "kiln predict: seed of the sampling"),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
+                GenerationOptions g;
+                KILN_ASSIGN_OR_RETURN(g.prompt, cfg.Get<std::string>("prompt"));
+                KILN_ASSIGN_OR_RETURN(g.max_tokens, cfg.Get<int64_t>("max_tokens"));
+                KILN_ASSIGN_OR_RETURN(g.temperature, cfg.Get<double>("temperature"));
+                KILN_ASSIGN_OR_RETURN(g.top_k, cfg.Get<int64_t>("top_k"));
+                KILN_ASSIGN_OR_RETURN(g.seed, cfg.Get<int64_t>("seed"));
+                if (g.max_tokens < 0 || g.top_k < 0 || g.temperature < 0) {
+                  return absl::InvalidArgumentError(absl::StrCat(
+                      "'", cfg.prefix(), "': max_tokens, top_k and temperature must be >= 0"));
+                }
+                return std::make_shared<LanguageModeling>(std::move(g));
+              });
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,58 @@
+#include "tasks/nlp/tokenizer_binding.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/config/status_macros.h"
+
+namespace kiln {
+
+void TokenizerBinding::Register(torch::nn::Module& model) {
+  model.register_buffer("tokenizer_fingerprint", torch::zeros({2}, torch::kInt64));
+  model_ = &model;
+}
+
+torch::Tensor TokenizerBinding::Buffer() const {
+  return model_->named_buffers(/*recurse=*/false)["tokenizer_fingerprint"];
+}
+
+absl::Status TokenizerBinding::Connect(data::DataModule& data, int64_t model_vocab,
+                                       const std::string& task) {
+  data_ = dynamic_cast<text::TextDataModule*>(&data);
+  if (data_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task '", task, "' needs a text data module (labelled_text or text_corpus) as data"));
+  }
+  KILN_ASSIGN_OR_RETURN(tokenizer_, data_->tokenizer());
+  uint64_t fp = tokenizer_->fingerprint();
+  std::memcpy(&fingerprint_, &fp, sizeof(fp));
+  vocab_ = tokenizer_->vocab_size();
+  if (model_vocab > 0 && vocab_ > model_vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer's vocab_size (", vocab_, ") exceeds the model's (", model_vocab,
+                     "); set model.vocab_size: ${data.tokenizer.vocab_size}"));
+  }
+  torch::NoGradGuard no_grad;
+  torch::Tensor buffer = Buffer();
+  buffer[0] = fingerprint_;
+  buffer[1] = vocab_;
+  return absl::OkStatus();
+}
+
+absl::Status TokenizerBinding::Check() const {
+  if (!tokenizer_)
+    return absl::FailedPreconditionError("the task was not connected to its data module");
+  auto b = Buffer().to(torch::kCPU);
+  int64_t stored = b[0].item<int64_t>(), stored_vocab = b[1].item<int64_t>();
+  if (stored == 0 || (stored == fingerprint_ && stored_vocab == vocab_)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("the checkpoint's model was trained with another tokenizer (fingerprint "
+                      "%016x, vocab %d) than data.tokenizer gives "
+                      "(%016x, vocab %d: %s); use the tokenizer options and training data it was "
+                      "trained with, or its model_file",
+                      static_cast<uint64_t>(stored), stored_vocab,
+                      static_cast<uint64_t>(fingerprint_), vocab_, tokenizer_->Describe()));
+}
+
+}  // namespace kiln

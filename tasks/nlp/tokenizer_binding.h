@@ -1,0 +1,39 @@
+// Ties a text model to the tokenizer it was trained with: the tokenizer's fingerprint and id space
+// live in a model buffer (`tokenizer_fingerprint`, saved in checkpoints), and a checkpoint whose
+// buffer differs from the configured tokenizer is refused with one line instead of giving garbage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "components/text/text_data_module.h"
+#include "lib/data/datamodule.h"
+
+namespace kiln {
+
+class TokenizerBinding {
+ public:
+  // Adds the buffer to `model` (call before the model is checkpointed or loaded).
+  void Register(torch::nn::Module& model);
+  // Takes the tokenizer from a text data module (fitting it if need be), checks that its ids fit
+  // the model's `model_vocab` rows (<= 0: not checked), and records it in the buffer.
+  absl::Status Connect(data::DataModule& data, int64_t model_vocab, const std::string& task);
+  // Whether the buffer (perhaps loaded from a checkpoint) names the connected tokenizer.
+  absl::Status Check() const;
+
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  text::TextDataModule* data() const { return data_; }
+
+ private:
+  // The buffer as the model holds it now (moving the model to a device replaces it).
+  torch::Tensor Buffer() const;
+
+  torch::nn::Module* model_ = nullptr;  // holds the int64 [2] buffer: fingerprint bits, vocab_size
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  text::TextDataModule* data_ = nullptr;
+  int64_t fingerprint_ = 0, vocab_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,197 @@
+// `kiln train/test/predict` on the NLP experiments with tiny text files the test writes: a text
+// classifier trains, tests (macro-F1, confusion matrix) and classifies new texts; a language model
+// reports bits per character and generates; bad text input (empty file, invalid UTF-8, a missing
+// field, an unknown label, another tokenizer than the checkpoint's) ends in one line naming what
+// and where, with a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::FileExists;
+using testing::ReadFile;
+using testing::RunProcess;
+using testing::TempDir;
+
+std::string Jsonl(int n, int offset = 0) {
+  std::string out;
+  for (int i = offset; i < offset + n; ++i) {
+    out += i % 2 ? "{\"text\": \"buy cheap pills now offer " + std::to_string(i % 5) +
+                       "\", \"label\": \"spam\"}\n"
+                 : "{\"text\": \"meeting notes for the team " + std::to_string(i % 5) +
+                       "\", \"label\": \"ham\"}\n";
+  }
+  return out;
+}
+
+// The stderr line that says what went wrong ("kiln: error: ...").
+std::string ErrorLine(const std::string& err) {
+  size_t at = err.find("kiln: error: ");
+  return at == std::string::npos ? "" : err.substr(at, err.find('\n', at) - at);
+}
+
+class NlpCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("spam/train.jsonl", Jsonl(80));
+    dir_.Write("spam/val.jsonl", Jsonl(10, 80));
+    dir_.Write("spam/test.jsonl", Jsonl(10, 90));
+    std::string text;
+    for (int i = 0; i < 60; ++i)
+      text += "Call me Ishmael. Some years ago, never mind how long precisely.\n";
+    dir_.Write("book/train.txt", text);
+    dir_.Write("book/val.txt", "Call me Ishmael. Some years ago.\n");
+    dir_.Write("book/test.txt", "never mind how long precisely.\n");
+  }
+
+  testing::ProcessResult Classify(const std::string& command, std::vector<std::string> extra) {
+    std::string d = dir_.path();
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     command,
+                                     "experiment=spam_bow",
+                                     "data.train=" + d + "/spam/train.jsonl",
+                                     "data.val=" + d + "/spam/val.jsonl",
+                                     "data.test=" + d + "/spam/test.jsonl",
+                                     "data.tokenizer.min_frequency=1",
+                                     "data.batch_size=8",
+                                     "model.dim=8",
+                                     "model.ngram_buckets=64",
+                                     "trainer.max_epochs=3",
+                                     "trainer.num_threads=1",
+                                     "hydra.run.dir=" + d + "/run_" + command};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  }
+
+  testing::ProcessResult Lm(const std::string& command, std::vector<std::string> extra) {
+    std::string d = dir_.path();
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     command,
+                                     "experiment=mobydick_gpt",
+                                     "data.train=[" + d + "/book/train.txt]",
+                                     "data.val=[" + d + "/book/val.txt]",
+                                     "data.test=[" + d + "/book/test.txt]",
+                                     "data.block_size=16",
+                                     "data.batch_size=8",
+                                     "model.dim=16",
+                                     "model.depth=1",
+                                     "model.heads=2",
+                                     "model.mlp_dim=32",
+                                     "trainer.max_steps=30",
+                                     "trainer.val_check_interval=10",
+                                     "trainer.num_threads=1",
+                                     "scheduler.warmup_steps=5",
+                                     "hydra.run.dir=" + d + "/lm_" + command};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(NlpCliTest, ClassifierTrainsTestsAndClassifiesNewTexts) {
+  auto r = Classify("train", {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/run_train";
+  std::string metrics = ReadFile(run + "/test_metrics.yaml");
+  EXPECT_NE(metrics.find("test/acc: 1"), std::string::npos)
+      << metrics;  // the words give the label away
+  EXPECT_NE(metrics.find("test/f1_macro: 1"), std::string::npos) << metrics;
+  EXPECT_NE(ReadFile(run + "/test_confusion_matrix.csv")
+                .find("true/predicted,ham,spam\nham,5,0\nspam,0,5\n"),
+            std::string::npos);
+  dir_.Write("new.txt", "buy cheap pills now\n\nmeeting notes for the team\n");
+  auto p = Classify("predict", {"ckpt_path=" + run + "/checkpoints/last.ckpt",
+                                "data.predict=" + dir_.path() + "/new.txt"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::string csv = ReadFile(dir_.path() + "/run_predict/predictions.csv");
+  EXPECT_NE(csv.find("buy cheap pills now,1,spam,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("meeting notes for the team,0,ham,"), std::string::npos) << csv;
+}
+
+TEST_F(NlpCliTest, LanguageModelReportsBitsPerCharacterAndGenerates) {
+  auto r = Lm("train", {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/lm_train";
+  std::string metrics = ReadFile(run + "/test_metrics.yaml");
+  for (const char* key : {"test/loss: ", "test/ppl: ", "test/bpc: "})
+    EXPECT_NE(metrics.find(key), std::string::npos) << metrics;
+  std::string csv = ReadFile(run + "/metrics.csv");
+  EXPECT_NE(csv.find("val/bpc"), std::string::npos);
+  auto g = Lm("predict", {"ckpt_path=" + run + "/checkpoints/last.ckpt", "task.prompt=Call me",
+                          "task.max_tokens=20", "task.seed=3"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("Call me", 0), 0u) << g.out;
+  EXPECT_GT(g.out.size(), std::string("Call me\n").size());
+  EXPECT_EQ(ReadFile(dir_.path() + "/lm_predict/generated.txt"), g.out);
+  auto again = Lm("predict", {"ckpt_path=" + run + "/checkpoints/last.ckpt", "task.prompt=Call me",
+                              "task.max_tokens=20", "task.seed=3",
+                              "hydra.run.dir=" + dir_.path() + "/lm_again"});
+  EXPECT_EQ(again.out, g.out);  // the seed decides the sample
+}
+
+TEST_F(NlpCliTest, EmptyFileIsOneLine) {
+  dir_.Write("spam/train.jsonl", "");
+  auto r = Classify("train", {});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ErrorLine(r.err).find("spam/train.jsonl: empty file"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos);
+}
+
+TEST_F(NlpCliTest, InvalidUtf8NamesTheLine) {
+  dir_.Write("book/train.txt", "fine line\nbad \xFF byte\n");
+  auto r = Lm("train", {});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ErrorLine(r.err).find("book/train.txt:2: invalid UTF-8 (byte 0xFF at column 5)"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(NlpCliTest, MissingFieldNamesTheLine) {
+  dir_.Write("spam/val.jsonl",
+             "{\"text\": \"a\", \"label\": \"ham\"}\n{\"body\": \"b\", \"label\": \"ham\"}\n");
+  auto r = Classify("train", {});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(ErrorLine(r.err).find("spam/val.jsonl:2: no text field 'text'"), std::string::npos)
+      << r.err;
+  auto label = Classify("train", {"data.label_field=category"});
+  EXPECT_NE(ErrorLine(label.err).find("spam/train.jsonl:1: no label field 'category'"),
+            std::string::npos)
+      << label.err;
+}
+
+TEST_F(NlpCliTest, LabelOutsideTheLabelSetNamesTheLine) {
+  dir_.Write("spam/test.jsonl",
+             "{\"text\": \"a\", \"label\": \"ham\"}\n{\"text\": \"b\", \"label\": \"eggs\"}\n");
+  auto r = Classify("train", {"trainer.max_epochs=1"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(
+      ErrorLine(r.err).find("spam/test.jsonl:2: label 'eggs' is not one of the labels [ham, spam]"),
+      std::string::npos)
+      << r.err;
+}
+
+TEST_F(NlpCliTest, TokenizerThatDoesNotMatchTheCheckpointIsRefused) {
+  auto r = Lm("train", {"trainer.max_steps=5", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Other training text: another character vocabulary, the same vocab_size.
+  dir_.Write("other.txt", std::string(100, 'x') + std::string(50, 'y') + "zzz\n");
+  auto t = Lm("test", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt",
+                       "data.train=[" + dir_.path() + "/other.txt]"});
+  EXPECT_NE(t.exit_code, 0);
+  EXPECT_NE(ErrorLine(t.err).find("trained with another tokenizer"), std::string::npos) << t.err;
+  // Another vocab_size is another embedding shape.
+  auto v = Lm("test", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt",
+                       "data.tokenizer.vocab_size=64"});
+  EXPECT_NE(v.exit_code, 0);
+  EXPECT_NE(ErrorLine(v.err).find("checkpoint of another model"), std::string::npos) << v.err;
+}
+
+}  // namespace
+}  // namespace kiln

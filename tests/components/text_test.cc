@@ -1,0 +1,341 @@
+// Text components: tokenizers (char, whitespace, sentencepiece with its cache and special ids),
+// reading JSONL/CSV/TSV/folders with file:line errors, padding collation and length bucketing,
+// the text data modules, and the text models' shapes, masking and causality.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "components/models/model.h"
+#include "components/text/text_data_module.h"
+#include "components/text/text_files.h"
+#include "components/text/tokenizer.h"
+#include "components/text/utf8.h"
+#include "lib/data/padding.h"
+#include "tests/components/instantiate.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::Instantiate;
+using testing::InstantiateOk;
+using text::SpecialTokens;
+using text::Tokenizer;
+
+std::vector<std::string> Corpus() {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back("the whale swam " + std::to_string(i % 7) +
+                    " leagues; Ahab saw the white whale\nand the sea");
+  }
+  return texts;
+}
+
+TEST(CharTokenizer, RoundTripsAndReservesSpecialIds) {
+  auto tok = InstantiateOk<Tokenizer>("_target_: char\nvocab_size: 64\n", "data.tokenizer");
+  ASSERT_TRUE(tok->Fit({"héllo wörld", "hello"}, "test").ok());
+  std::vector<int64_t> ids = tok->Encode("héllo");
+  ASSERT_EQ(ids.size(), 5u);  // code points, not bytes
+  for (int64_t id : ids) EXPECT_GE(id, SpecialTokens::kCount);
+  EXPECT_EQ(tok->Decode(ids), "héllo");
+  EXPECT_EQ(tok->Encode("z")[0], SpecialTokens::kUnk);  // never seen
+  std::vector<int64_t> with_specials = {SpecialTokens::kBos, ids[0], SpecialTokens::kPad,
+                                        SpecialTokens::kEos};
+  EXPECT_EQ(tok->Decode(with_specials), "h");
+  EXPECT_NE(tok->fingerprint(), 0u);
+}
+
+TEST(CharTokenizer, VocabSizeBoundsTheIds) {
+  auto tok = InstantiateOk<Tokenizer>("_target_: char\nvocab_size: 8\n", "data.tokenizer");
+  ASSERT_TRUE(tok->Fit({"aaaabbbccd"}, "test").ok());  // room for 3 characters after 5 specials
+  for (int64_t id : tok->Encode("abcd")) EXPECT_LT(id, 8);
+  EXPECT_EQ(tok->Encode("d")[0], SpecialTokens::kUnk);
+  EXPECT_FALSE(Instantiate<Tokenizer>("_target_: char\nvocab_size: 5\n", "data.tokenizer").ok());
+}
+
+TEST(WhitespaceTokenizer, LowercasesCountsAndMapsRareWordsToUnk) {
+  auto tok = InstantiateOk<Tokenizer>("_target_: whitespace\nvocab_size: 100\nmin_frequency: 2\n",
+                                      "data.tokenizer");
+  ASSERT_TRUE(tok->Fit({"The whale", "the WHALE swam", "once"}, "test").ok());
+  std::vector<int64_t> ids = tok->Encode("the  whale\tonce");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[0], tok->Encode("THE")[0]);
+  EXPECT_EQ(ids[2], SpecialTokens::kUnk);  // seen once
+  EXPECT_EQ(tok->Decode({ids[0], ids[1]}), "the whale");
+}
+
+TEST(Tokenizer, EncodeAllMatchesEncodeInOrder) {
+  auto tok = InstantiateOk<Tokenizer>("_target_: char\n", "data.tokenizer");
+  std::vector<std::string> texts = Corpus();
+  ASSERT_TRUE(tok->Fit(texts, "test").ok());
+  auto all = tok->EncodeAll(texts);
+  ASSERT_EQ(all.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); i += 37) EXPECT_EQ(all[i], tok->Encode(texts[i]));
+}
+
+TEST(SentencePiece, TrainsCachesAndKeepsTheSharedSpecialIds) {
+  testing::TempDir dir;
+  for (const char* type : {"unigram", "bpe"}) {
+    std::string yaml = std::string("_target_: sentencepiece\nmodel_type: ") + type +
+                       "\nvocab_size: 60\ncache_dir: " + dir.path() + "\n";
+    auto tok = InstantiateOk<Tokenizer>(yaml, "data.tokenizer");
+    ASSERT_TRUE(tok->Fit(Corpus(), "test").ok()) << type;
+    std::vector<int64_t> ids = tok->Encode("the white whale");
+    ASSERT_FALSE(ids.empty());
+    for (int64_t id : ids)
+      EXPECT_GE(id, SpecialTokens::kCount) << type;  // no <unk>: every character was seen
+    EXPECT_EQ(tok->Decode(ids), "the white whale") << type;
+    // A second tokenizer with the same options and corpus loads the cached model: same fingerprint.
+    auto again = InstantiateOk<Tokenizer>(yaml, "data.tokenizer");
+    ASSERT_TRUE(again->Fit(Corpus(), "test").ok());
+    EXPECT_EQ(again->fingerprint(), tok->fingerprint()) << type;
+  }
+  size_t models = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    models += e.path().extension() == ".model";
+  EXPECT_EQ(models, 2u);  // one per model type
+  // Another corpus is another key.
+  auto other = InstantiateOk<Tokenizer>(
+      "_target_: sentencepiece\nvocab_size: 40\ncache_dir: " + dir.path() + "\n", "data.tokenizer");
+  ASSERT_TRUE(other->Fit({"a different corpus entirely", "with other words"}, "test").ok());
+  auto model_file = InstantiateOk<Tokenizer>(
+      "_target_: sentencepiece\nmodel_file: " + dir.path() + "/nope.model\n", "data.tokenizer");
+  absl::Status missing = model_file->Fit({}, "test");
+  EXPECT_NE(std::string(missing.message()).find("nope.model"), std::string::npos) << missing;
+}
+
+TEST(Utf8, FindsTheFirstInvalidByte) {
+  EXPECT_EQ(text::FindInvalidUtf8("plain ascii"), std::string::npos);
+  EXPECT_EQ(text::FindInvalidUtf8("caf\xC3\xA9 \xF0\x9F\x90\xB3"), std::string::npos);
+  EXPECT_EQ(text::FindInvalidUtf8("ab\xE9z"), 2u);        // Latin-1 é
+  EXPECT_EQ(text::FindInvalidUtf8("\xC0\xAF"), 0u);       // overlong
+  EXPECT_EQ(text::FindInvalidUtf8("x\xED\xA0\x80"), 1u);  // surrogate
+  EXPECT_EQ(text::FindInvalidUtf8("end\xE2\x82"), 3u);    // truncated
+  EXPECT_EQ(text::CountCodePoints("caf\xC3\xA9"), 4);
+}
+
+TEST(TextFiles, ReadsJsonlCsvTsvAndFolders) {
+  testing::TempDir dir;
+  dir.Write("a.jsonl", "{\"body\": \"hello\", \"y\": \"pos\"}\n\n{\"body\": \"bye\", \"y\": 3}\n");
+  dir.Write("a.csv", "id,body,y\n1,\"hello, \"\"you\"\"\nthere\",pos\n2,bye,neg\n");
+  dir.Write("a.tsv", "body\ty\nhello\tpos\n");
+  dir.Write("folder/neg/1.txt", "bad");
+  dir.Write("folder/pos/1.txt", "good");
+  dir.Write("folder/pos/2.txt", "great");
+  text::RecordFields f;
+  f.text_field = "body";
+  f.label_field = "y";
+  auto jsonl = text::ReadLabelledTexts(dir.path() + "/a.jsonl", f, true);
+  ASSERT_TRUE(jsonl.ok()) << jsonl.status();
+  ASSERT_EQ(jsonl->size(), 2u);
+  EXPECT_EQ((*jsonl)[1].label, "3");
+  EXPECT_EQ((*jsonl)[1].where, dir.path() + "/a.jsonl:3");
+  auto csv = text::ReadLabelledTexts(dir.path() + "/a.csv", f, true);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  ASSERT_EQ(csv->size(), 2u);
+  EXPECT_EQ((*csv)[0].text, "hello, \"you\"\nthere");
+  EXPECT_EQ((*csv)[1].where, dir.path() + "/a.csv:4");  // the quoted line break counts
+  auto tsv = text::ReadLabelledTexts(dir.path() + "/a.tsv", f, true);
+  ASSERT_TRUE(tsv.ok()) << tsv.status();
+  EXPECT_EQ((*tsv)[0].label, "pos");
+  auto folder = text::ReadLabelledTexts(dir.path() + "/folder", f, true);
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  ASSERT_EQ(folder->size(), 3u);
+  EXPECT_EQ((*folder)[0].label, "neg");
+  EXPECT_EQ((*folder)[2].text, "great");
+}
+
+TEST(TextFiles, BadInputNamesFileAndLine) {
+  testing::TempDir dir;
+  dir.Write("empty.jsonl", "");
+  dir.Write("utf8.jsonl",
+            "{\"text\": \"ok\", \"label\": \"a\"}\n{\"text\": \"caf\xE9\", \"label\": \"a\"}\n");
+  dir.Write("field.jsonl",
+            "{\"text\": \"ok\", \"label\": \"a\"}\n{\"body\": \"x\", \"label\": \"a\"}\n");
+  dir.Write("label.csv", "text,label\nok,a\nno label,\n");
+  dir.Write("json.jsonl", "{\"text\": \"ok\", \"label\": \"a\"}\n{not json\n");
+  auto message = [&](const std::string& file) {
+    auto r = text::ReadLabelledTexts(dir.path() + "/" + file, {}, true);
+    EXPECT_FALSE(r.ok()) << file;
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  EXPECT_NE(message("empty.jsonl").find("empty.jsonl: empty file"), std::string::npos);
+  EXPECT_NE(message("utf8.jsonl").find("utf8.jsonl:2: invalid UTF-8 (byte 0xE9"), std::string::npos)
+      << message("utf8.jsonl");
+  EXPECT_NE(message("field.jsonl")
+                .find("field.jsonl:2: no text field 'text' (the line has: body, label)"),
+            std::string::npos)
+      << message("field.jsonl");
+  EXPECT_NE(message("label.csv").find("label.csv:3: no label"), std::string::npos)
+      << message("label.csv");
+  EXPECT_NE(message("json.jsonl").find("json.jsonl:2: not a JSON object"), std::string::npos);
+  EXPECT_NE(message("missing.jsonl").find("missing.jsonl: no such file"), std::string::npos);
+}
+
+TEST(PadCollate, PadsWithLengthsAndMask) {
+  std::vector<data::Example> examples = {{torch::tensor({7, 8, 9}), torch::tensor(1)},
+                                         {torch::tensor({5}), torch::tensor(0)}};
+  auto batch = data::PadCollate(examples, 0);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_TRUE(batch->input.equal(torch::tensor({{7, 8, 9}, {5, 0, 0}})));
+  EXPECT_TRUE(batch->lengths.equal(torch::tensor({3, 1})));
+  EXPECT_TRUE(batch->mask.equal(torch::tensor({{true, true, true}, {true, false, false}})));
+  EXPECT_TRUE(batch->target.equal(torch::tensor({1, 0})));
+}
+
+class LengthDataset : public data::Dataset {
+ public:
+  explicit LengthDataset(std::vector<int64_t> lengths) : lengths_(std::move(lengths)) {}
+  int64_t size() const override { return static_cast<int64_t>(lengths_.size()); }
+  absl::StatusOr<data::Example> Get(int64_t i, data::SampleRng&) const override {
+    return data::Example{torch::ones({lengths_[static_cast<size_t>(i)]}, torch::kInt64),
+                         torch::tensor(i)};
+  }
+  int64_t Length(int64_t i) const override { return lengths_[static_cast<size_t>(i)]; }
+
+ private:
+  std::vector<int64_t> lengths_;
+};
+
+TEST(BucketByLength, KeepsEverySampleGroupsLengthsAndIsDeterministic) {
+  std::vector<int64_t> lengths(103);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>((i * 37) % 101);
+  LengthDataset ds(lengths);
+  std::vector<int64_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto a = data::BucketByLength(order, ds, 10, 100, 7, 0);
+  auto b = data::BucketByLength(order, ds, 10, 100, 7, 0);
+  auto c = data::BucketByLength(order, ds, 10, 100, 7, 1);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, order);
+  // Within one window every full batch spans a narrow length range.
+  for (size_t batch = 0; batch + 1 < a.size() / 10; ++batch) {
+    int64_t lo = 1000, hi = -1;
+    for (size_t k = batch * 10; k < batch * 10 + 10; ++k) {
+      lo = std::min(lo, lengths[static_cast<size_t>(a[k])]);
+      hi = std::max(hi, lengths[static_cast<size_t>(a[k])]);
+    }
+    EXPECT_LE(hi - lo, 15) << "batch " << batch;
+  }
+  // The partial batch stays last.
+  EXPECT_EQ(std::vector<int64_t>(a.end() - 3, a.end()).size(), 3u);
+}
+
+TEST(TextDataModules, LabelledTextTokenizesPadsAndKeepsLabelOrder) {
+  testing::TempDir dir;
+  std::string train;
+  for (int i = 0; i < 40; ++i)
+    train += i % 2 ? "{\"text\": \"buy cheap pills now\", \"label\": \"spam\"}\n"
+                   : "{\"text\": \"meeting at noon\", \"label\": \"ham\"}\n";
+  dir.Write("train.jsonl", train);
+  dir.Write(
+      "test.jsonl",
+      "{\"text\": \"cheap\", \"label\": \"spam\"}\n{\"text\": \"noon\", \"label\": \"eggs\"}\n");
+  auto dm = InstantiateOk<data::DataModule>(
+      "_target_: labelled_text\ntrain: " + dir.path() + "/train.jsonl\ntest: " + dir.path() +
+          "/test.jsonl\nadd_cls: true\nbatch_size: 4\ntokenizer: {_target_: whitespace, "
+          "min_frequency: 1}\n",
+      "data");
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  EXPECT_EQ(dm->class_names(), (std::vector<std::string>{"ham", "spam"}));
+  EXPECT_EQ(dm->train_dataset()->size(), 36);  // 10% held out
+  EXPECT_EQ(dm->val_dataset()->size(), 4);
+  data::SampleRng rng(0, 0, 0);
+  auto example = dm->train_dataset()->Get(0, rng);
+  ASSERT_TRUE(example.ok());
+  EXPECT_EQ(example->input[0].item<int64_t>(), SpecialTokens::kCls);
+  absl::Status test = dm->Setup(data::Stage::kTest);
+  EXPECT_NE(std::string(test.message())
+                .find("test.jsonl:2: label 'eggs' is not one of the labels [ham, spam]"),
+            std::string::npos)
+      << test;
+}
+
+TEST(TextDataModules, TextCorpusBlocksCoverTheEvaluationStreamOnce) {
+  testing::TempDir dir;
+  dir.Write("train.txt", std::string(200, 'a') + "bc\n");
+  dir.Write("val.txt", "abcabcabcab");  // 11 characters: 10 predictions
+  auto dm = InstantiateOk<data::DataModule>(
+      "_target_: text_corpus\ntrain: [" + dir.path() + "/train.txt]\nval: [" + dir.path() +
+          "/val.txt]\nblock_size: 4\nstride: 2\ntokenizer: {_target_: char}\n",
+      "data");
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  EXPECT_EQ(dm->train_dataset()->size(), (203 - 1 - 4) / 2 + 1);
+  EXPECT_EQ(dm->val_dataset()->size(), 3);  // 4 + 4 + 2 (padded) predictions
+  data::SampleRng rng(0, 0, 0);
+  auto last = dm->val_dataset()->Get(2, rng);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->target.ne(0).sum().item<int64_t>(), 2);
+  auto first = dm->val_dataset()->Get(0, rng);
+  EXPECT_TRUE(first->input.narrow(0, 1, 3).equal(first->target.narrow(0, 0, 3)));  // shifted by one
+  auto* text_dm = dynamic_cast<text::TextDataModule*>(dm.get());
+  ASSERT_NE(text_dm, nullptr);
+  EXPECT_NEAR(text_dm->tokens_per_char("val"), 10.0 / 11.0, 1e-9);
+}
+
+std::shared_ptr<Model> BuildModel(const std::string& yaml) {
+  return InstantiateOk<Model>(yaml, "model");
+}
+
+TEST(TextModels, ClassifiersIgnorePaddingAndGiveClassLogits) {
+  torch::manual_seed(0);
+  for (const char* yaml :
+       {"_target_: bag_of_embeddings\nvocab_size: 50\nnum_classes: 3\nngram_buckets: 100\n",
+        "_target_: transformer_classifier\nvocab_size: 50\nnum_classes: 3\ndim: 16\nheads: "
+        "2\nmlp_dim: 32\ndropout: 0.0\npool: mean\n",
+        "_target_: lstm_classifier\nvocab_size: 50\nnum_classes: 3\ndim: 8\nhidden: 8\ndropout: "
+        "0.0\n"}) {
+    auto model = BuildModel(yaml);
+    ASSERT_TRUE(model) << yaml;
+    model->eval();
+    torch::Tensor x = torch::tensor({{7, 8, 9, 0, 0}, {5, 6, 0, 0, 0}});
+    torch::Tensor out = model->forward(x);
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 3})) << yaml;
+    // More padding changes nothing.
+    torch::Tensor longer = torch::cat({x, torch::zeros({2, 3}, torch::kInt64)}, 1);
+    EXPECT_TRUE(torch::allclose(model->forward(longer), out, 1e-5, 1e-5)) << yaml;
+  }
+}
+
+TEST(TextModels, GptIsCausalTiedAndNamedLikeNanoGpt) {
+  torch::manual_seed(0);
+  auto model = BuildModel(
+      "_target_: gpt\nvocab_size: 40\nblock_size: 8\ndim: 16\ndepth: 2\nheads: 2\nmlp_dim: 32\n");
+  ASSERT_TRUE(model);
+  model->eval();
+  torch::Tensor x = torch::randint(5, 40, {2, 8}, torch::kInt64);
+  torch::Tensor out = model->forward(x);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 8, 40}));
+  torch::Tensor changed = x.clone();
+  changed.index_put_({torch::indexing::Slice(), 5}, (x.select(1, 5) + 1) % 40);
+  torch::Tensor out2 = model->forward(changed);
+  EXPECT_TRUE(torch::allclose(out.narrow(1, 0, 5), out2.narrow(1, 0, 5), 1e-5,
+                              1e-5));  // the past ignores the future
+  EXPECT_FALSE(torch::allclose(out.narrow(1, 5, 3), out2.narrow(1, 5, 3)));
+  auto names = model->named_parameters().keys();
+  EXPECT_EQ(names.front(), "transformer.wte.weight");
+  EXPECT_NE(std::find(names.begin(), names.end(), "transformer.h.1.attn.c_attn.weight"),
+            names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());  // tied
+  auto bad = Instantiate<Model>("_target_: gpt\nvocab_size: 40\ndim: 10\nheads: 4\n", "model");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("model.dim"), std::string::npos);
+}
+
+TEST(TextModels, LstmLmGivesNextTokenLogits) {
+  auto model =
+      BuildModel("_target_: lstm_lm\nvocab_size: 30\ndim: 8\nhidden: 8\ntie_weights: true\n");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->forward(torch::randint(0, 30, {3, 6}, torch::kInt64)).sizes(),
+            (std::vector<int64_t>{3, 6, 30}));
+}
+
+}  // namespace
+}  // namespace kiln
