@@ -46,8 +46,9 @@ mkdir "$tmp/work"
 cd "$tmp/work"
 "$prefix/bin/kiln" train --info searchpath | grep -q "path=file://$prefix/share/kiln/configs" ||
   { echo "FAIL: the installed kiln does not use its installed configs"; exit 1; }
-"$prefix/bin/kiln" list model --plugin "$plugin" | grep -q "tiny_convnet  \[plugin tiny_convnet 1.0.0 ($plugin)\]" ||
-  { echo "FAIL: kiln list does not show the plugin's model"; exit 1; }
+listed=$("$prefix/bin/kiln" list model --plugin "$plugin" 2>&1) || true
+grep -q "tiny_convnet  \[plugin tiny_convnet 1.0.0 ($plugin)\]" <<< "$listed" ||
+  { echo "FAIL: kiln list does not show the plugin's model:"; echo "$listed"; exit 1; }
 "$prefix/bin/kiln" train --plugin "$plugin" model=tiny_convnet "data.root=$data" trainer.max_steps=5 \
   trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 test=false hydra.run.dir=run
 test -f run/checkpoints/last.ckpt || { echo "FAIL: no checkpoint after training with the plugin's model"; exit 1; }
