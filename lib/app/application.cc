@@ -224,8 +224,10 @@ class Application {
       if (*devices > 1 || *nodes > 1) {
         // Node 0 owns the run directory; another node's workers join it when training starts, and
         // meanwhile read their config (and write their logs) in a folder of this node's own.
-        std::string node = distributed::ProcessEnv("NODE_RANK");
-        if (*nodes > 1 && !node.empty() && node != "0") {
+        // A missing NODE_RANK is refused here, before anything is written.
+        auto node_rank = NodeRank(static_cast<int>(*nodes));
+        if (!node_rank.ok()) return node_rank.status();
+        if (*node_rank > 0) {
           char scratch[] = "/tmp/kiln-node-XXXXXX";
           if (::mkdtemp(scratch) == nullptr) return absl::InternalError("cannot create a folder in /tmp");
           RunDir local = *run;

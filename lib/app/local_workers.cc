@@ -53,23 +53,29 @@ std::string LastLine(const std::string& path) {
 
 }  // namespace
 
+absl::StatusOr<int> NodeRank(int num_nodes) {
+  using distributed::ProcessEnv;
+  if (num_nodes <= 1) return 0;
+  std::string node = ProcessEnv("NODE_RANK");
+  if (node.empty() || ProcessEnv("MASTER_ADDR").empty() || ProcessEnv("MASTER_PORT").empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer.num_nodes=", num_nodes, ": start kiln on every node with NODE_RANK (0..", num_nodes - 1,
+        "), MASTER_ADDR and MASTER_PORT (node 0's address and a free port) set, or use torchrun or SLURM"));
+  }
+  int node_rank = 0;
+  if (!absl::SimpleAtoi(node, &node_rank) || node_rank < 0 || node_rank >= num_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("NODE_RANK='", node, "' is not in 0..", num_nodes - 1));
+  }
+  return node_rank;
+}
+
 absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
   using distributed::ProcessEnv;
-  int node_rank = 0;
+  auto node_rank_or = NodeRank(options.num_nodes);
+  if (!node_rank_or.ok()) return node_rank_or.status();
+  int node_rank = *node_rank_or;
   std::string master_addr = ProcessEnv("MASTER_ADDR");
   std::string port_text = ProcessEnv("MASTER_PORT");
-  if (options.num_nodes > 1) {
-    std::string node = ProcessEnv("NODE_RANK");
-    if (node.empty() || master_addr.empty() || port_text.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trainer.num_nodes=", options.num_nodes,
-          ": start kiln on every node with NODE_RANK (0..", options.num_nodes - 1,
-          "), MASTER_ADDR and MASTER_PORT (node 0's address and a free port) set, or use torchrun or SLURM"));
-    }
-    if (!absl::SimpleAtoi(node, &node_rank) || node_rank < 0 || node_rank >= options.num_nodes) {
-      return absl::InvalidArgumentError(absl::StrCat("NODE_RANK='", node, "' is not in 0..", options.num_nodes - 1));
-    }
-  }
   if (master_addr.empty()) master_addr = "127.0.0.1";
   int port = 0;
   if (port_text.empty()) {

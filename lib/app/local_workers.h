@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace kiln::app {
 
@@ -20,6 +20,10 @@ struct LocalWorkersOptions {
   std::string log_file;            // the job's log, written by rank 0
   double grace_seconds = 30;       // after the first failure, before the rest are terminated
 };
+
+// This node's rank among `num_nodes` (NODE_RANK), checking that MASTER_ADDR and MASTER_PORT are
+// set when there are several nodes; 0 for one node.
+absl::StatusOr<int> NodeRank(int num_nodes);
 
 // Returns OK when every worker succeeded. Otherwise an error naming the first worker that failed
 // (its exit code carried as the status's exit code); when that was rank 0, which has already

@@ -166,6 +166,7 @@ TEST(DataParallel, TwoNodesStartTheirWorkersAndShareNodeZerosRunDirectory) {
   auto alone = RunProcess(Blobs(dir.path() + "/x", {"trainer.num_nodes=2"}), {{"NODE_RANK", ""}});
   EXPECT_EQ(alone.exit_code, 2);
   EXPECT_NE(alone.err.find("start kiln on every node with NODE_RANK"), std::string::npos) << alone.err;
+  EXPECT_FALSE(FileExists(dir.path() + "/x")) << "the refusal wrote a run directory";
 }
 
 // The PID of the worker of `parent` whose environment has RANK=<rank>, or -1.
