@@ -14,6 +14,7 @@ set -euo pipefail
 #   libopencv-dev                                        image_folder data module: decodes jpg/png/bmp/webp, resizes
 #   libsentencepiece-dev                                 subword tokenizers (NLP tasks)
 #   libsndfile1-dev                                      audio file reading (speech tasks)
+#   libsoxr-dev                                          audio resampling to the configured rate (speech tasks)
 #   libgtest-dev libgmock-dev                            the test suite
 #   zlib1g-dev                                           gzip-compressed IDX files
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
@@ -25,7 +26,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
-  libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev
+  libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-yaml

@@ -13,16 +13,20 @@ absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad) {
   if (examples.empty()) return batch;
   const int64_t n = static_cast<int64_t>(examples.size());
   int64_t longest = 0;
+  const torch::Tensor& first = examples[0].input;
   for (const auto& e : examples) {
-    if (e.input.dim() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("padding collation needs 1-d sequences, got an input of shape ",
-                       c10::str(e.input.sizes())));
+    if (e.input.dim() < 1 || e.input.dim() != first.dim() ||
+        e.input.sizes().slice(1) != first.sizes().slice(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "padding collation needs sequences [T, ...] with one trailing shape, got inputs of shape ",
+          c10::str(first.sizes()), " and ", c10::str(e.input.sizes())));
     }
     longest = std::max(longest, e.input.size(0));
   }
   longest = std::max<int64_t>(longest, 1);
-  batch.input = torch::full({n, longest}, pad, torch::kInt64);
+  std::vector<int64_t> shape = {n, longest};
+  for (int64_t d = 1; d < first.dim(); ++d) shape.push_back(first.size(d));
+  batch.input = torch::full(shape, pad, first.options());
   batch.lengths = torch::empty({n}, torch::kInt64);
   auto lengths = batch.lengths.accessor<int64_t, 1>();
   bool same_target_shape = true;

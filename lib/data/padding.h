@@ -1,5 +1,6 @@
-// Batching for variable-length sequences (text): padding collation with lengths and masks, and
-// length bucketing, so a batch holds sequences of similar length and wastes little on padding.
+// Batching for variable-length sequences (text, audio features): padding collation with lengths
+// and masks, and length bucketing, so a batch holds sequences of similar length and wastes little
+// on padding.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,9 @@
 
 namespace kiln::data {
 
-// Pads 1-d int64 inputs to the longest one with `pad`: input [B, T], lengths [B], mask [B, T]
-// (true at real positions); targets are stacked when they have one shape, else padded with `pad`.
+// Pads inputs along their first dimension (token ids [T], features [T, F]) to the longest one with
+// `pad`, keeping their dtype: input [B, T, ...], lengths [B], mask [B, T] (true at real positions);
+// targets are stacked when they have one shape, else 1-d targets are padded with `pad`.
 absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad);
 
 // fairseq-style bucketing: cuts `order` into windows of `window_batches` batches, sorts each window

@@ -1,0 +1,165 @@
+#include "components/audio/audio_file.h"
+
+#include <sndfile.h>
+#include <soxr.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/config/status_macros.h"
+
+namespace kiln::audio {
+namespace {
+
+struct SndfileCloser {
+  void operator()(SNDFILE* file) const { sf_close(file); }
+};
+using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
+
+// Opens `path` for reading; an empty or unreadable file is an error naming it.
+absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such audio file"));
+  }
+  if (std::filesystem::file_size(path, error) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (0 bytes), not audio"));
+  }
+  info = SF_INFO{};
+  SNDFILE* file = sf_open(path.c_str(), SFM_READ, &info);
+  if (file == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read audio: ", sf_strerror(nullptr)));
+  }
+  SndfilePtr owned(file);
+  if (info.frames <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no audio samples (empty recording)"));
+  }
+  if (info.channels <= 0 || info.samplerate <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid header (", info.channels,
+                                                   " channels at ", info.samplerate, " Hz)"));
+  }
+  return owned;
+}
+
+// The largest ratio between two rates this pipeline resamples (soxr's filters need a sane ratio,
+// and a file claiming 8 Hz is corrupt rather than audio).
+constexpr double kMaxRatio = 256;
+
+}  // namespace
+
+bool IsAudioFile(const std::string& path) {
+  std::string ext = absl::AsciiStrToLower(std::filesystem::path(path).extension().string());
+  return ext == ".wav" || ext == ".flac" || ext == ".ogg";
+}
+
+absl::Status CheckAudioExtension(const std::string& path) {
+  if (IsAudioFile(path)) return absl::OkStatus();
+  std::string ext = std::filesystem::path(path).extension().string();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": unsupported audio format '", ext.empty() ? "(no extension)" : ext,
+                   "' (kiln reads .wav, .flac and .ogg)"));
+}
+
+absl::StatusOr<AudioInfo> ReadAudioInfo(const std::string& path) {
+  SF_INFO info;
+  KILN_ASSIGN_OR_RETURN(SndfilePtr file, Open(path, info));
+  return AudioInfo{info.frames, info.channels, info.samplerate};
+}
+
+absl::StatusOr<Waveform> ReadAudio(const std::string& path) {
+  SF_INFO info;
+  KILN_ASSIGN_OR_RETURN(SndfilePtr file, Open(path, info));
+  std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
+  sf_count_t read = sf_readf_float(file.get(), interleaved.data(), info.frames);
+  if (read <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode audio samples: ",
+                                                   sf_strerror(file.get())));
+  }
+  if (read < info.frames) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": truncated audio: the header promises ",
+                                                   info.frames, " frames, the file holds ", read));
+  }
+  // clone: from_blob borrows `interleaved`, and for one channel t().contiguous() is still a view.
+  torch::Tensor samples =
+      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32).t().clone();
+  if (!torch::isfinite(samples).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": audio samples are not finite (corrupt data)"));
+  }
+  return Waveform{samples, info.samplerate};
+}
+
+absl::Status WriteWav(const std::string& path, const torch::Tensor& samples, int64_t sample_rate) {
+  torch::Tensor s = samples.dim() == 1 ? samples.unsqueeze(0) : samples;
+  torch::Tensor interleaved = s.to(torch::kFloat32).clamp(-1, 1).t().contiguous();
+  SF_INFO info{};
+  info.samplerate = static_cast<int>(sample_rate);
+  info.channels = static_cast<int>(s.size(0));
+  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
+  if (file == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write audio: ", sf_strerror(nullptr)));
+  }
+  SndfilePtr owned(file);
+  sf_count_t frames = s.size(1);
+  if (sf_writef_float(file, interleaved.data_ptr<float>(), frames) != frames) {
+    return absl::InternalError(absl::StrCat(path, ": cannot write audio: ", sf_strerror(file)));
+  }
+  return absl::OkStatus();
+}
+
+torch::Tensor ToMono(const torch::Tensor& samples) {
+  if (samples.dim() == 1) return samples;
+  return samples.size(0) == 1 ? samples[0] : samples.mean(0);
+}
+
+absl::Status CheckResampleRates(double from, double to) {
+  if (!(from > 0) || !(to > 0) || !std::isfinite(from) || !std::isfinite(to)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot resample %g Hz to %g Hz: sample rates must be positive", from, to));
+  }
+  if (from / to > kMaxRatio || to / from > kMaxRatio) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot resample %g Hz to %g Hz: the ratio is beyond 1:%g", from, to, kMaxRatio));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<torch::Tensor> Resample(const torch::Tensor& mono, double from, double to) {
+  KILN_RETURN_IF_ERROR(CheckResampleRates(from, to));
+  torch::Tensor in = mono.to(torch::kFloat32).contiguous();
+  if (from == to) return in;
+  const size_t in_len = static_cast<size_t>(in.numel());
+  const size_t out_len = static_cast<size_t>(std::llround(static_cast<double>(in_len) * to / from));
+  torch::Tensor out = torch::zeros({static_cast<int64_t>(out_len)}, torch::kFloat32);
+  if (in_len == 0 || out_len == 0) return out;
+  soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+  soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, 0);
+  // One thread: the data loader already runs samples in parallel.
+  soxr_runtime_spec_t runtime = soxr_runtime_spec(1);
+  size_t done = 0;
+  soxr_error_t error = soxr_oneshot(from, to, 1, in.data_ptr<float>(), in_len, nullptr,
+                                    out.data_ptr<float>(), out_len, &done, &io, &quality, &runtime);
+  if (error != nullptr) {
+    return absl::InternalError(absl::StrFormat("soxr cannot resample %g Hz to %g Hz: %s", from, to, error));
+  }
+  return done == out_len ? out : out.narrow(0, 0, static_cast<int64_t>(done));
+}
+
+absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate) {
+  KILN_RETURN_IF_ERROR(CheckAudioExtension(path));
+  KILN_ASSIGN_OR_RETURN(Waveform wave, ReadAudio(path));
+  torch::Tensor mono = ToMono(wave.samples);
+  auto resampled = Resample(mono, static_cast<double>(wave.sample_rate), static_cast<double>(sample_rate));
+  if (!resampled.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", resampled.status().message()));
+  }
+  return *resampled;
+}
+
+}  // namespace kiln::audio

@@ -1,0 +1,187 @@
+// `audio_folder`: audio classification data (keyword spotting) in one folder per class,
+// ROOT/CLASS/*.{wav,flac,ogg}, the class index being the position of CLASS among the sorted folder
+// names (or in `classes`). Train, val and test are separate roots, or val is split from train.
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "components/audio/audio_data.h"
+#include "lib/config/status_macros.h"
+#include "lib/data/datamodule.h"
+#include "lib/data/padding.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::audio {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AudioFolderOptions : AudioSplits {
+  std::vector<std::string> classes;
+};
+
+class AudioFolder : public data::DataModule {
+ public:
+  AudioFolder(AudioFolderOptions o, AudioPipelineOptions pipeline, data::LoaderOptions loader)
+      : o_(std::move(o)), pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))), loader_(loader) {
+    loader_.collate = [](std::vector<data::Example>& examples) { return data::PadCollate(examples, 0); };
+  }
+
+  absl::Status PrepareData() override { return LoadClassNames(); }
+
+  absl::Status Setup(data::Stage stage) override {
+    KILN_RETURN_IF_ERROR(LoadClassNames());
+    if (pipeline_->needs_global_stats()) {
+      KILN_RETURN_IF_ERROR(LoadTrain());
+      std::vector<std::string> paths;
+      for (const auto& e : *train_entries_) paths.push_back(e.path);
+      KILN_RETURN_IF_ERROR(pipeline_->FitGlobalStats(paths));
+    }
+    if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
+      KILN_RETURN_IF_ERROR(LoadTrain());
+      if (o_.val.empty()) {
+        auto [train_idx, val_idx] =
+            data::RandomSplit(static_cast<int64_t>(train_entries_->size()), o_.val_fraction, o_.split_seed);
+        train_ = Make(Pick(*train_entries_, train_idx), true);
+        if (!val_idx.empty()) val_ = Make(Pick(*train_entries_, val_idx), false);
+      } else {
+        train_ = Make(*train_entries_, true);
+        KILN_ASSIGN_OR_RETURN(auto val, Labelled(o_.val));
+        val_ = Make(std::move(val), false);
+      }
+    }
+    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, Labelled(o_.test));
+      test_ = Make(std::move(test), false);
+    }
+    if (stage == data::Stage::kPredict && !predict_) {
+      std::string path = o_.predict.empty() ? o_.test : o_.predict;
+      if (path.empty()) {
+        return absl::FailedPreconditionError("nothing to predict: set data.predict=PATH (an audio file or a folder)");
+      }
+      KILN_ASSIGN_OR_RETURN(auto entries, Unlabelled(path));
+      predict_ = Make(std::move(entries), false);
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
+  std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
+  std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
+  std::shared_ptr<const data::Dataset> predict_dataset() const override { return predict_; }
+  std::vector<std::string> class_names() const override { return names_; }
+  data::LoaderOptions loader_options() const override { return loader_; }
+
+ private:
+  absl::Status LoadClassNames() {
+    if (!names_.empty()) return absl::OkStatus();
+    if (!o_.classes.empty()) {
+      names_ = o_.classes;
+      return absl::OkStatus();
+    }
+    std::error_code error;
+    if (!fs::is_directory(o_.train, error)) return absl::NotFoundError(absl::StrCat(o_.train, ": no such folder (data.train)"));
+    for (const auto& entry : fs::directory_iterator(o_.train, error)) {
+      if (entry.is_directory()) names_.push_back(entry.path().filename().string());
+    }
+    std::sort(names_.begin(), names_.end());
+    if (names_.size() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o_.train, ": needs at least 2 class folders (TRAIN/CLASS/*.wav), found ", names_.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadTrain() {
+    if (train_entries_) return absl::OkStatus();
+    KILN_ASSIGN_OR_RETURN(auto entries, Labelled(o_.train));
+    train_entries_ = std::make_shared<const std::vector<AudioEntry>>(std::move(entries));
+    return absl::OkStatus();
+  }
+
+  // Every audio file of every class folder of `root`, labelled, checked.
+  absl::StatusOr<std::vector<AudioEntry>> Labelled(const std::string& root) const {
+    std::vector<AudioEntry> entries;
+    for (size_t c = 0; c < names_.size(); ++c) {
+      fs::path dir = fs::path(root) / names_[c];
+      std::error_code error;
+      if (!fs::is_directory(dir, error)) {
+        return absl::NotFoundError(absl::StrCat(dir.string(), ": no such class folder (the classes are those of ",
+                                                o_.classes.empty() ? "data.train" : "data.classes", ")"));
+      }
+      KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(dir.string()));
+      if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir.string(), ": no audio files (.wav, .flac, .ogg)"));
+      for (auto& path : paths) {
+        AudioEntry e;
+        e.path = e.where = std::move(path);
+        e.label = static_cast<int64_t>(c);
+        entries.push_back(std::move(e));
+      }
+    }
+    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error,
+                        absl::StrCat("folder ", root));
+  }
+
+  // The audio file `path`, or every audio file below the folder `path`; a file inside a class
+  // folder carries its label, the others -1.
+  absl::StatusOr<std::vector<AudioEntry>> Unlabelled(const std::string& path) const {
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));
+    if (paths.empty()) return absl::NotFoundError(absl::StrCat(path, ": no audio files (.wav, .flac, .ogg)"));
+    std::vector<AudioEntry> entries;
+    for (auto& p : paths) {
+      AudioEntry e;
+      std::string parent = fs::path(p).parent_path().filename().string();
+      auto it = std::find(names_.begin(), names_.end(), parent);
+      e.label = it == names_.end() ? -1 : it - names_.begin();
+      e.path = e.where = std::move(p);
+      entries.push_back(std::move(e));
+    }
+    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error, path);
+  }
+
+  static std::vector<AudioEntry> Pick(const std::vector<AudioEntry>& all, const std::vector<int64_t>& indices) {
+    std::vector<AudioEntry> out;
+    out.reserve(indices.size());
+    for (int64_t i : indices) out.push_back(all[static_cast<size_t>(i)]);
+    return out;
+  }
+
+  std::shared_ptr<const data::Dataset> Make(std::vector<AudioEntry> entries, bool augment) const {
+    return std::make_shared<AudioDataset>(std::make_shared<const std::vector<AudioEntry>>(std::move(entries)),
+                                          pipeline_, augment);
+  }
+
+  AudioFolderOptions o_;
+  std::shared_ptr<AudioPipeline> pipeline_;
+  data::LoaderOptions loader_;
+  std::vector<std::string> names_;
+  std::shared_ptr<const std::vector<AudioEntry>> train_entries_;
+  std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
+};
+
+KILN_REGISTER(data::DataModule, "audio_folder",
+              "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
+              AddAudioDataOptions(
+                  OptionSchema()
+                      .Required("train", OptionType::kString, "folder of class folders (TRAIN/CLASS/*.wav)")
+                      .Add("val", OptionType::kString, "null", "folder of the same class folders (null: split from train)")
+                      .Add("test", OptionType::kString, "null", "folder of the same class folders (null: no test split)")
+                      .Add("predict", OptionType::kString, "null",
+                           "an audio file or a folder of them to label (null: the test folder)")
+                      .Add("classes", OptionType::kList, "null",
+                           "class names in index order (null: the sorted class folders of train)")
+                      .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
+                      .Int("split_seed", 1234, "seed of that split"),
+                  1.0),
+              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+                AudioFolderOptions o;
+                KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
+                KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
+                KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
+                KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
+                return std::make_shared<AudioFolder>(std::move(o), std::move(pipeline), loader);
+              });
+
+}  // namespace
+}  // namespace kiln::audio
