@@ -15,7 +15,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "audio_features_speed: %s\n", std::string(status.message()).c_str());
@@ -36,7 +38,8 @@ int main(int argc, char** argv) {
   if (!paths.ok()) return Fail(paths.status());
   // Spread the sample over the folder (its classes), not its first files.
   std::vector<std::string> files;
-  for (size_t i = 0; i < limit && i < paths->size(); ++i) files.push_back((*paths)[i * paths->size() / std::min(limit, paths->size())]);
+  for (size_t i = 0; i < limit && i < paths->size(); ++i)
+    files.push_back((*paths)[i * paths->size() / std::min(limit, paths->size())]);
 
   std::vector<kiln::audio::Waveform> raw;
   auto start = Clock::now();
@@ -47,12 +50,14 @@ int main(int argc, char** argv) {
   }
   double read_s = Since(start);
   double audio_s = 0;
-  for (const auto& w : raw) audio_s += static_cast<double>(w.samples.size(1)) / static_cast<double>(w.sample_rate);
+  for (const auto& w : raw)
+    audio_s += static_cast<double>(w.samples.size(1)) / static_cast<double>(w.sample_rate);
 
   std::vector<torch::Tensor> mono;
   start = Clock::now();
   for (const auto& w : raw) {
-    auto r = kiln::audio::Resample(kiln::audio::ToMono(w.samples), static_cast<double>(w.sample_rate), static_cast<double>(rate));
+    auto r = kiln::audio::Resample(kiln::audio::ToMono(w.samples),
+                                   static_cast<double>(w.sample_rate), static_cast<double>(rate));
     if (!r.ok()) return Fail(r.status());
     mono.push_back(*r);
   }
@@ -73,7 +78,8 @@ int main(int argc, char** argv) {
   std::printf("%zu files, %.1f s of audio (%ld Hz -> %ld Hz), 1 thread\n", files.size(), audio_s,
               raw.empty() ? 0L : static_cast<long>(raw[0].sample_rate), static_cast<long>(rate));
   auto row = [&](const char* stage, double seconds) {
-    std::printf("  %-34s %8.3f s  %9.0f s of audio per second\n", stage, seconds, audio_s / seconds);
+    std::printf("  %-34s %8.3f s  %9.0f s of audio per second\n", stage, seconds,
+                audio_s / seconds);
   };
   row("read (libsndfile)", read_s);
   row("resample (soxr HQ)", resample_s);

@@ -45,13 +45,16 @@ absl::StatusOr<torch::Tensor> AudioPipeline::Features(const std::string& path, d
     case Normalization::kNone:
       break;
   }
-  if (augment && !o_.feature_transforms.empty()) features = o_.feature_transforms.Apply(features, rng);
+  if (augment && !o_.feature_transforms.empty())
+    features = o_.feature_transforms.Apply(features, rng);
   return features;
 }
 
 absl::Status AudioPipeline::FitGlobalStats(const std::vector<std::string>& paths) {
-  if (paths.empty()) return absl::FailedPreconditionError("global feature normalization needs training files");
-  const size_t n = std::min<size_t>(paths.size(), static_cast<size_t>(std::max<int64_t>(o_.global_stats_files, 1)));
+  if (paths.empty())
+    return absl::FailedPreconditionError("global feature normalization needs training files");
+  const size_t n = std::min<size_t>(
+      paths.size(), static_cast<size_t>(std::max<int64_t>(o_.global_stats_files, 1)));
   torch::Tensor sum, sum_sq;
   int64_t frames = 0;
   data::SampleRng rng(0, 0, 0);
@@ -67,8 +70,8 @@ absl::Status AudioPipeline::FitGlobalStats(const std::vector<std::string>& paths
   torch::Tensor var = (sum_sq / static_cast<double>(frames) - mean.pow(2)).clamp_min(0);
   mean_ = mean.to(torch::kFloat32);
   std_ = (var.sqrt() + 1e-5).to(torch::kFloat32);
-  Logger::Instance().Info(absl::StrCat("global feature normalization: mean and std of ", frames, " frames of ", n,
-                                       " training files"));
+  Logger::Instance().Info(absl::StrCat("global feature normalization: mean and std of ", frames,
+                                       " frames of ", n, " training files"));
   return absl::OkStatus();
 }
 
@@ -88,8 +91,9 @@ int64_t AudioDataset::Length(int64_t index) const {
   return std::llround(entries_->at(static_cast<size_t>(index)).duration * 1000.0);
 }
 
-absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> entries, int64_t sample_rate,
-                                                     OnError on_error, const std::string& what) {
+absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> entries,
+                                                     int64_t sample_rate, OnError on_error,
+                                                     const std::string& what) {
   std::vector<absl::Status> status(entries.size());
   tbb::parallel_for(size_t{0}, entries.size(), [&](size_t i) {
     AudioEntry& entry = entries[i];
@@ -99,7 +103,8 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
       if (!info.ok()) {
         s = info.status();
       } else {
-        s = CheckResampleRates(static_cast<double>(info->sample_rate), static_cast<double>(sample_rate));
+        s = CheckResampleRates(static_cast<double>(info->sample_rate),
+                               static_cast<double>(sample_rate));
         if (!s.ok()) s = absl::InvalidArgumentError(absl::StrCat(entry.path, ": ", s.message()));
         if (entry.duration <= 0) entry.duration = info->seconds();
       }
@@ -119,19 +124,21 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
       continue;
     }
     if (on_error == OnError::kFail) {
-      return absl::Status(status[i].code(),
-                          absl::StrCat(status[i].message(), " (data.on_error=skip skips bad files)"));
+      return absl::Status(status[i].code(), absl::StrCat(status[i].message(),
+                                                         " (data.on_error=skip skips bad files)"));
     }
     if (skipped++ == 0) first = std::string(status[i].message());
   }
   if (skipped > 0) {
-    Logger::Instance().Warning(absl::StrCat("skipped ", skipped, " of ", entries.size(), " audio files in ", what,
+    Logger::Instance().Warning(absl::StrCat("skipped ", skipped, " of ", entries.size(),
+                                            " audio files in ", what,
                                             " (data.on_error=skip); first: ", first));
   }
   if (kept.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": no usable audio files",
-                                                   skipped > 0 ? absl::StrCat(" (", skipped, " skipped; first: ", first, ")")
-                                                               : std::string()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": no usable audio files",
+                     skipped > 0 ? absl::StrCat(" (", skipped, " skipped; first: ", first, ")")
+                                 : std::string()));
   }
   return kept;
 }
@@ -142,11 +149,15 @@ absl::StatusOr<std::vector<std::string>> AudioFilesAt(const std::string& path) {
     KILN_RETURN_IF_ERROR(CheckAudioExtension(path));
     return std::vector<std::string>{path};
   }
-  if (!fs::is_directory(path, error)) return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
+  if (!fs::is_directory(path, error))
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
   std::vector<std::string> out;
-  for (fs::recursive_directory_iterator it(path, fs::directory_options::follow_directory_symlink, error), end;
+  for (fs::recursive_directory_iterator
+           it(path, fs::directory_options::follow_directory_symlink, error),
+       end;
        !error && it != end; it.increment(error)) {
-    if (it->is_regular_file(error) && IsAudioFile(it->path().string())) out.push_back(it->path().string());
+    if (it->is_regular_file(error) && IsAudioFile(it->path().string()))
+      out.push_back(it->path().string());
   }
   if (error) return absl::NotFoundError(absl::StrCat(path, ": cannot list: ", error.message()));
   std::sort(out.begin(), out.end());
@@ -158,13 +169,16 @@ OptionSchema& AddAudioDataOptions(OptionSchema& schema, double default_clip_seco
       .Float("clip_seconds", default_clip_seconds,
              "> 0: every waveform is padded with zeros or cut to this length; 0 keeps lengths")
       .Required("features", OptionType::kMap, "the features: {_target_: log_mel|mfcc, ...}")
-      .String("normalize", "utterance",
-              "feature normalization: utterance (per-file mean/variance), global (training set), none")
+      .String(
+          "normalize", "utterance",
+          "feature normalization: utterance (per-file mean/variance), global (training set), none")
       .Int("global_stats_files", 500, "training files the global mean/std are estimated from")
       .Add("waveform_transforms", OptionType::kList, "null",
            "training augmentation of the waveform (time_shift, speed_perturb, add_noise)")
-      .Add("feature_transforms", OptionType::kList, "null", "training augmentation of the features (spec_augment)")
-      .String("on_error", "fail", "a bad audio file or manifest line: fail (one error naming it) or skip (counted)")
+      .Add("feature_transforms", OptionType::kList, "null",
+           "training augmentation of the features (spec_augment)")
+      .String("on_error", "fail",
+              "a bad audio file or manifest line: fail (one error naming it) or skip (counted)")
       .Int("batch_size", 64, "utterances per batch")
       .Int("num_workers", 1, "threads loading batches (0: on the training thread)")
       .Int("prefetch", 4, "batches prepared ahead at most");
@@ -183,26 +197,31 @@ absl::StatusOr<AudioPipelineOptions> ReadAudioPipelineOptions(const config::Conf
   } else if (normalize == "none") {
     o.normalize = Normalization::kNone;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("normalize"),
-                                                   "' must be utterance, global or none, got '", normalize,
-                                                   "' (set at ", cfg.WhereSet("normalize"), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option '", cfg.FullKey("normalize"), "' must be utterance, global or none, got '",
+        normalize, "' (set at ", cfg.WhereSet("normalize"), ")"));
   }
   if (o.sample_rate <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("sample_rate"), "' must be positive, got ",
-                                                   o.sample_rate, " (set at ", cfg.WhereSet("sample_rate"), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("sample_rate"),
+                                                   "' must be positive, got ", o.sample_rate,
+                                                   " (set at ", cfg.WhereSet("sample_rate"), ")"));
   }
   if (o.clip_seconds < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("clip_seconds"), "' must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("option '", cfg.FullKey("clip_seconds"), "' must be >= 0"));
   }
   KILN_ASSIGN_OR_RETURN(config::Config features, cfg.Sub("features"));
   KILN_ASSIGN_OR_RETURN(o.features, Registry<FeatureExtractor>::Get().Instantiate(features));
   if (o.features->sample_rate() != o.sample_rate) {
-    return absl::InvalidArgumentError(absl::StrCat("'", cfg.FullKey("features"), "' works at ",
-                                                   o.features->sample_rate(), " Hz but '", cfg.FullKey("sample_rate"),
-                                                   "' is ", o.sample_rate, " (set features.sample_rate: ${..sample_rate})"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", cfg.FullKey("features"), "' works at ", o.features->sample_rate(),
+                     " Hz but '", cfg.FullKey("sample_rate"), "' is ", o.sample_rate,
+                     " (set features.sample_rate: ${..sample_rate})"));
   }
-  KILN_ASSIGN_OR_RETURN(o.waveform_transforms, data::TransformPipeline::FromConfig(cfg, "waveform_transforms"));
-  KILN_ASSIGN_OR_RETURN(o.feature_transforms, data::TransformPipeline::FromConfig(cfg, "feature_transforms"));
+  KILN_ASSIGN_OR_RETURN(o.waveform_transforms,
+                        data::TransformPipeline::FromConfig(cfg, "waveform_transforms"));
+  KILN_ASSIGN_OR_RETURN(o.feature_transforms,
+                        data::TransformPipeline::FromConfig(cfg, "feature_transforms"));
   return o;
 }
 
@@ -215,12 +234,14 @@ absl::StatusOr<AudioSplits> ReadAudioSplits(const config::Config& cfg) {
   KILN_ASSIGN_OR_RETURN(o.val_fraction, cfg.Get<double>("val_fraction"));
   KILN_ASSIGN_OR_RETURN(o.split_seed, cfg.Get<int64_t>("split_seed"));
   if (o.val_fraction < 0 || o.val_fraction >= 1) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("val_fraction"), "' must be in [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("option '", cfg.FullKey("val_fraction"), "' must be in [0, 1)"));
   }
   KILN_ASSIGN_OR_RETURN(std::string on_error, cfg.Get<std::string>("on_error"));
   if (on_error != "fail" && on_error != "skip") {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("on_error"), "' must be fail or skip, got '",
-                                                   on_error, "' (set at ", cfg.WhereSet("on_error"), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("on_error"),
+                                                   "' must be fail or skip, got '", on_error,
+                                                   "' (set at ", cfg.WhereSet("on_error"), ")"));
   }
   o.on_error = on_error == "skip" ? OnError::kSkip : OnError::kFail;
   return o;
@@ -232,7 +253,8 @@ absl::StatusOr<data::LoaderOptions> ReadAudioLoaderOptions(const config::Config&
   KILN_ASSIGN_OR_RETURN(o.num_workers, cfg.Get<int>("num_workers"));
   KILN_ASSIGN_OR_RETURN(o.prefetch, cfg.Get<int>("prefetch"));
   if (o.batch_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("batch_size"), "' must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("option '", cfg.FullKey("batch_size"), "' must be positive"));
   }
   return o;
 }

@@ -36,13 +36,17 @@ class AudioPipeline {
  public:
   explicit AudioPipeline(AudioPipelineOptions options) : o_(std::move(options)) {}
   // Features [frames, F] of one file; `augment` applies the training transforms.
-  absl::StatusOr<torch::Tensor> Features(const std::string& path, data::SampleRng& rng, bool augment) const;
+  absl::StatusOr<torch::Tensor> Features(const std::string& path, data::SampleRng& rng,
+                                         bool augment) const;
   // The waveform as the features see it (resampled, augmented, cut or padded).
-  absl::StatusOr<torch::Tensor> Waveform(const std::string& path, data::SampleRng& rng, bool augment) const;
+  absl::StatusOr<torch::Tensor> Waveform(const std::string& path, data::SampleRng& rng,
+                                         bool augment) const;
   // Global normalization: the per-feature mean and standard deviation over up to
   // global_stats_files of `paths` (evenly spaced, without augmentation).
   absl::Status FitGlobalStats(const std::vector<std::string>& paths);
-  bool needs_global_stats() const { return o_.normalize == Normalization::kGlobal && !mean_.defined(); }
+  bool needs_global_stats() const {
+    return o_.normalize == Normalization::kGlobal && !mean_.defined();
+  }
   const AudioPipelineOptions& options() const { return o_; }
 
  private:
@@ -66,14 +70,17 @@ struct AudioEntry {
 class AudioDataset : public data::Dataset {
  public:
   AudioDataset(std::shared_ptr<const std::vector<AudioEntry>> entries,
-               std::shared_ptr<const AudioPipeline> pipeline, bool augment, bool token_targets = false)
+               std::shared_ptr<const AudioPipeline> pipeline, bool augment,
+               bool token_targets = false)
       : entries_(std::move(entries)),
         pipeline_(std::move(pipeline)),
         augment_(augment),
         token_targets_(token_targets) {}
   int64_t size() const override { return static_cast<int64_t>(entries_->size()); }
   absl::StatusOr<data::Example> Get(int64_t index, data::SampleRng& rng) const override;
-  std::string Source(int64_t index) const override { return entries_->at(static_cast<size_t>(index)).path; }
+  std::string Source(int64_t index) const override {
+    return entries_->at(static_cast<size_t>(index)).path;
+  }
   int64_t Length(int64_t index) const override;
 
  private:
@@ -100,8 +107,9 @@ absl::StatusOr<AudioSplits> ReadAudioSplits(const config::Config& cfg);
 // Checks every entry's file header (format, samples, resampling) in parallel. kFail: the first
 // bad entry's error, naming it. kSkip: drops bad entries and logs "skipped N of M ... (first:
 // ...)". `what` names the set in that line ("train folder data/x"). An empty result is an error.
-absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> entries, int64_t sample_rate,
-                                                     OnError on_error, const std::string& what);
+absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> entries,
+                                                     int64_t sample_rate, OnError on_error,
+                                                     const std::string& what);
 
 // Audio files (wav, flac, ogg) below `dir`, sorted; or `path` itself when it is a file (which
 // must then have an audio extension).

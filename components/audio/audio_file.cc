@@ -61,9 +61,9 @@ bool IsAudioFile(const std::string& path) {
 absl::Status CheckAudioExtension(const std::string& path) {
   if (IsAudioFile(path)) return absl::OkStatus();
   std::string ext = std::filesystem::path(path).extension().string();
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": unsupported audio format '", ext.empty() ? "(no extension)" : ext,
-                   "' (kiln reads .wav, .flac and .ogg)"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported audio format '",
+                                                 ext.empty() ? "(no extension)" : ext,
+                                                 "' (kiln reads .wav, .flac and .ogg)"));
 }
 
 absl::StatusOr<AudioInfo> ReadAudioInfo(const std::string& path) {
@@ -78,8 +78,8 @@ absl::StatusOr<Waveform> ReadAudio(const std::string& path) {
   std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
   sf_count_t read = sf_readf_float(file.get(), interleaved.data(), info.frames);
   if (read <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode audio samples: ",
-                                                   sf_strerror(file.get())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot decode audio samples: ", sf_strerror(file.get())));
   }
   if (read < info.frames) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": truncated audio: the header promises ",
@@ -87,9 +87,12 @@ absl::StatusOr<Waveform> ReadAudio(const std::string& path) {
   }
   // clone: from_blob borrows `interleaved`, and for one channel t().contiguous() is still a view.
   torch::Tensor samples =
-      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32).t().clone();
+      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32)
+          .t()
+          .clone();
   if (!torch::isfinite(samples).all().item<bool>()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": audio samples are not finite (corrupt data)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": audio samples are not finite (corrupt data)"));
   }
   return Waveform{samples, info.samplerate};
 }
@@ -103,7 +106,8 @@ absl::Status WriteWav(const std::string& path, const torch::Tensor& samples, int
   info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
   SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
   if (file == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write audio: ", sf_strerror(nullptr)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot write audio: ", sf_strerror(nullptr)));
   }
   SndfilePtr owned(file);
   sf_count_t frames = s.size(1);
@@ -146,7 +150,8 @@ absl::StatusOr<torch::Tensor> Resample(const torch::Tensor& mono, double from, d
   soxr_error_t error = soxr_oneshot(from, to, 1, in.data_ptr<float>(), in_len, nullptr,
                                     out.data_ptr<float>(), out_len, &done, &io, &quality, &runtime);
   if (error != nullptr) {
-    return absl::InternalError(absl::StrFormat("soxr cannot resample %g Hz to %g Hz: %s", from, to, error));
+    return absl::InternalError(
+        absl::StrFormat("soxr cannot resample %g Hz to %g Hz: %s", from, to, error));
   }
   return done == out_len ? out : out.narrow(0, 0, static_cast<int64_t>(done));
 }
@@ -155,7 +160,8 @@ absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_r
   KILN_RETURN_IF_ERROR(CheckAudioExtension(path));
   KILN_ASSIGN_OR_RETURN(Waveform wave, ReadAudio(path));
   torch::Tensor mono = ToMono(wave.samples);
-  auto resampled = Resample(mono, static_cast<double>(wave.sample_rate), static_cast<double>(sample_rate));
+  auto resampled =
+      Resample(mono, static_cast<double>(wave.sample_rate), static_cast<double>(sample_rate));
   if (!resampled.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", resampled.status().message()));
   }

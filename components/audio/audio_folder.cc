@@ -24,8 +24,12 @@ struct AudioFolderOptions : AudioSplits {
 class AudioFolder : public data::DataModule {
  public:
   AudioFolder(AudioFolderOptions o, AudioPipelineOptions pipeline, data::LoaderOptions loader)
-      : o_(std::move(o)), pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))), loader_(loader) {
-    loader_.collate = [](std::vector<data::Example>& examples) { return data::PadCollate(examples, 0); };
+      : o_(std::move(o)),
+        pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))),
+        loader_(loader) {
+    loader_.collate = [](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, 0);
+    };
   }
 
   absl::Status PrepareData() override { return LoadClassNames(); }
@@ -41,8 +45,8 @@ class AudioFolder : public data::DataModule {
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
       if (o_.val.empty()) {
-        auto [train_idx, val_idx] =
-            data::RandomSplit(static_cast<int64_t>(train_entries_->size()), o_.val_fraction, o_.split_seed);
+        auto [train_idx, val_idx] = data::RandomSplit(static_cast<int64_t>(train_entries_->size()),
+                                                      o_.val_fraction, o_.split_seed);
         train_ = Make(Pick(*train_entries_, train_idx), true);
         if (!val_idx.empty()) val_ = Make(Pick(*train_entries_, val_idx), false);
       } else {
@@ -58,7 +62,8 @@ class AudioFolder : public data::DataModule {
     if (stage == data::Stage::kPredict && !predict_) {
       std::string path = o_.predict.empty() ? o_.test : o_.predict;
       if (path.empty()) {
-        return absl::FailedPreconditionError("nothing to predict: set data.predict=PATH (an audio file or a folder)");
+        return absl::FailedPreconditionError(
+            "nothing to predict: set data.predict=PATH (an audio file or a folder)");
       }
       KILN_ASSIGN_OR_RETURN(auto entries, Unlabelled(path));
       predict_ = Make(std::move(entries), false);
@@ -81,14 +86,15 @@ class AudioFolder : public data::DataModule {
       return absl::OkStatus();
     }
     std::error_code error;
-    if (!fs::is_directory(o_.train, error)) return absl::NotFoundError(absl::StrCat(o_.train, ": no such folder (data.train)"));
+    if (!fs::is_directory(o_.train, error))
+      return absl::NotFoundError(absl::StrCat(o_.train, ": no such folder (data.train)"));
     for (const auto& entry : fs::directory_iterator(o_.train, error)) {
       if (entry.is_directory()) names_.push_back(entry.path().filename().string());
     }
     std::sort(names_.begin(), names_.end());
     if (names_.size() < 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(o_.train, ": needs at least 2 class folders (TRAIN/CLASS/*.wav), found ", names_.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          o_.train, ": needs at least 2 class folders (TRAIN/CLASS/*.wav), found ", names_.size()));
     }
     return absl::OkStatus();
   }
@@ -107,11 +113,14 @@ class AudioFolder : public data::DataModule {
       fs::path dir = fs::path(root) / names_[c];
       std::error_code error;
       if (!fs::is_directory(dir, error)) {
-        return absl::NotFoundError(absl::StrCat(dir.string(), ": no such class folder (the classes are those of ",
-                                                o_.classes.empty() ? "data.train" : "data.classes", ")"));
+        return absl::NotFoundError(
+            absl::StrCat(dir.string(), ": no such class folder (the classes are those of ",
+                         o_.classes.empty() ? "data.train" : "data.classes", ")"));
       }
       KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(dir.string()));
-      if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir.string(), ": no audio files (.wav, .flac, .ogg)"));
+      if (paths.empty())
+        return absl::NotFoundError(
+            absl::StrCat(dir.string(), ": no audio files (.wav, .flac, .ogg)"));
       for (auto& path : paths) {
         AudioEntry e;
         e.path = e.where = std::move(path);
@@ -127,7 +136,8 @@ class AudioFolder : public data::DataModule {
   // folder carries its label, the others -1.
   absl::StatusOr<std::vector<AudioEntry>> Unlabelled(const std::string& path) const {
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));
-    if (paths.empty()) return absl::NotFoundError(absl::StrCat(path, ": no audio files (.wav, .flac, .ogg)"));
+    if (paths.empty())
+      return absl::NotFoundError(absl::StrCat(path, ": no audio files (.wav, .flac, .ogg)"));
     std::vector<AudioEntry> entries;
     for (auto& p : paths) {
       AudioEntry e;
@@ -140,7 +150,8 @@ class AudioFolder : public data::DataModule {
     return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error, path);
   }
 
-  static std::vector<AudioEntry> Pick(const std::vector<AudioEntry>& all, const std::vector<int64_t>& indices) {
+  static std::vector<AudioEntry> Pick(const std::vector<AudioEntry>& all,
+                                      const std::vector<int64_t>& indices) {
     std::vector<AudioEntry> out;
     out.reserve(indices.size());
     for (int64_t i : indices) out.push_back(all[static_cast<size_t>(i)]);
@@ -148,8 +159,8 @@ class AudioFolder : public data::DataModule {
   }
 
   std::shared_ptr<const data::Dataset> Make(std::vector<AudioEntry> entries, bool augment) const {
-    return std::make_shared<AudioDataset>(std::make_shared<const std::vector<AudioEntry>>(std::move(entries)),
-                                          pipeline_, augment);
+    return std::make_shared<AudioDataset>(
+        std::make_shared<const std::vector<AudioEntry>>(std::move(entries)), pipeline_, augment);
   }
 
   AudioFolderOptions o_;
@@ -160,28 +171,31 @@ class AudioFolder : public data::DataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-KILN_REGISTER(data::DataModule, "audio_folder",
-              "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
-              AddAudioDataOptions(
-                  OptionSchema()
-                      .Required("train", OptionType::kString, "folder of class folders (TRAIN/CLASS/*.wav)")
-                      .Add("val", OptionType::kString, "null", "folder of the same class folders (null: split from train)")
-                      .Add("test", OptionType::kString, "null", "folder of the same class folders (null: no test split)")
-                      .Add("predict", OptionType::kString, "null",
-                           "an audio file or a folder of them to label (null: the test folder)")
-                      .Add("classes", OptionType::kList, "null",
-                           "class names in index order (null: the sorted class folders of train)")
-                      .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
-                      .Int("split_seed", 1234, "seed of that split"),
-                  1.0),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-                AudioFolderOptions o;
-                KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
-                KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
-                KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
-                KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
-                return std::make_shared<AudioFolder>(std::move(o), std::move(pipeline), loader);
-              });
+KILN_REGISTER(
+    data::DataModule, "audio_folder",
+    "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
+    AddAudioDataOptions(
+        OptionSchema()
+            .Required("train", OptionType::kString, "folder of class folders (TRAIN/CLASS/*.wav)")
+            .Add("val", OptionType::kString, "null",
+                 "folder of the same class folders (null: split from train)")
+            .Add("test", OptionType::kString, "null",
+                 "folder of the same class folders (null: no test split)")
+            .Add("predict", OptionType::kString, "null",
+                 "an audio file or a folder of them to label (null: the test folder)")
+            .Add("classes", OptionType::kList, "null",
+                 "class names in index order (null: the sorted class folders of train)")
+            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
+            .Int("split_seed", 1234, "seed of that split"),
+        1.0),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      AudioFolderOptions o;
+      KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
+      KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
+      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
+      KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
+      return std::make_shared<AudioFolder>(std::move(o), std::move(pipeline), loader);
+    });
 
 }  // namespace
 }  // namespace kiln::audio

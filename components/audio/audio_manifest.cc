@@ -6,7 +6,6 @@
 // per batch with lengths and masks, token targets padded with 0 (<pad>).
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -33,8 +32,8 @@ struct ManifestOptions : AudioSplits {
 
 // The entries of a JSONL manifest. Malformed lines and missing fields name FILE:LINE; with kSkip
 // they are counted and left out.
-absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path, const ManifestOptions& o,
-                                                     bool need_text) {
+absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
+                                                     const ManifestOptions& o, bool need_text) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open manifest"));
   const fs::path base = fs::path(path).parent_path();
@@ -60,7 +59,8 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path, co
     } else {
       fs::path audio = json[o.audio_field].get<std::string>();
       e.path = (audio.is_absolute() ? audio : base / audio).string();
-      if (json.contains(o.text_field) && json[o.text_field].is_string()) e.text = json[o.text_field].get<std::string>();
+      if (json.contains(o.text_field) && json[o.text_field].is_string())
+        e.text = json[o.text_field].get<std::string>();
       if (json.contains(o.duration_field)) e.duration = json[o.duration_field].get<double>();
     }
     if (!error.empty()) {
@@ -74,14 +74,15 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path, co
     Logger::Instance().Warning(absl::StrCat("skipped ", skipped, " of ", number, " lines of ", path,
                                             " (data.on_error=skip); first: ", first_error));
   }
-  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no utterances (empty manifest)"));
+  if (entries.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no utterances (empty manifest)"));
   return entries;
 }
 
 class AudioManifest : public text::TextDataModule {
  public:
-  AudioManifest(ManifestOptions o, AudioPipelineOptions pipeline, std::shared_ptr<text::Tokenizer> tokenizer,
-                data::LoaderOptions loader)
+  AudioManifest(ManifestOptions o, AudioPipelineOptions pipeline,
+                std::shared_ptr<text::Tokenizer> tokenizer, data::LoaderOptions loader)
       : TextDataModule(std::move(tokenizer), loader),
         o_(std::move(o)),
         pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))) {}
@@ -94,7 +95,8 @@ class AudioManifest : public text::TextDataModule {
     };
     lo.batch_order = nullptr;
     if (o_.bucket && stage == data::Stage::kFit) {
-      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window, static_cast<uint64_t>(o_.split_seed));
+      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window,
+                                             static_cast<uint64_t>(o_.split_seed));
     }
     if (pipeline_->needs_global_stats()) {
       KILN_RETURN_IF_ERROR(LoadTrain());
@@ -105,8 +107,8 @@ class AudioManifest : public text::TextDataModule {
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
       if (o_.val.empty()) {
-        auto [train_idx, val_idx] =
-            data::RandomSplit(static_cast<int64_t>(train_entries_.size()), o_.val_fraction, o_.split_seed);
+        auto [train_idx, val_idx] = data::RandomSplit(static_cast<int64_t>(train_entries_.size()),
+                                                      o_.val_fraction, o_.split_seed);
         std::vector<AudioEntry> t, v;
         for (int64_t i : train_idx) t.push_back(train_entries_[static_cast<size_t>(i)]);
         for (int64_t i : val_idx) v.push_back(train_entries_[static_cast<size_t>(i)]);
@@ -125,7 +127,8 @@ class AudioManifest : public text::TextDataModule {
     if (stage == data::Stage::kPredict && !predict_) {
       std::string path = o_.predict.empty() ? o_.test : o_.predict;
       if (path.empty()) {
-        return absl::FailedPreconditionError("nothing to predict: set data.predict=PATH (a manifest, an audio file or a folder)");
+        return absl::FailedPreconditionError(
+            "nothing to predict: set data.predict=PATH (a manifest, an audio file or a folder)");
       }
       std::vector<AudioEntry> entries;
       if (absl::AsciiStrToLower(fs::path(path).extension().string()) == ".jsonl") {
@@ -137,8 +140,9 @@ class AudioManifest : public text::TextDataModule {
           e.path = e.where = std::move(p);
           entries.push_back(std::move(e));
         }
-        KILN_ASSIGN_OR_RETURN(entries, CheckEntries(std::move(entries), pipeline_->options().sample_rate,
-                                                    o_.on_error, path));
+        KILN_ASSIGN_OR_RETURN(
+            entries,
+            CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error, path));
       }
       predict_ = Make(std::move(entries), *tok, false);
     }
@@ -170,8 +174,9 @@ class AudioManifest : public text::TextDataModule {
   // A manifest's entries whose files pass the header check and whose duration is in range.
   absl::StatusOr<std::vector<AudioEntry>> Load(const std::string& path, bool need_text) const {
     KILN_ASSIGN_OR_RETURN(std::vector<AudioEntry> entries, ReadManifest(path, o_, need_text));
-    KILN_ASSIGN_OR_RETURN(entries, CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error,
-                                                absl::StrCat("manifest ", path)));
+    KILN_ASSIGN_OR_RETURN(
+        entries, CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error,
+                              absl::StrCat("manifest ", path)));
     if (o_.min_duration <= 0 && o_.max_duration <= 0) return entries;
     std::vector<AudioEntry> kept;
     for (auto& e : entries) {
@@ -181,22 +186,26 @@ class AudioManifest : public text::TextDataModule {
       }
     }
     if (kept.size() < entries.size()) {
-      Logger::Instance().Info(absl::StrCat("left out ", entries.size() - kept.size(), " of ", entries.size(),
-                                           " utterances of ", path, " outside data.min_duration/max_duration"));
+      Logger::Instance().Info(absl::StrCat("left out ", entries.size() - kept.size(), " of ",
+                                           entries.size(), " utterances of ", path,
+                                           " outside data.min_duration/max_duration"));
     }
-    if (kept.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no utterance within the duration limits"));
+    if (kept.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": no utterance within the duration limits"));
     return kept;
   }
 
-  std::shared_ptr<const data::Dataset> Make(std::vector<AudioEntry> entries, const text::Tokenizer& tok,
-                                            bool augment) const {
+  std::shared_ptr<const data::Dataset> Make(std::vector<AudioEntry> entries,
+                                            const text::Tokenizer& tok, bool augment) const {
     std::vector<std::string> texts;
     texts.reserve(entries.size());
     for (const auto& e : entries) texts.push_back(e.text);
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
     for (size_t i = 0; i < entries.size(); ++i) entries[i].tokens = std::move(tokens[i]);
-    return std::make_shared<AudioDataset>(std::make_shared<const std::vector<AudioEntry>>(std::move(entries)),
-                                          pipeline_, augment, /*token_targets=*/true);
+    return std::make_shared<AudioDataset>(
+        std::make_shared<const std::vector<AudioEntry>>(std::move(entries)), pipeline_, augment,
+        /*token_targets=*/true);
   }
 
   ManifestOptions o_;
@@ -205,41 +214,46 @@ class AudioManifest : public text::TextDataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-KILN_REGISTER(data::DataModule, "audio_manifest",
-              "Speech recognition data: JSONL manifests {audio, text, duration}, duration-bucketed batches",
-              AddAudioDataOptions(
-                  OptionSchema()
-                      .Required("train", OptionType::kString, "training manifest (.jsonl)")
-                      .Add("val", OptionType::kString, "null", "validation manifest (null: val_fraction of train)")
-                      .Add("test", OptionType::kString, "null", "test manifest (null: no test split)")
-                      .Add("predict", OptionType::kString, "null",
-                           "a manifest, an audio file or a folder to transcribe (null: the test manifest)")
-                      .Required("tokenizer", OptionType::kMap, "the tokenizer of the transcripts: {_target_: char, ...}")
-                      .String("audio_field", "audio", "the manifest field holding the audio path")
-                      .String("text_field", "text", "the manifest field holding the transcript")
-                      .String("duration_field", "duration", "the manifest field holding the duration (seconds)")
-                      .Float("min_duration", 0.0, "utterances shorter than this are left out (0: no limit)")
-                      .Float("max_duration", 0.0, "utterances longer than this are left out (0: no limit)")
-                      .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
-                      .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
-                      .Bool("bucket_by_length", true, "training batches of similar durations (less padding)")
-                      .Int("bucket_window", 50, "batches sorted together when bucketing"),
-                  0.0),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-                ManifestOptions o;
-                KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
-                KILN_ASSIGN_OR_RETURN(o.audio_field, cfg.Get<std::string>("audio_field"));
-                KILN_ASSIGN_OR_RETURN(o.text_field, cfg.Get<std::string>("text_field"));
-                KILN_ASSIGN_OR_RETURN(o.duration_field, cfg.Get<std::string>("duration_field"));
-                KILN_ASSIGN_OR_RETURN(o.min_duration, cfg.Get<double>("min_duration"));
-                KILN_ASSIGN_OR_RETURN(o.max_duration, cfg.Get<double>("max_duration"));
-                KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
-                KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
-                KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
-                KILN_ASSIGN_OR_RETURN(auto tokenizer, text::ReadTokenizer(cfg));
-                KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
-                return std::make_shared<AudioManifest>(std::move(o), std::move(pipeline), std::move(tokenizer), loader);
-              });
+KILN_REGISTER(
+    data::DataModule, "audio_manifest",
+    "Speech recognition data: JSONL manifests {audio, text, duration}, duration-bucketed batches",
+    AddAudioDataOptions(
+        OptionSchema()
+            .Required("train", OptionType::kString, "training manifest (.jsonl)")
+            .Add("val", OptionType::kString, "null",
+                 "validation manifest (null: val_fraction of train)")
+            .Add("test", OptionType::kString, "null", "test manifest (null: no test split)")
+            .Add("predict", OptionType::kString, "null",
+                 "a manifest, an audio file or a folder to transcribe (null: the test manifest)")
+            .Required("tokenizer", OptionType::kMap,
+                      "the tokenizer of the transcripts: {_target_: char, ...}")
+            .String("audio_field", "audio", "the manifest field holding the audio path")
+            .String("text_field", "text", "the manifest field holding the transcript")
+            .String("duration_field", "duration",
+                    "the manifest field holding the duration (seconds)")
+            .Float("min_duration", 0.0, "utterances shorter than this are left out (0: no limit)")
+            .Float("max_duration", 0.0, "utterances longer than this are left out (0: no limit)")
+            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
+            .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
+            .Bool("bucket_by_length", true, "training batches of similar durations (less padding)")
+            .Int("bucket_window", 50, "batches sorted together when bucketing"),
+        0.0),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      ManifestOptions o;
+      KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
+      KILN_ASSIGN_OR_RETURN(o.audio_field, cfg.Get<std::string>("audio_field"));
+      KILN_ASSIGN_OR_RETURN(o.text_field, cfg.Get<std::string>("text_field"));
+      KILN_ASSIGN_OR_RETURN(o.duration_field, cfg.Get<std::string>("duration_field"));
+      KILN_ASSIGN_OR_RETURN(o.min_duration, cfg.Get<double>("min_duration"));
+      KILN_ASSIGN_OR_RETURN(o.max_duration, cfg.Get<double>("max_duration"));
+      KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
+      KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
+      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
+      KILN_ASSIGN_OR_RETURN(auto tokenizer, text::ReadTokenizer(cfg));
+      KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
+      return std::make_shared<AudioManifest>(std::move(o), std::move(pipeline),
+                                             std::move(tokenizer), loader);
+    });
 
 }  // namespace
 }  // namespace kiln::audio

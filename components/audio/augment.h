@@ -29,6 +29,7 @@ struct SpecAugmentOptions {
   double max_time_fraction = 0.2;
   double value = 0;
 };
-torch::Tensor SpecAugment(const torch::Tensor& features, const SpecAugmentOptions& o, data::SampleRng& rng);
+torch::Tensor SpecAugment(const torch::Tensor& features, const SpecAugmentOptions& o,
+                          data::SampleRng& rng);
 
 }  // namespace kiln::audio

@@ -18,7 +18,7 @@ torch::Tensor MelFilterbank(int64_t n_freqs, double f_min, double f_max, int64_t
   torch::Tensor mels = torch::linspace(HzToMel(f_min), HzToMel(f_max), n_mels + 2, f64);
   torch::Tensor points = 700.0 * (torch::pow(10.0, mels / 2595.0) - 1.0);  // [n_mels + 2]
   torch::Tensor widths = points.slice(0, 1) - points.slice(0, 0, -1);      // [n_mels + 1]
-  torch::Tensor slopes = points.unsqueeze(0) - freqs.unsqueeze(1);        // [n_freqs, n_mels + 2]
+  torch::Tensor slopes = points.unsqueeze(0) - freqs.unsqueeze(1);         // [n_freqs, n_mels + 2]
   torch::Tensor down = -slopes.slice(1, 0, -2) / widths.slice(0, 0, -1);
   torch::Tensor up = slopes.slice(1, 2) / widths.slice(0, 1);
   return torch::clamp_min(torch::minimum(down, up), 0.0).to(torch::kFloat32);
@@ -28,7 +28,8 @@ torch::Tensor DctMatrix(int64_t n_mfcc, int64_t n_mels) {
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor n = torch::arange(n_mels, f64);
   torch::Tensor k = torch::arange(n_mfcc, f64).unsqueeze(1);
-  torch::Tensor dct = torch::cos(M_PI / static_cast<double>(n_mels) * (n + 0.5) * k);  // [n_mfcc, n_mels]
+  torch::Tensor dct =
+      torch::cos(M_PI / static_cast<double>(n_mels) * (n + 0.5) * k);  // [n_mfcc, n_mels]
   dct[0] *= 1.0 / std::sqrt(2.0);
   dct *= std::sqrt(2.0 / static_cast<double>(n_mels));
   return dct.t().contiguous().to(torch::kFloat32);
@@ -36,19 +37,23 @@ torch::Tensor DctMatrix(int64_t n_mfcc, int64_t n_mels) {
 
 absl::Status CheckSpectrogramOptions(const SpectrogramOptions& o) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
-  if (o.sample_rate <= 0) return bad(absl::StrCat("features: sample_rate must be positive, got ", o.sample_rate));
+  if (o.sample_rate <= 0)
+    return bad(absl::StrCat("features: sample_rate must be positive, got ", o.sample_rate));
   if (o.n_fft < 2) return bad(absl::StrCat("features: n_fft must be at least 2, got ", o.n_fft));
   if (o.win_length < 1 || o.win_length > o.n_fft) {
-    return bad(absl::StrCat("features: win_length must be in [1, n_fft=", o.n_fft, "], got ", o.win_length));
+    return bad(absl::StrCat("features: win_length must be in [1, n_fft=", o.n_fft, "], got ",
+                            o.win_length));
   }
-  if (o.hop_length < 1) return bad(absl::StrCat("features: hop_length must be positive, got ", o.hop_length));
+  if (o.hop_length < 1)
+    return bad(absl::StrCat("features: hop_length must be positive, got ", o.hop_length));
   if (o.n_mels < 1) return bad(absl::StrCat("features: n_mels must be positive, got ", o.n_mels));
   double f_max = o.f_max > 0 ? o.f_max : o.sample_rate / 2.0;
   if (o.f_min < 0 || o.f_min >= f_max || f_max > o.sample_rate / 2.0) {
-    return bad(absl::StrCat("features: need 0 <= f_min < f_max <= sample_rate / 2 = ", o.sample_rate / 2.0,
-                            ", got f_min=", o.f_min, ", f_max=", f_max));
+    return bad(absl::StrCat("features: need 0 <= f_min < f_max <= sample_rate / 2 = ",
+                            o.sample_rate / 2.0, ", got f_min=", o.f_min, ", f_max=", f_max));
   }
-  if (o.log_offset <= 0) return bad(absl::StrCat("features: log_offset must be positive, got ", o.log_offset));
+  if (o.log_offset <= 0)
+    return bad(absl::StrCat("features: log_offset must be positive, got ", o.log_offset));
   return absl::OkStatus();
 }
 
@@ -62,9 +67,10 @@ torch::Tensor LogMel::Compute(const torch::Tensor& waveform) const {
   torch::Tensor x = waveform.to(torch::kFloat32).reshape({-1});
   // Reflection padding (center=true) needs more samples than half a frame.
   if (x.size(0) <= o_.n_fft / 2) x = torch::constant_pad_nd(x, {0, o_.n_fft / 2 + 1 - x.size(0)});
-  torch::Tensor spec = torch::stft(x, o_.n_fft, o_.hop_length, o_.win_length, window_, /*center=*/true,
-                                   "reflect", /*normalized=*/false, /*onesided=*/true,
-                                   /*return_complex=*/true);
+  torch::Tensor spec =
+      torch::stft(x, o_.n_fft, o_.hop_length, o_.win_length, window_, /*center=*/true, "reflect",
+                  /*normalized=*/false, /*onesided=*/true,
+                  /*return_complex=*/true);
   torch::Tensor power = torch::view_as_real(spec).pow(2).sum(-1);  // [n_freqs, frames]
   return torch::log(torch::matmul(power.t(), filterbank_) + o_.log_offset);
 }
@@ -113,21 +119,23 @@ absl::StatusOr<SpectrogramOptions> ReadSpectrogramOptions(const config::Config& 
   return o;
 }
 
-KILN_REGISTER(FeatureExtractor, "log_mel", "Log-mel filterbank energies [frames, n_mels] (torch::stft)",
-              SpectrogramSchema(),
+KILN_REGISTER(FeatureExtractor, "log_mel",
+              "Log-mel filterbank energies [frames, n_mels] (torch::stft)", SpectrogramSchema(),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
                 KILN_ASSIGN_OR_RETURN(SpectrogramOptions o, ReadSpectrogramOptions(cfg));
                 return std::make_shared<LogMel>(o);
               });
 
-KILN_REGISTER(FeatureExtractor, "mfcc", "MFCCs: orthonormal DCT-II of the log-mel energies [frames, n_mfcc]",
+KILN_REGISTER(FeatureExtractor, "mfcc",
+              "MFCCs: orthonormal DCT-II of the log-mel energies [frames, n_mfcc]",
               SpectrogramSchema().Int("n_mfcc", 13, "cepstral coefficients kept (at most n_mels)"),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
                 KILN_ASSIGN_OR_RETURN(SpectrogramOptions o, ReadSpectrogramOptions(cfg));
                 KILN_ASSIGN_OR_RETURN(int64_t n_mfcc, cfg.Get<int64_t>("n_mfcc"));
                 if (n_mfcc < 1 || n_mfcc > o.n_mels) {
-                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("n_mfcc"), "' must be in [1, n_mels=",
-                                                                 o.n_mels, "], got ", n_mfcc));
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("option '", cfg.FullKey("n_mfcc"),
+                                   "' must be in [1, n_mels=", o.n_mels, "], got ", n_mfcc));
                 }
                 return std::make_shared<Mfcc>(o, n_mfcc);
               });

@@ -20,8 +20,8 @@ struct SpectrogramOptions {
   int64_t hop_length = 160;  // samples (10 ms at 16 kHz)
   int64_t n_mels = 40;
   double f_min = 20;
-  double f_max = 0;           // 0: sample_rate / 2
-  double log_offset = 1e-6;   // log(mel + log_offset)
+  double f_max = 0;          // 0: sample_rate / 2
+  double log_offset = 1e-6;  // log(mel + log_offset)
 };
 // Names the offending option when the values cannot work together.
 absl::Status CheckSpectrogramOptions(const SpectrogramOptions& o);

@@ -15,18 +15,24 @@ class DsCnn : public Model {
         int64_t num_classes, double dropout)
       : dropout_(dropout) {
     conv_ = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, channels, kernel)
-                                                           .stride(stride)
-                                                           .padding({kernel[0] / 2, kernel[1] / 2})
-                                                           .bias(false)));
+                                                          .stride(stride)
+                                                          .padding({kernel[0] / 2, kernel[1] / 2})
+                                                          .bias(false)));
     bn_ = register_module("bn", torch::nn::BatchNorm2d(channels));
     for (int64_t i = 0; i < blocks; ++i) {
-      depthwise_.push_back(register_module(
-          absl::StrCat("dw", i + 1),
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1).groups(channels).bias(false))));
-      depthwise_bn_.push_back(register_module(absl::StrCat("dw_bn", i + 1), torch::nn::BatchNorm2d(channels)));
-      pointwise_.push_back(register_module(absl::StrCat("pw", i + 1),
-                                           torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1).bias(false))));
-      pointwise_bn_.push_back(register_module(absl::StrCat("pw_bn", i + 1), torch::nn::BatchNorm2d(channels)));
+      depthwise_.push_back(
+          register_module(absl::StrCat("dw", i + 1),
+                          torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3)
+                                                .padding(1)
+                                                .groups(channels)
+                                                .bias(false))));
+      depthwise_bn_.push_back(
+          register_module(absl::StrCat("dw_bn", i + 1), torch::nn::BatchNorm2d(channels)));
+      pointwise_.push_back(register_module(
+          absl::StrCat("pw", i + 1),
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1).bias(false))));
+      pointwise_bn_.push_back(
+          register_module(absl::StrCat("pw_bn", i + 1), torch::nn::BatchNorm2d(channels)));
     }
     fc_ = register_module("fc", torch::nn::Linear(channels, num_classes));
   }
@@ -52,36 +58,38 @@ class DsCnn : public Model {
   double dropout_;
 };
 
-KILN_REGISTER(Model, "ds_cnn",
-              "Depthwise-separable CNN keyword spotter (Hello Edge DS-CNN) over features [B, frames, F]",
-              OptionSchema()
-                  .Int("channels", 64, "channels of every layer")
-                  .Int("blocks", 4, "depthwise-separable blocks")
-                  .Add("kernel", OptionType::kList, "[10, 4]", "first convolution's kernel [time, frequency]")
-                  .Add("stride", OptionType::kList, "[2, 2]", "first convolution's stride [time, frequency]")
-                  .Required("num_classes", OptionType::kInt, "number of outputs")
-                  .Float("dropout", 0.2, "dropout before the classifier"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(int64_t channels, cfg.Get<int64_t>("channels"));
-                KILN_ASSIGN_OR_RETURN(int64_t blocks, cfg.Get<int64_t>("blocks"));
-                KILN_ASSIGN_OR_RETURN(auto kernel, cfg.Get<std::vector<int64_t>>("kernel"));
-                KILN_ASSIGN_OR_RETURN(auto stride, cfg.Get<std::vector<int64_t>>("stride"));
-                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
-                for (const char* key : {"kernel", "stride"}) {
-                  const auto& v = std::string(key) == "kernel" ? kernel : stride;
-                  if (v.size() != 2 || v[0] < 1 || v[1] < 1) {
-                    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey(key),
-                                                                   "' must be two positive integers [time, frequency] (set at ",
-                                                                   cfg.WhereSet(key), ")"));
-                  }
-                }
-                if (channels < 1 || blocks < 0 || classes < 2) {
-                  return absl::InvalidArgumentError(absl::StrCat("'", cfg.prefix(),
-                                                                 "': needs channels >= 1, blocks >= 0, num_classes >= 2"));
-                }
-                return std::make_shared<DsCnn>(channels, blocks, kernel, stride, classes, dropout);
-              });
+KILN_REGISTER(
+    Model, "ds_cnn",
+    "Depthwise-separable CNN keyword spotter (Hello Edge DS-CNN) over features [B, frames, F]",
+    OptionSchema()
+        .Int("channels", 64, "channels of every layer")
+        .Int("blocks", 4, "depthwise-separable blocks")
+        .Add("kernel", OptionType::kList, "[10, 4]", "first convolution's kernel [time, frequency]")
+        .Add("stride", OptionType::kList, "[2, 2]", "first convolution's stride [time, frequency]")
+        .Required("num_classes", OptionType::kInt, "number of outputs")
+        .Float("dropout", 0.2, "dropout before the classifier"),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_ASSIGN_OR_RETURN(int64_t channels, cfg.Get<int64_t>("channels"));
+      KILN_ASSIGN_OR_RETURN(int64_t blocks, cfg.Get<int64_t>("blocks"));
+      KILN_ASSIGN_OR_RETURN(auto kernel, cfg.Get<std::vector<int64_t>>("kernel"));
+      KILN_ASSIGN_OR_RETURN(auto stride, cfg.Get<std::vector<int64_t>>("stride"));
+      KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
+      KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
+      for (const char* key : {"kernel", "stride"}) {
+        const auto& v = std::string(key) == "kernel" ? kernel : stride;
+        if (v.size() != 2 || v[0] < 1 || v[1] < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("option '", cfg.FullKey(key),
+                           "' must be two positive integers [time, frequency] (set at ",
+                           cfg.WhereSet(key), ")"));
+        }
+      }
+      if (channels < 1 || blocks < 0 || classes < 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", cfg.prefix(), "': needs channels >= 1, blocks >= 0, num_classes >= 2"));
+      }
+      return std::make_shared<DsCnn>(channels, blocks, kernel, stride, classes, dropout);
+    });
 
 }  // namespace
 }  // namespace kiln

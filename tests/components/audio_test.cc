@@ -27,15 +27,18 @@ using kiln::testing::InstantiateOk;
 using kiln::testing::TempDir;
 
 torch::Tensor Sine(double hz, int64_t rate, double seconds, double amplitude = 0.5) {
-  torch::Tensor t = torch::arange(static_cast<int64_t>(std::llround(seconds * static_cast<double>(rate))), torch::kFloat64) /
-                    static_cast<double>(rate);
+  torch::Tensor t =
+      torch::arange(static_cast<int64_t>(std::llround(seconds * static_cast<double>(rate))),
+                    torch::kFloat64) /
+      static_cast<double>(rate);
   return (amplitude * torch::sin(2 * M_PI * hz * t)).to(torch::kFloat32);
 }
 
 // The frequency (Hz) of the largest FFT magnitude of `wave` at `rate`.
 double PeakHz(const torch::Tensor& wave, int64_t rate) {
   torch::Tensor magnitude = torch::fft::rfft(wave.to(torch::kFloat64)).abs();
-  return magnitude.argmax().item<double>() * static_cast<double>(rate) / static_cast<double>(wave.size(0));
+  return magnitude.argmax().item<double>() * static_cast<double>(rate) /
+         static_cast<double>(wave.size(0));
 }
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
@@ -54,7 +57,8 @@ TEST(AudioFile, WavRoundTripAndMonoDownmix) {
   auto wave = ReadAudio(path);
   ASSERT_TRUE(wave.ok()) << wave.status();
   EXPECT_EQ(wave->samples.sizes(), (std::vector<int64_t>{2, 4000}));
-  EXPECT_LT((wave->samples[0] - left).abs().max().item<double>(), 1.0 / 32768 + 1e-6);  // 16-bit PCM
+  EXPECT_LT((wave->samples[0] - left).abs().max().item<double>(),
+            1.0 / 32768 + 1e-6);  // 16-bit PCM
   torch::Tensor mono = ToMono(wave->samples);
   EXPECT_LT((mono - left / 2).abs().max().item<double>(), 1.0 / 32768 + 1e-6);
 }
@@ -71,7 +75,8 @@ TEST(AudioFile, ResampledSineKeepsItsFrequency) {
   // The amplitude survives (away from the edges), and nothing appears above the old Nyquist.
   EXPECT_NEAR(up->narrow(0, 1000, 14000).abs().max().item<double>(), 0.5, 0.01);
   torch::Tensor spectrum = torch::fft::rfft(up->to(torch::kFloat64)).abs();
-  EXPECT_LT(spectrum.narrow(0, 4100, 3900).max().item<double>(), 1e-3 * spectrum.max().item<double>());
+  EXPECT_LT(spectrum.narrow(0, 4100, 3900).max().item<double>(),
+            1e-3 * spectrum.max().item<double>());
 }
 
 TEST(AudioFile, LoadMonoResamplesAFileToTheAskedRate) {
@@ -98,11 +103,15 @@ TEST(AudioFile, BadFilesAreErrorsNamingTheFile) {
   auto empty = LoadMono(dir.path() + "/empty.wav", 16000);
   EXPECT_EQ(Message(empty.status()), dir.path() + "/empty.wav: empty file (0 bytes), not audio");
   auto text = LoadMono(dir.path() + "/text.wav", 16000);
-  EXPECT_EQ(Message(text.status()).rfind(dir.path() + "/text.wav: cannot read audio: ", 0), 0u) << text.status();
+  EXPECT_EQ(Message(text.status()).rfind(dir.path() + "/text.wav: cannot read audio: ", 0), 0u)
+      << text.status();
   auto mp3 = LoadMono(dir.path() + "/song.mp3", 16000);
-  EXPECT_EQ(Message(mp3.status()), dir.path() + "/song.mp3: unsupported audio format '.mp3' (kiln reads .wav, .flac and .ogg)");
+  EXPECT_EQ(
+      Message(mp3.status()),
+      dir.path() + "/song.mp3: unsupported audio format '.mp3' (kiln reads .wav, .flac and .ogg)");
   auto rate = LoadMono(tiny, 16000);
-  EXPECT_EQ(Message(rate.status()), tiny + ": cannot resample 8 Hz to 16000 Hz: the ratio is beyond 1:256");
+  EXPECT_EQ(Message(rate.status()),
+            tiny + ": cannot resample 8 Hz to 16000 Hz: the ratio is beyond 1:256");
   auto no_samples = LoadMono(header_only, 16000);
   EXPECT_EQ(Message(no_samples.status()), header_only + ": no audio samples (empty recording)");
   EXPECT_FALSE(CheckResampleRates(16000, 0).ok());
@@ -122,11 +131,12 @@ TEST(Features, MelFilterbankMatchesTorchaudiosFormula) {
   EXPECT_NEAR(sums[0].item<double>(), 1.594123, 1e-5);
   EXPECT_NEAR(sums[10].item<double>(), 2.701296, 1e-5);
   EXPECT_NEAR(sums[39].item<double>(), 15.920731, 1e-4);
-  std::vector<int64_t> peaks = {2,  4,  5,  7,  9,  11, 13,  15,  17,  20,  23,  25,  28,  32,
-                                35, 39, 42, 46, 51, 55, 60,  65,  71,  77,  83,  89,  97,  104,
+  std::vector<int64_t> peaks = {2,   4,   5,   7,   9,   11,  13,  15,  17,  20,  23,  25, 28, 32,
+                                35,  39,  42,  46,  51,  55,  60,  65,  71,  77,  83,  89, 97, 104,
                                 112, 120, 129, 139, 149, 160, 171, 183, 196, 210, 224, 240};
   torch::Tensor argmax = fb.argmax(0);
-  for (int64_t m = 0; m < 40; ++m) EXPECT_EQ(argmax[m].item<int64_t>(), peaks[static_cast<size_t>(m)]) << m;
+  for (int64_t m = 0; m < 40; ++m)
+    EXPECT_EQ(argmax[m].item<int64_t>(), peaks[static_cast<size_t>(m)]) << m;
   EXPECT_NEAR(MelToHz(HzToMel(1234.5)), 1234.5, 1e-9);
 }
 
@@ -151,7 +161,8 @@ TEST(Features, MfccIsAnOrthonormalDctOfLogMel) {
   torch::Tensor c = mfcc.Compute(wave);
   ASSERT_EQ(c.sizes(), (std::vector<int64_t>{31, 13}));  // 1 + 4800 / 160 frames
   // c0 is the mean log-mel energy times sqrt(n_mels).
-  EXPECT_NEAR(c[10][0].item<double>(), log_mel.Compute(wave)[10].mean().item<double>() * std::sqrt(40.0), 1e-3);
+  EXPECT_NEAR(c[10][0].item<double>(),
+              log_mel.Compute(wave)[10].mean().item<double>() * std::sqrt(40.0), 1e-3);
 }
 
 TEST(Features, UtteranceNormalizationGivesZeroMeanUnitVariance) {
@@ -173,14 +184,16 @@ TEST(Augment, NoiseIsMixedAtTheAskedSnr) {
   torch::Tensor noise = torch::randn({4000});  // shorter: repeated
   for (double snr : {0.0, 10.0, 25.0}) {
     torch::Tensor mixed = MixAtSnr(wave, noise, snr);
-    double measured = 10 * std::log10(wave.pow(2).mean().item<double>() / (mixed - wave).pow(2).mean().item<double>());
+    double measured = 10 * std::log10(wave.pow(2).mean().item<double>() /
+                                      (mixed - wave).pow(2).mean().item<double>());
     EXPECT_NEAR(measured, snr, 0.01);
   }
   EXPECT_TRUE(torch::equal(MixAtSnr(torch::zeros({10}), noise, 10), torch::zeros({10})));
 }
 
 TEST(Augment, RegisteredTransformsAreReproducibleFromTheSampleRng) {
-  auto speed = InstantiateOk<data::Transform>("_target_: speed_perturb\nrange: [1.25, 1.25]\n", "t");
+  auto speed =
+      InstantiateOk<data::Transform>("_target_: speed_perturb\nrange: [1.25, 1.25]\n", "t");
   ASSERT_TRUE(speed);
   data::SampleRng rng(1, 0, 0);
   torch::Tensor fast = speed->Apply(Sine(400, 16000, 1.0), rng);
@@ -192,13 +205,16 @@ TEST(Augment, RegisteredTransformsAreReproducibleFromTheSampleRng) {
   torch::Tensor w = Sine(100, 16000, 0.1);
   EXPECT_TRUE(torch::equal(shift->Apply(w, a), shift->Apply(w, b)));
 
-  auto noise = InstantiateOk<data::Transform>("_target_: add_noise\nsnr_db: [20, 20]\np: 1.0\n", "t");
+  auto noise =
+      InstantiateOk<data::Transform>("_target_: add_noise\nsnr_db: [20, 20]\np: 1.0\n", "t");
   data::SampleRng c(3, 0, 0);
   torch::Tensor noisy = noise->Apply(w, c);
-  double snr = 10 * std::log10(w.pow(2).mean().item<double>() / (noisy - w).pow(2).mean().item<double>());
+  double snr =
+      10 * std::log10(w.pow(2).mean().item<double>() / (noisy - w).pow(2).mean().item<double>());
   EXPECT_NEAR(snr, 20.0, 0.01);
 
-  auto bad = kiln::testing::Instantiate<data::Transform>("_target_: speed_perturb\nrange: [0.1, 1.0]\n", "t");
+  auto bad = kiln::testing::Instantiate<data::Transform>(
+      "_target_: speed_perturb\nrange: [0.1, 1.0]\n", "t");
   EXPECT_FALSE(bad.ok());
 }
 
@@ -215,8 +231,9 @@ TEST(Augment, SpecAugmentMasksBandsAndSpansWithinTheirWidths) {
     data::SampleRng rng(5, 0, i);
     torch::Tensor out = SpecAugment(features, o, rng);
     torch::Tensor masked = out.eq(-100);
-    int64_t full_columns = masked.all(0).sum().item<int64_t>();  // frequency bands masked everywhere
-    int64_t full_rows = masked.all(1).sum().item<int64_t>();     // frames masked entirely
+    int64_t full_columns =
+        masked.all(0).sum().item<int64_t>();                  // frequency bands masked everywhere
+    int64_t full_rows = masked.all(1).sum().item<int64_t>();  // frames masked entirely
     EXPECT_LE(full_columns, 5);
     EXPECT_LE(full_rows, 10);
     masked_somewhere += masked.any().item<bool>();
@@ -256,7 +273,8 @@ void WriteClasses(const TempDir& dir, const std::string& split, int per_class) {
 
 std::string FolderYaml(const TempDir& dir, const std::string& extra) {
   return "_target_: audio_folder\ntrain: " + dir.path() + "/train\ntest: " + dir.path() +
-         "/test\nval_fraction: 0.25\nbatch_size: 4\nfeatures: {_target_: log_mel, n_mels: 20}\n" + extra;
+         "/test\nval_fraction: 0.25\nbatch_size: 4\nfeatures: {_target_: log_mel, n_mels: 20}\n" +
+         extra;
 }
 
 TEST(AudioFolder, LoadsFixedLengthFeaturesWithClassIndices) {
@@ -277,7 +295,8 @@ TEST(AudioFolder, LoadsFixedLengthFeaturesWithClassIndices) {
   EXPECT_EQ(example->input.sizes(), (std::vector<int64_t>{101, 20}));  // 0.8 s padded to 1 s
   EXPECT_EQ(example->target.item<int64_t>(), 1);
   EXPECT_EQ(dm->test_dataset()->Source(1), dir.path() + "/test/stop/0.wav");
-  EXPECT_LT(example->input.mean(0).abs().max().item<double>(), 1e-4);  // per-utterance normalization
+  EXPECT_LT(example->input.mean(0).abs().max().item<double>(),
+            1e-4);  // per-utterance normalization
 }
 
 TEST(AudioFolder, GlobalNormalizationUsesTrainingStatistics) {
@@ -301,7 +320,8 @@ TEST(AudioFolder, BadFileFailsNamingItOrIsSkippedWithACount) {
   dir.Write("train/stop/notes.txt", "not audio, ignored");
   auto dm = InstantiateOk<data::DataModule>(FolderYaml(dir, ""), "data");
   absl::Status fail = dm->Setup(data::Stage::kFit);
-  EXPECT_EQ(Message(fail).rfind(dir.path() + "/train/go/broken.wav: cannot read audio: ", 0), 0u) << fail;
+  EXPECT_EQ(Message(fail).rfind(dir.path() + "/train/go/broken.wav: cannot read audio: ", 0), 0u)
+      << fail;
   EXPECT_NE(Message(fail).find("data.on_error=skip"), std::string::npos);
   auto skip = InstantiateOk<data::DataModule>(FolderYaml(dir, "on_error: skip\n"), "data");
   ASSERT_TRUE(skip->Setup(data::Stage::kFit).ok());
@@ -316,13 +336,14 @@ TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
     std::filesystem::create_directories(dir.path() + "/clips");
     double seconds = 0.2 + 0.1 * i;
     ASSERT_TRUE(WriteWav(dir.path() + "/" + name, Sine(400, 16000, seconds), 16000).ok());
-    lines += "{\"audio\": \"" + name + "\", \"text\": \"go " + std::string(i % 2 ? "up" : "down") + "\"" +
-             (i == 3 ? std::string() : ", \"duration\": " + std::to_string(seconds)) + "}\n";
+    lines += "{\"audio\": \"" + name + "\", \"text\": \"go " + std::string(i % 2 ? "up" : "down") +
+             "\"" + (i == 3 ? std::string() : ", \"duration\": " + std::to_string(seconds)) + "}\n";
   }
   dir.Write("train.jsonl", lines);
   auto dm = InstantiateOk<data::DataModule>(
-      "_target_: audio_manifest\ntrain: " + dir.path() + "/train.jsonl\nval_fraction: 0.0\nbatch_size: 4\n"
-      "tokenizer: {_target_: char}\nfeatures: {_target_: mfcc, n_mels: 20, n_mfcc: 10}\n",
+      "_target_: audio_manifest\ntrain: " + dir.path() +
+          "/train.jsonl\nval_fraction: 0.0\nbatch_size: 4\n"
+          "tokenizer: {_target_: char}\nfeatures: {_target_: mfcc, n_mels: 20, n_mfcc: 10}\n",
       "data");
   ASSERT_TRUE(dm);
   ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
@@ -340,8 +361,9 @@ TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
   data::SampleRng rng(0, 0, 0);
   auto example = train.Get(index_of(7), rng);
   ASSERT_TRUE(example.ok()) << example.status();
-  EXPECT_EQ(example->input.sizes(), (std::vector<int64_t>{1 + 14400 / 160, 10}));  // variable length
-  EXPECT_EQ(example->target.numel(), 5);  // "go up", one token per character
+  EXPECT_EQ(example->input.sizes(),
+            (std::vector<int64_t>{1 + 14400 / 160, 10}));  // variable length
+  EXPECT_EQ(example->target.numel(), 5);                   // "go up", one token per character
   auto loader = dm->loader_options();
   ASSERT_TRUE(loader.batch_order);
   std::vector<int64_t> order = loader.batch_order({0, 1, 2, 3, 4, 5, 6, 7}, 0, train);
@@ -358,7 +380,8 @@ TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
   ASSERT_TRUE(batch.ok());
   EXPECT_EQ(batch->input.sizes(), (std::vector<int64_t>{2, 91, 10}));
   EXPECT_EQ(batch->lengths[0].item<int64_t>(), 21);
-  EXPECT_EQ(batch->target.sizes(), (std::vector<int64_t>{2, 7}));  // "go down" and "go up" padded with 0
+  EXPECT_EQ(batch->target.sizes(),
+            (std::vector<int64_t>{2, 7}));  // "go down" and "go up" padded with 0
   EXPECT_EQ(batch->target[1][6].item<int64_t>(), 0);
 }
 
@@ -369,17 +392,20 @@ TEST(AudioManifest, LineWithoutAFieldIsNamedOrSkipped) {
             "{\"audio\": \"a.wav\", \"text\": \"yes\", \"duration\": 0.3}\n{\"text\": \"no\"}\n"
             "{\"audio\": \"a.wav\", \"text\": \"up\"}\n");
   std::string yaml = "_target_: audio_manifest\ntrain: " + dir.path() +
-                     "/train.jsonl\nval_fraction: 0.0\ntokenizer: {_target_: char}\nfeatures: {_target_: log_mel}\n";
+                     "/train.jsonl\nval_fraction: 0.0\ntokenizer: {_target_: char}\nfeatures: "
+                     "{_target_: log_mel}\n";
   auto dm = InstantiateOk<data::DataModule>(yaml, "data");
   absl::Status fail = dm->Setup(data::Stage::kFit);
-  EXPECT_EQ(Message(fail), dir.path() + "/train.jsonl:2: no \"audio\" field (a string: the audio file)");
+  EXPECT_EQ(Message(fail),
+            dir.path() + "/train.jsonl:2: no \"audio\" field (a string: the audio file)");
   auto skip = InstantiateOk<data::DataModule>(yaml + "on_error: skip\n", "data");
   ASSERT_TRUE(skip->Setup(data::Stage::kFit).ok());
   EXPECT_EQ(skip->train_dataset()->size(), 2);
 }
 
 TEST(DsCnn, MapsFeaturesToClassLogits) {
-  auto model = InstantiateOk<Model>("_target_: ds_cnn\nchannels: 16\nblocks: 2\nnum_classes: 12\n", "model");
+  auto model =
+      InstantiateOk<Model>("_target_: ds_cnn\nchannels: 16\nblocks: 2\nnum_classes: 12\n", "model");
   ASSERT_TRUE(model);
   torch::Tensor logits = model->forward(torch::randn({4, 101, 40}));
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{4, 12}));
@@ -387,7 +413,8 @@ TEST(DsCnn, MapsFeaturesToClassLogits) {
   for (const auto& p : model->parameters()) params += p.numel();
   // conv 10x4 (640) + bn (32) + 2 x (dw 144 + bn 32 + pw 256 + bn 32) + fc (16 * 12 + 12)
   EXPECT_EQ(params, 640 + 32 + 2 * (144 + 32 + 256 + 32) + 16 * 12 + 12);
-  auto bad = kiln::testing::Instantiate<Model>("_target_: ds_cnn\nkernel: [3]\nnum_classes: 12\n", "model");
+  auto bad = kiln::testing::Instantiate<Model>("_target_: ds_cnn\nkernel: [3]\nnum_classes: 12\n",
+                                               "model");
   EXPECT_FALSE(bad.ok());
 }
 
