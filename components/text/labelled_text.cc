@@ -23,6 +23,7 @@ struct LabelledTextOptions {
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
   int64_t max_length = 512;
+  bool keep_end = false;  // truncation_side: left keeps a long text's last tokens
   bool add_cls = false;
   bool bucket = true;
   int64_t bucket_window = 50;
@@ -188,8 +189,10 @@ class LabelledText : public TextDataModule {
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
     int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
     for (auto& t : tokens) {
-      if (budget > 0 && static_cast<int64_t>(t.size()) > budget)
+      if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
+        if (o_.keep_end) t.erase(t.begin(), t.end() - budget);
         t.resize(static_cast<size_t>(budget));
+      }
       if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
       if (t.empty())
         t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
@@ -224,6 +227,8 @@ KILN_REGISTER(
             .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
             .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
             .Int("max_length", 512, "tokens kept per text (with <cls>); 0 keeps all")
+            .String("truncation_side", "right",
+                    "where a longer text is cut: right keeps its beginning, left its end")
             .Bool("add_cls", false, "prepend <cls> (for models that pool the first position)")
             .Bool("bucket_by_length", true, "training batches of similar lengths (less padding)")
             .Int("bucket_window", 50, "batches sorted together when bucketing")),
@@ -240,6 +245,13 @@ KILN_REGISTER(
       KILN_ASSIGN_OR_RETURN(o.val_fraction, cfg.Get<double>("val_fraction"));
       KILN_ASSIGN_OR_RETURN(o.split_seed, cfg.Get<int64_t>("split_seed"));
       KILN_ASSIGN_OR_RETURN(o.max_length, cfg.Get<int64_t>("max_length"));
+      KILN_ASSIGN_OR_RETURN(std::string side, cfg.Get<std::string>("truncation_side"));
+      if (side != "right" && side != "left") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("truncation_side"), "' must be right or left, got '", side,
+            "'"));
+      }
+      o.keep_end = side == "left";
       KILN_ASSIGN_OR_RETURN(o.add_cls, cfg.Get<bool>("add_cls"));
       KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
       KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));

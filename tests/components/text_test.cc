@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "components/models/model.h"
+#include "components/models/text_transformer.h"
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
 #include "components/text/tokenizer.h"
@@ -257,6 +258,45 @@ TEST(TextDataModules, LabelledTextTokenizesPadsAndKeepsLabelOrder) {
       << test;
 }
 
+// max_length cuts a long text at its end (right, the default) or at its start (left, keeping the
+// last tokens), after <cls>; an unknown side is refused with the option's name.
+TEST(TextDataModules, LabelledTextTruncatesOnTheConfiguredSide) {
+  testing::TempDir dir;
+  dir.Write("train.jsonl",
+            "{\"text\": \"a b c d e f\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n");
+  auto tokens = [&](const std::string& side) {
+    auto dm = InstantiateOk<data::DataModule>(
+        "_target_: labelled_text\ntrain: " + dir.path() +
+            "/train.jsonl\nval_fraction: 0\nmax_length: 4\nadd_cls: true\ntruncation_side: " +
+            side + "\ntokenizer: {_target_: char}\n",
+        "data");
+    absl::Status setup = dm ? dm->Setup(data::Stage::kFit) : absl::InternalError("no module");
+    EXPECT_TRUE(setup.ok()) << setup;
+    data::SampleRng rng(0, 0, 0);
+    for (int64_t i = 0; i < dm->train_dataset()->size(); ++i) {
+      torch::Tensor input = dm->train_dataset()->Get(i, rng)->input;
+      if (input.numel() > 2)  // the long text
+        return std::vector<int64_t>(input.data_ptr<int64_t>(), input.data_ptr<int64_t>() + input.numel());
+    }
+    return std::vector<int64_t>();
+  };
+  auto tok = InstantiateOk<Tokenizer>("_target_: char\n", "data.tokenizer");
+  ASSERT_TRUE(tok->Fit({"a b c d e f", "b"}, "test").ok());
+  std::vector<int64_t> ids = tok->Encode("a b c d e f");  // 11 ids
+  std::vector<int64_t> first = {SpecialTokens::kCls, ids[0], ids[1], ids[2]};
+  std::vector<int64_t> last = {SpecialTokens::kCls, ids[8], ids[9], ids[10]};
+  EXPECT_EQ(tokens("right"), first);
+  EXPECT_EQ(tokens("left"), last);
+  auto bad = Instantiate<data::DataModule>(
+      "_target_: labelled_text\ntrain: x.jsonl\ntruncation_side: middle\ntokenizer: {_target_: "
+      "char}\n",
+      "data");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("data.truncation_side' must be right or left"),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(TextDataModules, TextCorpusBlocksCoverTheEvaluationStreamOnce) {
   testing::TempDir dir;
   dir.Write("train.txt", std::string(200, 'a') + "bc\n");
@@ -301,6 +341,35 @@ TEST(TextModels, ClassifiersIgnorePaddingAndGiveClassLogits) {
     // More padding changes nothing.
     torch::Tensor longer = torch::cat({x, torch::zeros({2, 3}, torch::kInt64)}, 1);
     EXPECT_TRUE(torch::allclose(model->forward(longer), out, 1e-5, 1e-5)) << yaml;
+  }
+}
+
+// The fused attention (scale and bias inside baddbmm) computes softmax(q k^T / sqrt(hd) + bias) v,
+// with the same gradients, for a causal [T, T] bias, a padding [B, 1, 1, T] bias, and none.
+TEST(TextModels, SelfAttentionMatchesTheTextbookFormula) {
+  torch::manual_seed(0);
+  const int64_t b = 3, t = 7, d = 12, heads = 3, hd = d / heads;
+  SelfAttention attn(d, heads, 0.0);
+  torch::Tensor tokens = torch::randint(1, 9, {b, t}, torch::kInt64);
+  tokens.index_put_({0, torch::indexing::Slice(4, torch::indexing::None)}, 0);  // padded row
+  for (torch::Tensor bias : {CausalBias(t, torch::kFloat32), PaddingBias(tokens, torch::kFloat32),
+                             torch::Tensor()}) {
+    torch::Tensor x = torch::randn({b, t, d}, torch::requires_grad());
+    torch::Tensor got = attn->forward(x, bias);
+    auto got_grads = torch::autograd::grad({got.pow(2).sum()}, {x, attn->c_attn->weight});
+
+    auto qkv = attn->c_attn->forward(x).view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+    torch::Tensor scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(hd));
+    if (bias.defined()) scores = scores + bias;
+    torch::Tensor y = torch::matmul(torch::softmax(scores, -1), qkv[2]);
+    torch::Tensor want = attn->c_proj->forward(y.transpose(1, 2).reshape({b, t, d}));
+    auto want_grads = torch::autograd::grad({want.pow(2).sum()}, {x, attn->c_attn->weight});
+
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max();
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-4, 1e-6))
+          << i << ": " << (got_grads[i] - want_grads[i]).abs().max();
+    }
   }
 }
 
