@@ -16,15 +16,29 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, double dropout)
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
-  auto qkv =
-      c_attn->forward(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, hd]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  // [B, T, 3, H, hd] -> q, k, v as [B*H, T, hd] (one copy, as matmul would make).
+  torch::Tensor qkv = c_attn->forward(x)
+                          .view({b, t, 3, heads_, hd})
+                          .permute({2, 0, 3, 1, 4})
+                          .reshape({3, b * heads_, t, hd});
   torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
-  torch::Tensor scores =
-      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  if (bias.defined()) scores = scores + bias;
+  // The scale and the (causal or padding) bias ride in the GEMM: scores = bias + scale * q k^T in
+  // one pass over [B*H, T, T] instead of three (matmul, multiply, add) and their backward.
+  torch::Tensor scores;
+  if (bias.defined()) {
+    int64_t rows = bias.size(-2);
+    torch::Tensor b3 = bias.expand({b, heads_, rows, t}).reshape({b * heads_, rows, t});
+    scores = torch::baddbmm(b3, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
+  } else {
+    scores = torch::bmm(q, k.transpose(1, 2)).mul_(scale);
+  }
   torch::Tensor weights = torch::softmax(scores, -1);
   if (dropout_ > 0 && is_training()) weights = torch::dropout(weights, dropout_, true);
-  torch::Tensor y = torch::matmul(weights, v).transpose(1, 2).reshape({b, t, d});
+  torch::Tensor y = torch::bmm(weights, v)
+                        .view({b, heads_, t, hd})
+                        .transpose(1, 2)
+                        .reshape({b, t, d});
   return c_proj->forward(y);
 }
 
