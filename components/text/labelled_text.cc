@@ -190,8 +190,10 @@ class LabelledText : public TextDataModule {
     int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
     for (auto& t : tokens) {
       if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
-        if (o_.keep_end) t.erase(t.begin(), t.end() - budget);
-        t.resize(static_cast<size_t>(budget));
+        if (o_.keep_end)
+          t.erase(t.begin(), t.end() - budget);
+        else
+          t.resize(static_cast<size_t>(budget));
       }
       if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
       if (t.empty())

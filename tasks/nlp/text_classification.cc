@@ -43,10 +43,10 @@ class TextClassification : public Task {
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
     torch::Tensor logits = model_->forward(batch.input);
-    torch::Tensor loss = Loss(logits, batch.target);
+    torch::Tensor loss = ClassificationLoss(logits, batch.target, label_smoothing_);
     double n = static_cast<double>(batch.size());
     log.Log("train/loss", loss.item<double>(), n);
-    log.Log("train/acc", Accuracy(logits, batch.target), n);
+    log.Log("train/acc", TopKAccuracy(logits, batch.target), n);
     return loss;
   }
 
@@ -55,8 +55,8 @@ class TextClassification : public Task {
     KILN_RETURN_IF_ERROR(binding_.Check());
     torch::Tensor logits = model_->forward(batch.input);
     double n = static_cast<double>(batch.size());
-    log.Log(stage + "/loss", Loss(logits, batch.target).item<double>(), n);
-    log.Log(stage + "/acc", Accuracy(logits, batch.target), n);
+    log.Log(stage + "/loss", ClassificationLoss(logits, batch.target, label_smoothing_).item<double>(), n);
+    log.Log(stage + "/acc", TopKAccuracy(logits, batch.target), n);
     if (stage == "test") confusion_.Add(batch.target, logits);
     return absl::OkStatus();
   }
@@ -72,15 +72,6 @@ class TextClassification : public Task {
   }
 
  private:
-  torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& target) const {
-    return torch::nn::functional::cross_entropy(
-        logits.to(torch::kFloat32), target,
-        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
-  }
-  static double Accuracy(const torch::Tensor& logits, const torch::Tensor& target) {
-    return logits.argmax(1).eq(target).to(torch::kFloat32).mean().item<double>();
-  }
-
   int64_t num_classes_;
   double label_smoothing_;
   int64_t model_vocab_ = 0;

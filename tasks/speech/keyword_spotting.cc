@@ -58,11 +58,10 @@ class KeywordSpotting : public Task {
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
-    torch::Tensor loss = Loss(logits, batch.target);
+    torch::Tensor loss = ClassificationLoss(logits, batch.target, label_smoothing_);
     double n = static_cast<double>(batch.size());
     log.Log("train/loss", loss.item<double>(), n);
-    log.Log("train/acc",
-            logits.argmax(1).eq(batch.target).to(torch::kFloat64).mean().item<double>(), n);
+    log.Log("train/acc", TopKAccuracy(logits, batch.target), n);
     return loss;
   }
 
@@ -71,9 +70,8 @@ class KeywordSpotting : public Task {
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
     torch::Tensor predicted = logits.argmax(1);
     double n = static_cast<double>(batch.size());
-    log.Log(stage + "/loss", Loss(logits, batch.target).item<double>(), n);
-    log.Log(stage + "/acc", predicted.eq(batch.target).to(torch::kFloat64).mean().item<double>(),
-            n);
+    log.Log(stage + "/loss", ClassificationLoss(logits, batch.target, label_smoothing_).item<double>(), n);
+    log.Log(stage + "/acc", TopKAccuracy(logits, batch.target), n);
     if (is_filler_.defined() && is_filler_.any().item<bool>()) {
       torch::Tensor true_filler = is_filler_.index_select(0, batch.target);
       torch::Tensor said_filler = is_filler_.index_select(0, predicted);
@@ -119,12 +117,6 @@ class KeywordSpotting : public Task {
                                                      ", but task.num_classes=", num_classes_));
     }
     return logits;
-  }
-
-  torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& target) const {
-    return torch::nn::functional::cross_entropy(
-        logits.to(torch::kFloat32), target,
-        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
   }
 
   int64_t num_classes_;

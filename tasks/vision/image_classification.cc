@@ -28,10 +28,10 @@ class ImageClassification : public Task {
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
     torch::Tensor logits = model_->forward(batch.input);
     KILN_RETURN_IF_ERROR(CheckLogits(logits, batch));
-    torch::Tensor loss = Loss(logits, batch.target);
+    torch::Tensor loss = ClassificationLoss(logits, batch.target, label_smoothing_);
     double n = static_cast<double>(batch.size());
     log.Log("train/loss", loss.item<double>(), n);
-    log.Log("train/acc", Accuracy(logits, batch.target, 1), n);
+    log.Log("train/acc", TopKAccuracy(logits, batch.target, 1), n);
     return loss;
   }
 
@@ -39,10 +39,10 @@ class ImageClassification : public Task {
     torch::Tensor logits = model_->forward(batch.input);
     KILN_RETURN_IF_ERROR(CheckLogits(logits, batch));
     double n = static_cast<double>(batch.size());
-    log.Log(stage + "/loss", Loss(logits, batch.target).item<double>(), n);
-    log.Log(stage + "/acc", Accuracy(logits, batch.target, 1), n);
+    log.Log(stage + "/loss", ClassificationLoss(logits, batch.target, label_smoothing_).item<double>(), n);
+    log.Log(stage + "/acc", TopKAccuracy(logits, batch.target, 1), n);
     if (top_k_ > 1 && top_k_ < num_classes_) {
-      log.Log(absl::StrCat(stage, "/acc_top", top_k_), Accuracy(logits, batch.target, top_k_), n);
+      log.Log(absl::StrCat(stage, "/acc_top", top_k_), TopKAccuracy(logits, batch.target, top_k_), n);
     }
     if (stage == "test") {
       confusion_.Add(batch.target, logits);
@@ -67,17 +67,6 @@ class ImageClassification : public Task {
                                                      num_classes_));
     }
     return absl::OkStatus();
-  }
-
-  torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& target) const {
-    return torch::nn::functional::cross_entropy(
-        logits.to(torch::kFloat32), target,
-        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
-  }
-
-  static double Accuracy(const torch::Tensor& logits, const torch::Tensor& target, int64_t k) {
-    torch::Tensor top = std::get<1>(logits.topk(k, 1));
-    return top.eq(target.unsqueeze(1)).any(1).to(torch::kFloat32).mean().item<double>();
   }
 
   int64_t num_classes_;
