@@ -243,7 +243,8 @@ std::string CsvCell(const std::string& text) {
   return out + "\"";
 }
 
-// `predict`: the model's most likely class for every prediction input, in predictions.csv; or,
+// `predict`: the model's most likely class for every prediction input, in predictions.csv (or its
+// transcript, for a task whose predictions are texts); or,
 // for a task that generates (a language model), the generated text on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
   std::string path;
@@ -262,7 +263,18 @@ absl::Status PredictCommand(app::JobContext& ctx) {
   std::vector<std::string> names = job.data->class_names();
   std::string csv = "path,class_index,class,probability\n";
   int64_t row = 0;
-  for (const torch::Tensor& batch : outputs) {
+  for (size_t b = 0; b < outputs.size(); ++b) {
+    const torch::Tensor& batch = outputs[b];
+    KILN_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> texts, job.task->PredictionTexts(batch));
+    if (texts.has_value()) {  // transcripts: path,text
+      if (b == 0) csv = "path,text\n";
+      for (const std::string& text : *texts) {
+        std::string source = inputs->Source(row);
+        csv += absl::StrCat(CsvCell(source.empty() ? std::to_string(row) : source), ",", CsvCell(text), "\n");
+        ++row;
+      }
+      continue;
+    }
     if (batch.dim() != 2) {
       return absl::InvalidArgumentError(absl::StrCat("kiln predict expects class probabilities [batch, classes] from the task, got ",
                                                      c10::str(batch.sizes())));

@@ -38,6 +38,12 @@ class Task {
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
 
+  // A task whose predictions are texts (speech recognition) returns the text of each row of one
+  // PredictStep output; nullopt means class probabilities.
+  virtual absl::StatusOr<std::optional<std::vector<std::string>>> PredictionTexts(const torch::Tensor& /*output*/) {
+    return std::optional<std::vector<std::string>>();
+  }
+
   // A task that answers `kiln predict` itself (a language model generating text) returns the text
   // to print and keep; nullopt means the usual batch predictions.
   virtual absl::StatusOr<std::optional<std::string>> Generate() { return std::optional<std::string>(); }

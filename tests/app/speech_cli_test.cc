@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sndfile.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -20,6 +21,18 @@ using testing::ReadFile;
 using testing::RunProcess;
 using testing::TempDir;
 
+// A 16-bit mono WAV of `samples` at `rate`.
+void WriteWav(const std::string& path, const std::vector<float>& samples, int rate) {
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = 1;
+  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
+  ASSERT_NE(file, nullptr) << sf_strerror(nullptr);
+  sf_writef_float(file, samples.data(), static_cast<sf_count_t>(samples.size()));
+  sf_close(file);
+}
+
 // A 1 s, 16-bit mono WAV at `rate`: a tone burst of `hz` from 0.2 s to 0.6 s (shifted by
 // `offset` seconds) in faint noise.
 void WriteBurst(const std::string& path, double hz, double offset, int rate = 22050) {
@@ -33,14 +46,7 @@ void WriteBurst(const std::string& path, double hz, double offset, int rate = 22
     bool on = t >= 0.2 + offset && t < 0.6 + offset;
     samples[i] = static_cast<float>((on ? 0.4 * std::sin(2 * M_PI * hz * t) : 0.0) + noise);
   }
-  SF_INFO info{};
-  info.samplerate = rate;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  SNDFILE* file = sf_open(path.c_str(), SFM_WRITE, &info);
-  ASSERT_NE(file, nullptr) << sf_strerror(nullptr);
-  sf_writef_float(file, samples.data(), static_cast<sf_count_t>(samples.size()));
-  sf_close(file);
+  WriteWav(path, samples, rate);
 }
 
 // The stderr line that says what went wrong ("kiln: error: ...").
@@ -165,6 +171,86 @@ TEST_F(SpeechCliTest, ManifestLineWithoutAFieldNamesTheLine) {
                                   ":2: no \"text\" field (a string: the transcript)"),
             std::string::npos)
       << r.err;
+}
+
+// A "spoken" text for the CTC test: each of a, b, c a 0.12 s tone of its own pitch, 0.05 s apart,
+// a space 0.2 s of quiet, 0.1 s of quiet around it; 16 kHz, in faint noise.
+void WriteSpokenText(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const int rate = 16000;
+  std::vector<float> samples(static_cast<size_t>(0.1 * rate), 0.0f);
+  auto quiet = [&](double seconds) { samples.resize(samples.size() + static_cast<size_t>(seconds * rate), 0.0f); };
+  for (char c : text) {
+    if (c == ' ') {
+      quiet(0.2);
+      continue;
+    }
+    double hz = c == 'a' ? 500 : c == 'b' ? 1200 : 2600;
+    for (int i = 0; i < static_cast<int>(0.12 * rate); ++i)
+      samples.push_back(static_cast<float>(0.4 * std::sin(2 * M_PI * hz * i / rate)));
+    quiet(0.05);
+  }
+  quiet(0.1);
+  uint32_t state = static_cast<uint32_t>(text.size() * 7919);
+  for (float& x : samples) {
+    state = state * 1664525u + 1013904223u;
+    x += static_cast<float>(0.002 * (static_cast<double>(state >> 8) / (1 << 24) - 0.5));
+  }
+  WriteWav(path, samples, rate);
+}
+
+TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles) {
+  // Texts of two or three words of a, b and c, drawn by a fixed generator.
+  uint32_t state = 12345;
+  auto next = [&](uint32_t n) {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 16) % n;
+  };
+  for (const auto& [split, count] : std::vector<std::pair<std::string, int>>{{"train", 64}, {"val", 8}, {"test", 8}}) {
+    std::string manifest;
+    for (int i = 0; i < count; ++i) {
+      std::string text;
+      for (uint32_t w = 0, words = 2 + next(2); w < words; ++w) {
+        if (w > 0) text += ' ';
+        for (uint32_t k = 0, len = 1 + next(3); k < len; ++k) text += static_cast<char>('a' + next(3));
+      }
+      std::string wav = split + "/" + std::to_string(i) + ".wav";
+      WriteSpokenText(Path("speech/" + wav), text);
+      manifest += "{\"audio\": \"" + wav + "\", \"text\": \"" + text + "\"}\n";
+    }
+    dir_.Write("speech/" + split + ".jsonl", manifest);
+  }
+  auto ctc = [&](const std::string& command, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY, command, "experiment=sentences_ctc",
+                                     "data.train=" + Path("speech/train.jsonl"),
+                                     "data.val=" + Path("speech/val.jsonl"),
+                                     "data.test=" + Path("speech/test.jsonl"),
+                                     "data.batch_size=8", "data.waveform_transforms=null",
+                                     "data.feature_transforms=null", "model.channels=8",
+                                     "model.hidden=48", "model.layers=1", "model.dropout=0.0",
+                                     "optimizer.lr=0.01", "scheduler.warmup_steps=5",
+                                     "trainer.max_epochs=80", "trainer.max_time=null",
+                                     "callbacks.early_stopping.patience=80",
+                                     "trainer.num_threads=1",
+                                     "hydra.run.dir=" + Path("ctc_" + command)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  };
+  auto r = ctc("train", {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string metrics = ReadFile(Path("ctc_train/test_metrics.yaml"));
+  ASSERT_NE(metrics.find("test/cer: "), std::string::npos) << metrics;
+  ASSERT_NE(metrics.find("test/wer: "), std::string::npos) << metrics;
+  double cer = std::stod(metrics.substr(metrics.find("test/cer: ") + 10));
+  EXPECT_LT(cer, 0.6) << metrics;  // untrained it emits nothing (CER 1); 0.42 after 80 epochs
+  std::string transcripts = ReadFile(Path("ctc_train/test_transcripts.tsv"));
+  EXPECT_EQ(std::count(transcripts.begin(), transcripts.end(), '\n'), 9) << transcripts;
+  WriteSpokenText(Path("new/x.wav"), "abc cab");
+  auto p = ctc("predict", {"ckpt_path=" + Path("ctc_train/checkpoints/last.ckpt"),
+                           "data.predict=" + Path("new")});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::string csv = ReadFile(Path("ctc_predict/predictions.csv"));
+  EXPECT_EQ(csv.rfind("path,text\n" + Path("new/x.wav") + ",", 0), 0u) << csv;
 }
 
 }  // namespace

@@ -1,0 +1,134 @@
+#include "tasks/speech/ctc_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_split.h"
+#include "components/text/utf8.h"
+
+namespace kiln::speech {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+double LogAdd(double a, double b) {
+  if (a == kNegInf) return b;
+  if (b == kNegInf) return a;
+  double m = std::max(a, b);
+  return m + std::log1p(std::exp(-std::abs(a - b)));
+}
+
+// One prefix's probability split by how its paths end: in a blank, or in its last label.
+struct PrefixScore {
+  double blank = kNegInf, label = kNegInf;
+  double total() const { return LogAdd(blank, label); }
+};
+
+template <typename T>
+int64_t Levenshtein(const std::vector<T>& a, const std::vector<T>& b) {
+  std::vector<int64_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int64_t>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    int64_t diagonal = row[0];
+    row[0] = static_cast<int64_t>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int64_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<std::string> Words(std::string_view text) {
+  return absl::StrSplit(absl::string_view(text.data(), text.size()), absl::ByAnyChar(" \t\r\n"),
+                        absl::SkipEmpty());
+}
+
+std::vector<char32_t> CodePoints(std::string_view text) {
+  std::vector<char32_t> out;
+  for (std::string_view cp : text::SplitCodePoints(text)) {
+    char32_t value = 0;
+    for (unsigned char c : cp) value = (value << 8) | c;  // distinct per code point is enough
+    out.push_back(value);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> CtcGreedyDecode(const torch::Tensor& log_probs, int64_t blank) {
+  torch::Tensor best = log_probs.argmax(1).to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* p = best.data_ptr<int64_t>();
+  std::vector<int64_t> out;
+  int64_t previous = blank;
+  for (int64_t t = 0; t < best.size(0); ++t) {
+    if (p[t] != blank && p[t] != previous) out.push_back(p[t]);
+    previous = p[t];
+  }
+  return out;
+}
+
+std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank,
+                                   int64_t beam_size) {
+  torch::Tensor lp = log_probs.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t frames = lp.size(0), classes = lp.size(1);
+  const double* p = lp.data_ptr<double>();
+  beam_size = std::max<int64_t>(1, beam_size);
+  std::vector<std::pair<std::vector<int64_t>, PrefixScore>> beams = {{{}, PrefixScore{0.0, kNegInf}}};
+  std::vector<int64_t> order(static_cast<size_t>(classes));
+  for (int64_t t = 0; t < frames; ++t) {
+    const double* frame = p + t * classes;
+    // The classes worth extending by: the frame's most likely ones.
+    for (int64_t c = 0; c < classes; ++c) order[static_cast<size_t>(c)] = c;
+    const int64_t k = std::min(beam_size, classes);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int64_t a, int64_t b) { return frame[a] > frame[b]; });
+    std::map<std::vector<int64_t>, PrefixScore> next;
+    for (const auto& [prefix, score] : beams) {
+      // Staying on the same prefix: a blank, or the last label repeated (merged).
+      PrefixScore& same = next[prefix];
+      same.blank = LogAdd(same.blank, score.total() + frame[blank]);
+      if (!prefix.empty()) same.label = LogAdd(same.label, score.label + frame[prefix.back()]);
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t c = order[static_cast<size_t>(i)];
+        if (c == blank) continue;
+        std::vector<int64_t> extended = prefix;
+        extended.push_back(c);
+        PrefixScore& to = next[extended];
+        // A repeated label only starts a new one after a blank.
+        double from = !prefix.empty() && prefix.back() == c ? score.blank : score.total();
+        to.label = LogAdd(to.label, from + frame[c]);
+      }
+    }
+    beams.assign(next.begin(), next.end());
+    const size_t keep = std::min(beams.size(), static_cast<size_t>(beam_size));
+    std::partial_sort(beams.begin(), beams.begin() + static_cast<std::ptrdiff_t>(keep), beams.end(),
+                      [](const auto& a, const auto& b) { return a.second.total() > b.second.total(); });
+    beams.resize(keep);
+  }
+  return beams.front().first;
+}
+
+int64_t EditDistance(const std::vector<char32_t>& a, const std::vector<char32_t>& b) {
+  return Levenshtein(a, b);
+}
+
+int64_t EditDistance(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  return Levenshtein(a, b);
+}
+
+ErrorCount CharacterErrors(std::string_view hypothesis, std::string_view reference) {
+  std::vector<char32_t> ref = CodePoints(reference);
+  return {Levenshtein(CodePoints(hypothesis), ref), static_cast<int64_t>(ref.size())};
+}
+
+ErrorCount WordErrors(std::string_view hypothesis, std::string_view reference) {
+  std::vector<std::string> ref = Words(reference);
+  return {Levenshtein(Words(hypothesis), ref), static_cast<int64_t>(ref.size())};
+}
+
+}  // namespace kiln::speech

@@ -1,0 +1,216 @@
+// Speech recognition with CTC: a SequenceModel maps padded features [B, frames, F] with their
+// lengths to per-frame logits [B, frames', V] and output lengths; the CTC loss (blank = id 0, the
+// tokenizer's <pad>, which no transcript contains) trains it against the transcript's token ids.
+// Evaluation decodes every utterance (greedy or prefix beam search) and logs the character and
+// word error rates (CER, WER: edit distance over the reference's characters or words, summed
+// over the split). A test run also writes every reference and hypothesis to test_transcripts.tsv;
+// `kiln predict` transcribes audio files into predictions.csv (path,text).
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "components/models/model.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/task.h"
+#include "tasks/nlp/tokenizer_binding.h"
+#include "tasks/speech/ctc_decode.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kBlank = text::SpecialTokens::kPad;
+
+enum class Decoder { kGreedy, kBeam };
+
+class SpeechRecognition : public Task {
+ public:
+  SpeechRecognition(Decoder decoder, int64_t beam_size)
+      : decoder_(decoder), beam_size_(beam_size) {}
+
+  absl::Status Build(const config::Config& job) override {
+    KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                          Registry<Model>::Get().Instantiate(model_cfg));
+    model_ = std::dynamic_pointer_cast<SequenceModel>(model);
+    if (!model_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("speech_recognition needs a sequence model that takes the frames' lengths "
+                       "(conv_bilstm); model '",
+                       job.GetOr<std::string>("model._target_", "?").value_or("?"),
+                       "' is not one"));
+    }
+    model_vocab_ = job.GetOr<int64_t>("model.num_classes", 0).value_or(0);
+    binding_.Register(*model_);
+    return absl::OkStatus();
+  }
+
+  torch::nn::Module& module() override { return *model_; }
+
+  absl::Status Connect(data::DataModule& data) override {
+    return binding_.Connect(data, model_vocab_, "speech_recognition");
+  }
+
+  absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    KILN_ASSIGN_OR_RETURN(Output out, Forward(batch));
+    torch::Tensor loss = Loss(out, batch);
+    log.Log("train/loss", loss.item<double>(), static_cast<double>(batch.size()));
+    return loss;
+  }
+
+  absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
+                              MetricLog& log) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    KILN_ASSIGN_OR_RETURN(Output out, Forward(batch));
+    log.Log(stage + "/loss", Loss(out, batch).item<double>(), static_cast<double>(batch.size()));
+    std::vector<std::string> hypotheses = Decode(out);
+    torch::Tensor target = batch.target.to(torch::kCPU);
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      torch::Tensor row = target[i];
+      row = row.masked_select(row.ne(kBlank));
+      std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+      std::string reference = binding_.tokenizer().Decode(ids);
+      const std::string& hypothesis = hypotheses[static_cast<size_t>(i)];
+      speech::ErrorCount chars = speech::CharacterErrors(hypothesis, reference);
+      speech::ErrorCount words = speech::WordErrors(hypothesis, reference);
+      if (chars.reference > 0) {
+        log.Log(stage + "/cer", static_cast<double>(chars.errors) / chars.reference,
+                static_cast<double>(chars.reference));
+      }
+      if (words.reference > 0) {
+        log.Log(stage + "/wer", static_cast<double>(words.errors) / words.reference,
+                static_cast<double>(words.reference));
+      }
+      if (stage == "test") {
+        transcripts_ += absl::StrFormat("%s\t%s\t%d\t%d\n", reference, hypothesis, chars.errors,
+                                        chars.reference);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::map<std::string, double>> TestReport(
+      const std::string& output_dir, const std::vector<std::string>& /*class_names*/) override {
+    std::string file = output_dir + "/test_transcripts.tsv";
+    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(
+        file, "reference\thypothesis\tchar_errors\treference_chars\n" + transcripts_));
+    transcripts_.clear();
+    return std::map<std::string, double>();
+  }
+
+  // The decoded token ids of each utterance, padded with -1: [B, longest].
+  absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) override {
+    KILN_RETURN_IF_ERROR(binding_.Check());
+    KILN_ASSIGN_OR_RETURN(Output out, Forward(batch));
+    std::vector<std::vector<int64_t>> decoded = DecodeIds(out);
+    size_t longest = 1;
+    for (const auto& d : decoded) longest = std::max(longest, d.size());
+    torch::Tensor ids = torch::full({batch.size(), static_cast<int64_t>(longest)}, -1, torch::kInt64);
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      for (size_t j = 0; j < decoded[i].size(); ++j)
+        ids[static_cast<int64_t>(i)][static_cast<int64_t>(j)] = decoded[i][j];
+    }
+    return ids;
+  }
+
+  absl::StatusOr<std::optional<std::vector<std::string>>> PredictionTexts(
+      const torch::Tensor& output) override {
+    std::vector<std::string> texts;
+    for (int64_t i = 0; i < output.size(0); ++i) {
+      torch::Tensor row = output[i];
+      row = row.masked_select(row.ge(0)).contiguous();
+      std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+      texts.push_back(binding_.tokenizer().Decode(ids));
+    }
+    return std::optional<std::vector<std::string>>(std::move(texts));
+  }
+
+ private:
+  struct Output {
+    torch::Tensor log_probs;  // float [B, frames', V]
+    torch::Tensor lengths;    // int64 [B] (CPU)
+  };
+
+  absl::StatusOr<Output> Forward(const data::Batch& batch) {
+    if (batch.input.dim() != 3 || !batch.lengths.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "speech_recognition expects padded features [batch, frames, features] with lengths, got ",
+          c10::str(batch.input.sizes()), " (use an audio data module: audio_manifest)"));
+    }
+    auto [logits, lengths] = model_->forward_padded(batch.input, batch.lengths);
+    if (logits.dim() != 3 || logits.size(0) != batch.size() || lengths.numel() != batch.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model outputs ", c10::str(logits.sizes()), " for a batch of ",
+                       batch.size(), "; speech_recognition needs [batch, frames, classes]"));
+    }
+    if (logits.size(2) < binding_.tokenizer().vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model has ", logits.size(2), " outputs per frame but the tokenizer ",
+          binding_.tokenizer().vocab_size(), " ids; set model.num_classes: "
+          "${data.tokenizer.vocab_size}"));
+    }
+    return Output{torch::log_softmax(logits.to(torch::kFloat32), 2), lengths.to(torch::kCPU)};
+  }
+
+  // CTC loss per utterance divided by its transcript's length, averaged over the batch; an
+  // utterance too short for its transcript contributes zero rather than infinity.
+  torch::Tensor Loss(const Output& out, const data::Batch& batch) const {
+    torch::Tensor target = batch.target.to(out.log_probs.device(), torch::kInt64);
+    torch::Tensor target_lengths = target.ne(kBlank).sum(1).to(torch::kCPU);
+    return torch::ctc_loss(out.log_probs.transpose(0, 1), target, out.lengths, target_lengths,
+                           kBlank, at::Reduction::Mean, /*zero_infinity=*/true);
+  }
+
+  std::vector<std::vector<int64_t>> DecodeIds(const Output& out) const {
+    torch::Tensor log_probs = out.log_probs.detach().to(torch::kCPU);
+    std::vector<std::vector<int64_t>> decoded;
+    for (int64_t i = 0; i < log_probs.size(0); ++i) {
+      torch::Tensor frames = log_probs[i].narrow(0, 0, out.lengths[i].item<int64_t>());
+      decoded.push_back(decoder_ == Decoder::kBeam
+                            ? speech::CtcBeamSearch(frames, kBlank, beam_size_)
+                            : speech::CtcGreedyDecode(frames, kBlank));
+    }
+    return decoded;
+  }
+
+  std::vector<std::string> Decode(const Output& out) const {
+    std::vector<std::string> texts;
+    for (const auto& ids : DecodeIds(out)) texts.push_back(binding_.tokenizer().Decode(ids));
+    return texts;
+  }
+
+  Decoder decoder_;
+  int64_t beam_size_;
+  int64_t model_vocab_ = 0;
+  std::string transcripts_;  // test_transcripts.tsv rows
+  TokenizerBinding binding_;
+  std::shared_ptr<SequenceModel> model_;
+};
+
+KILN_REGISTER(
+    Task, "speech_recognition",
+    "CTC speech recognition: CTC loss, greedy or beam-search decoding, CER and WER; `kiln "
+    "predict` transcribes audio",
+    OptionSchema()
+        .String("decoder", "beam", "greedy (best class per frame) or beam (prefix beam search)")
+        .Int("beam_size", 8, "prefixes the beam search keeps"),
+    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
+      KILN_ASSIGN_OR_RETURN(std::string decoder, cfg.Get<std::string>("decoder"));
+      KILN_ASSIGN_OR_RETURN(int64_t beam_size, cfg.Get<int64_t>("beam_size"));
+      if (decoder != "greedy" && decoder != "beam") {
+        return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("decoder"),
+                                                       "' must be greedy or beam, not '", decoder,
+                                                       "' (set at ", cfg.WhereSet("decoder"), ")"));
+      }
+      if (beam_size < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", cfg.FullKey("beam_size"), "' must be at least 1"));
+      }
+      return std::make_shared<SpeechRecognition>(
+          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size);
+    });
+
+}  // namespace
+}  // namespace kiln
