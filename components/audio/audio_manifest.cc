@@ -28,6 +28,7 @@ struct ManifestOptions : AudioSplits {
   double min_duration = 0, max_duration = 0;  // 0: no limit
   bool bucket = true;
   int64_t bucket_window = 50;
+  int64_t sortagrad_epochs = 0;
 };
 
 // The entries of a JSONL manifest. Malformed lines and missing fields name FILE:LINE; with kSkip
@@ -96,7 +97,8 @@ class AudioManifest : public text::TextDataModule {
     lo.batch_order = nullptr;
     if (o_.bucket && stage == data::Stage::kFit) {
       lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window,
-                                             static_cast<uint64_t>(o_.split_seed));
+                                             static_cast<uint64_t>(o_.split_seed),
+                                             o_.sortagrad_epochs);
     }
     if (pipeline_->needs_global_stats()) {
       KILN_RETURN_IF_ERROR(LoadTrain());
@@ -236,7 +238,10 @@ KILN_REGISTER(
             .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
             .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
             .Bool("bucket_by_length", true, "training batches of similar durations (less padding)")
-            .Int("bucket_window", 50, "batches sorted together when bucketing"),
+            .Int("bucket_window", 50, "batches sorted together when bucketing")
+            .Int("sortagrad_epochs", 0,
+                 "first epochs that go through the training set shortest first, unshuffled "
+                 "(DeepSpeech 2's SortaGrad curriculum; needs bucket_by_length)"),
         0.0),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       ManifestOptions o;
@@ -248,6 +253,12 @@ KILN_REGISTER(
       KILN_ASSIGN_OR_RETURN(o.max_duration, cfg.Get<double>("max_duration"));
       KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
       KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
+      KILN_ASSIGN_OR_RETURN(o.sortagrad_epochs, cfg.Get<int64_t>("sortagrad_epochs"));
+      if (o.sortagrad_epochs < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("sortagrad_epochs"), "' must be >= 0, got ",
+            o.sortagrad_epochs, " (set at ", cfg.WhereSet("sortagrad_epochs"), ")"));
+      }
       KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
       KILN_ASSIGN_OR_RETURN(auto tokenizer, text::ReadTokenizer(cfg));
       KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));

@@ -1,6 +1,7 @@
 // `conv_bilstm`: a CTC acoustic model (DeepSpeech 2 / ESPnet style) over speech features
-// [B, frames, F]. A convolutional front-end (3x3 convolutions with ReLU, each halving the
-// frequency axis and striding time by its entry of time_strides), a bidirectional LSTM, dropout
+// [B, frames, F]. A convolutional front-end (3x3 convolutions with batch normalization and ReLU,
+// each halving the frequency axis and striding time by its entry of time_strides), a
+// bidirectional LSTM, dropout
 // and a linear layer to per-frame class logits [B, frames', num_classes]; the output lengths
 // follow the time strides. The backward direction reads each sequence reversed within its own
 // length, so padding never reaches a real frame's state in either direction. (Each direction is
@@ -26,6 +27,7 @@ struct ConvBiLstmOptions {
   int64_t features = 40, channels = 32, hidden = 256, layers = 3, num_classes = 0;
   std::vector<int64_t> time_strides = {2, 1};
   double dropout = 0.2;
+  bool batch_norm = true;
 };
 
 class ConvBiLstm : public SequenceModel {
@@ -37,7 +39,12 @@ class ConvBiLstm : public SequenceModel {
           absl::StrCat("conv", i + 1),
           torch::nn::Conv2d(torch::nn::Conv2dOptions(in, o.channels, 3)
                                 .stride({o.time_strides[i], 2})
-                                .padding(1))));
+                                .padding(1)
+                                .bias(!o.batch_norm))));
+      if (o.batch_norm) {
+        norms_.push_back(register_module(absl::StrCat("norm", i + 1),
+                                         torch::nn::BatchNorm2d(o.channels)));
+      }
       in = o.channels;
       freq = (freq - 1) / 2 + 1;
     }
@@ -61,7 +68,9 @@ class ConvBiLstm : public SequenceModel {
     lengths = lengths.to(torch::kCPU, torch::kInt64);
     x = x.unsqueeze(1);
     for (size_t i = 0; i < convs_.size(); ++i) {
-      x = torch::relu(convs_[i]->forward(x));
+      x = convs_[i]->forward(x);
+      if (!norms_.empty()) x = norms_[i]->forward(x);
+      x = torch::relu(x);
       lengths = (torch::div(lengths - 1, o_.time_strides[i], "floor") + 1).clamp_min(1);
       // Padding frames back to zero, as the next convolution's border sees them alone.
       torch::Tensor real = torch::arange(x.size(2), torch::kInt64).unsqueeze(0) < lengths.unsqueeze(1);
@@ -86,6 +95,7 @@ class ConvBiLstm : public SequenceModel {
  private:
   ConvBiLstmOptions o_;
   std::vector<torch::nn::Conv2d> convs_;
+  std::vector<torch::nn::BatchNorm2d> norms_;  // after each convolution, when batch_norm
   std::vector<torch::nn::LSTM> forward_, backward_;  // one layer each
   torch::nn::Linear head_{nullptr};
 };
@@ -102,6 +112,9 @@ KILN_REGISTER(
         .Int("hidden", 256, "LSTM units per direction")
         .Int("layers", 3, "LSTM layers")
         .Float("dropout", 0.2, "dropout between LSTM layers and before the output layer")
+        .Bool("batch_norm", true,
+              "batch normalization after each convolution (DeepSpeech 2; shortens CTC's "
+              "all-blank plateau)")
         .Required("num_classes", OptionType::kInt,
                   "outputs per frame: the tokenizer's vocabulary (id 0, <pad>, is the CTC blank)"),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
@@ -113,6 +126,7 @@ KILN_REGISTER(
       KILN_ASSIGN_OR_RETURN(o.layers, cfg.Get<int64_t>("layers"));
       KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
       KILN_ASSIGN_OR_RETURN(o.num_classes, cfg.Get<int64_t>("num_classes"));
+      KILN_ASSIGN_OR_RETURN(o.batch_norm, cfg.Get<bool>("batch_norm"));
       for (int64_t s : o.time_strides) {
         if (s < 1) {
           return absl::InvalidArgumentError(absl::StrCat(

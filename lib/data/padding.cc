@@ -92,8 +92,19 @@ std::vector<int64_t> BucketByLength(std::vector<int64_t> order, const Dataset& d
   return out;
 }
 
-BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed) {
+std::vector<int64_t> SortByLength(std::vector<int64_t> order, const Dataset& dataset) {
+  std::vector<std::pair<int64_t, int64_t>> keyed(order.size());
+  for (size_t i = 0; i < order.size(); ++i) keyed[i] = {dataset.Length(order[i]), order[i]};
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < order.size(); ++i) order[i] = keyed[i].second;
+  return order;
+}
+
+BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed,
+                             int64_t sorted_epochs) {
   return [=](std::vector<int64_t> order, int64_t epoch, const Dataset& dataset) {
+    if (epoch < sorted_epochs) return SortByLength(std::move(order), dataset);
     return BucketByLength(std::move(order), dataset, batch_size, window_batches, seed, epoch);
   };
 }

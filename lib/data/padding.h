@@ -23,7 +23,14 @@ std::vector<int64_t> BucketByLength(std::vector<int64_t> order, const Dataset& d
                                     int64_t batch_size, int64_t window_batches, uint64_t seed,
                                     int64_t epoch);
 
-// The loader hook for BucketByLength (LoaderOptions::batch_order).
-BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed);
+// SortaGrad (DeepSpeech 2): the whole of `order` sorted by dataset.Length(index), shortest first,
+// ties kept in their order; the batches are not shuffled. A curriculum for the first epochs of
+// CTC training, whose alignments are easier to find on short utterances.
+std::vector<int64_t> SortByLength(std::vector<int64_t> order, const Dataset& dataset);
+
+// The loader hook for BucketByLength (LoaderOptions::batch_order); epochs before `sorted_epochs`
+// use SortByLength instead.
+BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed,
+                             int64_t sorted_epochs = 0);
 
 }  // namespace kiln::data

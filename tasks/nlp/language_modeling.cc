@@ -28,20 +28,17 @@ class LanguageModeling : public Task {
   explicit LanguageModeling(GenerationOptions generation) : generation_(std::move(generation)) {}
 
   absl::Status Build(const config::Config& job) override {
-    KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
-    KILN_ASSIGN_OR_RETURN(model_, Registry<Model>::Get().Instantiate(model_cfg));
-    model_vocab_ = job.GetOr<int64_t>("model.vocab_size", 0).value_or(0);
+    KILN_ASSIGN_OR_RETURN(model_, binding_.BuildModel(job, "vocab_size"));
     // The context generation keeps: the model's positions, else the training block size.
     context_ = job.GetOr<int64_t>("model.block_size", 0).value_or(0);
     if (context_ <= 0) context_ = job.GetOr<int64_t>("data.block_size", 256).value_or(256);
-    binding_.Register(*model_);
     return absl::OkStatus();
   }
 
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
-    return binding_.Connect(data, model_vocab_, "language_modeling");
+    return binding_.Connect(data, "language_modeling");
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
@@ -140,7 +137,7 @@ class LanguageModeling : public Task {
   }
 
   GenerationOptions generation_;
-  int64_t model_vocab_ = 0, context_ = 256;
+  int64_t context_ = 256;
   TokenizerBinding binding_;
   std::shared_ptr<Model> model_;
 };

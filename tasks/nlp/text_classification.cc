@@ -18,17 +18,14 @@ class TextClassification : public Task {
       : num_classes_(num_classes), label_smoothing_(label_smoothing), confusion_(num_classes) {}
 
   absl::Status Build(const config::Config& job) override {
-    KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
-    KILN_ASSIGN_OR_RETURN(model_, Registry<Model>::Get().Instantiate(model_cfg));
-    model_vocab_ = job.GetOr<int64_t>("model.vocab_size", 0).value_or(0);
-    binding_.Register(*model_);
+    KILN_ASSIGN_OR_RETURN(model_, binding_.BuildModel(job, "vocab_size"));
     return absl::OkStatus();
   }
 
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
-    KILN_RETURN_IF_ERROR(binding_.Connect(data, model_vocab_, "text_classification"));
+    KILN_RETURN_IF_ERROR(binding_.Connect(data, "text_classification"));
     // The label set is known once the training split is read (Setup), so it is checked there.
     KILN_RETURN_IF_ERROR(data.Setup(data::Stage::kFit));
     std::vector<std::string> names = data.class_names();
@@ -74,7 +71,6 @@ class TextClassification : public Task {
  private:
   int64_t num_classes_;
   double label_smoothing_;
-  int64_t model_vocab_ = 0;
   ConfusionMatrix confusion_;
   TokenizerBinding binding_;
   std::shared_ptr<Model> model_;

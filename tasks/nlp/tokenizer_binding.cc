@@ -5,20 +5,27 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/config/status_macros.h"
+#include "lib/registry/registry.h"
 
 namespace kiln {
 
-void TokenizerBinding::Register(torch::nn::Module& model) {
-  model.register_buffer("tokenizer_fingerprint", torch::zeros({2}, torch::kInt64));
-  model_ = &model;
+absl::StatusOr<std::shared_ptr<Model>> TokenizerBinding::BuildModel(const config::Config& job,
+                                                                     const std::string& vocab_key) {
+  KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                        Registry<Model>::Get().Instantiate(model_cfg));
+  vocab_key_ = vocab_key;
+  model_vocab_ = job.GetOr<int64_t>("model." + vocab_key, 0).value_or(0);
+  model->register_buffer("tokenizer_fingerprint", torch::zeros({2}, torch::kInt64));
+  model_ = model.get();
+  return model;
 }
 
 torch::Tensor TokenizerBinding::Buffer() const {
   return model_->named_buffers(/*recurse=*/false)["tokenizer_fingerprint"];
 }
 
-absl::Status TokenizerBinding::Connect(data::DataModule& data, int64_t model_vocab,
-                                       const std::string& task) {
+absl::Status TokenizerBinding::Connect(data::DataModule& data, const std::string& task) {
   data_ = dynamic_cast<text::TextDataModule*>(&data);
   if (data_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -28,10 +35,10 @@ absl::Status TokenizerBinding::Connect(data::DataModule& data, int64_t model_voc
   uint64_t fp = tokenizer_->fingerprint();
   std::memcpy(&fingerprint_, &fp, sizeof(fp));
   vocab_ = tokenizer_->vocab_size();
-  if (model_vocab > 0 && vocab_ > model_vocab) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the tokenizer's vocab_size (", vocab_, ") exceeds the model's (", model_vocab,
-                     "); set model.vocab_size: ${data.tokenizer.vocab_size}"));
+  if (model_vocab_ > 0 && vocab_ > model_vocab_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer's vocab_size (", vocab_, ") exceeds the model's ", vocab_key_, " (",
+        model_vocab_, "); set model.", vocab_key_, ": ${data.tokenizer.vocab_size}"));
   }
   torch::NoGradGuard no_grad;
   torch::Tensor buffer = Buffer();

@@ -8,18 +8,23 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "components/models/model.h"
 #include "components/text/text_data_module.h"
+#include "lib/config/config.h"
 #include "lib/data/datamodule.h"
 
 namespace kiln {
 
 class TokenizerBinding {
  public:
-  // Adds the buffer to `model` (call before the model is checkpointed or loaded).
-  void Register(torch::nn::Module& model);
+  // Instantiates the job's `model` and adds the buffer to it (before it is checkpointed or
+  // loaded). `vocab_key` names the model option that sizes its id space (vocab_size,
+  // num_classes), which Connect checks the tokenizer against; an absent key is not checked.
+  absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job,
+                                                    const std::string& vocab_key);
   // Takes the tokenizer from a text data module (fitting it if need be), checks that its ids fit
-  // the model's `model_vocab` rows (<= 0: not checked), and records it in the buffer.
-  absl::Status Connect(data::DataModule& data, int64_t model_vocab, const std::string& task);
+  // the model's id space, and records it in the buffer.
+  absl::Status Connect(data::DataModule& data, const std::string& task);
   // Whether the buffer (perhaps loaded from a checkpoint) names the connected tokenizer.
   absl::Status Check() const;
 
@@ -34,6 +39,8 @@ class TokenizerBinding {
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   text::TextDataModule* data_ = nullptr;
   int64_t fingerprint_ = 0, vocab_ = 0;
+  std::string vocab_key_;   // the model option sizing its ids, e.g. vocab_size
+  int64_t model_vocab_ = 0; // its value (<= 0: not checked)
 };
 
 }  // namespace kiln

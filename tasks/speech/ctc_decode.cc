@@ -48,16 +48,6 @@ std::vector<std::string> Words(std::string_view text) {
                         absl::SkipEmpty());
 }
 
-std::vector<char32_t> CodePoints(std::string_view text) {
-  std::vector<char32_t> out;
-  for (std::string_view cp : text::SplitCodePoints(text)) {
-    char32_t value = 0;
-    for (unsigned char c : cp) value = (value << 8) | c;  // distinct per code point is enough
-    out.push_back(value);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<int64_t> CtcGreedyDecode(const torch::Tensor& log_probs, int64_t blank) {
@@ -122,8 +112,9 @@ int64_t EditDistance(const std::vector<std::string>& a, const std::vector<std::s
 }
 
 ErrorCount CharacterErrors(std::string_view hypothesis, std::string_view reference) {
-  std::vector<char32_t> ref = CodePoints(reference);
-  return {Levenshtein(CodePoints(hypothesis), ref), static_cast<int64_t>(ref.size())};
+  // Each code point's UTF-8 bytes (views into the arguments), compared as strings.
+  std::vector<std::string_view> ref = text::SplitCodePoints(reference);
+  return {Levenshtein(text::SplitCodePoints(hypothesis), ref), static_cast<int64_t>(ref.size())};
 }
 
 ErrorCount WordErrors(std::string_view hypothesis, std::string_view reference) {

@@ -30,9 +30,7 @@ class SpeechRecognition : public Task {
       : decoder_(decoder), beam_size_(beam_size) {}
 
   absl::Status Build(const config::Config& job) override {
-    KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
-    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
-                          Registry<Model>::Get().Instantiate(model_cfg));
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, binding_.BuildModel(job, "num_classes"));
     model_ = std::dynamic_pointer_cast<SequenceModel>(model);
     if (!model_) {
       return absl::InvalidArgumentError(
@@ -41,15 +39,13 @@ class SpeechRecognition : public Task {
                        job.GetOr<std::string>("model._target_", "?").value_or("?"),
                        "' is not one"));
     }
-    model_vocab_ = job.GetOr<int64_t>("model.num_classes", 0).value_or(0);
-    binding_.Register(*model_);
     return absl::OkStatus();
   }
 
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
-    return binding_.Connect(data, model_vocab_, "speech_recognition");
+    return binding_.Connect(data, "speech_recognition");
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
@@ -107,12 +103,10 @@ class SpeechRecognition : public Task {
     std::vector<std::vector<int64_t>> decoded = DecodeIds(out);
     size_t longest = 1;
     for (const auto& d : decoded) longest = std::max(longest, d.size());
-    torch::Tensor ids = torch::full({batch.size(), static_cast<int64_t>(longest)}, -1, torch::kInt64);
-    for (size_t i = 0; i < decoded.size(); ++i) {
-      for (size_t j = 0; j < decoded[i].size(); ++j)
-        ids[static_cast<int64_t>(i)][static_cast<int64_t>(j)] = decoded[i][j];
-    }
-    return ids;
+    std::vector<int64_t> flat(decoded.size() * longest, -1);
+    for (size_t i = 0; i < decoded.size(); ++i)
+      std::copy(decoded[i].begin(), decoded[i].end(), flat.begin() + static_cast<std::ptrdiff_t>(i * longest));
+    return torch::tensor(flat, torch::kInt64).view({batch.size(), static_cast<int64_t>(longest)});
   }
 
   absl::StatusOr<std::optional<std::vector<std::string>>> PredictionTexts(
@@ -183,7 +177,6 @@ class SpeechRecognition : public Task {
 
   Decoder decoder_;
   int64_t beam_size_;
-  int64_t model_vocab_ = 0;
   std::string transcripts_;  // test_transcripts.tsv rows
   TokenizerBinding binding_;
   std::shared_ptr<SequenceModel> model_;

@@ -251,6 +251,17 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
   ASSERT_EQ(p.exit_code, 0) << p.err;
   std::string csv = ReadFile(Path("ctc_predict/predictions.csv"));
   EXPECT_EQ(csv.rfind("path,text\n" + Path("new/x.wav") + ",", 0), 0u) << csv;
+
+  // Fewer outputs than the tokenizer has ids: one line naming the model's own option.
+  auto small = RunProcess({KILN_BINARY, "train", "experiment=sentences_ctc",
+                           "data.train=" + Path("speech/train.jsonl"), "data.val=null",
+                           "data.test=null", "model.num_classes=4",
+                           "hydra.run.dir=" + Path("ctc_small")});
+  EXPECT_NE(small.exit_code, 0);
+  EXPECT_NE(ErrorLine(small.err).find("exceeds the model's num_classes (4); set "
+                                      "model.num_classes: ${data.tokenizer.vocab_size}"),
+            std::string::npos)
+      << small.err;
 }
 
 }  // namespace
