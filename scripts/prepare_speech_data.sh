@@ -133,7 +133,7 @@ sentences() { # file count
     awk 'NF >= 4 && NF <= 12' | awk -v seed="$seed" 'BEGIN {srand(seed)} {print rand() "\t" $0}' |
     LC_ALL=C sort -k1,1 | cut -f2 | head -n "$2"
 }
-declare -A sentence_count=([train]=1500 [val]=100 [test]=200)
+declare -A sentence_count=([train]=4000 [val]=100 [test]=200)
 (( small )) && sentence_count=([train]=12 [val]=4 [test]=4)
 for split in train val test; do
   read -r -a voices <<< "${speakers_of[$split]}"

@@ -26,6 +26,8 @@ class TextDataModule : public data::DataModule {
   // token loss into bits per character; 0 when unknown.
   virtual double tokens_per_char(const std::string& /*split*/) const { return 0; }
   data::LoaderOptions loader_options() const override { return loader_; }
+  // The training split's texts (for a task's own statistics, e.g. a decoding language model).
+  absl::StatusOr<std::vector<std::string>> training_texts() { return TrainingTexts(); }
 
  protected:
   // The training texts and a name for them in messages ("data/text/spam/train.jsonl").

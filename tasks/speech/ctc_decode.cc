@@ -63,12 +63,21 @@ std::vector<int64_t> CtcGreedyDecode(const torch::Tensor& log_probs, int64_t bla
 }
 
 std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank,
-                                   int64_t beam_size) {
+                                   int64_t beam_size, const LmFusion& fusion) {
   torch::Tensor lp = log_probs.to(torch::kCPU, torch::kFloat64).contiguous();
   const int64_t frames = lp.size(0), classes = lp.size(1);
   const double* p = lp.data_ptr<double>();
   beam_size = std::max<int64_t>(1, beam_size);
-  std::vector<std::pair<std::vector<int64_t>, PrefixScore>> beams = {{{}, PrefixScore{0.0, kNegInf}}};
+  // A prefix's acoustic score and its LM score (weight * log P_lm + bonus per label; 0 without).
+  struct Entry {
+    PrefixScore acoustic;
+    double lm = 0;
+    double rank() const { return acoustic.total() + lm; }
+  };
+  auto lm_step = [&](const std::vector<int64_t>& prefix, int64_t next) {
+    return fusion.weight * fusion.lm->LogProb(prefix, next) + fusion.bonus;
+  };
+  std::vector<std::pair<std::vector<int64_t>, Entry>> beams = {{{}, Entry{{0.0, kNegInf}, 0.0}}};
   std::vector<int64_t> order(static_cast<size_t>(classes));
   for (int64_t t = 0; t < frames; ++t) {
     const double* frame = p + t * classes;
@@ -77,28 +86,38 @@ std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank
     const int64_t k = std::min(beam_size, classes);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int64_t a, int64_t b) { return frame[a] > frame[b]; });
-    std::map<std::vector<int64_t>, PrefixScore> next;
-    for (const auto& [prefix, score] : beams) {
+    std::map<std::vector<int64_t>, Entry> next;
+    for (const auto& [prefix, entry] : beams) {
+      const PrefixScore& score = entry.acoustic;
       // Staying on the same prefix: a blank, or the last label repeated (merged).
-      PrefixScore& same = next[prefix];
-      same.blank = LogAdd(same.blank, score.total() + frame[blank]);
-      if (!prefix.empty()) same.label = LogAdd(same.label, score.label + frame[prefix.back()]);
+      auto [same, fresh] = next.try_emplace(prefix);
+      if (fresh) same->second.lm = entry.lm;
+      PrefixScore& stay = same->second.acoustic;
+      stay.blank = LogAdd(stay.blank, score.total() + frame[blank]);
+      if (!prefix.empty()) stay.label = LogAdd(stay.label, score.label + frame[prefix.back()]);
       for (int64_t i = 0; i < k; ++i) {
         const int64_t c = order[static_cast<size_t>(i)];
         if (c == blank) continue;
         std::vector<int64_t> extended = prefix;
         extended.push_back(c);
-        PrefixScore& to = next[extended];
+        auto [to, created] = next.try_emplace(std::move(extended));
+        if (created) to->second.lm = entry.lm + (fusion.lm ? lm_step(prefix, c) : 0.0);
         // A repeated label only starts a new one after a blank.
         double from = !prefix.empty() && prefix.back() == c ? score.blank : score.total();
-        to.label = LogAdd(to.label, from + frame[c]);
+        to->second.acoustic.label = LogAdd(to->second.acoustic.label, from + frame[c]);
       }
     }
     beams.assign(next.begin(), next.end());
     const size_t keep = std::min(beams.size(), static_cast<size_t>(beam_size));
     std::partial_sort(beams.begin(), beams.begin() + static_cast<std::ptrdiff_t>(keep), beams.end(),
-                      [](const auto& a, const auto& b) { return a.second.total() > b.second.total(); });
+                      [](const auto& a, const auto& b) { return a.second.rank() > b.second.rank(); });
     beams.resize(keep);
+  }
+  if (fusion.lm) {  // the end of the sentence is scored too
+    for (auto& [prefix, entry] : beams)
+      entry.lm += fusion.weight * fusion.lm->LogProb(prefix, fusion.lm->eos_id());
+    std::sort(beams.begin(), beams.end(),
+              [](const auto& a, const auto& b) { return a.second.rank() > b.second.rank(); });
   }
   return beams.front().first;
 }

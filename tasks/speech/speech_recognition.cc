@@ -12,6 +12,7 @@
 #include "components/models/model.h"
 #include "lib/app/run_dir.h"
 #include "lib/config/status_macros.h"
+#include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/task.h"
 #include "tasks/nlp/tokenizer_binding.h"
@@ -24,10 +25,15 @@ constexpr int64_t kBlank = text::SpecialTokens::kPad;
 
 enum class Decoder { kGreedy, kBeam };
 
+struct LmOptions {
+  int64_t order = 0;  // 0: no LM
+  double weight = 0.5, bonus = 1.0;
+};
+
 class SpeechRecognition : public Task {
  public:
-  SpeechRecognition(Decoder decoder, int64_t beam_size)
-      : decoder_(decoder), beam_size_(beam_size) {}
+  SpeechRecognition(Decoder decoder, int64_t beam_size, LmOptions lm)
+      : decoder_(decoder), beam_size_(beam_size), lm_options_(lm) {}
 
   absl::Status Build(const config::Config& job) override {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, binding_.BuildModel(job, "num_classes"));
@@ -45,7 +51,21 @@ class SpeechRecognition : public Task {
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
-    return binding_.Connect(data, "speech_recognition");
+    KILN_RETURN_IF_ERROR(binding_.Connect(data, "speech_recognition"));
+    if (lm_options_.order > 0 && !lm_) {
+      // The decoding LM, from the training transcripts in the tokenizer's ids.
+      KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, binding_.data()->training_texts());
+      const text::Tokenizer& tok = binding_.tokenizer();
+      lm_ = std::make_unique<speech::NgramLm>(static_cast<int>(lm_options_.order),
+                                              tok.vocab_size(), text::SpecialTokens::kBos,
+                                              text::SpecialTokens::kEos);
+      for (const auto& ids : tok.EncodeAll(texts)) lm_->Add(ids);
+      Logger::Instance().Info(absl::StrCat("decoding LM: ", lm_options_.order,
+                                           "-gram over token ids from ", lm_->sentences(),
+                                           " training transcripts (weight ", lm_options_.weight,
+                                           ", bonus ", lm_options_.bonus, ")"));
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
@@ -160,10 +180,11 @@ class SpeechRecognition : public Task {
   std::vector<std::vector<int64_t>> DecodeIds(const Output& out) const {
     torch::Tensor log_probs = out.log_probs.detach().to(torch::kCPU);
     std::vector<std::vector<int64_t>> decoded;
+    const speech::LmFusion fusion{lm_.get(), lm_options_.weight, lm_options_.bonus};
     for (int64_t i = 0; i < log_probs.size(0); ++i) {
       torch::Tensor frames = log_probs[i].narrow(0, 0, out.lengths[i].item<int64_t>());
       decoded.push_back(decoder_ == Decoder::kBeam
-                            ? speech::CtcBeamSearch(frames, kBlank, beam_size_)
+                            ? speech::CtcBeamSearch(frames, kBlank, beam_size_, fusion)
                             : speech::CtcGreedyDecode(frames, kBlank));
     }
     return decoded;
@@ -177,6 +198,8 @@ class SpeechRecognition : public Task {
 
   Decoder decoder_;
   int64_t beam_size_;
+  LmOptions lm_options_;
+  std::unique_ptr<speech::NgramLm> lm_;  // when lm_order > 0
   std::string transcripts_;  // test_transcripts.tsv rows
   TokenizerBinding binding_;
   std::shared_ptr<SequenceModel> model_;
@@ -188,10 +211,29 @@ KILN_REGISTER(
     "predict` transcribes audio",
     OptionSchema()
         .String("decoder", "beam", "greedy (best class per frame) or beam (prefix beam search)")
-        .Int("beam_size", 8, "prefixes the beam search keeps"),
+        .Int("beam_size", 8, "prefixes the beam search keeps")
+        .Int("lm_order", 0,
+             "beam search with an n-gram LM of this order over the tokenizer's ids, trained from "
+             "the training transcripts when the task connects (0: no LM)")
+        .Float("lm_weight", 0.5, "the LM's weight in shallow fusion")
+        .Float("lm_bonus", 1.0, "score added per emitted token (offsets the LM's short bias)"),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
       KILN_ASSIGN_OR_RETURN(std::string decoder, cfg.Get<std::string>("decoder"));
       KILN_ASSIGN_OR_RETURN(int64_t beam_size, cfg.Get<int64_t>("beam_size"));
+      LmOptions lm;
+      KILN_ASSIGN_OR_RETURN(lm.order, cfg.Get<int64_t>("lm_order"));
+      KILN_ASSIGN_OR_RETURN(lm.weight, cfg.Get<double>("lm_weight"));
+      KILN_ASSIGN_OR_RETURN(lm.bonus, cfg.Get<double>("lm_bonus"));
+      if (lm.order < 0 || lm.order > 20) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("lm_order"), "' must be in [0, 20], got ", lm.order,
+            " (set at ", cfg.WhereSet("lm_order"), ")"));
+      }
+      if (lm.order > 0 && decoder != "beam") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("lm_order"), "' needs decoder: beam (the LM is fused into "
+            "the beam search), but decoder is '", decoder, "'"));
+      }
       if (decoder != "greedy" && decoder != "beam") {
         return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("decoder"),
                                                        "' must be greedy or beam, not '", decoder,
@@ -202,7 +244,7 @@ KILN_REGISTER(
             absl::StrCat("option '", cfg.FullKey("beam_size"), "' must be at least 1"));
       }
       return std::make_shared<SpeechRecognition>(
-          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size);
+          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size, lm);
     });
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "components/models/model.h"
 #include "tasks/speech/ctc_decode.h"
+#include "tasks/speech/ngram_lm.h"
 #include "tests/components/instantiate.h"
 
 namespace kiln {
@@ -83,6 +84,37 @@ TEST(CtcDecode, WideBeamFindsTheMostProbableLabelSequence) {
     differs_from_greedy += speech::CtcGreedyDecode(lp, 0) != exact;
   }
   EXPECT_GT(differs_from_greedy, 0);  // the check above is not greedy's answer in disguise
+}
+
+TEST(NgramLm, DistributionsSumToOneAndFavorSeenContinuations) {
+  // Ids: 0 pad, 2 bos, 3 eos; "letters" 5..9.
+  speech::NgramLm lm(3, 10, 2, 3);
+  for (int i = 0; i < 20; ++i) lm.Add({5, 6, 7});
+  lm.Add({5, 6, 8});
+  lm.Add({9});
+  EXPECT_EQ(lm.sentences(), 22);
+  for (const std::vector<int64_t>& history :
+       std::vector<std::vector<int64_t>>{{}, {5}, {5, 6}, {9, 9, 9}, {7, 5, 6}}) {
+    double sum = 0;
+    for (int64_t w = 0; w < 10; ++w) sum += std::exp(lm.LogProb(history, w));
+    EXPECT_NEAR(sum, 1.0, 1e-9) << "history size " << history.size();
+  }
+  // After "5 6": 7 twenty times, 8 once; Witten-Bell: (20 + 2 P(7|6)) / (21 + 2).
+  EXPECT_GT(lm.LogProb({5, 6}, 7), std::log(0.85));
+  EXPECT_GT(lm.LogProb({5, 6}, 8), lm.LogProb({5, 6}, 9));  // seen once beats never seen
+  EXPECT_GT(lm.LogProb({5, 6, 7}, 3), std::log(0.8));       // the sentence ends after 7
+  EXPECT_LT(lm.LogProb({}, 0), std::log(0.01));             // never seen: only the uniform share
+}
+
+TEST(CtcDecode, LanguageModelFusionPicksTheLikelySentence) {
+  // Two frames that sound a bit more like 5 than like 6 (0 is the blank).
+  torch::Tensor lp = LogProbs({{0.1, 0, 0, 0, 0, 0.48, 0.42}, {0.9, 0, 0, 0, 0, 0.05, 0.05}});
+  EXPECT_EQ(speech::CtcBeamSearch(lp, 0, 4), (std::vector<int64_t>{5}));
+  speech::NgramLm lm(2, 7, 2, 3);
+  for (int i = 0; i < 10; ++i) lm.Add({6});
+  EXPECT_EQ(speech::CtcBeamSearch(lp, 0, 4, {&lm, 0.5, 0.0}), (std::vector<int64_t>{6}));
+  // A weight of 0 and no bonus is the plain search.
+  EXPECT_EQ(speech::CtcBeamSearch(lp, 0, 4, {&lm, 0.0, 0.0}), (std::vector<int64_t>{5}));
 }
 
 TEST(ErrorRates, EditDistanceOverCodePointsAndWords) {
