@@ -99,6 +99,13 @@ class AudioManifest : public text::TextDataModule {
       lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window,
                                              static_cast<uint64_t>(o_.split_seed),
                                              o_.sortagrad_epochs);
+    } else if (o_.sortagrad_epochs > 0 && stage == data::Stage::kFit) {
+      // SortaGrad without bucketing: sorted first epochs, then the sampler's order.
+      const int64_t sorted = o_.sortagrad_epochs;
+      lo.batch_order = [sorted](std::vector<int64_t> order, int64_t epoch,
+                                const data::Dataset& dataset) {
+        return epoch < sorted ? data::SortByLength(std::move(order), dataset) : order;
+      };
     }
     if (pipeline_->needs_global_stats()) {
       KILN_RETURN_IF_ERROR(LoadTrain());
@@ -241,7 +248,7 @@ KILN_REGISTER(
             .Int("bucket_window", 50, "batches sorted together when bucketing")
             .Int("sortagrad_epochs", 0,
                  "first epochs that go through the training set shortest first, unshuffled "
-                 "(DeepSpeech 2's SortaGrad curriculum; needs bucket_by_length)"),
+                 "(DeepSpeech 2's SortaGrad curriculum), with or without bucket_by_length"),
         0.0),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       ManifestOptions o;
