@@ -7,6 +7,8 @@
 #   sentences/{train,val,test}/*.wav        recognition: Moby Dick sentences (from
 #   sentences/{train,val,test}.jsonl          scripts/prepare_text_data.sh), one manifest line each:
 #                                           {"audio": PATH, "text": ..., "duration": SECONDS}
+#   sentences/lm_text.txt                   every sentence of the book's training part, normalized
+#                                           like the transcripts, one per line (for a decoding LM)
 #   speakers.tsv                            every speaker (accent + voice variant) and its split
 #   MANIFEST                                every output file with its sha256
 # A speaker is an espeak-ng English accent with a voice variant. Speakers are split by variant:
@@ -128,9 +130,13 @@ done
 
 # Sentences of 4 to 12 words, lower case, letters and apostrophes only; train text from the
 # training part of the book, val and test text from its held-out parts.
-sentences() { # file count
+normalized() { # file: its sentences, one per line, as the transcripts are written
   tr '\n' ' ' < "$1" | tr '.!?;' '\n\n\n\n' | tr 'A-Z' 'a-z' | sed "s/[^a-z' ]/ /g; s/  */ /g; s/^ //; s/ $//" |
-    awk 'NF >= 4 && NF <= 12' | awk -v seed="$seed" 'BEGIN {srand(seed)} {print rand() "\t" $0}' |
+    awk 'NF >= 1'
+}
+sentences() { # file count
+  normalized "$1" | awk 'NF >= 4 && NF <= 12' |
+    awk -v seed="$seed" 'BEGIN {srand(seed)} {print rand() "\t" $0}' |
     LC_ALL=C sort -k1,1 | cut -f2 | head -n "$2"
 }
 declare -A sentence_count=([train]=4000 [val]=100 [test]=200)
@@ -185,6 +191,8 @@ for split in train val test; do
   done < "$plan"
 done
 rm -f "$plan"
+# Every sentence of the book's training part (any length), for a decoding language model.
+normalized "$text_dir/mobydick/train.txt" > "$out.tmp/sentences/lm_text.txt"
 {
   echo "$header"
   (cd "$out.tmp" && find . -type f ! -name MANIFEST -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)

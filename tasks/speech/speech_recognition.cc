@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "components/models/model.h"
+#include "components/text/text_files.h"
 #include "lib/app/run_dir.h"
 #include "lib/config/status_macros.h"
 #include "lib/logging/logger.h"
@@ -28,6 +29,7 @@ enum class Decoder { kGreedy, kBeam };
 struct LmOptions {
   int64_t order = 0;  // 0: no LM
   double weight = 0.5, bonus = 1.0;
+  std::string text;  // more LM sentences, one per line ("": the transcripts only)
 };
 
 class SpeechRecognition : public Task {
@@ -53,17 +55,27 @@ class SpeechRecognition : public Task {
   absl::Status Connect(data::DataModule& data) override {
     KILN_RETURN_IF_ERROR(binding_.Connect(data, "speech_recognition"));
     if (lm_options_.order > 0 && !lm_) {
-      // The decoding LM, from the training transcripts in the tokenizer's ids.
+      // The decoding LM, from the training transcripts (and lm_text's lines) in the tokenizer's
+      // ids.
       KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, binding_.data()->training_texts());
+      const size_t transcripts = texts.size();
+      if (!lm_options_.text.empty()) {
+        KILN_ASSIGN_OR_RETURN(std::vector<text::TextRecord> lines,
+                              text::ReadTextLines(lm_options_.text));
+        for (auto& line : lines) texts.push_back(std::move(line.text));
+      }
       const text::Tokenizer& tok = binding_.tokenizer();
       lm_ = std::make_unique<speech::NgramLm>(static_cast<int>(lm_options_.order),
                                               tok.vocab_size(), text::SpecialTokens::kBos,
                                               text::SpecialTokens::kEos);
       for (const auto& ids : tok.EncodeAll(texts)) lm_->Add(ids);
-      Logger::Instance().Info(absl::StrCat("decoding LM: ", lm_options_.order,
-                                           "-gram over token ids from ", lm_->sentences(),
-                                           " training transcripts (weight ", lm_options_.weight,
-                                           ", bonus ", lm_options_.bonus, ")"));
+      Logger::Instance().Info(absl::StrCat(
+          "decoding LM: ", lm_options_.order, "-gram over token ids from ", transcripts,
+          " training transcripts",
+          lm_options_.text.empty()
+              ? ""
+              : absl::StrCat(" and ", texts.size() - transcripts, " lines of ", lm_options_.text),
+          " (weight ", lm_options_.weight, ", bonus ", lm_options_.bonus, ")"));
     }
     return absl::OkStatus();
   }
@@ -216,7 +228,10 @@ KILN_REGISTER(
              "beam search with an n-gram LM of this order over the tokenizer's ids, trained from "
              "the training transcripts when the task connects (0: no LM)")
         .Float("lm_weight", 0.5, "the LM's weight in shallow fusion")
-        .Float("lm_bonus", 1.0, "score added per emitted token (offsets the LM's short bias)"),
+        .Float("lm_bonus", 1.0, "score added per emitted token (offsets the LM's short bias)")
+        .String("lm_text", "",
+                "a text file whose lines (one sentence each, normalized like the transcripts) "
+                "train the LM too, besides the training transcripts (\"\": transcripts only)"),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
       KILN_ASSIGN_OR_RETURN(std::string decoder, cfg.Get<std::string>("decoder"));
       KILN_ASSIGN_OR_RETURN(int64_t beam_size, cfg.Get<int64_t>("beam_size"));
@@ -224,6 +239,17 @@ KILN_REGISTER(
       KILN_ASSIGN_OR_RETURN(lm.order, cfg.Get<int64_t>("lm_order"));
       KILN_ASSIGN_OR_RETURN(lm.weight, cfg.Get<double>("lm_weight"));
       KILN_ASSIGN_OR_RETURN(lm.bonus, cfg.Get<double>("lm_bonus"));
+      KILN_ASSIGN_OR_RETURN(lm.text, cfg.Get<std::string>("lm_text"));
+      if (lm.weight < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", cfg.FullKey("lm_weight"), "' must be at least 0, got ",
+                         lm.weight, " (set at ", cfg.WhereSet("lm_weight"), ")"));
+      }
+      if (!lm.text.empty() && lm.order == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "option '", cfg.FullKey("lm_text"), "' needs an LM: set ", cfg.FullKey("lm_order"),
+            " above 0"));
+      }
       if (lm.order < 0 || lm.order > 20) {
         return absl::InvalidArgumentError(absl::StrCat(
             "option '", cfg.FullKey("lm_order"), "' must be in [0, 20], got ", lm.order,

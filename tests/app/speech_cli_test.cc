@@ -220,6 +220,8 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
     }
     dir_.Write("speech/" + split + ".jsonl", manifest);
   }
+  // More LM text (task.lm_text), in the transcripts' alphabet.
+  dir_.Write("speech/lm.txt", "abc cab\nba ca\n\nc a b\n");
   auto ctc = [&](const std::string& command, std::vector<std::string> extra) {
     std::vector<std::string> argv = {KILN_BINARY, command, "experiment=sentences_ctc",
                                      "data.train=" + Path("speech/train.jsonl"),
@@ -232,12 +234,15 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
                                      "trainer.max_epochs=80", "trainer.max_time=null",
                                      "callbacks.early_stopping.patience=80",
                                      "trainer.num_threads=1",
+                                     "task.lm_text=" + Path("speech/lm.txt"),
                                      "hydra.run.dir=" + Path("ctc_" + command)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunProcess(argv);
   };
   auto r = ctc("train", {});
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("and 3 lines of " + Path("speech/lm.txt")), std::string::npos)
+      << r.out << r.err;
   std::string metrics = ReadFile(Path("ctc_train/test_metrics.yaml"));
   ASSERT_NE(metrics.find("test/cer: "), std::string::npos) << metrics;
   ASSERT_NE(metrics.find("test/wer: "), std::string::npos) << metrics;
@@ -251,6 +256,22 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
   ASSERT_EQ(p.exit_code, 0) << p.err;
   std::string csv = ReadFile(Path("ctc_predict/predictions.csv"));
   EXPECT_EQ(csv.rfind("path,text\n" + Path("new/x.wav") + ",", 0), 0u) << csv;
+
+  // LM options: a missing LM text file, a negative weight, LM text without an LM.
+  const std::string last = "ckpt_path=" + Path("ctc_train/checkpoints/last.ckpt");
+  auto missing = ctc("validate", {last, "task.lm_text=" + Path("speech/none.txt")});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(ErrorLine(missing.err).find(Path("speech/none.txt")), std::string::npos) << missing.err;
+  auto negative = ctc("validate", {last, "task.lm_weight=-0.5"});
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(ErrorLine(negative.err).find("option 'task.lm_weight' must be at least 0, got -0.5"),
+            std::string::npos)
+      << negative.err;
+  auto no_lm = ctc("validate", {last, "task.lm_order=0"});
+  EXPECT_NE(no_lm.exit_code, 0);
+  EXPECT_NE(ErrorLine(no_lm.err).find("option 'task.lm_text' needs an LM: set task.lm_order above 0"),
+            std::string::npos)
+      << no_lm.err;
 
   // Fewer outputs than the tokenizer has ids: one line naming the model's own option.
   auto small = RunProcess({KILN_BINARY, "train", "experiment=sentences_ctc",

@@ -41,6 +41,12 @@ for split in train val test; do
     [[ "$line" =~ \"duration\":\ [0-9.]+\} ]] || fail "bad duration: $line"
   done < "$d/sentences/$split.jsonl"
 done
+# The LM text: every sentence of the training part, normalized, and none of val's or test's.
+lm="$d/sentences/lm_text.txt"
+[[ "$(wc -l < "$lm")" == 12 ]] || fail "lm_text.txt has $(wc -l < "$lm") lines, not 12"
+grep -qv "^[a-z' ]*$" "$lm" && fail "lm_text.txt has unnormalized text: $(grep -m1 -v "^[a-z' ]*$" "$lm")"
+grep -qx "some years ago never mind how long" "$lm" || fail "lm_text.txt misses a training sentence"
+grep -q "val part\|test part" "$lm" && fail "lm_text.txt has held-out text"
 for f in $(find "$d/commands" -name '*.wav' | head -40); do
   [[ "$(soxi -D "$f")" == 1.000000 ]] || fail "$f is not 1 s long"
   [[ "$(soxi -r "$f")" == 22050 && "$(soxi -c "$f")" == 1 ]] || fail "$f is not 22050 Hz mono"
