@@ -2,6 +2,7 @@
 
 #include "lib/app/run_dir.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <csignal>
@@ -48,6 +49,14 @@ class StopSignals {
  private:
   struct sigaction old_int_ {}, old_term_ {}, old_usr1_ {};
 };
+
+// " (OpenBLAS SkylakeX kernels)" when LibTorch's BLAS is OpenBLAS (lib/app/blas_kernels.h), else "".
+std::string BlasKernels() {
+  using CoreName = char* (*)();
+  auto core_name = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = core_name != nullptr ? core_name() : nullptr;
+  return name != nullptr ? absl::StrCat(" (OpenBLAS ", name, " kernels)") : "";
+}
 
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   std::vector<std::string> parts;
@@ -402,7 +411,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   }
 
   Logger::Instance().Info(absl::StrCat("training on ", device_.is_cuda() ? "cuda" : "cpu", " with ", threads,
-                                       " threads", distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
+                                       " threads", device_.is_cuda() ? "" : BlasKernels(), distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
                                        ": ", train_ds->size(), " samples, ", train_batches_,
                                        " batches per epoch", distributed() ? " per rank" : "", ", up to ", max_epochs,
                                        " epochs"));
