@@ -2,54 +2,48 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace kiln::speech {
 
 NgramLm::NgramLm(int order, int64_t vocab_size, int64_t bos, int64_t eos)
-    : order_(std::max(order, 1)), vocab_(std::max<int64_t>(vocab_size, 1)), bos_(bos), eos_(eos) {}
-
-std::string NgramLm::Key(const int64_t* begin, const int64_t* end) {
-  std::string key;
-  key.reserve(static_cast<size_t>(end - begin) * 4);
-  for (const int64_t* p = begin; p != end; ++p) {
-    const auto id = static_cast<uint32_t>(*p);
-    char bytes[4];
-    std::memcpy(bytes, &id, 4);
-    key.append(bytes, 4);
-  }
-  return key;
-}
+    : order_(std::max(order, 1)),
+      vocab_(std::max<int64_t>(vocab_size, 1)),
+      bos_(bos),
+      eos_(eos),
+      contexts_(1) {}
 
 void NgramLm::Add(const std::vector<int64_t>& sentence) {
-  std::vector<int64_t> seq(static_cast<size_t>(order_ - 1), bos_);
-  seq.insert(seq.end(), sentence.begin(), sentence.end());
-  seq.push_back(eos_);
-  for (size_t i = static_cast<size_t>(order_ - 1); i < seq.size(); ++i) {
-    for (size_t k = 0; k < static_cast<size_t>(order_); ++k) {
-      Context& c = contexts_[Key(seq.data() + i - k, seq.data() + i)];
-      ++c.next[seq[i]];
+  for (size_t i = 0; i <= sentence.size(); ++i) {
+    const int64_t id = i < sentence.size() ? sentence[i] : eos_;
+    int32_t node = 0;
+    for (size_t k = 0;; ++k) {  // the contexts of 0..order-1 ids before position i
+      Context& c = contexts_[static_cast<size_t>(node)];
+      ++c.next[id];
       ++c.total;
+      if (k + 1 == static_cast<size_t>(order_)) break;
+      const int64_t older = Before(sentence.data(), i, k + 1);
+      auto [child, created] = c.children.try_emplace(older, static_cast<int32_t>(contexts_.size()));
+      node = child->second;
+      if (created) contexts_.emplace_back();  // after the last use of `c` and `child`
     }
   }
   ++sentences_;
 }
 
 double NgramLm::LogProb(const std::vector<int64_t>& history, int64_t next) const {
-  // The last order-1 ids of <bos>... + history.
-  std::vector<int64_t> context(static_cast<size_t>(order_ - 1), bos_);
-  const size_t take = std::min(history.size(), context.size());
-  std::copy(history.end() - static_cast<std::ptrdiff_t>(take), history.end(),
-            context.end() - static_cast<std::ptrdiff_t>(take));
   double p = 1.0 / static_cast<double>(vocab_);
+  const Context* c = &contexts_[0];
   for (size_t k = 0; k < static_cast<size_t>(order_); ++k) {  // shortest context first
-    auto it = contexts_.find(Key(context.data() + context.size() - k, context.data() + context.size()));
-    if (it == contexts_.end()) break;  // a longer context containing this one was not seen either
-    const Context& c = it->second;
-    auto n = c.next.find(next);
-    const double count = n == c.next.end() ? 0.0 : static_cast<double>(n->second);
-    const auto types = static_cast<double>(c.next.size());
-    p = (count + types * p) / (static_cast<double>(c.total) + types);
+    if (k > 0) {
+      auto child = c->children.find(Before(history.data(), history.size(), k));
+      if (child == c->children.end()) break;  // a longer context containing this one is unseen too
+      c = &contexts_[static_cast<size_t>(child->second)];
+    }
+    if (c->total == 0) break;  // nothing counted yet: the uniform distribution
+    auto n = c->next.find(next);
+    const double count = n == c->next.end() ? 0.0 : static_cast<double>(n->second);
+    const auto types = static_cast<double>(c->next.size());
+    p = (count + types * p) / (static_cast<double>(c->total) + types);
   }
   return std::log(p);
 }

@@ -1,5 +1,5 @@
 // A token n-gram language model for shallow fusion in CTC beam search (a character LM over the
-// tokenizer's ids, trained in a second from the training transcripts). Estimates are Witten-Bell
+// tokenizer's ids, trained in seconds from the training transcripts). Estimates are Witten-Bell
 // interpolated down to a uniform distribution over the vocabulary, so every id has a probability:
 //   P(w | h) = (c(h, w) + T(h) P(w | h')) / (c(h) + T(h)),
 // where h' drops h's oldest id and T(h) counts the distinct ids seen after h. Sentences start
@@ -30,16 +30,21 @@ class NgramLm {
   int64_t sentences() const { return sentences_; }
 
  private:
+  // A context of k ids is the node k steps down from the root, by its ids newest first, so that
+  // LogProb walks from the empty context to the longest one without building keys.
   struct Context {
-    std::unordered_map<int64_t, int64_t> next;  // id -> count after this context
+    std::unordered_map<int64_t, int64_t> next;      // id -> count after this context
+    std::unordered_map<int64_t, int32_t> children;  // one older id -> its node
     int64_t total = 0;
   };
-  // The key of the context ids [begin, end).
-  static std::string Key(const int64_t* begin, const int64_t* end);
+  // The id `back` steps before the end of `ids` (1: the last), <bos> before the start.
+  int64_t Before(const int64_t* ids, size_t size, size_t back) const {
+    return back <= size ? ids[size - back] : bos_;
+  }
 
   int order_;
   int64_t vocab_, bos_, eos_, sentences_ = 0;
-  std::unordered_map<std::string, Context> contexts_;  // every context of 0..order-1 ids
+  std::vector<Context> contexts_;  // [0]: the empty context (the root)
 };
 
 }  // namespace kiln::speech

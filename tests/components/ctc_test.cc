@@ -104,6 +104,13 @@ TEST(NgramLm, DistributionsSumToOneAndFavorSeenContinuations) {
   EXPECT_GT(lm.LogProb({5, 6}, 8), lm.LogProb({5, 6}, 9));  // seen once beats never seen
   EXPECT_GT(lm.LogProb({5, 6, 7}, 3), std::log(0.8));       // the sentence ends after 7
   EXPECT_LT(lm.LogProb({}, 0), std::log(0.01));             // never seen: only the uniform share
+  // Exactly, for 8 after "5 6": unigram counts 5:21 6:21 7:20 8:1 9:1 eos:22 (86, 6 types); after
+  // "6" and after "5 6": 7 twenty times, 8 once (21, 2 types).
+  const double p1 = (1 + 6 * 0.1) / (86 + 6), p2 = (1 + 2 * p1) / (21 + 2), p3 = (1 + 2 * p2) / 23;
+  EXPECT_NEAR(lm.LogProb({5, 6}, 8), std::log(p3), 1e-12);
+  EXPECT_NEAR(lm.LogProb({9, 9, 6}, 8), std::log(p2), 1e-12);  // "9 6" never seen: falls back
+  // Nothing counted: the uniform distribution.
+  EXPECT_NEAR(speech::NgramLm(3, 10, 2, 3).LogProb({5}, 7), std::log(0.1), 1e-12);
 }
 
 TEST(CtcDecode, LanguageModelFusionPicksTheLikelySentence) {
