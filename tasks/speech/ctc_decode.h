@@ -25,8 +25,8 @@ std::vector<int64_t> CtcGreedyDecode(const torch::Tensor& log_probs, int64_t bla
 // (the bonus offsets the LM's preference for short outputs).
 struct LmFusion {
   const NgramLm* lm = nullptr;  // null: no language model
-  double weight = 0.5;
-  double bonus = 1.0;
+  double weight = 0;            // speech_recognition passes task.lm_weight and task.lm_bonus
+  double bonus = 0;
 };
 
 // Prefix beam search. Per frame only the `beam_size` most likely classes (and the blank) are

@@ -28,7 +28,7 @@ enum class Decoder { kGreedy, kBeam };
 
 struct LmOptions {
   int64_t order = 0;  // 0: no LM
-  double weight = 0.5, bonus = 1.0;
+  double weight = 0, bonus = 0;  // read from the options, whose defaults are in the schema
   std::string text;  // more LM sentences, one per line ("": the transcripts only)
 };
 

@@ -328,8 +328,9 @@ TEST(AudioFolder, BadFileFailsNamingItOrIsSkippedWithACount) {
   EXPECT_EQ(skip->train_dataset()->size() + skip->val_dataset()->size(), 8);
 }
 
-TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
-  TempDir dir;
+// train.jsonl in `dir`: clips/0..7.wav of 0.2, 0.3, ... 0.9 s, "go down" or "go up"; clip 3's
+// line has no duration field.
+void WriteEightUtterances(TempDir& dir) {
   std::string lines;
   for (int i = 0; i < 8; ++i) {
     std::string name = "clips/" + std::to_string(i) + ".wav";
@@ -340,6 +341,42 @@ TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
              "\"" + (i == 3 ? std::string() : ", \"duration\": " + std::to_string(seconds)) + "}\n";
   }
   dir.Write("train.jsonl", lines);
+}
+
+TEST(AudioManifest, SortaGradWithoutBucketingSortsOnlyTheFirstEpochs) {
+  TempDir dir;
+  WriteEightUtterances(dir);
+  auto make = [&](const std::string& extra) {
+    return InstantiateOk<data::DataModule>(
+        "_target_: audio_manifest\ntrain: " + dir.path() +
+            "/train.jsonl\nval_fraction: 0.0\nbatch_size: 4\nbucket_by_length: false\n"
+            "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: 20}\n" + extra,
+        "data");
+  };
+  auto dm = make("sortagrad_epochs: 2\n");
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  const data::Dataset& train = *dm->train_dataset();
+  auto loader = dm->loader_options();
+  ASSERT_TRUE(loader.batch_order);
+  const std::vector<int64_t> shuffled = {5, 2, 7, 0, 3, 6, 1, 4};
+  for (int64_t epoch : {0, 1}) {
+    std::vector<int64_t> order = loader.batch_order(shuffled, epoch, train);
+    ASSERT_EQ(order.size(), 8u);
+    for (size_t i = 1; i < order.size(); ++i)
+      EXPECT_LE(train.Length(order[i - 1]), train.Length(order[i])) << "epoch " << epoch;
+  }
+  EXPECT_EQ(loader.batch_order(shuffled, 2, train), shuffled);  // then the sampler's order
+  // Neither bucketing nor SortaGrad: the sampler's order as it is.
+  auto plain = make("");
+  ASSERT_TRUE(plain);
+  ASSERT_TRUE(plain->Setup(data::Stage::kFit).ok());
+  EXPECT_FALSE(plain->loader_options().batch_order);
+}
+
+TEST(AudioManifest, ReadsUtterancesAndBucketsByDuration) {
+  TempDir dir;
+  WriteEightUtterances(dir);
   auto dm = InstantiateOk<data::DataModule>(
       "_target_: audio_manifest\ntrain: " + dir.path() +
           "/train.jsonl\nval_fraction: 0.0\nbatch_size: 4\n"
