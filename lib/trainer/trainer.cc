@@ -411,7 +411,8 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   }
 
   Logger::Instance().Info(absl::StrCat("training on ", device_.is_cuda() ? "cuda" : "cpu", " with ", threads,
-                                       " threads", device_.is_cuda() ? "" : BlasKernels(), distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
+                                       " threads", distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
+                                       device_.is_cuda() ? "" : BlasKernels(),
                                        ": ", train_ds->size(), " samples, ", train_batches_,
                                        " batches per epoch", distributed() ? " per rank" : "", ", up to ", max_epochs,
                                        " epochs"));
