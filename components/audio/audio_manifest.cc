@@ -95,17 +95,13 @@ class AudioManifest : public text::TextDataModule {
       return data::PadCollate(examples, text::SpecialTokens::kPad);
     };
     lo.batch_order = nullptr;
-    if (o_.bucket && stage == data::Stage::kFit) {
-      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window,
-                                             static_cast<uint64_t>(o_.split_seed),
-                                             o_.sortagrad_epochs);
-    } else if (o_.sortagrad_epochs > 0 && stage == data::Stage::kFit) {
-      // SortaGrad without bucketing: sorted first epochs, then the sampler's order.
-      const int64_t sorted = o_.sortagrad_epochs;
-      lo.batch_order = [sorted](std::vector<int64_t> order, int64_t epoch,
-                                const data::Dataset& dataset) {
-        return epoch < sorted ? data::SortByLength(std::move(order), dataset) : order;
-      };
+    if (stage == data::Stage::kFit) {
+      data::BatchOrderFn then;
+      if (o_.bucket) {
+        then = data::LengthBucketing(lo.batch_size, o_.bucket_window,
+                                     static_cast<uint64_t>(o_.split_seed));
+      }
+      lo.batch_order = data::SortaGrad(o_.sortagrad_epochs, std::move(then));
     }
     if (pipeline_->needs_global_stats()) {
       KILN_RETURN_IF_ERROR(LoadTrain());

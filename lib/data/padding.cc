@@ -101,11 +101,18 @@ std::vector<int64_t> SortByLength(std::vector<int64_t> order, const Dataset& dat
   return order;
 }
 
-BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed,
-                             int64_t sorted_epochs) {
+BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed) {
   return [=](std::vector<int64_t> order, int64_t epoch, const Dataset& dataset) {
-    if (epoch < sorted_epochs) return SortByLength(std::move(order), dataset);
     return BucketByLength(std::move(order), dataset, batch_size, window_batches, seed, epoch);
+  };
+}
+
+BatchOrderFn SortaGrad(int64_t sorted_epochs, BatchOrderFn then) {
+  if (sorted_epochs <= 0) return then;
+  return [sorted_epochs, then = std::move(then)](std::vector<int64_t> order, int64_t epoch,
+                                                 const Dataset& dataset) {
+    if (epoch < sorted_epochs) return SortByLength(std::move(order), dataset);
+    return then ? then(std::move(order), epoch, dataset) : order;
   };
 }
 

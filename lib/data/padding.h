@@ -28,9 +28,11 @@ std::vector<int64_t> BucketByLength(std::vector<int64_t> order, const Dataset& d
 // CTC training, whose alignments are easier to find on short utterances.
 std::vector<int64_t> SortByLength(std::vector<int64_t> order, const Dataset& dataset);
 
-// The loader hook for BucketByLength (LoaderOptions::batch_order); epochs before `sorted_epochs`
-// use SortByLength instead.
-BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed,
-                             int64_t sorted_epochs = 0);
+// The loader hook for BucketByLength (LoaderOptions::batch_order).
+BatchOrderFn LengthBucketing(int64_t batch_size, int64_t window_batches, uint64_t seed);
+
+// SortaGrad as a loader hook: epochs before `sorted_epochs` use SortByLength, later ones `then`
+// (null: the sampler's order). With sorted_epochs <= 0 it is `then` itself.
+BatchOrderFn SortaGrad(int64_t sorted_epochs, BatchOrderFn then);
 
 }  // namespace kiln::data

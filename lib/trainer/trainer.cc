@@ -50,7 +50,8 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {}, old_usr1_ {};
 };
 
-// " (OpenBLAS SkylakeX kernels)" when LibTorch's BLAS is OpenBLAS (lib/app/blas_kernels.h), else "".
+// " (OpenBLAS Haswell kernels)" when LibTorch's BLAS is OpenBLAS (its kernel set, picked when it
+// loads, from OPENBLAS_CORETYPE or the CPU), else "".
 std::string BlasKernels() {
   using CoreName = char* (*)();
   auto core_name = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));

@@ -232,7 +232,7 @@ TEST(BucketByLength, SortaGradEpochsGoShortestFirstThenBucket) {
   std::vector<int64_t> lengths = {5, 3, 9, 3, 1, 7, 2, 8, 6, 4, 3, 0};
   LengthDataset ds(lengths);
   std::vector<int64_t> order = {11, 3, 0, 7, 1, 9, 4, 10, 2, 8, 6, 5};  // a shuffled epoch
-  data::BatchOrderFn fn = data::LengthBucketing(4, 100, 7, /*sorted_epochs=*/2);
+  data::BatchOrderFn fn = data::SortaGrad(2, data::LengthBucketing(4, 100, 7));
   // Ties keep the sampler's order (3 before 1 before 10, all of length 3).
   const std::vector<int64_t> shortest_first = {11, 4, 6, 3, 1, 10, 9, 0, 8, 5, 7, 2};
   EXPECT_EQ(fn(order, 0, ds), shortest_first);
