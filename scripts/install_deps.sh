@@ -8,6 +8,7 @@ set -euo pipefail
 #   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
 #   libtorch-dev libgloo-dev                             LibTorch 1.13 (CPU) and the c10d headers it needs
 #   libopenblas0-openmp                                  fast BLAS; without it LibTorch uses reference BLAS (~40x slower)
+#   libblas-dev                                          links the BLAS that LibTorch uses (fused causal attention)
 #   libyaml-cpp-dev                                      YAML parsing for lib/config
 #   libabsl-dev                                          absl::Status / StatusOr, strings, flat_hash_map
 #   libtbb-dev                                           oneTBB: the parallel data loader
@@ -25,7 +26,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev
-  libtorch-dev libgloo-dev libopenblas0-openmp
+  libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist

@@ -22,8 +22,7 @@ class Gpt : public Model {
   }
 
   torch::Tensor forward(torch::Tensor input) override {
-    torch::Tensor x = transformer->forward(
-        input, CausalBias(input.size(1), torch::TensorOptions().device(input.device())));
+    torch::Tensor x = transformer->forward(input, AttentionMask{/*causal=*/true, {}});
     // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
     return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
   }

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "components/models/causal_attention.h"
+#include "components/models/gelu_tanh.h"
 #include "lib/config/status_macros.h"
 
 namespace kiln {
@@ -14,27 +16,35 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, double dropout)
   c_proj = register_module("c_proj", torch::nn::Linear(dim, dim));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+  const bool attention_dropout = dropout_ > 0 && is_training();
+  torch::Tensor qkv = c_attn->forward(x);
+  if (mask.causal && !mask.bias.defined() && !attention_dropout &&
+      CausalAttentionSupports(qkv, heads_)) {
+    return c_proj->forward(CausalAttention(qkv, heads_));
+  }
+  torch::Tensor bias = mask.bias;
+  if (mask.causal) {
+    torch::Tensor causal = CausalBias(t, x.options());
+    bias = bias.defined() ? bias + causal : causal;
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   // [B, T, 3, H, hd] -> q, k, v as [B*H, T, hd] (one copy, as matmul would make).
-  torch::Tensor qkv = c_attn->forward(x)
-                          .view({b, t, 3, heads_, hd})
-                          .permute({2, 0, 3, 1, 4})
-                          .reshape({3, b * heads_, t, hd});
+  qkv = qkv.view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4}).reshape({3, b * heads_, t, hd});
   torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
-  // The scale and the (causal or padding) bias ride in the GEMM: scores = bias + scale * q k^T in
-  // one pass over [B*H, T, T] instead of three (matmul, multiply, add) and their backward.
+  // The scale and the bias ride in the GEMM: scores = bias + scale * q k^T in one pass over
+  // [B*H, T, T] instead of three (matmul, multiply, add) and their backward.
   torch::Tensor scores;
   if (bias.defined()) {
-    int64_t rows = bias.size(-2);
+    const int64_t rows = bias.size(-2);
     torch::Tensor b3 = bias.expand({b, heads_, rows, t}).reshape({b * heads_, rows, t});
     scores = torch::baddbmm(b3, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
   } else {
     scores = torch::bmm(q, k.transpose(1, 2)).mul_(scale);
   }
   torch::Tensor weights = torch::softmax(scores, -1);
-  if (dropout_ > 0 && is_training()) weights = torch::dropout(weights, dropout_, true);
+  if (attention_dropout) weights = torch::dropout(weights, dropout_, true);
   torch::Tensor y = torch::bmm(weights, v)
                         .view({b, heads_, t, hd})
                         .transpose(1, 2)
@@ -50,13 +60,13 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t m
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
   mlp = torch::nn::Sequential();
   mlp->push_back("c_fc", torch::nn::Linear(dim, mlp_dim));
-  mlp->push_back("gelu", torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")));
+  mlp->push_back("gelu", GeluTanhLayer());
   mlp->push_back("c_proj", torch::nn::Linear(mlp_dim, dim));
   mlp = register_module("mlp", mlp);
 }
 
-torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& bias) {
-  torch::Tensor a = attn->forward(ln_1->forward(x), bias);
+torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const AttentionMask& mask) {
+  torch::Tensor a = attn->forward(ln_1->forward(x), mask);
   if (dropout_ > 0) a = torch::dropout(a, dropout_, is_training());
   x = x + a;
   torch::Tensor m = mlp->forward(ln_2->forward(x));
@@ -75,7 +85,7 @@ TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
 }
 
-torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& bias) {
+torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const AttentionMask& mask) {
   const int64_t t = tokens.size(1);
   TORCH_CHECK(t <= o_.positions, "a sequence of ", t, " tokens is longer than the model's ",
               o_.positions, " positions");
@@ -83,7 +93,7 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const to
       torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
   torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
   if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
-  for (auto& block : blocks_) x = block->forward(x, bias);
+  for (auto& block : blocks_) x = block->forward(x, mask);
   return ln_f->forward(x);
 }
 

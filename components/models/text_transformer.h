@@ -11,12 +11,19 @@
 
 namespace kiln {
 
+// The keys each query may attend to: those at or before it when `causal`, and those where the
+// additive `bias` ([B, 1, 1, T] padding, or [T, T]) is not -inf; every key when neither is set.
+struct AttentionMask {
+  bool causal = false;
+  torch::Tensor bias;
+};
+
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t dim, int64_t heads, double dropout);
-  // x [B, T, D]; `bias` is added to the attention scores: [T, T] (causal) or [B, 1, 1, T]
-  // (padding).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
+  // x [B, T, D] -> [B, T, D]. A causal mask alone runs as one fused kernel on CPU float32
+  // (components/models/causal_attention.h) unless attention dropout is active.
+  torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask);
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
 
@@ -29,7 +36,7 @@ TORCH_MODULE(SelfAttention);
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim, double dropout);
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& bias);
+  torch::Tensor forward(torch::Tensor x, const AttentionMask& mask);
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
@@ -41,7 +48,7 @@ class TransformerBlockImpl : public torch::nn::Module {
 TORCH_MODULE(TransformerBlock);
 
 // Token and learned position embeddings, blocks, a final LayerNorm (nanoGPT's `transformer`:
-// wte, wpe, h.N, ln_f). forward(tokens [B, T], bias) -> hidden states [B, T, dim].
+// wte, wpe, h.N, ln_f). forward(tokens [B, T], mask) -> hidden states [B, T, dim].
 struct TextTransformerOptions {
   int64_t vocab_size = 0, positions = 256, dim = 256, depth = 4, heads = 4, mlp_dim = 1024;
   double dropout = 0.0;
@@ -50,7 +57,7 @@ struct TextTransformerOptions {
 class TextTransformerImpl : public torch::nn::Module {
  public:
   explicit TextTransformerImpl(const TextTransformerOptions& o);
-  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& bias);
+  torch::Tensor forward(const torch::Tensor& tokens, const AttentionMask& mask);
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};

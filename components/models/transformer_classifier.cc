@@ -23,7 +23,7 @@ class TransformerClassifier : public Model {
     // Longer inputs are cut to the positions the model has.
     if (input.size(1) > max_length_) input = input.narrow(1, 0, max_length_);
     torch::Tensor x = transformer->forward(
-        input, PaddingBias(input, torch::TensorOptions().device(input.device())));
+        input, AttentionMask{false, PaddingBias(input, torch::TensorOptions().device(input.device()))});
     torch::Tensor pooled;
     if (cls_pool_) {
       pooled = x.select(1, 0);

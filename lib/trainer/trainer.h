@@ -102,8 +102,9 @@ class Trainer {
   // Moves the task's module to the device (and to channels-last order when configured).
   void PlaceModule(torch::nn::Module& module) const;
   bool OutOfTime() const;
-  // Sets LibTorch's thread count from num_threads; returns it.
-  int ConfigureThreads() const;
+  // Sets LibTorch's thread count from num_threads (returns it) and keeps freed heap memory for
+  // reuse (glibc malloc settings; see trainer.cc).
+  int ConfigureCpu() const;
   bool distributed() const { return world_size() > 1; }
   // True when `local` holds on any rank (every rank gets the same answer).
   absl::StatusOr<bool> AnyRank(bool local);

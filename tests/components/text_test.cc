@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <filesystem>
 #include <numeric>
 
+#include "components/models/causal_attention.h"
+#include "components/models/gelu_tanh.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "components/text/text_data_module.h"
@@ -358,33 +361,129 @@ TEST(TextModels, ClassifiersIgnorePaddingAndGiveClassLogits) {
   }
 }
 
-// The fused attention (scale and bias inside baddbmm) computes softmax(q k^T / sqrt(hd) + bias) v,
-// with the same gradients, for a causal [T, T] bias, a padding [B, 1, 1, T] bias, and none.
+// softmax(q k^T / sqrt(hd) + bias) v per head, by the book: qkv [B, T, 3D] -> [B, T, D].
+torch::Tensor TextbookAttention(const torch::Tensor& qkv, int64_t heads,
+                                const torch::Tensor& bias) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
+  auto parts = qkv.view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+  torch::Tensor scores =
+      torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(double(hd));
+  if (bias.defined()) scores = scores + bias;
+  return torch::matmul(torch::softmax(scores, -1), parts[2]).transpose(1, 2).reshape({b, t, d});
+}
+
+// Both attention paths (the fused causal kernel, and scale and bias inside baddbmm) compute the
+// textbook formula with the same gradients: causal, padding [B, 1, 1, T], causal and padding
+// together, and no mask.
 TEST(TextModels, SelfAttentionMatchesTheTextbookFormula) {
   torch::manual_seed(0);
-  const int64_t b = 3, t = 7, d = 12, heads = 3, hd = d / heads;
+  const int64_t b = 3, t = 7, d = 12, heads = 3;
   SelfAttention attn(d, heads, 0.0);
   torch::Tensor tokens = torch::randint(1, 9, {b, t}, torch::kInt64);
   tokens.index_put_({0, torch::indexing::Slice(4, torch::indexing::None)}, 0);  // padded row
-  for (torch::Tensor bias : {CausalBias(t, torch::kFloat32), PaddingBias(tokens, torch::kFloat32),
-                             torch::Tensor()}) {
+  torch::Tensor causal = CausalBias(t, torch::kFloat32),
+                padding = PaddingBias(tokens, torch::kFloat32);
+  const std::vector<std::pair<AttentionMask, torch::Tensor>> cases = {
+      {{true, {}}, causal},
+      {{false, padding}, padding},
+      {{true, padding}, causal + padding},
+      {{false, {}}, torch::Tensor()}};
+  for (const auto& [mask, bias] : cases) {
     torch::Tensor x = torch::randn({b, t, d}, torch::requires_grad());
-    torch::Tensor got = attn->forward(x, bias);
+    torch::Tensor got = attn->forward(x, mask);
     auto got_grads = torch::autograd::grad({got.pow(2).sum()}, {x, attn->c_attn->weight});
 
-    auto qkv = attn->c_attn->forward(x).view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4});
-    torch::Tensor scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(hd));
-    if (bias.defined()) scores = scores + bias;
-    torch::Tensor y = torch::matmul(torch::softmax(scores, -1), qkv[2]);
-    torch::Tensor want = attn->c_proj->forward(y.transpose(1, 2).reshape({b, t, d}));
+    torch::Tensor want =
+        attn->c_proj->forward(TextbookAttention(attn->c_attn->forward(x), heads, bias));
     auto want_grads = torch::autograd::grad({want.pow(2).sum()}, {x, attn->c_attn->weight});
 
-    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max();
+    // Rows of the padded sequence whose keys are all masked are NaN on both sides.
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6, /*equal_nan=*/true))
+        << mask.causal << mask.bias.defined() << " " << (got - want).abs().max();
     for (size_t i = 0; i < 2; ++i) {
-      EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-4, 1e-6))
-          << i << ": " << (got_grads[i] - want_grads[i]).abs().max();
+      EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-4, 1e-6, true))
+          << mask.causal << mask.bias.defined() << " " << i << ": "
+          << (got_grads[i] - want_grads[i]).abs().max();
     }
   }
+}
+
+// The fused kernel takes rows 32 at a time: lengths below, at and across block edges, one head and
+// several, batches of one and more, all match the textbook in value and gradient; without grad it
+// keeps no probabilities and gives the same values.
+TEST(CausalAttention, MatchesTheTextbookAcrossRowBlocks) {
+  torch::manual_seed(1);
+  for (auto [b, t, heads, hd] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 4},
+                                                                    {2, 5, 2, 3},
+                                                                    {1, 32, 1, 8},
+                                                                    {3, 33, 4, 8},
+                                                                    {2, 70, 2, 16},
+                                                                    {1, 128, 4, 32}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << b << " T " << t << " heads " << heads << " hd " << hd);
+    const int64_t d = heads * hd;
+    ASSERT_TRUE(CausalAttentionSupports(torch::zeros({b, t, 3 * d}), heads));
+    torch::Tensor qkv = (2 * torch::randn({b, t, 3 * d})).requires_grad_();
+    torch::Tensor weight = torch::randn({b, t, d});  // a loss that weighs every output differently
+    torch::Tensor got = CausalAttention(qkv, heads);
+    torch::Tensor got_grad = torch::autograd::grad({(got * weight).sum()}, {qkv})[0];
+    torch::Tensor want = TextbookAttention(qkv, heads, CausalBias(t, torch::kFloat32));
+    torch::Tensor want_grad = torch::autograd::grad({(want * weight).sum()}, {qkv})[0];
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max();
+    EXPECT_TRUE(torch::allclose(got_grad, want_grad, 1e-4, 1e-5))
+        << (got_grad - want_grad).abs().max();
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(CausalAttention(qkv.detach(), heads), got.detach()));
+  }
+  // A view (not contiguous) is read as its values.
+  torch::Tensor wide = torch::randn({2, 9, 2 * 3 * 8});
+  torch::Tensor view = wide.narrow(2, 0, 3 * 8);
+  EXPECT_TRUE(torch::allclose(CausalAttention(view, 2), CausalAttention(view.contiguous(), 2)));
+  // What it does not take goes through ATen instead.
+  EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 24}, torch::kFloat64), 2));
+  EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 24}), 5));
+  EXPECT_FALSE(CausalAttentionSupports(torch::zeros({4, 24}), 2));
+}
+
+// The fused GELU matches ATen's tanh GELU in value and gradient, over the range where it bends and
+// far out where tanh saturates, at sizes that leave tails of every length and span parallel tasks;
+// NaN stays NaN, and without grad it gives the same values.
+TEST(GeluTanh, MatchesAtenValuesAndGradients) {
+  torch::manual_seed(2);
+  for (int64_t n : {1, 7, 8, 13, 1000, 70001}) {
+    SCOPED_TRACE(n);
+    torch::Tensor x = (torch::randn({n}) * 3).requires_grad_();
+    if (n > 8) {
+      torch::NoGradGuard no_grad;
+      x.index_put_({torch::indexing::Slice(0, 6)},
+                   torch::tensor({0.0f, -1e-6f, 1e-6f, 20.0f, -20.0f, -5.5f}));
+    }
+    torch::Tensor g = torch::randn({n});
+    torch::Tensor got = GeluTanh(x);
+    torch::Tensor want = torch::gelu(x, "tanh");
+    torch::Tensor got_grad = torch::autograd::grad({(got * g).sum()}, {x})[0];
+    // The gradient against float64's: float32 loses digits in 1 - tanh^2 for large |x|, ATen's
+    // more than this kernel's.
+    torch::Tensor x64 = x.detach().to(torch::kFloat64).requires_grad_();
+    torch::Tensor want_grad =
+        torch::autograd::grad({(torch::gelu(x64, "tanh") * g.to(torch::kFloat64)).sum()}, {x64})[0];
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max();
+    torch::Tensor aten_grad = torch::autograd::grad({(want * g).sum()}, {x})[0];
+    const double error = (got_grad.to(torch::kFloat64) - want_grad).abs().max().item<double>();
+    const double aten_error =
+        (aten_grad.to(torch::kFloat64) - want_grad).abs().max().item<double>();
+    EXPECT_LE(error, std::max(1e-6, 1.5 * aten_error)) << "ATen's float32 error: " << aten_error;
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(GeluTanh(x.detach()), got.detach()));
+  }
+  torch::Tensor nan = GeluTanh(torch::tensor({std::nanf(""), 1.0f}));
+  EXPECT_TRUE(std::isnan(nan[0].item<float>()));
+  EXPECT_NEAR(nan[1].item<float>(), 0.841192f, 1e-6);
+  // A view and a 2-D tensor: the same values as their contiguous copies.
+  torch::Tensor m = torch::randn({5, 6});
+  EXPECT_TRUE(torch::equal(GeluTanh(m.t()), GeluTanh(m.t().contiguous())));
+  EXPECT_TRUE(
+      torch::allclose(GeluTanh(m.to(torch::kFloat64)), torch::gelu(m.to(torch::kFloat64), "tanh")));
 }
 
 TEST(TextModels, GptIsCausalTiedAndNamedLikeNanoGpt) {

@@ -1,0 +1,25 @@
+// Causal multi-head attention as one CPU kernel (forward and backward), for float32 tensors:
+// y = softmax(q k^T / sqrt(hd) + causal mask) v for every head, where q, k and v are read in place
+// from c_attn's output and y is written with the heads already concatenated.
+//
+// Why: ATen runs attention as batched GEMMs of [T, hd] x [hd, T] one head after another, each
+// split over all threads, then softmax and its backward as separate passes over [B, H, T, T]. Here
+// the threads take whole heads instead (each GEMM runs on one thread, inside the parallel loop),
+// the scores of one head stay in cache between the GEMM, the softmax and the next GEMM, and the
+// blocks above the diagonal are never computed: rows are taken kCausalRowBlock at a time, and a
+// block of rows only multiplies the keys at or before its last row.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace kiln {
+
+// Whether CausalAttention can take these activations: CPU, float32, [B, T, 3 * D], D divisible by
+// `heads`. Anything else (CUDA, double, ...) goes through ATen's ops instead.
+bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads);
+
+// qkv [B, T, 3 * D]: q, k, v side by side, each `heads` heads of D / heads (c_attn's layout).
+// Returns [B, T, D], differentiable with respect to qkv.
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads);
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+#include "components/models/gelu_tanh.h"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+constexpr int64_t kLanes = 8;
+constexpr int64_t kGrain = 1 << 14;  // elements per parallel task
+
+#define KILN_AVX2 __attribute__((target("avx2,fma")))
+
+// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|), |u| capped at 9 (tanh is 1 in float from
+// there). exp is Cephes' expf: z = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n
+// through the exponent bits. NaN stays NaN.
+KILN_AVX2 inline __m256 Tanh8(__m256 u) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_and_ps(u, sign_bit);
+  const __m256 v = _mm256_min_ps(_mm256_set1_ps(9.0f), _mm256_andnot_ps(sign_bit, u));
+  const __m256 z = _mm256_mul_ps(v, _mm256_set1_ps(-2.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+  const __m256i exponent =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+  return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
+}
+
+// y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); t is kept when `t` is not null.
+KILN_AVX2 inline void Forward8(const float* x, float* y, float* t) {
+  const __m256 xv = _mm256_loadu_ps(x);
+  const __m256 u = _mm256_mul_ps(
+      xv, _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(kSqrt2OverPi * kCubic),
+                          _mm256_set1_ps(kSqrt2OverPi)));
+  const __m256 th = Tanh8(u);
+  const __m256 half_x = _mm256_mul_ps(xv, _mm256_set1_ps(0.5f));
+  _mm256_storeu_ps(y, _mm256_fmadd_ps(half_x, th, half_x));
+  if (t != nullptr) _mm256_storeu_ps(t, th);
+}
+
+// dx = g (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
+KILN_AVX2 inline void Backward8(const float* g, const float* x, const float* t, float* dx) {
+  const __m256 xv = _mm256_loadu_ps(x), tv = _mm256_loadu_ps(t), half = _mm256_set1_ps(0.5f);
+  const __m256 du =
+      _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(3 * kSqrt2OverPi * kCubic),
+                      _mm256_set1_ps(kSqrt2OverPi));
+  // 1 - t^2 as (1 - t)(1 + t): near t = +-1 the factor that matters is computed exactly.
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sech2 = _mm256_mul_ps(_mm256_sub_ps(one, tv), _mm256_add_ps(one, tv));
+  const __m256 slope = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, xv), sech2), du,
+                                       _mm256_fmadd_ps(half, tv, half));
+  _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(g), slope));
+}
+
+// The last n % 8 elements go through the same 8-lane code on a padded copy, so every element's
+// value is the same whatever the split into parallel tasks.
+KILN_AVX2 void ForwardRange(const float* x, float* y, float* t, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Forward8(x + i, y + i, t ? t + i : nullptr);
+  if (i == n) return;
+  float bx[kLanes] = {}, by[kLanes], bt[kLanes];
+  std::copy(x + i, x + n, bx);
+  Forward8(bx, by, bt);
+  std::copy(by, by + (n - i), y + i);
+  if (t != nullptr) std::copy(bt, bt + (n - i), t + i);
+}
+
+KILN_AVX2 void BackwardRange(const float* g, const float* x, const float* t, float* dx, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Backward8(g + i, x + i, t + i, dx + i);
+  if (i == n) return;
+  float bg[kLanes] = {}, bx[kLanes] = {}, bt[kLanes] = {}, bd[kLanes];
+  std::copy(g + i, g + n, bg);
+  std::copy(x + i, x + n, bx);
+  std::copy(t + i, t + n, bt);
+  Backward8(bg, bx, bt, bd);
+  std::copy(bd, bd + (n - i), dx + i);
+}
+
+bool HasAvx2Fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input) {
+    torch::Tensor x = input.contiguous();
+    const bool keep = input.requires_grad();
+    torch::Tensor y = torch::empty_like(x);
+    torch::Tensor t = keep ? torch::empty_like(x) : torch::Tensor();
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    float* tp = keep ? t.data_ptr<float>() : nullptr;
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      ForwardRange(xp + begin, yp + begin, tp ? tp + begin : nullptr, end - begin);
+    });
+    if (keep) ctx->save_for_backward({x, t});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& t = saved[1];
+    torch::Tensor g = grads[0].contiguous();
+    torch::Tensor dx = torch::empty_like(x);
+    const float *gp = g.data_ptr<float>(), *xp = x.data_ptr<float>(), *tp = t.data_ptr<float>();
+    float* dp = dx.data_ptr<float>();
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      BackwardRange(gp + begin, xp + begin, tp + begin, dp + begin, end - begin);
+    });
+    return {dx};
+  }
+};
+
+}  // namespace
+
+torch::Tensor GeluTanh(const torch::Tensor& x) {
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.layout() == torch::kStrided &&
+      HasAvx2Fma()) {
+    return GeluTanhFunction::apply(x);
+  }
+  return torch::gelu(x, "tanh");
+}
+
+}  // namespace kiln

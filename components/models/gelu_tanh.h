@@ -1,0 +1,22 @@
+// GELU with the tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+//
+// On CPUs with AVX2 and FMA, float32 CPU tensors take one fused kernel that keeps the tanh it
+// computed, so the backward is arithmetic only (ATen's gelu_backward evaluates tanh again, and
+// tanh is most of GELU's cost). The tanh comes from one exp (a Cephes polynomial), accurate to a
+// few float ulps. Everything else goes to torch::gelu(x, "tanh").
+#pragma once
+
+#include <torch/torch.h>
+
+namespace kiln {
+
+torch::Tensor GeluTanh(const torch::Tensor& x);
+
+// The same as a module, for Sequential.
+class GeluTanhLayerImpl : public torch::nn::Module {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) { return GeluTanh(x); }
+};
+TORCH_MODULE(GeluTanhLayer);
+
+}  // namespace kiln
