@@ -19,7 +19,8 @@ namespace kiln {
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads);
 
 // qkv [B, T, 3 * D]: q, k, v side by side, each `heads` heads of D / heads (c_attn's layout).
-// Returns [B, T, D], differentiable with respect to qkv.
+// Returns [B, T, D], differentiable with respect to qkv (once: the backward is not itself
+// differentiable).
 torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads);
 
 }  // namespace kiln

@@ -1,11 +1,16 @@
 #include "components/models/gelu_tanh.h"
 
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 
 #include <algorithm>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define KILN_GELU_KERNEL 1
+#endif
+
 namespace kiln {
+#ifdef KILN_GELU_KERNEL
 namespace {
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -130,12 +135,15 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
 };
 
 }  // namespace
+#endif  // KILN_GELU_KERNEL
 
 torch::Tensor GeluTanh(const torch::Tensor& x) {
+#ifdef KILN_GELU_KERNEL
   if (x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.layout() == torch::kStrided &&
       HasAvx2Fma()) {
     return GeluTanhFunction::apply(x);
   }
+#endif
   return torch::gelu(x, "tanh");
 }
 

@@ -2,8 +2,9 @@
 //
 // On CPUs with AVX2 and FMA, float32 CPU tensors take one fused kernel that keeps the tanh it
 // computed, so the backward is arithmetic only (ATen's gelu_backward evaluates tanh again, and
-// tanh is most of GELU's cost). The tanh comes from one exp (a Cephes polynomial), accurate to a
-// few float ulps. Everything else goes to torch::gelu(x, "tanh").
+// tanh is most of GELU's cost). The tanh comes from one exp (a Cephes polynomial), to about 1e-7
+// absolute. Everything else goes to torch::gelu(x, "tanh"). The kernel's backward is not
+// itself differentiable (no second derivatives).
 #pragma once
 
 #include <torch/torch.h>

@@ -65,10 +65,10 @@ std::string BlasKernels() {
 
 // Training allocates and frees the same large activation and gradient buffers at every step.
 // glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
-// trims the heap's free top, so each step faults the same pages in again (about a fifth of a small
-// GPT's step on CPU). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the most
-// glibc allows) from the heap and never trim it. The process keeps its peak footprint. A user's own
-// GLIBC_TUNABLES for malloc wins.
+// trims the heap's free top, so each step faults the same pages in again (experiment=mobydick_gpt
+// trains about 1.5x slower so). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the
+// most glibc allows) from the heap and never trim it. The process keeps its peak footprint. A
+// user's own GLIBC_TUNABLES for malloc wins.
 void KeepFreedMemoryForReuse() {
   static std::once_flag once;
   std::call_once(once, [] {
