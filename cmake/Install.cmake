@@ -4,11 +4,11 @@
 include(CMakePackageConfigHelpers)
 
 set(KILN_INSTALL_CMAKEDIR lib/cmake/Kiln)
-set(kiln_targets kiln kiln_config kiln_core)
+set(kiln_targets kiln kiln_base kiln_config kiln_core)
 if(Torch_FOUND)
   list(APPEND kiln_targets kiln_engine kiln_components kiln_tasks)
 endif()
-# Exported as Kiln::config, Kiln::core, Kiln::engine, Kiln::components, Kiln::tasks (the same
+# Exported as Kiln::base, Kiln::config, Kiln::core, Kiln::engine, Kiln::components, Kiln::tasks (the same
 # names the tree's ALIAS targets use, so plugins and examples build in and out of the tree).
 foreach(target ${kiln_targets})
   if(NOT target STREQUAL "kiln")

@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "lib/app/run_dir.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 
 namespace kiln {
@@ -73,10 +73,10 @@ absl::StatusOr<std::map<std::string, double>> ConfusionMatrix::Report(
   }
   if (f1_classes > 0) metrics["test/f1_macro"] = f1_sum / static_cast<double>(f1_classes);
   counts_.zero_();
-  KILN_RETURN_IF_ERROR(app::MakeDirs(output_dir));
-  KILN_RETURN_IF_ERROR(app::WriteFileAtomically(output_dir + "/test_confusion_matrix.csv", matrix));
+  KILN_RETURN_IF_ERROR(MakeDirs(output_dir));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/test_confusion_matrix.csv", matrix));
   KILN_RETURN_IF_ERROR(
-      app::WriteFileAtomically(output_dir + "/test_per_class_accuracy.csv", per_class));
+      WriteFileAtomically(output_dir + "/test_per_class_accuracy.csv", per_class));
   Logger::Instance().Info(absl::StrCat(
       "test accuracy per class: ", absl::StrJoin(summary, "  "),
       f1_classes > 0 ? absl::StrFormat("; macro-F1 %.4f", metrics["test/f1_macro"]) : "", " (",

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 

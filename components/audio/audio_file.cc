@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::audio {
 namespace {

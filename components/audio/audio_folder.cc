@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_data.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/padding.h"
 #include "lib/logging/logger.h"

@@ -13,7 +13,7 @@
 #include "components/audio/audio_data.h"
 #include "components/audio/audio_file.h"
 #include "components/text/text_data_module.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/data/padding.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"

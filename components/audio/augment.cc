@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::audio {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"
@@ -115,7 +115,7 @@ class ModelCheckpoint : public Callback {
   absl::Status Save(Trainer& trainer) {
     // Every rank keeps the same bookkeeping (metrics are reduced across ranks); rank 0 writes.
     const bool writes = trainer.is_global_zero();
-    if (writes) KILN_RETURN_IF_ERROR(app::MakeDirs(dirpath_));
+    if (writes) KILN_RETURN_IF_ERROR(MakeDirs(dirpath_));
     if (save_top_k_ != 0) {
       auto it = trainer.callback_metrics().find(monitor_);
       bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
@@ -141,7 +141,7 @@ class ModelCheckpoint : public Callback {
         }
         if (best_path_ != top_.front().second) {
           best_path_ = top_.front().second;
-          if (writes) KILN_RETURN_IF_ERROR(app::WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
+          if (writes) KILN_RETURN_IF_ERROR(WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
           Logger::Instance().Info(absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
         }
       }

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "components/data/file_bytes.h"
 #include "components/data/image_data_module.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {

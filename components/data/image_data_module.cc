@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/optim/option_checks.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::data {
 namespace {

@@ -1,8 +1,8 @@
 #include "components/loggers/appending_file.h"
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/run_dir.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln {
 
@@ -10,7 +10,7 @@ absl::Status AppendingFile::Append(const std::string& bytes) {
   if (file_ == nullptr) {
     if (!started_) {
       std::string dir = path_.substr(0, path_.find_last_of('/'));
-      if (dir != path_) KILN_RETURN_IF_ERROR(app::MakeDirs(dir));
+      if (dir != path_) KILN_RETURN_IF_ERROR(MakeDirs(dir));
     }
     file_ = std::fopen(path_.c_str(), started_ ? "ab" : "wb");
     if (file_ == nullptr) return absl::UnavailableError(absl::StrCat(path_, ": cannot open for writing"));

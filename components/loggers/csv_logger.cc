@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/callback.h"
 
@@ -24,7 +24,7 @@ class CsvLogger : public MetricsLogger {
 
  private:
   absl::Status Write() {
-    KILN_RETURN_IF_ERROR(app::MakeDirs(dir_));
+    KILN_RETURN_IF_ERROR(MakeDirs(dir_));
     std::vector<std::string> header = {"step"};
     header.insert(header.end(), columns_.begin(), columns_.end());
     std::string out = absl::StrJoin(header, ",") + "\n";
@@ -36,7 +36,7 @@ class CsvLogger : public MetricsLogger {
       }
       out += absl::StrJoin(cells, ",") + "\n";
     }
-    return app::WriteFileAtomically(dir_ + "/metrics.csv", out);
+    return WriteFileAtomically(dir_ + "/metrics.csv", out);
   }
 
   std::string dir_;

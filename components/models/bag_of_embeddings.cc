@@ -3,7 +3,7 @@
 // Input [B, T] token ids (0 = padding), output [B, classes].
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

@@ -16,8 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "components/text/sentencepiece_backend.h"
 #include "components/text/tokenizer.h"
-#include "lib/app/run_dir.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -173,8 +173,8 @@ class SentencePieceTokenizer : public Tokenizer {
     }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    KILN_RETURN_IF_ERROR(app::MakeDirs(options_.cache_dir));
-    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(path, model));
+    KILN_RETURN_IF_ERROR(MakeDirs(options_.cache_dir));
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(path, model));
     Logger::Instance().Info(absl::StrFormat(
         "sentencepiece: trained a %s model (vocab %d) on %d lines of %s in %.1f s: %s",
         options_.model_type, options_.vocab_size, sentences.size(), corpus_name, seconds, path));

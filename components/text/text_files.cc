@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/text/utf8.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::text {
 namespace {

@@ -21,6 +21,7 @@
 #include "lib/app/run_dir.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/core/exit_code.h"
+#include "lib/core/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"

@@ -23,9 +23,4 @@ absl::StatusOr<RunDir> PlanRunDir(config::ComposeResult& composed, int job_num,
 // Creates the directory and writes the `.hydra` files.
 absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& run);
 
-// Creates a directory and its parents.
-absl::Status MakeDirs(const std::string& path);
-// Writes a file through a temporary name and a rename, so readers never see half a file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
-
 }  // namespace kiln::app

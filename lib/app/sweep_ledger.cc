@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
 

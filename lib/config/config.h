@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::config {
 

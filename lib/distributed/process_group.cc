@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "lib/trainer/torch_compat.h"
+#include "lib/core/torch_compat.h"
 
 namespace kiln::distributed {
 namespace {
@@ -35,7 +35,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
   group->backend_ = backend;
 #if !KILN_TORCH_GLOO_IS_PROCESS_GROUP
   return absl::UnimplementedError(absl::StrCat("data-parallel training is built for LibTorch 1.x's c10d; this is ",
-                                               compat::TorchVersion(), " (see lib/trainer/torch_compat.h)"));
+                                               compat::TorchVersion(), " (see lib/core/torch_compat.h)"));
 #else
   try {
     c10d::TCPStoreOptions store_options;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/app/application.h"
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
@@ -134,7 +134,7 @@ std::string MetricsYaml(const std::map<std::string, double>& metrics) {
 
 absl::Status WriteResults(const std::string& output_dir, const std::string& name,
                           const std::map<std::string, double>& metrics) {
-  return app::WriteFileAtomically(output_dir + "/" + name, MetricsYaml(metrics));
+  return WriteFileAtomically(output_dir + "/" + name, MetricsYaml(metrics));
 }
 
 // Evaluates on the test split, adds the task's report (confusion matrix, per-class accuracy) and
@@ -252,7 +252,7 @@ absl::Status PredictCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::optional<std::string> generated, job.task->Generate());
   if (generated.has_value()) {
     std::string file = ctx.output_dir + "/generated.txt";
-    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(file, *generated + "\n"));
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(file, *generated + "\n"));
     Logger::Instance().Info(absl::StrCat("generated ", generated->size(), " bytes with ", path, ": ", file));
     std::printf("%s\n", generated->c_str());
     return absl::OkStatus();
@@ -289,7 +289,7 @@ absl::Status PredictCommand(app::JobContext& ctx) {
     }
   }
   std::string file = ctx.output_dir + "/predictions.csv";
-  KILN_RETURN_IF_ERROR(app::WriteFileAtomically(file, csv));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(file, csv));
   Logger::Instance().Info(absl::StrCat("predicted ", row, " inputs with ", path, ": ", file));
   std::printf("%s\n", file.c_str());
   return absl::OkStatus();
@@ -303,7 +303,7 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job.task->module()),
                                         {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job.model_name},
                                          {"source", path}}));
-  KILN_RETURN_IF_ERROR(app::WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
   Logger::Instance().Info(absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
   std::printf("%s\n", weights.c_str());
   return absl::OkStatus();

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 
 namespace kiln {
 namespace {
@@ -55,7 +55,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pa
   for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   file += json;
   file += data;
-  return app::WriteFileAtomically(path, file);
+  return WriteFileAtomically(path, file);
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {

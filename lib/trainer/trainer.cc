@@ -1,6 +1,6 @@
 #include "lib/trainer/trainer.h"
 
-#include "lib/app/run_dir.h"
+#include "lib/core/files.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
@@ -17,11 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/distributed/data_parallel.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
-#include "lib/trainer/torch_compat.h"
+#include "lib/core/torch_compat.h"
 
 namespace kiln {
 namespace {
@@ -462,7 +462,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
     std::string path = checkpoint_dir_ + "/last.ckpt";
     absl::Status saved = absl::OkStatus();
     if (checkpointing_enabled()) {
-      saved = app::MakeDirs(checkpoint_dir_);
+      saved = MakeDirs(checkpoint_dir_);
       if (saved.ok()) saved = SaveCheckpoint(path);
     }
     status = WithExitCode(absl::AbortedError(absl::StrCat(
@@ -524,7 +524,7 @@ absl::Status Trainer::RunEpoch(data::DataLoader& loader, int64_t first_batch, da
     *interrupted = true;
     if (stop_signal_ == 0 && checkpointing_enabled()) {
       // max_steps or max_time ended training mid-epoch: keep a resumable checkpoint.
-      KILN_RETURN_IF_ERROR(app::MakeDirs(checkpoint_dir_));
+      KILN_RETURN_IF_ERROR(MakeDirs(checkpoint_dir_));
       KILN_RETURN_IF_ERROR(SaveCheckpoint(checkpoint_dir_ + "/last.ckpt"));
     }
     return absl::OkStatus();

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/app/run_dir.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/plugin.h"
 #include "lib/trainer/callback.h"
@@ -43,7 +43,7 @@ class GradNormMonitor : public kiln::Callback {
       max = std::max(max, norm);
       sum += norm;
     }
-    if (auto status = kiln::app::WriteFileAtomically(filename_, csv); !status.ok()) return status;
+    if (auto status = kiln::WriteFileAtomically(filename_, csv); !status.ok()) return status;
     if (!rows_.empty()) {
       kiln::Logger::Instance().Info(absl::StrFormat("gradient norm over %d steps: max %.4g, mean %.4g (%s)",
                                                     rows_.size(), max, sum / rows_.size(), filename_));

@@ -2,7 +2,7 @@
 // Two 3x3 convolutions with ReLU and max-pooling, global average pooling, one linear layer.
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/plugin.h"
 
 namespace {

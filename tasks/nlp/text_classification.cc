@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/models/model.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/task.h"
 #include "tasks/confusion_matrix.h"

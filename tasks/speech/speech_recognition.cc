@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "components/models/model.h"
 #include "components/text/text_files.h"
-#include "lib/app/run_dir.h"
-#include "lib/config/status_macros.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/task.h"
@@ -122,7 +122,7 @@ class SpeechRecognition : public Task {
   absl::StatusOr<std::map<std::string, double>> TestReport(
       const std::string& output_dir, const std::vector<std::string>& /*class_names*/) override {
     std::string file = output_dir + "/test_transcripts.tsv";
-    KILN_RETURN_IF_ERROR(app::WriteFileAtomically(
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(
         file, "reference\thypothesis\tchar_errors\treference_chars\n" + transcripts_));
     transcripts_.clear();
     return std::map<std::string, double>();

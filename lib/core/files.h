@@ -1,0 +1,16 @@
+// File helpers every layer uses: creating folders, and writing a file so that readers never
+// see half of it (a crash mid-write leaves the previous file whole).
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kiln {
+
+// Creates a directory and its parents.
+absl::Status MakeDirs(const std::string& path);
+// Writes a file through a temporary name, fsync and a rename.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace kiln

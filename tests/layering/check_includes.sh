@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The include rule: a module includes only modules at its own level or below, never one above.
+#
+#   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/app < lib/data
+#     < lib/trainer  <  components/  <  tasks/  <  plugins/, entrypoints/
+#
+# lib/app (the command-line shell, Kiln::core) sits below lib/data and lib/trainer because it
+# never loads LibTorch: the engine registers its commands into the application, not the other
+# way round. The torch-free modules (lib/core except torch_compat.h, lib/config, lib/logging,
+# lib/registry, lib/app) must not include LibTorch headers at all.
+#
+# Usage: check_includes.sh [ROOT]   (default: the repository this script is in)
+# Prints one line per violation (file:line: what) and exits 1 if there is any.
+set -euo pipefail
+root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+cd "$root"
+
+dirs=(); for d in lib components tasks plugins entrypoints; do [[ -d $d ]] && dirs+=("$d"); done
+files=$(find "${dirs[@]}" -type f \( -name '*.h' -o -name '*.cc' \) | sort)
+# shellcheck disable=SC2086
+awk '
+  function module_of(path, parts) {
+    split(path, parts, "/")
+    return parts[1] == "lib" ? parts[1] "/" parts[2] : parts[1]
+  }
+  BEGIN {
+    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/app lib/data lib/trainer", low, " ")
+    for (i in low) rank[low[i]] = i + 0
+    rank["components"] = 10; rank["tasks"] = 11; rank["plugins"] = 12; rank["entrypoints"] = 12
+    split("lib/core lib/config lib/logging lib/registry lib/app", free, " ")
+    for (i in free) torch_free[free[i]] = 1
+    violations = 0
+  }
+  FNR == 1 { from = module_of(FILENAME); previous = "" }
+  /^[ \t]*#[ \t]*include[ \t]*"/ {
+    target = $0
+    sub(/^[^"]*"/, "", target); sub(/".*/, "", target)
+    to = module_of(target)
+    if ((from in rank) && (to in rank) && rank[to] > rank[from]) {
+      printf "%s:%d: %s includes %s, from %s, a module above it\n", FILENAME, FNR, from, target, to
+      violations++
+    }
+  }
+  /^[ \t]*#[ \t]*include[ \t]*[<"](torch|ATen|c10)\// {
+    # A header may include LibTorch under `#if __has_include(...)` (plugin.h reads its version).
+    if ((from in torch_free) && FILENAME != "lib/core/torch_compat.h" && previous !~ /__has_include/) {
+      printf "%s:%d: %s must not use LibTorch, but includes %s\n", FILENAME, FNR, from, $0
+      violations++
+    }
+  }
+  { previous = $0 }
+  END {
+    if (violations > 0) { printf "include rule: %d violation(s) (the order is in tests/layering/check_includes.sh)\n", violations; exit 1 }
+    print "include rule: no module includes one above it, and the torch-free modules include no LibTorch"
+  }
+' $files
