@@ -20,13 +20,14 @@
 #include "lib/app/local_workers.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/sweep_ledger.h"
+#include "lib/app/sweep_session.h"
+#include "lib/app/sweeper.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
 #include "lib/config/suggest.h"
-#include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
@@ -147,6 +148,8 @@ class Application {
     // themselves load only when a command builds components.
     if (auto st = FindPlugins(repo_.get()); !st.ok()) return st;
     if (!plugins_.empty()) {
+      // A config may use a plugin's resolver: the plugins load when one is first looked up.
+      config::ResolverRegistry::Default().set_load_more([this] { return LoadLibraries(); });
       for (const auto& plugin : plugins_) {
         if (!plugin.config_dir.empty()) options_.search_path.push_back({"plugin " + plugin.name, plugin.config_dir});
       }
@@ -268,10 +271,7 @@ class Application {
     options.output_dir = run.output_dir;
     options.log_file = run.log_file;
     // The parent's own command line, so the workers find the same plugins; they compose nothing.
-    options.argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
-                    "--config-name", options_.config_name};
-    for (const auto& dir : cl_.config_dirs) options.argv.insert(options.argv.end(), {"--config-dir", Absolute(dir)});
-    for (const auto& plugin : cl_.plugins) options.argv.insert(options.argv.end(), {"--plugin", Absolute(plugin)});
+    options.argv = SelfCommandLine();
     options.argv.push_back(absl::StrCat("--worker-of=", Absolute(run.output_dir)));
     options.argv.insert(options.argv.end(), cl_.overrides.begin(), cl_.overrides.end());
     return RunLocalWorkers(options);
@@ -322,95 +322,64 @@ class Application {
     return status;
   }
 
+  // A multirun: the sweeper (hydra.sweeper) decides the jobs, the launcher (hydra.launcher)
+  // runs them; the sweep machinery (sweep_session.h) keeps the folder, ledger and summary.
   absl::Status Multirun(config::ComposeResult& first) {
-    std::vector<config::Override> params;
-    if (NodePtr p = config::SelectPath(first.hydra, {"sweeper", "params"}); p && p->is_map()) {
-      for (const auto& [key, value] : p->entries()) {
-        std::string text = key + "=" + (value->kind() == config::NodeKind::kString
-                                            ? value->as_string()
-                                            : config::NodeToOverrideString(*value));
-        auto o = config::ParseOverride(text);
-        if (!o.ok()) return o.status();
-        params.push_back(*o);
-      }
-    }
-    auto jobs = config::PlanSweep(params, first.overrides, *repo_);
-    if (!jobs.ok()) return jobs.status();
-    if (cl_.dry_run) {
-      for (const auto& job : *jobs) Print(absl::StrCat(absl::StrJoin(job, " "), "\n"));
-      return absl::OkStatus();
-    }
-    config::Interpolator interpolator(first.root);
-    auto dir = interpolator.Select("hydra.sweep.dir", {"hydra"}, /*resolve=*/true);
-    if (!dir.ok()) return dir.status();
-    if (*dir == nullptr || (*dir)->kind() != config::NodeKind::kString) {
-      return absl::InvalidArgumentError("hydra.sweep.dir must be a string");
-    }
-    std::string sweep_dir = (*dir)->as_string();
-    if (auto st = MakeDirs(sweep_dir); !st.ok()) return st;
-    if (auto st = WriteFileAtomically(sweep_dir + "/multirun.yaml", config::ToYaml(*first.root)); !st.ok()) {
-      return st;
-    }
-    // A plugin may provide the launcher.
+    // A plugin may provide the sweeper or the launcher.
     if (!plugins_.empty()) {
       if (auto st = LoadLibraries(); !st.ok()) return st;
     }
-    auto launcher_cfg = config::Config(first.hydra, "hydra").Sub("launcher");
-    if (!launcher_cfg.ok()) return launcher_cfg.status();
-    auto launcher = Registry<Launcher>::Get().Instantiate(*launcher_cfg);
-    if (!launcher.ok()) return launcher.status();
+    auto sweeper_cfg = config::Config(first.hydra, "hydra").Sub("sweeper");
+    if (!sweeper_cfg.ok()) return sweeper_cfg.status();
+    auto sweeper = Registry<Sweeper>::Get().Instantiate(*sweeper_cfg);
+    if (!sweeper.ok()) return sweeper.status();
+    SweepSetup setup;
+    setup.arguments = first.overrides;
+    setup.repo = repo_.get();
+    setup.dry_run = cl_.dry_run;
+    setup.fail_fast = cl_.fail_fast;
+    setup.print = Print;
+    if (!cl_.dry_run) {
+      config::Interpolator interpolator(first.root);
+      auto dir = interpolator.Select("hydra.sweep.dir", {"hydra"}, /*resolve=*/true);
+      if (!dir.ok()) return dir.status();
+      if (*dir == nullptr || (*dir)->kind() != config::NodeKind::kString) {
+        return absl::InvalidArgumentError("hydra.sweep.dir must be a string");
+      }
+      setup.sweep_dir = (*dir)->as_string();
+      setup.multirun_yaml = config::ToYaml(*first.root);
+      auto launcher_cfg = config::Config(first.hydra, "hydra").Sub("launcher");
+      if (!launcher_cfg.ok()) return launcher_cfg.status();
+      auto launcher = Registry<Launcher>::Get().Instantiate(*launcher_cfg);
+      if (!launcher.ok()) return launcher.status();
+      setup.launcher = *launcher;
+      std::string sweep_dir = setup.sweep_dir;
+      setup.context.run = [this, sweep_dir](const SweepJob& job) -> absl::Status {
+        config::ComposeOptions job_options = options_;
+        job_options.overrides = job.overrides;
+        auto composed = config::Compose(job_options, *repo_);
+        if (!composed.ok()) return composed.status();
+        return RunJob(*composed, static_cast<int>(job.index), sweep_dir, job.overrides);
+      };
+      setup.context.command = [this, sweep_dir](const SweepJob& job) {
+        std::vector<std::string> argv = SelfCommandLine();
+        argv.push_back(absl::StrCat("--multirun-job=", job.index));
+        argv.push_back(absl::StrCat("--sweep-dir=", Absolute(sweep_dir)));
+        argv.insert(argv.end(), job.overrides.begin(), job.overrides.end());
+        return argv;
+      };
+    }
+    return RunSweep(**sweeper, std::move(setup));
+  }
 
-    // A sweep re-run into the same folder skips the jobs its ledger records as done.
-    auto ledger = ReadLedger(sweep_dir);
-    if (!ledger.ok()) return ledger.status();
-    auto done = LatestByJob(*ledger);
-    std::vector<SweepJob> pending;
-    for (size_t i = 0; i < jobs->size(); ++i) {
-      auto it = done.find(static_cast<int64_t>(i));
-      if (it != done.end() && JobIdentity(it->second.overrides) != JobIdentity((*jobs)[i])) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            sweep_dir, "/ledger.yaml records job ", i, " as '", absl::StrJoin(JobIdentity(it->second.overrides), " "),
-            "', but this sweep's job ", i, " is '", absl::StrJoin(JobIdentity((*jobs)[i]), " "),
-            "': it holds another sweep; choose another hydra.sweep.dir"));
-      }
-      if (it == done.end() || it->second.status != "ok") pending.push_back({i, (*jobs)[i]});
-    }
-    if (pending.size() < jobs->size()) {
-      Logger::Instance().Info(absl::StrCat("resuming the sweep in ", sweep_dir, ": ", jobs->size() - pending.size(),
-                                           " of ", jobs->size(), " jobs are done, running ", pending.size()));
-    }
-    LaunchContext context;
-    context.sweep_dir = sweep_dir;
-    context.fail_fast = cl_.fail_fast;
-    context.run = [&](const SweepJob& job) -> absl::Status {
-      config::ComposeOptions job_options = options_;
-      job_options.overrides = job.overrides;
-      auto composed = config::Compose(job_options, *repo_);
-      if (!composed.ok()) return composed.status();
-      return RunJob(*composed, static_cast<int>(job.index), sweep_dir, job.overrides);
-    };
-    context.command = [&](const SweepJob& job) {
-      std::vector<std::string> argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
-                                       "--config-name", options_.config_name};
-      for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", Absolute(dir)});
-      for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", Absolute(plugin)});
-      argv.push_back(absl::StrCat("--multirun-job=", job.index));
-      argv.push_back(absl::StrCat("--sweep-dir=", Absolute(sweep_dir)));
-      argv.insert(argv.end(), job.overrides.begin(), job.overrides.end());
-      return argv;
-    };
-    absl::Status status = (*launcher)->Launch(pending, context);
-    if (!(*launcher)->waits()) return status;
-    auto summary = WriteSweepSummary(sweep_dir, *jobs);
-    if (summary.ok()) {
-      Logger::Instance().Info(absl::StrCat("sweep summary (", sweep_dir, "/summary.csv):"));
-      for (absl::string_view line : absl::StrSplit(*summary, '\n', absl::SkipEmpty())) {
-        Logger::Instance().Info(absl::StrCat("  ", line));
-      }
-    } else if (status.ok()) {
-      status = summary.status();
-    }
-    return status;
+  // The command line that runs this command again in another process (a sweep's job, a
+  // data-parallel worker): the same config folders and plugins; the caller adds the rest.
+  std::vector<std::string> SelfCommandLine() const {
+    std::vector<std::string> argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
+                                     "--config-name", options_.config_name};
+    for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", Absolute(dir)});
+    for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", Absolute(plugin)});
+    return argv;
   }
 
   absl::StatusOr<NodePtr> SelectPackage(const NodePtr& node) {

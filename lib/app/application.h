@@ -10,12 +10,10 @@
 #include "absl/status/status.h"
 #include "lib/config/compose.h"
 #include "lib/config/config.h"
+#include "lib/core/exit_code.h"
 
 namespace kiln::app {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // the job failed for a reason outside the user's input
-inline constexpr int kExitUsage = 2;    // bad command line, config or input file
 
 // What a command's job gets: the resolved config and where to write.
 struct JobContext {

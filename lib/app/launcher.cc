@@ -95,17 +95,20 @@ class LocalLauncher : public Launcher {
   int n_jobs_;
 };
 
-KILN_REGISTER(Launcher, "local", "Runs up to n_jobs jobs at once, each in a kiln process of its own",
-              OptionSchema().Int("n_jobs", -1, "jobs at once; -1: one per core"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Launcher>> {
-                KILN_ASSIGN_OR_RETURN(int64_t n, cfg.Get<int64_t>("n_jobs"));
-                if (n == 0 || n < -1) {
-                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("n_jobs"),
-                                                                 "' must be -1 or at least 1"));
-                }
-                if (n == -1) n = std::max(1u, std::thread::hardware_concurrency());
-                return std::make_shared<LocalLauncher>(static_cast<int>(n));
-              });
+struct LocalLauncherOptions {
+  int64_t n_jobs = -1;
+};
+
+KILN_REGISTER_BOUND(Launcher, "local", "Runs up to n_jobs jobs at once, each in a kiln process of its own",
+                    OptionBinding<LocalLauncherOptions>().Field(
+                        "n_jobs", &LocalLauncherOptions::n_jobs, "jobs at once; -1: one per core",
+                        OptionCheck{"-1 or at least 1", [](const config::Node& n) {
+                                      return n.kind() == config::NodeKind::kInt && (n.as_int() == -1 || n.as_int() >= 1);
+                                    }}),
+                    [](const LocalLauncherOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>> {
+                      int64_t n = o.n_jobs == -1 ? std::max(1u, std::thread::hardware_concurrency()) : o.n_jobs;
+                      return std::make_shared<LocalLauncher>(static_cast<int>(n));
+                    });
 
 }  // namespace
 }  // namespace kiln::app

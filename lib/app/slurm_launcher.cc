@@ -26,10 +26,13 @@ std::string ShellQuote(const std::string& s) {
 }
 
 struct SlurmOptions {
-  std::string partition, time, mem, job_name, sbatch;
+  std::string partition, time, mem;
   int64_t cpus_per_task = 0, gpus_per_task = 0, array_parallelism = 0, signal_seconds = 90;
+  bool requeue = true;
   std::vector<std::string> additional_directives;
-  bool submit = true, requeue = true;
+  std::string job_name = "kiln-sweep";
+  bool submit = true;
+  std::string sbatch = "sbatch";
 };
 
 class SlurmLauncher : public Launcher {
@@ -112,36 +115,24 @@ class SlurmLauncher : public Launcher {
   SlurmOptions o_;
 };
 
-KILN_REGISTER(Launcher, "slurm", "Submits the jobs as a SLURM array (sbatch), one kiln process per task",
-              OptionSchema()
-                  .String("partition", "", "--partition (empty: the cluster's default)")
-                  .String("time", "", "--time limit, e.g. 04:00:00")
-                  .String("mem", "", "--mem, e.g. 16G")
-                  .Int("cpus_per_task", 0, "--cpus-per-task (0: not set)")
-                  .Int("gpus_per_task", 0, "--gpus-per-task (0: not set)")
-                  .Int("array_parallelism", 0, "at most this many tasks at once (0: no limit)")
-                  .Int("signal_seconds", 90, "send SIGUSR1 this long before the time limit (0: not set)")
-                  .Bool("requeue", true, "requeue a task whose job was preempted (exit 138)")
-                  .Add("additional_directives", OptionType::kList, "[]", "more #SBATCH lines, e.g. [--qos=high]")
-                  .String("job_name", "kiln-sweep", "--job-name")
-                  .Bool("submit", true, "run sbatch; false only writes the script")
-                  .String("sbatch", "sbatch", "the sbatch command"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Launcher>> {
-                SlurmOptions o;
-                KILN_ASSIGN_OR_RETURN(o.partition, cfg.Get<std::string>("partition"));
-                KILN_ASSIGN_OR_RETURN(o.time, cfg.Get<std::string>("time"));
-                KILN_ASSIGN_OR_RETURN(o.mem, cfg.Get<std::string>("mem"));
-                KILN_ASSIGN_OR_RETURN(o.cpus_per_task, cfg.Get<int64_t>("cpus_per_task"));
-                KILN_ASSIGN_OR_RETURN(o.gpus_per_task, cfg.Get<int64_t>("gpus_per_task"));
-                KILN_ASSIGN_OR_RETURN(o.array_parallelism, cfg.Get<int64_t>("array_parallelism"));
-                KILN_ASSIGN_OR_RETURN(o.signal_seconds, cfg.Get<int64_t>("signal_seconds"));
-                KILN_ASSIGN_OR_RETURN(o.requeue, cfg.Get<bool>("requeue"));
-                KILN_ASSIGN_OR_RETURN(o.additional_directives, cfg.Get<std::vector<std::string>>("additional_directives"));
-                KILN_ASSIGN_OR_RETURN(o.job_name, cfg.Get<std::string>("job_name"));
-                KILN_ASSIGN_OR_RETURN(o.submit, cfg.Get<bool>("submit"));
-                KILN_ASSIGN_OR_RETURN(o.sbatch, cfg.Get<std::string>("sbatch"));
-                return std::make_shared<SlurmLauncher>(std::move(o));
-              });
+using O = SlurmOptions;
+KILN_REGISTER_BOUND(
+    Launcher, "slurm", "Submits the jobs as a SLURM array (sbatch), one kiln process per task",
+    OptionBinding<O>()
+        .Field("partition", &O::partition, "--partition (empty: the cluster's default)")
+        .Field("time", &O::time, "--time limit, e.g. 04:00:00")
+        .Field("mem", &O::mem, "--mem, e.g. 16G")
+        .Field("cpus_per_task", &O::cpus_per_task, "--cpus-per-task (0: not set)", AtLeast(0))
+        .Field("gpus_per_task", &O::gpus_per_task, "--gpus-per-task (0: not set)", AtLeast(0))
+        .Field("array_parallelism", &O::array_parallelism, "at most this many tasks at once (0: no limit)", AtLeast(0))
+        .Field("signal_seconds", &O::signal_seconds, "send SIGUSR1 this long before the time limit (0: not set)",
+               AtLeast(0))
+        .Field("requeue", &O::requeue, "requeue a task whose job was preempted (exit 138)")
+        .Field("additional_directives", &O::additional_directives, "more #SBATCH lines, e.g. [--qos=high]")
+        .Field("job_name", &O::job_name, "--job-name", NonEmpty())
+        .Field("submit", &O::submit, "run sbatch; false only writes the script")
+        .Field("sbatch", &O::sbatch, "the sbatch command", NonEmpty()),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Launcher>> { return std::make_shared<SlurmLauncher>(o); });
 
 }  // namespace
 }  // namespace kiln::app

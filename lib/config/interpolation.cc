@@ -209,13 +209,31 @@ ResolverRegistry& ResolverRegistry::Default() {
   return *registry;
 }
 
-void ResolverRegistry::Register(const std::string& name, ResolverFn fn) {
-  resolvers_[name] = std::move(fn);
+absl::Status ResolverRegistry::Add(const std::string& name, ResolverFn fn, const std::string& origin) {
+  auto [it, added] = resolvers_.emplace(name, Entry{std::move(fn), origin});
+  if (!added) {
+    return absl::AlreadyExistsError(absl::StrCat("config resolver '", name, "' is already registered by ",
+                                                 it->second.origin, "; ", origin,
+                                                 " cannot register it again: give it another name"));
+  }
+  return absl::OkStatus();
+}
+
+const std::string& ResolverRegistry::OriginOf(const std::string& name) const {
+  static const std::string* none = new std::string();
+  auto it = resolvers_.find(name);
+  return it == resolvers_.end() ? *none : it->second.origin;
 }
 
 const ResolverFn* ResolverRegistry::Find(const std::string& name) const {
   auto it = resolvers_.find(name);
-  return it == resolvers_.end() ? nullptr : &it->second;
+  if (it == resolvers_.end() && load_more_) {
+    auto load = std::move(load_more_);
+    load_more_ = nullptr;
+    // A failure to load is reported by whoever loads the plugins again; here the name stays unknown.
+    if (load().ok()) it = resolvers_.find(name);
+  }
+  return it == resolvers_.end() ? nullptr : &it->second.fn;
 }
 
 std::vector<std::string> ResolverRegistry::Names() const {

@@ -27,16 +27,31 @@ struct ResolverCall {
 using ResolverFn = std::function<absl::StatusOr<NodePtr>(const ResolverCall&)>;
 
 // Named resolvers. Default() holds oc.env, oc.select, oc.decode, oc.dict.keys, oc.dict.values,
-// now (Hydra's, cached per process) and hydra (reads the `hydra` node of the composed tree).
+// now (Hydra's, cached per process) and hydra (reads the `hydra` node of the composed tree);
+// plugins add theirs through the Registrar (lib/registry/plugin.h).
 class ResolverRegistry {
  public:
   static ResolverRegistry& Default();
-  void Register(const std::string& name, ResolverFn fn);
+  // Adds a resolver; a name that is already registered is refused (never replaced), and the
+  // message names whoever registered it first.
+  absl::Status Add(const std::string& name, ResolverFn fn, const std::string& origin = "built-in");
+  // Add() for kiln's built-ins, whose names are known not to clash.
+  void Register(const std::string& name, ResolverFn fn) { Add(name, std::move(fn)).IgnoreError(); }
+  bool Contains(const std::string& name) const { return resolvers_.count(name) > 0; }
+  const std::string& OriginOf(const std::string& name) const;
+  // A name not found calls `load_more` once (the application loads the plugins, whose
+  // resolvers are needed only by configs that use them) and looks again.
   const ResolverFn* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
+  void set_load_more(std::function<absl::Status()> load_more) { load_more_ = std::move(load_more); }
 
  private:
-  std::map<std::string, ResolverFn> resolvers_;
+  struct Entry {
+    ResolverFn fn;
+    std::string origin;
+  };
+  std::map<std::string, Entry> resolvers_;
+  mutable std::function<absl::Status()> load_more_;
 };
 
 class Interpolator {

@@ -1,5 +1,5 @@
-// A status can carry the process exit code it should end with (SIGINT -> 130, SIGTERM -> 143),
-// so layers below the application decide it and the application honours it.
+// kiln's process exit codes. A status can carry the exit code it should end with (SIGINT -> 130,
+// SIGTERM -> 143), so layers below the application decide it and the application honours it.
 #pragma once
 
 #include <cstdlib>
@@ -9,6 +9,10 @@
 #include "absl/strings/cord.h"
 
 namespace kiln {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the job failed for a reason outside the user's input
+inline constexpr int kExitUsage = 2;    // bad command line, config or input file
 
 inline constexpr char kExitCodePayload[] = "kiln/exit-code";
 

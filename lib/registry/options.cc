@@ -1,5 +1,10 @@
 #include "lib/registry/options.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -123,6 +128,11 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
                                                      config::KindName(value->kind()), " ",
                                                      config::ScalarToYaml(*value), Where(*value)));
     }
+    if (spec->check && !value->is_null() && !spec->check.accepts(*value)) {
+      return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component, " must be ",
+                                                     spec->check.what, ", got ", config::ScalarToYaml(*value),
+                                                     Where(*value)));
+    }
     NodePtr stored = value;
     if (spec->type == OptionType::kFloat && value->kind() == NodeKind::kInt) {
       stored = Node::Float(static_cast<double>(value->as_int()));
@@ -175,5 +185,78 @@ Options& Options::Set(const std::string& key, const std::vector<Options>& list) 
   for (const auto& o : list) items->Append(o.node_->Clone());
   return Put(key, items);
 }
+
+namespace {
+
+bool IsNumber(const Node& n) { return n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat; }
+double NumberOf(const Node& n) { return n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float(); }
+std::string FormatNumber(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrCat(v);
+}
+
+}  // namespace
+
+OptionCheck OneOf(std::vector<std::string> values) {
+  std::string what = "one of: " + absl::StrJoin(values, ", ");
+  return {what, [values = std::move(values)](const Node& n) {
+            return n.kind() == NodeKind::kString && std::find(values.begin(), values.end(), n.as_string()) != values.end();
+          }};
+}
+
+OptionCheck InRange(double low, double high) {
+  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), "]"), [low, high](const Node& n) {
+            return IsNumber(n) && NumberOf(n) >= low && NumberOf(n) <= high;
+          }};
+}
+
+OptionCheck AtLeast(double low) {
+  return {absl::StrCat("at least ", FormatNumber(low)), [low](const Node& n) { return IsNumber(n) && NumberOf(n) >= low; }};
+}
+
+OptionCheck GreaterThan(double low) {
+  return {absl::StrCat("greater than ", FormatNumber(low)),
+          [low](const Node& n) { return IsNumber(n) && NumberOf(n) > low; }};
+}
+
+OptionCheck NonEmpty() {
+  return {"non-empty", [](const Node& n) {
+            if (n.kind() == NodeKind::kString) return !n.as_string().empty();
+            if (n.is_list()) return !n.items().empty();
+            if (n.is_map()) return !n.entries().empty();
+            return true;
+          }};
+}
+
+OptionCheck FileExists() {
+  return {"the path of an existing file", [](const Node& n) {
+            struct stat st;
+            return n.kind() == NodeKind::kString && ::stat(n.as_string().c_str(), &st) == 0 && S_ISREG(st.st_mode);
+          }};
+}
+
+namespace internal {
+
+NodePtr OptionField<std::vector<std::string>>::ToNode(const std::vector<std::string>& v) {
+  NodePtr list = Node::List();
+  for (const auto& item : v) list->Append(Node::String(item));
+  return list;
+}
+
+std::vector<std::string> OptionField<std::vector<std::string>>::From(const Node& n) {
+  std::vector<std::string> out;
+  for (const auto& item : n.items()) out.push_back(item->as_string());
+  return out;
+}
+
+bool OptionField<std::vector<std::string>>::Accepts(const Node& n) {
+  if (!n.is_list()) return false;
+  for (const auto& item : n.items()) {
+    if (item->kind() != NodeKind::kString) return false;
+  }
+  return true;
+}
+
+}  // namespace internal
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 //
 //   void Register(kiln::Registrar& registrar) {
 //     registrar.Add<kiln::Model>("tiny_convnet", "A two-layer CNN", Options(), Build);
+//     registrar.AddResolver("tiny.double", Double);  // ${tiny.double:21} in any config
 //   }
 //   KILN_PLUGIN("tiny_convnet", "1.0.0", Register, KILN_PLUGIN_CONFIG_DIR);
 //
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/config/interpolation.h"
 #include "lib/core/version.h"
 #include "lib/registry/registry.h"
 
@@ -41,10 +43,11 @@
 namespace kiln {
 
 // Bumped whenever KilnPluginInfo, KilnPluginManifest or Registrar change incompatibly.
-inline constexpr uint32_t kPluginAbiVersion = 1;
+inline constexpr uint32_t kPluginAbiVersion = 2;
 
-// What a plugin's register function adds. The loader adds all of it or, when one name is
-// already taken, none of it, and records the plugin as each component's origin.
+// What a plugin's register function adds: components of any kind (models, ..., launchers,
+// sweepers) and config resolvers. The loader adds all of it or, when one name is already
+// taken, none of it, and records the plugin as each one's origin.
 class Registrar {
  public:
   struct Pending {
@@ -58,10 +61,24 @@ class Registrar {
     pending_.push_back({std::move(info), std::move(stored)});
   }
 
+  template <typename T, typename S>
+  void Add(std::string name, std::string doc, const OptionBinding<S>& binding,
+           std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
+    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(build));
+    pending_.push_back({std::move(info), std::move(stored)});
+  }
+
+  // A config resolver (`${name:args}`), registered in config::ResolverRegistry::Default().
+  void AddResolver(std::string name, config::ResolverFn fn) {
+    resolvers_.emplace_back(std::move(name), std::move(fn));
+  }
+
   const std::vector<Pending>& pending() const { return pending_; }
+  const std::vector<std::pair<std::string, config::ResolverFn>>& resolvers() const { return resolvers_; }
 
  private:
   std::vector<Pending> pending_;
+  std::vector<std::pair<std::string, config::ResolverFn>> resolvers_;
 };
 
 }  // namespace kiln

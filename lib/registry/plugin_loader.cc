@@ -122,7 +122,7 @@ LoaderState& State() {
   return *state;
 }
 
-// Adds a plugin's components: all of them, or none when one name is taken.
+// Adds a plugin's components and resolvers: all of them, or none when one name is taken.
 absl::Status Commit(const PluginManifest& m, const Registrar& registrar) {
   RegistryHub& hub = RegistryHub::Instance();
   std::set<std::pair<std::string, std::string>> seen;
@@ -137,12 +137,26 @@ absl::Status Commit(const PluginManifest& m, const Registrar& registrar) {
                                                    " '", p.info.name, "' twice"));
     }
   }
+  config::ResolverRegistry& resolvers = config::ResolverRegistry::Default();
+  std::set<std::string> seen_resolvers;
+  for (const auto& [name, fn] : registrar.resolvers()) {
+    if (resolvers.Contains(name)) {
+      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path, ") registers config resolver '",
+                                                   name, "', which ", resolvers.OriginOf(name),
+                                                   " already provides: give it another name"));
+    }
+    if (!seen_resolvers.insert(name).second) {
+      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path,
+                                                   ") registers config resolver '", name, "' twice"));
+    }
+  }
   std::string previous = hub.current_origin();
   hub.set_current_origin(m.Origin());
   absl::Status status;
   for (const auto& p : registrar.pending()) {
     status.Update(hub.Add(p.info, p.factory));
   }
+  for (const auto& [name, fn] : registrar.resolvers()) status.Update(resolvers.Add(name, fn, m.Origin()));
   hub.set_current_origin(previous);
   return status;
 }

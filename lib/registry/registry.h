@@ -76,6 +76,24 @@ class Registry {
     return {std::move(info), std::make_shared<Factory>(std::move(factory))};
   }
 
+  // A component whose options are bound to a struct: the factory receives the filled struct.
+  template <typename S>
+  static std::pair<ComponentInfo, std::shared_ptr<void>> Entry(
+      std::string name, std::string doc, const OptionBinding<S>& binding,
+      std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
+    Factory factory = [binding, build = std::move(build)](const config::Config& cfg) {
+      return build(binding.Fill(*cfg.node()));
+    };
+    return Entry(std::move(name), std::move(doc), binding.schema(), std::move(factory));
+  }
+
+  template <typename S>
+  absl::Status Register(std::string name, std::string doc, const OptionBinding<S>& binding,
+                        std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
+    auto [info, stored] = Entry(std::move(name), std::move(doc), binding, std::move(build));
+    return RegistryHub::Instance().Add(std::move(info), std::move(stored));
+  }
+
   absl::Status Register(std::string name, std::string doc, OptionSchema options, Factory factory) {
     auto [info, stored] = Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
     return RegistryHub::Instance().Add(std::move(info), std::move(stored));
@@ -130,6 +148,32 @@ class Registry {
     if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
     return true;                                                                               \
   }()
+
+// The same for a component whose options are bound to a struct (OptionBinding): the factory
+// takes `const S&`, e.g. [](const LocalOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>>.
+#define KILN_REGISTER_BOUND(Base, name, doc, binding, ...)                                     \
+  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
+    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, binding,                   \
+                                                         ::kiln::internal::BoundFactory<Base>(__VA_ARGS__)); \
+    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
+    return true;                                                                               \
+  }()
+
+namespace kiln::internal {
+// Turns a lambda `(const S&) -> StatusOr<shared_ptr<Base>>` into the std::function the
+// registry takes, deducing S from the lambda's parameter.
+template <typename F>
+struct LambdaArg;
+template <typename C, typename R, typename A>
+struct LambdaArg<R (C::*)(const A&) const> {
+  using Type = A;
+};
+template <typename Base, typename F>
+auto BoundFactory(F f) {
+  using S = typename LambdaArg<decltype(&F::operator())>::Type;
+  return std::function<absl::StatusOr<std::shared_ptr<Base>>(const S&)>(std::move(f));
+}
+}  // namespace kiln::internal
 
 namespace kiln::internal {
 // Registration runs before main; a clash is reported once and the process exits with code 2.

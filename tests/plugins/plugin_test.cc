@@ -93,6 +93,61 @@ TEST_F(PluginTest, PluginLauncherRunsAMultirun) {
   EXPECT_EQ(r.out, "x: 3\nx: 2\nx: 1\n");
 }
 
+// A plugin's resolver and sweeper, used from a config: the sweeper (in the plugin's config
+// folder as hydra/sweeper/doubling) asks for one job at a time; each job resolves the plugin's
+// resolver; the sweep machinery keeps the folder, ledger and summary as for the grid.
+TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
+  dir_.Write("conf/doubling.yaml",
+             "defaults:\n  - override hydra/sweeper: doubling\n  - _self_\nx: 1\ny: ${sweep_tools.twice:${x}}\n");
+  const std::string plugin = TestPlugin("sweep_tools");
+  const std::string sweep = dir_.path() + "/sweep";
+  auto resolved = Kiln({"compose", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin, "--cfg",
+                        "job", "--resolve", "x=21"});
+  ASSERT_EQ(resolved.exit_code, 0) << resolved.err;
+  EXPECT_EQ(resolved.out, "x: 21\ny: 42\n");
+
+  auto list = Kiln({"list", "sweeper", "--plugin", plugin});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_TRUE(absl::StrContains(list.out, "  basic  [built-in]")) << list.out;
+  EXPECT_TRUE(absl::StrContains(list.out, "  doubling  [plugin sweep_tools 1.0.0")) << list.out;
+
+  auto plan = Kiln({"compose", "-m", "--dry-run", "--config-path", conf(), "--config-name", "doubling", "--plugin",
+                    plugin, "hydra.sweeper.start=3"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(plan.out, "x=3\nx=6\nx=12\n");
+
+  auto r = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
+                 "hydra.sweep.dir=" + sweep});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x: 1\ny: 2\nx: 2\ny: 4\nx: 4\ny: 8\n");
+  for (int job = 0; job < 3; ++job) {
+    std::ifstream overrides(sweep + "/" + std::to_string(job) + "/.hydra/overrides.yaml");
+    std::string text((std::istreambuf_iterator<char>(overrides)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "- x=" + std::to_string(1 << job) + "\n") << "job " << job;
+  }
+  std::ifstream summary(sweep + "/summary.csv");
+  std::string csv((std::istreambuf_iterator<char>(summary)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(Lines(csv), 4) << csv;  // header and three jobs
+  EXPECT_TRUE(absl::StrContains(csv, "2,ok,")) << csv;
+
+  // Run again into the same folder: every job is in the ledger, none runs again.
+  auto again = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
+                     "hydra.sweep.dir=" + sweep});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, "");
+  EXPECT_TRUE(absl::StrContains(again.err, "1 of 1 jobs are done, running 0")) << again.err;
+
+  // The sweeper's options are declared once and checked like any component's.
+  ExpectRefused(Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
+                      "hydra.sweep.dir=" + sweep, "hydra.sweeper.start=0"}),
+                "option 'hydra.sweeper.start' of sweeper 'doubling' must be at least 1, got 0");
+}
+
+TEST_F(PluginTest, ASecondRegistrationOfAResolverIsRefused) {
+  ExpectRefused(Kiln({"list", "--plugin", TestPlugin("clashing_resolver_plugin")}),
+                "registers config resolver 'oc.env', which built-in already provides: give it another name");
+}
+
 TEST_F(PluginTest, PluginsKeyInThePrimaryConfigAndOnTheCommandLine) {
   dir_.Write("conf/with_plugins.yaml", "plugins: [" + TestPlugin("reverse_launcher") + "]\ny: 2\n");
   auto r = Kiln({"compose", "--config-path", conf(), "--config-name", "with_plugins", "--cfg", "job",
@@ -156,7 +211,7 @@ TEST_F(PluginTest, NotAKilnPlugin) {
 TEST_F(PluginTest, BuiltForAnotherAbi) {
   ExpectRefused(Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("other_abi_plugin")}),
                 "plugin 'other_abi_plugin' (" + TestPlugin("other_abi_plugin") +
-                    ") was built for plugin ABI 99; this kiln loads ABI 1");
+                    ") was built for plugin ABI 99; this kiln loads ABI 2");
 }
 
 TEST_F(PluginTest, BuiltAgainstAnotherKiln) {

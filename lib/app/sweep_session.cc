@@ -1,0 +1,117 @@
+#include "lib/app/sweep_session.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "lib/app/sweep_ledger.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
+#include "lib/logging/logger.h"
+
+namespace kiln::app {
+namespace {
+
+class Session : public SweepSession {
+ public:
+  explicit Session(SweepSetup setup) : setup_(std::move(setup)) {
+    setup_.context.sweep_dir = setup_.sweep_dir;
+    setup_.context.fail_fast = setup_.fail_fast;
+  }
+
+  const std::vector<config::Override>& arguments() const override { return setup_.arguments; }
+  const config::ConfigRepository& repository() const override { return *setup_.repo; }
+  bool fail_fast() const override { return setup_.fail_fast; }
+
+  absl::StatusOr<BatchResult> Launch(const std::vector<std::vector<std::string>>& jobs) override {
+    BatchResult result;
+    if (setup_.dry_run) {
+      for (const auto& job : jobs) {
+        setup_.print(absl::StrCat(absl::StrJoin(job, " "), "\n"));
+        result.jobs.push_back({next_index_++, job, absl::UnavailableError("not run (--dry-run)"), ""});
+      }
+      return result;
+    }
+    KILN_RETURN_IF_ERROR(Prepare());
+    std::vector<SweepJob> pending;
+    size_t first = next_index_;
+    for (const auto& overrides : jobs) {
+      size_t index = next_index_++;
+      auto it = done_.find(static_cast<int64_t>(index));
+      if (it != done_.end() && JobIdentity(it->second.overrides) != JobIdentity(overrides)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            setup_.sweep_dir, "/ledger.yaml records job ", index, " as '",
+            absl::StrJoin(JobIdentity(it->second.overrides), " "), "', but this sweep's job ", index, " is '",
+            absl::StrJoin(JobIdentity(overrides), " "), "': it holds another sweep; choose another hydra.sweep.dir"));
+      }
+      if (it == done_.end() || it->second.status != "ok") pending.push_back({index, overrides});
+      all_jobs_.push_back(overrides);
+    }
+    if (pending.size() < jobs.size()) {
+      Logger::Instance().Info(absl::StrCat("resuming the sweep in ", setup_.sweep_dir, ": ",
+                                           jobs.size() - pending.size(), " of ", jobs.size(),
+                                           " jobs are done, running ", pending.size()));
+    }
+    if (!pending.empty()) result.status = setup_.launcher->Launch(pending, setup_.context);
+    // Each job's outcome, as the process that ran it recorded it.
+    auto ledger = ReadLedger(setup_.sweep_dir);
+    if (!ledger.ok()) return ledger.status();
+    auto latest = LatestByJob(*ledger);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      JobResult job{first + i, jobs[i], absl::OkStatus(), ""};
+      auto it = latest.find(static_cast<int64_t>(job.index));
+      if (it == latest.end()) {
+        job.status = absl::UnavailableError("no result recorded yet");
+      } else {
+        job.dir = it->second.dir;
+        if (it->second.status != "ok") job.status = absl::InternalError(it->second.message);
+      }
+      result.jobs.push_back(std::move(job));
+    }
+    return result;
+  }
+
+  // The summary of every job launched so far (when the launcher waited for them).
+  absl::Status Finish() {
+    if (!prepared_ || !setup_.launcher->waits()) return absl::OkStatus();
+    auto summary = WriteSweepSummary(setup_.sweep_dir, all_jobs_);
+    if (!summary.ok()) return summary.status();
+    Logger::Instance().Info(absl::StrCat("sweep summary (", setup_.sweep_dir, "/summary.csv):"));
+    for (absl::string_view line : absl::StrSplit(*summary, '\n', absl::SkipEmpty())) {
+      Logger::Instance().Info(absl::StrCat("  ", line));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The sweep folder, its multirun.yaml and what its ledger records, before the first job.
+  absl::Status Prepare() {
+    if (prepared_) return absl::OkStatus();
+    KILN_RETURN_IF_ERROR(MakeDirs(setup_.sweep_dir));
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(setup_.sweep_dir + "/multirun.yaml", setup_.multirun_yaml));
+    auto ledger = ReadLedger(setup_.sweep_dir);
+    if (!ledger.ok()) return ledger.status();
+    done_ = LatestByJob(*ledger);
+    prepared_ = true;
+    return absl::OkStatus();
+  }
+
+  SweepSetup setup_;
+  bool prepared_ = false;
+  size_t next_index_ = 0;
+  std::map<int64_t, LedgerEntry> done_;          // the ledger as the sweep found it
+  std::vector<std::vector<std::string>> all_jobs_;  // every job launched, by index
+};
+
+}  // namespace
+
+absl::Status RunSweep(Sweeper& sweeper, SweepSetup setup) {
+  Session session(std::move(setup));
+  absl::Status status = sweeper.Sweep(session);
+  absl::Status summary = session.Finish();
+  return status.ok() ? summary : status;
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,57 @@
+// Sweepers decide which jobs a multirun runs; launchers run them (Hydra's split). A sweeper
+// gets a SweepSession and asks it to launch batches of jobs, each a list of overrides; it may
+// plan everything up front (`basic`, the grid) or ask for jobs one batch at a time from what
+// earlier batches returned (an optimizer such as Optuna). The session owns the sweep folder,
+// the ledger that lets a re-run skip the jobs already done, the launcher and the summary.
+// Plugins register more sweepers under the same kind (`registrar.Add<kiln::app::Sweeper>`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/config/override.h"
+#include "lib/config/repository.h"
+
+namespace kiln::app {
+
+// A launched job as its ledger entry records it.
+struct JobResult {
+  size_t index = 0;                    // the job's number in the sweep (its folder name)
+  std::vector<std::string> overrides;  // the job's own overrides
+  // ok; the job's error; or kUnavailable while a scheduler (slurm) has not run it yet.
+  absl::Status status;
+  std::string dir;  // the job's output directory ("" when it did not get one)
+};
+
+// What one Launch call did: the launcher's status (naming the failed jobs) and each job's result.
+struct BatchResult {
+  absl::Status status;
+  std::vector<JobResult> jobs;
+};
+
+class SweepSession {
+ public:
+  virtual ~SweepSession() = default;
+  // The command line's overrides, sweeps (`a=1,2`, `range(...)`, ...) included.
+  virtual const std::vector<config::Override>& arguments() const = 0;
+  // Where group options (`model=glob(*)`) are looked up.
+  virtual const config::ConfigRepository& repository() const = 0;
+  // True under --fail-fast: a sweeper stops asking for jobs after a failed one.
+  virtual bool fail_fast() const = 0;
+  // Runs a batch through the launcher; its jobs are numbered after the previous batches'. A job
+  // that the sweep folder's ledger records as done is not run again, and its recorded result is
+  // returned. Under --dry-run the jobs are printed, one line each, and none runs.
+  virtual absl::StatusOr<BatchResult> Launch(const std::vector<std::vector<std::string>>& jobs) = 0;
+};
+
+class Sweeper {
+ public:
+  static constexpr const char* kKind = "sweeper";
+  virtual ~Sweeper() = default;
+  // Runs the sweep; returns the error of the failed jobs (as the launcher reported them).
+  virtual absl::Status Sweep(SweepSession& session) = 0;
+};
+
+}  // namespace kiln::app
