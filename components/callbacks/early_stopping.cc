@@ -15,6 +15,10 @@ class EarlyStopping : public Callback {
   EarlyStopping(std::string monitor, bool maximize, int64_t patience, double min_delta)
       : monitor_(std::move(monitor)), maximize_(maximize), patience_(patience), min_delta_(std::abs(min_delta)) {}
 
+  std::string state_key() const override {
+    return absl::StrCat("EarlyStopping{monitor=", monitor_, ",mode=", maximize_ ? "max" : "min", "}");
+  }
+
   absl::Status OnValidationEnd(Trainer& trainer, const std::map<std::string, double>& metrics) override {
     auto it = metrics.find(monitor_);
     if (it == metrics.end()) {

@@ -19,15 +19,39 @@
 namespace kiln {
 namespace {
 
-class ModelCheckpoint : public Callback {
+struct ModelCheckpointOptions {
+  std::string dirpath = "checkpoints";
+  std::string filename = "epoch={epoch}";
+  std::string monitor;
+  std::string mode = "min";
+  int64_t save_top_k = 1;
+  bool save_last = true;
+  int64_t every_n_epochs = 1;
+  int64_t every_n_train_steps = 0;
+};
+
+class ModelCheckpoint : public Callback, public CheckpointKeeper {
  public:
-  ModelCheckpoint(std::string dirpath, std::string filename, std::string monitor, std::string mode,
-                  int64_t save_top_k, bool save_last, int64_t every_n_epochs, int64_t every_n_train_steps)
-      : dirpath_(std::move(dirpath)), filename_(std::move(filename)), monitor_(std::move(monitor)),
-        maximize_(mode == "max"), save_top_k_(save_top_k), save_last_(save_last),
-        every_n_epochs_(every_n_epochs), every_n_train_steps_(every_n_train_steps) {}
+  explicit ModelCheckpoint(const ModelCheckpointOptions& o)
+      : dirpath_(o.dirpath), filename_(o.filename), monitor_(o.monitor), maximize_(o.mode == "max"),
+        save_top_k_(o.save_top_k), save_last_(o.save_last), every_n_epochs_(o.every_n_epochs),
+        every_n_train_steps_(o.every_n_train_steps) {}
 
   bool runs_last() const override { return true; }
+  // As Lightning's: two checkpoint callbacks differ by what they monitor and when they save.
+  std::string state_key() const override {
+    return absl::StrCat("ModelCheckpoint{monitor=", monitor_, ",mode=", maximize_ ? "max" : "min",
+                        ",every_n_epochs=", every_n_epochs_, ",every_n_train_steps=", every_n_train_steps_, "}");
+  }
+
+  const std::string& checkpoint_dir() const override { return dirpath_; }
+  std::string best_model_path() const override {
+    if (!best_path_.empty()) return best_path_;
+    std::ifstream in(dirpath_ + "/best_model_path.txt");
+    std::string path;
+    if (in) std::getline(in, path);
+    return path;
+  }
 
   absl::Status OnFitStart(Trainer& trainer) override {
     trainer.set_checkpoint_dir(dirpath_);
@@ -160,31 +184,23 @@ class ModelCheckpoint : public Callback {
   std::string best_path_;
 };
 
-KILN_REGISTER(Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
-              OptionSchema()
-                  .String("dirpath", "checkpoints", "folder for the checkpoint files")
-                  .String("filename", "epoch={epoch}", "name template: {epoch}, {step}, {metric:.4f}")
-                  .String("monitor", "", "metric to rank checkpoints by (empty: the latest wins)")
-                  .String("mode", "min", "min or max: which direction of the metric is better")
-                  .Int("save_top_k", 1, "how many best checkpoints to keep (-1: all, 0: none)")
-                  .Bool("save_last", true, "also write last.ckpt every time, to resume from")
-                  .Int("every_n_epochs", 1, "save after every N epochs")
-                  .Int("every_n_train_steps", 0, "save every N optimizer steps instead (0: off)"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                KILN_ASSIGN_OR_RETURN(std::string dirpath, cfg.Get<std::string>("dirpath"));
-                KILN_ASSIGN_OR_RETURN(std::string filename, cfg.Get<std::string>("filename"));
-                KILN_ASSIGN_OR_RETURN(std::string monitor, cfg.Get<std::string>("monitor"));
-                KILN_ASSIGN_OR_RETURN(std::string mode, cfg.Get<std::string>("mode"));
-                KILN_ASSIGN_OR_RETURN(int64_t top_k, cfg.Get<int64_t>("save_top_k"));
-                KILN_ASSIGN_OR_RETURN(bool save_last, cfg.Get<bool>("save_last"));
-                KILN_ASSIGN_OR_RETURN(int64_t every_epochs, cfg.Get<int64_t>("every_n_epochs"));
-                KILN_ASSIGN_OR_RETURN(int64_t every_steps, cfg.Get<int64_t>("every_n_train_steps"));
-                if (mode != "min" && mode != "max") {
-                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("mode"), "' must be min or max"));
-                }
-                return std::make_shared<ModelCheckpoint>(dirpath, filename, monitor, mode, top_k, save_last,
-                                                         every_epochs, every_steps);
-              });
+using O = ModelCheckpointOptions;
+KILN_REGISTER_BOUND(Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
+                    OptionBinding<O>()
+                        .Field("dirpath", &O::dirpath, "folder for the checkpoint files", NonEmpty())
+                        .Field("filename", &O::filename, "name template: {epoch}, {step}, {metric:.4f}", NonEmpty())
+                        .Field("monitor", &O::monitor, "metric to rank checkpoints by (empty: the latest wins)")
+                        .Field("mode", &O::mode, "min or max: which direction of the metric is better",
+                               OneOf({"min", "max"}))
+                        .Field("save_top_k", &O::save_top_k, "how many best checkpoints to keep (-1: all, 0: none)",
+                               AtLeast(-1))
+                        .Field("save_last", &O::save_last, "also write last.ckpt every time, to resume from")
+                        .Field("every_n_epochs", &O::every_n_epochs, "save after every N epochs", AtLeast(0))
+                        .Field("every_n_train_steps", &O::every_n_train_steps,
+                               "save every N optimizer steps instead (0: off)", AtLeast(0)),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<ModelCheckpoint>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "lib/data/loader.h"
@@ -22,6 +24,10 @@ class Callback {
 
   // Runs after every other callback (ModelCheckpoint does).
   virtual bool runs_last() const { return false; }
+  // Where this callback's state sits in a checkpoint (Lightning's state_key): its type, plus
+  // the options that tell two callbacks of that type apart. A resumed run finds each
+  // callback's state by it, whatever the order or number of callbacks in the new run.
+  virtual std::string state_key() const;
 
   virtual absl::Status OnFitStart(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnFitEnd(Trainer&) { return absl::OkStatus(); }
@@ -45,6 +51,27 @@ class Callback {
   virtual void SaveState(torch::serialize::OutputArchive&) const {}
   virtual void LoadState(torch::serialize::InputArchive&) {}
 };
+
+// A callback that keeps checkpoints (ModelCheckpoint). Commands ask the callbacks for it
+// (FindCheckpointKeeper) to resolve ckpt_path=best|last and to test the best checkpoint after
+// fit, instead of knowing a component's name or its files.
+class CheckpointKeeper {
+ public:
+  virtual ~CheckpointKeeper() = default;
+  virtual const std::string& checkpoint_dir() const = 0;
+  // The best checkpoint kept so far ("" when none): this run's, or the one an earlier run in
+  // the same folder recorded.
+  virtual std::string best_model_path() const = 0;
+};
+
+// The first of `callbacks` that keeps checkpoints, or null.
+template <typename C>
+const CheckpointKeeper* FindCheckpointKeeper(const std::vector<std::shared_ptr<C>>& callbacks) {
+  for (const auto& c : callbacks) {
+    if (auto* keeper = dynamic_cast<const CheckpointKeeper*>(c.get())) return keeper;
+  }
+  return nullptr;
+}
 
 // Logs metrics somewhere (a CSV file, TensorBoard, ...). Built from the `logger` mapping.
 class MetricsLogger {

@@ -31,7 +31,8 @@ struct Job {
   uint64_t seed = 0;
   std::string model_name;
   std::string ckpt_path;
-  std::string checkpoint_dir;  // model_checkpoint's dirpath, or default_root_dir/checkpoints
+  const CheckpointKeeper* checkpoint_keeper = nullptr;  // one of `callbacks`, or null
+  std::string checkpoint_dir;  // the keeper's folder, or default_root_dir/checkpoints
 };
 
 bool IsNull(const config::Config& cfg, const std::string& key) {
@@ -99,15 +100,9 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   if (!IsNull(cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(job.ckpt_path, cfg.Get<std::string>("ckpt_path"));
   }
-  job.checkpoint_dir = job.options.default_root_dir + "/checkpoints";
-  if (!IsNull(cfg, "callbacks")) {
-    KILN_ASSIGN_OR_RETURN(config::Config callbacks, cfg.Sub("callbacks"));
-    for (const auto& name : callbacks.Keys()) {
-      if (callbacks.Get<std::string>(name + "._target_").value_or("") == "model_checkpoint") {
-        job.checkpoint_dir = callbacks.Get<std::string>(name + ".dirpath").value_or("checkpoints");
-      }
-    }
-  }
+  job.checkpoint_keeper = FindCheckpointKeeper(job.callbacks);
+  job.checkpoint_dir = job.checkpoint_keeper != nullptr ? job.checkpoint_keeper->checkpoint_dir()
+                                                        : job.options.default_root_dir + "/checkpoints";
   return job;
 }
 
@@ -115,9 +110,8 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
 absl::StatusOr<std::string> EvaluationCheckpoint(const Job& job) {
   if (job.ckpt_path == "last") return job.checkpoint_dir + "/last.ckpt";
   if (job.ckpt_path == "best") {
-    std::ifstream in(job.checkpoint_dir + "/best_model_path.txt");
-    std::string path;
-    if (!in || !std::getline(in, path) || path.empty()) {
+    std::string path = job.checkpoint_keeper != nullptr ? job.checkpoint_keeper->best_model_path() : "";
+    if (path.empty()) {
       return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", job.checkpoint_dir,
                                               " (pass ckpt_path=PATH)"));
     }
@@ -196,9 +190,8 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   trainer.set_process_group(nullptr);
   if (!ctx.cfg.GetOr<bool>("test", true).value_or(true)) return absl::OkStatus();
   // Test the best checkpoint when one was kept, as lightning-hydra-template does.
-  std::ifstream best_file(job.checkpoint_dir + "/best_model_path.txt");
-  std::string best;
-  if (best_file && std::getline(best_file, best) && !best.empty() && trainer.checkpointing_enabled()) {
+  std::string best = job.checkpoint_keeper != nullptr ? job.checkpoint_keeper->best_model_path() : "";
+  if (!best.empty() && trainer.checkpointing_enabled()) {
     Logger::Instance().Info(absl::StrCat("testing the best checkpoint: ", best));
     KILN_RETURN_IF_ERROR(Trainer::LoadWeights(best, *job.task, job.model_name));
   }

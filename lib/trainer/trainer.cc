@@ -1,27 +1,30 @@
 #include "lib/trainer/trainer.h"
 
-#include "lib/core/files.h"
-
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "lib/core/files.h"
 #include "lib/core/status_macros.h"
+#include "lib/core/torch_compat.h"
 #include "lib/distributed/data_parallel.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
-#include "lib/core/torch_compat.h"
 
 namespace kiln {
 namespace {
@@ -96,6 +99,36 @@ absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchi
   }
   KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
   return LoadModelState(state, task.module(), path);
+}
+
+}  // namespace
+
+std::string Callback::state_key() const {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled != nullptr ? demangled : typeid(*this).name();
+  std::free(demangled);
+  // "kiln::(anonymous namespace)::ModelCheckpoint" -> "ModelCheckpoint"
+  size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+namespace {
+
+// The archive keys of the callbacks' states: "callbacks/" + state_key, made safe for an archive
+// name (letters, digits, '_', '/'); a second callback with the same key gets "_2", and so on.
+std::vector<std::string> CallbackStateKeys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  std::vector<std::string> keys;
+  std::map<std::string, int> seen;
+  for (const auto& c : callbacks) {
+    std::string key = c->state_key();
+    for (char& ch : key) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '/') ch = '_';
+    }
+    int n = ++seen[key];
+    keys.push_back(absl::StrCat("callbacks/", key, n > 1 ? absl::StrCat("_", n) : ""));
+  }
+  return keys;
 }
 
 }  // namespace
@@ -299,10 +332,11 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
     archive.write("loop/world_size", c10::IValue(static_cast<int64_t>(world_size())));
     archive.write("loop/batch_size", c10::IValue(batch_size_));
     archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+    std::vector<std::string> keys = CallbackStateKeys(callbacks_);
     for (size_t i = 0; i < callbacks_.size(); ++i) {
       torch::serialize::OutputArchive state;
       callbacks_[i]->SaveState(state);
-      archive.write(absl::StrCat("callbacks/", i), state);
+      archive.write(keys[i], state);
     }
   });
 }
@@ -338,7 +372,18 @@ absl::Status Trainer::ResumeFrom(const std::string& path) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
+    // By state key; a callback the checkpoint does not know starts fresh. Checkpoints written
+    // before state keys hold callbacks by list position.
+    std::vector<std::string> keys = CallbackStateKeys(callbacks_);
+    bool keyed = false;
     for (size_t i = 0; i < callbacks_.size(); ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(keys[i], state)) {
+        callbacks_[i]->LoadState(state);
+        keyed = true;
+      }
+    }
+    for (size_t i = 0; i < callbacks_.size() && !keyed; ++i) {
       torch::serialize::InputArchive state;
       if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks_[i]->LoadState(state);
     }

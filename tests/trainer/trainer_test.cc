@@ -255,6 +255,46 @@ TEST(TrainerResume, SigusrOnePreemptionCheckpointsAndResumesBitwiseEqual) {
   ExpectBitwiseEqual(full.params, resumed.params);
 }
 
+// Counts the batches it has seen, and keeps the count in checkpoints under its own state key.
+class BatchCounter : public Callback {
+ public:
+  explicit BatchCounter(std::string name) : name_(std::move(name)) {}
+  std::string state_key() const override { return "BatchCounter{" + name_ + "}"; }
+  absl::Status OnTrainBatchEnd(Trainer&, const data::Batch&, double) override {
+    ++count_;
+    return absl::OkStatus();
+  }
+  void SaveState(torch::serialize::OutputArchive& archive) const override {
+    archive.write("count", c10::IValue(count_));
+  }
+  void LoadState(torch::serialize::InputArchive& archive) override {
+    c10::IValue v;
+    if (archive.try_read("count", v)) count_ = v.toInt();
+  }
+  int64_t count() const { return count_; }
+
+ private:
+  std::string name_;
+  int64_t count_ = 0;
+};
+
+// Callback state is keyed by state_key, not list position: a resumed run with a new callback
+// in front restores the old one's state into the old one, and the new one starts fresh.
+TEST(TrainerResume, CallbackStateFollowsItsStateKeyWhenCallbacksChange) {
+  testing::TempDir dir;
+  auto counter = std::make_shared<BatchCounter>("a");
+  RunResult first = Train(dir.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 2, "", {counter});
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(counter->count(), 9);
+  auto added = std::make_shared<BatchCounter>("b");
+  auto resumed_counter = std::make_shared<BatchCounter>("a");
+  RunResult resumed = Train(dir.path(), kThreeEpochs, 2, "last", {added, resumed_counter});
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  EXPECT_EQ(resumed.steps, 18);
+  EXPECT_EQ(resumed_counter->count(), 18);  // 9 restored + 9 more
+  EXPECT_EQ(added->count(), 9);             // not in the checkpoint: from zero
+}
+
 TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
   testing::TempDir a, b;
   RunResult fresh = Train(a.path(), kThreeEpochs, 2, "");
