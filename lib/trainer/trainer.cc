@@ -1,8 +1,6 @@
 #include "lib/trainer/trainer.h"
 
 #include <cxxabi.h>
-#include <dlfcn.h>
-#include <malloc.h>
 #include <sys/stat.h>
 
 #include <cctype>
@@ -25,62 +23,10 @@
 #include "lib/distributed/data_parallel.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/process_settings.h"
 
 namespace kiln {
 namespace {
-
-// The signal that asked training to stop (SIGINT, SIGTERM, or SIGUSR1 — what SLURM sends before
-// preempting a job), 0 while none did.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
-
-// Installs the stop handlers for the lifetime of a fit, then restores the previous ones.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal.store(0);
-    struct sigaction action {};
-    action.sa_handler = OnStopSignal;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-    sigaction(SIGUSR1, &action, &old_usr1_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {}, old_usr1_ {};
-};
-
-// " (OpenBLAS Haswell kernels)" when LibTorch's BLAS is OpenBLAS (its kernel set, picked when it
-// loads, from OPENBLAS_CORETYPE or the CPU), else "".
-std::string BlasKernels() {
-  using CoreName = char* (*)();
-  auto core_name = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = core_name != nullptr ? core_name() : nullptr;
-  return name != nullptr ? absl::StrCat(" (OpenBLAS ", name, " kernels)") : "";
-}
-
-// Training allocates and frees the same large activation and gradient buffers at every step.
-// glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
-// trims the heap's free top, so each step faults the same pages in again (experiment=mobydick_gpt
-// trains about 1.5x slower so). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the
-// most glibc allows) from the heap and never trim it. The process keeps its peak footprint. A
-// user's own GLIBC_TUNABLES for malloc wins.
-void KeepFreedMemoryForReuse() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, -1);  // stored unsigned: no trimming
-  });
-}
 
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   std::vector<std::string> parts;
@@ -147,22 +93,13 @@ Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> 
 }
 
 int Trainer::ConfigureCpu() const {
-  KeepFreedMemoryForReuse();
-  // LibTorch defaults to one thread here; trainer.num_threads (null) means every core.
-  int threads = options_.num_threads;
-  if (threads <= 0) {
-    // Every core, shared among the workers on this node (torchrun's LOCAL_WORLD_SIZE).
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    int local_workers = 1;
-    if (distributed()) {
-      local_workers = world_size();
-      std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
-      if (!local.empty()) local_workers = std::max(1, std::atoi(local.c_str()));
-    }
-    threads = std::max(1, cores / local_workers);
+  int local_workers = 1;
+  if (distributed()) {
+    local_workers = world_size();
+    std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+    if (!local.empty()) local_workers = std::max(1, std::atoi(local.c_str()));
   }
-  at::set_num_threads(threads);
-  return threads;
+  return ConfigureProcess(options_.num_threads, local_workers);
 }
 
 int Trainer::global_rank() const { return group_ ? group_->rank() : 0; }
@@ -188,7 +125,7 @@ absl::Status Trainer::AverageOverRanks(std::map<std::string, double>& means) {
 
 absl::StatusOr<bool> Trainer::StopAfterThisStep() {
   bool step_limit = options_.max_steps > 0 && global_step_ >= options_.max_steps;
-  int signal = g_stop_signal.load();
+  int signal = StopSignals::Received();
   bool local = OutOfTime() || stop_now_;
   if (distributed()) {
     // A signal may reach one rank first, and clocks differ: all ranks stop at the same step or none.
@@ -479,7 +416,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
 
   Logger::Instance().Info(absl::StrCat("training on ", device_.is_cuda() ? "cuda" : "cpu", " with ", threads,
                                        " threads", distributed() ? absl::StrCat(" per rank, ", world_size(), " ranks") : "",
-                                       device_.is_cuda() ? "" : BlasKernels(),
+                                       device_.is_cuda() ? "" : BlasKernelsNote(),
                                        ": ", train_ds->size(), " samples, ", train_batches_,
                                        " batches per epoch", distributed() ? " per rank" : "", ", up to ", max_epochs,
                                        " epochs"));
@@ -502,7 +439,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   }
   // Alone, a signal that came after the last step still stops with a checkpoint; with several
   // ranks only the signal they agreed on at a step boundary counts, so all of them end alike.
-  int signal = distributed() ? stop_signal_ : g_stop_signal.load();
+  int signal = distributed() ? stop_signal_ : StopSignals::Received();
   if (status.ok() && signal != 0) {
     std::string path = checkpoint_dir_ + "/last.ckpt";
     absl::Status saved = absl::OkStatus();

@@ -1,0 +1,37 @@
+// Everything kiln changes for the whole process rather than for one Trainer, in one place:
+//   - the number of intra-op threads LibTorch uses (at::set_num_threads),
+//   - glibc malloc keeping freed memory for reuse (mmap threshold 32 MiB, no trimming),
+//   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop).
+// The Trainer applies them when it fits, evaluates or predicts; library users get them too, and
+// a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.
+#pragma once
+
+#include <string>
+
+namespace kiln {
+
+// Sets the thread count (`num_threads` <= 0: every core, shared among `local_workers` processes
+// on this machine) and the allocator settings; returns the thread count.
+int ConfigureProcess(int num_threads, int local_workers);
+
+// " (OpenBLAS Haswell kernels)" when LibTorch's BLAS is OpenBLAS (the kernel set it picked when it
+// loaded, from OPENBLAS_CORETYPE or the CPU), else "": for the training log.
+std::string BlasKernelsNote();
+
+// Installs the stop handlers for its lifetime, then restores the previous ones. Received() is the
+// signal that asked training to stop (SIGINT, SIGTERM, or SIGUSR1 — what SLURM sends before
+// preempting a job), 0 while none did.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  static int Received();
+
+ private:
+  struct Saved;
+  Saved* saved_;
+};
+
+}  // namespace kiln
