@@ -9,19 +9,6 @@
 
 namespace kiln {
 
-torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& target,
-                                 double label_smoothing) {
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32), target,
-      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
-}
-
-double TopKAccuracy(const torch::Tensor& logits, const torch::Tensor& target, int64_t k) {
-  if (k == 1) return logits.argmax(1).eq(target).to(torch::kFloat64).mean().item<double>();
-  torch::Tensor top = std::get<1>(logits.topk(k, 1));
-  return top.eq(target.unsqueeze(1)).any(1).to(torch::kFloat64).mean().item<double>();
-}
-
 ConfusionMatrix::ConfusionMatrix(int64_t num_classes)
     : num_classes_(num_classes), counts_(torch::zeros({num_classes, num_classes}, torch::kInt64)) {}
 

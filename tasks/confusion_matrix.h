@@ -1,7 +1,6 @@
 // Test-time counts of a classification task (rows: true class, columns: predicted), and the report
 // derived from them: the matrix and per-class accuracy as CSV, per-class and macro-averaged F1.
-// Shared by image_classification, text_classification and keyword_spotting, with their loss and
-// accuracy.
+// ClassificationTask (tasks/classification_task.h) keeps one.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,12 +12,6 @@
 #include "absl/status/statusor.h"
 
 namespace kiln {
-
-// Cross-entropy of logits [B, classes] (computed in float32) against class indices [B].
-torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& target,
-                                 double label_smoothing);
-// The share of rows whose target is among the k largest logits (k = 1: plain accuracy).
-double TopKAccuracy(const torch::Tensor& logits, const torch::Tensor& target, int64_t k = 1);
 
 class ConfusionMatrix {
  public:
