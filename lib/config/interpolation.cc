@@ -120,20 +120,13 @@ void RegisterBuiltins(ResolverRegistry* registry) {
   registry->Register("oc.env", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
     auto name = StringArg(call, 0);
     if (!name.ok()) return name.status();
-    // As OmegaConf: a non-string default is an error whether or not the variable is set.
-    if (call.args.size() >= 2) {
-      const Node& fallback = *call.args[1];
-      if (!fallback.is_null() && fallback.kind() != NodeKind::kString) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the default value of oc.env must be a string or null, got ", KindName(fallback.kind()),
-            " (quote it: '", PythonStr(fallback), "')"));
-      }
-    }
     if (const char* value = std::getenv(name->c_str())) return Node::String(value);
+    // As OmegaConf 2.1+: an unset variable gives the default, converted with str() unless it is
+    // null (`${oc.env:N,8}` is the string '8', `${oc.env:N,null}` is null).
     if (call.args.size() >= 2) {
       const Node& fallback = *call.args[1];
       if (fallback.is_null()) return Node::Null();
-      return Node::String(fallback.as_string());
+      return Node::String(PythonStr(fallback));
     }
     return absl::NotFoundError(absl::StrCat("environment variable '", *name, "' is not set"));
   });
