@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "lib/config/node.h"
 
 namespace kiln::config {
@@ -322,7 +323,8 @@ TEST(ToYaml, ScalarsInBlockMap) {
   m->Set("b", Node::Bool(true));
   m->Set("n", Node::Null());
   m->Set("s", Node::String("hello"));
-  EXPECT_EQ(ToYaml(*m), "i: 3\nf: 0.5\nb: true\nn: null\ns: hello\n");
+  // OmegaConf quotes the key 'n' (YAML 1.1's y/n booleans) as it quotes the value.
+  EXPECT_EQ(ToYaml(*m), "i: 3\nf: 0.5\nb: true\n'n': null\ns: hello\n");
 }
 
 TEST(ToYaml, QuotesStringsThatReadBackAsOtherTypes) {
@@ -337,6 +339,25 @@ TEST(ToYaml, QuotesStringsThatReadBackAsOtherTypes) {
   m->Set("h", Node::String("~"));
   EXPECT_EQ(ToYaml(*m),
             "a: '007'\nb: 'true'\nc: '1.5'\nd: 'yes'\ne: 'null'\nf: '1e3'\ng: ''\nh: '~'\n");
+}
+
+TEST(ToYaml, QuotesWhatYaml11OrPythonWouldRetype) {
+  // As OmegaConf.to_yaml: YAML 1.1 timestamps, y/n, Python's int()/float() forms, octal-looking
+  // decimals, sexagesimals, the merge and value keys; but not 2024-1-5 or 1:60.
+  for (const char* s : {"2024-01-05", "2024-01-05 10:00:00", "2024-1-5T1:00:00Z", "y", "N", "inf",
+                        "-Infinity", "nan", "0888", "08", "1_000", ".5e3", "0x1F",
+                        "1:30", "190:20:30.5", "=", "<<", "-.inf", "\u00a01"}) {
+    SCOPED_TRACE(s);
+    NodePtr m = Node::Map();
+    m->Set("k", Node::String(s));
+    std::string out = ToYaml(*m);
+    EXPECT_TRUE(out.rfind("k: '", 0) == 0 || out.rfind("k: \"", 0) == 0) << out;
+  }
+  for (const char* s : {"2024-1-5", "1:60", "0o17", "0X1F", "-.nan", "tRue", "1,000", "a b"}) {
+    NodePtr m = Node::Map();
+    m->Set("k", Node::String(s));
+    EXPECT_EQ(ToYaml(*m), absl::StrCat("k: ", s, "\n"));
+  }
 }
 
 TEST(ToYaml, PlainStringsStayUnquoted) {
