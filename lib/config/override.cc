@@ -120,11 +120,11 @@ NodePtr TypedToken(absl::string_view s) {
   } else if (int_end == absl::string_view::npos) {
     return nullptr;
   }
-  // EXPONENT: [eE] [+-]? INT_UNSIGNED
+  // EXPONENT_FLOAT: ... [eE] [+-]? DIGIT ('_'? DIGIT)*  (leading zeros allowed: 1e-07)
   if (q < body.size() && (body[q] == 'e' || body[q] == 'E')) {
     size_t r = q + 1;
     if (r < body.size() && (body[r] == '+' || body[r] == '-')) ++r;
-    size_t exp_end = MatchIntUnsigned(body, r);
+    size_t exp_end = MatchDigits(body, r);
     if (exp_end == absl::string_view::npos) return nullptr;
     q = exp_end;
     is_float = true;
@@ -844,18 +844,10 @@ absl::StatusOr<OverrideValue> ParseOverrideValue(absl::string_view text) {
 std::string NodeToOverrideString(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
-    case NodeKind::kBool: return node.as_bool() ? "true" : "false";
+    // As Hydra writes a value back (str() of the Python value): True, 1e-07, 1e+22.
+    case NodeKind::kBool: return node.as_bool() ? "True" : "False";
     case NodeKind::kInt: return std::to_string(node.as_int());
-    case NodeKind::kFloat: {
-      // Python writes 1e-07; the override grammar reads exponents without leading zeros.
-      std::string repr = PythonFloatRepr(node.as_float());
-      size_t e = repr.find('e');
-      if (e != std::string::npos) {
-        size_t digits = e + 1 + ((repr[e + 1] == '+' || repr[e + 1] == '-') ? 1 : 0);
-        while (digits + 1 < repr.size() && repr[digits] == '0') repr.erase(digits, 1);
-      }
-      return repr;
-    }
+    case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
     case NodeKind::kString: {
       const std::string& s = node.as_string();
       // A string that would read back as another type, or would not parse, is quoted.
