@@ -194,6 +194,24 @@ bool MatchesFloat(absl::string_view s, double* out) {
   return false;
 }
 
+// yaml-cpp 0.7 decodes the escape "\N" (NEL, U+0085) to the single byte 0x85, which is not
+// UTF-8. The input was checked to be UTF-8, so such a byte can only come from that escape.
+std::string FixNelEscape(const std::string& s) {
+  if (s.find('\x85') == std::string::npos) return s;
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (length == 0) {  // a stray continuation byte: the NEL
+      out += c == 0x85 ? "\xc2\x85" : std::string(1, s[i]);
+      continue;
+    }
+    out.append(s, i, length);
+    i += length - 1;
+  }
+  return out;
+}
+
 class YamlConverter {
  public:
   YamlConverter(std::shared_ptr<const std::string> file, absl::string_view text)
@@ -217,8 +235,15 @@ class YamlConverter {
         break;
       case YAML::NodeType::Scalar: {
         const std::string& tag = y.Tag();
-        const std::string& text = y.Scalar();
+        const std::string text = FixNelEscape(y.Scalar());
         if (tag == "?" || tag.empty()) {
+          // YAML 1.1 gives a plain `=` (the value key) and `<<` (the merge key, here not a key)
+          // types PyYAML cannot build, so Hydra refuses them; quote them for the strings.
+          if (text == "=" || text == "<<") {
+            return Error(y, absl::StrCat("invalid YAML: a plain '", text,
+                                         "' is YAML 1.1's ", text == "=" ? "value" : "merge",
+                                         " indicator; quote it for the string"));
+          }
           out = ResolvePlainScalar(text);
         } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
           out = Node::String(text);
@@ -510,10 +535,15 @@ bool IsSpecialCodePoint(uint32_t cp) {
          cp == 0xffff;
 }
 
+// YAML 1.1's other line breaks (NEL, LS, PS): PyYAML folds them inside single quotes, which a
+// YAML 1.2 reader reads differently, so kiln writes them as escapes ("\N", "\L", "\P").
+bool IsOtherLineBreak(uint32_t cp) { return cp == 0x85 || cp == 0x2028 || cp == 0x2029; }
+
 std::string QuoteString(const std::string& s) {
   bool needs_double = false;
   for (size_t i = 0, n = 0; i < s.size(); i += n) {
-    if (IsSpecialCodePoint(CodePointAt(s, i, &n))) needs_double = true;
+    uint32_t cp = CodePointAt(s, i, &n);
+    if (IsSpecialCodePoint(cp) || IsOtherLineBreak(cp)) needs_double = true;
   }
   // Line breaks also go double-quoted ("\n"); PyYAML folds them inside single quotes, which
   // reads back the same.
@@ -535,6 +565,9 @@ std::string QuoteString(const std::string& s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
+      case 0x85: out += "\\x85"; break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
+      case 0x2028: out += "\\L"; break;
+      case 0x2029: out += "\\P"; break;
       default:
         if (IsSpecialCodePoint(cp)) {
           char buf[12];
@@ -757,6 +790,34 @@ std::string ToYaml(const Node& node) {
   if (node.is_container() && node.size() == 0) return node.is_map() ? "{}\n" : "[]\n";
   std::string out;
   Emit(node, 0, &out);
+  return out;
+}
+
+namespace {
+
+void CollectQuoted(const YAML::Node& y, const std::string& path, std::set<std::string>* out) {
+  if (y.IsScalar()) {
+    if (y.Tag() == "!") out->insert(path);
+  } else if (y.IsSequence()) {
+    for (size_t i = 0; i < y.size(); ++i) CollectQuoted(y[i], absl::StrCat(path, "[", i, "]"), out);
+  } else if (y.IsMap()) {
+    for (const auto& kv : y) {
+      std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      if (kv.first.Tag() == "!") out->insert(absl::StrCat(path, ":", key));
+      CollectQuoted(kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::set<std::string>> QuotedScalarPaths(absl::string_view text) {
+  std::set<std::string> out;
+  try {
+    CollectQuoted(YAML::Load(std::string(text)), "", &out);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.msg));
+  }
   return out;
 }
 

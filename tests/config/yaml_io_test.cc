@@ -360,6 +360,25 @@ TEST(ToYaml, QuotesWhatYaml11OrPythonWouldRetype) {
   }
 }
 
+TEST(ToYaml, Yaml11LineBreaksAreEscapedAndReadBack) {
+  // NEL, LS and PS are line breaks to YAML 1.1 but not to yaml-cpp: written as escapes.
+  auto parsed = ParseYaml("a: \"x\\Ny\\Lz\\P\"\n", "t.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->Find("a")->as_string(), "x\u0085y\u2028z\u2029");
+  std::string out = ToYaml(**parsed);
+  EXPECT_EQ(out, "a: \"x\\x85y\\Lz\\P\"\n");
+  auto again = ParseYaml(out, "t.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(DeepEqual(**again, **parsed));
+}
+
+TEST(ParseYaml, PlainValueAndMergeIndicatorsAreRefused) {
+  // PyYAML has no constructor for YAML 1.1's value (=) and merge (<<) types, so Hydra refuses.
+  EXPECT_FALSE(ParseYaml("a: =\n", "t.yaml").ok());
+  EXPECT_FALSE(ParseYaml("a: <<\n", "t.yaml").ok());
+  EXPECT_TRUE(ParseYaml("a: '='\nb: '<<'\n", "t.yaml").ok());
+}
+
 TEST(ToYaml, PlainStringsStayUnquoted) {
   NodePtr m = Node::Map();
   m->Set("a", Node::String("hello world"));
