@@ -649,13 +649,16 @@ class OverrideParser {
       }
       return out;
     }
+    // Hydra's casts assert a value is a number, bool or string: null cannot be cast.
+    if (n.is_null()) return Fail(absl::StrCat("cannot convert null with ", type, "()"));
     if (type == "str") {
       if (n.kind() == NodeKind::kBool) return Node::String(n.as_bool() ? "true" : "false");
       return Node::String(PythonStr(n));
     }
     if (type == "int") {
       if (n.kind() == NodeKind::kInt) return Node::Int(n.as_int());
-      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float())) {
+      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float()) &&
+          std::fabs(n.as_float()) < 9.2e18) {
         return Node::Int(static_cast<int64_t>(n.as_float()));
       }
       if (n.kind() == NodeKind::kBool) return Node::Int(n.as_bool() ? 1 : 0);
@@ -728,10 +731,12 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     package = key.substr(at + 1);
     if (package.find('@') != absl::string_view::npos) return fail("more than one '@' in the key");
   }
-  auto valid_segment = [](absl::string_view seg) {
+  // Hydra's KEY_SPECIAL allows '$' in dotted keys and packages (`$x.y=1`); group paths with
+  // '/' are plain IDs.
+  auto valid_segment = [](absl::string_view seg, bool dollar_allowed) {
     if (seg.empty()) return false;
     for (char c : seg) {
-      if (!IsIdChar(c)) return false;
+      if (!IsIdChar(c) && !(c == '$' && dollar_allowed)) return false;
     }
     return true;
   };
@@ -745,7 +750,7 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
   while (start <= group.size()) {
     size_t end = group.find(separator, start);
     absl::string_view seg = group.substr(start, end == absl::string_view::npos ? end : end - start);
-    if (!valid_segment(seg)) return fail(absl::StrCat("invalid key '", key, "'"));
+    if (!valid_segment(seg, !slashes)) return fail(absl::StrCat("invalid key '", key, "'"));
     if (end == absl::string_view::npos) break;
     start = end + 1;
   }
@@ -754,7 +759,7 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     while (start <= package.size()) {
       size_t end = package.find('.', start);
       absl::string_view seg = package.substr(start, end == absl::string_view::npos ? end : end - start);
-      if (!valid_segment(seg)) return fail(absl::StrCat("invalid package in key '", key, "'"));
+      if (!valid_segment(seg, true)) return fail(absl::StrCat("invalid package in key '", key, "'"));
       if (end == absl::string_view::npos) break;
       start = end + 1;
     }
