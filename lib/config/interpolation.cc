@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/config/override.h"
+#include "lib/config/yaml_io.h"
 
 namespace kiln::config {
 namespace {
@@ -145,12 +146,46 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     if (!call.args.empty() && call.args[0]->is_null()) return Node::Null();
     auto text = StringArg(call, 0);
     if (!text.ok()) return text.status();
+    // OmegaConf's element grammar keeps whitespace around a primitive, which makes it a
+    // string (' 7 ' stays ' 7 '); before a list, dict or quoted string it is an error.
+    absl::string_view trimmed = Trim(*text);
+    if (trimmed.size() != text->size()) {
+      if (!trimmed.empty() && absl::string_view("[{'\"").find(trimmed[0]) == absl::string_view::npos) {
+        return Node::String(*text);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("oc.decode cannot decode '", *text, "': whitespace around a value"));
+    }
     auto value = ParseOverrideValue(*text);
     if (!value.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ",
                                                      value.status().message()));
     }
     return value->node;
+  });
+  // ${oc.create:{a: 1}}: a container from a dict, a list, or a YAML string (OmegaConf.create).
+  registry->Register("oc.create", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    if (call.args.empty()) return absl::InvalidArgumentError("oc.create needs an argument");
+    const NodePtr& arg = call.args[0];
+    if (arg->is_container()) return arg->Clone();
+    if (arg->kind() == NodeKind::kString) {
+      auto parsed = ParseYaml(arg->as_string(), "<oc.create>");
+      if (!parsed.ok()) return parsed.status();
+      if ((*parsed)->is_container()) return *parsed;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("oc.create needs a dict or a list, got ",
+                                                   KindName(arg->kind()), " ", PythonStr(*arg)));
+  });
+  // ${oc.deprecated:new.key}: the value of another key (OmegaConf also warns; kiln does not).
+  registry->Register("oc.deprecated", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto key = StringArg(call, 0);
+    if (!key.ok()) return key.status();
+    auto found = call.interpolator->Select(*key, {}, /*resolve=*/true);
+    if (!found.ok()) return found.status();
+    if (*found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("oc.deprecated: key '", *key, "' not found"));
+    }
+    return *found;
   });
   auto dict_part = [](bool keys) {
     return [keys](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
