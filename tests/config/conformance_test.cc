@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct CaseRef {
   int folder;  // index into kFolders
   std::string name;
 };
+void PrintTo(const CaseRef& c, std::ostream* os) { *os << kFolders[c.folder].label << "/" << c.name; }
 
 std::vector<std::string> CaseNames(const std::string& root) {
   std::vector<std::string> names;
