@@ -606,8 +606,19 @@ class OverrideParser {
       return std::move(args.back().value);
     }
     if (name == "int" || name == "float" || name == "str" || name == "bool") {
-      if (args.size() != 1 || !args[0].name.empty()) return Fail(absl::StrCat(name, "() takes one value"));
-      Element value = std::move(args[0].value);
+      // Hydra: int(x), int(value=x), or int(a,b,...) which casts the choice a,b,...
+      Element value;
+      if (args.size() == 1 && (args[0].name.empty() || args[0].name == "value")) {
+        value = std::move(args[0].value);
+      } else if (args.size() > 1 && std::all_of(args.begin(), args.end(), [](const Arg& a) {
+                   return a.name.empty() && !a.value.is_sweep;
+                 })) {
+        value.is_sweep = true;
+        value.sweep.kind = SweepKind::kChoice;
+        for (auto& a : args) value.sweep.choices.push_back(a.value.value);
+      } else {
+        return Fail(absl::StrCat(name, "() takes one value, or several to cast as a choice"));
+      }
       auto cast = [&](OverrideValue* v) -> absl::Status {
         auto converted = Cast(name, *v->node);
         if (!converted.ok()) return converted.status();
@@ -616,7 +627,23 @@ class OverrideParser {
         return absl::OkStatus();
       };
       if (value.is_sweep) {
-        if (value.sweep.kind != SweepKind::kChoice) return Fail(absl::StrCat(name, "() can only cast choices"));
+        if (value.sweep.kind == SweepKind::kRange) {
+          // Hydra casts a range's start, stop and step, and only to int or float.
+          if (name != "int" && name != "float") return Fail("a range can only be cast to int or float");
+          for (NodePtr* bound : {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
+            auto converted = Cast(name, **bound);
+            if (!converted.ok()) return converted.status();
+            *bound = *converted;
+          }
+          double step = value.sweep.range_step->kind() == NodeKind::kInt
+                            ? static_cast<double>(value.sweep.range_step->as_int())
+                            : value.sweep.range_step->as_float();
+          if (step == 0) return Fail("range() step must not be zero");
+          return value;
+        }
+        if (value.sweep.kind != SweepKind::kChoice) {
+          return Fail(absl::StrCat(name, "() can only cast choices and ranges"));
+        }
         for (auto& c : value.sweep.choices) {
           if (auto st = cast(&c); !st.ok()) return st;
         }
@@ -832,6 +859,11 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text) {
     o.sweep = std::move(element->sweep);
   } else {
     o.value = std::move(element->value);
+  }
+  // Hydra checks a deleted key's value only when the value is not None: `~a=null` is `~a`.
+  if (o.is_delete() && !o.is_sweep() && o.value.node->is_null() && o.value.quote == '\0') {
+    o.has_value = false;
+    o.value = OverrideValue();
   }
   return o;
 }

@@ -275,7 +275,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(const std::vecto
       for (const auto& v : *values) lines.push_back(key + "=" + OverrideValueToString(v));
       add(key, std::move(lines));
     } else if (!o.has_value) {
-      add(key, {key});
+      add(key, {key + "=null"});  // as Hydra writes a delete without a value: ~c=null
     } else {
       add(key, {key + "=" + OverrideValueToString(o.value)});
     }
