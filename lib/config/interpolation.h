@@ -79,6 +79,14 @@ class Interpolator {
 
 // "a.b.0" from path segments.
 std::string JoinPath(const std::vector<std::string>& path);
+
+// Checks a string value that holds "${" against OmegaConf's interpolation grammar, which
+// OmegaConf applies when a value is created (a file loaded, an override applied), whether or
+// not it is ever resolved: `${foo`, `${a b}`, `${m['k']}`, `${f:a=b}` are refused.
+absl::Status CheckInterpolationSyntax(absl::string_view text);
+// The same for every string value in a tree; errors name the key (below `key`) and where the
+// value was set.
+absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key = "");
 // Splits "a.b[0].c" into {"a", "b", "0", "c"}.
 std::vector<std::string> SplitKey(absl::string_view key);
 

@@ -198,6 +198,9 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
 }  // namespace
 
 absl::Status ApplyConfigOverride(Node& cfg, const Override& o) {
+  if (o.has_value && o.value.node != nullptr) {
+    if (auto st = CheckInterpolationSyntaxIn(*o.value.node, o.key_or_group); !st.ok()) return st;
+  }
   if (o.is_sweep()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Ambiguous value for argument '", o.input_line,

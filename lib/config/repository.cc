@@ -1,5 +1,7 @@
 #include "lib/config/repository.h"
 
+#include "lib/config/interpolation.h"
+
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -129,6 +131,8 @@ absl::StatusOr<std::unique_ptr<LoadedConfig>> ParseConfigFile(const std::string&
   loaded->file = file;
   loaded->package_header = ParsePackageHeader(text);
   NodePtr content = *parsed;
+  // OmegaConf parses every "${" value when the file is loaded, used or not.
+  if (auto st = CheckInterpolationSyntaxIn(*content); !st.ok()) return st;
   if (content->is_null()) content = Node::Map();
   if (!content->is_map()) {
     return absl::InvalidArgumentError(
