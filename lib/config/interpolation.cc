@@ -658,6 +658,8 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
 
 absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
                                                       const std::vector<std::string>& path) {
+  const bool keys_must_be_strings = keys_must_be_strings_;
+  keys_must_be_strings_ = false;
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
@@ -689,6 +691,11 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
       if ((*value)->is_missing()) {
         return absl::InvalidArgumentError(absl::StrCat("interpolation '", text.substr(i, close - i + 1),
                                                        "' points to a missing value (\?\?\?)"));
+      }
+      if (keys_must_be_strings && (*value)->kind() != NodeKind::kString) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "interpolation '", text.substr(i, close - i + 1), "' names a key, so it must give a string, not ",
+            KindName((*value)->kind()), " ", PythonStr(**value)));
       }
       out += PythonStr(**value);
       if (out.size() > kMaxInterpolatedLength) {
@@ -728,6 +735,7 @@ absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
   // A key; parts of it may themselves be interpolations.
   std::string key(Trim(body));
   if (key.find("${") != std::string::npos) {
+    keys_must_be_strings_ = true;  // OmegaConf: an interpolation that names a key gives a string
     auto expanded = Interpolate(key, path);
     if (!expanded.ok()) return expanded.status();
     key = *expanded;

@@ -75,6 +75,9 @@ class Interpolator {
   // Containers resolved on the way through a key; kept alive so their addresses stay unique.
   std::vector<NodePtr> temporaries_;
   std::vector<std::string> stack_keys_;
+  // Set while the next Interpolate expands a key (`${models.${name}}`): its interpolations must
+  // give strings, as in OmegaConf.
+  bool keys_must_be_strings_ = false;
 };
 
 // "a.b.0" from path segments.
