@@ -156,6 +156,10 @@ void RegisterBuiltins(ResolverRegistry* registry) {
       return absl::InvalidArgumentError(
           absl::StrCat("oc.decode cannot decode '", *text, "': whitespace around a value"));
     }
+    // OmegaConf's element grammar: no functions or casts (int(1)), unlike the override grammar.
+    if (auto st = CheckElementSyntax(*text); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ", st.message()));
+    }
     auto value = ParseOverrideValue(*text);
     if (!value.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ",
@@ -233,6 +237,14 @@ void RegisterBuiltins(ResolverRegistry* registry) {
 class GrammarCheck {
  public:
   explicit GrammarCheck(absl::string_view s) : s_(s) {}
+
+  // singleElement: element EOF (what oc.decode parses).
+  absl::Status SingleElement() {
+    if (AtEnd()) return absl::OkStatus();  // '' decodes to ''
+    if (auto st = Element(); !st.ok()) return st;
+    if (!AtEnd()) return Fail(absl::StrCat("unexpected '", Current(), "'"));
+    return absl::OkStatus();
+  }
 
   absl::Status Text() {
     while (i_ < s_.size()) {
@@ -497,6 +509,8 @@ class GrammarCheck {
 };
 
 }  // namespace
+
+absl::Status CheckElementSyntax(absl::string_view text) { return GrammarCheck(text).SingleElement(); }
 
 absl::Status CheckInterpolationSyntax(absl::string_view text) {
   if (text.find("${") == absl::string_view::npos) return absl::OkStatus();

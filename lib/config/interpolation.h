@@ -87,6 +87,8 @@ std::string JoinPath(const std::vector<std::string>& path);
 // OmegaConf applies when a value is created (a file loaded, an override applied), whether or
 // not it is ever resolved: `${foo`, `${a b}`, `${m['k']}`, `${f:a=b}` are refused.
 absl::Status CheckInterpolationSyntax(absl::string_view text);
+// Checks text against OmegaConf's `singleElement` rule (what oc.decode accepts).
+absl::Status CheckElementSyntax(absl::string_view text);
 // The same for every string value in a tree; errors name the key (below `key`) and where the
 // value was set.
 absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key = "");
