@@ -240,7 +240,7 @@ class GrammarCheck {
 
   // singleElement: element EOF (what oc.decode parses).
   absl::Status SingleElement() {
-    if (AtEnd()) return absl::OkStatus();  // '' decodes to ''
+    if (AtEnd()) return Fail("nothing to decode");
     if (auto st = Element(); !st.ok()) return st;
     if (!AtEnd()) return Fail(absl::StrCat("unexpected '", Current(), "'"));
     return absl::OkStatus();
