@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A short, reproducible fuzzing run (fixed seed and run count) of both fuzz targets, seeded
-# from the Hydra conformance cases (shared and tests/config/hydra_cases). Exits 77 (skipped) when the fuzzers were not built.
+# from the Hydra conformance cases (shared and tests/config/hydra_cases). Exits 77 (skipped)
+# when the fuzzers were not built.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${KILN_FUZZ_BIN:-$root/build-fuzz/bin}
