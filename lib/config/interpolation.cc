@@ -150,7 +150,8 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     // string (' 7 ' stays ' 7 '); before a list, dict or quoted string it is an error.
     absl::string_view trimmed = Trim(*text);
     if (trimmed.size() != text->size()) {
-      if (!trimmed.empty() && absl::string_view("[{'\"").find(trimmed[0]) == absl::string_view::npos) {
+      if (!trimmed.empty() &&
+          absl::string_view("[{'\"").find(trimmed[0]) == absl::string_view::npos) {
         return Node::String(*text);
       }
       return absl::InvalidArgumentError(
@@ -158,7 +159,8 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     }
     // OmegaConf's element grammar: no functions or casts (int(1)), unlike the override grammar.
     if (auto st = CheckElementSyntax(*text); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ", st.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("oc.decode cannot decode '", *text, "': ", st.message()));
     }
     auto value = ParseOverrideValue(*text);
     if (!value.ok()) {
@@ -229,7 +231,6 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     return *found;
   });
 }
-
 
 // A recursive-descent check of OmegaConf 2.1+'s grammar (OmegaConfGrammarLexer/Parser):
 // top-level text, INTERPOLATION_MODE (keys and resolver names), VALUE_MODE (resolver arguments)
@@ -433,7 +434,8 @@ class GrammarCheck {
       SkipWs();
       if (auto st = Element(); !st.ok()) return st;
       if (WsThen('}')) return absl::OkStatus();
-      if (!WsThen(',')) return AtEnd() ? Fail("missing '}'") : Fail("expected ',' or '}' in a dict");
+      if (!WsThen(','))
+        return AtEnd() ? Fail("missing '}'") : Fail("expected ',' or '}' in a dict");
       SkipWs();
     }
   }
@@ -448,8 +450,8 @@ class GrammarCheck {
           absl::string_view("/-+.%*@?|").find(c) != absl::string_view::npos) {
         ++i_;
       } else if (c == '\\') {
-        i_ += (i_ + 1 < s_.size() && absl::string_view("()[]{}:=, \t\\").find(s_[i_ + 1]) !=
-                                         absl::string_view::npos)
+        i_ += (i_ + 1 < s_.size() &&
+               absl::string_view("()[]{}:=, \t\\").find(s_[i_ + 1]) != absl::string_view::npos)
                   ? 2
                   : 1;
       } else if (At("${")) {
@@ -461,7 +463,8 @@ class GrammarCheck {
         // Whitespace before a separator belongs to it.
         size_t j = i_;
         while (j < s_.size() && IsWs(s_[j])) ++j;
-        if (j == s_.size() || absl::string_view(",]}:").find(s_[j]) != absl::string_view::npos) break;
+        if (j == s_.size() || absl::string_view(",]}:").find(s_[j]) != absl::string_view::npos)
+          break;
         i_ = j;
       } else if (c == ':' && !dict_key) {
         ++i_;
@@ -481,7 +484,8 @@ class GrammarCheck {
     while (!AtEnd()) {
       if (At("\\${")) {
         i_ += 3;
-      } else if (Peek() == '\\' && i_ + 1 < s_.size() && (s_[i_ + 1] == quote || s_[i_ + 1] == '\\')) {
+      } else if (Peek() == '\\' && i_ + 1 < s_.size() &&
+                 (s_[i_ + 1] == quote || s_[i_ + 1] == '\\')) {
         i_ += 2;
       } else if (At("${")) {
         if (auto st = Interpolation(); !st.ok()) return st;
@@ -510,7 +514,9 @@ class GrammarCheck {
 
 }  // namespace
 
-absl::Status CheckElementSyntax(absl::string_view text) { return GrammarCheck(text).SingleElement(); }
+absl::Status CheckElementSyntax(absl::string_view text) {
+  return GrammarCheck(text).SingleElement();
+}
 
 absl::Status CheckInterpolationSyntax(absl::string_view text) {
   if (text.find("${") == absl::string_view::npos) return absl::OkStatus();
@@ -520,7 +526,8 @@ absl::Status CheckInterpolationSyntax(absl::string_view text) {
 absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key) {
   if (node.is_map()) {
     for (const auto& [k, v] : node.entries()) {
-      if (auto st = CheckInterpolationSyntaxIn(*v, key.empty() ? k : key + "." + k); !st.ok()) return st;
+      if (auto st = CheckInterpolationSyntaxIn(*v, key.empty() ? k : key + "." + k); !st.ok())
+        return st;
     }
   } else if (node.is_list()) {
     for (size_t i = 0; i < node.items().size(); ++i) {
@@ -707,9 +714,10 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
                                                        "' points to a missing value (\?\?\?)"));
       }
       if (keys_must_be_strings && (*value)->kind() != NodeKind::kString) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "interpolation '", text.substr(i, close - i + 1), "' names a key, so it must give a string, not ",
-            KindName((*value)->kind()), " ", PythonStr(**value)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("interpolation '", text.substr(i, close - i + 1),
+                         "' names a key, so it must give a string, not ",
+                         KindName((*value)->kind()), " ", PythonStr(**value)));
       }
       out += PythonStr(**value);
       if (out.size() > kMaxInterpolatedLength) {

@@ -142,10 +142,10 @@ absl::Status MissingKey(const Override& o, const Node& container, const std::vec
 // a dict cannot merge into a list, nor a list into a dict. Scalars and null replace anything.
 absl::Status CheckContainerKinds(const Node& existing, const Node& value, const Override& o) {
   if ((existing.is_list() && value.is_map()) || (existing.is_map() && value.is_list())) {
-    return absl::InvalidArgumentError(absl::StrCat("Error merging override ", o.input_line, ": cannot merge a ",
-                                                   value.is_map() ? "dict" : "list", " into the ",
-                                                   existing.is_map() ? "dict" : "list", " at '",
-                                                   o.key_or_group, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Error merging override ", o.input_line, ": cannot merge a ",
+                     value.is_map() ? "dict" : "list", " into the ",
+                     existing.is_map() ? "dict" : "list", " at '", o.key_or_group, "'"));
   }
   return absl::OkStatus();
 }

@@ -629,8 +629,10 @@ class OverrideParser {
       if (value.is_sweep) {
         if (value.sweep.kind == SweepKind::kRange) {
           // Hydra casts a range's start, stop and step, and only to int or float.
-          if (name != "int" && name != "float") return Fail("a range can only be cast to int or float");
-          for (NodePtr* bound : {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
+          if (name != "int" && name != "float")
+            return Fail("a range can only be cast to int or float");
+          for (NodePtr* bound :
+               {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
             auto converted = Cast(name, **bound);
             if (!converted.ok()) return converted.status();
             *bound = *converted;
@@ -786,7 +788,8 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     while (start <= package.size()) {
       size_t end = package.find('.', start);
       absl::string_view seg = package.substr(start, end == absl::string_view::npos ? end : end - start);
-      if (!valid_segment(seg, true)) return fail(absl::StrCat("invalid package in key '", key, "'"));
+      if (!valid_segment(seg, true))
+        return fail(absl::StrCat("invalid package in key '", key, "'"));
       if (end == absl::string_view::npos) break;
       start = end + 1;
     }
@@ -882,9 +885,11 @@ std::string NodeToOverrideString(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
     // As Hydra writes a value back (str() of the Python value): True, 1e-07, 1e+22.
-    case NodeKind::kBool: return node.as_bool() ? "True" : "False";
+    case NodeKind::kBool:
+      return node.as_bool() ? "True" : "False";
     case NodeKind::kInt: return std::to_string(node.as_int());
-    case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
+    case NodeKind::kFloat:
+      return PythonFloatRepr(node.as_float());
     case NodeKind::kString: {
       const std::string& s = node.as_string();
       // A string that would read back as another type, or would not parse, is quoted.

@@ -1,7 +1,5 @@
 #include "lib/config/repository.h"
 
-#include "lib/config/interpolation.h"
-
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/interpolation.h"
 #include "lib/config/yaml_io.h"
 
 namespace kiln::config {

@@ -163,7 +163,8 @@ struct Decimal {
 };
 
 Decimal ToDecimal(const Node& n) {
-  return n.kind() == NodeKind::kInt ? Decimal::FromInt(n.as_int()) : Decimal::FromDouble(n.as_float());
+  return n.kind() == NodeKind::kInt ? Decimal::FromInt(n.as_int())
+                                    : Decimal::FromDouble(n.as_float());
 }
 
 absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const ConfigRepository& repo) {
@@ -178,8 +179,8 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
       const Node& stop = *sweep.range_stop;
       const Node& step = *sweep.range_step;
       auto too_many = [&]() {
-        return absl::InvalidArgumentError(absl::StrCat("range() in '", o.input_line, "' gives more than ",
-                                                       kMaxRangeValues, " values"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "range() in '", o.input_line, "' gives more than ", kMaxRangeValues, " values"));
       };
       if (start.kind() == NodeKind::kInt && stop.kind() == NodeKind::kInt && step.kind() == NodeKind::kInt) {
         int64_t s = start.as_int(), e = stop.as_int(), d = step.as_int();

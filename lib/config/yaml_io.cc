@@ -201,7 +201,11 @@ std::string FixNelEscape(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    size_t length = c < 0x80           ? 1
+                    : (c >> 5) == 0x6  ? 2
+                    : (c >> 4) == 0xe  ? 3
+                    : (c >> 3) == 0x1e ? 4
+                                       : 0;
     if (length == 0) {  // a stray continuation byte: the NEL
       out += c == 0x85 ? "\xc2\x85" : std::string(1, s[i]);
       continue;
@@ -240,8 +244,8 @@ class YamlConverter {
           // YAML 1.1 gives a plain `=` (the value key) and `<<` (the merge key, here not a key)
           // types PyYAML cannot build, so Hydra refuses them; quote them for the strings.
           if (text == "=" || text == "<<") {
-            return Error(y, absl::StrCat("invalid YAML: a plain '", text,
-                                         "' is YAML 1.1's ", text == "=" ? "value" : "merge",
+            return Error(y, absl::StrCat("invalid YAML: a plain '", text, "' is YAML 1.1's ",
+                                         text == "=" ? "value" : "merge",
                                          " indicator; quote it for the string"));
           }
           out = ResolvePlainScalar(text);
@@ -410,7 +414,8 @@ bool PythonFloatAccepts(absl::string_view text) {
   absl::string_view s = PythonStrip(text);
   size_t p = SkipSign(s);
   std::string word(s.substr(p));
-  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(word.begin(), word.end(), word.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (word == "inf" || word == "infinity" || word == "nan") return true;
   size_t q = SkipDigitPart(s, p);
   bool digits = q != p;
@@ -472,9 +477,9 @@ bool PlainAllowedInBlock(absl::string_view s) {
       if ((c == '?' || c == ':' || c == '-') && followed_by_space) return false;
     } else {
       if (c == ':' && followed_by_space) return false;
-      if (c == '#' && (s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '\r' ||
-                       IsYamlBreak(s, i - 1) || (i >= 2 && IsYamlBreak(s, i - 2)) ||
-                       (i >= 3 && IsYamlBreak(s, i - 3)))) {
+      if (c == '#' &&
+          (s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '\r' || IsYamlBreak(s, i - 1) ||
+           (i >= 2 && IsYamlBreak(s, i - 2)) || (i >= 3 && IsYamlBreak(s, i - 3)))) {
         return false;
       }
     }
@@ -489,7 +494,8 @@ bool PlainAllowedInBlock(absl::string_view s) {
         cp = ((c & 0x0f) << 12) | ((s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f);
       }
       if (length == 4) cp = 0x10000;
-      bool printable = (cp >= 0xa0 && cp <= 0xd7ff) || (cp >= 0xe000 && cp <= 0xfffd) || cp >= 0x10000;
+      bool printable =
+          (cp >= 0xa0 && cp <= 0xd7ff) || (cp >= 0xe000 && cp <= 0xfffd) || cp >= 0x10000;
       if (!printable || cp == 0xfeff) return false;
     }
     bool space = c == ' ';
@@ -523,7 +529,8 @@ uint32_t CodePointAt(absl::string_view s, size_t i, size_t* length) {
   }
   if (*length == 1) return c;
   uint32_t cp = c & (0xff >> (*length + 1));
-  for (size_t k = 1; k < *length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  for (size_t k = 1; k < *length; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
   return cp;
 }
 
@@ -565,9 +572,15 @@ std::string QuoteString(const std::string& s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
-      case 0x85: out += "\\x85"; break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
-      case 0x2028: out += "\\L"; break;
-      case 0x2029: out += "\\P"; break;
+      case 0x85:
+        out += "\\x85";
+        break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
+      case 0x2028:
+        out += "\\L";
+        break;
+      case 0x2029:
+        out += "\\P";
+        break;
       default:
         if (IsSpecialCodePoint(cp)) {
           char buf[12];

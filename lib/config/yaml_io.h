@@ -5,9 +5,9 @@
 #include <memory>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/config/node.h"
 
 namespace kiln::config {

@@ -38,7 +38,9 @@ struct CaseRef {
   int folder;  // index into kFolders
   std::string name;
 };
-void PrintTo(const CaseRef& c, std::ostream* os) { *os << kFolders[c.folder].label << "/" << c.name; }
+void PrintTo(const CaseRef& c, std::ostream* os) {
+  *os << kFolders[c.folder].label << "/" << c.name;
+}
 
 std::vector<std::string> CaseNames(const std::string& root) {
   std::vector<std::string> names;
@@ -68,8 +70,8 @@ int g_skipped[2] = {0, 0};
 class Conformance : public ::testing::TestWithParam<CaseRef> {
  protected:
   static void TearDownTestSuite() {
-    std::printf("Hydra conformance: shared %d of %d, kiln %d of %d cases passed", g_passed[0], g_ran[0],
-                g_passed[1], g_ran[1]);
+    std::printf("Hydra conformance: shared %d of %d, kiln %d of %d cases passed", g_passed[0],
+                g_ran[0], g_passed[1], g_ran[1]);
     if (g_skipped[0] + g_skipped[1] > 0) {
       std::printf(" (%d more skipped: kiln_skip in their case.yaml)", g_skipped[0] + g_skipped[1]);
     }
@@ -102,7 +104,8 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
     auto kiln_quoted = QuotedScalarPaths(r.out);
     auto hydra_quoted = QuotedScalarPaths(ReadFile(dir_ + "/" + expected_file));
     ASSERT_TRUE(kiln_quoted.ok() && hydra_quoted.ok());
-    EXPECT_EQ(*kiln_quoted, *hydra_quoted) << "quoted differently; kiln printed:\n" << r.out << "Hydra printed:\n"
+    EXPECT_EQ(*kiln_quoted, *hydra_quoted) << "quoted differently; kiln printed:\n"
+                                           << r.out << "Hydra printed:\n"
                                            << ReadFile(dir_ + "/" + expected_file);
   }
 
@@ -236,7 +239,8 @@ TEST_P(Conformance, MatchesHydra) {
 
 INSTANTIATE_TEST_SUITE_P(Hydra, Conformance, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<CaseRef>& info) {
-                           return std::string(kFolders[info.param.folder].label) + "_" + info.param.name;
+                           return std::string(kFolders[info.param.folder].label) + "_" +
+                                  info.param.name;
                          });
 
 TEST(ConformanceSuite, FindsTheCases) {

@@ -481,20 +481,59 @@ namespace {
 
 // Against OmegaConf 2.2's grammar (each verdict checked with OmegaConf.create).
 TEST(InterpolationSyntax, AcceptsWhatOmegaConfAccepts) {
-  for (const char* s : {"${a}", "${a.b}", "${..a}", "${a[0]}", "${[b]}", "${.[b]}", "${a$}", "${é}",
-                        "${ a }", "${a.${b}}", "${a:}", "${oc.env:X,a b}", "${oc.env:X, [1] }",
-                        "${oc.env:X,{a:1, b : [2]}}", "${oc.env:X,\\a}", "${a:b}:c", "$${a}", "${a}}",
-                        "\\${a", "${f:a,,b}", "${f:'a\\'b'}", "${f:${g:1}}", "${${r}:1}", "${a-b}",
+  for (const char* s : {"${a}",
+                        "${a.b}",
+                        "${..a}",
+                        "${a[0]}",
+                        "${[b]}",
+                        "${.[b]}",
+                        "${a$}",
+                        "${é}",
+                        "${ a }",
+                        "${a.${b}}",
+                        "${a:}",
+                        "${oc.env:X,a b}",
+                        "${oc.env:X, [1] }",
+                        "${oc.env:X,{a:1, b : [2]}}",
+                        "${oc.env:X,\\a}",
+                        "${a:b}:c",
+                        "$${a}",
+                        "${a}}",
+                        "\\${a",
+                        "${f:a,,b}",
+                        "${f:'a\\'b'}",
+                        "${f:${g:1}}",
+                        "${${r}:1}",
+                        "${a-b}",
                         "no interpolation {"}) {
     EXPECT_TRUE(CheckInterpolationSyntax(s).ok()) << s;
   }
 }
 
 TEST(InterpolationSyntax, RefusesWhatOmegaConfRefuses) {
-  for (const char* s : {"${foo", "x ${foo", "${}", "${a b}", "${a.}", "${.}", "${a..b}", "${a[0}",
-                        "${m['a.b']}", "${a${b}}", "${ a . b }", "${oc.env:X,a=b}", "${oc.env:X,é}",
-                        "${oc.env:X,(a)}", "${oc.env:X,'a' b}", "${oc.env:X,a [1]}", "${oc.env:X,{'a':1}}",
-                        "${a-b:c}", "${1a:c}", "${a.1:c}", "${oc.env:X,#}", "${oc.env:X,'a${b'}", "${:}"}) {
+  for (const char* s : {"${foo",
+                        "x ${foo",
+                        "${}",
+                        "${a b}",
+                        "${a.}",
+                        "${.}",
+                        "${a..b}",
+                        "${a[0}",
+                        "${m['a.b']}",
+                        "${a${b}}",
+                        "${ a . b }",
+                        "${oc.env:X,a=b}",
+                        "${oc.env:X,é}",
+                        "${oc.env:X,(a)}",
+                        "${oc.env:X,'a' b}",
+                        "${oc.env:X,a [1]}",
+                        "${oc.env:X,{'a':1}}",
+                        "${a-b:c}",
+                        "${1a:c}",
+                        "${a.1:c}",
+                        "${oc.env:X,#}",
+                        "${oc.env:X,'a${b'}",
+                        "${:}"}) {
     EXPECT_FALSE(CheckInterpolationSyntax(s).ok()) << s;
   }
 }

@@ -556,9 +556,9 @@ TEST(SweepExpansion, FloatRangeUsesHydrasDecimalArithmetic) {
   // The expected values are what Hydra 1.3.2 prints for these overrides.
   EXPECT_THAT(Expand("x=range(0,0.35,0.1)"), ElementsAre("x=0.0", "x=0.1", "x=0.2", "x=0.3"));
   EXPECT_THAT(Expand("x=range(2.4,3,0.3)"), ElementsAre("x=2.4", "x=2.6999999999999997", "x=3.0"));
-  EXPECT_THAT(Expand("x=range(0.5,0.2,-0.1)"),
-              ElementsAre("x=0.5", "x=0.4", "x=0.3"));
-  EXPECT_THAT(Expand("x=range(0,1e-6,3e-7)"), ElementsAre("x=0.0", "x=3e-07", "x=6e-07", "x=9e-07"));
+  EXPECT_THAT(Expand("x=range(0.5,0.2,-0.1)"), ElementsAre("x=0.5", "x=0.4", "x=0.3"));
+  EXPECT_THAT(Expand("x=range(0,1e-6,3e-7)"),
+              ElementsAre("x=0.0", "x=3e-07", "x=6e-07", "x=9e-07"));
 }
 
 TEST(SweepExpansion, FloatRangeNeedsFiniteNumbers) {
