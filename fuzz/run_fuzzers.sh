@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A short, reproducible fuzzing run (fixed seed and run count) of both fuzz targets, seeded
-# from the Hydra conformance cases. Exits 77 (skipped) when the fuzzers were not built.
+# from the Hydra conformance cases (shared and tests/config/hydra_cases). Exits 77 (skipped)
+# when the fuzzers were not built.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${KILN_FUZZ_BIN:-$root/build-fuzz/bin}
@@ -11,7 +12,8 @@ fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/override" "$work/compose"
 n=0
-for f in "$cases"/*/case.yaml; do
+own=$root/tests/config/hydra_cases
+for f in "$cases"/*/case.yaml "$own"/*/case.yaml; do
   sed -n '/^overrides:/,/^[a-z_]*:/p' "$f" | sed -n 's/^- //p' | while IFS= read -r line; do
     n=$((n + 1)); printf '%s' "$line" > "$work/override/$(basename "$(dirname "$f")")_$RANDOM$n"
   done
@@ -19,7 +21,7 @@ done
 # Inputs that once found bugs stay in the seed set.
 cp "$root"/fuzz/regressions/override_parser/* "$work/override/" 2>/dev/null || true
 cp "$root"/fuzz/regressions/compose/* "$work/compose/" 2>/dev/null || true
-for f in "$cases"/*/conf/*.yaml "$cases"/*/conf/*/*.yaml; do
+for f in "$cases"/*/conf/*.yaml "$cases"/*/conf/*/*.yaml "$own"/*/conf/*.yaml; do
   [[ -f $f ]] && cp "$f" "$work/compose/$(echo "$f" | md5sum | cut -c1-12).yaml"
 done
 artifacts=${KILN_FUZZ_ARTIFACTS:-$(dirname "$bin")/../fuzz-artifacts}

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/config/override.h"
+#include "lib/config/yaml_io.h"
 
 namespace kiln::config {
 namespace {
@@ -120,20 +121,13 @@ void RegisterBuiltins(ResolverRegistry* registry) {
   registry->Register("oc.env", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
     auto name = StringArg(call, 0);
     if (!name.ok()) return name.status();
-    // As OmegaConf: a non-string default is an error whether or not the variable is set.
-    if (call.args.size() >= 2) {
-      const Node& fallback = *call.args[1];
-      if (!fallback.is_null() && fallback.kind() != NodeKind::kString) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the default value of oc.env must be a string or null, got ", KindName(fallback.kind()),
-            " (quote it: '", PythonStr(fallback), "')"));
-      }
-    }
     if (const char* value = std::getenv(name->c_str())) return Node::String(value);
+    // As OmegaConf 2.1+: an unset variable gives the default, converted with str() unless it is
+    // null (`${oc.env:N,8}` is the string '8', `${oc.env:N,null}` is null).
     if (call.args.size() >= 2) {
       const Node& fallback = *call.args[1];
       if (fallback.is_null()) return Node::Null();
-      return Node::String(fallback.as_string());
+      return Node::String(PythonStr(fallback));
     }
     return absl::NotFoundError(absl::StrCat("environment variable '", *name, "' is not set"));
   });
@@ -152,12 +146,52 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     if (!call.args.empty() && call.args[0]->is_null()) return Node::Null();
     auto text = StringArg(call, 0);
     if (!text.ok()) return text.status();
+    // OmegaConf's element grammar keeps whitespace around a primitive, which makes it a
+    // string (' 7 ' stays ' 7 '); before a list, dict or quoted string it is an error.
+    absl::string_view trimmed = Trim(*text);
+    if (trimmed.size() != text->size()) {
+      if (!trimmed.empty() &&
+          absl::string_view("[{'\"").find(trimmed[0]) == absl::string_view::npos) {
+        return Node::String(*text);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("oc.decode cannot decode '", *text, "': whitespace around a value"));
+    }
+    // OmegaConf's element grammar: no functions or casts (int(1)), unlike the override grammar.
+    if (auto st = CheckElementSyntax(*text); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("oc.decode cannot decode '", *text, "': ", st.message()));
+    }
     auto value = ParseOverrideValue(*text);
     if (!value.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ",
                                                      value.status().message()));
     }
     return value->node;
+  });
+  // ${oc.create:{a: 1}}: a container from a dict, a list, or a YAML string (OmegaConf.create).
+  registry->Register("oc.create", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    if (call.args.empty()) return absl::InvalidArgumentError("oc.create needs an argument");
+    const NodePtr& arg = call.args[0];
+    if (arg->is_container()) return arg->Clone();
+    if (arg->kind() == NodeKind::kString) {
+      auto parsed = ParseYaml(arg->as_string(), "<oc.create>");
+      if (!parsed.ok()) return parsed.status();
+      if ((*parsed)->is_container()) return *parsed;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("oc.create needs a dict or a list, got ",
+                                                   KindName(arg->kind()), " ", PythonStr(*arg)));
+  });
+  // ${oc.deprecated:new.key}: the value of another key (OmegaConf also warns; kiln does not).
+  registry->Register("oc.deprecated", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    auto key = StringArg(call, 0);
+    if (!key.ok()) return key.status();
+    auto found = call.interpolator->Select(*key, {}, /*resolve=*/true);
+    if (!found.ok()) return found.status();
+    if (*found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("oc.deprecated: key '", *key, "' not found"));
+    }
+    return *found;
   });
   auto dict_part = [](bool keys) {
     return [keys](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
@@ -198,7 +232,319 @@ void RegisterBuiltins(ResolverRegistry* registry) {
   });
 }
 
+// A recursive-descent check of OmegaConf 2.1+'s grammar (OmegaConfGrammarLexer/Parser):
+// top-level text, INTERPOLATION_MODE (keys and resolver names), VALUE_MODE (resolver arguments)
+// and the quoted modes. It only accepts or refuses; the evaluator above does the work.
+class GrammarCheck {
+ public:
+  explicit GrammarCheck(absl::string_view s) : s_(s) {}
+
+  // singleElement: element EOF (what oc.decode parses).
+  absl::Status SingleElement() {
+    if (AtEnd()) return Fail("nothing to decode");
+    if (auto st = Element(); !st.ok()) return st;
+    if (!AtEnd()) return Fail(absl::StrCat("unexpected '", Current(), "'"));
+    return absl::OkStatus();
+  }
+
+  absl::Status Text() {
+    while (i_ < s_.size()) {
+      if (At("\\${")) {
+        i_ += 3;
+      } else if (At("\\\\")) {
+        i_ += 2;
+      } else if (At("${")) {
+        if (auto st = Interpolation(); !st.ok()) return st;
+      } else {
+        ++i_;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool At(absl::string_view t) const { return s_.substr(i_, t.size()) == t; }
+  bool AtEnd() const { return i_ >= s_.size(); }
+  char Peek() const { return AtEnd() ? '\0' : s_[i_]; }
+  static bool IsWs(char c) { return c == ' ' || c == '\t'; }
+  void SkipWs() {
+    while (!AtEnd() && IsWs(s_[i_])) ++i_;
+  }
+  // WS? followed by `c`: consumes both when present.
+  bool WsThen(char c) {
+    size_t j = i_;
+    while (j < s_.size() && IsWs(s_[j])) ++j;
+    if (j < s_.size() && s_[j] == c) {
+      i_ = j + 1;
+      return true;
+    }
+    return false;
+  }
+  absl::Status Fail(absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " at column ", std::min(i_, s_.size()) + 1));
+  }
+  static bool IsKeyChar(char c) {  // INTER_KEY: ~[\\{}()[\]:. \t'"]
+    return absl::string_view("\\{}()[]:. \t'\"").find(c) == absl::string_view::npos;
+  }
+  static bool IsIdText(absl::string_view t) {  // ID: (CHAR|'_') (CHAR|DIGIT|'_')*
+    if (t.empty() || !(std::isalpha(static_cast<unsigned char>(t[0])) || t[0] == '_')) return false;
+    return std::all_of(t.begin(), t.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+  }
+
+  // At "${": an interpolationNode or an interpolationResolver.
+  absl::Status Interpolation() {
+    if (++depth_ > 64) return Fail("interpolations nested too deeply");
+    i_ += 2;
+    SkipWs();
+    // The path before '}' or ':': DOTs, '[' key ']', and keys (one token each: a run of key
+    // characters, or a nested interpolation).
+    enum Piece { kDot, kBracketKey, kKey, kNested };
+    std::vector<std::pair<Piece, absl::string_view>> pieces;
+    while (true) {
+      if (WsThen('}')) {
+        --depth_;
+        return CheckNode(pieces);
+      }
+      if (WsThen(':')) {
+        SkipWs();
+        // ANTLR's parser (as OmegaConf runs it) lets `${:a}` through, though not `${:}`.
+        if (pieces.empty() && WsThen('}')) return Fail("an interpolation needs a resolver name");
+        if (!pieces.empty()) {
+          if (auto st = CheckResolverName(pieces); !st.ok()) return st;
+        }
+        auto st = Sequence('}');
+        --depth_;
+        return st;
+      }
+      if (AtEnd()) return Fail("unterminated interpolation");
+      if (Peek() == '.') {
+        ++i_;
+        pieces.push_back({kDot, {}});
+      } else if (Peek() == '[') {
+        ++i_;
+        if (At("${")) {
+          if (auto st = Interpolation(); !st.ok()) return st;
+        } else {
+          size_t start = i_;
+          while (!AtEnd() && IsKeyChar(Peek())) ++i_;
+          if (i_ == start) return Fail("expected a key inside [ ]");
+        }
+        if (Peek() != ']') return Fail("expected ']'");
+        ++i_;
+        pieces.push_back({kBracketKey, {}});
+      } else if (At("${")) {
+        if (auto st = Interpolation(); !st.ok()) return st;
+        pieces.push_back({kNested, {}});
+      } else if (IsKeyChar(Peek())) {
+        size_t start = i_;
+        while (!AtEnd() && IsKeyChar(Peek()) && !At("${")) ++i_;
+        // INTER_KEY is greedy: "a${b}" lexes as "a$" then '{', which is an error.
+        if (!AtEnd() && Peek() == '$') ++i_;
+        pieces.push_back({kKey, s_.substr(start, i_ - start)});
+        if (Peek() == '{') return Fail("unexpected '{'");
+      } else {
+        return Fail(absl::StrCat("unexpected '", Current(), "' in an interpolation"));
+      }
+    }
+  }
+
+  template <typename Pieces>
+  absl::Status CheckNode(const Pieces& pieces) const {
+    // DOT* (key | [key]) (. key | [key])*
+    size_t k = 0;
+    while (k < pieces.size() && pieces[k].first == 0 /*kDot*/) ++k;
+    if (k == pieces.size()) return Fail("an interpolation needs a key");
+    bool need_key = false;  // after a DOT that follows a key
+    for (; k < pieces.size(); ++k) {
+      int kind = pieces[k].first;
+      if (kind == 0) {
+        if (need_key) return Fail("two dots in a row in an interpolation key");
+        need_key = true;
+        continue;
+      }
+      if (kind == 1 && need_key) return Fail("a dot before '['");
+      bool is_key = kind == 2 || kind == 3;
+      if (is_key && !need_key && k > 0 && pieces[k - 1].first != 0) {
+        return Fail("two keys without a dot between them");
+      }
+      need_key = false;
+    }
+    if (need_key) return Fail("an interpolation key ends with a dot");
+    return absl::OkStatus();
+  }
+
+  template <typename Pieces>
+  absl::Status CheckResolverName(const Pieces& pieces) const {
+    // (interpolation | ID) (DOT (interpolation | ID))*
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      int kind = pieces[k].first;
+      bool want_name = k % 2 == 0;
+      if (want_name && !(kind == 3 || (kind == 2 && IsIdText(pieces[k].second)))) {
+        return Fail("invalid resolver name");
+      }
+      if (!want_name && kind != 0) return Fail("invalid resolver name");
+    }
+    if (pieces.empty() || pieces.size() % 2 == 0) return Fail("invalid resolver name");
+    return absl::OkStatus();
+  }
+
+  // VALUE_MODE: sequence? then WS? `close`. Elements may be empty between commas.
+  absl::Status Sequence(char close) {
+    while (true) {
+      if (WsThen(close)) return absl::OkStatus();
+      if (AtEnd()) return Fail(absl::StrCat("missing '", std::string(1, close), "'"));
+      if (WsThen(',')) {
+        SkipWs();
+        continue;
+      }
+      if (auto st = Element(); !st.ok()) return st;
+      if (WsThen(close)) return absl::OkStatus();
+      if (!WsThen(',')) {
+        return AtEnd() ? Fail(absl::StrCat("missing '", std::string(1, close), "'"))
+                       : Fail(absl::StrCat("unexpected '", Current(), "'"));
+      }
+      SkipWs();
+    }
+  }
+
+  absl::Status Element() {
+    char c = Peek();
+    if (c == '[') {
+      ++i_;
+      SkipWs();
+      return Sequence(']');
+    }
+    if (c == '{') {
+      ++i_;
+      SkipWs();
+      return Dict();
+    }
+    if (c == '\'' || c == '"') return Quoted(c);
+    return Primitive(/*dict_key=*/false);
+  }
+
+  absl::Status Dict() {
+    if (WsThen('}')) return absl::OkStatus();
+    while (true) {
+      if (auto st = Primitive(/*dict_key=*/true); !st.ok()) return st;
+      if (!WsThen(':')) return Fail("expected ':' after a dict key");
+      SkipWs();
+      if (auto st = Element(); !st.ok()) return st;
+      if (WsThen('}')) return absl::OkStatus();
+      if (!WsThen(','))
+        return AtEnd() ? Fail("missing '}'") : Fail("expected ',' or '}' in a dict");
+      SkipWs();
+    }
+  }
+
+  // One or more of ID NULL INT FLOAT BOOL UNQUOTED_CHAR ESC WS (COLON and interpolations too,
+  // except in dict keys), stopping before a separator.
+  absl::Status Primitive(bool dict_key) {
+    size_t start = i_;
+    while (!AtEnd()) {
+      char c = Peek();
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+          absl::string_view("/-+.%*@?|").find(c) != absl::string_view::npos) {
+        ++i_;
+      } else if (c == '\\') {
+        i_ += (i_ + 1 < s_.size() &&
+               absl::string_view("()[]{}:=, \t\\").find(s_[i_ + 1]) != absl::string_view::npos)
+                  ? 2
+                  : 1;
+      } else if (At("${")) {
+        if (dict_key) return Fail("an interpolation cannot be a dict key");
+        if (auto st = Interpolation(); !st.ok()) return st;
+      } else if (c == '$') {
+        ++i_;
+      } else if (IsWs(c)) {
+        // Whitespace before a separator belongs to it.
+        size_t j = i_;
+        while (j < s_.size() && IsWs(s_[j])) ++j;
+        if (j == s_.size() || absl::string_view(",]}:").find(s_[j]) != absl::string_view::npos)
+          break;
+        i_ = j;
+      } else if (c == ':' && !dict_key) {
+        ++i_;
+      } else {
+        break;
+      }
+    }
+    if (i_ == start) {
+      return AtEnd() ? Fail("unterminated interpolation")
+                     : Fail(absl::StrCat("unexpected '", Current(), "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Quoted(char quote) {
+    ++i_;
+    while (!AtEnd()) {
+      if (At("\\${")) {
+        i_ += 3;
+      } else if (Peek() == '\\' && i_ + 1 < s_.size() &&
+                 (s_[i_ + 1] == quote || s_[i_ + 1] == '\\')) {
+        i_ += 2;
+      } else if (At("${")) {
+        if (auto st = Interpolation(); !st.ok()) return st;
+      } else if (Peek() == quote) {
+        ++i_;
+        return absl::OkStatus();
+      } else {
+        ++i_;
+      }
+    }
+    return Fail("unterminated quoted string");
+  }
+
+  // The character at the cursor, whole when it is UTF-8 (for messages).
+  std::string Current() const {
+    if (AtEnd()) return "";
+    unsigned char c = static_cast<unsigned char>(s_[i_]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+    return std::string(s_.substr(i_, n));
+  }
+
+  absl::string_view s_;
+  size_t i_ = 0;
+  int depth_ = 0;
+};
+
 }  // namespace
+
+absl::Status CheckElementSyntax(absl::string_view text) {
+  return GrammarCheck(text).SingleElement();
+}
+
+absl::Status CheckInterpolationSyntax(absl::string_view text) {
+  if (text.find("${") == absl::string_view::npos) return absl::OkStatus();
+  return GrammarCheck(text).Text();
+}
+
+absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key) {
+  if (node.is_map()) {
+    for (const auto& [k, v] : node.entries()) {
+      if (auto st = CheckInterpolationSyntaxIn(*v, key.empty() ? k : key + "." + k); !st.ok())
+        return st;
+    }
+  } else if (node.is_list()) {
+    for (size_t i = 0; i < node.items().size(); ++i) {
+      auto st = CheckInterpolationSyntaxIn(*node.items()[i], absl::StrCat(key, "[", i, "]"));
+      if (!st.ok()) return st;
+    }
+  } else if (node.kind() == NodeKind::kString) {
+    absl::Status st = CheckInterpolationSyntax(node.as_string());
+    if (!st.ok()) {
+      std::string where = node.source().Describe();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid interpolation ", key.empty() ? "" : "in '" + key + "' ", "'", node.as_string(),
+          "': ", st.message(), where.empty() ? "" : " (set at " + where + ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 ResolverRegistry& ResolverRegistry::Default() {
   static ResolverRegistry* registry = [] {
@@ -351,6 +697,8 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
 
 absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
                                                       const std::vector<std::string>& path) {
+  const bool keys_must_be_strings = keys_must_be_strings_;
+  keys_must_be_strings_ = false;
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
@@ -382,6 +730,12 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
       if ((*value)->is_missing()) {
         return absl::InvalidArgumentError(absl::StrCat("interpolation '", text.substr(i, close - i + 1),
                                                        "' points to a missing value (\?\?\?)"));
+      }
+      if (keys_must_be_strings && (*value)->kind() != NodeKind::kString) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("interpolation '", text.substr(i, close - i + 1),
+                         "' names a key, so it must give a string, not ",
+                         KindName((*value)->kind()), " ", PythonStr(**value)));
       }
       out += PythonStr(**value);
       if (out.size() > kMaxInterpolatedLength) {
@@ -421,6 +775,7 @@ absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
   // A key; parts of it may themselves be interpolations.
   std::string key(Trim(body));
   if (key.find("${") != std::string::npos) {
+    keys_must_be_strings_ = true;  // OmegaConf: an interpolation that names a key gives a string
     auto expanded = Interpolate(key, path);
     if (!expanded.ok()) return expanded.status();
     key = *expanded;

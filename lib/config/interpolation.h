@@ -90,10 +90,23 @@ class Interpolator {
   // Containers resolved on the way through a key; kept alive so their addresses stay unique.
   std::vector<NodePtr> temporaries_;
   std::vector<std::string> stack_keys_;
+  // Set while the next Interpolate expands a key (`${models.${name}}`): its interpolations must
+  // give strings, as in OmegaConf.
+  bool keys_must_be_strings_ = false;
 };
 
 // "a.b.0" from path segments.
 std::string JoinPath(const std::vector<std::string>& path);
+
+// Checks a string value that holds "${" against OmegaConf's interpolation grammar, which
+// OmegaConf applies when a value is created (a file loaded, an override applied), whether or
+// not it is ever resolved: `${foo`, `${a b}`, `${m['k']}`, `${f:a=b}` are refused.
+absl::Status CheckInterpolationSyntax(absl::string_view text);
+// Checks text against OmegaConf's `singleElement` rule (what oc.decode accepts).
+absl::Status CheckElementSyntax(absl::string_view text);
+// The same for every string value in a tree; errors name the key (below `key`) and where the
+// value was set.
+absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key = "");
 // Splits "a.b[0].c" into {"a", "b", "0", "c"}.
 std::vector<std::string> SplitKey(absl::string_view key);
 

@@ -138,6 +138,18 @@ absl::Status MissingKey(const Override& o, const Node& container, const std::vec
 }
 
 // OmegaConf.update(cfg, key, value, merge=True, force_add=...).
+// Hydra merges an override's dict or list into the node (OmegaConf.update with merge=True):
+// a dict cannot merge into a list, nor a list into a dict. Scalars and null replace anything.
+absl::Status CheckContainerKinds(const Node& existing, const Node& value, const Override& o) {
+  if ((existing.is_list() && value.is_map()) || (existing.is_map() && value.is_list())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Error merging override ", o.input_line, ": cannot merge a ",
+                     value.is_map() ? "dict" : "list", " into the ",
+                     existing.is_map() ? "dict" : "list", " at '", o.key_or_group, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Update(Node& cfg, const Override& o, bool force_add) {
   std::vector<std::string> path = SplitKey(o.key_or_group);
   NodePtr value = o.value.node->Clone();
@@ -177,12 +189,16 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
                                                      current->items().size(), ")"));
     }
     NodePtr& slot = current->mutable_items()[index];
+    if (auto st = CheckContainerKinds(*slot, *value, o); !st.ok()) return st;
     if (slot->is_map() && value->is_map()) return MergeInto(*slot, *value, !force_add, o.key_or_group);
     slot = value;
     return absl::OkStatus();
   }
   NodePtr existing = current->Find(last);
   if (existing == nullptr && !force_add) return MissingKey(o, *current, path, path.size() - 1);
+  if (existing != nullptr) {
+    if (auto st = CheckContainerKinds(*existing, *value, o); !st.ok()) return st;
+  }
   if (existing != nullptr && existing->is_map() && value->is_map()) {
     auto st = MergeInto(*existing, *value, !force_add, o.key_or_group);
     if (!st.ok()) {
@@ -198,6 +214,9 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
 }  // namespace
 
 absl::Status ApplyConfigOverride(Node& cfg, const Override& o) {
+  if (o.has_value && o.value.node != nullptr) {
+    if (auto st = CheckInterpolationSyntaxIn(*o.value.node, o.key_or_group); !st.ok()) return st;
+  }
   if (o.is_sweep()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Ambiguous value for argument '", o.input_line,

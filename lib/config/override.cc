@@ -120,11 +120,11 @@ NodePtr TypedToken(absl::string_view s) {
   } else if (int_end == absl::string_view::npos) {
     return nullptr;
   }
-  // EXPONENT: [eE] [+-]? INT_UNSIGNED
+  // EXPONENT_FLOAT: ... [eE] [+-]? DIGIT ('_'? DIGIT)*  (leading zeros allowed: 1e-07)
   if (q < body.size() && (body[q] == 'e' || body[q] == 'E')) {
     size_t r = q + 1;
     if (r < body.size() && (body[r] == '+' || body[r] == '-')) ++r;
-    size_t exp_end = MatchIntUnsigned(body, r);
+    size_t exp_end = MatchDigits(body, r);
     if (exp_end == absl::string_view::npos) return nullptr;
     q = exp_end;
     is_float = true;
@@ -606,8 +606,19 @@ class OverrideParser {
       return std::move(args.back().value);
     }
     if (name == "int" || name == "float" || name == "str" || name == "bool") {
-      if (args.size() != 1 || !args[0].name.empty()) return Fail(absl::StrCat(name, "() takes one value"));
-      Element value = std::move(args[0].value);
+      // Hydra: int(x), int(value=x), or int(a,b,...) which casts the choice a,b,...
+      Element value;
+      if (args.size() == 1 && (args[0].name.empty() || args[0].name == "value")) {
+        value = std::move(args[0].value);
+      } else if (args.size() > 1 && std::all_of(args.begin(), args.end(), [](const Arg& a) {
+                   return a.name.empty() && !a.value.is_sweep;
+                 })) {
+        value.is_sweep = true;
+        value.sweep.kind = SweepKind::kChoice;
+        for (auto& a : args) value.sweep.choices.push_back(a.value.value);
+      } else {
+        return Fail(absl::StrCat(name, "() takes one value, or several to cast as a choice"));
+      }
       auto cast = [&](OverrideValue* v) -> absl::Status {
         auto converted = Cast(name, *v->node);
         if (!converted.ok()) return converted.status();
@@ -616,7 +627,25 @@ class OverrideParser {
         return absl::OkStatus();
       };
       if (value.is_sweep) {
-        if (value.sweep.kind != SweepKind::kChoice) return Fail(absl::StrCat(name, "() can only cast choices"));
+        if (value.sweep.kind == SweepKind::kRange) {
+          // Hydra casts a range's start, stop and step, and only to int or float.
+          if (name != "int" && name != "float")
+            return Fail("a range can only be cast to int or float");
+          for (NodePtr* bound :
+               {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
+            auto converted = Cast(name, **bound);
+            if (!converted.ok()) return converted.status();
+            *bound = *converted;
+          }
+          double step = value.sweep.range_step->kind() == NodeKind::kInt
+                            ? static_cast<double>(value.sweep.range_step->as_int())
+                            : value.sweep.range_step->as_float();
+          if (step == 0) return Fail("range() step must not be zero");
+          return value;
+        }
+        if (value.sweep.kind != SweepKind::kChoice) {
+          return Fail(absl::StrCat(name, "() can only cast choices and ranges"));
+        }
         for (auto& c : value.sweep.choices) {
           if (auto st = cast(&c); !st.ok()) return st;
         }
@@ -649,13 +678,16 @@ class OverrideParser {
       }
       return out;
     }
+    // Hydra's casts assert a value is a number, bool or string: null cannot be cast.
+    if (n.is_null()) return Fail(absl::StrCat("cannot convert null with ", type, "()"));
     if (type == "str") {
       if (n.kind() == NodeKind::kBool) return Node::String(n.as_bool() ? "true" : "false");
       return Node::String(PythonStr(n));
     }
     if (type == "int") {
       if (n.kind() == NodeKind::kInt) return Node::Int(n.as_int());
-      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float())) {
+      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float()) &&
+          std::fabs(n.as_float()) < 9.2e18) {
         return Node::Int(static_cast<int64_t>(n.as_float()));
       }
       if (n.kind() == NodeKind::kBool) return Node::Int(n.as_bool() ? 1 : 0);
@@ -728,10 +760,12 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     package = key.substr(at + 1);
     if (package.find('@') != absl::string_view::npos) return fail("more than one '@' in the key");
   }
-  auto valid_segment = [](absl::string_view seg) {
+  // Hydra's KEY_SPECIAL allows '$' in dotted keys and packages (`$x.y=1`); group paths with
+  // '/' are plain IDs.
+  auto valid_segment = [](absl::string_view seg, bool dollar_allowed) {
     if (seg.empty()) return false;
     for (char c : seg) {
-      if (!IsIdChar(c)) return false;
+      if (!IsIdChar(c) && !(c == '$' && dollar_allowed)) return false;
     }
     return true;
   };
@@ -745,7 +779,7 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
   while (start <= group.size()) {
     size_t end = group.find(separator, start);
     absl::string_view seg = group.substr(start, end == absl::string_view::npos ? end : end - start);
-    if (!valid_segment(seg)) return fail(absl::StrCat("invalid key '", key, "'"));
+    if (!valid_segment(seg, !slashes)) return fail(absl::StrCat("invalid key '", key, "'"));
     if (end == absl::string_view::npos) break;
     start = end + 1;
   }
@@ -754,7 +788,8 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     while (start <= package.size()) {
       size_t end = package.find('.', start);
       absl::string_view seg = package.substr(start, end == absl::string_view::npos ? end : end - start);
-      if (!valid_segment(seg)) return fail(absl::StrCat("invalid package in key '", key, "'"));
+      if (!valid_segment(seg, true))
+        return fail(absl::StrCat("invalid package in key '", key, "'"));
       if (end == absl::string_view::npos) break;
       start = end + 1;
     }
@@ -828,6 +863,11 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text) {
   } else {
     o.value = std::move(element->value);
   }
+  // Hydra checks a deleted key's value only when the value is not None: `~a=null` is `~a`.
+  if (o.is_delete() && !o.is_sweep() && o.value.node->is_null() && o.value.quote == '\0') {
+    o.has_value = false;
+    o.value = OverrideValue();
+  }
   return o;
 }
 
@@ -844,18 +884,12 @@ absl::StatusOr<OverrideValue> ParseOverrideValue(absl::string_view text) {
 std::string NodeToOverrideString(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
-    case NodeKind::kBool: return node.as_bool() ? "true" : "false";
+    // As Hydra writes a value back (str() of the Python value): True, 1e-07, 1e+22.
+    case NodeKind::kBool:
+      return node.as_bool() ? "True" : "False";
     case NodeKind::kInt: return std::to_string(node.as_int());
-    case NodeKind::kFloat: {
-      // Python writes 1e-07; the override grammar reads exponents without leading zeros.
-      std::string repr = PythonFloatRepr(node.as_float());
-      size_t e = repr.find('e');
-      if (e != std::string::npos) {
-        size_t digits = e + 1 + ((repr[e + 1] == '+' || repr[e + 1] == '-') ? 1 : 0);
-        while (digits + 1 < repr.size() && repr[digits] == '0') repr.erase(digits, 1);
-      }
-      return repr;
-    }
+    case NodeKind::kFloat:
+      return PythonFloatRepr(node.as_float());
     case NodeKind::kString: {
       const std::string& s = node.as_string();
       // A string that would read back as another type, or would not parse, is quoted.

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/interpolation.h"
 #include "lib/config/yaml_io.h"
 
 namespace kiln::config {
@@ -129,6 +130,8 @@ absl::StatusOr<std::unique_ptr<LoadedConfig>> ParseConfigFile(const std::string&
   loaded->file = file;
   loaded->package_header = ParsePackageHeader(text);
   NodePtr content = *parsed;
+  // OmegaConf parses every "${" value when the file is loaded, used or not.
+  if (auto st = CheckInterpolationSyntaxIn(*content); !st.ok()) return st;
   if (content->is_null()) content = Node::Map();
   if (!content->is_map()) {
     return absl::InvalidArgumentError(

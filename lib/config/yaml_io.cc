@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -193,6 +194,28 @@ bool MatchesFloat(absl::string_view s, double* out) {
   return false;
 }
 
+// yaml-cpp 0.7 decodes the escape "\N" (NEL, U+0085) to the single byte 0x85, which is not
+// UTF-8. The input was checked to be UTF-8, so such a byte can only come from that escape.
+std::string FixNelEscape(const std::string& s) {
+  if (s.find('\x85') == std::string::npos) return s;
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t length = c < 0x80           ? 1
+                    : (c >> 5) == 0x6  ? 2
+                    : (c >> 4) == 0xe  ? 3
+                    : (c >> 3) == 0x1e ? 4
+                                       : 0;
+    if (length == 0) {  // a stray continuation byte: the NEL
+      out += c == 0x85 ? "\xc2\x85" : std::string(1, s[i]);
+      continue;
+    }
+    out.append(s, i, length);
+    i += length - 1;
+  }
+  return out;
+}
+
 class YamlConverter {
  public:
   YamlConverter(std::shared_ptr<const std::string> file, absl::string_view text)
@@ -216,8 +239,15 @@ class YamlConverter {
         break;
       case YAML::NodeType::Scalar: {
         const std::string& tag = y.Tag();
-        const std::string& text = y.Scalar();
+        const std::string text = FixNelEscape(y.Scalar());
         if (tag == "?" || tag.empty()) {
+          // YAML 1.1 gives a plain `=` (the value key) and `<<` (the merge key, here not a key)
+          // types PyYAML cannot build, so Hydra refuses them; quote them for the strings.
+          if (text == "=" || text == "<<") {
+            return Error(y, absl::StrCat("invalid YAML: a plain '", text, "' is YAML 1.1's ",
+                                         text == "=" ? "value" : "merge",
+                                         " indicator; quote it for the string"));
+          }
           out = ResolvePlainScalar(text);
         } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
           out = Node::String(text);
@@ -321,33 +351,210 @@ class YamlConverter {
   int depth_ = 0;
 };
 
-// PyYAML's plain-scalar rules for block context, simplified to the safe side.
+// Length of the Python whitespace character (str.isspace) at `s[i]`, or 0.
+size_t PythonSpaceAt(absl::string_view s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)) return 1;
+  absl::string_view rest = s.substr(i);
+  for (absl::string_view space :
+       {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005",
+        "\u2006", "\u2007", "\u2008", "\u2009", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f",
+        "\u3000"}) {
+    if (absl::StartsWith(rest, space)) return space.size();
+  }
+  return 0;
+}
+
+absl::string_view PythonStrip(absl::string_view s) {
+  size_t n = 0;
+  while (!s.empty() && (n = PythonSpaceAt(s, 0)) > 0) s.remove_prefix(n);
+  bool stripped = true;
+  while (!s.empty() && stripped) {
+    stripped = false;
+    for (size_t len = 1; len <= 3 && len <= s.size(); ++len) {
+      if (PythonSpaceAt(s, s.size() - len) == len) {
+        s.remove_suffix(len);
+        stripped = true;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+// Python's digitpart: digits with single underscores between them. Returns the end, or `pos`.
+size_t SkipDigitPart(absl::string_view s, size_t pos) {
+  if (pos >= s.size() || !IsDigit(s[pos])) return pos;
+  size_t p = pos + 1;
+  while (p < s.size()) {
+    if (IsDigit(s[p])) {
+      ++p;
+    } else if (s[p] == '_' && p + 1 < s.size() && IsDigit(s[p + 1])) {
+      p += 2;
+    } else {
+      break;
+    }
+  }
+  return p;
+}
+
+size_t SkipSign(absl::string_view s) { return !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0; }
+
+// Whether Python's int(s) accepts the string (ASCII digits only; Python also takes other
+// Unicode decimal digits).
+bool PythonIntAccepts(absl::string_view text) {
+  absl::string_view s = PythonStrip(text);
+  size_t p = SkipSign(s);
+  size_t end = SkipDigitPart(s, p);
+  return end != p && end == s.size();
+}
+
+// Whether Python's float(s) accepts the string.
+bool PythonFloatAccepts(absl::string_view text) {
+  absl::string_view s = PythonStrip(text);
+  size_t p = SkipSign(s);
+  std::string word(s.substr(p));
+  std::transform(word.begin(), word.end(), word.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (word == "inf" || word == "infinity" || word == "nan") return true;
+  size_t q = SkipDigitPart(s, p);
+  bool digits = q != p;
+  if (q < s.size() && s[q] == '.') {
+    size_t r = SkipDigitPart(s, q + 1);
+    digits = digits || r != q + 1;
+    q = r;
+  }
+  if (!digits) return false;
+  if (q < s.size() && (s[q] == 'e' || s[q] == 'E')) {
+    size_t e = q + 1 + SkipSign(s.substr(q + 1));
+    size_t r = SkipDigitPart(s, e);
+    if (r == e) return false;
+    q = r;
+  }
+  return q == s.size();
+}
+
+// Whether PyYAML's Dumper (its YAML 1.1 resolvers, timestamps included) would read the plain
+// scalar as something other than a string.
+bool Yaml11ResolvesNonString(const std::string& s) {
+  static const std::regex kPatterns(
+      "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF"
+      "|~|null|Null|NULL|"
+      "|[-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+][0-9]+)?"
+      "|\\.[0-9][0-9_]*([eE][-+][0-9]+)?"
+      "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*"
+      "|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)"
+      "|[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+"
+      "|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+"
+      "|[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]"
+      "|[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?([Tt]|[ \\t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9]"
+      "(\\.[0-9]*)?([ \\t]*(Z|[-+][0-9][0-9]?(:[0-9][0-9])?))?"
+      "|<<|=|!|&|\\*");
+  return std::regex_match(s, kPatterns);
+}
+
+bool IsYamlBreak(absl::string_view s, size_t i) {
+  return s[i] == '\n' || absl::StartsWith(s.substr(i), "\u0085") ||
+         absl::StartsWith(s.substr(i), "\u2028") || absl::StartsWith(s.substr(i), "\u2029");
+}
+
+bool IsYamlSpaceOrBreak(absl::string_view s, size_t i) {
+  return i >= s.size() || s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\0' ||
+         IsYamlBreak(s, i);
+}
+
+// Whether PyYAML's emitter (allow_unicode) may write the string as a plain block scalar
+// (Emitter.analyze_scalar). The bytes after the first are UTF-8 continuation or ASCII.
+bool PlainAllowedInBlock(absl::string_view s) {
+  if (absl::StartsWith(s, "---") || absl::StartsWith(s, "...")) return false;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+    size_t next = std::min(s.size(), i + length);
+    bool followed_by_space = IsYamlSpaceOrBreak(s, next);
+    if (i == 0) {
+      if (absl::string_view("#,[]{}&*!|>'\"%@`").find(c) != absl::string_view::npos) return false;
+      if ((c == '?' || c == ':' || c == '-') && followed_by_space) return false;
+    } else {
+      if (c == ':' && followed_by_space) return false;
+      if (c == '#' &&
+          (s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '\r' || IsYamlBreak(s, i - 1) ||
+           (i >= 2 && IsYamlBreak(s, i - 2)) || (i >= 3 && IsYamlBreak(s, i - 3)))) {
+        return false;
+      }
+    }
+    if (IsYamlBreak(s, i)) return false;  // line breaks: never plain
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) return false;  // tab and other special characters
+    } else {
+      // Printable Unicode is fine with allow_unicode; C1 controls, BOM and U+FFFE/F are not.
+      uint32_t cp = 0;
+      if (length == 2 && next - i == 2) cp = ((c & 0x1f) << 6) | (s[i + 1] & 0x3f);
+      if (length == 3 && next - i == 3) {
+        cp = ((c & 0x0f) << 12) | ((s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f);
+      }
+      if (length == 4) cp = 0x10000;
+      bool printable =
+          (cp >= 0xa0 && cp <= 0xd7ff) || (cp >= 0xe000 && cp <= 0xfffd) || cp >= 0x10000;
+      if (!printable || cp == 0xfeff) return false;
+    }
+    bool space = c == ' ';
+    if (space && (i == 0 || next == s.size())) return false;  // leading or trailing space
+    i = next;
+  }
+  return true;
+}
+
+// Whether OmegaConf.to_yaml writes the string quoted: OmegaConf quotes what YAML or Python
+// would read as a bool, int or float (`y`, `1_000`, `inf`, `1e3`); PyYAML quotes what its YAML
+// 1.1 resolvers would retype (`2024-01-05`, `~`, `0o17`, `=`, `<<`) and what cannot be plain
+// (`a: b`, ` a`, `#a`, line breaks). kiln also quotes whatever its own reader would retype.
 bool NeedsQuotes(const std::string& s) {
   if (s.empty()) return true;
-  if (ResolvePlainScalar(s)->kind() != NodeKind::kString) return true;
-  static const std::string kIndicators = "#,[]{}&*!|>'\"%@`";
-  char first = s[0];
-  if (kIndicators.find(first) != std::string::npos) return true;
-  if ((first == '-' || first == '?' || first == ':') &&
-      (s.size() == 1 || s[1] == ' ' || s[1] == '\t')) {
-    return true;
-  }
-  if (s.front() == ' ' || s.back() == ' ' || s.back() == ':') return true;
-  if (s == "---" || s == "...") return true;
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) return true;
-    if (c == ':' && i + 1 < s.size() && (s[i + 1] == ' ' || s[i + 1] == '\t')) return true;
-    if (c == '#' && i > 0 && (s[i - 1] == ' ' || s[i - 1] == '\t')) return true;
-  }
-  return false;
+  static const std::set<absl::string_view> kOmegaConfBools = {
+      "y",    "Y",    "yes",   "Yes",   "YES",   "n",  "N",  "no", "No",  "NO",  "true",
+      "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF"};
+  if (kOmegaConfBools.count(s) || PythonIntAccepts(s) || PythonFloatAccepts(s)) return true;
+  if (Yaml11ResolvesNonString(s) || !PlainAllowedInBlock(s)) return true;
+  return ResolvePlainScalar(s)->kind() != NodeKind::kString;
 }
+
+// The code point of the UTF-8 sequence at `s[i]` (input is valid UTF-8) and its length.
+uint32_t CodePointAt(absl::string_view s, size_t i, size_t* length) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  *length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+  if (i + *length > s.size()) {
+    *length = 1;
+    return c;
+  }
+  if (*length == 1) return c;
+  uint32_t cp = c & (0xff >> (*length + 1));
+  for (size_t k = 1; k < *length; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  return cp;
+}
+
+// What PyYAML cannot write literally: control characters (but newline), DEL, C1 controls,
+// the BOM and U+FFFE/U+FFFF. Such strings are double-quoted with escapes.
+bool IsSpecialCodePoint(uint32_t cp) {
+  if (cp == '\n') return false;
+  return cp < 0x20 || (cp >= 0x7f && cp < 0xa0 && cp != 0x85) || cp == 0xfeff || cp == 0xfffe ||
+         cp == 0xffff;
+}
+
+// YAML 1.1's other line breaks (NEL, LS, PS): PyYAML folds them inside single quotes, which a
+// YAML 1.2 reader reads differently, so kiln writes them as escapes ("\N", "\L", "\P").
+bool IsOtherLineBreak(uint32_t cp) { return cp == 0x85 || cp == 0x2028 || cp == 0x2029; }
 
 std::string QuoteString(const std::string& s) {
   bool needs_double = false;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) needs_double = true;
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    uint32_t cp = CodePointAt(s, i, &n);
+    if (IsSpecialCodePoint(cp) || IsOtherLineBreak(cp)) needs_double = true;
   }
+  // Line breaks also go double-quoted ("\n"); PyYAML folds them inside single quotes, which
+  // reads back the same.
+  if (s.find('\n') != std::string::npos) needs_double = true;
   if (!needs_double) {
     std::string out = "'";
     for (char c : s) {
@@ -357,20 +564,30 @@ std::string QuoteString(const std::string& s) {
     return out + "'";
   }
   std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    uint32_t cp = CodePointAt(s, i, &n);
+    switch (cp) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
+      case 0x85:
+        out += "\\x85";
+        break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
+      case 0x2028:
+        out += "\\L";
+        break;
+      case 0x2029:
+        out += "\\P";
+        break;
       default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+        if (IsSpecialCodePoint(cp)) {
+          char buf[12];
+          std::snprintf(buf, sizeof(buf), cp <= 0xff ? "\\x%02X" : "\\u%04X", cp);
           out += buf;
         } else {
-          out += static_cast<char>(c);
+          out.append(s, i, n);
         }
     }
   }
@@ -438,7 +655,7 @@ std::string FlowToYaml(const Node& node) {
   }
   if (node.kind() == NodeKind::kString) {
     const std::string& s = node.as_string();
-    bool flow_unsafe = s.find_first_of(",[]{}") != std::string::npos;
+    bool flow_unsafe = s.find_first_of(",[]{}?:") != std::string::npos;
     return NeedsQuotes(s) || flow_unsafe ? QuoteString(s) : s;
   }
   return ScalarToYaml(node);
@@ -586,6 +803,34 @@ std::string ToYaml(const Node& node) {
   if (node.is_container() && node.size() == 0) return node.is_map() ? "{}\n" : "[]\n";
   std::string out;
   Emit(node, 0, &out);
+  return out;
+}
+
+namespace {
+
+void CollectQuoted(const YAML::Node& y, const std::string& path, std::set<std::string>* out) {
+  if (y.IsScalar()) {
+    if (y.Tag() == "!") out->insert(path);
+  } else if (y.IsSequence()) {
+    for (size_t i = 0; i < y.size(); ++i) CollectQuoted(y[i], absl::StrCat(path, "[", i, "]"), out);
+  } else if (y.IsMap()) {
+    for (const auto& kv : y) {
+      std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      if (kv.first.Tag() == "!") out->insert(absl::StrCat(path, ":", key));
+      CollectQuoted(kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::set<std::string>> QuotedScalarPaths(absl::string_view text) {
+  std::set<std::string> out;
+  try {
+    CollectQuoted(YAML::Load(std::string(text)), "", &out);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid YAML: ", e.msg));
+  }
   return out;
 }
 

@@ -3,10 +3,11 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/config/node.h"
 
 namespace kiln::config {
@@ -23,5 +24,9 @@ absl::StatusOr<NodePtr> LoadYamlFile(const std::string& path);
 std::string ToYaml(const Node& node);
 // A scalar as it would appear in YAML (quoted when needed); containers in flow style.
 std::string ScalarToYaml(const Node& node);
+
+// The paths of the scalars written quoted in YAML text ("a.b", "a.list[0]"; a quoted mapping
+// key as "a.b:key"), so two printings of one config can be compared for their quoting.
+absl::StatusOr<std::set<std::string>> QuotedScalarPaths(absl::string_view text);
 
 }  // namespace kiln::config

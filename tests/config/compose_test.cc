@@ -836,10 +836,11 @@ TEST(PlanSweep, ParamsComeFirstAndCommandLineReplacesThem) {
   EXPECT_EQ(jobs, (Jobs{{"a=1", "b=7", "c=0"}, {"a=2", "b=7", "c=0"}}));
 }
 
-TEST(PlanSweep, DeleteOverrideKeepsItsForm) {
+TEST(PlanSweep, DeleteOverrideIsWrittenAsHydraWritesIt) {
+  // Hydra's job lines write a delete without a value as ~a=null, which deletes whatever is there.
   ConfigRepository repo({});
   Jobs jobs = Plan({}, {"~a", "b=1,2"}, repo);
-  EXPECT_EQ(jobs, (Jobs{{"~a", "b=1"}, {"~a", "b=2"}}));
+  EXPECT_EQ(jobs, (Jobs{{"~a=null", "b=1"}, {"~a=null", "b=2"}}));
 }
 
 TEST(PlanSweep, GroupWithPackageKeepsItsKey) {

@@ -175,6 +175,10 @@ TEST(OverrideValues, Floats) {
   ExpectFloat("1e-3", 0.001);
   ExpectFloat("1.5e+2", 150.0);
   ExpectFloat("1_000.5", 1000.5);
+  // The exponent is DIGIT ('_'? DIGIT)*, so it may start with zeros (Python writes 1e-07).
+  ExpectFloat("1e-07", 1e-7);
+  ExpectFloat("3e+06", 3e6);
+  ExpectFloat("1.5e0_1", 1.5e1);
 }
 
 TEST(OverrideValues, InfinityAndNanAnyCase) {
@@ -546,6 +550,23 @@ TEST(SweepExpansion, FloatRange) {
   EXPECT_THAT(Expand("x=range(0,1,0.25)"), ElementsAre("x=0.0", "x=0.25", "x=0.5", "x=0.75"));
 }
 
+TEST(SweepExpansion, FloatRangeUsesHydrasDecimalArithmetic) {
+  // Decimal(0.1) is the double's exact value, summed with 28 significant digits: 0.3 here
+  // (binary addition gives 0.30000000000000004), but 2.6999999999999997 and a last 3.0 below.
+  // The expected values are what Hydra 1.3.2 prints for these overrides.
+  EXPECT_THAT(Expand("x=range(0,0.35,0.1)"), ElementsAre("x=0.0", "x=0.1", "x=0.2", "x=0.3"));
+  EXPECT_THAT(Expand("x=range(2.4,3,0.3)"), ElementsAre("x=2.4", "x=2.6999999999999997", "x=3.0"));
+  EXPECT_THAT(Expand("x=range(0.5,0.2,-0.1)"), ElementsAre("x=0.5", "x=0.4", "x=0.3"));
+  EXPECT_THAT(Expand("x=range(0,1e-6,3e-7)"),
+              ElementsAre("x=0.0", "x=3e-07", "x=6e-07", "x=9e-07"));
+}
+
+TEST(SweepExpansion, FloatRangeNeedsFiniteNumbers) {
+  ConfigRepository repo({});
+  auto jobs = PlanSweep({}, {MustParse("x=range(0,inf,1)")}, repo);
+  EXPECT_FALSE(jobs.ok());
+}
+
 TEST(SweepExpansion, SortedChoices) {
   EXPECT_THAT(Expand("x=sort(3,1,2)"), ElementsAre("x=1", "x=2", "x=3"));
   EXPECT_THAT(Expand("x=sort(3,1,2,reverse=true)"), ElementsAre("x=3", "x=2", "x=1"));
@@ -636,7 +657,7 @@ TEST(NodeToOverrideString, PlainValues) {
   EXPECT_EQ(NodeToOverrideString(*Node::Int(5)), "5");
   EXPECT_EQ(NodeToOverrideString(*Node::Float(0.5)), "0.5");
   EXPECT_EQ(NodeToOverrideString(*Node::Float(1000.0)), "1000.0");
-  EXPECT_EQ(NodeToOverrideString(*Node::Bool(true)), "true");
+  EXPECT_EQ(NodeToOverrideString(*Node::Bool(true)), "True");
   EXPECT_EQ(NodeToOverrideString(*Node::Null()), "null");
   EXPECT_EQ(NodeToOverrideString(*Node::String("abc")), "abc");
 }

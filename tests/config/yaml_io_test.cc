@@ -3,14 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/config/typed_value_checks.h"
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "lib/config/node.h"
+#include "tests/config/typed_value_checks.h"
 
 namespace kiln::config {
 namespace {
@@ -322,7 +322,8 @@ TEST(ToYaml, ScalarsInBlockMap) {
   m->Set("b", Node::Bool(true));
   m->Set("n", Node::Null());
   m->Set("s", Node::String("hello"));
-  EXPECT_EQ(ToYaml(*m), "i: 3\nf: 0.5\nb: true\nn: null\ns: hello\n");
+  // OmegaConf quotes the key 'n' (YAML 1.1's y/n booleans) as it quotes the value.
+  EXPECT_EQ(ToYaml(*m), "i: 3\nf: 0.5\nb: true\n'n': null\ns: hello\n");
 }
 
 TEST(ToYaml, QuotesStringsThatReadBackAsOtherTypes) {
@@ -337,6 +338,44 @@ TEST(ToYaml, QuotesStringsThatReadBackAsOtherTypes) {
   m->Set("h", Node::String("~"));
   EXPECT_EQ(ToYaml(*m),
             "a: '007'\nb: 'true'\nc: '1.5'\nd: 'yes'\ne: 'null'\nf: '1e3'\ng: ''\nh: '~'\n");
+}
+
+TEST(ToYaml, QuotesWhatYaml11OrPythonWouldRetype) {
+  // As OmegaConf.to_yaml: YAML 1.1 timestamps, y/n, Python's int()/float() forms, octal-looking
+  // decimals, sexagesimals, the merge and value keys; but not 2024-1-5 or 1:60.
+  for (const char* s : {"2024-01-05", "2024-01-05 10:00:00", "2024-1-5T1:00:00Z", "y", "N", "inf",
+                        "-Infinity", "nan", "0888", "08", "1_000", ".5e3", "0x1F", "1:30",
+                        "190:20:30.5", "=", "<<", "-.inf", "\u00a01"}) {
+    SCOPED_TRACE(s);
+    NodePtr m = Node::Map();
+    m->Set("k", Node::String(s));
+    std::string out = ToYaml(*m);
+    EXPECT_TRUE(out.rfind("k: '", 0) == 0 || out.rfind("k: \"", 0) == 0) << out;
+  }
+  for (const char* s : {"2024-1-5", "1:60", "0o17", "0X1F", "-.nan", "tRue", "1,000", "a b"}) {
+    NodePtr m = Node::Map();
+    m->Set("k", Node::String(s));
+    EXPECT_EQ(ToYaml(*m), absl::StrCat("k: ", s, "\n"));
+  }
+}
+
+TEST(ToYaml, Yaml11LineBreaksAreEscapedAndReadBack) {
+  // NEL, LS and PS are line breaks to YAML 1.1 but not to yaml-cpp: written as escapes.
+  auto parsed = ParseYaml("a: \"x\\Ny\\Lz\\P\"\n", "t.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->Find("a")->as_string(), "x\u0085y\u2028z\u2029");
+  std::string out = ToYaml(**parsed);
+  EXPECT_EQ(out, "a: \"x\\x85y\\Lz\\P\"\n");
+  auto again = ParseYaml(out, "t.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(DeepEqual(**again, **parsed));
+}
+
+TEST(ParseYaml, PlainValueAndMergeIndicatorsAreRefused) {
+  // PyYAML has no constructor for YAML 1.1's value (=) and merge (<<) types, so Hydra refuses.
+  EXPECT_FALSE(ParseYaml("a: =\n", "t.yaml").ok());
+  EXPECT_FALSE(ParseYaml("a: <<\n", "t.yaml").ok());
+  EXPECT_TRUE(ParseYaml("a: '='\nb: '<<'\n", "t.yaml").ok());
 }
 
 TEST(ToYaml, PlainStringsStayUnquoted) {
