@@ -106,7 +106,7 @@ TEST_F(ComposeSweep, AFailedJobDoesNotStopTheOthersUnlessFailFast) {
   // Job 1's value does not resolve.
   auto r = Kiln({"y=1,${oops},3"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.out, "x: 1\ny: 1\nx: 1\ny: 3\n");
+  EXPECT_EQ(r.out, "x: 1\n'y': 1\nx: 1\n'y': 3\n");
   EXPECT_TRUE(absl::StrContains(r.err, "1 of 3 jobs failed: job #1:")) << r.err;
   std::string ledger = testing::ReadFile(dir_.path() + "/sweep/ledger.yaml");
   EXPECT_EQ(CountLines(ledger, "status: failed"), 1) << ledger;
@@ -118,7 +118,7 @@ TEST_F(ComposeSweep, AFailedJobDoesNotStopTheOthersUnlessFailFast) {
                           "hydra.sweep.dir=" + other.path() + "/sweep", "y=1,${oops},3"},
                          {}, dir_.path());
   EXPECT_EQ(fast.exit_code, 1) << fast.err;
-  EXPECT_EQ(fast.out, "x: 1\ny: 1\n");  // job 2 never started
+  EXPECT_EQ(fast.out, "x: 1\n'y': 1\n");  // job 2 never started
 }
 
 TEST_F(ComposeSweep, ReRunningIntoAFolderOfAnotherSweepIsRefused) {
@@ -133,7 +133,7 @@ TEST_F(ComposeSweep, LocalLauncherRunsEveryJobInItsOwnProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int job = 0; job < 4; ++job) {
     std::string config = testing::ReadFile(dir_.path() + "/sweep/" + std::to_string(job) + "/.hydra/config.yaml");
-    EXPECT_EQ(config, "x: " + std::to_string(job + 1) + "\ny: 0\n");
+    EXPECT_EQ(config, "x: " + std::to_string(job + 1) + "\n'y': 0\n");
     std::string hydra = testing::ReadFile(dir_.path() + "/sweep/" + std::to_string(job) + "/.hydra/hydra.yaml");
     EXPECT_TRUE(absl::StrContains(hydra, "num: " + std::to_string(job))) << hydra;
     EXPECT_TRUE(absl::StrContains(hydra, "dir: " + dir_.path() + "/sweep")) << hydra;
@@ -166,13 +166,13 @@ TEST_F(ComposeSweep, SlurmLauncherWritesAndSubmitsAnArrayScript) {
 
   auto task = RunProcess({"/bin/bash", script_path}, {{"SLURM_ARRAY_TASK_ID", "1"}}, dir_.path());
   ASSERT_EQ(task.exit_code, 0) << task.err;
-  EXPECT_EQ(task.out, "x: 2\ny: 0\n");
+  EXPECT_EQ(task.out, "x: 2\n'y': 0\n");
   std::string ledger = testing::ReadFile(dir_.path() + "/sweep/ledger.yaml");
   EXPECT_EQ(CountLines(ledger, "{job: 1, status: ok"), 1) << ledger;
   // The rest of the sweep, here with the basic launcher: job 1 is done.
   auto rest = Kiln({"x=1,2,3"});
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
-  EXPECT_EQ(rest.out, "x: 1\ny: 0\nx: 3\ny: 0\n");
+  EXPECT_EQ(rest.out, "x: 1\n'y': 0\nx: 3\n'y': 0\n");
   EXPECT_TRUE(absl::StrContains(rest.err, "1 of 3 jobs are done, running 2")) << rest.err;
 }
 

@@ -98,13 +98,13 @@ TEST_F(PluginTest, PluginLauncherRunsAMultirun) {
 // resolver; the sweep machinery keeps the folder, ledger and summary as for the grid.
 TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
   dir_.Write("conf/doubling.yaml",
-             "defaults:\n  - override hydra/sweeper: doubling\n  - _self_\nx: 1\ny: ${sweep_tools.twice:${x}}\n");
+             "defaults:\n  - override hydra/sweeper: doubling\n  - _self_\nx: 1\ntwice: ${sweep_tools.twice:${x}}\n");
   const std::string plugin = TestPlugin("sweep_tools");
   const std::string sweep = dir_.path() + "/sweep";
   auto resolved = Kiln({"compose", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin, "--cfg",
                         "job", "--resolve", "x=21"});
   ASSERT_EQ(resolved.exit_code, 0) << resolved.err;
-  EXPECT_EQ(resolved.out, "x: 21\ny: 42\n");
+  EXPECT_EQ(resolved.out, "x: 21\ntwice: 42\n");
 
   auto list = Kiln({"list", "sweeper", "--plugin", plugin});
   ASSERT_EQ(list.exit_code, 0) << list.err;
@@ -119,7 +119,7 @@ TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
   auto r = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
                  "hydra.sweep.dir=" + sweep});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "x: 1\ny: 2\nx: 2\ny: 4\nx: 4\ny: 8\n");
+  EXPECT_EQ(r.out, "x: 1\ntwice: 2\nx: 2\ntwice: 4\nx: 4\ntwice: 8\n");
   for (int job = 0; job < 3; ++job) {
     std::ifstream overrides(sweep + "/" + std::to_string(job) + "/.hydra/overrides.yaml");
     std::string text((std::istreambuf_iterator<char>(overrides)), std::istreambuf_iterator<char>());
