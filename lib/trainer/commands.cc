@@ -228,17 +228,10 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
   return absl::OkStatus();
 }
 
-// A CSV cell, quoted when it holds a comma, a quote or a line break.
-std::string CsvCell(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-// `predict`: the model's most likely class for every prediction input, in predictions.csv (or its
-// transcript, for a task whose predictions are texts); or,
-// for a task that generates (a language model), the generated text on stdout and in generated.txt.
+// `predict`: a record per prediction input (the most likely class and its probability, or a
+// transcript: whatever the task's PredictionRecords makes of its output), written by the
+// prediction writer (`+prediction_writer=jsonl`; csv by default); or, for a task that generates
+// (a language model), the generated text on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
   std::string path;
   KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
@@ -250,40 +243,29 @@ absl::Status PredictCommand(app::JobContext& ctx) {
     std::printf("%s\n", generated->c_str());
     return absl::OkStatus();
   }
+  std::shared_ptr<PredictionWriter> writer;
+  if (IsNull(ctx.cfg, "prediction_writer")) {
+    KILN_ASSIGN_OR_RETURN(writer, Registry<PredictionWriter>::Get().Instantiate("csv", Options()));
+  } else {
+    KILN_ASSIGN_OR_RETURN(config::Config writer_cfg, ctx.cfg.Sub("prediction_writer"));
+    KILN_ASSIGN_OR_RETURN(writer, Registry<PredictionWriter>::Get().Instantiate(writer_cfg));
+  }
   Trainer trainer(job.options, job.callbacks, job.loggers);
   KILN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> outputs, trainer.Predict(*job.task, *job.data));
   std::shared_ptr<const data::Dataset> inputs = job.data->predict_dataset();
-  std::vector<std::string> names = job.data->class_names();
-  std::string csv = "path,class_index,class,probability\n";
-  int64_t row = 0;
-  for (size_t b = 0; b < outputs.size(); ++b) {
-    const torch::Tensor& batch = outputs[b];
-    KILN_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> texts, job.task->PredictionTexts(batch));
-    if (texts.has_value()) {  // transcripts: path,text
-      if (b == 0) csv = "path,text\n";
-      for (const std::string& text : *texts) {
-        std::string source = inputs->Source(row);
-        csv += absl::StrCat(CsvCell(source.empty() ? std::to_string(row) : source), ",", CsvCell(text), "\n");
-        ++row;
-      }
-      continue;
-    }
-    if (batch.dim() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat("kiln predict expects class probabilities [batch, classes] from the task, got ",
-                                                     c10::str(batch.sizes())));
-    }
-    auto [probability, index] = batch.to(torch::kFloat64).max(1);
-    for (int64_t i = 0; i < batch.size(0); ++i, ++row) {
-      int64_t c = index[i].item<int64_t>();
+  std::vector<PredictionRecord> records;
+  for (const torch::Tensor& batch : outputs) {
+    KILN_ASSIGN_OR_RETURN(std::vector<PredictionRecord> batch_records,
+                          job.task->PredictionRecords(batch, job.data->class_names()));
+    for (auto& record : batch_records) {
+      int64_t row = static_cast<int64_t>(records.size());
       std::string source = inputs->Source(row);
-      std::string name = c < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c)] : std::to_string(c);
-      csv += absl::StrFormat("%s,%d,%s,%.6f\n", CsvCell(source.empty() ? std::to_string(row) : source), c, CsvCell(name),
-                             probability[i].item<double>());
+      record.source = source.empty() ? std::to_string(row) : source;
+      records.push_back(std::move(record));
     }
   }
-  std::string file = ctx.output_dir + "/predictions.csv";
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(file, csv));
-  Logger::Instance().Info(absl::StrCat("predicted ", row, " inputs with ", path, ": ", file));
+  KILN_ASSIGN_OR_RETURN(std::string file, writer->Write(ctx.output_dir, records));
+  Logger::Instance().Info(absl::StrCat("predicted ", records.size(), " inputs with ", path, ": ", file));
   std::printf("%s\n", file.c_str());
   return absl::OkStatus();
 }

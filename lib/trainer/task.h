@@ -15,6 +15,7 @@
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/trainer/metric_log.h"
+#include "lib/trainer/prediction_writer.h"
 
 namespace kiln {
 
@@ -38,10 +39,13 @@ class Task {
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
 
-  // A task whose predictions are texts (speech recognition) returns the text of each row of one
-  // PredictStep output; nullopt means class probabilities.
-  virtual absl::StatusOr<std::optional<std::vector<std::string>>> PredictionTexts(const torch::Tensor& /*output*/) {
-    return std::optional<std::vector<std::string>>();
+  // One record per row of a PredictStep output, for the prediction writer (the command fills in
+  // each record's source). By default the output is class probabilities [batch, classes]:
+  // class_index, class, probability. A task whose predictions are texts (speech recognition)
+  // returns {text}.
+  virtual absl::StatusOr<std::vector<PredictionRecord>> PredictionRecords(const torch::Tensor& output,
+                                                                          const std::vector<std::string>& class_names) {
+    return ClassProbabilityRecords(output, class_names);
   }
 
   // A task that answers `kiln predict` itself (a language model generating text) returns the text

@@ -141,16 +141,19 @@ class SpeechRecognition : public Task {
     return torch::tensor(flat, torch::kInt64).view({batch.size(), static_cast<int64_t>(longest)});
   }
 
-  absl::StatusOr<std::optional<std::vector<std::string>>> PredictionTexts(
-      const torch::Tensor& output) override {
-    std::vector<std::string> texts;
+  // Transcripts: {text} per utterance.
+  absl::StatusOr<std::vector<PredictionRecord>> PredictionRecords(
+      const torch::Tensor& output, const std::vector<std::string>& /*class_names*/) override {
+    std::vector<PredictionRecord> records;
     for (int64_t i = 0; i < output.size(0); ++i) {
       torch::Tensor row = output[i];
       row = row.masked_select(row.ge(0)).contiguous();
       std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-      texts.push_back(binding_.tokenizer().Decode(ids));
+      PredictionRecord record;
+      record.fields = {{"text", config::Node::String(binding_.tokenizer().Decode(ids))}};
+      records.push_back(std::move(record));
     }
-    return std::optional<std::vector<std::string>>(std::move(texts));
+    return records;
   }
 
  private:

@@ -313,6 +313,28 @@ TEST_F(ImageFolderCliTest, TrainsTestsWithNamedClassesAndPredicts) {
   }
   EXPECT_EQ(rows, 30);
   EXPECT_GE(right, 27);
+
+  // The same predictions through the jsonl writer: one object per image, the same rows as the CSV.
+  auto j = KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt", "data.root=" + dir_.path() + "/images/test",
+                       "hydra.run.dir=" + dir_.path() + "/predict_jsonl", "+prediction_writer=jsonl"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(j.out, dir_.path() + "/predict_jsonl/predictions.jsonl\n");
+  std::ifstream jsonl(dir_.path() + "/predict_jsonl/predictions.jsonl");
+  std::ifstream csv_again(dir_.path() + "/predict/predictions.csv");
+  std::getline(csv_again, line);  // header
+  int json_rows = 0;
+  for (std::string json; std::getline(jsonl, json); ++json_rows) {
+    ASSERT_TRUE(std::getline(csv_again, line));
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 4u) << line;
+    EXPECT_EQ(json, "{\"path\":\"" + cells[0] + "\",\"class_index\":" + cells[1] + ",\"class\":\"" + cells[2] +
+                        "\",\"probability\":" + json.substr(json.rfind(':') + 1))
+        << json;
+    EXPECT_NEAR(std::stod(json.substr(json.rfind(':') + 1)), std::stod(cells[3]), 1e-6) << json;
+  }
+  EXPECT_EQ(json_rows, 30);
 }
 
 TEST_F(ImageFolderCliTest, CorruptImageEndsTrainingWithOneLineNamingTheFile) {
