@@ -195,7 +195,8 @@ class OptionBinding {
       OptionCheck typed{"a list of strings", &Traits::Accepts};
       if (spec.check) {
         OptionCheck extra = spec.check;
-        spec.check = {extra.what, [typed, extra](const config::Node& n) { return typed.accepts(n) && extra.accepts(n); }};
+        spec.check = {typed.what + " (" + extra.what + ")",
+                      [typed, extra](const config::Node& n) { return typed.accepts(n) && extra.accepts(n); }};
       } else {
         spec.check = typed;
       }
