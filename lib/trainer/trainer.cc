@@ -1,9 +1,7 @@
 #include "lib/trainer/trainer.h"
 
-#include <cxxabi.h>
 #include <sys/stat.h>
 
-#include <cctype>
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +10,6 @@
 #include <mutex>
 #include <numeric>
 #include <thread>
-#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,6 +20,7 @@
 #include "lib/distributed/data_parallel.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/process_settings.h"
 
 namespace kiln {
@@ -32,49 +30,6 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %.4f", k, v));
   return absl::StrJoin(parts, "  ");
-}
-
-// Refuses a checkpoint written for another model, then loads its weights.
-absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchive& archive, Task& task,
-                           const std::string& model_name) {
-  c10::IValue stored_name;
-  if (!model_name.empty() && archive.try_read("meta/model", stored_name) && stored_name.isString() &&
-      !stored_name.toStringRef().empty() && stored_name.toStringRef() != model_name) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of model '", stored_name.toStringRef(),
-                                                   "', but the config builds model '", model_name, "'"));
-  }
-  KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
-  return LoadModelState(state, task.module(), path);
-}
-
-}  // namespace
-
-std::string Callback::state_key() const {
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
-  std::string name = status == 0 && demangled != nullptr ? demangled : typeid(*this).name();
-  std::free(demangled);
-  // "kiln::(anonymous namespace)::ModelCheckpoint" -> "ModelCheckpoint"
-  size_t colon = name.rfind("::");
-  return colon == std::string::npos ? name : name.substr(colon + 2);
-}
-
-namespace {
-
-// The archive keys of the callbacks' states: "callbacks/" + state_key, made safe for an archive
-// name (letters, digits, '_', '/'); a second callback with the same key gets "_2", and so on.
-std::vector<std::string> CallbackStateKeys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  std::vector<std::string> keys;
-  std::map<std::string, int> seen;
-  for (const auto& c : callbacks) {
-    std::string key = c->state_key();
-    for (char& ch : key) {
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '/') ch = '_';
-    }
-    int n = ++seen[key];
-    keys.push_back(absl::StrCat("callbacks/", key, n > 1 ? absl::StrCat("_", n) : ""));
-  }
-  return keys;
 }
 
 }  // namespace
@@ -235,99 +190,47 @@ void Trainer::PlaceModule(torch::nn::Module& module) const {
   }
 }
 
-std::vector<std::pair<std::string, int64_t*>> Trainer::Counters() {
-  return {{"loop/global_step", &global_step_},
-          {"loop/epoch", &epoch_},
-          {"loop/batch_in_epoch", &batch_in_epoch_},
-          {"loop/micro_batches", &micro_batches_},
-          {"loop/samples", &samples_}};
+FitParts Trainer::Parts() const {
+  FitParts parts;
+  parts.task = inputs_.task;
+  parts.optimizer = optimizer_.get();
+  parts.scheduler = inputs_.scheduler.get();
+  parts.callbacks = &callbacks_;
+  parts.model_name = inputs_.model_name;
+  parts.config_yaml = inputs_.config_yaml;
+  return parts;
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   if (!is_global_zero()) return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
-  Task& task = *inputs_.task;
-  return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
-    archive.write("meta/format", c10::IValue(kCheckpointFormat));
-    archive.write("meta/kiln_version", c10::IValue(std::string(KILN_VERSION)));
-    archive.write("meta/torch_version", c10::IValue(compat::TorchVersion()));
-    archive.write("meta/model", c10::IValue(inputs_.model_name));
-    archive.write("meta/config", c10::IValue(inputs_.config_yaml));
-    WriteModelState(task.module(), archive);
-    if (optimizer_) {
-      torch::serialize::OutputArchive opt;
-      optimizer_->save(opt);
-      archive.write("optimizer", opt);
-    }
-    if (inputs_.scheduler) {
-      torch::serialize::OutputArchive sched;
-      inputs_.scheduler->Save(sched);
-      archive.write("scheduler", sched);
-    }
-    for (const auto& [key, counter] : Counters()) archive.write(key, c10::IValue(*counter));
-    archive.write("loop/elapsed_seconds", c10::IValue(elapsed_seconds()));
-    archive.write("loop/seed", c10::IValue(static_cast<int64_t>(inputs_.seed)));
-    archive.write("loop/world_size", c10::IValue(static_cast<int64_t>(world_size())));
-    archive.write("loop/batch_size", c10::IValue(batch_size_));
-    archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
-    std::vector<std::string> keys = CallbackStateKeys(callbacks_);
-    for (size_t i = 0; i < callbacks_.size(); ++i) {
-      torch::serialize::OutputArchive state;
-      callbacks_[i]->SaveState(state);
-      archive.write(keys[i], state);
-    }
-  });
+  LoopPosition loop;
+  loop.global_step = global_step_;
+  loop.epoch = epoch_;
+  loop.batch_in_epoch = batch_in_epoch_;
+  loop.micro_batches = micro_batches_;
+  loop.samples = samples_;
+  loop.elapsed_seconds = elapsed_seconds();
+  loop.seed = static_cast<int64_t>(inputs_.seed);
+  loop.world_size = world_size();
+  loop.batch_size = batch_size_;
+  return SaveFitCheckpoint(path, Parts(), loop);
 }
 
 absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std::string& model_name) {
-  torch::serialize::InputArchive archive;
-  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
-  return LoadSameModel(path, archive, task, model_name);
+  return LoadCheckpointWeights(path, task, model_name);
 }
 
 absl::Status Trainer::ResumeFrom(const std::string& path) {
-  torch::serialize::InputArchive archive;
-  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
-  KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *inputs_.task, inputs_.model_name));
-  try {
-    PlaceModule(inputs_.task->module());
-    torch::serialize::InputArchive opt;
-    if (archive.try_read("optimizer", opt)) optimizer_->load(opt);
-    torch::serialize::InputArchive sched;
-    if (inputs_.scheduler && archive.try_read("scheduler", sched)) inputs_.scheduler->Load(sched);
-    c10::IValue v;
-    for (const auto& [key, counter] : Counters()) {
-      archive.read(key, v);
-      *counter = v.toInt();
-    }
-    archive.read("loop/elapsed_seconds", v);
-    elapsed_before_ = v.toDouble();
-    int64_t saved_world_size = archive.try_read("loop/world_size", v) ? v.toInt() : 1;
-    int64_t saved_batch_size = archive.try_read("loop/batch_size", v) ? v.toInt() : batch_size_;
-    KILN_RETURN_IF_ERROR(AdaptPosition(saved_world_size, saved_batch_size, path));
-    torch::Tensor rng;
-    archive.read("rng/cpu", rng);
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng);
-    // By state key; a callback the checkpoint does not know starts fresh. Checkpoints written
-    // before state keys hold callbacks by list position.
-    std::vector<std::string> keys = CallbackStateKeys(callbacks_);
-    bool keyed = false;
-    for (size_t i = 0; i < callbacks_.size(); ++i) {
-      torch::serialize::InputArchive state;
-      if (archive.try_read(keys[i], state)) {
-        callbacks_[i]->LoadState(state);
-        keyed = true;
-      }
-    }
-    for (size_t i = 0; i < callbacks_.size() && !keyed; ++i) {
-      torch::serialize::InputArchive state;
-      if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks_[i]->LoadState(state);
-    }
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resume from this checkpoint: ",
-                                                   e.what_without_backtrace()));
-  }
+  KILN_ASSIGN_OR_RETURN(LoopPosition loop,
+                        RestoreFitCheckpoint(
+                            path, Parts(), [this](torch::nn::Module& module) { PlaceModule(module); }, batch_size_));
+  global_step_ = loop.global_step;
+  epoch_ = loop.epoch;
+  batch_in_epoch_ = loop.batch_in_epoch;
+  micro_batches_ = loop.micro_batches;
+  samples_ = loop.samples;
+  elapsed_before_ = loop.elapsed_seconds;
+  KILN_RETURN_IF_ERROR(AdaptPosition(loop.world_size, loop.batch_size, path));
   Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", epoch_, ", batch ", batch_in_epoch_,
                                        ", step ", global_step_));
   return absl::OkStatus();

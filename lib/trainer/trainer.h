@@ -17,6 +17,7 @@
 #include "lib/core/exit_code.h"
 #include "lib/data/datamodule.h"
 #include "lib/trainer/callback.h"
+#include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/task.h"
 #include "lib/trainer/trainer_options.h"
@@ -92,8 +93,8 @@ class Trainer {
                                                               const std::string& stage);
   absl::Status Validate(data::DataLoader& loader);
   absl::Status ResumeFrom(const std::string& path);
-  // The loop counters a checkpoint carries, by archive key.
-  std::vector<std::pair<std::string, int64_t*>> Counters();
+  // What the checkpoint connector saves and restores.
+  FitParts Parts() const;
   absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
   void LogToLoggers(const std::map<std::string, double>& metrics);
   torch::Tensor ToDevice(const torch::Tensor& t) const;

@@ -1,0 +1,165 @@
+#include "lib/trainer/checkpoint_connector.h"
+
+#include <cxxabi.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <typeinfo>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/core/status_macros.h"
+#include "lib/core/torch_compat.h"
+#include "lib/trainer/checkpoint.h"
+
+namespace kiln {
+
+std::string Callback::state_key() const {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled != nullptr ? demangled : typeid(*this).name();
+  std::free(demangled);
+  // "kiln::(anonymous namespace)::ModelCheckpoint" -> "ModelCheckpoint"
+  size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+namespace {
+
+// The archive keys of the callbacks' states: "callbacks/" + state_key, made safe for an archive
+// name (letters, digits, '_', '/'); a second callback with the same key gets "_2", and so on.
+std::vector<std::string> CallbackStateKeys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  std::vector<std::string> keys;
+  std::map<std::string, int> seen;
+  for (const auto& c : callbacks) {
+    std::string key = c->state_key();
+    for (char& ch : key) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '/') ch = '_';
+    }
+    int n = ++seen[key];
+    keys.push_back(absl::StrCat("callbacks/", key, n > 1 ? absl::StrCat("_", n) : ""));
+  }
+  return keys;
+}
+
+// The loop counters, by archive key.
+std::vector<std::pair<const char*, int64_t*>> Counters(LoopPosition& loop) {
+  return {{"loop/global_step", &loop.global_step},
+          {"loop/epoch", &loop.epoch},
+          {"loop/batch_in_epoch", &loop.batch_in_epoch},
+          {"loop/micro_batches", &loop.micro_batches},
+          {"loop/samples", &loop.samples}};
+}
+
+// Refuses a checkpoint written for another model, then loads its weights.
+absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchive& archive, Task& task,
+                           const std::string& model_name) {
+  c10::IValue stored_name;
+  if (!model_name.empty() && archive.try_read("meta/model", stored_name) && stored_name.isString() &&
+      !stored_name.toStringRef().empty() && stored_name.toStringRef() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of model '", stored_name.toStringRef(),
+                                                   "', but the config builds model '", model_name, "'"));
+  }
+  KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
+  return LoadModelState(state, task.module(), path);
+}
+
+}  // namespace
+
+absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, const LoopPosition& position) {
+  LoopPosition loop = position;
+  return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
+    archive.write("meta/format", c10::IValue(kCheckpointFormat));
+    archive.write("meta/kiln_version", c10::IValue(std::string(KILN_VERSION)));
+    archive.write("meta/torch_version", c10::IValue(compat::TorchVersion()));
+    archive.write("meta/model", c10::IValue(parts.model_name));
+    archive.write("meta/config", c10::IValue(parts.config_yaml));
+    WriteModelState(parts.task->module(), archive);
+    if (parts.optimizer != nullptr) {
+      torch::serialize::OutputArchive opt;
+      parts.optimizer->save(opt);
+      archive.write("optimizer", opt);
+    }
+    if (parts.scheduler != nullptr) {
+      torch::serialize::OutputArchive sched;
+      parts.scheduler->Save(sched);
+      archive.write("scheduler", sched);
+    }
+    for (const auto& [key, counter] : Counters(loop)) archive.write(key, c10::IValue(*counter));
+    archive.write("loop/elapsed_seconds", c10::IValue(loop.elapsed_seconds));
+    archive.write("loop/seed", c10::IValue(loop.seed));
+    archive.write("loop/world_size", c10::IValue(loop.world_size));
+    archive.write("loop/batch_size", c10::IValue(loop.batch_size));
+    archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+    const auto& callbacks = *parts.callbacks;
+    std::vector<std::string> keys = CallbackStateKeys(callbacks);
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      torch::serialize::OutputArchive state;
+      callbacks[i]->SaveState(state);
+      archive.write(keys[i], state);
+    }
+  });
+}
+
+absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const FitParts& parts,
+                                                  const std::function<void(torch::nn::Module&)>& place_module,
+                                                  int64_t batch_size) {
+  torch::serialize::InputArchive archive;
+  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *parts.task, parts.model_name));
+  LoopPosition loop;
+  try {
+    place_module(parts.task->module());
+    torch::serialize::InputArchive opt;
+    if (parts.optimizer != nullptr && archive.try_read("optimizer", opt)) parts.optimizer->load(opt);
+    torch::serialize::InputArchive sched;
+    if (parts.scheduler != nullptr && archive.try_read("scheduler", sched)) parts.scheduler->Load(sched);
+    c10::IValue v;
+    for (const auto& [key, counter] : Counters(loop)) {
+      archive.read(key, v);
+      *counter = v.toInt();
+    }
+    archive.read("loop/elapsed_seconds", v);
+    loop.elapsed_seconds = v.toDouble();
+    loop.seed = archive.try_read("loop/seed", v) ? v.toInt() : 0;
+    loop.world_size = archive.try_read("loop/world_size", v) ? v.toInt() : 1;
+    loop.batch_size = archive.try_read("loop/batch_size", v) ? v.toInt() : batch_size;
+    torch::Tensor rng;
+    archive.read("rng/cpu", rng);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(rng);
+    }
+    // By state key; a callback the checkpoint does not know starts fresh. Checkpoints written
+    // before state keys hold callbacks by list position.
+    const auto& callbacks = *parts.callbacks;
+    std::vector<std::string> keys = CallbackStateKeys(callbacks);
+    bool keyed = false;
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(keys[i], state)) {
+        callbacks[i]->LoadState(state);
+        keyed = true;
+      }
+    }
+    for (size_t i = 0; i < callbacks.size() && !keyed; ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks[i]->LoadState(state);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resume from this checkpoint: ",
+                                                   e.what_without_backtrace()));
+  }
+  return loop;
+}
+
+absl::Status LoadCheckpointWeights(const std::string& path, Task& task, const std::string& model_name) {
+  torch::serialize::InputArchive archive;
+  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  return LoadSameModel(path, archive, task, model_name);
+}
+
+}  // namespace kiln
