@@ -246,10 +246,10 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   at::globalContext().setDeterministicAlgorithms(options_.deterministic, /*warn_only=*/false);
   torch::manual_seed(inputs.seed);
   bool cuda = torch::cuda::is_available();
-  if (options_.accelerator == "cuda" && !cuda) {
+  if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
     return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
   }
-  device_ = (options_.accelerator != "cpu" && cuda) ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  device_ = (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
 
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kFit));
@@ -452,7 +452,7 @@ absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* st
   batch.target = ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnTrainBatchStart(*this, batch); }));
   if (data_parallel_) KILN_RETURN_IF_ERROR(data_parallel_->BroadcastBuffers());
-  bool bf16 = options_.precision == "bf16-mixed";
+  bool bf16 = options_.precision == TrainerOptions::Precision::kBf16Mixed;
   if (bf16) compat::SetCpuAutocast(true, at::kBFloat16);
   auto loss = task.TrainingStep(batch, train_log_);
   if (bf16) compat::SetCpuAutocast(false, at::kBFloat16);
@@ -467,7 +467,7 @@ absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* st
   samples_ += batch.size() * world_size();
   if (!std::isfinite(loss_value)) {
     std::string where = absl::StrCat("epoch ", epoch_, ", batch ", batch.index, ", step ", global_step_);
-    if (options_.on_nonfinite_loss == "stop") {
+    if (options_.on_nonfinite_loss == TrainerOptions::NonFiniteLoss::kStop) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss is ", loss_value, " at ", where,
           "; stopped without writing a checkpoint (lower the learning rate, or set trainer.on_nonfinite_loss=skip)"));
@@ -489,7 +489,7 @@ absl::Status Trainer::TrainStep(data::Batch& batch, bool last_in_epoch, bool* st
     KILN_RETURN_IF_ERROR(ForEachCallback([&](Callback& c) { return c.OnBeforeOptimizerStep(*this); }));
     if (options_.gradient_clip_val.has_value()) {
       auto parameters = task.module().parameters();
-      if (options_.gradient_clip_algorithm == "norm") {
+      if (options_.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm) {
         torch::nn::utils::clip_grad_norm_(parameters, *options_.gradient_clip_val);
       } else {
         torch::nn::utils::clip_grad_value_(parameters, *options_.gradient_clip_val);
@@ -519,7 +519,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::RunEvaluation(data::DataL
   task.module().eval();
   torch::NoGradGuard no_grad;
   MetricLog log;
-  bool bf16 = options_.precision == "bf16-mixed";
+  bool bf16 = options_.precision == TrainerOptions::Precision::kBf16Mixed;
   auto status = loader.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
     batch.input = InputToDevice(batch.input);
     batch.target = ToDevice(batch.target);

@@ -133,18 +133,22 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
     KILN_ASSIGN_OR_RETURN(double clip, cfg.Get<double>("gradient_clip_val"));
     o.gradient_clip_val = clip;
   }
-  KILN_ASSIGN_OR_RETURN(o.gradient_clip_algorithm, cfg.Get<std::string>("gradient_clip_algorithm"));
-  if (o.gradient_clip_algorithm != "norm" && o.gradient_clip_algorithm != "value") {
+  KILN_ASSIGN_OR_RETURN(std::string clip, cfg.Get<std::string>("gradient_clip_algorithm"));
+  o.gradient_clip_algorithm = clip == "value" ? TrainerOptions::ClipAlgorithm::kValue : TrainerOptions::ClipAlgorithm::kNorm;
+  if (clip != "norm" && clip != "value") {
     return Bad(cfg, "gradient_clip_algorithm", "must be norm or value");
   }
   KILN_ASSIGN_OR_RETURN(config::NodePtr precision, cfg.Get<config::NodePtr>("precision"));
-  o.precision = config::PythonStr(*precision);
-  if (o.precision != "32" && o.precision != "bf16-mixed" && o.precision != "32-true") {
+  std::string precision_text = config::PythonStr(*precision);
+  o.precision = precision_text == "bf16-mixed" ? TrainerOptions::Precision::kBf16Mixed : TrainerOptions::Precision::k32;
+  if (precision_text != "32" && precision_text != "bf16-mixed" && precision_text != "32-true") {
     return Bad(cfg, "precision", "must be 32 or bf16-mixed (fp16 needs CUDA, which this build lacks)");
   }
-  if (o.precision == "32-true") o.precision = "32";
-  KILN_ASSIGN_OR_RETURN(o.accelerator, cfg.Get<std::string>("accelerator"));
-  if (o.accelerator != "cpu" && o.accelerator != "cuda" && o.accelerator != "auto") {
+  KILN_ASSIGN_OR_RETURN(std::string accelerator, cfg.Get<std::string>("accelerator"));
+  o.accelerator = accelerator == "cpu"    ? TrainerOptions::Accelerator::kCpu
+                  : accelerator == "cuda" ? TrainerOptions::Accelerator::kCuda
+                                          : TrainerOptions::Accelerator::kAuto;
+  if (accelerator != "cpu" && accelerator != "cuda" && accelerator != "auto") {
     return Bad(cfg, "accelerator", "must be cpu, cuda or auto");
   }
   KILN_ASSIGN_OR_RETURN(o.devices, cfg.Get<int64_t>("devices"));
@@ -166,9 +170,11 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
   if (o.log_every_n_steps < 1) return Bad(cfg, "log_every_n_steps", "must be at least 1");
   KILN_ASSIGN_OR_RETURN(o.enable_progress_bar, cfg.Get<bool>("enable_progress_bar"));
   KILN_ASSIGN_OR_RETURN(o.default_root_dir, cfg.Get<std::string>("default_root_dir"));
-  KILN_ASSIGN_OR_RETURN(o.on_nonfinite_loss, cfg.Get<std::string>("on_nonfinite_loss"));
+  KILN_ASSIGN_OR_RETURN(std::string nonfinite, cfg.Get<std::string>("on_nonfinite_loss"));
+  o.on_nonfinite_loss =
+      nonfinite == "skip" ? TrainerOptions::NonFiniteLoss::kSkip : TrainerOptions::NonFiniteLoss::kStop;
   KILN_ASSIGN_OR_RETURN(o.channels_last, cfg.Get<bool>("channels_last"));
-  if (o.on_nonfinite_loss != "stop" && o.on_nonfinite_loss != "skip") {
+  if (nonfinite != "stop" && nonfinite != "skip") {
     return Bad(cfg, "on_nonfinite_loss", "must be stop or skip");
   }
   return o;

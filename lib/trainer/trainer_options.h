@@ -31,22 +31,26 @@ struct TrainerOptions {
   int64_t overfit_batches = 0;            // >0: train and validate on the first N training batches
   int64_t accumulate_grad_batches = 1;
   std::optional<double> gradient_clip_val;
-  std::string gradient_clip_algorithm = "norm";
-  std::string precision = "32";           // "32" or "bf16-mixed"
-  std::string accelerator = "auto";       // cpu | cuda | auto
+  enum class ClipAlgorithm { kNorm, kValue };
+  ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::kNorm;
+  enum class Precision { k32, kBf16Mixed };  // "32" (or "32-true"), "bf16-mixed"
+  Precision precision = Precision::k32;
+  enum class Accelerator { kAuto, kCpu, kCuda };
+  Accelerator accelerator = Accelerator::kAuto;
   bool deterministic = false;
   int num_threads = 0;                    // 0: every core
   int64_t log_every_n_steps = 50;
   bool enable_progress_bar = true;
   std::string default_root_dir = ".";
-  std::string on_nonfinite_loss = "stop"; // stop | skip
+  enum class NonFiniteLoss { kStop, kSkip };  // stop with a message, or skip the step
+  NonFiniteLoss on_nonfinite_loss = NonFiniteLoss::kStop;
   bool channels_last = false;
   // Data parallel (one process per device; see lib/distributed).
   int64_t devices = 1;                    // processes per node that `kiln train` starts
   int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set
   double ddp_bucket_cap_mb = 25;          // gradient bucket size, as DDP's bucket_cap_mb
   double ddp_timeout = 1800;              // seconds a rendezvous or collective may wait for a peer
-  std::string process_group_backend = "auto";  // auto | gloo | nccl             // 4-D weights and image batches in NHWC (faster convolutions on CPU)
+  std::string process_group_backend = "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 
   static const OptionSchema& Schema();
   // `trainer` is the `trainer:` node; `seconds` like "00:01:30:00" (DD:HH:MM:SS) or a number.
