@@ -15,7 +15,7 @@ n=0
 own=$root/tests/config/hydra_cases
 for f in "$cases"/*/case.yaml "$own"/*/case.yaml; do
   sed -n '/^overrides:/,/^[a-z_]*:/p' "$f" | sed -n 's/^- //p' | while IFS= read -r line; do
-    n=$((n + 1)); printf '%s' "$line" > "$work/override/$(basename "$(dirname "$f")")_$RANDOM$n"
+    n=$((n + 1)); printf '%s' "$line" > "$work/override/$(basename "$(dirname "$f")")_$n"
   done
 done
 # Inputs that once found bugs stay in the seed set.

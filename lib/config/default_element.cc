@@ -112,7 +112,12 @@ std::string DefaultElement::FinalPackage(bool default_to_package_header) const {
   }
   size_t lgi = ret.rfind("_global_");
   if (lgi == std::string::npos) return ret;
-  size_t start = lgi + std::string("_global_").size() + 1;
+  // Hydra slices one character (code point) past "_global_", normally the '.'.
+  size_t start = lgi + std::string("_global_").size();
+  if (start < ret.size()) {
+    unsigned char c = static_cast<unsigned char>(ret[start]);
+    start += c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+  }
   return start >= ret.size() ? "" : ret.substr(start);
 }
 

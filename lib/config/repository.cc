@@ -20,21 +20,21 @@ namespace {
 
 constexpr char kBuiltinPath[] = "pkg://kiln.hydra";
 
+// Hydra's _get_header_dict: the leading comment lines, each `# @KEY VALUE` with the key up to
+// the first space and the value stripped as Python's str.strip() does (Unicode spaces too).
 std::optional<std::string> ParsePackageHeader(absl::string_view text) {
+  std::optional<std::string> package;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    size_t b = line.find_first_not_of(" \t\r");
-    if (b == absl::string_view::npos) continue;
-    line = line.substr(b);
+    line = PythonStrip(line);
+    if (line.empty()) continue;
     if (line[0] != '#') break;
-    line.remove_prefix(1);
-    size_t s = line.find_first_not_of(" \t");
-    if (s == absl::string_view::npos || line[s] != '@') continue;
-    line = line.substr(s + 1);
-    std::vector<absl::string_view> parts =
-        absl::StrSplit(line, absl::ByAnyChar(" :\t\r"), absl::SkipEmpty());
-    if (parts.size() >= 2 && parts[0] == "package") return std::string(parts[1]);
+    line = PythonStrip(line.substr(1));
+    if (line.empty() || line[0] != '@') continue;
+    size_t space = line.find(' ');
+    if (space == absl::string_view::npos) continue;  // Hydra reads `@package` alone as another key
+    if (line.substr(1, space - 1) == "package") package = std::string(PythonStrip(line.substr(space + 1)));
   }
-  return std::nullopt;
+  return package;
 }
 
 absl::Status EntryError(const Node& entry, const std::string& file, const std::string& what) {

@@ -366,7 +366,7 @@ size_t PythonSpaceAt(absl::string_view s, size_t i) {
   return 0;
 }
 
-absl::string_view PythonStrip(absl::string_view s) {
+absl::string_view PythonStripImpl(absl::string_view s) {
   size_t n = 0;
   while (!s.empty() && (n = PythonSpaceAt(s, 0)) > 0) s.remove_prefix(n);
   bool stripped = true;
@@ -404,7 +404,7 @@ size_t SkipSign(absl::string_view s) { return !s.empty() && (s[0] == '+' || s[0]
 // Whether Python's int(s) accepts the string (ASCII digits only; Python also takes other
 // Unicode decimal digits).
 bool PythonIntAccepts(absl::string_view text) {
-  absl::string_view s = PythonStrip(text);
+  absl::string_view s = PythonStripImpl(text);
   size_t p = SkipSign(s);
   size_t end = SkipDigitPart(s, p);
   return end != p && end == s.size();
@@ -412,7 +412,7 @@ bool PythonIntAccepts(absl::string_view text) {
 
 // Whether Python's float(s) accepts the string.
 bool PythonFloatAccepts(absl::string_view text) {
-  absl::string_view s = PythonStrip(text);
+  absl::string_view s = PythonStripImpl(text);
   size_t p = SkipSign(s);
   std::string word(s.substr(p));
   std::transform(word.begin(), word.end(), word.begin(),
@@ -839,5 +839,7 @@ absl::StatusOr<std::set<std::string>> QuotedScalarPaths(absl::string_view text) 
   }
   return out;
 }
+
+absl::string_view PythonStrip(absl::string_view s) { return PythonStripImpl(s); }
 
 }  // namespace kiln::config

@@ -29,4 +29,8 @@ std::string ScalarToYaml(const Node& node);
 // key as "a.b:key"), so two printings of one config can be compared for their quoting.
 absl::StatusOr<std::set<std::string>> QuotedScalarPaths(absl::string_view text);
 
+// `s` without leading and trailing whitespace as Python's str.strip() sees it (Unicode spaces
+// such as U+00A0 and U+205F included), as Hydra reads its header lines.
+absl::string_view PythonStrip(absl::string_view s);
+
 }  // namespace kiln::config
