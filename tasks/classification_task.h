@@ -43,12 +43,7 @@ OptionBinding<S> ClassificationOptionBinding(std::string num_classes_doc) {
       .Required("num_classes", static_cast<int64_t S::*>(&ClassificationOptions::num_classes),
                 std::move(num_classes_doc), AtLeast(2))
       .Field("label_smoothing", static_cast<double S::*>(&ClassificationOptions::label_smoothing),
-             "cross-entropy label smoothing in [0, 1)",
-             OptionCheck{"in [0, 1)", [](const config::Node& n) {
-                           double v = n.kind() == config::NodeKind::kInt ? static_cast<double>(n.as_int())
-                                                                         : n.as_float();
-                           return v >= 0 && v < 1;
-                         }});
+             "cross-entropy label smoothing in [0, 1)", InHalfOpenRange(0, 1));
 }
 
 class ClassificationTask : public Task {

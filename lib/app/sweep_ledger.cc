@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/core/csv.h"
 #include "lib/core/files.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
@@ -129,16 +130,12 @@ absl::StatusOr<std::string> WriteSweepSummary(const std::string& sweep_dir,
     rows.push_back(std::move(row));
   }
   std::string csv;
-  auto csv_cell = [](const std::string& s) {
-    return s.find_first_of(",\"") == std::string::npos ? s
-                                                        : absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
-  };
   std::vector<std::string> cells;
-  for (const auto& h : header) cells.push_back(csv_cell(h));
+  for (const auto& h : header) cells.push_back(CsvCell(h));
   absl::StrAppend(&csv, absl::StrJoin(cells, ","), "\n");
   for (const auto& row : rows) {
     cells.clear();
-    for (const auto& c : row) cells.push_back(csv_cell(c));
+    for (const auto& c : row) cells.push_back(CsvCell(c));
     absl::StrAppend(&csv, absl::StrJoin(cells, ","), "\n");
   }
   if (auto st = WriteFileAtomically(sweep_dir + "/summary.csv", csv); !st.ok()) return st;

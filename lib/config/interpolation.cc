@@ -576,8 +576,8 @@ const ResolverFn* ResolverRegistry::Find(const std::string& name) const {
   if (it == resolvers_.end() && load_more_) {
     auto load = std::move(load_more_);
     load_more_ = nullptr;
-    // A failure to load is reported by whoever loads the plugins again; here the name stays unknown.
-    if (load().ok()) it = resolvers_.find(name);
+    load_more_status_ = load();
+    if (load_more_status_.ok()) it = resolvers_.find(name);
   }
   return it == resolvers_.end() ? nullptr : &it->second.fn;
 }
@@ -757,9 +757,11 @@ absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
     std::string name(Trim(body.substr(0, colon)));
     const ResolverFn* fn = resolvers_.Find(name);
     if (fn == nullptr) {
+      const absl::Status& loading = resolvers_.load_more_status();
       return absl::NotFoundError(absl::StrCat("unknown resolver '", name, "' in '${", body,
-                                              "}' (known: ", absl::StrJoin(resolvers_.Names(), ", "),
-                                              ")"));
+                                              "}' (known: ", absl::StrJoin(resolvers_.Names(), ", "), ")",
+                                              loading.ok() ? "" : "; the plugins that may provide it did not load: ",
+                                              loading.message()));
     }
     ResolverCall call{name, {}, this, &path};
     absl::string_view args = body.substr(colon + 1);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "lib/config/node.h"
@@ -44,6 +45,8 @@ class ResolverRegistry {
   const ResolverFn* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
   void set_load_more(std::function<absl::Status()> load_more) { load_more_ = std::move(load_more); }
+  // Why `load_more` failed, if it did (an unknown-resolver message says so).
+  const absl::Status& load_more_status() const { return load_more_status_; }
 
  private:
   struct Entry {
@@ -52,6 +55,7 @@ class ResolverRegistry {
   };
   std::map<std::string, Entry> resolvers_;
   mutable std::function<absl::Status()> load_more_;
+  mutable absl::Status load_more_status_;
 };
 
 class Interpolator {

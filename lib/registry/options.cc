@@ -210,6 +210,12 @@ OptionCheck InRange(double low, double high) {
           }};
 }
 
+OptionCheck InHalfOpenRange(double low, double high) {
+  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), ")"), [low, high](const Node& n) {
+            return IsNumber(n) && NumberOf(n) >= low && NumberOf(n) < high;
+          }};
+}
+
 OptionCheck AtLeast(double low) {
   return {absl::StrCat("at least ", FormatNumber(low)), [low](const Node& n) { return IsNumber(n) && NumberOf(n) >= low; }};
 }

@@ -29,6 +29,7 @@ struct OptionCheck {
 };
 OptionCheck OneOf(std::vector<std::string> values);
 OptionCheck InRange(double low, double high);  // low <= value <= high
+OptionCheck InHalfOpenRange(double low, double high);  // low <= value < high
 OptionCheck AtLeast(double low);
 OptionCheck GreaterThan(double low);
 OptionCheck NonEmpty();    // a string or list with something in it
@@ -108,18 +109,16 @@ struct OptionField<bool> {
   static config::NodePtr ToNode(bool v) { return config::Node::Bool(v); }
   static bool From(const config::Node& n) { return n.as_bool(); }
 };
-template <>
-struct OptionField<int64_t> {
+template <typename I>
+struct IntegerField {
   static constexpr OptionType kType = OptionType::kInt;
-  static config::NodePtr ToNode(int64_t v) { return config::Node::Int(v); }
-  static int64_t From(const config::Node& n) { return n.as_int(); }
+  static config::NodePtr ToNode(I v) { return config::Node::Int(static_cast<int64_t>(v)); }
+  static I From(const config::Node& n) { return static_cast<I>(n.as_int()); }
 };
 template <>
-struct OptionField<int> {
-  static constexpr OptionType kType = OptionType::kInt;
-  static config::NodePtr ToNode(int v) { return config::Node::Int(v); }
-  static int From(const config::Node& n) { return static_cast<int>(n.as_int()); }
-};
+struct OptionField<int64_t> : IntegerField<int64_t> {};
+template <>
+struct OptionField<int> : IntegerField<int> {};
 template <>
 struct OptionField<double> {
   static constexpr OptionType kType = OptionType::kFloat;
@@ -138,6 +137,7 @@ struct OptionField<std::vector<std::string>> {
   static config::NodePtr ToNode(const std::vector<std::string>& v);
   static std::vector<std::string> From(const config::Node& n);  // items must be strings (checked)
   static bool Accepts(const config::Node& n);
+  static constexpr const char* kWhat = "a list of strings";
 };
 template <>
 struct OptionField<config::NodePtr> {
@@ -183,63 +183,26 @@ class OptionBinding {
  public:
   template <typename F>
   OptionBinding& Field(std::string name, F S::*field, std::string doc, OptionCheck check = {}) {
-    using Traits = internal::OptionField<F>;
-    OptionSpec spec;
-    spec.name = name;
-    spec.type = Traits::kType;
-    spec.default_value = Traits::ToNode(S().*field);
-    spec.doc = std::move(doc);
-    spec.nullable = internal::IsOptional<F>::value || spec.default_value->is_null();
-    spec.check = std::move(check);
-    if constexpr (internal::HasAccepts<F>::value) {
-      OptionCheck typed{"a list of strings", &Traits::Accepts};
-      if (spec.check) {
-        OptionCheck extra = spec.check;
-        spec.check = {typed.what + " (" + extra.what + ")",
-                      [typed, extra](const config::Node& n) { return typed.accepts(n) && extra.accepts(n); }};
-      } else {
-        spec.check = typed;
-      }
-    }
-    schema_.Add(std::move(spec));
-    setters_.push_back([name, field](const config::Node& options, S& out) {
-      out.*field = Traits::From(*options.Find(name));
-    });
-    return *this;
+    return Bind(Declare(std::move(name), field, std::move(doc), std::move(check)), field);
+  }
+  // An option without a default: the config must set it.
+  template <typename F>
+  OptionBinding& Required(std::string name, F S::*field, std::string doc, OptionCheck check = {}) {
+    OptionSpec spec = Declare(std::move(name), field, std::move(doc), std::move(check));
+    spec.default_value = nullptr;
+    return Bind(std::move(spec), field);
   }
   // A config node kept as it is (a mapping, a list of anything), of the declared type; null by
   // default and accepted.
   OptionBinding& Node(std::string name, config::NodePtr S::*field, OptionType type, std::string doc,
                       OptionCheck check = {}) {
-    Field(std::move(name), field, std::move(doc), std::move(check));
-    OptionSpec spec = schema_.options().back();
+    OptionSpec spec = Declare(std::move(name), field, std::move(doc), std::move(check));
     spec.type = type;
-    OptionSchema rebuilt;
-    for (size_t i = 0; i + 1 < schema_.options().size(); ++i) rebuilt.Add(schema_.options()[i]);
-    rebuilt.Add(std::move(spec));
-    schema_ = std::move(rebuilt);
-    return *this;
-  }
-  // An option without a default: the config must set it.
-  template <typename F>
-  OptionBinding& Required(std::string name, F S::*field, std::string doc, OptionCheck check = {}) {
-    Field(std::move(name), field, std::move(doc), std::move(check));
-    spec_required_.push_back(schema_.options().size() - 1);
-    return *this;
+    return Bind(std::move(spec), field);
   }
 
   // The declaration (what `kiln list` and docs/components.md show).
-  OptionSchema schema() const {
-    OptionSchema out;
-    for (size_t i = 0; i < schema_.options().size(); ++i) {
-      OptionSpec spec = schema_.options()[i];
-      for (size_t r : spec_required_) {
-        if (r == i) spec.default_value = nullptr;
-      }
-      out.Add(std::move(spec));
-    }
-    return out;
-  }
+  const OptionSchema& schema() const { return schema_; }
   // The struct from options that the schema has validated and completed.
   S Fill(const config::Node& options) const {
     S out;
@@ -248,8 +211,39 @@ class OptionBinding {
   }
 
  private:
+  // The option's declaration, from the field's type and its value in a default-constructed S.
+  template <typename F>
+  static OptionSpec Declare(std::string name, F S::*field, std::string doc, OptionCheck check) {
+    using Traits = internal::OptionField<F>;
+    OptionSpec spec;
+    spec.name = std::move(name);
+    spec.type = Traits::kType;
+    spec.default_value = Traits::ToNode(S().*field);
+    spec.doc = std::move(doc);
+    spec.nullable = internal::IsOptional<F>::value || spec.default_value->is_null();
+    spec.check = std::move(check);
+    if constexpr (internal::HasAccepts<F>::value) {
+      OptionCheck typed{Traits::kWhat, &Traits::Accepts};
+      if (spec.check) {
+        OptionCheck extra = spec.check;
+        spec.check = {typed.what + " (" + extra.what + ")",
+                      [typed, extra](const config::Node& n) { return typed.accepts(n) && extra.accepts(n); }};
+      } else {
+        spec.check = typed;
+      }
+    }
+    return spec;
+  }
+  template <typename F>
+  OptionBinding& Bind(OptionSpec spec, F S::*field) {
+    setters_.push_back([name = spec.name, field](const config::Node& options, S& out) {
+      out.*field = internal::OptionField<F>::From(*options.Find(name));
+    });
+    schema_.Add(std::move(spec));
+    return *this;
+  }
+
   OptionSchema schema_;
-  std::vector<size_t> spec_required_;
   std::vector<std::function<void(const config::Node&, S&)>> setters_;
 };
 

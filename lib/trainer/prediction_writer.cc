@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/core/csv.h"
 #include "lib/core/files.h"
 #include "lib/registry/registry.h"
 
@@ -31,14 +32,6 @@ absl::StatusOr<std::vector<PredictionRecord>> ClassProbabilityRecords(const torc
 }
 
 namespace {
-
-// A CSV cell, quoted when it holds a comma, a quote or a line break.
-std::string CsvCell(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
 
 std::string CsvValue(const config::Node& value) {
   switch (value.kind()) {

@@ -361,6 +361,35 @@ TEST(Resolvers, CustomResolverGetsTypedArguments) {
   EXPECT_EQ((*resolved)->Find("v")->as_int(), 7);
 }
 
+// An unknown name asks for more resolvers once (the application loads the plugins then); a
+// second registration of a name is refused; a failed load is named in the unknown-resolver line.
+TEST(Resolvers, LoadMoreOnceRefuseSecondRegistrationAndNameAFailedLoad) {
+  ResolverRegistry registry;
+  auto one = [](const ResolverCall&) -> absl::StatusOr<NodePtr> { return Node::Int(1); };
+  ASSERT_TRUE(registry.Add("one", one, "plugin a").ok());
+  absl::Status again = registry.Add("one", one, "plugin b");
+  EXPECT_EQ(again.message(),
+            "config resolver 'one' is already registered by plugin a; plugin b cannot register it again: give it "
+            "another name");
+  int loads = 0;
+  registry.set_load_more([&] {
+    ++loads;
+    return registry.Add("two", [](const ResolverCall&) -> absl::StatusOr<NodePtr> { return Node::Int(2); });
+  });
+  Interpolator interpolator(Yaml("a: ${two:}\nb: ${two:}\n"), registry);
+  auto resolved = interpolator.ResolveAll();
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->Find("b")->as_int(), 2);
+  EXPECT_EQ(loads, 1);
+
+  ResolverRegistry broken;
+  broken.set_load_more([] { return absl::FailedPreconditionError("plugin 'x' (x.so): undefined symbol f"); });
+  Interpolator failing(Yaml("v: ${three:}\n"), broken);
+  auto st = failing.ResolveAll().status();
+  EXPECT_THAT(Message(st), HasSubstr("unknown resolver 'three'"));
+  EXPECT_THAT(Message(st), HasSubstr("the plugins that may provide it did not load: plugin 'x' (x.so): undefined symbol f"));
+}
+
 TEST(Resolvers, ResolverResultInsideAString) {
   setenv("KILN_INTERP_TEST_VAR", "hello", 1);
   EXPECT_EQ(StringAt("v: pre_${oc.env:KILN_INTERP_TEST_VAR}_post\n", "v"), "pre_hello_post");
