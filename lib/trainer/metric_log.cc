@@ -1,8 +1,19 @@
 #include "lib/trainer/metric_log.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace kiln {
+
+std::string FormatMetrics(const std::map<std::string, double>& metrics) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %.4f", k, v));
+  return absl::StrJoin(parts, "  ");
+}
 
 void MetricLog::Log(const std::string& name, double value, double weight) {
   Sum& s = sums_[name];

@@ -8,6 +8,9 @@
 
 namespace kiln {
 
+// "name value  name value" with 4 decimals, for the log.
+std::string FormatMetrics(const std::map<std::string, double>& metrics);
+
 class MetricLog {
  public:
   // Records `value` for this step; the epoch mean weighs it by `weight` (e.g. the batch size).

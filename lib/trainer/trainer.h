@@ -1,13 +1,17 @@
-// The Trainer (Lightning's): owns the loops. fit() trains a Task on a DataModule with an
-// optimizer and an optional scheduler, validating, logging, calling callbacks and checkpointing;
-// validate()/test() evaluate; predict() runs the model. Counters are kept apart: optimizer steps,
-// micro-batches, samples, epochs, wall time.
+// The Trainer (Lightning's): what callbacks and commands talk to. Fit() trains a Task on a
+// DataModule with an optimizer and an optional scheduler through the loops (fit_loop.h,
+// training_epoch_loop.h, evaluation_loop.h); Evaluate() validates or tests, Predict() runs the
+// model (predict_loop.h). The Trainer holds what the loops share: the options, callbacks and
+// loggers, the strategy (device, precision, data parallelism: strategy.h), the counters
+// (optimizer steps, micro-batches, samples, epochs, wall time) and stop requests; what a
+// checkpoint holds is the checkpoint connector's (checkpoint_connector.h).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,15 +23,11 @@
 #include "lib/trainer/callback.h"
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/optimization.h"
+#include "lib/trainer/strategy.h"
 #include "lib/trainer/task.h"
 #include "lib/trainer/trainer_options.h"
 
 namespace kiln {
-
-namespace distributed {
-class DataParallel;
-class ProcessGroup;
-}  // namespace distributed
 
 struct FitInputs {
   Task* task = nullptr;
@@ -44,11 +44,15 @@ class Trainer {
  public:
   Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
           std::vector<std::shared_ptr<MetricsLogger>> loggers);
+  Trainer(const Trainer&) = delete;  // the strategy refers to the options
+  Trainer& operator=(const Trainer&) = delete;
 
   // Trains data-parallel over `group` (one process per rank, see lib/distributed): each rank
   // reads its shard of the data, gradients are averaged, metrics are reduced, rank 0 logs and
   // writes checkpoints. Without a group (or with one rank) training is single-process.
-  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) { group_ = std::move(group); }
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+    strategy_.set_process_group(std::move(group));
+  }
   absl::Status Fit(const FitInputs& inputs);
   // Evaluates on the validation ("val") or test ("test") split; returns the epoch means.
   absl::StatusOr<std::map<std::string, double>> Evaluate(Task& task, data::DataModule& data, data::Stage stage);
@@ -86,35 +90,17 @@ class Trainer {
   absl::Status SaveCheckpoint(const std::string& path);
 
  private:
-  absl::Status RunEpoch(data::DataLoader& loader, int64_t first_batch, data::DataLoader* val_loader,
-                        bool* interrupted);
-  absl::Status TrainStep(data::Batch& batch, bool last_in_epoch, bool* stepped);
-  absl::StatusOr<std::map<std::string, double>> RunEvaluation(data::DataLoader& loader, int64_t max_batches,
-                                                              const std::string& stage);
-  absl::Status Validate(data::DataLoader& loader);
+  friend class FitLoop;
+  friend class TrainingEpochLoop;
+  friend class EvaluationLoop;
+  friend class PredictLoop;
+
   absl::Status ResumeFrom(const std::string& path);
   // What the checkpoint connector saves and restores.
   FitParts Parts() const;
   absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
   void LogToLoggers(const std::map<std::string, double>& metrics);
-  torch::Tensor ToDevice(const torch::Tensor& t) const;
-  // A batch's input on the device, in the configured memory order.
-  torch::Tensor InputToDevice(const torch::Tensor& t) const;
-  // Moves the task's module to the device (and to channels-last order when configured).
-  void PlaceModule(torch::nn::Module& module) const;
   bool OutOfTime() const;
-  // Sets LibTorch's thread count from num_threads (returns it) and keeps freed heap memory for
-  // reuse (glibc malloc settings; see trainer.cc).
-  int ConfigureCpu() const;
-  bool distributed() const { return world_size() > 1; }
-  // True when `local` holds on any rank (every rank gets the same answer).
-  absl::StatusOr<bool> AnyRank(bool local);
-  // Replaces per-rank means by their average over ranks (equal shards, so the global mean).
-  absl::Status AverageOverRanks(std::map<std::string, double>& means);
-  // Sets up gradient reduction and rank 0's weights on every rank.
-  absl::Status StartDataParallel();
-  // Agrees on whether to stop after this optimizer step (a signal, a time limit, a callback).
-  absl::StatusOr<bool> StopAfterThisStep();
   // Maps a mid-epoch position written at another world size or batch size to this run's.
   absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);
 
@@ -123,7 +109,7 @@ class Trainer {
   std::vector<std::shared_ptr<MetricsLogger>> loggers_;
   FitInputs inputs_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  torch::Device device_{torch::kCPU};
+  Strategy strategy_{options_};
 
   int64_t global_step_ = 0, epoch_ = 0, batch_in_epoch_ = 0, micro_batches_ = 0, samples_ = 0;
   int64_t train_batches_ = 0;
@@ -135,11 +121,8 @@ class Trainer {
   bool stop_now_ = false;
   std::string stop_reason_;
   std::string checkpoint_dir_;
-  std::shared_ptr<distributed::ProcessGroup> group_;
-  std::shared_ptr<distributed::DataParallel> data_parallel_;
-  int stop_signal_ = 0;  // the signal every rank agreed to stop for
-  double allreduce_ms_ = 0;
-  int64_t batch_size_ = 0;  // per rank  // one blocking all-reduce of all gradients, measured at the start
+  int stop_signal_ = 0;      // the signal every rank agreed to stop for
+  int64_t batch_size_ = 0;  // per rank
 };
 
 }  // namespace kiln

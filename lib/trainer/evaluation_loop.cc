@@ -1,0 +1,54 @@
+#include "lib/trainer/evaluation_loop.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/core/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/trainer/trainer.h"
+
+namespace kiln {
+
+int64_t EvaluationLoop::MaxBatches() const {
+  const TrainerOptions& options = trainer_.options();
+  const BatchLimit& limit = stage_ == "test" ? options.limit_test_batches : options.limit_val_batches;
+  int64_t batches = limit.Of(loader_.num_batches());
+  if (options.fast_dev_run > 0) batches = std::min(batches, options.fast_dev_run);
+  return batches;
+}
+
+absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t max_batches) {
+  Task& task = *trainer_.task();
+  task.module().eval();
+  torch::NoGradGuard no_grad;
+  MetricLog log;
+  const Strategy& strategy = trainer_.strategy_;
+  KILN_RETURN_IF_ERROR(loader_.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    batch.input = strategy.InputToDevice(batch.input);
+    batch.target = strategy.ToDevice(batch.target);
+    AutocastScope autocast(trainer_.options());
+    KILN_RETURN_IF_ERROR(task.EvaluationStep(batch, stage_, log));
+    return true;
+  }));
+  return log.EpochMeans();
+}
+
+absl::Status EvaluationLoop::Validate() {
+  KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationStart(trainer_); }));
+  KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
+  KILN_RETURN_IF_ERROR(trainer_.strategy_.AverageOverRanks(metrics));
+  for (const auto& [k, v] : metrics) trainer_.callback_metrics_[k] = v;
+  trainer_.LogToLoggers(metrics);
+  return trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationEnd(trainer_, metrics); });
+}
+
+absl::StatusOr<std::map<std::string, double>> EvaluationLoop::Evaluate() {
+  KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
+  trainer_.LogToLoggers(metrics);
+  bool test = stage_ == "test";
+  if (test) KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnTestEnd(trainer_, metrics); }));
+  Logger::Instance().Info(absl::StrCat(test ? "test: " : "validation: ", FormatMetrics(metrics)));
+  return metrics;
+}
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// The evaluation loop (Lightning's _EvaluationLoop): runs a split through the task's evaluation
+// step without gradients and returns the epoch means — the sanity check before training, the
+// validation inside fit, and the validate/test commands.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/data/loader.h"
+
+namespace kiln {
+
+class Trainer;
+
+class EvaluationLoop {
+ public:
+  // `stage` names the metrics: "val" or "test".
+  EvaluationLoop(Trainer& trainer, data::DataLoader& loader, std::string stage)
+      : trainer_(trainer), loader_(loader), stage_(std::move(stage)) {}
+
+  // This rank's epoch means over up to `max_batches` batches; no callbacks, nothing logged.
+  absl::StatusOr<std::map<std::string, double>> RunBatches(int64_t max_batches);
+  // Validation inside fit: callbacks around it, means averaged over ranks, kept as callback
+  // metrics and logged.
+  absl::Status Validate();
+  // The validate/test commands: logged, test callbacks called, printed.
+  absl::StatusOr<std::map<std::string, double>> Evaluate();
+
+ private:
+  // The batches this stage runs: its limit_*_batches, and fast_dev_run.
+  int64_t MaxBatches() const;
+
+  Trainer& trainer_;
+  data::DataLoader& loader_;
+  std::string stage_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+// The fit loop (Lightning's _FitLoop): sets a fit up — data loaders (shuffled, sharded over
+// ranks, overfit_batches), the optimizer and scheduler, resuming from a checkpoint, data
+// parallelism, the sanity check — then runs training epochs until max_epochs, max_steps,
+// max_time, a stop request or a signal, and ends with an interruption checkpoint or the fit-end
+// callbacks.
+#pragma once
+
+#include "absl/status/statusor.h"
+
+namespace kiln {
+
+class Trainer;
+struct FitInputs;
+
+class FitLoop {
+ public:
+  explicit FitLoop(Trainer& trainer) : trainer_(trainer) {}
+  absl::Status Run(const FitInputs& inputs);
+
+ private:
+  // Resumes from inputs.ckpt_path ("last", "best" refused, or a file); true when it did.
+  absl::StatusOr<bool> Restore(const FitInputs& inputs);
+  // After the loop: a signal becomes an interruption checkpoint and the signal's exit code.
+  absl::Status Interrupted(int signal);
+
+  Trainer& trainer_;
+};
+
+}  // namespace kiln

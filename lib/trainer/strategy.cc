@@ -1,0 +1,146 @@
+#include "lib/trainer/strategy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "lib/core/status_macros.h"
+#include "lib/core/torch_compat.h"
+#include "lib/distributed/data_parallel.h"
+#include "lib/distributed/environment.h"
+#include "lib/distributed/process_group.h"
+#include "lib/logging/logger.h"
+#include "lib/trainer/process_settings.h"
+
+namespace kiln {
+
+Strategy::~Strategy() = default;
+
+int Strategy::global_rank() const { return group_ ? group_->rank() : 0; }
+int Strategy::world_size() const { return group_ ? group_->world_size() : 1; }
+
+int Strategy::ConfigureProcess() const {
+  int local_workers = 1;
+  if (distributed()) {
+    local_workers = world_size();
+    std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+    if (!local.empty()) local_workers = std::max(1, std::atoi(local.c_str()));
+  }
+  return kiln::ConfigureProcess(options_.num_threads, local_workers);
+}
+
+absl::Status Strategy::SelectDevice() {
+  bool cuda = torch::cuda::is_available();
+  if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
+    return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
+  }
+  device_ = (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) ? torch::Device(torch::kCUDA)
+                                                                                : torch::Device(torch::kCPU);
+  return absl::OkStatus();
+}
+
+torch::Tensor Strategy::ToDevice(const torch::Tensor& t) const {
+  return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
+}
+
+namespace {
+// NHWC strides even where contiguous() would keep NCHW ones: with one channel both orders are
+// "contiguous", and the convolution then picks NCHW and converts back and forth.
+torch::Tensor ToChannelsLast(const torch::Tensor& t) {
+  return torch::empty_like(t, t.options().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(t);
+}
+}  // namespace
+
+torch::Tensor Strategy::InputToDevice(const torch::Tensor& t) const {
+  torch::Tensor on_device = ToDevice(t);
+  return options_.channels_last && on_device.dim() == 4 ? ToChannelsLast(on_device) : on_device;
+}
+
+void Strategy::PlaceModule(torch::nn::Module& module) const {
+  module.to(device_);
+  if (!options_.channels_last) return;
+  // torch::nn::Module::to has no memory-format overload (Python's has): convert the 4-D tensors.
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(ToChannelsLast(p.data()));
+  }
+}
+
+absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
+  if (!distributed()) return absl::OkStatus();
+  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb);
+  KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
+  // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
+  int64_t numel = 0;
+  for (const auto& p : module.parameters()) numel += p.numel();
+  torch::Tensor probe = torch::zeros({numel}, torch::kFloat32);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
+  constexpr int kRounds = 5;
+  auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
+  double allreduce_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() / kRounds;
+  Logger::Instance().Info(absl::StrFormat(
+      "data parallel: %d ranks over %s; %d gradient buckets (cap %g MB); one all-reduce of all %.2f MB of "
+      "gradients takes %.2f ms",
+      world_size(), group_->backend(), data_parallel_->num_buckets(), options_.ddp_bucket_cap_mb,
+      static_cast<double>(numel) * 4 / (1024.0 * 1024.0), allreduce_ms));
+  return absl::OkStatus();
+}
+
+absl::Status Strategy::BeforeTrainingForward() {
+  return data_parallel_ ? data_parallel_->BroadcastBuffers() : absl::OkStatus();
+}
+
+absl::Status Strategy::Backward(const torch::Tensor& loss, bool sync) {
+  if (!data_parallel_) {
+    loss.backward();
+    return absl::OkStatus();
+  }
+  // Micro-steps accumulate locally; the step's last backward averages the sum over ranks.
+  if (sync) data_parallel_->PrepareSyncedBackward();
+  return group_->Guard("backward with gradient all-reduce", [&] { loss.backward(); });
+}
+
+absl::StatusOr<bool> Strategy::AnyRank(bool local) {
+  if (!distributed()) return local;
+  torch::Tensor flag = torch::tensor({local ? 1.0 : 0.0}, torch::kFloat64);
+  KILN_RETURN_IF_ERROR(MaxOverRanks(flag));
+  return flag.item<double>() > 0;
+}
+
+absl::Status Strategy::MaxOverRanks(torch::Tensor& values) {
+  if (!distributed()) return absl::OkStatus();
+  return group_->AllReduce(values, c10d::ReduceOp::MAX);
+}
+
+absl::Status Strategy::SumOverRanks(torch::Tensor& t) {
+  if (!distributed()) return absl::OkStatus();
+  return group_->AllReduce(t);
+}
+
+absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
+  if (!distributed() || means.empty()) return absl::OkStatus();
+  std::vector<double> values;
+  for (const auto& [name, value] : means) values.push_back(value);
+  torch::Tensor sums = torch::tensor(values, torch::kFloat64);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(sums));
+  size_t i = 0;
+  for (auto& [name, value] : means) value = sums[static_cast<int64_t>(i++)].item<double>() / world_size();
+  return absl::OkStatus();
+}
+
+absl::Status Strategy::Barrier() { return distributed() ? group_->Barrier() : absl::OkStatus(); }
+
+AutocastScope::AutocastScope(const TrainerOptions& options)
+    : enabled_(options.precision == TrainerOptions::Precision::kBf16Mixed) {
+  if (enabled_) compat::SetCpuAutocast(true, at::kBFloat16);
+}
+
+AutocastScope::~AutocastScope() {
+  if (enabled_) compat::SetCpuAutocast(false, at::kBFloat16);
+}
+
+}  // namespace kiln

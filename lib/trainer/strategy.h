@@ -1,0 +1,85 @@
+// Where the model runs and how ranks cooperate (Lightning's Strategy with its accelerator and
+// precision): the device, the memory order of inputs and weights, bf16 autocast, and data
+// parallelism over a c10d process group — gradient reduction, rank 0's weights on every rank,
+// agreement between ranks (any rank, average over ranks). The loops ask the strategy; they never
+// talk to the process group themselves.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/trainer/trainer_options.h"
+
+namespace kiln {
+
+namespace distributed {
+class DataParallel;
+class ProcessGroup;
+}  // namespace distributed
+
+class Strategy {
+ public:
+  explicit Strategy(const TrainerOptions& options) : options_(options) {}
+  ~Strategy();
+
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) { group_ = std::move(group); }
+  int global_rank() const;
+  int world_size() const;
+  bool distributed() const { return world_size() > 1; }
+
+  // Applies the process-wide settings (threads shared among this machine's ranks, allocator;
+  // see process_settings.h) and returns the thread count.
+  int ConfigureProcess() const;
+  // Chooses the device from trainer.accelerator; refuses cuda without a CUDA device.
+  absl::Status SelectDevice();
+  const torch::Device& device() const { return device_; }
+
+  // Moves the module to the device (and to channels-last order when configured).
+  void PlaceModule(torch::nn::Module& module) const;
+  torch::Tensor ToDevice(const torch::Tensor& t) const;
+  // A batch's input on the device, in the configured memory order.
+  torch::Tensor InputToDevice(const torch::Tensor& t) const;
+
+  // Sets up gradient reduction and rank 0's weights on every rank, and logs what one blocking
+  // all-reduce of all gradients costs. Nothing to do alone.
+  absl::Status SetupDataParallel(torch::nn::Module& module);
+  // Before each forward pass of training: buffers (BatchNorm statistics) from rank 0.
+  absl::Status BeforeTrainingForward();
+  // The backward pass of `loss`; with several ranks the step's last backward (`sync`) averages
+  // the gradients summed over micro-batches over the ranks.
+  absl::Status Backward(const torch::Tensor& loss, bool sync);
+
+  // True when `local` holds on any rank (every rank gets the same answer).
+  absl::StatusOr<bool> AnyRank(bool local);
+  // The element-wise maximum of `values` over ranks.
+  absl::Status MaxOverRanks(torch::Tensor& values);
+  // Replaces per-rank means by their average over ranks (equal shards, so the global mean).
+  absl::Status AverageOverRanks(std::map<std::string, double>& means);
+  // Sums `t` over ranks in place (metric state).
+  absl::Status SumOverRanks(torch::Tensor& t);
+  absl::Status Barrier();
+
+ private:
+  const TrainerOptions& options_;
+  torch::Device device_{torch::kCPU};
+  std::shared_ptr<distributed::ProcessGroup> group_;
+  std::shared_ptr<distributed::DataParallel> data_parallel_;
+};
+
+// bf16 autocast on the CPU for its lifetime when trainer.precision is bf16-mixed.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const TrainerOptions& options);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// The training-epoch loop (Lightning's _TrainingEpochLoop with its automatic optimization): one
+// epoch of training batches — forward and backward under the strategy, gradient accumulation,
+// clipping, the optimizer and per-step scheduler steps, mid-epoch validation, and the stop
+// checks at each optimizer step; at the epoch's end the epoch means, validation, the per-epoch
+// scheduler step and the epoch's log line.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "lib/data/loader.h"
+
+namespace kiln {
+
+class EvaluationLoop;
+class Trainer;
+
+class TrainingEpochLoop {
+ public:
+  // `validation` may be null (no validation split).
+  TrainingEpochLoop(Trainer& trainer, data::DataLoader& loader, EvaluationLoop* validation)
+      : trainer_(trainer), loader_(loader), validation_(validation) {}
+
+  // Runs the current epoch from the trainer's batch position. Returns true when training
+  // stopped inside the epoch (a signal, max_steps, max_time, a callback asking to stop now).
+  absl::StatusOr<bool> Run();
+
+ private:
+  // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step.
+  absl::Status Advance(data::Batch& batch, bool last_in_epoch);
+  absl::Status OptimizerStep();
+  // Agrees with the other ranks on whether to stop after this optimizer step.
+  absl::StatusOr<bool> StopAfterThisStep();
+  absl::Status EndEpoch(double seconds, int64_t samples_at_start);
+
+  Trainer& trainer_;
+  data::DataLoader& loader_;
+  EvaluationLoop* validation_;
+};
+
+}  // namespace kiln
