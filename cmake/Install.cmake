@@ -1,5 +1,6 @@
 # `cmake --install build --prefix DIR` gives a relocatable kiln:
-#   DIR/bin/kiln, DIR/lib/libkiln_*.so (RPATH $ORIGIN/../lib), DIR/include/kiln/{lib,components,tasks}/,
+#   DIR/bin/kiln, DIR/lib/libkiln_*.so (RPATH $ORIGIN/../lib), DIR/include/kiln/*.h (public) and
+#   DIR/include/kiln/{lib,components,tasks}/ (what they include),
 #   DIR/share/kiln/configs/, DIR/lib/cmake/Kiln/ (find_package(Kiln)), DIR/lib/kiln/plugins/.
 include(CMakePackageConfigHelpers)
 
@@ -22,11 +23,21 @@ install(TARGETS ${kiln_targets} EXPORT KilnTargets
   ARCHIVE DESTINATION lib)
 install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
 
-# Headers keep their source layout so `#include "lib/trainer/trainer.h"` works the same.
+# The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include
+# keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); internal ones are not
+# installed: how `kiln` starts workers (spawn, local_workers), loads plugins and engine libraries
+# (plugin_loader, module_loader), and parses its own command line (cli). tests/install checks
+# that every installed header's includes are installed too.
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FILES_MATCHING PATTERN "*.h")
 foreach(dir lib components tasks)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
-          PATTERN "missing_torch_headers" EXCLUDE)  # a build-time stand-in, see lib/CMakeLists.txt
+          PATTERN "missing_torch_headers" EXCLUDE  # a build-time stand-in, see lib/CMakeLists.txt
+          PATTERN "spawn.h" EXCLUDE
+          PATTERN "local_workers.h" EXCLUDE
+          PATTERN "cli.h" EXCLUDE
+          PATTERN "plugin_loader.h" EXCLUDE
+          PATTERN "module_loader.h" EXCLUDE)
 endforeach()
 install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)

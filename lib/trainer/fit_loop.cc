@@ -21,13 +21,15 @@
 
 namespace kiln {
 
+FitLoop::FitLoop(Trainer& trainer) : trainer_(trainer) {}
+FitLoop::~FitLoop() = default;
+
 absl::Status FitLoop::Run(const FitInputs& inputs) {
   Trainer& t = trainer_;
   const TrainerOptions& options = t.options_;
   Strategy& strategy = t.strategy_;
   t.inputs_ = inputs;
   Task& task = *inputs.task;
-  data::DataModule& dm = *inputs.data;
   t.start_ = std::chrono::steady_clock::now();
 
   int threads = strategy.ConfigureProcess();
@@ -35,39 +37,8 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   torch::manual_seed(inputs.seed);
   KILN_RETURN_IF_ERROR(strategy.SelectDevice());
 
-  KILN_RETURN_IF_ERROR(dm.PrepareData());
-  KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kFit));
-  auto train_ds = dm.train_dataset();
-  if (!train_ds) return absl::FailedPreconditionError("the data module has no training split");
-  data::LoaderOptions lo = dm.loader_options();
-  lo.seed = inputs.seed;
-  t.batch_size_ = lo.batch_size;
-  std::shared_ptr<const data::Dataset> val_ds = dm.val_dataset();
-  std::shared_ptr<data::Sampler> train_sampler = data::RandomSampler(train_ds->size(), inputs.seed);
-  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SequentialSampler(val_ds->size()) : nullptr;
-  if (options.overfit_batches > 0) {
-    // The same few batches, in order, for training and validation.
-    std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options.overfit_batches * lo.batch_size)));
-    std::iota(first.begin(), first.end(), 0);
-    train_ds = data::Subset(train_ds, first);
-    val_ds = train_ds;
-    train_sampler = data::SequentialSampler(train_ds->size());
-    val_sampler = data::SequentialSampler(val_ds->size());
-  }
-  if (strategy.distributed()) {
-    // Each rank reads every world_size-th sample of the epoch's order (PyTorch's DistributedSampler).
-    train_sampler = data::DistributedSampler(train_sampler, t.global_rank(), t.world_size());
-    if (val_sampler) val_sampler = data::DistributedSampler(val_sampler, t.global_rank(), t.world_size());
-  }
-  data::DataLoader train_loader(train_ds, train_sampler, lo);
-  std::unique_ptr<data::DataLoader> val_loader;
-  std::unique_ptr<EvaluationLoop> validation;
-  if (val_ds) {
-    val_loader = std::make_unique<data::DataLoader>(val_ds, val_sampler, lo);
-    validation = std::make_unique<EvaluationLoop>(t, *val_loader, "val");
-  }
-
-  t.train_batches_ = options.limit_train_batches.Of(train_loader.num_batches());
+  KILN_ASSIGN_OR_RETURN(int64_t train_samples, SetupData(inputs));
+  t.train_batches_ = options.limit_train_batches.Of(train_loader_->num_batches());
   if (options.fast_dev_run > 0) t.train_batches_ = std::min(t.train_batches_, options.fast_dev_run);
   if (t.train_batches_ <= 0) return absl::FailedPreconditionError("no training batches (check limit_train_batches)");
   int64_t max_epochs = options.fast_dev_run > 0 ? 1 : options.max_epochs;
@@ -85,18 +56,18 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   KILN_ASSIGN_OR_RETURN(bool resumed, Restore(inputs));
   KILN_RETURN_IF_ERROR(strategy.SetupDataParallel(task.module()));
 
-  if (validation && options.num_sanity_val_steps > 0 && !resumed && options.fast_dev_run == 0) {
+  if (validation_ && options.num_sanity_val_steps > 0 && !resumed && options.fast_dev_run == 0) {
     // A few validation batches first, so a broken validation step fails before hours of training.
-    KILN_RETURN_IF_ERROR(validation->RunBatches(options.num_sanity_val_steps).status());
+    KILN_RETURN_IF_ERROR(validation_->RunBatches(options.num_sanity_val_steps).status());
   }
 
   const bool cuda = strategy.device().is_cuda();
   Logger::Instance().Info(absl::StrCat("training on ", cuda ? "cuda" : "cpu", " with ", threads, " threads",
                                        strategy.distributed() ? absl::StrCat(" per rank, ", t.world_size(), " ranks") : "",
-                                       cuda ? "" : BlasKernelsNote(), ": ", train_ds->size(), " samples, ",
+                                       cuda ? "" : BlasKernelsNote(), ": ", train_samples, " samples, ",
                                        t.train_batches_, " batches per epoch", strategy.distributed() ? " per rank" : "",
                                        ", up to ", max_epochs, " epochs"));
-  TrainingEpochLoop epoch_loop(t, train_loader, validation.get());
+  TrainingEpochLoop epoch_loop(t, *train_loader_, validation_.get());
   absl::Status status;
   while (t.epoch_ < max_epochs && !t.stop_requested_) {
     if (options.max_steps > 0 && t.global_step_ >= options.max_steps) break;
@@ -128,6 +99,43 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
                                           t.global_step_, t.samples_, t.elapsed_seconds(),
                                           t.stop_reason_.empty() ? "" : " (" + t.stop_reason_ + ")"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
+  Trainer& t = trainer_;
+  const TrainerOptions& options = t.options_;
+  data::DataModule& dm = *inputs.data;
+  KILN_RETURN_IF_ERROR(dm.PrepareData());
+  KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kFit));
+  auto train_ds = dm.train_dataset();
+  if (!train_ds) return absl::FailedPreconditionError("the data module has no training split");
+  data::LoaderOptions lo = dm.loader_options();
+  lo.seed = inputs.seed;
+  t.batch_size_ = lo.batch_size;
+  std::shared_ptr<const data::Dataset> val_ds = dm.val_dataset();
+  std::shared_ptr<data::Sampler> train_sampler = data::RandomSampler(train_ds->size(), inputs.seed);
+  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SequentialSampler(val_ds->size()) : nullptr;
+  if (options.overfit_batches > 0) {
+    // The same few batches, in order, for training and validation.
+    std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options.overfit_batches * lo.batch_size)));
+    std::iota(first.begin(), first.end(), 0);
+    train_ds = data::Subset(train_ds, first);
+    val_ds = train_ds;
+    train_sampler = data::SequentialSampler(train_ds->size());
+    val_sampler = data::SequentialSampler(val_ds->size());
+  }
+  if (t.strategy_.distributed()) {
+    // Each rank reads every world_size-th sample of the epoch's order (PyTorch's DistributedSampler).
+    train_sampler = data::DistributedSampler(train_sampler, t.global_rank(), t.world_size());
+    if (val_sampler) val_sampler = data::DistributedSampler(val_sampler, t.global_rank(), t.world_size());
+  }
+  train_loader_ = std::make_unique<data::DataLoader>(train_ds, train_sampler, lo);
+  if (val_ds) {
+    val_loader_ = std::make_unique<data::DataLoader>(val_ds, val_sampler, lo);
+    validation_ = std::make_unique<EvaluationLoop>(t, *val_loader_, "val");
+  }
+  return train_ds->size();
+
 }
 
 absl::StatusOr<bool> FitLoop::Restore(const FitInputs& inputs) {

@@ -5,7 +5,11 @@
 // callbacks.
 #pragma once
 
+#include <memory>
+
 #include "absl/status/statusor.h"
+#include "lib/data/loader.h"
+#include "lib/trainer/evaluation_loop.h"
 
 namespace kiln {
 
@@ -14,16 +18,22 @@ struct FitInputs;
 
 class FitLoop {
  public:
-  explicit FitLoop(Trainer& trainer) : trainer_(trainer) {}
+  explicit FitLoop(Trainer& trainer);
+  ~FitLoop();
   absl::Status Run(const FitInputs& inputs);
 
  private:
+  // The training loader (shuffled, sharded over ranks) and the validation loop, if the data has
+  // a validation split; returns the training split's size.
+  absl::StatusOr<int64_t> SetupData(const FitInputs& inputs);
   // Resumes from inputs.ckpt_path ("last", "best" refused, or a file); true when it did.
   absl::StatusOr<bool> Restore(const FitInputs& inputs);
   // After the loop: a signal becomes an interruption checkpoint and the signal's exit code.
   absl::Status Interrupted(int signal);
 
   Trainer& trainer_;
+  std::unique_ptr<data::DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<EvaluationLoop> validation_;
 };
 
 }  // namespace kiln

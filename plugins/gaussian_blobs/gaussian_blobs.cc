@@ -3,9 +3,9 @@
 // so every run sees the same data.
 //   kiln train --plugin PATH/libgaussian_blobs.so experiment=blobs
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
-#include "lib/data/datamodule.h"
-#include "lib/registry/plugin.h"
+#include <kiln/core.h>
+#include <kiln/data.h>
+#include <kiln/plugin.h>
 
 namespace {
 

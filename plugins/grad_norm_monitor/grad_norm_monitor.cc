@@ -8,13 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
-#include "lib/logging/logger.h"
-#include "lib/registry/plugin.h"
-#include "lib/trainer/callback.h"
-#include "lib/trainer/task.h"
-#include "lib/trainer/trainer.h"
+#include <kiln/core.h>
+#include <kiln/logging.h>
+#include <kiln/plugin.h>
+#include <kiln/trainer.h>
 
 namespace {
 

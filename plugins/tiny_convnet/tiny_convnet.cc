@@ -1,9 +1,9 @@
 // A kiln plugin that adds a model: `model=tiny_convnet` (configs/model/tiny_convnet.yaml).
 // Two 3x3 convolutions with ReLU and max-pooling, global average pooling, one linear layer.
 #include "absl/strings/str_cat.h"
-#include "components/models/model.h"
-#include "lib/core/status_macros.h"
-#include "lib/registry/plugin.h"
+#include <kiln/core.h>
+#include <kiln/models.h>
+#include <kiln/plugin.h>
 
 namespace {
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The library and plugin story end to end, as a user outside this tree lives it:
 #   1. `cmake --install` kiln into a temporary prefix, then move the prefix (it must be relocatable);
-#   2. build the three docs/examples projects and the tiny_convnet example plugin against it
-#      with find_package(Kiln), and run them (each checks its own result);
+#   2. check the installed headers (what they include is installed; internal ones are not), build
+#      a file that includes the whole public API <kiln/kiln.h>, the three docs/examples projects
+#      and the tiny_convnet example plugin against it with find_package(Kiln), and run them
+#      (each checks its own result);
 #   3. `kiln train --plugin libtiny_convnet.so model=tiny_convnet` for a few steps with the
 #      installed kiln, which must use its installed configs.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
@@ -24,6 +26,29 @@ configure_and_build() {  # SOURCE BUILD
     { cat "$2.log"; echo "FAIL: configuring $1 against the installed kiln"; exit 1; }
   cmake --build "$2" -j "${KILN_JOBS:-2}" >>"$2.log" 2>&1 || { cat "$2.log"; echo "FAIL: building $1"; exit 1; }
 }
+
+echo "== installed headers"
+# Every kiln header an installed header includes is installed too (internal ones are not), and
+# the internal ones really are left out.
+missing=0
+while IFS= read -r header; do
+  while IFS= read -r included; do
+    if [[ ! -f $prefix/include/kiln/$included && ! -f $prefix/include/$included ]]; then
+      echo "FAIL: ${header#"$prefix/"} includes $included, which is not installed"; missing=1
+    fi
+  done < <(sed -n 's/^[ \t]*#[ \t]*include[ \t]*["<]\(\(lib\|components\|tasks\|kiln\)\/[^">]*\)[">].*/\1/p' "$header")
+done < <(find "$prefix/include/kiln" -name '*.h')
+[[ $missing == 0 ]] || exit 1
+for internal in lib/app/spawn.h lib/app/local_workers.h lib/app/cli.h lib/registry/plugin_loader.h; do
+  [[ ! -e $prefix/include/kiln/$internal ]] || { echo "FAIL: internal header $internal is installed"; exit 1; }
+done
+# The whole public API compiles on its own.
+mkdir "$tmp/public_api"
+printf '#include <kiln/kiln.h>\nint main() { return kiln::kExitOk; }\n' >"$tmp/public_api/main.cc"
+printf 'cmake_minimum_required(VERSION 3.22)\nproject(public_api CXX)\nset(CMAKE_CXX_STANDARD 17)\nfind_package(Kiln REQUIRED)\nadd_executable(public_api main.cc)\ntarget_link_libraries(public_api PRIVATE Kiln::tasks)\n' \
+  >"$tmp/public_api/CMakeLists.txt"
+configure_and_build "$tmp/public_api" "$tmp/public_api_build"
+"$tmp/public_api_build/public_api"
 
 for example in plain_loop trainer_task compose_instantiate; do
   configure_and_build "$src/docs/examples/$example" "$tmp/$example"

@@ -7,7 +7,8 @@
 # lib/app (the command-line shell, Kiln::core) sits below lib/data and lib/trainer because it
 # never loads LibTorch: the engine registers its commands into the application, not the other
 # way round. The torch-free modules (lib/core except torch_compat.h, lib/config, lib/logging,
-# lib/registry, lib/app) must not include LibTorch headers at all.
+# lib/registry, lib/app) must not include LibTorch headers at all. The public headers <kiln/...>
+# (include/kiln/) sit above everything: only plugins, examples and users include them.
 #
 # Usage: check_includes.sh [ROOT]   (default: the repository this script is in)
 # Prints one line per violation (file:line: what) and exits 1 if there is any.
@@ -38,6 +39,13 @@ awk '
     to = module_of(target)
     if ((from in rank) && (to in rank) && rank[to] > rank[from]) {
       printf "%s:%d: %s includes %s, from %s, a module above it\n", FILENAME, FNR, from, target, to
+      violations++
+    }
+  }
+  /^[ \t]*#[ \t]*include[ \t]*[<"]kiln\// {
+    # <kiln/...> (include/kiln/) is the public face over every module: for users and plugins only.
+    if ((from in rank) && rank[from] < rank["plugins"]) {
+      printf "%s:%d: %s includes the public header %s; inside kiln include the module header itself\n", FILENAME, FNR, from, $0
       violations++
     }
   }

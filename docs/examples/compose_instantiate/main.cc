@@ -6,11 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "components/models/model.h"
-#include "lib/config/compose.h"
-#include "lib/config/yaml_io.h"
-#include "lib/registry/registry.h"
-#include "lib/trainer/optimization.h"
+#include <kiln/config.h>
+#include <kiln/models.h>
+#include <kiln/registry.h>
+#include <kiln/trainer.h>
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());

@@ -6,12 +6,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "components/models/model.h"
-#include "lib/data/datamodule.h"
-#include "lib/data/loader.h"
-#include "lib/data/sampler.h"
-#include "lib/registry/registry.h"
-#include "lib/trainer/optimization.h"
+#include <kiln/data.h>
+#include <kiln/models.h>
+#include <kiln/registry.h>
+#include <kiln/trainer.h>
 
 using kiln::Options;
 using kiln::Registry;

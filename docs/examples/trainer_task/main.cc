@@ -6,11 +6,9 @@
 #include <cstdio>
 #include <string>
 
-#include "lib/data/datamodule.h"
-#include "lib/registry/registry.h"
-#include "lib/trainer/optimization.h"
-#include "lib/trainer/task.h"
-#include "lib/trainer/trainer.h"
+#include <kiln/data.h>
+#include <kiln/registry.h>
+#include <kiln/trainer.h>
 
 using kiln::Options;
 using kiln::Registry;
