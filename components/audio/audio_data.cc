@@ -164,98 +164,35 @@ absl::StatusOr<std::vector<std::string>> AudioFilesAt(const std::string& path) {
   return out;
 }
 
-OptionSchema& AddAudioDataOptions(OptionSchema& schema, double default_clip_seconds) {
-  return schema.Int("sample_rate", 16000, "every file is resampled to this rate (soxr)")
-      .Float("clip_seconds", default_clip_seconds,
-             "> 0: every waveform is padded with zeros or cut to this length; 0 keeps lengths")
-      .Required("features", OptionType::kMap, "the features: {_target_: log_mel|mfcc, ...}")
-      .String(
-          "normalize", "utterance",
-          "feature normalization: utterance (per-file mean/variance), global (training set), none")
-      .Int("global_stats_files", 500, "training files the global mean/std are estimated from")
-      .Add("waveform_transforms", OptionType::kList, "null",
-           "training augmentation of the waveform (time_shift, speed_perturb, add_noise)")
-      .Add("feature_transforms", OptionType::kList, "null",
-           "training augmentation of the features (spec_augment)")
-      .String("on_error", "fail",
-              "a bad audio file or manifest line: fail (one error naming it) or skip (counted)")
-      .Int("batch_size", 64, "utterances per batch")
-      .Int("num_workers", 1, "threads loading batches (0: on the training thread)")
-      .Int("prefetch", 4, "batches prepared ahead at most");
+absl::StatusOr<AudioPipelineOptions> BuildAudioPipeline(const AudioDataOptions& o,
+                                                        const OptionContext& context) {
+  AudioPipelineOptions pipeline;
+  pipeline.sample_rate = o.sample_rate;
+  pipeline.clip_seconds = o.clip_seconds;
+  pipeline.global_stats_files = o.global_stats_files;
+  pipeline.normalize = o.normalize == "global" ? Normalization::kGlobal
+                       : o.normalize == "none" ? Normalization::kNone
+                                               : Normalization::kUtterance;
+  KILN_ASSIGN_OR_RETURN(pipeline.features,
+                        Registry<FeatureExtractor>::Get().Instantiate(o.features));
+  if (pipeline.features->sample_rate() != o.sample_rate) {
+    return context.Refuse(
+        "sample_rate",
+        absl::StrCat("the rate the features work at (", pipeline.features->sample_rate(),
+                     " Hz; set features.sample_rate: ${..sample_rate})"));
+  }
+  KILN_ASSIGN_OR_RETURN(pipeline.waveform_transforms,
+                        data::TransformPipeline::FromList(o.waveform_transforms));
+  KILN_ASSIGN_OR_RETURN(pipeline.feature_transforms,
+                        data::TransformPipeline::FromList(o.feature_transforms));
+  return pipeline;
 }
 
-absl::StatusOr<AudioPipelineOptions> ReadAudioPipelineOptions(const config::Config& cfg) {
-  AudioPipelineOptions o;
-  KILN_ASSIGN_OR_RETURN(o.sample_rate, cfg.Get<int64_t>("sample_rate"));
-  KILN_ASSIGN_OR_RETURN(o.clip_seconds, cfg.Get<double>("clip_seconds"));
-  KILN_ASSIGN_OR_RETURN(o.global_stats_files, cfg.Get<int64_t>("global_stats_files"));
-  KILN_ASSIGN_OR_RETURN(std::string normalize, cfg.Get<std::string>("normalize"));
-  if (normalize == "utterance") {
-    o.normalize = Normalization::kUtterance;
-  } else if (normalize == "global") {
-    o.normalize = Normalization::kGlobal;
-  } else if (normalize == "none") {
-    o.normalize = Normalization::kNone;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option '", cfg.FullKey("normalize"), "' must be utterance, global or none, got '",
-        normalize, "' (set at ", cfg.WhereSet("normalize"), ")"));
-  }
-  if (o.sample_rate <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("sample_rate"),
-                                                   "' must be positive, got ", o.sample_rate,
-                                                   " (set at ", cfg.WhereSet("sample_rate"), ")"));
-  }
-  if (o.clip_seconds < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey("clip_seconds"), "' must be >= 0"));
-  }
-  KILN_ASSIGN_OR_RETURN(config::Config features, cfg.Sub("features"));
-  KILN_ASSIGN_OR_RETURN(o.features, Registry<FeatureExtractor>::Get().Instantiate(features));
-  if (o.features->sample_rate() != o.sample_rate) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", cfg.FullKey("features"), "' works at ", o.features->sample_rate(),
-                     " Hz but '", cfg.FullKey("sample_rate"), "' is ", o.sample_rate,
-                     " (set features.sample_rate: ${..sample_rate})"));
-  }
-  KILN_ASSIGN_OR_RETURN(o.waveform_transforms,
-                        data::TransformPipeline::FromConfig(cfg, "waveform_transforms"));
-  KILN_ASSIGN_OR_RETURN(o.feature_transforms,
-                        data::TransformPipeline::FromConfig(cfg, "feature_transforms"));
-  return o;
-}
-
-absl::StatusOr<AudioSplits> ReadAudioSplits(const config::Config& cfg) {
-  AudioSplits o;
-  KILN_ASSIGN_OR_RETURN(o.train, cfg.Get<std::string>("train"));
-  KILN_ASSIGN_OR_RETURN(o.val, cfg.GetOr<std::string>("val", ""));
-  KILN_ASSIGN_OR_RETURN(o.test, cfg.GetOr<std::string>("test", ""));
-  KILN_ASSIGN_OR_RETURN(o.predict, cfg.GetOr<std::string>("predict", ""));
-  KILN_ASSIGN_OR_RETURN(o.val_fraction, cfg.Get<double>("val_fraction"));
-  KILN_ASSIGN_OR_RETURN(o.split_seed, cfg.Get<int64_t>("split_seed"));
-  if (o.val_fraction < 0 || o.val_fraction >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey("val_fraction"), "' must be in [0, 1)"));
-  }
-  KILN_ASSIGN_OR_RETURN(std::string on_error, cfg.Get<std::string>("on_error"));
-  if (on_error != "fail" && on_error != "skip") {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("on_error"),
-                                                   "' must be fail or skip, got '", on_error,
-                                                   "' (set at ", cfg.WhereSet("on_error"), ")"));
-  }
-  o.on_error = on_error == "skip" ? OnError::kSkip : OnError::kFail;
-  return o;
-}
-
-absl::StatusOr<data::LoaderOptions> ReadAudioLoaderOptions(const config::Config& cfg) {
+data::LoaderOptions AudioDataOptions::loader() const {
   data::LoaderOptions o;
-  KILN_ASSIGN_OR_RETURN(o.batch_size, cfg.Get<int64_t>("batch_size"));
-  KILN_ASSIGN_OR_RETURN(o.num_workers, cfg.Get<int>("num_workers"));
-  KILN_ASSIGN_OR_RETURN(o.prefetch, cfg.Get<int>("prefetch"));
-  if (o.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey("batch_size"), "' must be positive"));
-  }
+  o.batch_size = batch_size;
+  o.num_workers = num_workers;
+  o.prefetch = prefetch;
   return o;
 }
 

@@ -8,7 +8,9 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -94,15 +96,27 @@ class AudioDataset : public data::Dataset {
 // that cannot be resampled) or a manifest line that cannot be read.
 enum class OnError { kFail, kSkip };
 
-// The splits and error policy both data modules declare (train, val, test, predict, val_fraction,
-// split_seed, on_error): val null splits val_fraction off train; predict null uses test.
-struct AudioSplits {
-  std::string train, val, test, predict;
+// The splits, error policy, pipeline and loader options both data modules declare; their options
+// structs derive from this one. val null splits val_fraction off train; predict null uses test.
+struct AudioDataOptions {
+  std::string train;
+  std::optional<std::string> val, test, predict;
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
-  OnError on_error = OnError::kFail;
+  int64_t sample_rate = 16000;
+  double clip_seconds = 0;
+  config::Config features;  // {_target_: log_mel|mfcc, ...}, instantiated by BuildAudioPipeline
+  std::string normalize = "utterance";
+  int64_t global_stats_files = 500;
+  config::Config waveform_transforms, feature_transforms;  // lists of transforms, or null
+  std::string on_error = "fail";
+  int64_t batch_size = 64;
+  int num_workers = 1;
+  int prefetch = 4;
+
+  OnError on_error_policy() const { return on_error == "skip" ? OnError::kSkip : OnError::kFail; }
+  data::LoaderOptions loader() const;
 };
-absl::StatusOr<AudioSplits> ReadAudioSplits(const config::Config& cfg);
 
 // Checks every entry's file header (format, samples, resampling) in parallel. kFail: the first
 // bad entry's error, naming it. kSkip: drops bad entries and logs "skipped N of M ... (first:
@@ -115,10 +129,60 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
 // must then have an audio extension).
 absl::StatusOr<std::vector<std::string>> AudioFilesAt(const std::string& path);
 
+// Starts S's declaration with train, val, test and predict, each in the module's own words.
+template <typename S>
+OptionBinding<S> AudioSplitsBinding(std::string train_doc, std::string val_doc, std::string test_doc,
+                                    std::string predict_doc) {
+  static_assert(std::is_base_of_v<AudioDataOptions, S>);
+  using A = AudioDataOptions;
+  using Path = std::optional<std::string> S::*;
+  return OptionBinding<S>()
+      .Required("train", static_cast<std::string S::*>(&A::train), std::move(train_doc))
+      .Field("val", static_cast<Path>(&A::val), std::move(val_doc))
+      .Field("test", static_cast<Path>(&A::test), std::move(test_doc))
+      .Field("predict", static_cast<Path>(&A::predict), std::move(predict_doc));
+}
+
 // Declares sample_rate, clip_seconds, features, normalize, global_stats_files,
-// waveform_transforms, feature_transforms, on_error, batch_size, num_workers, prefetch.
-OptionSchema& AddAudioDataOptions(OptionSchema& schema, double default_clip_seconds);
-absl::StatusOr<AudioPipelineOptions> ReadAudioPipelineOptions(const config::Config& cfg);
-absl::StatusOr<data::LoaderOptions> ReadAudioLoaderOptions(const config::Config& cfg);
+// waveform_transforms, feature_transforms, on_error, batch_size, num_workers and prefetch on S,
+// after the options `binding` already has (train, val, test, predict, val_fraction and
+// split_seed, which each module declares in its own words). S() gives the defaults.
+template <typename S>
+OptionBinding<S> AddAudioDataOptions(OptionBinding<S> binding) {
+  static_assert(std::is_base_of_v<AudioDataOptions, S>);
+  using A = AudioDataOptions;
+  return binding
+      .Field("sample_rate", static_cast<int64_t S::*>(&A::sample_rate),
+             "every file is resampled to this rate (soxr)", AtLeast(1))
+      .Field("clip_seconds", static_cast<double S::*>(&A::clip_seconds),
+             "> 0: every waveform is padded with zeros or cut to this length; 0 keeps lengths",
+             AtLeast(0))
+      .RequiredNode("features", static_cast<config::Config S::*>(&A::features), OptionType::kMap,
+                    "the features: {_target_: log_mel|mfcc, ...}")
+      .Field(
+          "normalize", static_cast<std::string S::*>(&A::normalize),
+          "feature normalization: utterance (per-file mean/variance), global (training set), none",
+          OneOf({"utterance", "global", "none"}))
+      .Field("global_stats_files", static_cast<int64_t S::*>(&A::global_stats_files),
+             "training files the global mean/std are estimated from")
+      .Node("waveform_transforms", static_cast<config::Config S::*>(&A::waveform_transforms),
+            OptionType::kList,
+            "training augmentation of the waveform (time_shift, speed_perturb, add_noise)")
+      .Node("feature_transforms", static_cast<config::Config S::*>(&A::feature_transforms),
+            OptionType::kList, "training augmentation of the features (spec_augment)")
+      .Field("on_error", static_cast<std::string S::*>(&A::on_error),
+             "a bad audio file or manifest line: fail (one error naming it) or skip (counted)",
+             OneOf({"fail", "skip"}))
+      .Field("batch_size", static_cast<int64_t S::*>(&A::batch_size), "utterances per batch",
+             AtLeast(1))
+      .Field("num_workers", static_cast<int S::*>(&A::num_workers),
+             "threads loading batches (0: on the training thread)")
+      .Field("prefetch", static_cast<int S::*>(&A::prefetch), "batches prepared ahead at most");
+}
+
+// The pipeline the options describe, with its feature extractor instantiated (refused when it
+// works at another rate than sample_rate) and its transforms built.
+absl::StatusOr<AudioPipelineOptions> BuildAudioPipeline(const AudioDataOptions& o,
+                                                        const OptionContext& context);
 
 }  // namespace kiln::audio

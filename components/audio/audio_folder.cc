@@ -17,16 +17,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct AudioFolderOptions : AudioSplits {
-  std::vector<std::string> classes;
+struct AudioFolderOptions : AudioDataOptions {
+  AudioFolderOptions() { clip_seconds = 1.0; }
+  std::optional<std::vector<std::string>> classes;  // null: the sorted class folders of train
 };
 
 class AudioFolder : public data::DataModule {
  public:
-  AudioFolder(AudioFolderOptions o, AudioPipelineOptions pipeline, data::LoaderOptions loader)
+  AudioFolder(AudioFolderOptions o, AudioPipelineOptions pipeline)
       : o_(std::move(o)),
         pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))),
-        loader_(loader) {
+        loader_(o_.loader()) {
     loader_.collate = [](std::vector<data::Example>& examples) {
       return data::PadCollate(examples, 0);
     };
@@ -44,23 +45,23 @@ class AudioFolder : public data::DataModule {
     }
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
-      if (o_.val.empty()) {
+      if (o_.val.value_or("").empty()) {
         auto [train_idx, val_idx] = data::RandomSplit(static_cast<int64_t>(train_entries_->size()),
                                                       o_.val_fraction, o_.split_seed);
         train_ = Make(Pick(*train_entries_, train_idx), true);
         if (!val_idx.empty()) val_ = Make(Pick(*train_entries_, val_idx), false);
       } else {
         train_ = Make(*train_entries_, true);
-        KILN_ASSIGN_OR_RETURN(auto val, Labelled(o_.val));
+        KILN_ASSIGN_OR_RETURN(auto val, Labelled(*o_.val));
         val_ = Make(std::move(val), false);
       }
     }
-    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
-      KILN_ASSIGN_OR_RETURN(auto test, Labelled(o_.test));
+    if (stage == data::Stage::kTest && !test_ && !o_.test.value_or("").empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, Labelled(*o_.test));
       test_ = Make(std::move(test), false);
     }
     if (stage == data::Stage::kPredict && !predict_) {
-      std::string path = o_.predict.empty() ? o_.test : o_.predict;
+      std::string path = o_.predict.value_or("").empty() ? o_.test.value_or("") : *o_.predict;
       if (path.empty()) {
         return absl::FailedPreconditionError(
             "nothing to predict: set data.predict=PATH (an audio file or a folder)");
@@ -81,8 +82,8 @@ class AudioFolder : public data::DataModule {
  private:
   absl::Status LoadClassNames() {
     if (!names_.empty()) return absl::OkStatus();
-    if (!o_.classes.empty()) {
-      names_ = o_.classes;
+    if (o_.classes && !o_.classes->empty()) {
+      names_ = *o_.classes;
       return absl::OkStatus();
     }
     std::error_code error;
@@ -113,9 +114,9 @@ class AudioFolder : public data::DataModule {
       fs::path dir = fs::path(root) / names_[c];
       std::error_code error;
       if (!fs::is_directory(dir, error)) {
-        return absl::NotFoundError(
-            absl::StrCat(dir.string(), ": no such class folder (the classes are those of ",
-                         o_.classes.empty() ? "data.train" : "data.classes", ")"));
+        return absl::NotFoundError(absl::StrCat(
+            dir.string(), ": no such class folder (the classes are those of ",
+            (!o_.classes || o_.classes->empty()) ? "data.train" : "data.classes", ")"));
       }
       KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(dir.string()));
       if (paths.empty())
@@ -128,7 +129,7 @@ class AudioFolder : public data::DataModule {
         entries.push_back(std::move(e));
       }
     }
-    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error,
+    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(),
                         absl::StrCat("folder ", root));
   }
 
@@ -147,7 +148,8 @@ class AudioFolder : public data::DataModule {
       e.path = e.where = std::move(p);
       entries.push_back(std::move(e));
     }
-    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error, path);
+    return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(),
+                        path);
   }
 
   static std::vector<AudioEntry> Pick(const std::vector<AudioEntry>& all,
@@ -171,30 +173,24 @@ class AudioFolder : public data::DataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-KILN_REGISTER(
+using O = AudioFolderOptions;
+KILN_REGISTER_BOUND(
     data::DataModule, "audio_folder",
     "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
     AddAudioDataOptions(
-        OptionSchema()
-            .Required("train", OptionType::kString, "folder of class folders (TRAIN/CLASS/*.wav)")
-            .Add("val", OptionType::kString, "null",
-                 "folder of the same class folders (null: split from train)")
-            .Add("test", OptionType::kString, "null",
-                 "folder of the same class folders (null: no test split)")
-            .Add("predict", OptionType::kString, "null",
-                 "an audio file or a folder of them to label (null: the test folder)")
-            .Add("classes", OptionType::kList, "null",
-                 "class names in index order (null: the sorted class folders of train)")
-            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
-            .Int("split_seed", 1234, "seed of that split"),
-        1.0),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-      AudioFolderOptions o;
-      KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
-      KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
-      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
-      KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
-      return std::make_shared<AudioFolder>(std::move(o), std::move(pipeline), loader);
+        AudioSplitsBinding<O>("folder of class folders (TRAIN/CLASS/*.wav)",
+                              "folder of the same class folders (null: split from train)",
+                              "folder of the same class folders (null: no test split)",
+                              "an audio file or a folder of them to label (null: the test folder)")
+            .Field("classes", &O::classes,
+                   "class names in index order (null: the sorted class folders of train)")
+            .Field("val_fraction", static_cast<double O::*>(&O::val_fraction),
+                   "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
+            .Field("split_seed", static_cast<int64_t O::*>(&O::split_seed), "seed of that split")),
+    [](const O& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, BuildAudioPipeline(o, context));
+      return std::make_shared<AudioFolder>(o, std::move(pipeline));
     });
 
 }  // namespace

@@ -23,10 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ManifestOptions : AudioSplits {
+struct ManifestOptions : AudioDataOptions {
+  config::Config tokenizer;  // {_target_: char, ...}, instantiated by the factory
   std::string audio_field = "audio", text_field = "text", duration_field = "duration";
   double min_duration = 0, max_duration = 0;  // 0: no limit
-  bool bucket = true;
+  bool bucket_by_length = true;
   int64_t bucket_window = 50;
   int64_t sortagrad_epochs = 0;
 };
@@ -65,7 +66,7 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
       if (json.contains(o.duration_field)) e.duration = json[o.duration_field].get<double>();
     }
     if (!error.empty()) {
-      if (o.on_error == OnError::kFail) return absl::InvalidArgumentError(error);
+      if (o.on_error_policy() == OnError::kFail) return absl::InvalidArgumentError(error);
       if (skipped++ == 0) first_error = error;
       continue;
     }
@@ -83,8 +84,8 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
 class AudioManifest : public text::TextDataModule {
  public:
   AudioManifest(ManifestOptions o, AudioPipelineOptions pipeline,
-                std::shared_ptr<text::Tokenizer> tokenizer, data::LoaderOptions loader)
-      : TextDataModule(std::move(tokenizer), loader),
+                std::shared_ptr<text::Tokenizer> tokenizer)
+      : TextDataModule(std::move(tokenizer), o.loader()),
         o_(std::move(o)),
         pipeline_(std::make_shared<AudioPipeline>(std::move(pipeline))) {}
 
@@ -97,7 +98,7 @@ class AudioManifest : public text::TextDataModule {
     lo.batch_order = nullptr;
     if (stage == data::Stage::kFit) {
       data::BatchOrderFn then;
-      if (o_.bucket) {
+      if (o_.bucket_by_length) {
         then = data::LengthBucketing(lo.batch_size, o_.bucket_window,
                                      static_cast<uint64_t>(o_.split_seed));
       }
@@ -111,7 +112,7 @@ class AudioManifest : public text::TextDataModule {
     }
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
-      if (o_.val.empty()) {
+      if (o_.val.value_or("").empty()) {
         auto [train_idx, val_idx] = data::RandomSplit(static_cast<int64_t>(train_entries_.size()),
                                                       o_.val_fraction, o_.split_seed);
         std::vector<AudioEntry> t, v;
@@ -121,16 +122,16 @@ class AudioManifest : public text::TextDataModule {
         if (!v.empty()) val_ = Make(std::move(v), *tok, false);
       } else {
         train_ = Make(train_entries_, *tok, true);
-        KILN_ASSIGN_OR_RETURN(auto val, Load(o_.val, true));
+        KILN_ASSIGN_OR_RETURN(auto val, Load(*o_.val, true));
         val_ = Make(std::move(val), *tok, false);
       }
     }
-    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
-      KILN_ASSIGN_OR_RETURN(auto test, Load(o_.test, true));
+    if (stage == data::Stage::kTest && !test_ && !o_.test.value_or("").empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, Load(*o_.test, true));
       test_ = Make(std::move(test), *tok, false);
     }
     if (stage == data::Stage::kPredict && !predict_) {
-      std::string path = o_.predict.empty() ? o_.test : o_.predict;
+      std::string path = o_.predict.value_or("").empty() ? o_.test.value_or("") : *o_.predict;
       if (path.empty()) {
         return absl::FailedPreconditionError(
             "nothing to predict: set data.predict=PATH (a manifest, an audio file or a folder)");
@@ -145,9 +146,9 @@ class AudioManifest : public text::TextDataModule {
           e.path = e.where = std::move(p);
           entries.push_back(std::move(e));
         }
-        KILN_ASSIGN_OR_RETURN(
-            entries,
-            CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error, path));
+        KILN_ASSIGN_OR_RETURN(entries,
+                              CheckEntries(std::move(entries), pipeline_->options().sample_rate,
+                                           o_.on_error_policy(), path));
       }
       predict_ = Make(std::move(entries), *tok, false);
     }
@@ -179,9 +180,9 @@ class AudioManifest : public text::TextDataModule {
   // A manifest's entries whose files pass the header check and whose duration is in range.
   absl::StatusOr<std::vector<AudioEntry>> Load(const std::string& path, bool need_text) const {
     KILN_ASSIGN_OR_RETURN(std::vector<AudioEntry> entries, ReadManifest(path, o_, need_text));
-    KILN_ASSIGN_OR_RETURN(
-        entries, CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error,
-                              absl::StrCat("manifest ", path)));
+    KILN_ASSIGN_OR_RETURN(entries,
+                          CheckEntries(std::move(entries), pipeline_->options().sample_rate,
+                                       o_.on_error_policy(), absl::StrCat("manifest ", path)));
     if (o_.min_duration <= 0 && o_.max_duration <= 0) return entries;
     std::vector<AudioEntry> kept;
     for (auto& e : entries) {
@@ -219,54 +220,42 @@ class AudioManifest : public text::TextDataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-KILN_REGISTER(
+using O = ManifestOptions;
+KILN_REGISTER_BOUND(
     data::DataModule, "audio_manifest",
     "Speech recognition data: JSONL manifests {audio, text, duration}, duration-bucketed batches",
     AddAudioDataOptions(
-        OptionSchema()
-            .Required("train", OptionType::kString, "training manifest (.jsonl)")
-            .Add("val", OptionType::kString, "null",
-                 "validation manifest (null: val_fraction of train)")
-            .Add("test", OptionType::kString, "null", "test manifest (null: no test split)")
-            .Add("predict", OptionType::kString, "null",
-                 "a manifest, an audio file or a folder to transcribe (null: the test manifest)")
-            .Required("tokenizer", OptionType::kMap,
-                      "the tokenizer of the transcripts: {_target_: char, ...}")
-            .String("audio_field", "audio", "the manifest field holding the audio path")
-            .String("text_field", "text", "the manifest field holding the transcript")
-            .String("duration_field", "duration",
-                    "the manifest field holding the duration (seconds)")
-            .Float("min_duration", 0.0, "utterances shorter than this are left out (0: no limit)")
-            .Float("max_duration", 0.0, "utterances longer than this are left out (0: no limit)")
-            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
-            .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
-            .Bool("bucket_by_length", true, "training batches of similar durations (less padding)")
-            .Int("bucket_window", 50, "batches sorted together when bucketing")
-            .Int("sortagrad_epochs", 0,
-                 "first epochs that go through the training set shortest first, unshuffled "
-                 "(DeepSpeech 2's SortaGrad curriculum), with or without bucket_by_length"),
-        0.0),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-      ManifestOptions o;
-      KILN_ASSIGN_OR_RETURN(static_cast<AudioSplits&>(o), ReadAudioSplits(cfg));
-      KILN_ASSIGN_OR_RETURN(o.audio_field, cfg.Get<std::string>("audio_field"));
-      KILN_ASSIGN_OR_RETURN(o.text_field, cfg.Get<std::string>("text_field"));
-      KILN_ASSIGN_OR_RETURN(o.duration_field, cfg.Get<std::string>("duration_field"));
-      KILN_ASSIGN_OR_RETURN(o.min_duration, cfg.Get<double>("min_duration"));
-      KILN_ASSIGN_OR_RETURN(o.max_duration, cfg.Get<double>("max_duration"));
-      KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
-      KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
-      KILN_ASSIGN_OR_RETURN(o.sortagrad_epochs, cfg.Get<int64_t>("sortagrad_epochs"));
-      if (o.sortagrad_epochs < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("sortagrad_epochs"), "' must be >= 0, got ",
-            o.sortagrad_epochs, " (set at ", cfg.WhereSet("sortagrad_epochs"), ")"));
-      }
-      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, ReadAudioPipelineOptions(cfg));
-      KILN_ASSIGN_OR_RETURN(auto tokenizer, text::ReadTokenizer(cfg));
-      KILN_ASSIGN_OR_RETURN(data::LoaderOptions loader, ReadAudioLoaderOptions(cfg));
-      return std::make_shared<AudioManifest>(std::move(o), std::move(pipeline),
-                                             std::move(tokenizer), loader);
+        AudioSplitsBinding<O>(
+            "training manifest (.jsonl)", "validation manifest (null: val_fraction of train)",
+            "test manifest (null: no test split)",
+            "a manifest, an audio file or a folder to transcribe (null: the test manifest)")
+            .RequiredNode("tokenizer", &O::tokenizer, OptionType::kMap,
+                          "the tokenizer of the transcripts: {_target_: char, ...}")
+            .Field("audio_field", &O::audio_field, "the manifest field holding the audio path")
+            .Field("text_field", &O::text_field, "the manifest field holding the transcript")
+            .Field("duration_field", &O::duration_field,
+                   "the manifest field holding the duration (seconds)")
+            .Field("min_duration", &O::min_duration,
+                   "utterances shorter than this are left out (0: no limit)")
+            .Field("max_duration", &O::max_duration,
+                   "utterances longer than this are left out (0: no limit)")
+            .Field("val_fraction", static_cast<double O::*>(&O::val_fraction),
+                   "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
+            .Field("split_seed", static_cast<int64_t O::*>(&O::split_seed),
+                   "seed of that split and of the batch shuffle of bucketing")
+            .Field("bucket_by_length", &O::bucket_by_length,
+                   "training batches of similar durations (less padding)")
+            .Field("bucket_window", &O::bucket_window, "batches sorted together when bucketing")
+            .Field("sortagrad_epochs", &O::sortagrad_epochs,
+                   "first epochs that go through the training set shortest first, unshuffled "
+                   "(DeepSpeech 2's SortaGrad curriculum), with or without bucket_by_length",
+                   AtLeast(0))),
+    [](const O& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, BuildAudioPipeline(o, context));
+      KILN_ASSIGN_OR_RETURN(auto tokenizer,
+                            Registry<text::Tokenizer>::Get().Instantiate(o.tokenizer));
+      return std::make_shared<AudioManifest>(o, std::move(pipeline), std::move(tokenizer));
     });
 
 }  // namespace

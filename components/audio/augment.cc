@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
+#include "components/data/option_values.h"
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
@@ -61,27 +62,6 @@ namespace {
 using data::SampleRng;
 using data::Transform;
 using TransformOr = absl::StatusOr<std::shared_ptr<Transform>>;
-
-absl::Status CheckRange(const config::Config& cfg, const std::string& key, double low, double high,
-                        double min, double max) {
-  if (!(low <= high) || low < min || high > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey(key), "' must be [low, high] with ", min,
-                     " <= low <= high <= ", max, " (set at ", cfg.WhereSet(key), ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::pair<double, double>> GetRange(const config::Config& cfg,
-                                                   const std::string& key) {
-  KILN_ASSIGN_OR_RETURN(auto values, cfg.Get<std::vector<double>>(key));
-  if (values.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey(key),
-                                                   "' must be a pair [low, high] (set at ",
-                                                   cfg.WhereSet(key), ")"));
-  }
-  return std::make_pair(values[0], values[1]);
-}
 
 class TimeShift : public Transform {
  public:
@@ -140,73 +120,68 @@ class SpecAugmentTransform : public Transform {
   SpecAugmentOptions o_;
 };
 
-KILN_REGISTER(Transform, "time_shift",
-              "Waveform: shift by up to max_seconds either way, zero-filled",
-              OptionSchema()
-                  .Float("max_seconds", 0.1, "largest shift in seconds")
-                  .Int("sample_rate", 16000, "the waveform's sample rate (the data's sample_rate)")
-                  .Float("p", 1.0, "probability of shifting a sample"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(double seconds, cfg.Get<double>("max_seconds"));
-                KILN_ASSIGN_OR_RETURN(int64_t rate, cfg.Get<int64_t>("sample_rate"));
-                KILN_ASSIGN_OR_RETURN(double p, cfg.Get<double>("p"));
-                if (seconds < 0 || rate <= 0) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "'", cfg.prefix(), "': max_seconds must be >= 0 and sample_rate positive"));
-                }
-                return std::make_shared<TimeShift>(
-                    std::llround(seconds * static_cast<double>(rate)), p);
-              });
+struct TimeShiftOptions {
+  double max_seconds = 0.1;
+  int64_t sample_rate = 16000;
+  double p = 1.0;
+};
 
-KILN_REGISTER(Transform, "speed_perturb",
-              "Waveform: play faster or slower by a factor drawn from range (soxr)",
-              OptionSchema()
-                  .Add("range", OptionType::kList, "[0.9, 1.1]", "speed factors [low, high]")
-                  .Float("p", 1.0, "probability of perturbing a sample"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(auto range, GetRange(cfg, "range"));
-                KILN_ASSIGN_OR_RETURN(double p, cfg.Get<double>("p"));
-                KILN_RETURN_IF_ERROR(CheckRange(cfg, "range", range.first, range.second, 0.5, 2.0));
-                return std::make_shared<SpeedPerturb>(range.first, range.second, p);
-              });
+KILN_REGISTER_BOUND(Transform, "time_shift",
+                    "Waveform: shift by up to max_seconds either way, zero-filled",
+                    OptionBinding<TimeShiftOptions>()
+                        .Field("max_seconds", &TimeShiftOptions::max_seconds,
+                               "largest shift in seconds", AtLeast(0))
+                        .Field("sample_rate", &TimeShiftOptions::sample_rate,
+                               "the waveform's sample rate (the data's sample_rate)", AtLeast(1))
+                        .Field("p", &TimeShiftOptions::p, "probability of shifting a sample"),
+                    [](const TimeShiftOptions& o) -> TransformOr {
+                      return std::make_shared<TimeShift>(
+                          std::llround(o.max_seconds * static_cast<double>(o.sample_rate)), o.p);
+                    });
 
-KILN_REGISTER(Transform, "add_noise",
-              "Waveform: add white Gaussian noise at an SNR (dB) drawn from snr_db",
-              OptionSchema()
-                  .Add("snr_db", OptionType::kList, "[10, 30]",
-                       "signal-to-noise ratios [low, high] in dB")
-                  .Float("p", 0.5, "probability of adding noise to a sample"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(auto snr, GetRange(cfg, "snr_db"));
-                KILN_ASSIGN_OR_RETURN(double p, cfg.Get<double>("p"));
-                KILN_RETURN_IF_ERROR(CheckRange(cfg, "snr_db", snr.first, snr.second, -30, 100));
-                return std::make_shared<AddNoise>(snr.first, snr.second, p);
-              });
+struct SpeedPerturbOptions {
+  std::pair<double, double> range = {0.9, 1.1};
+  double p = 1.0;
+};
 
-KILN_REGISTER(Transform, "spec_augment",
-              "Features [frames, F]: SpecAugment frequency and time masks",
-              OptionSchema()
-                  .Int("freq_masks", 2, "frequency bands masked")
-                  .Int("freq_width", 8, "widest frequency band (features)")
-                  .Int("time_masks", 2, "time spans masked")
-                  .Int("time_width", 10, "longest time span (frames)")
-                  .Float("max_time_fraction", 0.2,
-                         "a time span covers at most this share of the frames")
-                  .Float("value", 0.0, "the masked value (0 is the mean of normalized features)"),
-              [](const config::Config& cfg) -> TransformOr {
-                SpecAugmentOptions o;
-                KILN_ASSIGN_OR_RETURN(o.freq_masks, cfg.Get<int64_t>("freq_masks"));
-                KILN_ASSIGN_OR_RETURN(o.freq_width, cfg.Get<int64_t>("freq_width"));
-                KILN_ASSIGN_OR_RETURN(o.time_masks, cfg.Get<int64_t>("time_masks"));
-                KILN_ASSIGN_OR_RETURN(o.time_width, cfg.Get<int64_t>("time_width"));
-                KILN_ASSIGN_OR_RETURN(o.max_time_fraction, cfg.Get<double>("max_time_fraction"));
-                KILN_ASSIGN_OR_RETURN(o.value, cfg.Get<double>("value"));
-                if (o.freq_masks < 0 || o.freq_width < 0 || o.time_masks < 0 || o.time_width < 0) {
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("'", cfg.prefix(), "': mask counts and widths must be >= 0"));
-                }
-                return std::make_shared<SpecAugmentTransform>(o);
-              });
+KILN_REGISTER_BOUND(Transform, "speed_perturb",
+                    "Waveform: play faster or slower by a factor drawn from range (soxr)",
+                    OptionBinding<SpeedPerturbOptions>()
+                        .Field("range", &SpeedPerturbOptions::range, "speed factors [low, high]",
+                               data::OrderedWithin(0.5, 2))
+                        .Field("p", &SpeedPerturbOptions::p, "probability of perturbing a sample"),
+                    [](const SpeedPerturbOptions& o) -> TransformOr {
+                      return std::make_shared<SpeedPerturb>(o.range.first, o.range.second, o.p);
+                    });
+
+struct AddNoiseOptions {
+  std::pair<double, double> snr_db = {10, 30};
+  double p = 0.5;
+};
+
+KILN_REGISTER_BOUND(Transform, "add_noise",
+                    "Waveform: add white Gaussian noise at an SNR (dB) drawn from snr_db",
+                    OptionBinding<AddNoiseOptions>()
+                        .Field("snr_db", &AddNoiseOptions::snr_db,
+                               "signal-to-noise ratios [low, high] in dB",
+                               data::OrderedWithin(-30, 100))
+                        .Field("p", &AddNoiseOptions::p, "probability of adding noise to a sample"),
+                    [](const AddNoiseOptions& o) -> TransformOr {
+                      return std::make_shared<AddNoise>(o.snr_db.first, o.snr_db.second, o.p);
+                    });
+
+using S = SpecAugmentOptions;
+KILN_REGISTER_BOUND(
+    Transform, "spec_augment", "Features [frames, F]: SpecAugment frequency and time masks",
+    OptionBinding<S>()
+        .Field("freq_masks", &S::freq_masks, "frequency bands masked", AtLeast(0))
+        .Field("freq_width", &S::freq_width, "widest frequency band (features)", AtLeast(0))
+        .Field("time_masks", &S::time_masks, "time spans masked", AtLeast(0))
+        .Field("time_width", &S::time_width, "longest time span (frames)", AtLeast(0))
+        .Field("max_time_fraction", &S::max_time_fraction,
+               "a time span covers at most this share of the frames")
+        .Field("value", &S::value, "the masked value (0 is the mean of normalized features)"),
+    [](const S& o) -> TransformOr { return std::make_shared<SpecAugmentTransform>(o); });
 
 }  // namespace
 }  // namespace kiln::audio

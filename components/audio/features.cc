@@ -35,28 +35,6 @@ torch::Tensor DctMatrix(int64_t n_mfcc, int64_t n_mels) {
   return dct.t().contiguous().to(torch::kFloat32);
 }
 
-absl::Status CheckSpectrogramOptions(const SpectrogramOptions& o) {
-  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
-  if (o.sample_rate <= 0)
-    return bad(absl::StrCat("features: sample_rate must be positive, got ", o.sample_rate));
-  if (o.n_fft < 2) return bad(absl::StrCat("features: n_fft must be at least 2, got ", o.n_fft));
-  if (o.win_length < 1 || o.win_length > o.n_fft) {
-    return bad(absl::StrCat("features: win_length must be in [1, n_fft=", o.n_fft, "], got ",
-                            o.win_length));
-  }
-  if (o.hop_length < 1)
-    return bad(absl::StrCat("features: hop_length must be positive, got ", o.hop_length));
-  if (o.n_mels < 1) return bad(absl::StrCat("features: n_mels must be positive, got ", o.n_mels));
-  double f_max = o.f_max > 0 ? o.f_max : o.sample_rate / 2.0;
-  if (o.f_min < 0 || o.f_min >= f_max || f_max > o.sample_rate / 2.0) {
-    return bad(absl::StrCat("features: need 0 <= f_min < f_max <= sample_rate / 2 = ",
-                            o.sample_rate / 2.0, ", got f_min=", o.f_min, ", f_max=", f_max));
-  }
-  if (o.log_offset <= 0)
-    return bad(absl::StrCat("features: log_offset must be positive, got ", o.log_offset));
-  return absl::OkStatus();
-}
-
 LogMel::LogMel(SpectrogramOptions options) : o_(options) {
   if (o_.f_max <= 0) o_.f_max = o_.sample_rate / 2.0;
   window_ = torch::hann_window(o_.win_length, torch::TensorOptions().dtype(torch::kFloat32));
@@ -90,55 +68,68 @@ torch::Tensor NormalizeUtterance(const torch::Tensor& features) {
 
 namespace {
 
-OptionSchema SpectrogramSchema() {
-  return OptionSchema()
-      .Int("sample_rate", 16000, "the waveform's sample rate (the data's sample_rate)")
-      .Int("n_fft", 512, "FFT size")
-      .Int("win_length", 400, "window length in samples (25 ms at 16 kHz)")
-      .Int("hop_length", 160, "hop between frames in samples (10 ms at 16 kHz)")
-      .Int("n_mels", 40, "mel filters")
-      .Float("f_min", 20.0, "lowest frequency of the filterbank (Hz)")
-      .Float("f_max", 0.0, "highest frequency (Hz); 0: sample_rate / 2")
-      .Float("log_offset", 1e-6, "added to the mel power before the log");
+// Declares the spectrogram options on S, SpectrogramOptions or derived from it.
+template <typename S>
+OptionBinding<S> SpectrogramBinding() {
+  using O = SpectrogramOptions;
+  return OptionBinding<S>()
+      .Field("sample_rate", static_cast<int64_t S::*>(&O::sample_rate),
+             "the waveform's sample rate (the data's sample_rate)", AtLeast(1))
+      .Field("n_fft", static_cast<int64_t S::*>(&O::n_fft), "FFT size", AtLeast(2))
+      .Field("win_length", static_cast<int64_t S::*>(&O::win_length),
+             "window length in samples (25 ms at 16 kHz)", AtLeast(1))
+      .Field("hop_length", static_cast<int64_t S::*>(&O::hop_length),
+             "hop between frames in samples (10 ms at 16 kHz)", AtLeast(1))
+      .Field("n_mels", static_cast<int64_t S::*>(&O::n_mels), "mel filters", AtLeast(1))
+      .Field("f_min", static_cast<double S::*>(&O::f_min),
+             "lowest frequency of the filterbank (Hz)", AtLeast(0))
+      .Field("f_max", static_cast<double S::*>(&O::f_max),
+             "highest frequency (Hz); 0: sample_rate / 2")
+      .Field("log_offset", static_cast<double S::*>(&O::log_offset),
+             "added to the mel power before the log", GreaterThan(0));
 }
 
-absl::StatusOr<SpectrogramOptions> ReadSpectrogramOptions(const config::Config& cfg) {
-  SpectrogramOptions o;
-  KILN_ASSIGN_OR_RETURN(o.sample_rate, cfg.Get<int64_t>("sample_rate"));
-  KILN_ASSIGN_OR_RETURN(o.n_fft, cfg.Get<int64_t>("n_fft"));
-  KILN_ASSIGN_OR_RETURN(o.win_length, cfg.Get<int64_t>("win_length"));
-  KILN_ASSIGN_OR_RETURN(o.hop_length, cfg.Get<int64_t>("hop_length"));
-  KILN_ASSIGN_OR_RETURN(o.n_mels, cfg.Get<int64_t>("n_mels"));
-  KILN_ASSIGN_OR_RETURN(o.f_min, cfg.Get<double>("f_min"));
-  KILN_ASSIGN_OR_RETURN(o.f_max, cfg.Get<double>("f_max"));
-  KILN_ASSIGN_OR_RETURN(o.log_offset, cfg.Get<double>("log_offset"));
-  absl::Status status = CheckSpectrogramOptions(o);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", cfg.prefix(), "': ", status.message()));
+// What the declaration cannot check alone: the window within the FFT, f_min < f_max <= sample_rate
+// / 2.
+absl::Status CheckTogether(const SpectrogramOptions& o, const OptionContext& context) {
+  if (o.win_length > o.n_fft)
+    return context.Refuse("win_length", absl::StrCat("at most n_fft (", o.n_fft, ")"));
+  const double nyquist = static_cast<double>(o.sample_rate) / 2.0;
+  if (o.f_max > nyquist) {
+    return context.Refuse("f_max",
+                          absl::StrCat("at most sample_rate / 2 (", nyquist, "), or 0 for that"));
   }
-  return o;
+  const double f_max = o.f_max > 0 ? o.f_max : nyquist;
+  if (o.f_min >= f_max) return context.Refuse("f_min", absl::StrCat("below f_max (", f_max, ")"));
+  return absl::OkStatus();
 }
 
-KILN_REGISTER(FeatureExtractor, "log_mel",
-              "Log-mel filterbank energies [frames, n_mels] (torch::stft)", SpectrogramSchema(),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
-                KILN_ASSIGN_OR_RETURN(SpectrogramOptions o, ReadSpectrogramOptions(cfg));
-                return std::make_shared<LogMel>(o);
-              });
+struct MfccOptions : SpectrogramOptions {
+  int64_t n_mfcc = 13;
+};
 
-KILN_REGISTER(FeatureExtractor, "mfcc",
-              "MFCCs: orthonormal DCT-II of the log-mel energies [frames, n_mfcc]",
-              SpectrogramSchema().Int("n_mfcc", 13, "cepstral coefficients kept (at most n_mels)"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
-                KILN_ASSIGN_OR_RETURN(SpectrogramOptions o, ReadSpectrogramOptions(cfg));
-                KILN_ASSIGN_OR_RETURN(int64_t n_mfcc, cfg.Get<int64_t>("n_mfcc"));
-                if (n_mfcc < 1 || n_mfcc > o.n_mels) {
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("n_mfcc"),
-                                   "' must be in [1, n_mels=", o.n_mels, "], got ", n_mfcc));
-                }
-                return std::make_shared<Mfcc>(o, n_mfcc);
-              });
+KILN_REGISTER_BOUND(FeatureExtractor, "log_mel",
+                    "Log-mel filterbank energies [frames, n_mels] (torch::stft)",
+                    SpectrogramBinding<SpectrogramOptions>(),
+                    [](const SpectrogramOptions& o, const OptionContext& context)
+                        -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
+                      KILN_RETURN_IF_ERROR(CheckTogether(o, context));
+                      return std::make_shared<LogMel>(o);
+                    });
+
+KILN_REGISTER_BOUND(
+    FeatureExtractor, "mfcc", "MFCCs: orthonormal DCT-II of the log-mel energies [frames, n_mfcc]",
+    SpectrogramBinding<MfccOptions>().Field("n_mfcc", &MfccOptions::n_mfcc,
+                                            "cepstral coefficients kept (at most n_mels)",
+                                            AtLeast(1)),
+    [](const MfccOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<FeatureExtractor>> {
+      KILN_RETURN_IF_ERROR(CheckTogether(o, context));
+      if (o.n_mfcc > o.n_mels) {
+        return context.Refuse("n_mfcc", absl::StrCat("at most n_mels (", o.n_mels, ")"));
+      }
+      return std::make_shared<Mfcc>(o, o.n_mfcc);
+    });
 
 }  // namespace
 }  // namespace kiln::audio

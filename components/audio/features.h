@@ -9,8 +9,6 @@
 
 #include <cstdint>
 
-#include "absl/status/status.h"
-
 namespace kiln::audio {
 
 struct SpectrogramOptions {
@@ -23,8 +21,6 @@ struct SpectrogramOptions {
   double f_max = 0;          // 0: sample_rate / 2
   double log_offset = 1e-6;  // log(mel + log_offset)
 };
-// Names the offending option when the values cannot work together.
-absl::Status CheckSpectrogramOptions(const SpectrogramOptions& o);
 
 // torchaudio.functional.melscale_fbanks(n_freqs, f_min, f_max, n_mels, sample_rate, norm=None,
 // mel_scale="htk"): [n_freqs, n_mels] triangles, each peaking at 1 on its centre frequency.

@@ -56,22 +56,24 @@ class EarlyStopping : public Callback {
   int64_t wait_ = 0;
 };
 
-KILN_REGISTER(Callback, "early_stopping", "Stops when a validation metric stops improving",
-              OptionSchema()
-                  .Required("monitor", OptionType::kString, "validation metric to watch, e.g. val/loss")
-                  .String("mode", "min", "min or max: which direction is better")
-                  .Int("patience", 3, "validations without improvement before stopping")
-                  .Float("min_delta", 0.0, "smallest change that counts as an improvement"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                KILN_ASSIGN_OR_RETURN(std::string monitor, cfg.Get<std::string>("monitor"));
-                KILN_ASSIGN_OR_RETURN(std::string mode, cfg.Get<std::string>("mode"));
-                KILN_ASSIGN_OR_RETURN(int64_t patience, cfg.Get<int64_t>("patience"));
-                KILN_ASSIGN_OR_RETURN(double min_delta, cfg.Get<double>("min_delta"));
-                if (mode != "min" && mode != "max") {
-                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("mode"), "' must be min or max"));
-                }
-                return std::make_shared<EarlyStopping>(monitor, mode == "max", patience, min_delta);
-              });
+struct EarlyStoppingOptions {
+  std::string monitor;
+  std::string mode = "min";
+  int64_t patience = 3;
+  double min_delta = 0.0;
+};
+
+using O = EarlyStoppingOptions;
+KILN_REGISTER_BOUND(
+    Callback, "early_stopping", "Stops when a validation metric stops improving",
+    OptionBinding<O>()
+        .Required("monitor", &O::monitor, "validation metric to watch, e.g. val/loss")
+        .Field("mode", &O::mode, "min or max: which direction is better", OneOf({"min", "max"}))
+        .Field("patience", &O::patience, "validations without improvement before stopping")
+        .Field("min_delta", &O::min_delta, "smallest change that counts as an improvement"),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+      return std::make_shared<EarlyStopping>(o.monitor, o.mode == "max", o.patience, o.min_delta);
+    });
 
 }  // namespace
 }  // namespace kiln

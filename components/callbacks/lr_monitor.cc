@@ -2,7 +2,6 @@
 // after each optimizer step or at the end of each epoch, as lr-OPTIMIZER (one group) or
 // lr-OPTIMIZER/pgN (several).
 #include "absl/strings/str_cat.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"
 
@@ -54,18 +53,24 @@ class LearningRateMonitor : public Callback {
   int64_t last_logged_step_ = 0;
 };
 
-KILN_REGISTER(Callback, "lr_monitor", "Logs each parameter group's learning rate (lr-NAME, lr-NAME/pgN)",
-              OptionSchema()
-                  .String("logging_interval", "step", "step (after every optimizer step) or epoch")
-                  .Add("name", OptionType::kString, "null", "NAME in the logged keys (null: the optimizer's class, e.g. AdamW)"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                KILN_ASSIGN_OR_RETURN(std::string interval, cfg.Get<std::string>("logging_interval"));
-                KILN_ASSIGN_OR_RETURN(std::string name, cfg.GetOr<std::string>("name", ""));
-                if (interval != "step" && interval != "epoch") {
-                  return BadOption(cfg, "logging_interval", "must be step or epoch");
-                }
-                return std::make_shared<LearningRateMonitor>(interval == "step", name);
-              });
+struct LearningRateMonitorOptions {
+  std::string logging_interval = "step";
+  std::optional<std::string> name;
+};
+
+using O = LearningRateMonitorOptions;
+KILN_REGISTER_BOUND(Callback, "lr_monitor",
+                    "Logs each parameter group's learning rate (lr-NAME, lr-NAME/pgN)",
+                    OptionBinding<O>()
+                        .Field("logging_interval", &O::logging_interval,
+                               "step (after every optimizer step) or epoch",
+                               OneOf({"step", "epoch"}))
+                        .Field("name", &O::name,
+                               "NAME in the logged keys (null: the optimizer's class, e.g. AdamW)"),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<LearningRateMonitor>(o.logging_interval == "step",
+                                                                   o.name.value_or(""));
+                    });
 
 }  // namespace
 }  // namespace kiln

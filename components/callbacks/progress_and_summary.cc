@@ -68,17 +68,24 @@ class ModelSummary : public Callback {
   }
 };
 
-KILN_REGISTER(Callback, "progress_bar", "Progress with rate and ETA (live on a terminal, lines otherwise)",
-              OptionSchema().Int("refresh_rate", 50, "update every N batches"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                KILN_ASSIGN_OR_RETURN(int64_t rate, cfg.Get<int64_t>("refresh_rate"));
-                return std::make_shared<ProgressBar>(std::max<int64_t>(1, rate));
-              });
+struct ProgressBarOptions {
+  int64_t refresh_rate = 50;
+};
 
-KILN_REGISTER(Callback, "model_summary", "Prints the model's parameters when training starts", OptionSchema(),
-              [](const config::Config&) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                return std::make_shared<ModelSummary>();
-              });
+KILN_REGISTER_BOUND(Callback, "progress_bar",
+                    "Progress with rate and ETA (live on a terminal, lines otherwise)",
+                    OptionBinding<ProgressBarOptions>().Field("refresh_rate",
+                                                              &ProgressBarOptions::refresh_rate,
+                                                              "update every N batches"),
+                    [](const ProgressBarOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<ProgressBar>(std::max<int64_t>(1, o.refresh_rate));
+                    });
+
+KILN_REGISTER_BOUND(Callback, "model_summary", "Prints the model's parameters when training starts",
+                    OptionBinding<NoOptions>(),
+                    [](const NoOptions&) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<ModelSummary>();
+                    });
 
 }  // namespace
 }  // namespace kiln

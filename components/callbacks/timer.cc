@@ -2,13 +2,14 @@
 // every training batch (interval: step, Lightning's default; the run stops after that optimizer step
 // with a resumable last.ckpt) or at the end of every epoch (interval: epoch), and logs the elapsed
 // training time. The duration counts the earlier runs of a resumed fit too.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "components/optim/option_checks.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"
@@ -47,49 +48,62 @@ class Timer : public Callback {
   bool per_step_;
 };
 
-// "DD:HH:MM:SS" (Lightning's format), or a mapping {days, hours, minutes, seconds}.
-absl::StatusOr<double> DurationSeconds(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(config::NodePtr node, cfg.Get<config::NodePtr>("duration"));
-  double seconds = 0;
+// "DD:HH:MM:SS" (Lightning's format), or a mapping {days, hours, minutes, seconds}, in seconds;
+// nothing when the value is neither.
+std::optional<double> DurationSeconds(const config::Node& duration) {
   const std::vector<std::pair<std::string, double>> units = {
       {"days", 86400}, {"hours", 3600}, {"minutes", 60}, {"seconds", 1}};
-  if (node->is_map()) {
-    KILN_ASSIGN_OR_RETURN(config::Config parts, cfg.Sub("duration"));
-    for (const auto& key : parts.Keys()) {
+  double seconds = 0;
+  if (duration.is_map()) {
+    for (const auto& [key, value] : duration.entries()) {
       auto unit = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == key; });
-      if (unit == units.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown key '", parts.FullKey(key),
-                                                       "' in a duration (days, hours, minutes, seconds)"));
-      }
-      KILN_ASSIGN_OR_RETURN(double value, GetNonNegative(parts, key));
-      seconds += value * unit->second;
+      bool number =
+          value->kind() == config::NodeKind::kInt || value->kind() == config::NodeKind::kFloat;
+      if (unit == units.end() || !number) return std::nullopt;
+      double amount = value->kind() == config::NodeKind::kInt ? static_cast<double>(value->as_int())
+                                                              : value->as_float();
+      if (!(amount >= 0)) return std::nullopt;
+      seconds += amount * unit->second;
     }
-  } else {
-    KILN_ASSIGN_OR_RETURN(std::string text, cfg.Get<std::string>("duration"));
-    std::vector<std::string> fields = absl::StrSplit(text, ':');
-    bool ok = fields.size() == 4;
-    for (size_t i = 0; ok && i < fields.size(); ++i) {
-      double value = 0;
-      ok = absl::SimpleAtod(fields[i], &value) && value >= 0;
-      seconds += value * units[i].second;
-    }
-    if (!ok) return BadOption(cfg, "duration", "must be \"DD:HH:MM:SS\" or {days, hours, minutes, seconds}");
+    return seconds;
   }
-  if (!(seconds > 0)) return BadOption(cfg, "duration", "must be longer than 0 seconds");
+  if (duration.kind() != config::NodeKind::kString) return std::nullopt;
+  std::vector<std::string> fields = absl::StrSplit(duration.as_string(), ':');
+  if (fields.size() != units.size()) return std::nullopt;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    double value = 0;
+    if (!absl::SimpleAtod(fields[i], &value) || !(value >= 0)) return std::nullopt;
+    seconds += value * units[i].second;
+  }
   return seconds;
 }
 
-KILN_REGISTER(Callback, "timer", "Stops training after a wall-clock duration; logs the elapsed time",
-              OptionSchema()
-                  .Required("duration", OptionType::kAny,
-                            "\"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}")
-                  .String("interval", "step", "check after every step (stop mid-epoch) or every epoch"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                KILN_ASSIGN_OR_RETURN(double seconds, DurationSeconds(cfg));
-                KILN_ASSIGN_OR_RETURN(std::string interval, cfg.Get<std::string>("interval"));
-                if (interval != "step" && interval != "epoch") return BadOption(cfg, "interval", "must be step or epoch");
-                return std::make_shared<Timer>(seconds, interval == "step");
-              });
+OptionCheck Duration() {
+  return {
+      "\"DD:HH:MM:SS\" or {days, hours, minutes, seconds} (numbers >= 0), longer than 0 seconds",
+      [](const config::Node& n) {
+        std::optional<double> seconds = DurationSeconds(n);
+        return seconds.has_value() && *seconds > 0;
+      }};
+}
+
+struct TimerOptions {
+  config::NodePtr duration;
+  std::string interval = "step";
+};
+
+using O = TimerOptions;
+KILN_REGISTER_BOUND(
+    Callback, "timer", "Stops training after a wall-clock duration; logs the elapsed time",
+    OptionBinding<O>()
+        .RequiredNode("duration", &O::duration, OptionType::kAny,
+                      "\"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}",
+                      Duration())
+        .Field("interval", &O::interval, "check after every step (stop mid-epoch) or every epoch",
+               OneOf({"step", "epoch"})),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+      return std::make_shared<Timer>(*DurationSeconds(*o.duration), o.interval == "step");
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "components/data/file_bytes.h"
 #include "components/data/image_data_module.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {
@@ -25,8 +24,8 @@ struct CifarLayout {
 
 class Cifar : public ImageDataModule {
  public:
-  Cifar(std::string root, CifarLayout layout, ImageDataOptions options)
-      : ImageDataModule(std::move(options)), root_(std::move(root)), layout_(std::move(layout)) {}
+  Cifar(std::string root, CifarLayout layout, ImageDataSetup setup)
+      : ImageDataModule(std::move(setup)), root_(std::move(root)), layout_(std::move(layout)) {}
 
   absl::Status PrepareData() override {
     // Names are optional: without the metadata file, predictions name classes by index.
@@ -87,36 +86,48 @@ class Cifar : public ImageDataModule {
   CifarLayout layout_;
 };
 
-KILN_REGISTER(DataModule, "cifar", "CIFAR-10 / CIFAR-100 binary batches (data_batch_N.bin, train.bin, ...)",
-              AddImageDataOptions(
-                  OptionSchema()
-                      .Required("root", OptionType::kString,
-                                "folder holding the .bin files (cifar-10-batches-bin or cifar-100-binary)")
-                      .String("variant", "cifar10", "cifar10 (10 classes) or cifar100 (100 fine / 20 coarse)")
-                      .String("label", "fine", "cifar100 only: fine (100 classes) or coarse (20 superclasses)")),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<DataModule>> {
-                KILN_ASSIGN_OR_RETURN(std::string root, cfg.Get<std::string>("root"));
-                KILN_ASSIGN_OR_RETURN(std::string variant, cfg.Get<std::string>("variant"));
-                KILN_ASSIGN_OR_RETURN(std::string label, cfg.Get<std::string>("label"));
-                CifarLayout layout;
-                if (variant == "cifar10") {
-                  for (int i = 1; i <= 5; ++i) layout.train_files.push_back(absl::StrCat("data_batch_", i, ".bin"));
-                  layout.test_files = {"test_batch.bin"};
-                  layout.names_file = "batches.meta.txt";
-                } else if (variant == "cifar100") {
-                  if (label != "fine" && label != "coarse") return BadOption(cfg, "label", "must be fine or coarse");
-                  layout.train_files = {"train.bin"};
-                  layout.test_files = {"test.bin"};
-                  layout.label_bytes = 2;
-                  layout.label_offset = label == "fine" ? 1 : 0;
-                  layout.num_classes = label == "fine" ? 100 : 20;
-                  layout.names_file = label + "_label_names.txt";
-                } else {
-                  return BadOption(cfg, "variant", "must be cifar10 or cifar100");
-                }
-                KILN_ASSIGN_OR_RETURN(ImageDataOptions options, ReadImageDataOptions(cfg));
-                return std::make_shared<Cifar>(std::move(root), std::move(layout), std::move(options));
-              });
+struct CifarOptions : ImageDataOptions {
+  std::string root;
+  std::string variant = "cifar10";
+  std::string label = "fine";
+};
+
+// Where the records and their class are, by variant and (cifar100) label.
+CifarLayout LayoutOf(const CifarOptions& o) {
+  CifarLayout layout;
+  if (o.variant == "cifar10") {
+    for (int i = 1; i <= 5; ++i)
+      layout.train_files.push_back(absl::StrCat("data_batch_", i, ".bin"));
+    layout.test_files = {"test_batch.bin"};
+    layout.names_file = "batches.meta.txt";
+    return layout;
+  }
+  layout.train_files = {"train.bin"};
+  layout.test_files = {"test.bin"};
+  layout.label_bytes = 2;
+  layout.label_offset = o.label == "fine" ? 1 : 0;
+  layout.num_classes = o.label == "fine" ? 100 : 20;
+  layout.names_file = o.label + "_label_names.txt";
+  return layout;
+}
+
+using O = CifarOptions;
+KILN_REGISTER_BOUND(
+    DataModule, "cifar", "CIFAR-10 / CIFAR-100 binary batches (data_batch_N.bin, train.bin, ...)",
+    AddImageDataOptions(
+        OptionBinding<O>()
+            .Required("root", &O::root,
+                      "folder holding the .bin files (cifar-10-batches-bin or cifar-100-binary)")
+            .Field("variant", &O::variant,
+                   "cifar10 (10 classes) or cifar100 (100 fine / 20 coarse)",
+                   OneOf({"cifar10", "cifar100"}))
+            .Field("label", &O::label,
+                   "cifar100 only: fine (100 classes) or coarse (20 superclasses)",
+                   OneOf({"fine", "coarse"}))),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
+      return std::make_shared<Cifar>(o.root, LayoutOf(o), std::move(setup));
+    });
 
 }  // namespace
 }  // namespace kiln::data

@@ -2,6 +2,7 @@
 // random factors, applied in a random order. The arithmetic follows torchvision's tensor
 // functional ops, truncation of uint8 results included, so the same factors give the same pixels.
 #include <array>
+#include <cmath>
 
 #include "components/data/image_ops.h"
 #include "components/data/option_values.h"
@@ -120,22 +121,40 @@ class ColorJitter : public Transform {
   JitterRanges ranges_;
 };
 
-KILN_REGISTER(Transform, "color_jitter",
-              "Random brightness, contrast, saturation and hue in random order (torchvision ColorJitter); "
-              "use before normalize",
-              OptionSchema()
-                  .Add("brightness", OptionType::kAny, "0", "v: factor in [max(0, 1-v), 1+v], or [low, high]")
-                  .Add("contrast", OptionType::kAny, "0", "v: factor in [max(0, 1-v), 1+v], or [low, high]")
-                  .Add("saturation", OptionType::kAny, "0", "v: factor in [max(0, 1-v), 1+v], or [low, high]")
-                  .Add("hue", OptionType::kAny, "0", "v in [0, 0.5]: hue shift in [-v, v], or [low, high]"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Transform>> {
-                JitterRanges r;
-                KILN_ASSIGN_OR_RETURN(r.brightness, GetRange(cfg, "brightness", 1, 0, HUGE_VAL));
-                KILN_ASSIGN_OR_RETURN(r.contrast, GetRange(cfg, "contrast", 1, 0, HUGE_VAL));
-                KILN_ASSIGN_OR_RETURN(r.saturation, GetRange(cfg, "saturation", 1, 0, HUGE_VAL));
-                KILN_ASSIGN_OR_RETURN(r.hue, GetRange(cfg, "hue", 0, -0.5, 0.5));
-                return std::make_shared<ColorJitter>(r);
-              });
+struct ColorJitterOptions {
+  config::NodePtr brightness = config::Node::Int(0);
+  config::NodePtr contrast = config::Node::Int(0);
+  config::NodePtr saturation = config::Node::Int(0);
+  config::NodePtr hue = config::Node::Int(0);
+};
+
+// Factors around 1 (brightness, contrast, saturation) and hue shifts around 0, by half a turn at
+// most.
+const RangeOption kFactor(1, 0, HUGE_VAL);
+const RangeOption kHueShift(0, -0.5, 0.5);
+
+using O = ColorJitterOptions;
+KILN_REGISTER_BOUND(Transform, "color_jitter",
+                    "Random brightness, contrast, saturation and hue in random order (torchvision "
+                    "ColorJitter); use before normalize",
+                    OptionBinding<O>()
+                        .Node("brightness", &O::brightness, OptionType::kAny,
+                              "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
+                        .Node("contrast", &O::contrast, OptionType::kAny,
+                              "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
+                        .Node("saturation", &O::saturation, OptionType::kAny,
+                              "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
+                        .Node("hue", &O::hue, OptionType::kAny,
+                              "v in [0, 0.5]: hue shift in [-v, v], or [low, high]",
+                              kHueShift.check()),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
+                      JitterRanges r;
+                      r.brightness = kFactor.Of(*o.brightness);
+                      r.contrast = kFactor.Of(*o.contrast);
+                      r.saturation = kFactor.Of(*o.saturation);
+                      r.hue = kHueShift.Of(*o.hue);
+                      return std::make_shared<ColorJitter>(r);
+                    });
 
 }  // namespace
 }  // namespace kiln::data

@@ -53,7 +53,8 @@ struct IdxFiles {
 
 class IdxImages : public ImageDataModule {
  public:
-  IdxImages(IdxFiles files, ImageDataOptions options) : ImageDataModule(std::move(options)), files_(std::move(files)) {}
+  IdxImages(IdxFiles files, ImageDataSetup setup)
+      : ImageDataModule(std::move(setup)), files_(std::move(files)) {}
 
  protected:
   absl::StatusOr<DatasetMaker> LoadTraining() override { return Load(files_.train_images, files_.train_labels); }
@@ -75,24 +76,29 @@ class IdxImages : public ImageDataModule {
   IdxFiles files_;
 };
 
-KILN_REGISTER(DataModule, "idx_images", "Images and labels in IDX files (MNIST, Fashion-MNIST), gzip or raw",
-              AddImageDataOptions(
-                  OptionSchema()
-                      .Required("root", OptionType::kString, "folder holding the four IDX files")
-                      .String("train_images", "train-images-idx3-ubyte.gz", "training images file")
-                      .String("train_labels", "train-labels-idx1-ubyte.gz", "training labels file")
-                      .String("test_images", "t10k-images-idx3-ubyte.gz", "test images file")
-                      .String("test_labels", "t10k-labels-idx1-ubyte.gz", "test labels file")),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<DataModule>> {
-                IdxFiles f;
-                KILN_ASSIGN_OR_RETURN(f.root, cfg.Get<std::string>("root"));
-                KILN_ASSIGN_OR_RETURN(f.train_images, cfg.Get<std::string>("train_images"));
-                KILN_ASSIGN_OR_RETURN(f.train_labels, cfg.Get<std::string>("train_labels"));
-                KILN_ASSIGN_OR_RETURN(f.test_images, cfg.Get<std::string>("test_images"));
-                KILN_ASSIGN_OR_RETURN(f.test_labels, cfg.Get<std::string>("test_labels"));
-                KILN_ASSIGN_OR_RETURN(ImageDataOptions options, ReadImageDataOptions(cfg));
-                return std::make_shared<IdxImages>(std::move(f), std::move(options));
-              });
+struct IdxImagesOptions : ImageDataOptions {
+  std::string root;
+  std::string train_images = "train-images-idx3-ubyte.gz";
+  std::string train_labels = "train-labels-idx1-ubyte.gz";
+  std::string test_images = "t10k-images-idx3-ubyte.gz";
+  std::string test_labels = "t10k-labels-idx1-ubyte.gz";
+};
+
+using O = IdxImagesOptions;
+KILN_REGISTER_BOUND(
+    DataModule, "idx_images", "Images and labels in IDX files (MNIST, Fashion-MNIST), gzip or raw",
+    AddImageDataOptions(OptionBinding<O>()
+                            .Required("root", &O::root, "folder holding the four IDX files")
+                            .Field("train_images", &O::train_images, "training images file")
+                            .Field("train_labels", &O::train_labels, "training labels file")
+                            .Field("test_images", &O::test_images, "test images file")
+                            .Field("test_labels", &O::test_labels, "test labels file")),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
+      return std::make_shared<IdxImages>(
+          IdxFiles{o.root, o.train_images, o.train_labels, o.test_images, o.test_labels},
+          std::move(setup));
+    });
 
 }  // namespace
 }  // namespace kiln::data

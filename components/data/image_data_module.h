@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
@@ -14,17 +15,46 @@
 
 namespace kiln::data {
 
+// The split, loader and transform options each image data module declares; its options struct
+// derives from this one.
 struct ImageDataOptions {
+  double val_fraction = 0.1;
+  int64_t split_seed = 1234;
+  int64_t batch_size = 128;
+  int num_workers = 2;
+  int prefetch = 4;
+  config::Config transforms;  // {train: [...], eval: [...]}; null: none
+};
+
+// Declares val_fraction, split_seed, batch_size, num_workers, prefetch and transforms on S, after
+// the options `binding` already has.
+template <typename S>
+OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
+  static_assert(std::is_base_of_v<ImageDataOptions, S>);
+  using D = ImageDataOptions;
+  return binding
+      .Field("val_fraction", static_cast<double S::*>(&D::val_fraction),
+             "share of the training set held out for validation", InHalfOpenRange(0, 1))
+      .Field("split_seed", static_cast<int64_t S::*>(&D::split_seed), "seed of the train/val split")
+      .Field("batch_size", static_cast<int64_t S::*>(&D::batch_size), "samples per batch",
+             AtLeast(1))
+      .Field("num_workers", static_cast<int S::*>(&D::num_workers),
+             "threads loading batches (0: load on the training thread)", AtLeast(0))
+      .Field("prefetch", static_cast<int S::*>(&D::prefetch), "batches loaded ahead at most",
+             AtLeast(1))
+      .Node("transforms", static_cast<config::Config S::*>(&D::transforms), OptionType::kMap,
+            "{train: [...], eval: [...]} transform lists");
+}
+
+// What an ImageDataModule runs with: the split, the loader and the transforms, built.
+struct ImageDataSetup {
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
   LoaderOptions loader;
   TransformPipeline train_transforms, eval_transforms;
-};
 
-// Declares val_fraction, split_seed, batch_size, num_workers, prefetch and transforms.
-OptionSchema& AddImageDataOptions(OptionSchema& schema);
-// Reads and checks what AddImageDataOptions declared.
-absl::StatusOr<ImageDataOptions> ReadImageDataOptions(const config::Config& cfg);
+  static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options);
+};
 
 // Images [N, C, H, W] (uint8) and int64 labels [N] in memory; without transforms an image
 // becomes float in [0, 1].
@@ -43,14 +73,14 @@ class TensorImageDataset : public Dataset {
 // predict: LoadPredict() (by default the test set).
 class ImageDataModule : public DataModule {
  public:
-  explicit ImageDataModule(ImageDataOptions options) : options_(std::move(options)) {}
+  explicit ImageDataModule(ImageDataSetup setup) : setup_(std::move(setup)) {}
 
   absl::Status Setup(Stage stage) override;
   std::shared_ptr<const Dataset> train_dataset() const override { return train_; }
   std::shared_ptr<const Dataset> val_dataset() const override { return val_; }
   std::shared_ptr<const Dataset> test_dataset() const override { return test_; }
   std::shared_ptr<const Dataset> predict_dataset() const override { return predict_; }
-  LoaderOptions loader_options() const override { return options_.loader; }
+  LoaderOptions loader_options() const override { return setup_.loader; }
   std::vector<std::string> class_names() const override { return class_names_; }
 
  protected:
@@ -67,7 +97,7 @@ class ImageDataModule : public DataModule {
   virtual absl::StatusOr<DatasetMaker> LoadPredict() { return LoadTest(); }
 
  private:
-  ImageDataOptions options_;
+  ImageDataSetup setup_;
   std::vector<std::string> class_names_;
   std::shared_ptr<const Dataset> train_, val_, test_, predict_;
 };

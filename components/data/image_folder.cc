@@ -110,7 +110,8 @@ absl::StatusOr<std::vector<std::string>> ClassFolders(const std::string& root) {
   return names;
 }
 
-struct ImageFolderOptions {
+// Where an image folder's images are and how they are decoded.
+struct ImageFolderLayout {
   std::string root, test_root;
   std::vector<std::string> classes;  // empty: the sorted sub-folders of root
   DecodeOptions decode;
@@ -118,8 +119,8 @@ struct ImageFolderOptions {
 
 class ImageFolder : public ImageDataModule {
  public:
-  ImageFolder(ImageFolderOptions options, ImageDataOptions common)
-      : ImageDataModule(std::move(common)), options_(std::move(options)) {}
+  ImageFolder(ImageFolderLayout layout, ImageDataSetup setup)
+      : ImageDataModule(std::move(setup)), options_(std::move(layout)) {}
 
   absl::Status PrepareData() override {
     if (!options_.classes.empty()) {
@@ -180,35 +181,41 @@ class ImageFolder : public ImageDataModule {
     };
   }
 
-  ImageFolderOptions options_;
+  ImageFolderLayout options_;
 };
 
-KILN_REGISTER(DataModule, "image_folder", "Images in one folder per class (torchvision ImageFolder), decoded with OpenCV",
-              AddImageDataOptions(
-                  OptionSchema()
-                      .Required("root", OptionType::kString,
-                                "folder of class folders (ROOT/CLASS/IMAGE); train and val are split from it")
-                      .Add("test_root", OptionType::kString, "null",
-                           "folder of the same class folders for the test split (null: no test split)")
-                      .Add("classes", OptionType::kList, "null",
-                           "class names in index order (null: the sorted sub-folders of root)")
-                      .Add("size", OptionType::kAny, "null",
-                           "resize every image to [height, width] (or a side for squares) when decoding; "
-                           "null keeps sizes (then they must all match to be batched)")
-                      .Bool("grayscale", false, "decode as one grayscale channel instead of RGB")),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<DataModule>> {
-                ImageFolderOptions o;
-                KILN_ASSIGN_OR_RETURN(o.root, cfg.Get<std::string>("root"));
-                KILN_ASSIGN_OR_RETURN(o.test_root, cfg.GetOr<std::string>("test_root", ""));
-                KILN_ASSIGN_OR_RETURN(o.classes, cfg.GetOr<std::vector<std::string>>("classes", {}));
-                KILN_ASSIGN_OR_RETURN(o.decode.grayscale, cfg.Get<bool>("grayscale"));
-                if (cfg.Has("size") && !cfg.Get<config::NodePtr>("size").value()->is_null()) {
-                  KILN_ASSIGN_OR_RETURN(auto size, GetImageSize(cfg, "size"));
-                  std::tie(o.decode.height, o.decode.width) = size;
-                }
-                KILN_ASSIGN_OR_RETURN(ImageDataOptions common, ReadImageDataOptions(cfg));
-                return std::make_shared<ImageFolder>(std::move(o), std::move(common));
-              });
+struct ImageFolderOptions : ImageDataOptions {
+  std::string root;
+  std::optional<std::string> test_root;
+  std::optional<std::vector<std::string>> classes;
+  std::optional<ImageSize> size;
+  bool grayscale = false;
+};
+
+using O = ImageFolderOptions;
+KILN_REGISTER_BOUND(
+    DataModule, "image_folder",
+    "Images in one folder per class (torchvision ImageFolder), decoded with OpenCV",
+    AddImageDataOptions(
+        OptionBinding<O>()
+            .Required("root", &O::root,
+                      "folder of class folders (ROOT/CLASS/IMAGE); train and val are split from it")
+            .Field("test_root", &O::test_root,
+                   "folder of the same class folders for the test split (null: no test split)")
+            .Field("classes", &O::classes,
+                   "class names in index order (null: the sorted sub-folders of root)")
+            .Field("size", &O::size,
+                   "resize every image to [height, width] (or a side for squares) when decoding; "
+                   "null keeps sizes (then they must all match to be batched)")
+            .Field("grayscale", &O::grayscale, "decode as one grayscale channel instead of RGB")),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
+      ImageSize size = o.size.value_or(ImageSize{});  // 0 x 0: keep each image's size
+      ImageFolderLayout layout{o.root, o.test_root.value_or(""),
+                               o.classes.value_or(std::vector<std::string>{}),
+                               DecodeOptions{o.grayscale, size.height, size.width}};
+      return std::make_shared<ImageFolder>(std::move(layout), std::move(setup));
+    });
 
 }  // namespace
 }  // namespace kiln::data

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "components/data/image_ops.h"
 #include "components/data/option_values.h"
-#include "components/optim/option_checks.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 
@@ -60,21 +59,31 @@ class RandomResizedCrop : public Transform {
   std::pair<double, double> scale_, ratio_;
 };
 
-KILN_REGISTER(Transform, "random_resized_crop",
-              "Crop of random area and aspect ratio, resized to size (torchvision RandomResizedCrop)",
-              OptionSchema()
-                  .Required("size", OptionType::kAny, "output [height, width], or one side for a square")
-                  .Add("scale", OptionType::kList, "[0.08, 1.0]", "[low, high] share of the image area to crop")
-                  .Add("ratio", OptionType::kList, "[0.75, 1.3333333333333333]",
-                       "[low, high] aspect ratio (width / height) of the crop, drawn log-uniformly"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Transform>> {
-                KILN_ASSIGN_OR_RETURN(auto size, GetImageSize(cfg, "size"));
-                KILN_ASSIGN_OR_RETURN(auto scale, GetRange(cfg, "scale", 0, 0, 1));
-                KILN_ASSIGN_OR_RETURN(auto ratio, GetRange(cfg, "ratio", 1, 0, HUGE_VAL));
-                if (!(scale.second > 0)) return BadOption(cfg, "scale", "must allow a non-empty crop");
-                if (!(ratio.first > 0)) return BadOption(cfg, "ratio", "must be > 0");
-                return std::make_shared<RandomResizedCrop>(size, scale, ratio);
-              });
+struct RandomResizedCropOptions {
+  ImageSize size;
+  std::pair<double, double> scale = {0.08, 1.0};
+  std::pair<double, double> ratio = {0.75, 1.3333333333333333};
+};
+
+using O = RandomResizedCropOptions;
+KILN_REGISTER_BOUND(
+    Transform, "random_resized_crop",
+    "Crop of random area and aspect ratio, resized to size (torchvision RandomResizedCrop)",
+    OptionBinding<O>()
+        .Required("size", &O::size, "output [height, width], or one side for a square")
+        .Field("scale", &O::scale, "[low, high] share of the image area to crop",
+               PairCheck("[low, high] within [0, 1] with low <= high and high > 0",
+                         [](double low, double high) {
+                           return 0 <= low && low <= high && high <= 1 && high > 0;
+                         }))
+        .Field("ratio", &O::ratio,
+               "[low, high] aspect ratio (width / height) of the crop, drawn log-uniformly",
+               PairCheck("[low, high] with 0 < low <= high",
+                         [](double low, double high) { return 0 < low && low <= high; })),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
+      return std::make_shared<RandomResizedCrop>(std::make_pair(o.size.height, o.size.width),
+                                                 o.scale, o.ratio);
+    });
 
 }  // namespace
 }  // namespace kiln::data

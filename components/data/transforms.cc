@@ -84,70 +84,76 @@ class Resize : public Transform {
   int64_t height_, width_;
 };
 
-absl::Status Positive(const config::Config& cfg, const char* key, int64_t value) {
-  if (value > 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey(key), "' must be positive, got ", value,
-                                                 " (set at ", cfg.WhereSet(key), ")"));
-}
+KILN_REGISTER_BOUND(Transform, "to_tensor", "uint8 image -> float [C, H, W] in [0, 1]",
+                    OptionBinding<NoOptions>(),
+                    [](const NoOptions&) -> TransformOr { return std::make_shared<ToTensor>(); });
 
-KILN_REGISTER(Transform, "to_tensor", "uint8 image -> float [C, H, W] in [0, 1]", OptionSchema(),
-              [](const config::Config&) -> TransformOr { return std::make_shared<ToTensor>(); });
+struct NormalizeOptions {
+  std::vector<double> mean, std;
+};
 
-KILN_REGISTER(Transform, "normalize", "(x - mean) / std per channel",
-              OptionSchema()
-                  .Required("mean", OptionType::kList, "per-channel mean")
-                  .Required("std", OptionType::kList, "per-channel standard deviation"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(auto mean, cfg.Get<std::vector<double>>("mean"));
-                KILN_ASSIGN_OR_RETURN(auto std, cfg.Get<std::vector<double>>("std"));
-                if (mean.size() != std.size() || mean.empty()) {
-                  return absl::InvalidArgumentError(absl::StrCat("'", cfg.FullKey("mean"), "' and '",
-                                                                 cfg.FullKey("std"),
-                                                                 "' need the same, non-zero number of channels"));
-                }
-                for (double s : std) {
-                  if (s <= 0) return absl::InvalidArgumentError(absl::StrCat("'", cfg.FullKey("std"), "' must be positive"));
-                }
-                return std::make_shared<Normalize>(mean, std);
-              });
+KILN_REGISTER_BOUND(Transform, "normalize", "(x - mean) / std per channel",
+                    OptionBinding<NormalizeOptions>()
+                        .Required("mean", &NormalizeOptions::mean, "per-channel mean", NonEmpty())
+                        .Required("std", &NormalizeOptions::std, "per-channel standard deviation",
+                                  Each(GreaterThan(0))),
+                    [](const NormalizeOptions& o, const OptionContext& context) -> TransformOr {
+                      if (o.std.size() != o.mean.size()) {
+                        return context.Refuse(
+                            "std", absl::StrCat("as many numbers as mean (", o.mean.size(), ")"));
+                      }
+                      return std::make_shared<Normalize>(o.mean, o.std);
+                    });
 
-KILN_REGISTER(Transform, "random_crop", "Random size x size crop after zero padding",
-              OptionSchema()
-                  .Required("size", OptionType::kInt, "output height and width")
-                  .Int("padding", 0, "zeros added on each side first"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(int64_t size, cfg.Get<int64_t>("size"));
-                KILN_ASSIGN_OR_RETURN(int64_t padding, cfg.Get<int64_t>("padding"));
-                KILN_RETURN_IF_ERROR(Positive(cfg, "size", size));
-                return std::make_shared<RandomCrop>(size, padding);
-              });
+struct RandomCropOptions {
+  int64_t size = 0;
+  int64_t padding = 0;
+};
 
-KILN_REGISTER(Transform, "center_crop", "Central size x size crop",
-              OptionSchema().Required("size", OptionType::kInt, "output height and width"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(int64_t size, cfg.Get<int64_t>("size"));
-                KILN_RETURN_IF_ERROR(Positive(cfg, "size", size));
-                return std::make_shared<CenterCrop>(size);
-              });
+KILN_REGISTER_BOUND(Transform, "random_crop", "Random size x size crop after zero padding",
+                    OptionBinding<RandomCropOptions>()
+                        .Required("size", &RandomCropOptions::size, "output height and width",
+                                  AtLeast(1))
+                        .Field("padding", &RandomCropOptions::padding,
+                               "zeros added on each side first"),
+                    [](const RandomCropOptions& o) -> TransformOr {
+                      return std::make_shared<RandomCrop>(o.size, o.padding);
+                    });
 
-KILN_REGISTER(Transform, "horizontal_flip", "Mirror left-right with probability p",
-              OptionSchema().Float("p", 0.5, "probability of flipping"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(double p, cfg.Get<double>("p"));
-                return std::make_shared<HorizontalFlip>(p);
-              });
+struct CenterCropOptions {
+  int64_t size = 0;
+};
 
-KILN_REGISTER(Transform, "resize", "Bilinear resize to height x width",
-              OptionSchema()
-                  .Required("height", OptionType::kInt, "output height")
-                  .Required("width", OptionType::kInt, "output width"),
-              [](const config::Config& cfg) -> TransformOr {
-                KILN_ASSIGN_OR_RETURN(int64_t h, cfg.Get<int64_t>("height"));
-                KILN_ASSIGN_OR_RETURN(int64_t w, cfg.Get<int64_t>("width"));
-                KILN_RETURN_IF_ERROR(Positive(cfg, "height", h));
-                KILN_RETURN_IF_ERROR(Positive(cfg, "width", w));
-                return std::make_shared<Resize>(h, w);
-              });
+KILN_REGISTER_BOUND(Transform, "center_crop", "Central size x size crop",
+                    OptionBinding<CenterCropOptions>().Required("size", &CenterCropOptions::size,
+                                                                "output height and width",
+                                                                AtLeast(1)),
+                    [](const CenterCropOptions& o) -> TransformOr {
+                      return std::make_shared<CenterCrop>(o.size);
+                    });
+
+struct HorizontalFlipOptions {
+  double p = 0.5;
+};
+
+KILN_REGISTER_BOUND(Transform, "horizontal_flip", "Mirror left-right with probability p",
+                    OptionBinding<HorizontalFlipOptions>().Field("p", &HorizontalFlipOptions::p,
+                                                                 "probability of flipping"),
+                    [](const HorizontalFlipOptions& o) -> TransformOr {
+                      return std::make_shared<HorizontalFlip>(o.p);
+                    });
+
+struct ResizeOptions {
+  int64_t height = 0, width = 0;
+};
+
+KILN_REGISTER_BOUND(Transform, "resize", "Bilinear resize to height x width",
+                    OptionBinding<ResizeOptions>()
+                        .Required("height", &ResizeOptions::height, "output height", AtLeast(1))
+                        .Required("width", &ResizeOptions::width, "output width", AtLeast(1)),
+                    [](const ResizeOptions& o) -> TransformOr {
+                      return std::make_shared<Resize>(o.height, o.width);
+                    });
 
 }  // namespace
 }  // namespace kiln::data

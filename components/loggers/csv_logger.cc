@@ -44,12 +44,17 @@ class CsvLogger : public MetricsLogger {
   std::set<std::string> columns_;
 };
 
-KILN_REGISTER(MetricsLogger, "csv", "metrics.csv: a row per logged step, a column per metric",
-              OptionSchema().String("save_dir", ".", "folder for metrics.csv"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
-                KILN_ASSIGN_OR_RETURN(std::string dir, cfg.Get<std::string>("save_dir"));
-                return std::make_shared<CsvLogger>(dir);
-              });
+struct CsvLoggerOptions {
+  std::string save_dir = ".";
+};
+
+KILN_REGISTER_BOUND(MetricsLogger, "csv", "metrics.csv: a row per logged step, a column per metric",
+                    OptionBinding<CsvLoggerOptions>().Field("save_dir", &CsvLoggerOptions::save_dir,
+                                                            "folder for metrics.csv"),
+                    [](const CsvLoggerOptions& o)
+                        -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
+                      return std::make_shared<CsvLogger>(o.save_dir);
+                    });
 
 }  // namespace
 }  // namespace kiln

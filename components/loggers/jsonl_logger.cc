@@ -28,12 +28,17 @@ class JsonlLogger : public MetricsLogger {
   AppendingFile file_;
 };
 
-KILN_REGISTER(MetricsLogger, "jsonl", "metrics.jsonl: one JSON object per logged row",
-              OptionSchema().String("save_dir", ".", "folder for metrics.jsonl"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
-                KILN_ASSIGN_OR_RETURN(std::string dir, cfg.Get<std::string>("save_dir"));
-                return std::make_shared<JsonlLogger>(dir);
-              });
+struct JsonlLoggerOptions {
+  std::string save_dir = ".";
+};
+
+KILN_REGISTER_BOUND(
+    MetricsLogger, "jsonl", "metrics.jsonl: one JSON object per logged row",
+    OptionBinding<JsonlLoggerOptions>().Field("save_dir", &JsonlLoggerOptions::save_dir,
+                                              "folder for metrics.jsonl"),
+    [](const JsonlLoggerOptions& o) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
+      return std::make_shared<JsonlLogger>(o.save_dir);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -40,12 +40,17 @@ class TensorBoardLogger : public MetricsLogger {
   AppendingFile file_;
 };
 
-KILN_REGISTER(MetricsLogger, "tensorboard", "TensorBoard event file with a scalar summary per metric",
-              OptionSchema().String("save_dir", ".", "folder for the events.out.tfevents.* file"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
-                KILN_ASSIGN_OR_RETURN(std::string dir, cfg.Get<std::string>("save_dir"));
-                return std::make_shared<TensorBoardLogger>(dir);
-              });
+struct TensorBoardLoggerOptions {
+  std::string save_dir = ".";
+};
+
+KILN_REGISTER_BOUND(
+    MetricsLogger, "tensorboard", "TensorBoard event file with a scalar summary per metric",
+    OptionBinding<TensorBoardLoggerOptions>().Field("save_dir", &TensorBoardLoggerOptions::save_dir,
+                                                    "folder for the events.out.tfevents.* file"),
+    [](const TensorBoardLoggerOptions& o) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
+      return std::make_shared<TensorBoardLogger>(o.save_dir);
+    });
 
 }  // namespace
 }  // namespace kiln

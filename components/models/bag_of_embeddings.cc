@@ -64,33 +64,23 @@ class BagOfEmbeddings : public Model {
   BagOptions o_;
 };
 
-KILN_REGISTER(Model, "bag_of_embeddings",
-              "fastText-style classifier: mean of token (and hashed bigram) embeddings, optional "
-              "hidden layer, linear head",
-              OptionSchema()
-                  .Required("vocab_size", OptionType::kInt,
-                            "token ids are below it (the tokenizer's vocab_size)")
-                  .Required("num_classes", OptionType::kInt, "number of classes")
-                  .Int("dim", 64, "embedding width")
-                  .Int("hidden", 0, "width of a ReLU hidden layer (0: none, as fastText)")
-                  .Int("ngram_buckets", 0, "hash buckets for bigram embeddings (0: unigrams only)")
-                  .Float("dropout", 0.0, "dropout before the head"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                BagOptions o;
-                KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
-                KILN_ASSIGN_OR_RETURN(o.num_classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(o.dim, cfg.Get<int64_t>("dim"));
-                KILN_ASSIGN_OR_RETURN(o.hidden, cfg.Get<int64_t>("hidden"));
-                KILN_ASSIGN_OR_RETURN(o.ngram_buckets, cfg.Get<int64_t>("ngram_buckets"));
-                KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
-                if (o.vocab_size < 2 || o.num_classes < 2 || o.dim < 1 || o.hidden < 0 ||
-                    o.ngram_buckets < 0) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "model 'bag_of_embeddings' (", cfg.prefix(),
-                      "): vocab_size and num_classes must be at least 2, dim positive"));
-                }
-                return std::make_shared<BagOfEmbeddings>(o);
-              });
+using O = BagOptions;
+KILN_REGISTER_BOUND(Model, "bag_of_embeddings",
+                    "fastText-style classifier: mean of token (and hashed bigram) embeddings, "
+                    "optional hidden layer, linear head",
+                    OptionBinding<O>()
+                        .Required("vocab_size", &O::vocab_size,
+                                  "token ids are below it (the tokenizer's vocab_size)", AtLeast(2))
+                        .Required("num_classes", &O::num_classes, "number of classes", AtLeast(2))
+                        .Field("dim", &O::dim, "embedding width", AtLeast(1))
+                        .Field("hidden", &O::hidden,
+                               "width of a ReLU hidden layer (0: none, as fastText)", AtLeast(0))
+                        .Field("ngram_buckets", &O::ngram_buckets,
+                               "hash buckets for bigram embeddings (0: unigrams only)", AtLeast(0))
+                        .Field("dropout", &O::dropout, "dropout before the head"),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+                      return std::make_shared<BagOfEmbeddings>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -40,28 +40,35 @@ class Cnn : public Model {
   double dropout_;
 };
 
-KILN_REGISTER(Model, "cnn", "Small CNN: conv-BN-ReLU-pool blocks, then two fully connected layers",
-              OptionSchema()
-                  .Int("in_channels", 1, "channels of the input images")
-                  .Add("channels", OptionType::kList, "[32, 64]", "output channels of each conv block")
-                  .Int("input_size", 28, "height and width of the (square) input images")
-                  .Int("hidden", 128, "width of the first fully connected layer")
-                  .Required("num_classes", OptionType::kInt, "number of outputs")
-                  .Float("dropout", 0.0, "dropout before the last layer"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_channels"));
-                KILN_ASSIGN_OR_RETURN(auto channels, cfg.Get<std::vector<int64_t>>("channels"));
-                KILN_ASSIGN_OR_RETURN(int64_t size, cfg.Get<int64_t>("input_size"));
-                KILN_ASSIGN_OR_RETURN(int64_t hidden, cfg.Get<int64_t>("hidden"));
-                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
-                if (size >> channels.size() < 1) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "option '", cfg.FullKey("input_size"), "' = ", size, " is too small for ",
-                      channels.size(), " pooling blocks (set at ", cfg.WhereSet("input_size"), ")"));
-                }
-                return std::make_shared<Cnn>(in, channels, size, hidden, classes, dropout);
-              });
+struct CnnOptions {
+  int64_t in_channels = 1;
+  std::vector<int64_t> channels = {32, 64};
+  int64_t input_size = 28;
+  int64_t hidden = 128;
+  int64_t num_classes = 0;
+  double dropout = 0.0;
+};
+
+using O = CnnOptions;
+KILN_REGISTER_BOUND(
+    Model, "cnn", "Small CNN: conv-BN-ReLU-pool blocks, then two fully connected layers",
+    OptionBinding<O>()
+        .Field("in_channels", &O::in_channels, "channels of the input images")
+        .Field("channels", &O::channels, "output channels of each conv block")
+        .Field("input_size", &O::input_size, "height and width of the (square) input images")
+        .Field("hidden", &O::hidden, "width of the first fully connected layer")
+        .Required("num_classes", &O::num_classes, "number of outputs")
+        .Field("dropout", &O::dropout, "dropout before the last layer"),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      // Each block halves the side; at least one pixel must be left.
+      if (o.input_size >> o.channels.size() < 1) {
+        return context.Refuse("input_size",
+                              absl::StrCat("at least ", int64_t{1} << o.channels.size(), " for ",
+                                           o.channels.size(), " pooling blocks"));
+      }
+      return std::make_shared<Cnn>(o.in_channels, o.channels, o.input_size, o.hidden, o.num_classes,
+                                   o.dropout);
+    });
 
 }  // namespace
 }  // namespace kiln

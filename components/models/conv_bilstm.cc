@@ -100,49 +100,29 @@ class ConvBiLstm : public SequenceModel {
   torch::nn::Linear head_{nullptr};
 };
 
-KILN_REGISTER(
+using O = ConvBiLstmOptions;
+KILN_REGISTER_BOUND(
     Model, "conv_bilstm",
     "CTC acoustic model: convolutional front-end, bidirectional LSTM over the real frames, "
     "per-frame logits [B, frames', classes]",
-    OptionSchema()
-        .Required("features", OptionType::kInt, "feature size F of the input [B, frames, F]")
-        .Int("channels", 32, "channels of the front-end convolutions")
-        .Add("time_strides", OptionType::kList, "[2, 1]",
-             "one 3x3 convolution per entry, striding time by it (frequency by 2)")
-        .Int("hidden", 256, "LSTM units per direction")
-        .Int("layers", 3, "LSTM layers")
-        .Float("dropout", 0.2, "dropout between LSTM layers and before the output layer")
-        .Bool("batch_norm", true,
-              "batch normalization after each convolution (DeepSpeech 2; shortens CTC's "
-              "all-blank plateau)")
-        .Required("num_classes", OptionType::kInt,
-                  "outputs per frame: the tokenizer's vocabulary (id 0, <pad>, is the CTC blank)"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-      ConvBiLstmOptions o;
-      KILN_ASSIGN_OR_RETURN(o.features, cfg.Get<int64_t>("features"));
-      KILN_ASSIGN_OR_RETURN(o.channels, cfg.Get<int64_t>("channels"));
-      KILN_ASSIGN_OR_RETURN(o.time_strides, cfg.Get<std::vector<int64_t>>("time_strides"));
-      KILN_ASSIGN_OR_RETURN(o.hidden, cfg.Get<int64_t>("hidden"));
-      KILN_ASSIGN_OR_RETURN(o.layers, cfg.Get<int64_t>("layers"));
-      KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
-      KILN_ASSIGN_OR_RETURN(o.num_classes, cfg.Get<int64_t>("num_classes"));
-      KILN_ASSIGN_OR_RETURN(o.batch_norm, cfg.Get<bool>("batch_norm"));
-      for (int64_t s : o.time_strides) {
-        if (s < 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "option '", cfg.FullKey("time_strides"), "' must hold positive integers (set at ",
-              cfg.WhereSet("time_strides"), ")"));
-        }
-      }
-      if (o.features < 1 || o.channels < 1 || o.hidden < 1 || o.layers < 1 || o.num_classes < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", cfg.prefix(),
-            "': needs features, channels, hidden and layers >= 1 and num_classes >= 2"));
-      }
-      if (o.dropout < 0 || o.dropout >= 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("dropout"), "' must be in [0, 1)"));
-      }
+    OptionBinding<O>()
+        .Required("features", &O::features, "feature size F of the input [B, frames, F]",
+                  AtLeast(1))
+        .Field("channels", &O::channels, "channels of the front-end convolutions", AtLeast(1))
+        .Field("time_strides", &O::time_strides,
+               "one 3x3 convolution per entry, striding time by it (frequency by 2)",
+               Each(AtLeast(1)))
+        .Field("hidden", &O::hidden, "LSTM units per direction", AtLeast(1))
+        .Field("layers", &O::layers, "LSTM layers", AtLeast(1))
+        .Field("dropout", &O::dropout, "dropout between LSTM layers and before the output layer",
+               InHalfOpenRange(0, 1))
+        .Field("batch_norm", &O::batch_norm,
+               "batch normalization after each convolution (DeepSpeech 2; shortens CTC's all-blank "
+               "plateau)")
+        .Required("num_classes", &O::num_classes,
+                  "outputs per frame: the tokenizer's vocabulary (id 0, <pad>, is the CTC blank)",
+                  AtLeast(2)),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
       return std::make_shared<ConvBiLstm>(o);
     });
 

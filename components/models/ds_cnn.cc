@@ -58,37 +58,32 @@ class DsCnn : public Model {
   double dropout_;
 };
 
-KILN_REGISTER(
+struct DsCnnOptions {
+  int64_t channels = 64;
+  int64_t blocks = 4;
+  std::pair<int64_t, int64_t> kernel = {10, 4};
+  std::pair<int64_t, int64_t> stride = {2, 2};
+  int64_t num_classes = 0;
+  double dropout = 0.2;
+};
+
+using O = DsCnnOptions;
+KILN_REGISTER_BOUND(
     Model, "ds_cnn",
     "Depthwise-separable CNN keyword spotter (Hello Edge DS-CNN) over features [B, frames, F]",
-    OptionSchema()
-        .Int("channels", 64, "channels of every layer")
-        .Int("blocks", 4, "depthwise-separable blocks")
-        .Add("kernel", OptionType::kList, "[10, 4]", "first convolution's kernel [time, frequency]")
-        .Add("stride", OptionType::kList, "[2, 2]", "first convolution's stride [time, frequency]")
-        .Required("num_classes", OptionType::kInt, "number of outputs")
-        .Float("dropout", 0.2, "dropout before the classifier"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-      KILN_ASSIGN_OR_RETURN(int64_t channels, cfg.Get<int64_t>("channels"));
-      KILN_ASSIGN_OR_RETURN(int64_t blocks, cfg.Get<int64_t>("blocks"));
-      KILN_ASSIGN_OR_RETURN(auto kernel, cfg.Get<std::vector<int64_t>>("kernel"));
-      KILN_ASSIGN_OR_RETURN(auto stride, cfg.Get<std::vector<int64_t>>("stride"));
-      KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-      KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
-      for (const char* key : {"kernel", "stride"}) {
-        const auto& v = std::string(key) == "kernel" ? kernel : stride;
-        if (v.size() != 2 || v[0] < 1 || v[1] < 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("option '", cfg.FullKey(key),
-                           "' must be two positive integers [time, frequency] (set at ",
-                           cfg.WhereSet(key), ")"));
-        }
-      }
-      if (channels < 1 || blocks < 0 || classes < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", cfg.prefix(), "': needs channels >= 1, blocks >= 0, num_classes >= 2"));
-      }
-      return std::make_shared<DsCnn>(channels, blocks, kernel, stride, classes, dropout);
+    OptionBinding<O>()
+        .Field("channels", &O::channels, "channels of every layer", AtLeast(1))
+        .Field("blocks", &O::blocks, "depthwise-separable blocks", AtLeast(0))
+        .Field("kernel", &O::kernel, "first convolution's kernel [time, frequency]",
+               Each(AtLeast(1)))
+        .Field("stride", &O::stride, "first convolution's stride [time, frequency]",
+               Each(AtLeast(1)))
+        .Required("num_classes", &O::num_classes, "number of outputs", AtLeast(2))
+        .Field("dropout", &O::dropout, "dropout before the classifier"),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+      return std::make_shared<DsCnn>(
+          o.channels, o.blocks, std::vector<int64_t>{o.kernel.first, o.kernel.second},
+          std::vector<int64_t>{o.stride.first, o.stride.second}, o.num_classes, o.dropout);
     });
 
 }  // namespace

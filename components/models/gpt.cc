@@ -34,18 +34,23 @@ class Gpt : public Model {
   bool tie_weights_;
 };
 
-KILN_REGISTER(
+struct GptOptions : TextTransformerOptions {
+  GptOptions() : TextTransformerOptions{0, 256, 256, 4, 4, 1024, 0.0} {}
+  bool tie_weights = true;
+};
+
+using O = GptOptions;
+KILN_REGISTER_BOUND(
     Model, "gpt",
     "GPT decoder LM: learned positions, pre-LayerNorm causal self-attention, tied output layer",
-    AddTextTransformerOptions(OptionSchema().Int("block_size", 256,
-                                                 "longest context (learned positions)"),
-                              TextTransformerOptions{0, 256, 256, 4, 4, 1024, 0.0})
-        .Bool("tie_weights", true, "the output layer reuses the token embedding"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-      KILN_ASSIGN_OR_RETURN(int64_t block_size, cfg.Get<int64_t>("block_size"));
-      KILN_ASSIGN_OR_RETURN(TextTransformerOptions o, ReadTextTransformerOptions(cfg, block_size));
-      KILN_ASSIGN_OR_RETURN(bool tie, cfg.Get<bool>("tie_weights"));
-      return std::make_shared<Gpt>(o, tie);
+    AddTextTransformerOptions(OptionBinding<O>().Field("block_size",
+                                                       static_cast<int64_t O::*>(&O::positions),
+                                                       "longest context (learned positions)",
+                                                       AtLeast(1)))
+        .Field("tie_weights", &O::tie_weights, "the output layer reuses the token embedding"),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
+      return std::make_shared<Gpt>(o, o.tie_weights);
     });
 
 }  // namespace

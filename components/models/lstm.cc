@@ -81,65 +81,56 @@ class LstmLm : public LstmBase {
   bool tie_;
 };
 
-OptionSchema LstmSchema() {
-  return OptionSchema()
-      .Required("vocab_size", OptionType::kInt,
-                "token ids are below it (the tokenizer's vocab_size)")
-      .Int("dim", 128, "embedding width")
-      .Int("hidden", 256, "LSTM state width")
-      .Int("layers", 1, "stacked LSTM layers")
-      .Float("dropout", 0.0, "dropout on embeddings, between layers and on the states");
+// Declares what both LSTM models take, on S deriving from LstmOptions.
+template <typename S>
+OptionBinding<S> LstmBinding() {
+  using L = LstmOptions;
+  return OptionBinding<S>()
+      .Required("vocab_size", static_cast<int64_t S::*>(&L::vocab_size),
+                "token ids are below it (the tokenizer's vocab_size)", AtLeast(2))
+      .Field("dim", static_cast<int64_t S::*>(&L::dim), "embedding width", AtLeast(1))
+      .Field("hidden", static_cast<int64_t S::*>(&L::hidden), "LSTM state width", AtLeast(1))
+      .Field("layers", static_cast<int64_t S::*>(&L::layers), "stacked LSTM layers", AtLeast(1))
+      .Field("dropout", static_cast<double S::*>(&L::dropout),
+             "dropout on embeddings, between layers and on the states");
 }
 
-absl::StatusOr<LstmOptions> ReadLstmOptions(const config::Config& cfg) {
-  LstmOptions o;
-  KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
-  KILN_ASSIGN_OR_RETURN(o.dim, cfg.Get<int64_t>("dim"));
-  KILN_ASSIGN_OR_RETURN(o.hidden, cfg.Get<int64_t>("hidden"));
-  KILN_ASSIGN_OR_RETURN(o.layers, cfg.Get<int64_t>("layers"));
-  KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
-  if (o.vocab_size < 2 || o.dim < 1 || o.hidden < 1 || o.layers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", cfg.prefix(), "': vocab_size, dim, hidden and layers must be positive"));
-  }
-  return o;
-}
+struct LstmClassifierOptions : LstmOptions {
+  int64_t num_classes = 0;
+  std::string pool = "mean";
+};
 
-KILN_REGISTER(
+struct LstmLmOptions : LstmOptions {
+  bool tie_weights = false;
+};
+
+KILN_REGISTER_BOUND(
     Model, "lstm_classifier",
     "LSTM text classifier: mean (or last) state over the real tokens, linear head",
-    LstmSchema()
-        .Required("num_classes", OptionType::kInt, "number of classes")
-        .String("pool", "mean",
-                "mean (of the states at real tokens) or last (the last real token's state)"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-      KILN_ASSIGN_OR_RETURN(LstmOptions o, ReadLstmOptions(cfg));
-      KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-      KILN_ASSIGN_OR_RETURN(std::string pool, cfg.Get<std::string>("pool"));
-      if (pool != "mean" && pool != "last") {
-        return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("pool"),
-                                                       "' must be mean or last, got '", pool, "'"));
-      }
-      if (classes < 2)
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("num_classes"), "' must be at least 2"));
-      return std::make_shared<LstmClassifier>(o, classes, pool == "last");
+    LstmBinding<LstmClassifierOptions>()
+        .Required("num_classes", &LstmClassifierOptions::num_classes, "number of classes",
+                  AtLeast(2))
+        .Field("pool", &LstmClassifierOptions::pool,
+               "mean (of the states at real tokens) or last (the last real token's state)",
+               OneOf({"mean", "last"})),
+    [](const LstmClassifierOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+      return std::make_shared<LstmClassifier>(o, o.num_classes, o.pool == "last");
     });
 
-KILN_REGISTER(Model, "lstm_lm",
-              "LSTM language model: next-token logits at every position, optionally tied",
-              LstmSchema().Bool("tie_weights", false,
-                                "the output layer reuses the embedding (needs dim == hidden)"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(LstmOptions o, ReadLstmOptions(cfg));
-                KILN_ASSIGN_OR_RETURN(bool tie, cfg.Get<bool>("tie_weights"));
-                if (tie && o.dim != o.hidden) {
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("tie_weights"), "' needs dim (", o.dim,
-                                   ") == hidden (", o.hidden, ")"));
-                }
-                return std::make_shared<LstmLm>(o, tie);
-              });
+KILN_REGISTER_BOUND(Model, "lstm_lm",
+                    "LSTM language model: next-token logits at every position, optionally tied",
+                    LstmBinding<LstmLmOptions>().Field(
+                        "tie_weights", &LstmLmOptions::tie_weights,
+                        "the output layer reuses the embedding (needs dim == hidden)"),
+                    [](const LstmLmOptions& o,
+                       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+                      if (o.tie_weights && o.dim != o.hidden) {
+                        return context.Refuse("tie_weights",
+                                              absl::StrCat("false unless dim (", o.dim,
+                                                           ") == hidden (", o.hidden, ")"));
+                      }
+                      return std::make_shared<LstmLm>(o, o.tie_weights);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -38,26 +38,27 @@ class Mlp : public Model {
   std::string activation_;
 };
 
-KILN_REGISTER(Model, "mlp", "Multilayer perceptron on flattened inputs",
-              OptionSchema()
-                  .Required("in_features", OptionType::kInt, "size of one flattened input")
-                  .Add("hidden", OptionType::kList, "[256, 256]", "widths of the hidden layers")
-                  .Required("num_classes", OptionType::kInt, "number of outputs")
-                  .Float("dropout", 0.0, "dropout after each hidden layer")
-                  .String("activation", "relu", "relu, gelu or tanh"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_features"));
-                KILN_ASSIGN_OR_RETURN(auto hidden, cfg.Get<std::vector<int64_t>>("hidden"));
-                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(double dropout, cfg.Get<double>("dropout"));
-                KILN_ASSIGN_OR_RETURN(std::string activation, cfg.Get<std::string>("activation"));
-                if (activation != "relu" && activation != "gelu" && activation != "tanh") {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "option '", cfg.FullKey("activation"), "' must be relu, gelu or tanh, got '",
-                      activation, "' (set at ", cfg.WhereSet("activation"), ")"));
-                }
-                return std::make_shared<Mlp>(in, hidden, classes, dropout, activation);
-              });
+struct MlpOptions {
+  int64_t in_features = 0;
+  std::vector<int64_t> hidden = {256, 256};
+  int64_t num_classes = 0;
+  double dropout = 0.0;
+  std::string activation = "relu";
+};
+
+using O = MlpOptions;
+KILN_REGISTER_BOUND(Model, "mlp", "Multilayer perceptron on flattened inputs",
+                    OptionBinding<O>()
+                        .Required("in_features", &O::in_features, "size of one flattened input")
+                        .Field("hidden", &O::hidden, "widths of the hidden layers")
+                        .Required("num_classes", &O::num_classes, "number of outputs")
+                        .Field("dropout", &O::dropout, "dropout after each hidden layer")
+                        .Field("activation", &O::activation, "relu, gelu or tanh",
+                               OneOf({"relu", "gelu", "tanh"})),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+                      return std::make_shared<Mlp>(o.in_features, o.hidden, o.num_classes,
+                                                   o.dropout, o.activation);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -104,24 +104,34 @@ class ResNet : public Model {
   nn::Linear fc_{nullptr};
 };
 
-KILN_REGISTER(Model, "resnet", "ResNet-18/34/50 with torchvision's layout and parameter names",
-              OptionSchema()
-                  .Int("depth", 18, "18, 34 or 50")
-                  .Int("in_channels", 3, "channels of the input images")
-                  .Required("num_classes", OptionType::kInt, "number of outputs")
-                  .Bool("zero_init_residual", false, "start each block's last BatchNorm at zero"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(int64_t depth, cfg.Get<int64_t>("depth"));
-                KILN_ASSIGN_OR_RETURN(int64_t in, cfg.Get<int64_t>("in_channels"));
-                KILN_ASSIGN_OR_RETURN(int64_t classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(bool zero_init, cfg.Get<bool>("zero_init_residual"));
-                if (depth != 18 && depth != 34 && depth != 50) {
-                  return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("depth"),
-                                                                 "' must be 18, 34 or 50, got ", depth,
-                                                                 " (set at ", cfg.WhereSet("depth"), ")"));
-                }
-                return std::make_shared<ResNet>(depth, in, classes, zero_init);
-              });
+struct ResNetOptions {
+  int64_t depth = 18;
+  int64_t in_channels = 3;
+  int64_t num_classes = 0;
+  bool zero_init_residual = false;
+};
+
+// The depths with a torchvision layout.
+OptionCheck ResNetDepth() {
+  return {"18, 34 or 50", [](const config::Node& n) {
+            return n.kind() == config::NodeKind::kInt &&
+                   (n.as_int() == 18 || n.as_int() == 34 || n.as_int() == 50);
+          }};
+}
+
+using O = ResNetOptions;
+KILN_REGISTER_BOUND(Model, "resnet",
+                    "ResNet-18/34/50 with torchvision's layout and parameter names",
+                    OptionBinding<O>()
+                        .Field("depth", &O::depth, "18, 34 or 50", ResNetDepth())
+                        .Field("in_channels", &O::in_channels, "channels of the input images")
+                        .Required("num_classes", &O::num_classes, "number of outputs")
+                        .Field("zero_init_residual", &O::zero_init_residual,
+                               "start each block's last BatchNorm at zero"),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+                      return std::make_shared<ResNet>(o.depth, o.in_channels, o.num_classes,
+                                                      o.zero_init_residual);
+                    });
 
 }  // namespace
 }  // namespace kiln

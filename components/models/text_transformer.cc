@@ -97,46 +97,11 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const At
   return ln_f->forward(x);
 }
 
-OptionSchema& AddTextTransformerOptions(OptionSchema& schema, const TextTransformerOptions& d) {
-  return schema
-      .Required("vocab_size", OptionType::kInt,
-                "token ids are below it (the tokenizer's vocab_size)")
-      .Int("dim", d.dim, "embedding width")
-      .Int("depth", d.depth, "Transformer blocks")
-      .Int("heads", d.heads, "attention heads (dim must divide by it)")
-      .Int("mlp_dim", d.mlp_dim, "hidden width of each block's MLP")
-      .Float("dropout", d.dropout,
-             "dropout on embeddings, attention weights and residual branches");
-}
-
-absl::StatusOr<TextTransformerOptions> ReadTextTransformerOptions(const config::Config& cfg,
-                                                                  int64_t positions) {
-  TextTransformerOptions o;
-  o.positions = positions;
-  KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
-  KILN_ASSIGN_OR_RETURN(o.dim, cfg.Get<int64_t>("dim"));
-  KILN_ASSIGN_OR_RETURN(o.depth, cfg.Get<int64_t>("depth"));
-  KILN_ASSIGN_OR_RETURN(o.heads, cfg.Get<int64_t>("heads"));
-  KILN_ASSIGN_OR_RETURN(o.mlp_dim, cfg.Get<int64_t>("mlp_dim"));
-  KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
-  for (const char* key : {"vocab_size", "dim", "depth", "heads", "mlp_dim"}) {
-    if (cfg.Get<int64_t>(key).value_or(0) < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option '", cfg.FullKey(key), "' must be positive"));
-    }
-  }
-  if (o.positions < 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", cfg.prefix(), "': the number of positions must be positive"));
-  if (o.dim % o.heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("dim"), "' (", o.dim,
-                                                   ") must be divisible by heads (", o.heads, ")"));
-  }
-  if (o.dropout < 0 || o.dropout >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey("dropout"), "' must be in [0, 1)"));
-  }
-  return o;
+absl::Status CheckTextTransformerOptions(const TextTransformerOptions& o,
+                                         const OptionContext& context) {
+  if (o.dim % o.heads != 0)
+    return context.Refuse("dim", absl::StrCat("divisible by heads (", o.heads, ")"));
+  return absl::OkStatus();
 }
 
 torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options) {

@@ -5,8 +5,9 @@
 
 #include <torch/torch.h>
 
-#include "absl/status/statusor.h"
-#include "lib/config/config.h"
+#include <type_traits>
+
+#include "absl/status/status.h"
 #include "lib/registry/options.h"
 
 namespace kiln {
@@ -77,11 +78,28 @@ torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOption
 // projections (c_proj) scaled by 1/sqrt(2 * depth).
 void InitTransformerWeights(torch::nn::Module& module, int64_t depth);
 
-// Declares dim, depth, heads, mlp_dim and dropout (with the given defaults) ...
-OptionSchema& AddTextTransformerOptions(OptionSchema& schema,
-                                        const TextTransformerOptions& defaults);
-// ... and reads and checks them with vocab_size; `positions` comes from the model's own option.
-absl::StatusOr<TextTransformerOptions> ReadTextTransformerOptions(const config::Config& cfg,
-                                                                  int64_t positions);
+// Declares vocab_size, dim, depth, heads, mlp_dim and dropout on S, which derives from
+// TextTransformerOptions (its values in S() are the defaults); the model binds `positions` to an
+// option of its own (block_size, max_length).
+template <typename S>
+OptionBinding<S> AddTextTransformerOptions(OptionBinding<S> binding) {
+  static_assert(std::is_base_of_v<TextTransformerOptions, S>);
+  using T = TextTransformerOptions;
+  return binding
+      .Required("vocab_size", static_cast<int64_t S::*>(&T::vocab_size),
+                "token ids are below it (the tokenizer's vocab_size)", AtLeast(1))
+      .Field("dim", static_cast<int64_t S::*>(&T::dim), "embedding width", AtLeast(1))
+      .Field("depth", static_cast<int64_t S::*>(&T::depth), "Transformer blocks", AtLeast(1))
+      .Field("heads", static_cast<int64_t S::*>(&T::heads),
+             "attention heads (dim must divide by it)", AtLeast(1))
+      .Field("mlp_dim", static_cast<int64_t S::*>(&T::mlp_dim), "hidden width of each block's MLP",
+             AtLeast(1))
+      .Field("dropout", static_cast<double S::*>(&T::dropout),
+             "dropout on embeddings, attention weights and residual branches",
+             InHalfOpenRange(0, 1));
+}
+// What the declaration cannot check alone: dim divisible by heads.
+absl::Status CheckTextTransformerOptions(const TextTransformerOptions& o,
+                                         const OptionContext& context);
 
 }  // namespace kiln

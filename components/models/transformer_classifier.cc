@@ -44,31 +44,28 @@ class TransformerClassifier : public Model {
   bool cls_pool_;
 };
 
-KILN_REGISTER(Model, "transformer_classifier",
-              "Transformer encoder text classifier: padding-masked pre-LayerNorm blocks, <cls> or "
-              "mean pooling",
-              AddTextTransformerOptions(
-                  OptionSchema()
-                      .Required("num_classes", OptionType::kInt, "number of classes")
-                      .Int("max_length", 512, "positions (longer inputs are cut)")
-                      .String("pool", "cls", "cls (the first token) or mean (of the real tokens)"),
-                  TextTransformerOptions{0, 512, 128, 2, 4, 512, 0.1}),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                KILN_ASSIGN_OR_RETURN(int64_t max_length, cfg.Get<int64_t>("max_length"));
-                KILN_ASSIGN_OR_RETURN(TextTransformerOptions o,
-                                      ReadTextTransformerOptions(cfg, max_length));
-                KILN_ASSIGN_OR_RETURN(int64_t num_classes, cfg.Get<int64_t>("num_classes"));
-                KILN_ASSIGN_OR_RETURN(std::string pool, cfg.Get<std::string>("pool"));
-                if (pool != "cls" && pool != "mean") {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "option '", cfg.FullKey("pool"), "' must be cls or mean, got '", pool, "'"));
-                }
-                if (num_classes < 2) {
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("num_classes"), "' must be at least 2"));
-                }
-                return std::make_shared<TransformerClassifier>(o, num_classes, pool == "cls");
-              });
+struct TransformerClassifierOptions : TextTransformerOptions {
+  TransformerClassifierOptions() : TextTransformerOptions{0, 512, 128, 2, 4, 512, 0.1} {}
+  int64_t num_classes = 0;
+  std::string pool = "cls";
+};
+
+using O = TransformerClassifierOptions;
+KILN_REGISTER_BOUND(
+    Model, "transformer_classifier",
+    "Transformer encoder text classifier: padding-masked pre-LayerNorm blocks, <cls> or mean "
+    "pooling",
+    AddTextTransformerOptions(
+        OptionBinding<O>()
+            .Required("num_classes", &O::num_classes, "number of classes", AtLeast(2))
+            .Field("max_length", static_cast<int64_t O::*>(&O::positions),
+                   "positions (longer inputs are cut)", AtLeast(1))
+            .Field("pool", &O::pool, "cls (the first token) or mean (of the real tokens)",
+                   OneOf({"cls", "mean"}))),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
+      return std::make_shared<TransformerClassifier>(o, o.num_classes, o.pool == "cls");
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -3,7 +3,6 @@
 // a GELU MLP, each residual), a final LayerNorm and a linear head on the class token.
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -107,32 +106,32 @@ class VisionTransformer : public Model {
   torch::nn::Linear head_{nullptr};
 };
 
-KILN_REGISTER(Model, "vit", "Vision Transformer: patch embedding, class token, pre-LN encoder (torchvision names)",
-              OptionSchema()
-                  .Int("image_size", 32, "height and width of the (square) input images")
-                  .Int("patch_size", 4, "side of the square patches; must divide image_size")
-                  .Int("in_channels", 3, "channels of the input images")
-                  .Int("dim", 192, "token width (hidden_dim)")
-                  .Int("depth", 12, "encoder blocks")
-                  .Int("heads", 3, "attention heads; must divide dim")
-                  .Int("mlp_dim", 768, "hidden width of each block's MLP")
-                  .Float("dropout", 0.0, "dropout on embeddings, attention and MLP outputs")
-                  .Required("num_classes", OptionType::kInt, "number of outputs"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Model>> {
-                VitOptions o;
-                for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
-                         {"image_size", &o.image_size}, {"patch_size", &o.patch_size}, {"in_channels", &o.in_channels},
-                         {"dim", &o.dim}, {"depth", &o.depth}, {"heads", &o.heads}, {"mlp_dim", &o.mlp_dim},
-                         {"num_classes", &o.num_classes}}) {
-                  KILN_ASSIGN_OR_RETURN(*field, cfg.Get<int64_t>(key));
-                  if (*field < 1) return BadOption(cfg, key, "must be >= 1");
-                }
-                KILN_ASSIGN_OR_RETURN(o.dropout, cfg.Get<double>("dropout"));
-                if (!(o.dropout >= 0 && o.dropout < 1)) return BadOption(cfg, "dropout", "must be in [0, 1)");
-                if (o.image_size % o.patch_size != 0) return BadOption(cfg, "patch_size", "must divide image_size");
-                if (o.dim % o.heads != 0) return BadOption(cfg, "heads", "must divide dim");
-                return std::make_shared<VisionTransformer>(o);
-              });
+using O = VitOptions;
+KILN_REGISTER_BOUND(
+    Model, "vit",
+    "Vision Transformer: patch embedding, class token, pre-LN encoder (torchvision names)",
+    OptionBinding<O>()
+        .Field("image_size", &O::image_size, "height and width of the (square) input images",
+               AtLeast(1))
+        .Field("patch_size", &O::patch_size, "side of the square patches; must divide image_size",
+               AtLeast(1))
+        .Field("in_channels", &O::in_channels, "channels of the input images", AtLeast(1))
+        .Field("dim", &O::dim, "token width (hidden_dim)", AtLeast(1))
+        .Field("depth", &O::depth, "encoder blocks", AtLeast(1))
+        .Field("heads", &O::heads, "attention heads; must divide dim", AtLeast(1))
+        .Field("mlp_dim", &O::mlp_dim, "hidden width of each block's MLP", AtLeast(1))
+        .Field("dropout", &O::dropout, "dropout on embeddings, attention and MLP outputs",
+               InHalfOpenRange(0, 1))
+        .Required("num_classes", &O::num_classes, "number of outputs", AtLeast(1)),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      if (o.image_size % o.patch_size != 0) {
+        return context.Refuse("patch_size",
+                              absl::StrCat("a divisor of image_size (", o.image_size, ")"));
+      }
+      if (o.dim % o.heads != 0)
+        return context.Refuse("heads", absl::StrCat("a divisor of dim (", o.dim, ")"));
+      return std::make_shared<VisionTransformer>(o);
+    });
 
 }  // namespace
 }  // namespace kiln

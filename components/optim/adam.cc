@@ -8,14 +8,12 @@ namespace {
 
 using AdamFactory = TorchOptimizerFactory<torch::optim::Adam, torch::optim::AdamOptions>;
 
-KILN_REGISTER(OptimizerFactory, "adam", "Adam (weight decay as an L2 term in the gradient)",
-              AdamSchema(/*weight_decay=*/0.0),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                KILN_ASSIGN_OR_RETURN(auto options,
-                                      ReadAdamOptions<torch::optim::AdamOptions>(cfg));
-                KILN_ASSIGN_OR_RETURN(bool no_decay, cfg.Get<bool>("no_decay_norm_and_bias"));
-                return std::make_shared<AdamFactory>(options, no_decay);
-              });
+KILN_REGISTER_BOUND(OptimizerFactory, "adam", "Adam (weight decay as an L2 term in the gradient)",
+                    AdamBinding<AdamOptions>(),
+                    [](const AdamOptions& o) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
+                      return std::make_shared<AdamFactory>(
+                          ToTorchOptions<torch::optim::AdamOptions>(o), o.no_decay_norm_and_bias);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -1,47 +1,51 @@
-// Reads and checks the options Adam and AdamW share (lr, betas, eps, weight_decay, amsgrad) into
-// either torch options type.
+// The options Adam and AdamW share (lr, betas, eps, weight_decay, amsgrad,
+// no_decay_norm_and_bias), declared once for both; only weight_decay's default differs.
 #pragma once
 
 #include <tuple>
-#include <vector>
+#include <utility>
 
-#include "absl/status/statusor.h"
-#include "components/optim/option_checks.h"
-#include "lib/config/config.h"
 #include "lib/registry/options.h"
 
 namespace kiln {
 
-inline OptionSchema AdamSchema(double weight_decay) {
-  return OptionSchema()
-      .Required("lr", OptionType::kFloat, "learning rate")
-      .Add("betas", OptionType::kList, "[0.9, 0.999]",
-           "decay rates of the gradient mean and squared-gradient averages")
-      .Float("eps", 1e-8, "added to the denominator for numerical stability")
-      .Float("weight_decay", weight_decay, "weight decay factor")
-      .Bool("amsgrad", false, "use the maximum of past squared-gradient averages (AMSGrad)")
-      .Bool("no_decay_norm_and_bias", false,
-            "put parameters with dim <= 1 (biases, norm weights) in a group without weight decay");
+struct AdamOptions {
+  double lr = 0;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+  bool no_decay_norm_and_bias = false;
+};
+
+// S is AdamOptions or derives from it (to change a default).
+template <typename S>
+OptionBinding<S> AdamBinding() {
+  static_assert(std::is_base_of_v<AdamOptions, S>);
+  using O = AdamOptions;
+  return OptionBinding<S>()
+      .Required("lr", static_cast<double S::*>(&O::lr), "learning rate", GreaterThan(0))
+      .Field("betas", static_cast<std::pair<double, double> S::*>(&O::betas),
+             "decay rates of the gradient mean and squared-gradient averages",
+             Each(InHalfOpenRange(0, 1)))
+      .Field("eps", static_cast<double S::*>(&O::eps),
+             "added to the denominator for numerical stability", AtLeast(0))
+      .Field("weight_decay", static_cast<double S::*>(&O::weight_decay), "weight decay factor",
+             AtLeast(0))
+      .Field("amsgrad", static_cast<bool S::*>(&O::amsgrad),
+             "use the maximum of past squared-gradient averages (AMSGrad)")
+      .Field("no_decay_norm_and_bias", static_cast<bool S::*>(&O::no_decay_norm_and_bias),
+             "put parameters with dim <= 1 (biases, norm weights) in a group without weight decay");
 }
 
+// torch::optim::AdamOptions or AdamWOptions.
 template <typename TorchOptions>
-absl::StatusOr<TorchOptions> ReadAdamOptions(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(double lr, GetPositive(cfg, "lr"));
-  KILN_ASSIGN_OR_RETURN(std::vector<double> betas, cfg.Get<std::vector<double>>("betas"));
-  if (betas.size() != 2) return BadOption(cfg, "betas", "must be a list of two numbers");
-  for (int i = 0; i < 2; ++i) {
-    if (!(betas[i] >= 0 && betas[i] < 1)) {
-      return BadOption(cfg, "betas." + std::to_string(i), "must be in [0, 1)");
-    }
-  }
-  KILN_ASSIGN_OR_RETURN(double eps, GetNonNegative(cfg, "eps"));
-  KILN_ASSIGN_OR_RETURN(double weight_decay, GetNonNegative(cfg, "weight_decay"));
-  KILN_ASSIGN_OR_RETURN(bool amsgrad, cfg.Get<bool>("amsgrad"));
-  TorchOptions options(lr);
-  options.betas(std::make_tuple(betas[0], betas[1]))
-      .eps(eps)
-      .weight_decay(weight_decay)
-      .amsgrad(amsgrad);
+TorchOptions ToTorchOptions(const AdamOptions& o) {
+  TorchOptions options(o.lr);
+  options.betas(std::make_tuple(o.betas.first, o.betas.second))
+      .eps(o.eps)
+      .weight_decay(o.weight_decay)
+      .amsgrad(o.amsgrad);
   return options;
 }
 

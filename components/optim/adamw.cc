@@ -8,14 +8,16 @@ namespace {
 
 using AdamWFactory = TorchOptimizerFactory<torch::optim::AdamW, torch::optim::AdamWOptions>;
 
-KILN_REGISTER(OptimizerFactory, "adamw", "AdamW (decoupled weight decay)",
-              AdamSchema(/*weight_decay=*/0.01),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                KILN_ASSIGN_OR_RETURN(auto options,
-                                      ReadAdamOptions<torch::optim::AdamWOptions>(cfg));
-                KILN_ASSIGN_OR_RETURN(bool no_decay, cfg.Get<bool>("no_decay_norm_and_bias"));
-                return std::make_shared<AdamWFactory>(options, no_decay);
-              });
+struct AdamWOptions : AdamOptions {
+  AdamWOptions() { weight_decay = 0.01; }
+};
+
+KILN_REGISTER_BOUND(OptimizerFactory, "adamw", "AdamW (decoupled weight decay)",
+                    AdamBinding<AdamWOptions>(),
+                    [](const AdamWOptions& o) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
+                      return std::make_shared<AdamWFactory>(
+                          ToTorchOptions<torch::optim::AdamWOptions>(o), o.no_decay_norm_and_bias);
+                    });
 
 }  // namespace
 }  // namespace kiln

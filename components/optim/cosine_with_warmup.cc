@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -33,25 +32,25 @@ class CosineWithWarmup : public LrScheduler {
   double min_lr_;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeCosineWithWarmup(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(int64_t warmup, cfg.Get<int64_t>("warmup_steps"));
-  if (warmup < 0) return BadOption(cfg, "warmup_steps", "must be >= 0");
-  KILN_ASSIGN_OR_RETURN(double min_lr, GetNonNegative(cfg, "min_lr"));
-  KILN_ASSIGN_OR_RETURN(int64_t total, GetOptionalCount(cfg, "total_steps"));
-  LrScheduler::Length length{/*needed=*/true, total, cfg.FullKey("total_steps")};
-  return std::make_shared<CosineWithWarmup>(interval, std::move(length), warmup, min_lr);
-}
+struct CosineWithWarmupOptions : AnnealingOptions {
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+};
 
-KILN_REGISTER(Scheduler, "cosine_with_warmup",
-              "Linear warmup from 0, then cosine annealing from the base lr to min_lr",
-              OptionSchema()
-                  .Int("warmup_steps", 0, "intervals of linear warmup")
-                  .Float("min_lr", 0.0, "lr at the end of the schedule")
-                  .Add("total_steps", OptionType::kInt, "null",
-                       "length of the schedule, warmup included (null: the run's planned length)")
-                  .String("interval", "step", "what the counts count: step or epoch"),
-              MakeCosineWithWarmup);
+using O = CosineWithWarmupOptions;
+KILN_REGISTER_BOUND(
+    Scheduler, "cosine_with_warmup",
+    "Linear warmup from 0, then cosine annealing from the base lr to min_lr",
+    AddAnnealingOptions(
+        OptionBinding<O>()
+            .Field("warmup_steps", &O::warmup_steps, "intervals of linear warmup", AtLeast(0))
+            .Field("min_lr", &O::min_lr, "lr at the end of the schedule", AtLeast(0)),
+        "length of the schedule, warmup included (null: the run's planned length)",
+        "what the counts count: step or epoch"),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+      return std::make_shared<CosineWithWarmup>(IntervalNamed(o.interval), o.length(context),
+                                                o.warmup_steps, o.min_lr);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -29,23 +28,24 @@ class LinearLr : public LrScheduler {
   double end_factor_;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeLinearLr(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(double start_factor, GetNonNegative(cfg, "start_factor"));
-  KILN_ASSIGN_OR_RETURN(double end_factor, GetNonNegative(cfg, "end_factor"));
-  KILN_ASSIGN_OR_RETURN(int64_t total, GetOptionalCount(cfg, "total_steps"));
-  LrScheduler::Length length{/*needed=*/true, total, cfg.FullKey("total_steps")};
-  return std::make_shared<LinearLr>(interval, std::move(length), start_factor, end_factor);
-}
+struct LinearLrOptions : AnnealingOptions {
+  double start_factor = 1.0;
+  double end_factor = 0.0;
+};
 
-KILN_REGISTER(Scheduler, "linear", "Scales the lr linearly from start_factor to end_factor",
-              OptionSchema()
-                  .Float("start_factor", 1.0, "lr factor at the start")
-                  .Float("end_factor", 0.0, "lr factor at the end and after")
-                  .Add("total_steps", OptionType::kInt, "null",
-                       "intervals to go from start to end (null: the run's planned length)")
-                  .String("interval", "step", "what total_steps counts: step or epoch"),
-              MakeLinearLr);
+using O = LinearLrOptions;
+KILN_REGISTER_BOUND(
+    Scheduler, "linear", "Scales the lr linearly from start_factor to end_factor",
+    AddAnnealingOptions(
+        OptionBinding<O>()
+            .Field("start_factor", &O::start_factor, "lr factor at the start", AtLeast(0))
+            .Field("end_factor", &O::end_factor, "lr factor at the end and after", AtLeast(0)),
+        "intervals to go from start to end (null: the run's planned length)",
+        "what total_steps counts: step or epoch"),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+      return std::make_shared<LinearLr>(IntervalNamed(o.interval), o.length(context),
+                                        o.start_factor, o.end_factor);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "components/optim/option_checks.h"
 
 namespace kiln {
 
@@ -83,19 +82,10 @@ void LrScheduler::Load(torch::serialize::InputArchive& archive) {
   ApplyLrs();
 }
 
-absl::StatusOr<Scheduler::Interval> GetInterval(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(std::string interval, cfg.Get<std::string>("interval"));
-  if (interval == "step") return Scheduler::Interval::kStep;
-  if (interval == "epoch") return Scheduler::Interval::kEpoch;
-  return BadOption(cfg, "interval", "must be step or epoch");
-}
+OptionCheck IntervalNames() { return OneOf({"step", "epoch"}); }
 
-absl::StatusOr<int64_t> GetOptionalCount(const config::Config& cfg, const std::string& key) {
-  auto node = cfg.Get<config::NodePtr>(key);
-  if (!node.ok() || (*node)->is_null()) return 0;
-  KILN_ASSIGN_OR_RETURN(int64_t value, cfg.Get<int64_t>(key));
-  if (value <= 0) return BadOption(cfg, key, "must be > 0 (or null)");
-  return value;
+Scheduler::Interval IntervalNamed(const std::string& interval) {
+  return interval == "step" ? Scheduler::Interval::kStep : Scheduler::Interval::kEpoch;
 }
 
 void WriteInt(torch::serialize::OutputArchive& archive, const std::string& key, int64_t value) {

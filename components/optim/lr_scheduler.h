@@ -6,13 +6,15 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/registry/options.h"
 #include "lib/trainer/optimization.h"
-#include "lib/config/config.h"
 
 namespace kiln {
 
@@ -68,10 +70,33 @@ class LrScheduler : public Scheduler {
   bool restored_ = false;
 };
 
-// The `interval` option: "step" or "epoch".
-absl::StatusOr<Scheduler::Interval> GetInterval(const config::Config& cfg);
-// A nullable count option that must be > 0 when set; null gives 0.
-absl::StatusOr<int64_t> GetOptionalCount(const config::Config& cfg, const std::string& key);
+// The `interval` option every schedule declares: "step" or "epoch".
+OptionCheck IntervalNames();
+Scheduler::Interval IntervalNamed(const std::string& interval);
+
+// The options of a schedule that anneals towards an end: its length and what it counts. A
+// schedule's options struct derives from this one.
+struct AnnealingOptions {
+  std::optional<int64_t> total_steps;  // null: the run's planned length, which Attach then requires
+  std::string interval = "step";
+
+  LrScheduler::Length length(const OptionContext& context) const {
+    return {/*needed=*/true, total_steps.value_or(0), context.FullKey("total_steps")};
+  }
+};
+
+// Declares total_steps and interval on S, after the options `binding` already has.
+template <typename S>
+OptionBinding<S> AddAnnealingOptions(OptionBinding<S> binding, std::string total_steps_doc,
+                                     std::string interval_doc) {
+  static_assert(std::is_base_of_v<AnnealingOptions, S>);
+  return binding
+      .Field("total_steps",
+             static_cast<std::optional<int64_t> S::*>(&AnnealingOptions::total_steps),
+             std::move(total_steps_doc), GreaterThan(0))
+      .Field("interval", static_cast<std::string S::*>(&AnnealingOptions::interval),
+             std::move(interval_doc), IntervalNames());
+}
 
 // Checkpoint values kept as tensors: float64 holds every double exactly, int64 every counter.
 void WriteInt(torch::serialize::OutputArchive& archive, const std::string& key, int64_t value);

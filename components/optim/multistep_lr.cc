@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -29,23 +28,22 @@ class MultiStepLr : public LrScheduler {
   double gamma_;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeMultiStepLr(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> milestones,
-                        cfg.Get<std::vector<int64_t>>("milestones"));
-  for (size_t i = 0; i < milestones.size(); ++i) {
-    if (milestones[i] < 0) return BadOption(cfg, "milestones." + std::to_string(i), "must be >= 0");
-  }
-  KILN_ASSIGN_OR_RETURN(double gamma, GetPositive(cfg, "gamma"));
-  return std::make_shared<MultiStepLr>(interval, std::move(milestones), gamma);
-}
+struct MultiStepLrOptions {
+  std::vector<int64_t> milestones;
+  double gamma = 0.1;
+  std::string interval = "epoch";
+};
 
-KILN_REGISTER(Scheduler, "multistep", "Decays the lr by gamma at each milestone epoch (or step)",
-              OptionSchema()
-                  .Required("milestones", OptionType::kList, "intervals at which to decay")
-                  .Float("gamma", 0.1, "factor applied at each milestone")
-                  .String("interval", "epoch", "what milestones count: step or epoch"),
-              MakeMultiStepLr);
+using O = MultiStepLrOptions;
+KILN_REGISTER_BOUND(
+    Scheduler, "multistep", "Decays the lr by gamma at each milestone epoch (or step)",
+    OptionBinding<O>()
+        .Required("milestones", &O::milestones, "intervals at which to decay", Each(AtLeast(0)))
+        .Field("gamma", &O::gamma, "factor applied at each milestone", GreaterThan(0))
+        .Field("interval", &O::interval, "what milestones count: step or epoch", IntervalNames()),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+      return std::make_shared<MultiStepLr>(IntervalNamed(o.interval), o.milestones, o.gamma);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -47,30 +46,31 @@ class OneCycle : public LrScheduler {
   double min_lr_;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeOneCycle(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(double max_lr, GetPositive(cfg, "max_lr"));
-  KILN_ASSIGN_OR_RETURN(double pct_start, cfg.Get<double>("pct_start"));
-  if (!(pct_start >= 0 && pct_start <= 1)) return BadOption(cfg, "pct_start", "must be in [0, 1]");
-  KILN_ASSIGN_OR_RETURN(double div_factor, GetPositive(cfg, "div_factor"));
-  KILN_ASSIGN_OR_RETURN(double final_div_factor, GetPositive(cfg, "final_div_factor"));
-  KILN_ASSIGN_OR_RETURN(int64_t total, GetOptionalCount(cfg, "total_steps"));
-  LrScheduler::Length length{/*needed=*/true, total, cfg.FullKey("total_steps")};
-  return std::make_shared<OneCycle>(interval, std::move(length), max_lr, pct_start, div_factor,
-                                    final_div_factor);
-}
+struct OneCycleOptions : AnnealingOptions {
+  double max_lr = 0;
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+};
 
-KILN_REGISTER(Scheduler, "one_cycle",
-              "1cycle: cosine up to max_lr over pct_start of the run, then down to a low floor",
-              OptionSchema()
-                  .Required("max_lr", OptionType::kFloat, "peak learning rate")
-                  .Float("pct_start", 0.3, "fraction of the run spent increasing the lr")
-                  .Float("div_factor", 25.0, "initial lr = max_lr / div_factor")
-                  .Float("final_div_factor", 1e4, "final lr = initial lr / final_div_factor")
-                  .Add("total_steps", OptionType::kInt, "null",
-                       "length of the cycle (null: the run's planned length)")
-                  .String("interval", "step", "what the cycle counts: step or epoch"),
-              MakeOneCycle);
+using O = OneCycleOptions;
+KILN_REGISTER_BOUND(
+    Scheduler, "one_cycle",
+    "1cycle: cosine up to max_lr over pct_start of the run, then down to a low floor",
+    AddAnnealingOptions(OptionBinding<O>()
+                            .Required("max_lr", &O::max_lr, "peak learning rate", GreaterThan(0))
+                            .Field("pct_start", &O::pct_start,
+                                   "fraction of the run spent increasing the lr", InRange(0, 1))
+                            .Field("div_factor", &O::div_factor, "initial lr = max_lr / div_factor",
+                                   GreaterThan(0))
+                            .Field("final_div_factor", &O::final_div_factor,
+                                   "final lr = initial lr / final_div_factor", GreaterThan(0)),
+                        "length of the cycle (null: the run's planned length)",
+                        "what the cycle counts: step or epoch"),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+      return std::make_shared<OneCycle>(IntervalNamed(o.interval), o.length(context), o.max_lr,
+                                        o.pct_start, o.div_factor, o.final_div_factor);
+    });
 
 }  // namespace
 }  // namespace kiln

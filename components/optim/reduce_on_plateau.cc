@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -84,32 +83,43 @@ class ReduceOnPlateau : public LrScheduler {
   int64_t bad_epochs_ = 0;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeReduceOnPlateau(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(std::string monitor, cfg.Get<std::string>("monitor"));
-  KILN_ASSIGN_OR_RETURN(std::string mode, cfg.Get<std::string>("mode"));
-  if (mode != "min" && mode != "max") return BadOption(cfg, "mode", "must be min or max");
-  KILN_ASSIGN_OR_RETURN(double factor, cfg.Get<double>("factor"));
-  if (!(factor > 0 && factor < 1)) return BadOption(cfg, "factor", "must be in (0, 1)");
-  KILN_ASSIGN_OR_RETURN(int64_t patience, cfg.Get<int64_t>("patience"));
-  if (patience < 0) return BadOption(cfg, "patience", "must be >= 0");
-  KILN_ASSIGN_OR_RETURN(double threshold, GetNonNegative(cfg, "threshold"));
-  KILN_ASSIGN_OR_RETURN(double min_lr, GetNonNegative(cfg, "min_lr"));
-  return std::make_shared<ReduceOnPlateau>(interval, monitor, mode == "max", factor, patience,
-                                           threshold, min_lr);
+struct ReduceOnPlateauOptions {
+  std::string monitor = "val/loss";
+  std::string mode = "min";
+  double factor = 0.1;
+  int64_t patience = 10;
+  double threshold = 1e-4;
+  double min_lr = 0.0;
+  std::string interval = "epoch";
+};
+
+// 0 < factor < 1: a cut that lowers the lr.
+OptionCheck Between0And1() {
+  return {"in (0, 1)", [above = GreaterThan(0), below = InHalfOpenRange(0, 1)](
+                           const config::Node& n) { return above.accepts(n) && below.accepts(n); }};
 }
 
-KILN_REGISTER(Scheduler, "reduce_on_plateau",
-              "Cuts the lr by a factor when a monitored metric stops improving",
-              OptionSchema()
-                  .String("monitor", "val/loss", "metric to watch")
-                  .String("mode", "min", "min: lower is better; max: higher is better")
-                  .Float("factor", 0.1, "factor applied to the lr at each cut")
-                  .Int("patience", 10, "intervals without improvement tolerated before a cut")
-                  .Float("threshold", 1e-4, "relative change that counts as an improvement")
-                  .Float("min_lr", 0.0, "the lr is never cut below this")
-                  .String("interval", "epoch", "when the metric is checked: step or epoch"),
-              MakeReduceOnPlateau);
+using O = ReduceOnPlateauOptions;
+KILN_REGISTER_BOUND(Scheduler, "reduce_on_plateau",
+                    "Cuts the lr by a factor when a monitored metric stops improving",
+                    OptionBinding<O>()
+                        .Field("monitor", &O::monitor, "metric to watch")
+                        .Field("mode", &O::mode, "min: lower is better; max: higher is better",
+                               OneOf({"min", "max"}))
+                        .Field("factor", &O::factor, "factor applied to the lr at each cut",
+                               Between0And1())
+                        .Field("patience", &O::patience,
+                               "intervals without improvement tolerated before a cut", AtLeast(0))
+                        .Field("threshold", &O::threshold,
+                               "relative change that counts as an improvement", AtLeast(0))
+                        .Field("min_lr", &O::min_lr, "the lr is never cut below this", AtLeast(0))
+                        .Field("interval", &O::interval,
+                               "when the metric is checked: step or epoch", IntervalNames()),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+                      return std::make_shared<ReduceOnPlateau>(IntervalNamed(o.interval), o.monitor,
+                                                               o.mode == "max", o.factor,
+                                                               o.patience, o.threshold, o.min_lr);
+                    });
 
 }  // namespace
 }  // namespace kiln

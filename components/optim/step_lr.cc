@@ -2,7 +2,6 @@
 #include <cmath>
 
 #include "components/optim/lr_scheduler.h"
-#include "components/optim/option_checks.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -24,20 +23,22 @@ class StepLr : public LrScheduler {
   double gamma_;
 };
 
-absl::StatusOr<std::shared_ptr<Scheduler>> MakeStepLr(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(Scheduler::Interval interval, GetInterval(cfg));
-  KILN_ASSIGN_OR_RETURN(int64_t step_size, cfg.Get<int64_t>("step_size"));
-  if (step_size <= 0) return BadOption(cfg, "step_size", "must be > 0");
-  KILN_ASSIGN_OR_RETURN(double gamma, GetPositive(cfg, "gamma"));
-  return std::make_shared<StepLr>(interval, step_size, gamma);
-}
+struct StepLrOptions {
+  int64_t step_size = 0;
+  double gamma = 0.1;
+  std::string interval = "epoch";
+};
 
-KILN_REGISTER(Scheduler, "step", "Decays the lr by gamma every step_size epochs (or steps)",
-              OptionSchema()
-                  .Required("step_size", OptionType::kInt, "intervals between decays")
-                  .Float("gamma", 0.1, "factor applied at each decay")
-                  .String("interval", "epoch", "what step_size counts: step or epoch"),
-              MakeStepLr);
+using O = StepLrOptions;
+KILN_REGISTER_BOUND(
+    Scheduler, "step", "Decays the lr by gamma every step_size epochs (or steps)",
+    OptionBinding<O>()
+        .Required("step_size", &O::step_size, "intervals between decays", AtLeast(1))
+        .Field("gamma", &O::gamma, "factor applied at each decay", GreaterThan(0))
+        .Field("interval", &O::interval, "what step_size counts: step or epoch", IntervalNames()),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+      return std::make_shared<StepLr>(IntervalNamed(o.interval), o.step_size, o.gamma);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -16,16 +16,19 @@
 namespace kiln::text {
 namespace {
 
-struct LabelledTextOptions {
-  std::string train, val, test, predict;
-  RecordFields fields;
-  std::vector<std::string> labels;
+struct LabelledTextOptions : TextDataOptions {
+  std::string train;
+  std::optional<std::string> val, test, predict;
+  std::string format = "auto";  // auto (from the extension or a folder), jsonl, csv, tsv, folder
+  std::string text_field = "text";
+  std::string label_field = "label";
+  std::optional<std::vector<std::string>> labels;  // null: the sorted labels of train
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
   int64_t max_length = 512;
-  bool keep_end = false;  // truncation_side: left keeps a long text's last tokens
+  std::string truncation_side = "right";  // left keeps a long text's last tokens
   bool add_cls = false;
-  bool bucket = true;
+  bool bucket_by_length = true;
   int64_t bucket_window = 50;
 };
 
@@ -71,9 +74,10 @@ std::string Preview(const std::string& text) {
 
 class LabelledText : public TextDataModule {
  public:
-  LabelledText(LabelledTextOptions o, std::shared_ptr<Tokenizer> tokenizer,
-               data::LoaderOptions loader)
-      : TextDataModule(std::move(tokenizer), loader), o_(std::move(o)) {}
+  LabelledText(LabelledTextOptions o, std::shared_ptr<Tokenizer> tokenizer)
+      : TextDataModule(std::move(tokenizer), o.loader()),
+        o_(std::move(o)),
+        fields_{o_.format, o_.text_field, o_.label_field} {}
 
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
@@ -83,14 +87,14 @@ class LabelledText : public TextDataModule {
     };
     // Bucketing groups similar lengths into batches; predictions keep the input order.
     lo.batch_order = nullptr;
-    if (o_.bucket && stage == data::Stage::kFit) {
+    if (o_.bucket_by_length && stage == data::Stage::kFit) {
       lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window, static_cast<uint64_t>(o_.split_seed));
     }
     if (stage == data::Stage::kFit || stage == data::Stage::kValidate) {
       if (!train_) {
         KILN_RETURN_IF_ERROR(LoadTrain());
         const std::vector<TextRecord>& train = train_records_;
-        if (o_.val.empty()) {
+        if (o_.val.value_or("").empty()) {
           auto [train_idx, val_idx] =
               data::RandomSplit(static_cast<int64_t>(train.size()), o_.val_fraction, o_.split_seed);
           std::vector<TextRecord> t, v;
@@ -102,21 +106,21 @@ class LabelledText : public TextDataModule {
           }
         } else {
           KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, train, true));
-          KILN_ASSIGN_OR_RETURN(auto val, ReadLabelledTexts(o_.val, o_.fields, true));
+          KILN_ASSIGN_OR_RETURN(auto val, ReadLabelledTexts(*o_.val, fields_, true));
           KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, val, true));
         }
       }
     }
-    if (stage == data::Stage::kTest && !test_ && !o_.test.empty()) {
-      KILN_ASSIGN_OR_RETURN(auto test, ReadLabelledTexts(o_.test, o_.fields, true));
+    if (stage == data::Stage::kTest && !test_ && !o_.test.value_or("").empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, ReadLabelledTexts(*o_.test, fields_, true));
       KILN_ASSIGN_OR_RETURN(test_, Encode(*tok, test, true));
     }
     if (stage == data::Stage::kPredict && !predict_) {
       std::vector<TextRecord> records;
-      if (!o_.predict.empty()) {
-        KILN_ASSIGN_OR_RETURN(records, ReadTextLines(o_.predict));
-      } else if (!o_.test.empty()) {
-        KILN_ASSIGN_OR_RETURN(records, ReadLabelledTexts(o_.test, o_.fields, false));
+      if (!o_.predict.value_or("").empty()) {
+        KILN_ASSIGN_OR_RETURN(records, ReadTextLines(*o_.predict));
+      } else if (!o_.test.value_or("").empty()) {
+        KILN_ASSIGN_OR_RETURN(records, ReadLabelledTexts(*o_.test, fields_, false));
       } else {
         return absl::FailedPreconditionError(
             "nothing to predict: set data.predict=FILE (one text per line, - for stdin)");
@@ -146,8 +150,8 @@ class LabelledText : public TextDataModule {
   // The training records (read once) and, from them, the label set.
   absl::Status LoadTrain() {
     if (train_records_.empty()) {
-      KILN_ASSIGN_OR_RETURN(train_records_, ReadLabelledTexts(o_.train, o_.fields, true));
-      if (o_.labels.empty()) {
+      KILN_ASSIGN_OR_RETURN(train_records_, ReadLabelledTexts(o_.train, fields_, true));
+      if (!o_.labels || o_.labels->empty()) {
         std::set<std::string> seen;
         for (const auto& r : train_records_) seen.insert(r.label);
         labels_.assign(seen.begin(), seen.end());
@@ -157,7 +161,7 @@ class LabelledText : public TextDataModule {
                            "'; classification needs at least 2 labels"));
         }
       } else {
-        labels_ = o_.labels;
+        labels_ = *o_.labels;
       }
     }
     return absl::OkStatus();
@@ -175,22 +179,23 @@ class LabelledText : public TextDataModule {
       if (labelled || !r.label.empty()) {
         auto it = index.find(r.label);
         if (it == index.end() && labelled) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              r.where, ": label '", r.label, "' is not one of the labels [",
-              absl::StrJoin(labels_, ", "), "]",
-              o_.labels.empty() ? " (those of the training split)" : " (data.labels)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(r.where, ": label '", r.label, "' is not one of the labels [",
+                           absl::StrJoin(labels_, ", "), "]",
+                           (!o_.labels || o_.labels->empty()) ? " (those of the training split)"
+                                                              : " (data.labels)"));
         }
         if (it != index.end()) label = it->second;
       }
       labels.push_back(label);
       texts.push_back(r.text);
-      sources.push_back(o_.predict.empty() ? r.where : Preview(r.text));
+      sources.push_back(o_.predict.value_or("").empty() ? r.where : Preview(r.text));
     }
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
     int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
     for (auto& t : tokens) {
       if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
-        if (o_.keep_end)
+        if (o_.truncation_side == "left")
           t.erase(t.begin(), t.end() - budget);
         else
           t.resize(static_cast<size_t>(budget));
@@ -204,75 +209,47 @@ class LabelledText : public TextDataModule {
   }
 
   LabelledTextOptions o_;
+  RecordFields fields_;
   std::vector<TextRecord> train_records_;
   std::vector<std::string> labels_;
   std::shared_ptr<TokenizedTexts> train_, val_, test_, predict_;
 };
 
-KILN_REGISTER(
+using O = LabelledTextOptions;
+KILN_REGISTER_BOUND(
     data::DataModule, "labelled_text",
     "Text classification data: JSONL/CSV/TSV with text and label fields, or a folder per class",
     AddTextDataOptions(
-        OptionSchema()
-            .Required("train", OptionType::kString,
-                      "training file (.jsonl, .csv, .tsv) or folder per class")
-            .Add("val", OptionType::kString, "null",
-                 "validation file (null: val_fraction of train)")
-            .Add("test", OptionType::kString, "null", "test file (null: no test split)")
-            .Add("predict", OptionType::kString, "null",
-                 "texts to classify, one per line (- for stdin; null: the test file)")
-            .String("format", "auto", "auto (from the extension), jsonl, csv, tsv or folder")
-            .String("text_field", "text", "the field (JSON key or CSV column) holding the text")
-            .String("label_field", "label", "the field holding the label")
-            .Add("labels", OptionType::kList, "null",
-                 "the label set in class order (null: the sorted labels of train)")
-            .Float("val_fraction", 0.1, "share of train held out for validation when val is null")
-            .Int("split_seed", 1234, "seed of that split and of the batch shuffle of bucketing")
-            .Int("max_length", 512, "tokens kept per text (with <cls>); 0 keeps all")
-            .String("truncation_side", "right",
-                    "where a longer text is cut: right keeps its beginning, left its end")
-            .Bool("add_cls", false, "prepend <cls> (for models that pool the first position)")
-            .Bool("bucket_by_length", true, "training batches of similar lengths (less padding)")
-            .Int("bucket_window", 50, "batches sorted together when bucketing")),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-      LabelledTextOptions o;
-      KILN_ASSIGN_OR_RETURN(o.train, cfg.Get<std::string>("train"));
-      KILN_ASSIGN_OR_RETURN(o.val, cfg.GetOr<std::string>("val", ""));
-      KILN_ASSIGN_OR_RETURN(o.test, cfg.GetOr<std::string>("test", ""));
-      KILN_ASSIGN_OR_RETURN(o.predict, cfg.GetOr<std::string>("predict", ""));
-      KILN_ASSIGN_OR_RETURN(o.fields.format, cfg.Get<std::string>("format"));
-      KILN_ASSIGN_OR_RETURN(o.fields.text_field, cfg.Get<std::string>("text_field"));
-      KILN_ASSIGN_OR_RETURN(o.fields.label_field, cfg.Get<std::string>("label_field"));
-      KILN_ASSIGN_OR_RETURN(o.labels, cfg.GetOr<std::vector<std::string>>("labels", {}));
-      KILN_ASSIGN_OR_RETURN(o.val_fraction, cfg.Get<double>("val_fraction"));
-      KILN_ASSIGN_OR_RETURN(o.split_seed, cfg.Get<int64_t>("split_seed"));
-      KILN_ASSIGN_OR_RETURN(o.max_length, cfg.Get<int64_t>("max_length"));
-      KILN_ASSIGN_OR_RETURN(std::string side, cfg.Get<std::string>("truncation_side"));
-      if (side != "right" && side != "left") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("truncation_side"), "' must be right or left, got '", side,
-            "'"));
-      }
-      o.keep_end = side == "left";
-      KILN_ASSIGN_OR_RETURN(o.add_cls, cfg.Get<bool>("add_cls"));
-      KILN_ASSIGN_OR_RETURN(o.bucket, cfg.Get<bool>("bucket_by_length"));
-      KILN_ASSIGN_OR_RETURN(o.bucket_window, cfg.Get<int64_t>("bucket_window"));
-      const std::set<std::string> formats = {"auto", "jsonl", "csv", "tsv", "folder"};
-      if (!formats.count(o.fields.format)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("format"),
-                         "' must be auto, jsonl, csv, tsv or folder, got '", o.fields.format, "'"));
-      }
-      if (o.val_fraction < 0 || o.val_fraction >= 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("val_fraction"), "' must be in [0, 1)"));
-      }
-      if (o.max_length < 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("max_length"), "' must be >= 0"));
-      KILN_ASSIGN_OR_RETURN(auto tokenizer, ReadTokenizer(cfg));
-      KILN_ASSIGN_OR_RETURN(auto loader, ReadTextLoaderOptions(cfg));
-      return std::make_shared<LabelledText>(std::move(o), std::move(tokenizer), loader);
+        OptionBinding<O>()
+            .Required("train", &O::train, "training file (.jsonl, .csv, .tsv) or folder per class")
+            .Field("val", &O::val, "validation file (null: val_fraction of train)")
+            .Field("test", &O::test, "test file (null: no test split)")
+            .Field("predict", &O::predict,
+                   "texts to classify, one per line (- for stdin; null: the test file)")
+            .Field("format", &O::format, "auto (from the extension), jsonl, csv, tsv or folder",
+                   OneOf({"auto", "jsonl", "csv", "tsv", "folder"}))
+            .Field("text_field", &O::text_field,
+                   "the field (JSON key or CSV column) holding the text")
+            .Field("label_field", &O::label_field, "the field holding the label")
+            .Field("labels", &O::labels,
+                   "the label set in class order (null: the sorted labels of train)")
+            .Field("val_fraction", &O::val_fraction,
+                   "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
+            .Field("split_seed", &O::split_seed,
+                   "seed of that split and of the batch shuffle of bucketing")
+            .Field("max_length", &O::max_length, "tokens kept per text (with <cls>); 0 keeps all",
+                   AtLeast(0))
+            .Field("truncation_side", &O::truncation_side,
+                   "where a longer text is cut: right keeps its beginning, left its end",
+                   OneOf({"right", "left"}))
+            .Field("add_cls", &O::add_cls,
+                   "prepend <cls> (for models that pool the first position)")
+            .Field("bucket_by_length", &O::bucket_by_length,
+                   "training batches of similar lengths (less padding)")
+            .Field("bucket_window", &O::bucket_window, "batches sorted together when bucketing")),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
+      return std::make_shared<LabelledText>(o, std::move(tokenizer));
     });
 
 }  // namespace

@@ -25,10 +25,10 @@ namespace kiln::text {
 namespace {
 
 struct SentencePieceOptions {
-  std::string model_type;
+  std::string model_type = "unigram";
   int64_t vocab_size = 8000;
-  std::string model_file;  // "" = train
-  std::string cache_dir;
+  std::optional<std::string> model_file;  // null: train
+  std::string cache_dir = ".cache/kiln/tokenizers";
   double character_coverage = 0.9995;
   int64_t input_sentence_size = 100000;
   int64_t max_sentence_length = 4192;
@@ -50,9 +50,9 @@ class SentencePieceTokenizer : public Tokenizer {
 
   absl::Status Fit(const std::vector<std::string>& texts, const std::string& corpus_name) override {
     std::string serialized;
-    if (!options_.model_file.empty()) {
-      KILN_ASSIGN_OR_RETURN(serialized, ReadAll(options_.model_file));
-      source_ = options_.model_file;
+    if (!options_.model_file.value_or("").empty()) {
+      KILN_ASSIGN_OR_RETURN(serialized, ReadAll(*options_.model_file));
+      source_ = *options_.model_file;
     } else {
       KILN_ASSIGN_OR_RETURN(serialized, TrainOrLoadCached(texts, corpus_name));
     }
@@ -187,46 +187,31 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string source_;
 };
 
-KILN_REGISTER(
-    Tokenizer, "sentencepiece",
-    "SentencePiece unigram or BPE; trained on the training split (and cached) when no model_file "
-    "is given",
-    OptionSchema()
-        .String("model_type", "unigram", "unigram or bpe")
-        .Int("vocab_size", 8000, "pieces incl. the 5 specials")
-        .Add("model_file", OptionType::kString, "null",
-             "a trained .model file (null: train on the training split)")
-        .String("cache_dir", ".cache/kiln/tokenizers",
-                "where trained models are kept, keyed by corpus and options")
-        .Float("character_coverage", 0.9995,
-               "share of characters the model covers; the rest become <unk>")
-        .Int("input_sentence_size", 100000, "lines sampled for training at most (0: all)")
-        .Int("max_sentence_length", 4192, "longer lines (bytes) are skipped in training")
-        .String("normalization", "identity",
-                "SentencePiece normalization rule: identity, nmt_nfkc, nfkc, ...")
-        .Int("num_threads", 0, "training threads (0: every core)"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
-      SentencePieceOptions o;
-      KILN_ASSIGN_OR_RETURN(o.model_type, cfg.Get<std::string>("model_type"));
-      KILN_ASSIGN_OR_RETURN(o.vocab_size, cfg.Get<int64_t>("vocab_size"));
-      KILN_ASSIGN_OR_RETURN(o.model_file, cfg.GetOr<std::string>("model_file", ""));
-      KILN_ASSIGN_OR_RETURN(o.cache_dir, cfg.Get<std::string>("cache_dir"));
-      KILN_ASSIGN_OR_RETURN(o.character_coverage, cfg.Get<double>("character_coverage"));
-      KILN_ASSIGN_OR_RETURN(o.input_sentence_size, cfg.Get<int64_t>("input_sentence_size"));
-      KILN_ASSIGN_OR_RETURN(o.max_sentence_length, cfg.Get<int64_t>("max_sentence_length"));
-      KILN_ASSIGN_OR_RETURN(o.normalization, cfg.Get<std::string>("normalization"));
-      KILN_ASSIGN_OR_RETURN(o.num_threads, cfg.Get<int64_t>("num_threads"));
-      if (o.model_type != "unigram" && o.model_type != "bpe") {
-        return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("model_type"),
-                                                       "' must be unigram or bpe, got '",
-                                                       o.model_type, "'"));
-      }
-      if (o.vocab_size <= SpecialTokens::kCount) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("vocab_size"), "' must be more than 5 (the special tokens)"));
-      }
-      return std::make_shared<SentencePieceTokenizer>(std::move(o));
-    });
+using O = SentencePieceOptions;
+KILN_REGISTER_BOUND(Tokenizer, "sentencepiece",
+                    "SentencePiece unigram or BPE; trained on the training split (and cached) when "
+                    "no model_file is given",
+                    OptionBinding<O>()
+                        .Field("model_type", &O::model_type, "unigram or bpe",
+                               OneOf({"unigram", "bpe"}))
+                        .Field("vocab_size", &O::vocab_size, "pieces incl. the 5 specials",
+                               MoreThanSpecialTokens())
+                        .Field("model_file", &O::model_file,
+                               "a trained .model file (null: train on the training split)")
+                        .Field("cache_dir", &O::cache_dir,
+                               "where trained models are kept, keyed by corpus and options")
+                        .Field("character_coverage", &O::character_coverage,
+                               "share of characters the model covers; the rest become <unk>")
+                        .Field("input_sentence_size", &O::input_sentence_size,
+                               "lines sampled for training at most (0: all)")
+                        .Field("max_sentence_length", &O::max_sentence_length,
+                               "longer lines (bytes) are skipped in training")
+                        .Field("normalization", &O::normalization,
+                               "SentencePiece normalization rule: identity, nmt_nfkc, nfkc, ...")
+                        .Field("num_threads", &O::num_threads, "training threads (0: every core)"),
+                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
+                      return std::make_shared<SentencePieceTokenizer>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln::text

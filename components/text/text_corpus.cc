@@ -12,7 +12,7 @@
 namespace kiln::text {
 namespace {
 
-struct CorpusOptions {
+struct CorpusOptions : TextDataOptions {
   std::vector<std::string> train, val, test;
   int64_t block_size = 256;
   int64_t stride = 0;  // 0: block_size
@@ -52,8 +52,8 @@ struct Split {
 
 class TextCorpus : public TextDataModule {
  public:
-  TextCorpus(CorpusOptions o, std::shared_ptr<Tokenizer> tokenizer, data::LoaderOptions loader)
-      : TextDataModule(std::move(tokenizer), loader), o_(std::move(o)) {}
+  TextCorpus(CorpusOptions o, std::shared_ptr<Tokenizer> tokenizer)
+      : TextDataModule(std::move(tokenizer), o.loader()), o_(std::move(o)) {}
 
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
@@ -142,37 +142,24 @@ class TextCorpus : public TextDataModule {
   std::shared_ptr<TokenBlocks> train_, val_, test_;
 };
 
-KILN_REGISTER(data::DataModule, "text_corpus",
-              "Language-modeling data: plain text files as one token stream cut into blocks "
-              "(block_size, stride)",
-              AddTextDataOptions(
-                  OptionSchema()
-                      .Required("train", OptionType::kList, "training text files")
-                      .Add("val", OptionType::kList, "[]", "validation text files")
-                      .Add("test", OptionType::kList, "[]", "test text files")
-                      .Int("block_size", 256, "tokens per training example (the model's context)")
-                      .Int("stride", 0,
-                           "tokens between training blocks (0: block_size, no overlap)")),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
-                CorpusOptions o;
-                KILN_ASSIGN_OR_RETURN(o.train, cfg.Get<std::vector<std::string>>("train"));
-                KILN_ASSIGN_OR_RETURN(o.val, cfg.GetOr<std::vector<std::string>>("val", {}));
-                KILN_ASSIGN_OR_RETURN(o.test, cfg.GetOr<std::vector<std::string>>("test", {}));
-                KILN_ASSIGN_OR_RETURN(o.block_size, cfg.Get<int64_t>("block_size"));
-                KILN_ASSIGN_OR_RETURN(o.stride, cfg.Get<int64_t>("stride"));
-                if (o.train.empty())
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("train"), "' lists no files"));
-                if (o.block_size < 1)
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("block_size"), "' must be positive"));
-                if (o.stride < 0)
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("option '", cfg.FullKey("stride"), "' must be >= 0"));
-                KILN_ASSIGN_OR_RETURN(auto tokenizer, ReadTokenizer(cfg));
-                KILN_ASSIGN_OR_RETURN(auto loader, ReadTextLoaderOptions(cfg));
-                return std::make_shared<TextCorpus>(std::move(o), std::move(tokenizer), loader);
-              });
+using O = CorpusOptions;
+KILN_REGISTER_BOUND(
+    data::DataModule, "text_corpus",
+    "Language-modeling data: plain text files as one token stream cut into blocks (block_size, "
+    "stride)",
+    AddTextDataOptions(OptionBinding<O>()
+                           .Required("train", &O::train, "training text files", NonEmpty())
+                           .Field("val", &O::val, "validation text files")
+                           .Field("test", &O::test, "test text files")
+                           .Field("block_size", &O::block_size,
+                                  "tokens per training example (the model's context)", AtLeast(1))
+                           .Field("stride", &O::stride,
+                                  "tokens between training blocks (0: block_size, no overlap)",
+                                  AtLeast(0))),
+    [](const O& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
+      return std::make_shared<TextCorpus>(o, std::move(tokenizer));
+    });
 
 }  // namespace
 }  // namespace kiln::text

@@ -6,7 +6,6 @@
 #include "absl/strings/str_format.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
-#include "lib/registry/registry.h"
 
 namespace kiln::text {
 
@@ -23,28 +22,11 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> TextDataModule::tokenizer() {
   return std::shared_ptr<const Tokenizer>(tokenizer_);
 }
 
-OptionSchema& AddTextDataOptions(OptionSchema& schema) {
-  return schema
-      .Required("tokenizer", OptionType::kMap,
-                "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}")
-      .Int("batch_size", 32, "sequences per batch")
-      .Int("num_workers", 1, "threads collating batches (0: on the training thread)")
-      .Int("prefetch", 4, "batches prepared ahead at most");
-}
-
-absl::StatusOr<std::shared_ptr<Tokenizer>> ReadTokenizer(const config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(config::Config node, cfg.Sub("tokenizer"));
-  return Registry<Tokenizer>::Get().Instantiate(node);
-}
-
-absl::StatusOr<data::LoaderOptions> ReadTextLoaderOptions(const config::Config& cfg) {
+data::LoaderOptions TextDataOptions::loader() const {
   data::LoaderOptions o;
-  KILN_ASSIGN_OR_RETURN(o.batch_size, cfg.Get<int64_t>("batch_size"));
-  KILN_ASSIGN_OR_RETURN(o.num_workers, cfg.Get<int>("num_workers"));
-  KILN_ASSIGN_OR_RETURN(o.prefetch, cfg.Get<int>("prefetch"));
-  if (o.batch_size < 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("option '", cfg.FullKey("batch_size"), "' must be positive"));
+  o.batch_size = batch_size;
+  o.num_workers = num_workers;
+  o.prefetch = prefetch;
   return o;
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,10 +42,32 @@ class TextDataModule : public data::DataModule {
   data::LoaderOptions loader_;
 };
 
-// Declares `tokenizer` (a {_target_: ...} mapping), batch_size, num_workers and prefetch.
-OptionSchema& AddTextDataOptions(OptionSchema& schema);
-// Builds the tokenizer the node names (not yet fitted).
-absl::StatusOr<std::shared_ptr<Tokenizer>> ReadTokenizer(const config::Config& cfg);
-absl::StatusOr<data::LoaderOptions> ReadTextLoaderOptions(const config::Config& cfg);
+// The tokenizer and loader options each text data module declares; its options struct derives
+// from this one.
+struct TextDataOptions {
+  config::Config
+      tokenizer;  // {_target_: char|whitespace|sentencepiece, ...}, instantiated by the factory
+  int64_t batch_size = 32;
+  int num_workers = 1;
+  int prefetch = 4;
+
+  data::LoaderOptions loader() const;
+};
+
+// Declares tokenizer, batch_size, num_workers and prefetch on S, after the options `binding`
+// already has.
+template <typename S>
+OptionBinding<S> AddTextDataOptions(OptionBinding<S> binding) {
+  static_assert(std::is_base_of_v<TextDataOptions, S>);
+  using T = TextDataOptions;
+  return binding
+      .RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer), OptionType::kMap,
+                    "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}")
+      .Field("batch_size", static_cast<int64_t S::*>(&T::batch_size), "sequences per batch",
+             AtLeast(1))
+      .Field("num_workers", static_cast<int S::*>(&T::num_workers),
+             "threads collating batches (0: on the training thread)")
+      .Field("prefetch", static_cast<int S::*>(&T::prefetch), "batches prepared ahead at most");
+}
 
 }  // namespace kiln::text

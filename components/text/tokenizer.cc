@@ -47,6 +47,11 @@ int64_t CountCodePoints(std::string_view text) {
   return n;
 }
 
+OptionCheck MoreThanSpecialTokens() {
+  return {absl::StrCat("more than ", SpecialTokens::kCount, " (the special tokens)"),
+          GreaterThan(static_cast<double>(SpecialTokens::kCount)).accepts};
+}
+
 namespace {
 
 // A vocabulary of strings counted in the training texts: the most frequent first (ties in byte
@@ -196,42 +201,42 @@ class WhitespaceTokenizer : public CountedVocabulary {
   bool lowercase_;
 };
 
-absl::Status CheckVocabSize(const config::Config& cfg, int64_t vocab_size) {
-  if (vocab_size <= SpecialTokens::kCount) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("vocab_size"),
-                                                   "' must be more than ", SpecialTokens::kCount,
-                                                   " (the special tokens)"));
-  }
-  return absl::OkStatus();
-}
+struct CharTokenizerOptions {
+  int64_t vocab_size = 256;
+  int64_t min_frequency = 1;
+};
 
-KILN_REGISTER(
+KILN_REGISTER_BOUND(
     Tokenizer, "char",
     "Character-level: one token per Unicode code point, the most frequent in the training split",
-    OptionSchema()
-        .Int("vocab_size", 256, "id space incl. the 5 specials; rarer characters become <unk>")
-        .Int("min_frequency", 1, "characters seen fewer times in training become <unk>"),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
-      KILN_ASSIGN_OR_RETURN(int64_t vocab_size, cfg.Get<int64_t>("vocab_size"));
-      KILN_ASSIGN_OR_RETURN(int64_t min_frequency, cfg.Get<int64_t>("min_frequency"));
-      KILN_RETURN_IF_ERROR(CheckVocabSize(cfg, vocab_size));
-      return std::make_shared<CharTokenizer>(vocab_size, min_frequency);
+    OptionBinding<CharTokenizerOptions>()
+        .Field("vocab_size", &CharTokenizerOptions::vocab_size,
+               "id space incl. the 5 specials; rarer characters become <unk>",
+               MoreThanSpecialTokens())
+        .Field("min_frequency", &CharTokenizerOptions::min_frequency,
+               "characters seen fewer times in training become <unk>"),
+    [](const CharTokenizerOptions& o) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
+      return std::make_shared<CharTokenizer>(o.vocab_size, o.min_frequency);
     });
 
-KILN_REGISTER(Tokenizer, "whitespace",
-              "Words split on whitespace, the most frequent in the training split",
-              OptionSchema()
-                  .Int("vocab_size", 30000,
-                       "id space incl. the 5 specials; rarer words become <unk>")
-                  .Int("min_frequency", 2, "words seen fewer times in training become <unk>")
-                  .Bool("lowercase", true, "lowercase ASCII letters first"),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
-                KILN_ASSIGN_OR_RETURN(int64_t vocab_size, cfg.Get<int64_t>("vocab_size"));
-                KILN_ASSIGN_OR_RETURN(int64_t min_frequency, cfg.Get<int64_t>("min_frequency"));
-                KILN_ASSIGN_OR_RETURN(bool lowercase, cfg.Get<bool>("lowercase"));
-                KILN_RETURN_IF_ERROR(CheckVocabSize(cfg, vocab_size));
-                return std::make_shared<WhitespaceTokenizer>(vocab_size, min_frequency, lowercase);
-              });
+struct WhitespaceTokenizerOptions {
+  int64_t vocab_size = 30000;
+  int64_t min_frequency = 2;
+  bool lowercase = true;
+};
+
+KILN_REGISTER_BOUND(
+    Tokenizer, "whitespace", "Words split on whitespace, the most frequent in the training split",
+    OptionBinding<WhitespaceTokenizerOptions>()
+        .Field("vocab_size", &WhitespaceTokenizerOptions::vocab_size,
+               "id space incl. the 5 specials; rarer words become <unk>", MoreThanSpecialTokens())
+        .Field("min_frequency", &WhitespaceTokenizerOptions::min_frequency,
+               "words seen fewer times in training become <unk>")
+        .Field("lowercase", &WhitespaceTokenizerOptions::lowercase,
+               "lowercase ASCII letters first"),
+    [](const WhitespaceTokenizerOptions& o) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
+      return std::make_shared<WhitespaceTokenizer>(o.vocab_size, o.min_frequency, o.lowercase);
+    });
 
 }  // namespace
 }  // namespace kiln::text

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/registry/options.h"
 
 namespace kiln::text {
 
@@ -18,6 +19,9 @@ struct SpecialTokens {
   // "<pad>", "<unk>", "<s>", "</s>", "<cls>" by id.
   static const char* Name(int64_t id);
 };
+
+// The vocab_size option of every tokenizer: more ids than the special tokens take.
+OptionCheck MoreThanSpecialTokens();
 
 class Tokenizer {
  public:

@@ -44,10 +44,12 @@ class BasicLauncher : public Launcher {
   }
 };
 
-KILN_REGISTER(Launcher, "basic", "Runs the jobs of a multirun one after another in this process",
-              OptionSchema(), [](const config::Config&) -> absl::StatusOr<std::shared_ptr<Launcher>> {
-                return std::make_shared<BasicLauncher>();
-              });
+KILN_REGISTER_BOUND(Launcher, "basic",
+                    "Runs the jobs of a multirun one after another in this process",
+                    OptionBinding<NoOptions>(),
+                    [](const NoOptions&) -> absl::StatusOr<std::shared_ptr<Launcher>> {
+                      return std::make_shared<BasicLauncher>();
+                    });
 
 // Up to n_jobs `kiln` processes at once; each job's output goes to its own log file.
 class LocalLauncher : public Launcher {

@@ -20,12 +20,16 @@ absl::StatusOr<TransformPipeline> TransformPipeline::FromConfig(const config::Co
                                                                 const std::string& key) {
   if (!parent.Has(key)) return TransformPipeline();
   KILN_ASSIGN_OR_RETURN(config::NodePtr node, parent.Get<config::NodePtr>(key));
+  return FromList(config::Config(node, parent.FullKey(key)));
+}
+
+absl::StatusOr<TransformPipeline> TransformPipeline::FromList(const config::Config& list) {
+  const config::NodePtr& node = list.node();
   if (node->is_null()) return TransformPipeline();
   if (!node->is_list()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", parent.FullKey(key),
-                                                   "' must be a list of transforms ({_target_: ...})"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", list.prefix(), "' must be a list of transforms ({_target_: ...})"));
   }
-  KILN_ASSIGN_OR_RETURN(config::Config list, parent.Sub(key));
   std::vector<std::shared_ptr<Transform>> steps;
   for (size_t i = 0; i < node->items().size(); ++i) {
     KILN_ASSIGN_OR_RETURN(config::Config item, list.Sub(std::to_string(i)));

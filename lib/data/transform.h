@@ -28,6 +28,8 @@ class TransformPipeline {
   explicit TransformPipeline(std::vector<std::shared_ptr<Transform>> steps) : steps_(std::move(steps)) {}
   // Builds the pipeline from a config list of `_target_` nodes (null or absent: no steps).
   static absl::StatusOr<TransformPipeline> FromConfig(const config::Config& parent, const std::string& key);
+  // The same from the list itself (null: no steps).
+  static absl::StatusOr<TransformPipeline> FromList(const config::Config& list);
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const;
   bool empty() const { return steps_.empty(); }
 

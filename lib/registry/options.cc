@@ -94,6 +94,19 @@ std::string Where(const Node& node) {
 
 }  // namespace
 
+absl::Status OptionValueError(const std::string& key, const std::string& component,
+                              const std::string& what, const Node& value) {
+  return absl::InvalidArgumentError(absl::StrCat("option '", key, "' of ", component, " must be ",
+                                                 what, ", got ", config::ScalarToYaml(value),
+                                                 Where(value)));
+}
+
+absl::Status OptionContext::Refuse(const std::string& name, const std::string& what) const {
+  auto value = options_.Get<NodePtr>(name);
+  return OptionValueError(options_.FullKey(name), component_, what,
+                          value.ok() ? **value : *Node::Null());
+}
+
 absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string& key,
                                             const std::string& component) const {
   if (!node.is_map()) {
@@ -128,10 +141,17 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
                                                      config::KindName(value->kind()), " ",
                                                      config::ScalarToYaml(*value), Where(*value)));
     }
-    if (spec->check && !value->is_null() && !spec->check.accepts(*value)) {
-      return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component, " must be ",
-                                                     spec->check.what, ", got ", config::ScalarToYaml(*value),
-                                                     Where(*value)));
+    if (spec->check && !(value->is_null() && spec->nullable) && !spec->check.accepts(*value)) {
+      return OptionValueError(full(name), component, spec->check.what, *value);
+    }
+    if (spec->item_check && value->is_list()) {
+      for (size_t i = 0; i < value->items().size(); ++i) {
+        const Node& item = *value->items()[i];
+        if (!spec->item_check.accepts(item)) {
+          return OptionValueError(full(name) + "." + std::to_string(i), component,
+                                  spec->item_check.what, item);
+        }
+      }
     }
     NodePtr stored = value;
     if (spec->type == OptionType::kFloat && value->kind() == NodeKind::kInt) {
@@ -241,7 +261,50 @@ OptionCheck FileExists() {
           }};
 }
 
+OptionCheck Each(OptionCheck item) {
+  item.each = true;
+  return item;
+}
+
 namespace internal {
+
+template <typename T>
+bool NumberList<T>::Accepts(const Node& n, size_t size) {
+  if (!n.is_list() || (size > 0 && n.items().size() != size)) return false;
+  for (const auto& item : n.items()) {
+    if (!(item->kind() == NodeKind::kInt ||
+          (std::is_same_v<T, double> && item->kind() == NodeKind::kFloat))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+std::vector<T> NumberList<T>::Items(const Node& n) {
+  std::vector<T> out;
+  for (const auto& item : n.items()) {
+    if constexpr (std::is_same_v<T, double>) {
+      out.push_back(NumberOf(*item));
+    } else {
+      out.push_back(item->as_int());
+    }
+  }
+  return out;
+}
+
+template <typename T>
+NodePtr NumberList<T>::ToNode(const std::vector<T>& v) {
+  NodePtr list = Node::List();
+  for (T item : v) {
+    list->Append(std::is_same_v<T, double> ? Node::Float(static_cast<double>(item))
+                                           : Node::Int(static_cast<int64_t>(item)));
+  }
+  return list;
+}
+
+template struct NumberList<int64_t>;
+template struct NumberList<double>;
 
 NodePtr OptionField<std::vector<std::string>>::ToNode(const std::vector<std::string>& v) {
   NodePtr list = Node::List();

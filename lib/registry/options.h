@@ -20,11 +20,13 @@ enum class OptionType { kBool, kInt, kFloat, kString, kList, kMap, kAny };
 const char* OptionTypeName(OptionType type);
 
 // A constraint on an option's value beyond its type: `OneOf({"max", "min"})`, `InRange(0, 1)`,
-// `AtLeast(1)`, `GreaterThan(0)`, `NonEmpty()`, `FileExists()`. A value that fails it is
-// refused, like a wrong type, with "option 'KEY' of COMPONENT must be WHAT, got VALUE (set at ...)".
+// `AtLeast(1)`, `GreaterThan(0)`, `NonEmpty()`, `FileExists()`, `Each(AtLeast(0))`. A value that
+// fails it is refused, like a wrong type, with OptionValueError's one message.
 struct OptionCheck {
   std::string what;                                   // "one of: max, min", "in [0, 1]"
-  std::function<bool(const config::Node&)> accepts;  // never sees null
+  // Sees null only where null is not an accepted value (a non-nullable option of type any).
+  std::function<bool(const config::Node&)> accepts;
+  bool each = false;  // asked of every item of a list; a failing item is named KEY.N (Each)
   explicit operator bool() const { return static_cast<bool>(accepts); }
 };
 OptionCheck OneOf(std::vector<std::string> values);
@@ -34,6 +36,13 @@ OptionCheck AtLeast(double low);
 OptionCheck GreaterThan(double low);
 OptionCheck NonEmpty();    // a string or list with something in it
 OptionCheck FileExists();  // a string naming a regular file
+OptionCheck Each(OptionCheck item);  // every item of a list passes `item`
+
+// The one message for an option whose value is refused: "option 'KEY' of COMPONENT must be WHAT,
+// got VALUE (set at FILE:LINE)". `key` is the full key ("optimizer.lr"), `component` e.g.
+// "optimizer 'sgd'".
+absl::Status OptionValueError(const std::string& key, const std::string& component,
+                              const std::string& what, const config::Node& value);
 
 struct OptionSpec {
   std::string name;
@@ -42,6 +51,7 @@ struct OptionSpec {
   std::string doc;
   bool nullable = false;          // null is an accepted value
   OptionCheck check;              // empty: any value of the type
+  OptionCheck item_check;         // asked of each item of a list value (Each); empty: none
 };
 
 class OptionSchema {
@@ -98,11 +108,36 @@ class Options {
   config::NodePtr node_;
 };
 
+// What a bound component's factory may need besides its options struct: refusing a value that
+// fails only together with another option (warmup_steps < total_steps) with OptionValueError's
+// message, and an option's full key for messages given later ("set 'scheduler.total_steps'").
+class OptionContext {
+ public:
+  // `options`: the validated options with their key prefix; `component`: "scheduler 'one_cycle'".
+  OptionContext(config::Config options, std::string component)
+      : options_(std::move(options)), component_(std::move(component)) {}
+  // "option 'KEY' of COMPONENT must be WHAT, got VALUE (set at ...)" for option `name`.
+  absl::Status Refuse(const std::string& name, const std::string& what) const;
+  std::string FullKey(const std::string& name) const { return options_.FullKey(name); }
+  const std::string& component() const { return component_; }
+
+ private:
+  config::Config options_;
+  std::string component_;
+};
+
 namespace internal {
 // How a C++ field type maps to an option: its OptionType, its default as a node, and reading
-// it back from a validated node.
-template <typename F>
+// it back from a validated node. A type whose values need more than the OptionType says (a list
+// of integers) also has `Accepts` and `kWhat`, asked before its declared check.
+template <typename F, typename = void>
 struct OptionField;
+template <typename F, typename = void>
+struct HasAccepts : std::false_type {};
+template <typename F>
+struct HasAccepts<
+    F, std::void_t<decltype(OptionField<F>::Accepts(std::declval<const config::Node&>()))>>
+    : std::true_type {};
 template <>
 struct OptionField<bool> {
   static constexpr OptionType kType = OptionType::kBool;
@@ -139,14 +174,61 @@ struct OptionField<std::vector<std::string>> {
   static bool Accepts(const config::Node& n);
   static constexpr const char* kWhat = "a list of strings";
 };
+// Lists of numbers: any length (std::vector) or exactly two ([low, high], [time, frequency]).
+// Integers are accepted where floats are.
+template <typename T>
+struct NumberList {
+  static constexpr OptionType kType = OptionType::kList;
+  static bool Accepts(const config::Node& n, size_t size);  // size 0: any
+  static std::vector<T> Items(const config::Node& n);
+  static config::NodePtr ToNode(const std::vector<T>& v);
+};
+template <typename T>
+struct OptionField<std::vector<T>,
+                   std::enable_if_t<std::is_same_v<T, int64_t> || std::is_same_v<T, double>>>
+    : NumberList<T> {
+  static constexpr const char* kWhat =
+      std::is_same_v<T, int64_t> ? "a list of integers" : "a list of numbers";
+  static bool Accepts(const config::Node& n) { return NumberList<T>::Accepts(n, 0); }
+  static std::vector<T> From(const config::Node& n) { return NumberList<T>::Items(n); }
+};
+template <typename T>
+struct OptionField<std::pair<T, T>,
+                   std::enable_if_t<std::is_same_v<T, int64_t> || std::is_same_v<T, double>>>
+    : NumberList<T> {
+  static constexpr const char* kWhat =
+      std::is_same_v<T, int64_t> ? "a list of two integers" : "a list of two numbers";
+  static bool Accepts(const config::Node& n) { return NumberList<T>::Accepts(n, 2); }
+  static config::NodePtr ToNode(const std::pair<T, T>& v) {
+    return NumberList<T>::ToNode({v.first, v.second});
+  }
+  static std::pair<T, T> From(const config::Node& n) {
+    std::vector<T> items = NumberList<T>::Items(n);
+    return {items[0], items[1]};
+  }
+};
 template <>
 struct OptionField<config::NodePtr> {
   static constexpr OptionType kType = OptionType::kAny;
   static config::NodePtr ToNode(const config::NodePtr& v) { return v ? v : config::Node::Null(); }
   static config::NodePtr From(const config::Node& n) { return n.Clone(); }
 };
+// A nested part kept as config, with its full key for messages (a `{_target_: ...}` mapping the
+// factory instantiates, a list of them); null by default. OptionBinding::Fill sets it.
+template <>
+struct OptionField<config::Config> {
+  static constexpr OptionType kType = OptionType::kAny;
+  static config::NodePtr ToNode(const config::Config&) { return config::Node::Null(); }
+};
+template <typename T, bool kChecked = HasAccepts<T>::value>
+struct OptionalAccepts {};
 template <typename T>
-struct OptionField<std::optional<T>> {
+struct OptionalAccepts<T, true> {
+  static constexpr const char* kWhat = OptionField<T>::kWhat;
+  static bool Accepts(const config::Node& n) { return OptionField<T>::Accepts(n); }
+};
+template <typename T>
+struct OptionField<std::optional<T>> : OptionalAccepts<T> {
   static constexpr OptionType kType = OptionField<T>::kType;
   static config::NodePtr ToNode(const std::optional<T>& v) {
     return v.has_value() ? OptionField<T>::ToNode(*v) : config::Node::Null();
@@ -156,11 +238,6 @@ struct OptionField<std::optional<T>> {
     return OptionField<T>::From(n);
   }
 };
-template <typename F, typename = void>
-struct HasAccepts : std::false_type {};
-template <typename F>
-struct HasAccepts<F, std::void_t<decltype(OptionField<F>::Accepts(std::declval<const config::Node&>()))>>
-    : std::true_type {};
 template <typename F>
 struct IsOptional : std::false_type {};
 template <typename T>
@@ -169,15 +246,23 @@ struct IsOptional<std::optional<T>> : std::true_type {
 };
 }  // namespace internal
 
+// The options struct of a component that takes none: OptionBinding<NoOptions>().
+struct NoOptions {};
+
 // A component's options bound to the fields of its options struct, each declared once: name,
 // type (from the field), default, doc and check. The registry validates a config node against
 // the declaration, fills the struct and hands it to the factory, which reads nothing by string:
 //
 //   struct LocalOptions { int64_t n_jobs = -1; };
-//   OptionBinding<LocalOptions>().Field("n_jobs", &LocalOptions::n_jobs, "jobs at once", AtLeast(-1));
+//   OptionBinding<LocalOptions>().Field("n_jobs", &LocalOptions::n_jobs, "jobs at once",
+//                                       AtLeast(-1));
 //
 // The field's initial value in a default-constructed S is the option's default; a
-// std::optional field defaults to null and accepts null.
+// std::optional field defaults to null and accepts null. Field types: bool, int, int64_t, double,
+// std::string, std::vector<std::string>, std::vector<int64_t>, std::vector<double>,
+// std::pair<int64_t, int64_t> and std::pair<double, double> (a list of exactly two), std::optional
+// of these, and through Node: config::NodePtr (a value kept as it is) or config::Config (a nested
+// part with its full key, for instantiating a `{_target_: ...}` component in the factory).
 template <typename S>
 class OptionBinding {
  public:
@@ -192,19 +277,27 @@ class OptionBinding {
     spec.default_value = nullptr;
     return Bind(std::move(spec), field);
   }
-  // A config node kept as it is (a mapping, a list of anything), of the declared type; null by
-  // default and accepted.
-  OptionBinding& Node(std::string name, config::NodePtr S::*field, OptionType type, std::string doc,
+  // A config node (config::NodePtr) or nested config (config::Config) kept as it is, of the
+  // declared type; null by default and accepted (Node), or required (RequiredNode).
+  template <typename F>
+  OptionBinding& Node(std::string name, F S::*field, OptionType type, std::string doc,
                       OptionCheck check = {}) {
-    OptionSpec spec = Declare(std::move(name), field, std::move(doc), std::move(check));
-    spec.type = type;
+    return Bind(DeclareNode(std::move(name), field, type, std::move(doc), std::move(check)), field);
+  }
+  template <typename F>
+  OptionBinding& RequiredNode(std::string name, F S::*field, OptionType type, std::string doc,
+                              OptionCheck check = {}) {
+    OptionSpec spec = DeclareNode(std::move(name), field, type, std::move(doc), std::move(check));
+    spec.default_value = nullptr;
+    spec.nullable = false;
     return Bind(std::move(spec), field);
   }
 
   // The declaration (what `kiln list` and docs/components.md show).
   const OptionSchema& schema() const { return schema_; }
-  // The struct from options that the schema has validated and completed.
-  S Fill(const config::Node& options) const {
+  // The struct from options that the schema has validated and completed (with their key prefix,
+  // which config::Config fields keep).
+  S Fill(const config::Config& options) const {
     S out;
     for (const auto& set : setters_) set(options, out);
     return out;
@@ -221,7 +314,11 @@ class OptionBinding {
     spec.default_value = Traits::ToNode(S().*field);
     spec.doc = std::move(doc);
     spec.nullable = internal::IsOptional<F>::value || spec.default_value->is_null();
-    spec.check = std::move(check);
+    if (check.each) {
+      spec.item_check = std::move(check);
+    } else {
+      spec.check = std::move(check);
+    }
     if constexpr (internal::HasAccepts<F>::value) {
       OptionCheck typed{Traits::kWhat, &Traits::Accepts};
       if (spec.check) {
@@ -235,16 +332,29 @@ class OptionBinding {
     return spec;
   }
   template <typename F>
+  static OptionSpec DeclareNode(std::string name, F S::*field, OptionType type, std::string doc,
+                                OptionCheck check) {
+    static_assert(std::is_same_v<F, config::NodePtr> || std::is_same_v<F, config::Config>);
+    OptionSpec spec = Declare(std::move(name), field, std::move(doc), std::move(check));
+    spec.type = type;
+    return spec;
+  }
+  template <typename F>
   OptionBinding& Bind(OptionSpec spec, F S::*field) {
-    setters_.push_back([name = spec.name, field](const config::Node& options, S& out) {
-      out.*field = internal::OptionField<F>::From(*options.Find(name));
+    setters_.push_back([name = spec.name, field](const config::Config& options, S& out) {
+      config::NodePtr value = options.node()->Find(name);
+      if constexpr (std::is_same_v<F, config::Config>) {
+        out.*field = config::Config(value, options.FullKey(name));
+      } else {
+        out.*field = internal::OptionField<F>::From(*value);
+      }
     });
     schema_.Add(std::move(spec));
     return *this;
   }
 
   OptionSchema schema_;
-  std::vector<std::function<void(const config::Node&, S&)>> setters_;
+  std::vector<std::function<void(const config::Config&, S&)>> setters_;
 };
 
 }  // namespace kiln

@@ -67,6 +67,14 @@ class Registrar {
     auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(build));
     pending_.push_back({std::move(info), std::move(stored)});
   }
+  // The same with a factory that also takes the OptionContext (options refused together).
+  template <typename T, typename S>
+  void Add(std::string name, std::string doc, const OptionBinding<S>& binding,
+           typename Registry<T>::template BoundFactory<S> build) {
+    auto [info, stored] =
+        Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(build));
+    pending_.push_back({std::move(info), std::move(stored)});
+  }
 
   // A config resolver (`${name:args}`), registered in config::ResolverRegistry::Default().
   void AddResolver(std::string name, config::ResolverFn fn) {

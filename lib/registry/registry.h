@@ -76,20 +76,36 @@ class Registry {
     return {std::move(info), std::make_shared<Factory>(std::move(factory))};
   }
 
-  // A component whose options are bound to a struct: the factory receives the filled struct.
+  // A component whose options are bound to a struct: the factory receives the filled struct, and
+  // where it checks options together, the context to refuse them with (OptionContext).
+  template <typename S>
+  using BoundFactory =
+      std::function<absl::StatusOr<std::shared_ptr<T>>(const S&, const OptionContext&)>;
+
+  template <typename S>
+  static std::pair<ComponentInfo, std::shared_ptr<void>> Entry(std::string name, std::string doc,
+                                                               const OptionBinding<S>& binding,
+                                                               BoundFactory<S> build) {
+    Factory factory = [binding, build = std::move(build),
+                       component = ComponentName(name)](const config::Config& cfg) {
+      return build(binding.Fill(cfg), OptionContext(cfg, component));
+    };
+    return Entry(std::move(name), std::move(doc), binding.schema(), std::move(factory));
+  }
   template <typename S>
   static std::pair<ComponentInfo, std::shared_ptr<void>> Entry(
       std::string name, std::string doc, const OptionBinding<S>& binding,
       std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
-    Factory factory = [binding, build = std::move(build)](const config::Config& cfg) {
-      return build(binding.Fill(*cfg.node()));
-    };
-    return Entry(std::move(name), std::move(doc), binding.schema(), std::move(factory));
+    return Entry(
+        std::move(name), std::move(doc), binding,
+        BoundFactory<S>([build = std::move(build)](const S& options, const OptionContext&) {
+          return build(options);
+        }));
   }
 
   template <typename S>
   absl::Status Register(std::string name, std::string doc, const OptionBinding<S>& binding,
-                        std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
+                        BoundFactory<S> build) {
     auto [info, stored] = Entry(std::move(name), std::move(doc), binding, std::move(build));
     return RegistryHub::Instance().Add(std::move(info), std::move(stored));
   }
@@ -127,11 +143,16 @@ class Registry {
       return absl::NotFoundError(UnknownComponentMessage(T::kKind, name) +
                                  (where.empty() ? "" : " (set at " + where + ")"));
     }
-    auto applied = entry->info.options.Apply(*node.node(), node.prefix(),
-                                             std::string(T::kKind) + " '" + name + "'");
+    auto applied = entry->info.options.Apply(*node.node(), node.prefix(), ComponentName(name));
     if (!applied.ok()) return applied.status();
     const auto& factory = *static_cast<const Factory*>(entry->factory.get());
     return factory(config::Config(*applied, node.prefix()));
+  }
+
+ private:
+  // "model 'mlp'", as messages name a component.
+  static std::string ComponentName(const std::string& name) {
+    return std::string(T::kKind) + " '" + name + "'";
   }
 };
 
@@ -150,7 +171,8 @@ class Registry {
   }()
 
 // The same for a component whose options are bound to a struct (OptionBinding): the factory
-// takes `const S&`, e.g. [](const LocalOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>>.
+// takes `const S&`, e.g. [](const LocalOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>>,
+// or `(const S&, const OptionContext&)` when it refuses options that fail together.
 #define KILN_REGISTER_BOUND(Base, name, doc, binding, ...)                                     \
   static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
     auto status = ::kiln::Registry<Base>::Get().Register(name, doc, binding,                   \
@@ -160,18 +182,27 @@ class Registry {
   }()
 
 namespace kiln::internal {
-// Turns a lambda `(const S&) -> StatusOr<shared_ptr<Base>>` into the std::function the
-// registry takes, deducing S from the lambda's parameter.
+// Turns a lambda `(const S&) -> StatusOr<shared_ptr<Base>>`, or one that also takes the
+// OptionContext, into the std::function the registry takes, deducing S from its first parameter.
 template <typename F>
 struct LambdaArg;
 template <typename C, typename R, typename A>
 struct LambdaArg<R (C::*)(const A&) const> {
   using Type = A;
 };
+template <typename C, typename R, typename A>
+struct LambdaArg<R (C::*)(const A&, const OptionContext&) const> {
+  using Type = A;
+};
 template <typename Base, typename F>
 auto BoundFactory(F f) {
   using S = typename LambdaArg<decltype(&F::operator())>::Type;
-  return std::function<absl::StatusOr<std::shared_ptr<Base>>(const S&)>(std::move(f));
+  using Build = typename Registry<Base>::template BoundFactory<S>;
+  if constexpr (std::is_invocable_v<F, const S&, const OptionContext&>) {
+    return Build(std::move(f));
+  } else {
+    return Build([f = std::move(f)](const S& options, const OptionContext&) { return f(options); });
+  }
 }
 }  // namespace kiln::internal
 

@@ -166,7 +166,8 @@ TEST_F(ImageFolderTest, BadLayoutsAreNamed) {
   EXPECT_EQ(missing->PrepareData().message(), dir_.path() + "/nowhere: no such folder");
   auto bad_size = Build(Yaml("size: [1, 2, 3]\n"));
   ASSERT_FALSE(bad_size.ok());
-  EXPECT_NE(std::string(bad_size.status().message()).find("option 'data.size' must be [height, width]"),
+  EXPECT_NE(std::string(bad_size.status().message())
+                .find("option 'data.size' of datamodule 'image_folder' must be [height, width]"),
             std::string::npos)
       << bad_size.status();
 }
@@ -245,8 +246,10 @@ TEST_F(CifarTest, TruncatedOrWrongFilesAreNamed) {
   EXPECT_EQ(st.message(), dir_.path() + "/test_batch.bin: no such file");
   auto bad = Build(Yaml("variant: cifar1000\n"));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("option 'data.variant' must be cifar10 or cifar100"),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(bad.status().message())
+          .find("option 'data.variant' of datamodule 'cifar' must be one of: cifar10, cifar100"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -99,11 +99,15 @@ TEST(Vit, TrainsAFewStepsOnAFixedBatch) {
 TEST(Vit, BadShapesAreNamed) {
   auto heads = Build("_target_: vit\ndim: 30\nheads: 4\nnum_classes: 2\n");
   ASSERT_FALSE(heads.ok());
-  EXPECT_NE(std::string(heads.status().message()).find("option 'model.heads' must divide dim"), std::string::npos);
+  EXPECT_NE(std::string(heads.status().message())
+                .find("option 'model.heads' of model 'vit' must be a divisor of dim (30)"),
+            std::string::npos);
   auto patch = Build("_target_: vit\nimage_size: 30\npatch_size: 4\nnum_classes: 2\n");
   ASSERT_FALSE(patch.ok());
-  EXPECT_NE(std::string(patch.status().message()).find("option 'model.patch_size' must divide image_size"),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(patch.status().message())
+          .find("option 'model.patch_size' of model 'vit' must be a divisor of image_size (30)"),
+      std::string::npos);
   auto model = Build("_target_: vit\nimage_size: 8\ndim: 8\ndepth: 1\nheads: 2\nmlp_dim: 8\nnum_classes: 2\n");
   ASSERT_TRUE(model.ok());
   try {

@@ -238,7 +238,7 @@ TEST(OptimizerOptions, NonPositiveLrNamesKeyAndLine) {
   std::string m = OptimizerError("_target_: adamw\nlr: 0\n");
   EXPECT_TRUE(Contains(m, "optimizer.lr")) << m;
   EXPECT_TRUE(Contains(m, "optimizer.yaml:2")) << m;
-  EXPECT_TRUE(Contains(m, "> 0")) << m;
+  EXPECT_TRUE(Contains(m, "greater than 0")) << m;
   m = OptimizerError("_target_: sgd\nlr: -0.1\n");
   EXPECT_TRUE(Contains(m, "optimizer.lr")) << m;
 }
@@ -530,7 +530,7 @@ TEST(SchedulerOptions, BadValuesNameKeyAndLine) {
   std::string m = SchedulerError("_target_: step\nstep_size: 2\ninterval: batch\n");
   EXPECT_TRUE(Contains(m, "scheduler.interval")) << m;
   EXPECT_TRUE(Contains(m, "scheduler.yaml:3")) << m;
-  EXPECT_TRUE(Contains(m, "step or epoch")) << m;
+  EXPECT_TRUE(Contains(m, "one of: step, epoch")) << m;
   m = SchedulerError("_target_: step\nstep_size: 0\n");
   EXPECT_TRUE(Contains(m, "scheduler.step_size")) << m;
   EXPECT_TRUE(Contains(m, "scheduler.yaml:2")) << m;
@@ -551,7 +551,7 @@ TEST(SchedulerOptions, BadValuesNameKeyAndLine) {
   EXPECT_TRUE(Contains(m, "scheduler.factor")) << m;
   m = SchedulerError("_target_: reduce_on_plateau\nmode: best\n");
   EXPECT_TRUE(Contains(m, "scheduler.mode")) << m;
-  EXPECT_TRUE(Contains(m, "min or max")) << m;
+  EXPECT_TRUE(Contains(m, "one of: min, max")) << m;
 }
 
 }  // namespace

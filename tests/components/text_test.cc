@@ -309,8 +309,10 @@ TEST(TextDataModules, LabelledTextTruncatesOnTheConfiguredSide) {
       "char}\n",
       "data");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("data.truncation_side' must be right or left"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(bad.status().message())
+          .find("data.truncation_side' of datamodule 'labelled_text' must be one of: right, left"),
+      std::string::npos)
       << bad.status();
 }
 

@@ -64,7 +64,9 @@ TEST(RandomResizedCrop, ResizesToSizeAndIsDeterministicPerSample) {
 TEST(RandomResizedCrop, BadOptionsAreNamed) {
   auto bad = Build("_target_: random_resized_crop\nsize: 4\nscale: [0.9, 0.1]\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("option 't.scale' must lie within [0, 1] with low <= high"),
+  EXPECT_NE(std::string(bad.status().message())
+                .find("option 't.scale' of transform 'random_resized_crop' must be a list of two "
+                      "numbers ([low, high] within [0, 1] with low <= high"),
             std::string::npos)
       << bad.status();
 }
@@ -134,7 +136,10 @@ TEST(ColorJitter, FactorsStayInRangeAndDependOnlyOnTheSample) {
 TEST(ColorJitter, HueBeyondHalfATurnIsRefused) {
   auto bad = Build("_target_: color_jitter\nhue: 0.7\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("option 't.hue' must lie within [-0.5, 0.5]"), std::string::npos)
+  EXPECT_NE(std::string(bad.status().message())
+                .find("option 't.hue' of transform 'color_jitter' must be v >= 0 or [low, high] "
+                      "with low <= high, the range lying within [-0.5, 0.5]"),
+            std::string::npos)
       << bad.status();
 }
 

@@ -192,6 +192,115 @@ TEST(OptionBinding, EachCheckRefusesWithOneMessageFormat) {
   EXPECT_TRUE(Registry<Sprocket>::Get().Instantiate(Parse("_target_: sprocket\nlimit: null\n")).ok());
 }
 
+// Lists of numbers, pairs, nested parts and a check of two options at once, as components use them.
+struct Cog : Widget {
+  static constexpr const char* kKind = "cog_kind";
+  std::string part_key;
+  std::string part_target;
+};
+
+struct CogOptions {
+  std::vector<int64_t> sizes = {1, 2};
+  std::vector<double> weights = {0.5};
+  std::pair<double, double> range = {0.0, 1.0};
+  std::optional<std::vector<int64_t>> extra;
+  int64_t low = 0;
+  int64_t high = 10;
+  config::Config part;
+  config::NodePtr shape;
+};
+
+KILN_REGISTER_BOUND(
+    Cog, "cog", "A bound widget with lists and a nested part",
+    OptionBinding<CogOptions>()
+        .Field("sizes", &CogOptions::sizes, "sizes", Each(AtLeast(1)))
+        .Field("weights", &CogOptions::weights, "weights", NonEmpty())
+        .Field("range", &CogOptions::range, "[low, high]", Each(InRange(0, 1)))
+        .Field("extra", &CogOptions::extra, "more sizes (null: none)")
+        .Field("low", &CogOptions::low, "low")
+        .Field("high", &CogOptions::high, "high")
+        .RequiredNode("part", &CogOptions::part, OptionType::kMap, "a nested part")
+        .RequiredNode("shape", &CogOptions::shape, OptionType::kAny, "a side or [h, w]",
+                      OptionCheck{"a side or [h, w]",
+                                  [](const config::Node& n) {
+                                    return n.kind() == config::NodeKind::kInt || n.is_list();
+                                  }}),
+    [](const CogOptions& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Cog>> {
+      if (o.low >= o.high)
+        return context.Refuse("low", "less than high (" + std::to_string(o.high) + ")");
+      auto w = std::make_shared<Cog>();
+      w->sizes = o.sizes;
+      w->ratio = o.weights[0] + o.range.second + (o.extra ? 100.0 : 0.0);
+      w->part_key = o.part.prefix();
+      w->part_target = o.part.Get<std::string>("_target_").value_or("?");
+      return w;
+    });
+
+TEST(OptionBinding, FillsListsPairsAndNestedParts) {
+  auto w =
+      Registry<Cog>::Get().Instantiate(Parse("_target_: cog\npart: {_target_: gear}\nshape: 3\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->sizes, (std::vector<int64_t>{1, 2}));
+  EXPECT_DOUBLE_EQ((*w)->ratio, 1.5);
+  EXPECT_EQ((*w)->part_key, "model.part");
+  EXPECT_EQ((*w)->part_target, "gear");
+  w = Registry<Cog>::Get().Instantiate(
+      Parse("_target_: cog\nsizes: [4]\nweights: [2]\nrange: [0, 0.25]\nextra: [1]\npart: "
+            "{_target_: x}\nshape: [2, 3]\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->sizes, (std::vector<int64_t>{4}));
+  EXPECT_DOUBLE_EQ((*w)->ratio, 102.25);
+}
+
+TEST(OptionBinding, ListItemsAndOptionsTogetherAreRefusedWithTheOneFormat) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const std::string part = "part: {_target_: gear}\nshape: 3\n";
+  for (const Case& c : std::vector<Case>{
+           {"sizes: [3, 0]",
+            "option 'model.sizes.1' of cog_kind 'cog' must be at least 1, got 0 (set at "
+            "widget.yaml:2"},
+           {"sizes: [1.5]",
+            "option 'model.sizes' of cog_kind 'cog' must be a list of integers, got [1.5] (set at "
+            "widget.yaml:2"},
+           {"weights: []",
+            "option 'model.weights' of cog_kind 'cog' must be a list of numbers (non-empty), got "
+            "[]"},
+           {"range: [0.5]",
+            "option 'model.range' of cog_kind 'cog' must be a list of two numbers, got [0.5]"},
+           {"range: [0.5, 2]",
+            "option 'model.range.1' of cog_kind 'cog' must be in [0, 1], got 2 (set at "
+            "widget.yaml:2"},
+           {"extra: [a]",
+            "option 'model.extra' of cog_kind 'cog' must be a list of integers, got [a]"},
+           {"low: 10",
+            "option 'model.low' of cog_kind 'cog' must be less than high (10), got 10 (set at "
+            "widget.yaml:2"},
+       }) {
+    auto w = Registry<Cog>::Get().Instantiate(
+        Parse(std::string("_target_: cog\n") + c.yaml + "\n" + part));
+    ASSERT_FALSE(w.ok()) << c.yaml;
+    EXPECT_EQ(std::string(w.status().message()).rfind(c.message, 0), 0u) << w.status().message();
+  }
+  // A required option of type any is refused when null, with its check's words.
+  auto w = Registry<Cog>::Get().Instantiate(
+      Parse("_target_: cog\npart: {_target_: gear}\nshape: null\n"));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(
+      std::string(w.status().message())
+          .rfind("option 'model.shape' of cog_kind 'cog' must be a side or [h, w], got null", 0),
+      0u)
+      << w.status();
+  w = Registry<Cog>::Get().Instantiate(Parse("_target_: cog\nshape: 1\n"));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(std::string(w.status().message())
+                .rfind("option 'model.part' of cog_kind 'cog' is required", 0),
+            0u)
+      << w.status();
+}
+
 // kiln's own launcher and sweeper configs (lib/config/hydra_conf) hold exactly the options their
 // components declare, with the declared defaults: the YAML and the declaration cannot drift.
 TEST(BuiltinHydraConfigs, LauncherAndSweeperConfigsMatchTheirDeclarations) {

@@ -432,7 +432,9 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
   EXPECT_EQ(per_epoch[1], monitored[11]);  // after step 12
   auto bad = Registry<Callback>::Get().Instantiate(Yaml("_target_: lr_monitor\nlogging_interval: batch\n", "callbacks.lr"));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("option 'callbacks.lr.logging_interval' must be step or epoch"),
+  EXPECT_NE(std::string(bad.status().message())
+                .find("option 'callbacks.lr.logging_interval' of callback 'lr_monitor' must be one "
+                      "of: step, epoch"),
             std::string::npos);
 }
 
