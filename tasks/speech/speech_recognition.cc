@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "components/metrics/edit_distance.h"
 #include "components/models/model.h"
 #include "components/text/text_files.h"
 #include "lib/core/files.h"
@@ -101,8 +102,8 @@ class SpeechRecognition : public Task {
       std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
       std::string reference = binding_.tokenizer().Decode(ids);
       const std::string& hypothesis = hypotheses[static_cast<size_t>(i)];
-      speech::ErrorCount chars = speech::CharacterErrors(hypothesis, reference);
-      speech::ErrorCount words = speech::WordErrors(hypothesis, reference);
+      metrics::ErrorCount chars = metrics::CharacterErrors(hypothesis, reference);
+      metrics::ErrorCount words = metrics::WordErrors(hypothesis, reference);
       if (chars.reference > 0) {
         log.Log(stage + "/cer", static_cast<double>(chars.errors) / chars.reference,
                 static_cast<double>(chars.reference));
