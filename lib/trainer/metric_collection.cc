@@ -1,5 +1,7 @@
 #include "lib/trainer/metric_collection.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "lib/config/config.h"
 #include "lib/core/status_macros.h"
@@ -35,17 +37,19 @@ absl::Status MetricCollection::Build(const config::NodePtr& metrics, const std::
     if (node->is_null()) continue;
     KILN_ASSIGN_OR_RETURN(config::Config item, group.Sub(name));
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<Metric> first, Registry<Metric>::Get().Instantiate(item));
-    std::vector<std::string> stages = first->stages();
-    for (size_t i = 0; i < stages.size(); ++i) {
+    // One instance per stage (each keeps its own state); a stage listed twice runs once.
+    std::set<std::string> stages(first->stages().begin(), first->stages().end());
+    for (const std::string& stage : stages) {
       std::shared_ptr<Metric> metric = first;
-      if (i > 0) {
+      if (stage != *stages.begin()) {
         KILN_ASSIGN_OR_RETURN(metric, Registry<Metric>::Get().Instantiate(item));
       }
       absl::Status st = metric->Setup(setup);
-      if (!st.ok())
+      if (!st.ok()) {
         return absl::Status(st.code(),
                             absl::StrCat("metric '", item.prefix(), "': ", st.message()));
-      stages_[stages[i]].entries.push_back({name, std::move(metric)});
+      }
+      stages_[stage].entries.push_back({name, std::move(metric)});
     }
   }
   return absl::OkStatus();

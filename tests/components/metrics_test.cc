@@ -338,6 +338,14 @@ TEST(MetricCollection, RefusesWhatATaskCannotGive) {
   EXPECT_EQ(metrics.Build(Yaml("[accuracy]\n"), "task.metrics", MetricSetup{}).message(),
             "'task.metrics' must be a mapping of name: {_target_: METRIC, ...}");
   EXPECT_TRUE(metrics.Build(nullptr, "task.metrics", MetricSetup{}).ok());
+  // A stage listed twice runs once.
+  ASSERT_TRUE(metrics
+                  .Build(Yaml("acc: {_target_: accuracy, stages: [val, val]}\n"), "task.metrics",
+                         MetricSetup{})
+                  .ok());
+  MetricLog log;
+  ASSERT_TRUE(metrics.Update("val", FiveRows(), log).ok());
+  EXPECT_EQ(metrics.StateDict().at("val/acc/total").item<int64_t>(), 5);
 }
 
 TEST(CrossEntropyLoss, MatchesTorchWithLabelSmoothing) {
