@@ -6,31 +6,39 @@
 #include "lib/registry/registry.h"
 
 namespace kiln {
+namespace {
 
-torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& target,
-                                 double label_smoothing) {
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32), target,
-      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
+// What the metrics see of a batch: the logits (outside autograd) and the true classes.
+MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch) {
+  MetricBatch scores;
+  scores.preds = logits.detach();
+  scores.target = batch.target;
+  return scores;
 }
 
-double TopKAccuracy(const torch::Tensor& logits, const torch::Tensor& target, int64_t k) {
-  if (k == 1) return logits.argmax(1).eq(target).to(torch::kFloat64).mean().item<double>();
-  torch::Tensor top = std::get<1>(logits.topk(k, 1));
-  return top.eq(target.unsqueeze(1)).any(1).to(torch::kFloat64).mean().item<double>();
-}
-
-ClassificationTask::ClassificationTask(const ClassificationOptions& options)
-    : options_(options), confusion_(options.num_classes) {}
+}  // namespace
 
 absl::Status ClassificationTask::Build(const config::Config& job) {
   KILN_ASSIGN_OR_RETURN(model_, BuildModel(job));
-  return absl::OkStatus();
+  if (options_.loss && !options_.loss->is_null()) {
+    KILN_ASSIGN_OR_RETURN(
+        loss_, Registry<Loss>::Get().Instantiate(config::Config(options_.loss, "task.loss")));
+  } else {
+    KILN_ASSIGN_OR_RETURN(
+        loss_, Registry<Loss>::Get().Instantiate(
+                   "cross_entropy", Options().Set("label_smoothing", options_.label_smoothing)));
+  }
+  return metrics_.Build(options_.metrics, "task.metrics", MetricSetup{options_.num_classes});
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ClassificationTask::BuildModel(const config::Config& job) {
   KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
   return Registry<Model>::Get().Instantiate(model_cfg);
+}
+
+absl::Status ClassificationTask::Connect(data::DataModule& data) {
+  metrics_.Connect(data);
+  return ConnectData(data);
 }
 
 absl::StatusOr<torch::Tensor> ClassificationTask::Forward(const data::Batch& batch) {
@@ -49,31 +57,29 @@ absl::StatusOr<torch::Tensor> ClassificationTask::Logits(const data::Batch& batc
 
 absl::StatusOr<torch::Tensor> ClassificationTask::TrainingStep(const data::Batch& batch, MetricLog& log) {
   KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
-  torch::Tensor loss = ClassificationLoss(logits, batch.target, options_.label_smoothing);
-  double n = static_cast<double>(batch.size());
-  log.Log("train/loss", loss.item<double>(), n);
-  log.Log("train/acc", TopKAccuracy(logits, batch.target, 1), n);
+  torch::Tensor loss = loss_->Forward(logits, batch.target);
+  log.Log("train/loss", loss.item<double>(), static_cast<double>(batch.size()));
+  KILN_RETURN_IF_ERROR(metrics_.Update("train", Scores(logits, batch), log));
   return loss;
 }
 
 absl::Status ClassificationTask::EvaluationStep(const data::Batch& batch, const std::string& stage,
                                                 MetricLog& log) {
   KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
-  double n = static_cast<double>(batch.size());
-  log.Log(stage + "/loss", ClassificationLoss(logits, batch.target, options_.label_smoothing).item<double>(), n);
-  log.Log(stage + "/acc", TopKAccuracy(logits, batch.target, 1), n);
-  int64_t k = options_.top_k;
-  if (k > 1 && k < options_.num_classes) {
-    log.Log(absl::StrCat(stage, "/acc_top", k), TopKAccuracy(logits, batch.target, k), n);
-  }
-  KILN_RETURN_IF_ERROR(LogMoreMetrics(logits, batch, stage, log));
-  if (stage == "test") confusion_.Add(batch.target, logits);
-  return absl::OkStatus();
+  log.Log(stage + "/loss", loss_->Forward(logits, batch.target).item<double>(),
+          static_cast<double>(batch.size()));
+  return metrics_.Update(stage, Scores(logits, batch), log);
+}
+
+absl::StatusOr<std::map<std::string, double>> ClassificationTask::EvaluationEnd(
+    const std::string& stage, const SumOverRanks& sum_over_ranks) {
+  return metrics_.Compute(stage, sum_over_ranks);
 }
 
 absl::StatusOr<std::map<std::string, double>> ClassificationTask::TestReport(
     const std::string& output_dir, const std::vector<std::string>& class_names) {
-  return confusion_.Report(output_dir, class_names);
+  KILN_RETURN_IF_ERROR(metrics_.WriteReports("test", output_dir, class_names));
+  return std::map<std::string, double>();
 }
 
 absl::StatusOr<torch::Tensor> ClassificationTask::PredictStep(const data::Batch& batch) {

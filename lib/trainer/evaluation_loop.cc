@@ -30,13 +30,19 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
     KILN_RETURN_IF_ERROR(task.EvaluationStep(batch, stage_, log));
     return true;
   }));
-  return log.EpochMeans();
+  auto metrics = log.EpochMeans();
+  KILN_RETURN_IF_ERROR(trainer_.strategy_.AverageOverRanks(metrics));
+  // The task's metric objects: their state summed over ranks, then computed.
+  KILN_ASSIGN_OR_RETURN(auto computed, task.EvaluationEnd(stage_, [this](torch::Tensor& t) {
+                          return trainer_.strategy_.SumOverRanks(t);
+                        }));
+  metrics.insert(computed.begin(), computed.end());
+  return metrics;
 }
 
 absl::Status EvaluationLoop::Validate() {
   KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationStart(trainer_); }));
   KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
-  KILN_RETURN_IF_ERROR(trainer_.strategy_.AverageOverRanks(metrics));
   for (const auto& [k, v] : metrics) trainer_.callback_metrics_[k] = v;
   trainer_.LogToLoggers(metrics);
   return trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationEnd(trainer_, metrics); });

@@ -19,10 +19,11 @@ class EvaluationLoop {
   EvaluationLoop(Trainer& trainer, data::DataLoader& loader, std::string stage)
       : trainer_(trainer), loader_(loader), stage_(std::move(stage)) {}
 
-  // This rank's epoch means over up to `max_batches` batches; no callbacks, nothing logged.
+  // The epoch's values over up to `max_batches` batches: the means of what the steps logged,
+  // averaged over ranks, and the task's metrics (Task::EvaluationEnd, state summed over ranks);
+  // no callbacks, nothing logged.
   absl::StatusOr<std::map<std::string, double>> RunBatches(int64_t max_batches);
-  // Validation inside fit: callbacks around it, means averaged over ranks, kept as callback
-  // metrics and logged.
+  // Validation inside fit: callbacks around it, values kept as callback metrics and logged.
   absl::Status Validate();
   // The validate/test commands: logged, test callbacks called, printed.
   absl::StatusOr<std::map<std::string, double>> Evaluate();

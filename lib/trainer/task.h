@@ -1,6 +1,7 @@
 // A Task (Lightning's LightningModule): owns the model, computes the loss of a training batch,
 // logs evaluation metrics, predicts. Built by name from the `task` config node through
-// Registry<Task>; Build() then reads the rest of the job config (model, loss options).
+// Registry<Task>; Build() then reads the rest of the job config (model, loss options). Metrics
+// over whole epochs are Metric objects (lib/trainer/metric.h) that the task lists in its config.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,6 +15,7 @@
 #include "lib/config/config.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/metric.h"
 #include "lib/trainer/metric_log.h"
 #include "lib/trainer/prediction_writer.h"
 
@@ -36,6 +38,13 @@ class Task {
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) = 0;
   // Logs metrics named "<stage>/..." (stage: "val" or "test") for one evaluation batch.
   virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
+  // At the end of an evaluation epoch: the values of the task's metric objects over the whole
+  // epoch, their state first summed over ranks with `sum_over_ranks` (torchmetrics' sync and
+  // compute). The trainer adds them to the epoch means of what the steps logged.
+  virtual absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
+      const std::string& /*stage*/, const SumOverRanks& /*sum_over_ranks*/) {
+    return std::map<std::string, double>();
+  }
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
 
@@ -52,8 +61,8 @@ class Task {
   // to print and keep; nullopt means the usual batch predictions.
   virtual absl::StatusOr<std::optional<std::string>> Generate() { return std::optional<std::string>(); }
 
-  // After a test run: writes what the task gathered beyond per-batch means (a confusion matrix)
-  // into `output_dir` and returns the metrics derived from it (per-class accuracy).
+  // After a test run: writes what the task gathered (a confusion matrix, transcripts) into
+  // `output_dir` and returns any metrics derived from it that EvaluationEnd did not.
   // `class_names` names the classes by index when the data module knows them.
   virtual absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& /*output_dir*/,
                                                                   const std::vector<std::string>& /*class_names*/) {

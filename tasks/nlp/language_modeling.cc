@@ -1,7 +1,9 @@
 // Language modeling: a registered model mapping token ids [B, T] to next-token logits [B, T, V];
-// cross-entropy over the real (non-padding) targets, perplexity, and bits per character (the
-// summed token loss over the split's characters, comparable across tokenizers). `kiln predict`
-// generates text from a prompt (temperature, top-k, seed).
+// cross-entropy over the real (non-padding) targets. Training logs the loss, perplexity and bits
+// per character of each batch; evaluation the loss and the metrics the config lists
+// (configs/task/language_modeling.yaml: perplexity and bits per character, the summed token loss
+// over the split's characters, comparable across tokenizers). `kiln predict` generates text
+// from a prompt (temperature, top-k, seed).
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/metric_collection.h"
 #include "lib/trainer/task.h"
 #include "tasks/nlp/tokenizer_binding.h"
 
@@ -25,35 +28,58 @@ struct GenerationOptions {
 
 class LanguageModeling : public Task {
  public:
-  explicit LanguageModeling(GenerationOptions generation) : generation_(std::move(generation)) {}
+  LanguageModeling(GenerationOptions generation, config::NodePtr metrics)
+      : generation_(std::move(generation)), metrics_node_(std::move(metrics)) {}
 
   absl::Status Build(const config::Config& job) override {
     KILN_ASSIGN_OR_RETURN(model_, binding_.BuildModel(job, "vocab_size"));
     // The context generation keeps: the model's positions, else the training block size.
     context_ = job.GetOr<int64_t>("model.block_size", 0).value_or(0);
     if (context_ <= 0) context_ = job.GetOr<int64_t>("data.block_size", 256).value_or(256);
-    return absl::OkStatus();
+    return metrics_.Build(metrics_node_, "task.metrics", MetricSetup{});
   }
 
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
+    metrics_.Connect(data);
     return binding_.Connect(data, "language_modeling");
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
-    KILN_ASSIGN_OR_RETURN(torch::Tensor loss, Loss(batch));
-    LogLoss("train", loss.item<double>(), Tokens(batch), log);
+    KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
+    torch::Tensor loss = Loss(logits, batch);
+    double tokens = Tokens(batch);
+    if (tokens <= 0) return loss;
+    // loss (nats per token), perplexity, and bits per character: loss * tokens / characters / ln 2.
+    double value = loss.item<double>();
+    log.Log("train/loss", value, tokens);
+    log.LogExp("train/ppl", value, tokens);
+    double per_char = binding_.data() ? binding_.data()->tokens_per_char("train") : 0;
+    if (per_char > 0) log.Log("train/bpc", value * per_char / std::log(2.0), tokens);
     return loss;
   }
 
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
                               MetricLog& log) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
-    KILN_ASSIGN_OR_RETURN(torch::Tensor loss, Loss(batch));
-    LogLoss(stage, loss.item<double>(), Tokens(batch), log);
-    return absl::OkStatus();
+    KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
+    double tokens = Tokens(batch);
+    if (tokens <= 0) return absl::OkStatus();
+    log.Log(stage + "/loss", Loss(logits, batch).item<double>(), tokens);
+    MetricBatch scores;
+    scores.preds = logits;
+    scores.target = batch.target;
+    scores.mask = batch.target.ne(text::SpecialTokens::kPad);
+    double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
+    if (per_char > 0) scores.characters = tokens / per_char;
+    return metrics_.Update(stage, scores, log);
+  }
+
+  absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
+      const std::string& stage, const SumOverRanks& sum_over_ranks) override {
+    return metrics_.Compute(stage, sum_over_ranks);
   }
 
   absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) override {
@@ -110,7 +136,7 @@ class LanguageModeling : public Task {
   }
 
  private:
-  absl::StatusOr<torch::Tensor> Loss(const data::Batch& batch) {
+  absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch) {
     torch::Tensor logits = model_->forward(batch.input);
     if (logits.dim() != 3 || logits.size(0) != batch.target.size(0) ||
         logits.size(1) != batch.target.size(1)) {
@@ -118,6 +144,11 @@ class LanguageModeling : public Task {
           "language_modeling needs next-token logits [batch, tokens, vocab] from the model, got ",
           c10::str(logits.sizes()), " for targets ", c10::str(batch.target.sizes())));
     }
+    return logits;
+  }
+
+  // Cross-entropy over the real (non-padding) targets.
+  static torch::Tensor Loss(const torch::Tensor& logits, const data::Batch& batch) {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), batch.target.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(text::SpecialTokens::kPad));
@@ -127,24 +158,17 @@ class LanguageModeling : public Task {
     return batch.target.ne(text::SpecialTokens::kPad).sum().item<double>();
   }
 
-  // loss (nats per token), perplexity, and bits per character: loss * tokens / characters / ln 2.
-  void LogLoss(const std::string& stage, double loss, double tokens, MetricLog& log) const {
-    if (tokens <= 0) return;
-    log.Log(stage + "/loss", loss, tokens);
-    log.LogExp(stage + "/ppl", loss, tokens);
-    double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
-    if (per_char > 0) log.Log(stage + "/bpc", loss * per_char / std::log(2.0), tokens);
-  }
-
   GenerationOptions generation_;
+  config::NodePtr metrics_node_;
+  MetricCollection metrics_;
   int64_t context_ = 256;
   TokenizerBinding binding_;
   std::shared_ptr<Model> model_;
 };
 
 KILN_REGISTER(Task, "language_modeling",
-              "Next-token prediction: loss, perplexity, bits per character; `kiln predict` "
-              "generates from a prompt",
+              "Next-token prediction: loss and metrics as configured (perplexity, bits per "
+              "character); `kiln predict` generates from a prompt",
               OptionSchema()
                   .String("prompt", "", "kiln predict: the text to continue")
                   .Int("max_tokens", 200,
@@ -152,7 +176,8 @@ KILN_REGISTER(Task, "language_modeling",
                   .Float("temperature", 1.0,
                          "kiln predict: sampling temperature (0: always the most likely token)")
                   .Int("top_k", 0, "kiln predict: sample among the k most likely tokens (0: all)")
-                  .Int("seed", 0, "kiln predict: seed of the sampling"),
+                  .Int("seed", 0, "kiln predict: seed of the sampling")
+                  .Add("metrics", OptionType::kMap, "null", kMetricsOptionDoc),
               [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
                 GenerationOptions g;
                 KILN_ASSIGN_OR_RETURN(g.prompt, cfg.Get<std::string>("prompt"));
@@ -164,7 +189,8 @@ KILN_REGISTER(Task, "language_modeling",
                   return absl::InvalidArgumentError(absl::StrCat(
                       "'", cfg.prefix(), "': max_tokens, top_k and temperature must be >= 0"));
                 }
-                return std::make_shared<LanguageModeling>(std::move(g));
+                KILN_ASSIGN_OR_RETURN(config::NodePtr metrics, cfg.Get<config::NodePtr>("metrics"));
+                return std::make_shared<LanguageModeling>(std::move(g), std::move(metrics));
               });
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Text classification: a registered text model over padded token ids, cross-entropy (with label
-// smoothing), accuracy; at test time a confusion matrix, per-class accuracy and macro-F1. What
-// texts add to ClassificationTask: the model takes its vocabulary from the data's tokenizer, and
-// the labels are known once the training split is read.
+// Text classification: a registered text model over padded token ids; loss and metrics as
+// configured (cross-entropy, accuracy; at test time a confusion matrix, per-class accuracy and
+// macro-F1). What texts add to ClassificationTask: the model takes its vocabulary from the
+// data's tokenizer, and the labels are known once the training split is read.
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 #include "tasks/classification_task.h"
@@ -14,13 +14,12 @@ class TextClassification : public ClassificationTask {
  public:
   using ClassificationTask::ClassificationTask;
 
-  absl::Status Connect(data::DataModule& data) override {
+ protected:
+  absl::Status ConnectData(data::DataModule& data) override {
     KILN_RETURN_IF_ERROR(binding_.Connect(data, "text_classification"));
     KILN_RETURN_IF_ERROR(data.Setup(data::Stage::kFit));
     return CheckClassNames(data.class_names(), "labels");
   }
-
- protected:
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job) override {
     return binding_.BuildModel(job, "vocab_size");
   }
@@ -33,13 +32,14 @@ class TextClassification : public ClassificationTask {
   TokenizerBinding binding_;
 };
 
-KILN_REGISTER_BOUND(Task, "text_classification",
-                    "Classify texts: cross-entropy, accuracy; confusion matrix, per-class accuracy and "
-                    "macro-F1 at test time",
-                    ClassificationOptionBinding<ClassificationOptions>("number of classes (the data's labels)"),
-                    [](const ClassificationOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {
-                      return std::make_shared<TextClassification>(o);
-                    });
+KILN_REGISTER_BOUND(
+    Task, "text_classification",
+    "Classify texts: a loss and metrics as configured (cross-entropy, accuracy; confusion "
+    "matrix, per-class accuracy and macro-F1 at test time)",
+    ClassificationOptionBinding<ClassificationOptions>("number of classes (the data's labels)"),
+    [](const ClassificationOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {
+      return std::make_shared<TextClassification>(o);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -1,16 +1,14 @@
-// CTC decoding and the error rates of speech recognition. A CTC model emits, per frame, a
-// distribution over the tokens and a blank; a label sequence is any frame path with repeats
-// merged and blanks removed ("aa-ab" -> "aab"). Greedy decoding takes the best class per frame;
-// prefix beam search (Hannun et al. 2014, "First-Pass Large Vocabulary Continuous Speech
-// Recognition using Bi-Directional Recurrent DNNs") keeps the `beam_size` label prefixes of
+// CTC decoding for speech recognition (its error rates are the cer and wer metrics). A CTC model
+// emits, per frame, a distribution over the tokens and a blank; a label sequence is any frame
+// path with repeats merged and blanks removed ("aa-ab" -> "aab"). Greedy decoding takes the best
+// class per frame; prefix beam search (Hannun et al. 2014, "First-Pass Large Vocabulary Continuous
+// Speech Recognition using Bi-Directional Recurrent DNNs") keeps the `beam_size` label prefixes of
 // highest probability summed over all their paths, optionally fused with an n-gram LM.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "tasks/speech/ngram_lm.h"
@@ -33,18 +31,5 @@ struct LmFusion {
 // extended. Returns the label sequence of the best rank found (with no LM, the most probable).
 std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank,
                                    int64_t beam_size, const LmFusion& fusion = {});
-
-// Levenshtein distance (insertions, deletions, substitutions each cost 1).
-int64_t EditDistance(const std::vector<char32_t>& a, const std::vector<char32_t>& b);
-int64_t EditDistance(const std::vector<std::string>& a, const std::vector<std::string>& b);
-
-// Errors of a hypothesis against a reference, with the reference's size (the rate's denominator).
-struct ErrorCount {
-  int64_t errors = 0, reference = 0;
-};
-// Character errors: over Unicode code points (UTF-8 text).
-ErrorCount CharacterErrors(std::string_view hypothesis, std::string_view reference);
-// Word errors: over whitespace-separated words.
-ErrorCount WordErrors(std::string_view hypothesis, std::string_view reference);
 
 }  // namespace kiln::speech

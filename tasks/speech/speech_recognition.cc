@@ -1,20 +1,23 @@
 // Speech recognition with CTC: a SequenceModel maps padded features [B, frames, F] with their
 // lengths to per-frame logits [B, frames', V] and output lengths; the CTC loss (blank = id 0, the
 // tokenizer's <pad>, which no transcript contains) trains it against the transcript's token ids.
-// Evaluation decodes every utterance (greedy or prefix beam search) and logs the character and
-// word error rates (CER, WER: edit distance over the reference's characters or words, summed
-// over the split). A test run also writes every reference and hypothesis to test_transcripts.tsv;
+// Evaluation decodes every utterance (greedy or prefix beam search) and hands hypotheses and
+// references to the metrics the config lists (configs/task/speech_recognition.yaml: the cer and
+// wer metrics, edit distance over the reference's characters or words, summed over the split).
+// A test run also writes every reference and hypothesis to test_transcripts.tsv;
 // `kiln predict` transcribes audio files into predictions.csv (path,text).
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "components/metrics/edit_distance.h"
 #include "components/models/model.h"
 #include "components/text/text_files.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/metric_collection.h"
 #include "lib/trainer/task.h"
 #include "tasks/nlp/tokenizer_binding.h"
 #include "tasks/speech/ctc_decode.h"
@@ -34,8 +37,11 @@ struct LmOptions {
 
 class SpeechRecognition : public Task {
  public:
-  SpeechRecognition(Decoder decoder, int64_t beam_size, LmOptions lm)
-      : decoder_(decoder), beam_size_(beam_size), lm_options_(lm) {}
+  SpeechRecognition(Decoder decoder, int64_t beam_size, LmOptions lm, config::NodePtr metrics)
+      : decoder_(decoder),
+        beam_size_(beam_size),
+        lm_options_(lm),
+        metrics_node_(std::move(metrics)) {}
 
   absl::Status Build(const config::Config& job) override {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, binding_.BuildModel(job, "num_classes"));
@@ -47,12 +53,13 @@ class SpeechRecognition : public Task {
                        job.GetOr<std::string>("model._target_", "?").value_or("?"),
                        "' is not one"));
     }
-    return absl::OkStatus();
+    return metrics_.Build(metrics_node_, "task.metrics", MetricSetup{});
   }
 
   torch::nn::Module& module() override { return *model_; }
 
   absl::Status Connect(data::DataModule& data) override {
+    metrics_.Connect(data);
     KILN_RETURN_IF_ERROR(binding_.Connect(data, "speech_recognition"));
     if (lm_options_.order > 0 && !lm_) {
       // The decoding LM, from the training transcripts (and lm_text's lines) in the tokenizer's
@@ -93,30 +100,28 @@ class SpeechRecognition : public Task {
     KILN_RETURN_IF_ERROR(binding_.Check());
     KILN_ASSIGN_OR_RETURN(Output out, Forward(batch));
     log.Log(stage + "/loss", Loss(out, batch).item<double>(), static_cast<double>(batch.size()));
-    std::vector<std::string> hypotheses = Decode(out);
+    MetricBatch texts;
+    texts.predicted_texts = Decode(out);
     torch::Tensor target = batch.target.to(torch::kCPU);
     for (int64_t i = 0; i < batch.size(); ++i) {
       torch::Tensor row = target[i];
       row = row.masked_select(row.ne(kBlank));
       std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-      std::string reference = binding_.tokenizer().Decode(ids);
-      const std::string& hypothesis = hypotheses[static_cast<size_t>(i)];
-      speech::ErrorCount chars = speech::CharacterErrors(hypothesis, reference);
-      speech::ErrorCount words = speech::WordErrors(hypothesis, reference);
-      if (chars.reference > 0) {
-        log.Log(stage + "/cer", static_cast<double>(chars.errors) / chars.reference,
-                static_cast<double>(chars.reference));
-      }
-      if (words.reference > 0) {
-        log.Log(stage + "/wer", static_cast<double>(words.errors) / words.reference,
-                static_cast<double>(words.reference));
-      }
+      texts.target_texts.push_back(binding_.tokenizer().Decode(ids));
       if (stage == "test") {
+        const std::string& reference = texts.target_texts.back();
+        const std::string& hypothesis = texts.predicted_texts[static_cast<size_t>(i)];
+        metrics::ErrorCount chars = metrics::CharacterErrors(hypothesis, reference);
         transcripts_ += absl::StrFormat("%s\t%s\t%d\t%d\n", reference, hypothesis, chars.errors,
                                         chars.reference);
       }
     }
-    return absl::OkStatus();
+    return metrics_.Update(stage, texts, log);
+  }
+
+  absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
+      const std::string& stage, const SumOverRanks& sum_over_ranks) override {
+    return metrics_.Compute(stage, sum_over_ranks);
   }
 
   absl::StatusOr<std::map<std::string, double>> TestReport(
@@ -216,14 +221,16 @@ class SpeechRecognition : public Task {
   LmOptions lm_options_;
   std::unique_ptr<speech::NgramLm> lm_;  // when lm_order > 0
   std::string transcripts_;  // test_transcripts.tsv rows
+  config::NodePtr metrics_node_;
+  MetricCollection metrics_;
   TokenizerBinding binding_;
   std::shared_ptr<SequenceModel> model_;
 };
 
 KILN_REGISTER(
     Task, "speech_recognition",
-    "CTC speech recognition: CTC loss, greedy or beam-search decoding, CER and WER; `kiln "
-    "predict` transcribes audio",
+    "CTC speech recognition: CTC loss, greedy or beam-search decoding, metrics as configured "
+    "(CER, WER); `kiln predict` transcribes audio",
     OptionSchema()
         .String("decoder", "beam", "greedy (best class per frame) or beam (prefix beam search)")
         .Int("beam_size", 8, "prefixes the beam search keeps")
@@ -234,7 +241,8 @@ KILN_REGISTER(
         .Float("lm_bonus", 1.0, "score added per emitted token (offsets the LM's short bias)")
         .String("lm_text", "",
                 "a text file whose lines (one sentence each, normalized like the transcripts) "
-                "train the LM too, besides the training transcripts (\"\": transcripts only)"),
+                "train the LM too, besides the training transcripts (\"\": transcripts only)")
+        .Add("metrics", OptionType::kMap, "null", kMetricsOptionDoc),
     [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
       KILN_ASSIGN_OR_RETURN(std::string decoder, cfg.Get<std::string>("decoder"));
       KILN_ASSIGN_OR_RETURN(int64_t beam_size, cfg.Get<int64_t>("beam_size"));
@@ -272,8 +280,9 @@ KILN_REGISTER(
         return absl::InvalidArgumentError(
             absl::StrCat("option '", cfg.FullKey("beam_size"), "' must be at least 1"));
       }
+      KILN_ASSIGN_OR_RETURN(config::NodePtr metrics, cfg.Get<config::NodePtr>("metrics"));
       return std::make_shared<SpeechRecognition>(
-          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size, lm);
+          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size, lm, std::move(metrics));
     });
 
 }  // namespace

@@ -107,6 +107,13 @@ TEST_F(SpeechCliTest, KeywordSpotterTrainsTestsAndLabelsWavFilesButNotMp3) {
   EXPECT_NE(ReadFile(Path("run_train/test_confusion_matrix.csv"))
                 .find("true/predicted,go,stop\ngo,3,0\nstop,0,3\n"),
             std::string::npos);
+  // With `stop` as filler: the false-accept and miss rates, over the test split's classes.
+  auto t = Kws("test", {"ckpt_path=" + Path("run_train/checkpoints/last.ckpt"),
+                        "task.filler_classes=[stop]"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  metrics = ReadFile(Path("run_test/test_metrics.yaml"));
+  EXPECT_NE(metrics.find("test/false_accept_rate: 0.0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("test/miss_rate: 0.0\n"), std::string::npos) << metrics;
   WriteBurst(Path("new/a.wav"), 2500, 0.1);
   WriteBurst(Path("new/b.wav"), 400, 0.0, 16000);
   auto p = Kws("predict", {"ckpt_path=" + Path("run_train/checkpoints/last.ckpt"),

@@ -1,7 +1,7 @@
 // CTC speech recognition parts: greedy and prefix beam-search decoding (checked against the
-// exact most probable label sequence, summed over all frame paths by brute force), edit distance
-// and the CER/WER counts, and the conv_bilstm acoustic model (output lengths follow the time
-// strides; padding changes nothing for the real frames in either direction).
+// exact most probable label sequence, summed over all frame paths by brute force) and the
+// conv_bilstm acoustic model (output lengths follow the time strides; padding changes nothing
+// for the real frames in either direction). The error rates are tested with the metrics.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,24 +122,6 @@ TEST(CtcDecode, LanguageModelFusionPicksTheLikelySentence) {
   EXPECT_EQ(speech::CtcBeamSearch(lp, 0, 4, {&lm, 0.5, 0.0}), (std::vector<int64_t>{6}));
   // A weight of 0 and no bonus is the plain search.
   EXPECT_EQ(speech::CtcBeamSearch(lp, 0, 4, {&lm, 0.0, 0.0}), (std::vector<int64_t>{5}));
-}
-
-TEST(ErrorRates, EditDistanceOverCodePointsAndWords) {
-  EXPECT_EQ(speech::EditDistance(std::vector<char32_t>{'k', 'i', 't', 't', 'e', 'n'},
-                                 std::vector<char32_t>{'s', 'i', 't', 't', 'i', 'n', 'g'}),
-            3);
-  speech::ErrorCount c = speech::CharacterErrors("kitten", "sitting");
-  EXPECT_EQ(c.errors, 3);
-  EXPECT_EQ(c.reference, 7);
-  c = speech::CharacterErrors("h\xC3\xA9llo", "hello");  // é is one code point, one substitution
-  EXPECT_EQ(c.errors, 1);
-  EXPECT_EQ(c.reference, 5);
-  speech::ErrorCount w = speech::WordErrors("the cat sat", "the  cat sat down");
-  EXPECT_EQ(w.errors, 1);
-  EXPECT_EQ(w.reference, 4);
-  w = speech::WordErrors("", "call me ishmael");
-  EXPECT_EQ(w.errors, 3);
-  EXPECT_EQ(speech::CharacterErrors("abc", "").errors, 3);
 }
 
 TEST(ConvBiLstm, OutputLengthsFollowTheStridesAndPaddingChangesNothing) {

@@ -195,6 +195,29 @@ TEST_F(PluginTest, ExamplePluginsTrainFromConfig) {
   EXPECT_TRUE(absl::StartsWith(norms, "step,grad_norm\n5,")) << norms;
 }
 
+// A plugin's metric, added to a task's metrics from the command line: logged at validation and
+// test time like the built-in ones.
+TEST_F(PluginTest, PluginMetricIsUsedFromTheConfig) {
+  auto r = Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin",
+                 TestPlugin("metric_tools"), "experiment=blobs",
+                 "+task.metrics.err={_target_: error_rate}", "trainer.max_epochs=1",
+                 "trainer.num_threads=1", "hydra.run.dir=" + dir_.path() + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string metrics = testing::ReadFile(dir_.path() + "/run/test_metrics.yaml");
+  size_t acc = metrics.find("test/acc: "), err = metrics.find("test/err: ");
+  ASSERT_NE(acc, std::string::npos) << metrics;
+  ASSERT_NE(err, std::string::npos) << metrics;
+  EXPECT_NEAR(std::atof(metrics.c_str() + err + 10), 1.0 - std::atof(metrics.c_str() + acc + 10),
+              1e-12)
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(dir_.path() + "/run/metrics.csv"), "val/err"))
+      << metrics;
+  auto list = Kiln({"list", "metric", "--plugin", TestPlugin("metric_tools")});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_TRUE(absl::StrContains(list.out, "  error_rate  [plugin metric_tools 1.0.0")) << list.out;
+  EXPECT_TRUE(absl::StrContains(list.out, "  accuracy  [built-in]")) << list.out;
+}
+
 TEST_F(PluginTest, MissingFile) {
   ExpectRefused(Kiln({"compose", "--config-path", conf(), "--plugin", dir_.path() + "/libnothing.so"}),
                 "/libnothing.so': no such file");

@@ -1,6 +1,7 @@
 // ClassificationTask as a task author meets it: a new classification task written as
-// docs/architecture.md says (SignTask below, its whole code), registered, built from a config,
-// stepped on a batch whose logits are known; its options are checked by the shared declaration.
+// docs/architecture.md says (SignTask below, its whole code) and a new metric (PredictedOne),
+// registered, built from a config that lists the metrics, stepped on a batch whose logits are
+// known; its options are checked by the shared declaration.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,7 +14,7 @@
 namespace kiln {
 namespace {
 
-// ---- A new classification task: inputs [B, F]; also logs how often class 1 is predicted. ----
+// ---- A new classification task: inputs [B, F]. ----
 struct SignOptions : ClassificationOptions {
   int64_t features = 4;
 };
@@ -29,12 +30,6 @@ class SignTask : public ClassificationTask {
     }
     return model().forward(batch.input);
   }
-  absl::Status LogMoreMetrics(const torch::Tensor& logits, const data::Batch& batch, const std::string& stage,
-                              MetricLog& log) override {
-    double ones = logits.argmax(1).eq(1).to(torch::kFloat64).mean().item<double>();
-    log.Log(stage + "/predicted_one", ones, static_cast<double>(batch.size()));
-    return absl::OkStatus();
-  }
 
  private:
   int64_t features_;
@@ -47,6 +42,42 @@ KILN_REGISTER_BOUND(Task, "sign_test", "Test task: the sign of a feature sum",
                       return std::make_shared<SignTask>(o);
                     });
 // ---- end of the task ----
+
+// ---- A new metric: how often class 1 is predicted. ----
+class PredictedOne : public Metric {
+ public:
+  explicit PredictedOne(const MetricOptions& o) : Metric(o) {
+    AddState("ones", &ones_);
+    AddState("rows", &rows_);
+  }
+  absl::Status Update(const MetricBatch& batch) override {
+    ones_ += batch.preds.argmax(1).eq(1).sum().item<int64_t>();
+    rows_ += batch.preds.size(0);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<MetricValues> Compute(
+      const std::vector<std::string>& /*class_names*/) const override {
+    return Share(ones_, rows_);
+  }
+
+ private:
+  torch::Tensor ones_ = torch::zeros({}, torch::kInt64), rows_ = torch::zeros({}, torch::kInt64);
+};
+
+KILN_REGISTER_BOUND(Metric, "predicted_one_test",
+                    "Test metric: the share of rows predicted as class 1",
+                    MetricOptionBinding<MetricOptions>(),
+                    [](const MetricOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                      return std::make_shared<PredictedOne>(o);
+                    });
+// ---- end of the metric ----
+
+// A data module that only names the classes.
+struct NamedClasses : data::DataModule {
+  absl::Status Setup(data::Stage) override { return absl::OkStatus(); }
+  std::vector<std::string> class_names() const override { return {"negative", "positive"}; }
+  data::LoaderOptions loader_options() const override { return {}; }
+};
 
 config::Config Yaml(const std::string& text) {
   auto node = config::ParseYaml(text, "job.yaml");
@@ -65,9 +96,18 @@ absl::StatusOr<std::shared_ptr<Task>> BuildTask(const std::string& task_yaml) {
   return task;
 }
 
-TEST(ClassificationTask, ANewTaskGetsLossAccuracyItsMetricAndTheTestReport) {
-  auto task = BuildTask("  _target_: sign_test\n  num_classes: 2\n");
+constexpr const char* kMetrics =
+    "  metrics:\n"
+    "    acc: {_target_: accuracy, stages: [train, val, test]}\n"
+    "    predicted_one: {_target_: predicted_one_test}\n"
+    "    acc_class: {_target_: accuracy, average: none, stages: [test]}\n"
+    "    confusion_matrix: {_target_: confusion_matrix, stages: [test]}\n";
+
+TEST(ClassificationTask, ANewTaskGetsLossTheListedMetricsAndTheTestReport) {
+  auto task = BuildTask(std::string("  _target_: sign_test\n  num_classes: 2\n") + kMetrics);
   ASSERT_TRUE(task.ok()) << task.status();
+  NamedClasses data;
+  ASSERT_TRUE((*task)->Connect(data).ok());
   // The model's one linear layer: logit 0 = -sum(x), logit 1 = +sum(x), no bias.
   auto params = (*task)->module().parameters();
   ASSERT_EQ(params.size(), 2u);
@@ -80,26 +120,67 @@ TEST(ClassificationTask, ANewTaskGetsLossAccuracyItsMetricAndTheTestReport) {
   MetricLog log;
   ASSERT_TRUE((*task)->EvaluationStep(batch, "test", log).ok());
   auto means = log.EpochMeans();
-  EXPECT_DOUBLE_EQ(means.at("test/acc"), 0.75);
-  EXPECT_DOUBLE_EQ(means.at("test/predicted_one"), 0.5);
+  auto values = (*task)->EvaluationEnd("test", nullptr);
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_DOUBLE_EQ(values->at("test/acc"), 0.75);
+  EXPECT_DOUBLE_EQ(values->at("test/predicted_one"), 0.5);
   torch::Tensor logits = torch::tensor({{-1.f, 1.f}, {1.f, -1.f}, {-2.f, 2.f}, {3.f, -3.f}});
   double loss = torch::nn::functional::cross_entropy(logits, batch.target).item<double>();
   EXPECT_NEAR(means.at("test/loss"), loss, 1e-6);
-  EXPECT_EQ(means.count("test/acc_top0"), 0u);  // top_k defaults to 0 for a task that declares none
+  EXPECT_EQ(values->count("test/acc_top5"), 0u);  // only the metrics the config lists
+  EXPECT_DOUBLE_EQ(values->at("test/acc_class/negative"), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(values->at("test/acc_class/positive"), 1.0);
 
   testing::TempDir dir;
   auto report = (*task)->TestReport(dir.path(), {"negative", "positive"});
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_DOUBLE_EQ(report->at("test/acc_class/negative"), 2.0 / 3.0);
-  EXPECT_DOUBLE_EQ(report->at("test/acc_class/positive"), 1.0);
   EXPECT_EQ(testing::ReadFile(dir.path() + "/test_confusion_matrix.csv"),
             "true/predicted,negative,positive\nnegative,2,1\npositive,0,1\n");
+
+  // Training logs the loss and the metrics listed for training, per batch.
+  MetricLog train;
+  ASSERT_TRUE((*task)->TrainingStep(batch, train).ok());
+  EXPECT_EQ(train.last().size(), 2u);
+  EXPECT_DOUBLE_EQ(train.last().at("train/acc"), 0.75);
+  EXPECT_NEAR(train.last().at("train/loss"), loss, 1e-6);
 
   auto probabilities = (*task)->PredictStep(batch);
   ASSERT_TRUE(probabilities.ok());
   EXPECT_TRUE(torch::allclose(*probabilities, torch::softmax(logits, 1)));
   batch.input = torch::zeros({2, 3});
   EXPECT_EQ((*task)->PredictStep(batch).status().message(), "sign_test expects inputs [batch, task.features]");
+}
+
+// The loss is task.loss, a component; without one, cross-entropy with task.label_smoothing.
+TEST(ClassificationTask, TheLossIsAComponentWithLabelSmoothingByDefault) {
+  data::Batch batch;
+  batch.input = torch::tensor({{1.f, 0.f, 0.f, 0.f}, {-1.f, 0.f, 0.f, 0.f}});
+  batch.target = torch::tensor({1, 1}, torch::kInt64);
+  for (const char* options :
+       {"  label_smoothing: 0.2\n", "  loss: {_target_: cross_entropy, label_smoothing: 0.2}\n"}) {
+    auto task = BuildTask(std::string("  _target_: sign_test\n  num_classes: 2\n") + options);
+    ASSERT_TRUE(task.ok()) << task.status();
+    MetricLog log;
+    auto loss = (*task)->TrainingStep(batch, log);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    auto params = (*task)->module().parameters();  // the model's one linear layer
+    torch::Tensor logits =
+        torch::nn::functional::linear(batch.input, params[0], params[1]).detach();
+    torch::Tensor expected = torch::nn::functional::cross_entropy(
+        logits, batch.target,
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.2));
+    EXPECT_NEAR(loss->item<double>(), expected.item<double>(), 1e-6) << options;
+  }
+  auto unknown =
+      BuildTask("  _target_: sign_test\n  num_classes: 2\n  loss: {_target_: cross_entropi}\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "unknown loss 'cross_entropi'"))
+      << unknown.status();
+  auto metric =
+      BuildTask("  _target_: sign_test\n  num_classes: 2\n  metrics: {acc: {_target_: acc}}\n");
+  ASSERT_FALSE(metric.ok());
+  EXPECT_TRUE(absl::StrContains(metric.status().message(), "unknown metric 'acc'"))
+      << metric.status();
 }
 
 TEST(ClassificationTask, SharedOptionsAreCheckedOnceForEveryTask) {
