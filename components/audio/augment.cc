@@ -4,10 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
 #include "components/data/option_values.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::audio {

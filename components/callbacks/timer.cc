@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "lib/logging/logger.h"

@@ -1,9 +1,7 @@
 // A fastText-style classifier (Joulin et al. 2017): the mean of the token embeddings (and, with
 // ngram_buckets > 0, of hashed bigram embeddings), an optional hidden layer, a linear head.
 // Input [B, T] token ids (0 = padding), output [B, classes].
-#include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

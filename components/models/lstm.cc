@@ -3,7 +3,6 @@
 // next-token layer on every state, optionally tied to the embedding; [B, T] -> [B, T, vocab]).
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

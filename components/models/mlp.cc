@@ -1,5 +1,4 @@
 // A multilayer perceptron: flatten, then Linear -> activation -> dropout for each hidden width.
-#include "absl/strings/str_cat.h"
 #include "components/models/model.h"
 #include "lib/registry/registry.h"
 

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
-#include "lib/core/status_macros.h"
 
 namespace kiln {
 

@@ -1,7 +1,6 @@
 // A Transformer encoder text classifier (BERT-shaped, small): the shared text Transformer with
 // padding-masked self-attention, then the first position (the <cls> token the data module
 // prepends) or the mean of the real tokens, and a linear head. Input [B, T] ids (0 = padding).
-#include "absl/strings/str_cat.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "lib/core/status_macros.h"

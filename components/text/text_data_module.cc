@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"

@@ -12,7 +12,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "components/text/utf8.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::text {

@@ -109,8 +109,9 @@ class Options {
 };
 
 // What a bound component's factory may need besides its options struct: refusing a value that
-// fails only together with another option (warmup_steps < total_steps) with OptionValueError's
-// message, and an option's full key for messages given later ("set 'scheduler.total_steps'").
+// fails only together with another option (sgd's nesterov without momentum) with
+// OptionValueError's message, and an option's full key for messages given later ("set
+// 'scheduler.total_steps'").
 class OptionContext {
  public:
   // `options`: the validated options with their key prefix; `component`: "scheduler 'one_cycle'".

@@ -1,7 +1,8 @@
 // String-keyed component registries, one per kind (model, datamodule, optimizer, callback,
 // launcher, ...), all owned by Kiln::core so every plugin and library sees the same ones.
 //
-//   KILN_REGISTER(Launcher, "basic", "Runs jobs one after another", OptionSchema(), Factory);
+//   KILN_REGISTER_BOUND(Launcher, "basic", "Runs jobs one after another",
+//                       OptionBinding<NoOptions>(), Factory);
 //   auto launcher = Registry<Launcher>::Get().Instantiate(cfg.Sub("hydra.launcher").value());
 //
 // A registered base type declares `static constexpr const char* kKind = "launcher";`.
