@@ -57,12 +57,28 @@ OptionSchema& OptionSchema::Float(std::string name, double value, std::string do
 OptionSchema& OptionSchema::String(std::string name, std::string value, std::string doc) {
   return Push({std::move(name), OptionType::kString, Node::String(std::move(value)), std::move(doc), false});
 }
+OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text, std::string doc) {
+  auto parsed = config::ParseOverrideValue(default_text);
+  OptionSpec spec;
+  spec.name = std::move(name);
+  spec.type = type;
+  spec.default_value = parsed.ok() ? parsed->node : Node::String(default_text);
+  spec.doc = std::move(doc);
+  spec.nullable = spec.default_value->is_null();
+  return spec;
+}
+
+OptionType EnumOptionType(const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    auto parsed = config::ParseOverrideValue(name);
+    if (parsed.ok() && parsed->node->kind() != config::NodeKind::kString) return OptionType::kAny;
+  }
+  return OptionType::kString;
+}
+
 OptionSchema& OptionSchema::Add(std::string name, OptionType type, const std::string& default_text,
                                 std::string doc) {
-  auto parsed = config::ParseOverrideValue(default_text);
-  NodePtr value = parsed.ok() ? parsed->node : Node::String(default_text);
-  bool nullable = value->is_null();
-  return Push({std::move(name), type, value, std::move(doc), nullable});
+  return Push(OptionSpecFromText(std::move(name), type, default_text, std::move(doc)));
 }
 
 const OptionSpec* OptionSchema::Find(const std::string& name) const {

@@ -53,6 +53,13 @@ struct OptionSpec {
   OptionCheck check;              // empty: any value of the type
   OptionCheck item_check;         // asked of each item of a list value (Each); empty: none
 };
+// A declaration whose default is given as override text ("1.0", "null", "[32, 64]"); a null
+// default makes null an accepted value.
+OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text, std::string doc);
+// The type of an enum option with these names: string, or any when a name reads as another
+// scalar (precision's "32").
+OptionType EnumOptionType(const std::vector<std::string>& names);
+
 
 class OptionSchema {
  public:
@@ -292,6 +299,46 @@ class OptionBinding {
     spec.default_value = nullptr;
     spec.nullable = false;
     return Bind(std::move(spec), field);
+  }
+
+  // An option whose value needs reading beyond its type (seconds or "DD:HH:MM:SS", true or a
+  // count): `read` returns the field's value, or nullopt to refuse the value as not `what`.
+  // `default_text` is the default as override text ("1.0", "null", "false"); a null default
+  // makes null an accepted value, which `read` then receives too.
+  template <typename F>
+  OptionBinding& Parsed(std::string name, F S::*field, OptionType type, const std::string& default_text,
+                        std::string doc, std::string what,
+                        std::function<std::optional<F>(const config::Node&)> read) {
+    OptionSpec spec = OptionSpecFromText(std::move(name), type, default_text, std::move(doc));
+    spec.check = {std::move(what), [read](const config::Node& n) { return read(n).has_value(); }};
+    setters_.push_back([name = spec.name, field, read](const config::Config& options, S& out) {
+      out.*field = *read(*options.node()->Find(name));
+    });
+    schema_.Add(std::move(spec));
+    return *this;
+  }
+  // An option whose named values fill an enum field, compared as Python's str() prints them
+  // (`precision: 32` and `precision: "32"` alike); the default is the name of the field's
+  // initial value:
+  //   .Enum("precision", &O::precision, {{"32", P::k32}, {"bf16-mixed", P::kBf16Mixed}}, "doc")
+  template <typename E>
+  OptionBinding& Enum(std::string name, E S::*field, std::vector<std::pair<std::string, E>> values,
+                      std::string doc) {
+    std::vector<std::string> names;
+    std::string default_name;
+    for (const auto& [value_name, value] : values) {
+      names.push_back(value_name);
+      if (default_name.empty() && value == S().*field) default_name = value_name;
+    }
+    return Parsed<E>(std::move(name), field, EnumOptionType(names), default_name, std::move(doc), OneOf(names).what,
+                     [values](const config::Node& n) -> std::optional<E> {
+                       if (n.is_null() || !n.is_scalar()) return std::nullopt;
+                       std::string text = config::PythonStr(n);
+                       for (const auto& [value_name, value] : values) {
+                         if (value_name == text) return value;
+                       }
+                       return std::nullopt;
+                     });
   }
 
   // The declaration (what `kiln list` and docs/components.md show).

@@ -1,5 +1,7 @@
-// Everything `trainer:` in the config can set, declared once (OptionSchema) so unknown keys and
-// wrong types are refused with the key and file:line, and `kiln list` can show them.
+// Everything `trainer:` in the config can set, declared once (an OptionBinding onto this struct,
+// in trainer_options.cc): unknown keys, wrong types and unusable values are refused with the key
+// and file:line in the one option message, values are parsed once into typed fields (enums,
+// seconds, batch limits), and `kiln list` shows the same declaration.
 #pragma once
 
 #include <optional>
@@ -52,6 +54,7 @@ struct TrainerOptions {
   double ddp_timeout = 1800;              // seconds a rendezvous or collective may wait for a peer
   std::string process_group_backend = "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 
+  static const OptionBinding<TrainerOptions>& Binding();
   static const OptionSchema& Schema();
   // `trainer` is the `trainer:` node; `seconds` like "00:01:30:00" (DD:HH:MM:SS) or a number.
   static absl::StatusOr<TrainerOptions> FromConfig(const config::Config& trainer);

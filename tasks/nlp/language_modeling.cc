@@ -24,6 +24,7 @@ struct GenerationOptions {
   double temperature = 1.0;
   int64_t top_k = 0;
   int64_t seed = 0;
+  config::NodePtr metrics;  // task.metrics (null: the defaults)
 };
 
 class LanguageModeling : public Task {
@@ -166,32 +167,23 @@ class LanguageModeling : public Task {
   std::shared_ptr<Model> model_;
 };
 
-KILN_REGISTER(Task, "language_modeling",
-              "Next-token prediction: loss and metrics as configured (perplexity, bits per "
-              "character); `kiln predict` generates from a prompt",
-              OptionSchema()
-                  .String("prompt", "", "kiln predict: the text to continue")
-                  .Int("max_tokens", 200,
-                       "kiln predict: tokens to generate at most (stops early at </s>)")
-                  .Float("temperature", 1.0,
-                         "kiln predict: sampling temperature (0: always the most likely token)")
-                  .Int("top_k", 0, "kiln predict: sample among the k most likely tokens (0: all)")
-                  .Int("seed", 0, "kiln predict: seed of the sampling")
-                  .Add("metrics", OptionType::kMap, "null", kMetricsOptionDoc),
-              [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
-                GenerationOptions g;
-                KILN_ASSIGN_OR_RETURN(g.prompt, cfg.Get<std::string>("prompt"));
-                KILN_ASSIGN_OR_RETURN(g.max_tokens, cfg.Get<int64_t>("max_tokens"));
-                KILN_ASSIGN_OR_RETURN(g.temperature, cfg.Get<double>("temperature"));
-                KILN_ASSIGN_OR_RETURN(g.top_k, cfg.Get<int64_t>("top_k"));
-                KILN_ASSIGN_OR_RETURN(g.seed, cfg.Get<int64_t>("seed"));
-                if (g.max_tokens < 0 || g.top_k < 0 || g.temperature < 0) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      "'", cfg.prefix(), "': max_tokens, top_k and temperature must be >= 0"));
-                }
-                KILN_ASSIGN_OR_RETURN(config::NodePtr metrics, cfg.Get<config::NodePtr>("metrics"));
-                return std::make_shared<LanguageModeling>(std::move(g), std::move(metrics));
-              });
+KILN_REGISTER_BOUND(
+    Task, "language_modeling",
+    "Next-token prediction: loss and metrics as configured (perplexity, bits per character); "
+    "`kiln predict` generates from a prompt",
+    OptionBinding<GenerationOptions>()
+        .Field("prompt", &GenerationOptions::prompt, "kiln predict: the text to continue")
+        .Field("max_tokens", &GenerationOptions::max_tokens,
+               "kiln predict: tokens to generate at most (stops early at </s>)", AtLeast(0))
+        .Field("temperature", &GenerationOptions::temperature,
+               "kiln predict: sampling temperature (0: always the most likely token)", AtLeast(0))
+        .Field("top_k", &GenerationOptions::top_k, "kiln predict: sample among the k most likely tokens (0: all)",
+               AtLeast(0))
+        .Field("seed", &GenerationOptions::seed, "kiln predict: seed of the sampling")
+        .Node("metrics", &GenerationOptions::metrics, OptionType::kMap, kMetricsOptionDoc),
+    [](const GenerationOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {
+      return std::make_shared<LanguageModeling>(o, o.metrics);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -227,62 +227,45 @@ class SpeechRecognition : public Task {
   std::shared_ptr<SequenceModel> model_;
 };
 
-KILN_REGISTER(
+struct SpeechRecognitionOptions {
+  Decoder decoder = Decoder::kBeam;
+  int64_t beam_size = 8;
+  int64_t lm_order = 0;
+  double lm_weight = 0.5;
+  double lm_bonus = 1.0;
+  std::string lm_text;
+  config::NodePtr metrics;
+};
+using SR = SpeechRecognitionOptions;
+
+KILN_REGISTER_BOUND(
     Task, "speech_recognition",
     "CTC speech recognition: CTC loss, greedy or beam-search decoding, metrics as configured "
     "(CER, WER); `kiln predict` transcribes audio",
-    OptionSchema()
-        .String("decoder", "beam", "greedy (best class per frame) or beam (prefix beam search)")
-        .Int("beam_size", 8, "prefixes the beam search keeps")
-        .Int("lm_order", 0,
-             "beam search with an n-gram LM of this order over the tokenizer's ids, trained from "
-             "the training transcripts when the task connects (0: no LM)")
-        .Float("lm_weight", 0.5, "the LM's weight in shallow fusion")
-        .Float("lm_bonus", 1.0, "score added per emitted token (offsets the LM's short bias)")
-        .String("lm_text", "",
-                "a text file whose lines (one sentence each, normalized like the transcripts) "
-                "train the LM too, besides the training transcripts (\"\": transcripts only)")
-        .Add("metrics", OptionType::kMap, "null", kMetricsOptionDoc),
-    [](const config::Config& cfg) -> absl::StatusOr<std::shared_ptr<Task>> {
-      KILN_ASSIGN_OR_RETURN(std::string decoder, cfg.Get<std::string>("decoder"));
-      KILN_ASSIGN_OR_RETURN(int64_t beam_size, cfg.Get<int64_t>("beam_size"));
-      LmOptions lm;
-      KILN_ASSIGN_OR_RETURN(lm.order, cfg.Get<int64_t>("lm_order"));
-      KILN_ASSIGN_OR_RETURN(lm.weight, cfg.Get<double>("lm_weight"));
-      KILN_ASSIGN_OR_RETURN(lm.bonus, cfg.Get<double>("lm_bonus"));
-      KILN_ASSIGN_OR_RETURN(lm.text, cfg.Get<std::string>("lm_text"));
-      if (lm.weight < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("lm_weight"), "' must be at least 0, got ",
-                         lm.weight, " (set at ", cfg.WhereSet("lm_weight"), ")"));
+    OptionBinding<SR>()
+        .Enum("decoder", &SR::decoder, {{"greedy", Decoder::kGreedy}, {"beam", Decoder::kBeam}},
+              "greedy (best class per frame) or beam (prefix beam search)")
+        .Field("beam_size", &SR::beam_size, "prefixes the beam search keeps", AtLeast(1))
+        .Field("lm_order", &SR::lm_order,
+               "beam search with an n-gram LM of this order over the tokenizer's ids, trained from "
+               "the training transcripts when the task connects (0: no LM)",
+               InRange(0, 20))
+        .Field("lm_weight", &SR::lm_weight, "the LM's weight in shallow fusion", AtLeast(0))
+        .Field("lm_bonus", &SR::lm_bonus, "score added per emitted token (offsets the LM's short bias)")
+        .Field("lm_text", &SR::lm_text,
+               "a text file whose lines (one sentence each, normalized like the transcripts) "
+               "train the LM too, besides the training transcripts (\"\": transcripts only)")
+        .Node("metrics", &SR::metrics, OptionType::kMap, kMetricsOptionDoc),
+    [](const SR& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Task>> {
+      if (!o.lm_text.empty() && o.lm_order == 0) {
+        return context.Refuse("lm_text", "empty without an LM (set " + context.FullKey("lm_order") + " above 0)");
       }
-      if (!lm.text.empty() && lm.order == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("lm_text"), "' needs an LM: set ", cfg.FullKey("lm_order"),
-            " above 0"));
+      if (o.lm_order > 0 && o.decoder != Decoder::kBeam) {
+        return context.Refuse("lm_order", "0 with decoder: greedy (the LM is fused into the beam search)");
       }
-      if (lm.order < 0 || lm.order > 20) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("lm_order"), "' must be in [0, 20], got ", lm.order,
-            " (set at ", cfg.WhereSet("lm_order"), ")"));
-      }
-      if (lm.order > 0 && decoder != "beam") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "option '", cfg.FullKey("lm_order"), "' needs decoder: beam (the LM is fused into "
-            "the beam search), but decoder is '", decoder, "'"));
-      }
-      if (decoder != "greedy" && decoder != "beam") {
-        return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("decoder"),
-                                                       "' must be greedy or beam, not '", decoder,
-                                                       "' (set at ", cfg.WhereSet("decoder"), ")"));
-      }
-      if (beam_size < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("option '", cfg.FullKey("beam_size"), "' must be at least 1"));
-      }
-      KILN_ASSIGN_OR_RETURN(config::NodePtr metrics, cfg.Get<config::NodePtr>("metrics"));
-      return std::make_shared<SpeechRecognition>(
-          decoder == "beam" ? Decoder::kBeam : Decoder::kGreedy, beam_size, lm, std::move(metrics));
+      return std::make_shared<SpeechRecognition>(o.decoder, o.beam_size,
+                                                 LmOptions{o.lm_order, o.lm_weight, o.lm_bonus, o.lm_text},
+                                                 o.metrics);
     });
 
 }  // namespace

@@ -271,12 +271,12 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
   EXPECT_NE(ErrorLine(missing.err).find(Path("speech/none.txt")), std::string::npos) << missing.err;
   auto negative = ctc("validate", {last, "task.lm_weight=-0.5"});
   EXPECT_NE(negative.exit_code, 0);
-  EXPECT_NE(ErrorLine(negative.err).find("option 'task.lm_weight' must be at least 0, got -0.5"),
+  EXPECT_NE(ErrorLine(negative.err).find("option 'task.lm_weight' of task 'speech_recognition' must be at least 0, got -0.5"),
             std::string::npos)
       << negative.err;
   auto no_lm = ctc("validate", {last, "task.lm_order=0"});
   EXPECT_NE(no_lm.exit_code, 0);
-  EXPECT_NE(ErrorLine(no_lm.err).find("option 'task.lm_text' needs an LM: set task.lm_order above 0"),
+  EXPECT_NE(ErrorLine(no_lm.err).find("option 'task.lm_text' of task 'speech_recognition' must be empty without an LM (set task.lm_order above 0)"),
             std::string::npos)
       << no_lm.err;
 
