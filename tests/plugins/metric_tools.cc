@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/registry/plugin.h"
-#include "lib/trainer/metric.h"
+#include <kiln/plugin.h>
+#include <kiln/trainer.h>
 
 namespace {
 
