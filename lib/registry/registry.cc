@@ -64,7 +64,7 @@ std::string UnknownComponentMessage(const std::string& kind, const std::string& 
   auto close = config::ClosestNames(name, known, 1);
   if (!close.empty()) absl::StrAppend(&message, " — did you mean '", close[0], "'?");
   absl::StrAppend(&message, known.empty() ? absl::StrCat(" (no ", kind, " is registered)")
-                                          : absl::StrCat(" known: ", absl::StrJoin(known, ", ")));
+                                          : absl::StrCat("; known: ", absl::StrJoin(known, ", ")));
   return message;
 }
 
