@@ -336,6 +336,7 @@ class Application {
     if (!sweeper.ok()) return sweeper.status();
     SweepSetup setup;
     setup.arguments = first.overrides;
+    setup.config = first.root;
     setup.repo = repo_.get();
     setup.dry_run = cl_.dry_run;
     setup.fail_fast = cl_.fail_fast;
