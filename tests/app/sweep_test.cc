@@ -40,19 +40,8 @@ TEST(Sweep, KilledMidwayAndRerunRunsOnlyTheMissingJobs) {
   TempDir dir;
   std::string sweep = dir.path() + "/sweep";
   std::vector<std::string> argv = BlobsSweep(sweep);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);  // the launcher and its job processes, killed together below
-    freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  pid_t pid = testing::StartInOwnGroup(argv);  // the launcher and its job processes, killed together below
+  ASSERT_GT(pid, 0);
   // Kill everything as soon as the first job is recorded as done.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (CountLines(FileExists(sweep + "/ledger.yaml") ? testing::ReadFile(sweep + "/ledger.yaml") : "", "status: ok") == 0 &&
