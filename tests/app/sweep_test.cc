@@ -117,6 +117,22 @@ TEST_F(ComposeSweep, ReRunningIntoAFolderOfAnotherSweepIsRefused) {
   EXPECT_TRUE(absl::StrContains(r.err, "records job 1 as 'x=2', but this sweep's job 1 is 'x=3'")) << r.err;
 }
 
+// Hydra runs a config that sets hydra.mode: MULTIRUN as a multirun without -m (an hparams_search
+// file does); without that, a sweep on the command line still asks for -m.
+TEST_F(ComposeSweep, AConfigThatSetsMultirunModeSweepsWithoutDashM) {
+  dir_.Write("conf/search/grid.yaml", "# @package _global_\nhydra:\n  mode: MULTIRUN\n");
+  std::vector<std::string> argv = {KILN_BINARY, "compose", "--config-path", dir_.path() + "/conf",
+                                   "hydra.sweep.dir=" + dir_.path() + "/sweep", "x=1,2"};
+  auto plain = RunProcess(argv, {}, dir_.path());
+  EXPECT_EQ(plain.exit_code, 2) << plain.err;
+  EXPECT_TRUE(absl::StrContains(plain.err, "to sweep over it add --multirun (-m)")) << plain.err;
+  argv.push_back("+search=grid");
+  auto r = RunProcess(argv, {}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x: 1\n'y': 0\nx: 2\n'y': 0\n");
+  EXPECT_EQ(CountLines(testing::ReadFile(dir_.path() + "/sweep/ledger.yaml"), "status: ok"), 2);
+}
+
 TEST_F(ComposeSweep, LocalLauncherRunsEveryJobInItsOwnProcess) {
   auto r = Kiln({"hydra/launcher=local", "hydra.launcher.n_jobs=3", "x=1,2,3,4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
