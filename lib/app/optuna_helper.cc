@@ -111,6 +111,12 @@ double ReplyNumber(const config::Node& node) {
   }
 }
 
+const config::Node& Field(const config::NodePtr& reply, const std::string& key) {
+  static const config::NodePtr kNull = config::Node::Null();
+  config::NodePtr field = reply == nullptr ? nullptr : reply->Find(key);
+  return field == nullptr ? *kNull : *field;
+}
+
 absl::StatusOr<std::unique_ptr<OptunaHelper>> OptunaHelper::Start(const std::string& python,
                                                                  const std::string& log_file) {
   auto start = std::chrono::steady_clock::now();

@@ -27,6 +27,7 @@
 #include "lib/app/trial_channel.h"
 #include "lib/config/merge.h"
 #include "lib/config/override.h"
+#include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/csv.h"
 #include "lib/core/files.h"
@@ -224,7 +225,7 @@ class OptunaSweeper : public Sweeper {
     std::string storage = o_.storage.value_or(absl::StrCat("sqlite:///", Absolute(dir), "/optuna.db"));
     KILN_ASSIGN_OR_RETURN(NodePtr opened, Call(OpenRequest(storage)));
     Logger::Instance().Info(absl::StrCat("optuna ", helper_->version(), ": study '", study_name_, "' in ", storage,
-                                         " (", static_cast<int64_t>(ReplyNumber(*opened->Find("counted"))), " of ",
+                                         " (", static_cast<int64_t>(ReplyNumber(Field(opened, "counted"))), " of ",
                                          o_.n_trials, " trials done or running); ", absl::StrJoin(objectives_, ", "),
                                          " ", absl::StrJoin(directions_, "/"), ", sampler ", sampler_name_,
                                          ", pruner ", pruner_name_));
@@ -252,7 +253,18 @@ class OptunaSweeper : public Sweeper {
     }
     KILN_ASSIGN_OR_RETURN(sampler_json_, OptunaClass(o_.sampler, "sampler", "optuna.samplers", kSamplers, &sampler_name_));
     KILN_ASSIGN_OR_RETURN(pruner_json_, OptunaClass(o_.pruner, "pruner", "optuna.pruners", kPruners, &pruner_name_));
-    // Directions and objectives.
+    KILN_RETURN_IF_ERROR(PlanObjectives(session.config()));
+    KILN_RETURN_IF_ERROR(CheckStorage());
+    study_name_ = o_.study_name.value_or("");
+    if (study_name_.empty()) {
+      NodePtr job_name = config::SelectPath(std::make_shared<Node>(session.config()), {"hydra", "job", "name"});
+      study_name_ = job_name && job_name->kind() == NodeKind::kString ? job_name->as_string() : "kiln";
+    }
+    return PlanSearchSpace(session);
+  }
+
+  // hydra.sweeper.direction and .objective: as many metrics as directions.
+  absl::Status PlanObjectives(const Node& cfg) {
     if (o_.direction != nullptr && o_.direction->is_list()) {
       for (const auto& d : o_.direction->items()) directions_.push_back(d->is_scalar() ? config::ScalarToYaml(*d) : "?");
     } else {
@@ -265,29 +277,20 @@ class OptunaSweeper : public Sweeper {
                                                        "list of them), got '", d, "'"));
       }
     }
-    const Node& cfg = session.config();
     if (o_.objective == nullptr || o_.objective->is_null()) {
-      NodePtr callbacks = cfg.Find("callbacks");
-      if (callbacks != nullptr && callbacks->is_map()) {
-        for (const auto& [name, c] : callbacks->entries()) {
-          NodePtr target = c->is_map() ? c->Find("_target_") : nullptr;
-          NodePtr monitor = c->is_map() ? c->Find("monitor") : nullptr;
-          if (target && target->kind() == NodeKind::kString && target->as_string() == "model_checkpoint" && monitor &&
-              monitor->kind() == NodeKind::kString) {
-            objectives_.push_back(monitor->as_string());
-            break;
-          }
-        }
-      }
-      if (objectives_.empty()) {
+      std::string monitor = CheckpointMonitor(cfg);
+      if (monitor.empty()) {
         return absl::InvalidArgumentError("hydra.sweeper.objective is not set and the config has no model_checkpoint "
                                           "callback whose monitor it could be; set hydra.sweeper.objective=val/acc "
                                           "(for example)");
       }
-    } else if (o_.objective->is_list()) {
-      for (const auto& m : o_.objective->items()) objectives_.push_back(config::ScalarToYaml(*m));
+      objectives_.push_back(monitor);
     } else {
-      objectives_.push_back(config::ScalarToYaml(*o_.objective));
+      std::vector<NodePtr> named = o_.objective->is_list() ? o_.objective->items() : std::vector<NodePtr>{o_.objective};
+      for (const auto& m : named) {
+        if (!m->is_scalar()) return absl::InvalidArgumentError("hydra.sweeper.objective names metrics: a name or a list of names");
+        objectives_.push_back(config::ScalarToYaml(*m));
+      }
     }
     // `objective: ${optimized_metric}` (the template's way) names a key of the job's config.
     for (auto& m : objectives_) {
@@ -304,50 +307,48 @@ class OptunaSweeper : public Sweeper {
       return absl::InvalidArgumentError("Optuna prunes single-objective studies only; use hydra.sweeper.pruner=null "
                                         "with several directions");
     }
-    if (o_.storage.has_value()) {
-      static const char* kDialects[] = {"sqlite", "postgresql", "mysql", "oracle", "mssql"};
-      std::string scheme = o_.storage->substr(0, o_.storage->find("://"));
-      std::string dialect = scheme.substr(0, scheme.find('+'));
-      bool known = o_.storage->find("://") != std::string::npos &&
-                   std::any_of(std::begin(kDialects), std::end(kDialects), [&](const char* d) { return dialect == d; });
-      if (!known) {
-        return absl::InvalidArgumentError(absl::StrCat("hydra.sweeper.storage '", *o_.storage,
-                                                       "' is not a database URL (sqlite:///PATH, postgresql://..., "
-                                                       "mysql://...; null: a SQLite file in the sweep folder)"));
+    return absl::OkStatus();
+  }
+
+  // The monitor of the config's model_checkpoint callback ("" without one).
+  static std::string CheckpointMonitor(const Node& cfg) {
+    NodePtr callbacks = cfg.Find("callbacks");
+    if (callbacks == nullptr || !callbacks->is_map()) return "";
+    for (const auto& [name, c] : callbacks->entries()) {
+      NodePtr target = c->is_map() ? c->Find("_target_") : nullptr;
+      NodePtr monitor = c->is_map() ? c->Find("monitor") : nullptr;
+      if (target && target->kind() == NodeKind::kString && target->as_string() == "model_checkpoint" && monitor &&
+          monitor->kind() == NodeKind::kString) {
+        return monitor->as_string();
       }
     }
-    study_name_ = o_.study_name.value_or("");
-    if (study_name_.empty()) {
-      NodePtr job_name = config::SelectPath(std::make_shared<Node>(cfg), {"hydra", "job", "name"});
-      study_name_ = job_name && job_name->kind() == NodeKind::kString ? job_name->as_string() : "kiln";
-    }
-    // The search space: hydra.sweeper.params, then the command line's sweeps (which win); plain
-    // values fix a key in every trial.
-    std::vector<config::Override> all;
-    if (o_.params != nullptr && o_.params->is_map()) {
-      for (const auto& [key, value] : o_.params->entries()) {
-        std::string text = key + "=" + (value->kind() == NodeKind::kString ? value->as_string()
-                                                                            : config::NodeToOverrideString(*value));
-        KILN_ASSIGN_OR_RETURN(auto o, config::ParseOverride(text));
-        all.push_back(std::move(o));
-      }
-    }
-    std::vector<std::string> fixed_params;
-    for (const auto& o : session.arguments()) {
+    return "";
+  }
+
+  // A storage URL must name a database SQLAlchemy knows; the helper finds what else is wrong.
+  absl::Status CheckStorage() const {
+    if (!o_.storage.has_value()) return absl::OkStatus();
+    static const char* kDialects[] = {"sqlite", "postgresql", "mysql", "oracle", "mssql"};
+    std::string scheme = o_.storage->substr(0, o_.storage->find("://"));
+    std::string dialect = scheme.substr(0, scheme.find('+'));
+    bool known = o_.storage->find("://") != std::string::npos &&
+                 std::any_of(std::begin(kDialects), std::end(kDialects), [&](const char* d) { return dialect == d; });
+    if (known) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("hydra.sweeper.storage '", *o_.storage,
+                                                   "' is not a database URL (sqlite:///PATH, postgresql://..., "
+                                                   "mysql://...; null: a SQLite file in the sweep folder)"));
+  }
+
+  // The search space: hydra.sweeper.params, then the command line (a later override of a key
+  // replaces an earlier one, as the basic sweeper merges them); plain values fix a key in every trial.
+  absl::Status PlanSearchSpace(SweepSession& session) {
+    KILN_ASSIGN_OR_RETURN(auto params, config::ParseSweepParams(o_.params));
+    for (const auto& o : config::MergeSweepOverrides(params, session.arguments())) {
       if (!o.is_sweep()) {
         fixed_.push_back(o.input_line);
         continue;
       }
-      all.erase(std::remove_if(all.begin(), all.end(), [&](const config::Override& p) { return p.key_or_group == o.key_or_group; }),
-                all.end());
-      all.push_back(o);
-    }
-    for (const auto& o : all) {
-      if (!o.is_sweep()) {
-        fixed_.push_back(o.input_line);
-        continue;
-      }
-      KILN_ASSIGN_OR_RETURN(Param p, MakeParam(o, cfg));
+      KILN_ASSIGN_OR_RETURN(Param p, MakeParam(o, session.config()));
       space_.push_back(std::move(p));
     }
     if (space_.empty()) {
@@ -400,55 +401,78 @@ class OptunaSweeper : public Sweeper {
     return status;
   }
 
+  // Starts trials as slots free until the study is full. After an error (the helper died, a
+  // trial lacks the objective) it starts no more, waits for the running ones, and returns it.
   absl::Status Loop(SweepSession& session, int slots) {
-    bool full = false, stop = false;
+    bool full = false;
     absl::Status result;
     while (true) {
-      while (!full && !stop && static_cast<int>(NumRunning()) < slots) {
-        auto t0 = std::chrono::steady_clock::now();
-        KILN_ASSIGN_OR_RETURN(NodePtr asked, Call("{\"op\": \"ask\"}"));
-        ask_tell_seconds_ += Since(t0);
-        if (asked->Find("full") != nullptr) {
-          full = true;
-          break;
-        }
-        size_t number = static_cast<size_t>(ReplyNumber(*asked->Find("number")));
-        Running trial;
-        trial.channel = absl::StrCat(Absolute(session.sweep_dir()), "/.optuna/", number);
-        std::vector<std::string> overrides = fixed_;
-        size_t i = 0;
-        for (const auto& p : asked->Find("params")->items()) {
-          const Param& param = space_[i++];
-          NodePtr index = p->Find("index");
-          std::string value = index && !index->is_null() ? param.choice_texts[static_cast<size_t>(index->as_int())]
-                                                         : p->Find("text")->as_string();
-          overrides.push_back(absl::StrCat(param.key, "=", value));
-          trial.params.push_back(overrides.back());
-        }
-        overrides.push_back(TrialChannelOverride(trial.channel, pruner_name_ != "nop"));
-        trial.start = std::chrono::steady_clock::now();
-        {
-          std::lock_guard<std::mutex> lock(running_mutex_);
-          running_[number] = trial;
-        }
-        // A launcher that runs jobs in this process runs the trial here, while Relay answers it.
-        if (absl::Status st = session.Start(number, overrides); !st.ok()) {
-          (void)Tell(number, "FAIL", {}, "", -1);
-          return st;
-        }
+      while (!full && result.ok() && static_cast<int>(NumRunning()) < slots) {
+        absl::StatusOr<bool> started = StartNextTrial(session);
+        if (!started.ok()) result = started.status();
+        full = started.ok() && !*started;
       }
       if (NumRunning() == 0) break;
       KILN_ASSIGN_OR_RETURN(JobResult done, session.WaitAny());
       absl::Status told = Finish(done);
-      if (!told.ok()) {
-        // A missing objective is the config's mistake: no further trial would do better.
-        if (result.ok()) result = told;
-        if (told.code() != absl::StatusCode::kInvalidArgument) return told;
-        stop = true;
-      }
-      if (!done.status.ok() && session.fail_fast()) stop = true;
+      if (result.ok()) result = told;
+      // --fail-fast stops at a failed trial; a pruned one ended as the study asked.
+      if (!done.status.ok() && done.exit_code != kExitTrialPruned && session.fail_fast()) full = true;
     }
     return result;
+  }
+
+  // Asks Optuna for a trial and starts it; false when the study has its n_trials.
+  absl::StatusOr<bool> StartNextTrial(SweepSession& session) {
+    auto t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(NodePtr asked, Call("{\"op\": \"ask\"}"));
+    ask_tell_seconds_ += Since(t0);
+    if (asked->Find("full") != nullptr) return false;
+    size_t number = static_cast<size_t>(ReplyNumber(Field(asked, "number")));
+    Running trial;
+    trial.channel = absl::StrCat(Absolute(session.sweep_dir()), "/.optuna/", number);
+    absl::StatusOr<std::vector<std::string>> overrides = TrialOverrides(asked, trial);
+    if (!overrides.ok()) {
+      (void)Tell(number, "FAIL", {}, "", -1);
+      return overrides.status();
+    }
+    trial.start = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      running_[number] = trial;
+    }
+    // A launcher that runs jobs in this process runs the trial here, while Relay answers it.
+    if (absl::Status st = session.Start(number, *overrides); !st.ok()) {
+      (void)Tell(number, "FAIL", {}, "", -1);
+      return st;
+    }
+    return true;
+  }
+
+  // A trial's overrides: the fixed ones, its parameters (recorded in `trial`) and its channel.
+  absl::StatusOr<std::vector<std::string>> TrialOverrides(const NodePtr& asked, Running& trial) const {
+    const std::vector<NodePtr>& values = Field(asked, "params").items();
+    if (values.size() != space_.size()) {
+      return absl::InternalError(absl::StrCat("the Optuna helper asked for ", values.size(), " parameters, not ",
+                                              space_.size()));
+    }
+    std::vector<std::string> overrides = fixed_;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Param& param = space_[i];
+      NodePtr index = values[i]->Find("index");
+      std::string value = Field(values[i], "text").as_string();
+      if (index != nullptr && !index->is_null()) {
+        if (index->as_int() < 0 || static_cast<size_t>(index->as_int()) >= param.choice_texts.size()) {
+          return absl::InternalError(absl::StrCat("the Optuna helper chose choice ", index->as_int(), " of ",
+                                                  param.name, ", which has ", param.choice_texts.size()));
+        }
+        value = param.choice_texts[static_cast<size_t>(index->as_int())];
+      }
+      overrides.push_back(absl::StrCat(param.key, "=", value));
+      trial.params.push_back(overrides.back());
+    }
+    overrides.push_back(TrialChannelOverride(trial.channel, pruner_name_ != "nop"));
+    return overrides;
   }
 
   size_t NumRunning() {
@@ -480,7 +504,7 @@ class OptunaSweeper : public Sweeper {
                                               ", \"value\": ", NodeToJson(*Node::Float(it->second)), "}"));
             if (reported.ok()) {
               auto answer = Call(absl::StrCat("{\"op\": \"should_prune\", \"number\": ", number, "}"));
-              prune = answer.ok() && (*answer)->Find("prune")->as_bool();
+              prune = answer.ok() && Field(*answer, "prune").as_bool();
             }
           }
           if (r.stage == "val") (void)AnswerTrialReport(trial.channel, k, prune);
@@ -571,6 +595,16 @@ class OptunaSweeper : public Sweeper {
     return told.status();
   }
 
+  // A trial of the study, as the helper's `trials` reply lists it.
+  struct Row {
+    int64_t number;
+    std::string state;
+    std::vector<double> values;       // one per objective, when it has them
+    std::optional<double> seconds;
+    std::vector<std::string> params;  // one per parameter of space_ ("" when it lacks one)
+    std::string dir;
+  };
+
   // optimization_results.yaml (Hydra's format), summary.csv, the table of the best trials and, last,
   // the best trial's folder. The study is the record: trials other processes ran are included.
   absl::Status WriteResults(SweepSession& session) {
@@ -582,44 +616,69 @@ class OptunaSweeper : public Sweeper {
           helper_->start_seconds(), 1000 * ask_tell_seconds_ / told_, told_));
     }
     const std::string& dir = session.sweep_dir();
-    std::vector<std::string> names;
-    for (const auto& p : space_) names.push_back(p.name);
+    std::vector<Row> rows;
+    for (const auto& t : Field(reply, "trials").items()) rows.push_back(ReadRow(t));
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", SummaryCsv(rows)));
+    std::map<std::string, int> states;
+    for (const auto& row : rows) ++states[row.state];
+    CheckFailureRate(states, dir);
+    std::vector<std::string> counts;
+    for (const auto& [state, n] : states) counts.push_back(absl::StrCat(n, " ", state));
+    Logger::Instance().Info(absl::StrCat("study '", study_name_, "': ", absl::StrJoin(counts, ", "), " (", dir,
+                                         "/summary.csv)"));
+    // Complete trials, best first by the first objective.
+    std::vector<Row> complete;
+    for (auto& row : rows) {
+      if (row.state == "COMPLETE" && row.values.size() == objectives_.size()) complete.push_back(std::move(row));
+    }
+    bool maximize = directions_[0] == "maximize";
+    std::sort(complete.begin(), complete.end(), [&](const Row& a, const Row& b) {
+      return maximize ? a.values[0] > b.values[0] : a.values[0] < b.values[0];
+    });
+    std::set<int64_t> best;
+    for (const auto& n : Field(reply, "best").items()) best.insert(n->as_int());
+    KILN_RETURN_IF_ERROR(
+        WriteFileAtomically(dir + "/optimization_results.yaml", config::ToYaml(*OptimizationResults(complete, best))));
+    LogBestTrials(complete);
+    return absl::OkStatus();
+  }
+
+  Row ReadRow(const NodePtr& t) const {
+    Row row{Field(t, "number").as_int(), Field(t, "state").as_string(), {}, std::nullopt, {}, Field(t, "dir").as_string()};
+    if (Field(t, "abandoned").as_bool()) row.state = "FAIL(abandoned)";
+    const Node& values = Field(t, "values");
+    for (size_t i = 0; i < objectives_.size() && values.is_list() && i < values.size(); ++i) {
+      row.values.push_back(ReplyNumber(*values.items()[i]));
+    }
+    if (!Field(t, "duration").is_null()) row.seconds = ReplyNumber(Field(t, "duration"));
+    for (const auto& p : space_) {
+      NodePtr v = Field(t, "params").Find(p.name);
+      row.params.push_back(v == nullptr ? "" : v->is_scalar() ? config::ScalarToYaml(*v) : NodeToJson(*v));
+    }
+    return row;
+  }
+
+  std::string SummaryCsv(const std::vector<Row>& rows) const {
     std::string csv = "trial,state";
     for (const auto& m : objectives_) absl::StrAppend(&csv, ",", CsvCell(m));
     csv += ",seconds";
-    for (const auto& n : names) absl::StrAppend(&csv, ",", CsvCell(n));
+    for (const auto& p : space_) absl::StrAppend(&csv, ",", CsvCell(p.name));
     csv += ",dir\n";
-    struct Row {
-      int64_t number;
-      std::vector<double> values;
-      std::vector<std::string> params;
-      std::string dir;
-    };
-    std::vector<Row> complete;
-    std::map<std::string, int> states;
-    for (const auto& t : reply->Find("trials")->items()) {
-      std::string state = t->Find("state")->as_string();
-      if (t->Find("abandoned")->as_bool()) state = "FAIL(abandoned)";
-      ++states[state];
-      Row row{t->Find("number")->as_int(), {}, {}, t->Find("dir")->as_string()};
-      absl::StrAppend(&csv, row.number, ",", state);
-      NodePtr vals = t->Find("values");
+    for (const auto& row : rows) {
+      absl::StrAppend(&csv, row.number, ",", row.state);
       for (size_t i = 0; i < objectives_.size(); ++i) {
-        bool has = vals != nullptr && vals->is_list() && i < vals->size();
-        if (has) row.values.push_back(ReplyNumber(*vals->items()[i]));
-        absl::StrAppend(&csv, ",", has ? absl::StrFormat("%.10g", row.values.back()) : "");
+        absl::StrAppend(&csv, ",", i < row.values.size() ? absl::StrFormat("%.10g", row.values[i]) : "");
       }
-      NodePtr duration = t->Find("duration");
-      absl::StrAppend(&csv, ",", duration && !duration->is_null() ? absl::StrFormat("%.2f", ReplyNumber(*duration)) : "");
-      for (const auto& n : names) {
-        NodePtr v = t->Find("params")->Find(n);
-        row.params.push_back(v == nullptr ? "" : v->is_scalar() ? config::ScalarToYaml(*v) : NodeToJson(*v));
-        absl::StrAppend(&csv, ",", CsvCell(row.params.back()));
-      }
+      absl::StrAppend(&csv, ",", row.seconds ? absl::StrFormat("%.2f", *row.seconds) : "");
+      for (const auto& p : row.params) absl::StrAppend(&csv, ",", CsvCell(p));
       absl::StrAppend(&csv, ",", CsvCell(row.dir), "\n");
-      if (state == "COMPLETE") complete.push_back(std::move(row));
     }
-    KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", csv));
+    return csv;
+  }
+
+  // More failed trials than max_failure_rate allows make the sweep's exit code 1 (abandoned
+  // trials, which a dead sweep left, do not count).
+  void CheckFailureRate(const std::map<std::string, int>& states, const std::string& dir) {
     int total = 0, failed = 0;
     for (const auto& [state, n] : states) {
       total += state == "FAIL(abandoned)" ? 0 : n;
@@ -630,24 +689,17 @@ class OptunaSweeper : public Sweeper {
                                                   "max_failure_rate=", o_.max_failure_rate, "); see ", dir,
                                                   "/summary.csv"));
     }
-    std::vector<std::string> counts;
-    for (const auto& [state, n] : states) counts.push_back(absl::StrCat(n, " ", state));
-    Logger::Instance().Info(absl::StrCat("study '", study_name_, "': ", absl::StrJoin(counts, ", "), " (", dir,
-                                         "/summary.csv)"));
-    // Best first, by the first objective.
-    bool maximize = directions_[0] == "maximize";
-    std::sort(complete.begin(), complete.end(), [&](const Row& a, const Row& b) {
-      return maximize ? a.values[0] > b.values[0] : a.values[0] < b.values[0];
-    });
-    std::set<int64_t> best;
-    for (const auto& n : reply->Find("best")->items()) best.insert(n->as_int());
+  }
+
+  // Hydra's optimization_results.yaml: best_params and best_value, or the Pareto front's solutions.
+  NodePtr OptimizationResults(const std::vector<Row>& complete, const std::set<int64_t>& best) const {
     NodePtr results = Node::Map();
     results->Set("name", Node::String("optuna"));
     auto params_node = [&](const Row& row) {
       NodePtr p = Node::Map();
-      for (size_t i = 0; i < names.size(); ++i) {
+      for (size_t i = 0; i < space_.size(); ++i) {
         auto parsed = config::ParseOverrideValue(row.params[i]);
-        p->Set(names[i], parsed.ok() ? parsed->node : Node::String(row.params[i]));
+        p->Set(space_[i].name, parsed.ok() ? parsed->node : Node::String(row.params[i]));
       }
       return p;
     };
@@ -667,14 +719,18 @@ class OptunaSweeper : public Sweeper {
       }
       results->Set("solutions", solutions);
     }
-    KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/optimization_results.yaml", config::ToYaml(*results)));
+    return results;
+  }
+
+  // The top five trials, then the best one's run directory (the sweep's last log line).
+  void LogBestTrials(const std::vector<Row>& complete) const {
     if (complete.empty()) {
       Logger::Instance().Info("no trial completed, so there is no best trial");
-      return absl::OkStatus();
+      return;
     }
     Logger::Instance().Info("best trials:");
     std::string header = absl::StrFormat("  %5s  %12s", "trial", objectives_[0]);
-    for (const auto& n : names) absl::StrAppend(&header, "  ", n);
+    for (const auto& p : space_) absl::StrAppend(&header, "  ", p.name);
     Logger::Instance().Info(header);
     for (size_t r = 0; r < std::min<size_t>(5, complete.size()); ++r) {
       std::string line = absl::StrFormat("  %5d  %12.6g", complete[r].number, complete[r].values[0]);
@@ -684,7 +740,6 @@ class OptunaSweeper : public Sweeper {
     const Row& top = complete[0];
     Logger::Instance().Info(absl::StrFormat("best trial %d: %s=%.6g, run directory %s", top.number, objectives_[0],
                                             top.values[0], top.dir.empty() ? "(unknown)" : top.dir));
-    return absl::OkStatus();
   }
 
   OptunaOptions o_;
@@ -713,7 +768,7 @@ OptionBinding<O> OptunaBinding() {
       .Field("n_jobs", &O::n_jobs, "trials at once (at most the launcher's n_jobs; -1: the launcher's)", AtLeast(-1))
       .Field("max_failure_rate", &O::max_failure_rate, "accepted share of failed trials", InRange(0.0, 1.0))
       .Node("search_space", &O::search_space, OptionType::kAny, "Hydra's deprecated key (must be null)")
-      .Node("params", &O::params, OptionType::kAny, "the search space in override syntax, e.g. {lr: 'interval(0, 1)'}")
+      .Node("params", &O::params, OptionType::kMap, "the search space in override syntax, e.g. {lr: 'interval(0, 1)'}")
       .Field("custom_search_space", &O::custom_search_space, "Hydra's Python hook (not supported; null)")
       .Node("objective", &O::objective, OptionType::kAny,
             "the metric(s) a trial returns, e.g. val/acc (null: model_checkpoint's monitor)")

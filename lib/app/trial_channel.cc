@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/app/optuna_helper.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
@@ -18,18 +19,6 @@
 
 namespace kiln::app {
 namespace {
-
-std::string YamlNumber(double v) {
-  if (std::isnan(v)) return ".nan";
-  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  std::string s = buf;
-  // A float as YAML 1.1 reads it: with a dot, and a signed exponent.
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  if (auto e = s.find('e'); e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
-  return s;
-}
 
 std::string AnswerPath(const std::string& dir, int64_t k) { return absl::StrCat(dir, "/answer.", k); }
 
@@ -40,10 +29,13 @@ TrialChannel::TrialChannel(std::string dir, bool pruning, double answer_timeout_
 
 absl::StatusOr<bool> TrialChannel::Report(const TrialReport& report) {
   KILN_RETURN_IF_ERROR(MakeDirs(dir_));
-  std::string line = absl::StrCat("{stage: ", report.stage, ", step: ", report.step, ", metrics: {");
+  // JSON, which the sweeper reads as YAML (numbers it takes for strings, 1e-05 or NaN, are read back
+  // with ReplyNumber).
+  std::string line = absl::StrCat("{\"stage\": ", JsonString(report.stage), ", \"step\": ", report.step,
+                                  ", \"metrics\": {");
   bool first = true;
   for (const auto& [name, value] : report.metrics) {
-    absl::StrAppend(&line, first ? "" : ", ", "'", name, "': ", YamlNumber(value));
+    absl::StrAppend(&line, first ? "" : ", ", JsonString(name), ": ", NodeToJson(*config::Node::Float(value)));
     first = false;
   }
   line += "}}\n";
@@ -87,8 +79,7 @@ absl::StatusOr<std::vector<TrialReport>> ReadTrialReports(const std::string& dir
     if (auto step = node->Find("step"); step && step->kind() == config::NodeKind::kInt) r.step = step->as_int();
     if (auto metrics = node->Find("metrics"); metrics && metrics->is_map()) {
       for (const auto& [name, value] : metrics->entries()) {
-        if (value->kind() == config::NodeKind::kFloat) r.metrics[name] = value->as_float();
-        if (value->kind() == config::NodeKind::kInt) r.metrics[name] = static_cast<double>(value->as_int());
+        if (value->is_scalar() && !value->is_null()) r.metrics[name] = ReplyNumber(*value);
       }
     }
     reports.push_back(std::move(r));
