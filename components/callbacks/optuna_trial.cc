@@ -30,7 +30,10 @@ class OptunaTrial : public Callback {
     if (!prune.ok()) return prune.status();
     if (*prune && pruned_step_ < 0) {
       pruned_step_ = trainer.global_step();
-      trainer.RequestStop(absl::StrCat("the Optuna study pruned this trial at step ", pruned_step_));
+      std::string why = absl::StrCat("the Optuna study pruned this trial at step ", pruned_step_);
+      Logger::Instance().Info(absl::StrCat(why, "; the fit stops at this epoch's end (exit code ",
+                                           app::kExitTrialPruned, ")"));
+      trainer.RequestStop(why);
     }
     return absl::OkStatus();
   }

@@ -31,7 +31,24 @@ except ImportError as e:
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-OWNER = "%s:%d" % (socket.gethostname(), os.getppid())
+PARENT = os.getppid()
+
+
+def die_with_parent():
+    # The helper ends with the sweep's kiln process, even one killed mid-request (the end of
+    # stdin ends it too, between requests).
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    if os.getppid() != PARENT:  # the parent ended before prctl
+        sys.exit(0)
+
+
+die_with_parent()
+OWNER = "%s:%d" % (socket.gethostname(), PARENT)
 lock = threading.Lock()
 state = {"study": None, "storage": None, "n_trials": 0, "space": {}, "running": {}}
 
@@ -92,10 +109,7 @@ def op_open(req):
         raise BadInput("hydra.sweeper.pruner (%s): %s" % (pruner_spec["class"], e))
     # Nothing touches the storage before the sampler and pruner are known to be good.
     url = req["storage"]
-    try:
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=req.get("heartbeat", 5))
-    except Exception as e:
-        raise BadInput("cannot open storage '%s': %s" % (url, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    storage = open_storage(url, req.get("heartbeat", 5))
     name = req["study_name"]
     try:
         existing = optuna.load_study(study_name=name, storage=storage)
@@ -123,6 +137,24 @@ def op_open(req):
     trials = study.get_trials(deepcopy=False)
     return {"study_name": name, "marked_failed": marked, "trials": len(trials),
             "counted": sum(1 for t in trials if counted(t))}
+
+
+# Messages of a storage whose schema another process is creating at the same moment (two sweeps
+# started together on a new database): opening it again once that process is done succeeds.
+SCHEMA_RACE = ("already exists", "UNIQUE constraint failed", "database is locked", "Duplicate entry")
+
+
+def open_storage(url, heartbeat):
+    import time
+    for attempt in range(50):
+        try:
+            return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat)
+        except Exception as e:
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if attempt < 49 and any(race in message for race in SCHEMA_RACE):
+                time.sleep(0.1)
+                continue
+            raise BadInput("cannot open storage '%s': %s" % (url, message))
 
 
 def heartbeats(interval):

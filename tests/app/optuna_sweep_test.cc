@@ -157,6 +157,58 @@ TEST_F(OptunaSweep, PrunedFailedAndNanTrialsAreToldAsSuchAndTheSweepGoesOn) {
   EXPECT_TRUE(absl::StrContains(r.err, "more than hydra.sweeper.max_failure_rate=0")) << r.err;
 }
 
+#ifdef BLOBS_PLUGIN
+// Trials that are real `kiln train` processes (the local launcher): the optuna_trial callback
+// reports val/acc (model_checkpoint's monitor, the default objective) at each validation, and a
+// trial the median pruner stops ends its fit at that epoch, keeps its checkpoint and log, and
+// exits with code 3, which the study records. lr 1e-9 never learns, so such trials are pruned.
+TEST_F(OptunaSweep, RealTrainingRunsReportToThePrunerAndAPrunedOneExitsWithCodeThree) {
+  SKIP_WITHOUT_OPTUNA();
+  std::string sweep = Sweep("train");
+  // Seed 0 draws both learning rates among the five trials, a good one first.
+  auto r = RunProcess({KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs", "callbacks=default",
+                       "~callbacks.early_stopping", "trainer.num_threads=1", "trainer.max_epochs=3",
+                       "hydra/launcher=local", "hydra/sweeper=optuna", "hydra/sweeper/pruner=median",
+                       "hydra.sweeper.pruner.n_startup_trials=1", "hydra.sweeper.pruner.n_warmup_steps=0",
+                       "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1",
+                       "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0",
+                       "optimizer.lr=choice(0.05,1e-9)", "hydra.sweep.dir=" + sweep},
+                      {}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto rows = Rows(sweep);
+  ASSERT_EQ(rows.size(), 5u);
+  // trial,state,val/acc,seconds,optimizer.lr,dir
+  int pruned = 0, complete = 0;
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), 6u) << row[0];
+    EXPECT_EQ(row[5], sweep + "/" + row[0]);
+    if (row[1] == "PRUNED") {
+      ++pruned;
+      EXPECT_EQ(row[4], "1.0e-09") << "a trial that learns was pruned: " << r.err;
+      EXPECT_TRUE(testing::FileExists(row[5] + "/checkpoints/last.ckpt")) << row[5];
+      std::string log = testing::ReadFile(row[5] + "/train.log");
+      EXPECT_TRUE(absl::StrContains(log, "pruned this trial at step")) << log;
+    }
+    if (row[1] == "COMPLETE") {
+      ++complete;
+      double acc = 0;
+      ASSERT_TRUE(absl::SimpleAtod(row[2], &acc)) << row[2];
+      EXPECT_GT(acc, 0.0);
+    }
+  }
+  EXPECT_GE(pruned, 1) << r.err;
+  EXPECT_GE(complete, 1) << r.err;
+  EXPECT_EQ(pruned + complete, 5) << r.err;
+  // The study holds each trial's exit code: 3 for the pruned ones.
+  auto listed = RunProcess({"/usr/bin/optuna", "trials", "--study-name", "train", "--storage",
+                            "sqlite:///" + sweep + "/optuna.db", "-f", "yaml"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  int code3 = 0;
+  for (absl::string_view line : absl::StrSplit(listed.out, '\n')) code3 += absl::StrContains(line, "kiln:exit_code: 3");
+  EXPECT_EQ(code3, pruned) << listed.out;
+}
+#endif
+
 TEST_F(OptunaSweep, BadInputIsOneLineExitTwoAndNoStudy) {
   SKIP_WITHOUT_OPTUNA();
   dir_.Write("bin/python-without-optuna", "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n");
@@ -193,20 +245,8 @@ TEST_F(OptunaSweep, KilledAndRerunContinuesTheStudyToNTrials) {
   std::string sweep = Sweep("resume");
   std::vector<std::string> argv = Argv(sweep, {"x=interval(-2,2)", "hydra.sweeper.n_trials=6",
                                                "hydra.launcher.step_seconds=0.1", "hydra.launcher.steps=4"});
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    if (chdir(dir_.path().c_str()) != 0) _exit(127);
-    freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  pid_t pid = testing::StartInOwnGroup(argv, dir_.path());
+  ASSERT_GT(pid, 0);
   auto done = [&] {
     std::string ledger = testing::FileExists(sweep + "/ledger.yaml") ? testing::ReadFile(sweep + "/ledger.yaml") : "";
     return std::count(ledger.begin(), ledger.end(), '\n');
@@ -214,9 +254,17 @@ TEST_F(OptunaSweep, KilledAndRerunContinuesTheStudyToNTrials) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (done() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the third trial is running
-  kill(-pid, SIGKILL);
+  // Only the sweep's own process is killed: its Optuna helper (in its process group) must end too.
+  kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
+  auto left = testing::ProcessesInGroup(pid);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !left.empty() && std::chrono::steady_clock::now() < until; left = testing::ProcessesInGroup(pid)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived the killed sweep, pid " << left[0];
+  if (!left.empty()) kill(-pid, SIGKILL);
   ASSERT_GE(done(), 2);
   ASSERT_LT(done(), 6) << "every trial finished before the kill";
 
@@ -258,7 +306,14 @@ TEST_F(OptunaSweep, TwoProcessesShareOneStudyAndRunNTrialsTogether) {
   std::set<std::string> in_a = ran(a.err), in_b = ran(b.err);
   EXPECT_EQ(in_a.size() + in_b.size(), 10u) << a.err << b.err;
   for (const auto& t : in_a) EXPECT_EQ(in_b.count(t), 0u) << "trial " << t << " ran twice";
-  EXPECT_EQ(CountState(sweep, "COMPLETE"), 10);  // the study is the record: both processes' trials
+  // The study is the record of both processes' trials (each one's summary.csv is written when it
+  // ends, perhaps before the other's last trial does).
+  auto listed = RunProcess({"/usr/bin/optuna", "trials", "--study-name", "shared", "--storage",
+                            "sqlite:///" + Sweep("shared.db"), "-f", "yaml"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  int complete = 0;
+  for (absl::string_view line : absl::StrSplit(listed.out, '\n')) complete += absl::StrContains(line, "COMPLETE");
+  EXPECT_EQ(complete, 10) << listed.out;
 }
 
 }  // namespace
