@@ -1,8 +1,8 @@
 // optuna_trial: the trial's side of an Optuna sweep (lib/app/trial_channel.h). The optuna sweeper
 // adds it to each trial's job (`++callbacks.optuna_trial={...}`); it reports the validation
 // metrics after every validation and the test metrics at the end. When the study's pruner stops
-// the trial, the fit ends at that epoch's end (its checkpoints and logs kept) and the job exits
-// with code 3 (kExitTrialPruned), which tells a pruned trial from a failed one.
+// the trial, the fit ends after that step (a resumable last.ckpt written, its checkpoints and logs
+// kept) and the job exits with code 3 (kExitTrialPruned), which tells a pruned trial from a failed one.
 #include "absl/strings/str_cat.h"
 #include "lib/app/trial_channel.h"
 #include "lib/core/exit_code.h"
@@ -31,9 +31,11 @@ class OptunaTrial : public Callback {
     if (*prune && pruned_step_ < 0) {
       pruned_step_ = trainer.global_step();
       std::string why = absl::StrCat("the Optuna study pruned this trial at step ", pruned_step_);
-      Logger::Instance().Info(absl::StrCat(why, "; the fit stops at this epoch's end (exit code ",
+      Logger::Instance().Info(absl::StrCat(why, "; the fit stops after this step (exit code ",
                                            app::kExitTrialPruned, ")"));
-      trainer.RequestStop(why);
+      // At once, as Optuna's own pruning callbacks stop a trial: a trial of one epoch that
+      // validates four times is pruned at the first validation that falls below the median.
+      trainer.RequestStopNow(why);
     }
     return absl::OkStatus();
   }
