@@ -23,12 +23,7 @@
 namespace kiln::app {
 // Run in-process (or handed to a scheduler) inside Start; WaitAny then returns it.
 absl::Status Launcher::Start(const SweepJob& job, const LaunchContext& context) {
-  if (!waits()) {
-    return absl::FailedPreconditionError(
-        "this launcher hands jobs to a scheduler and does not wait for them, so a sweeper that starts "
-        "each job after the previous ones (optuna) cannot use it; use hydra/launcher=local or basic, and "
-        "share the study between hosts through hydra.sweeper.storage instead");
-  }
+  if (!waits()) return absl::FailedPreconditionError(kCannotStartOneAtATime);
   absl::Status status = Launch({job}, context);
   finished_.push_back({job.index, status, ExitCodeFor(status)});
   return absl::OkStatus();

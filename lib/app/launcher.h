@@ -35,6 +35,12 @@ struct FinishedJob {
   int exit_code = 0;    // the job's exit code (its status's requested one when it ran in-process)
 };
 
+// Why a launcher of 0 slots cannot serve a sweeper that starts jobs one at a time.
+inline constexpr char kCannotStartOneAtATime[] =
+    "this launcher hands jobs to a scheduler and does not wait for them, so a sweeper that starts each job "
+    "after the previous ones (optuna) cannot use it; use hydra/launcher=local or basic, and share the study "
+    "between hosts through hydra.sweeper.storage instead";
+
 class Launcher {
  public:
   static constexpr const char* kKind = "launcher";
@@ -48,7 +54,8 @@ class Launcher {
   // most slots() jobs run at once; Start starts one (a launcher that runs jobs in this process
   // runs it to the end inside Start); WaitAny returns the next job to end. The defaults run the
   // job through Launch, one at a time; launchers that do not wait (slurm) refuse.
-  virtual int slots() const { return 1; }
+  // 0: this launcher cannot start jobs one at a time (it does not wait for them).
+  virtual int slots() const { return waits() ? 1 : 0; }
   virtual absl::Status Start(const SweepJob& job, const LaunchContext& context);
   virtual absl::StatusOr<FinishedJob> WaitAny(const LaunchContext& context);
 

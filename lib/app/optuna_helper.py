@@ -97,7 +97,7 @@ def op_open(req):
     space = {k: distribution(v) for k, v in req["space"].items()}
     sampler_spec, pruner_spec = req["sampler"], req["pruner"]
     kwargs = dict(sampler_spec["kwargs"])
-    if sampler_spec["class"] == "GridSampler" and "search_space" not in kwargs:
+    if sampler_spec["class"] == "GridSampler" and kwargs.get("search_space") is None:
         kwargs["search_space"] = grid_space(space)
     try:
         sampler = getattr(optuna.samplers, sampler_spec["class"])(**kwargs)

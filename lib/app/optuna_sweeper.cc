@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/app/launcher.h"
 #include "lib/app/optuna_helper.h"
 #include "lib/app/sweeper.h"
 #include "lib/app/trial_channel.h"
@@ -251,6 +252,7 @@ class OptunaSweeper : public Sweeper {
     if (o_.search_space != nullptr && !o_.search_space->is_null()) {
       return absl::InvalidArgumentError("hydra.sweeper.search_space is Hydra's deprecated key; use hydra.sweeper.params");
     }
+    if (!session.dry_run() && session.slots() == 0) return absl::FailedPreconditionError(kCannotStartOneAtATime);
     KILN_ASSIGN_OR_RETURN(sampler_json_, OptunaClass(o_.sampler, "sampler", "optuna.samplers", kSamplers, &sampler_name_));
     KILN_ASSIGN_OR_RETURN(pruner_json_, OptunaClass(o_.pruner, "pruner", "optuna.pruners", kPruners, &pruner_name_));
     KILN_RETURN_IF_ERROR(PlanObjectives(session.config()));
@@ -443,6 +445,10 @@ class OptunaSweeper : public Sweeper {
     }
     // A launcher that runs jobs in this process runs the trial here, while Relay answers it.
     if (absl::Status st = session.Start(number, *overrides); !st.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(running_mutex_);
+        running_.erase(number);
+      }
       (void)Tell(number, "FAIL", {}, "", -1);
       return st;
     }

@@ -51,6 +51,7 @@ class SweepSession {
   // slots() jobs run at once (the launcher's parallelism); Start starts job `index` (numbered by
   // the sweeper, e.g. Optuna's trial number) and WaitAny returns the next job to end. A launcher
   // that runs jobs in this process runs the job inside Start. Not under --dry-run.
+  // 0 for a launcher that cannot (one that hands jobs to a scheduler and does not wait: slurm).
   virtual int slots() const = 0;
   virtual absl::Status Start(size_t index, const std::vector<std::string>& overrides) = 0;
   virtual absl::StatusOr<JobResult> WaitAny() = 0;

@@ -225,6 +225,8 @@ TEST_F(OptunaSweep, BadInputIsOneLineExitTwoAndNoStudy) {
       {{"x=interval(0,1)", "hydra.sweeper.python=" + dir_.path() + "/bin/python-without-optuna"},
        "install it with: sudo apt-get install python3-optuna"},
       {{"x=interval(0,1)", "+hydra.sweeper.sampler.seedd=1"}, "hydra.sweeper.sampler (TPESampler)"},
+      {{"x=interval(0,1)", "hydra/sweeper/sampler=grid"}, "the grid sampler needs choice() or range()"},
+      {{"x=interval(0,1)", "hydra/launcher=slurm"}, "so a sweeper that starts each job after the previous ones"},
   };
   for (const auto& c : cases) {
     std::string sweep = Sweep("bad");
