@@ -46,7 +46,7 @@ using config::NodePtr;
 struct OptunaOptions {
   NodePtr sampler;
   NodePtr pruner;
-  NodePtr direction;
+  NodePtr direction = Node::String("minimize");
   std::optional<std::string> storage;
   std::optional<std::string> study_name;
   int64_t n_trials = 20;
