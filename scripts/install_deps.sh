@@ -21,6 +21,7 @@ set -euo pipefail
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
+#   python3-optuna                                       the optuna sweeper (hydra/sweeper=optuna; its tests)
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
 PACKAGES=(
@@ -31,6 +32,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-yaml
+  python3-optuna
   iproute2 espeak-ng sox
 )
 

@@ -166,12 +166,12 @@ class Application {
       config::SetPath(*composed->hydra, "sweep.dir", Node::String(*cl_.sweep_dir));
       return RunJob(*composed, *cl_.multirun_job, *cl_.sweep_dir, cl_.overrides);
     }
-    auto composed = config::Compose(options_, *repo_);
+    auto composed = ComposeInMode();
     if (!composed.ok()) return composed.status();
     if (cl_.help) return Help(*composed);
     if (cl_.info.has_value()) return Info(*composed);
     if (cl_.cfg.has_value()) return PrintConfig(*composed);
-    if (cl_.multirun) return Multirun(*composed);
+    if (options_.multirun) return Multirun(*composed);
     if (cl_.dry_run) {
       auto hydra = config::ResolveHydra(*composed);
       if (!hydra.ok()) return hydra.status();
@@ -336,6 +336,7 @@ class Application {
     if (!sweeper.ok()) return sweeper.status();
     SweepSetup setup;
     setup.arguments = first.overrides;
+    setup.config = first.root;
     setup.repo = repo_.get();
     setup.dry_run = cl_.dry_run;
     setup.fail_fast = cl_.fail_fast;
@@ -559,6 +560,22 @@ class Application {
     }
     Print(cl_.markdown ? ComponentsMarkdown(kinds) : ComponentsText(kinds));
     return absl::OkStatus();
+  }
+
+  // Hydra's choice of mode: --multirun (-m), or `hydra.mode: MULTIRUN` set by the config (an
+  // hparams_search file, say). Like Hydra's get_mode, the config's mode is read from a
+  // composition that accepts sweeps; the run is composed again in RUN mode otherwise.
+  absl::StatusOr<config::ComposeResult> ComposeInMode() {
+    if (!options_.multirun) {
+      config::ComposeOptions probe = options_;
+      probe.multirun = true;
+      auto multirun = config::Compose(probe, *repo_);
+      if (multirun.ok() && multirun->configured_mode == "MULTIRUN") {
+        options_.multirun = true;
+        return multirun;
+      }
+    }
+    return config::Compose(options_, *repo_);
   }
 
   CommandLine cl_;

@@ -47,20 +47,6 @@ struct BasicSweeperOptions {
   config::NodePtr params;                 // null or {key: sweep}
 };
 
-// hydra.sweeper.params: `key: sweep` entries in override syntax (`lr: 0.1,0.01`).
-absl::StatusOr<std::vector<config::Override>> ParseParams(const config::NodePtr& p) {
-  std::vector<config::Override> params;
-  if (p == nullptr || p->is_null()) return params;
-  for (const auto& [key, value] : p->entries()) {
-    std::string text = key + "=" + (value->kind() == config::NodeKind::kString ? value->as_string()
-                                                                             : config::NodeToOverrideString(*value));
-    auto o = config::ParseOverride(text);
-    if (!o.ok()) return o.status();
-    params.push_back(*std::move(o));
-  }
-  return params;
-}
-
 KILN_REGISTER_BOUND(Sweeper, "basic", "Hydra's basic sweeper: every combination of the sweeps, in command-line order",
                     OptionBinding<BasicSweeperOptions>()
                         .Field("max_batch_size", &BasicSweeperOptions::max_batch_size,
@@ -68,7 +54,7 @@ KILN_REGISTER_BOUND(Sweeper, "basic", "Hydra's basic sweeper: every combination 
                         .Node("params", &BasicSweeperOptions::params, OptionType::kMap,
                               "sweeps added before the command line's, e.g. {lr: '0.1,0.01'}"),
                     [](const BasicSweeperOptions& o) -> absl::StatusOr<std::shared_ptr<Sweeper>> {
-                      KILN_ASSIGN_OR_RETURN(auto params, ParseParams(o.params));
+                      KILN_ASSIGN_OR_RETURN(auto params, config::ParseSweepParams(o.params));
                       return std::make_shared<BasicSweeper>(std::move(params), o.max_batch_size);
                     });
 

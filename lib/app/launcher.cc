@@ -15,11 +15,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/app/application.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::app {
+// Run in-process (or handed to a scheduler) inside Start; WaitAny then returns it.
+absl::Status Launcher::Start(const SweepJob& job, const LaunchContext& context) {
+  if (!waits()) return absl::FailedPreconditionError(kCannotStartOneAtATime);
+  absl::Status status = Launch({job}, context);
+  finished_.push_back({job.index, status, ExitCodeFor(status)});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FinishedJob> Launcher::WaitAny(const LaunchContext&) {
+  if (finished_.empty()) return absl::FailedPreconditionError("WaitAny: no job is running");
+  FinishedJob job = std::move(finished_.front());
+  finished_.pop_front();
+  return job;
+}
+
 namespace {
 
 absl::Status Summarize(const std::vector<std::string>& failures, size_t total) {
@@ -42,6 +58,13 @@ class BasicLauncher : public Launcher {
     }
     return Summarize(failures, jobs.size());
   }
+
+  absl::Status Start(const SweepJob& job, const LaunchContext& context) override {
+    Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+    absl::Status status = context.run(job);
+    finished_.push_back({job.index, status, ExitCodeFor(status)});
+    return absl::OkStatus();
+  }
 };
 
 KILN_REGISTER_BOUND(Launcher, "basic",
@@ -56,45 +79,64 @@ class LocalLauncher : public Launcher {
  public:
   explicit LocalLauncher(int n_jobs) : n_jobs_(n_jobs) {}
 
+  int slots() const override { return n_jobs_; }
+
   absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) override {
     Logger::Instance().Info(absl::StrCat("Launching ", jobs.size(), " jobs, ", n_jobs_, " at a time"));
-    std::map<pid_t, const SweepJob*> running;
     std::vector<std::string> failures;
     size_t next = 0;
     bool stop = false;
-    while ((next < jobs.size() && !stop) || !running.empty()) {
-      while (!stop && next < jobs.size() && static_cast<int>(running.size()) < n_jobs_) {
+    while ((next < jobs.size() && !stop) || !running_.empty()) {
+      while (!stop && next < jobs.size() && static_cast<int>(running_.size()) < n_jobs_) {
         const SweepJob& job = jobs[next++];
-        Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
-        auto pid = SpawnProcess(context.command(job));
-        if (!pid.ok()) {
-          failures.push_back(absl::StrCat("job #", job.index, ": ", pid.status().message()));
+        if (absl::Status st = Start(job, context); !st.ok()) {
+          failures.push_back(absl::StrCat("job #", job.index, ": ", st.message()));
           stop = context.fail_fast;
-          continue;
         }
-        running[*pid] = &job;
       }
-      if (running.empty()) break;
+      if (running_.empty()) break;
+      auto done = WaitAny(context);
+      if (!done.ok()) return done.status();
+      if (done->status.ok()) continue;
+      failures.push_back(std::string(done->status.message()));
+      if (context.fail_fast) stop = true;
+    }
+    return Summarize(failures, jobs.size());
+  }
+
+  absl::Status Start(const SweepJob& job, const LaunchContext& context) override {
+    Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+    auto pid = SpawnProcess(context.command(job));
+    if (!pid.ok()) return pid.status();
+    running_[*pid] = job.index;
+    return absl::OkStatus();
+  }
+
+  // Waits for any child, and skips those that are not this launcher's jobs (the Optuna helper).
+  absl::StatusOr<FinishedJob> WaitAny(const LaunchContext& context) override {
+    if (running_.empty()) return absl::FailedPreconditionError("WaitAny: no job is running");
+    while (true) {
       int wstatus = 0;
       pid_t pid = ::waitpid(-1, &wstatus, 0);
       if (pid < 0) {
         if (errno == EINTR) continue;
         return absl::InternalError(absl::StrCat("waiting for jobs: ", std::strerror(errno)));
       }
-      auto it = running.find(pid);
-      if (it == running.end()) continue;
-      const SweepJob& job = *it->second;
-      running.erase(it);
-      if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) continue;
-      std::string how = DescribeExit(wstatus);
-      failures.push_back(absl::StrCat("job #", job.index, " ", how, " (see ", context.sweep_dir, "/", job.index, ")"));
-      if (context.fail_fast) stop = true;
+      auto it = running_.find(pid);
+      if (it == running_.end()) continue;
+      FinishedJob done{it->second, absl::OkStatus(), ExitCodeOf(wstatus)};
+      running_.erase(it);
+      if (done.exit_code != 0) {
+        done.status = absl::InternalError(absl::StrCat("job #", done.index, " ", DescribeExit(wstatus), " (see ",
+                                                       context.sweep_dir, "/", done.index, ")"));
+      }
+      return done;
     }
-    return Summarize(failures, jobs.size());
   }
 
  private:
   int n_jobs_;
+  std::map<pid_t, size_t> running_;  // job processes by pid: the job's index
 };
 
 struct LocalLauncherOptions {

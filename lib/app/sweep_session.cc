@@ -73,9 +73,39 @@ class Session : public SweepSession {
     return result;
   }
 
+  int slots() const override { return setup_.launcher == nullptr ? 1 : setup_.launcher->slots(); }
+
+  absl::Status Start(size_t index, const std::vector<std::string>& overrides) override {
+    if (setup_.dry_run) return absl::FailedPreconditionError("no job starts under --dry-run");
+    KILN_RETURN_IF_ERROR(Prepare());
+    started_[index] = overrides;
+    return setup_.launcher->Start({index, overrides}, setup_.context);
+  }
+
+  absl::StatusOr<JobResult> WaitAny() override {
+    KILN_ASSIGN_OR_RETURN(FinishedJob done, setup_.launcher->WaitAny(setup_.context));
+    JobResult job{done.index, started_[done.index], done.status, "", done.exit_code};
+    started_.erase(done.index);
+    // The job's folder, as the process that ran it recorded it in the ledger.
+    KILN_ASSIGN_OR_RETURN(auto ledger, ReadLedger(setup_.sweep_dir));
+    for (auto it = ledger.rbegin(); it != ledger.rend(); ++it) {
+      if (it->job == static_cast<int64_t>(done.index)) {
+        job.dir = it->dir;
+        break;
+      }
+    }
+    return job;
+  }
+
+  bool dry_run() const override { return setup_.dry_run; }
+  const std::string& sweep_dir() const override { return setup_.sweep_dir; }
+  const config::Node& config() const override { return *setup_.config; }
+  void Print(const std::string& text) const override { setup_.print(text); }
+
   // The summary of every job launched so far (when the launcher waited for them).
   absl::Status Finish() {
-    if (!prepared_ || !setup_.launcher->waits()) return absl::OkStatus();
+    // Jobs started one at a time are summarized by their sweeper (it knows what they were for).
+    if (!prepared_ || !setup_.launcher->waits() || all_jobs_.empty()) return absl::OkStatus();
     auto summary = WriteSweepSummary(setup_.sweep_dir, all_jobs_);
     if (!summary.ok()) return summary.status();
     Logger::Instance().Info(absl::StrCat("sweep summary (", setup_.sweep_dir, "/summary.csv):"));
@@ -103,6 +133,7 @@ class Session : public SweepSession {
   size_t next_index_ = 0;
   std::map<int64_t, LedgerEntry> done_;          // the ledger as the sweep found it
   std::vector<std::vector<std::string>> all_jobs_;  // every job launched, by index
+  std::map<size_t, std::vector<std::string>> started_;  // jobs started one at a time, still running
 };
 
 }  // namespace

@@ -17,6 +17,7 @@ namespace kiln::app {
 
 struct SweepSetup {
   std::vector<config::Override> arguments;  // the command line's overrides
+  config::NodePtr config;                   // the sweep's composed config (multirun.yaml's)
   const config::ConfigRepository* repo = nullptr;
   bool dry_run = false;    // print the jobs, run none
   bool fail_fast = false;  // stop after the first failed job

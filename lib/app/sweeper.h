@@ -1,7 +1,7 @@
 // Sweepers decide which jobs a multirun runs; launchers run them (Hydra's split). A sweeper
 // gets a SweepSession and asks it to launch batches of jobs, each a list of overrides; it may
 // plan everything up front (`basic`, the grid) or ask for jobs one batch at a time from what
-// earlier batches returned (an optimizer such as Optuna). The session owns the sweep folder,
+// earlier batches returned; or start jobs one at a time, each as a slot frees (Optuna). The session owns the sweep folder,
 // the ledger that lets a re-run skip the jobs already done, the launcher and the summary.
 // Plugins register more sweepers under the same kind (`registrar.Add<kiln::app::Sweeper>`).
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/config/node.h"
 #include "lib/config/override.h"
 #include "lib/config/repository.h"
 
@@ -23,6 +24,7 @@ struct JobResult {
   // ok; the job's error; or kUnavailable while a scheduler (slurm) has not run it yet.
   absl::Status status;
   std::string dir;  // the job's output directory ("" when it did not get one)
+  int exit_code = 0;  // how the job's process ended (Start/WaitAny only)
 };
 
 // What one Launch call did: the launcher's status (naming the failed jobs) and each job's result.
@@ -44,6 +46,23 @@ class SweepSession {
   // that the sweep folder's ledger records as done is not run again, and its recorded result is
   // returned. Under --dry-run the jobs are printed, one line each, and none runs.
   virtual absl::StatusOr<BatchResult> Launch(const std::vector<std::vector<std::string>>& jobs) = 0;
+
+  // One job at a time, for a sweeper that starts the next job as soon as a slot frees: up to
+  // slots() jobs run at once (the launcher's parallelism); Start starts job `index` (numbered by
+  // the sweeper, e.g. Optuna's trial number) and WaitAny returns the next job to end. A launcher
+  // that runs jobs in this process runs the job inside Start. Not under --dry-run.
+  // 0 for a launcher that cannot (one that hands jobs to a scheduler and does not wait: slurm).
+  virtual int slots() const = 0;
+  virtual absl::Status Start(size_t index, const std::vector<std::string>& overrides) = 0;
+  virtual absl::StatusOr<JobResult> WaitAny() = 0;
+
+  virtual bool dry_run() const = 0;
+  // The sweep folder (hydra.sweep.dir; "" under --dry-run).
+  virtual const std::string& sweep_dir() const = 0;
+  // The sweep's composed config (multirun.yaml's, interpolations unresolved).
+  virtual const config::Node& config() const = 0;
+  // Standard output (a dry-run plan).
+  virtual void Print(const std::string& text) const = 0;
 };
 
 class Sweeper {

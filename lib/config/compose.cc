@@ -145,6 +145,10 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
   for (const auto& o : hydra_overrides) hydra_text.push_back(o.input_line);
   SetPath(*hydra, "overrides.task", StringList(task_text));
   SetPath(*hydra, "overrides.hydra", StringList(hydra_text));
+  NodePtr configured_mode = hydra->Find("mode");
+  std::string mode_set = configured_mode != nullptr && configured_mode->kind() == NodeKind::kString
+                             ? configured_mode->as_string()
+                             : "";
   SetPath(*hydra, "mode", Node::String(options.multirun ? "MULTIRUN" : "RUN"));
   SetIfMissing(*hydra, "job.name", Node::String(options.job_name));
   SetPath(*hydra, "job.config_name", options.config_name.empty() ? Node::Null()
@@ -190,6 +194,7 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
   }
   result.defaults = *std::move(defaults);
   result.overrides = *std::move(parsed);
+  result.configured_mode = mode_set;
   return result;
 }
 

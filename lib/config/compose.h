@@ -29,6 +29,9 @@ struct ComposeResult {
   NodePtr hydra;  // the `hydra` node
   DefaultsList defaults;
   std::vector<Override> overrides;  // the parsed command-line overrides, in order
+  // hydra.mode as the config set it ("RUN", "MULTIRUN", or "" when unset) before composition
+  // wrote the mode it composed in; Hydra runs a config that sets MULTIRUN as a multirun.
+  std::string configured_mode;
 };
 
 // Parses every override first, so a syntax error is reported before any file is read.

@@ -528,8 +528,12 @@ class OverrideParser {
       if (low == nullptr || high == nullptr || low->value.is_sweep || high->value.is_sweep) {
         return Fail("interval() needs a start and an end");
       }
-      e.sweep.interval_low = low->value.value.node;
-      e.sweep.interval_high = high->value.value.node;
+      // Hydra's interval() is over floats; int(interval(a,b)) makes it an interval of integers.
+      for (auto [arg, bound] : {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
+        const Node& n = *arg->value.value.node;
+        if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat) return Fail("interval() bounds must be numbers");
+        *bound = Node::Float(n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float());
+      }
       return e;
     }
     if (name == "glob") {
@@ -603,7 +607,13 @@ class OverrideParser {
     }
     if (name == "tag") {
       if (args.empty() || !args.back().value.is_sweep) return Fail("tag() needs a sweep as its last argument");
-      return std::move(args.back().value);
+      Element tagged = std::move(args.back().value);
+      for (size_t i = 0; i + 1 < args.size(); ++i) {
+        const Node& tag = *args[i].value.value.node;
+        if (args[i].value.is_sweep || tag.kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
+        tagged.sweep.tags.push_back(tag.as_string());
+      }
+      return tagged;
     }
     if (name == "int" || name == "float" || name == "str" || name == "bool") {
       // Hydra: int(x), int(value=x), or int(a,b,...) which casts the choice a,b,...
@@ -641,6 +651,14 @@ class OverrideParser {
                             ? static_cast<double>(value.sweep.range_step->as_int())
                             : value.sweep.range_step->as_float();
           if (step == 0) return Fail("range() step must not be zero");
+          return value;
+        }
+        if (value.sweep.kind == SweepKind::kInterval && (name == "int" || name == "float")) {
+          for (NodePtr* bound : {&value.sweep.interval_low, &value.sweep.interval_high}) {
+            auto converted = Cast(name, **bound);
+            if (!converted.ok()) return converted.status();
+            *bound = *converted;
+          }
           return value;
         }
         if (value.sweep.kind != SweepKind::kChoice) {

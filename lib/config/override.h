@@ -30,7 +30,8 @@ struct Sweep {
   std::vector<OverrideValue> choices;  // kChoice: the values in order
   NodePtr range_start, range_stop, range_step;
   std::vector<std::string> glob_include, glob_exclude;
-  NodePtr interval_low, interval_high;
+  NodePtr interval_low, interval_high;  // floats; ints under int(interval(a,b))
+  std::vector<std::string> tags;        // tag(log, interval(a,b)): "log"
   bool sort = false, sort_reverse = false, shuffle = false;
 };
 

@@ -252,33 +252,51 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
 
 }  // namespace
 
+absl::StatusOr<std::vector<Override>> ParseSweepParams(const NodePtr& p) {
+  std::vector<Override> params;
+  if (p == nullptr || p->is_null()) return params;
+  for (const auto& [key, value] : p->entries()) {
+    std::string text = key + "=" + (value->kind() == NodeKind::kString ? value->as_string()
+                                                                       : NodeToOverrideString(*value));
+    auto o = ParseOverride(text);
+    if (!o.ok()) return o.status();
+    params.push_back(*std::move(o));
+  }
+  return params;
+}
+
+std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params, const std::vector<Override>& overrides) {
+  std::vector<Override> merged;
+  auto add = [&](const Override& o) {
+    for (auto& m : merged) {
+      if (m.KeyElement() == o.KeyElement()) {
+        m = o;
+        return;
+      }
+    }
+    merged.push_back(o);
+  };
+  for (const auto& o : params) add(o);
+  for (const auto& o : overrides) add(o);
+  return merged;
+}
+
 absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(const std::vector<Override>& params,
                                                                 const std::vector<Override>& overrides,
                                                                 const ConfigRepository& repo) {
   std::vector<std::pair<std::string, std::vector<std::string>>> lists;
-  auto add = [&](const std::string& key, std::vector<std::string> lines) {
-    for (auto& [k, v] : lists) {
-      if (k == key) {
-        v = std::move(lines);
-        return;
-      }
-    }
-    lists.emplace_back(key, std::move(lines));
-  };
-  std::vector<Override> all = params;
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  for (const auto& o : all) {
+  for (const auto& o : MergeSweepOverrides(params, overrides)) {
     std::string key = o.KeyElement();
     if (o.is_sweep()) {
       auto values = SweepValues(o, repo);
       if (!values.ok()) return values.status();
       std::vector<std::string> lines;
       for (const auto& v : *values) lines.push_back(key + "=" + OverrideValueToString(v));
-      add(key, std::move(lines));
+      lists.emplace_back(key, std::move(lines));
     } else if (!o.has_value) {
-      add(key, {key + "=null"});  // as Hydra writes a delete without a value: ~c=null
+      lists.emplace_back(key, std::vector<std::string>{key + "=null"});  // as Hydra writes a delete without a value: ~c=null
     } else {
-      add(key, {key + "=" + OverrideValueToString(o.value)});
+      lists.emplace_back(key, std::vector<std::string>{key + "=" + OverrideValueToString(o.value)});
     }
   }
   std::vector<std::vector<std::string>> jobs = {{}};

@@ -40,19 +40,8 @@ TEST(Sweep, KilledMidwayAndRerunRunsOnlyTheMissingJobs) {
   TempDir dir;
   std::string sweep = dir.path() + "/sweep";
   std::vector<std::string> argv = BlobsSweep(sweep);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);  // the launcher and its job processes, killed together below
-    freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  pid_t pid = testing::StartInOwnGroup(argv);  // the launcher and its job processes, killed together below
+  ASSERT_GT(pid, 0);
   // Kill everything as soon as the first job is recorded as done.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (CountLines(FileExists(sweep + "/ledger.yaml") ? testing::ReadFile(sweep + "/ledger.yaml") : "", "status: ok") == 0 &&
@@ -126,6 +115,22 @@ TEST_F(ComposeSweep, ReRunningIntoAFolderOfAnotherSweepIsRefused) {
   auto r = Kiln({"x=1,3"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(absl::StrContains(r.err, "records job 1 as 'x=2', but this sweep's job 1 is 'x=3'")) << r.err;
+}
+
+// Hydra runs a config that sets hydra.mode: MULTIRUN as a multirun without -m (an hparams_search
+// file does); without that, a sweep on the command line still asks for -m.
+TEST_F(ComposeSweep, AConfigThatSetsMultirunModeSweepsWithoutDashM) {
+  dir_.Write("conf/search/grid.yaml", "# @package _global_\nhydra:\n  mode: MULTIRUN\n");
+  std::vector<std::string> argv = {KILN_BINARY, "compose", "--config-path", dir_.path() + "/conf",
+                                   "hydra.sweep.dir=" + dir_.path() + "/sweep", "x=1,2"};
+  auto plain = RunProcess(argv, {}, dir_.path());
+  EXPECT_EQ(plain.exit_code, 2) << plain.err;
+  EXPECT_TRUE(absl::StrContains(plain.err, "to sweep over it add --multirun (-m)")) << plain.err;
+  argv.push_back("+search=grid");
+  auto r = RunProcess(argv, {}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x: 1\n'y': 0\nx: 2\n'y': 0\n");
+  EXPECT_EQ(CountLines(testing::ReadFile(dir_.path() + "/sweep/ledger.yaml"), "status: ok"), 2);
 }
 
 TEST_F(ComposeSweep, LocalLauncherRunsEveryJobInItsOwnProcess) {

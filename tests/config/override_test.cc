@@ -509,13 +509,20 @@ TEST(OverrideSweeps, Interval) {
   ASSERT_TRUE(o.is_sweep());
   EXPECT_FALSE(o.is_discrete_sweep());
   EXPECT_EQ(o.sweep.kind, SweepKind::kInterval);
-  EXPECT_EQ(o.sweep.interval_low->as_int(), 0);
-  EXPECT_EQ(o.sweep.interval_high->as_int(), 1);
+  // Hydra's interval() is over floats; int(interval(...)) over integers.
+  EXPECT_EQ(o.sweep.interval_low->kind(), NodeKind::kFloat);
+  EXPECT_EQ(o.sweep.interval_high->as_float(), 1.0);
+  Override i = MustParse("n=int(interval(2,9))");
+  ASSERT_EQ(i.sweep.kind, SweepKind::kInterval);
+  EXPECT_EQ(i.sweep.interval_low->as_int(), 2);
+  EXPECT_EQ(i.sweep.interval_high->as_int(), 9);
+  EXPECT_FALSE(ParseOverride("x=interval(a,1)").ok());
 }
 
 TEST(OverrideSweeps, TagWrapsASweep) {
   Override o = MustParse("x=tag(log,interval(0.1,1.0))");
   ASSERT_TRUE(o.is_sweep());
+  EXPECT_EQ(o.sweep.tags, std::vector<std::string>{"log"});
   EXPECT_EQ(o.sweep.kind, SweepKind::kInterval);
 }
 

@@ -3,11 +3,25 @@
 //   hydra/sweeper=doubling   -> jobs key=start, key=2*start, ... one at a time, stopping at the
 //                               first failed job or after max_jobs (a sweeper that asks for each
 //                               job after seeing the previous one's result, as an optimizer does)
+//   hydra/launcher=quadratic -> runs each job of an Optuna sweep as a trial whose val/loss is
+//                               (x - 0.3)^2 + (y + 1)^2 + 1/step at steps 1..steps, reported through
+//                               the trial channel (so pruning works), up to `slots` trials at once on
+//                               threads; `nan=true` in a job reports NaN, `fail=true` fails it
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/app/launcher.h"
+#include "lib/app/sweep_ledger.h"
 #include "lib/app/sweeper.h"
+#include "lib/app/trial_channel.h"
+#include "lib/config/override.h"
+#include "lib/core/exit_code.h"
 #include "lib/registry/plugin.h"
 
 namespace {
@@ -47,6 +61,102 @@ class DoublingSweeper : public kiln::app::Sweeper {
   DoublingOptions o_;
 };
 
+struct QuadraticOptions {
+  int64_t steps = 5;
+  double step_seconds = 0;
+  int64_t slots = 1;
+};
+
+class QuadraticLauncher : public kiln::app::Launcher {
+ public:
+  explicit QuadraticLauncher(QuadraticOptions o) : o_(o) {}
+  ~QuadraticLauncher() override {
+    for (auto& t : threads_) t.join();
+  }
+
+  int slots() const override { return static_cast<int>(o_.slots); }
+
+  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs, const kiln::app::LaunchContext& context) override {
+    for (const auto& job : jobs) KILN_RETURN_IF_ERROR(Run(job, context));
+    return absl::OkStatus();
+  }
+
+  absl::Status Start(const kiln::app::SweepJob& job, const kiln::app::LaunchContext& context) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++running_;
+    threads_.emplace_back([this, job, context] {
+      absl::Status status = Run(job, context);
+      std::lock_guard<std::mutex> lock(mutex_);
+      int code = kiln::RequestedExitCode(status);
+      finished_.push_back({job.index, status, status.ok() ? 0 : (code >= 0 ? code : 1)});
+      done_.notify_all();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<kiln::app::FinishedJob> WaitAny(const kiln::app::LaunchContext&) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (running_ == 0) return absl::FailedPreconditionError("no job is running");
+    done_.wait(lock, [this] { return !finished_.empty(); });
+    --running_;
+    kiln::app::FinishedJob job = finished_.front();
+    finished_.pop_front();
+    return job;
+  }
+
+ private:
+  absl::Status Run(const kiln::app::SweepJob& job, const kiln::app::LaunchContext& context) {
+    double x = 0, y = 0;
+    bool nan = false, fail = false;
+    std::string channel;
+    bool pruning = false;
+    for (const auto& text : job.overrides) {
+      auto o = kiln::config::ParseOverride(text);
+      if (!o.ok() || !o->has_value || o->is_sweep()) continue;
+      const kiln::config::Node& v = *o->value.node;
+      auto number = [&] { return v.kind() == NodeKind::kInt ? static_cast<double>(v.as_int()) : v.as_float(); };
+      if (o->key_or_group == "x") x = number();
+      if (o->key_or_group == "y") y = number();
+      if (o->key_or_group == "nan") nan = v.as_bool();
+      if (o->key_or_group == "fail") fail = v.as_bool();
+      if (o->key_or_group == "callbacks.optuna_trial") {
+        channel = v.Find("channel")->as_string();
+        pruning = v.Find("pruning")->as_bool();
+      }
+    }
+    std::string dir = absl::StrCat(context.sweep_dir, "/", job.index);
+    auto record = [&](const absl::Status& status) {
+      kiln::app::LedgerEntry entry;
+      entry.job = static_cast<int64_t>(job.index);
+      entry.status = status.ok() ? "ok" : "failed";
+      entry.overrides = job.overrides;
+      entry.message = std::string(status.message());
+      entry.dir = dir;
+      (void)kiln::app::AppendLedger(context.sweep_dir, entry);
+      return status;
+    };
+    if (fail) return record(absl::InternalError("this trial fails (fail=true)"));
+    kiln::app::TrialChannel trial(channel, pruning);
+    double f = (x - 0.3) * (x - 0.3) + (y + 1) * (y + 1);
+    for (int64_t step = 1; step <= o_.steps; ++step) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(o_.step_seconds));
+      double value = nan ? std::nan("") : f + 1.0 / static_cast<double>(step);
+      auto prune = trial.Report({"val", step, {{"val/loss", value}, {"val/x", x}}});
+      if (!prune.ok()) return record(prune.status());
+      if (*prune) return record(kiln::WithExitCode(absl::AbortedError("pruned"), kiln::app::kExitTrialPruned));
+    }
+    KILN_RETURN_IF_ERROR(trial.Report({"test", o_.steps, {{"test/loss", nan ? std::nan("") : f}}}).status());
+    return record(absl::OkStatus());
+  }
+
+  QuadraticOptions o_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<std::thread> threads_;
+  std::deque<kiln::app::FinishedJob> finished_;
+  int running_ = 0;
+};
+
 void Register(kiln::Registrar& registrar) {
   registrar.AddResolver("sweep_tools.twice", Twice);
   using O = DoublingOptions;
@@ -59,6 +169,17 @@ void Register(kiln::Registrar& registrar) {
       std::function<absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>>(const O&)>(
           [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>> {
             return std::make_shared<DoublingSweeper>(o);
+          }));
+  using Q = QuadraticOptions;
+  registrar.Add<kiln::app::Launcher>(
+      "quadratic", "Runs Optuna trials of a known quadratic objective (test plugin)",
+      kiln::OptionBinding<Q>()
+          .Field("steps", &Q::steps, "validations per trial", kiln::AtLeast(1))
+          .Field("step_seconds", &Q::step_seconds, "sleep before each validation", kiln::AtLeast(0))
+          .Field("slots", &Q::slots, "trials at once", kiln::AtLeast(1)),
+      std::function<absl::StatusOr<std::shared_ptr<kiln::app::Launcher>>(const Q&)>(
+          [](const Q& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+            return std::make_shared<QuadraticLauncher>(o);
           }));
 }
 

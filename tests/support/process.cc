@@ -10,10 +10,46 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
 namespace kiln::testing {
+
+pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
+    if (freopen("/dev/null", "w", stdout) == nullptr || freopen("/dev/null", "w", stderr) == nullptr) _exit(127);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (pid > 0) setpgid(pid, pid);  // set on both sides, so kill(-pid) works as soon as this returns
+  return pid;
+}
+
+std::vector<pid_t> ProcessesInGroup(pid_t group) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses, so parse after the last ')'.
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (!(fields >> state >> ppid >> pgrp)) continue;
+    if (pgrp == group && state != 'Z' && state != 'X') found.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
+}
 
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                          const std::string& cwd) {

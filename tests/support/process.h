@@ -1,6 +1,8 @@
 // Runs a program and captures its exit code, stdout and stderr (for CLI tests).
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +19,13 @@ struct ProcessResult {
 ProcessResult RunProcess(const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env = {},
                          const std::string& cwd = "");
+
+// Starts `argv` in a process group of its own, its output discarded, and returns its pid (-1 when
+// fork fails): a test kills it midway with kill(pid, ...) or, with everything it started,
+// kill(-pid, ...), then reaps it with waitpid.
+pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd = "");
+// The live processes of process group `group` (zombies left out), read from /proc.
+std::vector<pid_t> ProcessesInGroup(pid_t group);
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
