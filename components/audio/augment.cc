@@ -5,7 +5,7 @@
 #include <random>
 
 #include "components/audio/audio_file.h"
-#include "components/data/option_values.h"
+#include "components/common/option_values.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::audio {

@@ -1,4 +1,4 @@
-#include "components/data/option_values.h"
+#include "components/common/option_values.h"
 
 #include <algorithm>
 #include <cmath>

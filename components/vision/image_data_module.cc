@@ -1,4 +1,4 @@
-#include "components/data/image_data_module.h"
+#include "components/vision/image_data_module.h"
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"

@@ -1,4 +1,4 @@
-#include "components/data/image_ops.h"
+#include "components/vision/image_ops.h"
 
 namespace kiln::data {
 

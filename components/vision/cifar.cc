@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "components/data/file_bytes.h"
-#include "components/data/image_data_module.h"
+#include "components/vision/file_bytes.h"
+#include "components/vision/image_data_module.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {

@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 
-#include "components/data/image_ops.h"
-#include "components/data/option_values.h"
+#include "components/vision/image_ops.h"
+#include "components/common/option_values.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 

@@ -11,8 +11,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "components/data/image_data_module.h"
-#include "components/data/option_values.h"
+#include "components/vision/image_data_module.h"
+#include "components/common/option_values.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {

@@ -1,4 +1,4 @@
-#include "components/data/file_bytes.h"
+#include "components/vision/file_bytes.h"
 
 #include <sys/stat.h>
 #include <zlib.h>

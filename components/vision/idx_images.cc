@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "components/data/file_bytes.h"
-#include "components/data/image_data_module.h"
+#include "components/vision/file_bytes.h"
+#include "components/vision/image_data_module.h"
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 

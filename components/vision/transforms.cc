@@ -1,7 +1,7 @@
 // Image transforms on [C, H, W] tensors: to_tensor, normalize, random_crop, center_crop,
 // horizontal_flip, resize. Random ones draw only from the sample's SampleRng.
 #include "absl/strings/str_cat.h"
-#include "components/data/image_ops.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 
