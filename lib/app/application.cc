@@ -19,6 +19,7 @@
 #include "lib/app/launcher.h"
 #include "lib/app/local_workers.h"
 #include "lib/app/run_dir.h"
+#include "lib/app/spawn.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/app/sweep_session.h"
 #include "lib/app/sweeper.h"
@@ -623,6 +624,10 @@ void ReportError(const absl::Status& status) {
 }
 
 int RunApplication(const std::vector<std::string>& args) {
+  if (!StopWithParent()) {
+    std::fprintf(stderr, "kiln: error: the process that started this one has ended; not starting\n");
+    return kExitFailure;
+  }
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
     ReportError(cl.status());

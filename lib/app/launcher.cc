@@ -106,7 +106,11 @@ class LocalLauncher : public Launcher {
 
   absl::Status Start(const SweepJob& job, const LaunchContext& context) override {
     Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
-    auto pid = SpawnProcess(context.command(job));
+    // A job outlives neither a killed sweep nor a sweep that exits on an error: it checkpoints
+    // and stops, as on any SIGTERM.
+    SpawnOptions spawn;
+    spawn.stop_with_parent = true;
+    auto pid = SpawnProcess(context.command(job), spawn);
     if (!pid.ok()) return pid.status();
     running_[*pid] = job.index;
     return absl::OkStatus();

@@ -112,6 +112,7 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
                  {"MASTER_ADDR", master_addr},
                  {"MASTER_PORT", std::to_string(port)},
                  {"KILN_LOCAL_WORKERS", "1"}};
+    spawn.stop_with_parent = true;
     if (rank == 0 && !options.log_file.empty()) spawn.env["KILN_WORKER_LOG"] = options.log_file;
     if (rank != 0) spawn.output_file = absl::StrCat(options.output_dir, "/rank_", rank, ".log");
     auto pid = SpawnProcess(options.argv, spawn);

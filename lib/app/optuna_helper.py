@@ -11,6 +11,7 @@
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -122,6 +123,10 @@ def op_open(req):
                            % (name, url, have, req["directions"]))
     study = optuna.create_study(storage=storage, study_name=name, directions=req["directions"], sampler=sampler,
                                 pruner=pruner, load_if_exists=True)
+    # Every write goes through the study's own (caching) storage: a write to the RDBStorage under
+    # it would not reach the trials the study has cached, and the study would read them stale
+    # (a trial this process abandoned at n_trials counted as a real failure).
+    storage = study._storage
     marked = []
     host = socket.gethostname()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -234,15 +239,49 @@ def op_trials(req):
 OPS = {"open": op_open, "ask": op_ask, "tell": op_tell, "report": op_report, "should_prune": op_should_prune,
        "trials": op_trials}
 
-reply({"ready": True, "optuna": optuna.__version__, "python": sys.version.split()[0]})
-for line in sys.stdin:
-    if not line.strip():
-        continue
-    try:
-        req = json.loads(line)
+def abandon_running(reason):
+    for trial in list(state["running"].values()):
+        try:
+            state["storage"].set_trial_system_attr(trial._trial_id, "kiln:abandoned", reason)
+            state["storage"].set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        except Exception:
+            pass
+    state["running"].clear()
+
+
+# SIGTERM (the sweep died: PR_SET_PDEATHSIG) is acted on between requests, never inside one: a
+# trial asked for is always recorded with its owner, and the trials this sweep was running are
+# marked FAIL (abandoned) at once, so the study never keeps a RUNNING trial nobody runs.
+in_request = False
+stopping = False
+
+
+def on_sigterm(signum, frame):
+    global stopping
+    stopping = True
+    if not in_request:
+        raise SystemExit(0)
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
+try:
+    reply({"ready": True, "optuna": optuna.__version__, "python": sys.version.split()[0]})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        in_request = True
+        try:
+            req = json.loads(line)
+            with lock:
+                reply(OPS[req["op"]](req))
+        except BadInput as e:
+            reply({"error": "bad-input", "message": str(e)})
+        except Exception as e:
+            reply({"error": "optuna", "message": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")})
+        in_request = False
+        if stopping:
+            break
+finally:
+    if stopping and state["study"] is not None:
         with lock:
-            reply(OPS[req["op"]](req))
-    except BadInput as e:
-        reply({"error": "bad-input", "message": str(e)})
-    except Exception as e:
-        reply({"error": "optuna", "message": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")})
+            abandon_running("its sweep process %d ended" % PARENT)

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,17 +16,33 @@ extern char** environ;
 
 namespace kiln::app {
 
+namespace {
+// Set in a child's environment by SpawnProcess(stop_with_parent): the parent's pid.
+constexpr char kParentPidVariable[] = "KILN_STOP_WITH_PARENT";
+}  // namespace
+
+bool StopWithParent() {
+  const char* value = std::getenv(kParentPidVariable);
+  if (value == nullptr) return true;
+  pid_t parent = static_cast<pid_t>(std::atoll(value));
+  ::unsetenv(kParentPidVariable);  // this process's own children are told their own parent
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  return ::getppid() == parent;  // the parent may have died before prctl
+}
+
 absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOptions& options) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::map<std::string, std::string> added = options.env;
+  if (options.stop_with_parent) added[kParentPidVariable] = std::to_string(::getpid());
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;
     std::string name = entry.substr(0, entry.find('='));
-    if (options.env.count(name) == 0) env_storage.push_back(entry);
+    if (added.count(name) == 0) env_storage.push_back(entry);
   }
-  for (const auto& [name, value] : options.env) env_storage.push_back(name + "=" + value);
+  for (const auto& [name, value] : added) env_storage.push_back(name + "=" + value);
   std::vector<char*> env;
   for (auto& e : env_storage) env.push_back(e.data());
   env.push_back(nullptr);

@@ -79,6 +79,36 @@ TEST(Sweep, KilledMidwayAndRerunRunsOnlyTheMissingJobs) {
   EXPECT_TRUE(absl::StrContains(again.err, "4 of 4 jobs are done, running 0")) << again.err;
 }
 
+TEST(Sweep, JobsOfAKilledSweepCheckpointAndStop) {
+  TempDir dir;
+  std::string sweep = dir.path() + "/sweep";
+  std::vector<std::string> argv = BlobsSweep(sweep);
+  argv.push_back("trainer.max_epochs=50");  // the jobs are still training when the sweep dies
+  pid_t pid = testing::StartInOwnGroup(argv);
+  ASSERT_GT(pid, 0);
+  // Wait until both first jobs have started training.
+  auto training = [&](int job) {
+    std::string log = sweep + "/" + std::to_string(job) + "/train.log";
+    return FileExists(log) && absl::StrContains(testing::ReadFile(log), "training on");
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!(training(0) && training(1)) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(training(0) && training(1)) << "the jobs did not start";
+  // The sweep alone is killed; its jobs get SIGTERM from Linux when their parent dies, and each
+  // writes a checkpoint and exits.
+  auto left = testing::KillLeaderAndWaitForGroup(pid, 60);
+  EXPECT_TRUE(left.empty()) << left.size() << " job processes outlived their sweep";
+  if (!left.empty()) kill(-pid, SIGKILL);
+  for (int job : {0, 1}) {
+    std::string run = sweep + "/" + std::to_string(job);
+    EXPECT_TRUE(FileExists(run + "/checkpoints/last.ckpt")) << job;  // written on SIGTERM, mid-training
+    EXPECT_FALSE(FileExists(run + "/test_metrics.yaml")) << job;
+  }
+  EXPECT_FALSE(FileExists(sweep + "/2/train.log"));  // no job starts after the sweep is gone
+}
+
 class ComposeSweep : public ::testing::Test {
  protected:
   void SetUp() override { dir_.Write("conf/train.yaml", "defaults:\n  - _self_\nx: 1\ny: 0\n"); }

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace kiln::testing {
 
@@ -49,6 +52,18 @@ std::vector<pid_t> ProcessesInGroup(pid_t group) {
     if (pgrp == group && state != 'Z' && state != 'X') found.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return found;
+}
+
+std::vector<pid_t> KillLeaderAndWaitForGroup(pid_t pid, int seconds) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  auto left = ProcessesInGroup(pid);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+       !left.empty() && std::chrono::steady_clock::now() < until; left = ProcessesInGroup(pid)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return left;
 }
 
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,

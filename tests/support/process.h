@@ -26,6 +26,9 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
 pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd = "");
 // The live processes of process group `group` (zombies left out), read from /proc.
 std::vector<pid_t> ProcessesInGroup(pid_t group);
+// Kills `pid` (the leader of its own group) with SIGKILL alone, reaps it, and waits up to
+// `seconds` for the rest of its group to end; returns the processes still alive then.
+std::vector<pid_t> KillLeaderAndWaitForGroup(pid_t pid, int seconds);
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
