@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kiln builds and runs with. Idempotent: when every package is
 # already present it only runs one dpkg query and returns in well under a second.
+#   install_deps.sh          what building kiln and training need (scripts/setup.sh, the README's
+#                            first command)
+#   install_deps.sh test     that and what only the tests, fuzzers and benchmarks need
+#                            (scripts/test.sh): about half the download
 set -euo pipefail
 
 # Why each package is here:
 #   build-essential cmake ninja-build ccache pkg-config  compiler, build system, build cache
-#   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
 #   libtorch-dev libgloo-dev                             LibTorch 1.13 (CPU) and the c10d headers it needs
 #   libopenblas0-openmp                                  fast BLAS; without it LibTorch uses reference BLAS (~40x slower)
 #   libblas-dev                                          links the BLAS that LibTorch uses (fused causal attention)
@@ -16,25 +19,36 @@ set -euo pipefail
 #   libsentencepiece-dev                                 subword tokenizers (NLP tasks)
 #   libsndfile1-dev                                      audio file reading (speech tasks)
 #   libsoxr-dev                                          audio resampling to the configured rate (speech tasks)
-#   libgtest-dev libgmock-dev                            the test suite
+#   libgtest-dev libgmock-dev                            the test suite (small; CMake configures the tests too)
 #   zlib1g-dev                                           gzip-compressed IDX files
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
+# Only for `test`:
+#   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
-#   python3-optuna                                       the optuna sweeper (hydra/sweeper=optuna; its tests)
+#   python3-optuna                                       the optuna sweeper's tests (the sweeper itself says
+#                                                        how to install it when it is missing)
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
-  python3-torch python3-torchvision python3-yaml
-  python3-optuna
-  iproute2 espeak-ng sox
 )
+case "${1:-}" in
+  "") ;;
+  test)
+    PACKAGES+=(
+      clang libclang-rt-14-dev
+      python3-torch python3-torchvision python3-yaml
+      python3-optuna
+      iproute2 espeak-ng sox
+    )
+    ;;
+  *) echo "usage: install_deps.sh [test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

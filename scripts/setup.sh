@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/install_deps.sh
+# KILN_DEPS=test (scripts/test.sh) also installs what only the tests need.
+bash scripts/install_deps.sh ${KILN_DEPS:-}
 
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 JOBS=${KILN_JOBS:-$(nproc)}

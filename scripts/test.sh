@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-KILN_BUILD_TARGET=all bash scripts/setup.sh
+KILN_DEPS=test KILN_BUILD_TARGET=all bash scripts/setup.sh
 
 # Fuzz targets need clang's libFuzzer runtime; they build in their own tree.
 if [[ ! -f build-fuzz/build.ninja ]]; then
