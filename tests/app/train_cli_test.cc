@@ -192,6 +192,28 @@ TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {
   EXPECT_NE(t.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos) << t.err;
 }
 
+// trainer.accelerator holds for every command: without a CUDA device, cuda is one line and exit 2
+// for test and validate as for train (before, they ran on the CPU whatever it said).
+TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.err.find("training on cuda") != std::string::npos) GTEST_SKIP() << "this machine has CUDA";
+  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  auto fit = Kiln({"trainer.accelerator=cuda", "hydra.run.dir=" + dir_.path() + "/cuda"});
+  EXPECT_EQ(fit.exit_code, 2);
+  auto error_line = [](const std::string& err) {
+    size_t at = err.rfind("kiln: error: ");
+    return at == std::string::npos ? err : err.substr(at);
+  };
+  EXPECT_EQ(error_line(fit.err), "kiln: error: " + refused + "\n") << fit.err;
+  for (const char* command : {"test", "validate"}) {
+    auto e = Kiln({command, "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt", "trainer.accelerator=cuda",
+                   "hydra.run.dir=" + dir_.path() + "/eval"});
+    EXPECT_EQ(e.exit_code, 2) << command;
+    EXPECT_EQ(error_line(e.err), "kiln: error: " + refused + "\n") << command << ": " << e.err;
+  }
+}
+
 // Starts training in the background and returns its pid.
 pid_t Spawn(const std::vector<std::string>& argv) {
   pid_t pid = fork();

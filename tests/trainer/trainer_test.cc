@@ -490,6 +490,40 @@ TEST(TrainingEpochLoop, TrainingMetricsComputeOverTheWholeEpoch) {
             (std::vector<std::pair<int64_t, double>>{{6, 6.0}, {12, 6.0}, {18, 6.0}}));
 }
 
+// validate, test and predict run where trainer.accelerator says, as fit does: on a machine
+// without CUDA, accelerator=cuda is refused with the same line.
+TEST(Trainer, EvaluateAndPredictSelectTheDeviceAsFitDoes) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  auto options = TrainerOptions::FromConfig(Yaml("accelerator: cuda\nnum_threads: 1\n", "trainer"));
+  ASSERT_TRUE(options.ok()) << options.status();
+  Classifier task;
+  ASSERT_TRUE(task.Build(config::Config()).ok());
+  SyntheticImages data(0);
+  Trainer trainer(*options, {}, {});
+  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  auto evaluated = trainer.Evaluate(task, data, data::Stage::kValidate);
+  EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(evaluated.status().message(), refused);
+  auto predicted = trainer.Predict(task, data);
+  EXPECT_EQ(predicted.status().message(), refused);
+  // accelerator=auto falls back to the CPU.
+  auto automatic = TrainerOptions::FromConfig(Yaml("accelerator: auto\nnum_threads: 1\n", "trainer"));
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  Trainer cpu(*automatic, {}, {});
+  auto metrics = cpu.Evaluate(task, data, data::Stage::kValidate);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->count("val/acc"), 1u);
+}
+
+// Collectives run where the backend takes tensors: Gloo on the CPU whatever the model's device,
+// NCCL on the model's device.
+TEST(Strategy, CollectivesRunOnTheCpuForGlooAndOnTheDeviceForNccl) {
+  torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(Strategy::CollectiveDevice("gloo", cuda), torch::Device(torch::kCPU));
+  EXPECT_EQ(Strategy::CollectiveDevice("gloo", torch::Device(torch::kCPU)), torch::Device(torch::kCPU));
+  EXPECT_EQ(Strategy::CollectiveDevice("nccl", cuda), cuda);
+}
+
 TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   testing::TempDir dir;
   auto logger = std::make_shared<RecordingLogger>();
