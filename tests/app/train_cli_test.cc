@@ -245,6 +245,17 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
   EXPECT_EQ(defaults.exit_code, 2);
   EXPECT_NE(defaults.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
       << defaults.err;
+  // A checkpoint outside any run directory works as before: the command line says everything.
+  std::filesystem::copy_file(ckpt, dir_.path() + "/moved.ckpt");
+  auto moved = Kiln({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt", "model.hidden=[24]",
+                     "hydra.run.dir=" + dir_.path() + "/t5"});
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(moved.out), TestAccuracy(repeated.out)) << moved.out;
+  auto alone = only({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt", "data.root=" + dir_.path() + "/data",
+                     "hydra.run.dir=" + dir_.path() + "/t6"});
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
+      << alone.err;
 }
 
 TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
