@@ -77,7 +77,7 @@ void ErasePath(Node& root, const std::string& dotted) {
 // A group the command line sets to the option the run chose (`experiment=spam_bow` repeated from
 // the training command) is in the stored config already, with the run's changes to it.
 bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_choices, const Override& o) {
-  if (run_choices == nullptr || !run_choices->is_map()) return false;
+  if (run_choices == nullptr) return false;
   NodePtr chosen = run_choices->Find(o.GroupKey());
   if (chosen == nullptr) return false;
   for (const auto& [key, option] : composed.defaults.choices) {
@@ -88,19 +88,26 @@ bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_c
   return false;
 }
 
-absl::Status ApplyGroupOverrides(const config::ComposeResult& composed, const std::string& run_dir, Node& job) {
-  std::set<std::string> config_lines;
-  for (const Override& o : composed.defaults.config_overrides) config_lines.insert(o.input_line);
-  // The run's choices (RUN/.hydra/hydra.yaml); a run without them has every group override applied.
-  NodePtr run_choices;
+// The run's choice of option for every config group (RUN/.hydra/hydra.yaml), or null.
+NodePtr RunChoices(const std::string& run_dir) {
   std::string hydra_file = run_dir + "/.hydra/hydra.yaml";
-  if (IsFile(hydra_file)) {
-    auto hydra = config::LoadYamlFile(hydra_file);
-    if (hydra.ok() && *hydra != nullptr) run_choices = config::SelectPath(*hydra, {"hydra", "runtime", "choices"});
-  }
+  if (!IsFile(hydra_file)) return nullptr;
+  auto hydra = config::LoadYamlFile(hydra_file);
+  if (!hydra.ok() || *hydra == nullptr) return nullptr;
+  NodePtr choices = config::SelectPath(*hydra, {"hydra", "runtime", "choices"});
+  return choices != nullptr && choices->is_map() ? choices : nullptr;
+}
+
+// Applies the command line's group overrides to `job`; returns the groups it changed.
+absl::StatusOr<std::set<std::string>> ApplyGroupOverrides(const config::ComposeResult& composed,
+                                                          const NodePtr& run_choices,
+                                                          const std::string& run_dir, Node& job) {
+  std::set<std::string> config_lines, changed;
+  for (const Override& o : composed.defaults.config_overrides) config_lines.insert(o.input_line);
   for (const Override& o : composed.overrides) {
     if (config_lines.count(o.input_line) > 0 || IsHydraKey(o.key_or_group)) continue;
     if (RunChoseTheSame(composed, run_choices, o)) continue;
+    changed.insert(o.GroupKey());
     std::vector<std::string> packages;
     for (const auto& item : composed.defaults.defaults) {
       if (item.override_key.has_value() && *item.override_key == o.GroupKey()) packages.push_back(item.package);
@@ -128,7 +135,19 @@ absl::Status ApplyGroupOverrides(const config::ComposeResult& composed, const st
       }
     }
   }
-  return absl::OkStatus();
+  return changed;
+}
+
+// hydra.runtime.choices as the job is made: the run's choices, but the command's own for the
+// groups the command line changed and for hydra's groups.
+NodePtr Choices(const config::ComposeResult& composed, const NodePtr& run_choices,
+                const std::set<std::string>& changed) {
+  NodePtr choices = run_choices->Clone();
+  for (const auto& [key, option] : composed.defaults.choices) {
+    if (changed.count(key) == 0 && !IsHydraKey(key)) continue;
+    choices->Set(key, option.has_value() ? Node::String(*option) : Node::Null());
+  }
+  return choices;
 }
 
 }  // namespace
@@ -169,7 +188,8 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
-  KILN_RETURN_IF_ERROR(ApplyGroupOverrides(composed, run_dir, *job));
+  NodePtr run_choices = RunChoices(run_dir);
+  KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));
   for (const Override& o : composed.defaults.config_overrides) {
     if (o.key_or_group == "run_dir" || o.key_or_group == "ckpt_path" || o.key_or_group == "stored_config" ||
         IsHydraKey(o.key_or_group)) {
@@ -187,6 +207,7 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   job->Set("ckpt_path", Node::String(ckpt));
   job->Set("run_dir", Node::String(run_dir));
   composed.job = job;
+  if (run_choices != nullptr) config::SetPath(*composed.hydra, "runtime.choices", Choices(composed, run_choices, changed));
   NodePtr root = Node::Map();
   for (const auto& [key, value] : job->entries()) root->Set(key, value);
   root->Set("hydra", composed.hydra);

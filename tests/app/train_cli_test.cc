@@ -211,6 +211,9 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
   auto t = only({"test", "ckpt_path=" + ckpt, "hydra.run.dir=" + dir_.path() + "/t1"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(repeated.out)) << t.out;
+  // The command's own .hydra records the choices the job was made of: the run's.
+  std::string hydra_yaml = testing::ReadFile(dir_.path() + "/t1/.hydra/hydra.yaml");
+  EXPECT_NE(hydra_yaml.find("model: mlp"), std::string::npos) << hydra_yaml;
   auto by_run = only({"test", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/t2"});
   ASSERT_EQ(by_run.exit_code, 0) << by_run.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(by_run.out), TestAccuracy(repeated.out)) << by_run.out;
