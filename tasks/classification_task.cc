@@ -76,6 +76,11 @@ absl::StatusOr<std::map<std::string, double>> ClassificationTask::EvaluationEnd(
   return metrics_.Compute(stage, sum_over_ranks);
 }
 
+absl::StatusOr<std::map<std::string, double>> ClassificationTask::TrainingEpochEnd(
+    const SumOverRanks& sum_over_ranks) {
+  return metrics_.Compute("train", sum_over_ranks);
+}
+
 absl::StatusOr<std::map<std::string, double>> ClassificationTask::TestReport(
     const std::string& output_dir, const std::vector<std::string>& class_names) {
   KILN_RETURN_IF_ERROR(metrics_.WriteReports("test", output_dir, class_names));

@@ -59,6 +59,8 @@ class ClassificationTask : public Task {
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) final;
   absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
       const std::string& stage, const SumOverRanks& sum_over_ranks) final;
+  absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(
+      const SumOverRanks& sum_over_ranks) final;
   absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& output_dir,
                                                           const std::vector<std::string>& class_names) final;
   absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) final;

@@ -20,6 +20,7 @@
 #include "lib/app/local_workers.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/spawn.h"
+#include "lib/app/stored_config.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/app/sweep_session.h"
 #include "lib/app/sweeper.h"
@@ -165,10 +166,14 @@ class Application {
       auto composed = config::Compose(options_, *repo_);
       if (!composed.ok()) return composed.status();
       config::SetPath(*composed->hydra, "sweep.dir", Node::String(*cl_.sweep_dir));
+      if (auto st = UseStoredConfig(*composed); !st.ok()) return st;
       return RunJob(*composed, *cl_.multirun_job, *cl_.sweep_dir, cl_.overrides);
     }
     auto composed = ComposeInMode();
     if (!composed.ok()) return composed.status();
+    if (!options_.multirun) {
+      if (auto st = UseStoredConfig(*composed); !st.ok()) return st;
+    }
     if (cl_.help) return Help(*composed);
     if (cl_.info.has_value()) return Info(*composed);
     if (cl_.cfg.has_value()) return PrintConfig(*composed);
@@ -186,6 +191,13 @@ class Application {
   }
 
  private:
+  // test, validate, predict, export: the job config of the run that trained the checkpoint
+  // (stored_config.h), the command line on top.
+  absl::Status UseStoredConfig(config::ComposeResult& composed) {
+    if (!StartsFromATrainedModel(cl_.command)) return absl::OkStatus();
+    return StartFromStoredConfig(composed).status();
+  }
+
   // Runs one job; a job of a sweep records its outcome in the sweep's ledger.
   absl::Status RunJob(config::ComposeResult& composed, int job_num, const std::string& sweep_dir,
                       const std::vector<std::string>& job_overrides) {
@@ -362,6 +374,7 @@ class Application {
         job_options.overrides = job.overrides;
         auto composed = config::Compose(job_options, *repo_);
         if (!composed.ok()) return composed.status();
+        if (auto st = UseStoredConfig(*composed); !st.ok()) return st;
         return RunJob(*composed, static_cast<int>(job.index), sweep_dir, job.overrides);
       };
       setup.context.command = [this, sweep_dir](const SweepJob& job) {

@@ -1,7 +1,7 @@
 // The plugin ABI: a shared library that adds components (and configs) to kiln without forking it.
 //
 //   void Register(kiln::Registrar& registrar) {
-//     registrar.Add<kiln::Model>("tiny_convnet", "A two-layer CNN", Options(), Build);
+//     registrar.Add<kiln::Model>("tiny_convnet", "A two-layer CNN", binding, Build);
 //     registrar.AddResolver("tiny.double", Double);  // ${tiny.double:21} in any config
 //   }
 //   KILN_PLUGIN("tiny_convnet", "1.0.0", Register, KILN_PLUGIN_CONFIG_DIR);
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,18 +62,19 @@ class Registrar {
     pending_.push_back({std::move(info), std::move(stored)});
   }
 
-  template <typename T, typename S>
-  void Add(std::string name, std::string doc, const OptionBinding<S>& binding,
-           std::function<absl::StatusOr<std::shared_ptr<T>>(const S&)> build) {
-    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(build));
-    pending_.push_back({std::move(info), std::move(stored)});
-  }
-  // The same with a factory that also takes the OptionContext (options refused together).
-  template <typename T, typename S>
-  void Add(std::string name, std::string doc, const OptionBinding<S>& binding,
-           typename Registry<T>::template BoundFactory<S> build) {
-    auto [info, stored] =
-        Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(build));
+  // A component whose options are bound to a struct (OptionBinding<S>): `build` takes
+  // `const S&`, or `(const S&, const OptionContext&)` to refuse options that fail together; a
+  // lambda will do, as with KILN_REGISTER_BOUND.
+  template <typename T, typename S, typename F>
+  void Add(std::string name, std::string doc, const OptionBinding<S>& binding, F build) {
+    using Build = typename Registry<T>::template BoundFactory<S>;
+    Build factory;
+    if constexpr (std::is_invocable_v<F, const S&, const OptionContext&>) {
+      factory = Build(std::move(build));
+    } else {
+      factory = Build([build = std::move(build)](const S& options, const OptionContext&) { return build(options); });
+    }
+    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(factory));
     pending_.push_back({std::move(info), std::move(stored)});
   }
 

@@ -13,6 +13,28 @@ void Metric::Reset() {
   for (State& s : states_) s.tensor->copy_(s.initial);
 }
 
+absl::StatusOr<MetricValues> Metric::Forward(const MetricBatch& batch,
+                                             const std::vector<std::string>& class_names) {
+  // The batch alone in fresh state; then the state so far added back (every state is a sum).
+  std::vector<torch::Tensor> before;
+  before.reserve(states_.size());
+  for (State& s : states_) {
+    before.push_back(s.tensor->clone());
+    s.tensor->copy_(s.initial);
+  }
+  absl::Status updated = Update(batch);
+  absl::StatusOr<MetricValues> values =
+      updated.ok() ? Compute(class_names) : absl::StatusOr<MetricValues>(updated);
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (updated.ok()) {
+      states_[i].tensor->add_(before[i]);
+    } else {
+      states_[i].tensor->copy_(before[i]);
+    }
+  }
+  return values;
+}
+
 absl::Status Metric::Sync(const SumOverRanks& sum_over_ranks) {
   for (State& s : states_) KILN_RETURN_IF_ERROR(sum_over_ranks(*s.tensor));
   return absl::OkStatus();

@@ -50,8 +50,8 @@ using SumOverRanks = std::function<absl::Status(torch::Tensor&)>;
 
 // Options every metric has; a metric's options struct derives from it (MetricOptionBinding).
 struct MetricOptions {
-  // The stages it runs in: train (each batch's value, logged every log_every_n_steps; the epoch
-  // value is their mean weighted by batch size), val and test (over the whole epoch).
+  // The stages it runs in: train (each batch's value, logged every log_every_n_steps, and the
+  // value over the epoch's batches at its end), val and test (over the whole epoch).
   std::vector<std::string> stages = {"val", "test"};
 };
 
@@ -78,6 +78,10 @@ class Metric {
     return absl::OkStatus();
   }
 
+  // torchmetrics' forward: the value of `batch` alone, while the batch is also added to the
+  // state (training logs each step's value and computes the epoch's over the whole state).
+  absl::StatusOr<MetricValues> Forward(const MetricBatch& batch,
+                                       const std::vector<std::string>& class_names);
   // Every state tensor back to its initial value.
   void Reset();
   // Replaces each state tensor by its sum over ranks (in declaration order, the same on every
@@ -116,7 +120,7 @@ OptionBinding<S> MetricOptionBinding() {
   static_assert(std::is_base_of_v<MetricOptions, S>);
   return OptionBinding<S>().Field(
       "stages", static_cast<std::vector<std::string> S::*>(&MetricOptions::stages),
-      "stages it runs in: train (per batch), val, test (per epoch)", StageList());
+      "stages it runs in: train (per batch and per epoch), val, test (per epoch)", StageList());
 }
 
 }  // namespace kiln

@@ -64,24 +64,23 @@ absl::Status MetricCollection::Update(const std::string& stage, const MetricBatc
   auto it = stages_.find(stage);
   if (it == stages_.end()) return absl::OkStatus();
   Stage& s = it->second;
-  if (stage == "train") {
-    std::vector<std::string> names = ClassNames();
-    double weight = CountedTargets(batch);
-    for (Entry& e : s.entries) {
-      e.metric->Reset();
-      KILN_RETURN_IF_ERROR(e.metric->Update(batch));
-      KILN_ASSIGN_OR_RETURN(MetricValues values, e.metric->Compute(names));
-      for (const auto& [part, value] : values)
-        log.Log(ValueName(stage, e.name, part), value, weight);
-    }
-    return absl::OkStatus();
-  }
   if (s.computed) {
     for (Entry& e : s.entries) e.metric->Reset();
     s.computed = false;
   }
   s.updated = true;
-  for (Entry& e : s.entries) KILN_RETURN_IF_ERROR(e.metric->Update(batch));
+  if (stage != "train") {
+    for (Entry& e : s.entries) KILN_RETURN_IF_ERROR(e.metric->Update(batch));
+    return absl::OkStatus();
+  }
+  // Training also logs each batch's own value (the step's); the epoch's comes from Compute.
+  torch::NoGradGuard no_grad;  // the scores still belong to the training graph
+  std::vector<std::string> names = ClassNames();
+  double weight = CountedTargets(batch);
+  for (Entry& e : s.entries) {
+    KILN_ASSIGN_OR_RETURN(MetricValues values, e.metric->Forward(batch, names));
+    for (const auto& [part, value] : values) log.Log(ValueName(stage, e.name, part), value, weight);
+  }
   return absl::OkStatus();
 }
 

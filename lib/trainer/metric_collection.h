@@ -38,12 +38,13 @@ class MetricCollection {
   // named by index.
   void Connect(const data::DataModule& data) { data_ = &data; }
 
-  // Training: logs each train metric's value on this batch alone into `log`, weighted by the
-  // batch's counted targets. Evaluation (val, test): adds the batch to the stage's state; the
-  // first update after a Compute starts a new epoch.
+  // Adds the batch to the stage's state; the first update after a Compute starts a new epoch.
+  // Training also logs each train metric's value on this batch alone into `log` (the step's
+  // value), weighted by the batch's counted targets.
   absl::Status Update(const std::string& stage, const MetricBatch& batch, MetricLog& log);
-  // At the end of an evaluation epoch: sums the stage's state over ranks and returns the values
-  // named STAGE/ENTRY[/NAME]. The state stays until the next epoch's first update, for reports.
+  // At the end of an epoch (training, validation, test): sums the stage's state over ranks and
+  // returns the values over the whole epoch, named STAGE/ENTRY[/NAME]. The state stays until the
+  // next epoch's first update, for reports.
   absl::StatusOr<std::map<std::string, double>> Compute(const std::string& stage,
                                                         const SumOverRanks& sum_over_ranks);
   // Lets the stage's metrics write their files (a confusion matrix) into `output_dir`.

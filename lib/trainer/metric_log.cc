@@ -1,6 +1,5 @@
 #include "lib/trainer/metric_log.h"
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -22,18 +21,10 @@ void MetricLog::Log(const std::string& name, double value, double weight) {
   last_[name] = value;
 }
 
-void MetricLog::LogExp(const std::string& name, double log_value, double weight) {
-  Sum& s = sums_[name];
-  s.weighted += log_value * weight;
-  s.weight += weight;
-  s.exp_of_mean = true;
-  last_[name] = std::exp(log_value);
-}
-
 std::map<std::string, double> MetricLog::EpochMeans() const {
   std::map<std::string, double> means;
   for (const auto& [name, s] : sums_) {
-    if (s.weight > 0) means[name] = s.exp_of_mean ? std::exp(s.weighted / s.weight) : s.weighted / s.weight;
+    if (s.weight > 0) means[name] = s.weighted / s.weight;
   }
   return means;
 }

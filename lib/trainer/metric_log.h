@@ -15,9 +15,6 @@ class MetricLog {
  public:
   // Records `value` for this step; the epoch mean weighs it by `weight` (e.g. the batch size).
   void Log(const std::string& name, double value, double weight = 1.0);
-  // Records a metric whose value is exp of the weighted mean of `log_value` (perplexity from
-  // token losses: exp of the epoch's mean loss, not the mean of per-batch perplexities).
-  void LogExp(const std::string& name, double log_value, double weight = 1.0);
   // Epoch means so far, and the values of the latest step.
   std::map<std::string, double> EpochMeans() const;
   const std::map<std::string, double>& last() const { return last_; }
@@ -26,7 +23,6 @@ class MetricLog {
  private:
   struct Sum {
     double weighted = 0, weight = 0;
-    bool exp_of_mean = false;
   };
   std::map<std::string, Sum> sums_;
   std::map<std::string, double> last_;

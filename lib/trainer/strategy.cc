@@ -75,7 +75,8 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
   int64_t numel = 0;
   for (const auto& p : module.parameters()) numel += p.numel();
-  torch::Tensor probe = torch::zeros({numel}, torch::kFloat32);
+  torch::Tensor probe = torch::zeros(
+      {numel}, torch::TensorOptions(torch::kFloat32).device(CollectiveDevice(group_->backend(), device_)));
   KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
   constexpr int kRounds = 5;
   auto begin = std::chrono::steady_clock::now();
@@ -111,14 +112,26 @@ absl::StatusOr<bool> Strategy::AnyRank(bool local) {
   return flag.item<double>() > 0;
 }
 
+torch::Device Strategy::CollectiveDevice(const std::string& backend, const torch::Device& device) {
+  return backend == "nccl" ? device : torch::Device(torch::kCPU);
+}
+
+absl::Status Strategy::AllReduce(torch::Tensor& t, bool max) {
+  torch::Device device = CollectiveDevice(group_->backend(), device_);
+  torch::Tensor there = t.device() == device ? t : t.to(device);
+  KILN_RETURN_IF_ERROR(group_->AllReduce(there, max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM));
+  if (!there.is_same(t)) t.copy_(there);
+  return absl::OkStatus();
+}
+
 absl::Status Strategy::MaxOverRanks(torch::Tensor& values) {
   if (!distributed()) return absl::OkStatus();
-  return group_->AllReduce(values, c10d::ReduceOp::MAX);
+  return AllReduce(values, /*max=*/true);
 }
 
 absl::Status Strategy::SumOverRanks(torch::Tensor& t) {
   if (!distributed()) return absl::OkStatus();
-  return group_->AllReduce(t);
+  return AllReduce(t, /*max=*/false);
 }
 
 absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
@@ -126,7 +139,7 @@ absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
   std::vector<double> values;
   for (const auto& [name, value] : means) values.push_back(value);
   torch::Tensor sums = torch::tensor(values, torch::kFloat64);
-  KILN_RETURN_IF_ERROR(group_->AllReduce(sums));
+  KILN_RETURN_IF_ERROR(AllReduce(sums, /*max=*/false));
   size_t i = 0;
   for (auto& [name, value] : means) value = sums[static_cast<int64_t>(i++)].item<double>() / world_size();
   return absl::OkStatus();

@@ -53,6 +53,11 @@ class Strategy {
   // the gradients summed over micro-batches over the ranks.
   absl::Status Backward(const torch::Tensor& loss, bool sync);
 
+  // Where collectives take their tensors: the model's device for a backend that only reduces
+  // tensors on it (NCCL), the CPU for Gloo. The agreements below move their (CPU) tensors there
+  // and back, so callers never care which backend runs.
+  static torch::Device CollectiveDevice(const std::string& backend, const torch::Device& device);
+
   // True when `local` holds on any rank (every rank gets the same answer).
   absl::StatusOr<bool> AnyRank(bool local);
   // The element-wise maximum of `values` over ranks.
@@ -64,6 +69,9 @@ class Strategy {
   absl::Status Barrier();
 
  private:
+  // All-reduces `t` in place (sum, or max), on the collective device.
+  absl::Status AllReduce(torch::Tensor& t, bool max);
+
   const TrainerOptions& options_;
   torch::Device device_{torch::kCPU};
   std::shared_ptr<distributed::ProcessGroup> group_;

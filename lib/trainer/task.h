@@ -45,6 +45,13 @@ class Task {
       const std::string& /*stage*/, const SumOverRanks& /*sum_over_ranks*/) {
     return std::map<std::string, double>();
   }
+  // At the end of a training epoch: the values of the task's training metrics over the whole
+  // epoch (their state summed over ranks, as EvaluationEnd), torchmetrics' on_epoch=True. They
+  // replace the means of the per-batch values the steps logged under the same names.
+  virtual absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(
+      const SumOverRanks& /*sum_over_ranks*/) {
+    return std::map<std::string, double>();
+  }
   // The model's output for one batch (e.g. class probabilities).
   virtual absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) = 0;
 

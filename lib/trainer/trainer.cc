@@ -126,6 +126,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   inputs_.task = &task;
   start_ = std::chrono::steady_clock::now();
   strategy_.ConfigureProcess();
+  KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   strategy_.PlaceModule(task.module());
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(stage));
@@ -138,6 +139,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
 
 absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
   inputs_.task = &task;
+  KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   strategy_.PlaceModule(task.module());
   task.module().eval();
   KILN_RETURN_IF_ERROR(dm.PrepareData());

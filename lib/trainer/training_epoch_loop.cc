@@ -71,6 +71,12 @@ absl::Status TrainingEpochLoop::EndEpoch(double seconds, int64_t samples_at_star
   const TrainerOptions& options = t.options_;
   auto means = t.train_log_.EpochMeans();
   KILN_RETURN_IF_ERROR(t.strategy_.AverageOverRanks(means));
+  // The task's training metrics over the epoch's accumulated state, exact over all ranks; they
+  // replace the means of their per-batch values.
+  KILN_ASSIGN_OR_RETURN(auto computed, t.inputs_.task->TrainingEpochEnd([&t](torch::Tensor& tensor) {
+                          return t.strategy_.SumOverRanks(tensor);
+                        }));
+  for (const auto& [k, v] : computed) means[k] = v;
   for (const auto& [k, v] : means) t.callback_metrics_[k] = v;
   bool validate = validation_ && (t.epoch_ + 1) % options.check_val_every_n_epoch == 0;
   if (validate) KILN_RETURN_IF_ERROR(validation_->Validate());

@@ -1,8 +1,9 @@
 // The training-epoch loop (Lightning's _TrainingEpochLoop with its automatic optimization): one
 // epoch of training batches — forward and backward under the strategy, gradient accumulation,
 // clipping, the optimizer and per-step scheduler steps, mid-epoch validation, and the stop
-// checks at each optimizer step; at the epoch's end the epoch means, validation, the per-epoch
-// scheduler step and the epoch's log line.
+// checks at each optimizer step; at the epoch's end the epoch means, the task's training metrics
+// over the whole epoch (Task::TrainingEpochEnd), validation, the per-epoch scheduler step and the
+// epoch's log line.
 #pragma once
 
 #include "absl/status/statusor.h"

@@ -2,10 +2,9 @@
 // a classification problem an MLP learns in seconds. Centers and points come from `seed`,
 // so every run sees the same data.
 //   kiln train --plugin PATH/libgaussian_blobs.so experiment=blobs
-#include "absl/strings/str_cat.h"
-#include <kiln/core.h>
 #include <kiln/data.h>
 #include <kiln/plugin.h>
+#include <kiln/registry.h>
 
 namespace {
 
@@ -26,10 +25,17 @@ class TensorDataset : public Dataset {
   torch::Tensor points_, labels_;
 };
 
+// The options, each declared once in Register() (name, doc, check) with its default here.
 struct BlobOptions {
-  int64_t num_classes, dims, train_size, val_size, test_size, seed;
-  double spread;
-  kiln::data::LoaderOptions loader;
+  int64_t num_classes = 4;
+  int64_t dims = 8;
+  double spread = 1.0;
+  int64_t train_size = 4000;
+  int64_t val_size = 500;
+  int64_t test_size = 1000;
+  int64_t seed = 0;
+  int64_t batch_size = 64;
+  int num_workers = 1;
 };
 
 class GaussianBlobs : public kiln::data::DataModule {
@@ -55,48 +61,36 @@ class GaussianBlobs : public kiln::data::DataModule {
   std::shared_ptr<const Dataset> val_dataset() const override { return val_; }
   std::shared_ptr<const Dataset> test_dataset() const override { return test_; }
   std::shared_ptr<const Dataset> predict_dataset() const override { return test_; }
-  kiln::data::LoaderOptions loader_options() const override { return o_.loader; }
+  kiln::data::LoaderOptions loader_options() const override {
+    kiln::data::LoaderOptions loader;
+    loader.batch_size = o_.batch_size;
+    loader.num_workers = o_.num_workers;
+    return loader;
+  }
 
  private:
   BlobOptions o_;
   std::shared_ptr<Dataset> train_, val_, test_;
 };
 
-absl::StatusOr<std::shared_ptr<kiln::data::DataModule>> Build(const kiln::config::Config& cfg) {
-  BlobOptions o;
-  KILN_ASSIGN_OR_RETURN(o.num_classes, cfg.Get<int64_t>("num_classes"));
-  KILN_ASSIGN_OR_RETURN(o.dims, cfg.Get<int64_t>("dims"));
-  KILN_ASSIGN_OR_RETURN(o.train_size, cfg.Get<int64_t>("train_size"));
-  KILN_ASSIGN_OR_RETURN(o.val_size, cfg.Get<int64_t>("val_size"));
-  KILN_ASSIGN_OR_RETURN(o.test_size, cfg.Get<int64_t>("test_size"));
-  KILN_ASSIGN_OR_RETURN(o.seed, cfg.Get<int64_t>("seed"));
-  KILN_ASSIGN_OR_RETURN(o.spread, cfg.Get<double>("spread"));
-  KILN_ASSIGN_OR_RETURN(o.loader.batch_size, cfg.Get<int64_t>("batch_size"));
-  KILN_ASSIGN_OR_RETURN(o.loader.num_workers, cfg.Get<int>("num_workers"));
-  for (const char* key : {"num_classes", "dims", "train_size", "val_size", "test_size", "batch_size"}) {
-    KILN_ASSIGN_OR_RETURN(int64_t value, cfg.Get<int64_t>(key));
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey(key), "' must be at least 1 (set at ",
-                                                     cfg.WhereSet(key), ")"));
-    }
-  }
-  return std::make_shared<GaussianBlobs>(o);
-}
-
 void Register(kiln::Registrar& registrar) {
+  using O = BlobOptions;
   registrar.Add<kiln::data::DataModule>(
       "gaussian_blobs", "Points around one Gaussian center per class (plugin example)",
-      kiln::OptionSchema()
-          .Int("num_classes", 4, "number of classes (centers)")
-          .Int("dims", 8, "dimensions of each point")
-          .Float("spread", 1.0, "standard deviation of the points around their center")
-          .Int("train_size", 4000, "training points")
-          .Int("val_size", 500, "validation points")
-          .Int("test_size", 1000, "test points")
-          .Int("seed", 0, "seed of the centers and points")
-          .Int("batch_size", 64, "examples per batch")
-          .Int("num_workers", 1, "loader threads"),
-      Build);
+      kiln::OptionBinding<O>()
+          .Field("num_classes", &O::num_classes, "number of classes (centers)", kiln::AtLeast(1))
+          .Field("dims", &O::dims, "dimensions of each point", kiln::AtLeast(1))
+          .Field("spread", &O::spread, "standard deviation of the points around their center",
+                 kiln::AtLeast(0))
+          .Field("train_size", &O::train_size, "training points", kiln::AtLeast(1))
+          .Field("val_size", &O::val_size, "validation points", kiln::AtLeast(1))
+          .Field("test_size", &O::test_size, "test points", kiln::AtLeast(1))
+          .Field("seed", &O::seed, "seed of the centers and points")
+          .Field("batch_size", &O::batch_size, "examples per batch", kiln::AtLeast(1))
+          .Field("num_workers", &O::num_workers, "loader threads (0: on the training thread)", kiln::AtLeast(0)),
+      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::data::DataModule>> {
+        return std::make_shared<GaussianBlobs>(o);
+      });
 }
 
 }  // namespace

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include <kiln/core.h>
 #include <kiln/logging.h>
 #include <kiln/plugin.h>
+#include <kiln/registry.h>
 #include <kiln/trainer.h>
 
 namespace {
@@ -54,21 +54,20 @@ class GradNormMonitor : public kiln::Callback {
   std::vector<std::pair<int64_t, double>> rows_;
 };
 
+struct GradNormMonitorOptions {
+  std::string filename;
+  int64_t every_n_steps = 1;
+};
+
 void Register(kiln::Registrar& registrar) {
+  using O = GradNormMonitorOptions;
   registrar.Add<kiln::Callback>(
       "grad_norm_monitor", "Records the global gradient norm before optimizer steps (plugin example)",
-      kiln::OptionSchema()
-          .Required("filename", kiln::OptionType::kString, "CSV file written at the end of fit")
-          .Int("every_n_steps", 1, "record every n-th optimizer step"),
-      [](const kiln::config::Config& cfg) -> absl::StatusOr<std::shared_ptr<kiln::Callback>> {
-        KILN_ASSIGN_OR_RETURN(std::string filename, cfg.Get<std::string>("filename"));
-        KILN_ASSIGN_OR_RETURN(int64_t every, cfg.Get<int64_t>("every_n_steps"));
-        if (every < 1) {
-          return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("every_n_steps"),
-                                                         "' must be at least 1 (set at ",
-                                                         cfg.WhereSet("every_n_steps"), ")"));
-        }
-        return std::make_shared<GradNormMonitor>(filename, every);
+      kiln::OptionBinding<O>()
+          .Required("filename", &O::filename, "CSV file written at the end of fit", kiln::NonEmpty())
+          .Field("every_n_steps", &O::every_n_steps, "record every n-th optimizer step", kiln::AtLeast(1)),
+      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::Callback>> {
+        return std::make_shared<GradNormMonitor>(o.filename, o.every_n_steps);
       });
 }
 

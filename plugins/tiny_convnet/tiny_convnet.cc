@@ -1,9 +1,8 @@
 // A kiln plugin that adds a model: `model=tiny_convnet` (configs/model/tiny_convnet.yaml).
 // Two 3x3 convolutions with ReLU and max-pooling, global average pooling, one linear layer.
-#include "absl/strings/str_cat.h"
-#include <kiln/core.h>
 #include <kiln/models.h>
 #include <kiln/plugin.h>
+#include <kiln/registry.h>
 
 namespace {
 
@@ -26,24 +25,26 @@ class TinyConvNet : public kiln::Model {
   torch::nn::Linear head_{nullptr};
 };
 
-absl::StatusOr<std::shared_ptr<kiln::Model>> Build(const kiln::config::Config& cfg) {
-  KILN_ASSIGN_OR_RETURN(int64_t in_channels, cfg.Get<int64_t>("in_channels"));
-  KILN_ASSIGN_OR_RETURN(int64_t width, cfg.Get<int64_t>("width"));
-  KILN_ASSIGN_OR_RETURN(int64_t num_classes, cfg.Get<int64_t>("num_classes"));
-  if (width < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("option '", cfg.FullKey("width"), "' must be at least 1 (set at ",
-                                                   cfg.WhereSet("width"), ")"));
-  }
-  return std::make_shared<TinyConvNet>(in_channels, width, num_classes);
-}
+// Each option is declared once, as a field of this struct: its name, default (the field's initial
+// value), doc and check. kiln validates the config against it and hands the filled struct over.
+struct TinyConvNetOptions {
+  int64_t in_channels = 1;
+  int64_t width = 16;
+  int64_t num_classes = 0;
+};
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::Model>("tiny_convnet", "Two conv layers, global average pooling, a linear head (plugin example)",
-                             kiln::OptionSchema()
-                                 .Int("in_channels", 1, "channels of the input images")
-                                 .Int("width", 16, "channels of the first convolution (the second has twice as many)")
-                                 .Required("num_classes", kiln::OptionType::kInt, "number of outputs"),
-                             Build);
+  using O = TinyConvNetOptions;
+  registrar.Add<kiln::Model>(
+      "tiny_convnet", "Two conv layers, global average pooling, a linear head (plugin example)",
+      kiln::OptionBinding<O>()
+          .Field("in_channels", &O::in_channels, "channels of the input images", kiln::AtLeast(1))
+          .Field("width", &O::width, "channels of the first convolution (the second has twice as many)",
+                 kiln::AtLeast(1))
+          .Required("num_classes", &O::num_classes, "number of outputs", kiln::AtLeast(1)),
+      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::Model>> {
+        return std::make_shared<TinyConvNet>(o.in_channels, o.width, o.num_classes);
+      });
 }
 
 }  // namespace

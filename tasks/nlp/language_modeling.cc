@@ -1,8 +1,8 @@
 // Language modeling: a registered model mapping token ids [B, T] to next-token logits [B, T, V];
-// cross-entropy over the real (non-padding) targets. Training logs the loss, perplexity and bits
-// per character of each batch; evaluation the loss and the metrics the config lists
-// (configs/task/language_modeling.yaml: perplexity and bits per character, the summed token loss
-// over the split's characters, comparable across tokenizers). `kiln predict` generates text
+// cross-entropy over the real (non-padding) targets. Training and evaluation log the loss and the
+// metrics the config lists (configs/task/language_modeling.yaml: perplexity and bits per
+// character, the summed token loss over the split's characters, comparable across tokenizers),
+// in training for each batch and over the epoch. `kiln predict` generates text
 // from a prompt (temperature, top-k, seed).
 #include <cmath>
 
@@ -53,12 +53,8 @@ class LanguageModeling : public Task {
     torch::Tensor loss = Loss(logits, batch);
     double tokens = Tokens(batch);
     if (tokens <= 0) return loss;
-    // loss (nats per token), perplexity, and bits per character: loss * tokens / characters / ln 2.
-    double value = loss.item<double>();
-    log.Log("train/loss", value, tokens);
-    log.LogExp("train/ppl", value, tokens);
-    double per_char = binding_.data() ? binding_.data()->tokens_per_char("train") : 0;
-    if (per_char > 0) log.Log("train/bpc", value * per_char / std::log(2.0), tokens);
+    log.Log("train/loss", loss.item<double>(), tokens);
+    KILN_RETURN_IF_ERROR(metrics_.Update("train", Scores(logits, batch, tokens, "train"), log));
     return loss;
   }
 
@@ -69,13 +65,12 @@ class LanguageModeling : public Task {
     double tokens = Tokens(batch);
     if (tokens <= 0) return absl::OkStatus();
     log.Log(stage + "/loss", Loss(logits, batch).item<double>(), tokens);
-    MetricBatch scores;
-    scores.preds = logits;
-    scores.target = batch.target;
-    scores.mask = batch.target.ne(text::SpecialTokens::kPad);
-    double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
-    if (per_char > 0) scores.characters = tokens / per_char;
-    return metrics_.Update(stage, scores, log);
+    return metrics_.Update(stage, Scores(logits, batch, tokens, stage), log);
+  }
+
+  absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(
+      const SumOverRanks& sum_over_ranks) override {
+    return metrics_.Compute("train", sum_over_ranks);
   }
 
   absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
@@ -153,6 +148,19 @@ class LanguageModeling : public Task {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), batch.target.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(text::SpecialTokens::kPad));
+  }
+
+  // What the metrics see of a batch: the scores of its real targets, and for bits per character
+  // how many characters its `tokens` stand for in the stage's split.
+  MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch, double tokens,
+                     const std::string& stage) const {
+    MetricBatch scores;
+    scores.preds = logits;
+    scores.target = batch.target;
+    scores.mask = batch.target.ne(text::SpecialTokens::kPad);
+    double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
+    if (per_char > 0) scores.characters = tokens / per_char;
+    return scores;
   }
 
   static double Tokens(const data::Batch& batch) {

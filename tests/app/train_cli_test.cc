@@ -192,6 +192,134 @@ TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {
   EXPECT_NE(t.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos) << t.err;
 }
 
+// A checkpoint knows its config: test, validate, predict and export start from the config of the
+// run that trained it (RUN/.hydra/config.yaml), so `ckpt_path=` (or `run_dir=`) alone rebuilds a
+// non-default model on the run's data; overrides apply on top.
+TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint) {
+  auto r = Kiln({"trainer.max_epochs=1", "model.hidden=[24]", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = dir_.path() + "/run", ckpt = run + "/checkpoints/last.ckpt";
+  auto only = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), KILN_BINARY);
+    return RunProcess(args);
+  };
+  // The way it worked before: every training override repeated.
+  auto repeated = Kiln({"test", "ckpt_path=" + ckpt, "model.hidden=[24]", "hydra.run.dir=" + dir_.path() + "/t0"});
+  ASSERT_EQ(repeated.exit_code, 0) << repeated.err;
+  ASSERT_GT(TestAccuracy(repeated.out), 0) << repeated.out;
+  // Now the checkpoint alone (the defaults would build a cnn on /usr/share/datasets).
+  auto t = only({"test", "ckpt_path=" + ckpt, "hydra.run.dir=" + dir_.path() + "/t1"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(repeated.out)) << t.out;
+  // The command's own .hydra records the choices the job was made of: the run's.
+  std::string hydra_yaml = testing::ReadFile(dir_.path() + "/t1/.hydra/hydra.yaml");
+  EXPECT_NE(hydra_yaml.find("model: mlp"), std::string::npos) << hydra_yaml;
+  auto by_run = only({"test", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/t2"});
+  ASSERT_EQ(by_run.exit_code, 0) << by_run.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(by_run.out), TestAccuracy(repeated.out)) << by_run.out;
+  auto e = only({"export", "ckpt_path=" + ckpt, "hydra.run.dir=" + dir_.path() + "/export"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  std::string exported = testing::ReadFile(dir_.path() + "/export/config.yaml");
+  EXPECT_NE(exported.find("_target_: mlp"), std::string::npos) << exported;
+  EXPECT_NE(exported.find("root: " + dir_.path() + "/data"), std::string::npos) << exported;
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/export/model.safetensors").find("\"layers.0.weight\""), std::string::npos);
+  // --cfg job shows the config the command will run: the run's, the command line on top.
+  auto shown = only({"test", "ckpt_path=" + ckpt, "trainer.limit_test_batches=2", "--cfg", "job"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("_target_: mlp"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("limit_test_batches: 2"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("- 24"), std::string::npos) << shown.out;
+  // An override on top: test on the 512 training images instead of the 128 test images.
+  auto other = only({"test", "ckpt_path=" + ckpt, "data.test_images=train-images-idx3-ubyte.gz",
+                     "data.test_labels=train-labels-idx1-ubyte.gz", "hydra.run.dir=" + dir_.path() + "/t3"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  std::string matrix = testing::ReadFile(dir_.path() + "/t3/test_confusion_matrix.csv");
+  int64_t total = 0;
+  std::stringstream rows(matrix.substr(matrix.find('\n') + 1));
+  for (std::string line; std::getline(rows, line);) {
+    std::stringstream cells(line.substr(line.find(',') + 1));
+    for (std::string cell; std::getline(cells, cell, ',');) total += std::stoll(cell);
+  }
+  EXPECT_EQ(total, 512) << matrix;
+  // stored_config=false starts from the defaults, as before: the checkpoint's model is not the
+  // default one.
+  auto defaults = only({"test", "ckpt_path=" + ckpt, "stored_config=false", "data.root=" + dir_.path() + "/data",
+                        "hydra.run.dir=" + dir_.path() + "/t4"});
+  EXPECT_EQ(defaults.exit_code, 2);
+  EXPECT_NE(defaults.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
+      << defaults.err;
+  // A checkpoint outside any run directory works as before: the command line says everything.
+  std::filesystem::copy_file(ckpt, dir_.path() + "/moved.ckpt");
+  auto moved = Kiln({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt", "model.hidden=[24]",
+                     "hydra.run.dir=" + dir_.path() + "/t5"});
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_DOUBLE_EQ(TestAccuracy(moved.out), TestAccuracy(repeated.out)) << moved.out;
+  auto alone = only({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt", "data.root=" + dir_.path() + "/data",
+                     "hydra.run.dir=" + dir_.path() + "/t6"});
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
+      << alone.err;
+}
+
+TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = dir_.path() + "/run";
+  std::ofstream(run + "/checkpoints/broken.ckpt") << "garbage";
+  dir_.Write("notarun/.keep", "");
+  dir_.Write("badrun/.hydra/config.yaml", "model: [unclosed\n");
+  dir_.Write("badrun/checkpoints/last.ckpt", "garbage");
+  struct Case {
+    std::vector<std::string> args;
+    std::string mention;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"test", "run_dir=" + dir_.path() + "/notarun"}, "run_dir=" + dir_.path() + "/notarun: not a kiln run directory"},
+           {{"test", "run_dir=" + dir_.path() + "/nowhere"}, "not a kiln run directory"},
+           {{"export", "ckpt_path=" + dir_.path() + "/badrun/checkpoints/last.ckpt"}, dir_.path() + "/badrun/.hydra/config.yaml"},
+           {{"export", "ckpt_path=" + run + "/checkpoints/none.ckpt"}, "none.ckpt: no such checkpoint"},
+           {{"test", "ckpt_path=" + run + "/checkpoints/broken.ckpt"}, "broken.ckpt: not a readable kiln checkpoint"},
+           {{"test", "run_dir=" + run, "ckpt_path=best"}, "ckpt_path=best with run_dir="},
+           {{"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "experiment=fashion_mnist"},
+            "'experiment=fashion_mnist' changes the whole config"},
+       }) {
+    std::vector<std::string> argv = {KILN_BINARY};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.push_back("data.root=" + dir_.path() + "/data");
+    argv.push_back("hydra.run.dir=" + dir_.path() + "/eval");
+    auto e = RunProcess(argv);
+    EXPECT_EQ(e.exit_code, 2) << c.args[1] << ": " << e.err;
+    size_t at = e.err.rfind("kiln: error: ");
+    ASSERT_NE(at, std::string::npos) << e.err;
+    std::string line = e.err.substr(at);
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << e.err;
+    EXPECT_NE(line.find(c.mention), std::string::npos) << c.args[1] << ": " << e.err;
+    EXPECT_EQ(e.err.find("terminate called"), std::string::npos) << e.err;
+  }
+}
+
+// trainer.accelerator holds for every command: without a CUDA device, cuda is one line and exit 2
+// for test and validate as for train (before, they ran on the CPU whatever it said).
+TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.err.find("training on cuda") != std::string::npos) GTEST_SKIP() << "this machine has CUDA";
+  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  auto fit = Kiln({"trainer.accelerator=cuda", "hydra.run.dir=" + dir_.path() + "/cuda"});
+  EXPECT_EQ(fit.exit_code, 2);
+  auto error_line = [](const std::string& err) {
+    size_t at = err.rfind("kiln: error: ");
+    return at == std::string::npos ? err : err.substr(at);
+  };
+  EXPECT_EQ(error_line(fit.err), "kiln: error: " + refused + "\n") << fit.err;
+  for (const char* command : {"test", "validate"}) {
+    auto e = Kiln({command, "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt", "trainer.accelerator=cuda",
+                   "hydra.run.dir=" + dir_.path() + "/eval"});
+    EXPECT_EQ(e.exit_code, 2) << command;
+    EXPECT_EQ(error_line(e.err), "kiln: error: " + refused + "\n") << command << ": " << e.err;
+  }
+}
+
 // Starts training in the background and returns its pid.
 pid_t Spawn(const std::vector<std::string>& argv) {
   pid_t pid = fork();

@@ -52,6 +52,25 @@ absl::Status Double(torch::Tensor& t) {
   return absl::OkStatus();
 }
 
+// torchmetrics' forward: a batch's own value, while the state keeps every batch.
+TEST(Metric, ForwardGivesTheBatchValueAndKeepsAccumulating) {
+  auto acc = Registry<Metric>::Get().Instantiate("accuracy", Options());
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  auto first = (*acc)->Forward(FiveRows(), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_DOUBLE_EQ(first->at(""), 0.6);
+  auto second =
+      (*acc)->Forward(Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0}, torch::kInt64)), {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_DOUBLE_EQ(second->at(""), 1.0);
+  EXPECT_DOUBLE_EQ((*acc)->Compute({})->at(""), 4.0 / 6);
+  // A batch it refuses leaves the state as it was.
+  MetricBatch wrong = Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0, 1}, torch::kInt64));
+  EXPECT_FALSE((*acc)->Forward(wrong, {}).ok());
+  EXPECT_EQ((*acc)->StateDict().at("total").item<int64_t>(), 6);
+  EXPECT_DOUBLE_EQ((*acc)->Compute({})->at(""), 4.0 / 6);
+}
+
 TEST(Accuracy, CorrectOverTotalAcrossBatchesResetAndState) {
   auto acc = Make("_target_: accuracy\n");
   ASSERT_NE(acc, nullptr);
@@ -299,6 +318,19 @@ TEST(MetricCollection, StagesNamesAndEpochs) {
           .ok());
   EXPECT_EQ(train.last(), (std::map<std::string, double>{{"train/acc", 1.0}}));
   EXPECT_DOUBLE_EQ(train.EpochMeans().at("train/acc"), (0.6 * 5 + 1.0) / 6);
+  // ... and over the epoch's state at its end (4 of 6 rows right; summed over ranks: doubled).
+  auto train_epoch = metrics.Compute("train", Double);
+  ASSERT_TRUE(train_epoch.ok()) << train_epoch.status();
+  EXPECT_EQ(*train_epoch, (std::map<std::string, double>{{"train/acc", 4.0 / 6}}));
+  EXPECT_EQ(metrics.StateDict().at("train/acc/total").item<int64_t>(), 12);
+  // The next training epoch starts afresh.
+  ASSERT_TRUE(
+      metrics
+          .Update("train",
+                  Scores(torch::tensor({{0.f, 1.f, 0.f}}), torch::tensor({0}, torch::kInt64)),
+                  train)
+          .ok());
+  EXPECT_DOUBLE_EQ(metrics.Compute("train", nullptr)->at("train/acc"), 0.0);
   // Validation: over the epoch, summed over ranks (here: doubled).
   MetricLog log;
   ASSERT_TRUE(metrics.Update("val", FiveRows(), log).ok());

@@ -34,7 +34,7 @@ class ErrorRate : public kiln::Metric {
 };
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::Metric, kiln::MetricOptions>(
+  registrar.Add<kiln::Metric>(
       "error_rate", "Share of rows predicted wrong (test plugin)",
       kiln::MetricOptionBinding<kiln::MetricOptions>(),
       [](const kiln::MetricOptions& o) -> absl::StatusOr<std::shared_ptr<kiln::Metric>> {

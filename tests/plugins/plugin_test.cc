@@ -195,6 +195,24 @@ TEST_F(PluginTest, ExamplePluginsTrainFromConfig) {
   EXPECT_TRUE(absl::StartsWith(norms, "step,grad_norm\n5,")) << norms;
 }
 
+// The example plugins declare their options through OptionBinding: a bad value is refused in the
+// registry's one format before anything is built.
+TEST_F(PluginTest, ExamplePluginOptionsAreCheckedByTheirDeclaration) {
+  ExpectRefused(Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "experiment=blobs",
+                      "data.batch_size=0", "hydra.run.dir=" + dir_.path() + "/run"}),
+                "option 'data.batch_size' of datamodule 'gaussian_blobs' must be at least 1, got 0 "
+                "(set at command line 'data.batch_size=0')");
+  ExpectRefused(Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin",
+                      ExamplePlugin("grad_norm_monitor"), "experiment=blobs", "callbacks=grad_norm",
+                      "callbacks.grad_norm_monitor.every_n_steps=0",
+                      "hydra.run.dir=" + dir_.path() + "/run"}),
+                "option 'callbacks.grad_norm_monitor.every_n_steps' of callback 'grad_norm_monitor' "
+                "must be at least 1, got 0");
+  auto listed = Kiln({"list", "model", "--plugin", ExamplePlugin("tiny_convnet")});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_TRUE(absl::StrContains(listed.out, "width")) << listed.out;
+}
+
 // A plugin's metric, added to a task's metrics from the command line: logged at validation and
 // test time like the built-in ones.
 TEST_F(PluginTest, PluginMetricIsUsedFromTheConfig) {

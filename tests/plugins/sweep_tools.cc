@@ -166,10 +166,9 @@ void Register(kiln::Registrar& registrar) {
           .Field("key", &O::key, "the key to sweep", kiln::NonEmpty())
           .Field("start", &O::start, "its first value", kiln::AtLeast(1))
           .Field("max_jobs", &O::max_jobs, "jobs at most", kiln::AtLeast(1)),
-      std::function<absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>>(const O&)>(
-          [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>> {
-            return std::make_shared<DoublingSweeper>(o);
-          }));
+      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>> {
+        return std::make_shared<DoublingSweeper>(o);
+      });
   using Q = QuadraticOptions;
   registrar.Add<kiln::app::Launcher>(
       "quadratic", "Runs Optuna trials of a known quadratic objective (test plugin)",
@@ -177,10 +176,9 @@ void Register(kiln::Registrar& registrar) {
           .Field("steps", &Q::steps, "validations per trial", kiln::AtLeast(1))
           .Field("step_seconds", &Q::step_seconds, "sleep before each validation", kiln::AtLeast(0))
           .Field("slots", &Q::slots, "trials at once", kiln::AtLeast(1)),
-      std::function<absl::StatusOr<std::shared_ptr<kiln::app::Launcher>>(const Q&)>(
-          [](const Q& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
-            return std::make_shared<QuadraticLauncher>(o);
-          }));
+      [](const Q& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+        return std::make_shared<QuadraticLauncher>(o);
+      });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/metric_collection.h"
 #include "lib/trainer/trainer.h"
 #include "tests/support/process.h"
 
@@ -70,22 +71,56 @@ class SyntheticImages : public data::DataModule {
 
 constexpr char kMlp[] = "_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n";
 
+// A training metric whose value over an epoch (the batches counted) differs from the mean of its
+// per-batch values (always 1): it tells an epoch value over the accumulated state from a mean.
+class BatchCount : public Metric {
+ public:
+  explicit BatchCount(const MetricOptions& o) : Metric(o) { AddState("batches", &batches_); }
+  absl::Status Update(const MetricBatch&) override {
+    batches_ += 1;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<MetricValues> Compute(const std::vector<std::string>&) const override {
+    return MetricValues{{"", batches_.item<double>()}};
+  }
+
+ private:
+  torch::Tensor batches_ = torch::zeros({}, torch::kFloat64);
+};
+KILN_REGISTER_BOUND(Metric, "batch_count_test", "Batches seen (trainer test)",
+                    MetricOptionBinding<MetricOptions>(),
+                    [](const MetricOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                      return std::make_shared<BatchCount>(o);
+                    });
+
 class Classifier : public Task {
  public:
-  explicit Classifier(bool poison = false, std::string model_yaml = kMlp)
-      : poison_(poison), model_yaml_(std::move(model_yaml)) {}
+  explicit Classifier(bool poison = false, std::string model_yaml = kMlp, bool count_batches = false)
+      : poison_(poison), model_yaml_(std::move(model_yaml)), count_batches_(count_batches) {}
   absl::Status Build(const config::Config&) override {
     auto m = Registry<Model>::Get().Instantiate(Yaml(model_yaml_, "model"));
     if (!m.ok()) return m.status();
     model_ = *m;
-    return absl::OkStatus();
+    if (!count_batches_) return absl::OkStatus();
+    auto metrics = config::ParseYaml("batches: {_target_: batch_count_test, stages: [train]}\n", "task.metrics");
+    if (!metrics.ok()) return metrics.status();
+    return metrics_.Build(*metrics, "task.metrics", MetricSetup{3});
   }
   torch::nn::Module& module() override { return *model_; }
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& b, MetricLog& log) override {
-    auto loss = torch::nn::functional::cross_entropy(model_->forward(b.input), b.target);
+    torch::Tensor logits = model_->forward(b.input);
+    auto loss = torch::nn::functional::cross_entropy(logits, b.target);
     if (poison_ && b.index == 2) loss = loss * std::nan("");
     log.Log("train/loss", loss.item<double>(), static_cast<double>(b.size()));
+    MetricBatch scores;
+    scores.preds = logits;
+    scores.target = b.target;
+    auto st = metrics_.Update("train", scores, log);
+    if (!st.ok()) return st;
     return loss;
+  }
+  absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(const SumOverRanks& sum) override {
+    return metrics_.Compute("train", sum);
   }
   absl::Status EvaluationStep(const data::Batch& b, const std::string& stage, MetricLog& log) override {
     auto logits = model_->forward(b.input);
@@ -98,6 +133,8 @@ class Classifier : public Task {
  private:
   bool poison_;
   std::string model_yaml_;
+  bool count_batches_;
+  MetricCollection metrics_;
   std::shared_ptr<Model> model_;
 };
 
@@ -127,14 +164,14 @@ struct RunResult {
 
 RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
               std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false,
-              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}) {
+              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}, bool count_batches = false) {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
                                                  "trainer"));
   EXPECT_TRUE(options.ok()) << options.status();
   torch::manual_seed(1);
-  Classifier task(poison);
+  Classifier task(poison, kMlp, count_batches);
   EXPECT_TRUE(task.Build(config::Config()).ok());
   SyntheticImages data(workers);
   auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: adamw\nlr: 0.01\n", "optimizer"));
@@ -436,6 +473,55 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
                 .find("option 'callbacks.lr.logging_interval' of callback 'lr_monitor' must be one "
                       "of: step, epoch"),
             std::string::npos);
+}
+
+// A training metric logs each step's own value, and at the end of the epoch its value over the
+// epoch's accumulated state (Task::TrainingEpochEnd), not the mean of the steps' values.
+TEST(TrainingEpochLoop, TrainingMetricsComputeOverTheWholeEpoch) {
+  testing::TempDir dir;
+  auto logger = std::make_shared<RecordingLogger>();
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {}, false, {logger}, /*count_batches=*/true);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  auto steps = logger->Values("train/batches");
+  ASSERT_EQ(steps.size(), 18u);  // 6 steps an epoch, each logged
+  for (const auto& [step, value] : steps) EXPECT_EQ(value, 1.0) << "step " << step;
+  // Every epoch counts its own 6 batches: the state starts afresh each epoch.
+  EXPECT_EQ(logger->Values("train/batches_epoch"),
+            (std::vector<std::pair<int64_t, double>>{{6, 6.0}, {12, 6.0}, {18, 6.0}}));
+}
+
+// validate, test and predict run where trainer.accelerator says, as fit does: on a machine
+// without CUDA, accelerator=cuda is refused with the same line.
+TEST(Trainer, EvaluateAndPredictSelectTheDeviceAsFitDoes) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  auto options = TrainerOptions::FromConfig(Yaml("accelerator: cuda\nnum_threads: 1\n", "trainer"));
+  ASSERT_TRUE(options.ok()) << options.status();
+  Classifier task;
+  ASSERT_TRUE(task.Build(config::Config()).ok());
+  SyntheticImages data(0);
+  Trainer trainer(*options, {}, {});
+  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  auto evaluated = trainer.Evaluate(task, data, data::Stage::kValidate);
+  EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(evaluated.status().message(), refused);
+  auto predicted = trainer.Predict(task, data);
+  EXPECT_EQ(predicted.status().message(), refused);
+  // accelerator=auto falls back to the CPU.
+  auto automatic = TrainerOptions::FromConfig(Yaml("accelerator: auto\nnum_threads: 1\n", "trainer"));
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  Trainer cpu(*automatic, {}, {});
+  auto metrics = cpu.Evaluate(task, data, data::Stage::kValidate);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->count("val/acc"), 1u);
+}
+
+// Collectives run where the backend takes tensors: Gloo on the CPU whatever the model's device,
+// NCCL on the model's device.
+TEST(Strategy, CollectivesRunOnTheCpuForGlooAndOnTheDeviceForNccl) {
+  torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(Strategy::CollectiveDevice("gloo", cuda), torch::Device(torch::kCPU));
+  EXPECT_EQ(Strategy::CollectiveDevice("gloo", torch::Device(torch::kCPU)), torch::Device(torch::kCPU));
+  EXPECT_EQ(Strategy::CollectiveDevice("nccl", cuda), cuda);
 }
 
 TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
