@@ -15,6 +15,7 @@
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/checkpoint_average.h"
 #include "lib/trainer/freezing.h"
 #include "lib/trainer/pretrained_weights.h"
 #include "lib/trainer/safetensors.h"
@@ -368,7 +369,48 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   return absl::OkStatus();
 }
 
+// `average`: the mean model of `ckpt: [...]` or of the newest `last_n` checkpoints of `run_dir`.
+struct AverageOptions {
+  std::optional<std::vector<std::string>> ckpt;
+  std::optional<int64_t> last_n;
+  std::optional<std::string> run_dir;
+  std::optional<std::string> out;
+};
+
+absl::Status AverageCommand(app::JobContext& ctx) {
+  using O = AverageOptions;
+  static const auto* binding = new OptionBinding<O>(
+      OptionBinding<O>()
+          .Field("ckpt", &O::ckpt, "checkpoints to average, in training order")
+          .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir", GreaterThan(1))
+          .Field("run_dir", &O::run_dir, "the run whose checkpoints last_n takes")
+          .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt in the run directory)"));
+  config::NodePtr mine = config::Node::Map();
+  for (const auto& key : ctx.cfg.Keys()) {
+    if (binding->schema().Find(key) != nullptr) mine->Set(key, ctx.cfg.Get<config::NodePtr>(key).value());
+  }
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding->schema().Apply(*mine, "", "command 'average'"));
+  O o = binding->Fill(config::Config(filled));
+  std::vector<std::string> paths;
+  if (o.ckpt.has_value() == o.last_n.has_value()) {
+    return absl::InvalidArgumentError("kiln average: give either ckpt=[A,B,...] or last_n=N run_dir=DIR");
+  }
+  if (o.ckpt.has_value()) {
+    paths = *o.ckpt;
+  } else {
+    if (!o.run_dir.has_value()) return absl::InvalidArgumentError("kiln average: last_n=N needs run_dir=DIR");
+    KILN_ASSIGN_OR_RETURN(paths, NewestCheckpoints(*o.run_dir, *o.last_n));
+  }
+  KILN_ASSIGN_OR_RETURN(AveragedWeights averaged, AverageCheckpoints(paths));
+  std::string out = o.out.value_or(ctx.output_dir + "/averaged.ckpt");
+  KILN_RETURN_IF_ERROR(WriteAveragedCheckpoint(out, averaged, paths));
+  Logger::Instance().Info(absl::StrCat("averaged ", paths.size(), " checkpoints (", absl::StrJoin(paths, ", "), ") into ", out));
+  std::printf("%s\n", out.c_str());
+  return absl::OkStatus();
+}
+
 const bool kRegistered = [] {
+  app::RegisterCommand("average", AverageCommand);
   app::RegisterCommand("export", ExportCommand);
   app::RegisterCommand("train", TrainCommand);
   app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });

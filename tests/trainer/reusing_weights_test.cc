@@ -1,10 +1,12 @@
 // Reusing weights: model.init_from loads a safetensors file or a kiln checkpoint partially
 // (init_ignore), under renamed prefixes (init_map), strictly or not, and refuses shape
-// mismatches, missing entries and globs that match nothing in one line; freezing globs.
+// mismatches, missing entries and globs that match nothing in one line; freezing globs;
+// `kiln average`'s mean agrees with a hand computation and refuses checkpoints of other models.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/checkpoint_average.h"
 #include "lib/trainer/freezing.h"
 #include "lib/trainer/pretrained_weights.h"
 #include "lib/trainer/safetensors.h"
@@ -126,6 +128,82 @@ TEST(Freezing, BatchNormsWithinFrozenNamesAreFound) {
   SetTrainable(net, *names, false);
   EXPECT_TRUE(AnyTrainable(net));
   EXPECT_FALSE(net.features[0]->as<torch::nn::Linear>()->weight.requires_grad());
+}
+
+// Three checkpoints of one model, written with known weights and BatchNorm counters.
+std::vector<std::string> WriteThree(const std::string& dir, std::vector<std::map<std::string, torch::Tensor>>* states) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < 3; ++i) {
+    torch::manual_seed(10 + i);
+    Net net(3);
+    net.features[1]->as<torch::nn::BatchNorm1d>()->running_mean.uniform_();
+    net.features[1]->as<torch::nn::BatchNorm1d>()->num_batches_tracked.fill_(100 * (i + 1));
+    states->push_back(StateOf(net));
+    paths.push_back(dir + "/epoch=" + std::to_string(i) + ".ckpt");
+    EXPECT_TRUE(WriteCheckpoint(paths.back(), [&](torch::serialize::OutputArchive& archive) {
+                  archive.write("meta/format", c10::IValue(kCheckpointFormat));
+                  archive.write("meta/model", c10::IValue(std::string("net")));
+                  archive.write("loop/global_step", c10::IValue(int64_t{10 * (i + 1)}));
+                  WriteModelState(net, archive);
+                }).ok());
+  }
+  return paths;
+}
+
+TEST(CheckpointAverage, IsTheElementWiseMeanAndKeepsTheLastCounter) {
+  testing::TempDir dir;
+  std::vector<std::map<std::string, torch::Tensor>> states;
+  std::vector<std::string> paths = WriteThree(dir.path(), &states);
+  auto averaged = AverageCheckpoints(paths);
+  ASSERT_TRUE(averaged.ok()) << averaged.status();
+  EXPECT_EQ(averaged->model_name, "net");
+  ASSERT_EQ(averaged->state.size(), 9u);
+  for (const auto& [name, t] : averaged->state) {
+    if (name.find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(t.item<int64_t>(), 300);
+      continue;
+    }
+    // By hand: one element at a time, in double.
+    torch::Tensor a = states[0][name].flatten(), b = states[1][name].flatten(), c = states[2][name].flatten();
+    torch::Tensor got = t.flatten();
+    ASSERT_EQ(got.scalar_type(), torch::kFloat32) << name;
+    for (int64_t k = 0; k < got.numel(); ++k) {
+      double mean = (a[k].item<double>() + b[k].item<double>() + c[k].item<double>()) / 3.0;
+      EXPECT_EQ(got[k].item<float>(), static_cast<float>(mean)) << name << "[" << k << "]";
+    }
+  }
+  // Written and read back as a checkpoint of the same model.
+  ASSERT_TRUE(WriteAveragedCheckpoint(dir.path() + "/avg.ckpt", *averaged, paths).ok());
+  torch::serialize::InputArchive archive;
+  ASSERT_TRUE(ReadCheckpoint(dir.path() + "/avg.ckpt", &archive).ok());
+  Net net(3);
+  auto state = ReadModelState(archive, "avg.ckpt");
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(LoadModelState(*state, net, "avg.ckpt").ok());
+  EXPECT_TRUE(torch::equal(net.head->weight, averaged->state.at("head.weight")));
+  // last_n picks the newest by optimizer steps, oldest first, and leaves the average out.
+  auto newest = NewestCheckpoints(dir.path(), 2);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(*newest, (std::vector<std::string>{paths[1], paths[2]}));
+  EXPECT_FALSE(NewestCheckpoints(dir.path(), 4).ok());
+}
+
+TEST(CheckpointAverage, CheckpointsOfDifferentModelsAreRefusedInOneLine) {
+  testing::TempDir dir;
+  std::vector<std::map<std::string, torch::Tensor>> states;
+  std::vector<std::string> paths = WriteThree(dir.path(), &states);
+  Net other(5);
+  std::string odd = dir.path() + "/other.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(odd, [&](torch::serialize::OutputArchive& archive) {
+                archive.write("meta/format", c10::IValue(kCheckpointFormat));
+                archive.write("meta/model", c10::IValue(std::string("net")));
+                WriteModelState(other, archive);
+              }).ok());
+  auto refused = AverageCheckpoints({paths[0], odd});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(Message(refused.status()), "kiln average: " + paths[0] + " and " + odd +
+                                           " hold different models: 'head.bias' is [3] and [5]");
+  EXPECT_FALSE(AverageCheckpoints({paths[0]}).ok());
 }
 
 }  // namespace
