@@ -33,17 +33,21 @@ class BackboneFinetuning : public Callback {
 
   absl::Status OnSetup(Trainer& trainer) override {
     if (trainer.world_size() > 1) {
-      return absl::UnimplementedError(absl::StrCat(params_key_, ": backbone_finetuning does not work with data-parallel "
-                                                   "training yet (its gradient buckets are fixed at setup)"));
+      return absl::UnimplementedError(
+          absl::StrCat(params_key_,
+                       ": backbone_finetuning does not work with data-parallel "
+                       "training yet (its gradient buckets are fixed at setup)"));
     }
     torch::nn::Module& module = trainer.task()->module();
-    KILN_ASSIGN_OR_RETURN(std::vector<std::string> matched, ParametersMatching(module, o_.params, params_key_));
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> matched,
+                          ParametersMatching(module, o_.params, params_key_));
     // What model.freeze froze stays frozen: only trainable parameters are this callback's.
     names_.clear();
     std::set<std::string> bn_names = BatchNormParameterNames(module, matched);
     for (const auto& p : module.named_parameters()) {
       bool wanted = std::find(matched.begin(), matched.end(), p.key()) != matched.end();
-      if (wanted && p.value().requires_grad() && !(o_.train_bn && bn_names.count(p.key()) > 0)) names_.push_back(p.key());
+      if (wanted && p.value().requires_grad() && !(o_.train_bn && bn_names.count(p.key()) > 0))
+        names_.push_back(p.key());
     }
     if (o_.unfreeze_at_epoch == 0) {
       unfrozen_ = true;  // never frozen: the optimizer has the backbone from the start
@@ -51,29 +55,33 @@ class BackboneFinetuning : public Callback {
     }
     SetTrainable(module, names_, false);
     if (!AnyTrainable(module)) {
-      return absl::InvalidArgumentError(absl::StrCat(params_key_, ": [", absl::StrJoin(o_.params, ", "),
-                                                     "] freezes every parameter of the model until epoch ",
-                                                     o_.unfreeze_at_epoch, "; nothing would train"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(params_key_, ": [", absl::StrJoin(o_.params, ", "),
+                       "] freezes every parameter of the model until epoch ", o_.unfreeze_at_epoch,
+                       "; nothing would train"));
     }
     if (!o_.train_bn) frozen_norms_ = BatchNormsWithin(module, names_);
-    Logger::Instance().Info(absl::StrCat("backbone_finetuning: ", names_.size(), " parameters frozen until epoch ",
-                                         o_.unfreeze_at_epoch));
+    Logger::Instance().Info(absl::StrCat("backbone_finetuning: ", names_.size(),
+                                         " parameters frozen until epoch ", o_.unfreeze_at_epoch));
     return absl::OkStatus();
   }
 
   absl::Status OnFitStart(Trainer& trainer) override {
-    if (!unfrozen_ && o_.unfreeze_at_epoch >= trainer.options().max_epochs && trainer.options().max_steps <= 0) {
-      Logger::Instance().Warning(absl::StrCat("backbone_finetuning: unfreeze_at_epoch=", o_.unfreeze_at_epoch,
-                                              " is not before max_epochs=", trainer.options().max_epochs,
-                                              ": the backbone stays frozen"));
+    if (!unfrozen_ && o_.unfreeze_at_epoch >= trainer.options().max_epochs &&
+        trainer.options().max_steps <= 0) {
+      Logger::Instance().Warning(
+          absl::StrCat("backbone_finetuning: unfreeze_at_epoch=", o_.unfreeze_at_epoch,
+                       " is not before max_epochs=", trainer.options().max_epochs,
+                       ": the backbone stays frozen"));
     }
     return absl::OkStatus();
   }
 
   absl::Status OnTrainEpochStart(Trainer& trainer) override {
     if (unfrozen_ || trainer.current_epoch() < o_.unfreeze_at_epoch) return absl::OkStatus();
-    Logger::Instance().Info(absl::StrCat("backbone_finetuning: unfreezing ", names_.size(), " parameters at epoch ",
-                                         trainer.current_epoch(), ", lr x ", o_.lr_factor));
+    Logger::Instance().Info(absl::StrCat("backbone_finetuning: unfreezing ", names_.size(),
+                                         " parameters at epoch ", trainer.current_epoch(),
+                                         ", lr x ", o_.lr_factor));
     return Unfreeze(trainer);
   }
 
@@ -98,7 +106,8 @@ class BackboneFinetuning : public Callback {
   }
 
  private:
-  static std::set<std::string> BatchNormParameterNames(torch::nn::Module& module, const std::vector<std::string>& names) {
+  static std::set<std::string> BatchNormParameterNames(torch::nn::Module& module,
+                                                       const std::vector<std::string>& names) {
     std::set<std::string> out;
     for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
       if (item.value()->name().find("BatchNorm") == std::string::npos) continue;
@@ -129,20 +138,25 @@ class BackboneFinetuning : public Callback {
 };
 
 using O = BackboneFinetuningOptions;
-KILN_REGISTER_BOUND(
-    Callback, "backbone_finetuning",
-    "Freezes the parameters matching `params` until an epoch, then trains them at a lower lr (Lightning's "
-    "BackboneFinetuning)",
-    OptionBinding<O>()
-        .Required("params", &O::params, "globs of the backbone's parameter names ([conv*, bn*, fc1.*])", NonEmpty())
-        .Field("unfreeze_at_epoch", &O::unfreeze_at_epoch, "the epoch at which the backbone starts training",
-               AtLeast(0))
-        .Field("lr_factor", &O::lr_factor, "the backbone's lr as a fraction of the optimizer's", GreaterThan(0))
-        .Field("train_bn", &O::train_bn,
-               "BatchNorm layers in the backbone keep training while it is frozen; false: frozen too, in eval mode"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Callback>> {
-      return std::make_shared<BackboneFinetuning>(o, context.FullKey("params"));
-    });
+KILN_REGISTER_BOUND(Callback, "backbone_finetuning",
+                    "Freezes the parameters matching `params` until an epoch, then trains them at "
+                    "a lower lr (Lightning's "
+                    "BackboneFinetuning)",
+                    OptionBinding<O>()
+                        .Required("params", &O::params,
+                                  "globs of the backbone's parameter names ([conv*, bn*, fc1.*])",
+                                  NonEmpty())
+                        .Field("unfreeze_at_epoch", &O::unfreeze_at_epoch,
+                               "the epoch at which the backbone starts training", AtLeast(0))
+                        .Field("lr_factor", &O::lr_factor,
+                               "the backbone's lr as a fraction of the optimizer's", GreaterThan(0))
+                        .Field("train_bn", &O::train_bn,
+                               "BatchNorm layers in the backbone keep training while it is frozen; "
+                               "false: frozen too, in eval mode"),
+                    [](const O& o,
+                       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<BackboneFinetuning>(o, context.FullKey("params"));
+                    });
 
 }  // namespace
 }  // namespace kiln

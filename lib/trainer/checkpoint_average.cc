@@ -28,7 +28,8 @@ bool IsDir(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string>& paths) {
-  if (paths.size() < 2) return absl::InvalidArgumentError("kiln average needs at least two checkpoints");
+  if (paths.size() < 2)
+    return absl::InvalidArgumentError("kiln average needs at least two checkpoints");
   AveragedWeights out;
   std::map<std::string, torch::Tensor> sums;
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -40,20 +41,23 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
     out.config = MetaString(archive, "meta/config");
     if (i == 0) {
       out.model_name = model;
-      for (const auto& [name, t] : state) sums[name] = t.is_floating_point() ? t.to(torch::kFloat64) : t.clone();
+      for (const auto& [name, t] : state)
+        sums[name] = t.is_floating_point() ? t.to(torch::kFloat64) : t.clone();
       out.state = state;
       continue;
     }
     auto refuse = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat("kiln average: ", paths[0], " and ", path,
-                                                     " hold different models: ", why));
+      return absl::InvalidArgumentError(
+          absl::StrCat("kiln average: ", paths[0], " and ", path, " hold different models: ", why));
     };
-    if (model != out.model_name) return refuse(absl::StrCat("'", out.model_name, "' and '", model, "'"));
+    if (model != out.model_name)
+      return refuse(absl::StrCat("'", out.model_name, "' and '", model, "'"));
     for (const auto& [name, t] : state) {
       auto it = sums.find(name);
       if (it == sums.end()) return refuse(absl::StrCat("'", name, "' is only in the second"));
       if (it->second.sizes() != t.sizes()) {
-        return refuse(absl::StrCat("'", name, "' is ", c10::str(it->second.sizes()), " and ", c10::str(t.sizes())));
+        return refuse(absl::StrCat("'", name, "' is ", c10::str(it->second.sizes()), " and ",
+                                   c10::str(t.sizes())));
       }
       if (t.is_floating_point()) {
         it->second.add_(t.to(torch::kFloat64));
@@ -63,7 +67,8 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
     }
     if (state.size() != sums.size()) {
       for (const auto& [name, t] : sums) {
-        if (state.count(name) == 0) return refuse(absl::StrCat("'", name, "' is only in the first"));
+        if (state.count(name) == 0)
+          return refuse(absl::StrCat("'", name, "' is only in the first"));
       }
     }
   }
@@ -78,7 +83,8 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
 absl::StatusOr<std::vector<std::string>> NewestCheckpoints(const std::string& run_dir, int64_t n) {
   std::string dir = IsDir(run_dir + "/checkpoints") ? run_dir + "/checkpoints" : run_dir;
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return absl::NotFoundError(absl::StrCat("kiln average: run_dir ", run_dir, " is not a folder"));
+  if (d == nullptr)
+    return absl::NotFoundError(absl::StrCat("kiln average: run_dir ", run_dir, " is not a folder"));
   std::vector<std::pair<int64_t, std::string>> found;  // (optimizer steps, path)
   std::vector<std::string> files;
   while (dirent* entry = ::readdir(d)) {
@@ -90,17 +96,20 @@ absl::StatusOr<std::vector<std::string>> NewestCheckpoints(const std::string& ru
     torch::serialize::InputArchive archive;
     KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
     c10::IValue step;
-    if (!archive.try_read("loop/global_step", step) || !step.isInt()) continue;  // an average, not a training one
+    if (!archive.try_read("loop/global_step", step) || !step.isInt())
+      continue;  // an average, not a training one
     found.emplace_back(step.toInt(), path);
   }
   if (static_cast<int64_t>(found.size()) < n) {
-    return absl::NotFoundError(absl::StrCat("kiln average: last_n=", n, " but ", dir, " holds ", found.size(),
-                                            " training checkpoints besides last.ckpt (keep more with "
-                                            "callbacks.model_checkpoint.save_top_k=-1)"));
+    return absl::NotFoundError(
+        absl::StrCat("kiln average: last_n=", n, " but ", dir, " holds ", found.size(),
+                     " training checkpoints besides last.ckpt (keep more with "
+                     "callbacks.model_checkpoint.save_top_k=-1)"));
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> newest;
-  for (size_t i = found.size() - static_cast<size_t>(n); i < found.size(); ++i) newest.push_back(found[i].second);
+  for (size_t i = found.size() - static_cast<size_t>(n); i < found.size(); ++i)
+    newest.push_back(found[i].second);
   return newest;
 }
 

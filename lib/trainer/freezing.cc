@@ -15,28 +15,32 @@ bool GlobMatches(const std::string& glob, const std::string& name) {
 }
 
 absl::StatusOr<std::vector<std::string>> ParametersMatching(torch::nn::Module& module,
-                                                           const std::vector<std::string>& globs,
-                                                           const std::string& option) {
+                                                            const std::vector<std::string>& globs,
+                                                            const std::string& option) {
   std::vector<std::string> all;
   for (const auto& p : module.named_parameters()) all.push_back(p.key());
   for (const auto& glob : globs) {
-    if (std::none_of(all.begin(), all.end(), [&](const std::string& n) { return GlobMatches(glob, n); })) {
+    if (std::none_of(all.begin(), all.end(),
+                     [&](const std::string& n) { return GlobMatches(glob, n); })) {
       size_t shown = std::min<size_t>(all.size(), 6);
       return absl::InvalidArgumentError(absl::StrCat(
-          option, ": '", glob, "' matches no parameter of the model (", all.size() > shown ? "first of " : "", "its ",
-          all.size(), ": ", absl::StrJoin(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(shown), ", "), ")"));
+          option, ": '", glob, "' matches no parameter of the model (",
+          all.size() > shown ? "first of " : "", "its ", all.size(), ": ",
+          absl::StrJoin(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(shown), ", "), ")"));
     }
   }
   std::vector<std::string> names;
   for (const auto& name : all) {
-    if (std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return GlobMatches(g, name); })) {
+    if (std::any_of(globs.begin(), globs.end(),
+                    [&](const std::string& g) { return GlobMatches(g, name); })) {
       names.push_back(name);
     }
   }
   return names;
 }
 
-void SetTrainable(torch::nn::Module& module, const std::vector<std::string>& names, bool trainable) {
+void SetTrainable(torch::nn::Module& module, const std::vector<std::string>& names,
+                  bool trainable) {
   std::set<std::string> wanted(names.begin(), names.end());
   for (auto& p : module.named_parameters()) {
     if (wanted.count(p.key()) > 0) p.value().set_requires_grad(trainable);
@@ -50,8 +54,8 @@ bool AnyTrainable(torch::nn::Module& module) {
   return false;
 }
 
-std::vector<std::shared_ptr<torch::nn::Module>> BatchNormsWithin(torch::nn::Module& module,
-                                                                 const std::vector<std::string>& names) {
+std::vector<std::shared_ptr<torch::nn::Module>> BatchNormsWithin(
+    torch::nn::Module& module, const std::vector<std::string>& names) {
   std::set<std::string> frozen(names.begin(), names.end());
   std::vector<std::shared_ptr<torch::nn::Module>> out;
   for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {

@@ -49,15 +49,18 @@ std::string WeightLoadReport::Table() const {
   for (const auto& row : rows) width = std::max(width, row.name.size());
   std::string out;
   for (const auto& row : rows) {
-    std::string shapes = row.status == "mismatched" ? absl::StrCat(row.file_shape, " -> ", row.model_shape)
+    std::string shapes = row.status == "mismatched"
+                             ? absl::StrCat(row.file_shape, " -> ", row.model_shape)
                          : row.model_shape.empty() ? absl::StrCat(row.file_shape, " (file)")
                                                    : row.model_shape;
-    absl::StrAppend(&out, absl::StrFormat("  %-10s %-*s %s\n", row.status, static_cast<int>(width), row.name, shapes));
+    absl::StrAppend(&out, absl::StrFormat("  %-10s %-*s %s\n", row.status, static_cast<int>(width),
+                                          row.name, shapes));
   }
   return out;
 }
 
-absl::StatusOr<std::map<std::string, torch::Tensor>> ReadPretrainedWeights(const std::string& path) {
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadPretrainedWeights(
+    const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("model.init_from: no such file: ", path));
   char magic[4] = {0, 0, 0, 0};
@@ -72,8 +75,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadPretrainedWeights(const
   return ReadSafetensors(path);
 }
 
-absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(const std::map<std::string, torch::Tensor>& state,
-                                                       torch::nn::Module& module, const WeightLoadSpec& spec) {
+absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(
+    const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
+    const WeightLoadSpec& spec) {
   const std::string where = absl::StrCat("model.init_from ", spec.path);
   // The file's names as the model calls them: the longest matching prefix of init_map renamed.
   std::map<std::string, std::string> to_file;  // model name -> file name
@@ -98,16 +102,18 @@ absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(const std::map<std::strin
       used_prefixes.insert(rule->first);
     }
     if (to_file.count(mapped) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": '", to_file[mapped], "' and '", file_name,
-                                                     "' both become '", mapped, "' under model.init_map"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": '", to_file[mapped], "' and '",
+                                                     file_name, "' both become '", mapped,
+                                                     "' under model.init_map"));
     }
     to_file[mapped] = file_name;
     if (model_names.count(mapped) == 0) unknown.emplace_back(mapped, file_name);
   }
   for (const auto& r : spec.rename) {
     if (used_prefixes.count(r.first) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("model.init_map: prefix '", r.first, "' matches no name in ",
-                                                     spec.path, " (a typo would silently load nothing)"));
+      return absl::InvalidArgumentError(absl::StrCat("model.init_map: prefix '", r.first,
+                                                     "' matches no name in ", spec.path,
+                                                     " (a typo would silently load nothing)"));
     }
   }
   for (const auto& glob : spec.ignore) {
@@ -115,8 +121,9 @@ absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(const std::map<std::strin
     for (const auto& [mapped, file_name] : to_file) used = used || GlobMatches(glob, mapped);
     for (const auto& name : model_names) used = used || GlobMatches(glob, name);
     if (!used) {
-      return absl::InvalidArgumentError(absl::StrCat("model.init_ignore: '", glob, "' matches no name in the model or in ",
-                                                     spec.path, " (a typo would silently load what it meant to skip)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.init_ignore: '", glob, "' matches no name in the model or in ",
+                       spec.path, " (a typo would silently load what it meant to skip)"));
     }
   }
   std::vector<std::string> missing;
@@ -131,21 +138,24 @@ absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(const std::map<std::strin
       report.rows.push_back({"missing", name, Shape(target), ""});
       missing.push_back(name);
     } else if (source->sizes() != target.sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": '", name, "' is ", file_shape, " there and ", Shape(target),
-          " in the model; to keep the model's, list it in model.init_ignore (e.g. model.init_ignore=[",
-          LayerGlob(name), "])"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": '", name, "' is ", file_shape, " there and ", Shape(target),
+                       " in the model; to keep the model's, list it in model.init_ignore (e.g. "
+                       "model.init_ignore=[",
+                       LayerGlob(name), "])"));
     } else {
       report.rows.push_back({"loaded", name, Shape(target), file_shape});
       copies.emplace_back(target, *source);
     }
   }
   for (const auto& [mapped, file_name] : unknown) {
-    report.rows.push_back({MatchesAny(spec.ignore, mapped) ? "ignored" : "unused", mapped, "", Shape(state.at(file_name))});
+    report.rows.push_back({MatchesAny(spec.ignore, mapped) ? "ignored" : "unused", mapped, "",
+                           Shape(state.at(file_name))});
   }
   if (copies.empty() && !entries.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": checkpoint of another model: none of the model's names is in it (the file's first: '",
+        where,
+        ": checkpoint of another model: none of the model's names is in it (the file's first: '",
         state.empty() ? "" : state.begin()->first, "', the model's: '", entries.front().first,
         "'); rename prefixes with model.init_map"));
   }

@@ -18,9 +18,9 @@ namespace kiln {
 
 // How weights from a file go into a model.
 struct WeightLoadSpec {
-  std::string path;                                          // what `state` was read from
-  std::vector<std::string> ignore;                           // globs over the model's names
-  std::vector<std::pair<std::string, std::string>> rename;   // file prefix -> model prefix
+  std::string path;                                         // what `state` was read from
+  std::vector<std::string> ignore;                          // globs over the model's names
+  std::vector<std::pair<std::string, std::string>> rename;  // file prefix -> model prefix
   bool strict = true;  // every model entry that is not ignored must be loaded
 };
 
@@ -43,7 +43,8 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadPretrainedWeights(const
 // Copies `state` into `module` as `spec` says. Refused, touching nothing: a shape mismatch of an
 // entry not ignored (naming both shapes and `init_ignore`), a missing entry when strict (naming
 // `init_ignore` and `init_strict`), a glob or prefix that matches nothing.
-absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(const std::map<std::string, torch::Tensor>& state,
-                                                       torch::nn::Module& module, const WeightLoadSpec& spec);
+absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(
+    const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
+    const WeightLoadSpec& spec);
 
 }  // namespace kiln

@@ -18,7 +18,8 @@ namespace {
 // features (Linear + BatchNorm1d) and a head whose width is the number of classes.
 struct Net : torch::nn::Module {
   explicit Net(int64_t classes, const std::string& body = "features") {
-    features = register_module(body, torch::nn::Sequential(torch::nn::Linear(4, 6), torch::nn::BatchNorm1d(6)));
+    features = register_module(
+        body, torch::nn::Sequential(torch::nn::Linear(4, 6), torch::nn::BatchNorm1d(6)));
     head = register_module("head", torch::nn::Linear(6, classes));
   }
   torch::nn::Sequential features{nullptr};
@@ -39,7 +40,8 @@ TEST(PretrainedWeights, IgnoredHeadKeepsItsInitAndTheRestIsLoaded) {
   torch::Tensor head_before = target.head->weight.detach().clone();
   auto report = LoadPretrainedWeights(StateOf(source), target, {"src", {"head.*"}, {}, true});
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_TRUE(torch::equal(target.features[0]->as<torch::nn::Linear>()->weight, source.features[0]->as<torch::nn::Linear>()->weight));
+  EXPECT_TRUE(torch::equal(target.features[0]->as<torch::nn::Linear>()->weight,
+                           source.features[0]->as<torch::nn::Linear>()->weight));
   EXPECT_TRUE(torch::equal(target.head->weight, head_before));
   EXPECT_EQ(report->Count("loaded"), 7);   // linear w, b; bn w, b, mean, var, count
   EXPECT_EQ(report->Count("ignored"), 2);  // the head: the model's, at the file's shape
@@ -51,14 +53,16 @@ TEST(PretrainedWeights, ShapeMismatchNamesTheParameterBothShapesAndTheOption) {
   auto report = LoadPretrainedWeights(StateOf(source), target, {"a.safetensors", {}, {}, true});
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(Message(report.status()),
-            "model.init_from a.safetensors: 'head.weight' is [5, 6] there and [3, 6] in the model; to keep the model's, list it "
+            "model.init_from a.safetensors: 'head.weight' is [5, 6] there and [3, 6] in the model; "
+            "to keep the model's, list it "
             "in model.init_ignore (e.g. model.init_ignore=[head.*])");
 }
 
 TEST(PretrainedWeights, PrefixRenamesMapTheFilesNamesToTheModels) {
   torch::manual_seed(2);
   Net source(3, "backbone"), target(3);
-  auto report = LoadPretrainedWeights(StateOf(source), target, {"f", {}, {{"backbone.", "features."}}, true});
+  auto report =
+      LoadPretrainedWeights(StateOf(source), target, {"f", {}, {{"backbone.", "features."}}, true});
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->Count("loaded"), 9);
   EXPECT_TRUE(torch::equal(target.features[1]->as<torch::nn::BatchNorm1d>()->weight,
@@ -66,7 +70,8 @@ TEST(PretrainedWeights, PrefixRenamesMapTheFilesNamesToTheModels) {
   // Without the rename nothing matches: refused, naming init_map.
   auto none = LoadPretrainedWeights(StateOf(source), target, {"f", {"head.*"}, {}, false});
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(Message(none.status()).find("checkpoint of another model"), std::string::npos) << none.status();
+  EXPECT_NE(Message(none.status()).find("checkpoint of another model"), std::string::npos)
+      << none.status();
   EXPECT_NE(Message(none.status()).find("model.init_map"), std::string::npos) << none.status();
 }
 
@@ -78,7 +83,8 @@ TEST(PretrainedWeights, MissingEntriesAreRefusedWhenStrictAndReportedOtherwise) 
   auto strict = LoadPretrainedWeights(state, target, {"f", {}, {}, true});
   ASSERT_FALSE(strict.ok());
   EXPECT_EQ(Message(strict.status()),
-            "model.init_from f: the model's 'head.weight' and 1 more are not in the file; list them in model.init_ignore "
+            "model.init_from f: the model's 'head.weight' and 1 more are not in the file; list "
+            "them in model.init_ignore "
             "(e.g. [head.*]) or set model.init_strict=false");
   auto lenient = LoadPretrainedWeights(state, target, {"f", {}, {}, false});
   ASSERT_TRUE(lenient.ok()) << lenient.status();
@@ -89,24 +95,29 @@ TEST(PretrainedWeights, GlobsAndPrefixesThatMatchNothingAreRefused) {
   Net source(3), target(3);
   auto glob = LoadPretrainedWeights(StateOf(source), target, {"f", {"haed.*"}, {}, true});
   ASSERT_FALSE(glob.ok());
-  EXPECT_NE(Message(glob.status()).find("model.init_ignore: 'haed.*' matches no name"), std::string::npos);
-  auto prefix = LoadPretrainedWeights(StateOf(source), target, {"f", {}, {{"body.", "features."}}, true});
+  EXPECT_NE(Message(glob.status()).find("model.init_ignore: 'haed.*' matches no name"),
+            std::string::npos);
+  auto prefix =
+      LoadPretrainedWeights(StateOf(source), target, {"f", {}, {{"body.", "features."}}, true});
   ASSERT_FALSE(prefix.ok());
-  EXPECT_NE(Message(prefix.status()).find("model.init_map: prefix 'body.' matches no name"), std::string::npos);
+  EXPECT_NE(Message(prefix.status()).find("model.init_map: prefix 'body.' matches no name"),
+            std::string::npos);
   auto freeze = ParametersMatching(target, {"features.*", "fetaures.*"}, "model.freeze");
   ASSERT_FALSE(freeze.ok());
-  EXPECT_NE(Message(freeze.status()).find("model.freeze: 'fetaures.*' matches no parameter of the model"),
-            std::string::npos);
+  EXPECT_NE(
+      Message(freeze.status()).find("model.freeze: 'fetaures.*' matches no parameter of the model"),
+      std::string::npos);
 }
 
 TEST(PretrainedWeights, ReadsKilnCheckpointsAndSafetensorsAlike) {
   testing::TempDir dir;
   torch::manual_seed(3);
   Net source(3);
-  ASSERT_TRUE(WriteCheckpoint(dir.path() + "/a.ckpt", [&](torch::serialize::OutputArchive& archive) {
-                archive.write("meta/format", c10::IValue(kCheckpointFormat));
-                WriteModelState(source, archive);
-              }).ok());
+  ASSERT_TRUE(
+      WriteCheckpoint(dir.path() + "/a.ckpt", [&](torch::serialize::OutputArchive& archive) {
+        archive.write("meta/format", c10::IValue(kCheckpointFormat));
+        WriteModelState(source, archive);
+      }).ok());
   ASSERT_TRUE(WriteSafetensors(dir.path() + "/a.safetensors", StateDict(source)).ok());
   for (const char* name : {"/a.ckpt", "/a.safetensors"}) {
     auto state = ReadPretrainedWeights(dir.path() + name);
@@ -131,7 +142,8 @@ TEST(Freezing, BatchNormsWithinFrozenNamesAreFound) {
 }
 
 // Three checkpoints of one model, written with known weights and BatchNorm counters.
-std::vector<std::string> WriteThree(const std::string& dir, std::vector<std::map<std::string, torch::Tensor>>* states) {
+std::vector<std::string> WriteThree(const std::string& dir,
+                                    std::vector<std::map<std::string, torch::Tensor>>* states) {
   std::vector<std::string> paths;
   for (int i = 0; i < 3; ++i) {
     torch::manual_seed(10 + i);
@@ -164,7 +176,8 @@ TEST(CheckpointAverage, IsTheElementWiseMeanAndKeepsTheLastCounter) {
       continue;
     }
     // By hand: one element at a time, in double.
-    torch::Tensor a = states[0][name].flatten(), b = states[1][name].flatten(), c = states[2][name].flatten();
+    torch::Tensor a = states[0][name].flatten(), b = states[1][name].flatten(),
+                  c = states[2][name].flatten();
     torch::Tensor got = t.flatten();
     ASSERT_EQ(got.scalar_type(), torch::kFloat32) << name;
     for (int64_t k = 0; k < got.numel(); ++k) {
