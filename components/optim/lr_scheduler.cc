@@ -38,6 +38,7 @@ absl::Status LrScheduler::Attach(torch::optim::Optimizer* optimizer, int64_t tot
     }
     base_lrs_.clear();
     for (const auto& group : groups) base_lrs_.push_back(group.options().get_lr());
+    attached_groups_ = base_lrs_.size();
     step_ = 0;
     OnStart();
   }
@@ -52,11 +53,20 @@ void LrScheduler::Step(double metric) {
   ApplyLrs();
 }
 
+void LrScheduler::OnParamGroupAdded(double base_lr) {
+  base_lrs_.push_back(base_lr);
+  ApplyLrs();
+}
+
 void LrScheduler::ApplyLrs() {
   if (optimizer_ == nullptr) return;
   auto& groups = optimizer_->param_groups();
   for (size_t i = 0; i < groups.size() && i < base_lrs_.size(); ++i) {
-    groups[i].options().set_lr(LrAt(step_, i));
+    if (i < attached_groups_ || base_lrs_[0] == 0) {
+      groups[i].options().set_lr(i < attached_groups_ ? LrAt(step_, i) : base_lrs_[i]);
+    } else {
+      groups[i].options().set_lr(LrAt(step_, 0) * (base_lrs_[i] / base_lrs_[0]));
+    }
   }
 }
 
@@ -64,6 +74,7 @@ void LrScheduler::Save(torch::serialize::OutputArchive& archive) const {
   WriteInt(archive, "step", step_);
   WriteInt(archive, "length", length_);
   WriteDoubles(archive, "base_lrs", base_lrs_);
+  WriteInt(archive, "attached_groups", static_cast<int64_t>(attached_groups_));
   SaveExtra(archive);
 }
 
@@ -75,6 +86,9 @@ void LrScheduler::Load(torch::serialize::InputArchive& archive) {
                 optimizer_->param_groups().size());
   }
   base_lrs_ = std::move(base_lrs);
+  torch::Tensor attached;
+  attached_groups_ = archive.try_read("attached_groups", attached) ? static_cast<size_t>(attached.item<int64_t>())
+                                                                    : base_lrs_.size();
   step_ = ReadInt(archive, "step");
   length_ = ReadInt(archive, "length");
   LoadExtra(archive);

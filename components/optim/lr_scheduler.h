@@ -36,6 +36,9 @@ class LrScheduler : public Scheduler {
                       int64_t steps_per_epoch) final;
   void Step(double metric) final;
   Interval interval() const final { return interval_; }
+  // A group added after Attach follows the schedule of group 0 scaled by its base rate over group
+  // 0's (so every schedule, one_cycle and reduce_on_plateau included, keeps the group's factor).
+  void OnParamGroupAdded(double base_lr) final;
 
   // Writes "step", "base_lrs" and "length" (tensors) plus what SaveExtra adds. Load restores them
   // and, when attached, sets the lrs for the restored step at once.
@@ -65,6 +68,7 @@ class LrScheduler : public Scheduler {
   Length length_option_;
   torch::optim::Optimizer* optimizer_ = nullptr;
   std::vector<double> base_lrs_;
+  size_t attached_groups_ = 0;  // the groups the optimizer had at Attach; later ones were added
   int64_t step_ = 0;
   int64_t length_ = 0;
   bool restored_ = false;

@@ -86,7 +86,7 @@ class Cifar : public ImageDataModule {
   CifarLayout layout_;
 };
 
-struct CifarOptions : ImageDataOptions {
+struct CifarOptions : ImageDataOptions, LabelSubsetOptions {
   std::string root;
   std::string variant = "cifar10";
   std::string label = "fine";
@@ -114,7 +114,7 @@ CifarLayout LayoutOf(const CifarOptions& o) {
 using O = CifarOptions;
 KILN_REGISTER_BOUND(
     DataModule, "cifar", "CIFAR-10 / CIFAR-100 binary batches (data_batch_N.bin, train.bin, ...)",
-    AddImageDataOptions(
+    AddLabelSubsetOption(AddImageDataOptions(
         OptionBinding<O>()
             .Required("root", &O::root,
                       "folder holding the .bin files (cifar-10-batches-bin or cifar-100-binary)")
@@ -123,9 +123,9 @@ KILN_REGISTER_BOUND(
                    OneOf({"cifar10", "cifar100"}))
             .Field("label", &O::label,
                    "cifar100 only: fine (100 classes) or coarse (20 superclasses)",
-                   OneOf({"fine", "coarse"}))),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
-      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
+                   OneOf({"fine", "coarse"})))),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o, o, context));
       return std::make_shared<Cifar>(o.root, LayoutOf(o), std::move(setup));
     });
 

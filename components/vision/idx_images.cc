@@ -76,7 +76,7 @@ class IdxImages : public ImageDataModule {
   IdxFiles files_;
 };
 
-struct IdxImagesOptions : ImageDataOptions {
+struct IdxImagesOptions : ImageDataOptions, LabelSubsetOptions {
   std::string root;
   std::string train_images = "train-images-idx3-ubyte.gz";
   std::string train_labels = "train-labels-idx1-ubyte.gz";
@@ -87,14 +87,14 @@ struct IdxImagesOptions : ImageDataOptions {
 using O = IdxImagesOptions;
 KILN_REGISTER_BOUND(
     DataModule, "idx_images", "Images and labels in IDX files (MNIST, Fashion-MNIST), gzip or raw",
-    AddImageDataOptions(OptionBinding<O>()
+    AddLabelSubsetOption(AddImageDataOptions(OptionBinding<O>()
                             .Required("root", &O::root, "folder holding the four IDX files")
                             .Field("train_images", &O::train_images, "training images file")
                             .Field("train_labels", &O::train_labels, "training labels file")
                             .Field("test_images", &O::test_images, "test images file")
-                            .Field("test_labels", &O::test_labels, "test labels file")),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
-      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
+                            .Field("test_labels", &O::test_labels, "test labels file"))),
+    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+      KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o, o, context));
       return std::make_shared<IdxImages>(
           IdxFiles{o.root, o.train_images, o.train_labels, o.test_images, o.test_labels},
           std::move(setup));

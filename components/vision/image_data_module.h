@@ -4,6 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 #include <memory>
 #include <type_traits>
 
@@ -24,6 +27,14 @@ struct ImageDataOptions {
   int num_workers = 2;
   int prefetch = 4;
   config::Config transforms;  // {train: [...], eval: [...]}; null: none
+  std::optional<int64_t> samples_per_class;  // null: every training sample
+  int64_t samples_seed = 0;
+};
+
+// `classes: [5, 6, 7]`, the labels to keep (relabelled 0..k-1 in this order), for the modules
+// whose classes are numbered (idx_images, cifar); image_folder names its class folders instead.
+struct LabelSubsetOptions {
+  std::optional<std::vector<int64_t>> classes;
 };
 
 // Declares val_fraction, split_seed, batch_size, num_workers, prefetch and transforms on S, after
@@ -43,7 +54,22 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
       .Field("prefetch", static_cast<int S::*>(&D::prefetch), "batches loaded ahead at most",
              AtLeast(1))
       .Node("transforms", static_cast<config::Config S::*>(&D::transforms), OptionType::kMap,
-            "{train: [...], eval: [...]} transform lists");
+            "{train: [...], eval: [...]} transform lists")
+      .Field("samples_per_class", static_cast<std::optional<int64_t> S::*>(&D::samples_per_class),
+             "keep this many training samples of each class, drawn with samples_seed after the "
+             "train/val split (few-shot; null: all)",
+             AtLeast(1))
+      .Field("samples_seed", static_cast<int64_t S::*>(&D::samples_seed),
+             "seed of the samples_per_class draw");
+}
+
+// Declares `classes` on S (a list of distinct labels).
+template <typename S>
+OptionBinding<S> AddLabelSubsetOption(OptionBinding<S> binding) {
+  static_assert(std::is_base_of_v<LabelSubsetOptions, S>);
+  return binding.Field("classes",
+                       static_cast<std::optional<std::vector<int64_t>> S::*>(&LabelSubsetOptions::classes),
+                       "labels to keep, relabelled 0..k-1 in this order (null: all)", Each(AtLeast(0)));
 }
 
 // What an ImageDataModule runs with: the split, the loader and the transforms, built.
@@ -52,8 +78,14 @@ struct ImageDataSetup {
   int64_t split_seed = 1234;
   LoaderOptions loader;
   TransformPipeline train_transforms, eval_transforms;
+  std::vector<int64_t> classes;       // labels kept, in their new order; empty: all
+  int64_t samples_per_class = 0;      // 0: all
+  int64_t samples_seed = 0;
 
   static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options);
+  // Also takes `classes`; refuses a label listed twice (`context` names the option).
+  static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options, const LabelSubsetOptions& subset,
+                                             const OptionContext& context);
 };
 
 // Images [N, C, H, W] (uint8) and int64 labels [N] in memory; without transforms an image
@@ -81,14 +113,22 @@ class ImageDataModule : public DataModule {
   std::shared_ptr<const Dataset> test_dataset() const override { return test_; }
   std::shared_ptr<const Dataset> predict_dataset() const override { return predict_; }
   LoaderOptions loader_options() const override { return setup_.loader; }
-  std::vector<std::string> class_names() const override { return class_names_; }
+  // With `classes`, the kept classes' names in their new order (their labels when the data
+  // has no names).
+  std::vector<std::string> class_names() const override;
 
  protected:
   void set_class_names(std::vector<std::string> names) { class_names_ = std::move(names); }
 
   // Builds a dataset over data already loaded, with the given transforms (the training and the
-  // evaluation views of one set share the loaded data).
-  using DatasetMaker = std::function<std::shared_ptr<const Dataset>(const TransformPipeline&)>;
+  // evaluation views of one set share the loaded data), and says each sample's label (for
+  // `classes` and `samples_per_class`). A default-constructed maker means "no such split".
+  struct DatasetMaker {
+    std::function<std::shared_ptr<const Dataset>(const TransformPipeline&)> make;
+    std::vector<int64_t> labels;
+    explicit operator bool() const { return static_cast<bool>(make); }
+    std::shared_ptr<const Dataset> operator()(const TransformPipeline& t) const { return make(t); }
+  };
   static DatasetMaker InMemory(torch::Tensor images, torch::Tensor labels);
 
   virtual absl::StatusOr<DatasetMaker> LoadTraining() = 0;
@@ -97,6 +137,12 @@ class ImageDataModule : public DataModule {
   virtual absl::StatusOr<DatasetMaker> LoadPredict() { return LoadTest(); }
 
  private:
+  // The samples of `indices` whose label is kept, relabelled; `split` names it in errors.
+  absl::StatusOr<std::shared_ptr<const Dataset>> KeepClasses(std::shared_ptr<const Dataset> all,
+                                                             const std::vector<int64_t>& labels,
+                                                             std::vector<int64_t> indices, bool draw,
+                                                             const std::string& split) const;
+
   ImageDataSetup setup_;
   std::vector<std::string> class_names_;
   std::shared_ptr<const Dataset> train_, val_, test_, predict_;

@@ -176,9 +176,12 @@ class ImageFolder : public ImageDataModule {
 
   DatasetMaker Maker(std::shared_ptr<const std::vector<ImageFile>> files) const {
     DecodeOptions decode = options_.decode;
-    return [files, decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
+    DatasetMaker maker;
+    maker.make = [files, decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
       return std::make_shared<ImageFileDataset>(files, decode, transforms);
     };
+    for (const auto& file : *files) maker.labels.push_back(file.label);
+    return maker;
   }
 
   ImageFolderLayout options_;
@@ -203,7 +206,8 @@ KILN_REGISTER_BOUND(
             .Field("test_root", &O::test_root,
                    "folder of the same class folders for the test split (null: no test split)")
             .Field("classes", &O::classes,
-                   "class names in index order (null: the sorted sub-folders of root)")
+                   "class folders to use, in index order (a subset keeps only those; null: the "
+                   "sorted sub-folders of root)")
             .Field("size", &O::size,
                    "resize every image to [height, width] (or a side for squares) when decoding; "
                    "null keeps sizes (then they must all match to be batched)")

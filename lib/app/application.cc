@@ -129,7 +129,7 @@ class Application {
       if (auto st = FindPlugins(nullptr); !st.ok()) return st;
       return List();
     }
-    options_.config_name = cl_.config_name.value_or("train");
+    options_.config_name = cl_.config_name.value_or(DefaultConfigName(cl_.command));
     options_.job_name = cl_.command;
     options_.version = Version();
     options_.multirun = cl_.multirun;

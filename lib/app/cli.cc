@@ -16,11 +16,14 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"test", "evaluate a checkpoint on the test set"},
       {"predict", "run a checkpoint on new inputs and write predictions"},
       {"export", "write a checkpoint's weights as safetensors with the resolved config"},
+      {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
   };
   return *commands;
 }
+
+std::string DefaultConfigName(const std::string& command) { return command == "average" ? "average" : "train"; }
 
 std::string Usage() {
   std::string out =

@@ -42,5 +42,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 // The commands kiln knows, with a line each, for usage messages.
 const std::vector<std::pair<std::string, std::string>>& KnownCommands();
 std::string Usage();
+// The primary config a command composes without --config-name: `average` has its own
+// (configs/average.yaml), every other command `train`.
+std::string DefaultConfigName(const std::string& command);
 
 }  // namespace kiln::app

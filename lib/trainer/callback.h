@@ -29,6 +29,9 @@ class Callback {
   // callback's state by it, whatever the order or number of callbacks in the new run.
   virtual std::string state_key() const;
 
+  // Before the optimizer is built, the model on its device (Lightning's setup): a callback that
+  // freezes parameters does it here, so the optimizer leaves them out.
+  virtual absl::Status OnSetup(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnFitStart(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnFitEnd(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnTrainEpochStart(Trainer&) { return absl::OkStatus(); }
@@ -50,6 +53,9 @@ class Callback {
   // State carried by checkpoints (best scores, patience counters, ...).
   virtual void SaveState(torch::serialize::OutputArchive&) const {}
   virtual void LoadState(torch::serialize::InputArchive&) {}
+  // When resuming: after every callback's LoadState, before the optimizer's and the scheduler's
+  // states load. A callback that added parameter groups to the optimizer adds them again here.
+  virtual absl::Status OnLoadCheckpoint(Trainer&) { return absl::OkStatus(); }
 };
 
 // A callback that keeps checkpoints (ModelCheckpoint). Commands ask the callbacks for it

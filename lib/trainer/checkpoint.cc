@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/core/torch_compat.h"
 
 namespace kiln {
 namespace {
@@ -71,16 +72,42 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
   return absl::OkStatus();
 }
 
-void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+void WriteCheckpointMeta(torch::serialize::OutputArchive& archive, const std::string& model_name,
+                         const std::string& config_yaml) {
+  archive.write("meta/format", c10::IValue(kCheckpointFormat));
+  archive.write("meta/kiln_version", c10::IValue(std::string(KILN_VERSION)));
+  archive.write("meta/torch_version", c10::IValue(compat::TorchVersion()));
+  archive.write("meta/model", c10::IValue(model_name));
+  archive.write("meta/config", c10::IValue(config_yaml));
+}
+
+namespace {
+
+// Writes "model/I" per tensor and "model/names", one name a line, as `each` hands them over.
+void WriteNamed(torch::serialize::OutputArchive& archive,
+                const std::function<void(const std::function<void(const std::string&, const torch::Tensor&)>&)>& each) {
   std::string names;
   int64_t i = 0;
-  auto put = [&](const std::string& name, const torch::Tensor& t) {
+  each([&](const std::string& name, const torch::Tensor& t) {
     names += name + "\n";
     archive.write(absl::StrCat("model/", i++), t.detach().to(torch::kCPU));
-  };
-  for (const auto& p : module.named_parameters()) put(p.key(), p.value());
-  for (const auto& b : module.named_buffers()) put(b.key(), b.value());
+  });
   archive.write("model/names", c10::IValue(names));
+}
+
+}  // namespace
+
+void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  WriteNamed(archive, [&](const auto& put) {
+    for (const auto& p : module.named_parameters()) put(p.key(), p.value());
+    for (const auto& b : module.named_buffers()) put(b.key(), b.value());
+  });
+}
+
+void WriteModelState(const std::map<std::string, torch::Tensor>& state, torch::serialize::OutputArchive& archive) {
+  WriteNamed(archive, [&](const auto& put) {
+    for (const auto& [name, t] : state) put(name, t);
+  });
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,

@@ -19,8 +19,14 @@ absl::Status WriteCheckpoint(const std::string& path,
 // Loads `path`; a missing, truncated or foreign file is a one-line error naming the file.
 absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive);
 
+// What every checkpoint holds first: the format, the kiln and LibTorch versions, the model's name
+// and the resolved config.
+void WriteCheckpointMeta(torch::serialize::OutputArchive& archive, const std::string& model_name,
+                         const std::string& config_yaml);
 // A module's parameters and buffers under their PyTorch names ("conv1.weight", "bn1.running_mean").
 void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive);
+// Named tensors stored as WriteModelState stores a module's.
+void WriteModelState(const std::map<std::string, torch::Tensor>& state, torch::serialize::OutputArchive& archive);
 // name -> tensor as stored by WriteModelState; an error names the file when there is none.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
                                                                    const std::string& path);

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"
-#include "lib/core/torch_compat.h"
 #include "lib/trainer/checkpoint.h"
 
 namespace kiln {
@@ -71,11 +70,7 @@ absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchi
 absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, const LoopPosition& position) {
   LoopPosition loop = position;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
-    archive.write("meta/format", c10::IValue(kCheckpointFormat));
-    archive.write("meta/kiln_version", c10::IValue(std::string(KILN_VERSION)));
-    archive.write("meta/torch_version", c10::IValue(compat::TorchVersion()));
-    archive.write("meta/model", c10::IValue(parts.model_name));
-    archive.write("meta/config", c10::IValue(parts.config_yaml));
+    WriteCheckpointMeta(archive, parts.model_name, parts.config_yaml);
     WriteModelState(parts.task->module(), archive);
     if (parts.optimizer != nullptr) {
       torch::serialize::OutputArchive opt;
@@ -105,6 +100,7 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, c
 
 absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const FitParts& parts,
                                                   const std::function<void(torch::nn::Module&)>& place_module,
+                                                  const std::function<absl::Status()>& callbacks_restored,
                                                   int64_t batch_size) {
   torch::serialize::InputArchive archive;
   KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
@@ -112,6 +108,23 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
   LoopPosition loop;
   try {
     place_module(parts.task->module());
+    // By state key; a callback the checkpoint does not know starts fresh. Checkpoints written
+    // before state keys hold callbacks by list position.
+    const auto& callbacks = *parts.callbacks;
+    std::vector<std::string> keys = CallbackStateKeys(callbacks);
+    bool keyed = false;
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(keys[i], state)) {
+        callbacks[i]->LoadState(state);
+        keyed = true;
+      }
+    }
+    for (size_t i = 0; i < callbacks.size() && !keyed; ++i) {
+      torch::serialize::InputArchive state;
+      if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks[i]->LoadState(state);
+    }
+    KILN_RETURN_IF_ERROR(callbacks_restored());
     torch::serialize::InputArchive opt;
     if (parts.optimizer != nullptr && archive.try_read("optimizer", opt)) parts.optimizer->load(opt);
     torch::serialize::InputArchive sched;
@@ -132,22 +145,6 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(rng);
-    }
-    // By state key; a callback the checkpoint does not know starts fresh. Checkpoints written
-    // before state keys hold callbacks by list position.
-    const auto& callbacks = *parts.callbacks;
-    std::vector<std::string> keys = CallbackStateKeys(callbacks);
-    bool keyed = false;
-    for (size_t i = 0; i < callbacks.size(); ++i) {
-      torch::serialize::InputArchive state;
-      if (archive.try_read(keys[i], state)) {
-        callbacks[i]->LoadState(state);
-        keyed = true;
-      }
-    }
-    for (size_t i = 0; i < callbacks.size() && !keyed; ++i) {
-      torch::serialize::InputArchive state;
-      if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks[i]->LoadState(state);
     }
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resume from this checkpoint: ",

@@ -41,10 +41,13 @@ struct FitParts {
 absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, const LoopPosition& loop);
 
 // Restores `parts` from `path` and returns the saved position. `place_module` runs after the
-// weights load and before the optimizer's state does (it finds the parameters on their device).
+// weights load and before the optimizer's state does (it finds the parameters on their device);
+// `callbacks_restored` runs after the callbacks' states load, before the optimizer's and the
+// scheduler's (Callback::OnLoadCheckpoint).
 // A checkpoint without a batch size (older ones) counts in `batch_size`.
 absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const FitParts& parts,
                                                   const std::function<void(torch::nn::Module&)>& place_module,
+                                                  const std::function<absl::Status()>& callbacks_restored,
                                                   int64_t batch_size);
 
 // Only the weights, into `task`'s model (evaluation, export, testing the best checkpoint).

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "lib/app/application.h"
 #include "lib/core/files.h"
 #include "lib/config/yaml_io.h"
@@ -14,6 +15,9 @@
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/checkpoint_average.h"
+#include "lib/trainer/freezing.h"
+#include "lib/trainer/pretrained_weights.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/trainer.h"
 
@@ -57,6 +61,97 @@ absl::StatusOr<std::vector<std::shared_ptr<T>>> InstantiateAll(const config::Con
   return out;
 }
 
+// How the model starts: `model.init_from` (a safetensors file or a kiln checkpoint) with
+// `init_ignore`, `init_map` and `init_strict`, and `model.freeze`.
+struct ModelStartOptions {
+  std::optional<std::string> init_from;
+  std::vector<std::string> init_ignore;
+  config::NodePtr init_map;  // {file prefix: model prefix}
+  bool init_strict = true;
+  std::vector<std::string> freeze;
+};
+
+const OptionBinding<ModelStartOptions>& ModelStartBinding() {
+  using O = ModelStartOptions;
+  static const auto* binding = new OptionBinding<O>(
+      OptionBinding<O>()
+          .Field("init_from", &O::init_from, "start from these weights: a safetensors file or a kiln checkpoint")
+          .Field("init_ignore", &O::init_ignore, "globs of model names not to load (a new head: [fc2.*])")
+          .Node("init_map", &O::init_map, OptionType::kMap, "prefix renames from the file's names to the model's")
+          .Field("init_strict", &O::init_strict, "every model entry not ignored must be in the file")
+          .Field("freeze", &O::freeze, "globs of parameters never trained"));
+  return *binding;
+}
+
+struct ModelStart {
+  ModelStartOptions options;
+  config::Config build_cfg;  // the job config without them
+};
+
+absl::StatusOr<ModelStart> ReadModelStart(const config::Config& cfg) {
+  ModelStart start;
+  start.build_cfg = cfg;
+  config::NodePtr model = cfg.Has("model") ? cfg.Get<config::NodePtr>("model").value() : nullptr;
+  if (model == nullptr || !model->is_map()) return start;
+  config::NodePtr mine = config::Node::Map();
+  config::NodePtr copy = cfg.node()->Clone();
+  config::NodePtr model_copy = copy->Find("model");
+  for (const auto& spec : ModelStartBinding().schema().options()) {
+    if (config::NodePtr value = model->Find(spec.name)) {
+      mine->Set(spec.name, value);
+      model_copy->Erase(spec.name);
+    }
+  }
+  if (mine->size() == 0) return start;
+  std::string component = absl::StrCat("model '", cfg.Get<std::string>("model._target_").value_or("?"), "'");
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, ModelStartBinding().schema().Apply(*mine, "model", component));
+  start.options = ModelStartBinding().Fill(config::Config(filled, "model"));
+  if (start.options.init_map && !start.options.init_map->is_null()) {
+    for (const auto& [from, to] : start.options.init_map->entries()) {
+      if (!to->is_scalar() || to->is_null()) {
+        return OptionValueError("model.init_map", component, "a mapping of file prefix: model prefix", *start.options.init_map);
+      }
+    }
+  }
+  start.build_cfg = config::Config(copy, cfg.prefix());
+  return start;
+}
+
+// Loads the initial weights and freezes what `model.freeze` names; a fit gets the callback that
+// keeps frozen BatchNorm layers in eval mode.
+absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& module, bool fit,
+                             std::vector<std::shared_ptr<Callback>>* callbacks) {
+  if (o.init_from.has_value()) {
+    WeightLoadSpec spec;
+    spec.path = *o.init_from;
+    spec.ignore = o.init_ignore;
+    spec.strict = o.init_strict;
+    if (o.init_map && !o.init_map->is_null()) {
+      for (const auto& [from, to] : o.init_map->entries()) spec.rename.emplace_back(from, config::PythonStr(*to));
+    }
+    KILN_ASSIGN_OR_RETURN(auto weights, ReadPretrainedWeights(spec.path));
+    KILN_ASSIGN_OR_RETURN(WeightLoadReport report, LoadPretrainedWeights(weights, module, spec));
+    Logger::Instance().Info(absl::StrCat("model weights from ", spec.path, ": ", report.Count("loaded"), " loaded, ",
+                                         report.Count("ignored"), " ignored, ", report.Count("missing"), " missing, ",
+                                         report.Count("mismatched"), " mismatched, ", report.Count("unused"),
+                                         " unused\n", report.Table()));
+  } else if (!o.init_ignore.empty() || (o.init_map && !o.init_map->is_null())) {
+    // A from-scratch baseline of a fine-tuning recipe sets only model.init_from=null.
+    Logger::Instance().Warning("model.init_ignore and model.init_map do nothing without model.init_from");
+  }
+  if (o.freeze.empty()) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> frozen, ParametersMatching(module, o.freeze, "model.freeze"));
+  SetTrainable(module, frozen, false);
+  if (fit && !AnyTrainable(module)) {
+    return absl::InvalidArgumentError(absl::StrCat("model.freeze: [", absl::StrJoin(o.freeze, ", "),
+                                                   "] freezes every parameter of the model; nothing would train"));
+  }
+  Logger::Instance().Info(absl::StrCat("model.freeze: ", frozen.size(), " parameters frozen"));
+  auto norms = BatchNormsWithin(module, frozen);
+  if (fit && !norms.empty()) callbacks->push_back(std::make_shared<FrozenBatchNormsInEval>(std::move(norms)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   Job job;
   KILN_ASSIGN_OR_RETURN(int64_t seed, cfg.GetOr<int64_t>("seed", 0));
@@ -67,22 +162,11 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   KILN_ASSIGN_OR_RETURN(job.options, TrainerOptions::FromConfig(trainer_cfg));
   KILN_ASSIGN_OR_RETURN(config::Config task_cfg, cfg.Sub("task"));
   KILN_ASSIGN_OR_RETURN(job.task, Registry<Task>::Get().Instantiate(task_cfg));
-  // `model.init_from: PATH` (safetensors, PyTorch names) starts from given weights; it is not a
-  // model option, so the model is built from the config without it.
-  std::string init_from;
-  config::Config build_cfg = cfg;
-  if (!IsNull(cfg, "model.init_from")) {
-    KILN_ASSIGN_OR_RETURN(init_from, cfg.Get<std::string>("model.init_from"));
-    config::NodePtr copy = cfg.node()->Clone();
-    copy->Find("model")->Erase("init_from");
-    build_cfg = config::Config(copy, cfg.prefix());
-  }
-  KILN_RETURN_IF_ERROR(job.task->Build(build_cfg));
-  if (!init_from.empty()) {
-    KILN_ASSIGN_OR_RETURN(auto weights, ReadSafetensors(init_from));
-    KILN_RETURN_IF_ERROR(LoadModelState(weights, job.task->module(), init_from));
-    Logger::Instance().Info(absl::StrCat("model weights from ", init_from));
-  }
+  // `model.init_*` and `model.freeze` say how the model starts; they are not model options, so
+  // the model is built from the config without them.
+  KILN_ASSIGN_OR_RETURN(ModelStart start, ReadModelStart(cfg));
+  KILN_RETURN_IF_ERROR(job.task->Build(start.build_cfg));
+  KILN_RETURN_IF_ERROR(ApplyModelStart(start.options, job.task->module(), fit, &job.callbacks));
   job.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
   KILN_ASSIGN_OR_RETURN(job.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));
@@ -95,7 +179,8 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
       KILN_ASSIGN_OR_RETURN(job.scheduler, Registry<Scheduler>::Get().Instantiate(sched_cfg));
     }
   }
-  KILN_ASSIGN_OR_RETURN(job.callbacks, InstantiateAll<Callback>(cfg, "callbacks"));
+  KILN_ASSIGN_OR_RETURN(auto callbacks, InstantiateAll<Callback>(cfg, "callbacks"));
+  job.callbacks.insert(job.callbacks.begin(), callbacks.begin(), callbacks.end());
   KILN_ASSIGN_OR_RETURN(job.loggers, InstantiateAll<MetricsLogger>(cfg, "logger"));
   if (!IsNull(cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(job.ckpt_path, cfg.Get<std::string>("ckpt_path"));
@@ -284,7 +369,48 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   return absl::OkStatus();
 }
 
+// `average`: the mean model of `ckpt: [...]` or of the newest `last_n` checkpoints of `run_dir`.
+struct AverageOptions {
+  std::optional<std::vector<std::string>> ckpt;
+  std::optional<int64_t> last_n;
+  std::optional<std::string> run_dir;
+  std::optional<std::string> out;
+};
+
+absl::Status AverageCommand(app::JobContext& ctx) {
+  using O = AverageOptions;
+  static const auto* binding = new OptionBinding<O>(
+      OptionBinding<O>()
+          .Field("ckpt", &O::ckpt, "checkpoints to average, in training order")
+          .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir", GreaterThan(1))
+          .Field("run_dir", &O::run_dir, "the run whose checkpoints last_n takes")
+          .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt in the run directory)"));
+  config::NodePtr mine = config::Node::Map();
+  for (const auto& key : ctx.cfg.Keys()) {
+    if (binding->schema().Find(key) != nullptr) mine->Set(key, ctx.cfg.Get<config::NodePtr>(key).value());
+  }
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding->schema().Apply(*mine, "", "command 'average'"));
+  O o = binding->Fill(config::Config(filled));
+  std::vector<std::string> paths;
+  if (o.ckpt.has_value() == o.last_n.has_value()) {
+    return absl::InvalidArgumentError("kiln average: give either ckpt=[A,B,...] or last_n=N run_dir=DIR");
+  }
+  if (o.ckpt.has_value()) {
+    paths = *o.ckpt;
+  } else {
+    if (!o.run_dir.has_value()) return absl::InvalidArgumentError("kiln average: last_n=N needs run_dir=DIR");
+    KILN_ASSIGN_OR_RETURN(paths, NewestCheckpoints(*o.run_dir, *o.last_n));
+  }
+  KILN_ASSIGN_OR_RETURN(AveragedWeights averaged, AverageCheckpoints(paths));
+  std::string out = o.out.value_or(ctx.output_dir + "/averaged.ckpt");
+  KILN_RETURN_IF_ERROR(WriteAveragedCheckpoint(out, averaged, paths));
+  Logger::Instance().Info(absl::StrCat("averaged ", paths.size(), " checkpoints (", absl::StrJoin(paths, ", "), ") into ", out));
+  std::printf("%s\n", out.c_str());
+  return absl::OkStatus();
+}
+
 const bool kRegistered = [] {
+  app::RegisterCommand("average", AverageCommand);
   app::RegisterCommand("export", ExportCommand);
   app::RegisterCommand("train", TrainCommand);
   app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });

@@ -46,8 +46,12 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   int64_t total_steps = options.max_steps > 0 ? options.max_steps : steps_per_epoch * max_epochs;
 
   strategy.PlaceModule(task.module());
+  KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnSetup(t); }));
+  // Frozen parameters (model.freeze, backbone_finetuning) stay out of the optimizer.
   NamedParameters params;
-  for (const auto& p : task.module().named_parameters()) params.emplace_back(p.key(), p.value());
+  for (const auto& p : task.module().named_parameters()) {
+    if (p.value().requires_grad()) params.emplace_back(p.key(), p.value());
+  }
   KILN_ASSIGN_OR_RETURN(t.optimizer_, inputs.optimizer->Create(params));
   if (inputs.scheduler) KILN_RETURN_IF_ERROR(inputs.scheduler->Attach(t.optimizer_.get(), total_steps, steps_per_epoch));
 

@@ -40,6 +40,9 @@ class Scheduler {
   // schedules (NaN when there is none).
   virtual void Step(double metric) = 0;
   virtual Interval interval() const = 0;
+  // A parameter group was added to the optimizer after Attach (backbone_finetuning): its lr now
+  // is its base rate. By default the schedule leaves the group alone.
+  virtual void OnParamGroupAdded(double /*base_lr*/) {}
   // The name of the metric a plateau schedule watches ("" for none).
   virtual std::string monitor() const { return ""; }
 

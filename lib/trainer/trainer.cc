@@ -1,5 +1,7 @@
 #include "lib/trainer/trainer.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
@@ -82,6 +84,29 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   return SaveFitCheckpoint(path, Parts(), loop);
 }
 
+absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, double lr_factor) {
+  if (optimizer_ == nullptr || inputs_.optimizer == nullptr) {
+    return absl::FailedPreconditionError("parameter groups can only be added while fitting, after the optimizer is built");
+  }
+  std::set<std::string> wanted(names.begin(), names.end());
+  NamedParameters params;
+  for (const auto& p : inputs_.task->module().named_parameters()) {
+    if (wanted.count(p.key()) > 0) params.emplace_back(p.key(), p.value());
+  }
+  if (params.empty()) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(auto fresh, inputs_.optimizer->Create(params));
+  for (auto& group : fresh->param_groups()) {
+    std::unique_ptr<torch::optim::OptimizerOptions> options = group.options().clone();
+    double base_lr = options->get_lr() * lr_factor;
+    options->set_lr(base_lr);
+    optimizer_->add_param_group(torch::optim::OptimizerParamGroup(group.params(), std::move(options)));
+    if (inputs_.scheduler) inputs_.scheduler->OnParamGroupAdded(base_lr);
+    Logger::Instance().Info(absl::StrCat("optimizer: added a group of ", group.params().size(), " parameters at lr ",
+                                         optimizer_->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std::string& model_name) {
   return LoadCheckpointWeights(path, task, model_name);
 }
@@ -89,8 +114,9 @@ absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std
 absl::Status Trainer::ResumeFrom(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(
       LoopPosition loop,
-      RestoreFitCheckpoint(path, Parts(), [this](torch::nn::Module& module) { strategy_.PlaceModule(module); },
-                           batch_size_));
+      RestoreFitCheckpoint(
+          path, Parts(), [this](torch::nn::Module& module) { strategy_.PlaceModule(module); },
+          [this] { return ForEachCallback([this](Callback& c) { return c.OnLoadCheckpoint(*this); }); }, batch_size_));
   global_step_ = loop.global_step;
   epoch_ = loop.epoch;
   batch_in_epoch_ = loop.batch_in_epoch;

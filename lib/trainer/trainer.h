@@ -88,6 +88,10 @@ class Trainer {
   void RequestStopNow(const std::string& reason);
   // Writes the full training state.
   absl::Status SaveCheckpoint(const std::string& path);
+  // Adds the named parameters to the optimizer (backbone_finetuning unfreezing them): in the
+  // groups the optimizer config would make for them, at its lr times `lr_factor`; a scheduler
+  // scales the new groups like the first one from then on. Logs what it added.
+  absl::Status AddParamGroups(const std::vector<std::string>& names, double lr_factor);
 
  private:
   friend class FitLoop;

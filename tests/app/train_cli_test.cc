@@ -138,7 +138,9 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   auto wrong = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "model=cnn", "trainer.max_epochs=0", "scheduler=null",
                      "hydra.run.dir=" + dir_.path() + "/wrong"});
   EXPECT_EQ(wrong.exit_code, 2);
-  EXPECT_NE(wrong.err.find("model.safetensors: checkpoint of another model"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("model.safetensors: checkpoint of another model: none of the model's names is in it"),
+            std::string::npos)
+      << wrong.err;
 }
 
 struct BadTrainInput {
@@ -182,6 +184,60 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrainInput{"MissingCheckpoint", {"test", "ckpt_path=DIR/none.ckpt"}, "none.ckpt: no such checkpoint"},
         BadTrainInput{"ModelDoesNotFitTheData", {"model.in_features=100"}, "kiln train failed: mat1 and mat2 shapes"}),
     [](const ::testing::TestParamInfo<BadTrainInput>& info) { return info.param.name; });
+
+// A new head on a checkpoint's body: model.init_from with init_ignore, two of the classes with
+// 100 samples each, the body frozen for the first epoch. Without init_ignore, with a glob that
+// matches nothing or with model.freeze freezing everything: one line, exit 2. `kiln average`
+// of the pretraining's last three checkpoints tests like any checkpoint, and refuses averaging
+// checkpoints of different models.
+TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) {
+  auto pre = Kiln({"trainer.max_epochs=4", "test=false", "scheduler=null", "callbacks.model_checkpoint.save_top_k=-1"});
+  ASSERT_EQ(pre.exit_code, 0) << pre.err;
+  std::string run = dir_.path() + "/run";
+  std::vector<std::string> tune = {"+model.init_from=" + run + "/checkpoints/last.ckpt", "task.num_classes=2",
+                                   "task.metrics.acc_top5=null", "+data.classes=[2,1]", "+data.samples_per_class=100",
+                                   "scheduler=null", "trainer.max_epochs=5", "optimizer.lr=0.01",
+                                   "hydra.run.dir=" + dir_.path() + "/tune",
+                                   "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],"
+                                   "unfreeze_at_epoch:1}"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = tune;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Kiln(args);
+  };
+  auto mismatch = with({});
+  EXPECT_EQ(mismatch.exit_code, 2);
+  EXPECT_NE(mismatch.err.find("/last.ckpt: 'head.weight' is [10, 256] there and [2, 256] in the model; to keep the "
+                              "model's, list it in model.init_ignore (e.g. model.init_ignore=[head.*])"),
+            std::string::npos)
+      << mismatch.err;
+  auto typo = with({"+model.init_ignore=[haed.*]"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("model.init_ignore: 'haed.*' matches no name in the model or in"), std::string::npos) << typo.err;
+  auto everything = with({"+model.init_ignore=[head.*]", "+model.freeze=[*]"});
+  EXPECT_EQ(everything.exit_code, 2);
+  EXPECT_NE(everything.err.find("model.freeze: [*] freezes every parameter of the model; nothing would train"),
+            std::string::npos)
+      << everything.err;
+  auto tuned = with({"+model.init_ignore=[head.*]"});
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  EXPECT_NE(tuned.err.find("4 loaded, 2 ignored, 0 missing, 0 mismatched, 0 unused"), std::string::npos) << tuned.err;
+  EXPECT_NE(tuned.err.find("backbone_finetuning: unfreezing 4 parameters at epoch 1"), std::string::npos) << tuned.err;
+  EXPECT_GE(TestAccuracy(testing::ReadFile(dir_.path() + "/tune/test_metrics.yaml")), 0);  // tested on the 2 classes
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/tune/test_per_class_accuracy.csv").find("\n2,"), std::string::npos);
+
+  auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/avg"});
+  ASSERT_EQ(average.exit_code, 0) << average.err;
+  EXPECT_EQ(average.out, dir_.path() + "/avg/averaged.ckpt\n");
+  auto tested = Kiln({"test", "ckpt_path=" + dir_.path() + "/avg/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  ASSERT_EQ(tested.exit_code, 0) << tested.err;
+  EXPECT_GE(TestAccuracy(tested.out), 0) << tested.out;
+  auto different = RunProcess({KILN_BINARY, "average",
+                               "ckpt=[" + run + "/checkpoints/last.ckpt," + dir_.path() + "/tune/checkpoints/last.ckpt]",
+                               "hydra.run.dir=" + dir_.path() + "/avg2"});
+  EXPECT_EQ(different.exit_code, 2);
+  EXPECT_NE(different.err.find("hold different models: 'head.bias' is [10] and [2]"), std::string::npos) << different.err;
+}
 
 TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {
   auto r = Kiln({"trainer.max_epochs=1", "test=false"});

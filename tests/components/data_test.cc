@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "tests/components/instantiate.h"
 #include "lib/data/datamodule.h"
 #include "tests/support/process.h"
@@ -250,6 +253,86 @@ TEST_F(CifarTest, TruncatedOrWrongFilesAreNamed) {
       std::string(bad.status().message())
           .find("option 'data.variant' of datamodule 'cifar' must be one of: cifar10, cifar100"),
       std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::data
+
+namespace kiln::data {
+namespace {
+
+// Five batches of one record per class (the record's pixels tell which), and a test batch of one
+// record per class.
+class ClassSubsetTest : public CifarTest {
+ protected:
+  void SetUp() override {
+    for (int b = 1; b <= 5; ++b) {
+      std::string batch;
+      for (uint8_t label = 0; label < 10; ++label) batch += CifarRecord({label}, static_cast<uint8_t>(b * 10 + label));
+      Write("data_batch_" + std::to_string(b) + ".bin", batch);
+    }
+    std::string test, names;
+    for (uint8_t label = 0; label < 10; ++label) {
+      test += CifarRecord({label}, label);
+      names += "class" + std::to_string(label) + "\n";
+    }
+    Write("test_batch.bin", test);
+    Write("batches.meta.txt", names);
+  }
+  // The labels and first pixels (which record) of a split.
+  static std::vector<std::pair<int64_t, int>> Contents(const Dataset& ds) {
+    std::vector<std::pair<int64_t, int>> out;
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      Example e = GetOk(ds, i);
+      out.emplace_back(e.target.item<int64_t>(), static_cast<int>(std::lround(e.input[0][0][0].item<float>() * 255)));
+    }
+    return out;
+  }
+};
+
+TEST_F(ClassSubsetTest, ClassesAreKeptRelabelledAndNamedInOrder) {
+  auto dm = BuildOk(Yaml("val_fraction: 0.2\nclasses: [7, 3]\n"));
+  ASSERT_TRUE(dm->PrepareData().ok());
+  ASSERT_TRUE(dm->Setup(Stage::kFit).ok());
+  EXPECT_EQ(dm->class_names(), (std::vector<std::string>{"class7", "class3"}));
+  auto train = Contents(*dm->train_dataset());
+  auto val = Contents(*dm->val_dataset());
+  EXPECT_EQ(train.size() + val.size(), 10u);  // 5 records of each kept class
+  for (const auto& [label, value] : train) EXPECT_EQ(value % 10, label == 0 ? 7 : 3) << label;
+  ASSERT_TRUE(dm->Setup(Stage::kTest).ok());
+  EXPECT_EQ(Contents(*dm->test_dataset()), (std::vector<std::pair<int64_t, int>>{{1, 3}, {0, 7}}));
+}
+
+TEST_F(ClassSubsetTest, SamplesPerClassIsASeededDrawFromTheTrainingSplit) {
+  auto draw = [&](int seed) {
+    auto dm = BuildOk(Yaml(absl::StrCat("val_fraction: 0.2\nclasses: [7, 3]\nsamples_per_class: 2\nsamples_seed: ", seed, "\n")));
+    EXPECT_TRUE(dm->Setup(Stage::kFit).ok());
+    return std::make_pair(Contents(*dm->train_dataset()), dm->val_dataset()->size());
+  };
+  auto [first, val_size] = draw(1);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(std::count_if(first.begin(), first.end(), [](auto& p) { return p.first == 0; }), 2);
+  EXPECT_EQ(draw(1).first, first);  // the same seed draws the same samples
+  bool differs = false;
+  for (int seed = 2; seed < 8; ++seed) differs = differs || draw(seed).first != first;
+  EXPECT_TRUE(differs);
+  // Validation keeps every sample of the kept classes.
+  auto all = BuildOk(Yaml("val_fraction: 0.2\nclasses: [7, 3]\n"));
+  ASSERT_TRUE(all->Setup(Stage::kFit).ok());
+  EXPECT_EQ(val_size, all->val_dataset()->size());
+}
+
+TEST_F(ClassSubsetTest, BadSubsetsAreNamed) {
+  auto twice = Build(Yaml("classes: [3, 3]\n"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(std::string(twice.status().message()).find("option 'data.classes' of datamodule 'cifar' must be distinct labels"),
+            std::string::npos)
+      << twice.status();
+  auto absent = BuildOk(Yaml("val_fraction: 0\nclasses: [3, 12]\n"));
+  EXPECT_EQ(std::string(absent->Setup(Stage::kFit).message()), "data.classes: no training sample has label 12");
+  auto few = BuildOk(Yaml("val_fraction: 0\nclasses: [3]\nsamples_per_class: 6\n"));
+  EXPECT_EQ(std::string(few->Setup(Stage::kFit).message()),
+            "data.samples_per_class=6 but class 3 has only 5 training samples");
 }
 
 }  // namespace

@@ -160,18 +160,20 @@ struct RunResult {
   absl::Status status;
   std::vector<torch::Tensor> params;
   int64_t steps = 0;
+  std::vector<double> group_lrs;  // the optimizer's parameter groups at the end
 };
 
 RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
               std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false,
-              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}, bool count_batches = false) {
+              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}, const std::string& model_yaml = kMlp,
+              bool count_batches = false) {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
                                                  "trainer"));
   EXPECT_TRUE(options.ok()) << options.status();
   torch::manual_seed(1);
-  Classifier task(poison, kMlp, count_batches);
+  Classifier task(poison, model_yaml, count_batches);
   EXPECT_TRUE(task.Build(config::Config()).ok());
   SyntheticImages data(workers);
   auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: adamw\nlr: 0.01\n", "optimizer"));
@@ -190,6 +192,9 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   result.status = trainer.Fit(in);
   for (const auto& p : task.module().parameters()) result.params.push_back(p.detach().clone());
   result.steps = trainer.global_step();
+  if (trainer.optimizer() != nullptr) {
+    for (const auto& group : trainer.optimizer()->param_groups()) result.group_lrs.push_back(group.options().get_lr());
+  }
   return result;
 }
 
@@ -330,6 +335,104 @@ TEST(TrainerResume, CallbackStateFollowsItsStateKeyWhenCallbacksChange) {
   EXPECT_EQ(resumed.steps, 18);
   EXPECT_EQ(resumed_counter->count(), 18);  // 9 restored + 9 more
   EXPECT_EQ(added->count(), 9);             // not in the checkpoint: from zero
+}
+
+constexpr char kSmallCnn[] = "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
+
+std::shared_ptr<Callback> BackboneFinetuning(const std::string& options) {
+  auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: backbone_finetuning\n" + options, "callbacks.bf"));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : nullptr;
+}
+
+// Keeps a copy of the model's parameters and buffers when fitting starts and after each epoch.
+class Snapshots : public Callback {
+ public:
+  absl::Status OnFitStart(Trainer& t) override { return Take(t); }
+  absl::Status OnTrainEpochEnd(Trainer& t) override { return Take(t); }
+  std::vector<std::map<std::string, torch::Tensor>> taken;
+
+ private:
+  absl::Status Take(Trainer& t) {
+    std::map<std::string, torch::Tensor> state;
+    for (const auto& p : t.task()->module().named_parameters()) state[p.key()] = p.value().detach().clone();
+    for (const auto& b : t.task()->module().named_buffers()) state[b.key()] = b.value().detach().clone();
+    taken.push_back(std::move(state));
+    return absl::OkStatus();
+  }
+};
+
+// Frozen until epoch 2 of 3: the backbone (BatchNorm statistics included, with train_bn=false)
+// is bitwise what it was at the start after epochs 0 and 1, while the head trains; in epoch 2 it
+// trains at a tenth of the scheduled lr, in a parameter group of its own.
+TEST(BackboneFinetuning, FrozenParametersStayBitwiseUnchangedUntilTheUnfreezeEpoch) {
+  testing::TempDir dir;
+  auto snapshots = std::make_shared<Snapshots>();
+  RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
+                      {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n"), snapshots},
+                      false, {}, kSmallCnn);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(snapshots->taken.size(), 4u);  // start, epochs 0..2
+  const auto& start = snapshots->taken[0];
+  for (const auto& [name, t] : start) {
+    bool backbone = name.rfind("conv", 0) == 0 || name.rfind("bn", 0) == 0;
+    for (size_t epoch = 1; epoch <= 2; ++epoch) {
+      EXPECT_EQ(torch::equal(snapshots->taken[epoch].at(name), t), backbone) << name << " after epoch " << epoch - 1;
+    }
+    if (backbone && name.find("num_batches") == std::string::npos) {
+      EXPECT_FALSE(torch::equal(snapshots->taken[3].at(name), t)) << name << " did not train after unfreezing";
+    }
+  }
+  ASSERT_EQ(r.group_lrs.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.group_lrs[1], r.group_lrs[0] * 0.1);
+}
+
+// With train_bn (Lightning's default) the BatchNorm layers of the backbone keep training.
+TEST(BackboneFinetuning, BatchNormLayersTrainWithTrainBn) {
+  testing::TempDir dir;
+  auto snapshots = std::make_shared<Snapshots>();
+  RunResult r = Train(dir.path(), "max_epochs: 1\n", 0, "",
+                      {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\n"), snapshots}, false, {}, kSmallCnn);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(torch::equal(snapshots->taken[1].at("conv1.weight"), snapshots->taken[0].at("conv1.weight")));
+  EXPECT_FALSE(torch::equal(snapshots->taken[1].at("bn1.weight"), snapshots->taken[0].at("bn1.weight")));
+  EXPECT_FALSE(torch::equal(snapshots->taken[1].at("bn1.running_mean"), snapshots->taken[0].at("bn1.running_mean")));
+}
+
+// Interrupted in the frozen phase (step 4, epoch 0) or after the unfreezing (step 15, epoch 2),
+// a resumed run ends bitwise where an uninterrupted one does.
+TEST(BackboneFinetuning, ResumeInEitherPhaseIsBitwiseExact) {
+  const std::string options = "params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n";
+  testing::TempDir a;
+  RunResult full = Train(a.path(), kThreeEpochs, 0, "", {BackboneFinetuning(options)}, false, {}, kSmallCnn);
+  ASSERT_TRUE(full.status.ok()) << full.status;
+  for (int stop : {4, 15}) {
+    testing::TempDir b;
+    RunResult first = Train(b.path(), absl::StrCat(kThreeEpochs, "max_steps: ", stop, "\n"), 0, "",
+                            {BackboneFinetuning(options)}, false, {}, kSmallCnn);
+    ASSERT_TRUE(first.status.ok()) << first.status;
+    ASSERT_EQ(first.steps, stop);
+    RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {BackboneFinetuning(options)}, false, {}, kSmallCnn);
+    ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+    EXPECT_EQ(resumed.steps, 18);
+    ExpectBitwiseEqual(full.params, resumed.params);
+    EXPECT_EQ(resumed.group_lrs, full.group_lrs) << "stopped at step " << stop;
+  }
+}
+
+TEST(BackboneFinetuning, GlobsThatFreezeEverythingOrMatchNothingAreRefused) {
+  testing::TempDir dir;
+  RunResult all = Train(dir.path(), kThreeEpochs, 0, "", {BackboneFinetuning("params: ['*']\nunfreeze_at_epoch: 1\ntrain_bn: false\n")},
+                        false, {}, kSmallCnn);
+  ASSERT_FALSE(all.status.ok());
+  EXPECT_EQ(std::string(all.status.message()),
+            "callbacks.bf.params: [*] freezes every parameter of the model until epoch 1; nothing would train");
+  RunResult none = Train(dir.path(), kThreeEpochs, 0, "", {BackboneFinetuning("params: [backbone.*]\n")}, false, {},
+                         kSmallCnn);
+  ASSERT_FALSE(none.status.ok());
+  EXPECT_NE(std::string(none.status.message()).find("callbacks.bf.params: 'backbone.*' matches no parameter of the model"),
+            std::string::npos)
+      << none.status;
 }
 
 TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
@@ -480,7 +583,7 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
 TEST(TrainingEpochLoop, TrainingMetricsComputeOverTheWholeEpoch) {
   testing::TempDir dir;
   auto logger = std::make_shared<RecordingLogger>();
-  auto r = Train(dir.path(), kThreeEpochs, 0, "", {}, false, {logger}, /*count_batches=*/true);
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {}, false, {logger}, kMlp, /*count_batches=*/true);
   ASSERT_TRUE(r.status.ok()) << r.status;
   auto steps = logger->Values("train/batches");
   ASSERT_EQ(steps.size(), 18u);  // 6 steps an epoch, each logged
