@@ -24,6 +24,9 @@ set -euo pipefail
 #   python3-optuna                                       the optuna sweeper (hydra/sweeper=optuna; its tests)
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
+#   chromium                                             headless browser: the kiln report tests render pages in it
+#   npm (with nodejs, unless node and npm are there)     fetches uPlot, the charting library kiln report inlines
+#                                                        (scripts/fetch_web_deps.sh, pinned by integrity hash)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev
@@ -34,6 +37,7 @@ PACKAGES=(
   python3-torch python3-torchvision python3-yaml
   python3-optuna
   iproute2 espeak-ng sox
+  chromium
 )
 
 missing=()
@@ -41,8 +45,12 @@ for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
+# A node and npm from elsewhere (nodesource) would conflict with Debian's packages: keep them.
+command -v npm >/dev/null || missing+=(nodejs npm)
 
+fetch_web_deps() { "$(dirname "${BASH_SOURCE[0]}")/fetch_web_deps.sh"; }
 if ((${#missing[@]} == 0)); then
+  fetch_web_deps
   exit 0
 fi
 
@@ -53,3 +61,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "kiln setup: packages installed"
+fetch_web_deps

@@ -18,6 +18,7 @@
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/local_workers.h"
+#include "lib/app/report/report_command.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/app/sweep_session.h"
@@ -623,6 +624,8 @@ void ReportError(const absl::Status& status) {
 }
 
 int RunApplication(const std::vector<std::string>& args) {
+  // `report` reads finished runs: it composes no config and loads no engine.
+  if (!args.empty() && args[0] == "report") return report::RunReportCommand({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
     ReportError(cl.status());

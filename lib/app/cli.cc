@@ -18,6 +18,7 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"export", "write a checkpoint's weights as safetensors with the resolved config"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
+      {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},
   };
   return *commands;
 }
@@ -132,7 +133,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     }
     if (!known) {
       return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
-                               "; commands: train, validate, test, predict, export, compose, list"));
+                               "; commands: train, validate, test, predict, export, compose, list, report"));
     }
   }
   if (cl.info.has_value() && cl.info == "all") cl.info = "";
