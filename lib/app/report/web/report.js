@@ -36,6 +36,14 @@
     return String(Math.round(v * 1e4) / 1e4);
   }
 
+  // An axis label: short, and not "0" for a learning rate of 1e-5.
+  function tick(v) {
+    if (v === 0 || v === null) return String(v);
+    var a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-3) return v.toExponential(1).replace('e-', 'e−');
+    return String(+v.toPrecision(4));
+  }
+
   function seconds(s) {
     if (s === null || s === undefined) return '';
     if (s < 90) return s.toFixed(1) + ' s';
@@ -97,7 +105,7 @@
     var opts = {
       title: title, width: width, height: options.height || 240, series: series,
       scales: {x: {time: false}, y: {distr: options.log ? 3 : 1}},
-      axes: [{label: options.xLabel || 'step'}, {size: 60}],
+      axes: [{label: options.xLabel || 'step'}, {size: 64, values: function (u, ticks) { return ticks.map(tick); }}],
       legend: {live: list.length <= 12},
       cursor: {drag: {x: true, y: false}},
     };
@@ -206,6 +214,26 @@
     return Object.keys(keys).sort();
   }
 
+  // The keys whose value differs between `maps` (or is missing from one); all of them for one map.
+  function varyingKeys(keys, maps) {
+    if (maps.length < 2) return keys;
+    return keys.filter(function (k) {
+      var first = maps[0][k];
+      return maps.some(function (m) { return m[k] !== first; });
+    });
+  }
+
+  // Overrides that vary between runs; those every run shares are said once, above the table.
+  function runKeys() {
+    return varyingKeys(allOverrideKeys(), DATA.runs.map(overrideMap));
+  }
+
+  function sharedOverrides(keys, maps) {
+    var varying = varyingKeys(keys, maps);
+    return maps.length < 2 ? [] : keys.filter(function (k) { return varying.indexOf(k) < 0; })
+      .map(function (k) { return k + '=' + maps[0][k]; });
+  }
+
   function evalSeriesNames() {
     var names = {};
     DATA.runs.forEach(function (run) {
@@ -221,7 +249,8 @@
   }
 
   function renderRunsTable(section) {
-    var keys = allOverrideKeys(), evals = evalSeriesNames(), tests = testNames();
+    var keys = runKeys(), evals = evalSeriesNames(), tests = testNames();
+    var shared = sharedOverrides(allOverrideKeys(), DATA.runs.map(overrideMap));
     var header = ['run', 'status', 'wall time', 'samples/s'].concat(keys);
     evals.forEach(function (n) { header.push(n + ' (final)', n + ' (best)'); });
     header = header.concat(tests);
@@ -242,8 +271,9 @@
       return row;
     });
     section.appendChild(el('h2', {text: 'Runs (' + DATA.runs.length + ')'}));
-    section.appendChild(el('p', {class: 'muted', text: 'Click a column to sort. Overrides are columns; ' +
-        '(final) is the last value a run logged, (best) the lowest loss or highest score.'}));
+    section.appendChild(el('p', {class: 'muted', text: 'Click a column to sort. Overrides that differ between runs are ' +
+        'columns; (final) is the last value a run logged, (best) the lowest loss or highest score.'}));
+    if (shared.length) section.appendChild(el('p', {class: 'muted', id: 'shared-overrides', text: 'Every run: ' + shared.join(' ')}));
     section.appendChild(table(header, rows, {sortable: true, attrs: {id: 'runs-table'},
                                              rowAttrs: function (r) { return {'data-run': String(r)}; }}));
   }
@@ -287,7 +317,7 @@
 
   // Mean ± std of the final metrics of the runs that share one override's value.
   function renderGrouping(section) {
-    var keys = allOverrideKeys(), tests = testNames();
+    var keys = runKeys(), tests = testNames();
     if (!keys.length || DATA.runs.length < 2 || !tests.length) return;
     var select = el('select', {id: 'group-by'});
     keys.forEach(function (k) { select.appendChild(el('option', {value: k, text: k})); });
@@ -303,7 +333,10 @@
         v = v === undefined ? '(not set)' : v;
         (groups[v] = groups[v] || []).push(run);
       });
-      var rows = Object.keys(groups).sort(function (a, b) { return a.localeCompare(b, undefined, {numeric: true}); })
+      var rows = Object.keys(groups).sort(function (a, b) {
+        var x = Number(a), y = Number(b);
+        return isFinite(x) && isFinite(y) && a !== '' && b !== '' ? x - y : a.localeCompare(b, undefined, {numeric: true});
+      })
         .map(function (v) {
           var runs = groups[v], row = [v, runs.length];
           tests.forEach(function (n) {
@@ -379,7 +412,10 @@
     var objective = sweepObjective(sweep);
     var params = {};
     sweep.trials.forEach(function (t) { Object.keys(t.params).forEach(function (k) { params[k] = true; }); });
-    params = Object.keys(params).sort();
+    var maps = sweep.trials.map(function (t) { return t.params; });
+    var shared = sharedOverrides(Object.keys(params).sort(), maps);
+    params = varyingKeys(Object.keys(params).sort(), maps);
+    if (shared.length) section.appendChild(el('p', {class: 'muted', text: 'Every trial: ' + shared.join(' ')}));
     if (objective) {
       var xs = [], values = [], best = [], failed = [], pruned = [], current = null;
       var sorted = sweep.trials.slice().sort(function (a, b) { return a.number - b.number; });
