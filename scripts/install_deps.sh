@@ -25,6 +25,7 @@ set -euo pipefail
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
 #   chromium                                             headless browser: the kiln report tests render pages in it
+#   libcpp-httplib-dev                                   HTTP server of kiln dashboard
 #   npm (with nodejs, unless node and npm are there)     fetches uPlot, the charting library kiln report inlines
 #                                                        (scripts/fetch_web_deps.sh, pinned by integrity hash)
 PACKAGES=(
@@ -37,7 +38,7 @@ PACKAGES=(
   python3-torch python3-torchvision python3-yaml
   python3-optuna
   iproute2 espeak-ng sox
-  chromium
+  chromium libcpp-httplib-dev
 )
 
 missing=()

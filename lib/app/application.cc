@@ -18,6 +18,7 @@
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/local_workers.h"
+#include "lib/app/report/dashboard.h"
 #include "lib/app/report/report_command.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/sweep_ledger.h"
@@ -624,8 +625,9 @@ void ReportError(const absl::Status& status) {
 }
 
 int RunApplication(const std::vector<std::string>& args) {
-  // `report` reads finished runs: it composes no config and loads no engine.
+  // `report` and `dashboard` read what runs wrote: they compose no config and load no engine.
   if (!args.empty() && args[0] == "report") return report::RunReportCommand({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "dashboard") return report::RunDashboardCommand({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
     ReportError(cl.status());

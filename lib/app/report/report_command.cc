@@ -23,12 +23,14 @@ constexpr char kUsage[] =
     "  Writes one HTML page (opens from file://, offline): every run's curves, test metrics,\n"
     "  confusion matrix, config and checkpoints; a table of the runs; the sweeps' histories.\n";
 
-int Fail(const std::string& message) {
+int Fail(const std::string& message) { return FailWithMessage(message); }
+
+}  // namespace
+
+int FailWithMessage(const std::string& message) {
   std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
   return kExitUsage;
 }
-
-}  // namespace
 
 int RunReportCommand(const std::vector<std::string>& args) {
   std::vector<std::string> paths;

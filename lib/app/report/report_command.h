@@ -11,4 +11,8 @@ namespace kiln::app::report {
 // with one line on stderr).
 int RunReportCommand(const std::vector<std::string>& args);
 
+// Prints "kiln: error: MESSAGE" on one line to stderr and returns the exit code for bad input (2);
+// for this command and `kiln dashboard`.
+int FailWithMessage(const std::string& message);
+
 }  // namespace kiln::app::report

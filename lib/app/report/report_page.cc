@@ -227,10 +227,12 @@ std::string ReportJson(const Collection& c, const std::string& page_dir) {
   return j.Take();
 }
 
-std::string ReportHtml(const Collection& c, const std::string& page_dir, const std::string& title) {
+std::string ReportHtml(const Collection& c, const std::string& page_dir, const std::string& title,
+                       int live_refresh_ms) {
   std::string escaped_title = absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
   // The library's and the renderer's text go in as they are: both come from this build.
   return absl::StrReplaceAll(kTemplate, {{"{{TITLE}}", escaped_title},
+                                         {"{{LIVE_MS}}", absl::StrCat(live_refresh_ms)},
                                          {"{{UPLOT_CSS}}", kUplotCss},
                                          {"{{REPORT_CSS}}", kRendererCss},
                                          {"{{UPLOT_JS}}", kUplotJs},

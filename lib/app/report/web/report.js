@@ -550,7 +550,8 @@
     return wrap;
   }
 
-  function renderRuns(section) {
+  // openRuns: the names of the runs open before a live refresh (null on the first drawing).
+  function renderRuns(section, openRuns) {
     section.appendChild(el('h2', {text: 'Each run'}));
     var openAll = location.hash === '#all';
     DATA.runs.forEach(function (run, r) {
@@ -567,7 +568,7 @@
       }
       details.addEventListener('toggle', function () { if (details.open) render(); });
       section.appendChild(details);
-      if (r === 0 || openAll) { details.open = true; render(); }
+      if (openRuns ? openRuns[run.name] : r === 0 || openAll) { details.open = true; render(); }
     });
   }
 
@@ -589,7 +590,9 @@
     document.body.setAttribute('data-charts', String(charts.length));
   }
 
+  function renderPage(openRuns) {
   var t0 = performance.now();
+  charts = [];
   main.textContent = '';
   var notes = DATA.notes.slice();
   DATA.runs.forEach(function (run) { run.notes.forEach(function (n) { notes.push(run.name + ': ' + n); }); });
@@ -610,9 +613,31 @@
   guarded(function () { renderOverlay(sections.compare); });
   guarded(function () { renderGrouping(sections.compare); });
   guarded(function () { renderConfigDiff(sections.compare); });
-  guarded(function () { renderRuns(sections.each); });
+  guarded(function () { renderRuns(sections.each, openRuns); });
   document.body.setAttribute('data-render-ms', String(Math.round(performance.now() - t0)));
+  summarize();
+  }
+
+  renderPage(null);
   // Milliseconds from navigation start: loading, parsing the page and its data, drawing.
   document.body.setAttribute('data-ready-ms', String(Math.round(performance.now())));
-  summarize();
+
+  // `kiln dashboard`: the same page, its data fetched again every few seconds and redrawn when it
+  // changed, keeping open the runs that were open.
+  if (window.kilnLive) {
+    var last = document.getElementById('kiln-data').textContent, refreshes = 0;
+    setInterval(function () {
+      fetch('data.json', {cache: 'no-store'}).then(function (r) { return r.text(); }).then(function (text) {
+        if (text === last) return;
+        last = text;
+        var open = {};
+        document.querySelectorAll('details.run').forEach(function (d) {
+          if (d.open) open[DATA.runs[+d.getAttribute('data-run')].name] = true;
+        });
+        DATA = JSON.parse(text);
+        renderPage(open);
+        document.body.setAttribute('data-refreshes', String(++refreshes));
+      }).catch(function (e) { document.getElementById('kiln-counts').textContent = 'dashboard unreachable: ' + e; });
+    }, window.kilnLive);
+  }
 })();
