@@ -1,16 +1,17 @@
 // `kiln dashboard` through the real binary on a free loopback port: the page and its data while a
 // run is writing (a new metrics row shows up in the next fetch), files under the folder, `..` and
 // symbolic-link escapes refused with 403, missing files 404, and a clean stop on SIGTERM.
+#include "lib/app/report/dashboard.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <limits.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +21,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "lib/app/report/dashboard.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -52,17 +52,20 @@ int Status(httplib::Client& client, const std::string& path, std::string* body =
 class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!KILN_HAVE_UPLOT) GTEST_SKIP() << "kiln was built without uPlot (run scripts/fetch_web_deps.sh, then cmake)";
+    if (!KILN_HAVE_UPLOT)
+      GTEST_SKIP() << "kiln was built without uPlot (run scripts/fetch_web_deps.sh, then cmake)";
     dir_.Write("served/r1/.hydra/config.yaml", "seed: 1\n");
     dir_.Write("served/r1/metrics.csv", "step,train/loss\n0,2.5\n1,2.25\n2,2.0\n");
     dir_.Write("outside/secret.txt", "the secret\n");
     root_ = dir_.path() + "/served";
     ASSERT_EQ(::symlink((dir_.path() + "/outside").c_str(), (root_ + "/escape_dir").c_str()), 0);
-    ASSERT_EQ(::symlink((dir_.path() + "/outside/secret.txt").c_str(), (root_ + "/r1/link.txt").c_str()), 0);
+    ASSERT_EQ(
+        ::symlink((dir_.path() + "/outside/secret.txt").c_str(), (root_ + "/r1/link.txt").c_str()),
+        0);
     ASSERT_EQ(::symlink("metrics.csv", (root_ + "/r1/inside_link.csv").c_str()), 0);
     port_ = FreePort();
-    pid_ = testing::StartInOwnGroup({KILN_BINARY, "dashboard", root_, "--port", std::to_string(port_),
-                                     "--refresh", "0.5"});
+    pid_ = testing::StartInOwnGroup(
+        {KILN_BINARY, "dashboard", root_, "--port", std::to_string(port_), "--refresh", "0.5"});
     ASSERT_GT(pid_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_connection_timeout(2);
@@ -109,7 +112,8 @@ TEST_F(DashboardTest, ServesThePageAndSeesNewRowsWhileARunWrites) {
   EXPECT_TRUE(absl::StrContains(body, "\"train/loss\":{\"n\":3,")) << body;
   // The run logs one more step (the csv logger rewrites its file atomically).
   dir_.Write("served/r1/metrics.csv.tmp", "step,train/loss\n0,2.5\n1,2.25\n2,2.0\n3,1.75\n");
-  ASSERT_EQ(::rename((root_ + "/r1/metrics.csv.tmp").c_str(), (root_ + "/r1/metrics.csv").c_str()), 0);
+  ASSERT_EQ(::rename((root_ + "/r1/metrics.csv.tmp").c_str(), (root_ + "/r1/metrics.csv").c_str()),
+            0);
   ASSERT_EQ(Status(*client_, "/data.json", &body), 200);
   EXPECT_TRUE(absl::StrContains(body, "\"train/loss\":{\"n\":4,")) << body;
   // Files under the folder, links inside it included.
@@ -124,7 +128,8 @@ TEST_F(DashboardTest, ServesThePageAndSeesNewRowsWhileARunWrites) {
                                   "--user-data-dir=" + dir_.path() + "/profile", "--dump-dom",
                                   absl::StrCat("http://127.0.0.1:", port_, "/")});
   EXPECT_TRUE(absl::StrContains(dom.out, "data-errors=\"0\"")) << dom.out.substr(0, 2000);
-  EXPECT_TRUE(absl::StrContains(dom.out, "data-chart=\"run-0-loss\" data-series=\"1\" data-points=\"4\""));
+  EXPECT_TRUE(
+      absl::StrContains(dom.out, "data-chart=\"run-0-loss\" data-series=\"1\" data-points=\"4\""));
 #endif
   int status = Stop();
   ASSERT_TRUE(WIFEXITED(status)) << "not a clean exit on SIGTERM: wait status " << status;
@@ -132,10 +137,12 @@ TEST_F(DashboardTest, ServesThePageAndSeesNewRowsWhileARunWrites) {
 }
 
 TEST_F(DashboardTest, NothingOutsideTheFolderIsServed) {
-  ASSERT_EQ(Status(*client_, "/data.json"), 200) << "the dashboard did not answer on port " << port_;
-  for (const std::string path : {"/../../etc/passwd", "/r1/../../outside/secret.txt", "/%2e%2e/outside/secret.txt",
-                                 "/r1/%2E%2E/%2E%2E/outside/secret.txt", "/escape_dir/secret.txt", "/r1/link.txt",
-                                 "/..%2foutside%2fsecret.txt"}) {
+  ASSERT_EQ(Status(*client_, "/data.json"), 200)
+      << "the dashboard did not answer on port " << port_;
+  for (const std::string path :
+       {"/../../etc/passwd", "/r1/../../outside/secret.txt", "/%2e%2e/outside/secret.txt",
+        "/r1/%2E%2E/%2E%2E/outside/secret.txt", "/escape_dir/secret.txt", "/r1/link.txt",
+        "/..%2foutside%2fsecret.txt"}) {
     std::string body;
     int code = Status(*client_, path, &body);
     EXPECT_EQ(code, 403) << path;
@@ -171,10 +178,12 @@ TEST(DashboardFiles, ResolvesOnlyRegularFilesInsideTheRoot) {
 
 TEST(DashboardInput, BadArgumentsAreOneLineAndExitCode2) {
   TempDir dir;
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"dashboard"}, {"dashboard", dir.path() + "/nope"},
-        {"dashboard", dir.path(), "--port", "http"}, {"dashboard", dir.path(), "--port", "70000"},
-        {"dashboard", dir.path(), "--bogus"}, {"dashboard", dir.path(), dir.path()}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"dashboard"},
+                                               {"dashboard", dir.path() + "/nope"},
+                                               {"dashboard", dir.path(), "--port", "http"},
+                                               {"dashboard", dir.path(), "--port", "70000"},
+                                               {"dashboard", dir.path(), "--bogus"},
+                                               {"dashboard", dir.path(), dir.path()}}) {
     std::vector<std::string> argv = {KILN_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
     auto result = testing::RunProcess(argv);

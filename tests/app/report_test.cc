@@ -30,22 +30,27 @@ constexpr char kHydraConfig[] =
 
 // A finished run: 10 training steps, validation at steps 4 and 9, a test, a checkpoint.
 void WriteFinishedRun(const TempDir& dir, const std::string& run, const std::string& lr) {
-  dir.Write(run + "/.hydra/config.yaml", absl::StrCat("seed: 7\noptimizer:\n  _target_: sgd\n  lr: ", lr,
-                                                      "\ntrainer:\n  max_epochs: 1\n"));
+  dir.Write(run + "/.hydra/config.yaml",
+            absl::StrCat("seed: 7\noptimizer:\n  _target_: sgd\n  lr: ", lr,
+                         "\ntrainer:\n  max_epochs: 1\n"));
   dir.Write(run + "/.hydra/overrides.yaml", absl::StrCat("- optimizer.lr=", lr, "\n- seed=7\n"));
   std::string csv = "step,epoch,lr-SGD,train/loss,val/acc,val/loss\n";
   for (int s = 0; s < 10; ++s) {
     bool val = s == 4 || s == 9;
-    absl::StrAppend(&csv, s, ",0,", lr, ",", 2.0 - 0.15 * s, ",", val ? absl::StrCat(0.5 + 0.03 * s) : "", ",",
+    absl::StrAppend(&csv, s, ",0,", lr, ",", 2.0 - 0.15 * s, ",",
+                    val ? absl::StrCat(0.5 + 0.03 * s) : "", ",",
                     val ? absl::StrCat(1.5 - 0.1 * s) : "", "\n");
   }
   dir.Write(run + "/metrics.csv", csv);
   dir.Write(run + "/test_metrics.yaml", "test/acc: 0.81\ntest/loss: 0.55\n");
-  dir.Write(run + "/test_confusion_matrix.csv", "true/predicted,cat,dog,bird\ncat,8,1,1\ndog,2,7,1\nbird,0,1,9\n");
-  dir.Write(run + "/test_per_class_accuracy.csv", "class,support,correct,accuracy\ncat,10,8,0.8\ndog,10,7,0.7\nbird,10,9,0.9\n");
-  dir.Write(run + "/train.log", "[2026-11-24 10:00:00,000][kiln][INFO] - start\n"
-                                "[2026-11-24 10:01:05,500][kiln][INFO] - fit done: 1 epochs, 10 optimizer steps, "
-                                "640 samples in 64.0 s\n");
+  dir.Write(run + "/test_confusion_matrix.csv",
+            "true/predicted,cat,dog,bird\ncat,8,1,1\ndog,2,7,1\nbird,0,1,9\n");
+  dir.Write(run + "/test_per_class_accuracy.csv",
+            "class,support,correct,accuracy\ncat,10,8,0.8\ndog,10,7,0.7\nbird,10,9,0.9\n");
+  dir.Write(run + "/train.log",
+            "[2026-11-24 10:00:00,000][kiln][INFO] - start\n"
+            "[2026-11-24 10:01:05,500][kiln][INFO] - fit done: 1 epochs, 10 optimizer steps, "
+            "640 samples in 64.0 s\n");
   dir.Write(run + "/checkpoints/epoch=0-step=10.ckpt", "not really a checkpoint");
 }
 
@@ -55,12 +60,14 @@ void WriteOutputs(const TempDir& dir) {
   // A grid sweep of three jobs: two ran (one metrics file cut short mid-line), one failed early.
   dir.Write("outputs/grid/multirun.yaml", "hydra:\n  sweeper:\n    _target_: basic\n");
   dir.Write("outputs/grid/ledger.yaml",
-            "- {job: 0, status: ok, seconds: 1.5, overrides: ['optimizer.lr=0.01'], dir: '" + dir.path() +
+            "- {job: 0, status: ok, seconds: 1.5, overrides: ['optimizer.lr=0.01'], dir: '" +
+                dir.path() +
                 "/outputs/grid/0', message: ''}\n"
-                "- {job: 1, status: ok, seconds: 1.7, overrides: ['optimizer.lr=0.001'], dir: '" + dir.path() +
+                "- {job: 1, status: ok, seconds: 1.7, overrides: ['optimizer.lr=0.001'], dir: '" +
+                dir.path() +
                 "/outputs/grid/1', message: ''}\n"
-                "- {job: 2, status: failed, seconds: 0.2, overrides: ['optimizer.lr=-1'], dir: '" + dir.path() +
-                "/outputs/grid/2', message: 'option lr must be positive'}\n");
+                "- {job: 2, status: failed, seconds: 0.2, overrides: ['optimizer.lr=-1'], dir: '" +
+                dir.path() + "/outputs/grid/2', message: 'option lr must be positive'}\n");
   WriteFinishedRun(dir, "outputs/grid/0", "0.01");
   WriteFinishedRun(dir, "outputs/grid/1", "0.001");
   std::string truncated = ReadFile(dir.path() + "/outputs/grid/1/metrics.csv");
@@ -71,13 +78,21 @@ void WriteOutputs(const TempDir& dir) {
   dir.Write("outputs/running/.hydra/config.yaml", kHydraConfig);
   dir.Write("outputs/running/metrics.csv", "step,train/loss\n0,2.5\n1,2.25\n2,2.0\n");
   // An Optuna sweep: 4 trials, one pruned, one failed.
-  dir.Write("outputs/study/multirun.yaml", "hydra:\n  sweeper:\n    _target_: optuna\n    direction: maximize\n");
+  dir.Write("outputs/study/multirun.yaml",
+            "hydra:\n  sweeper:\n    _target_: optuna\n    direction: maximize\n");
   dir.Write("outputs/study/summary.csv",
             "trial,state,val/acc,seconds,optimizer.lr,dir\n"
-            "0,COMPLETE,0.7,2.00,0.1," + dir.path() + "/outputs/study/0\n"
-            "1,PRUNED,,1.00,0.5," + dir.path() + "/outputs/study/1\n"
-            "2,COMPLETE,0.8,2.10,0.03," + dir.path() + "/outputs/study/2\n"
-            "3,FAIL,,0.10,0.9," + dir.path() + "/outputs/study/3\n");
+            "0,COMPLETE,0.7,2.00,0.1," +
+                dir.path() +
+                "/outputs/study/0\n"
+                "1,PRUNED,,1.00,0.5," +
+                dir.path() +
+                "/outputs/study/1\n"
+                "2,COMPLETE,0.8,2.10,0.03," +
+                dir.path() +
+                "/outputs/study/2\n"
+                "3,FAIL,,0.10,0.9," +
+                dir.path() + "/outputs/study/3\n");
   WriteFinishedRun(dir, "outputs/study/0", "0.1");
   WriteFinishedRun(dir, "outputs/study/2", "0.03");
 }
@@ -91,9 +106,11 @@ std::string Chromium() {
 }
 
 // The page after its scripts ran, as headless Chromium serializes it.
-std::string RenderedDom(const std::string& page, const std::string& profile, const std::string& fragment = "") {
-  auto result = RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + profile,
-                            "--dump-dom", "file://" + page + fragment});
+std::string RenderedDom(const std::string& page, const std::string& profile,
+                        const std::string& fragment = "") {
+  auto result =
+      RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                  "--user-data-dir=" + profile, "--dump-dom", "file://" + page + fragment});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   return result.out;
 }
@@ -106,8 +123,10 @@ struct ChartInfo {
 // data-chart="NAME" ... data-series="S" data-points="P" of every chart in the DOM.
 std::map<std::string, ChartInfo> Charts(const std::string& dom) {
   std::map<std::string, ChartInfo> charts;
-  std::regex div(R"re(<div class="chart" data-chart="([^"]*)" data-series="(\d+)" data-points="(\d+)")re");
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), div); it != std::sregex_iterator(); ++it) {
+  std::regex div(
+      R"re(<div class="chart" data-chart="([^"]*)" data-series="(\d+)" data-points="(\d+)")re");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), div); it != std::sregex_iterator();
+       ++it) {
     charts[(*it)[1]] = {std::stoi((*it)[2]), std::stoi((*it)[3])};
   }
   return charts;
@@ -129,19 +148,22 @@ int CountOf(const std::string& text, const std::string& needle) {
 std::string RunsTable(const std::string& dom) {
   size_t start = dom.find("id=\"runs-table\"");
   size_t end = dom.find("</table>", start);
-  return start == std::string::npos || end == std::string::npos ? "" : dom.substr(start, end - start);
+  return start == std::string::npos || end == std::string::npos ? ""
+                                                                : dom.substr(start, end - start);
 }
 
 int RunsTableRows(const std::string& dom) { return CountOf(RunsTable(dom), "<tr data-run="); }
 
-#define SKIP_WITHOUT_UPLOT()                                                                  \
-  if (!KILN_HAVE_UPLOT) GTEST_SKIP() << "kiln was built without uPlot (run scripts/fetch_web_deps.sh, then cmake)"
+#define SKIP_WITHOUT_UPLOT() \
+  if (!KILN_HAVE_UPLOT)      \
+  GTEST_SKIP() << "kiln was built without uPlot (run scripts/fetch_web_deps.sh, then cmake)"
 
 class ReportTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SKIP_WITHOUT_UPLOT();
-    if (Chromium().empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium): not rendering";
+    if (Chromium().empty())
+      GTEST_SKIP() << "chromium is not installed (apt-get install chromium): not rendering";
   }
 };
 
@@ -160,10 +182,12 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
 
   std::string dom = RenderedDom(page, dir.path() + "/profile", "#all");
   ASSERT_FALSE(dom.empty());
-  EXPECT_EQ(Attribute(dom, "data-errors"), "0") << Attribute(dom, "id=\"kiln-errors\"[^>]*>") << dom.substr(0, 3000);
+  EXPECT_EQ(Attribute(dom, "data-errors"), "0")
+      << Attribute(dom, "id=\"kiln-errors\"[^>]*>") << dom.substr(0, 3000);
   EXPECT_EQ(RunsTableRows(dom), 7);  // grid 0-2, run_a, running, and the study's trials 0 and 2
   auto charts = Charts(dom);
-  // grid/0 (run 0): train/loss (10 points) and val/loss (2) on one chart; val/acc; the learning rate.
+  // grid/0 (run 0): train/loss (10 points) and val/loss (2) on one chart; val/acc; the learning
+  // rate.
   ASSERT_TRUE(charts.count("run-0-loss")) << dom.substr(0, 2000);
   EXPECT_EQ(charts["run-0-loss"].series, 2);
   EXPECT_EQ(charts["run-0-loss"].points, 12);
@@ -185,8 +209,10 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
   EXPECT_TRUE(absl::StrContains(dom, "<th>bird</th>"));
   EXPECT_TRUE(absl::StrContains(dom, "test/acc"));
   EXPECT_TRUE(absl::StrContains(dom, "epoch=0-step=10.ckpt"));
-  EXPECT_TRUE(absl::StrContains(RunsTable(dom), "<td>65.5 s</td>")) << "the wall time from train.log";
-  EXPECT_TRUE(absl::StrContains(RunsTable(dom), "data-value=\"10\"")) << "samples/s: 640 samples in 64 s";
+  EXPECT_TRUE(absl::StrContains(RunsTable(dom), "<td>65.5 s</td>"))
+      << "the wall time from train.log";
+  EXPECT_TRUE(absl::StrContains(RunsTable(dom), "data-value=\"10\""))
+      << "samples/s: 640 samples in 64 s";
   // What was skipped is said on the page.
   EXPECT_TRUE(absl::StrContains(dom, "the last line is cut short")) << "the truncated metrics.csv";
   EXPECT_TRUE(absl::StrContains(dom, "job 2 failed: option lr must be positive"));
@@ -194,9 +220,10 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
 
   std::string shot = std::string(KILN_TEST_OUTPUT_DIR) + "/report_test.png";
   std::remove(shot.c_str());
-  auto screenshot = RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                "--user-data-dir=" + dir.path() + "/profile", "--window-size=1400,2600",
-                                "--screenshot=" + shot, "file://" + page});
+  auto screenshot =
+      RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                  "--user-data-dir=" + dir.path() + "/profile", "--window-size=1400,2600",
+                  "--screenshot=" + shot, "file://" + page});
   EXPECT_EQ(screenshot.exit_code, 0) << screenshot.err;
   EXPECT_TRUE(FileExists(shot)) << screenshot.err;
 }
@@ -219,7 +246,8 @@ TEST_F(ReportTest, OneRunFolderGivesOneRowAndItsChartsOpen) {
 TEST_F(ReportTest, LongCurvesAreThinnedButKeepTheirExtremes) {
   TempDir dir;
   std::string csv = "step,train/loss\n";
-  for (int s = 0; s < 20000; ++s) absl::StrAppend(&csv, s, ",", s == 12345 ? 99.0 : 1.0 + (s % 7) * 0.01, "\n");
+  for (int s = 0; s < 20000; ++s)
+    absl::StrAppend(&csv, s, ",", s == 12345 ? 99.0 : 1.0 + (s % 7) * 0.01, "\n");
   dir.Write("long/metrics.csv", csv);
   std::string page = dir.path() + "/long.html";
   auto result = RunProcess({KILN_BINARY, "report", dir.path() + "/long", "-o", page});
@@ -230,13 +258,15 @@ TEST_F(ReportTest, LongCurvesAreThinnedButKeepTheirExtremes) {
   ASSERT_TRUE(charts.count("run-0-loss"));
   EXPECT_LE(charts["run-0-loss"].points, 800);
   EXPECT_GE(charts["run-0-loss"].points, 400);
-  EXPECT_TRUE(absl::StrContains(ReadFile(page), ",99,")) << "the spike at step 12345 was thinned away";
+  EXPECT_TRUE(absl::StrContains(ReadFile(page), ",99,"))
+      << "the spike at step 12345 was thinned away";
 }
 
 TEST(ReportInput, AFolderWithoutRunsIsOneLineAndExitCode2) {
   TempDir dir;
   dir.Write("empty/notes.txt", "nothing here\n");
-  auto result = RunProcess({KILN_BINARY, "report", dir.path() + "/empty", "-o", dir.path() + "/r.html"});
+  auto result =
+      RunProcess({KILN_BINARY, "report", dir.path() + "/empty", "-o", dir.path() + "/r.html"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_EQ(CountOf(result.err, "\n"), 1) << result.err;
   EXPECT_TRUE(absl::StrContains(result.err, "no runs under")) << result.err;
@@ -245,9 +275,10 @@ TEST(ReportInput, AFolderWithoutRunsIsOneLineAndExitCode2) {
 
 TEST(ReportInput, MissingPathsAndUnknownFlagsAreOneLineAndExitCode2) {
   TempDir dir;
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"report"}, {"report", dir.path() + "/nope"}, {"report", dir.path(), "--bogus"},
-        {"report", dir.path(), "-o"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"report"},
+                                               {"report", dir.path() + "/nope"},
+                                               {"report", dir.path(), "--bogus"},
+                                               {"report", dir.path(), "-o"}}) {
     std::vector<std::string> argv = {KILN_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
     auto result = RunProcess(argv);
@@ -264,10 +295,12 @@ TEST(ReportInput, GarbageFilesAreNotedNotFatal) {
   dir.Write("r/test_metrics.yaml", "[unclosed\n");
   dir.Write("r/.hydra/config.yaml", "a: [1, 2\n");
   dir.Write("r/test_confusion_matrix.csv", "true/predicted,a,b\na,1\n");
-  auto result = RunProcess({KILN_BINARY, "report", dir.path() + "/r", "-o", dir.path() + "/r.html"});
+  auto result =
+      RunProcess({KILN_BINARY, "report", dir.path() + "/r", "-o", dir.path() + "/r.html"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::string html = ReadFile(dir.path() + "/r.html");
-  EXPECT_TRUE(absl::StrContains(html, "malformed line")) << html.substr(html.find("kiln-data"), 2000);
+  EXPECT_TRUE(absl::StrContains(html, "malformed line"))
+      << html.substr(html.find("kiln-data"), 2000);
   EXPECT_TRUE(absl::StrContains(html, "test_metrics.yaml: "));
   EXPECT_TRUE(absl::StrContains(html, ".hydra/config.yaml: "));
 }

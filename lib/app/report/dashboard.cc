@@ -30,7 +30,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: kiln dashboard PATH [--port N] [--host ADDR] [--refresh SECONDS]\n"
     "  Serves the page of `kiln report PATH` at http://ADDR:N/ (default 127.0.0.1:8050), redrawn\n"
-    "  every SECONDS (default 5) while runs write. Read-only; files outside PATH are never served.\n"
+    "  every SECONDS (default 5) while runs write. Read-only; files outside PATH are never "
+    "served.\n"
     "  --port 0 picks a free port. SIGTERM or Ctrl-C stops it.\n";
 
 int Fail(const std::string& message) { return FailWithMessage(message); }
@@ -63,12 +64,19 @@ namespace {
 
 std::string ContentType(const std::string& path) {
   static const std::vector<std::pair<std::string, std::string>> kTypes = {
-      {".html", "text/html; charset=utf-8"}, {".json", "application/json"}, {".csv", "text/csv; charset=utf-8"},
-      {".yaml", "text/plain; charset=utf-8"}, {".log", "text/plain; charset=utf-8"},
-      {".txt", "text/plain; charset=utf-8"}, {".tsv", "text/plain; charset=utf-8"},
-      {".jsonl", "text/plain; charset=utf-8"}, {".png", "image/png"}, {".svg", "image/svg+xml"}};
+      {".html", "text/html; charset=utf-8"},
+      {".json", "application/json"},
+      {".csv", "text/csv; charset=utf-8"},
+      {".yaml", "text/plain; charset=utf-8"},
+      {".log", "text/plain; charset=utf-8"},
+      {".txt", "text/plain; charset=utf-8"},
+      {".tsv", "text/plain; charset=utf-8"},
+      {".jsonl", "text/plain; charset=utf-8"},
+      {".png", "image/png"},
+      {".svg", "image/svg+xml"}};
   for (const auto& [ending, type] : kTypes) {
-    if (path.size() >= ending.size() && path.compare(path.size() - ending.size(), ending.size(), ending) == 0) {
+    if (path.size() >= ending.size() &&
+        path.compare(path.size() - ending.size(), ending.size(), ending) == 0) {
       return type;
     }
   }
@@ -80,7 +88,8 @@ Collection ReadNow(const std::string& root) {
   auto collection = ReadRuns({root});
   if (collection.ok()) return *std::move(collection);
   Collection empty;
-  empty.notes.push_back(absl::StrCat(collection.status().message(), "; this page shows them when they appear"));
+  empty.notes.push_back(
+      absl::StrCat(collection.status().message(), "; this page shows them when they appear"));
   return empty;
 }
 
@@ -108,15 +117,18 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
         return Fail(absl::StrCat("--refresh takes seconds (at least 0.2), not '", v, "'"));
       }
     } else if (a.size() > 1 && a[0] == '-') {
-      return Fail(absl::StrCat("unknown flag '", a, "' for kiln dashboard (flags: --port N, --host ADDR, --refresh S)"));
+      return Fail(absl::StrCat("unknown flag '", a,
+                               "' for kiln dashboard (flags: --port N, --host ADDR, --refresh S)"));
     } else {
       paths.push_back(a);
     }
   }
-  if (paths.size() != 1) return Fail("kiln dashboard serves one folder: kiln dashboard PATH [--port N]");
+  if (paths.size() != 1)
+    return Fail("kiln dashboard serves one folder: kiln dashboard PATH [--port N]");
   if (!HaveChartingLibrary()) {
-    return Fail("this kiln was built without uPlot, the charting library of kiln dashboard: run "
-                "scripts/fetch_web_deps.sh (or scripts/install_deps.sh), then cmake again");
+    return Fail(
+        "this kiln was built without uPlot, the charting library of kiln dashboard: run "
+        "scripts/fetch_web_deps.sh (or scripts/install_deps.sh), then cmake again");
   }
   std::string root = RealPath(paths[0]);
   struct stat st;
@@ -147,28 +159,32 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
     ServedFile file = ResolveServedFile(root, req.matches[1]);
     res.status = file.status;
     if (file.status != 200) {
-      res.set_content(file.status == 403 ? "403 outside the dashboard's folder\n" : "404 not found\n", "text/plain");
+      res.set_content(
+          file.status == 403 ? "403 outside the dashboard's folder\n" : "404 not found\n",
+          "text/plain");
       return;
     }
     auto in = std::make_shared<std::ifstream>(file.path, std::ios::binary);
     struct stat fst;
     size_t size = ::stat(file.path.c_str(), &fst) == 0 ? static_cast<size_t>(fst.st_size) : 0;
-    res.set_content_provider(size, ContentType(file.path),
-                             [in](size_t offset, size_t length, httplib::DataSink& sink) {
-                               char buf[1 << 16];
-                               in->seekg(static_cast<std::streamoff>(offset));
-                               in->read(buf, static_cast<std::streamsize>(std::min(length, sizeof(buf))));
-                               std::streamsize got = in->gcount();
-                               if (got <= 0) return false;
-                               sink.write(buf, static_cast<size_t>(got));
-                               return true;
-                             });
+    res.set_content_provider(
+        size, ContentType(file.path), [in](size_t offset, size_t length, httplib::DataSink& sink) {
+          char buf[1 << 16];
+          in->seekg(static_cast<std::streamoff>(offset));
+          in->read(buf, static_cast<std::streamsize>(std::min(length, sizeof(buf))));
+          std::streamsize got = in->gcount();
+          if (got <= 0) return false;
+          sink.write(buf, static_cast<size_t>(got));
+          return true;
+        });
   });
 
-  int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
-    return Fail(absl::StrCat("cannot listen on ", host, ":", port, " (in use? --port N, or --port 0 for a free one)"));
+    return Fail(absl::StrCat("cannot listen on ", host, ":", port,
+                             " (in use? --port N, or --port 0 for a free one)"));
   }
   std::atomic<bool> signalled{false};
   std::thread stopper([&] {
@@ -177,7 +193,8 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
     signalled = true;
     server.stop();
   });
-  std::fprintf(stderr, "kiln dashboard: serving %s at http://%s:%d/ (read-only; SIGTERM or Ctrl-C stops)\n",
+  std::fprintf(stderr,
+               "kiln dashboard: serving %s at http://%s:%d/ (read-only; SIGTERM or Ctrl-C stops)\n",
                root.c_str(), host.c_str(), bound);
   std::fflush(stderr);
   bool listened = server.listen_after_bind();
@@ -193,7 +210,9 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
 bool HaveDashboard() { return false; }
 
 int RunDashboardCommand(const std::vector<std::string>&) {
-  return Fail("this kiln was built without cpp-httplib (apt-get install libcpp-httplib-dev, then cmake again)");
+  return Fail(
+      "this kiln was built without cpp-httplib (apt-get install libcpp-httplib-dev, then cmake "
+      "again)");
 }
 
 #endif

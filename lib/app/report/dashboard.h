@@ -1,7 +1,8 @@
 // `kiln dashboard PATH [--port N] [--host ADDR] [--refresh SECONDS]`: the page of `kiln report`,
 // served live from a small HTTP server (cpp-httplib) and redrawn while runs write. Bound to
 // 127.0.0.1 unless told otherwise, read-only, and serving nothing outside PATH: a path with `..`
-// is refused (403), and so is one that a symbolic link leads out of PATH. SIGTERM or SIGINT stop it.
+// is refused (403), and so is one that a symbolic link leads out of PATH. SIGTERM or SIGINT stop
+// it.
 #pragma once
 
 #include <string>

@@ -50,34 +50,41 @@ int RunReportCommand(const std::vector<std::string>& args) {
     } else if (a.rfind("--title=", 0) == 0) {
       title = a.substr(8);
     } else if (a.size() > 1 && a[0] == '-') {
-      return Fail(absl::StrCat("unknown flag '", a, "' for kiln report (flags: -o FILE, --title TEXT)"));
+      return Fail(
+          absl::StrCat("unknown flag '", a, "' for kiln report (flags: -o FILE, --title TEXT)"));
     } else {
       paths.push_back(a);
     }
   }
-  if (paths.empty()) return Fail("kiln report needs a run or sweep folder: kiln report PATH... [-o report.html]");
+  if (paths.empty())
+    return Fail("kiln report needs a run or sweep folder: kiln report PATH... [-o report.html]");
   if (!HaveChartingLibrary()) {
-    return Fail("this kiln was built without uPlot, the charting library of kiln report: run "
-                "scripts/fetch_web_deps.sh (or scripts/install_deps.sh), then cmake again");
+    return Fail(
+        "this kiln was built without uPlot, the charting library of kiln report: run "
+        "scripts/fetch_web_deps.sh (or scripts/install_deps.sh), then cmake again");
   }
   auto start = std::chrono::steady_clock::now();
   auto collection = ReadRuns(paths);
   if (!collection.ok()) return Fail(std::string(collection.status().message()));
   std::error_code ec;
   fs::path out = fs::absolute(output, ec);
-  if (title.empty()) title = absl::StrCat("kiln report: ", paths.size() == 1 ? paths[0] : "several folders");
+  if (title.empty())
+    title = absl::StrCat("kiln report: ", paths.size() == 1 ? paths[0] : "several folders");
   std::string html = ReportHtml(*collection, out.parent_path().string(), title);
   if (!out.parent_path().empty()) (void)MakeDirs(out.parent_path().string());
-  if (auto st = WriteFileAtomically(out.string(), html); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = WriteFileAtomically(out.string(), html); !st.ok())
+    return Fail(std::string(st.message()));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   size_t notes = collection->notes.size();
   for (const auto& r : collection->runs) notes += r.notes.size();
   for (const auto& s : collection->sweeps) notes += s.notes.size();
-  std::fprintf(stderr, "kiln report: %zu run(s), %zu sweep(s), %zu note(s) on what was skipped -> %s (%s, %.2f s)\n",
-               collection->runs.size(), collection->sweeps.size(), notes, output.c_str(),
-               html.size() >= (1 << 20) ? absl::StrFormat("%.1f MB", html.size() / 1048576.0).c_str()
-                                        : absl::StrFormat("%.0f KB", html.size() / 1024.0).c_str(),
-               seconds);
+  std::fprintf(
+      stderr,
+      "kiln report: %zu run(s), %zu sweep(s), %zu note(s) on what was skipped -> %s (%s, %.2f s)\n",
+      collection->runs.size(), collection->sweeps.size(), notes, output.c_str(),
+      html.size() >= (1 << 20) ? absl::StrFormat("%.1f MB", html.size() / 1048576.0).c_str()
+                               : absl::StrFormat("%.0f KB", html.size() / 1024.0).c_str(),
+      seconds);
   return kExitOk;
 }
 

@@ -95,7 +95,8 @@ class Json {
   }
   // JSON's own escapes, and never "</script>" (nor any tag) inside the page's data.
   void AppendString(absl::string_view s) {
-    out_ += absl::StrReplaceAll(JsonString(std::string(s)), {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
+    out_ += absl::StrReplaceAll(JsonString(std::string(s)),
+                                {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
   }
 
   std::string out_;
@@ -150,14 +151,21 @@ void WriteTable(Json& j, const Table& t) {
   j.Close(']').Close('}');
 }
 
-void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widths, const std::string& page_dir) {
+void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widths,
+              const std::string& page_dir) {
   j.Open('{').Key("name").Str(run.name).Key("dir").Str(run.dir).Key("status").Str(run.status);
   j.Key("overrides");
   WriteStrings(j, run.overrides);
   j.Key("wall");
-  if (run.wall_seconds) j.Num(*run.wall_seconds, "%.1f"); else j.Null();
+  if (run.wall_seconds)
+    j.Num(*run.wall_seconds, "%.1f");
+  else
+    j.Null();
   j.Key("samples_per_second");
-  if (run.samples_per_second) j.Num(*run.samples_per_second, "%.1f"); else j.Null();
+  if (run.samples_per_second)
+    j.Num(*run.samples_per_second, "%.1f");
+  else
+    j.Null();
   j.Key("series").Open('{');
   for (const auto& [name, s] : run.series) {
     j.Key(name);
@@ -173,7 +181,11 @@ void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widt
   for (const auto& [k, v] : run.config) j.Open('[').Str(k).Str(v).Close(']');
   j.Close(']').Key("checkpoints").Open('[');
   for (const auto& c : run.checkpoints) {
-    j.Open('{').Key("name").Str(fs::path(c.path).filename().string()).Key("href").Str(Href(c.path, page_dir));
+    j.Open('{')
+        .Key("name")
+        .Str(fs::path(c.path).filename().string())
+        .Key("href")
+        .Str(Href(c.path, page_dir));
     j.Key("bytes").Int(c.bytes).Close('}');
   }
   j.Close(']').Key("notes");
@@ -182,7 +194,13 @@ void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widt
 }
 
 void WriteSweep(Json& j, const Sweep& sweep) {
-  j.Open('{').Key("name").Str(sweep.name).Key("dir").Str(sweep.dir).Key("sweeper").Str(sweep.sweeper);
+  j.Open('{')
+      .Key("name")
+      .Str(sweep.name)
+      .Key("dir")
+      .Str(sweep.dir)
+      .Key("sweeper")
+      .Str(sweep.sweeper);
   j.Key("objectives");
   WriteStrings(j, sweep.objectives);
   j.Key("directions");
@@ -194,7 +212,10 @@ void WriteSweep(Json& j, const Sweep& sweep) {
     j.Close(']').Key("params").Open('{');
     for (const auto& [k, v] : t.params) j.Key(k).Str(v);
     j.Close('}').Key("seconds");
-    if (t.seconds) j.Num(*t.seconds, "%.1f"); else j.Null();
+    if (t.seconds)
+      j.Num(*t.seconds, "%.1f");
+    else
+      j.Null();
     j.Key("run").Int(t.run).Close('}');
   }
   j.Close(']').Key("notes");
@@ -229,7 +250,8 @@ std::string ReportJson(const Collection& c, const std::string& page_dir) {
 
 std::string ReportHtml(const Collection& c, const std::string& page_dir, const std::string& title,
                        int live_refresh_ms) {
-  std::string escaped_title = absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
+  std::string escaped_title =
+      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
   // The library's and the renderer's text go in as they are: both come from this build.
   return absl::StrReplaceAll(kTemplate, {{"{{TITLE}}", escaped_title},
                                          {"{{LIVE_MS}}", absl::StrCat(live_refresh_ms)},

@@ -17,10 +17,11 @@ std::string ReportJson(const Collection& collection, const std::string& page_dir
 
 // The whole page around ReportJson. With `live_refresh_ms` > 0 (`kiln dashboard`), the page fetches
 // data.json beside it that often and redraws when it changed.
-std::string ReportHtml(const Collection& collection, const std::string& page_dir, const std::string& title,
-                       int live_refresh_ms = 0);
+std::string ReportHtml(const Collection& collection, const std::string& page_dir,
+                       const std::string& title, int live_refresh_ms = 0);
 
-// Whether the charting library was built in (scripts/fetch_web_deps.sh fetched it before cmake ran).
+// Whether the charting library was built in (scripts/fetch_web_deps.sh fetched it before cmake
+// ran).
 bool HaveChartingLibrary();
 
 }  // namespace kiln::app::report

@@ -77,10 +77,12 @@ std::vector<std::string> CsvCells(absl::string_view line) {
 
 // The lines of a CSV file; a last line without its line break is one a writer had not finished
 // (kiln's writers end every line), so it is left out and noted.
-std::vector<std::string> CsvLines(const std::string& text, const std::string& what, std::vector<std::string>* notes) {
+std::vector<std::string> CsvLines(const std::string& text, const std::string& what,
+                                  std::vector<std::string>* notes) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
   if (!lines.empty() && !lines.back().empty()) {
-    notes->push_back(absl::StrCat(what, ": the last line is cut short (a file still being written?); skipped it"));
+    notes->push_back(absl::StrCat(
+        what, ": the last line is cut short (a file still being written?); skipped it"));
   }
   lines.pop_back();
   return lines;
@@ -100,8 +102,9 @@ std::optional<Table> ReadTable(const fs::path& file, std::vector<std::string>* n
   for (size_t i = 1; i < lines.size(); ++i) {
     auto cells = CsvCells(lines[i]);
     if (cells.size() != table.header.size()) {
-      notes->push_back(absl::StrCat(file.filename().string(), ": line ", i + 1, " has ", cells.size(),
-                                    " cells, the header ", table.header.size(), "; skipped the line"));
+      notes->push_back(absl::StrCat(file.filename().string(), ": line ", i + 1, " has ",
+                                    cells.size(), " cells, the header ", table.header.size(),
+                                    "; skipped the line"));
       continue;
     }
     table.rows.push_back(std::move(cells));
@@ -119,7 +122,8 @@ bool ParseNumber(absl::string_view cell, double* out) {
 
 // Splits `line` at commas into `cells` (reused between lines: metrics.csv has many); a line with
 // a quote goes through CsvCells.
-void SplitCells(absl::string_view line, std::vector<std::string>* quoted, std::vector<absl::string_view>* cells) {
+void SplitCells(absl::string_view line, std::vector<std::string>* quoted,
+                std::vector<absl::string_view>* cells) {
   cells->clear();
   if (line.find('"') != absl::string_view::npos) {
     *quoted = CsvCells(line);
@@ -128,7 +132,8 @@ void SplitCells(absl::string_view line, std::vector<std::string>* quoted, std::v
   }
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   size_t start = 0;
-  for (size_t comma; (comma = line.find(',', start)) != absl::string_view::npos; start = comma + 1) {
+  for (size_t comma; (comma = line.find(',', start)) != absl::string_view::npos;
+       start = comma + 1) {
     cells->push_back(line.substr(start, comma - start));
   }
   cells->push_back(line.substr(start));
@@ -144,7 +149,8 @@ void ReadMetricsCsv(const fs::path& file, Run* run) {
   }
   size_t end = rest.rfind('\n');
   if (end + 1 != rest.size()) {
-    run->notes.push_back("metrics.csv: the last line is cut short (a file still being written?); skipped it");
+    run->notes.push_back(
+        "metrics.csv: the last line is cut short (a file still being written?); skipped it");
     rest = end == absl::string_view::npos ? absl::string_view() : rest.substr(0, end + 1);
   }
   size_t eol = rest.find('\n');
@@ -184,13 +190,15 @@ void ReadMetricsCsv(const fs::path& file, Run* run) {
       columns[c]->values.push_back(v);
     }
   }
-  if (bad > 0) run->notes.push_back(absl::StrCat("metrics.csv: skipped ", bad, " malformed line(s)"));
+  if (bad > 0)
+    run->notes.push_back(absl::StrCat("metrics.csv: skipped ", bad, " malformed line(s)"));
   for (auto it = run->series.begin(); it != run->series.end();) {
     it = it->second.size() == 0 ? run->series.erase(it) : std::next(it);
   }
 }
 
-void Flatten(const Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out) {
+void Flatten(const Node& node, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>* out) {
   if (node.is_map()) {
     if (node.size() == 0) out->push_back({prefix, "{}"});
     for (const auto& [key, value] : node.entries()) {
@@ -198,7 +206,8 @@ void Flatten(const Node& node, const std::string& prefix, std::vector<std::pair<
     }
   } else if (node.is_list()) {
     if (node.size() == 0) out->push_back({prefix, "[]"});
-    for (size_t i = 0; i < node.size(); ++i) Flatten(*node.items()[i], absl::StrCat(prefix, ".", i), out);
+    for (size_t i = 0; i < node.size(); ++i)
+      Flatten(*node.items()[i], absl::StrCat(prefix, ".", i), out);
   } else {
     out->push_back({prefix, config::ScalarToYaml(node)});
   }
@@ -218,7 +227,8 @@ std::optional<double> LogSamplesPerSecond(const std::string& log) {
     return std::nullopt;
   }
   absl::string_view rest = line.substr(samples + 12);
-  if (!absl::SimpleAtod(rest.substr(0, rest.find(' ')), &seconds) || !(seconds > 0)) return std::nullopt;
+  if (!absl::SimpleAtod(rest.substr(0, rest.find(' ')), &seconds) || !(seconds > 0))
+    return std::nullopt;
   return n / seconds;
 }
 
@@ -248,10 +258,13 @@ std::optional<double> LogWallSeconds(const std::string& text) {
 bool HasEnding(const std::string& s, absl::string_view end) { return absl::EndsWith(s, end); }
 
 bool IsRunDir(const fs::path& dir) {
-  return IsFile(dir / ".hydra" / "config.yaml") || IsFile(dir / "metrics.csv") || IsFile(dir / "test_metrics.yaml");
+  return IsFile(dir / ".hydra" / "config.yaml") || IsFile(dir / "metrics.csv") ||
+         IsFile(dir / "test_metrics.yaml");
 }
 
-bool IsSweepDir(const fs::path& dir) { return IsFile(dir / "multirun.yaml") || IsFile(dir / "ledger.yaml"); }
+bool IsSweepDir(const fs::path& dir) {
+  return IsFile(dir / "multirun.yaml") || IsFile(dir / "ledger.yaml");
+}
 
 std::string Relative(const fs::path& path, const fs::path& base) {
   std::error_code ec;
@@ -300,8 +313,8 @@ void ReadOptunaSummary(const fs::path& dir, Sweep* sweep) {
   if (!table) return;
   const auto& h = table->header;
   auto seconds_col = std::find(h.begin(), h.end(), "seconds") - h.begin();
-  if (h.size() < 4 || h[0] != "trial" || h[1] != "state" || seconds_col == static_cast<long>(h.size()) ||
-      h.back() != "dir") {
+  if (h.size() < 4 || h[0] != "trial" || h[1] != "state" ||
+      seconds_col == static_cast<long>(h.size()) || h.back() != "dir") {
     sweep->notes.push_back("summary.csv: not the table an Optuna sweep writes; skipped");
     return;
   }
@@ -336,7 +349,8 @@ void ReadLedgerTrials(const fs::path& dir, Sweep* sweep) {
     t.seconds = e.seconds;
     for (const auto& o : JobIdentity(e.overrides)) {
       size_t eq = o.find('=');
-      if (eq != std::string::npos) t.params[std::string(absl::StripPrefix(o.substr(0, eq), "+"))] = o.substr(eq + 1);
+      if (eq != std::string::npos)
+        t.params[std::string(absl::StripPrefix(o.substr(0, eq), "+"))] = o.substr(eq + 1);
     }
     t.dir = e.dir;
     if (e.status != "ok" && !e.message.empty()) {
@@ -415,7 +429,8 @@ class Reader {
       if (job.is_relative()) job = fs::absolute(job);
       if (!IsRunDir(job)) {
         if (t.state != "ok" && t.state != "COMPLETE") continue;
-        sweep.notes.push_back(absl::StrCat("job ", t.number, ": no run folder at ", job.string(), "; skipped"));
+        sweep.notes.push_back(
+            absl::StrCat("job ", t.number, ": no run folder at ", job.string(), "; skipped"));
         continue;
       }
       taken.insert(fs::weakly_canonical(job).string());
@@ -425,7 +440,8 @@ class Reader {
     std::vector<fs::path> others;
     std::error_code ec;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      if (IsDir(it->path()) && IsRunDir(it->path()) && !taken.count(fs::weakly_canonical(it->path()).string())) {
+      if (IsDir(it->path()) && IsRunDir(it->path()) &&
+          !taken.count(fs::weakly_canonical(it->path()).string())) {
         others.push_back(it->path());
       }
     }
@@ -485,7 +501,8 @@ Run ReadRun(const std::string& dir_path, const std::string& name) {
   if (IsFile(dir / "metrics.csv")) {
     ReadMetricsCsv(dir / "metrics.csv", &run);
   } else {
-    run.notes.push_back("no metrics.csv (the csv logger was off, or the run has not logged yet); no curves");
+    run.notes.push_back(
+        "no metrics.csv (the csv logger was off, or the run has not logged yet); no curves");
   }
   bool tested = false;
   if (IsFile(dir / "test_metrics.yaml")) {
@@ -497,9 +514,9 @@ Run ReadRun(const std::string& dir_path, const std::string& name) {
         if (!std::isnan(v)) run.test_metrics[key] = v;
       }
     } else {
-      run.notes.push_back(absl::StrCat("test_metrics.yaml: ",
-                                       node.ok() ? "not a map of metrics" : std::string(node.status().message()),
-                                       "; skipped"));
+      run.notes.push_back(absl::StrCat(
+          "test_metrics.yaml: ",
+          node.ok() ? "not a map of metrics" : std::string(node.status().message()), "; skipped"));
     }
   }
   if (IsFile(dir / ".hydra" / "overrides.yaml")) {
@@ -517,7 +534,8 @@ Run ReadRun(const std::string& dir_path, const std::string& name) {
     if (node.ok()) {
       Flatten(**node, "", &run.config);
     } else {
-      run.notes.push_back(absl::StrCat(".hydra/config.yaml: ", node.status().message(), "; skipped"));
+      run.notes.push_back(
+          absl::StrCat(".hydra/config.yaml: ", node.status().message(), "; skipped"));
     }
   }
   std::vector<fs::path> files;
@@ -536,8 +554,10 @@ Run ReadRun(const std::string& dir_path, const std::string& name) {
   }
   if (IsDir(dir / "checkpoints")) {
     std::vector<fs::path> ckpts;
-    for (fs::directory_iterator it(dir / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
-      if (IsFile(it->path()) && HasEnding(it->path().filename().string(), ".ckpt")) ckpts.push_back(it->path());
+    for (fs::directory_iterator it(dir / "checkpoints", ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (IsFile(it->path()) && HasEnding(it->path().filename().string(), ".ckpt"))
+        ckpts.push_back(it->path());
     }
     std::sort(ckpts.begin(), ckpts.end());
     for (const auto& c : ckpts) {
@@ -554,20 +574,24 @@ Run ReadRun(const std::string& dir_path, const std::string& name) {
     }
   }
   run.status = tested ? "complete" : "incomplete";
-  if (!tested) run.notes.push_back("no test_metrics.yaml: still running, stopped early, or not tested");
+  if (!tested)
+    run.notes.push_back("no test_metrics.yaml: still running, stopped early, or not tested");
   return run;
 }
 
 absl::StatusOr<Collection> ReadRuns(const std::vector<std::string>& paths) {
-  if (paths.empty()) return absl::InvalidArgumentError("kiln report needs a run or sweep folder: kiln report PATH... [-o report.html]");
+  if (paths.empty())
+    return absl::InvalidArgumentError(
+        "kiln report needs a run or sweep folder: kiln report PATH... [-o report.html]");
   Reader reader;
   for (const auto& p : paths) {
     if (auto st = reader.Add(p); !st.ok()) return st;
   }
   Collection c = reader.Finish();
   if (c.runs.empty() && c.sweeps.empty()) {
-    return absl::NotFoundError(absl::StrCat("no runs under ", absl::StrJoin(paths, ", "),
-                                            " (a run folder holds .hydra/config.yaml or metrics.csv)"));
+    return absl::NotFoundError(
+        absl::StrCat("no runs under ", absl::StrJoin(paths, ", "),
+                     " (a run folder holds .hydra/config.yaml or metrics.csv)"));
   }
   return c;
 }

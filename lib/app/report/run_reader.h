@@ -26,11 +26,11 @@ struct Checkpoint {
 };
 
 struct Run {
-  std::string dir;    // absolute
-  std::string name;   // relative to the folder given on the command line
-  std::string status; // "complete", "failed", "pruned", "incomplete", ...
-  std::vector<std::string> overrides;   // .hydra/overrides.yaml (or the sweep's ledger)
-  std::map<std::string, Series> series; // metrics.csv, a column each (not `step`)
+  std::string dir;                       // absolute
+  std::string name;                      // relative to the folder given on the command line
+  std::string status;                    // "complete", "failed", "pruned", "incomplete", ...
+  std::vector<std::string> overrides;    // .hydra/overrides.yaml (or the sweep's ledger)
+  std::map<std::string, Series> series;  // metrics.csv, a column each (not `step`)
   std::map<std::string, double> test_metrics;
   std::vector<Table> confusion_matrices;
   std::vector<Table> per_class;
@@ -38,17 +38,17 @@ struct Run {
   std::vector<Checkpoint> checkpoints;
   std::optional<double> wall_seconds;
   std::optional<double> samples_per_second;  // train.log's "fit done: ... N samples in T s"
-  std::vector<std::string> notes;       // what was skipped or looks wrong
+  std::vector<std::string> notes;            // what was skipped or looks wrong
 };
 
 struct Trial {  // one job of a sweep, as the sweep recorded it
   int64_t number = 0;
-  std::string state;                    // ok / failed (grid), COMPLETE / PRUNED / FAIL (Optuna)
-  std::vector<double> values;           // the objectives (Optuna)
+  std::string state;           // ok / failed (grid), COMPLETE / PRUNED / FAIL (Optuna)
+  std::vector<double> values;  // the objectives (Optuna)
   std::map<std::string, std::string> params;
   std::optional<double> seconds;
   std::string dir;
-  int run = -1;                         // index into Collection::runs, -1 when it left no run
+  int run = -1;  // index into Collection::runs, -1 when it left no run
 };
 
 struct Sweep {
