@@ -196,6 +196,11 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
   EXPECT_EQ(charts["run-0-learning rate"].series, 1);
   EXPECT_EQ(charts["run-0-learning rate"].points, 10);
   EXPECT_FALSE(charts.count("run-0-epoch")) << "epoch is an x, not a curve";
+  // The same curves against epochs (the epoch column: epoch 0 ends at step 9).
+  auto by_epoch = Charts(RenderedDom(page, dir.path() + "/profile", "#all,epoch"));
+  ASSERT_TRUE(by_epoch.count("run-0-loss-epoch"));
+  EXPECT_EQ(by_epoch["run-0-loss-epoch"].series, 2);
+  EXPECT_EQ(by_epoch["run-0-loss-epoch"].points, 12);
   // Across runs: the chosen metric (val/loss) of every run that logged it (5 finished runs).
   ASSERT_TRUE(charts.count("overlay"));
   EXPECT_EQ(charts["overlay"].series, 5);

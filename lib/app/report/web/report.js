@@ -495,18 +495,30 @@
       groups[key].push(name);
     });
     if (order.length) {
-      body.appendChild(el('h3', {text: 'Curves'}));
+      var toEpochs = epochMapper(run);
+      var axis = el('select', {class: 'x-axis', 'data-run': String(r)});
+      axis.appendChild(el('option', {value: 'step', text: 'step'}));
+      if (toEpochs) axis.appendChild(el('option', {value: 'epoch', text: 'epoch'}));
+      body.appendChild(el('h3', {}, ['Curves ', el('label', {class: 'muted'}, ['against ', axis])]));
       var holder = el('div', {class: 'charts'});
       body.appendChild(holder);
-      order.forEach(function (key) {
-        var list = groups[key].map(function (name, i) {
-          var s = decode(run.series[name]);
-          return {label: name, x: s.x, y: s.y, color: color(i)};
+      var drawCurves = function () {
+        holder.textContent = '';
+        var byEpoch = axis.value === 'epoch';
+        order.forEach(function (key) {
+          var list = groups[key].map(function (name, i) {
+            var s = decode(run.series[name]);
+            return {label: name, x: byEpoch ? s.x.map(toEpochs) : s.x, y: s.y, color: color(i)};
+          });
+          var raw = groups[key].reduce(function (a, n) { return a + run.series[n].n; }, 0);
+          var box = chart(holder, 'run-' + r + '-' + key + (byEpoch ? '-epoch' : ''), key, list,
+                          {height: 220, xLabel: byEpoch ? 'epoch' : 'step'});
+          box.setAttribute('data-raw-points', String(raw));
         });
-        var raw = groups[key].reduce(function (a, n) { return a + run.series[n].n; }, 0);
-        var box = chart(holder, 'run-' + r + '-' + key, key, list, {height: 220});
-        box.setAttribute('data-raw-points', String(raw));
-      });
+      };
+      axis.addEventListener('change', function () { guarded(drawCurves); summarize(); });
+      if (toEpochs && hashWords().indexOf('epoch') >= 0) axis.value = 'epoch';
+      drawCurves();
     }
     var tests = Object.keys(run.test).sort();
     if (tests.length) {
@@ -524,6 +536,26 @@
       details.appendChild(table(['key', 'value'], run.config, {attrs: {class: 'kv config'}}));
       body.appendChild(details);
     }
+  }
+
+  // Steps to epochs completed, from the `epoch` column: epoch E ends at the last step that logged
+  // it, which is E + 1 epochs; linear in between (and past the last one, at its pace).
+  function epochMapper(run) {
+    var e = run.series.epoch;
+    if (!e) return null;
+    decode(e);
+    var last = {};
+    for (var i = 0; i < e.x.length; i++) if (e.y[i] !== null) last[e.y[i]] = Math.max(last[e.y[i]] || 0, e.x[i]);
+    var knots = [[0, 0]].concat(Object.keys(last).map(Number).sort(function (a, b) { return a - b; })
+      .map(function (ep) { return [last[ep], ep + 1]; }));
+    knots = knots.filter(function (k, j) { return j === 0 || k[0] > knots[j - 1][0]; });
+    if (knots.length < 2) return null;
+    return function (x) {
+      var j = 1;
+      while (j < knots.length - 1 && knots[j][0] < x) j++;
+      var a = knots[j - 1], b = knots[j];
+      return a[1] + (x - a[0]) * (b[1] - a[1]) / (b[0] - a[0]);
+    };
   }
 
   // A confusion matrix as a table whose cells are shaded by their share of the true class's row.
@@ -553,7 +585,7 @@
   // openRuns: the names of the runs open before a live refresh (null on the first drawing).
   function renderRuns(section, openRuns) {
     section.appendChild(el('h2', {text: 'Each run'}));
-    var openAll = location.hash === '#all';
+    var openAll = hashWords().indexOf('all') >= 0;
     DATA.runs.forEach(function (run, r) {
       var details = el('details', {class: 'run', id: 'run-' + r, 'data-run': String(r)},
                        [el('summary', {text: run.name + ' — ' + run.status})]);
@@ -573,6 +605,9 @@
   }
 
   // ---- page -----------------------------------------------------------------------------------
+
+  // report.html#all,epoch: every run open, curves against epochs (for links and tests).
+  function hashWords() { return location.hash.replace(/^#/, '').split(','); }
 
   function guarded(fn) {
     try { fn(); } catch (e) { window.kilnErrors.push(String(e && e.stack || e)); }
