@@ -13,11 +13,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 bench/report_runs.py "$work/runs" "$runs" "$steps"
 "$kiln" report "$work/runs" -o "$work/report.html" >/dev/null 2>&1  # warm the file cache
-start=$(date +%s%N)
-"$kiln" report "$work/runs" -o "$work/report.html"
-end=$(date +%s%N)
-printf 'generate: %d runs x %d steps in %.3f s, page %.2f MB\n' "$runs" "$steps" \
-  "$(((end - start) / 1000000))e-3" "$(stat -c %s "$work/report.html")e-6"
+for i in 1 2 3; do
+  start=$(date +%s%N)
+  cpu=$( { /usr/bin/time -f '%U %S' "$kiln" report "$work/runs" -o "$work/report.html" 2>&1 >/dev/null; } | tail -1)
+  end=$(date +%s%N)
+  printf 'generate %d: %d runs x %d steps in %.3f s wall, %.2f s CPU (user+sys), page %.2f MB; load average %s\n' \
+    "$i" "$runs" "$steps" "$(((end - start) / 1000000))e-3" "$(awk '{print $1 + $2}' <<<"$cpu")" \
+    "$(stat -c %s "$work/report.html")e-6" "$(cut -d' ' -f1 /proc/loadavg)"
+done
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [[ -z "$browser" ]]; then
   echo "render: skipped (no chromium)"
