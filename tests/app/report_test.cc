@@ -267,6 +267,56 @@ TEST_F(ReportTest, LongCurvesAreThinnedButKeepTheirExtremes) {
       << "the spike at step 12345 was thinned away";
 }
 
+#if defined(BLOBS_PLUGIN) && defined(SWEEP_TOOLS_PLUGIN)
+// What the real binary writes, not fixtures: a grid sweep of `kiln train` jobs, and an Optuna study
+// (the sweep_tools plugin's `quadratic` launcher computes each trial's objective, no run folders).
+TEST_F(ReportTest, RealGridSweepAndOptunaStudyOfTheBinary) {
+  TempDir dir;
+  auto grid = RunProcess({KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
+                          "trainer.num_threads=1", "data.train_size=2000", "trainer.max_epochs=2",
+                          "trainer.log_every_n_steps=1", "hydra.sweep.dir=" + dir.path() + "/grid",
+                          "data.seed=0,1"});
+  ASSERT_EQ(grid.exit_code, 0) << grid.err;
+  std::string page = dir.path() + "/grid.html";
+  auto result = RunProcess({KILN_BINARY, "report", dir.path() + "/grid", "-o", page});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(absl::StrContains(result.err, "2 run(s), 1 sweep(s)")) << result.err;
+  std::string dom = RenderedDom(page, dir.path() + "/profile");
+  EXPECT_EQ(Attribute(dom, "data-errors"), "0");
+  EXPECT_EQ(RunsTableRows(dom), 2);
+  auto charts = Charts(dom);
+  ASSERT_TRUE(charts.count("run-0-loss")) << dom.substr(0, 2000);
+  EXPECT_GE(charts["run-0-loss"].series, 2);  // train and val
+  ASSERT_TRUE(charts.count("sweep-0-history"));
+  EXPECT_EQ(charts["sweep-0-history"].series, 2);  // the objective and the best so far
+  EXPECT_EQ(charts["sweep-0-history"].points, 4);
+  EXPECT_TRUE(charts.count("sweep-0-param-data.seed"));
+
+  if (std::system("/usr/bin/python3 -c 'import optuna' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "Optuna is not installed for /usr/bin/python3: the study part is skipped";
+  }
+  dir.Write("conf/train.yaml", "x: 0.0\n'y': 0.0\n");
+  auto study = RunProcess({KILN_BINARY, "compose", "-m", "--plugin", SWEEP_TOOLS_PLUGIN,
+                           "--config-path", dir.path() + "/conf", "hydra/sweeper=optuna",
+                           "hydra.sweeper.sampler.seed=0", "hydra/launcher=quadratic",
+                           "hydra.launcher.steps=1", "hydra.sweeper.objective=val/loss",
+                           "hydra.sweeper.n_trials=6", "x=interval(-2,2)", "y=interval(-3,3)",
+                           "hydra.sweep.dir=" + dir.path() + "/study"});
+  ASSERT_EQ(study.exit_code, 0) << study.err;
+  page = dir.path() + "/study.html";
+  result = RunProcess({KILN_BINARY, "report", dir.path() + "/study", "-o", page});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  dom = RenderedDom(page, dir.path() + "/profile");
+  EXPECT_EQ(Attribute(dom, "data-errors"), "0");
+  charts = Charts(dom);
+  EXPECT_EQ(charts["sweep-0-history"].series, 2);
+  EXPECT_EQ(charts["sweep-0-history"].points, 12);  // 6 trials and 6 best-so-far points
+  EXPECT_EQ(charts["sweep-0-param-x"].points, 6);
+  EXPECT_EQ(charts["sweep-0-param-y"].points, 6);
+  EXPECT_TRUE(absl::StrContains(dom, "minimize val/loss"));
+}
+#endif
+
 TEST(ReportInput, AFolderWithoutRunsIsOneLineAndExitCode2) {
   TempDir dir;
   dir.Write("empty/notes.txt", "nothing here\n");
