@@ -247,6 +247,24 @@ TEST_F(ReportTest, OneRunFolderGivesOneRowAndItsChartsOpen) {
   EXPECT_EQ(charts["run-0-loss"].points, 12);
 }
 
+// Names are data, never markup: a run folder and a metric named like tags render as text.
+TEST_F(ReportTest, NamesThatLookLikeMarkupStayText) {
+  TempDir dir;
+  std::string run = "x</script><b id=\"bold\">y & z";
+  dir.Write(run + "/metrics.csv", "step,\"train/<i>loss</i>\"\n0,1.0\n1,0.5\n");
+  std::string page = dir.path() + "/markup.html";
+  auto result = RunProcess(
+      {KILN_BINARY, "report", dir.path() + "/" + run, "-o", page, "--title", "<h2>t</h2>"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::string dom = RenderedDom(page, dir.path() + "/profile");
+  EXPECT_EQ(Attribute(dom, "data-errors"), "0") << dom.substr(0, 3000);
+  EXPECT_EQ(RunsTableRows(dom), 1);
+  EXPECT_FALSE(absl::StrContains(dom, "<b id=\"bold\">")) << "a folder name became markup";
+  EXPECT_FALSE(absl::StrContains(dom, "<i>loss</i>")) << "a metric name became markup";
+  EXPECT_FALSE(absl::StrContains(dom, "<h2>t</h2>")) << "the title became markup";
+  EXPECT_TRUE(absl::StrContains(dom, "x&lt;/script&gt;&lt;b id=\"bold\"&gt;y &amp; z"));
+}
+
 // A long curve reaches the page thinned (at most two points per bucket) but keeps its spike.
 TEST_F(ReportTest, LongCurvesAreThinnedButKeepTheirExtremes) {
   TempDir dir;

@@ -193,6 +193,12 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
     signalled = true;
     server.stop();
   });
+  if (host != "127.0.0.1" && host != "localhost" && host != "::1") {
+    std::fprintf(stderr,
+                 "kiln dashboard: warning: listening on %s, not loopback: whoever reaches this "
+                 "machine can read the files under %s\n",
+                 host.c_str(), root.c_str());
+  }
   std::fprintf(stderr,
                "kiln dashboard: serving %s at http://%s:%d/ (read-only; SIGTERM or Ctrl-C stops)\n",
                root.c_str(), host.c_str(), bound);
