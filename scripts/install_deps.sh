@@ -23,6 +23,9 @@ set -euo pipefail
 #   zlib1g-dev                                           gzip-compressed IDX files
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
+#   libcpp-httplib-dev                                   HTTP server of kiln dashboard
+#   npm (with nodejs, unless node and npm are there)     fetches uPlot, the charting library kiln report inlines
+#                                                        (scripts/fetch_web_deps.sh, pinned by integrity hash)
 # Only for `test`:
 #   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
@@ -30,12 +33,14 @@ set -euo pipefail
 #                                                        how to install it when it is missing)
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
+#   chromium                                             headless browser: the kiln report tests render pages in it
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
+  libcpp-httplib-dev
 )
 case "${1:-}" in
   "") ;;
@@ -45,6 +50,7 @@ case "${1:-}" in
       python3-torch python3-torchvision python3-yaml
       python3-optuna
       iproute2 espeak-ng sox
+      chromium
     )
     ;;
   *) echo "usage: install_deps.sh [test]" >&2; exit 2 ;;
@@ -55,8 +61,12 @@ for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
+# A node and npm from elsewhere (nodesource) would conflict with Debian's packages: keep them.
+command -v npm >/dev/null || missing+=(nodejs npm)
 
+fetch_web_deps() { "$(dirname "${BASH_SOURCE[0]}")/fetch_web_deps.sh"; }
 if ((${#missing[@]} == 0)); then
+  fetch_web_deps
   exit 0
 fi
 
@@ -67,3 +77,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "kiln setup: packages installed"
+fetch_web_deps

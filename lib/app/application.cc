@@ -18,6 +18,8 @@
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/local_workers.h"
+#include "lib/app/report/dashboard.h"
+#include "lib/app/report/report_command.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/spawn.h"
 #include "lib/app/stored_config.h"
@@ -641,6 +643,9 @@ int RunApplication(const std::vector<std::string>& args) {
     std::fprintf(stderr, "kiln: error: the process that started this one has ended; not starting\n");
     return kExitFailure;
   }
+  // `report` and `dashboard` read what runs wrote: they compose no config and load no engine.
+  if (!args.empty() && args[0] == "report") return report::RunReportCommand({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "dashboard") return report::RunDashboardCommand({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
     ReportError(cl.status());

@@ -19,6 +19,8 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
+      {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},
+      {"dashboard", "serve that page live while runs write: kiln dashboard PATH [--port N]"},
   };
   return *commands;
 }
@@ -135,7 +137,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     }
     if (!known) {
       return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
-                               "; commands: train, validate, test, predict, export, compose, list"));
+                               "; commands: train, validate, test, predict, export, compose, list, report, dashboard"));
     }
   }
   if (cl.info.has_value() && cl.info == "all") cl.info = "";

@@ -1,0 +1,265 @@
+#include "lib/app/report/report_page.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "lib/app/optuna_helper.h"
+
+namespace kiln::app::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char kTemplate[] =
+#include "lib/app/report/web/report_html.inc"
+    ;
+const char kRendererJs[] =
+#include "lib/app/report/web/report_js.inc"
+    ;
+const char kRendererCss[] =
+#include "lib/app/report/web/report_css.inc"
+    ;
+const char kUplotJs[] =
+#include "lib/app/report/web/uplot_js.inc"
+    ;
+const char kUplotCss[] =
+#include "lib/app/report/web/uplot_css.inc"
+    ;
+
+// A compact JSON writer: numbers with the digits a chart needs, strings safe inside <script>.
+class Json {
+ public:
+  Json& Raw(absl::string_view s) {
+    Comma();
+    out_.append(s.data(), s.size());
+    return *this;
+  }
+  Json& Key(absl::string_view k) {
+    Comma();
+    AppendString(k);
+    out_ += ':';
+    after_key_ = true;
+    return *this;
+  }
+  Json& Str(absl::string_view s) {
+    Comma();
+    AppendString(s);
+    return *this;
+  }
+  Json& Num(double v, const char* format = "%.6g") {
+    Comma();
+    if (std::isfinite(v)) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), format, v);
+      out_ += buf;
+    } else {
+      out_ += "null";
+    }
+    return *this;
+  }
+  Json& Int(int64_t v) {
+    Comma();
+    absl::StrAppend(&out_, v);
+    return *this;
+  }
+  Json& Null() { return Raw("null"); }
+  Json& Open(char c) {
+    Comma();
+    out_ += c;
+    first_ = true;
+    return *this;
+  }
+  Json& Close(char c) {
+    out_ += c;
+    first_ = false;
+    return *this;
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Comma() {
+    if (after_key_) {
+      after_key_ = false;
+      first_ = false;
+      return;
+    }
+    if (!first_ && !out_.empty()) out_ += ',';
+    first_ = false;
+  }
+  // JSON's own escapes, and never "</script>" (nor any tag) inside the page's data.
+  void AppendString(absl::string_view s) {
+    out_ += absl::StrReplaceAll(JsonString(std::string(s)),
+                                {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
+  }
+
+  std::string out_;
+  bool first_ = true;
+  bool after_key_ = false;
+};
+
+std::string Href(const std::string& path, const std::string& page_dir) {
+  std::error_code ec;
+  fs::path rel = fs::relative(path, page_dir, ec);
+  std::string p = ec || rel.empty() ? path : rel.string();
+  std::string out;
+  for (unsigned char c : p) {
+    if (std::isalnum(c) || std::strchr("-._~/", c)) {
+      out += static_cast<char>(c);
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+// x as the first step and then differences (small integers for integer steps); y with 5 digits.
+void WriteSeries(Json& j, const Series& s, int64_t raw_points) {
+  j.Open('{').Key("n").Int(raw_points).Key("dx").Open('[');
+  double previous = 0;
+  for (double x : s.steps) {
+    double d = x - previous;
+    if (d == std::floor(d) && std::fabs(d) < 1e15) {
+      j.Int(static_cast<int64_t>(d));
+    } else {
+      j.Num(d, "%.10g");
+    }
+    previous = x;
+  }
+  j.Close(']').Key("y").Open('[');
+  for (double y : s.values) j.Num(y, "%.5g");
+  j.Close(']').Close('}');
+}
+
+void WriteStrings(Json& j, const std::vector<std::string>& v) {
+  j.Open('[');
+  for (const auto& s : v) j.Str(s);
+  j.Close(']');
+}
+
+void WriteTable(Json& j, const Table& t) {
+  j.Open('{').Key("name").Str(t.name).Key("header");
+  WriteStrings(j, t.header);
+  j.Key("rows").Open('[');
+  for (const auto& row : t.rows) WriteStrings(j, row);
+  j.Close(']').Close('}');
+}
+
+void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widths,
+              const std::string& page_dir) {
+  j.Open('{').Key("name").Str(run.name).Key("dir").Str(run.dir).Key("status").Str(run.status);
+  j.Key("overrides");
+  WriteStrings(j, run.overrides);
+  j.Key("wall");
+  if (run.wall_seconds)
+    j.Num(*run.wall_seconds, "%.1f");
+  else
+    j.Null();
+  j.Key("samples_per_second");
+  if (run.samples_per_second)
+    j.Num(*run.samples_per_second, "%.1f");
+  else
+    j.Null();
+  j.Key("series").Open('{');
+  for (const auto& [name, s] : run.series) {
+    j.Key(name);
+    WriteSeries(j, Downsample(s, widths.at(name), kDisplayBuckets), static_cast<int64_t>(s.size()));
+  }
+  j.Close('}').Key("test").Open('{');
+  for (const auto& [k, v] : run.test_metrics) j.Key(k).Num(v);
+  j.Close('}').Key("confusion").Open('[');
+  for (const auto& t : run.confusion_matrices) WriteTable(j, t);
+  j.Close(']').Key("per_class").Open('[');
+  for (const auto& t : run.per_class) WriteTable(j, t);
+  j.Close(']').Key("config").Open('[');
+  for (const auto& [k, v] : run.config) j.Open('[').Str(k).Str(v).Close(']');
+  j.Close(']').Key("checkpoints").Open('[');
+  for (const auto& c : run.checkpoints) {
+    j.Open('{')
+        .Key("name")
+        .Str(fs::path(c.path).filename().string())
+        .Key("href")
+        .Str(Href(c.path, page_dir));
+    j.Key("bytes").Int(c.bytes).Close('}');
+  }
+  j.Close(']').Key("notes");
+  WriteStrings(j, run.notes);
+  j.Close('}');
+}
+
+void WriteSweep(Json& j, const Sweep& sweep) {
+  j.Open('{')
+      .Key("name")
+      .Str(sweep.name)
+      .Key("dir")
+      .Str(sweep.dir)
+      .Key("sweeper")
+      .Str(sweep.sweeper);
+  j.Key("objectives");
+  WriteStrings(j, sweep.objectives);
+  j.Key("directions");
+  WriteStrings(j, sweep.directions);
+  j.Key("trials").Open('[');
+  for (const auto& t : sweep.trials) {
+    j.Open('{').Key("number").Int(t.number).Key("state").Str(t.state).Key("values").Open('[');
+    for (double v : t.values) j.Num(v, "%.8g");
+    j.Close(']').Key("params").Open('{');
+    for (const auto& [k, v] : t.params) j.Key(k).Str(v);
+    j.Close('}').Key("seconds");
+    if (t.seconds)
+      j.Num(*t.seconds, "%.1f");
+    else
+      j.Null();
+    j.Key("run").Int(t.run).Close('}');
+  }
+  j.Close(']').Key("notes");
+  WriteStrings(j, sweep.notes);
+  j.Close('}');
+}
+
+}  // namespace
+
+bool HaveChartingLibrary() { return sizeof(kUplotJs) > 1; }
+
+std::string ReportJson(const Collection& c, const std::string& page_dir) {
+  // One bucket width per metric across runs, so that overlaid curves share their x positions.
+  std::map<std::string, double> max_step;
+  for (const auto& run : c.runs) {
+    for (const auto& [name, s] : run.series) {
+      for (double x : s.steps) max_step[name] = std::max(max_step[name], x);
+    }
+  }
+  std::map<std::string, double> widths;
+  for (const auto& [name, m] : max_step) widths[name] = BucketWidth(m, kDisplayBuckets);
+  Json j;
+  j.Open('{').Key("display_buckets").Int(kDisplayBuckets).Key("notes");
+  WriteStrings(j, c.notes);
+  j.Key("runs").Open('[');
+  for (const auto& run : c.runs) WriteRun(j, run, widths, page_dir);
+  j.Close(']').Key("sweeps").Open('[');
+  for (const auto& sweep : c.sweeps) WriteSweep(j, sweep);
+  j.Close(']').Close('}');
+  return j.Take();
+}
+
+std::string ReportHtml(const Collection& c, const std::string& page_dir, const std::string& title,
+                       int live_refresh_ms) {
+  std::string escaped_title =
+      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
+  // The library's and the renderer's text go in as they are: both come from this build.
+  return absl::StrReplaceAll(kTemplate, {{"{{TITLE}}", escaped_title},
+                                         {"{{LIVE_MS}}", absl::StrCat(live_refresh_ms)},
+                                         {"{{UPLOT_CSS}}", kUplotCss},
+                                         {"{{REPORT_CSS}}", kRendererCss},
+                                         {"{{UPLOT_JS}}", kUplotJs},
+                                         {"{{REPORT_JS}}", kRendererJs},
+                                         {"{{DATA}}", ReportJson(c, page_dir)}});
+}
+
+}  // namespace kiln::app::report
