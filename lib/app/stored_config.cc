@@ -49,12 +49,22 @@ std::string StringValue(const config::ComposeResult& composed, const std::string
   return value.find("${") == std::string::npos ? value : "";
 }
 
+// Whether RUN's stored config is that of a training run: the command recorded in
+// RUN/.hydra/hydra.yaml (hydra.job.name) is `train`, or the file says nothing. The folder of
+// another command's checkpoint (`kiln average`'s averaged.ckpt) holds that command's config.
+bool TrainedThere(const std::string& run_dir) {
+  auto hydra = config::LoadYamlFile(run_dir + "/.hydra/hydra.yaml");
+  if (!hydra.ok() || *hydra == nullptr) return true;
+  NodePtr name = config::SelectPath(*hydra, {"hydra", "job", "name"});
+  return name == nullptr || name->kind() != config::NodeKind::kString || name->as_string() == "train";
+}
+
 // The run a checkpoint file belongs to: the folder holding it, or that folder's parent
-// (RUN/checkpoints/last.ckpt), whichever has a stored config.
+// (RUN/checkpoints/last.ckpt), whichever has a stored config of a training run.
 std::string RunOfCheckpoint(const std::string& ckpt) {
   std::string dir = Parent(ckpt);
   for (const std::string& candidate : {dir, Parent(dir)}) {
-    if (IsFile(StoredConfigFile(candidate))) return candidate;
+    if (IsFile(StoredConfigFile(candidate))) return TrainedThere(candidate) ? candidate : "";
   }
   return "";
 }
