@@ -22,6 +22,10 @@ install(TARGETS ${kiln_targets} EXPORT KilnTargets
   LIBRARY DESTINATION lib
   ARCHIVE DESTINATION lib)
 install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
+# The library `kiln dashboard` loads; nothing links it, so it is not exported.
+if(TARGET kiln_dashboard)
+  install(TARGETS kiln_dashboard LIBRARY DESTINATION lib)
+endif()
 
 # The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include
 # keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); internal ones are not

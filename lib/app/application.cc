@@ -1,5 +1,6 @@
 #include "lib/app/application.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,7 +19,6 @@
 #include "lib/app/cli.h"
 #include "lib/app/launcher.h"
 #include "lib/app/local_workers.h"
-#include "lib/app/report/dashboard.h"
 #include "lib/app/report/report_command.h"
 #include "lib/app/run_dir.h"
 #include "lib/app/spawn.h"
@@ -98,6 +98,26 @@ absl::Status LoadBuiltinLibraries() {
     if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+// `kiln dashboard`: libkiln_dashboard (cpp-httplib with OpenSSL and brotli) is loaded for this
+// command only, so no other start of kiln pays for loading them.
+int RunDashboard(const std::vector<std::string>& args) {
+  std::string path = absl::StrCat(ExecutableDir(), "/../lib/libkiln_dashboard.so");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    std::fprintf(stderr, "kiln: error: this kiln was built without cpp-httplib, which kiln dashboard serves "
+                         "pages with (apt-get install libcpp-httplib-dev, then cmake again)\n");
+    return kExitUsage;
+  }
+  auto handle = OpenLibraryAs(path, "built-in", RTLD_LOCAL);
+  using Main = int (*)(const std::vector<std::string>*);
+  Main main = handle.ok() ? reinterpret_cast<Main>(::dlsym(*handle, "kiln_dashboard_main")) : nullptr;
+  if (main == nullptr) {
+    ReportError(handle.ok() ? absl::InternalError(absl::StrCat(path, " has no kiln_dashboard_main")) : handle.status());
+    return kExitFailure;
+  }
+  return main(&args);
 }
 
 // Where `plugins: [name]` finds installed plugins: <prefix>/lib/kiln/plugins.
@@ -645,7 +665,7 @@ int RunApplication(const std::vector<std::string>& args) {
   }
   // `report` and `dashboard` read what runs wrote: they compose no config and load no engine.
   if (!args.empty() && args[0] == "report") return report::RunReportCommand({args.begin() + 1, args.end()});
-  if (!args.empty() && args[0] == "dashboard") return report::RunDashboardCommand({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "dashboard") return RunDashboard({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
     ReportError(cl.status());

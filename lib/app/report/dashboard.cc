@@ -20,9 +20,7 @@
 #include "lib/app/report/run_reader.h"
 #include "lib/core/exit_code.h"
 
-#ifdef KILN_HAVE_HTTPLIB
 #include <httplib.h>
-#endif
 
 namespace kiln::app::report {
 namespace {
@@ -56,9 +54,7 @@ ServedFile ResolveServedFile(const std::string& root, const std::string& url_pat
   return {200, real};
 }
 
-#ifdef KILN_HAVE_HTTPLIB
 
-bool HaveDashboard() { return true; }
 
 namespace {
 
@@ -211,16 +207,9 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
   return listened ? kExitOk : kExitFailure;
 }
 
-#else  // built without cpp-httplib
-
-bool HaveDashboard() { return false; }
-
-int RunDashboardCommand(const std::vector<std::string>&) {
-  return Fail(
-      "this kiln was built without cpp-httplib (apt-get install libcpp-httplib-dev, then cmake "
-      "again)");
-}
-
-#endif
-
 }  // namespace kiln::app::report
+
+// The entry `kiln` finds with dlsym after loading this library for `kiln dashboard`.
+extern "C" int kiln_dashboard_main(const std::vector<std::string>* args) {
+  return kiln::app::report::RunDashboardCommand(*args);
+}

@@ -10,10 +10,9 @@
 
 namespace kiln::app::report {
 
-// Whether this kiln was built with the HTTP library (libcpp-httplib-dev).
-bool HaveDashboard();
-
-// Runs the command with the arguments after `dashboard`; returns the exit code.
+// Runs the command with the arguments after `dashboard`; returns the exit code. It lives in
+// libkiln_dashboard (built when cpp-httplib is there), which `kiln` loads for this command only
+// and enters through `extern "C" kiln_dashboard_main(const std::vector<std::string>*)`.
 int RunDashboardCommand(const std::vector<std::string>& args);
 
 // What a request for `url_path` under `root` (a real path, no symbolic links) may serve: the file's
