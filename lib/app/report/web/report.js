@@ -531,6 +531,10 @@
       ctx.save();
       ctx.font = Math.round(12 * px) + 'px system-ui, sans-serif';
       ctx.fillStyle = '#374151';
+      ctx.strokeStyle = 'rgba(255, 255, 255, 0.85)';  // a halo, to read the labels over dense lines
+      ctx.lineWidth = 3 * px;
+      ctx.lineJoin = 'round';
+      var text = function (t, x, y) { ctx.strokeText(t, x, y); ctx.fillText(t, x, y); };
       axes.forEach(function (a, i) {
         var x = u.valToPos(i, 'x', true);
         if (a.kind === 'choice') {
@@ -539,15 +543,14 @@
           ctx.textBaseline = 'middle';
           a.choices.forEach(function (c, j) {
             if (many && j !== 0 && j !== a.choices.length - 1) return;
-            ctx.fillText(c.length > 16 ? c.slice(0, 15) + '…' : c, x + (i === k ? -5 : 5) * px,
-                         u.valToPos(a.pos(c), 'y', true));
+            text(c.length > 16 ? c.slice(0, 15) + '…' : c, x + (i === k ? -5 : 5) * px, u.valToPos(a.pos(c), 'y', true));
           });
         } else {
           ctx.textAlign = 'center';
           ctx.textBaseline = 'bottom';
-          ctx.fillText(tick(a.hi), x, u.valToPos(1, 'y', true) - 6 * px);
+          text(tick(a.hi), x, u.valToPos(1, 'y', true) - 6 * px);
           ctx.textBaseline = 'top';
-          ctx.fillText(tick(a.lo), x, u.valToPos(0, 'y', true) + 6 * px);
+          text(tick(a.lo), x, u.valToPos(0, 'y', true) + 6 * px);
         }
       });
       ctx.restore();
