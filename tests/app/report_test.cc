@@ -1,8 +1,9 @@
 // `kiln report` through the real binary, its page rendered in headless Chromium: runs, a grid sweep
 // with a failed job, an Optuna sweep with pruned and failed trials, a truncated metrics file and a
 // run still being written, written here as `kiln train` writes them; then the charts' series and
-// point counts, the runs table's rows and the page's errors are read back from the rendered DOM,
-// and a screenshot is left in the build tree. Bad input ends in one line and exit code 2.
+// point counts (and each sweep's parallel-coordinates axes), the runs table's rows and the page's
+// errors are read back from the rendered DOM, and screenshots are left in the build tree. Bad input
+// ends in one line and exit code 2.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -79,7 +80,8 @@ void WriteOutputs(const TempDir& dir) {
   dir.Write("outputs/running/metrics.csv", "step,train/loss\n0,2.5\n1,2.25\n2,2.0\n");
   // An Optuna sweep: 4 trials, one pruned, one failed.
   dir.Write("outputs/study/multirun.yaml",
-            "hydra:\n  sweeper:\n    _target_: optuna\n    direction: maximize\n");
+            "hydra:\n  sweeper:\n    _target_: optuna\n    direction: maximize\n"
+            "  overrides:\n    task: ['optimizer.lr=tag(log,interval(0.01,1))']\n");
   dir.Write("outputs/study/summary.csv",
             "trial,state,val/acc,seconds,optimizer.lr,dir\n"
             "0,COMPLETE,0.7,2.00,0.1," +
@@ -115,6 +117,19 @@ std::string RenderedDom(const std::string& page, const std::string& profile,
   return result.out;
 }
 
+// A screenshot of the page, left in the build tree as NAME.
+void Screenshot(const std::string& page, const std::string& profile, const std::string& name,
+                const std::string& window_size) {
+  std::string shot = std::string(KILN_TEST_OUTPUT_DIR) + "/" + name;
+  std::remove(shot.c_str());
+  auto result =
+      RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                  "--user-data-dir=" + profile, "--window-size=" + window_size,
+                  "--screenshot=" + shot, "file://" + page});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(FileExists(shot)) << result.err;
+}
+
 struct ChartInfo {
   int series = -1;
   int points = -1;
@@ -130,6 +145,17 @@ std::map<std::string, ChartInfo> Charts(const std::string& dom) {
     charts[(*it)[1]] = {std::stoi((*it)[2]), std::stoi((*it)[3])};
   }
   return charts;
+}
+
+// An attribute of the chart data-chart="NAME" (data-axes, data-axis-scales, data-kind).
+std::string ChartAttribute(const std::string& dom, const std::string& chart,
+                           const std::string& name) {
+  size_t at = dom.find("data-chart=\"" + chart + "\"");
+  if (at == std::string::npos) return "";
+  std::string tag = dom.substr(at, dom.find('>', at) - at);
+  std::smatch m;
+  if (std::regex_search(tag, m, std::regex(" " + name + R"re(="([^"]*)")re"))) return m[1];
+  return "";
 }
 
 std::string Attribute(const std::string& dom, const std::string& name) {
@@ -209,6 +235,20 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
   ASSERT_TRUE(charts.count("sweep-1-history")) << "sweeps: " << Attribute(dom, "data-charts");
   EXPECT_EQ(charts["sweep-1-history"].series, 4);
   EXPECT_TRUE(absl::StrContains(dom, ">pruned<") || absl::StrContains(dom, "PRUNED"));
+  // Parallel coordinates, one line per trial: the grid's three jobs (the failed one grey, without
+  // an objective) on lr and test/acc; the study's four trials on lr, log-scaled as its search
+  // space (multirun.yaml) says, and val/acc.
+  ASSERT_TRUE(charts.count("sweep-0-parallel"));
+  EXPECT_EQ(charts["sweep-0-parallel"].series, 3);
+  EXPECT_EQ(charts["sweep-0-parallel"].points, 5);  // 2 scored jobs x 2 axes, the failed one's lr
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axes"), "2");
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axis-scales"), "linear,linear");
+  ASSERT_TRUE(charts.count("sweep-1-parallel"));
+  EXPECT_EQ(charts["sweep-1-parallel"].series, 4);
+  EXPECT_EQ(charts["sweep-1-parallel"].points, 6);  // the pruned and failed trials: lr only
+  EXPECT_EQ(ChartAttribute(dom, "sweep-1-parallel", "data-axes"), "2");
+  EXPECT_EQ(ChartAttribute(dom, "sweep-1-parallel", "data-axis-scales"), "log,linear");
+  EXPECT_TRUE(charts.count("sweep-1-param-optimizer.lr")) << "the scatters stay";
   // The confusion matrix with its class names, the test metrics, the checkpoint link.
   EXPECT_TRUE(absl::StrContains(dom, "class=\"heatmap\" data-classes=\"3\""));
   EXPECT_TRUE(absl::StrContains(dom, "<th>bird</th>"));
@@ -223,14 +263,7 @@ TEST_F(ReportTest, RunsAndSweepsRenderWithTheirCurvesTablesAndWhatWasSkipped) {
   EXPECT_TRUE(absl::StrContains(dom, "job 2 failed: option lr must be positive"));
   EXPECT_TRUE(absl::StrContains(dom, "running: no test_metrics.yaml"));
 
-  std::string shot = std::string(KILN_TEST_OUTPUT_DIR) + "/report_test.png";
-  std::remove(shot.c_str());
-  auto screenshot =
-      RunProcess({Chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                  "--user-data-dir=" + dir.path() + "/profile", "--window-size=1400,2600",
-                  "--screenshot=" + shot, "file://" + page});
-  EXPECT_EQ(screenshot.exit_code, 0) << screenshot.err;
-  EXPECT_TRUE(FileExists(shot)) << screenshot.err;
+  Screenshot(page, dir.path() + "/profile", "report_test.png", "1400,2600");
 }
 
 TEST_F(ReportTest, OneRunFolderGivesOneRowAndItsChartsOpen) {
@@ -309,6 +342,12 @@ TEST_F(ReportTest, RealGridSweepAndOptunaStudyOfTheBinary) {
   EXPECT_EQ(charts["sweep-0-history"].series, 2);  // the objective and the best so far
   EXPECT_EQ(charts["sweep-0-history"].points, 4);
   EXPECT_TRUE(charts.count("sweep-0-param-data.seed"));
+  // Parallel coordinates: both jobs, on data.seed (a choice: 0,1) and test/acc.
+  ASSERT_TRUE(charts.count("sweep-0-parallel"));
+  EXPECT_EQ(charts["sweep-0-parallel"].series, 2);
+  EXPECT_EQ(charts["sweep-0-parallel"].points, 4);
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axes"), "2");
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axis-scales"), "choice,linear");
 
   if (std::system("/usr/bin/python3 -c 'import optuna' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "Optuna is not installed for /usr/bin/python3: the study part is skipped";
@@ -332,6 +371,13 @@ TEST_F(ReportTest, RealGridSweepAndOptunaStudyOfTheBinary) {
   EXPECT_EQ(charts["sweep-0-param-x"].points, 6);
   EXPECT_EQ(charts["sweep-0-param-y"].points, 6);
   EXPECT_TRUE(absl::StrContains(dom, "minimize val/loss"));
+  // Parallel coordinates: six trials on x, y (intervals) and val/loss.
+  ASSERT_TRUE(charts.count("sweep-0-parallel"));
+  EXPECT_EQ(charts["sweep-0-parallel"].series, 6);
+  EXPECT_EQ(charts["sweep-0-parallel"].points, 18);
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axes"), "3");
+  EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axis-scales"), "linear,linear,linear");
+  Screenshot(page, dir.path() + "/profile", "report_study.png", "1400,1500");
 }
 #endif
 

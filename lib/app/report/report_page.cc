@@ -205,6 +205,16 @@ void WriteSweep(Json& j, const Sweep& sweep) {
   WriteStrings(j, sweep.objectives);
   j.Key("directions");
   WriteStrings(j, sweep.directions);
+  j.Key("space").Open('[');
+  for (const auto& p : sweep.space) {
+    j.Open('{').Key("name").Str(p.name).Key("kind").Str(p.kind);
+    j.Key("log").Raw(p.log ? "true" : "false");
+    if (p.low && p.high) j.Key("low").Num(*p.low, "%.10g").Key("high").Num(*p.high, "%.10g");
+    j.Key("choices");
+    WriteStrings(j, p.choices);
+    j.Close('}');
+  }
+  j.Close(']');
   j.Key("trials").Open('[');
   for (const auto& t : sweep.trials) {
     j.Open('{').Key("number").Int(t.number).Key("state").Str(t.state).Key("values").Open('[');

@@ -20,6 +20,8 @@
 #include "absl/strings/strip.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/config/node.h"
+#include "lib/config/override.h"
+#include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
 
 namespace kiln::app::report {
@@ -279,6 +281,51 @@ double Number(const Node& n) {
   return std::nan("");
 }
 
+// The search space: hydra.sweeper.params, then the sweeps of the command line
+// (hydra.overrides.task), a later one of a key replacing an earlier one, as the sweepers merge
+// them. What does not parse is left out: the page then lays the axis out from the trials' values.
+void ReadSearchSpace(const Node& root, const NodePtr& sweeper, Sweep* sweep) {
+  std::vector<config::Override> params, task;
+  if (auto p = config::ParseSweepParams(sweeper->Find("params")); p.ok()) params = *std::move(p);
+  NodePtr hydra = root.Find("hydra");
+  NodePtr overrides = hydra ? hydra->Find("overrides") : nullptr;
+  NodePtr lines = overrides && overrides->is_map() ? overrides->Find("task") : nullptr;
+  if (lines && lines->is_list()) {
+    for (const auto& line : lines->items()) {
+      if (line->kind() != NodeKind::kString) continue;
+      if (auto o = config::ParseOverride(line->as_string()); o.ok()) task.push_back(*std::move(o));
+    }
+  }
+  for (const auto& o : config::MergeSweepOverrides(params, task)) {
+    if (!o.is_sweep()) continue;
+    const config::Sweep& s = o.sweep;
+    SweptParam p;
+    p.name = o.KeyElement();
+    p.name.erase(0, p.name.find_first_not_of('+'));
+    p.log = std::find(s.tags.begin(), s.tags.end(), "log") != s.tags.end();
+    switch (s.kind) {
+      case config::SweepKind::kInterval:
+        p.kind = "interval";
+        if (double a = Number(*s.interval_low), b = Number(*s.interval_high);
+            std::isfinite(a) && std::isfinite(b)) {
+          p.low = a;
+          p.high = b;
+        }
+        break;
+      case config::SweepKind::kRange:
+        p.kind = "range";
+        break;
+      case config::SweepKind::kChoice:
+        p.kind = "choice";
+        for (const auto& c : s.choices) p.choices.push_back(config::OverrideValueToString(c));
+        break;
+      default:
+        p.kind = "glob";
+    }
+    sweep->space.push_back(std::move(p));
+  }
+}
+
 // multirun.yaml's hydra.sweeper: its _target_ name (basic, optuna), objectives and directions.
 void ReadSweeperConfig(const fs::path& dir, Sweep* sweep) {
   sweep->sweeper = "basic";
@@ -303,6 +350,7 @@ void ReadSweeperConfig(const fs::path& dir, Sweep* sweep) {
     return out;
   };
   sweep->directions = strings(sweeper->Find("direction"));
+  ReadSearchSpace(**node, sweeper, sweep);
 }
 
 // An Optuna sweep's summary.csv: trial,state,OBJECTIVE...,seconds,PARAM...,dir.

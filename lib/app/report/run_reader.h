@@ -51,12 +51,23 @@ struct Trial {  // one job of a sweep, as the sweep recorded it
   int run = -1;  // index into Collection::runs, -1 when it left no run
 };
 
+// One swept parameter as the sweep's multirun.yaml defines it (hydra.sweeper.params, then the
+// command line's sweeps in hydra.overrides.task): what the page needs to lay out its axis.
+struct SweptParam {
+  std::string name;                  // the key as trials name it ("optimizer.lr", no leading +)
+  std::string kind;                  // "interval", "range", "choice" or "glob"
+  bool log = false;                  // tag(log, ...)
+  std::optional<double> low, high;   // an interval's bounds
+  std::vector<std::string> choices;  // a choice's values in order, as override text
+};
+
 struct Sweep {
   std::string dir;
   std::string name;
   std::string sweeper;                  // "basic", "optuna", ...
   std::vector<std::string> objectives;  // Optuna's
   std::vector<std::string> directions;  // minimize / maximize, one per objective
+  std::vector<SweptParam> space;        // empty when multirun.yaml does not say
   std::vector<Trial> trials;
   std::vector<std::string> notes;
 };

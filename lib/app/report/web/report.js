@@ -404,6 +404,175 @@
   function isFailed(t) { return /^(fail|failed)/i.test(t.state); }
   function isPruned(t) { return /^pruned$/i.test(t.state); }
 
+  // ---- parallel coordinates -------------------------------------------------------------------
+  // uPlot has no such chart, so it is a line chart on its own terms: x is the axis index (one per
+  // swept parameter, the objective last), each trial one series through its values normalized per
+  // axis to [0, 1]; the x axis's splits and values name the axes, its grid lines are the axes, and
+  // a draw hook writes each axis's range (or its choices) in real units onto the canvas.
+
+  // One axis: {name, label, kind: 'number'|'choice', log, lo, hi, choices, pos(value) -> [0,1]|null}.
+  // `spec` is what the sweep's search space says of the parameter (multirun.yaml), if anything.
+  function parallelAxis(name, values, spec) {
+    var axis = {name: name, label: name, log: false};
+    var numeric = values.every(function (v) { return v === '' || isFinite(Number(v)); });
+    if ((spec && (spec.kind === 'choice' || spec.kind === 'glob')) || !numeric) {
+      // Choices evenly spaced, in the search space's order, then any value it does not list.
+      var choices = spec && spec.choices ? spec.choices.slice() : [];
+      values.forEach(function (v) { if (v !== '' && choices.indexOf(v) < 0) choices.push(v); });
+      axis.kind = 'choice';
+      axis.choices = choices;
+      axis.pos = function (v) {
+        var i = choices.indexOf(v);
+        return i < 0 ? null : choices.length < 2 ? 0.5 : i / (choices.length - 1);
+      };
+      return axis;
+    }
+    axis.kind = 'number';
+    axis.log = !!(spec && spec.log);
+    var xs = values.map(Number).filter(function (v, i) {
+      return values[i] !== '' && isFinite(v) && (!axis.log || v > 0);
+    });
+    if (spec && typeof spec.low === 'number' && typeof spec.high === 'number') xs.push(spec.low, spec.high);
+    if (!xs.length) return null;
+    axis.lo = Math.min.apply(null, xs);
+    axis.hi = Math.max.apply(null, xs);
+    if (axis.log) axis.label = name + ' (log)';
+    var f = axis.log ? Math.log : function (v) { return v; };
+    var a = f(axis.lo), b = f(axis.hi);
+    axis.pos = function (v) {
+      if (v === '' || v === null || v === undefined) return null;
+      v = Number(v);
+      if (!isFinite(v) || (axis.log && v <= 0)) return null;
+      return b > a ? (f(v) - a) / (b - a) : 0.5;
+    };
+    return axis;
+  }
+
+  function mix(a, b, t) {  // two '#rrggbb' colours, t in [0, 1] from a to b
+    var c = [0, 2, 4].map(function (o) {
+      var x = parseInt(a.substr(1 + o, 2), 16), y = parseInt(b.substr(1 + o, 2), 16);
+      return Math.round(x + (y - x) * t);
+    });
+    return 'rgb(' + c.join(',') + ')';
+  }
+
+  var WORST = '#f59e0b', BEST = '#1d4ed8', NO_OBJECTIVE = '#9ca3af';
+
+  function renderParallel(parent, sweep, s, params, objective) {
+    var space = {};
+    (sweep.space || []).forEach(function (p) { space[p.name] = p; });
+    var trials = sweep.trials.slice().sort(function (a, b) { return a.number - b.number; });
+    var scored = function (t) {
+      var v = isFailed(t) || isPruned(t) ? null : objective.value(t);
+      return v !== null && isFinite(v) ? v : null;
+    };
+    var axes = params.map(function (p) {
+      var values = trials.map(function (t) { return p in t.params ? String(t.params[p]) : ''; });
+      return parallelAxis(p, values, space[p]);
+    }).filter(function (a) { return a !== null; });
+    var scores = trials.map(scored).filter(function (v) { return v !== null; });
+    if (!scores.length) return;
+    var objAxis = parallelAxis(objective.name, scores.map(String), null);
+    objAxis.label = objective.name + (objective.maximize ? ' (max)' : ' (min)');
+    axes.push(objAxis);
+    var k = axes.length - 1;
+    // Failed, pruned and unscored trials first (under the others), grey and dashed, with no point on
+    // the objective's axis; then the scored ones from worst to best, so that the best lie on top.
+    var order = trials.map(function (t) { return {t: t, v: scored(t)}; });
+    var rank = function (v) { return objective.maximize ? v : -v; };
+    order.sort(function (a, b) {
+      if (a.v === null || b.v === null) return (a.v === null ? 0 : 1) - (b.v === null ? 0 : 1);
+      return rank(a.v) - rank(b.v);
+    });
+    var lo = objAxis.lo, hi = objAxis.hi;
+    var xs = axes.map(function (a, i) { return i; });
+    var data = [xs], series = [{label: 'axis'}], points = 0;
+    order.forEach(function (o) {
+      var ys = axes.map(function (a, i) {
+        if (i === k) return o.v === null ? null : a.pos(String(o.v));
+        return a.pos(o.t.params[a.name] === undefined ? '' : String(o.t.params[a.name]));
+      });
+      ys.forEach(function (y) { if (y !== null) points++; });
+      data.push(ys);
+      var good = o.v === null ? 0 : hi > lo ? (rank(o.v) - rank(objective.maximize ? lo : hi)) / (hi - lo) : 1;
+      var stroke = o.v === null ? NO_OBJECTIVE : mix(WORST, BEST, good);
+      var spec = {label: 'trial ' + o.t.number, stroke: stroke, width: o.v === null ? 1 : 1.5, spanGaps: false,
+                  points: {show: true, size: 4, stroke: stroke, fill: stroke}};
+      if (o.v === null) spec.dash = [5, 4];
+      series.push(spec);
+    });
+    var name = 'sweep-' + s + '-parallel';
+    parent.appendChild(el('p', {class: 'muted', text: 'Each line a trial through its parameters (normalized per axis; ' +
+        'range or choices in real units at each axis) to ' + objective.name + ', coloured from amber (worst) to blue ' +
+        '(best); failed, pruned and unscored trials grey and dashed, with nothing on the last axis.'}));
+    var box = el('div', {class: 'chart', 'data-chart': name});
+    parent.appendChild(box);
+    box.setAttribute('data-series', String(order.length));
+    box.setAttribute('data-points', String(points));
+    box.setAttribute('data-kind', 'parallel');
+    box.setAttribute('data-axes', String(axes.length));
+    box.setAttribute('data-axis-scales', axes.map(function (a) {
+      return a.kind === 'choice' ? 'choice' : a.log ? 'log' : 'linear';
+    }).join(','));
+    charts.push({name: name, series: order.length, points: points, axes: axes.length});
+    var readout = el('p', {class: 'muted parallel-readout', text: 'Point near an axis to see a trial.'});
+    parent.appendChild(readout);
+    function describe(i) {
+      var o = order[i - 1];
+      var parts = axes.slice(0, k).map(function (a) {
+        return a.name + '=' + (o.t.params[a.name] === undefined ? '–' : o.t.params[a.name]);
+      });
+      return 'trial ' + o.t.number + ' (' + o.t.state + '): ' + parts.join(' ') + ' → ' + objective.name + ' ' +
+             (o.v === null ? '–' : fmt(o.v));
+    }
+    // Real units at each axis: its range above and below it (numbers), or every choice beside it.
+    function drawLabels(u) {
+      var ctx = u.ctx, px = window.devicePixelRatio || 1;
+      ctx.save();
+      ctx.font = Math.round(12 * px) + 'px system-ui, sans-serif';
+      ctx.fillStyle = '#374151';
+      ctx.strokeStyle = 'rgba(255, 255, 255, 0.85)';  // a halo, to read the labels over dense lines
+      ctx.lineWidth = 3 * px;
+      ctx.lineJoin = 'round';
+      var text = function (t, x, y) { ctx.strokeText(t, x, y); ctx.fillText(t, x, y); };
+      axes.forEach(function (a, i) {
+        var x = u.valToPos(i, 'x', true);
+        if (a.kind === 'choice') {
+          var many = a.choices.length > 12;
+          ctx.textAlign = i === k ? 'right' : 'left';
+          ctx.textBaseline = 'middle';
+          a.choices.forEach(function (c, j) {
+            if (many && j !== 0 && j !== a.choices.length - 1) return;
+            text(c.length > 16 ? c.slice(0, 15) + '…' : c, x + (i === k ? -5 : 5) * px, u.valToPos(a.pos(c), 'y', true));
+          });
+        } else {
+          ctx.textAlign = 'center';
+          ctx.textBaseline = 'bottom';
+          text(tick(a.hi), x, u.valToPos(1, 'y', true) - 6 * px);
+          ctx.textBaseline = 'top';
+          text(tick(a.lo), x, u.valToPos(0, 'y', true) + 6 * px);
+        }
+      });
+      ctx.restore();
+    }
+    var width = Math.max(320, Math.min(box.clientWidth || 900, 1400));
+    var opts = {
+      title: 'Parameters and ' + objective.name + ' (parallel coordinates; one line per trial)',
+      width: width, height: 300, series: series,
+      scales: {x: {time: false, range: [-0.12 * Math.max(k, 1), k + 0.12 * Math.max(k, 1)]}, y: {range: [-0.12, 1.12]}},
+      axes: [{splits: function () { return xs; },
+              values: function (u, splits) { return splits.map(function (i) { return axes[i] ? axes[i].label : ''; }); },
+              grid: {show: true, stroke: '#6b7280', width: 1}, ticks: {show: false}, size: 36},
+             {show: false}],
+      legend: {show: false},
+      cursor: {drag: {x: false, y: false}, focus: {prox: 12}, points: {show: false}},
+      focus: {alpha: 0.15},
+      hooks: {draw: [drawLabels],
+              setSeries: [function (u, i) { readout.textContent = i ? describe(i) : 'Point near an axis to see a trial.'; }]},
+    };
+    new uPlot(opts, data, box);
+  }
+
   function renderSweep(section, sweep, s) {
     section.appendChild(el('h2', {text: 'Sweep ' + sweep.name + ' (' + sweep.sweeper + ', ' + sweep.trials.length + ' trials)'}));
     var counts = {};
@@ -442,6 +611,7 @@
       section.appendChild(holder);
       chart(holder, 'sweep-' + s + '-history', 'Optimization history (' + (objective.maximize ? 'maximize ' : 'minimize ') +
             objective.name + ')', list, {xLabel: 'trial'});
+      if (params.length) renderParallel(section, sweep, s, params, objective);
       // Parameter against objective: one scatter per numeric parameter.
       params.forEach(function (p) {
         var pts = sweep.trials.map(function (t) { return [Number(t.params[p]), objective.value(t)]; })
