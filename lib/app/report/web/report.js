@@ -77,6 +77,9 @@
   }
 
   // One uPlot chart in `parent`; `list` is [{label, x, y, color, points}] with x and y arrays.
+  var INTEGER_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 2.5e4,
+                            5e4, 1e5, 2e5, 2.5e5, 5e5, 1e6, 2e6, 5e6, 1e7];
+
   function chart(parent, name, title, list, options) {
     options = options || {};
     var box = el('div', {class: 'chart', 'data-chart': name});
@@ -110,6 +113,9 @@
       cursor: {drag: {x: true, y: false}},
     };
     if (list.length > 12) opts.legend = {show: false};
+    // Steps and trial numbers are whole: no tick at 0.5.
+    var xLabel = options.xLabel || 'step';
+    if (xLabel === 'step' || xLabel === 'trial') opts.axes[0].incrs = INTEGER_INCREMENTS;
     /* global uPlot */
     new uPlot(opts, data, box);
     return box;
