@@ -697,6 +697,13 @@ absl::Status CheckCharacters(absl::string_view text, const std::string& file) {
       for (size_t k = 1; ok && k < length; ++k) {
         ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
       }
+      // The second byte's range rules out overlong forms (E0 80 8A would be a newline),
+      // surrogates and code points beyond U+10FFFF, which Python's decoder refuses too.
+      unsigned char second = ok ? static_cast<unsigned char>(text[i + 1]) : 0;
+      if (ok && c == 0xe0) ok = second >= 0xa0;
+      if (ok && c == 0xed) ok = second <= 0x9f;
+      if (ok && c == 0xf0) ok = second >= 0x90;
+      if (ok && c == 0xf4) ok = second <= 0x8f;
     }
     if (!ok) {
       char code[8];

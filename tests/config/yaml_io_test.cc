@@ -581,5 +581,21 @@ TEST(YamlRoundTrip, Int64Extremes) {
   EXPECT_TRUE(DeepEqual(**parsed, *m)) << text;
 }
 
+// Overlong UTF-8 forms, surrogates and code points beyond U+10FFFF are refused as Python's decoder
+// refuses them (the compose fuzzer found E0 80 8A, an overlong newline, read as a key's first byte).
+TEST(YamlCharacters, InvalidUtf8FormsAreRefusedWithTheirPlace) {
+  for (std::string bad : {std::string("a:\n\xe0\x80\x8a\tb: 1\n"), std::string("a: \xed\xa0\x80\n"),
+                          std::string("a: \xf0\x80\x80\x80\n"), std::string("a: \xf4\x90\x80\x80\n")}) {
+    auto parsed = ParseYaml(bad, "bad.yaml");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("bad.yaml:"), std::string::npos) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("invalid UTF-8 (byte 0x"), std::string::npos) << parsed.status();
+  }
+  for (std::string good : {std::string("a: \xe0\xa0\x80\n"), std::string("a: \xed\x9f\xbf\n"),
+                           std::string("a: \xf0\x90\x80\x80\n"), std::string("a: \xf4\x8f\xbf\xbf\n")}) {
+    EXPECT_TRUE(ParseYaml(good, "good.yaml").ok()) << good;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::config
