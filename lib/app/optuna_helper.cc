@@ -21,12 +21,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/status_macros.h"
 
 extern char** environ;
 
 namespace kiln::app {
+
+using config::JsonString;
+using config::NodeToJson;
 namespace {
 
 const char kHelperScript[] =
@@ -46,61 +50,6 @@ std::string LastLine(const std::string& path) {
 
 }  // namespace
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string NodeToJson(const config::Node& node) {
-  switch (node.kind()) {
-    case config::NodeKind::kNull: return "null";
-    case config::NodeKind::kBool: return node.as_bool() ? "true" : "false";
-    case config::NodeKind::kInt: return std::to_string(node.as_int());
-    case config::NodeKind::kFloat: {
-      double v = node.as_float();
-      if (std::isnan(v)) return "NaN";
-      if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.17g", v);
-      std::string s = buf;
-      if (s.find_first_of(".e") == std::string::npos) s += ".0";
-      return s;
-    }
-    case config::NodeKind::kString: return JsonString(node.as_string());
-    case config::NodeKind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < node.items().size(); ++i) absl::StrAppend(&out, i ? ", " : "", NodeToJson(*node.items()[i]));
-      return out + "]";
-    }
-    case config::NodeKind::kMap: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, v] : node.entries()) {
-        absl::StrAppend(&out, first ? "" : ", ", JsonString(k), ": ", NodeToJson(*v));
-        first = false;
-      }
-      return out + "}";
-    }
-  }
-  return "null";
-}
 
 double ReplyNumber(const config::Node& node) {
   switch (node.kind()) {

@@ -38,9 +38,6 @@ class OptunaHelper {
   bool dead_ = false;
 };
 
-// JSON text of a string, and of a config node (null, bool, numbers, strings, lists, maps).
-std::string JsonString(const std::string& s);
-std::string NodeToJson(const config::Node& node);
 // A number in a reply (JSON's 1e-05 reads as a string in YAML 1.1).
 double ReplyNumber(const config::Node& node);
 // A field of a reply, or a null node when the reply lacks it (so a broken reply cannot crash kiln).

@@ -26,6 +26,7 @@
 #include "lib/app/optuna_helper.h"
 #include "lib/app/sweeper.h"
 #include "lib/app/trial_channel.h"
+#include "lib/config/json.h"
 #include "lib/config/merge.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"
@@ -39,6 +40,8 @@
 namespace kiln::app {
 namespace {
 
+using config::JsonString;
+using config::NodeToJson;
 using config::Node;
 using config::NodeKind;
 using config::NodePtr;

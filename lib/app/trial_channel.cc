@@ -12,12 +12,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/app/optuna_helper.h"
+#include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::app {
+
+using config::JsonString;
+using config::NodeToJson;
 namespace {
 
 std::string AnswerPath(const std::string& dir, int64_t k) { return absl::StrCat(dir, "/answer.", k); }

@@ -10,9 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "lib/app/optuna_helper.h"
+#include "lib/config/json.h"
 
 namespace kiln::app::report {
+
+using config::JsonString;
+using config::NodeToJson;
 namespace {
 
 namespace fs = std::filesystem;
