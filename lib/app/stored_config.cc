@@ -49,22 +49,27 @@ std::string StringValue(const config::ComposeResult& composed, const std::string
   return value.find("${") == std::string::npos ? value : "";
 }
 
-// Whether RUN's stored config is that of a training run: the command recorded in
-// RUN/.hydra/hydra.yaml (hydra.job.name) is `train`, or the file says nothing. The folder of
-// another command's checkpoint (`kiln average`'s averaged.ckpt) holds that command's config.
-bool TrainedThere(const std::string& run_dir) {
+// RUN/.hydra/hydra.yaml, or null when the run has none (or it does not parse): read once, for
+// the command that ran there and the run's group choices.
+NodePtr RunHydraConfig(const std::string& run_dir) {
   auto hydra = config::LoadYamlFile(run_dir + "/.hydra/hydra.yaml");
-  if (!hydra.ok() || *hydra == nullptr) return true;
-  NodePtr name = config::SelectPath(*hydra, {"hydra", "job", "name"});
+  return hydra.ok() && *hydra != nullptr && (*hydra)->is_map() ? *hydra : nullptr;
+}
+
+// Whether the run's stored config is that of a training run: the command it recorded
+// (hydra.job.name) is `train`, or it recorded none. The folder of another command's checkpoint
+// (`kiln average`'s averaged.ckpt) holds that command's config.
+bool TrainedThere(const NodePtr& hydra) {
+  NodePtr name = hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "job", "name"});
   return name == nullptr || name->kind() != config::NodeKind::kString || name->as_string() == "train";
 }
 
 // The run a checkpoint file belongs to: the folder holding it, or that folder's parent
-// (RUN/checkpoints/last.ckpt), whichever has a stored config of a training run.
+// (RUN/checkpoints/last.ckpt), whichever has a stored config.
 std::string RunOfCheckpoint(const std::string& ckpt) {
   std::string dir = Parent(ckpt);
   for (const std::string& candidate : {dir, Parent(dir)}) {
-    if (IsFile(StoredConfigFile(candidate))) return TrainedThere(candidate) ? candidate : "";
+    if (IsFile(StoredConfigFile(candidate))) return candidate;
   }
   return "";
 }
@@ -98,13 +103,9 @@ bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_c
   return false;
 }
 
-// The run's choice of option for every config group (RUN/.hydra/hydra.yaml), or null.
-NodePtr RunChoices(const std::string& run_dir) {
-  std::string hydra_file = run_dir + "/.hydra/hydra.yaml";
-  if (!IsFile(hydra_file)) return nullptr;
-  auto hydra = config::LoadYamlFile(hydra_file);
-  if (!hydra.ok() || *hydra == nullptr) return nullptr;
-  NodePtr choices = config::SelectPath(*hydra, {"hydra", "runtime", "choices"});
+// The run's choice of option for every config group (hydra.runtime.choices), or null.
+NodePtr RunChoices(const NodePtr& hydra) {
+  NodePtr choices = hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "runtime", "choices"});
   return choices != nullptr && choices->is_map() ? choices : nullptr;
 }
 
@@ -190,6 +191,8 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
     run_dir = RunOfCheckpoint(ckpt);
   }
   if (run_dir.empty()) return std::string();
+  NodePtr run_hydra = RunHydraConfig(run_dir);
+  if (run_override == nullptr && !TrainedThere(run_hydra)) return std::string();  // as outside any run
 
   std::string file = StoredConfigFile(run_dir);
   KILN_ASSIGN_OR_RETURN(NodePtr stored, config::LoadYamlFile(file));
@@ -198,7 +201,7 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
-  NodePtr run_choices = RunChoices(run_dir);
+  NodePtr run_choices = RunChoices(run_hydra);
   KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));
   for (const Override& o : composed.defaults.config_overrides) {
     if (o.key_or_group == "run_dir" || o.key_or_group == "ckpt_path" || o.key_or_group == "stored_config" ||
