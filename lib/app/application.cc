@@ -89,10 +89,13 @@ void Print(const std::string& text) {
   std::fflush(stdout);
 }
 
-// kiln's LibTorch layers, next to libkiln_core in the build tree and in an installed prefix.
+// One of kiln's own libraries, next to libkiln_core in the build tree and in an installed prefix.
+std::string BuiltinLibraryPath(const std::string& name) { return absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so"); }
+
+// kiln's LibTorch layers.
 absl::Status LoadBuiltinLibraries() {
   for (const char* name : {"kiln_engine", "kiln_components", "kiln_tasks"}) {
-    std::string path = absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so");
+    std::string path = BuiltinLibraryPath(name);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) continue;  // a build without LibTorch
     if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
@@ -103,7 +106,7 @@ absl::Status LoadBuiltinLibraries() {
 // `kiln dashboard`: libkiln_dashboard (cpp-httplib with OpenSSL and brotli) is loaded for this
 // command only, so no other start of kiln pays for loading them.
 int RunDashboard(const std::vector<std::string>& args) {
-  std::string path = absl::StrCat(ExecutableDir(), "/../lib/libkiln_dashboard.so");
+  std::string path = BuiltinLibraryPath("kiln_dashboard");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     std::fprintf(stderr, "kiln: error: this kiln was built without cpp-httplib, which kiln dashboard serves "
