@@ -166,7 +166,8 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 }  // namespace
 
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
-  return qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat32 && qkv.dim() == 3 &&
+  return qkv.device().is_cpu() &&
+         (qkv.scalar_type() == torch::kFloat32 || qkv.scalar_type() == torch::kBFloat16) && qkv.dim() == 3 &&
          heads > 0 && qkv.size(2) % (3 * heads) == 0 && qkv.size(1) > 0 &&
          qkv.layout() == torch::kStrided;
 }
@@ -174,6 +175,11 @@ bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
 torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads) {
   TORCH_CHECK(CausalAttentionSupports(qkv, heads), "CausalAttention: unsupported input ",
               qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
+  if (qkv.scalar_type() == torch::kBFloat16) {
+    // bf16 autocast: the scores, the softmax and their backward in float32 (autocast's softmax
+    // would also compute in float32); the casts are autograd ops, so the gradient comes back in bf16.
+    return CausalAttentionFunction::apply(qkv.to(torch::kFloat32), heads).to(torch::kBFloat16);
+  }
   return CausalAttentionFunction::apply(qkv, heads);
 }
 

@@ -1,4 +1,5 @@
-// Causal multi-head attention as one CPU kernel (forward and backward), for float32 tensors:
+// Causal multi-head attention as one CPU kernel (forward and backward), for float32 tensors (and
+// bfloat16 ones under autocast, computed in float32):
 // y = softmax(q k^T / sqrt(hd) + causal mask) v for every head, where q, k and v are read in place
 // from c_attn's output and y is written with the heads already concatenated.
 //
@@ -14,7 +15,7 @@
 
 namespace kiln {
 
-// Whether CausalAttention can take these activations: CPU, float32, [B, T, 3 * D], D divisible by
+// Whether CausalAttention can take these activations: CPU, float32 or bfloat16, [B, T, 3 * D], D divisible by
 // `heads`. Anything else (CUDA, double, ...) goes through ATen's ops instead.
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads);
 
