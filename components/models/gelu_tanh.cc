@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
+#include "components/models/bf16_lanes.h"
+
+#ifdef KILN_BF16_LANES
 #define KILN_GELU_KERNEL 1
 #endif
 
@@ -18,7 +19,8 @@ constexpr float kCubic = 0.044715f;
 constexpr int64_t kLanes = 8;
 constexpr int64_t kGrain = 1 << 14;  // elements per parallel task
 
-#define KILN_AVX2 __attribute__((target("avx2,fma")))
+using bf16::Load8;
+using bf16::Store8;
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|), |u| capped at 9 (tanh is 1 in float from
 // there). exp is Cephes' expf: z = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n
@@ -43,27 +45,6 @@ KILN_AVX2 inline __m256 Tanh8(__m256 u) {
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
   return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
-}
-
-// bfloat16 <-> float32 for 8 lanes. Widening is exact (bf16 is float32's upper half); narrowing
-// rounds to nearest even, as c10::BFloat16 does, and keeps NaN a NaN.
-KILN_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-KILN_AVX2 inline __m256 Load8(const c10::BFloat16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-KILN_AVX2 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-KILN_AVX2 inline void Store8(c10::BFloat16* p, __m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
-  // Pack the 8 32-bit lanes (each < 2^16) to 16 bits: packus works per 128-bit half, so gather
-  // the two halves' results into the low 128 bits.
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
 
 // y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); t (float32 whatever x is: 1 - t^2

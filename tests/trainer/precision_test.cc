@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
@@ -184,6 +185,32 @@ TEST(Bf16Mixed, FusedGeluComputesBf16InFloat32AndRoundsOnce) {
     torch::Tensor xf = x16.detach().to(torch::kFloat32).requires_grad_();
     torch::gelu(xf, "tanh").backward(g.to(torch::kFloat32));
     EXPECT_TRUE(torch::allclose(x16.grad().to(torch::kFloat32), xf.grad(), 1.0 / 128, 1e-3)) << n;
+  }
+}
+
+// The fused causal attention on bf16 activations (the bf16 kernel where oneDNN's bf16 GEMM is
+// there, else the float32 kernel between casts) against the float32 kernel on the same
+// bf16-rounded inputs: outputs and gradients within bf16's rounding of the probabilities and the
+// results (a few bf16 steps, 2^-8 relative each, on values of order 1).
+TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
+  std::printf("bf16 attention kernel: %s\n", CausalAttentionHasBf16Kernel() ? "oneDNN" : "float32 between casts");
+  torch::manual_seed(9);
+  for (int64_t t : {7, 32, 70}) {
+    torch::Tensor qkv16 = torch::randn({2, t, 3 * 16}).to(torch::kBFloat16).requires_grad_();
+    torch::Tensor qkv32 = qkv16.detach().to(torch::kFloat32).requires_grad_();
+    torch::Tensor y16 = CausalAttention(qkv16, 2);
+    torch::Tensor y32 = CausalAttention(qkv32, 2);
+    ASSERT_EQ(y16.scalar_type(), torch::kBFloat16);
+    const double y_err = (y16.to(torch::kFloat32) - y32).abs().max().item<double>();
+    EXPECT_LT(y_err, 0.03) << t;
+    torch::Tensor g = torch::randn(y32.sizes());
+    y16.backward(g.to(torch::kBFloat16));
+    y32.backward(g.to(torch::kBFloat16).to(torch::kFloat32));
+    ASSERT_EQ(qkv16.grad().scalar_type(), torch::kBFloat16);
+    const double g_err = (qkv16.grad().to(torch::kFloat32) - qkv32.grad()).abs().max().item<double>();
+    const double g_max = qkv32.grad().abs().max().item<double>();
+    EXPECT_LT(g_err, 0.03 * g_max) << t;
+    std::printf("T %3ld: max |y error| %.4f, max |gradient error| %.4f of %.3f\n", static_cast<long>(t), y_err, g_err, g_max);
   }
 }
 
