@@ -4,7 +4,9 @@ tanh-GELU MLP, final LayerNorm, output tied to the embedding), trained on Moby D
 a plain PyTorch Python loop: random blocks of the token stream, AdamW, gradient clipping at 1.0.
 Prints tokens/s over all timed steps (the first step included, as kiln's epoch time includes it).
 
-usage: gpt_reference.py STEPS THREADS BATCH BLOCK DIM DEPTH HEADS MLP_DIM [TEXT]"""
+usage: gpt_reference.py STEPS THREADS BATCH BLOCK DIM DEPTH HEADS MLP_DIM [TEXT] [--bf16]
+  --bf16: the forward pass and the loss under torch.autocast("cpu", torch.bfloat16)
+The allocator settings are the caller's: bench/*.sh run this with kiln's GLIBC_TUNABLES."""
 import math
 import sys
 import time
@@ -52,8 +54,10 @@ class Gpt(nn.Module):
 
 
 def main():
-    steps, threads, batch, block, dim, depth, heads, mlp_dim = map(int, sys.argv[1:9])
-    path = sys.argv[9] if len(sys.argv) > 9 else "data/text/mobydick/train.txt"
+    bf16 = "--bf16" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    steps, threads, batch, block, dim, depth, heads, mlp_dim = map(int, args[0:8])
+    path = args[8] if len(args) > 8 else "data/text/mobydick/train.txt"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     text = open(path, encoding="utf-8").read()
@@ -70,8 +74,9 @@ def main():
         ix = torch.randint(len(data) - block - 1, (batch,))
         x = torch.stack([data[i:i + block] for i in ix])
         y = torch.stack([data[i + 1:i + 1 + block] for i in ix])
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=0)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

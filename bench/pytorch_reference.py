@@ -1,11 +1,16 @@
 """The reference for bench/fashion_mnist_speed.sh: the same CNN as kiln's `cnn` model (conv 32 ->
 conv 64 with BatchNorm and max-pool, FC 128, FC 10), batch 128, AdamW, 2 threads, trained on
-Fashion-MNIST with a plain PyTorch loop and DataLoader (2 workers). Prints samples/s over the
-timed batches.
+Fashion-MNIST with a plain PyTorch loop. Prints samples/s over the timed batches.
 
-usage: pytorch_reference.py WARMUP TIMED torchvision|numpy [WORKERS]   (DataLoader workers, default 2)
+usage: pytorch_reference.py WARMUP TIMED torchvision|numpy|tensors [WORKERS] [--channels-last] [--bf16]
   torchvision: torchvision.datasets.FashionMNIST with ToTensor() and Normalize(), the usual loop
-  numpy:       the decoded arrays indexed directly (a hand-optimized loop, faster than most code)"""
+               (DataLoader with WORKERS workers, default 2)
+  numpy:       the decoded arrays indexed directly through a DataLoader
+  tensors:     the whole normalized training set in one tensor, batches taken by index_select in
+               the training loop (no DataLoader): the fastest plain loop, the fair baseline
+  --channels-last  model and inputs in channels-last order (as kiln's experiment=fashion_mnist)
+  --bf16           the forward pass and the loss under torch.autocast("cpu", torch.bfloat16)
+The allocator settings are the caller's: bench/*.sh run this with kiln's GLIBC_TUNABLES."""
 import gzip
 import struct
 import sys
@@ -74,19 +79,40 @@ def torchvision_dataset(work_dir):
     return torchvision.datasets.FashionMNIST(work_dir, train=True, transform=tf, download=False)
 
 
+def tensor_batches(batch_size):
+    """Batches of the whole training set held in memory as one normalized tensor, reshuffled every
+    epoch, taken by index_select: no DataLoader, no per-sample work."""
+    images = read_idx(f"{ROOT}/train-images-idx3-ubyte.gz")
+    labels = torch.from_numpy(read_idx(f"{ROOT}/train-labels-idx1-ubyte.gz").astype(np.int64))
+    x = (torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1) - 0.2860) / 0.3530
+    while True:
+        order = torch.randperm(len(labels))
+        for i in range(0, len(order) - batch_size + 1, batch_size):
+            idx = order[i:i + batch_size]
+            yield x.index_select(0, idx), labels.index_select(0, idx)
+
+
 def main():
-    warmup, timed, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    warmup, timed, mode = int(args[0]), int(args[1]), args[2]
+    workers = int(args[3]) if len(args) > 3 else 2
+    channels_last, bf16 = "--channels-last" in flags, "--bf16" in flags
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    if mode == "torchvision":
-        import tempfile
-        dataset = torchvision_dataset(tempfile.mkdtemp())
+    if mode == "tensors":
+        loader = tensor_batches(128)
     else:
-        dataset = FashionMnist()
-    loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, num_workers=workers,
-                                         drop_last=True, persistent_workers=workers > 0)
+        if mode == "torchvision":
+            import tempfile
+            dataset = torchvision_dataset(tempfile.mkdtemp())
+        else:
+            dataset = FashionMnist()
+        loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, num_workers=workers,
+                                             drop_last=True, persistent_workers=workers > 0)
     model = Cnn()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=0.01)
     model.train()
     seen, start = 0, None
@@ -95,7 +121,10 @@ def main():
             start, seen = time.perf_counter(), 0
         if step == warmup + timed:
             break
-        loss = nn.functional.cross_entropy(model(x), y)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()

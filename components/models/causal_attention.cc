@@ -1,10 +1,14 @@
 #include "components/models/causal_attention.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
+
+#include "components/models/bf16_lanes.h"
 
 // The BLAS that LibTorch itself calls (OpenBLAS on Debian). Called from inside at::parallel_for,
 // an OpenMP build of OpenBLAS runs each product on the calling thread.
@@ -90,6 +94,110 @@ void BackwardHead(const float* q, const float* k, const float* v, int ld, int t,
   }
 }
 
+#ifdef KILN_BF16_LANES
+using Bf16 = c10::BFloat16;
+
+// oneDNN's bf16 GEMM, row-major: C (float32) = alpha op(A) op(B) + beta C with A and B bf16. It is
+// what LibTorch's own bf16 matmul runs on (AVX-512 BF16 or AMX instructions where the CPU has
+// them); looked up at run time in the libdnnl LibTorch loaded, so a LibTorch without oneDNN keeps
+// the float32 path. Called inside at::parallel_for, it runs on the calling thread (OpenMP).
+using DnnlGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                             const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                             float* c, int64_t ldc);
+
+DnnlGemmBf16 FindDnnlGemmBf16() {
+  static const DnnlGemmBf16 gemm = []() -> DnnlGemmBf16 {
+    if (!__builtin_cpu_supports("avx2")) return nullptr;  // the conversions below
+    void* lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) return nullptr;
+    auto f = reinterpret_cast<DnnlGemmBf16>(dlsym(lib, "dnnl_gemm_bf16bf16f32"));
+    if (f == nullptr) return nullptr;
+    // oneDNN refuses CPUs its bf16 kernels do not cover: try 1 x 1 x 1 once.
+    const uint16_t one = 0x3f80;  // 1.0 in bf16
+    float c = 0;
+    return f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f ? f : nullptr;
+  }();
+  return gemm;
+}
+
+void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const Bf16* a, int lda,
+              const Bf16* b, int ldb, float beta, float* c, int ldc) {
+  FindDnnlGemmBf16()(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                     reinterpret_cast<const uint16_t*>(a), lda, reinterpret_cast<const uint16_t*>(b), ldb,
+                     beta, c, ldc);
+}
+
+// Per-thread float32 workspace of the bf16 path.
+struct Bf16Scratch {
+  std::vector<float> rows_t, rows_t2, rows_hd, t_hd, t_hd2;  // [block, t] x2, [block, hd], [t, hd] x2
+  std::vector<Bf16> rows_t16;                                 // [block, t]
+  Bf16Scratch(int t, int hd)
+      : rows_t(static_cast<size_t>(kCausalRowBlock) * t),
+        rows_t2(rows_t.size()),
+        rows_hd(static_cast<size_t>(kCausalRowBlock) * hd),
+        t_hd(static_cast<size_t>(t) * hd),
+        t_hd2(t_hd.size()),
+        rows_t16(rows_t.size()) {}
+};
+
+// ForwardHead on bf16 q, k, v: bf16 products with float32 results; the scores and the softmax in
+// float32, the probabilities rounded to bf16 for the product with v (and kept so for the backward:
+// `p` [t, t] when keep), y rounded once.
+void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd, float scale,
+                     Bf16* p, bool keep, Bf16* o, int ldo, Bf16Scratch& s) {
+  for (int r0 = 0; r0 < t; r0 += kCausalRowBlock) {
+    const int r1 = std::min(t, r0 + kCausalRowBlock), rows = r1 - r0;
+    float* scores = s.rows_t.data();
+    GemmBf16(false, true, rows, r1, hd, scale, q + static_cast<int64_t>(r0) * ld, ld, k, ld, 0.0f, scores, t);
+    Bf16* probs = keep ? p + static_cast<int64_t>(r0) * t : s.rows_t16.data();
+    for (int i = r0; i < r1; ++i) {
+      float* row = scores + static_cast<int64_t>(i - r0) * t;
+      SoftmaxRow(row, i + 1, r1);
+      bf16::Convert(row, probs + static_cast<int64_t>(i - r0) * t, r1);
+    }
+    GemmBf16(false, false, rows, hd, r1, 1.0f, probs, t, v, ld, 0.0f, s.rows_hd.data(), hd);
+    for (int i = 0; i < rows; ++i) {
+      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd, o + static_cast<int64_t>(r0 + i) * ldo, hd);
+    }
+  }
+}
+
+// BackwardHead on bf16: dk and dv accumulate over row blocks in float32 and are rounded once.
+void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd, float scale,
+                      const Bf16* p, const Bf16* dout, int ldo, Bf16* dq, Bf16* dk, Bf16* dv, Bf16Scratch& s) {
+  const int blocks = (t + kCausalRowBlock - 1) / kCausalRowBlock;
+  float *dkf = s.t_hd.data(), *dvf = s.t_hd2.data();
+  for (int blk = blocks - 1; blk >= 0; --blk) {
+    const int r0 = blk * kCausalRowBlock, r1 = std::min(t, r0 + kCausalRowBlock), rows = r1 - r0;
+    const float beta = blk == blocks - 1 ? 0.0f : 1.0f;
+    const Bf16* pb = p + static_cast<int64_t>(r0) * t;
+    const Bf16* dob = dout + static_cast<int64_t>(r0) * ldo;
+    GemmBf16(true, false, r1, hd, rows, 1.0f, pb, t, dob, ldo, beta, dvf, hd);
+    float* ds = s.rows_t.data();
+    GemmBf16(false, true, rows, r1, hd, 1.0f, dob, ldo, v, ld, 0.0f, ds, t);
+    Bf16* ds16 = s.rows_t16.data();
+    for (int i = 0; i < rows; ++i) {
+      float* pi = s.rows_t2.data();
+      bf16::Convert(pb + static_cast<int64_t>(i) * t, pi, r1);
+      float* si = ds + static_cast<int64_t>(i) * t;
+      float dot = 0;
+      for (int j = 0; j < r1; ++j) dot += pi[j] * si[j];
+      for (int j = 0; j < r1; ++j) si[j] = pi[j] * (si[j] - dot);
+      bf16::Convert(si, ds16 + static_cast<int64_t>(i) * t, r1);
+    }
+    GemmBf16(false, false, rows, hd, r1, scale, ds16, t, k, ld, 0.0f, s.rows_hd.data(), hd);
+    for (int i = 0; i < rows; ++i) {
+      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd, dq + static_cast<int64_t>(r0 + i) * ld, hd);
+    }
+    GemmBf16(true, false, r1, hd, rows, scale, ds16, t, q + static_cast<int64_t>(r0) * ld, ld, beta, dkf, hd);
+  }
+  for (int j = 0; j < t; ++j) {
+    bf16::Convert(dkf + static_cast<int64_t>(j) * hd, dk + static_cast<int64_t>(j) * ld, hd);
+    bf16::Convert(dvf + static_cast<int64_t>(j) * hd, dv + static_cast<int64_t>(j) * ld, hd);
+  }
+}
+#endif  // KILN_BF16_LANES
+
 struct Shape {
   int64_t batch, t, d, heads, hd;
   float scale;
@@ -114,6 +222,27 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     const bool keep = input.requires_grad();
     torch::Tensor y = torch::empty({s.batch, s.t, s.d}, qkv.options());
     torch::Tensor p = torch::empty({keep ? s.batch * heads : 0, s.t, s.t}, qkv.options());
+    if (keep) {
+      ctx->save_for_backward({qkv, p});
+      ctx->saved_data["heads"] = heads;
+    }
+#ifdef KILN_BF16_LANES
+    if (qkv.scalar_type() == torch::kBFloat16) {
+      const Bf16* in = qkv.data_ptr<Bf16>();
+      Bf16* out = y.data_ptr<Bf16>();
+      Bf16* probs = p.data_ptr<Bf16>();
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
+      at::parallel_for(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
+        Bf16Scratch scratch(t, hd);
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const Bf16* q = in + s.qkv_offset(bh);
+          ForwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, keep ? probs + bh * s.t * s.t : nullptr, keep,
+                          out + s.y_offset(bh), static_cast<int>(s.d), scratch);
+        }
+      });
+      return y;
+    }
+#endif
     const float* in = qkv.data_ptr<float>();
     float* out = y.data_ptr<float>();
     float* probs = p.data_ptr<float>();
@@ -128,10 +257,6 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
                     static_cast<int>(s.d));
       }
     });
-    if (keep) {
-      ctx->save_for_backward({qkv, p});
-      ctx->saved_data["heads"] = heads;
-    }
     return y;
   }
 
@@ -141,8 +266,27 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     const torch::Tensor& qkv = saved[0];
     const torch::Tensor& p = saved[1];
     const Shape s(qkv, ctx->saved_data["heads"].toInt());
-    torch::Tensor dy = grads[0].contiguous();
+    torch::Tensor dy = grads[0].to(qkv.scalar_type()).contiguous();
     torch::Tensor dqkv = torch::empty_like(qkv);
+#ifdef KILN_BF16_LANES
+    if (qkv.scalar_type() == torch::kBFloat16) {
+      const Bf16* in = qkv.data_ptr<Bf16>();
+      const Bf16* probs = p.data_ptr<Bf16>();
+      const Bf16* dout = dy.data_ptr<Bf16>();
+      Bf16* din = dqkv.data_ptr<Bf16>();
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
+      at::parallel_for(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+        Bf16Scratch scratch(t, hd);
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const Bf16* q = in + s.qkv_offset(bh);
+          Bf16* dq = din + s.qkv_offset(bh);
+          BackwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, probs + bh * s.t * s.t, dout + s.y_offset(bh),
+                           static_cast<int>(s.d), dq, dq + s.d, dq + 2 * s.d, scratch);
+        }
+      });
+      return {dqkv, torch::Tensor()};
+    }
+#endif
     const float* in = qkv.data_ptr<float>();
     const float* probs = p.data_ptr<float>();
     const float* dout = dy.data_ptr<float>();
@@ -165,8 +309,17 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 
 }  // namespace
 
+bool CausalAttentionHasBf16Kernel() {
+#ifdef KILN_BF16_LANES
+  return FindDnnlGemmBf16() != nullptr;
+#else
+  return false;
+#endif
+}
+
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
-  return qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat32 && qkv.dim() == 3 &&
+  return qkv.device().is_cpu() &&
+         (qkv.scalar_type() == torch::kFloat32 || qkv.scalar_type() == torch::kBFloat16) && qkv.dim() == 3 &&
          heads > 0 && qkv.size(2) % (3 * heads) == 0 && qkv.size(1) > 0 &&
          qkv.layout() == torch::kStrided;
 }
@@ -174,6 +327,11 @@ bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
 torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads) {
   TORCH_CHECK(CausalAttentionSupports(qkv, heads), "CausalAttention: unsupported input ",
               qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
+  if (qkv.scalar_type() == torch::kBFloat16 && !CausalAttentionHasBf16Kernel()) {
+    // bf16 autocast without oneDNN's bf16 GEMM: the float32 kernel between two casts (autograd
+    // ops, so the gradient comes back in bf16).
+    return CausalAttentionFunction::apply(qkv.to(torch::kFloat32), heads).to(torch::kBFloat16);
+  }
   return CausalAttentionFunction::apply(qkv, heads);
 }
 

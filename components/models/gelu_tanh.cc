@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
+#include "components/models/bf16_lanes.h"
+
+#ifdef KILN_BF16_LANES
 #define KILN_GELU_KERNEL 1
 #endif
 
@@ -18,7 +19,8 @@ constexpr float kCubic = 0.044715f;
 constexpr int64_t kLanes = 8;
 constexpr int64_t kGrain = 1 << 14;  // elements per parallel task
 
-#define KILN_AVX2 __attribute__((target("avx2,fma")))
+using bf16::Load8;
+using bf16::Store8;
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|), |u| capped at 9 (tanh is 1 in float from
 // there). exp is Cephes' expf: z = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n
@@ -45,21 +47,24 @@ KILN_AVX2 inline __m256 Tanh8(__m256 u) {
   return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
 }
 
-// y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); t is kept when `t` is not null.
-KILN_AVX2 inline void Forward8(const float* x, float* y, float* t) {
-  const __m256 xv = _mm256_loadu_ps(x);
+// y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); t (float32 whatever x is: 1 - t^2
+// in the backward needs its low bits) is kept when `t` is not null.
+template <typename T>
+KILN_AVX2 inline void Forward8(const T* x, T* y, float* t) {
+  const __m256 xv = Load8(x);
   const __m256 u = _mm256_mul_ps(
       xv, _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(kSqrt2OverPi * kCubic),
                           _mm256_set1_ps(kSqrt2OverPi)));
   const __m256 th = Tanh8(u);
   const __m256 half_x = _mm256_mul_ps(xv, _mm256_set1_ps(0.5f));
-  _mm256_storeu_ps(y, _mm256_fmadd_ps(half_x, th, half_x));
+  Store8(y, _mm256_fmadd_ps(half_x, th, half_x));
   if (t != nullptr) _mm256_storeu_ps(t, th);
 }
 
 // dx = g (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
-KILN_AVX2 inline void Backward8(const float* g, const float* x, const float* t, float* dx) {
-  const __m256 xv = _mm256_loadu_ps(x), tv = _mm256_loadu_ps(t), half = _mm256_set1_ps(0.5f);
+template <typename T>
+KILN_AVX2 inline void Backward8(const T* g, const T* x, const float* t, T* dx) {
+  const __m256 xv = Load8(x), tv = _mm256_loadu_ps(t), half = _mm256_set1_ps(0.5f);
   const __m256 du =
       _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(3 * kSqrt2OverPi * kCubic),
                       _mm256_set1_ps(kSqrt2OverPi));
@@ -68,27 +73,31 @@ KILN_AVX2 inline void Backward8(const float* g, const float* x, const float* t, 
   const __m256 sech2 = _mm256_mul_ps(_mm256_sub_ps(one, tv), _mm256_add_ps(one, tv));
   const __m256 slope = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, xv), sech2), du,
                                        _mm256_fmadd_ps(half, tv, half));
-  _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(g), slope));
+  Store8(dx, _mm256_mul_ps(Load8(g), slope));
 }
 
 // The last n % 8 elements go through the same 8-lane code on a padded copy, so every element's
 // value is the same whatever the split into parallel tasks.
-KILN_AVX2 void ForwardRange(const float* x, float* y, float* t, int64_t n) {
+template <typename T>
+KILN_AVX2 void ForwardRange(const T* x, T* y, float* t, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) Forward8(x + i, y + i, t ? t + i : nullptr);
   if (i == n) return;
-  float bx[kLanes] = {}, by[kLanes], bt[kLanes];
+  T bx[kLanes] = {}, by[kLanes];
+  float bt[kLanes];
   std::copy(x + i, x + n, bx);
   Forward8(bx, by, bt);
   std::copy(by, by + (n - i), y + i);
   if (t != nullptr) std::copy(bt, bt + (n - i), t + i);
 }
 
-KILN_AVX2 void BackwardRange(const float* g, const float* x, const float* t, float* dx, int64_t n) {
+template <typename T>
+KILN_AVX2 void BackwardRange(const T* g, const T* x, const float* t, T* dx, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) Backward8(g + i, x + i, t + i, dx + i);
   if (i == n) return;
-  float bg[kLanes] = {}, bx[kLanes] = {}, bt[kLanes] = {}, bd[kLanes];
+  T bg[kLanes] = {}, bx[kLanes] = {}, bd[kLanes];
+  float bt[kLanes] = {};
   std::copy(g + i, g + n, bg);
   std::copy(x + i, x + n, bx);
   std::copy(t + i, t + n, bt);
@@ -101,19 +110,38 @@ bool HasAvx2Fma() {
   return yes;
 }
 
+template <typename T>
+void RunForward(const torch::Tensor& x, torch::Tensor& y, float* tp) {
+  const T* xp = x.data_ptr<T>();
+  T* yp = y.data_ptr<T>();
+  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    ForwardRange(xp + begin, yp + begin, tp ? tp + begin : nullptr, end - begin);
+  });
+}
+
+template <typename T>
+void RunBackward(const torch::Tensor& g, const torch::Tensor& x, const float* tp, torch::Tensor& dx) {
+  const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
+  T* dp = dx.data_ptr<T>();
+  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    BackwardRange(gp + begin, xp + begin, tp + begin, dp + begin, end - begin);
+  });
+}
+
+// float32 or bfloat16 x (and y, dx); the kept tanh is float32 either way.
 class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input) {
     torch::Tensor x = input.contiguous();
     const bool keep = input.requires_grad();
     torch::Tensor y = torch::empty_like(x);
-    torch::Tensor t = keep ? torch::empty_like(x) : torch::Tensor();
-    const float* xp = x.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
+    torch::Tensor t = keep ? torch::empty_like(x, x.options().dtype(torch::kFloat32)) : torch::Tensor();
     float* tp = keep ? t.data_ptr<float>() : nullptr;
-    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      ForwardRange(xp + begin, yp + begin, tp ? tp + begin : nullptr, end - begin);
-    });
+    if (x.scalar_type() == torch::kBFloat16) {
+      RunForward<c10::BFloat16>(x, y, tp);
+    } else {
+      RunForward<float>(x, y, tp);
+    }
     if (keep) ctx->save_for_backward({x, t});
     return y;
   }
@@ -123,13 +151,13 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
     torch::autograd::variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];
     const torch::Tensor& t = saved[1];
-    torch::Tensor g = grads[0].contiguous();
+    torch::Tensor g = grads[0].to(x.scalar_type()).contiguous();
     torch::Tensor dx = torch::empty_like(x);
-    const float *gp = g.data_ptr<float>(), *xp = x.data_ptr<float>(), *tp = t.data_ptr<float>();
-    float* dp = dx.data_ptr<float>();
-    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      BackwardRange(gp + begin, xp + begin, tp + begin, dp + begin, end - begin);
-    });
+    if (x.scalar_type() == torch::kBFloat16) {
+      RunBackward<c10::BFloat16>(g, x, t.data_ptr<float>(), dx);
+    } else {
+      RunBackward<float>(g, x, t.data_ptr<float>(), dx);
+    }
     return {dx};
   }
 };
@@ -139,8 +167,8 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
 
 torch::Tensor GeluTanh(const torch::Tensor& x) {
 #ifdef KILN_GELU_KERNEL
-  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.layout() == torch::kStrided &&
-      HasAvx2Fma()) {
+  if (x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
+      x.layout() == torch::kStrided && HasAvx2Fma()) {
     return GeluTanhFunction::apply(x);
   }
 #endif

@@ -26,7 +26,7 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
   KILN_RETURN_IF_ERROR(loader_.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
     batch.input = strategy.InputToDevice(batch.input);
     batch.target = strategy.ToDevice(batch.target);
-    AutocastScope autocast(trainer_.options());
+    AutocastScope autocast(strategy);
     KILN_RETURN_IF_ERROR(task.EvaluationStep(batch, stage_, log));
     return true;
   }));
@@ -41,6 +41,7 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
 }
 
 absl::Status EvaluationLoop::Validate() {
+  PhaseProfiler::Scope timed(trainer_.profiler_, PhaseProfiler::kValidation);
   KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationStart(trainer_); }));
   KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
   for (const auto& [k, v] : metrics) trainer_.callback_metrics_[k] = v;

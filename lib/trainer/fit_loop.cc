@@ -71,6 +71,10 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
                                        cuda ? "" : BlasKernelsNote(), ": ", train_samples, " samples, ",
                                        t.train_batches_, " batches per epoch", strategy.distributed() ? " per rank" : "",
                                        ", up to ", max_epochs, " epochs"));
+  if (options.profiler == TrainerOptions::ProfilerKind::kAdvanced && t.is_global_zero()) {
+    KILN_RETURN_IF_ERROR(MakeDirs(options.default_root_dir));
+    t.operator_trace_ = std::make_unique<OperatorTrace>(options.default_root_dir + "/profile.trace.json");
+  }
   TrainingEpochLoop epoch_loop(t, *train_loader_, validation_.get());
   absl::Status status;
   while (t.epoch_ < max_epochs && !t.stop_requested_) {
@@ -90,6 +94,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   }
   // Alone, a signal that came after the last step still stops with a checkpoint; with several
   // ranks only the signal they agreed on at a step boundary counts, so all of them end alike.
+  ReportProfiles();
   int signal = strategy.distributed() ? t.stop_signal_ : StopSignals::Received();
   if (status.ok() && signal != 0) status = Interrupted(signal);
   if (!status.ok()) {
@@ -103,6 +108,27 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
                                           t.global_step_, t.samples_, t.elapsed_seconds(),
                                           t.stop_reason_.empty() ? "" : " (" + t.stop_reason_ + ")"));
   return absl::OkStatus();
+}
+
+void FitLoop::ReportProfiles() {
+  Trainer& t = trainer_;
+  if (t.profiler_.enabled() && t.is_global_zero()) {
+    Logger::Instance().Info("simple profiler: wall time per phase of fit (each phase its own time only)");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start_).count();
+    for (const std::string& line : t.profiler_.Report(seconds)) Logger::Instance().Info(line);
+  }
+  if (t.operator_trace_) {
+    if (t.operator_trace_->Finish()) {
+      Logger::Instance().Info(absl::StrCat("advanced profiler: LibTorch's operator profile of training batches ",
+                                           OperatorTrace::kFirstBatch + 1, "-",
+                                           OperatorTrace::kFirstBatch + OperatorTrace::kBatches, " of the run in ",
+                                           t.operator_trace_->path(), " (open in chrome://tracing or ui.perfetto.dev)"));
+    } else {
+      Logger::Instance().Warning(absl::StrCat("advanced profiler: the run trained fewer than ",
+                                              OperatorTrace::kFirstBatch + 1, " batches; no operator trace written"));
+    }
+    t.operator_trace_.reset();
+  }
 }
 
 absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {

@@ -26,6 +26,8 @@ class FitLoop {
   // The training loader (shuffled, sharded over ranks) and the validation loop, if the data has
   // a validation split; returns the training split's size.
   absl::StatusOr<int64_t> SetupData(const FitInputs& inputs);
+  // trainer.profiler: the simple profiler's table, the advanced one's trace file.
+  void ReportProfiles();
   // Resumes from inputs.ckpt_path ("last", "best" refused, or a file); true when it did.
   absl::StatusOr<bool> Restore(const FitInputs& inputs);
   // After the loop: a signal becomes an interruption checkpoint and the signal's exit code.

@@ -12,6 +12,7 @@
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
+#include "lib/trainer/precision.h"
 #include "lib/trainer/process_settings.h"
 
 namespace kiln {
@@ -38,6 +39,16 @@ absl::Status Strategy::SelectDevice() {
   }
   device_ = (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) ? torch::Device(torch::kCUDA)
                                                                                 : torch::Device(torch::kCPU);
+  PrecisionChoice precision = ResolvePrecision(options_.precision, device_.is_cpu(), CpuFlags());
+  bf16_autocast_ = precision.bf16;
+  if (!precision.log.empty() && !precision_logged_ && global_rank() == 0) {
+    precision_logged_ = true;
+    if (precision.warning) {
+      Logger::Instance().Warning(precision.log);
+    } else {
+      Logger::Instance().Info(precision.log);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -147,8 +158,7 @@ absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
 
 absl::Status Strategy::Barrier() { return distributed() ? group_->Barrier() : absl::OkStatus(); }
 
-AutocastScope::AutocastScope(const TrainerOptions& options)
-    : enabled_(options.precision == TrainerOptions::Precision::kBf16Mixed) {
+AutocastScope::AutocastScope(const Strategy& strategy) : enabled_(strategy.bf16_autocast()) {
   if (enabled_) compat::SetCpuAutocast(true, at::kBFloat16);
 }
 

@@ -34,9 +34,12 @@ class Strategy {
   // Applies the process-wide settings (threads shared among this machine's ranks, allocator;
   // see process_settings.h) and returns the thread count.
   int ConfigureProcess() const;
-  // Chooses the device from trainer.accelerator; refuses cuda without a CUDA device.
+  // Chooses the device from trainer.accelerator (refuses cuda without a CUDA device), then the
+  // precision from trainer.precision and the CPU (precision.h), saying which once per process.
   absl::Status SelectDevice();
   const torch::Device& device() const { return device_; }
+  // Forward passes (and the loss) run under bf16 autocast: trainer.precision resolved.
+  bool bf16_autocast() const { return bf16_autocast_; }
 
   // Moves the module to the device (and to channels-last order when configured).
   void PlaceModule(torch::nn::Module& module) const;
@@ -74,14 +77,16 @@ class Strategy {
 
   const TrainerOptions& options_;
   torch::Device device_{torch::kCPU};
+  bool bf16_autocast_ = false;
+  bool precision_logged_ = false;
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;
 };
 
-// bf16 autocast on the CPU for its lifetime when trainer.precision is bf16-mixed.
+// bf16 autocast on the CPU for its lifetime when the strategy chose bf16-mixed.
 class AutocastScope {
  public:
-  explicit AutocastScope(const TrainerOptions& options);
+  explicit AutocastScope(const Strategy& strategy);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

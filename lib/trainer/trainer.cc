@@ -46,12 +46,14 @@ void Trainer::RequestStop(const std::string& reason) {
 }
 
 absl::Status Trainer::ForEachCallback(const std::function<absl::Status(Callback&)>& fn) {
+  PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kCallbacks);
   for (auto& c : callbacks_) KILN_RETURN_IF_ERROR(fn(*c));
   return absl::OkStatus();
 }
 
 void Trainer::LogToLoggers(const std::map<std::string, double>& metrics) {
   if (!is_global_zero()) return;
+  PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kLogging);
   for (auto& logger : loggers_) {
     auto st = logger->LogMetrics(metrics, global_step_);
     if (!st.ok()) Logger::Instance().Warning(std::string(st.message()));

@@ -25,6 +25,7 @@
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/strategy.h"
 #include "lib/trainer/task.h"
+#include "lib/trainer/profiler.h"
 #include "lib/trainer/trainer_options.h"
 
 namespace kiln {
@@ -63,6 +64,8 @@ class Trainer {
 
   // --- read by callbacks ---
   const TrainerOptions& options() const { return options_; }
+  // trainer.profiler=simple: the time per phase measured so far.
+  const PhaseProfiler& profiler() const { return profiler_; }
   int global_rank() const;
   int world_size() const;
   bool is_global_zero() const { return global_rank() == 0; }
@@ -114,6 +117,8 @@ class Trainer {
   FitInputs inputs_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Strategy strategy_{options_};
+  PhaseProfiler profiler_{options_.profiler == TrainerOptions::ProfilerKind::kSimple};
+  std::unique_ptr<OperatorTrace> operator_trace_;  // trainer.profiler=advanced, during fit
 
   int64_t global_step_ = 0, epoch_ = 0, batch_in_epoch_ = 0, micro_batches_ = 0, samples_ = 0;
   int64_t train_batches_ = 0;

@@ -62,6 +62,16 @@ std::optional<int64_t> ReadFastDevRun(const Node& node) {
   return std::nullopt;
 }
 
+std::optional<TrainerOptions::ProfilerKind> ReadProfiler(const Node& node) {
+  using K = TrainerOptions::ProfilerKind;
+  if (node.is_null()) return K::kNone;
+  if (!node.is_scalar()) return std::nullopt;
+  std::string text = config::PythonStr(node);
+  if (text == "simple") return K::kSimple;
+  if (text == "advanced") return K::kAdvanced;
+  return std::nullopt;
+}
+
 // An int >= 0, or null for 0 (min_epochs: no minimum; num_threads: every core).
 template <typename I>
 std::optional<I> ReadCountOrNull(const Node& node) {
@@ -114,8 +124,16 @@ OptionBinding<TrainerOptions> MakeBinding() {
       .Enum("precision", &TrainerOptions::precision,
             {{"32", TrainerOptions::Precision::k32},
              {"32-true", TrainerOptions::Precision::k32},
-             {"bf16-mixed", TrainerOptions::Precision::kBf16Mixed}},
-            "32, or bf16-mixed (autocast to bfloat16; fp16 needs CUDA, which this build lacks)")
+             {"bf16-mixed", TrainerOptions::Precision::kBf16Mixed},
+             {"bf16", TrainerOptions::Precision::kBf16Mixed},
+             {"auto", TrainerOptions::Precision::kAuto}},
+            "32, bf16-mixed (bfloat16 autocast on the CPU, float32 weights) or auto (bf16-mixed where "
+            "the CPU has avx512_bf16 or amx_bf16, else 32)")
+      .Parsed<TrainerOptions::ProfilerKind>(
+          "profiler", &TrainerOptions::profiler, EnumOptionType({"simple", "advanced"}), "null",
+          "null, simple (time per training phase at the end of fit) or advanced (LibTorch's operator "
+          "profile of training steps 3-22 as a Chrome trace in the run directory)",
+          "null, simple or advanced", ReadProfiler)
       .Enum("accelerator", &TrainerOptions::accelerator,
             {{"auto", TrainerOptions::Accelerator::kAuto},
              {"cpu", TrainerOptions::Accelerator::kCpu},

@@ -35,8 +35,14 @@ struct TrainerOptions {
   std::optional<double> gradient_clip_val;
   enum class ClipAlgorithm { kNorm, kValue };
   ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::kNorm;
-  enum class Precision { k32, kBf16Mixed };  // "32" (or "32-true"), "bf16-mixed"
+  // "32" (or "32-true"), "bf16-mixed" (or "bf16"), "auto": bf16-mixed where the CPU has bf16
+  // hardware (lib/trainer/precision.h), else 32.
+  enum class Precision { k32, kBf16Mixed, kAuto };
   Precision precision = Precision::k32;
+  // Lightning's names: null (none), "simple" (time per training phase, printed at the end of fit),
+  // "advanced" (LibTorch's operator profile of some training steps as a Chrome trace; profiler.h).
+  enum class ProfilerKind { kNone, kSimple, kAdvanced };
+  ProfilerKind profiler = ProfilerKind::kNone;
   enum class Accelerator { kAuto, kCpu, kCuda };
   Accelerator accelerator = Accelerator::kAuto;
   bool deterministic = false;

@@ -33,10 +33,17 @@ absl::StatusOr<bool> TrainingEpochLoop::Run() {
     val_every = std::max<int64_t>(1, options.val_check_interval.Of(t.train_batches_));
   }
   bool stop_mid_epoch = false;
+  // The simple profiler's "data": the wait for each batch, from the end of the previous one.
+  auto batch_done = std::chrono::steady_clock::now();
   auto status = loader_.Run(t.epoch_, t.batch_in_epoch_, t.train_batches_,
                             [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    t.profiler_.Add(PhaseProfiler::kData,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - batch_done).count());
     bool last = batch.index + 1 == t.train_batches_;
+    const int64_t run_batch = t.micro_batches_;
+    if (t.operator_trace_) t.operator_trace_->BeforeBatch(run_batch);
     KILN_RETURN_IF_ERROR(Advance(batch, last));
+    if (t.operator_trace_) t.operator_trace_->AfterBatch(run_batch);
     t.batch_in_epoch_ = batch.index + 1;
     bool at_step_boundary = t.batch_in_epoch_ % options.accumulate_grad_batches == 0 || last;
     if (validation_ && val_every > 0 && !last && t.batch_in_epoch_ % val_every == 0) {
@@ -50,6 +57,7 @@ absl::StatusOr<bool> TrainingEpochLoop::Run() {
         return false;
       }
     }
+    batch_done = std::chrono::steady_clock::now();
     return true;
   });
   KILN_RETURN_IF_ERROR(status);
@@ -117,7 +125,8 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   KILN_RETURN_IF_ERROR(strategy.BeforeTrainingForward());
   absl::StatusOr<torch::Tensor> loss;
   {
-    AutocastScope autocast(options);
+    PhaseProfiler::Scope timed(t.profiler_, PhaseProfiler::kForward);
+    AutocastScope autocast(strategy);
     loss = task.TrainingStep(batch, t.train_log_);
   }
   if (!loss.ok()) return loss.status();
@@ -140,13 +149,17 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   }
   bool boundary = (batch.index + 1) % options.accumulate_grad_batches == 0 || last_in_epoch;
   torch::Tensor scaled = *loss / static_cast<double>(options.accumulate_grad_batches);
-  KILN_RETURN_IF_ERROR(strategy.Backward(scaled, boundary));
+  {
+    PhaseProfiler::Scope timed(t.profiler_, PhaseProfiler::kBackward);
+    KILN_RETURN_IF_ERROR(strategy.Backward(scaled, boundary));
+  }
   if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
   return t.ForEachCallback([&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
 }
 
 absl::Status TrainingEpochLoop::OptimizerStep() {
   Trainer& t = trainer_;
+  PhaseProfiler::Scope timed(t.profiler_, PhaseProfiler::kOptimizer);
   const TrainerOptions& options = t.options_;
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
   if (options.gradient_clip_val.has_value()) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
@@ -161,6 +162,7 @@ struct RunResult {
   std::vector<torch::Tensor> params;
   int64_t steps = 0;
   std::vector<double> group_lrs;  // the optimizer's parameter groups at the end
+  PhaseProfiler profile;
 };
 
 RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
@@ -192,6 +194,7 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   result.status = trainer.Fit(in);
   for (const auto& p : task.module().parameters()) result.params.push_back(p.detach().clone());
   result.steps = trainer.global_step();
+  result.profile = trainer.profiler();
   if (trainer.optimizer() != nullptr) {
     for (const auto& group : trainer.optimizer()->param_groups()) result.group_lrs.push_back(group.options().get_lr());
   }
@@ -279,6 +282,99 @@ TEST(TrainerResume, SigtermMidEpochWritesCheckpointAndResumesBitwiseEqualWithOth
   RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last");
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// bf16-mixed: the CNN (convolutions, BatchNorm, AdamW) trains under bf16 autocast, the
+// checkpoint holds float32 weights, and a run stopped at step 9 resumes to the same bits as an
+// uninterrupted one (autocast's casts are deterministic; nothing is cached across steps).
+TEST(TrainerResume, Bf16MixedCheckpointsFloat32AndResumesBitwiseEqual) {
+  const std::string cnn = "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
+  const std::string bf16 = std::string(kThreeEpochs) + "precision: bf16-mixed\n";
+  testing::TempDir a, b, c;
+  RunResult full = Train(a.path(), bf16, 2, "", {}, false, {}, cnn);
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  RunResult fp32 = Train(c.path(), kThreeEpochs, 2, "", {}, false, {}, cnn);
+  ASSERT_TRUE(fp32.status.ok()) << fp32.status.message();
+  // bf16 rounding made a difference (autocast really ran), a small one.
+  ASSERT_EQ(full.params.size(), fp32.params.size());
+  bool differs = false;
+  for (size_t i = 0; i < full.params.size(); ++i) {
+    EXPECT_EQ(full.params[i].scalar_type(), torch::kFloat32);
+    differs = differs || !torch::equal(full.params[i], fp32.params[i]);
+    EXPECT_TRUE(torch::allclose(full.params[i], fp32.params[i], 0.05, 0.02)) << "parameter " << i;
+  }
+  EXPECT_TRUE(differs);
+  RunResult first = Train(b.path(), bf16 + "max_steps: 9\n", 2, "", {}, false, {}, cnn);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  const std::string ckpt = b.path() + "/checkpoints/last.ckpt";
+  torch::serialize::InputArchive archive;
+  ASSERT_TRUE(ReadCheckpoint(ckpt, &archive).ok());
+  auto state = ReadModelState(archive, ckpt);
+  ASSERT_TRUE(state.ok()) << state.status();
+  for (const auto& [name, tensor] : *state) {
+    if (tensor.is_floating_point()) EXPECT_EQ(tensor.scalar_type(), torch::kFloat32) << name;
+  }
+  RunResult resumed = Train(b.path(), bf16, 2, "last", {}, false, {}, cnn);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// trainer.profiler=simple counts every training batch's forward, backward and optimizer step
+// and the waits for data, and splits the fit's time between them; the phases never add up to
+// more than the fit took (each counts its own time only).
+TEST(Profiler, SimpleTimesEveryPhaseOfEveryBatch) {
+  testing::TempDir dir;
+  RunResult run = Train(dir.path(), std::string(kThreeEpochs) + "profiler: simple\n", 0, "");
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const PhaseProfiler& p = run.profile;
+  ASSERT_TRUE(p.enabled());
+  for (auto phase : {PhaseProfiler::kData, PhaseProfiler::kForward, PhaseProfiler::kBackward, PhaseProfiler::kOptimizer}) {
+    EXPECT_EQ(p.calls(phase), 18) << PhaseProfiler::Name(phase);
+    EXPECT_GT(p.seconds(phase), 0) << PhaseProfiler::Name(phase);
+  }
+  EXPECT_EQ(p.calls(PhaseProfiler::kValidation), 3);  // once per epoch
+  EXPECT_GT(p.calls(PhaseProfiler::kLogging), 18);    // every step (log_every_n_steps: 1) and epoch
+  double sum = 0;
+  for (int phase = 0; phase < PhaseProfiler::kPhases; ++phase) sum += p.seconds(static_cast<PhaseProfiler::Phase>(phase));
+  std::vector<std::string> table = p.Report(sum * 1.25);
+  ASSERT_EQ(table.size(), 2 + 7 + 1u);  // header, 7 phases, other, fit
+  EXPECT_NE(table[2].find("forward"), std::string::npos) << table[2];
+  EXPECT_NE(table[8].find("other"), std::string::npos) << table[8];
+  EXPECT_NE(table[8].find("20.0%"), std::string::npos) << table[8];
+  // Off by default: nothing measured.
+  testing::TempDir plain;
+  RunResult off = Train(plain.path(), kThreeEpochs, 0, "");
+  EXPECT_FALSE(off.profile.enabled());
+  EXPECT_EQ(off.profile.calls(PhaseProfiler::kForward), 0);
+}
+
+// trainer.profiler=advanced writes LibTorch's operator profile of training batches 3-22 as a
+// Chrome trace: a JSON array of events with names, phases and timestamps, among them the model's
+// linear layers, their backward and the optimizer's update.
+TEST(Profiler, AdvancedWritesAChromeTraceOfOperators) {
+  testing::TempDir dir;
+  RunResult run = Train(dir.path(), std::string(kThreeEpochs) + "profiler: advanced\n", 0, "");
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::string path = dir.path() + "/profile.trace.json";
+  ASSERT_TRUE(testing::FileExists(path));
+  // JSON is YAML's flow style: yaml-cpp parses it (and fails on what JSON would refuse too:
+  // unbalanced brackets, a missing comma between events).
+  auto trace = config::ParseYaml(testing::ReadFile(path), path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_TRUE((*trace)->is_list());
+  ASSERT_GT((*trace)->size(), 100u);
+  std::set<std::string> names;
+  for (const config::NodePtr& event : (*trace)->items()) {
+    ASSERT_TRUE(event->is_map());
+    ASSERT_NE(event->Find("name"), nullptr);
+    ASSERT_NE(event->Find("ts"), nullptr);
+    ASSERT_NE(event->Find("ph"), nullptr);
+    names.insert(event->Find("name")->as_string());
+  }
+  EXPECT_EQ(names.count("aten::addmm"), 1u);  // the forward pass
+  EXPECT_EQ(names.count("autograd::engine::evaluate_function: AddmmBackward0"), 1u);  // the backward
+  EXPECT_EQ(names.count("aten::addcdiv_"), 1u);  // AdamW's step
 }
 
 // SLURM sends SIGUSR1 before preempting a job: checkpoint, exit 138 (128 + SIGUSR1) so a wrapper
@@ -521,6 +617,14 @@ TEST(TrainerOptions, UnknownKeyAndBadValuesAreNamed) {
   auto clip = TrainerOptions::FromConfig(Yaml("gradient_clip_algorithm: l3\n", "trainer"));
   ASSERT_FALSE(clip.ok());
   EXPECT_NE(std::string(clip.status().message()).find("trainer.gradient_clip_algorithm"), std::string::npos);
+  auto profiler = TrainerOptions::FromConfig(Yaml("profiler: fancy\n", "trainer"));
+  ASSERT_FALSE(profiler.ok());
+  EXPECT_NE(std::string(profiler.status().message()).find("option 'trainer.profiler' of the trainer must be null, simple or advanced, got fancy"),
+            std::string::npos)
+      << profiler.status();
+  auto precision = TrainerOptions::FromConfig(Yaml("precision: bf17\n", "trainer"));
+  ASSERT_FALSE(precision.ok());
+  EXPECT_NE(std::string(precision.status().message()).find("trainer.precision"), std::string::npos);
   auto limit = TrainerOptions::FromConfig(Yaml("limit_train_batches: 10\nmax_time: 00:00:01:30\n", "trainer"));
   ASSERT_TRUE(limit.ok()) << limit.status();
   EXPECT_EQ(limit->limit_train_batches.Of(100), 10);

@@ -1,0 +1,25 @@
+# Shared by the training-speed benches (source it): kiln's allocator settings for the Python side,
+# one kiln training run's samples/s, medians and ratios.
+
+# What kiln's trainer sets for itself with mallopt (lib/trainer/process_settings.cc): blocks up to
+# 32 MiB from the heap, no trimming. The Python references run with the same, so that a ratio
+# measures kiln and not glibc's defaults.
+KILN_TUNED_MALLOC=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295
+
+# kiln_epoch_rate OUT_DIR OVERRIDES...: trains one epoch with the overrides (nothing else: no test,
+# callbacks or loggers) and prints the epoch's samples/s from the training log.
+kiln_epoch_rate() {
+  local dir=$1; shift
+  "${KILN:-build/bin/kiln}" train hydra.run.dir="$dir" trainer.max_epochs=1 trainer.limit_val_batches=0 \
+    trainer.num_sanity_val_steps=0 test=false callbacks=none logger=null "$@" > "$dir.out" 2>&1 ||
+    { cat "$dir.out" >&2; exit 1; }
+  sed -n 's/.*epoch 0: .*, \([0-9.]*\) samples\/s).*/\1/p' "$dir.out" | tail -1
+}
+
+# python_tuned ARGS...: /usr/bin/python3 ARGS with kiln's allocator settings; python_untuned: with
+# glibc's defaults.
+python_tuned() { GLIBC_TUNABLES=$KILN_TUNED_MALLOC /usr/bin/python3 "$@"; }
+python_untuned() { env -u GLIBC_TUNABLES /usr/bin/python3 "$@"; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }

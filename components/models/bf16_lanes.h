@@ -1,0 +1,46 @@
+// bfloat16 <-> float32 conversion on AVX2 lanes, for the fused CPU kernels' bf16 paths (gelu_tanh,
+// causal_attention). Widening is exact (bf16 is float32's upper half); narrowing rounds to nearest
+// even, as c10::BFloat16 does, and keeps NaN a NaN. x86-64 only (KILN_BF16_LANES); callers check
+// the CPU has AVX2 before calling.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define KILN_BF16_LANES 1
+#define KILN_AVX2 __attribute__((target("avx2,fma")))
+
+namespace kiln::bf16 {
+
+KILN_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+KILN_AVX2 inline __m256 Load8(const c10::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+KILN_AVX2 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+KILN_AVX2 inline void Store8(c10::BFloat16* p, __m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
+  // Pack the 8 32-bit lanes (each < 2^16) to 16 bits: packus works per 128-bit half, so gather
+  // the two halves' results into the low 128 bits.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+// dst[0, n) <- src[0, n), converted.
+template <typename From, typename To>
+KILN_AVX2 inline void Convert(const From* src, To* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Store8(dst + i, Load8(src + i));
+  for (; i < n; ++i) dst[i] = static_cast<To>(static_cast<float>(src[i]));
+}
+
+}  // namespace kiln::bf16
+#endif

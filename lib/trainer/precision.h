@@ -1,0 +1,28 @@
+// trainer.precision resolved for this machine: `auto` picks bf16-mixed where the CPU multiplies
+// bfloat16 in hardware (AVX-512 BF16 or AMX) and float32 elsewhere, and says which and why; an
+// explicit bf16-mixed on a CPU without them runs (emulated, usually slower) with one warning.
+#pragma once
+
+#include <string>
+
+#include "lib/trainer/trainer_options.h"
+
+namespace kiln {
+
+// The CPU's feature flags, space-separated: the `flags` line of /proc/cpuinfo, or the value of
+// KILN_CPU_FLAGS when that is set (tests simulate another CPU with it; empty means no flags).
+std::string CpuFlags();
+
+// The flag in `flags` that makes bf16 fast ("amx_bf16" or "avx512_bf16"), or "" when neither.
+std::string Bf16HardwareFlag(const std::string& flags);
+
+struct PrecisionChoice {
+  bool bf16 = false;    // forward passes under bf16 autocast (weights and optimizer stay float32)
+  std::string log;      // one line for the training log: what runs and why ("" for plain 32)
+  bool warning = false; // log is a warning (bf16 requested where it is emulated)
+};
+
+// `cpu`: the model runs on the CPU (bf16 autocast is wired for the CPU only).
+PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags);
+
+}  // namespace kiln
