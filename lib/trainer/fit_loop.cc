@@ -71,6 +71,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
                                        cuda ? "" : BlasKernelsNote(), ": ", train_samples, " samples, ",
                                        t.train_batches_, " batches per epoch", strategy.distributed() ? " per rank" : "",
                                        ", up to ", max_epochs, " epochs"));
+  t.train_loader_ = train_loader_.get();
   TrainingEpochLoop epoch_loop(t, *train_loader_, validation_.get());
   absl::Status status;
   while (t.epoch_ < max_epochs && !t.stop_requested_) {
