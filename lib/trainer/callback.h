@@ -56,6 +56,11 @@ class Callback {
   // When resuming: after every callback's LoadState, before the optimizer's and the scheduler's
   // states load. A callback that added parameter groups to the optimizer adds them again here.
   virtual absl::Status OnLoadCheckpoint(Trainer&) { return absl::OkStatus(); }
+  // The weights a checkpoint stores as the model's when they are not the module's own
+  // (weight_averaging: the averaged ones, so that evaluating, exporting or predicting from the
+  // checkpoint uses them; the training weights then go in the callback's own state, and a resume
+  // puts them back in OnLoadCheckpoint). Empty: the module's. The first callback that answers wins.
+  virtual std::map<std::string, torch::Tensor> CheckpointModelState() const { return {}; }
 };
 
 // A callback that keeps checkpoints (ModelCheckpoint). Commands ask the callbacks for it

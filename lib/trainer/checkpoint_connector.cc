@@ -71,7 +71,16 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, c
   LoopPosition loop = position;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
     WriteCheckpointMeta(archive, parts.model_name, parts.config_yaml);
-    WriteModelState(parts.task->module(), archive);
+    std::map<std::string, torch::Tensor> replaced;
+    for (const auto& c : *parts.callbacks) {
+      replaced = c->CheckpointModelState();
+      if (!replaced.empty()) break;
+    }
+    if (replaced.empty()) {
+      WriteModelState(parts.task->module(), archive);
+    } else {
+      WriteModelState(replaced, archive);
+    }
     if (parts.optimizer != nullptr) {
       torch::serialize::OutputArchive opt;
       parts.optimizer->save(opt);

@@ -75,6 +75,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
     KILN_RETURN_IF_ERROR(MakeDirs(options.default_root_dir));
     t.operator_trace_ = std::make_unique<OperatorTrace>(options.default_root_dir + "/profile.trace.json");
   }
+  t.train_loader_ = train_loader_.get();
   TrainingEpochLoop epoch_loop(t, *train_loader_, validation_.get());
   absl::Status status;
   while (t.epoch_ < max_epochs && !t.stop_requested_) {

@@ -109,6 +109,16 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
   return absl::OkStatus();
 }
 
+absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn) {
+  if (train_loader_ == nullptr) return absl::FailedPreconditionError("no training data outside fit");
+  return train_loader_->Run(epoch_, 0, train_batches_, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    batch.input = strategy_.InputToDevice(batch.input);
+    batch.target = strategy_.ToDevice(batch.target);
+    KILN_RETURN_IF_ERROR(fn(batch));
+    return true;
+  });
+}
+
 absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std::string& model_name) {
   return LoadCheckpointWeights(path, task, model_name);
 }
@@ -148,7 +158,11 @@ absl::Status Trainer::AdaptPosition(int64_t saved_world_size, int64_t saved_batc
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Fit(const FitInputs& inputs) { return FitLoop(*this).Run(inputs); }
+absl::Status Trainer::Fit(const FitInputs& inputs) {
+  absl::Status status = FitLoop(*this).Run(inputs);
+  train_loader_ = nullptr;  // the fit loop's, gone with it
+  return status;
+}
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
   inputs_.task = &task;

@@ -95,6 +95,13 @@ class Trainer {
   // groups the optimizer config would make for them, at its lr times `lr_factor`; a scheduler
   // scales the new groups like the first one from then on. Logs what it added.
   absl::Status AddParamGroups(const std::vector<std::string>& names, double lr_factor);
+  // Stops (or restarts) the scheduler's steps: a callback that sets the lrs itself from then on
+  // (weight_averaging's swa). Not in checkpoints: the callback pauses it again when resuming.
+  void PauseScheduler(bool paused) { scheduler_paused_ = paused; }
+  bool scheduler_paused() const { return scheduler_paused_; }
+  // Runs `fn` on each batch of one pass over the training data (the current epoch's order and
+  // augmentations, on the device), outside training: weight_averaging's update_bn pass.
+  absl::Status ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn);
 
  private:
   friend class FitLoop;
@@ -127,6 +134,8 @@ class Trainer {
   std::map<std::string, double> callback_metrics_;
   MetricLog train_log_;
   bool stop_requested_ = false;
+  bool scheduler_paused_ = false;
+  data::DataLoader* train_loader_ = nullptr;  // while fitting
   bool stop_now_ = false;
   std::string stop_reason_;
   std::string checkpoint_dir_;

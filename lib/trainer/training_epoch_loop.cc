@@ -89,7 +89,7 @@ absl::Status TrainingEpochLoop::EndEpoch(double seconds, int64_t samples_at_star
   bool validate = validation_ && (t.epoch_ + 1) % options.check_val_every_n_epoch == 0;
   if (validate) KILN_RETURN_IF_ERROR(validation_->Validate());
   Scheduler* scheduler = t.inputs_.scheduler.get();
-  if (scheduler && scheduler->interval() == Scheduler::Interval::kEpoch) {
+  if (scheduler && !t.scheduler_paused_ && scheduler->interval() == Scheduler::Interval::kEpoch) {
     double metric = std::nan("");
     auto it = t.callback_metrics_.find(scheduler->monitor());
     if (it != t.callback_metrics_.end()) metric = it->second;
@@ -174,7 +174,7 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
   t.optimizer_->zero_grad();
   ++t.global_step_;
   Scheduler* scheduler = t.inputs_.scheduler.get();
-  if (scheduler && scheduler->interval() == Scheduler::Interval::kStep) scheduler->Step(std::nan(""));
+  if (scheduler && !t.scheduler_paused_ && scheduler->interval() == Scheduler::Interval::kStep) scheduler->Step(std::nan(""));
   if (t.global_step_ % options.log_every_n_steps == 0) {
     std::map<std::string, double> metrics = t.train_log_.last();
     metrics["lr"] = t.optimizer_->param_groups()[0].options().get_lr();

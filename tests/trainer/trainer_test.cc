@@ -160,6 +160,7 @@ class SigtermAfter : public Callback {
 struct RunResult {
   absl::Status status;
   std::vector<torch::Tensor> params;
+  std::vector<std::string> names;  // of params
   int64_t steps = 0;
   std::vector<double> group_lrs;  // the optimizer's parameter groups at the end
   PhaseProfiler profile;
@@ -192,7 +193,10 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   in.seed = 99;
   in.model_name = "mlp";
   result.status = trainer.Fit(in);
-  for (const auto& p : task.module().parameters()) result.params.push_back(p.detach().clone());
+  for (const auto& p : task.module().named_parameters()) {
+    result.params.push_back(p.value().detach().clone());
+    result.names.push_back(p.key());
+  }
   result.steps = trainer.global_step();
   result.profile = trainer.profiler();
   if (trainer.optimizer() != nullptr) {
@@ -529,6 +533,136 @@ TEST(BackboneFinetuning, GlobsThatFreezeEverythingOrMatchNothingAreRefused) {
   EXPECT_NE(std::string(none.status.message()).find("callbacks.bf.params: 'backbone.*' matches no parameter of the model"),
             std::string::npos)
       << none.status;
+}
+
+std::shared_ptr<Callback> WeightAveraging(const std::string& options) {
+  auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: weight_averaging\n" + options, "callbacks.wa"));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : nullptr;
+}
+
+// Keeps a copy of the model's parameters at the start and after every optimizer step.
+class StepSnapshots : public Callback {
+ public:
+  absl::Status OnFitStart(Trainer& t) override { return Take(t); }
+  absl::Status OnTrainBatchEnd(Trainer& t, const data::Batch&, double) override { return Take(t); }
+  std::vector<std::vector<torch::Tensor>> taken;
+
+ private:
+  absl::Status Take(Trainer& t) {
+    taken.emplace_back();
+    for (const auto& p : t.task()->module().parameters()) taken.back().push_back(p.detach().clone());
+    return absl::OkStatus();
+  }
+};
+
+// EMA after each of the 18 steps, by hand: avg = d avg + (1 - d) w with d = min(0.9, (1+n)/(10+n));
+// the model ends with the average (evaluate_averaged), and the checkpoint of a run stopped at
+// step 9 holds the average as its model.
+TEST(WeightAveraging, EmaIsTheHandComputedAverageAndTheCheckpointsModel) {
+  testing::TempDir dir;
+  auto steps = std::make_shared<StepSnapshots>();
+  RunResult r = Train(dir.path(), kThreeEpochs, 0, "", {steps, WeightAveraging("decay: 0.9\n")});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(steps->taken.size(), 19u);
+  std::vector<torch::Tensor> avg = steps->taken[0];
+  for (size_t n = 0; n < 18; ++n) {
+    double d = std::min(0.9, (1.0 + n) / (10.0 + n));
+    for (size_t i = 0; i < avg.size(); ++i) avg[i] = avg[i] * d + steps->taken[n + 1][i] * (1 - d);
+  }
+  ASSERT_EQ(avg.size(), r.params.size());
+  for (size_t i = 0; i < avg.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(r.params[i], avg[i], 1e-5, 1e-6)) << "parameter " << i;
+    EXPECT_FALSE(torch::allclose(r.params[i], steps->taken[18][i], 1e-5, 1e-6)) << "parameter " << i;
+  }
+  testing::TempDir b;
+  RunResult stopped = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 0, "", {WeightAveraging("decay: 0.9\n")});
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status;
+  torch::serialize::InputArchive archive;
+  ASSERT_TRUE(ReadCheckpoint(b.path() + "/checkpoints/last.ckpt", &archive).ok());
+  auto state = ReadModelState(archive, "last.ckpt");
+  ASSERT_TRUE(state.ok()) << state.status();
+  for (size_t i = 0; i < stopped.names.size(); ++i) {
+    EXPECT_TRUE(torch::equal(state->at(stopped.names[i]), stopped.params[i])) << stopped.names[i];
+  }
+}
+
+// Stopped mid-epoch (step 9) or in the last epoch (15) and resumed, EMA and SWA runs end bitwise
+// where uninterrupted ones do, the training weights and the averages both.
+TEST(WeightAveraging, ResumeIsBitwiseExact) {
+  for (const std::string options :
+       {"decay: 0.9\n", "decay: 0.9\nevaluate_averaged: false\n",
+        "mode: swa\nswa_epoch_start: 1\nswa_lrs: 0.002\nannealing_epochs: 1\n"}) {
+    testing::TempDir a;
+    RunResult full = Train(a.path(), kThreeEpochs, 0, "", {WeightAveraging(options)});
+    ASSERT_TRUE(full.status.ok()) << full.status;
+    for (int stop : {9, 15}) {
+      testing::TempDir b;
+      RunResult first = Train(b.path(), absl::StrCat(kThreeEpochs, "max_steps: ", stop, "\n"), 0, "", {WeightAveraging(options)});
+      ASSERT_TRUE(first.status.ok()) << first.status;
+      RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {WeightAveraging(options)});
+      ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+      EXPECT_EQ(resumed.steps, 18);
+      ExpectBitwiseEqual(full.params, resumed.params);
+      EXPECT_EQ(resumed.group_lrs, full.group_lrs) << options << " stopped at step " << stop;
+    }
+  }
+}
+
+// SWA from epoch 1 of 3: the model ends as the mean of the weights after epochs 1 and 2, and the
+// lr anneals to swa_lrs (linear over 1 epoch: reached in epoch 2), the scheduler stopped.
+TEST(WeightAveraging, SwaAveragesEpochEndsAndAnnealsTheLr) {
+  testing::TempDir dir;
+  auto snapshots = std::make_shared<Snapshots>();
+  RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
+                      {snapshots, WeightAveraging("mode: swa\nswa_epoch_start: 1\nswa_lrs: 0.002\nannealing_epochs: 1\n"
+                                                  "annealing_strategy: linear\n")});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(snapshots->taken.size(), 4u);
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    torch::Tensor mean = (snapshots->taken[2].at(r.names[i]) + snapshots->taken[3].at(r.names[i])) / 2;
+    EXPECT_TRUE(torch::allclose(r.params[i], mean, 1e-5, 1e-6)) << r.names[i];
+    EXPECT_FALSE(torch::allclose(r.params[i], snapshots->taken[3].at(r.names[i]), 1e-5, 1e-6)) << r.names[i];
+  }
+  ASSERT_EQ(r.group_lrs.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.group_lrs[0], 0.002);
+}
+
+TEST(WeightAveraging, SwaStartingAfterTheLastEpochIsRefused) {
+  testing::TempDir dir;
+  RunResult r = Train(dir.path(), kThreeEpochs, 0, "", {WeightAveraging("mode: swa\nswa_epoch_start: 3\n")});
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(std::string(r.status.message()),
+            "callbacks.wa.swa_epoch_start: 3 is not before trainer.max_epochs=3; SWA would average nothing");
+}
+
+// update_bn: after SWA on the CNN, the BatchNorm statistics are the ones of one pass over the
+// training data with the averaged weights, not the last training step's.
+TEST(WeightAveraging, SwaUpdateBnRecomputesBatchNormStatistics) {
+  // The model's state once every fit-end callback before it has run.
+  struct AtFitEnd : Callback {
+    absl::Status OnFitEnd(Trainer& t) override {
+      for (const auto& b : t.task()->module().named_buffers()) state[b.key()] = b.value().detach().clone();
+      return absl::OkStatus();
+    }
+    std::map<std::string, torch::Tensor> state;
+  };
+  for (bool update_bn : {false, true}) {
+    testing::TempDir dir;
+    auto snapshots = std::make_shared<Snapshots>();
+    auto end = std::make_shared<AtFitEnd>();
+    RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
+                        {snapshots, WeightAveraging(absl::StrCat("mode: swa\nswa_epoch_start: 1\nupdate_bn: ",
+                                                                 update_bn ? "true" : "false", "\n")),
+                         end},
+                        false, {}, kSmallCnn);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    // Without update_bn the statistics are the last training step's; with it, recomputed.
+    EXPECT_EQ(torch::equal(end->state.at("bn1.running_mean"), snapshots->taken.back().at("bn1.running_mean")),
+              !update_bn);
+    EXPECT_EQ(torch::equal(end->state.at("bn2.running_var"), snapshots->taken.back().at("bn2.running_var")),
+              !update_bn);
+  }
 }
 
 TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
