@@ -50,7 +50,7 @@ std::string ServeMetrics::Text(int64_t queue_depth) const {
                   "# HELP kiln_request_duration_seconds Time from a request's arrival to its answer.\n"
                   "# TYPE kiln_request_duration_seconds histogram\n",
                   latency_.Text("kiln_request_duration_seconds"),
-                  "# HELP kiln_batch_size Inputs per forward pass.\n"
+                  "# HELP kiln_batch_size Inputs per batch (those that fail preprocessing included).\n"
                   "# TYPE kiln_batch_size histogram\n",
                   batch_sizes_.Text("kiln_batch_size"),
                   "# HELP kiln_queue_depth Requests waiting for a batch.\n"
