@@ -20,8 +20,8 @@
 namespace kiln::serve {
 
 struct BatcherOptions {
-  int64_t max_batch = 32;     // inputs per forward pass at most (1: no batching)
-  double max_delay_ms = 2.0;  // how long the oldest request may wait for others
+  int64_t max_batch = 64;   // inputs per forward pass at most (1: no batching)
+  double max_delay_ms = 0;  // how long the oldest request may wait for others (0: not at all)
   int64_t max_queue = 256;    // requests waiting at most
 };
 

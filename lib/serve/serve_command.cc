@@ -50,8 +50,8 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int64_t port = 8080;
   std::optional<std::string> token;
-  int64_t max_batch = 32;
-  double max_delay_ms = 2.0;
+  int64_t max_batch = 64;
+  double max_delay_ms = 0;
   int64_t max_queue = 256;
   int64_t request_timeout_ms = 10000;
   int64_t max_body_bytes = 10 << 20;
@@ -71,7 +71,7 @@ const OptionBinding<ServeOptions>& ServeBinding() {
           .Field("port", &O::port, "TCP port (0: any free port, printed at start)", InRange(0, 65535))
           .Field("token", &O::token, "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
           .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)", AtLeast(1))
-          .Field("max_delay_ms", &O::max_delay_ms, "how long a request waits for others to batch with", AtLeast(0))
+          .Field("max_delay_ms", &O::max_delay_ms, "how long a request waits for others to batch with (0: none; batches take what queued meanwhile)", AtLeast(0))
           .Field("max_queue", &O::max_queue, "requests waiting at most; more get 503", AtLeast(1))
           .Field("request_timeout_ms", &O::request_timeout_ms, "a request not answered by then gets 504", AtLeast(1))
           .Field("max_body_bytes", &O::max_body_bytes, "larger request bodies get 413", AtLeast(1))
@@ -273,6 +273,9 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   server.set_read_timeout(std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6)));
   server.set_write_timeout(std::chrono::seconds(10));
   server.set_keep_alive_timeout(5);
+  server.set_keep_alive_max_count(1000);
+  // Small answers go out at once (with Nagle's algorithm, the client's delayed ACK adds ~40 ms).
+  server.set_tcp_nodelay(true);
   server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     if (token.empty() || req.path == "/healthz" || req.path == "/readyz") return httplib::Server::HandlerResponse::Unhandled;

@@ -5,9 +5,7 @@
 // SIGTERM answering what is queued, then exit 0.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,22 +29,10 @@ namespace {
 using testing::ReadFile;
 using testing::TempDir;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A `kiln serve` process; killed by the destructor if the test did not stop it.
 class Server {
  public:
-  Server(const std::string& dir, const std::string& run_dir, std::vector<std::string> options) : port_(FreePort()) {
+  Server(const std::string& dir, const std::string& run_dir, std::vector<std::string> options) : port_(testing::FreeLoopbackPort()) {
     std::vector<std::string> argv = {KILN_BINARY, "serve", "run_dir=" + run_dir, "serve.port=" + std::to_string(port_),
                                      "hydra.run.dir=" + dir};
     argv.insert(argv.end(), options.begin(), options.end());
