@@ -32,7 +32,7 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
   }
   if (image.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot decode image (corrupt, truncated or not a PNG, JPEG, BMP or WebP image)"));
+        absl::StrCat(what, ": cannot decode image (corrupt, truncated or not an image)"));
   }
   if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   if (options.height > 0 && (image.rows != options.height || image.cols != options.width)) {
