@@ -22,9 +22,12 @@ install(TARGETS ${kiln_targets} EXPORT KilnTargets
   LIBRARY DESTINATION lib
   ARCHIVE DESTINATION lib)
 install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
-# The library `kiln dashboard` loads; nothing links it, so it is not exported.
+# The libraries `kiln dashboard` and `kiln serve` load; nothing links them, so they are not exported.
 if(TARGET kiln_dashboard)
   install(TARGETS kiln_dashboard LIBRARY DESTINATION lib)
+endif()
+if(TARGET kiln_serve)
+  install(TARGETS kiln_serve LIBRARY DESTINATION lib)
 endif()
 
 # The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include

@@ -5,7 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
+#include <unistd.h>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
 #include "lib/core/status_macros.h"
@@ -47,6 +53,39 @@ absl::StatusOr<torch::Tensor> AudioPipeline::Features(const std::string& path, d
   }
   if (augment && !o_.feature_transforms.empty())
     features = o_.feature_transforms.Apply(features, rng);
+  return features;
+}
+
+absl::StatusOr<torch::Tensor> AudioPipeline::FeaturesOfBytes(std::string_view bytes) const {
+  // libsndfile reads files: the bytes go to a private temporary file with the extension of the
+  // format their magic number names, and the same path-based pipeline reads it.
+  const char* suffix = nullptr;
+  if (bytes.substr(0, 4) == "RIFF" && bytes.substr(8, 4) == "WAVE") suffix = ".wav";
+  if (bytes.substr(0, 4) == "fLaC") suffix = ".flac";
+  if (bytes.substr(0, 4) == "OggS") suffix = ".ogg";
+  if (suffix == nullptr) return absl::InvalidArgumentError("the audio is not a WAV, FLAC or Ogg file");
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/kiln-audio-XXXXXX", suffix);
+  int fd = ::mkstemps(path.data(), static_cast<int>(std::strlen(suffix)));
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create a temporary file for the audio: ", std::strerror(errno)));
+  bool written = true;
+  for (size_t done = 0; done < bytes.size() && written;) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    written = n > 0;
+    if (written) done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  absl::StatusOr<torch::Tensor> features = absl::InternalError("cannot write the audio to a temporary file");
+  if (written) {
+    data::SampleRng rng(0, 0, 0);
+    features = Features(path, rng, /*augment=*/false);
+  }
+  ::unlink(path.c_str());
+  if (!features.ok()) {
+    std::string message(features.status().message());
+    if (absl::StartsWith(message, path)) message = absl::StrCat("the audio", message.substr(path.size()));
+    return absl::Status(features.status().code(), message);
+  }
   return features;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -40,6 +41,9 @@ class AudioPipeline {
   // Features [frames, F] of one file; `augment` applies the training transforms.
   absl::StatusOr<torch::Tensor> Features(const std::string& path, data::SampleRng& rng,
                                          bool augment) const;
+  // Features [frames, F] of an audio file's bytes (WAV, FLAC, Ogg), without augmentation; errors
+  // name "the audio". For raw inputs (kiln::Predictor, `kiln serve`).
+  absl::StatusOr<torch::Tensor> FeaturesOfBytes(std::string_view bytes) const;
   // The waveform as the features see it (resampled, augmented, cut or padded).
   absl::StatusOr<torch::Tensor> Waveform(const std::string& path, data::SampleRng& rng,
                                          bool augment) const;

@@ -36,13 +36,7 @@ class AudioFolder : public data::DataModule {
   absl::Status PrepareData() override { return LoadClassNames(); }
 
   absl::Status Setup(data::Stage stage) override {
-    KILN_RETURN_IF_ERROR(LoadClassNames());
-    if (pipeline_->needs_global_stats()) {
-      KILN_RETURN_IF_ERROR(LoadTrain());
-      std::vector<std::string> paths;
-      for (const auto& e : *train_entries_) paths.push_back(e.path);
-      KILN_RETURN_IF_ERROR(pipeline_->FitGlobalStats(paths));
-    }
+    KILN_RETURN_IF_ERROR(PrepareRawInputs());
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
       if (o_.val.value_or("").empty()) {
@@ -70,6 +64,22 @@ class AudioFolder : public data::DataModule {
       predict_ = Make(std::move(entries), false);
     }
     return absl::OkStatus();
+  }
+
+  // The class names and global feature statistics; a raw input is an audio file's bytes.
+  absl::Status PrepareRawInputs() override {
+    KILN_RETURN_IF_ERROR(LoadClassNames());
+    if (pipeline_->needs_global_stats()) {
+      KILN_RETURN_IF_ERROR(LoadTrain());
+      std::vector<std::string> paths;
+      for (const auto& e : *train_entries_) paths.push_back(e.path);
+      KILN_RETURN_IF_ERROR(pipeline_->FitGlobalStats(paths));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<data::Example> RawExample(std::string_view raw) const override {
+    KILN_ASSIGN_OR_RETURN(torch::Tensor features, pipeline_->FeaturesOfBytes(raw));
+    return data::Example{features, torch::tensor(int64_t{-1})};
   }
 
   std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }

@@ -92,9 +92,7 @@ class AudioManifest : public text::TextDataModule {
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
     data::LoaderOptions& lo = mutable_loader();
-    lo.collate = [](std::vector<data::Example>& examples) {
-      return data::PadCollate(examples, text::SpecialTokens::kPad);
-    };
+    SetPadCollate();
     lo.batch_order = nullptr;
     if (stage == data::Stage::kFit) {
       data::BatchOrderFn then;
@@ -104,12 +102,7 @@ class AudioManifest : public text::TextDataModule {
       }
       lo.batch_order = data::SortaGrad(o_.sortagrad_epochs, std::move(then));
     }
-    if (pipeline_->needs_global_stats()) {
-      KILN_RETURN_IF_ERROR(LoadTrain());
-      std::vector<std::string> paths;
-      for (const auto& e : train_entries_) paths.push_back(e.path);
-      KILN_RETURN_IF_ERROR(pipeline_->FitGlobalStats(paths));
-    }
+    KILN_RETURN_IF_ERROR(FitGlobalStats());
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
       if (o_.val.value_or("").empty()) {
@@ -155,6 +148,17 @@ class AudioManifest : public text::TextDataModule {
     return absl::OkStatus();
   }
 
+  // The tokenizer and global feature statistics; a raw input is an audio file's bytes.
+  absl::Status PrepareRawInputs() override {
+    KILN_RETURN_IF_ERROR(tokenizer().status());
+    SetPadCollate();
+    return FitGlobalStats();
+  }
+  absl::StatusOr<data::Example> RawExample(std::string_view raw) const override {
+    KILN_ASSIGN_OR_RETURN(torch::Tensor features, pipeline_->FeaturesOfBytes(raw));
+    return data::Example{features, torch::zeros({0}, torch::kInt64)};
+  }
+
   std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
   std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
   std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
@@ -171,6 +175,20 @@ class AudioManifest : public text::TextDataModule {
   std::string TrainingName() const override { return o_.train; }
 
  private:
+  void SetPadCollate() {
+    mutable_loader().collate = [](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, text::SpecialTokens::kPad);
+    };
+  }
+
+  absl::Status FitGlobalStats() {
+    if (!pipeline_->needs_global_stats()) return absl::OkStatus();
+    KILN_RETURN_IF_ERROR(LoadTrain());
+    std::vector<std::string> paths;
+    for (const auto& e : train_entries_) paths.push_back(e.path);
+    return pipeline_->FitGlobalStats(paths);
+  }
+
   absl::Status LoadTrain() {
     if (!train_entries_.empty()) return absl::OkStatus();
     KILN_ASSIGN_OR_RETURN(train_entries_, Load(o_.train, true));

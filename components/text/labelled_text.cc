@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
+#include "components/text/utf8.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/padding.h"
 #include "lib/logging/logger.h"
@@ -82,9 +83,7 @@ class LabelledText : public TextDataModule {
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
     data::LoaderOptions& lo = mutable_loader();
-    lo.collate = [](std::vector<data::Example>& examples) {
-      return data::PadCollate(examples, SpecialTokens::kPad);
-    };
+    SetPadCollate();
     // Bucketing groups similar lengths into batches; predictions keep the input order.
     lo.batch_order = nullptr;
     if (o_.bucket_by_length && stage == data::Stage::kFit) {
@@ -128,6 +127,24 @@ class LabelledText : public TextDataModule {
       KILN_ASSIGN_OR_RETURN(predict_, Encode(*tok, records, false));
     }
     return absl::OkStatus();
+  }
+
+  // A raw input is a UTF-8 text, tokenized and cut to max_length as the splits are.
+  absl::Status PrepareRawInputs() override {
+    KILN_ASSIGN_OR_RETURN(raw_tokenizer_, tokenizer());
+    SetPadCollate();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<data::Example> RawExample(std::string_view raw) const override {
+    if (raw_tokenizer_ == nullptr) return absl::FailedPreconditionError("PrepareRawInputs was not called");
+    if (size_t bad = FindInvalidUtf8(raw); bad != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("the text is not valid UTF-8 (byte ", bad, ")"));
+    }
+    std::vector<int64_t> tokens = Truncated(raw_tokenizer_->Encode(raw));
+    data::Example e;
+    e.input = torch::tensor(tokens, torch::kInt64);
+    e.target = torch::tensor(int64_t{-1});
+    return e;
   }
 
   std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
@@ -192,24 +209,34 @@ class LabelledText : public TextDataModule {
       sources.push_back(o_.predict.value_or("").empty() ? r.where : Preview(r.text));
     }
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
-    int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
-    for (auto& t : tokens) {
-      if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
-        if (o_.truncation_side == "left")
-          t.erase(t.begin(), t.end() - budget);
-        else
-          t.resize(static_cast<size_t>(budget));
-      }
-      if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
-      if (t.empty())
-        t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
-    }
+    for (auto& t : tokens) t = Truncated(std::move(t));
     return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels),
                                             std::move(sources));
   }
 
+  // A text's tokens cut to max_length (on truncation_side), with <cls> when add_cls.
+  std::vector<int64_t> Truncated(std::vector<int64_t> t) const {
+    int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
+    if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
+      if (o_.truncation_side == "left")
+        t.erase(t.begin(), t.end() - budget);
+      else
+        t.resize(static_cast<size_t>(budget));
+    }
+    if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
+    if (t.empty()) t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
+    return t;
+  }
+
+  void SetPadCollate() {
+    mutable_loader().collate = [](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, SpecialTokens::kPad);
+    };
+  }
+
   LabelledTextOptions o_;
   RecordFields fields_;
+  std::shared_ptr<const Tokenizer> raw_tokenizer_;  // after PrepareRawInputs
   std::vector<TextRecord> train_records_;
   std::vector<std::string> labels_;
   std::shared_ptr<TokenizedTexts> train_, val_, test_, predict_;

@@ -59,6 +59,8 @@ class IdxImages : public ImageDataModule {
  protected:
   absl::StatusOr<DatasetMaker> LoadTraining() override { return Load(files_.train_images, files_.train_labels); }
   absl::StatusOr<DatasetMaker> LoadTest() override { return Load(files_.test_images, files_.test_labels); }
+  // IDX images are single-channel.
+  ImageDecodeOptions RawImageDecode() const override { return {/*grayscale=*/true, 0, 0}; }
 
  private:
   absl::StatusOr<DatasetMaker> Load(const std::string& images_file, const std::string& labels_file) {

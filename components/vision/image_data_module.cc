@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "components/vision/image_ops.h"
 #include "lib/core/status_macros.h"
 
 namespace kiln::data {
@@ -128,6 +129,17 @@ absl::StatusOr<std::shared_ptr<const Dataset>> ImageDataModule::KeepClasses(std:
   std::sort(kept.begin(), kept.end());
   if (setup_.classes.empty()) return Subset(std::move(all), std::move(kept));
   return std::make_shared<RelabelledSubset>(std::move(all), std::move(kept), std::move(new_label));
+}
+
+absl::Status ImageDataModule::PrepareRawInputs() { return PrepareData(); }
+
+absl::StatusOr<Example> ImageDataModule::RawExample(std::string_view raw) const {
+  KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(raw, RawImageDecode(), "the image"));
+  // The evaluation transforms draw nothing; a fixed stream keeps any that do reproducible.
+  SampleRng rng(0, 0, 0);
+  const TransformPipeline& eval = setup_.eval_transforms;
+  image = eval.empty() ? image.to(torch::kFloat32).div_(255.0) : eval.Apply(image, rng);
+  return Example{image, torch::tensor(int64_t{-1})};
 }
 
 absl::Status ImageDataModule::Setup(Stage stage) {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
 #include "lib/data/datamodule.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/options.h"
 
@@ -116,8 +117,15 @@ class ImageDataModule : public DataModule {
   // With `classes`, the kept classes' names in their new order (their labels when the data
   // has no names).
   std::vector<std::string> class_names() const override;
+  // A raw input is an encoded image (PNG, JPEG, BMP, WebP), decoded as RawImageDecode says, then
+  // put through the evaluation transforms.
+  absl::Status PrepareRawInputs() override;
+  absl::StatusOr<Example> RawExample(std::string_view raw) const override;
 
  protected:
+  // How a raw image is decoded for this module's models (grayscale or RGB, a fixed size).
+  virtual ImageDecodeOptions RawImageDecode() const { return {}; }
+
   void set_class_names(std::vector<std::string> names) { class_names_ = std::move(names); }
 
   // Builds a dataset over data already loaded, with the given transforms (the training and the

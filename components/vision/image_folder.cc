@@ -5,13 +5,11 @@
 #include <fstream>
 #include <iterator>
 
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/vision/image_data_module.h"
+#include "components/vision/image_ops.h"
 #include "components/common/option_values.h"
 #include "lib/registry/registry.h"
 
@@ -20,38 +18,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct DecodeOptions {
-  bool grayscale = false;
-  int64_t height = 0, width = 0;  // 0: keep each image's size
-};
-
 // One image file as uint8 [C, H, W] (RGB or grayscale), resized when asked.
-absl::StatusOr<torch::Tensor> DecodeImage(const std::string& path, const DecodeOptions& options) {
+absl::StatusOr<torch::Tensor> DecodeImage(const std::string& path, const ImageDecodeOptions& options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open image file"));
-  std::vector<uchar> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  cv::Mat image;
-  try {
-    image = cv::imdecode(bytes, options.grayscale ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-  } catch (const cv::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode image: ", e.msg));
-  }
-  if (image.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot decode image (corrupt, truncated or not an image)"));
-  }
-  if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
-  if (options.height > 0 && (image.rows != options.height || image.cols != options.width)) {
-    // Area averaging when shrinking avoids aliasing; bilinear when enlarging.
-    bool shrink = options.height * options.width < static_cast<int64_t>(image.rows) * image.cols;
-    cv::Mat resized;
-    cv::resize(image, resized, cv::Size(static_cast<int>(options.width), static_cast<int>(options.height)), 0, 0,
-               shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
-    image = resized;
-  }
-  if (!image.isContinuous()) image = image.clone();
-  return torch::from_blob(image.data, {image.rows, image.cols, image.channels()}, torch::kUInt8)
-      .permute({2, 0, 1})
-      .contiguous();
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return DecodeImageBytes(bytes, options, path);
 }
 
 struct ImageFile {
@@ -61,7 +33,7 @@ struct ImageFile {
 
 class ImageFileDataset : public Dataset {
  public:
-  ImageFileDataset(std::shared_ptr<const std::vector<ImageFile>> files, DecodeOptions decode,
+  ImageFileDataset(std::shared_ptr<const std::vector<ImageFile>> files, ImageDecodeOptions decode,
                    TransformPipeline transforms)
       : files_(std::move(files)), decode_(decode), transforms_(std::move(transforms)) {}
   int64_t size() const override { return static_cast<int64_t>(files_->size()); }
@@ -75,7 +47,7 @@ class ImageFileDataset : public Dataset {
 
  private:
   std::shared_ptr<const std::vector<ImageFile>> files_;
-  DecodeOptions decode_;
+  ImageDecodeOptions decode_;
   TransformPipeline transforms_;
 };
 
@@ -114,7 +86,7 @@ absl::StatusOr<std::vector<std::string>> ClassFolders(const std::string& root) {
 struct ImageFolderLayout {
   std::string root, test_root;
   std::vector<std::string> classes;  // empty: the sorted sub-folders of root
-  DecodeOptions decode;
+  ImageDecodeOptions decode;
 };
 
 class ImageFolder : public ImageDataModule {
@@ -133,6 +105,7 @@ class ImageFolder : public ImageDataModule {
   }
 
  protected:
+  ImageDecodeOptions RawImageDecode() const override { return options_.decode; }
   absl::StatusOr<DatasetMaker> LoadTraining() override { return Labelled(options_.root); }
   absl::StatusOr<DatasetMaker> LoadTest() override {
     if (options_.test_root.empty()) return DatasetMaker();
@@ -175,7 +148,7 @@ class ImageFolder : public ImageDataModule {
   }
 
   DatasetMaker Maker(std::shared_ptr<const std::vector<ImageFile>> files) const {
-    DecodeOptions decode = options_.decode;
+    ImageDecodeOptions decode = options_.decode;
     DatasetMaker maker;
     maker.make = [files, decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
       return std::make_shared<ImageFileDataset>(files, decode, transforms);
@@ -217,7 +190,7 @@ KILN_REGISTER_BOUND(
       ImageSize size = o.size.value_or(ImageSize{});  // 0 x 0: keep each image's size
       ImageFolderLayout layout{o.root, o.test_root.value_or(""),
                                o.classes.value_or(std::vector<std::string>{}),
-                               DecodeOptions{o.grayscale, size.height, size.width}};
+                               ImageDecodeOptions{o.grayscale, size.height, size.width}};
       return std::make_shared<ImageFolder>(std::move(layout), std::move(setup));
     });
 

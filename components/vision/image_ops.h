@@ -3,6 +3,11 @@
 
 #include <torch/torch.h>
 
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
 namespace kiln::data {
 
 // [H, W] becomes [1, H, W]; [C, H, W] is returned as is.
@@ -10,5 +15,17 @@ inline torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? imag
 
 // Bilinear resize of [C, H, W] (uint8 results are rounded back to uint8).
 torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t width);
+
+// How an encoded image (PNG, JPEG, BMP, WebP) becomes a tensor.
+struct ImageDecodeOptions {
+  bool grayscale = false;
+  int64_t height = 0, width = 0;  // 0: keep each image's size
+};
+
+// An encoded image as uint8 [C, H, W] (RGB or grayscale; OpenCV decodes it), resized when asked
+// (area averaging when shrinking, bilinear when enlarging). `what` names the image in errors (a
+// path, "the request's image"): bytes that are not an image are an InvalidArgument status.
+absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
+                                               const std::string& what);
 
 }  // namespace kiln::data

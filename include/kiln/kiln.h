@@ -10,5 +10,6 @@
 #include <kiln/data.h>
 #include <kiln/distributed.h>
 #include <kiln/trainer.h>
+#include <kiln/predictor.h>
 #include <kiln/models.h>
 #include <kiln/tasks.h>

@@ -60,11 +60,6 @@ std::map<std::string, CommandFn>& Commands() {
   return *commands;
 }
 
-bool IsDir(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 std::string ExecutablePath() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -92,15 +87,24 @@ void Print(const std::string& text) {
 // One of kiln's own libraries, next to libkiln_core in the build tree and in an installed prefix.
 std::string BuiltinLibraryPath(const std::string& name) { return absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so"); }
 
-// kiln's LibTorch layers.
-absl::Status LoadBuiltinLibraries() {
+// kiln's LibTorch layers; for `kiln serve` also libkiln_serve (cpp-httplib, which links OpenSSL
+// and brotli: loaded for that command only, as libkiln_dashboard), which registers the command.
+absl::Status LoadBuiltinLibraries(const std::string& command) {
   for (const char* name : {"kiln_engine", "kiln_components", "kiln_tasks"}) {
     std::string path = BuiltinLibraryPath(name);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) continue;  // a build without LibTorch
     if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
   }
-  return absl::OkStatus();
+  if (command != "serve") return absl::OkStatus();
+  std::string path = BuiltinLibraryPath("kiln_serve");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        "this kiln was built without cpp-httplib or LibTorch, which kiln serve needs (apt-get install "
+        "libcpp-httplib-dev, then cmake again)");
+  }
+  return LoadComponentLibrary(path, "built-in");
 }
 
 // `kiln dashboard`: libkiln_dashboard (cpp-httplib with OpenSSL and brotli) is loaded for this
@@ -159,13 +163,13 @@ class Application {
     options_.version = Version();
     options_.multirun = cl_.multirun;
     std::string main_path = cl_.config_path.has_value() ? Absolute(*cl_.config_path) : DefaultConfigPath();
-    if (!IsDir(main_path)) {
+    if (!IsDirectory(main_path)) {
       return absl::NotFoundError(absl::StrCat("config path '", cl_.config_path.value_or(main_path),
                                               "' is not a directory (--config-path)"));
     }
     options_.search_path.push_back({"main", main_path});
     for (const auto& dir : cl_.config_dirs) {
-      if (!IsDir(dir)) {
+      if (!IsDirectory(dir)) {
         return absl::NotFoundError(absl::StrCat("config dir '", dir, "' is not a directory (--config-dir)"));
       }
       options_.search_path.push_back({"command-line", Absolute(dir)});
@@ -576,7 +580,7 @@ class Application {
 
   // kiln's LibTorch layers, then the plugins (which link against them).
   absl::Status LoadLibraries() {
-    if (auto st = LoadBuiltinLibraries(); !st.ok()) return st;
+    if (auto st = LoadBuiltinLibraries(cl_.command); !st.ok()) return st;
     for (const auto& plugin : plugins_) {
       if (auto loaded = LoadPlugin(plugin); !loaded.ok()) return loaded.status();
     }
@@ -636,7 +640,7 @@ std::string DefaultConfigPath() {
   std::string installed = ExecutableDir() + "/../share/kiln/configs";
   char canonical[4096];
   if (::realpath(installed.c_str(), canonical) != nullptr) return canonical;
-  if (!IsDir(KILN_SOURCE_CONFIG_DIR)) return installed;
+  if (!IsDirectory(KILN_SOURCE_CONFIG_DIR)) return installed;
   return KILN_SOURCE_CONFIG_DIR;
 }
 

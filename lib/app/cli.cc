@@ -16,6 +16,7 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"test", "evaluate a checkpoint on the test set"},
       {"predict", "run a checkpoint on new inputs and write predictions"},
       {"export", "write a checkpoint's weights as safetensors with the resolved config"},
+      {"serve", "answer predictions over HTTP with dynamic batching: kiln serve ckpt_path=PATH serve.port=N"},
       {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
@@ -25,7 +26,10 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
   return *commands;
 }
 
-std::string DefaultConfigName(const std::string& command) { return command == "average" ? "average" : "train"; }
+std::string DefaultConfigName(const std::string& command) {
+  if (command == "average" || command == "serve") return command;
+  return "train";
+}
 
 std::string Usage() {
   std::string out =

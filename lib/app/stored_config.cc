@@ -1,7 +1,5 @@
 #include "lib/app/stored_config.h"
 
-#include <sys/stat.h>
-
 #include <set>
 #include <vector>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/config/merge.h"
+#include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
@@ -19,11 +18,6 @@ namespace {
 using config::Node;
 using config::NodePtr;
 using config::Override;
-
-bool IsFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 std::string Parent(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -69,7 +63,7 @@ bool TrainedThere(const NodePtr& hydra) {
 std::string RunOfCheckpoint(const std::string& ckpt) {
   std::string dir = Parent(ckpt);
   for (const std::string& candidate : {dir, Parent(dir)}) {
-    if (IsFile(StoredConfigFile(candidate))) return candidate;
+    if (IsRegularFile(StoredConfigFile(candidate))) return candidate;
   }
   return "";
 }
@@ -164,7 +158,8 @@ NodePtr Choices(const config::ComposeResult& composed, const NodePtr& run_choice
 }  // namespace
 
 bool StartsFromATrainedModel(const std::string& command) {
-  return command == "test" || command == "validate" || command == "predict" || command == "export";
+  return command == "test" || command == "validate" || command == "predict" || command == "export" ||
+         command == "serve";
 }
 
 absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& composed) {
@@ -177,7 +172,7 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   if (run_override != nullptr) {
     if (run_dir.empty()) return absl::InvalidArgumentError("run_dir must name a run directory (run_dir=PATH)");
     while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
-    if (!IsFile(StoredConfigFile(run_dir))) {
+    if (!IsRegularFile(StoredConfigFile(run_dir))) {
       return absl::NotFoundError(absl::StrCat("run_dir=", run_dir, ": not a kiln run directory (",
                                               StoredConfigFile(run_dir), " does not exist)"));
     }
@@ -187,7 +182,7 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
           "/checkpoints/NAME.ckpt); run_dir alone takes its last.ckpt"));
     }
     if (ckpt.empty() || ckpt == "last") ckpt = run_dir + "/checkpoints/last.ckpt";
-  } else if (!ckpt.empty() && ckpt != "last" && ckpt != "best" && IsFile(ckpt)) {
+  } else if (!ckpt.empty() && ckpt != "last" && ckpt != "best" && IsRegularFile(ckpt)) {
     run_dir = RunOfCheckpoint(ckpt);
   }
   if (run_dir.empty()) return std::string();
@@ -201,6 +196,11 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
+  // What the command itself is configured by (`serve:` of configs/serve.yaml) is no part of the
+  // run: it comes from the command's composition.
+  for (const char* own : {"serve"}) {
+    if (NodePtr mine = composed.job->Find(own); mine != nullptr && job->Find(own) == nullptr) job->Set(own, mine);
+  }
   NodePtr run_choices = RunChoices(run_hydra);
   KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));
   for (const Override& o : composed.defaults.config_overrides) {

@@ -1,5 +1,5 @@
 // A run knows its config: the commands that start from a trained model (test, validate, predict,
-// export) take the job config of the run that trained it, as Lightning's load_from_checkpoint
+// export, serve) take the job config of the run that trained it, as Lightning's load_from_checkpoint
 // restores hyperparameters, instead of the defaults plus whatever the user remembers to repeat.
 //
 //   kiln export ckpt_path=RUN/checkpoints/last.ckpt       # the run's model, data, task ...

@@ -11,6 +11,16 @@
 
 namespace kiln {
 
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 absl::Status MakeDirs(const std::string& path) {
   if (path.empty()) return absl::OkStatus();
   std::string current;

@@ -1,5 +1,5 @@
-// File helpers every layer uses: creating folders, and writing a file so that readers never
-// see half of it (a crash mid-write leaves the previous file whole).
+// File helpers every layer uses: what a path is, creating folders, and writing a file so that
+// readers never see half of it (a crash mid-write leaves the previous file whole).
 #pragma once
 
 #include <string>
@@ -8,6 +8,9 @@
 
 namespace kiln {
 
+// Whether `path` is a regular file / a directory (following symbolic links).
+bool IsRegularFile(const std::string& path);
+bool IsDirectory(const std::string& path);
 // Creates a directory and its parents.
 absl::Status MakeDirs(const std::string& path);
 // Writes a file through a temporary name, fsync and a rename.

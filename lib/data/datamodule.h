@@ -4,9 +4,11 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "lib/data/dataset.h"
 #include "lib/data/loader.h"
 
@@ -34,6 +36,18 @@ class DataModule {
 
   // Batch size and workers; the trainer adds the seed.
   virtual LoaderOptions loader_options() const = 0;
+
+  // Raw inputs, from outside the module's files (kiln::Predictor, `kiln serve`): the bytes of an
+  // image or audio file, or a UTF-8 text. PrepareRawInputs readies what the evaluation pipeline
+  // needs (the tokenizer fitted on the training texts, global audio statistics, the class names,
+  // the collate function); afterwards RawExample turns one input into the example the
+  // evaluation pipeline makes of it (eval transforms, tokenizer, features), and may be called
+  // from several threads at once. An input the pipeline cannot take is an InvalidArgument status
+  // saying why; a module without raw inputs says so with Unimplemented.
+  virtual absl::Status PrepareRawInputs() { return absl::OkStatus(); }
+  virtual absl::StatusOr<Example> RawExample(std::string_view /*raw*/) const {
+    return absl::UnimplementedError("this data module does not take raw inputs (image, text or audio bytes)");
+  }
 };
 
 }  // namespace kiln::data

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
@@ -17,22 +16,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/core/files.h"
 #include "lib/registry/module_loader.h"
 #include "lib/registry/plugin.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
 namespace {
-
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool IsRegularFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 std::string Canonical(const std::string& path) {
   char buf[PATH_MAX];

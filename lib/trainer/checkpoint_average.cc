@@ -1,7 +1,6 @@
 #include "lib/trainer/checkpoint_average.h"
 
 #include <dirent.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <utility>
@@ -9,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/trainer/checkpoint.h"
 
@@ -18,11 +18,6 @@ namespace {
 std::string MetaString(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
   return archive.try_read(key, value) && value.isString() ? value.toStringRef() : "";
-}
-
-bool IsDir(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace
@@ -81,7 +76,7 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
 }
 
 absl::StatusOr<std::vector<std::string>> NewestCheckpoints(const std::string& run_dir, int64_t n) {
-  std::string dir = IsDir(run_dir + "/checkpoints") ? run_dir + "/checkpoints" : run_dir;
+  std::string dir = IsDirectory(run_dir + "/checkpoints") ? run_dir + "/checkpoints" : run_dir;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr)
     return absl::NotFoundError(absl::StrCat("kiln average: run_dir ", run_dir, " is not a folder"));

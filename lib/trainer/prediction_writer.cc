@@ -1,12 +1,11 @@
 #include "lib/trainer/prediction_writer.h"
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/csv.h"
 #include "lib/core/files.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/prediction_json.h"
 
 namespace kiln {
 
@@ -40,16 +39,6 @@ std::string CsvValue(const config::Node& value) {
     case config::NodeKind::kBool: return value.as_bool() ? "true" : "false";
     case config::NodeKind::kString: return CsvCell(value.as_string());
     default: return "";
-  }
-}
-
-nlohmann::json JsonValue(const config::Node& value) {
-  switch (value.kind()) {
-    case config::NodeKind::kInt: return value.as_int();
-    case config::NodeKind::kFloat: return value.as_float();
-    case config::NodeKind::kBool: return value.as_bool();
-    case config::NodeKind::kString: return value.as_string();
-    default: return nullptr;
   }
 }
 
@@ -90,7 +79,7 @@ class JsonlWriter : public PredictionWriter {
     for (const auto& r : records) {
       nlohmann::ordered_json line;
       line["path"] = r.source;
-      for (const auto& [name, value] : r.fields) line[name] = JsonValue(*value);
+      AddPredictionFields(r.fields, line);
       text += line.dump() + "\n";
     }
     std::string path = output_dir + "/" + file_;

@@ -67,6 +67,11 @@ class Task {
   // A task that answers `kiln predict` itself (a language model generating text) returns the text
   // to print and keep; nullopt means the usual batch predictions.
   virtual absl::StatusOr<std::optional<std::string>> Generate() { return std::optional<std::string>(); }
+  // Such a task's text after a prompt given at inference time (kiln::Predictor, `kiln serve`),
+  // sampled with the task's own generation options. Unimplemented for a task that does not generate.
+  virtual absl::StatusOr<std::string> GenerateFrom(const std::string& /*prompt*/) {
+    return absl::UnimplementedError("this task does not generate text");
+  }
 
   // After a test run: writes what the task gathered (a confusion matrix, transcripts) into
   // `output_dir` and returns any metrics derived from it that EvaluationEnd did not.

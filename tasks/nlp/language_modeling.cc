@@ -84,14 +84,23 @@ class LanguageModeling : public Task {
   }
 
   absl::StatusOr<std::optional<std::string>> Generate() override {
+    return Continue(generation_.prompt,
+                    "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call me'");
+  }
+
+  absl::StatusOr<std::string> GenerateFrom(const std::string& prompt) override {
+    KILN_ASSIGN_OR_RETURN(std::optional<std::string> text,
+                          Continue(prompt, "the prompt is empty or has no tokens; give the text to continue"));
+    return *text;
+  }
+
+ private:
+  // The prompt and what the model samples after it (temperature, top_k, seed, max_tokens).
+  absl::StatusOr<std::optional<std::string>> Continue(const std::string& prompt, const char* empty_message) {
     KILN_RETURN_IF_ERROR(binding_.Check());
     const text::Tokenizer& tok = binding_.tokenizer();
-    std::vector<int64_t> ids = tok.Encode(generation_.prompt);
-    if (ids.empty()) {
-      return absl::InvalidArgumentError(
-          "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call "
-          "me'");
-    }
+    std::vector<int64_t> ids = tok.Encode(prompt);
+    if (ids.empty()) return absl::InvalidArgumentError(empty_message);
     torch::NoGradGuard no_grad;
     model_->eval();
     at::Generator generator =
@@ -131,7 +140,6 @@ class LanguageModeling : public Task {
     return std::optional<std::string>(tok.Decode(ids));
   }
 
- private:
   absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch) {
     torch::Tensor logits = model_->forward(batch.input);
     if (logits.dim() != 3 || logits.size(0) != batch.target.size(0) ||

@@ -6,10 +6,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,19 +26,6 @@ namespace {
 
 using testing::ReadFile;
 using testing::TempDir;
-
-// A port nobody listens on now (the kernel's pick for port 0).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 int Status(httplib::Client& client, const std::string& path, std::string* body = nullptr) {
   auto res = client.Get(path.c_str());
@@ -63,7 +48,7 @@ class DashboardTest : public ::testing::Test {
         ::symlink((dir_.path() + "/outside/secret.txt").c_str(), (root_ + "/r1/link.txt").c_str()),
         0);
     ASSERT_EQ(::symlink("metrics.csv", (root_ + "/r1/inside_link.csv").c_str()), 0);
-    port_ = FreePort();
+    port_ = testing::FreeLoopbackPort();
     pid_ = testing::StartInOwnGroup(
         {KILN_BINARY, "dashboard", root_, "--port", std::to_string(port_), "--refresh", "0.5"});
     ASSERT_GT(pid_, 0);

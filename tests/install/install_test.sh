@@ -2,7 +2,7 @@
 # The library and plugin story end to end, as a user outside this tree lives it:
 #   1. `cmake --install` kiln into a temporary prefix, then move the prefix (it must be relocatable);
 #   2. check the installed headers (what they include is installed; internal ones are not), build
-#      a file that includes the whole public API <kiln/kiln.h>, the three docs/examples projects
+#      a file that includes the whole public API <kiln/kiln.h>, the four docs/examples projects
 #      and the tiny_convnet example plugin against it with find_package(Kiln), and run them
 #      (each checks its own result);
 #   3. `kiln train --plugin libtiny_convnet.so model=tiny_convnet` for a few steps with the
@@ -50,7 +50,7 @@ printf 'cmake_minimum_required(VERSION 3.22)\nproject(public_api CXX)\nset(CMAKE
 configure_and_build "$tmp/public_api" "$tmp/public_api_build"
 "$tmp/public_api_build/public_api"
 
-for example in plain_loop trainer_task compose_instantiate; do
+for example in plain_loop trainer_task compose_instantiate classify_image; do
   configure_and_build "$src/docs/examples/$example" "$tmp/$example"
 done
 configure_and_build "$src/plugins/tiny_convnet" "$tmp/tiny_convnet"
@@ -65,6 +65,29 @@ echo "$out"
 # 784*64+64 + 64*10+10 parameters.
 grep -q "built model 'mlp' with 50890 parameters" <<<"$out" || { echo "FAIL: compose_instantiate"; exit 1; }
 
+echo "== classify_image: kiln::Predictor on a model the installed kiln trains, against kiln predict"
+mkdir "$tmp/classify"
+(cd "$tmp/classify" && "$prefix/bin/kiln" train model=mlp 'model.hidden=[16]' "data.root=$data" trainer.max_steps=5 \
+  trainer.limit_val_batches=1 trainer.num_sanity_val_steps=0 test=false hydra.run.dir=run > train.log 2>&1 &&
+  "$prefix/bin/kiln" predict run_dir=run +prediction_writer=jsonl hydra.run.dir=predict > predict.log 2>&1) ||
+  { cat "$tmp/classify"/*.log; echo "FAIL: training or predicting for classify_image"; exit 1; }
+# The first test image as a PNG (lossless), written with Python's standard library (zlib).
+python3 - "$data/t10k-images-idx3-ubyte.gz" "$tmp/classify/first.png" <<'PY'
+import gzip, struct, sys, zlib
+pixels = gzip.open(sys.argv[1]).read()[16:16 + 784]
+raw = b"".join(b"\0" + pixels[28 * y:28 * y + 28] for y in range(28))
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 28, 28, 8, 0, 0, 0, 0)) + \
+      chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+open(sys.argv[2], "wb").write(png)
+PY
+out=$("$tmp/classify_image/classify_image" "$tmp/classify/run" "$tmp/classify/first.png")
+echo "$out"
+expected=$(head -1 "$tmp/classify/predict/predictions.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["class_index"])')
+[[ $(cut -d' ' -f2 <<<"$out") == "$expected" ]] ||
+  { echo "FAIL: classify_image says '$out', kiln predict class $expected"; exit 1; }
+
 echo "== installed kiln with the out-of-tree plugin"
 plugin=$tmp/tiny_convnet/libtiny_convnet.so
 mkdir "$tmp/work"
@@ -78,4 +101,4 @@ grep -q "tiny_convnet  \[plugin tiny_convnet 1.0.0 ($plugin)\]" <<< "$listed" ||
   trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 test=false hydra.run.dir=run
 test -f run/checkpoints/last.ckpt || { echo "FAIL: no checkpoint after training with the plugin's model"; exit 1; }
 grep -q "_target_: tiny_convnet" run/.hydra/config.yaml || { echo "FAIL: the run did not use tiny_convnet"; exit 1; }
-echo "PASS: installed, relocated, built 3 examples + 1 plugin out of tree, trained with the plugin"
+echo "PASS: installed, relocated, built 4 examples + 1 plugin out of tree, classified with the Predictor, trained with the plugin"

@@ -30,6 +30,10 @@ std::vector<pid_t> ProcessesInGroup(pid_t group);
 // `seconds` for the rest of its group to end; returns the processes still alive then.
 std::vector<pid_t> KillLeaderAndWaitForGroup(pid_t pid, int seconds);
 
+// A loopback TCP port nobody listens on now (the kernel's pick for port 0), for a server a test
+// starts.
+int FreeLoopbackPort();
+
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:

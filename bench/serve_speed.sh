@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Serving throughput and latency on loopback: `kiln serve` with dynamic batching, the same without
+# batching (serve.max_batch=1), and the simplest Python server a user would write
+# (bench/serve_reference.py: http.server threads + PyTorch, the weights from `kiln export`), for the
+# Fashion-MNIST CNN (PNG bodies) and the spam classifier (spam_bow; text bodies), at concurrency
+# 1, 8 and 64. Each point is bench/serve_load (a C++ closed-loop client) for SECONDS seconds;
+# requests/s, p50 and p99 latency in ms, and failed requests. The three servers take turns within
+# each of ROUNDS rounds (this machine's speed drifts between minutes); the ratios are taken within
+# a round and the median over rounds is the figure. The models are trained for a few steps only:
+# speed does not depend on how well they classify. Server and client share the machine's cores.
+#   bench/serve_speed.sh            # ~4 min on 2 cores with the defaults
+# Environment: KILN (build/bin/kiln), LOAD (build/bin/serve_load), SECONDS_PER_POINT (3), ROUNDS (2),
+# THREADS (LibTorch threads of kiln; 2), PYTHON_THREADS (per Python request thread; 1),
+# DELAY_MS (serve.max_delay_ms with batching; 0), KILN_FASHION_MNIST, KILN_TEXT_DATA_DIR.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+kiln=${KILN:-build/bin/kiln}
+load=${LOAD:-build/bin/serve_load}
+seconds=${SECONDS_PER_POINT:-3}
+rounds=${ROUNDS:-2}
+threads=${THREADS:-2}
+# Python's request threads each run their own forward pass: with 2 intra-op threads each, 8 of
+# them thrash (7 requests/s measured at concurrency 8), so by default each gets one.
+python_threads=${PYTHON_THREADS:-1}
+delay=${DELAY_MS:-0}
+fmnist=${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+text=${KILN_TEXT_DATA_DIR:-data/text}
+work=$(mktemp -d)
+server_pid=
+cleanup() { [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+[[ -f $text/spam/train.jsonl ]] || { echo "no spam data in $text (scripts/prepare_text_data.sh)" >&2; exit 1; }
+
+echo "== training and exporting the models (a few steps each)"
+"$kiln" train experiment=fashion_mnist data.root="$fmnist" trainer.max_steps=20 trainer.limit_val_batches=1 \
+  trainer.num_sanity_val_steps=0 test=false hydra.run.dir="$work/cnn" > "$work/train_cnn.log" 2>&1
+"$kiln" train experiment=spam_bow paths.data_dir="${text%/text}" trainer.max_steps=20 trainer.limit_val_batches=1 \
+  trainer.num_sanity_val_steps=0 test=false hydra.run.dir="$work/spam" > "$work/train_spam.log" 2>&1
+for m in cnn spam; do "$kiln" export run_dir="$work/$m" hydra.run.dir="$work/$m/export" > /dev/null 2>&1; done
+/usr/bin/python3 - "$fmnist" "$text" "$work" <<'EOF'
+import gzip, json, sys
+import numpy as np
+from PIL import Image
+fmnist, text, work = sys.argv[1:]
+images = np.frombuffer(gzip.open(fmnist + "/t10k-images-idx3-ubyte.gz").read()[16:], np.uint8).reshape(-1, 28, 28)
+for i in range(64):
+    Image.fromarray(images[i]).save(f"{work}/img{i}.png")
+with open(text + "/spam/test.jsonl") as f:
+    for i, line in zip(range(64), f):
+        open(f"{work}/text{i}.txt", "w").write(json.loads(line)["text"])
+EOF
+pngs=("$work"/img*.png)
+texts=("$work"/text*.txt)
+
+wait_ready() {  # URL
+  for _ in $(seq 600); do curl -sf "$1" > /dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "server did not become ready: $1" >&2; exit 1
+}
+start_kiln() {  # MODEL PORT OVERRIDES...
+  local model=$1 port=$2; shift 2
+  "$kiln" serve run_dir="$work/$model" serve.port="$port" serve.threads="$threads" serve.access_log=null \
+    hydra.run.dir="$work/serve_$port" "$@" > "$work/serve_$port.log" 2>&1 &
+  server_pid=$!
+  wait_ready "http://127.0.0.1:$port/readyz"
+}
+start_python() {  # MODEL PORT
+  local model=$1 port=$2 kind=cnn extra=()
+  [[ $model == spam ]] && { kind=spam_bow; extra=("$text/spam/train.jsonl"); }
+  OMP_NUM_THREADS=$python_threads /usr/bin/python3 bench/serve_reference.py "$kind" "$work/$model/export" "$port" \
+    "${extra[@]}" > "$work/python_$port.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 600); do grep -q ready "$work/python_$port.log" 2>/dev/null && return 0; sleep 0.1; done
+  echo "python server did not start" >&2; cat "$work/python_$port.log" >&2; exit 1
+}
+stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }
+
+port=18600
+declare -A rps
+printf '%-5s %-6s %-10s %4s %10s %9s %9s %6s\n' round model server c req/s p50_ms p99_ms failed
+for ((r = 1; r <= rounds; r++)); do
+  for model in cnn spam; do
+    if [[ $model == cnn ]]; then type=image/png; files=("${pngs[@]}"); else type=text/plain; files=("${texts[@]}"); fi
+    for server in kiln_batch kiln_nobatch python; do
+      port=$((port + 1))
+      case $server in
+        kiln_batch) start_kiln "$model" "$port" serve.max_batch=64 serve.max_delay_ms="$delay" ;;
+        kiln_nobatch) start_kiln "$model" "$port" serve.max_batch=1 ;;
+        python) start_python "$model" "$port" ;;
+      esac
+      # The answer for the first input, as a check that every server runs the same model.
+      curl -s -H "Content-Type: $type" --data-binary @"${files[0]}" "http://127.0.0.1:$port/v1/predict" |
+        /usr/bin/python3 -c 'import json,sys; p=json.load(sys.stdin)["predictions"][0]; print("   first answer: class %d p=%.5f" % (p["class_index"], p["probability"]))' \
+        > "$work/answer_${model}_${server}_$r"
+      for c in 1 8 64; do
+        read -r q p50 p99 failed < <("$load" "$port" "$c" "$seconds" "$type" "${files[@]}")
+        rps[$r,$model,$server,$c]=$q
+        printf '%-5s %-6s %-10s %4s %10s %9s %9s %6s\n' "$r" "$model" "$server" "$c" "$q" "$p50" "$p99" "$failed"
+      done
+      stop_server
+    done
+  done
+  for model in cnn spam; do
+    for server in kiln_batch kiln_nobatch python; do cat "$work/answer_${model}_${server}_$r" | sed "s/first/$model $server first/"; done
+  done
+done
+
+echo "== ratios at concurrency 64 (median over rounds)"
+for model in cnn spam; do
+  vs_py=() vs_nb=()
+  for ((r = 1; r <= rounds; r++)); do
+    vs_py+=("$(ratio "${rps[$r,$model,kiln_batch,64]}" "${rps[$r,$model,python,64]}")")
+    vs_nb+=("$(ratio "${rps[$r,$model,kiln_batch,64]}" "${rps[$r,$model,kiln_nobatch,64]}")")
+  done
+  printf '%-5s kiln(batching)/python: %s (rounds: %s)   batching/no batching: %s (rounds: %s)\n' "$model" \
+    "$(printf '%s\n' "${vs_py[@]}" | median)" "${vs_py[*]}" "$(printf '%s\n' "${vs_nb[@]}" | median)" "${vs_nb[*]}"
+done

@@ -1,0 +1,425 @@
+// `kiln serve`: a trained model behind an HTTP/1.1 server (cpp-httplib). libkiln_serve holds
+// it, loaded by `kiln` for this command only; loading registers the command.
+//
+//   POST /v1/predict   JSON {"inputs": [...]} / {"input": ...} (a string is a text or a prompt,
+//                      {"b64": "..."} a file's bytes), a multipart form (each file part one input),
+//                      or any other body as one input's raw bytes (image/png, audio/wav, text/plain)
+//   GET  /healthz      200 while the process runs
+//   GET  /readyz       200 once the model is loaded and warmed up, 503 before
+//   GET  /metrics      Prometheus text: requests by code, latency and batch-size histograms, queue
+//
+// Requests wait for a batch (batcher.h); a full queue is 503 with Retry-After; a request not
+// answered in request_timeout_ms is 504; a body over max_body_bytes is 413; bad input is 400 with
+// {"error": "..."}. SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
+#include <httplib.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "lib/app/application.h"
+#include "lib/core/status_macros.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/options.h"
+#include "lib/serve/batcher.h"
+#include "lib/serve/serve_metrics.h"
+#include "lib/trainer/prediction_json.h"
+#include "lib/trainer/predictor.h"
+#include "lib/trainer/process_settings.h"
+
+namespace kiln::serve {
+namespace {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  std::optional<std::string> token;
+  int64_t max_batch = 64;
+  double max_delay_ms = 0;
+  int64_t max_queue = 256;
+  int64_t request_timeout_ms = 10000;
+  int64_t max_body_bytes = 10 << 20;
+  double read_timeout_s = 5;
+  int64_t http_threads = 96;
+  int64_t threads = 0;
+  std::optional<std::string> access_log = "access.jsonl";
+  std::optional<std::string> warmup_input;
+  int64_t warmup_runs = 3;
+};
+
+const OptionBinding<ServeOptions>& ServeBinding() {
+  using O = ServeOptions;
+  static const auto* binding = new OptionBinding<O>(
+      OptionBinding<O>()
+          .Field("host", &O::host, "address to listen on (anything but loopback needs a token)", NonEmpty())
+          .Field("port", &O::port, "TCP port (0: any free port, printed at start)", InRange(0, 65535))
+          .Field("token", &O::token, "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
+          .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)", AtLeast(1))
+          .Field("max_delay_ms", &O::max_delay_ms, "how long a request waits for others to batch with (0: none; batches take what queued meanwhile)", AtLeast(0))
+          .Field("max_queue", &O::max_queue, "requests waiting at most; more get 503", AtLeast(1))
+          .Field("request_timeout_ms", &O::request_timeout_ms, "a request not answered by then gets 504", AtLeast(1))
+          .Field("max_body_bytes", &O::max_body_bytes, "larger request bodies get 413", AtLeast(1))
+          .Field("read_timeout_s", &O::read_timeout_s, "a client silent this long is disconnected", GreaterThan(0))
+          .Field("http_threads", &O::http_threads, "connections served at once", AtLeast(1))
+          .Field("threads", &O::threads, "LibTorch intra-op threads (0: every core)", AtLeast(0))
+          .Field("access_log", &O::access_log,
+                 "JSONL access log (relative: in the run directory; -: stdout; null: none)")
+          .Field("warmup_input", &O::warmup_input, "a file answered before /readyz says ready (null: none)")
+          .Field("warmup_runs", &O::warmup_runs, "how many times", AtLeast(0)));
+  return *binding;
+}
+
+bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
+
+std::atomic<bool> g_stop{false};
+// When the request this worker thread handles was read (httplib runs a request's routing and its
+// logger on one thread, and tells the logger no start time).
+thread_local std::optional<std::chrono::steady_clock::time_point> t_request_start;
+void OnStopSignal(int) { g_stop.store(true); }
+
+std::string ErrorJson(const std::string& message) {
+  nlohmann::ordered_json body;
+  body["error"] = message;
+  return body.dump();
+}
+
+// A request's inputs, or an error for a 400.
+absl::StatusOr<std::vector<std::string>> RequestInputs(const httplib::Request& req) {
+  std::vector<std::string> inputs;
+  if (req.is_multipart_form_data()) {
+    for (const auto& [name, part] : req.files) inputs.push_back(part.content);
+    if (inputs.empty()) return absl::InvalidArgumentError("the multipart form has no parts");
+    return inputs;
+  }
+  std::string type = req.get_header_value("Content-Type");
+  if (!absl::StartsWith(type, "application/json")) {
+    if (req.body.empty()) return absl::InvalidArgumentError("the request has no body (send an input, or JSON {\"inputs\": [...]})");
+    inputs.push_back(req.body);
+    return inputs;
+  }
+  nlohmann::json body;
+  try {
+    body = nlohmann::json::parse(req.body);
+  } catch (const nlohmann::json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed JSON: ", e.what()));
+  }
+  if (!body.is_object() || (body.contains("input") == body.contains("inputs"))) {
+    return absl::InvalidArgumentError("the JSON body must be an object with \"inputs\": [...] or \"input\": ...");
+  }
+  nlohmann::json items = body.contains("inputs") ? body["inputs"] : nlohmann::json::array({body["input"]});
+  const char* key = body.contains("inputs") ? "inputs" : "input";
+  if (!items.is_array()) return absl::InvalidArgumentError("\"inputs\" must be a list");
+  if (items.empty()) return absl::InvalidArgumentError("\"inputs\" is empty");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const nlohmann::json& item = items[i];
+    std::string where = body.contains("inputs") ? absl::StrCat(key, "[", i, "]") : key;
+    if (item.is_string()) {
+      inputs.push_back(item.get<std::string>());
+    } else if (item.is_object() && item.size() == 1 && item.contains("b64") && item["b64"].is_string()) {
+      std::string bytes;
+      if (!absl::Base64Unescape(item["b64"].get<std::string>(), &bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".b64 is not valid base64"));
+      }
+      inputs.push_back(std::move(bytes));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(where, " must be a string (a text) or {\"b64\": \"...\"} (a file's bytes), got ",
+                                                     item.type_name()));
+    }
+  }
+  return inputs;
+}
+
+// One JSON object per answer: the task's fields (class_index, class, probability; or text) and
+// the probability of every class.
+absl::StatusOr<std::string> AnswerJson(const std::string& model, const BatchAnswer& answer) {
+  nlohmann::ordered_json body;
+  body["model"] = model;
+  body["predictions"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < answer.predictions.size(); ++i) {
+    const auto& p = answer.predictions[i];
+    if (!p.ok()) {
+      std::string where = answer.predictions.size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
+      return absl::Status(p.status().code(), absl::StrCat(where, p.status().message()));
+    }
+    nlohmann::ordered_json one;
+    AddPredictionFields(p->fields, one);
+    if (!p->probabilities.empty()) one["probabilities"] = p->probabilities;
+    body["predictions"].push_back(std::move(one));
+  }
+  for (size_t i = 0; i < answer.generated.size(); ++i) {
+    const auto& g = answer.generated[i];
+    if (!g.ok()) {
+      std::string where = answer.generated.size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
+      return absl::Status(g.status().code(), absl::StrCat(where, g.status().message()));
+    }
+    nlohmann::ordered_json one;
+    one["text"] = *g;
+    body["predictions"].push_back(std::move(one));
+  }
+  return body.dump();
+}
+
+int HttpStatusOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:  // a prompt to a classifier, an input to a generator
+      return 400;
+    default:
+      return 500;
+  }
+}
+
+// The access log: one JSON line per request, appended under a mutex.
+class AccessLog {
+ public:
+  absl::Status Open(const std::optional<std::string>& where, const std::string& run_dir) {
+    if (!where.has_value()) return absl::OkStatus();
+    if (*where == "-") {
+      stdout_ = true;
+      return absl::OkStatus();
+    }
+    std::string path = !where->empty() && (*where)[0] == '/' ? *where : absl::StrCat(run_dir, "/", *where);
+    file_.open(path, std::ios::app);
+    if (!file_) return absl::InvalidArgumentError(absl::StrCat("serve.access_log: cannot open ", path));
+    return absl::OkStatus();
+  }
+  void Write(const httplib::Request& req, const httplib::Response& res, double seconds) {
+    if (!stdout_ && !file_.is_open()) return;
+    nlohmann::ordered_json line;
+    line["time"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+    line["remote"] = req.remote_addr;
+    line["method"] = req.method;
+    line["path"] = req.path;
+    line["status"] = res.status;
+    line["bytes_in"] = req.body.size();
+    line["bytes_out"] = res.body.size();
+    line["ms"] = seconds * 1000.0;
+    std::string batch = res.get_header_value("X-Kiln-Batch-Size");
+    if (!batch.empty()) line["batch"] = std::atoll(batch.c_str());
+    if (res.status >= 400) {
+      auto body = nlohmann::json::parse(res.body, nullptr, false);
+      if (body.is_object() && body.contains("error")) line["error"] = body["error"];
+    }
+    std::string text = line.dump() + "\n";
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stdout_) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    } else {
+      file_ << text << std::flush;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::ofstream file_;
+  bool stdout_ = false;
+};
+
+absl::Status ServeCommand(app::JobContext& ctx) {
+  config::NodePtr node = ctx.cfg.Has("serve") ? ctx.cfg.Get<config::NodePtr>("serve").value() : config::Node::Map();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, ServeBinding().schema().Apply(*node, "serve", "command 'serve'"));
+  const ServeOptions o = ServeBinding().Fill(config::Config(filled, "serve"));
+  std::string token = o.token.value_or("");
+  if (token.empty()) {
+    const char* env = std::getenv("KILN_SERVE_TOKEN");
+    if (env != nullptr) token = env;
+  }
+  if (!IsLoopback(o.host) && token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("serve.host=", o.host,
+                                                   " is not loopback: set a bearer token (serve.token=... or "
+                                                   "KILN_SERVE_TOKEN) so that not anyone who reaches it can use it"));
+  }
+  if (!ctx.cfg.Has("ckpt_path") || ctx.cfg.Get<config::NodePtr>("ckpt_path").value()->is_null()) {
+    return absl::InvalidArgumentError("kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt or run_dir=RUN");
+  }
+  KILN_ASSIGN_OR_RETURN(std::string ckpt, ctx.cfg.Get<std::string>("ckpt_path"));
+  std::optional<std::string> warmup;
+  if (o.warmup_input.has_value()) {
+    std::ifstream in(*o.warmup_input, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("serve.warmup_input: cannot read ", *o.warmup_input));
+    warmup = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  AccessLog access_log;
+  KILN_RETURN_IF_ERROR(access_log.Open(o.access_log, ctx.output_dir));
+  ConfigureProcess(static_cast<int>(o.threads), 1);
+
+  ServeMetrics metrics;
+  std::atomic<bool> ready{false};
+  std::unique_ptr<Predictor> predictor;
+  std::unique_ptr<Batcher> batcher;
+  std::mutex batcher_mu;  // guards the pointer while it is set after start-up
+
+  httplib::Server server;
+  server.new_task_queue = [n = o.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+  server.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
+  server.set_read_timeout(std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6)));
+  server.set_write_timeout(std::chrono::seconds(10));
+  server.set_keep_alive_timeout(5);
+  server.set_keep_alive_max_count(1000);
+  // Small answers go out at once (with Nagle's algorithm, the client's delayed ACK adds ~40 ms).
+  server.set_tcp_nodelay(true);
+  server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    t_request_start = std::chrono::steady_clock::now();
+    if (token.empty() || req.path == "/healthz" || req.path == "/readyz") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + token) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(ErrorJson("missing or wrong bearer token (Authorization: Bearer TOKEN)"), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  server.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
+    res.status = ready.load() ? 200 : 503;
+    res.set_content(ready.load() ? "ready\n" : "loading\n", "text/plain");
+  });
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(batcher_mu);
+    res.set_content(metrics.Text(batcher ? batcher->queue_depth() : 0), "text/plain; version=0.0.4");
+  });
+  server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
+    Batcher* b = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(batcher_mu);
+      b = ready.load() ? batcher.get() : nullptr;
+    }
+    if (b == nullptr) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(ErrorJson("the model is loading; try again shortly (GET /readyz says when)"), "application/json");
+      return;
+    }
+    absl::StatusOr<std::vector<std::string>> inputs = RequestInputs(req);
+    if (!inputs.ok()) {
+      res.status = 400;
+      res.set_content(ErrorJson(std::string(inputs.status().message())), "application/json");
+      return;
+    }
+    auto abandoned = std::make_shared<std::atomic<bool>>(false);
+    std::optional<std::future<BatchAnswer>> future = b->Submit(*std::move(inputs), abandoned);
+    if (!future.has_value()) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(ErrorJson("the queue is full; try again shortly"), "application/json");
+      return;
+    }
+    if (future->wait_for(std::chrono::milliseconds(o.request_timeout_ms)) != std::future_status::ready) {
+      abandoned->store(true);
+      res.status = 504;
+      res.set_content(ErrorJson(absl::StrCat("no answer within serve.request_timeout_ms=", o.request_timeout_ms)),
+                      "application/json");
+      return;
+    }
+    BatchAnswer answer = future->get();
+    res.set_header("X-Kiln-Batch-Size", std::to_string(answer.batch_size));
+    absl::StatusOr<std::string> body = AnswerJson(predictor->model_name(), answer);
+    if (!body.ok()) {
+      res.status = HttpStatusOf(body.status());
+      res.set_content(ErrorJson(std::string(body.status().message())), "application/json");
+      return;
+    }
+    res.set_content(*body, "application/json");
+  });
+  // Statuses httplib answers itself (413, 404, 400 of an unparsable request) get a message too.
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = res.status == 413   ? "the request body is larger than serve.max_body_bytes"
+                          : res.status == 404 ? absl::StrCat("no such endpoint: ", req.method, " ", req.path)
+                                              : absl::StrCat("HTTP ", res.status);
+    res.set_content(ErrorJson(message), "application/json");
+  });
+  server.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
+    double seconds = 0;  // a request httplib refused before routing (413) took no time of ours
+    if (t_request_start.has_value()) {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t_request_start).count();
+      t_request_start.reset();
+    }
+    metrics.CountRequest(res.status, seconds);
+    access_log.Write(req, res, seconds);
+  });
+
+  int port = static_cast<int>(o.port);
+  if (port == 0) {
+    port = server.bind_to_any_port(o.host.c_str());
+  } else if (!server.bind_to_port(o.host.c_str(), port)) {
+    port = -1;
+  }
+  if (port < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " (in use?)"));
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_term {}, old_int {};
+  ::sigaction(SIGTERM, &action, &old_term);
+  ::sigaction(SIGINT, &action, &old_int);
+  std::thread listener([&] { server.listen_after_bind(); });
+  std::printf("kiln serve: listening on http://%s:%d (model loading)\n", o.host.c_str(), port);
+  std::fflush(stdout);
+
+  // The model loads while /healthz already answers; /readyz says ready after the warm-up.
+  absl::Status status = [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt));
+    if (warmup.has_value()) {
+      for (int64_t i = 0; i < o.warmup_runs; ++i) {
+        if (predictor->generates()) {
+          KILN_RETURN_IF_ERROR(predictor->Generate(*warmup).status());
+        } else {
+          KILN_RETURN_IF_ERROR(predictor->Predict(*warmup).status());
+        }
+      }
+    }
+    BatcherOptions batching{o.max_batch, o.max_delay_ms, o.max_queue};
+    std::lock_guard<std::mutex> lock(batcher_mu);
+    batcher = std::make_unique<Batcher>(*predictor, batching, [&](int64_t n) { metrics.CountBatch(n); });
+    return absl::OkStatus();
+  }();
+  if (status.ok()) {
+    ready.store(true);
+    Logger::Instance().Info(absl::StrCat("serving ", predictor->model_name(), " from ", ckpt, " on http://", o.host,
+                                         ":", port, " (max_batch ", o.max_batch, ", max_delay_ms ", o.max_delay_ms,
+                                         ")"));
+    std::printf("kiln serve: ready on http://%s:%d\n", o.host.c_str(), port);
+    std::fflush(stdout);
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Logger::Instance().Info("stop signal: no new connections; answering the requests in flight");
+  }
+  // The batcher runs what is queued at once; httplib's stop closes the listening socket and lets
+  // each worker finish its request.
+  {
+    std::lock_guard<std::mutex> lock(batcher_mu);
+    if (batcher) batcher->BeginStop();
+  }
+  server.stop();
+  listener.join();
+  {
+    std::lock_guard<std::mutex> lock(batcher_mu);
+    batcher.reset();
+  }
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  return status;
+}
+
+const bool kRegistered = [] {
+  app::RegisterCommand("serve", ServeCommand);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::serve

@@ -1,0 +1,41 @@
+// How a model starts (`model.init_from`: weights from a safetensors file or a kiln checkpoint,
+// with `init_ignore`, `init_map` and `init_strict`; `model.freeze`). These keys sit under `model:`
+// but are not the model's options: the commands and kiln::Predictor build the model from the
+// config without them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/trainer/callback.h"
+
+namespace kiln {
+
+struct ModelStartOptions {
+  std::optional<std::string> init_from;
+  std::vector<std::string> init_ignore;
+  config::NodePtr init_map;  // {file prefix: model prefix}
+  bool init_strict = true;
+  std::vector<std::string> freeze;
+};
+
+struct ModelStart {
+  ModelStartOptions options;
+  config::Config build_cfg;  // the job config without them
+};
+
+// The model-start options of a job config, checked, and the job config without them.
+absl::StatusOr<ModelStart> ReadModelStart(const config::Config& cfg);
+
+// Loads the initial weights and freezes what `model.freeze` names; a fit gets the callback that
+// keeps frozen BatchNorm layers in eval mode.
+absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& module, bool fit,
+                             std::vector<std::shared_ptr<Callback>>* callbacks);
+
+}  // namespace kiln

@@ -1,0 +1,211 @@
+#include "lib/trainer/predictor.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "lib/config/merge.h"
+#include "lib/config/override.h"
+#include "lib/config/yaml_io.h"
+#include "lib/core/files.h"
+#include "lib/core/status_macros.h"
+#include "lib/registry/registry.h"
+#include "lib/trainer/checkpoint.h"
+#include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/model_start.h"
+#include "lib/trainer/safetensors.h"
+
+namespace kiln {
+namespace {
+
+// The resolved config a kiln checkpoint holds (meta/config).
+absl::StatusOr<config::NodePtr> CheckpointConfig(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  c10::IValue yaml;
+  if (!archive.try_read("meta/config", yaml) || !yaml.isString() || yaml.toStringRef().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the checkpoint holds no config (meta/config)"));
+  }
+  return config::ParseYaml(yaml.toStringRef(), path + " (meta/config)");
+}
+
+// The first line of a LibTorch error (the rest is its C++ stack).
+std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+// Where the model's weights are and the config it was trained with.
+struct Located {
+  std::string weights;
+  config::NodePtr job;
+};
+
+absl::StatusOr<Located> Locate(const std::string& path) {
+  Located found;
+  if (IsDirectory(path)) {
+    if (IsRegularFile(path + "/model.safetensors") && IsRegularFile(path + "/config.yaml")) {  // kiln export
+      found.weights = path + "/model.safetensors";
+      KILN_ASSIGN_OR_RETURN(found.job, config::LoadYamlFile(path + "/config.yaml"));
+      return found;
+    }
+    if (!IsRegularFile(path + "/checkpoints/last.ckpt")) {
+      return absl::NotFoundError(absl::StrCat(path, ": neither a run directory (no checkpoints/last.ckpt) nor an "
+                                              "export folder (model.safetensors and config.yaml)"));
+    }
+    found.weights = path + "/checkpoints/last.ckpt";
+  } else if (IsRegularFile(path)) {
+    found.weights = path;
+  } else {
+    return absl::NotFoundError(absl::StrCat(path, ": no such run directory, checkpoint or export folder"));
+  }
+  KILN_ASSIGN_OR_RETURN(found.job, CheckpointConfig(found.weights));
+  return found;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& path, const PredictorOptions& options) {
+  KILN_ASSIGN_OR_RETURN(Located found, Locate(path));
+  if (found.job == nullptr || !found.job->is_map()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the stored config is not a mapping"));
+  }
+  for (const std::string& text : options.overrides) {
+    KILN_ASSIGN_OR_RETURN(config::Override o, config::ParseOverride(text));
+    KILN_RETURN_IF_ERROR(config::ApplyConfigOverride(*found.job, o));
+  }
+  return FromConfig(config::Config(found.job), found.weights);
+}
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::Config& job,
+                                                                const std::string& weights) {
+  std::unique_ptr<Predictor> p(new Predictor());
+  p->job_ = job;
+  p->weights_ = weights;
+  p->model_name_ = job.Get<std::string>("model._target_").value_or("");
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, job.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(p->trainer_options_, TrainerOptions::FromConfig(trainer_cfg));
+  KILN_ASSIGN_OR_RETURN(config::Config task_cfg, job.Sub("task"));
+  KILN_ASSIGN_OR_RETURN(p->task_, Registry<Task>::Get().Instantiate(task_cfg));
+  // model.init_from and model.freeze say how training started; the weights below replace them.
+  KILN_ASSIGN_OR_RETURN(ModelStart start, ReadModelStart(job));
+  KILN_RETURN_IF_ERROR(p->task_->Build(start.build_cfg));
+  KILN_ASSIGN_OR_RETURN(config::Config data_cfg, job.Sub("data"));
+  KILN_ASSIGN_OR_RETURN(p->data_, Registry<data::DataModule>::Get().Instantiate(data_cfg));
+  KILN_RETURN_IF_ERROR(p->task_->Connect(*p->data_));
+  if (absl::EndsWith(weights, ".safetensors")) {
+    KILN_ASSIGN_OR_RETURN(auto state, ReadSafetensors(weights));
+    KILN_RETURN_IF_ERROR(LoadModelState(state, p->task_->module(), weights));
+  } else {
+    KILN_RETURN_IF_ERROR(LoadCheckpointWeights(weights, *p->task_, p->model_name_));
+  }
+  p->strategy_ = std::make_unique<Strategy>(p->trainer_options_);
+  KILN_RETURN_IF_ERROR(p->strategy_->SelectDevice());
+  p->strategy_->PlaceModule(p->task_->module());
+  p->task_->module().eval();
+  // A task that generates refuses an empty prompt; any other says it does not generate.
+  p->generates_ = p->task_->GenerateFrom("").status().code() != absl::StatusCode::kUnimplemented;
+  if (!p->generates_) {
+    KILN_RETURN_IF_ERROR(p->data_->PrepareRawInputs());
+    p->collate_ = p->data_->loader_options().collate;
+    if (!p->collate_) p->collate_ = data::Collate;
+    p->class_names_ = p->data_->class_names();
+  }
+  return p;
+}
+
+absl::StatusOr<Prediction> Predictor::Predict(std::string_view input) const {
+  std::vector<absl::StatusOr<Prediction>> answers = PredictBatch({input});
+  return std::move(answers[0]);
+}
+
+std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vector<std::string_view>& inputs) const {
+  std::vector<absl::StatusOr<Prediction>> answers(inputs.size(), absl::UnknownError("not predicted"));
+  if (generates_) {
+    for (auto& a : answers) a = absl::InvalidArgumentError("this model generates text: give it a prompt (Generate)");
+    return answers;
+  }
+  std::vector<data::Example> examples;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StatusOr<data::Example> example;
+    try {
+      example = data_->RawExample(inputs[i]);
+    } catch (const std::exception& e) {
+      example = absl::InvalidArgumentError(absl::StrCat("cannot preprocess the input: ", FirstLine(e.what())));
+    }
+    if (!example.ok()) {
+      answers[i] = example.status();
+      continue;
+    }
+    examples.push_back(*std::move(example));
+    where.push_back(i);
+  }
+  if (examples.empty()) return answers;
+  std::vector<absl::StatusOr<Prediction>> computed = Forward(std::move(examples));
+  for (size_t k = 0; k < where.size(); ++k) answers[where[k]] = std::move(computed[k]);
+  return answers;
+}
+
+std::vector<absl::StatusOr<Prediction>> Predictor::Forward(std::vector<data::Example> examples) const {
+  absl::StatusOr<std::vector<Prediction>> together = ForwardTogether(examples);
+  std::vector<absl::StatusOr<Prediction>> answers;
+  if (together.ok()) {
+    for (auto& p : *together) answers.emplace_back(std::move(p));
+    return answers;
+  }
+  if (examples.size() == 1) return {together.status()};
+  // Inputs that cannot share a batch (images of different sizes) or one the model refuses: each
+  // alone, so only the one at fault fails.
+  for (auto& example : examples) {
+    std::vector<data::Example> one = {example};
+    absl::StatusOr<std::vector<Prediction>> alone = ForwardTogether(one);
+    answers.push_back(alone.ok() ? absl::StatusOr<Prediction>(std::move((*alone)[0]))
+                                 : absl::StatusOr<Prediction>(alone.status()));
+  }
+  return answers;
+}
+
+absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<data::Example>& examples) const {
+  const int64_t n = static_cast<int64_t>(examples.size());
+  torch::Tensor output;
+  std::vector<PredictionRecord> records;
+  try {
+    KILN_ASSIGN_OR_RETURN(data::Batch batch, collate_(examples));
+    std::lock_guard<std::mutex> lock(forward_mutex_);
+    torch::NoGradGuard no_grad;
+    batch.input = strategy_->InputToDevice(batch.input);
+    absl::StatusOr<torch::Tensor> out = task_->PredictStep(batch);
+    if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", out.status().message()));
+    output = out->to(torch::kCPU);
+    KILN_ASSIGN_OR_RETURN(records, task_->PredictionRecords(output, class_names_));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
+  }
+  if (static_cast<int64_t>(records.size()) != n) {
+    return absl::InternalError(absl::StrCat("the task made ", records.size(), " predictions of ", n, " inputs"));
+  }
+  std::vector<Prediction> answers(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    Prediction& p = answers[static_cast<size_t>(i)];
+    p.fields = std::move(records[static_cast<size_t>(i)].fields);
+    for (const auto& [key, value] : p.fields) {
+      if (key == "class_index" && value->kind() == config::NodeKind::kInt) p.class_index = value->as_int();
+      if (key == "class" && value->kind() == config::NodeKind::kString) p.label = value->as_string();
+      if (key == "probability" && value->kind() == config::NodeKind::kFloat) p.probability = value->as_float();
+      if (key == "text" && value->kind() == config::NodeKind::kString) p.text = value->as_string();
+    }
+    if (p.class_index >= 0 && output.dim() == 2 && output.is_floating_point()) {
+      torch::Tensor row = output[i].to(torch::kFloat64).contiguous();
+      p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+    }
+  }
+  return answers;
+}
+
+absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const {
+  if (!generates_) return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  try {
+    return task_->GenerateFrom(prompt);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot generate: ", FirstLine(e.what())));
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,103 @@
+// kiln::Predictor: a trained model answering raw inputs, as a library. It loads a run directory,
+// a checkpoint or an export folder together with the config the model was trained with (nothing
+// is composed), and puts each input through exactly the evaluation pipeline of the run's data
+// module (the eval transforms of an image, the tokenizer of a text, the features of a WAV/FLAC)
+// before the task's predict step: the answers are those `kiln predict` writes for the same input.
+//
+//   auto predictor = kiln::Predictor::Load("outputs/2026-01-01/12-00-00");
+//   auto answer = (*predictor)->Predict(png_bytes);       // answer->label, answer->probability
+//
+// Thread safety: every method may be called from several threads at once. Decoding and
+// preprocessing run in the calling thread, concurrently; the model's forward passes (and text
+// generation) take turns under one mutex, since a task's predict step is not promised to be
+// reentrant. Each forward uses LibTorch's intra-op threads, so callers wanting throughput batch
+// their inputs (PredictBatch) rather than add threads; `kiln serve` batches for them.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/data/datamodule.h"
+#include "lib/trainer/strategy.h"
+#include "lib/trainer/task.h"
+#include "lib/trainer/trainer_options.h"
+
+namespace kiln {
+
+// The answer for one input.
+struct Prediction {
+  // Classification: the most likely class, its name (its index as text when the data names no
+  // classes), its probability and the probability of every class, in class order.
+  int64_t class_index = -1;
+  std::string label;
+  double probability = 0;
+  std::vector<double> probabilities;
+  // Speech recognition: the transcript.
+  std::string text;
+  // The task's record, as `kiln predict` writes it (class_index, class, probability; or text).
+  std::vector<std::pair<std::string, config::NodePtr>> fields;
+};
+
+struct PredictorOptions {
+  // key=value overrides on top of the stored config (a moved data folder: data.root=/new/place).
+  std::vector<std::string> overrides;
+};
+
+class Predictor {
+ public:
+  // `path` is a run directory (its checkpoints/last.ckpt), a kiln checkpoint (it holds its
+  // resolved config), or a `kiln export` folder (model.safetensors and config.yaml). The data the
+  // evaluation pipeline needs is read as the run named it (a text tokenizer is fitted on the
+  // training texts again, as `kiln predict` does).
+  static absl::StatusOr<std::unique_ptr<Predictor>> Load(const std::string& path,
+                                                        const PredictorOptions& options = {});
+  // From a resolved job config and the file holding the weights (a kiln checkpoint or a
+  // safetensors file with PyTorch names).
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromConfig(const config::Config& job,
+                                                              const std::string& weights);
+
+  // One input: the bytes of an image or audio file, or a UTF-8 text. An input the pipeline or the
+  // model cannot take is an InvalidArgument status saying why.
+  absl::StatusOr<Prediction> Predict(std::string_view input) const;
+  // Several inputs in one forward pass (the same answers as one at a time, up to float rounding);
+  // each answer has its own status, so a bad input fails alone.
+  std::vector<absl::StatusOr<Prediction>> PredictBatch(const std::vector<std::string_view>& inputs) const;
+
+  // A language model: `prompt` continued with the task's generation options (temperature, top_k,
+  // seed, max_tokens). Unimplemented for a model that does not generate.
+  absl::StatusOr<std::string> Generate(const std::string& prompt) const;
+  // Whether the model answers prompts (Generate) rather than inputs (Predict).
+  bool generates() const { return generates_; }
+
+  const std::vector<std::string>& class_names() const { return class_names_; }
+  const std::string& model_name() const { return model_name_; }
+  // The file the weights came from.
+  const std::string& weights() const { return weights_; }
+  // The resolved config the model was built from.
+  const config::Config& config() const { return job_; }
+
+ private:
+  Predictor() = default;
+  // The forward pass of examples that all passed preprocessing; answers[i] for example i.
+  std::vector<absl::StatusOr<Prediction>> Forward(std::vector<data::Example> examples) const;
+  absl::StatusOr<std::vector<Prediction>> ForwardTogether(std::vector<data::Example>& examples) const;
+
+  config::Config job_;
+  std::string model_name_, weights_;
+  std::shared_ptr<Task> task_;
+  std::shared_ptr<data::DataModule> data_;
+  TrainerOptions trainer_options_;  // the strategy holds a reference
+  std::unique_ptr<Strategy> strategy_;
+  data::CollateFn collate_;
+  std::vector<std::string> class_names_;
+  bool generates_ = false;
+  mutable std::mutex forward_mutex_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,102 @@
+// kiln::Predictor in process, on a model trained by the real `kiln train`: a run directory, its
+// checkpoint file and its `kiln export` folder give the same answers, equal to `kiln predict`'s;
+// a batch answers as inputs one at a time, a bad input failing alone; concurrent callers get the
+// same answers as one caller.
+#include "lib/trainer/predictor.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/serve/tiny_model.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::ReadFile;
+
+TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
+  testing::TempDir dir;
+  testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 6);
+  ASSERT_EQ(model.kiln_predict.size(), 6u);
+  testing::ProcessResult exported =
+      testing::RunProcess({KILN_BINARY, "export", "run_dir=" + model.run_dir, "hydra.run.dir=" + dir.path() + "/export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  std::vector<std::string> images;
+  for (const auto& path : model.pngs) images.push_back(ReadFile(path));
+
+  for (const std::string& path :
+       {model.run_dir, model.run_dir + "/checkpoints/last.ckpt", dir.path() + "/export"}) {
+    auto predictor = Predictor::Load(path);
+    ASSERT_TRUE(predictor.ok()) << path << ": " << predictor.status();
+    EXPECT_EQ((*predictor)->model_name(), "mlp");
+    EXPECT_FALSE((*predictor)->generates());
+    for (size_t i = 0; i < images.size(); ++i) {
+      auto answer = (*predictor)->Predict(images[i]);
+      ASSERT_TRUE(answer.ok()) << answer.status();
+      EXPECT_EQ(answer->class_index, model.kiln_predict[i]["class_index"].get<int64_t>()) << path << " image " << i;
+      EXPECT_NEAR(answer->probability, model.kiln_predict[i]["probability"].get<double>(), 1e-5) << path;
+      ASSERT_EQ(answer->probabilities.size(), 10u);
+      double sum = 0;
+      for (double p : answer->probabilities) sum += p;
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+
+  auto predictor = Predictor::Load(model.run_dir);
+  ASSERT_TRUE(predictor.ok());
+  const Predictor& p = **predictor;
+  // A batch with a bad input in the middle: the bad one fails alone, the others are answered.
+  std::vector<std::string_view> batch = {images[0], "not an image", images[1], images[2]};
+  auto answers = p.PredictBatch(batch);
+  ASSERT_EQ(answers.size(), 4u);
+  EXPECT_EQ(answers[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(answers[1].status().message().find("cannot decode image"), std::string::npos) << answers[1].status();
+  for (size_t k : {0, 2, 3}) {
+    ASSERT_TRUE(answers[k].ok()) << answers[k].status();
+    size_t image = k == 0 ? 0 : k - 1;
+    EXPECT_EQ(answers[k]->class_index, model.kiln_predict[image]["class_index"].get<int64_t>());
+  }
+  // An empty input, and an image of another size (which the model cannot take): a message each.
+  EXPECT_EQ(p.Predict("").status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<uchar> big;
+  cv::imencode(".png", cv::Mat(40, 40, CV_8UC1, cv::Scalar(7)), big);
+  auto odd = p.Predict(std::string(big.begin(), big.end()));
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("the model cannot take this input"), std::string::npos) << odd.status();
+  EXPECT_EQ(p.Generate("hello").status().code(), absl::StatusCode::kUnimplemented);
+
+  // Four threads at once, each many times: every answer equals the single caller's.
+  std::vector<double> alone;
+  for (const auto& image : images) alone.push_back(p.Predict(image)->probability);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        size_t i = static_cast<size_t>((t + round) % images.size());
+        auto answer = p.Predict(images[i]);
+        if (!answer.ok() || answer->probability != alone[i]) ++mismatches[static_cast<size_t>(t)];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+TEST(PredictorTest, WhatIsNotAModelIsOneClearError) {
+  testing::TempDir dir;
+  auto missing = Predictor::Load(dir.path() + "/nothing");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("no such run directory, checkpoint or export folder"), std::string::npos);
+  auto empty = Predictor::Load(dir.path());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kNotFound);
+  dir.Write("junk.ckpt", "not a checkpoint");
+  auto junk = Predictor::Load(dir.path() + "/junk.ckpt");
+  EXPECT_FALSE(junk.ok());
+  EXPECT_NE(junk.status().message().find("junk.ckpt"), std::string::npos) << junk.status();
+}
+
+}  // namespace
+}  // namespace kiln

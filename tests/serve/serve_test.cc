@@ -1,0 +1,244 @@
+// `kiln serve` through the real binary on a free loopback port, serving a model trained in the
+// test: answers equal to `kiln predict`'s for the same images (raw bytes, JSON base64 and
+// multipart, from concurrent clients, so batches form), bad requests answered 4xx with a message,
+// the bearer token, /metrics and the access log; a full queue answered 503 with Retry-After; and
+// SIGTERM answering what is queued, then exit 0.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/serve/tiny_model.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::ReadFile;
+using testing::TempDir;
+
+// A `kiln serve` process; killed by the destructor if the test did not stop it.
+class Server {
+ public:
+  Server(const std::string& dir, const std::string& run_dir, std::vector<std::string> options) : port_(testing::FreeLoopbackPort()) {
+    std::vector<std::string> argv = {KILN_BINARY, "serve", "run_dir=" + run_dir, "serve.port=" + std::to_string(port_),
+                                     "hydra.run.dir=" + dir};
+    argv.insert(argv.end(), options.begin(), options.end());
+    pid_ = testing::StartInOwnGroup(argv);
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::unique_ptr<httplib::Client> Client(const std::string& token = "") const {
+    auto client = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client->set_connection_timeout(5);
+    client->set_read_timeout(120);
+    if (!token.empty()) client->set_bearer_token_auth(token.c_str());
+    return client;
+  }
+  // Waits (at most ~60 s on a loaded machine) until /readyz says ready.
+  bool WaitReady() const {
+    auto client = Client();
+    for (int i = 0; i < 600; ++i) {
+      auto res = client->Get("/readyz");
+      if (res && res->status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // SIGTERM, then the exit status (-1 if it did not end within ~60 s).
+  int Terminate() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 600; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return -1;
+  }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+};
+
+nlohmann::json Json(const httplib::Result& res) { return nlohmann::json::parse(res->body, nullptr, false); }
+
+// The answer equals kiln predict's row: the same class, and probabilities equal up to the float
+// rounding of another batch composition.
+void ExpectSameAnswer(const nlohmann::json& served, const nlohmann::json& predicted, const std::string& what) {
+  EXPECT_EQ(served["class_index"], predicted["class_index"]) << what;
+  EXPECT_EQ(served["class"], predicted["class"]) << what;
+  EXPECT_NEAR(served["probability"].get<double>(), predicted["probability"].get<double>(), 1e-5) << what;
+  ASSERT_EQ(served["probabilities"].size(), 10u) << what;
+  EXPECT_NEAR(served["probabilities"][predicted["class_index"].get<int>()].get<double>(),
+              predicted["probability"].get<double>(), 1e-5)
+      << what;
+}
+
+int MetricValue(const std::string& metrics, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, name + " ")) return std::stoi(std::string(line.substr(name.size() + 1)));
+  }
+  return -1;
+}
+
+TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
+  TempDir dir;
+  testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 8);
+  ASSERT_EQ(model.kiln_predict.size(), 8u);
+  Server server(dir.path() + "/serve", model.run_dir,
+                {"serve.token=s3cret", "serve.max_body_bytes=200000", "serve.max_delay_ms=20"});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  std::vector<std::string> png;
+  for (const auto& path : model.pngs) png.push_back(ReadFile(path));
+
+  // Eight clients at once, raw PNG bodies.
+  std::vector<std::future<httplib::Result>> pending;
+  for (int i = 0; i < 8; ++i) {
+    pending.push_back(std::async(std::launch::async, [&, i] {
+      return server.Client("s3cret")->Post("/v1/predict", png[static_cast<size_t>(i)], "image/png");
+    }));
+  }
+  for (int i = 0; i < 8; ++i) {
+    httplib::Result res = pending[static_cast<size_t>(i)].get();
+    ASSERT_TRUE(res) << "request " << i << " got no answer";
+    ASSERT_EQ(res->status, 200) << res->body;
+    nlohmann::json body = Json(res);
+    EXPECT_EQ(body["model"], "mlp");
+    ASSERT_EQ(body["predictions"].size(), 1u);
+    ExpectSameAnswer(body["predictions"][0], model.kiln_predict[static_cast<size_t>(i)], absl::StrCat("image ", i));
+  }
+  auto client = server.Client("s3cret");
+  // JSON with base64 images, three in one request.
+  nlohmann::json request = {{"inputs", {{{"b64", absl::Base64Escape(png[3])}},
+                                        {{"b64", absl::Base64Escape(png[4])}},
+                                        {{"b64", absl::Base64Escape(png[5])}}}}};
+  auto res = client->Post("/v1/predict", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ASSERT_EQ(Json(res)["predictions"].size(), 3u);
+  for (int i = 0; i < 3; ++i) ExpectSameAnswer(Json(res)["predictions"][i], model.kiln_predict[3 + i], "json");
+  // A multipart form with two files, answered in order.
+  httplib::MultipartFormDataItems form = {{"file", png[6], "img6.png", "image/png"},
+                                          {"file", png[7], "img7.png", "image/png"}};
+  res = client->Post("/v1/predict", form);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ExpectSameAnswer(Json(res)["predictions"][0], model.kiln_predict[6], "multipart 0");
+  ExpectSameAnswer(Json(res)["predictions"][1], model.kiln_predict[7], "multipart 1");
+
+  // Bad requests: a 4xx with one message saying what is wrong.
+  struct Bad {
+    std::string body, type;
+    int status;
+    std::string says;
+  };
+  std::string not_png = png[0];
+  not_png.replace(1, 3, "GIF");  // the magic number lies
+  std::vector<Bad> bad = {
+      {"{\"inputs\": [", "application/json", 400, "malformed JSON"},
+      {"{\"inputs\": [5]}", "application/json", 400, "inputs[0] must be a string"},
+      {"{\"inputs\": \"x\"}", "application/json", 400, "\"inputs\" must be a list"},
+      {"{\"inputs\": [{\"b64\": \"***\"}]}", "application/json", 400, "inputs[0].b64 is not valid base64"},
+      {"{\"wrong\": 1}", "application/json", 400, "with \"inputs\""},
+      {"this is not an image", "image/png", 400, "cannot decode image"},
+      {not_png, "image/png", 400, "cannot decode image"},
+      {std::string(300000, 'x'), "image/png", 413, "larger than serve.max_body_bytes"},
+  };
+  for (const Bad& b : bad) {
+    res = client->Post("/v1/predict", b.body, b.type.c_str());
+    ASSERT_TRUE(res) << b.says;
+    EXPECT_EQ(res->status, b.status) << b.says << ": " << res->body;
+    EXPECT_TRUE(absl::StrContains(Json(res).value("error", ""), b.says)) << res->body;
+  }
+  // The token: none or a wrong one is 401; the probes need none.
+  EXPECT_EQ(server.Client()->Post("/v1/predict", png[0], "image/png")->status, 401);
+  EXPECT_EQ(server.Client("wrong")->Post("/v1/predict", png[0], "image/png")->status, 401);
+  EXPECT_EQ(server.Client()->Get("/healthz")->status, 200);
+  EXPECT_EQ(client->Get("/nothing/here")->status, 404);
+
+  res = client->Get("/metrics");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_TRUE(absl::StrContains(res->body, "kiln_requests_total{code=\"200\"}")) << res->body;
+  EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"400\"}"), 7) << res->body;
+  EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"413\"}"), 1) << res->body;
+  EXPECT_GE(MetricValue(res->body, "kiln_batch_size_count"), 1);
+  EXPECT_EQ(MetricValue(res->body, "kiln_queue_depth"), 0);
+  // 8 + 3 + 2 images and the 2 bodies that are no image were batched (in however many batches).
+  EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 15) << res->body;
+
+  EXPECT_EQ(server.Terminate(), 0);
+  // One JSON line per request: the 10 predictions, the 8 refused, 2 unauthorized, 2 more, metrics.
+  std::vector<std::string> lines = absl::StrSplit(ReadFile(dir.path() + "/serve/access.jsonl"), '\n', absl::SkipEmpty());
+  int predict_200 = 0, with_error = 0;
+  for (const auto& line : lines) {
+    nlohmann::json entry = nlohmann::json::parse(line);
+    if (entry["path"] == "/v1/predict" && entry["status"] == 200) {
+      ++predict_200;
+      EXPECT_GE(entry["batch"].get<int>(), 1) << line;
+    }
+    if (entry.contains("error")) ++with_error;
+  }
+  EXPECT_EQ(predict_200, 10);
+  EXPECT_EQ(with_error, 8 + 2 + 1);  // the bad requests, the refused tokens, the 404
+}
+
+TEST(ServeTest, AFullQueueIs503AndSigtermAnswersWhatIsQueuedThenExitsZero) {
+  TempDir dir;
+  testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 3);
+  ASSERT_EQ(model.kiln_predict.size(), 3u);
+  // Batches wait a minute for 64 inputs: two requests stay queued, filling the queue of 2.
+  Server server(dir.path() + "/serve", model.run_dir,
+                {"serve.max_batch=64", "serve.max_delay_ms=60000", "serve.max_queue=2"});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  std::vector<std::future<httplib::Result>> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.push_back(std::async(std::launch::async, [&, i] {
+      return server.Client()->Post("/v1/predict", ReadFile(model.pngs[static_cast<size_t>(i)]), "image/png");
+    }));
+  }
+  auto client = server.Client();
+  int depth = -1;
+  for (int i = 0; i < 600 && depth != 2; ++i) {
+    auto metrics = client->Get("/metrics");
+    depth = metrics ? MetricValue(metrics->body, "kiln_queue_depth") : -1;
+    if (depth != 2) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(depth, 2);
+  auto res = client->Post("/v1/predict", ReadFile(model.pngs[2]), "image/png");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_TRUE(absl::StrContains(Json(res).value("error", ""), "queue is full")) << res->body;
+  // SIGTERM: the two queued requests are answered (without waiting out the delay), then exit 0.
+  EXPECT_EQ(server.Terminate(), 0);
+  for (int i = 0; i < 2; ++i) {
+    httplib::Result answer = queued[static_cast<size_t>(i)].get();
+    ASSERT_TRUE(answer) << "queued request " << i << " got no answer";
+    ASSERT_EQ(answer->status, 200) << answer->body;
+    ExpectSameAnswer(Json(answer)["predictions"][0], model.kiln_predict[static_cast<size_t>(i)], "queued");
+  }
+}
+
+}  // namespace
+}  // namespace kiln
