@@ -201,6 +201,13 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
+  // Top-level settings that the defaults have and the run's config lacks (keys added to
+  // train.yaml since the run was trained, such as export's `format`) come from the defaults.
+  for (const auto& [key, value] : composed.job->entries()) {
+    if (key != "hydra" && job->Find(key) == nullptr && (value->is_scalar() || value->is_null())) {
+      job->Set(key, value->Clone());
+    }
+  }
   NodePtr run_choices = RunChoices(run_hydra);
   KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));
   for (const Override& o : composed.defaults.config_overrides) {
