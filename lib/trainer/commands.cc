@@ -460,12 +460,7 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
                                             layers, SelectQuantizedEngine(), diff));
   }
   std::string file = ctx.output_dir + "/model.pt";
-  try {
-    traced.save(file);
-  } catch (const std::exception& e) {
-    std::string message = e.what();
-    return absl::InternalError(absl::StrCat("writing ", file, ": ", message.substr(0, message.find('\n'))));
-  }
+  KILN_RETURN_IF_ERROR(SaveModule(traced, file));
   torch::Tensor output;
   {
     torch::NoGradGuard no_grad;

@@ -33,6 +33,9 @@ absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const Te
 absl::Status CheckTraceAgrees(torch::jit::Module& traced, const TensorFn& forward,
                               const std::vector<torch::Tensor>& inputs, double tolerance, const std::string& what);
 
+// Writes `module` to `path` (atomically) as torch.jit.save does.
+absl::Status SaveModule(const torch::jit::Module& module, const std::string& path);
+
 // Replaces every aten::linear of the traced forward with quantized::linear_dynamic on int8
 // weights (symmetric, per tensor) prepacked for the current quantized engine; returns how many
 // layers it quantized. An error when there is none, or the build has no quantized engine.
