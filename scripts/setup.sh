@@ -13,6 +13,10 @@ BUILD_DIR=${KILN_BUILD_DIR:-build}
 JOBS=${KILN_JOBS:-$(nproc)}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+else
+  # Configure again (under a second): what the test packages or a late uPlot fetch brought
+  # (chromium, clang, Python, uPlot) is looked for at configure time.
+  cmake "$BUILD_DIR" >/dev/null
 fi
 # Only what `kiln train` needs (the program, its libraries, the example plugins); scripts/test.sh
 # builds the rest (tests, benchmarks). KILN_BUILD_TARGET=all builds everything.

@@ -173,21 +173,24 @@ class AudioFolder : public data::DataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-using O = AudioFolderOptions;
 KILN_REGISTER_BOUND(
     data::DataModule, "audio_folder",
     "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
     AddAudioDataOptions(
-        AudioSplitsBinding<O>("folder of class folders (TRAIN/CLASS/*.wav)",
-                              "folder of the same class folders (null: split from train)",
-                              "folder of the same class folders (null: no test split)",
-                              "an audio file or a folder of them to label (null: the test folder)")
-            .Field("classes", &O::classes,
+        AudioSplitsBinding<AudioFolderOptions>(
+            "folder of class folders (TRAIN/CLASS/*.wav)",
+            "folder of the same class folders (null: split from train)",
+            "folder of the same class folders (null: no test split)",
+            "an audio file or a folder of them to label (null: the test folder)")
+            .Field("classes", &AudioFolderOptions::classes,
                    "class names in index order (null: the sorted class folders of train)")
-            .Field("val_fraction", static_cast<double O::*>(&O::val_fraction),
+            .Field("val_fraction",
+                   static_cast<double AudioFolderOptions::*>(&AudioFolderOptions::val_fraction),
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
-            .Field("split_seed", static_cast<int64_t O::*>(&O::split_seed), "seed of that split")),
-    [](const O& o,
+            .Field("split_seed",
+                   static_cast<int64_t AudioFolderOptions::*>(&AudioFolderOptions::split_seed),
+                   "seed of that split")),
+    [](const AudioFolderOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, BuildAudioPipeline(o, context));
       return std::make_shared<AudioFolder>(o, std::move(pipeline));

@@ -220,37 +220,41 @@ class AudioManifest : public text::TextDataModule {
   std::shared_ptr<const data::Dataset> train_, val_, test_, predict_;
 };
 
-using O = ManifestOptions;
 KILN_REGISTER_BOUND(
     data::DataModule, "audio_manifest",
     "Speech recognition data: JSONL manifests {audio, text, duration}, duration-bucketed batches",
     AddAudioDataOptions(
-        AudioSplitsBinding<O>(
+        AudioSplitsBinding<ManifestOptions>(
             "training manifest (.jsonl)", "validation manifest (null: val_fraction of train)",
             "test manifest (null: no test split)",
             "a manifest, an audio file or a folder to transcribe (null: the test manifest)")
-            .RequiredNode("tokenizer", &O::tokenizer, OptionType::kMap,
+            .RequiredNode("tokenizer", &ManifestOptions::tokenizer, OptionType::kMap,
                           "the tokenizer of the transcripts: {_target_: char, ...}")
-            .Field("audio_field", &O::audio_field, "the manifest field holding the audio path")
-            .Field("text_field", &O::text_field, "the manifest field holding the transcript")
-            .Field("duration_field", &O::duration_field,
+            .Field("audio_field", &ManifestOptions::audio_field,
+                   "the manifest field holding the audio path")
+            .Field("text_field", &ManifestOptions::text_field,
+                   "the manifest field holding the transcript")
+            .Field("duration_field", &ManifestOptions::duration_field,
                    "the manifest field holding the duration (seconds)")
-            .Field("min_duration", &O::min_duration,
+            .Field("min_duration", &ManifestOptions::min_duration,
                    "utterances shorter than this are left out (0: no limit)")
-            .Field("max_duration", &O::max_duration,
+            .Field("max_duration", &ManifestOptions::max_duration,
                    "utterances longer than this are left out (0: no limit)")
-            .Field("val_fraction", static_cast<double O::*>(&O::val_fraction),
+            .Field("val_fraction",
+                   static_cast<double ManifestOptions::*>(&ManifestOptions::val_fraction),
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
-            .Field("split_seed", static_cast<int64_t O::*>(&O::split_seed),
+            .Field("split_seed",
+                   static_cast<int64_t ManifestOptions::*>(&ManifestOptions::split_seed),
                    "seed of that split and of the batch shuffle of bucketing")
-            .Field("bucket_by_length", &O::bucket_by_length,
+            .Field("bucket_by_length", &ManifestOptions::bucket_by_length,
                    "training batches of similar durations (less padding)")
-            .Field("bucket_window", &O::bucket_window, "batches sorted together when bucketing")
-            .Field("sortagrad_epochs", &O::sortagrad_epochs,
+            .Field("bucket_window", &ManifestOptions::bucket_window,
+                   "batches sorted together when bucketing")
+            .Field("sortagrad_epochs", &ManifestOptions::sortagrad_epochs,
                    "first epochs that go through the training set shortest first, unshuffled "
                    "(DeepSpeech 2's SortaGrad curriculum), with or without bucket_by_length",
                    AtLeast(0))),
-    [](const O& o,
+    [](const ManifestOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(AudioPipelineOptions pipeline, BuildAudioPipeline(o, context));
       KILN_ASSIGN_OR_RETURN(auto tokenizer,

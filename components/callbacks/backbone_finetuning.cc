@@ -137,23 +137,22 @@ class BackboneFinetuning : public Callback {
   bool restored_unfrozen_ = false;
 };
 
-using O = BackboneFinetuningOptions;
 KILN_REGISTER_BOUND(Callback, "backbone_finetuning",
                     "Freezes the parameters matching `params` until an epoch, then trains them at "
                     "a lower lr (Lightning's "
                     "BackboneFinetuning)",
-                    OptionBinding<O>()
-                        .Required("params", &O::params,
+                    OptionBinding<BackboneFinetuningOptions>()
+                        .Required("params", &BackboneFinetuningOptions::params,
                                   "globs of the backbone's parameter names ([conv*, bn*, fc1.*])",
                                   NonEmpty())
-                        .Field("unfreeze_at_epoch", &O::unfreeze_at_epoch,
+                        .Field("unfreeze_at_epoch", &BackboneFinetuningOptions::unfreeze_at_epoch,
                                "the epoch at which the backbone starts training", AtLeast(0))
-                        .Field("lr_factor", &O::lr_factor,
+                        .Field("lr_factor", &BackboneFinetuningOptions::lr_factor,
                                "the backbone's lr as a fraction of the optimizer's", GreaterThan(0))
-                        .Field("train_bn", &O::train_bn,
+                        .Field("train_bn", &BackboneFinetuningOptions::train_bn,
                                "BatchNorm layers in the backbone keep training while it is frozen; "
                                "false: frozen too, in eval mode"),
-                    [](const O& o,
+                    [](const BackboneFinetuningOptions& o,
                        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Callback>> {
                       return std::make_shared<BackboneFinetuning>(o, context.FullKey("params"));
                     });

@@ -63,17 +63,20 @@ struct EarlyStoppingOptions {
   double min_delta = 0.0;
 };
 
-using O = EarlyStoppingOptions;
-KILN_REGISTER_BOUND(
-    Callback, "early_stopping", "Stops when a validation metric stops improving",
-    OptionBinding<O>()
-        .Required("monitor", &O::monitor, "validation metric to watch, e.g. val/loss")
-        .Field("mode", &O::mode, "min or max: which direction is better", OneOf({"min", "max"}))
-        .Field("patience", &O::patience, "validations without improvement before stopping")
-        .Field("min_delta", &O::min_delta, "smallest change that counts as an improvement"),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
-      return std::make_shared<EarlyStopping>(o.monitor, o.mode == "max", o.patience, o.min_delta);
-    });
+KILN_REGISTER_BOUND(Callback, "early_stopping", "Stops when a validation metric stops improving",
+                    OptionBinding<EarlyStoppingOptions>()
+                        .Required("monitor", &EarlyStoppingOptions::monitor,
+                                  "validation metric to watch, e.g. val/loss")
+                        .Field("mode", &EarlyStoppingOptions::mode,
+                               "min or max: which direction is better", OneOf({"min", "max"}))
+                        .Field("patience", &EarlyStoppingOptions::patience,
+                               "validations without improvement before stopping")
+                        .Field("min_delta", &EarlyStoppingOptions::min_delta,
+                               "smallest change that counts as an improvement"),
+                    [](const EarlyStoppingOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+                      return std::make_shared<EarlyStopping>(o.monitor, o.mode == "max", o.patience,
+                                                             o.min_delta);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -58,19 +58,17 @@ struct LearningRateMonitorOptions {
   std::optional<std::string> name;
 };
 
-using O = LearningRateMonitorOptions;
-KILN_REGISTER_BOUND(Callback, "lr_monitor",
-                    "Logs each parameter group's learning rate (lr-NAME, lr-NAME/pgN)",
-                    OptionBinding<O>()
-                        .Field("logging_interval", &O::logging_interval,
-                               "step (after every optimizer step) or epoch",
-                               OneOf({"step", "epoch"}))
-                        .Field("name", &O::name,
-                               "NAME in the logged keys (null: the optimizer's class, e.g. AdamW)"),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                      return std::make_shared<LearningRateMonitor>(o.logging_interval == "step",
-                                                                   o.name.value_or(""));
-                    });
+KILN_REGISTER_BOUND(
+    Callback, "lr_monitor", "Logs each parameter group's learning rate (lr-NAME, lr-NAME/pgN)",
+    OptionBinding<LearningRateMonitorOptions>()
+        .Field("logging_interval", &LearningRateMonitorOptions::logging_interval,
+               "step (after every optimizer step) or epoch", OneOf({"step", "epoch"}))
+        .Field("name", &LearningRateMonitorOptions::name,
+               "NAME in the logged keys (null: the optimizer's class, e.g. AdamW)"),
+    [](const LearningRateMonitorOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+      return std::make_shared<LearningRateMonitor>(o.logging_interval == "step",
+                                                   o.name.value_or(""));
+    });
 
 }  // namespace
 }  // namespace kiln

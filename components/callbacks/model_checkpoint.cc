@@ -184,23 +184,28 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
   std::string best_path_;
 };
 
-using O = ModelCheckpointOptions;
-KILN_REGISTER_BOUND(Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
-                    OptionBinding<O>()
-                        .Field("dirpath", &O::dirpath, "folder for the checkpoint files", NonEmpty())
-                        .Field("filename", &O::filename, "name template: {epoch}, {step}, {metric:.4f}", NonEmpty())
-                        .Field("monitor", &O::monitor, "metric to rank checkpoints by (empty: the latest wins)")
-                        .Field("mode", &O::mode, "min or max: which direction of the metric is better",
-                               OneOf({"min", "max"}))
-                        .Field("save_top_k", &O::save_top_k, "how many best checkpoints to keep (-1: all, 0: none)",
-                               AtLeast(-1))
-                        .Field("save_last", &O::save_last, "also write last.ckpt every time, to resume from")
-                        .Field("every_n_epochs", &O::every_n_epochs, "save after every N epochs", AtLeast(0))
-                        .Field("every_n_train_steps", &O::every_n_train_steps,
-                               "save every N optimizer steps instead (0: off)", AtLeast(0)),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
-                      return std::make_shared<ModelCheckpoint>(o);
-                    });
+KILN_REGISTER_BOUND(
+    Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
+    OptionBinding<ModelCheckpointOptions>()
+        .Field("dirpath", &ModelCheckpointOptions::dirpath, "folder for the checkpoint files",
+               NonEmpty())
+        .Field("filename", &ModelCheckpointOptions::filename,
+               "name template: {epoch}, {step}, {metric:.4f}", NonEmpty())
+        .Field("monitor", &ModelCheckpointOptions::monitor,
+               "metric to rank checkpoints by (empty: the latest wins)")
+        .Field("mode", &ModelCheckpointOptions::mode,
+               "min or max: which direction of the metric is better", OneOf({"min", "max"}))
+        .Field("save_top_k", &ModelCheckpointOptions::save_top_k,
+               "how many best checkpoints to keep (-1: all, 0: none)", AtLeast(-1))
+        .Field("save_last", &ModelCheckpointOptions::save_last,
+               "also write last.ckpt every time, to resume from")
+        .Field("every_n_epochs", &ModelCheckpointOptions::every_n_epochs,
+               "save after every N epochs", AtLeast(0))
+        .Field("every_n_train_steps", &ModelCheckpointOptions::every_n_train_steps,
+               "save every N optimizer steps instead (0: off)", AtLeast(0)),
+    [](const ModelCheckpointOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+      return std::make_shared<ModelCheckpoint>(o);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -56,12 +56,14 @@ class OptunaTrial : public Callback {
   int64_t pruned_step_ = -1;
 };
 
-using O = OptunaTrialOptions;
-KILN_REGISTER_BOUND(Callback, "optuna_trial", "Reports a trial's metrics to the Optuna sweep that started it",
-                    OptionBinding<O>()
-                        .Field("channel", &O::channel, "the folder the sweeper reads (it sets this)", NonEmpty())
-                        .Field("pruning", &O::pruning, "wait for the pruner's answer after each validation"),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+KILN_REGISTER_BOUND(Callback, "optuna_trial",
+                    "Reports a trial's metrics to the Optuna sweep that started it",
+                    OptionBinding<OptunaTrialOptions>()
+                        .Field("channel", &OptunaTrialOptions::channel,
+                               "the folder the sweeper reads (it sets this)", NonEmpty())
+                        .Field("pruning", &OptunaTrialOptions::pruning,
+                               "wait for the pruner's answer after each validation"),
+                    [](const OptunaTrialOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
                       return std::make_shared<OptunaTrial>(o);
                     });
 

@@ -91,16 +91,15 @@ struct TimerOptions {
   std::string interval = "step";
 };
 
-using O = TimerOptions;
 KILN_REGISTER_BOUND(
     Callback, "timer", "Stops training after a wall-clock duration; logs the elapsed time",
-    OptionBinding<O>()
-        .RequiredNode("duration", &O::duration, OptionType::kAny,
+    OptionBinding<TimerOptions>()
+        .RequiredNode("duration", &TimerOptions::duration, OptionType::kAny,
                       "\"DD:HH:MM:SS\" (e.g. \"00:12:00:00\") or {days, hours, minutes, seconds}",
                       Duration())
-        .Field("interval", &O::interval, "check after every step (stop mid-epoch) or every epoch",
-               OneOf({"step", "epoch"})),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
+        .Field("interval", &TimerOptions::interval,
+               "check after every step (stop mid-epoch) or every epoch", OneOf({"step", "epoch"})),
+    [](const TimerOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
       return std::make_shared<Timer>(*DurationSeconds(*o.duration), o.interval == "step");
     });
 

@@ -24,15 +24,15 @@ class CrossEntropy : public Loss {
   double label_smoothing_;
 };
 
-using O = CrossEntropyOptions;
-KILN_REGISTER_BOUND(
-    Loss, "cross_entropy", "Cross-entropy of logits against class ids, with label smoothing",
-    OptionBinding<O>().Field("label_smoothing", &O::label_smoothing,
-                             "share of the target spread over all classes, in [0, 1)",
-                             InHalfOpenRange(0, 1)),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Loss>> {
-      return std::make_shared<CrossEntropy>(o);
-    });
+KILN_REGISTER_BOUND(Loss, "cross_entropy",
+                    "Cross-entropy of logits against class ids, with label smoothing",
+                    OptionBinding<CrossEntropyOptions>().Field(
+                        "label_smoothing", &CrossEntropyOptions::label_smoothing,
+                        "share of the target spread over all classes, in [0, 1)",
+                        InHalfOpenRange(0, 1)),
+                    [](const CrossEntropyOptions& o) -> absl::StatusOr<std::shared_ptr<Loss>> {
+                      return std::make_shared<CrossEntropy>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln

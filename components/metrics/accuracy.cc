@@ -66,14 +66,13 @@ class AccuracyByClass : public ClassCountsMetric {
   bool macro_;
 };
 
-using O = AccuracyOptions;
 KILN_REGISTER_BOUND(Metric, "accuracy",
                     "Share of rows predicted right (micro); per class (none) or their mean (macro)",
-                    MetricOptionBinding<O>().Field(
-                        "average", &O::average,
+                    MetricOptionBinding<AccuracyOptions>().Field(
+                        "average", &AccuracyOptions::average,
                         "micro (all rows), none (a value per class) or macro (their mean)",
                         OneOf({"micro", "none", "macro"})),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                    [](const AccuracyOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
                       if (o.average == "micro") return std::make_shared<Accuracy>(o);
                       return std::make_shared<AccuracyByClass>(o);
                     });

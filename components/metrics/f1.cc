@@ -44,13 +44,15 @@ class F1 : public ClassCountsMetric {
   std::string average_;
 };
 
-using O = F1Options;
-KILN_REGISTER_BOUND(
-    Metric, "f1", "F1 score per class (none), their mean (macro) or over all rows (micro)",
-    MetricOptionBinding<O>().Field("average", &O::average,
-                                   "macro (mean over classes), none (a value per class) or micro",
-                                   OneOf({"macro", "none", "micro"})),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Metric>> { return std::make_shared<F1>(o); });
+KILN_REGISTER_BOUND(Metric, "f1",
+                    "F1 score per class (none), their mean (macro) or over all rows (micro)",
+                    MetricOptionBinding<F1Options>().Field(
+                        "average", &F1Options::average,
+                        "macro (mean over classes), none (a value per class) or micro",
+                        OneOf({"macro", "none", "micro"})),
+                    [](const F1Options& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                      return std::make_shared<F1>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln::metrics

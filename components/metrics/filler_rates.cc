@@ -57,19 +57,20 @@ class FillerRate : public ClassCountsMetric {
   bool false_accepts_;
 };
 
-using O = FillerRateOptions;
-OptionBinding<O> FillerRateBinding() {
-  return MetricOptionBinding<O>().Field(
-      "filler_classes", &O::filler_classes,
+OptionBinding<FillerRateOptions> FillerRateBinding() {
+  return MetricOptionBinding<FillerRateOptions>().Field(
+      "filler_classes", &FillerRateOptions::filler_classes,
       "the classes that are not keywords (unknown, silence); []: none");
 }
 KILN_REGISTER_BOUND(Metric, "false_accept_rate",
                     "Share of filler examples (not a keyword) taken for a keyword",
-                    FillerRateBinding(), [](const O& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                    FillerRateBinding(),
+                    [](const FillerRateOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
                       return std::make_shared<FillerRate>(o, true);
                     });
 KILN_REGISTER_BOUND(Metric, "miss_rate", "Share of keyword examples taken for filler",
-                    FillerRateBinding(), [](const O& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                    FillerRateBinding(),
+                    [](const FillerRateOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
                       return std::make_shared<FillerRate>(o, false);
                     });
 

@@ -46,13 +46,14 @@ class TopKAccuracy : public Metric {
   torch::Tensor total_ = torch::zeros({}, torch::kInt64);
 };
 
-using O = TopKAccuracyOptions;
-KILN_REGISTER_BOUND(
-    Metric, "top_k_accuracy", "Share of rows whose true class is among the k highest scores",
-    MetricOptionBinding<O>().Field("k", &O::k, "how many of the highest scores count", AtLeast(1)),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
-      return std::make_shared<TopKAccuracy>(o);
-    });
+KILN_REGISTER_BOUND(Metric, "top_k_accuracy",
+                    "Share of rows whose true class is among the k highest scores",
+                    MetricOptionBinding<TopKAccuracyOptions>().Field(
+                        "k", &TopKAccuracyOptions::k, "how many of the highest scores count",
+                        AtLeast(1)),
+                    [](const TopKAccuracyOptions& o) -> absl::StatusOr<std::shared_ptr<Metric>> {
+                      return std::make_shared<TopKAccuracy>(o);
+                    });
 
 }  // namespace
 }  // namespace kiln::metrics

@@ -62,21 +62,21 @@ class BagOfEmbeddings : public Model {
   BagOptions o_;
 };
 
-using O = BagOptions;
 KILN_REGISTER_BOUND(Model, "bag_of_embeddings",
                     "fastText-style classifier: mean of token (and hashed bigram) embeddings, "
                     "optional hidden layer, linear head",
-                    OptionBinding<O>()
-                        .Required("vocab_size", &O::vocab_size,
+                    OptionBinding<BagOptions>()
+                        .Required("vocab_size", &BagOptions::vocab_size,
                                   "token ids are below it (the tokenizer's vocab_size)", AtLeast(2))
-                        .Required("num_classes", &O::num_classes, "number of classes", AtLeast(2))
-                        .Field("dim", &O::dim, "embedding width", AtLeast(1))
-                        .Field("hidden", &O::hidden,
+                        .Required("num_classes", &BagOptions::num_classes, "number of classes",
+                                  AtLeast(2))
+                        .Field("dim", &BagOptions::dim, "embedding width", AtLeast(1))
+                        .Field("hidden", &BagOptions::hidden,
                                "width of a ReLU hidden layer (0: none, as fastText)", AtLeast(0))
-                        .Field("ngram_buckets", &O::ngram_buckets,
+                        .Field("ngram_buckets", &BagOptions::ngram_buckets,
                                "hash buckets for bigram embeddings (0: unigrams only)", AtLeast(0))
-                        .Field("dropout", &O::dropout, "dropout before the head"),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+                        .Field("dropout", &BagOptions::dropout, "dropout before the head"),
+                    [](const BagOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
                       return std::make_shared<BagOfEmbeddings>(o);
                     });
 

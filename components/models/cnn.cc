@@ -49,17 +49,18 @@ struct CnnOptions {
   double dropout = 0.0;
 };
 
-using O = CnnOptions;
 KILN_REGISTER_BOUND(
     Model, "cnn", "Small CNN: conv-BN-ReLU-pool blocks, then two fully connected layers",
-    OptionBinding<O>()
-        .Field("in_channels", &O::in_channels, "channels of the input images")
-        .Field("channels", &O::channels, "output channels of each conv block")
-        .Field("input_size", &O::input_size, "height and width of the (square) input images")
-        .Field("hidden", &O::hidden, "width of the first fully connected layer")
-        .Required("num_classes", &O::num_classes, "number of outputs")
-        .Field("dropout", &O::dropout, "dropout before the last layer"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+    OptionBinding<CnnOptions>()
+        .Field("in_channels", &CnnOptions::in_channels, "channels of the input images")
+        .Field("channels", &CnnOptions::channels, "output channels of each conv block")
+        .Field("input_size", &CnnOptions::input_size,
+               "height and width of the (square) input images")
+        .Field("hidden", &CnnOptions::hidden, "width of the first fully connected layer")
+        .Required("num_classes", &CnnOptions::num_classes, "number of outputs")
+        .Field("dropout", &CnnOptions::dropout, "dropout before the last layer"),
+    [](const CnnOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       // Each block halves the side; at least one pixel must be left.
       if (o.input_size >> o.channels.size() < 1) {
         return context.Refuse("input_size",

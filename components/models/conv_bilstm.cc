@@ -100,29 +100,29 @@ class ConvBiLstm : public SequenceModel {
   torch::nn::Linear head_{nullptr};
 };
 
-using O = ConvBiLstmOptions;
 KILN_REGISTER_BOUND(
     Model, "conv_bilstm",
     "CTC acoustic model: convolutional front-end, bidirectional LSTM over the real frames, "
     "per-frame logits [B, frames', classes]",
-    OptionBinding<O>()
-        .Required("features", &O::features, "feature size F of the input [B, frames, F]",
-                  AtLeast(1))
-        .Field("channels", &O::channels, "channels of the front-end convolutions", AtLeast(1))
-        .Field("time_strides", &O::time_strides,
+    OptionBinding<ConvBiLstmOptions>()
+        .Required("features", &ConvBiLstmOptions::features,
+                  "feature size F of the input [B, frames, F]", AtLeast(1))
+        .Field("channels", &ConvBiLstmOptions::channels, "channels of the front-end convolutions",
+               AtLeast(1))
+        .Field("time_strides", &ConvBiLstmOptions::time_strides,
                "one 3x3 convolution per entry, striding time by it (frequency by 2)",
                Each(AtLeast(1)))
-        .Field("hidden", &O::hidden, "LSTM units per direction", AtLeast(1))
-        .Field("layers", &O::layers, "LSTM layers", AtLeast(1))
-        .Field("dropout", &O::dropout, "dropout between LSTM layers and before the output layer",
-               InHalfOpenRange(0, 1))
-        .Field("batch_norm", &O::batch_norm,
+        .Field("hidden", &ConvBiLstmOptions::hidden, "LSTM units per direction", AtLeast(1))
+        .Field("layers", &ConvBiLstmOptions::layers, "LSTM layers", AtLeast(1))
+        .Field("dropout", &ConvBiLstmOptions::dropout,
+               "dropout between LSTM layers and before the output layer", InHalfOpenRange(0, 1))
+        .Field("batch_norm", &ConvBiLstmOptions::batch_norm,
                "batch normalization after each convolution (DeepSpeech 2; shortens CTC's all-blank "
                "plateau)")
-        .Required("num_classes", &O::num_classes,
+        .Required("num_classes", &ConvBiLstmOptions::num_classes,
                   "outputs per frame: the tokenizer's vocabulary (id 0, <pad>, is the CTC blank)",
                   AtLeast(2)),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+    [](const ConvBiLstmOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
       return std::make_shared<ConvBiLstm>(o);
     });
 

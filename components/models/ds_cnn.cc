@@ -67,20 +67,19 @@ struct DsCnnOptions {
   double dropout = 0.2;
 };
 
-using O = DsCnnOptions;
 KILN_REGISTER_BOUND(
     Model, "ds_cnn",
     "Depthwise-separable CNN keyword spotter (Hello Edge DS-CNN) over features [B, frames, F]",
-    OptionBinding<O>()
-        .Field("channels", &O::channels, "channels of every layer", AtLeast(1))
-        .Field("blocks", &O::blocks, "depthwise-separable blocks", AtLeast(0))
-        .Field("kernel", &O::kernel, "first convolution's kernel [time, frequency]",
+    OptionBinding<DsCnnOptions>()
+        .Field("channels", &DsCnnOptions::channels, "channels of every layer", AtLeast(1))
+        .Field("blocks", &DsCnnOptions::blocks, "depthwise-separable blocks", AtLeast(0))
+        .Field("kernel", &DsCnnOptions::kernel, "first convolution's kernel [time, frequency]",
                Each(AtLeast(1)))
-        .Field("stride", &O::stride, "first convolution's stride [time, frequency]",
+        .Field("stride", &DsCnnOptions::stride, "first convolution's stride [time, frequency]",
                Each(AtLeast(1)))
-        .Required("num_classes", &O::num_classes, "number of outputs", AtLeast(2))
-        .Field("dropout", &O::dropout, "dropout before the classifier"),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+        .Required("num_classes", &DsCnnOptions::num_classes, "number of outputs", AtLeast(2))
+        .Field("dropout", &DsCnnOptions::dropout, "dropout before the classifier"),
+    [](const DsCnnOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
       return std::make_shared<DsCnn>(
           o.channels, o.blocks, std::vector<int64_t>{o.kernel.first, o.kernel.second},
           std::vector<int64_t>{o.stride.first, o.stride.second}, o.num_classes, o.dropout);

@@ -39,16 +39,17 @@ struct GptOptions : TextTransformerOptions {
   bool tie_weights = true;
 };
 
-using O = GptOptions;
 KILN_REGISTER_BOUND(
     Model, "gpt",
     "GPT decoder LM: learned positions, pre-LayerNorm causal self-attention, tied output layer",
-    AddTextTransformerOptions(OptionBinding<O>().Field("block_size",
-                                                       static_cast<int64_t O::*>(&O::positions),
-                                                       "longest context (learned positions)",
-                                                       AtLeast(1)))
-        .Field("tie_weights", &O::tie_weights, "the output layer reuses the token embedding"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+    AddTextTransformerOptions(OptionBinding<GptOptions>().Field(
+                                  "block_size",
+                                  static_cast<int64_t GptOptions::*>(&GptOptions::positions),
+                                  "longest context (learned positions)", AtLeast(1)))
+        .Field("tie_weights", &GptOptions::tie_weights,
+               "the output layer reuses the token embedding"),
+    [](const GptOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
       return std::make_shared<Gpt>(o, o.tie_weights);
     });

@@ -45,16 +45,16 @@ struct MlpOptions {
   std::string activation = "relu";
 };
 
-using O = MlpOptions;
 KILN_REGISTER_BOUND(Model, "mlp", "Multilayer perceptron on flattened inputs",
-                    OptionBinding<O>()
-                        .Required("in_features", &O::in_features, "size of one flattened input")
-                        .Field("hidden", &O::hidden, "widths of the hidden layers")
-                        .Required("num_classes", &O::num_classes, "number of outputs")
-                        .Field("dropout", &O::dropout, "dropout after each hidden layer")
-                        .Field("activation", &O::activation, "relu, gelu or tanh",
+                    OptionBinding<MlpOptions>()
+                        .Required("in_features", &MlpOptions::in_features,
+                                  "size of one flattened input")
+                        .Field("hidden", &MlpOptions::hidden, "widths of the hidden layers")
+                        .Required("num_classes", &MlpOptions::num_classes, "number of outputs")
+                        .Field("dropout", &MlpOptions::dropout, "dropout after each hidden layer")
+                        .Field("activation", &MlpOptions::activation, "relu, gelu or tanh",
                                OneOf({"relu", "gelu", "tanh"})),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+                    [](const MlpOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
                       return std::make_shared<Mlp>(o.in_features, o.hidden, o.num_classes,
                                                    o.dropout, o.activation);
                     });

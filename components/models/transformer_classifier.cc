@@ -49,19 +49,23 @@ struct TransformerClassifierOptions : TextTransformerOptions {
   std::string pool = "cls";
 };
 
-using O = TransformerClassifierOptions;
 KILN_REGISTER_BOUND(
     Model, "transformer_classifier",
     "Transformer encoder text classifier: padding-masked pre-LayerNorm blocks, <cls> or mean "
     "pooling",
-    AddTextTransformerOptions(
-        OptionBinding<O>()
-            .Required("num_classes", &O::num_classes, "number of classes", AtLeast(2))
-            .Field("max_length", static_cast<int64_t O::*>(&O::positions),
-                   "positions (longer inputs are cut)", AtLeast(1))
-            .Field("pool", &O::pool, "cls (the first token) or mean (of the real tokens)",
-                   OneOf({"cls", "mean"}))),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+    AddTextTransformerOptions(OptionBinding<TransformerClassifierOptions>()
+                                  .Required("num_classes",
+                                            &TransformerClassifierOptions::num_classes,
+                                            "number of classes", AtLeast(2))
+                                  .Field("max_length",
+                                         static_cast<int64_t TransformerClassifierOptions::*>(
+                                             &TransformerClassifierOptions::positions),
+                                         "positions (longer inputs are cut)", AtLeast(1))
+                                  .Field("pool", &TransformerClassifierOptions::pool,
+                                         "cls (the first token) or mean (of the real tokens)",
+                                         OneOf({"cls", "mean"}))),
+    [](const TransformerClassifierOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
       return std::make_shared<TransformerClassifier>(o, o.num_classes, o.pool == "cls");
     });

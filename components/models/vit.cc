@@ -106,24 +106,24 @@ class VisionTransformer : public Model {
   torch::nn::Linear head_{nullptr};
 };
 
-using O = VitOptions;
 KILN_REGISTER_BOUND(
     Model, "vit",
     "Vision Transformer: patch embedding, class token, pre-LN encoder (torchvision names)",
-    OptionBinding<O>()
-        .Field("image_size", &O::image_size, "height and width of the (square) input images",
-               AtLeast(1))
-        .Field("patch_size", &O::patch_size, "side of the square patches; must divide image_size",
-               AtLeast(1))
-        .Field("in_channels", &O::in_channels, "channels of the input images", AtLeast(1))
-        .Field("dim", &O::dim, "token width (hidden_dim)", AtLeast(1))
-        .Field("depth", &O::depth, "encoder blocks", AtLeast(1))
-        .Field("heads", &O::heads, "attention heads; must divide dim", AtLeast(1))
-        .Field("mlp_dim", &O::mlp_dim, "hidden width of each block's MLP", AtLeast(1))
-        .Field("dropout", &O::dropout, "dropout on embeddings, attention and MLP outputs",
+    OptionBinding<VitOptions>()
+        .Field("image_size", &VitOptions::image_size,
+               "height and width of the (square) input images", AtLeast(1))
+        .Field("patch_size", &VitOptions::patch_size,
+               "side of the square patches; must divide image_size", AtLeast(1))
+        .Field("in_channels", &VitOptions::in_channels, "channels of the input images", AtLeast(1))
+        .Field("dim", &VitOptions::dim, "token width (hidden_dim)", AtLeast(1))
+        .Field("depth", &VitOptions::depth, "encoder blocks", AtLeast(1))
+        .Field("heads", &VitOptions::heads, "attention heads; must divide dim", AtLeast(1))
+        .Field("mlp_dim", &VitOptions::mlp_dim, "hidden width of each block's MLP", AtLeast(1))
+        .Field("dropout", &VitOptions::dropout, "dropout on embeddings, attention and MLP outputs",
                InHalfOpenRange(0, 1))
-        .Required("num_classes", &O::num_classes, "number of outputs", AtLeast(1)),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+        .Required("num_classes", &VitOptions::num_classes, "number of outputs", AtLeast(1)),
+    [](const VitOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       if (o.image_size % o.patch_size != 0) {
         return context.Refuse("patch_size",
                               absl::StrCat("a divisor of image_size (", o.image_size, ")"));

@@ -37,17 +37,18 @@ struct CosineWithWarmupOptions : AnnealingOptions {
   double min_lr = 0.0;
 };
 
-using O = CosineWithWarmupOptions;
 KILN_REGISTER_BOUND(
     Scheduler, "cosine_with_warmup",
     "Linear warmup from 0, then cosine annealing from the base lr to min_lr",
-    AddAnnealingOptions(
-        OptionBinding<O>()
-            .Field("warmup_steps", &O::warmup_steps, "intervals of linear warmup", AtLeast(0))
-            .Field("min_lr", &O::min_lr, "lr at the end of the schedule", AtLeast(0)),
-        "length of the schedule, warmup included (null: the run's planned length)",
-        "what the counts count: step or epoch"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+    AddAnnealingOptions(OptionBinding<CosineWithWarmupOptions>()
+                            .Field("warmup_steps", &CosineWithWarmupOptions::warmup_steps,
+                                   "intervals of linear warmup", AtLeast(0))
+                            .Field("min_lr", &CosineWithWarmupOptions::min_lr,
+                                   "lr at the end of the schedule", AtLeast(0)),
+                        "length of the schedule, warmup included (null: the run's planned length)",
+                        "what the counts count: step or epoch"),
+    [](const CosineWithWarmupOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
       return std::make_shared<CosineWithWarmup>(IntervalNamed(o.interval), o.length(context),
                                                 o.warmup_steps, o.min_lr);
     });

@@ -33,16 +33,17 @@ struct LinearLrOptions : AnnealingOptions {
   double end_factor = 0.0;
 };
 
-using O = LinearLrOptions;
 KILN_REGISTER_BOUND(
     Scheduler, "linear", "Scales the lr linearly from start_factor to end_factor",
-    AddAnnealingOptions(
-        OptionBinding<O>()
-            .Field("start_factor", &O::start_factor, "lr factor at the start", AtLeast(0))
-            .Field("end_factor", &O::end_factor, "lr factor at the end and after", AtLeast(0)),
-        "intervals to go from start to end (null: the run's planned length)",
-        "what total_steps counts: step or epoch"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+    AddAnnealingOptions(OptionBinding<LinearLrOptions>()
+                            .Field("start_factor", &LinearLrOptions::start_factor,
+                                   "lr factor at the start", AtLeast(0))
+                            .Field("end_factor", &LinearLrOptions::end_factor,
+                                   "lr factor at the end and after", AtLeast(0)),
+                        "intervals to go from start to end (null: the run's planned length)",
+                        "what total_steps counts: step or epoch"),
+    [](const LinearLrOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
       return std::make_shared<LinearLr>(IntervalNamed(o.interval), o.length(context),
                                         o.start_factor, o.end_factor);
     });

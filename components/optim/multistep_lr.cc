@@ -34,16 +34,19 @@ struct MultiStepLrOptions {
   std::string interval = "epoch";
 };
 
-using O = MultiStepLrOptions;
-KILN_REGISTER_BOUND(
-    Scheduler, "multistep", "Decays the lr by gamma at each milestone epoch (or step)",
-    OptionBinding<O>()
-        .Required("milestones", &O::milestones, "intervals at which to decay", Each(AtLeast(0)))
-        .Field("gamma", &O::gamma, "factor applied at each milestone", GreaterThan(0))
-        .Field("interval", &O::interval, "what milestones count: step or epoch", IntervalNames()),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
-      return std::make_shared<MultiStepLr>(IntervalNamed(o.interval), o.milestones, o.gamma);
-    });
+KILN_REGISTER_BOUND(Scheduler, "multistep",
+                    "Decays the lr by gamma at each milestone epoch (or step)",
+                    OptionBinding<MultiStepLrOptions>()
+                        .Required("milestones", &MultiStepLrOptions::milestones,
+                                  "intervals at which to decay", Each(AtLeast(0)))
+                        .Field("gamma", &MultiStepLrOptions::gamma,
+                               "factor applied at each milestone", GreaterThan(0))
+                        .Field("interval", &MultiStepLrOptions::interval,
+                               "what milestones count: step or epoch", IntervalNames()),
+                    [](const MultiStepLrOptions& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+                      return std::make_shared<MultiStepLr>(IntervalNamed(o.interval), o.milestones,
+                                                           o.gamma);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -53,21 +53,22 @@ struct OneCycleOptions : AnnealingOptions {
   double final_div_factor = 1e4;
 };
 
-using O = OneCycleOptions;
 KILN_REGISTER_BOUND(
     Scheduler, "one_cycle",
     "1cycle: cosine up to max_lr over pct_start of the run, then down to a low floor",
-    AddAnnealingOptions(OptionBinding<O>()
-                            .Required("max_lr", &O::max_lr, "peak learning rate", GreaterThan(0))
-                            .Field("pct_start", &O::pct_start,
+    AddAnnealingOptions(OptionBinding<OneCycleOptions>()
+                            .Required("max_lr", &OneCycleOptions::max_lr, "peak learning rate",
+                                      GreaterThan(0))
+                            .Field("pct_start", &OneCycleOptions::pct_start,
                                    "fraction of the run spent increasing the lr", InRange(0, 1))
-                            .Field("div_factor", &O::div_factor, "initial lr = max_lr / div_factor",
-                                   GreaterThan(0))
-                            .Field("final_div_factor", &O::final_div_factor,
+                            .Field("div_factor", &OneCycleOptions::div_factor,
+                                   "initial lr = max_lr / div_factor", GreaterThan(0))
+                            .Field("final_div_factor", &OneCycleOptions::final_div_factor,
                                    "final lr = initial lr / final_div_factor", GreaterThan(0)),
                         "length of the cycle (null: the run's planned length)",
                         "what the cycle counts: step or epoch"),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+    [](const OneCycleOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
       return std::make_shared<OneCycle>(IntervalNamed(o.interval), o.length(context), o.max_lr,
                                         o.pct_start, o.div_factor, o.final_div_factor);
     });

@@ -99,23 +99,24 @@ OptionCheck Between0And1() {
                            const config::Node& n) { return above.accepts(n) && below.accepts(n); }};
 }
 
-using O = ReduceOnPlateauOptions;
 KILN_REGISTER_BOUND(Scheduler, "reduce_on_plateau",
                     "Cuts the lr by a factor when a monitored metric stops improving",
-                    OptionBinding<O>()
-                        .Field("monitor", &O::monitor, "metric to watch")
-                        .Field("mode", &O::mode, "min: lower is better; max: higher is better",
-                               OneOf({"min", "max"}))
-                        .Field("factor", &O::factor, "factor applied to the lr at each cut",
-                               Between0And1())
-                        .Field("patience", &O::patience,
+                    OptionBinding<ReduceOnPlateauOptions>()
+                        .Field("monitor", &ReduceOnPlateauOptions::monitor, "metric to watch")
+                        .Field("mode", &ReduceOnPlateauOptions::mode,
+                               "min: lower is better; max: higher is better", OneOf({"min", "max"}))
+                        .Field("factor", &ReduceOnPlateauOptions::factor,
+                               "factor applied to the lr at each cut", Between0And1())
+                        .Field("patience", &ReduceOnPlateauOptions::patience,
                                "intervals without improvement tolerated before a cut", AtLeast(0))
-                        .Field("threshold", &O::threshold,
+                        .Field("threshold", &ReduceOnPlateauOptions::threshold,
                                "relative change that counts as an improvement", AtLeast(0))
-                        .Field("min_lr", &O::min_lr, "the lr is never cut below this", AtLeast(0))
-                        .Field("interval", &O::interval,
+                        .Field("min_lr", &ReduceOnPlateauOptions::min_lr,
+                               "the lr is never cut below this", AtLeast(0))
+                        .Field("interval", &ReduceOnPlateauOptions::interval,
                                "when the metric is checked: step or epoch", IntervalNames()),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+                    [](const ReduceOnPlateauOptions& o)
+                        -> absl::StatusOr<std::shared_ptr<Scheduler>> {
                       return std::make_shared<ReduceOnPlateau>(IntervalNamed(o.interval), o.monitor,
                                                                o.mode == "max", o.factor,
                                                                o.patience, o.threshold, o.min_lr);

@@ -17,19 +17,20 @@ struct SgdOptions {
   bool no_decay_norm_and_bias = false;
 };
 
-using O = SgdOptions;
 KILN_REGISTER_BOUND(
     OptimizerFactory, "sgd", "Stochastic gradient descent with momentum",
-    OptionBinding<O>()
-        .Required("lr", &O::lr, "learning rate", GreaterThan(0))
-        .Field("momentum", &O::momentum, "momentum factor (0 for plain SGD)", AtLeast(0))
-        .Field("nesterov", &O::nesterov, "Nesterov momentum (needs momentum > 0, dampening 0)")
-        .Field("dampening", &O::dampening, "dampening for momentum")
-        .Field("weight_decay", &O::weight_decay, "L2 penalty added to the gradient", AtLeast(0))
+    OptionBinding<SgdOptions>()
+        .Required("lr", &SgdOptions::lr, "learning rate", GreaterThan(0))
+        .Field("momentum", &SgdOptions::momentum, "momentum factor (0 for plain SGD)", AtLeast(0))
+        .Field("nesterov", &SgdOptions::nesterov,
+               "Nesterov momentum (needs momentum > 0, dampening 0)")
+        .Field("dampening", &SgdOptions::dampening, "dampening for momentum")
+        .Field("weight_decay", &SgdOptions::weight_decay, "L2 penalty added to the gradient",
+               AtLeast(0))
         .Field(
-            "no_decay_norm_and_bias", &O::no_decay_norm_and_bias,
+            "no_decay_norm_and_bias", &SgdOptions::no_decay_norm_and_bias,
             "put parameters with dim <= 1 (biases, norm weights) in a group without weight decay"),
-    [](const O& o,
+    [](const SgdOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
       if (o.nesterov && !(o.momentum > 0 && o.dampening == 0)) {
         return context.Refuse("nesterov",

@@ -29,14 +29,14 @@ struct StepLrOptions {
   std::string interval = "epoch";
 };
 
-using O = StepLrOptions;
 KILN_REGISTER_BOUND(
     Scheduler, "step", "Decays the lr by gamma every step_size epochs (or steps)",
-    OptionBinding<O>()
-        .Required("step_size", &O::step_size, "intervals between decays", AtLeast(1))
-        .Field("gamma", &O::gamma, "factor applied at each decay", GreaterThan(0))
-        .Field("interval", &O::interval, "what step_size counts: step or epoch", IntervalNames()),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
+    OptionBinding<StepLrOptions>()
+        .Required("step_size", &StepLrOptions::step_size, "intervals between decays", AtLeast(1))
+        .Field("gamma", &StepLrOptions::gamma, "factor applied at each decay", GreaterThan(0))
+        .Field("interval", &StepLrOptions::interval, "what step_size counts: step or epoch",
+               IntervalNames()),
+    [](const StepLrOptions& o) -> absl::StatusOr<std::shared_ptr<Scheduler>> {
       return std::make_shared<StepLr>(IntervalNamed(o.interval), o.step_size, o.gamma);
     });
 

@@ -215,39 +215,42 @@ class LabelledText : public TextDataModule {
   std::shared_ptr<TokenizedTexts> train_, val_, test_, predict_;
 };
 
-using O = LabelledTextOptions;
 KILN_REGISTER_BOUND(
     data::DataModule, "labelled_text",
     "Text classification data: JSONL/CSV/TSV with text and label fields, or a folder per class",
     AddTextDataOptions(
-        OptionBinding<O>()
-            .Required("train", &O::train, "training file (.jsonl, .csv, .tsv) or folder per class")
-            .Field("val", &O::val, "validation file (null: val_fraction of train)")
-            .Field("test", &O::test, "test file (null: no test split)")
-            .Field("predict", &O::predict,
+        OptionBinding<LabelledTextOptions>()
+            .Required("train", &LabelledTextOptions::train,
+                      "training file (.jsonl, .csv, .tsv) or folder per class")
+            .Field("val", &LabelledTextOptions::val,
+                   "validation file (null: val_fraction of train)")
+            .Field("test", &LabelledTextOptions::test, "test file (null: no test split)")
+            .Field("predict", &LabelledTextOptions::predict,
                    "texts to classify, one per line (- for stdin; null: the test file)")
-            .Field("format", &O::format, "auto (from the extension), jsonl, csv, tsv or folder",
+            .Field("format", &LabelledTextOptions::format,
+                   "auto (from the extension), jsonl, csv, tsv or folder",
                    OneOf({"auto", "jsonl", "csv", "tsv", "folder"}))
-            .Field("text_field", &O::text_field,
+            .Field("text_field", &LabelledTextOptions::text_field,
                    "the field (JSON key or CSV column) holding the text")
-            .Field("label_field", &O::label_field, "the field holding the label")
-            .Field("labels", &O::labels,
+            .Field("label_field", &LabelledTextOptions::label_field, "the field holding the label")
+            .Field("labels", &LabelledTextOptions::labels,
                    "the label set in class order (null: the sorted labels of train)")
-            .Field("val_fraction", &O::val_fraction,
+            .Field("val_fraction", &LabelledTextOptions::val_fraction,
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
-            .Field("split_seed", &O::split_seed,
+            .Field("split_seed", &LabelledTextOptions::split_seed,
                    "seed of that split and of the batch shuffle of bucketing")
-            .Field("max_length", &O::max_length, "tokens kept per text (with <cls>); 0 keeps all",
-                   AtLeast(0))
-            .Field("truncation_side", &O::truncation_side,
+            .Field("max_length", &LabelledTextOptions::max_length,
+                   "tokens kept per text (with <cls>); 0 keeps all", AtLeast(0))
+            .Field("truncation_side", &LabelledTextOptions::truncation_side,
                    "where a longer text is cut: right keeps its beginning, left its end",
                    OneOf({"right", "left"}))
-            .Field("add_cls", &O::add_cls,
+            .Field("add_cls", &LabelledTextOptions::add_cls,
                    "prepend <cls> (for models that pool the first position)")
-            .Field("bucket_by_length", &O::bucket_by_length,
+            .Field("bucket_by_length", &LabelledTextOptions::bucket_by_length,
                    "training batches of similar lengths (less padding)")
-            .Field("bucket_window", &O::bucket_window, "batches sorted together when bucketing")),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+            .Field("bucket_window", &LabelledTextOptions::bucket_window,
+                   "batches sorted together when bucketing")),
+    [](const LabelledTextOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
       return std::make_shared<LabelledText>(o, std::move(tokenizer));
     });

@@ -187,29 +187,30 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string source_;
 };
 
-using O = SentencePieceOptions;
 KILN_REGISTER_BOUND(Tokenizer, "sentencepiece",
                     "SentencePiece unigram or BPE; trained on the training split (and cached) when "
                     "no model_file is given",
-                    OptionBinding<O>()
-                        .Field("model_type", &O::model_type, "unigram or bpe",
+                    OptionBinding<SentencePieceOptions>()
+                        .Field("model_type", &SentencePieceOptions::model_type, "unigram or bpe",
                                OneOf({"unigram", "bpe"}))
-                        .Field("vocab_size", &O::vocab_size, "pieces incl. the 5 specials",
-                               MoreThanSpecialTokens())
-                        .Field("model_file", &O::model_file,
+                        .Field("vocab_size", &SentencePieceOptions::vocab_size,
+                               "pieces incl. the 5 specials", MoreThanSpecialTokens())
+                        .Field("model_file", &SentencePieceOptions::model_file,
                                "a trained .model file (null: train on the training split)")
-                        .Field("cache_dir", &O::cache_dir,
+                        .Field("cache_dir", &SentencePieceOptions::cache_dir,
                                "where trained models are kept, keyed by corpus and options")
-                        .Field("character_coverage", &O::character_coverage,
+                        .Field("character_coverage", &SentencePieceOptions::character_coverage,
                                "share of characters the model covers; the rest become <unk>")
-                        .Field("input_sentence_size", &O::input_sentence_size,
+                        .Field("input_sentence_size", &SentencePieceOptions::input_sentence_size,
                                "lines sampled for training at most (0: all)")
-                        .Field("max_sentence_length", &O::max_sentence_length,
+                        .Field("max_sentence_length", &SentencePieceOptions::max_sentence_length,
                                "longer lines (bytes) are skipped in training")
-                        .Field("normalization", &O::normalization,
+                        .Field("normalization", &SentencePieceOptions::normalization,
                                "SentencePiece normalization rule: identity, nmt_nfkc, nfkc, ...")
-                        .Field("num_threads", &O::num_threads, "training threads (0: every core)"),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
+                        .Field("num_threads", &SentencePieceOptions::num_threads,
+                               "training threads (0: every core)"),
+                    [](const SentencePieceOptions& o)
+                        -> absl::StatusOr<std::shared_ptr<Tokenizer>> {
                       return std::make_shared<SentencePieceTokenizer>(o);
                     });
 

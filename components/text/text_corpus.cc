@@ -142,21 +142,20 @@ class TextCorpus : public TextDataModule {
   std::shared_ptr<TokenBlocks> train_, val_, test_;
 };
 
-using O = CorpusOptions;
 KILN_REGISTER_BOUND(
     data::DataModule, "text_corpus",
     "Language-modeling data: plain text files as one token stream cut into blocks (block_size, "
     "stride)",
-    AddTextDataOptions(OptionBinding<O>()
-                           .Required("train", &O::train, "training text files", NonEmpty())
-                           .Field("val", &O::val, "validation text files")
-                           .Field("test", &O::test, "test text files")
-                           .Field("block_size", &O::block_size,
-                                  "tokens per training example (the model's context)", AtLeast(1))
-                           .Field("stride", &O::stride,
-                                  "tokens between training blocks (0: block_size, no overlap)",
-                                  AtLeast(0))),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+    AddTextDataOptions(
+        OptionBinding<CorpusOptions>()
+            .Required("train", &CorpusOptions::train, "training text files", NonEmpty())
+            .Field("val", &CorpusOptions::val, "validation text files")
+            .Field("test", &CorpusOptions::test, "test text files")
+            .Field("block_size", &CorpusOptions::block_size,
+                   "tokens per training example (the model's context)", AtLeast(1))
+            .Field("stride", &CorpusOptions::stride,
+                   "tokens between training blocks (0: block_size, no overlap)", AtLeast(0))),
+    [](const CorpusOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
       return std::make_shared<TextCorpus>(o, std::move(tokenizer));
     });

@@ -111,20 +111,20 @@ CifarLayout LayoutOf(const CifarOptions& o) {
   return layout;
 }
 
-using O = CifarOptions;
 KILN_REGISTER_BOUND(
     DataModule, "cifar", "CIFAR-10 / CIFAR-100 binary batches (data_batch_N.bin, train.bin, ...)",
     AddLabelSubsetOption(AddImageDataOptions(
-        OptionBinding<O>()
-            .Required("root", &O::root,
+        OptionBinding<CifarOptions>()
+            .Required("root", &CifarOptions::root,
                       "folder holding the .bin files (cifar-10-batches-bin or cifar-100-binary)")
-            .Field("variant", &O::variant,
+            .Field("variant", &CifarOptions::variant,
                    "cifar10 (10 classes) or cifar100 (100 fine / 20 coarse)",
                    OneOf({"cifar10", "cifar100"}))
-            .Field("label", &O::label,
+            .Field("label", &CifarOptions::label,
                    "cifar100 only: fine (100 classes) or coarse (20 superclasses)",
                    OneOf({"fine", "coarse"})))),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+    [](const CifarOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
       KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o, o, context));
       return std::make_shared<Cifar>(o.root, LayoutOf(o), std::move(setup));
     });

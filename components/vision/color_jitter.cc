@@ -133,21 +133,20 @@ struct ColorJitterOptions {
 const RangeOption kFactor(1, 0, HUGE_VAL);
 const RangeOption kHueShift(0, -0.5, 0.5);
 
-using O = ColorJitterOptions;
 KILN_REGISTER_BOUND(Transform, "color_jitter",
                     "Random brightness, contrast, saturation and hue in random order (torchvision "
                     "ColorJitter); use before normalize",
-                    OptionBinding<O>()
-                        .Node("brightness", &O::brightness, OptionType::kAny,
+                    OptionBinding<ColorJitterOptions>()
+                        .Node("brightness", &ColorJitterOptions::brightness, OptionType::kAny,
                               "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
-                        .Node("contrast", &O::contrast, OptionType::kAny,
+                        .Node("contrast", &ColorJitterOptions::contrast, OptionType::kAny,
                               "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
-                        .Node("saturation", &O::saturation, OptionType::kAny,
+                        .Node("saturation", &ColorJitterOptions::saturation, OptionType::kAny,
                               "v: factor in [max(0, 1-v), 1+v], or [low, high]", kFactor.check())
-                        .Node("hue", &O::hue, OptionType::kAny,
+                        .Node("hue", &ColorJitterOptions::hue, OptionType::kAny,
                               "v in [0, 0.5]: hue shift in [-v, v], or [low, high]",
                               kHueShift.check()),
-                    [](const O& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
+                    [](const ColorJitterOptions& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
                       JitterRanges r;
                       r.brightness = kFactor.Of(*o.brightness);
                       r.contrast = kFactor.Of(*o.contrast);

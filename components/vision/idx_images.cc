@@ -84,16 +84,17 @@ struct IdxImagesOptions : ImageDataOptions, LabelSubsetOptions {
   std::string test_labels = "t10k-labels-idx1-ubyte.gz";
 };
 
-using O = IdxImagesOptions;
 KILN_REGISTER_BOUND(
     DataModule, "idx_images", "Images and labels in IDX files (MNIST, Fashion-MNIST), gzip or raw",
-    AddLabelSubsetOption(AddImageDataOptions(OptionBinding<O>()
-                            .Required("root", &O::root, "folder holding the four IDX files")
-                            .Field("train_images", &O::train_images, "training images file")
-                            .Field("train_labels", &O::train_labels, "training labels file")
-                            .Field("test_images", &O::test_images, "test images file")
-                            .Field("test_labels", &O::test_labels, "test labels file"))),
-    [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+    AddLabelSubsetOption(AddImageDataOptions(
+        OptionBinding<IdxImagesOptions>()
+            .Required("root", &IdxImagesOptions::root, "folder holding the four IDX files")
+            .Field("train_images", &IdxImagesOptions::train_images, "training images file")
+            .Field("train_labels", &IdxImagesOptions::train_labels, "training labels file")
+            .Field("test_images", &IdxImagesOptions::test_images, "test images file")
+            .Field("test_labels", &IdxImagesOptions::test_labels, "test labels file"))),
+    [](const IdxImagesOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<DataModule>> {
       KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o, o, context));
       return std::make_shared<IdxImages>(
           IdxFiles{o.root, o.train_images, o.train_labels, o.test_images, o.test_labels},

@@ -195,24 +195,24 @@ struct ImageFolderOptions : ImageDataOptions {
   bool grayscale = false;
 };
 
-using O = ImageFolderOptions;
 KILN_REGISTER_BOUND(
     DataModule, "image_folder",
     "Images in one folder per class (torchvision ImageFolder), decoded with OpenCV",
     AddImageDataOptions(
-        OptionBinding<O>()
-            .Required("root", &O::root,
+        OptionBinding<ImageFolderOptions>()
+            .Required("root", &ImageFolderOptions::root,
                       "folder of class folders (ROOT/CLASS/IMAGE); train and val are split from it")
-            .Field("test_root", &O::test_root,
+            .Field("test_root", &ImageFolderOptions::test_root,
                    "folder of the same class folders for the test split (null: no test split)")
-            .Field("classes", &O::classes,
+            .Field("classes", &ImageFolderOptions::classes,
                    "class folders to use, in index order (a subset keeps only those; null: the "
                    "sorted sub-folders of root)")
-            .Field("size", &O::size,
+            .Field("size", &ImageFolderOptions::size,
                    "resize every image to [height, width] (or a side for squares) when decoding; "
                    "null keeps sizes (then they must all match to be batched)")
-            .Field("grayscale", &O::grayscale, "decode as one grayscale channel instead of RGB")),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
+            .Field("grayscale", &ImageFolderOptions::grayscale,
+                   "decode as one grayscale channel instead of RGB")),
+    [](const ImageFolderOptions& o) -> absl::StatusOr<std::shared_ptr<DataModule>> {
       KILN_ASSIGN_OR_RETURN(ImageDataSetup setup, ImageDataSetup::From(o));
       ImageSize size = o.size.value_or(ImageSize{});  // 0 x 0: keep each image's size
       ImageFolderLayout layout{o.root, o.test_root.value_or(""),

@@ -65,22 +65,23 @@ struct RandomResizedCropOptions {
   std::pair<double, double> ratio = {0.75, 1.3333333333333333};
 };
 
-using O = RandomResizedCropOptions;
 KILN_REGISTER_BOUND(
     Transform, "random_resized_crop",
     "Crop of random area and aspect ratio, resized to size (torchvision RandomResizedCrop)",
-    OptionBinding<O>()
-        .Required("size", &O::size, "output [height, width], or one side for a square")
-        .Field("scale", &O::scale, "[low, high] share of the image area to crop",
+    OptionBinding<RandomResizedCropOptions>()
+        .Required("size", &RandomResizedCropOptions::size,
+                  "output [height, width], or one side for a square")
+        .Field("scale", &RandomResizedCropOptions::scale,
+               "[low, high] share of the image area to crop",
                PairCheck("[low, high] within [0, 1] with low <= high and high > 0",
                          [](double low, double high) {
                            return 0 <= low && low <= high && high <= 1 && high > 0;
                          }))
-        .Field("ratio", &O::ratio,
+        .Field("ratio", &RandomResizedCropOptions::ratio,
                "[low, high] aspect ratio (width / height) of the crop, drawn log-uniformly",
                PairCheck("[low, high] with 0 < low <= high",
                          [](double low, double high) { return 0 < low && low <= high; })),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
+    [](const RandomResizedCropOptions& o) -> absl::StatusOr<std::shared_ptr<Transform>> {
       return std::make_shared<RandomResizedCrop>(std::make_pair(o.size.height, o.size.width),
                                                  o.scale, o.ratio);
     });

@@ -763,30 +763,39 @@ class OptunaSweeper : public Sweeper {
   absl::Status failure_;  // more trials failed than max_failure_rate allows
 };
 
-using O = OptunaOptions;
-OptionBinding<O> OptunaBinding() {
-  return OptionBinding<O>()
-      .Node("sampler", &O::sampler, OptionType::kAny,
-            "{_target_: tpe|random|cmaes|nsgaii|grid|qmc (or optuna.samplers.<Class>), seed: ..., its options}")
-      .Node("pruner", &O::pruner, OptionType::kAny,
+OptionBinding<OptunaOptions> OptunaBinding() {
+  return OptionBinding<OptunaOptions>()
+      .Node("sampler", &OptunaOptions::sampler, OptionType::kAny,
+            "{_target_: tpe|random|cmaes|nsgaii|grid|qmc (or optuna.samplers.<Class>), seed: ..., "
+            "its options}")
+      .Node("pruner", &OptunaOptions::pruner, OptionType::kAny,
             "null, or {_target_: median|percentile|hyperband|successive_halving|nop, its options}")
-      .Node("direction", &O::direction, OptionType::kAny, "minimize or maximize, or a list for several objectives")
-      .Field("storage", &O::storage, "a database URL (null: SQLite file optuna.db in the sweep folder)")
-      .Field("study_name", &O::study_name, "the study's name (null: hydra.job.name)")
-      .Field("n_trials", &O::n_trials, "trials in the study, over every process that shares it", AtLeast(1))
-      .Field("n_jobs", &O::n_jobs, "trials at once (at most the launcher's n_jobs; -1: the launcher's)", AtLeast(-1))
-      .Field("max_failure_rate", &O::max_failure_rate, "accepted share of failed trials", InRange(0.0, 1.0))
-      .Node("search_space", &O::search_space, OptionType::kAny, "Hydra's deprecated key (must be null)")
-      .Node("params", &O::params, OptionType::kMap, "the search space in override syntax, e.g. {lr: 'interval(0, 1)'}")
-      .Field("custom_search_space", &O::custom_search_space, "Hydra's Python hook (not supported; null)")
-      .Node("objective", &O::objective, OptionType::kAny,
+      .Node("direction", &OptunaOptions::direction, OptionType::kAny,
+            "minimize or maximize, or a list for several objectives")
+      .Field("storage", &OptunaOptions::storage,
+             "a database URL (null: SQLite file optuna.db in the sweep folder)")
+      .Field("study_name", &OptunaOptions::study_name, "the study's name (null: hydra.job.name)")
+      .Field("n_trials", &OptunaOptions::n_trials,
+             "trials in the study, over every process that shares it", AtLeast(1))
+      .Field("n_jobs", &OptunaOptions::n_jobs,
+             "trials at once (at most the launcher's n_jobs; -1: the launcher's)", AtLeast(-1))
+      .Field("max_failure_rate", &OptunaOptions::max_failure_rate,
+             "accepted share of failed trials", InRange(0.0, 1.0))
+      .Node("search_space", &OptunaOptions::search_space, OptionType::kAny,
+            "Hydra's deprecated key (must be null)")
+      .Node("params", &OptunaOptions::params, OptionType::kMap,
+            "the search space in override syntax, e.g. {lr: 'interval(0, 1)'}")
+      .Field("custom_search_space", &OptunaOptions::custom_search_space,
+             "Hydra's Python hook (not supported; null)")
+      .Node("objective", &OptunaOptions::objective, OptionType::kAny,
             "the metric(s) a trial returns, e.g. val/acc (null: model_checkpoint's monitor)")
-      .Field("objective_value", &O::objective_value, "a trial's value: its best or its last report",
-             OneOf({"best", "last"}))
-      .Field("python", &O::python, "the Python that has Optuna (Debian's python3-optuna)", NonEmpty());
+      .Field("objective_value", &OptunaOptions::objective_value,
+             "a trial's value: its best or its last report", OneOf({"best", "last"}))
+      .Field("python", &OptunaOptions::python,
+             "the Python that has Optuna (Debian's python3-optuna)", NonEmpty());
 }
 
-const auto MakeOptuna = [](const O& o) -> absl::StatusOr<std::shared_ptr<Sweeper>> {
+const auto MakeOptuna = [](const OptunaOptions& o) -> absl::StatusOr<std::shared_ptr<Sweeper>> {
   return std::make_shared<OptunaSweeper>(o);
 };
 

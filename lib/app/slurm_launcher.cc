@@ -115,24 +115,30 @@ class SlurmLauncher : public Launcher {
   SlurmOptions o_;
 };
 
-using O = SlurmOptions;
 KILN_REGISTER_BOUND(
     Launcher, "slurm", "Submits the jobs as a SLURM array (sbatch), one kiln process per task",
-    OptionBinding<O>()
-        .Field("partition", &O::partition, "--partition (empty: the cluster's default)")
-        .Field("time", &O::time, "--time limit, e.g. 04:00:00")
-        .Field("mem", &O::mem, "--mem, e.g. 16G")
-        .Field("cpus_per_task", &O::cpus_per_task, "--cpus-per-task (0: not set)", AtLeast(0))
-        .Field("gpus_per_task", &O::gpus_per_task, "--gpus-per-task (0: not set)", AtLeast(0))
-        .Field("array_parallelism", &O::array_parallelism, "at most this many tasks at once (0: no limit)", AtLeast(0))
-        .Field("signal_seconds", &O::signal_seconds, "send SIGUSR1 this long before the time limit (0: not set)",
+    OptionBinding<SlurmOptions>()
+        .Field("partition", &SlurmOptions::partition, "--partition (empty: the cluster's default)")
+        .Field("time", &SlurmOptions::time, "--time limit, e.g. 04:00:00")
+        .Field("mem", &SlurmOptions::mem, "--mem, e.g. 16G")
+        .Field("cpus_per_task", &SlurmOptions::cpus_per_task, "--cpus-per-task (0: not set)",
                AtLeast(0))
-        .Field("requeue", &O::requeue, "requeue a task whose job was preempted (exit 138)")
-        .Field("additional_directives", &O::additional_directives, "more #SBATCH lines, e.g. [--qos=high]")
-        .Field("job_name", &O::job_name, "--job-name", NonEmpty())
-        .Field("submit", &O::submit, "run sbatch; false only writes the script")
-        .Field("sbatch", &O::sbatch, "the sbatch command", NonEmpty()),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Launcher>> { return std::make_shared<SlurmLauncher>(o); });
+        .Field("gpus_per_task", &SlurmOptions::gpus_per_task, "--gpus-per-task (0: not set)",
+               AtLeast(0))
+        .Field("array_parallelism", &SlurmOptions::array_parallelism,
+               "at most this many tasks at once (0: no limit)", AtLeast(0))
+        .Field("signal_seconds", &SlurmOptions::signal_seconds,
+               "send SIGUSR1 this long before the time limit (0: not set)", AtLeast(0))
+        .Field("requeue", &SlurmOptions::requeue,
+               "requeue a task whose job was preempted (exit 138)")
+        .Field("additional_directives", &SlurmOptions::additional_directives,
+               "more #SBATCH lines, e.g. [--qos=high]")
+        .Field("job_name", &SlurmOptions::job_name, "--job-name", NonEmpty())
+        .Field("submit", &SlurmOptions::submit, "run sbatch; false only writes the script")
+        .Field("sbatch", &SlurmOptions::sbatch, "the sbatch command", NonEmpty()),
+    [](const SlurmOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>> {
+      return std::make_shared<SlurmLauncher>(o);
+    });
 
 }  // namespace
 }  // namespace kiln::app

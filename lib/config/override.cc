@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -64,14 +65,6 @@ size_t MatchDigits(absl::string_view s, size_t p) {
   return p;
 }
 
-bool EqualsIgnoreCase(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
-  }
-  return true;
-}
-
 std::string StripUnderscores(absl::string_view s) {
   std::string out;
   for (char c : s) {
@@ -83,18 +76,19 @@ std::string StripUnderscores(absl::string_view s) {
 // The typed value of a whole unquoted token, following the override lexer: INT, FLOAT, BOOL,
 // NULL; nullptr when the text is not exactly one such token.
 NodePtr TypedToken(absl::string_view s) {
-  if (EqualsIgnoreCase(s, "null")) return Node::Null();
-  if (EqualsIgnoreCase(s, "true")) return Node::Bool(true);
-  if (EqualsIgnoreCase(s, "false")) return Node::Bool(false);
+  if (absl::EqualsIgnoreCase(s, "null")) return Node::Null();
+  if (absl::EqualsIgnoreCase(s, "true")) return Node::Bool(true);
+  if (absl::EqualsIgnoreCase(s, "false")) return Node::Bool(false);
   size_t p = 0;
   bool negative = false;
   if (p < s.size() && (s[p] == '+' || s[p] == '-')) negative = s[p++] == '-';
   absl::string_view body = s.substr(p);
-  if (EqualsIgnoreCase(body, "inf")) {
+  if (absl::EqualsIgnoreCase(body, "inf")) {
     return Node::Float(negative ? -std::numeric_limits<double>::infinity()
                                 : std::numeric_limits<double>::infinity());
   }
-  if (EqualsIgnoreCase(body, "nan")) return Node::Float(std::numeric_limits<double>::quiet_NaN());
+  if (absl::EqualsIgnoreCase(body, "nan"))
+    return Node::Float(std::numeric_limits<double>::quiet_NaN());
   size_t int_end = MatchIntUnsigned(body, 0);
   if (int_end == body.size()) {
     std::string digits = StripUnderscores(body);

@@ -164,22 +164,22 @@ class Registry {
 
 // Registers a component when the shared library that holds this line is loaded.
 // The factory is the variadic tail, so commas inside a lambda body need no parentheses.
-#define KILN_REGISTER(Base, name, doc, options, ...)                                           \
-  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
-    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, options, __VA_ARGS__);     \
-    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
-    return true;                                                                               \
+#define KILN_REGISTER(Base, name, doc, options, ...)                                       \
+  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __COUNTER__) = [] {             \
+    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, options, __VA_ARGS__); \
+    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                 \
+    return true;                                                                           \
   }()
 
 // The same for a component whose options are bound to a struct (OptionBinding): the factory
 // takes `const S&`, e.g. [](const LocalOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>>,
 // or `(const S&, const OptionContext&)` when it refuses options that fail together.
-#define KILN_REGISTER_BOUND(Base, name, doc, binding, ...)                                     \
-  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __LINE__) = [] {                    \
-    auto status = ::kiln::Registry<Base>::Get().Register(name, doc, binding,                   \
-                                                         ::kiln::internal::BoundFactory<Base>(__VA_ARGS__)); \
-    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);                      \
-    return true;                                                                               \
+#define KILN_REGISTER_BOUND(Base, name, doc, binding, ...)                      \
+  static const bool KILN_REGISTRY_CONCAT(kiln_registered_, __COUNTER__) = [] {  \
+    auto status = ::kiln::Registry<Base>::Get().Register(                       \
+        name, doc, binding, ::kiln::internal::BoundFactory<Base>(__VA_ARGS__)); \
+    if (!status.ok()) ::kiln::internal::ReportRegistrationFailure(status);      \
+    return true;                                                                \
   }()
 
 namespace kiln::internal {

@@ -18,7 +18,6 @@ int64_t BatchLimit::Of(int64_t available) const {
 
 namespace {
 
-using O = TrainerOptions;
 using config::Node;
 using config::NodeKind;
 
@@ -71,64 +70,85 @@ std::optional<I> ReadCountOrNull(const Node& node) {
   return std::nullopt;
 }
 
-OptionBinding<O> MakeBinding() {
-  OptionBinding<O> b;
-  b.Field("max_epochs", &O::max_epochs, "stop after this many epochs", AtLeast(0))
-      .Field("max_steps", &O::max_steps, "stop after this many optimizer steps (-1: no limit)", AtLeast(-1))
-      .Parsed<std::optional<double>>("max_time", &O::max_time, OptionType::kAny, "null",
-                                     "stop after this long: seconds or DD:HH:MM:SS", "seconds or DD:HH:MM:SS",
-                                     ReadSeconds)
-      .Parsed<int64_t>("min_epochs", &O::min_epochs, OptionType::kInt, "null",
-                       "train at least this many epochs (early stopping waits)", "an int >= 0 or null",
-                       ReadCountOrNull<int64_t>);
-  for (auto [name, field, doc] : {
-           std::tuple{"limit_train_batches", &O::limit_train_batches,
-                      "fraction (float) or count (int) of training batches per epoch"},
-           std::tuple{"limit_val_batches", &O::limit_val_batches, "fraction or count of validation batches"},
-           std::tuple{"limit_test_batches", &O::limit_test_batches, "fraction or count of test batches"},
-           std::tuple{"limit_predict_batches", &O::limit_predict_batches, "fraction or count of prediction batches"},
-           std::tuple{"val_check_interval", &O::val_check_interval,
-                      "validate every fraction of an epoch (float) or N batches (int)"}}) {
+OptionBinding<TrainerOptions> MakeBinding() {
+  OptionBinding<TrainerOptions> b;
+  b.Field("max_epochs", &TrainerOptions::max_epochs, "stop after this many epochs", AtLeast(0))
+      .Field("max_steps", &TrainerOptions::max_steps,
+             "stop after this many optimizer steps (-1: no limit)", AtLeast(-1))
+      .Parsed<std::optional<double>>("max_time", &TrainerOptions::max_time, OptionType::kAny,
+                                     "null", "stop after this long: seconds or DD:HH:MM:SS",
+                                     "seconds or DD:HH:MM:SS", ReadSeconds)
+      .Parsed<int64_t>("min_epochs", &TrainerOptions::min_epochs, OptionType::kInt, "null",
+                       "train at least this many epochs (early stopping waits)",
+                       "an int >= 0 or null", ReadCountOrNull<int64_t>);
+  for (auto [name, field, doc] :
+       {std::tuple{"limit_train_batches", &TrainerOptions::limit_train_batches,
+                   "fraction (float) or count (int) of training batches per epoch"},
+        std::tuple{"limit_val_batches", &TrainerOptions::limit_val_batches,
+                   "fraction or count of validation batches"},
+        std::tuple{"limit_test_batches", &TrainerOptions::limit_test_batches,
+                   "fraction or count of test batches"},
+        std::tuple{"limit_predict_batches", &TrainerOptions::limit_predict_batches,
+                   "fraction or count of prediction batches"},
+        std::tuple{"val_check_interval", &TrainerOptions::val_check_interval,
+                   "validate every fraction of an epoch (float) or N batches (int)"}}) {
     b.Parsed<BatchLimit>(name, field, OptionType::kAny, "1.0", doc, kLimit, ReadLimit);
   }
-  b.Field("check_val_every_n_epoch", &O::check_val_every_n_epoch, "validate every N epochs", AtLeast(1))
-      .Field("num_sanity_val_steps", &O::num_sanity_val_steps, "validation batches run before training, to fail early")
-      .Parsed<int64_t>("fast_dev_run", &O::fast_dev_run, OptionType::kAny, "false",
-                       "true or N: run N (1) batches of each stage, then stop", "true, false or a number of batches",
-                       ReadFastDevRun)
-      .Field("overfit_batches", &O::overfit_batches, "train and validate on the first N training batches", AtLeast(0))
-      .Field("accumulate_grad_batches", &O::accumulate_grad_batches, "micro-batches per optimizer step", AtLeast(1))
-      .Field("gradient_clip_val", &O::gradient_clip_val, "clip gradients (norm or value) at this")
-      .Enum("gradient_clip_algorithm", &O::gradient_clip_algorithm,
-            {{"norm", O::ClipAlgorithm::kNorm}, {"value", O::ClipAlgorithm::kValue}}, "norm or value")
-      .Enum("precision", &O::precision,
-            {{"32", O::Precision::k32}, {"32-true", O::Precision::k32}, {"bf16-mixed", O::Precision::kBf16Mixed}},
+  b.Field("check_val_every_n_epoch", &TrainerOptions::check_val_every_n_epoch,
+          "validate every N epochs", AtLeast(1))
+      .Field("num_sanity_val_steps", &TrainerOptions::num_sanity_val_steps,
+             "validation batches run before training, to fail early")
+      .Parsed<int64_t>("fast_dev_run", &TrainerOptions::fast_dev_run, OptionType::kAny, "false",
+                       "true or N: run N (1) batches of each stage, then stop",
+                       "true, false or a number of batches", ReadFastDevRun)
+      .Field("overfit_batches", &TrainerOptions::overfit_batches,
+             "train and validate on the first N training batches", AtLeast(0))
+      .Field("accumulate_grad_batches", &TrainerOptions::accumulate_grad_batches,
+             "micro-batches per optimizer step", AtLeast(1))
+      .Field("gradient_clip_val", &TrainerOptions::gradient_clip_val,
+             "clip gradients (norm or value) at this")
+      .Enum("gradient_clip_algorithm", &TrainerOptions::gradient_clip_algorithm,
+            {{"norm", TrainerOptions::ClipAlgorithm::kNorm},
+             {"value", TrainerOptions::ClipAlgorithm::kValue}},
+            "norm or value")
+      .Enum("precision", &TrainerOptions::precision,
+            {{"32", TrainerOptions::Precision::k32},
+             {"32-true", TrainerOptions::Precision::k32},
+             {"bf16-mixed", TrainerOptions::Precision::kBf16Mixed}},
             "32, or bf16-mixed (autocast to bfloat16; fp16 needs CUDA, which this build lacks)")
-      .Enum("accelerator", &O::accelerator,
-            {{"auto", O::Accelerator::kAuto}, {"cpu", O::Accelerator::kCpu}, {"cuda", O::Accelerator::kCuda}},
+      .Enum("accelerator", &TrainerOptions::accelerator,
+            {{"auto", TrainerOptions::Accelerator::kAuto},
+             {"cpu", TrainerOptions::Accelerator::kCpu},
+             {"cuda", TrainerOptions::Accelerator::kCuda}},
             "cpu, cuda or auto")
-      .Field("devices", &O::devices, "processes per node: N > 1 trains data-parallel in N worker processes",
-             AtLeast(1))
-      .Field("num_nodes", &O::num_nodes, "nodes (each runs kiln with NODE_RANK, MASTER_ADDR and MASTER_PORT set)",
-             AtLeast(1))
-      .Field("ddp_bucket_cap_mb", &O::ddp_bucket_cap_mb,
-             "data parallel: gradient bucket size in MB (reduced as backward fills them)", GreaterThan(0))
-      .Field("ddp_timeout", &O::ddp_timeout, "data parallel: seconds to wait for other workers before giving up",
+      .Field("devices", &TrainerOptions::devices,
+             "processes per node: N > 1 trains data-parallel in N worker processes", AtLeast(1))
+      .Field("num_nodes", &TrainerOptions::num_nodes,
+             "nodes (each runs kiln with NODE_RANK, MASTER_ADDR and MASTER_PORT set)", AtLeast(1))
+      .Field("ddp_bucket_cap_mb", &TrainerOptions::ddp_bucket_cap_mb,
+             "data parallel: gradient bucket size in MB (reduced as backward fills them)",
              GreaterThan(0))
-      .Field("process_group_backend", &O::process_group_backend, "data parallel: gloo (CPU), nccl (CUDA) or auto",
-             OneOf({"auto", "gloo", "nccl"}))
-      .Field("deterministic", &O::deterministic, "use deterministic algorithms only")
-      .Parsed<int>("num_threads", &O::num_threads, OptionType::kInt, "null", "LibTorch threads (null: every core)",
-                   "an int >= 0 or null", ReadCountOrNull<int>)
-      .Field("log_every_n_steps", &O::log_every_n_steps, "log training metrics every N optimizer steps", AtLeast(1))
-      .Field("enable_progress_bar", &O::enable_progress_bar,
+      .Field("ddp_timeout", &TrainerOptions::ddp_timeout,
+             "data parallel: seconds to wait for other workers before giving up", GreaterThan(0))
+      .Field("process_group_backend", &TrainerOptions::process_group_backend,
+             "data parallel: gloo (CPU), nccl (CUDA) or auto", OneOf({"auto", "gloo", "nccl"}))
+      .Field("deterministic", &TrainerOptions::deterministic, "use deterministic algorithms only")
+      .Parsed<int>("num_threads", &TrainerOptions::num_threads, OptionType::kInt, "null",
+                   "LibTorch threads (null: every core)", "an int >= 0 or null",
+                   ReadCountOrNull<int>)
+      .Field("log_every_n_steps", &TrainerOptions::log_every_n_steps,
+             "log training metrics every N optimizer steps", AtLeast(1))
+      .Field("enable_progress_bar", &TrainerOptions::enable_progress_bar,
              "show progress (live in a terminal, plain lines otherwise)")
-      .Field("default_root_dir", &O::default_root_dir, "where checkpoints go when no callback says otherwise")
-      .Enum("on_nonfinite_loss", &O::on_nonfinite_loss,
-            {{"stop", O::NonFiniteLoss::kStop}, {"skip", O::NonFiniteLoss::kSkip}},
+      .Field("default_root_dir", &TrainerOptions::default_root_dir,
+             "where checkpoints go when no callback says otherwise")
+      .Enum("on_nonfinite_loss", &TrainerOptions::on_nonfinite_loss,
+            {{"stop", TrainerOptions::NonFiniteLoss::kStop},
+             {"skip", TrainerOptions::NonFiniteLoss::kSkip}},
             "stop (with a message) or skip the step when the loss is NaN/Inf")
-      .Field("channels_last", &O::channels_last,
-             "keep 4-D weights and image batches in channels-last (NHWC) memory order: faster convolutions");
+      .Field("channels_last", &TrainerOptions::channels_last,
+             "keep 4-D weights and image batches in channels-last (NHWC) memory order: faster "
+             "convolutions");
   return b;
 }
 

@@ -52,16 +52,16 @@ class KeywordSpotting : public ClassificationTask {
   std::vector<std::string> fillers_;
 };
 
-using O = KeywordSpottingOptions;
 KILN_REGISTER_BOUND(
     Task, "keyword_spotting",
     "Spot keywords in audio clips: a loss and metrics as configured (cross-entropy; accuracy, "
     "false-accept and miss rates; confusion matrix at test time)",
-    ClassificationOptionBinding<O>("number of classes (keywords and filler classes)")
-        .Field("filler_classes", &O::filler_classes,
+    ClassificationOptionBinding<KeywordSpottingOptions>(
+        "number of classes (keywords and filler classes)")
+        .Field("filler_classes", &KeywordSpottingOptions::filler_classes,
                "classes that are not keywords (checked against the data; the false-accept and miss "
                "rates take them as ${task.filler_classes}); [] for none"),
-    [](const O& o) -> absl::StatusOr<std::shared_ptr<Task>> {
+    [](const KeywordSpottingOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {
       return std::make_shared<KeywordSpotting>(o);
     });
 
