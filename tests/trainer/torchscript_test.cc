@@ -31,6 +31,8 @@ struct Case {
   std::function<torch::Tensor(int64_t batch)> input;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 torch::Tensor Images(int64_t batch, int64_t channels, int64_t size) { return torch::randn({batch, channels, size, size}); }
 
 // Token ids 1..vocab-1 with the tail of every other row padded (0).
