@@ -29,6 +29,7 @@ set -euo pipefail
 # Only for `test`:
 #   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
 #   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
+#   python3-onnx                                         the TorchScript test checks its ONNX export with onnx.checker
 #   python3-optuna                                       the optuna sweeper's tests (the sweeper itself says
 #                                                        how to install it when it is missing)
 #   iproute2                                             network namespaces for the two-host data-parallel test
@@ -47,7 +48,7 @@ case "${1:-}" in
   test)
     PACKAGES+=(
       clang libclang-rt-14-dev
-      python3-torch python3-torchvision python3-yaml
+      python3-torch python3-torchvision python3-yaml python3-onnx
       python3-optuna
       iproute2 espeak-ng sox
       chromium

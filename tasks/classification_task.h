@@ -54,6 +54,9 @@ class ClassificationTask : public Task {
 
   absl::Status Build(const config::Config& job) override;
   torch::nn::Module& module() override { return *model_; }
+  std::function<torch::Tensor(const torch::Tensor&)> ModelForward() override {
+    return [model = model_](const torch::Tensor& x) { return model->forward(x); };
+  }
   absl::Status Connect(data::DataModule& data) final;
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) final;
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) final;

@@ -26,7 +26,7 @@ class Cnn : public Model {
 
   torch::Tensor forward(torch::Tensor x) override {
     for (size_t i = 0; i < convs_.size(); ++i) {
-      x = torch::max_pool2d(torch::relu(norms_[i]->forward(convs_[i]->forward(x))), 2);
+      x = torch::max_pool2d(torch::relu(norms_[i]->forward(convs_[i]->forward(x))), {2, 2}, {2, 2}, {0, 0});
     }
     x = torch::relu(fc1_->forward(x.flatten(1)));
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());

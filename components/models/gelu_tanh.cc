@@ -1,6 +1,7 @@
 #include "components/models/gelu_tanh.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include <algorithm>
 
@@ -167,8 +168,9 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
 
 torch::Tensor GeluTanh(const torch::Tensor& x) {
 #ifdef KILN_GELU_KERNEL
+  // Under LibTorch's tracer (TorchScript export) the ATen op, which the trace can record.
   if (x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
-      x.layout() == torch::kStrided && HasAvx2Fma()) {
+      x.layout() == torch::kStrided && HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
     return GeluTanhFunction::apply(x);
   }
 #endif

@@ -1,6 +1,8 @@
 // LSTM text models: `lstm_classifier` (the mean of the top layer's states over the real tokens,
 // or the last real state, then a linear head; [B, T] ids -> [B, classes]) and `lstm_lm` (a
 // next-token layer on every state, optionally tied to the embedding; [B, T] -> [B, T, vocab]).
+#include <torch/csrc/jit/frontend/tracer.h>
+
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
 #include "lib/registry/registry.h"
@@ -28,7 +30,16 @@ class LstmBase : public Model {
   torch::Tensor States(const torch::Tensor& input) {
     torch::Tensor x = embedding->forward(input);
     if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
-    torch::Tensor states = std::get<0>(lstm->forward(x));
+    torch::Tensor states;
+    if (torch::jit::tracer::isTracing() && x.size(1) > 0) {
+      // LibTorch's LSTM makes its zero initial state with the batch size as a number, which a trace
+      // (TorchScript export) would keep; this one takes the batch from x: [layers, B, hidden].
+      torch::Tensor zero =
+          torch::zeros_like(x.select(1, 0).narrow(1, 0, 1)).unsqueeze(0).expand({o_.layers, -1, o_.hidden}).contiguous();
+      states = std::get<0>(lstm->forward(x, std::make_tuple(zero, zero)));
+    } else {
+      states = std::get<0>(lstm->forward(x));
+    }
     if (o_.dropout > 0) states = torch::dropout(states, o_.dropout, is_training());
     return states;
   }

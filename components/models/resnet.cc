@@ -89,7 +89,7 @@ class ResNet : public Model {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::max_pool2d(torch::relu(bn1_->forward(conv1_->forward(x))), 3, 2, 1);
+    x = torch::max_pool2d(torch::relu(bn1_->forward(conv1_->forward(x))), {3, 3}, {2, 2}, {1, 1});
     for (auto& layer : layers_) {
       for (size_t i = 0; i < layer->size(); ++i) x = layer[i]->as<Block>()->forward(x);
     }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include <torch/csrc/jit/frontend/tracer.h>
+
 #include "absl/strings/str_cat.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
@@ -19,7 +21,9 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
   const bool attention_dropout = dropout_ > 0 && is_training();
   torch::Tensor qkv = c_attn->forward(x);
-  if (mask.causal && !mask.bias.defined() && !attention_dropout &&
+  // Under LibTorch's tracer (TorchScript export): ATen calls only, and no batch size in a shape.
+  const bool tracing = torch::jit::tracer::isTracing();
+  if (mask.causal && !mask.bias.defined() && !attention_dropout && !tracing &&
       CausalAttentionSupports(qkv, heads_)) {
     return c_proj->forward(CausalAttention(qkv, heads_));
   }
@@ -29,6 +33,14 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
     bias = bias.defined() ? bias + causal : causal;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (tracing) {
+    // [B, T, 3, H, hd] -> q, k, v as [B, H, T, hd]; the bias broadcasts over batch and heads.
+    torch::Tensor q4 = qkv.view({-1, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
+    torch::Tensor scores = torch::matmul(q4[0], q4[1].transpose(-2, -1)).mul(scale);
+    if (bias.defined()) scores = scores + bias;
+    torch::Tensor y = torch::matmul(torch::softmax(scores, -1), q4[2]).transpose(1, 2).reshape({-1, t, d});
+    return c_proj->forward(y);
+  }
   // [B, T, 3, H, hd] -> q, k, v as [B*H, T, hd] (one copy, as matmul would make).
   qkv = qkv.view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4}).reshape({3, b * heads_, t, hd});
   torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
@@ -108,7 +120,9 @@ torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options) {
 }
 
 torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOptions& options) {
-  torch::Tensor bias = torch::zeros(tokens.sizes(), options);
+  // zeros_like, not zeros(sizes): a trace keeps the batch size dynamic.
+  torch::Tensor bias =
+      torch::zeros_like(tokens, options.has_dtype() ? options : options.dtype(torch::get_default_dtype()));
   bias.masked_fill_(tokens.eq(0), -std::numeric_limits<float>::infinity());
   return bias.unsqueeze(1).unsqueeze(1);
 }

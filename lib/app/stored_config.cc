@@ -196,10 +196,12 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
-  // What the command itself is configured by (`serve:` of configs/serve.yaml) is no part of the
-  // run: it comes from the command's composition.
-  for (const char* own : {"serve"}) {
-    if (NodePtr mine = composed.job->Find(own); mine != nullptr && job->Find(own) == nullptr) job->Set(own, mine);
+  // What the command itself is configured by (`serve:` of configs/serve.yaml), and top-level
+  // settings that the defaults have and the run's config lacks (keys added to train.yaml since
+  // the run was trained, such as export's `format`), come from the command's composition.
+  for (const auto& [key, value] : composed.job->entries()) {
+    if (key == "hydra" || job->Find(key) != nullptr) continue;
+    if (key == "serve" || value->is_scalar() || value->is_null()) job->Set(key, value->Clone());
   }
   NodePtr run_choices = RunChoices(run_hydra);
   KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));

@@ -3,13 +3,16 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/app/application.h"
 #include "lib/core/files.h"
+#include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
+#include "lib/data/sampler.h"
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
@@ -18,6 +21,7 @@
 #include "lib/trainer/checkpoint_average.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/safetensors.h"
+#include "lib/trainer/torchscript.h"
 #include "lib/trainer/trainer.h"
 
 namespace kiln {
@@ -263,10 +267,161 @@ absl::Status PredictCommand(app::JobContext& ctx) {
   return absl::OkStatus();
 }
 
-// `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config.
+// The options of a command that has its own keys at the top of the config (train.yaml): the
+// keys `binding` declares, checked and filled.
+template <typename O>
+absl::StatusOr<O> CommandOptions(const config::Config& cfg, const OptionBinding<O>& binding, const std::string& command) {
+  config::NodePtr mine = config::Node::Map();
+  for (const auto& key : cfg.Keys()) {
+    if (binding.schema().Find(key) != nullptr) mine->Set(key, cfg.Get<config::NodePtr>(key).value());
+  }
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding.schema().Apply(*mine, "", absl::StrCat("command '", command, "'")));
+  return binding.Fill(config::Config(filled));
+}
+
+// `export`: what it writes (train.yaml documents the keys).
+struct ExportOptions {
+  std::string format = "safetensors";
+  std::optional<std::string> quantize;
+  std::optional<int64_t> length;
+};
+
+const OptionBinding<ExportOptions>& ExportBinding() {
+  using O = ExportOptions;
+  static const auto* binding = new OptionBinding<O>(
+      OptionBinding<O>()
+          .Field("format", &O::format, "safetensors (weights) or torchscript (a traced model.pt)",
+                 OneOf({"safetensors", "torchscript"}))
+          .Field("quantize", &O::quantize, "torchscript: dynamic_int8 (int8 Linear layers) or null",
+                 OneOf({"dynamic_int8"}))
+          .Field("length", &O::length, "torchscript: the token length a text model is traced at (null: data.max_length)",
+                 GreaterThan(0)));
+  return *binding;
+}
+
+// Three rows of the first evaluation batch (test, else validation, else predict split), repeated
+// when there are fewer; token inputs padded with 0 or cut to `length`.
+absl::StatusOr<torch::Tensor> ExampleBatch(data::DataModule& dm, std::optional<int64_t> length) {
+  std::shared_ptr<const data::Dataset> ds;
+  for (data::Stage stage : {data::Stage::kTest, data::Stage::kValidate, data::Stage::kPredict}) {
+    KILN_RETURN_IF_ERROR(dm.Setup(stage));
+    ds = stage == data::Stage::kTest ? dm.test_dataset() : stage == data::Stage::kValidate ? dm.val_dataset() : dm.predict_dataset();
+    if (ds != nullptr && ds->size() > 0) break;
+  }
+  if (ds == nullptr || ds->size() == 0) {
+    return absl::FailedPreconditionError("kiln export format=torchscript traces the model on data: the data module has no test, validation or predict examples");
+  }
+  data::LoaderOptions lo = dm.loader_options();
+  lo.batch_size = 3;
+  lo.num_workers = 0;
+  lo.batch_order = nullptr;
+  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), lo);
+  torch::Tensor input;
+  KILN_RETURN_IF_ERROR(loader.Run(0, 0, 1, [&](data::Batch& b) -> absl::StatusOr<bool> {
+    input = b.input;
+    return false;
+  }));
+  while (input.size(0) < 3) input = torch::cat({input, input}).narrow(0, 0, std::min<int64_t>(3, 2 * input.size(0)));
+  if (input.scalar_type() == torch::kInt64 && input.dim() == 2 && length.has_value()) {
+    if (input.size(1) >= *length) {
+      input = input.narrow(1, 0, *length);
+    } else {
+      input = torch::constant_pad_nd(input, {0, *length - input.size(1)}, 0);
+    }
+  }
+  return input.contiguous();
+}
+
+nlohmann::json ConfigJson(const config::Config& cfg, const std::string& key) {
+  if (IsNull(cfg, key)) return nullptr;
+  return nlohmann::json::parse(config::NodeToJson(*cfg.Get<config::NodePtr>(key).value()));
+}
+
+// `export format=torchscript`: model.pt (traced; quantized with quantize=dynamic_int8) and
+// model.json (its input, output and preprocessing) in the run directory.
+absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptions& o, const std::string& source) {
+  TensorFn forward = job.task->ModelForward();
+  if (forward == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("kiln export format=torchscript: task '",
+                                                      ctx.cfg.Get<std::string>("task._target_").value_or("?"),
+                                                      "' has no single model forward to trace"));
+  }
+  std::string what = absl::StrCat("model '", job.model_name, "'");
+  std::optional<int64_t> length = o.length;
+  if (!length.has_value()) {
+    KILN_ASSIGN_OR_RETURN(int64_t data_length, ctx.cfg.GetOr<int64_t>("data.max_length", 0));
+    if (data_length > 0) length = data_length;
+  }
+  KILN_ASSIGN_OR_RETURN(torch::Tensor example, ExampleBatch(*job.data, length));
+  KILN_ASSIGN_OR_RETURN(torch::jit::Module traced, TraceModel(job.task->module(), forward, example.narrow(0, 0, 2), job.model_name));
+  KILN_RETURN_IF_ERROR(CheckTraceAgrees(traced, forward, {example.narrow(0, 0, 1), example}, 1e-4, what));
+  nlohmann::json quantization = nullptr;
+  if (o.quantize.has_value()) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor before = traced.forward({example}).toTensor();
+    KILN_ASSIGN_OR_RETURN(int layers, QuantizeDynamicInt8(traced));
+    torch::Tensor after = traced.forward({example}).toTensor();
+    double diff = (after - before).abs().max().item<double>();
+    quantization = {{"method", *o.quantize}, {"linear_layers", layers}, {"engine", SelectQuantizedEngine()},
+                    {"max_output_change_on_example", diff}};
+    Logger::Instance().Info(absl::StrFormat("quantize=dynamic_int8: %d Linear layers int8 (%s); outputs on the example batch change by at most %.3g",
+                                            layers, SelectQuantizedEngine(), diff));
+  }
+  std::string file = ctx.output_dir + "/model.pt";
+  KILN_RETURN_IF_ERROR(SaveModule(traced, file));
+  torch::Tensor output;
+  {
+    torch::NoGradGuard no_grad;
+    output = traced.forward({example.narrow(0, 0, 1)}).toTensor();
+  }
+  auto dtype = [](const torch::Tensor& t) {
+    switch (t.scalar_type()) {
+      case torch::kFloat32: return std::string("float32");
+      case torch::kInt64: return std::string("int64");
+      default: return std::string(c10::toString(t.scalar_type()));
+    }
+  };
+  auto shape = [](const torch::Tensor& t) {
+    std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
+    s[0] = -1;  // the batch: any size
+    return s;
+  };
+  nlohmann::json info = {
+      {"format", "torchscript"},
+      {"file", "model.pt"},
+      {"model", job.model_name},
+      {"source", source},
+      {"kiln_version", KILN_VERSION},
+      {"torch_version", TORCH_VERSION},
+      {"input", {{"name", "input"}, {"shape", shape(example)}, {"dtype", dtype(example)}}},
+      {"output", {{"shape", shape(output)}, {"dtype", dtype(output)}}},
+      {"dynamic_axes", {{"input", {0}}, {"output", {0}}}},
+      {"class_names", job.data->class_names()},
+      {"quantization", quantization},
+      {"preprocessing", {{"data", ConfigJson(ctx.cfg, "data")}, {"task", ConfigJson(ctx.cfg, "task")}}},
+  };
+  if (example.scalar_type() == torch::kInt64) {
+    info["input"]["note"] = absl::StrCat("token ids, 0 = padding; exactly ", example.size(1),
+                                         " per row (pad with 0 at the end, or cut)");
+  }
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/model.json", info.dump(2) + "\n"));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
+  Logger::Instance().Info(absl::StrCat("exported ", source, " to ", file, " (TorchScript, input ", c10::str(example.sizes()),
+                                       " with any batch size) and ", ctx.output_dir, "/model.json"));
+  std::printf("%s\n", file.c_str());
+  return absl::OkStatus();
+}
+
+// `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config;
+// or, format=torchscript, the traced model.
 absl::Status ExportCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ExportOptions o, CommandOptions(ctx.cfg, ExportBinding(), "export"));
+  if (o.quantize.has_value() && o.format != "torchscript") {
+    return absl::InvalidArgumentError("kiln export: quantize=dynamic_int8 needs format=torchscript");
+  }
   std::string path;
   KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
+  if (o.format == "torchscript") return ExportTorchScript(ctx, job, o, path);
   std::string weights = ctx.output_dir + "/model.safetensors";
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job.task->module()),
                                         {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job.model_name},
@@ -293,12 +448,7 @@ absl::Status AverageCommand(app::JobContext& ctx) {
           .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir", GreaterThan(1))
           .Field("run_dir", &O::run_dir, "the run whose checkpoints last_n takes")
           .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt in the run directory)"));
-  config::NodePtr mine = config::Node::Map();
-  for (const auto& key : ctx.cfg.Keys()) {
-    if (binding->schema().Find(key) != nullptr) mine->Set(key, ctx.cfg.Get<config::NodePtr>(key).value());
-  }
-  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding->schema().Apply(*mine, "", "command 'average'"));
-  O o = binding->Fill(config::Config(filled));
+  KILN_ASSIGN_OR_RETURN(O o, CommandOptions(ctx.cfg, *binding, "average"));
   std::vector<std::string> paths;
   if (o.ckpt.has_value() == o.last_n.has_value()) {
     return absl::InvalidArgumentError("kiln average: give either ckpt=[A,B,...] or last_n=N run_dir=DIR");

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,6 +64,10 @@ class Task {
                                                                           const std::vector<std::string>& class_names) {
     return ClassProbabilityRecords(output, class_names);
   }
+
+  // The model's forward on an input batch, without loss or post-processing (logits): what
+  // `kiln export format=torchscript` traces. Null: the task has no such single forward.
+  virtual std::function<torch::Tensor(const torch::Tensor&)> ModelForward() { return nullptr; }
 
   // A task that answers `kiln predict` itself (a language model generating text) returns the text
   // to print and keep; nullopt means the usual batch predictions.

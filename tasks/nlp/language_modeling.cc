@@ -41,6 +41,9 @@ class LanguageModeling : public Task {
   }
 
   torch::nn::Module& module() override { return *model_; }
+  std::function<torch::Tensor(const torch::Tensor&)> ModelForward() override {
+    return [model = model_](const torch::Tensor& x) { return model->forward(x); };
+  }
 
   absl::Status Connect(data::DataModule& data) override {
     metrics_.Connect(data);

@@ -89,6 +89,45 @@ class TrainCliTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// `kiln export format=torchscript`: a traced model.pt with model.json beside it, which Python's
+// torch.jit.load runs at any batch size; quantize=dynamic_int8 makes its Linear layers int8.
+TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
+  auto r = Kiln({"scheduler=null", "trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/run";
+  auto e = Kiln({"export", "run_dir=" + run, "format=torchscript", "hydra.run.dir=" + dir_.path() + "/ts"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(e.out, dir_.path() + "/ts/model.pt\n");
+  std::string info = testing::ReadFile(dir_.path() + "/ts/model.json");
+  for (const char* part : {"\"model\": \"mlp\"", "\"dtype\": \"float32\"", "\"quantization\": null", "\"mean\": [", "\"normalize\""}) {
+    EXPECT_NE(info.find(part), std::string::npos) << part << "\n" << info;
+  }
+  EXPECT_NE(info.find("\"shape\": [\n      -1,\n      1,\n      28,\n      28\n    ]"), std::string::npos) << info;
+  auto q = Kiln({"export", "run_dir=" + run, "format=torchscript", "quantize=dynamic_int8", "hydra.run.dir=" + dir_.path() + "/int8"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/int8/model.json").find("\"linear_layers\": 3"), std::string::npos);
+  auto bad = Kiln({"export", "run_dir=" + run, "quantize=dynamic_int8", "hydra.run.dir=" + dir_.path() + "/bad"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("\nkiln: error: kiln export: quantize=dynamic_int8 needs format=torchscript\n"), std::string::npos)
+      << bad.err;
+  auto unknown = Kiln({"export", "run_dir=" + run, "format=onnx", "hydra.run.dir=" + dir_.path() + "/bad2"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("\nkiln: error: option 'format' of command 'export' must be one of: safetensors, "
+                             "torchscript, got onnx (set at command line 'format=onnx')\n"),
+            std::string::npos)
+      << unknown.err;
+  if (RunProcess({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
+    GTEST_SKIP() << "Python torch (Debian's python3-torch) not installed: model.pt is not run in Python";
+  }
+  for (const char* dir : {"/ts", "/int8"}) {
+    auto py = RunProcess({"/usr/bin/python3", "-c",
+                          "import sys, torch; m = torch.jit.load(sys.argv[1]); print(tuple(m(torch.zeros(5, 1, 28, 28)).shape))",
+                          dir_.path() + dir + "/model.pt"});
+    EXPECT_EQ(py.exit_code, 0) << py.err;
+    EXPECT_EQ(py.out, "(5, 10)\n") << dir;
+  }
+}
+
 TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   auto r = Kiln({"scheduler=null", "trainer.max_epochs=4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
