@@ -9,6 +9,7 @@ its probability as JSON, as `kiln serve` does.
 """
 import io
 import json
+import os
 import struct
 import sys
 from collections import Counter
@@ -18,6 +19,9 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_reference import Cnn  # noqa: E402  kiln's `cnn` with PyTorch's names (dropout: eval)
 
 
 def read_safetensors(path):
@@ -34,22 +38,6 @@ def read_safetensors(path):
         array = np.frombuffer(data[8 + n + begin:8 + n + end], dtype=dtypes[info["dtype"]])
         out[name] = torch.from_numpy(array.reshape(info["shape"]).copy())
     return out
-
-
-class Cnn(nn.Module):  # kiln's `cnn` (configs/model/cnn.yaml), PyTorch names
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(32)
-        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(64)
-        self.fc1 = nn.Linear(64 * 7 * 7, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
-        x = torch.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 class BagOfEmbeddings(nn.Module):  # kiln's `bag_of_embeddings` without n-grams or hidden layer
