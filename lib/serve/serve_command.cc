@@ -368,7 +368,14 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   struct sigaction old_term {}, old_int {};
   ::sigaction(SIGTERM, &action, &old_term);
   ::sigaction(SIGINT, &action, &old_int);
-  std::thread listener([&] { server.listen_after_bind(); });
+  std::atomic<bool> listener_done{false};
+  std::thread listener([&] {
+    server.listen_after_bind();
+    listener_done.store(true);
+  });
+  // httplib's stop() does nothing before the listener runs: a model that fails to load at once
+  // would otherwise stop nothing and leave listen_after_bind() waiting forever.
+  while (!server.is_running() && !listener_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::printf("kiln serve: listening on http://%s:%d (model loading)\n", o.host.c_str(), port);
   std::fflush(stdout);
 

@@ -240,5 +240,22 @@ TEST(ServeTest, AFullQueueIs503AndSigtermAnswersWhatIsQueuedThenExitsZero) {
   }
 }
 
+// A model that fails to load at once (no such file, a corrupt one) ends the server with one line
+// and exit 2, every time: it used to race httplib's listener and, when it won, wait forever.
+TEST(ServeTest, AMissingOrCorruptCheckpointIsOneLineAndExitTwo) {
+  TempDir tmp;
+  tmp.Write("corrupt.ckpt", "not a checkpoint");
+  const std::string dir = tmp.path(), corrupt = dir + "/corrupt.ckpt";
+  for (int i = 0; i < 5; ++i) {
+    for (const std::string& ckpt : {dir + "/missing.ckpt", corrupt}) {
+      testing::ProcessResult r =
+          testing::RunProcess({KILN_BINARY, "serve", "ckpt_path=" + ckpt, "serve.port=0"});
+      EXPECT_EQ(r.exit_code, 2) << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, "kiln: error: " + ckpt)) << r.err;
+      EXPECT_EQ(r.err.find("kiln: error:"), r.err.rfind("kiln: error:")) << r.err;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
