@@ -38,11 +38,7 @@ std::string NodeToJson(const Node& node) {
       double v = node.as_float();
       if (std::isnan(v)) return "NaN";
       if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.17g", v);
-      std::string s = buf;
-      if (s.find_first_of(".e") == std::string::npos) s += ".0";
-      return s;
+      return PythonFloatRepr(v);  // the shortest digits that read back as v, as Python's json writes
     }
     case NodeKind::kString: return JsonString(node.as_string());
     case NodeKind::kList: {
