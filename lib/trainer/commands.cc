@@ -447,7 +447,7 @@ absl::Status AverageCommand(app::JobContext& ctx) {
           .Field("ckpt", &O::ckpt, "checkpoints to average, in training order")
           .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir", GreaterThan(1))
           .Field("run_dir", &O::run_dir, "the run whose checkpoints last_n takes")
-          .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt in the run directory)"));
+          .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt beside the last one averaged)"));
   KILN_ASSIGN_OR_RETURN(O o, CommandOptions(ctx.cfg, *binding, "average"));
   std::vector<std::string> paths;
   if (o.ckpt.has_value() == o.last_n.has_value()) {
@@ -460,7 +460,11 @@ absl::Status AverageCommand(app::JobContext& ctx) {
     KILN_ASSIGN_OR_RETURN(paths, NewestCheckpoints(*o.run_dir, *o.last_n));
   }
   KILN_ASSIGN_OR_RETURN(AveragedWeights averaged, AverageCheckpoints(paths));
-  std::string out = o.out.value_or(ctx.output_dir + "/averaged.ckpt");
+  // Beside the checkpoints, in their run: `kiln test ckpt_path=.../averaged.ckpt` then starts from
+  // the config of the run that trained them (stored_config.h), as for any of its checkpoints.
+  const std::string& last = paths.back();
+  size_t slash = last.find_last_of('/');
+  std::string out = o.out.value_or(slash == std::string::npos ? "averaged.ckpt" : last.substr(0, slash) + "/averaged.ckpt");
   KILN_RETURN_IF_ERROR(WriteAveragedCheckpoint(out, averaged, paths));
   Logger::Instance().Info(absl::StrCat("averaged ", paths.size(), " checkpoints (", absl::StrJoin(paths, ", "), ") into ", out));
   std::printf("%s\n", out.c_str());

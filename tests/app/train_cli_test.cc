@@ -267,9 +267,10 @@ TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) 
 
   auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/avg"});
   ASSERT_EQ(average.exit_code, 0) << average.err;
-  EXPECT_EQ(average.out, dir_.path() + "/avg/averaged.ckpt\n");
-  auto tested = Kiln({"test", "ckpt_path=" + dir_.path() + "/avg/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  EXPECT_EQ(average.out, run + "/checkpoints/averaged.ckpt\n");  // in the run, beside its checkpoints
+  auto tested = Kiln({"test", "ckpt_path=" + run + "/checkpoints/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(tested.exit_code, 0) << tested.err;
+  EXPECT_NE(tested.err.find("the job config is " + run + "/.hydra/config.yaml"), std::string::npos) << tested.err;
   EXPECT_GE(TestAccuracy(tested.out), 0) << tested.out;
   auto different = RunProcess({KILN_BINARY, "average",
                                "ckpt=[" + run + "/checkpoints/last.ckpt," + dir_.path() + "/tune/checkpoints/last.ckpt]",
