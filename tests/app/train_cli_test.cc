@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -277,6 +278,54 @@ TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) 
                                "hydra.run.dir=" + dir_.path() + "/avg2"});
   EXPECT_EQ(different.exit_code, 2);
   EXPECT_NE(different.err.find("hold different models: 'head.bias' is [10] and [2]"), std::string::npos) << different.err;
+}
+
+// Optimizer parameter groups and layer-wise lr decay from the command line: metrics.csv has the
+// lr of every group (lr_monitor), each its group's lr times lr_decay^(layers above it); bad
+// groups are one line and exit 2 before training.
+TEST_F(TrainCliTest, ParamGroupsAndLayerDecayFromTheCommandLine) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false", "scheduler=null", "optimizer.lr=0.001",
+                 "+optimizer.lr_decay=0.5",
+                 "+optimizer.param_groups=[{params:[head.*],lr:0.05,weight_decay:0}]",
+                 "+callbacks.lr_monitor._target_=lr_monitor"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // mlp: layers.0, layers.1 (2 blocks), head; no_decay_norm_and_bias splits each group in two.
+  EXPECT_NE(r.err.find("optimizer: 6 parameter groups"), std::string::npos) << r.err;
+  std::ifstream csv(dir_.path() + "/run/metrics.csv");
+  std::string header, row;
+  ASSERT_TRUE(std::getline(csv, header));
+  ASSERT_TRUE(std::getline(csv, row));
+  std::vector<std::string> keys, values;
+  for (std::stringstream in(header); std::getline(in, header, ',');) keys.push_back(header);
+  for (std::stringstream in(row); std::getline(in, row, ',');) values.push_back(row);
+  std::map<std::string, double> lr;
+  for (size_t i = 0; i < keys.size() && i < values.size(); ++i) {
+    if (keys[i].rfind("lr-AdamW/", 0) == 0) lr[keys[i].substr(9)] = std::stod(values[i]);
+  }
+  const std::map<std::string, double> expected = {{"pg0", 0.0005},  {"pg1", 0.0005},
+                                                  {"pg2", 0.00025}, {"pg3", 0.00025},
+                                                  {"pg4", 0.05},    {"pg5", 0.05}};
+  EXPECT_EQ(lr, expected) << header;
+  auto typo = Kiln({"+optimizer.param_groups=[{params:[haed.*],lr:0.05}]"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("kiln: error: optimizer.param_groups.0.params: 'haed.*' matches no "
+                          "parameter of the model"),
+            std::string::npos)
+      << typo.err;
+  auto twice =
+      Kiln({"+optimizer.param_groups=[{params:[head.*],lr:0.05},{params:['*.bias'],lr:0.01}]"});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("kiln: error: 'head.bias' is in two parameter groups: "
+                           "optimizer.param_groups.0 ('head.*') "
+                           "and optimizer.param_groups.1 ('*.bias')"),
+            std::string::npos)
+      << twice.err;
+  auto no_blocks = Kiln({"model=cnn", "+optimizer.lr_decay=0.75"});
+  EXPECT_EQ(no_blocks.exit_code, 2);
+  EXPECT_NE(no_blocks.err.find(
+                "kiln: error: optimizer.lr_decay: the model has no stacked blocks to decay over"),
+            std::string::npos)
+      << no_blocks.err;
 }
 
 TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {

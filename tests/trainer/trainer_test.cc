@@ -166,10 +166,11 @@ struct RunResult {
   PhaseProfiler profile;
 };
 
-RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers, const std::string& ckpt_path,
-              std::vector<std::shared_ptr<Callback>> callbacks = {}, bool poison = false,
-              std::vector<std::shared_ptr<MetricsLogger>> loggers = {}, const std::string& model_yaml = kMlp,
-              bool count_batches = false) {
+RunResult Train(const std::string& root, const std::string& trainer_yaml, int workers,
+                const std::string& ckpt_path, std::vector<std::shared_ptr<Callback>> callbacks = {},
+                bool poison = false, std::vector<std::shared_ptr<MetricsLogger>> loggers = {},
+                const std::string& model_yaml = kMlp, bool count_batches = false,
+                const std::string& optimizer_yaml = "_target_: adamw\nlr: 0.01\n") {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
@@ -179,10 +180,10 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   Classifier task(poison, model_yaml, count_batches);
   EXPECT_TRUE(task.Build(config::Config()).ok());
   SyntheticImages data(workers);
-  auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: adamw\nlr: 0.01\n", "optimizer"));
+  auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml(optimizer_yaml, "optimizer"));
   auto scheduler = Registry<Scheduler>::Get().Instantiate(
       Yaml("_target_: cosine_with_warmup\nwarmup_steps: 3\ntotal_steps: 18\n", "scheduler"));
-  EXPECT_TRUE(optimizer.ok() && scheduler.ok());
+  EXPECT_TRUE(optimizer.ok() && scheduler.ok()) << optimizer.status();
   Trainer trainer(*options, std::move(callbacks), std::move(loggers));
   FitInputs in;
   in.task = &task;
@@ -535,6 +536,71 @@ TEST(BackboneFinetuning, GlobsThatFreezeEverythingOrMatchNothingAreRefused) {
       << none.status;
 }
 
+// Parameter groups and layer-wise decay (head.bias in a group of its own at 0.02 without weight
+// decay; layers.0, the MLP's one block, at lr x 0.5): interrupted at step 9 and resumed, the run
+// ends bitwise where an uninterrupted one does, with the same lr in every group.
+TEST(ParamGroups, ResumeIsBitwiseExact) {
+  const std::string optimizer =
+      "_target_: adamw\nlr: 0.01\nlr_decay: 0.5\nparam_groups: [{params: [head.bias], lr: 0.02, "
+      "weight_decay: 0}]\n";
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), kThreeEpochs, 0, "", {}, false, {}, kMlp, false, optimizer);
+  ASSERT_TRUE(full.status.ok()) << full.status;
+  // rest: head.weight (layer 2, x1), layers.0 (layer 1, x0.5); then head.bias.
+  ASSERT_EQ(full.group_lrs.size(), 3u);
+  EXPECT_DOUBLE_EQ(full.group_lrs[1], full.group_lrs[0] * 0.5);
+  EXPECT_DOUBLE_EQ(full.group_lrs[2], full.group_lrs[0] * 2);
+  RunResult first = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 0, "", {}, false,
+                          {}, kMlp, false, optimizer);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  RunResult resumed =
+      Train(b.path(), kThreeEpochs, 0, "last", {}, false, {}, kMlp, false, optimizer);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+  EXPECT_EQ(resumed.group_lrs, full.group_lrs);
+}
+
+// backbone_finetuning with param_groups: the unfrozen backbone joins the groups the config makes
+// for it (conv2 its own group's lr, the rest of the backbone the optimizer's), times lr_factor;
+// frozen parameters stay bitwise unchanged, and resuming in either phase is exact.
+TEST(ParamGroups, BackboneFinetuningAddsTheBackboneInItsGroups) {
+  const std::string optimizer =
+      "_target_: adamw\nlr: 0.01\nparam_groups:\n  - {params: ['fc2.*'], lr: 0.02}\n"
+      "  - {params: ['conv2.*'], lr: 0.005}\n";
+  const std::string backbone = "params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n";
+  testing::TempDir a;
+  auto snapshots = std::make_shared<Snapshots>();
+  RunResult full = Train(a.path(), kThreeEpochs, 0, "", {BackboneFinetuning(backbone), snapshots},
+                         false, {}, kSmallCnn, false, optimizer);
+  ASSERT_TRUE(full.status.ok()) << full.status;
+  EXPECT_TRUE(
+      torch::equal(snapshots->taken[2].at("conv2.weight"), snapshots->taken[0].at("conv2.weight")));
+  EXPECT_FALSE(
+      torch::equal(snapshots->taken[3].at("conv2.weight"), snapshots->taken[0].at("conv2.weight")));
+  ASSERT_EQ(full.group_lrs.size(), 4u);
+  for (int stop : {4, 15}) {
+    testing::TempDir b;
+    RunResult part = Train(b.path(), absl::StrCat(kThreeEpochs, "max_steps: ", stop, "\n"), 0, "",
+                           {BackboneFinetuning(backbone)}, false, {}, kSmallCnn, false, optimizer);
+    ASSERT_TRUE(part.status.ok()) << part.status;
+    if (stop == 15) {
+      // fc1 (the rest), fc2; added at epoch 2: conv1, bn1, bn2 (the rest x 0.1), conv2 (0.005 x
+      // 0.1).
+      ASSERT_EQ(part.group_lrs.size(), 4u);
+      EXPECT_GT(part.group_lrs[0], 0);
+      EXPECT_NEAR(part.group_lrs[1] / part.group_lrs[0], 2, 1e-12);
+      EXPECT_NEAR(part.group_lrs[2] / part.group_lrs[0], 0.1, 1e-12);
+      EXPECT_NEAR(part.group_lrs[3] / part.group_lrs[0], 0.05, 1e-12);
+    }
+    RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {BackboneFinetuning(backbone)},
+                              false, {}, kSmallCnn, false, optimizer);
+    ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+    ExpectBitwiseEqual(full.params, resumed.params);
+    EXPECT_EQ(resumed.group_lrs, full.group_lrs) << "stopped at step " << stop;
+  }
+}
+
 std::shared_ptr<Callback> WeightAveraging(const std::string& options) {
   auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: weight_averaging\n" + options, "callbacks.wa"));
   EXPECT_TRUE(c.ok()) << c.status();
@@ -814,6 +880,26 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
                 .find("option 'callbacks.lr.logging_interval' of callback 'lr_monitor' must be one "
                       "of: step, epoch"),
             std::string::npos);
+}
+
+// With parameter groups lr_monitor logs each one, lr-AdamW/pgN, every group following the
+// schedule from its own base lr.
+TEST(LearningRateMonitor, LogsEveryParameterGroup) {
+  testing::TempDir dir;
+  auto steps = std::make_shared<RecordingLogger>();
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\n")}, false,
+                 {steps}, kMlp, false,
+                 "_target_: adamw\nlr: 0.01\nparam_groups: [{params: [head.*], lr: 0.03}]\n");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  auto rest = steps->Values("lr-AdamW/pg0");
+  auto head = steps->Values("lr-AdamW/pg1");
+  ASSERT_EQ(rest.size(), 18u);
+  ASSERT_EQ(head.size(), 18u);
+  EXPECT_TRUE(steps->Values("lr-AdamW").empty());
+  EXPECT_EQ(rest, steps->Values("lr"));
+  EXPECT_DOUBLE_EQ(rest[2].second, 0.01);  // step 3: the end of the warmup
+  for (size_t i = 0; i < rest.size(); ++i)
+    EXPECT_NEAR(head[i].second, 3 * rest[i].second, 1e-15) << "step " << i + 1;
 }
 
 // A training metric logs each step's own value, and at the end of the epoch its value over the
