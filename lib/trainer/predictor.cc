@@ -115,20 +115,12 @@ absl::StatusOr<Prediction> Predictor::Predict(std::string_view input) const {
 }
 
 std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vector<std::string_view>& inputs) const {
-  std::vector<absl::StatusOr<Prediction>> answers(inputs.size(), absl::UnknownError("not predicted"));
-  if (generates_) {
-    for (auto& a : answers) a = absl::InvalidArgumentError("this model generates text: give it a prompt (Generate)");
-    return answers;
-  }
+  std::vector<absl::StatusOr<Prediction>> answers(inputs.size(),
+                                                  absl::UnknownError("not predicted"));
   std::vector<data::Example> examples;
   std::vector<size_t> where;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    absl::StatusOr<data::Example> example;
-    try {
-      example = data_->RawExample(inputs[i]);
-    } catch (const std::exception& e) {
-      example = absl::InvalidArgumentError(absl::StrCat("cannot preprocess the input: ", FirstLine(e.what())));
-    }
+    absl::StatusOr<data::Example> example = Prepare(inputs[i]);
     if (!example.ok()) {
       answers[i] = example.status();
       continue;
@@ -137,12 +129,25 @@ std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vecto
     where.push_back(i);
   }
   if (examples.empty()) return answers;
-  std::vector<absl::StatusOr<Prediction>> computed = Forward(std::move(examples));
+  std::vector<absl::StatusOr<Prediction>> computed = PredictPrepared(std::move(examples));
   for (size_t k = 0; k < where.size(); ++k) answers[where[k]] = std::move(computed[k]);
   return answers;
 }
 
-std::vector<absl::StatusOr<Prediction>> Predictor::Forward(std::vector<data::Example> examples) const {
+absl::StatusOr<data::Example> Predictor::Prepare(std::string_view input) const {
+  if (generates_)
+    return absl::InvalidArgumentError("this model generates text: give it a prompt (Generate)");
+  try {
+    return data_->RawExample(input);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot preprocess the input: ", FirstLine(e.what())));
+  }
+}
+
+std::vector<absl::StatusOr<Prediction>> Predictor::PredictPrepared(
+    std::vector<data::Example> examples) const {
+  if (examples.empty()) return {};
   absl::StatusOr<std::vector<Prediction>> together = ForwardTogether(examples);
   std::vector<absl::StatusOr<Prediction>> answers;
   if (together.ok()) {

@@ -68,6 +68,12 @@ class Predictor {
   // Several inputs in one forward pass (the same answers as one at a time, up to float rounding);
   // each answer has its own status, so a bad input fails alone.
   std::vector<absl::StatusOr<Prediction>> PredictBatch(const std::vector<std::string_view>& inputs) const;
+  // PredictBatch in two steps, for a caller that gathers inputs from several threads (`kiln
+  // serve`): Prepare decodes and preprocesses one input in the calling thread (no lock is taken);
+  // PredictPrepared runs prepared examples through the model together.
+  absl::StatusOr<data::Example> Prepare(std::string_view input) const;
+  std::vector<absl::StatusOr<Prediction>> PredictPrepared(
+      std::vector<data::Example> examples) const;
 
   // A language model: `prompt` continued with the task's generation options (temperature, top_k,
   // seed, max_tokens). Unimplemented for a model that does not generate.
@@ -84,8 +90,6 @@ class Predictor {
 
  private:
   Predictor() = default;
-  // The forward pass of examples that all passed preprocessing; answers[i] for example i.
-  std::vector<absl::StatusOr<Prediction>> Forward(std::vector<data::Example> examples) const;
   absl::StatusOr<std::vector<Prediction>> ForwardTogether(std::vector<data::Example>& examples) const;
 
   config::Config job_;

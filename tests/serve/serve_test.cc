@@ -184,8 +184,9 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
   EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"413\"}"), 1) << res->body;
   EXPECT_GE(MetricValue(res->body, "kiln_batch_size_count"), 1);
   EXPECT_EQ(MetricValue(res->body, "kiln_queue_depth"), 0);
-  // 8 + 3 + 2 images and the 2 bodies that are no image were batched (in however many batches).
-  EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 15) << res->body;
+  // 8 + 3 + 2 images were batched (in however many batches); the 2 bodies that are no image were
+  // refused before the queue.
+  EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 13) << res->body;
 
   EXPECT_EQ(server.Terminate(), 0);
   // One JSON line per request: the 10 predictions, the 8 refused, 2 unauthorized, 2 more, metrics.
