@@ -60,6 +60,7 @@ struct ServeOptions {
   double read_timeout_s = 5;
   int64_t http_threads = 96;
   int64_t threads = 0;
+  std::optional<std::string> quantize;
   std::optional<std::string> access_log = "access.jsonl";
   std::optional<std::string> warmup_input;
   int64_t warmup_runs = 3;
@@ -69,20 +70,34 @@ const OptionBinding<ServeOptions>& ServeBinding() {
   using O = ServeOptions;
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
-          .Field("host", &O::host, "address to listen on (anything but loopback needs a token)", NonEmpty())
-          .Field("port", &O::port, "TCP port (0: any free port, printed at start)", InRange(0, 65535))
-          .Field("token", &O::token, "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
-          .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)", AtLeast(1))
-          .Field("max_delay_ms", &O::max_delay_ms, "how long a request waits for others to batch with (0: none; batches take what queued meanwhile)", AtLeast(0))
+          .Field("host", &O::host, "address to listen on (anything but loopback needs a token)",
+                 NonEmpty())
+          .Field("port", &O::port, "TCP port (0: any free port, printed at start)",
+                 InRange(0, 65535))
+          .Field("token", &O::token,
+                 "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
+          .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)",
+                 AtLeast(1))
+          .Field("max_delay_ms", &O::max_delay_ms,
+                 "how long a request waits for others to batch with (0: none; batches take what "
+                 "queued meanwhile)",
+                 AtLeast(0))
           .Field("max_queue", &O::max_queue, "requests waiting at most; more get 503", AtLeast(1))
-          .Field("request_timeout_ms", &O::request_timeout_ms, "a request not answered by then gets 504", AtLeast(1))
+          .Field("request_timeout_ms", &O::request_timeout_ms,
+                 "a request not answered by then gets 504", AtLeast(1))
           .Field("max_body_bytes", &O::max_body_bytes, "larger request bodies get 413", AtLeast(1))
-          .Field("read_timeout_s", &O::read_timeout_s, "a client silent this long is disconnected", GreaterThan(0))
+          .Field("read_timeout_s", &O::read_timeout_s, "a client silent this long is disconnected",
+                 GreaterThan(0))
           .Field("http_threads", &O::http_threads, "connections served at once", AtLeast(1))
           .Field("threads", &O::threads, "LibTorch intra-op threads (0: every core)", AtLeast(0))
+          .Field("quantize", &O::quantize,
+                 "dynamic_int8: Linear layers run as int8, as kiln export quantize=dynamic_int8 "
+                 "(null: float)",
+                 OneOf({"dynamic_int8"}))
           .Field("access_log", &O::access_log,
                  "JSONL access log (relative: in the run directory; -: stdout; null: none)")
-          .Field("warmup_input", &O::warmup_input, "a file answered before /readyz says ready (null: none)")
+          .Field("warmup_input", &O::warmup_input,
+                 "a file answered before /readyz says ready (null: none)")
           .Field("warmup_runs", &O::warmup_runs, "how many times", AtLeast(0)));
   return *binding;
 }
@@ -419,7 +434,9 @@ absl::Status ServeCommand(app::JobContext& ctx) {
 
   // The model loads while /healthz already answers; /readyz says ready after the warm-up.
   absl::Status status = [&]() -> absl::Status {
-    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt));
+    PredictorOptions predictor_options;
+    predictor_options.quantize = o.quantize;
+    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt, predictor_options));
     if (warmup.has_value()) {
       for (int64_t i = 0; i < o.warmup_runs; ++i) {
         if (predictor->generates()) {
