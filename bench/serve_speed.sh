@@ -8,7 +8,7 @@
 # each of ROUNDS rounds (this machine's speed drifts between minutes); the ratios are taken within
 # a round and the median over rounds is the figure. The models are trained for a few steps only:
 # speed does not depend on how well they classify. Server and client share the machine's cores.
-#   bench/serve_speed.sh            # ~4 min on 2 cores with the defaults
+#   bench/serve_speed.sh            # ~2.5 min on 2 cores with the defaults
 # Environment: KILN (build/bin/kiln), LOAD (build/bin/serve_load), SECONDS_PER_POINT (3), ROUNDS (2),
 # THREADS (LibTorch threads of kiln; 2), PYTHON_THREADS (per Python request thread; 1),
 # DELAY_MS (serve.max_delay_ms with batching; 0), KILN_FASHION_MNIST, KILN_TEXT_DATA_DIR.

@@ -4,7 +4,9 @@
 #include <soxr.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -21,15 +23,50 @@ struct SndfileCloser {
 };
 using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
 
+// A WAV whose data chunk claims more bytes than the file holds (a truncated upload, or a header
+// that lies): libsndfile would quietly read what is there; kiln refuses it. 0xFFFFFFFF is the
+// "length unknown" of a WAV written as a stream, and not a lie.
+absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size) {
+  std::ifstream in(path, std::ios::binary);
+  char head[12];
+  if (!in.read(head, 12) || std::memcmp(head, "RIFF", 4) != 0 ||
+      std::memcmp(head + 8, "WAVE", 4) != 0) {
+    return absl::OkStatus();  // not a RIFF WAV: libsndfile says what it is or is not
+  }
+  auto le32 = [](const char* p) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(p[0])) |
+           static_cast<uint32_t>(static_cast<uint8_t>(p[1])) << 8 |
+           static_cast<uint32_t>(static_cast<uint8_t>(p[2])) << 16 |
+           static_cast<uint32_t>(static_cast<uint8_t>(p[3])) << 24;
+  };
+  uint64_t at = 12;
+  char chunk[8];
+  while (at + 8 <= file_size && in.seekg(static_cast<std::streamoff>(at)) && in.read(chunk, 8)) {
+    const uint64_t size = le32(chunk + 4);
+    if (std::memcmp(chunk, "data", 4) == 0) {
+      if (size != 0xFFFFFFFFu && at + 8 + size > file_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": the WAV header says its data chunk holds ", size, " bytes, but the file has ",
+            file_size - at - 8, " after it (truncated, or a header that lies)"));
+      }
+      return absl::OkStatus();
+    }
+    at += 8 + size + (size & 1);
+  }
+  return absl::OkStatus();  // no data chunk: libsndfile says so
+}
+
 // Opens `path` for reading; an empty or unreadable file is an error naming it.
 absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such audio file"));
   }
-  if (std::filesystem::file_size(path, error) == 0) {
+  const uint64_t file_size = std::filesystem::file_size(path, error);
+  if (file_size == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (0 bytes), not audio"));
   }
+  KILN_RETURN_IF_ERROR(CheckWavDataChunk(path, file_size));
   info = SF_INFO{};
   SNDFILE* file = sf_open(path.c_str(), SFM_READ, &info);
   if (file == nullptr) {

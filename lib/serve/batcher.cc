@@ -1,7 +1,5 @@
 #include "lib/serve/batcher.h"
 
-#include <string_view>
-
 namespace kiln::serve {
 
 Batcher::Batcher(const Predictor& predictor, BatcherOptions options, BatchObserver observer)
@@ -22,17 +20,17 @@ void Batcher::BeginStop() {
   wake_.notify_all();
 }
 
-std::optional<std::future<BatchAnswer>> Batcher::Submit(std::vector<std::string> inputs,
-                                                        std::shared_ptr<std::atomic<bool>> abandoned) {
+std::optional<std::future<BatchAnswer>> Batcher::Submit(
+    BatchRequest work, std::shared_ptr<std::atomic<bool>> abandoned) {
   Request request;
-  request.inputs = std::move(inputs);
+  request.work = std::move(work);
   request.abandoned = std::move(abandoned);
   request.queued = std::chrono::steady_clock::now();
   std::future<BatchAnswer> future = request.answer.get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || static_cast<int64_t>(queue_.size()) >= options_.max_queue) return std::nullopt;
-    queued_inputs_ += static_cast<int64_t>(request.inputs.size());
+    queued_inputs_ += static_cast<int64_t>(request.work.size());
     queue_.push_back(std::move(request));
   }
   wake_.notify_all();
@@ -59,7 +57,7 @@ void Batcher::Run() {
     int64_t inputs = 0;
     // A request's inputs stay together; a request larger than max_batch runs alone.
     while (!queue_.empty()) {
-      int64_t next = static_cast<int64_t>(queue_.front().inputs.size());
+      int64_t next = static_cast<int64_t>(queue_.front().work.size());
       if (!batch.empty() && inputs + next > options_.max_batch) break;
       inputs += next;
       queued_inputs_ -= next;
@@ -87,7 +85,7 @@ void Batcher::RunBatch(std::vector<Request>& batch) {
     for (Request* r : live) {
       BatchAnswer answer;
       answer.batch_size = 1;
-      for (const std::string& prompt : r->inputs) {
+      for (const std::string& prompt : r->work.prompts) {
         answer.generated.push_back(predictor_.Generate(prompt));
         if (observer_) observer_(1);
       }
@@ -95,15 +93,20 @@ void Batcher::RunBatch(std::vector<Request>& batch) {
     }
     return;
   }
-  std::vector<std::string_view> inputs;
-  for (Request* r : live) inputs.insert(inputs.end(), r->inputs.begin(), r->inputs.end());
-  std::vector<absl::StatusOr<Prediction>> predictions = predictor_.PredictBatch(inputs);
-  if (observer_) observer_(static_cast<int64_t>(inputs.size()));
+  std::vector<data::Example> examples;
+  for (Request* r : live) {
+    for (data::Example& e : r->work.examples) examples.push_back(std::move(e));
+  }
+  const int64_t size = static_cast<int64_t>(examples.size());
+  std::vector<absl::StatusOr<Prediction>> predictions =
+      predictor_.PredictPrepared(std::move(examples));
+  if (observer_) observer_(size);
   size_t next = 0;
   for (Request* r : live) {
     BatchAnswer answer;
-    answer.batch_size = static_cast<int64_t>(inputs.size());
-    for (size_t i = 0; i < r->inputs.size(); ++i) answer.predictions.push_back(std::move(predictions[next++]));
+    answer.batch_size = size;
+    for (size_t i = 0; i < r->work.examples.size(); ++i)
+      answer.predictions.push_back(std::move(predictions[next++]));
     r->answer.set_value(std::move(answer));
   }
 }

@@ -32,6 +32,14 @@ struct BatchAnswer {
   int64_t batch_size = 0;
 };
 
+// One request's work: the examples its inputs became (Predictor::Prepare, in the request's thread),
+// or the prompts of a language model.
+struct BatchRequest {
+  std::vector<data::Example> examples;
+  std::vector<std::string> prompts;
+  size_t size() const { return examples.size() + prompts.size(); }
+};
+
 // Called with the size of each batch run (for the batch-size histogram).
 using BatchObserver = std::function<void(int64_t)>;
 
@@ -43,10 +51,9 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // Queues one request's inputs (raw bytes, texts, or prompts for a model that generates);
-  // nullopt when the queue is full. A request whose caller gave up waiting (`abandoned` set)
-  // is skipped.
-  std::optional<std::future<BatchAnswer>> Submit(std::vector<std::string> inputs,
+  // Queues one request; nullopt when the queue is full. A request whose caller gave up waiting
+  // (`abandoned` set) is skipped.
+  std::optional<std::future<BatchAnswer>> Submit(BatchRequest work,
                                                  std::shared_ptr<std::atomic<bool>> abandoned);
   // Refuses new requests from now on and runs the queued ones without waiting for more.
   void BeginStop();
@@ -55,7 +62,7 @@ class Batcher {
 
  private:
   struct Request {
-    std::vector<std::string> inputs;
+    BatchRequest work;
     std::shared_ptr<std::atomic<bool>> abandoned;
     std::promise<BatchAnswer> answer;
     std::chrono::steady_clock::time_point queued;

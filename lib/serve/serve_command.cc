@@ -13,16 +13,18 @@
 // {"error": "..."}. SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
 #include <httplib.h>
 #include <signal.h>
-
-#include <nlohmann/json.hpp>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -58,6 +60,7 @@ struct ServeOptions {
   double read_timeout_s = 5;
   int64_t http_threads = 96;
   int64_t threads = 0;
+  std::optional<std::string> quantize;
   std::optional<std::string> access_log = "access.jsonl";
   std::optional<std::string> warmup_input;
   int64_t warmup_runs = 3;
@@ -67,20 +70,34 @@ const OptionBinding<ServeOptions>& ServeBinding() {
   using O = ServeOptions;
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
-          .Field("host", &O::host, "address to listen on (anything but loopback needs a token)", NonEmpty())
-          .Field("port", &O::port, "TCP port (0: any free port, printed at start)", InRange(0, 65535))
-          .Field("token", &O::token, "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
-          .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)", AtLeast(1))
-          .Field("max_delay_ms", &O::max_delay_ms, "how long a request waits for others to batch with (0: none; batches take what queued meanwhile)", AtLeast(0))
+          .Field("host", &O::host, "address to listen on (anything but loopback needs a token)",
+                 NonEmpty())
+          .Field("port", &O::port, "TCP port (0: any free port, printed at start)",
+                 InRange(0, 65535))
+          .Field("token", &O::token,
+                 "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none)")
+          .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)",
+                 AtLeast(1))
+          .Field("max_delay_ms", &O::max_delay_ms,
+                 "how long a request waits for others to batch with (0: none; batches take what "
+                 "queued meanwhile)",
+                 AtLeast(0))
           .Field("max_queue", &O::max_queue, "requests waiting at most; more get 503", AtLeast(1))
-          .Field("request_timeout_ms", &O::request_timeout_ms, "a request not answered by then gets 504", AtLeast(1))
+          .Field("request_timeout_ms", &O::request_timeout_ms,
+                 "a request not answered by then gets 504", AtLeast(1))
           .Field("max_body_bytes", &O::max_body_bytes, "larger request bodies get 413", AtLeast(1))
-          .Field("read_timeout_s", &O::read_timeout_s, "a client silent this long is disconnected", GreaterThan(0))
+          .Field("read_timeout_s", &O::read_timeout_s, "a client silent this long is disconnected",
+                 GreaterThan(0))
           .Field("http_threads", &O::http_threads, "connections served at once", AtLeast(1))
           .Field("threads", &O::threads, "LibTorch intra-op threads (0: every core)", AtLeast(0))
+          .Field("quantize", &O::quantize,
+                 "dynamic_int8: Linear layers run as int8, as kiln export quantize=dynamic_int8 "
+                 "(null: float)",
+                 OneOf({"dynamic_int8"}))
           .Field("access_log", &O::access_log,
                  "JSONL access log (relative: in the run directory; -: stdout; null: none)")
-          .Field("warmup_input", &O::warmup_input, "a file answered before /readyz says ready (null: none)")
+          .Field("warmup_input", &O::warmup_input,
+                 "a file answered before /readyz says ready (null: none)")
           .Field("warmup_runs", &O::warmup_runs, "how many times", AtLeast(0)));
   return *binding;
 }
@@ -276,6 +293,15 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   server.set_keep_alive_max_count(1000);
   // Small answers go out at once (with Nagle's algorithm, the client's delayed ACK adds ~40 ms).
   server.set_tcp_nodelay(true);
+  // Debian's libcpp-httplib is compiled with a listen backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG):
+  // when dozens of clients connect at once, the kernel drops the handshakes beyond it and clients
+  // wait a second or more to retry. httplib hands its listening socket to this callback before
+  // listen(); listening again after the bind raises the backlog (Linux allows it).
+  int listen_socket = -1;
+  server.set_socket_options([&listen_socket](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket = sock;
+  });
   server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     if (token.empty() || req.path == "/healthz" || req.path == "/readyz") return httplib::Server::HandlerResponse::Unhandled;
@@ -312,8 +338,27 @@ absl::Status ServeCommand(app::JobContext& ctx) {
       res.set_content(ErrorJson(std::string(inputs.status().message())), "application/json");
       return;
     }
+    // Decoding and preprocessing run here, in the request's thread, concurrently with other
+    // requests and the batch running now; an input the pipeline refuses never takes a place in
+    // the queue.
+    BatchRequest work;
+    if (predictor->generates()) {
+      work.prompts = *std::move(inputs);
+    } else {
+      for (size_t i = 0; i < inputs->size(); ++i) {
+        absl::StatusOr<data::Example> example = predictor->Prepare((*inputs)[i]);
+        if (!example.ok()) {
+          std::string where = inputs->size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
+          res.status = HttpStatusOf(example.status());
+          res.set_content(ErrorJson(absl::StrCat(where, example.status().message())),
+                          "application/json");
+          return;
+        }
+        work.examples.push_back(*std::move(example));
+      }
+    }
     auto abandoned = std::make_shared<std::atomic<bool>>(false);
-    std::optional<std::future<BatchAnswer>> future = b->Submit(*std::move(inputs), abandoned);
+    std::optional<std::future<BatchAnswer>> future = b->Submit(std::move(work), abandoned);
     if (!future.has_value()) {
       res.status = 503;
       res.set_header("Retry-After", "1");
@@ -340,9 +385,13 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   // Statuses httplib answers itself (413, 404, 400 of an unparsable request) get a message too.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string message = res.status == 413   ? "the request body is larger than serve.max_body_bytes"
-                          : res.status == 404 ? absl::StrCat("no such endpoint: ", req.method, " ", req.path)
-                                              : absl::StrCat("HTTP ", res.status);
+    std::string message =
+        res.status == 413   ? "the request body is larger than serve.max_body_bytes"
+        : res.status == 404 ? absl::StrCat("no such endpoint: ", req.method, " ", req.path)
+        : res.status == 400
+            ? "the request could not be read (malformed HTTP, or a body that did not "
+              "arrive within serve.read_timeout_s)"
+            : absl::StrCat("HTTP ", res.status);
     res.set_content(ErrorJson(message), "application/json");
   });
   server.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
@@ -362,6 +411,10 @@ absl::Status ServeCommand(app::JobContext& ctx) {
     port = -1;
   }
   if (port < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " (in use?)"));
+  if (listen_socket >= 0 && ::listen(listen_socket, SOMAXCONN) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot raise the listen backlog: ", std::strerror(errno)));
+  }
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
@@ -381,7 +434,9 @@ absl::Status ServeCommand(app::JobContext& ctx) {
 
   // The model loads while /healthz already answers; /readyz says ready after the warm-up.
   absl::Status status = [&]() -> absl::Status {
-    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt));
+    PredictorOptions predictor_options;
+    predictor_options.quantize = o.quantize;
+    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt, predictor_options));
     if (warmup.has_value()) {
       for (int64_t i = 0; i < o.warmup_runs; ++i) {
         if (predictor->generates()) {

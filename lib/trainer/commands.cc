@@ -381,39 +381,6 @@ const OptionBinding<ExportOptions>& ExportBinding() {
   return *binding;
 }
 
-// Three rows of the first evaluation batch (test, else validation, else predict split), repeated
-// when there are fewer; token inputs padded with 0 or cut to `length`.
-absl::StatusOr<torch::Tensor> ExampleBatch(data::DataModule& dm, std::optional<int64_t> length) {
-  std::shared_ptr<const data::Dataset> ds;
-  for (data::Stage stage : {data::Stage::kTest, data::Stage::kValidate, data::Stage::kPredict}) {
-    KILN_RETURN_IF_ERROR(dm.Setup(stage));
-    ds = stage == data::Stage::kTest ? dm.test_dataset() : stage == data::Stage::kValidate ? dm.val_dataset() : dm.predict_dataset();
-    if (ds != nullptr && ds->size() > 0) break;
-  }
-  if (ds == nullptr || ds->size() == 0) {
-    return absl::FailedPreconditionError("kiln export format=torchscript traces the model on data: the data module has no test, validation or predict examples");
-  }
-  data::LoaderOptions lo = dm.loader_options();
-  lo.batch_size = 3;
-  lo.num_workers = 0;
-  lo.batch_order = nullptr;
-  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), lo);
-  torch::Tensor input;
-  KILN_RETURN_IF_ERROR(loader.Run(0, 0, 1, [&](data::Batch& b) -> absl::StatusOr<bool> {
-    input = b.input;
-    return false;
-  }));
-  while (input.size(0) < 3) input = torch::cat({input, input}).narrow(0, 0, std::min<int64_t>(3, 2 * input.size(0)));
-  if (input.scalar_type() == torch::kInt64 && input.dim() == 2 && length.has_value()) {
-    if (input.size(1) >= *length) {
-      input = input.narrow(1, 0, *length);
-    } else {
-      input = torch::constant_pad_nd(input, {0, *length - input.size(1)}, 0);
-    }
-  }
-  return input.contiguous();
-}
-
 nlohmann::json ConfigJson(const config::Config& cfg, const std::string& key) {
   if (IsNull(cfg, key)) return nullptr;
   return nlohmann::json::parse(config::NodeToJson(*cfg.Get<config::NodePtr>(key).value()));
@@ -434,7 +401,7 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
     KILN_ASSIGN_OR_RETURN(int64_t data_length, ctx.cfg.GetOr<int64_t>("data.max_length", 0));
     if (data_length > 0) length = data_length;
   }
-  KILN_ASSIGN_OR_RETURN(torch::Tensor example, ExampleBatch(*job.data, length));
+  KILN_ASSIGN_OR_RETURN(torch::Tensor example, TraceExampleBatch(*job.data, length));
   KILN_ASSIGN_OR_RETURN(torch::jit::Module traced, TraceModel(job.task->module(), forward, example.narrow(0, 0, 2), job.model_name));
   KILN_RETURN_IF_ERROR(CheckTraceAgrees(traced, forward, {example.narrow(0, 0, 1), example}, 1e-4, what));
   nlohmann::json quantization = nullptr;

@@ -12,6 +12,7 @@
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/safetensors.h"
+#include "lib/trainer/torchscript.h"
 
 namespace kiln {
 namespace {
@@ -69,11 +70,12 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& pa
     KILN_ASSIGN_OR_RETURN(config::Override o, config::ParseOverride(text));
     KILN_RETURN_IF_ERROR(config::ApplyConfigOverride(*found.job, o));
   }
-  return FromConfig(config::Config(found.job), found.weights);
+  return FromConfig(config::Config(found.job), found.weights, options);
 }
 
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::Config& job,
-                                                                const std::string& weights) {
+                                                                 const std::string& weights,
+                                                                 const PredictorOptions& options) {
   std::unique_ptr<Predictor> p(new Predictor());
   p->job_ = job;
   p->weights_ = weights;
@@ -106,7 +108,55 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
     if (!p->collate_) p->collate_ = data::Collate;
     p->class_names_ = p->data_->class_names();
   }
+  if (options.quantize.has_value()) KILN_RETURN_IF_ERROR(p->Quantize(*options.quantize));
   return p;
+}
+
+absl::Status Predictor::Quantize(const std::string& method) {
+  const std::string what = absl::StrCat("quantize=", method);
+  if (method != "dynamic_int8")
+    return absl::InvalidArgumentError(absl::StrCat(what, ": kiln knows dynamic_int8"));
+  if (generates_)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": serves classifiers, not a model that generates"));
+  TensorFn forward = task_->ModelForward();
+  if (forward == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the task has no single model forward to trace"));
+  }
+  std::optional<int64_t> length;
+  KILN_ASSIGN_OR_RETURN(int64_t data_length, job_.GetOr<int64_t>("data.max_length", 0));
+  if (data_length > 0) length = data_length;
+  // The same trace, check and quantization as `kiln export format=torchscript quantize=...`.
+  KILN_ASSIGN_OR_RETURN(torch::Tensor example, TraceExampleBatch(*data_, length));
+  try {
+    torch::NoGradGuard no_grad;
+    KILN_ASSIGN_OR_RETURN(
+        torch::jit::Module traced,
+        TraceModel(task_->module(), forward, example.narrow(0, 0, 2), model_name_));
+    KILN_RETURN_IF_ERROR(CheckTraceAgrees(traced, forward, {example.narrow(0, 0, 1), example}, 1e-4,
+                                          absl::StrCat("model '", model_name_, "'")));
+    // Only where the task's prediction is the softmax of that forward can the traced one replace
+    // it.
+    data::Batch batch;
+    batch.input = example;
+    KILN_ASSIGN_OR_RETURN(torch::Tensor predicted, task_->PredictStep(batch));
+    torch::Tensor softmax =
+        torch::softmax(traced.forward({example}).toTensor().to(torch::kFloat32), 1);
+    if (!predicted.sizes().equals(softmax.sizes()) ||
+        !torch::allclose(predicted.to(torch::kFloat32), softmax, 1e-4, 1e-5)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the task's prediction is not the softmax of model '", model_name_,
+                       "''s output"));
+    }
+    KILN_RETURN_IF_ERROR(QuantizeDynamicInt8(traced).status());
+    quantized_ = std::move(traced);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", FirstLine(e.what())));
+  }
+  if (example.scalar_type() == torch::kInt64 && example.dim() == 2)
+    quantized_length_ = example.size(1);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Prediction> Predictor::Predict(std::string_view input) const {
@@ -115,20 +165,12 @@ absl::StatusOr<Prediction> Predictor::Predict(std::string_view input) const {
 }
 
 std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vector<std::string_view>& inputs) const {
-  std::vector<absl::StatusOr<Prediction>> answers(inputs.size(), absl::UnknownError("not predicted"));
-  if (generates_) {
-    for (auto& a : answers) a = absl::InvalidArgumentError("this model generates text: give it a prompt (Generate)");
-    return answers;
-  }
+  std::vector<absl::StatusOr<Prediction>> answers(inputs.size(),
+                                                  absl::UnknownError("not predicted"));
   std::vector<data::Example> examples;
   std::vector<size_t> where;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    absl::StatusOr<data::Example> example;
-    try {
-      example = data_->RawExample(inputs[i]);
-    } catch (const std::exception& e) {
-      example = absl::InvalidArgumentError(absl::StrCat("cannot preprocess the input: ", FirstLine(e.what())));
-    }
+    absl::StatusOr<data::Example> example = Prepare(inputs[i]);
     if (!example.ok()) {
       answers[i] = example.status();
       continue;
@@ -137,12 +179,25 @@ std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vecto
     where.push_back(i);
   }
   if (examples.empty()) return answers;
-  std::vector<absl::StatusOr<Prediction>> computed = Forward(std::move(examples));
+  std::vector<absl::StatusOr<Prediction>> computed = PredictPrepared(std::move(examples));
   for (size_t k = 0; k < where.size(); ++k) answers[where[k]] = std::move(computed[k]);
   return answers;
 }
 
-std::vector<absl::StatusOr<Prediction>> Predictor::Forward(std::vector<data::Example> examples) const {
+absl::StatusOr<data::Example> Predictor::Prepare(std::string_view input) const {
+  if (generates_)
+    return absl::InvalidArgumentError("this model generates text: give it a prompt (Generate)");
+  try {
+    return data_->RawExample(input);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot preprocess the input: ", FirstLine(e.what())));
+  }
+}
+
+std::vector<absl::StatusOr<Prediction>> Predictor::PredictPrepared(
+    std::vector<data::Example> examples) const {
+  if (examples.empty()) return {};
   absl::StatusOr<std::vector<Prediction>> together = ForwardTogether(examples);
   std::vector<absl::StatusOr<Prediction>> answers;
   if (together.ok()) {
@@ -170,7 +225,18 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<d
     std::lock_guard<std::mutex> lock(forward_mutex_);
     torch::NoGradGuard no_grad;
     batch.input = strategy_->InputToDevice(batch.input);
-    absl::StatusOr<torch::Tensor> out = task_->PredictStep(batch);
+    // The quantized forward takes token ids at the length it was traced at (padding is 0).
+    auto QuantizedPrediction = [this](torch::Tensor input) -> absl::StatusOr<torch::Tensor> {
+      if (quantized_length_ > 0) {
+        input = input.size(1) >= quantized_length_
+                    ? input.narrow(1, 0, quantized_length_)
+                    : torch::constant_pad_nd(input, {0, quantized_length_ - input.size(1)}, 0);
+      }
+      return torch::softmax(
+          quantized_->forward({input.contiguous()}).toTensor().to(torch::kFloat32), 1);
+    };
+    absl::StatusOr<torch::Tensor> out =
+        quantized_.has_value() ? QuantizedPrediction(batch.input) : task_->PredictStep(batch);
     if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", out.status().message()));
     output = out->to(torch::kCPU);
     KILN_ASSIGN_OR_RETURN(records, task_->PredictionRecords(output, class_names_));

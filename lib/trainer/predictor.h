@@ -14,8 +14,11 @@
 // their inputs (PredictBatch) rather than add threads; `kiln serve` batches for them.
 #pragma once
 
+#include <torch/script.h>
+
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,6 +50,11 @@ struct Prediction {
 struct PredictorOptions {
   // key=value overrides on top of the stored config (a moved data folder: data.root=/new/place).
   std::vector<std::string> overrides;
+  // "dynamic_int8": the model's forward is traced and its Linear layers run as int8 with
+  // activations quantized per batch, as `kiln export format=torchscript quantize=dynamic_int8`
+  // writes it (the same outputs). For classifiers whose prediction is the softmax of the model's
+  // output; others, and models without a Linear layer or that do not trace, are refused.
+  std::optional<std::string> quantize;
 };
 
 class Predictor {
@@ -58,9 +66,10 @@ class Predictor {
   static absl::StatusOr<std::unique_ptr<Predictor>> Load(const std::string& path,
                                                         const PredictorOptions& options = {});
   // From a resolved job config and the file holding the weights (a kiln checkpoint or a
-  // safetensors file with PyTorch names).
-  static absl::StatusOr<std::unique_ptr<Predictor>> FromConfig(const config::Config& job,
-                                                              const std::string& weights);
+  // safetensors file with PyTorch names); `options.overrides` are not applied (the config is
+  // taken as it is).
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromConfig(
+      const config::Config& job, const std::string& weights, const PredictorOptions& options = {});
 
   // One input: the bytes of an image or audio file, or a UTF-8 text. An input the pipeline or the
   // model cannot take is an InvalidArgument status saying why.
@@ -68,6 +77,12 @@ class Predictor {
   // Several inputs in one forward pass (the same answers as one at a time, up to float rounding);
   // each answer has its own status, so a bad input fails alone.
   std::vector<absl::StatusOr<Prediction>> PredictBatch(const std::vector<std::string_view>& inputs) const;
+  // PredictBatch in two steps, for a caller that gathers inputs from several threads (`kiln
+  // serve`): Prepare decodes and preprocesses one input in the calling thread (no lock is taken);
+  // PredictPrepared runs prepared examples through the model together.
+  absl::StatusOr<data::Example> Prepare(std::string_view input) const;
+  std::vector<absl::StatusOr<Prediction>> PredictPrepared(
+      std::vector<data::Example> examples) const;
 
   // A language model: `prompt` continued with the task's generation options (temperature, top_k,
   // seed, max_tokens). Unimplemented for a model that does not generate.
@@ -84,8 +99,6 @@ class Predictor {
 
  private:
   Predictor() = default;
-  // The forward pass of examples that all passed preprocessing; answers[i] for example i.
-  std::vector<absl::StatusOr<Prediction>> Forward(std::vector<data::Example> examples) const;
   absl::StatusOr<std::vector<Prediction>> ForwardTogether(std::vector<data::Example>& examples) const;
 
   config::Config job_;
@@ -97,6 +110,11 @@ class Predictor {
   data::CollateFn collate_;
   std::vector<std::string> class_names_;
   bool generates_ = false;
+  // With quantize=dynamic_int8: the traced, quantized forward, and the token length a text model
+  // was traced at (0: not a text model).
+  absl::Status Quantize(const std::string& method);
+  mutable std::optional<torch::jit::Module> quantized_;
+  int64_t quantized_length_ = 0;
   mutable std::mutex forward_mutex_;
 };
 

@@ -13,6 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/files.h"
+#include "lib/core/status_macros.h"
+#include "lib/data/loader.h"
+#include "lib/data/sampler.h"
 
 namespace kiln {
 namespace {
@@ -201,6 +204,43 @@ absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced) {
   traced.save(file);
   traced = torch::jit::load(file);
   return quantized;
+}
+
+absl::StatusOr<torch::Tensor> TraceExampleBatch(data::DataModule& dm,
+                                                std::optional<int64_t> length) {
+  std::shared_ptr<const data::Dataset> ds;
+  for (data::Stage stage : {data::Stage::kTest, data::Stage::kValidate, data::Stage::kPredict}) {
+    KILN_RETURN_IF_ERROR(dm.Setup(stage));
+    ds = stage == data::Stage::kTest       ? dm.test_dataset()
+         : stage == data::Stage::kValidate ? dm.val_dataset()
+                                           : dm.predict_dataset();
+    if (ds != nullptr && ds->size() > 0) break;
+  }
+  if (ds == nullptr || ds->size() == 0) {
+    return absl::FailedPreconditionError(
+        "kiln export format=torchscript traces the model on data: the data module has no test, "
+        "validation or predict examples");
+  }
+  data::LoaderOptions lo = dm.loader_options();
+  lo.batch_size = 3;
+  lo.num_workers = 0;
+  lo.batch_order = nullptr;
+  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), lo);
+  torch::Tensor input;
+  KILN_RETURN_IF_ERROR(loader.Run(0, 0, 1, [&](data::Batch& b) -> absl::StatusOr<bool> {
+    input = b.input;
+    return false;
+  }));
+  while (input.size(0) < 3)
+    input = torch::cat({input, input}).narrow(0, 0, std::min<int64_t>(3, 2 * input.size(0)));
+  if (input.scalar_type() == torch::kInt64 && input.dim() == 2 && length.has_value()) {
+    if (input.size(1) >= *length) {
+      input = input.narrow(1, 0, *length);
+    } else {
+      input = torch::constant_pad_nd(input, {0, *length - input.size(1)}, 0);
+    }
+  }
+  return input.contiguous();
 }
 
 }  // namespace kiln

@@ -12,10 +12,12 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/data/datamodule.h"
 
 namespace kiln {
 
@@ -44,5 +46,10 @@ absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced);
 // The quantized engine dynamic int8 uses on this machine: fbgemm where LibTorch has it, else
 // onednn, else qnnpack (Debian's 1.13 has no fbgemm); "" when there is none. Selects it.
 std::string SelectQuantizedEngine();
+
+// What a model is traced on: three rows of the first evaluation batch (test, else validation, else
+// predict split), repeated when there are fewer; token inputs padded with 0 or cut to `length`.
+absl::StatusOr<torch::Tensor> TraceExampleBatch(data::DataModule& dm,
+                                                std::optional<int64_t> length);
 
 }  // namespace kiln

@@ -5,7 +5,10 @@
 #include "lib/trainer/predictor.h"
 
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "tests/serve/tiny_model.h"
@@ -83,6 +86,67 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   }
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+// quantize=dynamic_int8 answers with the probabilities of the model `kiln export format=torchscript
+// quantize=dynamic_int8` writes, loaded by LibTorch alone, on the same preprocessed inputs.
+TEST(PredictorTest, DynamicInt8AnswersAsTheExportedInt8Model) {
+  testing::TempDir dir;
+  testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 5);
+  ASSERT_EQ(model.kiln_predict.size(), 5u);
+  testing::ProcessResult exported =
+      testing::RunProcess({KILN_BINARY, "export", "run_dir=" + model.run_dir, "format=torchscript",
+                           "quantize=dynamic_int8", "hydra.run.dir=" + dir.path() + "/int8"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  PredictorOptions options;
+  options.quantize = "dynamic_int8";
+  auto predictor = Predictor::Load(model.run_dir, options);
+  ASSERT_TRUE(predictor.ok()) << predictor.status();
+  std::vector<std::string> images;
+  std::vector<std::string_view> views;
+  std::vector<torch::Tensor> inputs;
+  for (const auto& path : model.pngs) images.push_back(ReadFile(path));
+  for (const auto& image : images) {
+    views.push_back(image);
+    auto example = (*predictor)->Prepare(image);
+    ASSERT_TRUE(example.ok()) << example.status();
+    inputs.push_back(example->input);
+  }
+  torch::jit::Module int8 = torch::jit::load(dir.path() + "/int8/model.pt");
+  torch::Tensor expected;
+  {
+    torch::NoGradGuard no_grad;
+    expected =
+        torch::softmax(int8.forward({torch::stack(inputs)}).toTensor(), 1).to(torch::kFloat64);
+  }
+  auto answers = (*predictor)->PredictBatch(views);
+  auto floats = Predictor::Load(model.run_dir);
+  ASSERT_TRUE(floats.ok());
+  double largest_change = 0;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    ASSERT_TRUE(answers[i].ok()) << answers[i].status();
+    ASSERT_EQ(answers[i]->probabilities.size(), 10u);
+    for (int64_t c = 0; c < 10; ++c) {
+      EXPECT_NEAR(answers[i]->probabilities[static_cast<size_t>(c)],
+                  expected[static_cast<int64_t>(i)][c].item<double>(), 1e-6)
+          << "image " << i << " class " << c;
+    }
+    auto float_answer = (*floats)->Predict(images[i]);
+    ASSERT_TRUE(float_answer.ok());
+    largest_change = std::max(
+        largest_change,
+        std::abs(float_answer->probability - answers[i]->probabilities[float_answer->class_index]));
+  }
+  // int8 weights move the answers a little, not a lot (and not at all would mean no quantization).
+  EXPECT_GT(largest_change, 0.0);
+  EXPECT_LT(largest_change, 0.05);
+
+  options.quantize = "int4";
+  auto unknown = Predictor::Load(model.run_dir, options);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("quantize=int4: kiln knows dynamic_int8"),
+            std::string::npos)
+      << unknown.status();
 }
 
 TEST(PredictorTest, WhatIsNotAModelIsOneClearError) {

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tests/serve/tiny_model.h"
 #include "tests/support/process.h"
@@ -84,11 +87,12 @@ nlohmann::json Json(const httplib::Result& res) { return nlohmann::json::parse(r
 
 // The answer equals kiln predict's row: the same class, and probabilities equal up to the float
 // rounding of another batch composition.
-void ExpectSameAnswer(const nlohmann::json& served, const nlohmann::json& predicted, const std::string& what) {
+void ExpectSameAnswer(const nlohmann::json& served, const nlohmann::json& predicted,
+                      const std::string& what, size_t classes = 10) {
   EXPECT_EQ(served["class_index"], predicted["class_index"]) << what;
   EXPECT_EQ(served["class"], predicted["class"]) << what;
   EXPECT_NEAR(served["probability"].get<double>(), predicted["probability"].get<double>(), 1e-5) << what;
-  ASSERT_EQ(served["probabilities"].size(), 10u) << what;
+  ASSERT_EQ(served["probabilities"].size(), classes) << what;
   EXPECT_NEAR(served["probabilities"][predicted["class_index"].get<int>()].get<double>(),
               predicted["probability"].get<double>(), 1e-5)
       << what;
@@ -184,8 +188,9 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
   EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"413\"}"), 1) << res->body;
   EXPECT_GE(MetricValue(res->body, "kiln_batch_size_count"), 1);
   EXPECT_EQ(MetricValue(res->body, "kiln_queue_depth"), 0);
-  // 8 + 3 + 2 images and the 2 bodies that are no image were batched (in however many batches).
-  EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 15) << res->body;
+  // 8 + 3 + 2 images were batched (in however many batches); the 2 bodies that are no image were
+  // refused before the queue.
+  EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 13) << res->body;
 
   EXPECT_EQ(server.Terminate(), 0);
   // One JSON line per request: the 10 predictions, the 8 refused, 2 unauthorized, 2 more, metrics.
@@ -255,6 +260,167 @@ TEST(ServeTest, AMissingOrCorruptCheckpointIsOneLineAndExitTwo) {
       EXPECT_EQ(r.err.find("kiln: error:"), r.err.rfind("kiln: error:")) << r.err;
     }
   }
+}
+
+// A 1 s, 16-bit mono WAV at `rate`: a tone of `hz` from `offset` s to `offset` + 0.4 s.
+std::string ToneWav(double hz, double offset, int rate) {
+  std::string pcm;
+  for (int i = 0; i < rate; ++i) {
+    double t = static_cast<double>(i) / rate;
+    double x = t >= offset && t < offset + 0.4 ? 0.4 * std::sin(2 * M_PI * hz * t)
+                                               : 0.001 * ((i * 7919) % 13 - 6) / 6.0;
+    int16_t v = static_cast<int16_t>(std::lround(x * 32767));
+    pcm.push_back(static_cast<char>(v & 0xff));
+    pcm.push_back(static_cast<char>((v >> 8) & 0xff));
+  }
+  auto le = [](uint32_t v, int bytes) {
+    std::string out;
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    return out;
+  };
+  const uint32_t size = static_cast<uint32_t>(pcm.size());
+  return "RIFF" + le(36 + size, 4) + "WAVEfmt " + le(16, 4) + le(1, 2) + le(1, 2) +
+         le(static_cast<uint32_t>(rate), 4) + le(static_cast<uint32_t>(rate) * 2, 4) + le(2, 2) +
+         le(16, 2) + "data" + le(size, 4) + pcm;
+}
+
+// kiln predict's jsonl rows, in order.
+std::vector<nlohmann::json> PredictRows(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n', absl::SkipEmpty())) {
+    rows.push_back(nlohmann::json::parse(line));
+  }
+  return rows;
+}
+
+// A keyword spotter (commands_kws's DS-CNN, tiny) serves WAV bodies as kiln predict labels the same
+// files, from concurrent clients; WAVs whose header lies are 400 with a message.
+TEST(ServeTest, AKeywordSpotterAnswersWavsAsKilnPredictAndRefusesLyingHeaders) {
+  TempDir dir;
+  const std::string d = dir.path();
+  for (const auto& [name, hz] :
+       std::vector<std::pair<std::string, double>>{{"go", 400}, {"stop", 2500}}) {
+    for (int i = 0; i < 6; ++i)
+      dir.Write("train/" + name + "/" + std::to_string(i) + ".wav",
+                ToneWav(hz, 0.1 + 0.05 * i, 16000));
+    dir.Write("val/" + name + "/0.wav", ToneWav(hz, 0.3, 16000));
+  }
+  // New files: other offsets and sample rates (the pipeline resamples to 16 kHz).
+  std::vector<std::string> wavs = {ToneWav(400, 0.2, 22050), ToneWav(2500, 0.05, 8000),
+                                   ToneWav(2500, 0.4, 16000), ToneWav(400, 0.5, 44100)};
+  for (size_t i = 0; i < wavs.size(); ++i) dir.Write("new/" + std::to_string(i) + ".wav", wavs[i]);
+  auto train = testing::RunProcess(
+      {KILN_BINARY, "train", "experiment=commands_kws", "data.train=" + d + "/train",
+       "data.val=" + d + "/val", "data.test=" + d + "/val", "data.classes=[go,stop]",
+       "task.num_classes=2", "task.filler_classes=[]", "data.batch_size=4",
+       "data.waveform_transforms=null", "data.feature_transforms=null", "model.channels=8",
+       "model.blocks=1", "trainer.max_epochs=2", "trainer.num_threads=1", "test=false",
+       "hydra.run.dir=" + d + "/run"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  auto predict = testing::RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/run",
+                                      "++data.predict=" + d + "/new", "+prediction_writer=jsonl",
+                                      "hydra.run.dir=" + d + "/predict"});
+  ASSERT_EQ(predict.exit_code, 0) << predict.err;
+  std::map<std::string, nlohmann::json> expected;
+  for (const auto& row : PredictRows(d + "/predict/predictions.jsonl")) expected[row["path"]] = row;
+  ASSERT_EQ(expected.size(), wavs.size());
+
+  Server server(d + "/serve", d + "/run", {"serve.max_delay_ms=20"});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  std::vector<std::future<httplib::Result>> pending;
+  for (size_t i = 0; i < wavs.size(); ++i) {
+    pending.push_back(std::async(std::launch::async, [&, i] {
+      return server.Client()->Post("/v1/predict", wavs[i], "audio/wav");
+    }));
+  }
+  for (size_t i = 0; i < wavs.size(); ++i) {
+    httplib::Result res = pending[i].get();
+    ASSERT_TRUE(res) << "wav " << i << " got no answer";
+    ASSERT_EQ(res->status, 200) << res->body;
+    ExpectSameAnswer(Json(res)["predictions"][0],
+                     expected[d + "/new/" + std::to_string(i) + ".wav"], absl::StrCat("wav ", i),
+                     2);
+  }
+  const std::string& wav = wavs[2];
+  const size_t data = wav.find("data");
+  std::string data_too_long = wav;
+  data_too_long.replace(data + 4, 4, std::string("\xff\xff\xff\x0f", 4));
+  std::string no_channels = wav;
+  no_channels.replace(22, 2, std::string("\0\0", 2));
+  struct Bad {
+    std::string body, says;
+  };
+  std::vector<Bad> bad = {
+      {data_too_long, "the audio: the WAV header says its data chunk holds 268435455 bytes"},
+      {wav.substr(0, wav.size() / 2), "(truncated, or a header that lies)"},
+      {no_channels, "the audio: cannot read audio"},
+      {"RIFF1234WAVE", "the audio"},
+      {"not audio at all", "the audio is not a WAV, FLAC or Ogg file"}};
+  auto client = server.Client();
+  for (const Bad& b : bad) {
+    auto res = client->Post("/v1/predict", b.body, "audio/wav");
+    ASSERT_TRUE(res) << b.says;
+    EXPECT_EQ(res->status, 400) << b.says << ": " << res->body;
+    EXPECT_TRUE(absl::StrContains(Json(res).value("error", ""), b.says)) << res->body;
+  }
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
+// A text classifier (spam_bow, tiny) serves text bodies and JSON strings as kiln predict labels the
+// same lines; a body that is not UTF-8 is 400.
+TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
+  TempDir dir;
+  const std::string d = dir.path();
+  auto jsonl = [](int n, int offset) {
+    std::string out;
+    for (int i = offset; i < offset + n; ++i) {
+      out += i % 2 ? absl::StrCat("{\"text\": \"buy cheap pills now offer ", i % 5,
+                                  "\", \"label\": \"spam\"}\n")
+                   : absl::StrCat("{\"text\": \"meeting notes for the team ", i % 5,
+                                  "\", \"label\": \"ham\"}\n");
+    }
+    return out;
+  };
+  dir.Write("train.jsonl", jsonl(40, 0));
+  dir.Write("val.jsonl", jsonl(6, 40));
+  const std::vector<std::string> texts = {"buy cheap pills now", "meeting notes for the team",
+                                          "cheap team offer", "notes"};
+  dir.Write("new.txt", absl::StrJoin(texts, "\n") + "\n");
+  auto train = testing::RunProcess(
+      {KILN_BINARY, "train", "experiment=spam_bow", "data.train=" + d + "/train.jsonl",
+       "data.val=" + d + "/val.jsonl", "data.test=" + d + "/val.jsonl",
+       "data.tokenizer.min_frequency=1", "data.batch_size=8", "model.dim=8",
+       "model.ngram_buckets=64", "trainer.max_epochs=2", "trainer.num_threads=1", "test=false",
+       "hydra.run.dir=" + d + "/run"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  auto predict = testing::RunProcess(
+      {KILN_BINARY, "predict", "run_dir=" + d + "/run", "++data.predict=" + d + "/new.txt",
+       "+prediction_writer=jsonl", "hydra.run.dir=" + d + "/predict"});
+  ASSERT_EQ(predict.exit_code, 0) << predict.err;
+  std::vector<nlohmann::json> expected = PredictRows(d + "/predict/predictions.jsonl");
+  ASSERT_EQ(expected.size(), texts.size());
+
+  Server server(d + "/serve", d + "/run", {});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  auto client = server.Client();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    auto res = client->Post("/v1/predict", texts[i], "text/plain");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    ExpectSameAnswer(Json(res)["predictions"][0], expected[i], absl::StrCat("text ", i), 2);
+  }
+  nlohmann::json request = {{"inputs", texts}};
+  auto res = client->Post("/v1/predict", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ASSERT_EQ(Json(res)["predictions"].size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i)
+    ExpectSameAnswer(Json(res)["predictions"][i], expected[i], "json", 2);
+  res = client->Post("/v1/predict", std::string("caf\xc3", 4), "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_FALSE(Json(res).value("error", "").empty()) << res->body;
+  EXPECT_EQ(server.Terminate(), 0);
 }
 
 }  // namespace
