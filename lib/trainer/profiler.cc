@@ -64,13 +64,13 @@ std::vector<std::string> PhaseProfiler::Report(double total_seconds) const {
 OperatorTrace::~OperatorTrace() { Finish(); }
 
 void OperatorTrace::BeforeBatch(int64_t n) {
-  if (n == kFirstBatch && !recording_ && !written_) {
+  if (n == first_ && !recording_ && !written_) {
     recording_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path_);
   }
 }
 
 void OperatorTrace::AfterBatch(int64_t n) {
-  if (n + 1 == kFirstBatch + kBatches) Finish();
+  if (n + 1 == first_ + count_) Finish();
 }
 
 bool OperatorTrace::Finish() {
