@@ -426,7 +426,13 @@ TEST(Profiler, AdvancedWritesAChromeTraceOfOperators) {
     ASSERT_NE(event->Find("ts"), nullptr);
     ASSERT_NE(event->Find("ph"), nullptr);
     names.insert(event->Find("name")->as_string());
+    // Numbered as the Trace Event Format has it (LibTorch writes "CPU Functions"), and named.
+    ASSERT_NE(event->Find("pid"), nullptr);
+    EXPECT_EQ(event->Find("pid")->kind(), config::NodeKind::kInt);
+    EXPECT_EQ(event->Find("pid")->as_int(), 1);
   }
+  EXPECT_EQ(names.count("process_name"), 1u);
+  EXPECT_EQ(names.count("thread_name"), 1u);
   EXPECT_EQ(names.count("aten::addmm"), 1u);  // the forward pass
   EXPECT_EQ(names.count("autograd::engine::evaluate_function: AddmmBackward0"), 1u);  // the backward
   EXPECT_EQ(names.count("aten::addcdiv_"), 1u);  // AdamW's step
