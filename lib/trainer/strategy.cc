@@ -85,10 +85,19 @@ absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
     }
   }
   module.to(device_);
-  if (bf16_weights_) module.to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  if (bf16_weights_) {
+    // Floating tensors only: LibTorch's Module::to(dtype), unlike Python's, converts integer
+    // buffers too (BatchNorm's num_batches_tracked, the tokenizer fingerprint).
+    for (auto& p : module.parameters()) {
+      if (p.is_floating_point()) p.set_data(p.data().to(torch::kBFloat16));
+    }
+    for (auto& b : module.buffers()) {
+      if (b.is_floating_point()) b.set_data(b.to(torch::kBFloat16));
+    }
+  }
   if (!options_.channels_last) return absl::OkStatus();
   // torch::nn::Module::to has no memory-format overload (Python's has): convert the 4-D tensors.
-  torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
     if (p.dim() == 4) p.set_data(ToChannelsLast(p.data()));
   }

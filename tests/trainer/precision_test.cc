@@ -2,6 +2,8 @@
 // the CPU lacks bf16 instructions) and matches float32 within bf16's rounding; weights and
 // gradients stay float32; trainer.precision=auto picks float32 when the CPU flag is absent
 // (KILN_CPU_FLAGS simulates another CPU) and bf16-mixed when it is there.
+#include "lib/trainer/precision.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,12 +13,12 @@
 #include <functional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/precision.h"
 #include "lib/trainer/strategy.h"
 
 namespace kiln {
@@ -154,8 +156,11 @@ void ExpectEveryFamilyMatchesFloat32(TrainerOptions::Precision precision) {
         continue;
       }
       ASSERT_TRUE(bf16.PlaceModule(*model).ok());
-      for (const auto& b : model->buffers()) {
-        if (b.is_floating_point()) EXPECT_EQ(b.scalar_type(), torch::kBFloat16);
+      for (const auto& b : model->named_buffers()) {
+        // Integer buffers keep their type (BatchNorm's num_batches_tracked).
+        EXPECT_EQ(b.value().scalar_type(),
+                  absl::EndsWith(b.key(), "num_batches_tracked") ? torch::kInt64 : torch::kBFloat16)
+            << b.key();
       }
     }
     Step b = RunStep(*model, bf16.InputToDevice(input), target, bf16);
