@@ -6,13 +6,12 @@
 namespace kiln {
 namespace {
 
-using AdamFactory = TorchOptimizerFactory<torch::optim::Adam, torch::optim::AdamOptions>;
-
 KILN_REGISTER_BOUND(OptimizerFactory, "adam", "Adam (weight decay as an L2 term in the gradient)",
                     AdamBinding<AdamOptions>(),
-                    [](const AdamOptions& o) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                      return std::make_shared<AdamFactory>(
-                          ToTorchOptions<torch::optim::AdamOptions>(o), o.no_decay_norm_and_bias);
+                    [](const AdamOptions& o, const OptionContext& context)
+                        -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
+                      return MakeAdamFactory<torch::optim::Adam, torch::optim::AdamOptions>(
+                          o, context);
                     });
 
 }  // namespace

@@ -6,18 +6,16 @@
 namespace kiln {
 namespace {
 
-using AdamWFactory = TorchOptimizerFactory<torch::optim::AdamW, torch::optim::AdamWOptions>;
-
 struct AdamWOptions : AdamOptions {
   AdamWOptions() { weight_decay = 0.01; }
 };
 
-KILN_REGISTER_BOUND(OptimizerFactory, "adamw", "AdamW (decoupled weight decay)",
-                    AdamBinding<AdamWOptions>(),
-                    [](const AdamWOptions& o) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                      return std::make_shared<AdamWFactory>(
-                          ToTorchOptions<torch::optim::AdamWOptions>(o), o.no_decay_norm_and_bias);
-                    });
+KILN_REGISTER_BOUND(
+    OptimizerFactory, "adamw", "AdamW (decoupled weight decay)", AdamBinding<AdamWOptions>(),
+    [](const AdamWOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
+      return MakeAdamFactory<torch::optim::AdamW, torch::optim::AdamWOptions>(o, context);
+    });
 
 }  // namespace
 }  // namespace kiln

@@ -52,7 +52,7 @@ NodePtr RunHydraConfig(const std::string& run_dir) {
 
 // Whether the run's stored config is that of a training run: the command it recorded
 // (hydra.job.name) is `train`, or it recorded none. The folder of another command's checkpoint
-// (`kiln average`'s averaged.ckpt) holds that command's config.
+// (`kiln average ... out=DIR/a.ckpt` run in DIR) holds that command's config.
 bool TrainedThere(const NodePtr& hydra) {
   NodePtr name = hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "job", "name"});
   return name == nullptr || name->kind() != config::NodeKind::kString || name->as_string() == "train";

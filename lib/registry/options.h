@@ -128,6 +128,9 @@ class OptionContext {
   absl::Status Refuse(const std::string& name, const std::string& what) const;
   std::string FullKey(const std::string& name) const { return options_.FullKey(name); }
   const std::string& component() const { return component_; }
+  // The validated options, defaults filled in (to validate a part that overrides some of them,
+  // as an optimizer's param_groups do).
+  const config::Config& options() const { return options_; }
 
  private:
   config::Config options_;

@@ -49,10 +49,12 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnSetup(t); }));
   // Frozen parameters (model.freeze, backbone_finetuning) stay out of the optimizer.
   NamedParameters params;
+  std::vector<std::string> model_names;
   for (const auto& p : task.module().named_parameters()) {
     if (p.value().requires_grad()) params.emplace_back(p.key(), p.value());
+    model_names.push_back(p.key());
   }
-  KILN_ASSIGN_OR_RETURN(t.optimizer_, inputs.optimizer->Create(params));
+  KILN_ASSIGN_OR_RETURN(t.optimizer_, inputs.optimizer->Create(params, model_names));
   if (inputs.scheduler) KILN_RETURN_IF_ERROR(inputs.scheduler->Attach(t.optimizer_.get(), total_steps, steps_per_epoch));
 
   StopSignals signals;

@@ -19,6 +19,12 @@ absl::StatusOr<std::vector<std::string>> ParametersMatching(torch::nn::Module& m
                                                             const std::string& option) {
   std::vector<std::string> all;
   for (const auto& p : module.named_parameters()) all.push_back(p.key());
+  return NamesMatching(all, globs, option);
+}
+
+absl::StatusOr<std::vector<std::string>> NamesMatching(const std::vector<std::string>& all,
+                                                       const std::vector<std::string>& globs,
+                                                       const std::string& option) {
   for (const auto& glob : globs) {
     if (std::none_of(all.begin(), all.end(),
                      [&](const std::string& n) { return GlobMatches(glob, n); })) {

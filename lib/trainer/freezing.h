@@ -23,6 +23,10 @@ bool GlobMatches(const std::string& glob, const std::string& name);
 absl::StatusOr<std::vector<std::string>> ParametersMatching(torch::nn::Module& module,
                                                             const std::vector<std::string>& globs,
                                                             const std::string& option);
+// The same over a list of parameter names (`all`, in the model's order).
+absl::StatusOr<std::vector<std::string>> NamesMatching(const std::vector<std::string>& all,
+                                                       const std::vector<std::string>& globs,
+                                                       const std::string& option);
 // Sets requires_grad on the named parameters.
 void SetTrainable(torch::nn::Module& module, const std::vector<std::string>& names, bool trainable);
 // Whether any parameter of `module` would still train.

@@ -16,13 +16,20 @@ namespace kiln {
 
 using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Builds a torch optimizer over a model's parameters. With `no_decay_norm_and_bias`, parameters
-// of dimension <= 1 (biases, norm scales and shifts) go to a second group without weight decay.
+// Builds a torch optimizer over a model's parameters, in parameter groups: with
+// `no_decay_norm_and_bias`, parameters of dimension <= 1 (biases, norm scales and shifts) go to a
+// group without weight decay; `param_groups` and `lr_decay` (components/optim/param_groups.h) make
+// groups by name.
 class OptimizerFactory {
  public:
   static constexpr const char* kKind = "optimizer";
   virtual ~OptimizerFactory() = default;
-  virtual absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Create(const NamedParameters& params) = 0;
+  // `params`: the parameters to train. `model_names`: the names of every parameter of the model,
+  // frozen ones too, in the model's order (empty: the names in `params`): what group globs must
+  // match and layer-wise decay counts layers in, so a group is the same whichever subset of the
+  // model is trained (backbone_finetuning adds the rest later).
+  virtual absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Create(
+      const NamedParameters& params, const std::vector<std::string>& model_names = {}) = 0;
 };
 
 // Sets the learning rate of every parameter group, once per optimizer step or once per epoch.

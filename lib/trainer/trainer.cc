@@ -92,11 +92,14 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
   }
   std::set<std::string> wanted(names.begin(), names.end());
   NamedParameters params;
+  std::vector<std::string> model_names;
   for (const auto& p : inputs_.task->module().named_parameters()) {
     if (wanted.count(p.key()) > 0) params.emplace_back(p.key(), p.value());
+    model_names.push_back(p.key());
   }
   if (params.empty()) return absl::OkStatus();
-  KILN_ASSIGN_OR_RETURN(auto fresh, inputs_.optimizer->Create(params));
+  // The groups param_groups and lr_decay make for these parameters among the whole model's.
+  KILN_ASSIGN_OR_RETURN(auto fresh, inputs_.optimizer->Create(params, model_names));
   for (auto& group : fresh->param_groups()) {
     std::unique_ptr<torch::optim::OptimizerOptions> options = group.options().clone();
     double base_lr = options->get_lr() * lr_factor;

@@ -8,9 +8,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -77,6 +81,11 @@ class TrainCliTest : public ::testing::Test {
     for (auto& e : extra) {
       if (e == "test" || e == "validate" || e == "export" || e == "predict") {
         argv[1] = e;
+        continue;
+      }
+      if (e == "tune") {  // kiln tune lr_find
+        argv[1] = e;
+        argv.insert(argv.begin() + 2, "lr_find");
         continue;
       }
       argv.push_back(e);
@@ -214,15 +223,198 @@ TEST_P(TrainBadInputTest, OneLineNonZeroExitNothingWritten) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainBadInputTest,
     ::testing::Values(
-        BadTrainInput{"MissingDatasetPath", {"data.root=DIR/nowhere"}, "DIR/nowhere/train-images-idx3-ubyte.gz: no such file"},
-        BadTrainInput{"TruncatedIdx", {"data.train_images=short-images.gz"}, "short-images.gz: truncated IDX file"},
-        BadTrainInput{"NotIdx", {"data.train_images=not-idx.gz"}, "not-idx.gz: expected an IDX file with 3 dimensions"},
+        BadTrainInput{"MissingDatasetPath",
+                      {"data.root=DIR/nowhere"},
+                      "DIR/nowhere/train-images-idx3-ubyte.gz: no such file"},
+        BadTrainInput{"TruncatedIdx",
+                      {"data.train_images=short-images.gz"},
+                      "short-images.gz: truncated IDX file"},
+        BadTrainInput{"NotIdx",
+                      {"data.train_images=not-idx.gz"},
+                      "not-idx.gz: expected an IDX file with 3 dimensions"},
         BadTrainInput{"UnknownTarget", {"model._target_=resnt"}, "unknown model 'resnt'"},
         BadTrainInput{"UnknownOption", {"+model.widht=3"}, "unknown option 'model.widht'"},
-        BadTrainInput{"CorruptCheckpoint", {"ckpt_path=DIR/bad.ckpt"}, "bad.ckpt: not a readable kiln checkpoint"},
-        BadTrainInput{"MissingCheckpoint", {"test", "ckpt_path=DIR/none.ckpt"}, "none.ckpt: no such checkpoint"},
-        BadTrainInput{"ModelDoesNotFitTheData", {"model.in_features=100"}, "kiln train failed: mat1 and mat2 shapes"}),
+        BadTrainInput{"CorruptCheckpoint",
+                      {"ckpt_path=DIR/bad.ckpt"},
+                      "bad.ckpt: not a readable kiln checkpoint"},
+        BadTrainInput{"MissingCheckpoint",
+                      {"test", "ckpt_path=DIR/none.ckpt"},
+                      "none.ckpt: no such checkpoint"},
+        BadTrainInput{"ModelDoesNotFitTheData",
+                      {"model.in_features=100"},
+                      "kiln train failed: mat1 and mat2 shapes"},
+        BadTrainInput{"LrFindMinAboveMax",
+                      {"tune", "tuner.lr_find.min_lr=0.1", "tuner.lr_find.max_lr=0.01"},
+                      "option 'tuner.lr_find.max_lr' of kiln tune lr_find must be greater than "
+                      "min_lr (0.1), got 0.01"},
+        BadTrainInput{"LrFindTooFewSteps",
+                      {"tune", "tuner.lr_find.num_training=5"},
+                      "option 'tuner.lr_find.num_training' of kiln tune lr_find must be at least "
+                      "skip_begin + skip_end + 2 (13)"},
+        BadTrainInput{
+            "LrFindUnknownOption", {"tune", "+tuner.lr_find.max_lrr=3"}, "'tuner.lr_find.max_lrr'"},
+        BadTrainInput{
+            "LrFindFromACheckpoint", {"tune", "ckpt_path=DIR/bad.ckpt"}, "not from ckpt_path"},
+        BadTrainInput{"LrFindDivergesTooEarly",
+                      {"tune", "tuner.lr_find.min_lr=100", "tuner.lr_find.max_lr=1e9"},
+                      "kiln tune lr_find: no suggestion"}),
     [](const ::testing::TestParamInfo<BadTrainInput>& info) { return info.param.name; });
+
+// The steepest-descent rule by hand on lr_find.csv's columns (Lightning's suggestion(): skip
+// 10 points at the start and 1 at the end, the gradient of the smoothed loss against log(lr), the
+// exponential sweep's axis, with second-order differences inside and first-order ones at both
+// ends); returns the row.
+size_t SteepestDescentByHand(const std::vector<double>& lr, const std::vector<double>& smoothed) {
+  std::vector<double> x, y(smoothed.begin() + 10, smoothed.end() - 1);
+  for (size_t i = 10; i + 1 < lr.size(); ++i) x.push_back(std::log(lr[i]));
+  size_t n = x.size(), best = 0;
+  double lowest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double g;
+    if (i == 0) {
+      g = (y[1] - y[0]) / (x[1] - x[0]);
+    } else if (i == n - 1) {
+      g = (y[n - 1] - y[n - 2]) / (x[n - 1] - x[n - 2]);
+    } else {
+      double a = x[i] - x[i - 1], b = x[i + 1] - x[i];
+      g = (a * a * y[i + 1] - b * b * y[i - 1] + (b * b - a * a) * y[i]) / (a * b * (a + b));
+    }
+    if (i == 0 || g < lowest) {
+      lowest = g;
+      best = i;
+    }
+  }
+  return best + 10;
+}
+
+std::vector<std::vector<std::string>> CsvRows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cells_in(line);
+    for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.push_back("");
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// One column of a CSV with a header, by name (empty cells left out).
+std::vector<std::string> CsvColumn(const std::string& text, const std::string& name) {
+  auto rows = CsvRows(text);
+  std::vector<std::string> out;
+  if (rows.empty()) return out;
+  auto at = std::find(rows[0].begin(), rows[0].end(), name);
+  if (at == rows[0].end()) return out;
+  size_t column = static_cast<size_t>(at - rows[0].begin());
+  for (size_t r = 1; r < rows.size(); ++r) {
+    if (column < rows[r].size() && !rows[r][column].empty()) out.push_back(rows[r][column]);
+  }
+  return out;
+}
+
+int CountOf(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+bool ChromiumOnPath() {
+  return RunProcess({"/bin/sh", "-c",
+                     "command -v chromium || command -v chromium-browser || command -v "
+                     "google-chrome-stable || command -v google-chrome"})
+             .exit_code == 0;
+}
+
+// `kiln tune lr_find`: lr_find.csv with one row per step, the lrs growing from min_lr, the
+// suggestion printed in one line equal to the steepest-descent rule applied by hand to the CSV,
+// the plot as a PNG (or, without Chromium, one line saying how to get it); `--apply` trains with
+// that lr (metrics.csv's lr column), and exactly as `kiln train optimizer.lr=SUGGESTION` does:
+// the sweep left no trace in the model, the optimizer or the training metrics.
+TEST_F(TrainCliTest, LrFindSuggestsTheSteepestDescentPlotsItAndApplyTrainsWithIt) {
+  const std::vector<std::string> common = {"scheduler=null", "trainer.max_epochs=1",
+                                           "trainer.log_every_n_steps=1", "test=false",
+                                           "tuner.lr_find.num_training=30"};
+  auto args = common;
+  args.insert(args.begin(), "tune");
+  args.push_back("hydra.run.dir=" + dir_.path() + "/tune");
+  auto r = Kiln(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const std::string prefix = "lr_find: suggested lr ";
+  ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+  const double suggested = std::stod(r.out.substr(prefix.size()));
+  std::string csv = testing::ReadFile(dir_.path() + "/tune/lr_find.csv");
+  auto rows = CsvRows(csv);
+  ASSERT_GE(rows.size(), 14u) << csv;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"lr", "loss", "smoothed_loss"}));
+  std::vector<double> lr, smoothed;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 3u) << csv;
+    lr.push_back(std::stod(rows[i][0]));
+    smoothed.push_back(std::stod(rows[i][2]));
+    if (i > 1) EXPECT_GT(lr.back(), lr[lr.size() - 2]) << "row " << i;
+  }
+  EXPECT_EQ(lr.front(), 1e-8);
+  if (lr.size() == 30) EXPECT_NEAR(lr.back(), 1.0, 1e-12);
+  EXPECT_EQ(suggested, lr[SteepestDescentByHand(lr, smoothed)]) << csv;
+  if (ChromiumOnPath()) {
+    std::string png = testing::ReadFile(dir_.path() + "/tune/lr_find.png");
+    ASSERT_GT(png.size(), 1000u) << r.err;
+    EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  } else {
+    std::cerr << "chromium is not installed (apt-get install chromium): lr_find.png not checked\n";
+  }
+  // Without Chromium on PATH: the CSV all the same, one line saying how to get the plot, exit 0.
+  args.back() = "hydra.run.dir=" + dir_.path() + "/nochrome";
+  auto bare = RunProcess(Args(args), {{"PATH", "/nonexistent"}});
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_TRUE(FileExists(dir_.path() + "/nochrome/lr_find.csv"));
+  EXPECT_FALSE(FileExists(dir_.path() + "/nochrome/lr_find.png"));
+  EXPECT_EQ(CountOf(bare.err, "apt-get install chromium"), 1) << bare.err;
+
+  // --apply: the same sweep, then training with the suggestion.
+  args.back() = "hydra.run.dir=" + dir_.path() + "/apply";
+  args.insert(args.begin() + 1, "--apply");
+  auto applied = Kiln(args);
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_EQ(applied.out.substr(0, applied.out.find(';')), r.out.substr(0, r.out.find(';')));
+  const std::string suggestion_text =
+      r.out.substr(prefix.size(), r.out.find(' ', prefix.size()) - prefix.size());
+  EXPECT_NE(applied.err.find("lr_find --apply: training with optimizer.lr=" + suggestion_text),
+            std::string::npos)
+      << applied.err;
+  std::string metrics = testing::ReadFile(dir_.path() + "/apply/metrics.csv");
+  auto lrs = CsvColumn(metrics, "lr");
+  ASSERT_EQ(lrs.size(), 15u)
+      << metrics;  // 460 training images (10% validate) / 32 per batch: 15 steps, each logged
+  for (const auto& v : lrs) EXPECT_NEAR(std::stod(v), suggested, suggested * 1e-5) << metrics;
+  auto trained =
+      Kiln({"scheduler=null", "trainer.max_epochs=1", "trainer.log_every_n_steps=1", "test=false",
+            "optimizer.lr=" + suggestion_text, "hydra.run.dir=" + dir_.path() + "/plain"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string plain = testing::ReadFile(dir_.path() + "/plain/metrics.csv");
+  for (const char* column : {"train/loss", "train/acc_epoch", "val/loss", "val/acc"}) {
+    EXPECT_FALSE(CsvColumn(plain, column).empty()) << column << "\n" << plain;
+    EXPECT_EQ(CsvColumn(metrics, column), CsvColumn(plain, column)) << column;
+  }
+}
+
+TEST_F(TrainCliTest, TuneNeedsAKnownSubcommandAndApplyBelongsToTune) {
+  for (const auto& [argv, mention] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{KILN_BINARY, "tune", "lr_fnd"},
+            "unknown tune subcommand 'lr_fnd' (did you mean 'lr_find'?)"},
+           {{KILN_BINARY, "tune", "model=mlp"},
+            "kiln tune needs a subcommand: kiln tune lr_find [--apply]"},
+           {{KILN_BINARY, "train", "--apply"}, "--apply is a flag of kiln tune"}}) {
+    auto r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.find("kiln: error: "), 0u) << r.err;
+    EXPECT_NE(r.err.substr(0, r.err.find('\n')).find(mention), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
 
 // A new head on a checkpoint's body: model.init_from with init_ignore, two of the classes with
 // 100 samples each, the body frozen for the first epoch. Without init_ignore, with a glob that
@@ -267,15 +459,64 @@ TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) 
 
   auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/avg"});
   ASSERT_EQ(average.exit_code, 0) << average.err;
-  EXPECT_EQ(average.out, dir_.path() + "/avg/averaged.ckpt\n");
-  auto tested = Kiln({"test", "ckpt_path=" + dir_.path() + "/avg/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  EXPECT_EQ(average.out, run + "/checkpoints/averaged.ckpt\n");  // in the run, beside its checkpoints
+  auto tested = Kiln({"test", "ckpt_path=" + run + "/checkpoints/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(tested.exit_code, 0) << tested.err;
+  EXPECT_NE(tested.err.find("the job config is " + run + "/.hydra/config.yaml"), std::string::npos) << tested.err;
   EXPECT_GE(TestAccuracy(tested.out), 0) << tested.out;
   auto different = RunProcess({KILN_BINARY, "average",
                                "ckpt=[" + run + "/checkpoints/last.ckpt," + dir_.path() + "/tune/checkpoints/last.ckpt]",
                                "hydra.run.dir=" + dir_.path() + "/avg2"});
   EXPECT_EQ(different.exit_code, 2);
   EXPECT_NE(different.err.find("hold different models: 'head.bias' is [10] and [2]"), std::string::npos) << different.err;
+}
+
+// Optimizer parameter groups and layer-wise lr decay from the command line: metrics.csv has the
+// lr of every group (lr_monitor), each its group's lr times lr_decay^(layers above it); bad
+// groups are one line and exit 2 before training.
+TEST_F(TrainCliTest, ParamGroupsAndLayerDecayFromTheCommandLine) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false", "scheduler=null", "optimizer.lr=0.001",
+                 "+optimizer.lr_decay=0.5",
+                 "+optimizer.param_groups=[{params:[head.*],lr:0.05,weight_decay:0}]",
+                 "+callbacks.lr_monitor._target_=lr_monitor"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // mlp: layers.0, layers.1 (2 blocks), head; no_decay_norm_and_bias splits each group in two.
+  EXPECT_NE(r.err.find("optimizer: 6 parameter groups"), std::string::npos) << r.err;
+  std::ifstream csv(dir_.path() + "/run/metrics.csv");
+  std::string header, row;
+  ASSERT_TRUE(std::getline(csv, header));
+  ASSERT_TRUE(std::getline(csv, row));
+  std::vector<std::string> keys, values;
+  for (std::stringstream in(header); std::getline(in, header, ',');) keys.push_back(header);
+  for (std::stringstream in(row); std::getline(in, row, ',');) values.push_back(row);
+  std::map<std::string, double> lr;
+  for (size_t i = 0; i < keys.size() && i < values.size(); ++i) {
+    if (keys[i].rfind("lr-AdamW/", 0) == 0) lr[keys[i].substr(9)] = std::stod(values[i]);
+  }
+  const std::map<std::string, double> expected = {{"pg0", 0.0005},  {"pg1", 0.0005},
+                                                  {"pg2", 0.00025}, {"pg3", 0.00025},
+                                                  {"pg4", 0.05},    {"pg5", 0.05}};
+  EXPECT_EQ(lr, expected) << header;
+  auto typo = Kiln({"+optimizer.param_groups=[{params:[haed.*],lr:0.05}]"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("kiln: error: optimizer.param_groups.0.params: 'haed.*' matches no "
+                          "parameter of the model"),
+            std::string::npos)
+      << typo.err;
+  auto twice =
+      Kiln({"+optimizer.param_groups=[{params:[head.*],lr:0.05},{params:['*.bias'],lr:0.01}]"});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("kiln: error: 'head.bias' is in two parameter groups: "
+                           "optimizer.param_groups.0 ('head.*') "
+                           "and optimizer.param_groups.1 ('*.bias')"),
+            std::string::npos)
+      << twice.err;
+  auto no_blocks = Kiln({"model=cnn", "+optimizer.lr_decay=0.75"});
+  EXPECT_EQ(no_blocks.exit_code, 2);
+  EXPECT_NE(no_blocks.err.find(
+                "kiln: error: optimizer.lr_decay: the model has no stacked blocks to decay over"),
+            std::string::npos)
+      << no_blocks.err;
 }
 
 TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {

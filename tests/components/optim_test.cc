@@ -5,9 +5,10 @@
 #include <limits>
 #include <sstream>
 
-#include "lib/trainer/optimization.h"
+#include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/optimization.h"
 
 namespace kiln {
 namespace {
@@ -269,6 +270,268 @@ TEST(OptimizerOptions, NegativeWeightDecayAndMissingLr) {
   EXPECT_TRUE(Contains(m, "optimizer.weight_decay")) << m;
   m = OptimizerError("_target_: adam\n");
   EXPECT_TRUE(Contains(m, "optimizer.lr")) << m;
+}
+
+// --- Parameter groups ----------------------------------------------------------------------------
+
+// The parameter group that holds `tensor`.
+const torch::optim::OptimizerParamGroup& GroupOf(torch::optim::Optimizer& optimizer,
+                                                 const torch::Tensor& tensor) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.is_same(tensor)) return group;
+    }
+  }
+  ADD_FAILURE() << "tensor in no group";
+  return optimizer.param_groups().front();
+}
+
+// One plain SGD step (momentum 0) with every gradient 1: each parameter moves by
+// -lr * (1 + weight_decay * p), with the lr and weight decay of its own group.
+TEST(ParamGroups, EachParameterMovesByItsGroupsLrAndWeightDecay) {
+  TinyNet net;
+  auto optimizer = CreateOver(
+      "_target_: sgd\nlr: 0.1\nmomentum: 0\nweight_decay: 0.01\nparam_groups:\n"
+      "  - {params: [fc2.*], lr: 0.5, weight_decay: 0.2}\n"
+      "  - {params: ['norm.*'], lr: 0.01}\n",
+      Named(net));
+  ASSERT_NE(optimizer, nullptr);
+  // The rest (fc1) first, then the groups in their order.
+  ASSERT_EQ(optimizer->param_groups().size(), 3u);
+  EXPECT_TRUE(optimizer->param_groups()[0].params()[0].is_same(net.fc1->weight));
+  EXPECT_TRUE(optimizer->param_groups()[1].params()[0].is_same(net.fc2->weight));
+  EXPECT_TRUE(optimizer->param_groups()[2].params()[0].is_same(net.norm->weight));
+  std::map<std::string, std::pair<double, double>> expected = {
+      {"fc1.weight", {0.1, 0.01}}, {"fc1.bias", {0.1, 0.01}},  {"norm.weight", {0.01, 0.01}},
+      {"norm.bias", {0.01, 0.01}}, {"fc2.weight", {0.5, 0.2}}, {"fc2.bias", {0.5, 0.2}}};
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& p : net.named_parameters()) {
+    before[p.key()] = p.value().detach().clone();
+    p.value().mutable_grad() = torch::ones_like(p.value());
+  }
+  optimizer->step();
+  for (const auto& p : net.named_parameters()) {
+    auto [lr, wd] = expected.at(p.key());
+    torch::Tensor want = before[p.key()] - lr * (1 + wd * before[p.key()]);
+    EXPECT_TRUE(torch::allclose(p.value(), want, 1e-6, 1e-7)) << p.key();
+  }
+}
+
+// A group's options are the optimizer's with the group's own values over them (betas, eps,
+// amsgrad for Adam); no_decay_norm_and_bias splits every group.
+TEST(ParamGroups, GroupOptionsOverrideTheOptimizersOwn) {
+  TinyNet net;
+  auto optimizer = CreateOver(
+      "_target_: adamw\nlr: 1e-3\nno_decay_norm_and_bias: true\nparam_groups:\n"
+      "  - {params: ['fc2.*'], betas: [0.5, 0.9], eps: 1e-6, amsgrad: true}\n",
+      Named(net));
+  ASSERT_NE(optimizer, nullptr);
+  // rest: fc1.weight; rest without decay: fc1.bias, norm.*; fc2.weight; fc2.bias without decay.
+  ASSERT_EQ(optimizer->param_groups().size(), 4u);
+  auto& fc2 = static_cast<const torch::optim::AdamWOptions&>(
+      GroupOf(*optimizer, net.fc2->weight).options());
+  EXPECT_EQ(fc2.lr(), 1e-3);
+  EXPECT_EQ(std::get<0>(fc2.betas()), 0.5);
+  EXPECT_EQ(std::get<1>(fc2.betas()), 0.9);
+  EXPECT_EQ(fc2.eps(), 1e-6);
+  EXPECT_TRUE(fc2.amsgrad());
+  EXPECT_EQ(fc2.weight_decay(), 0.01);
+  auto& fc2_bias =
+      static_cast<const torch::optim::AdamWOptions&>(GroupOf(*optimizer, net.fc2->bias).options());
+  EXPECT_EQ(fc2_bias.weight_decay(), 0.0);
+  EXPECT_TRUE(fc2_bias.amsgrad());
+  auto& fc1 = static_cast<const torch::optim::AdamWOptions&>(
+      GroupOf(*optimizer, net.fc1->weight).options());
+  EXPECT_EQ(std::get<0>(fc1.betas()), 0.9);
+  EXPECT_FALSE(fc1.amsgrad());
+}
+
+// Frozen parameters stay out, but their names still count: a group of frozen parameters only
+// is no error (backbone_finetuning adds them later), and layers are counted over the model.
+TEST(ParamGroups, GlobsAreCheckedAgainstTheWholeModel) {
+  TinyNet net;
+  auto factory =
+      BuildOptimizer("_target_: sgd\nlr: 0.1\nparam_groups: [{params: ['fc2.*'], lr: 0.5}]\n");
+  ASSERT_TRUE(factory.ok()) << factory.status();
+  NamedParameters trainable = {{"fc1.weight", net.fc1->weight}, {"fc1.bias", net.fc1->bias}};
+  std::vector<std::string> all;
+  for (const auto& p : net.named_parameters()) all.push_back(p.key());
+  auto optimizer = (*factory)->Create(trainable, all);
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  ASSERT_EQ((*optimizer)->param_groups().size(), 1u);
+  EXPECT_EQ((*optimizer)->param_groups()[0].options().get_lr(), 0.1);
+  // Only fc2 given (as when it is unfrozen): its own group's lr.
+  optimizer = (*factory)->Create({{"fc2.weight", net.fc2->weight}}, all);
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  EXPECT_EQ((*optimizer)->param_groups()[0].options().get_lr(), 0.5);
+}
+
+std::string CreateError(const std::string& yaml, torch::nn::Module& module) {
+  auto factory = BuildOptimizer(yaml);
+  EXPECT_TRUE(factory.ok()) << factory.status();
+  if (!factory.ok()) return "";
+  auto optimizer = (*factory)->Create(Named(module));
+  EXPECT_FALSE(optimizer.ok());
+  std::string message = optimizer.ok() ? "" : std::string(optimizer.status().message());
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
+}
+
+TEST(ParamGroups, BadGroupsAreRefusedInOneLine) {
+  TinyNet net;
+  // As torch.optim: a parameter in two groups is an error, not first-match-wins.
+  EXPECT_EQ(CreateError("_target_: sgd\nlr: 0.1\nparam_groups:\n  - {params: ['fc*'], lr: 0.5}\n"
+                        "  - {params: ['*.weight'], lr: 0.01}\n",
+                        net),
+            "'fc1.weight' is in two parameter groups: optimizer.param_groups.0 ('fc*') and "
+            "optimizer.param_groups.1 ('*.weight'); a parameter can be in one group only, as in "
+            "torch.optim");
+  // As model.freeze and init_ignore: a glob that matches nothing is an error.
+  EXPECT_EQ(
+      CreateError("_target_: sgd\nlr: 0.1\nparam_groups: [{params: [fc2.*, head.*], lr: 0.5}]\n",
+                  net),
+      "optimizer.param_groups.0.params: 'head.*' matches no parameter of the model (its 6: "
+      "fc1.weight, fc1.bias, norm.weight, norm.bias, fc2.weight, fc2.bias)");
+  EXPECT_EQ(
+      OptimizerError("_target_: sgd\nlr: 0.1\nparam_groups: [{lr: 0.5}]\n"),
+      "option 'optimizer.param_groups.0.params' of optimizer 'sgd' must be a non-empty list of "
+      "parameter-name globs ([head.*, fc*]), got null");
+  EXPECT_EQ(
+      OptimizerError("_target_: sgd\nlr: 0.1\nparam_groups:\n  - {params: [fc2.*], lr: -1}\n"),
+      "option 'optimizer.param_groups.0.lr' of optimizer 'sgd' must be greater than 0, got -1 "
+      "(set at optimizer.yaml:4)");
+  std::string m =
+      OptimizerError("_target_: sgd\nlr: 0.1\nparam_groups:\n  - {params: [fc2.*], momentun: 0}\n");
+  EXPECT_TRUE(Contains(m, "optimizer.param_groups.0.momentun")) << m;
+  EXPECT_TRUE(Contains(m, "did you mean 'momentum'")) << m;
+  EXPECT_EQ(
+      OptimizerError(
+          "_target_: sgd\nlr: 0.1\nparam_groups:\n  - {params: [fc2.*], lr_decay: 0.5}\n"),
+      "option 'optimizer.param_groups.0.lr_decay' of optimizer 'sgd' must be set for the whole "
+      "optimizer, not in a group, got 0.5 (set at optimizer.yaml:4)");
+  m = OptimizerError(
+      "_target_: sgd\nlr: 0.1\nparam_groups:\n  - {params: [fc2.*], momentum: 0, nesterov: "
+      "true}\n");
+  EXPECT_TRUE(Contains(
+      m, "option 'optimizer.param_groups.0.nesterov' of optimizer 'sgd' must be false unless"))
+      << m;
+  EXPECT_EQ(
+      OptimizerError("_target_: sgd\nlr: 0.1\nparam_groups: [fc2.*]\n"),
+      "option 'optimizer.param_groups.0' of optimizer 'sgd' must be a mapping {params: [globs], "
+      "OPTION: value, ...}, got fc2.* (set at optimizer.yaml:3)");
+}
+
+std::shared_ptr<Model> BuildModel(const std::string& yaml) {
+  auto model = Registry<Model>::Get().Instantiate(ConfigOf(yaml, "model"));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+// The lr of each named parameter's group.
+std::map<std::string, double> LrByName(const std::string& optimizer_yaml,
+                                       torch::nn::Module& model) {
+  auto optimizer = CreateOver(optimizer_yaml, Named(model));
+  std::map<std::string, double> out;
+  if (optimizer == nullptr) return out;
+  for (const auto& p : model.named_parameters())
+    out[p.key()] = GroupOf(*optimizer, p.value()).options().get_lr();
+  return out;
+}
+
+// BEiT's layer-wise decay with L blocks: embeddings lr * d^(L+1), block N lr * d^(L-N), the final
+// norm and the head lr, on the real parameter names of gpt, transformer_classifier and vit.
+TEST(LayerWiseLrDecay, FollowsBeitsLayerIdsOnTransformers) {
+  const double lr = 0.1, d = 0.5;
+  const std::string adamw = "_target_: adamw\nlr: 0.1\nlr_decay: 0.5\n";
+  auto gpt = BuildModel(
+      "_target_: gpt\nvocab_size: 11\nblock_size: 8\ndim: 8\ndepth: 3\nheads: 2\nmlp_dim: 16\n");
+  ASSERT_NE(gpt, nullptr);
+  auto lrs = LrByName(adamw, *gpt);
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.wte.weight"), lr * std::pow(d, 4));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.wpe.weight"), lr * std::pow(d, 4));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.h.0.attn.c_attn.weight"), lr * std::pow(d, 3));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.h.1.mlp.c_fc.weight"), lr * std::pow(d, 2));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.h.2.ln_2.bias"), lr * d);
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.ln_f.weight"), lr);
+  auto classifier = BuildModel(
+      "_target_: transformer_classifier\nvocab_size: 11\nmax_length: 8\ndim: 8\ndepth: 2\n"
+      "heads: 2\nmlp_dim: 16\nnum_classes: 3\n");
+  ASSERT_NE(classifier, nullptr);
+  lrs = LrByName(adamw, *classifier);
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.wte.weight"), lr * std::pow(d, 3));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.h.0.ln_1.weight"), lr * std::pow(d, 2));
+  EXPECT_DOUBLE_EQ(lrs.at("transformer.h.1.ln_1.weight"), lr * d);
+  EXPECT_DOUBLE_EQ(lrs.at("head.weight"), lr);
+  auto vit = BuildModel(
+      "_target_: vit\nimage_size: 8\npatch_size: 4\nin_channels: 1\ndim: 8\ndepth: 4\nheads: 2\n"
+      "mlp_dim: 16\nnum_classes: 3\n");
+  ASSERT_NE(vit, nullptr);
+  lrs = LrByName(
+      "_target_: sgd\nlr: 0.1\nlr_decay: 0.5\nparam_groups: [{params: ['heads.*'], lr: 0.3}]\n",
+      *vit);
+  EXPECT_DOUBLE_EQ(lrs.at("conv_proj.weight"), lr * std::pow(d, 5));
+  EXPECT_DOUBLE_EQ(lrs.at("class_token"), lr * std::pow(d, 5));
+  EXPECT_DOUBLE_EQ(lrs.at("encoder.pos_embedding"), lr * std::pow(d, 5));
+  EXPECT_DOUBLE_EQ(lrs.at("encoder.layers.encoder_layer_0.ln_1.weight"), lr * std::pow(d, 4));
+  EXPECT_DOUBLE_EQ(lrs.at("encoder.layers.encoder_layer_3.mlp.0.weight"), lr * d);
+  EXPECT_DOUBLE_EQ(lrs.at("encoder.ln.weight"), lr);
+  // A group's own lr, decayed by its layer (the head's: x 1).
+  EXPECT_DOUBLE_EQ(lrs.at("heads.head.weight"), 0.3);
+}
+
+TEST(LayerWiseLrDecay, ModelsWithoutOneStackOfBlocksAreRefused) {
+  auto cnn = BuildModel(
+      "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: "
+      "3\n");
+  ASSERT_NE(cnn, nullptr);
+  EXPECT_EQ(CreateError("_target_: adamw\nlr: 0.1\nlr_decay: 0.75\n", *cnn),
+            "optimizer.lr_decay: the model has no stacked blocks to decay over (parameter names "
+            "PREFIX.N.* such as blocks.3.attn.weight; its parameters: conv1.weight, bn1.weight, "
+            "bn1.bias, conv2.weight, ...)");
+  auto resnet = BuildModel("_target_: resnet\nnum_classes: 3\n");
+  ASSERT_NE(resnet, nullptr);
+  std::string m = CreateError("_target_: adamw\nlr: 0.1\nlr_decay: 0.75\n", *resnet);
+  EXPECT_TRUE(Contains(
+      m,
+      "optimizer.lr_decay: the model has 4 stacks of numbered blocks (layer1., layer2., layer3., "
+      "layer4.); name the one to decay over with optimizer.lr_decay_blocks=PREFIX"))
+      << m;
+  // Naming one: layer4's 2 blocks decay, what comes before them is the "embedding".
+  auto lrs = LrByName("_target_: sgd\nlr: 0.1\nlr_decay: 0.5\nlr_decay_blocks: layer4.\n", *resnet);
+  EXPECT_DOUBLE_EQ(lrs.at("layer1.0.conv1.weight"), 0.1 * 0.125);
+  EXPECT_DOUBLE_EQ(lrs.at("layer4.0.conv1.weight"), 0.1 * 0.25);
+  EXPECT_DOUBLE_EQ(lrs.at("layer4.1.conv1.weight"), 0.1 * 0.5);
+  EXPECT_DOUBLE_EQ(lrs.at("fc.weight"), 0.1);
+  EXPECT_EQ(
+      CreateError("_target_: adamw\nlr: 0.1\nlr_decay: 0.75\nlr_decay_blocks: blocks.\n", *resnet),
+      "optimizer.lr_decay_blocks: no parameter name is 'blocks.' followed by a block number and "
+      "a dot (e.g. blocks.0.weight)");
+  m = OptimizerError("_target_: adamw\nlr: 0.1\nlr_decay: 1.5\n");
+  EXPECT_TRUE(Contains(m, "option 'optimizer.lr_decay' of optimizer 'adamw' must be in (0, 1]"))
+      << m;
+}
+
+// Schedules scale every group from its own base lr: two groups at 0.1 and 0.02 keep their ratio
+// through cosine_with_warmup's warmup and decay.
+TEST(ParamGroups, SchedulesKeepEachGroupsRatio) {
+  TinyNet net;
+  auto optimizer = CreateOver(
+      "_target_: adamw\nlr: 0.1\nparam_groups: [{params: [fc2.*, 'norm.*'], lr: 0.02}]\n",
+      Named(net));
+  ASSERT_EQ(optimizer->param_groups().size(), 2u);
+  auto scheduler =
+      BuildScheduler("_target_: cosine_with_warmup\nwarmup_steps: 3\ntotal_steps: 10\n");
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->Attach(optimizer.get(), 10, 5).ok());
+  for (int step = 1; step <= 9; ++step) {
+    (*scheduler)->Step(kNaN);
+    double first = optimizer->param_groups()[0].options().get_lr();
+    double second = optimizer->param_groups()[1].options().get_lr();
+    double expected =
+        step < 3 ? 0.1 * step / 3.0 : 0.1 * 0.5 * (1 + std::cos(M_PI * (step - 3) / 7.0));
+    EXPECT_DOUBLE_EQ(first, expected) << "step " << step;
+    EXPECT_NEAR(second / first, 0.2, 1e-12) << "step " << step;
+  }
 }
 
 // --- Schedulers ---------------------------------------------------------------------------------
