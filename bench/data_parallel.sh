@@ -15,7 +15,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 run() {  # name, overrides...
   local name=$1; shift
-  "$kiln" train experiment=fashion_mnist hydra.run.dir="$work/$name" trainer.max_epochs=1 \
+  "$kiln" train experiment=fashion_mnist hydra.run.dir="$work/$name" trainer.max_epochs=1 trainer.precision=32 \
     trainer.limit_val_batches=0 trainer.num_sanity_val_steps=0 trainer.enable_progress_bar=false \
     test=false callbacks=none logger=null "$@" > "$work/$name.out" 2>&1 || { cat "$work/$name.out" >&2; exit 1; }
   sed -n 's/.*epoch 0: .*, \([0-9.]*\) samples\/s).*/\1/p' "$work/$name/train.log" | tail -1

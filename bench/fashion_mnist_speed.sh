@@ -2,7 +2,9 @@
 # Training throughput of the same CNN (conv 32 -> conv 64 with BatchNorm and max-pool, FC 128,
 # FC 10; batch 128; AdamW; 2 threads) on Fashion-MNIST: kiln (`experiment=fashion_mnist`:
 # channels-last convolutions, loading on the training thread) against plain PyTorch Python loops
-# (Debian's python3-torch; bench/pytorch_reference.py). Prints samples/s and ratios.
+# (Debian's python3-torch; bench/pytorch_reference.py), both in float32 (trainer.precision=32:
+# the experiment's `auto` would pick bf16-mixed on a CPU with AVX-512 BF16; bf16 is
+# bench/bf16_speed.sh's). Prints samples/s and ratios.
 #
 # The headline is kiln against the fastest plain loop given what kiln gives itself: the whole
 # training set in one tensor in memory, channels-last, and kiln's glibc malloc settings
@@ -20,7 +22,7 @@ batches=${BATCHES:-300}
 rounds=${ROUNDS:-3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
-kiln_rate() { kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches="$batches" trainer.num_threads=2; }
+kiln_rate() { kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches="$batches" trainer.num_threads=2 trainer.precision=32; }
 
 printf '%-6s %10s %12s %12s %12s   %s\n' round kiln py_tuned py_untuned torchvision \
   "kiln/py_tuned py_tuned/py_untuned kiln/torchvision"

@@ -8,7 +8,7 @@ kiln=${KILN:-build/bin/kiln}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fit_seconds() {  # the seconds in "fit done: ... samples in 9.9 s"
-  "$kiln" train experiment=fashion_mnist trainer.max_epochs=1 test=false \
+  "$kiln" train experiment=fashion_mnist trainer.max_epochs=1 trainer.precision=32 test=false \
     hydra.run.dir="$out/run" "$@" 2>&1 | sed -n 's/.*fit done:.* in \([0-9.]*\) s.*/\1/p'
   rm -rf "$out/run"
 }

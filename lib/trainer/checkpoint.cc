@@ -90,7 +90,10 @@ void WriteNamed(torch::serialize::OutputArchive& archive,
   int64_t i = 0;
   each([&](const std::string& name, const torch::Tensor& t) {
     names += name + "\n";
-    archive.write(absl::StrCat("model/", i++), t.detach().to(torch::kCPU));
+    // bf16-true's bf16 weights are stored float32 (exact), so every checkpoint loads anywhere.
+    torch::Tensor stored = t.detach().to(torch::kCPU);
+    archive.write(absl::StrCat("model/", i++),
+                  stored.scalar_type() == torch::kBFloat16 ? stored.to(torch::kFloat32) : stored);
   });
   archive.write("model/names", c10::IValue(names));
 }

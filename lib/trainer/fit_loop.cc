@@ -45,7 +45,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   int64_t steps_per_epoch = (t.train_batches_ + options.accumulate_grad_batches - 1) / options.accumulate_grad_batches;
   int64_t total_steps = options.max_steps > 0 ? options.max_steps : steps_per_epoch * max_epochs;
 
-  strategy.PlaceModule(task.module());
+  KILN_RETURN_IF_ERROR(strategy.PlaceModule(task.module()));
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnSetup(t); }));
   // Frozen parameters (model.freeze, backbone_finetuning) stay out of the optimizer.
   NamedParameters params;
@@ -75,7 +75,9 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
                                        ", up to ", max_epochs, " epochs"));
   if (options.profiler == TrainerOptions::ProfilerKind::kAdvanced && t.is_global_zero()) {
     KILN_RETURN_IF_ERROR(MakeDirs(options.default_root_dir));
-    t.operator_trace_ = std::make_unique<OperatorTrace>(options.default_root_dir + "/profile.trace.json");
+    t.operator_trace_ = std::make_unique<OperatorTrace>(
+        options.default_root_dir + "/profile.trace.json",
+        options.profiler_wait + options.profiler_warmup, options.profiler_active);
   }
   t.train_loader_ = train_loader_.get();
   TrainingEpochLoop epoch_loop(t, *train_loader_, validation_.get());
@@ -122,13 +124,15 @@ void FitLoop::ReportProfiles() {
   }
   if (t.operator_trace_) {
     if (t.operator_trace_->Finish()) {
-      Logger::Instance().Info(absl::StrCat("advanced profiler: LibTorch's operator profile of training batches ",
-                                           OperatorTrace::kFirstBatch + 1, "-",
-                                           OperatorTrace::kFirstBatch + OperatorTrace::kBatches, " of the run in ",
-                                           t.operator_trace_->path(), " (open in chrome://tracing or ui.perfetto.dev)"));
+      Logger::Instance().Info(absl::StrCat(
+          "advanced profiler: LibTorch's operator profile of training batches ",
+          t.operator_trace_->first() + 1, "-",
+          t.operator_trace_->first() + t.operator_trace_->count(), " of the run in ",
+          t.operator_trace_->path(), " (open in chrome://tracing or ui.perfetto.dev)"));
     } else {
       Logger::Instance().Warning(absl::StrCat("advanced profiler: the run trained fewer than ",
-                                              OperatorTrace::kFirstBatch + 1, " batches; no operator trace written"));
+                                              t.operator_trace_->first() + 1,
+                                              " batches; no operator trace written"));
     }
     t.operator_trace_.reset();
   }

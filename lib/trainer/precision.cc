@@ -51,19 +51,30 @@ PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, 
     }
     return choice;
   }
-  // bf16-mixed, asked for.
+  const bool bf16_true = requested == P::kBf16True;
+  const char* name = bf16_true ? "bf16-true" : "bf16-mixed";
+  if (bf16_true && !cpu) {
+    choice.error =
+        "trainer.precision=bf16-true is wired for the CPU only (use bf16-mixed or 32 on the GPU)";
+    return choice;
+  }
+  // bf16-mixed or bf16-true, asked for.
   choice.bf16 = true;
+  choice.bf16_weights = bf16_true;
   if (!cpu) {
     choice.log = "trainer.precision=bf16-mixed: bf16 autocast is wired for the CPU only; this run computes in float32 on the GPU";
     choice.bf16 = false;
     choice.warning = true;
   } else if (flag.empty()) {
-    choice.log =
-        "trainer.precision=bf16-mixed on a CPU without avx512_bf16 or amx_bf16: bf16 is emulated there and "
-        "usually several times slower than float32 (trainer.precision=auto would choose 32)";
+    choice.log = absl::StrCat(
+        "trainer.precision=", name,
+        " on a CPU without avx512_bf16 or amx_bf16: bf16 is emulated there and usually several "
+        "times slower than float32 (trainer.precision=auto would choose 32)");
     choice.warning = true;
   } else {
-    choice.log = absl::StrCat("precision bf16-mixed (the CPU has ", flag, ")");
+    choice.log = absl::StrCat(
+        "precision ", name, " (the CPU has ", flag,
+        bf16_true ? "; weights and optimizer state in bf16, checkpoints float32)" : ")");
   }
   return choice;
 }

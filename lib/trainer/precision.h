@@ -1,6 +1,7 @@
 // trainer.precision resolved for this machine: `auto` picks bf16-mixed where the CPU multiplies
 // bfloat16 in hardware (AVX-512 BF16 or AMX) and float32 elsewhere, and says which and why; an
 // explicit bf16-mixed on a CPU without them runs (emulated, usually slower) with one warning.
+// bf16-true also keeps the weights and the optimizer state in bf16 (no float32 master copy).
 #pragma once
 
 #include <string>
@@ -17,7 +18,9 @@ std::string CpuFlags();
 std::string Bf16HardwareFlag(const std::string& flags);
 
 struct PrecisionChoice {
-  bool bf16 = false;    // forward passes under bf16 autocast (weights and optimizer stay float32)
+  bool bf16 = false;          // forward passes under bf16 autocast
+  bool bf16_weights = false;  // bf16-true: weights, gradients and optimizer state in bf16 too
+  std::string error;          // non-empty: the run cannot go on this way (one line)
   std::string log;      // one line for the training log: what runs and why ("" for plain 32)
   bool warning = false; // log is a warning (bf16 requested where it is emulated)
 };

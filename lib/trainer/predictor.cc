@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   }
   p->strategy_ = std::make_unique<Strategy>(p->trainer_options_);
   KILN_RETURN_IF_ERROR(p->strategy_->SelectDevice());
-  p->strategy_->PlaceModule(p->task_->module());
+  KILN_RETURN_IF_ERROR(p->strategy_->PlaceModule(p->task_->module()));
   p->task_->module().eval();
   // A task that generates refuses an empty prompt; any other says it does not generate.
   p->generates_ = p->task_->GenerateFrom("").status().code() != absl::StatusCode::kUnimplemented;

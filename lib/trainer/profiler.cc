@@ -3,10 +3,37 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "lib/core/files.h"
 
 namespace kiln {
+
+namespace {
+
+// LibTorch's legacy writer puts the string "CPU Functions" in every event's pid, where the Trace
+// Event Format has a number: chrome://tracing copes, but viewers that key processes by number
+// lose the events (speedscope refuses the trace). Numbers the process 1 and names it, and the
+// thread, in metadata events.
+void NumberTheProcess(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream read;
+  read << in.rdbuf();
+  std::string json = read.str();
+  if (json.empty() || json[0] != '[' || json.find('{') == std::string::npos) return;
+  json = absl::StrReplaceAll(json, {{"\"pid\": \"CPU Functions\"", "\"pid\": 1"}});
+  json.replace(0, 1,
+               "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"ts\": 0, \"pid\": 1, \"tid\": 1, "
+               "\"args\": {\"name\": \"kiln (CPU Functions)\"}},\n"
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"ts\": 0, \"pid\": 1, \"tid\": 1, "
+               "\"args\": {\"name\": \"training thread\"}},");
+  WriteFileAtomically(path, json).IgnoreError();  // the trace as LibTorch wrote it stays otherwise
+}
+
+}  // namespace
 
 const char* PhaseProfiler::Name(Phase phase) {
   static const char* const kNames[kPhases] = {"data",      "forward", "backward",  "optimizer",
@@ -64,18 +91,19 @@ std::vector<std::string> PhaseProfiler::Report(double total_seconds) const {
 OperatorTrace::~OperatorTrace() { Finish(); }
 
 void OperatorTrace::BeforeBatch(int64_t n) {
-  if (n == kFirstBatch && !recording_ && !written_) {
+  if (n == first_ && !recording_ && !written_) {
     recording_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path_);
   }
 }
 
 void OperatorTrace::AfterBatch(int64_t n) {
-  if (n + 1 == kFirstBatch + kBatches) Finish();
+  if (n + 1 == first_ + count_) Finish();
 }
 
 bool OperatorTrace::Finish() {
   if (recording_) {
     recording_.reset();  // RecordProfile writes the trace as it ends
+    NumberTheProcess(path_);
     written_ = true;
   }
   return written_;

@@ -61,14 +61,12 @@ class PhaseProfiler {
   Clock::time_point since_;  // when the innermost phase last resumed
 };
 
-// The operator profile of training batches [first, first + count) of the run, written to `path`
-// when the window closes (or the run ends).
+// The operator profile of training batches [first, first + count) of the run (counted from 0),
+// written to `path` when the window closes (or the run ends).
 class OperatorTrace {
  public:
-  static constexpr int64_t kFirstBatch = 2;  // after two warm-up batches
-  static constexpr int64_t kBatches = 20;
-
-  explicit OperatorTrace(std::string path) : path_(std::move(path)) {}
+  OperatorTrace(std::string path, int64_t first, int64_t count)
+      : path_(std::move(path)), first_(first), count_(count) {}
   ~OperatorTrace();
   // Before and after training batch `n` (counted over the run from 0).
   void BeforeBatch(int64_t n);
@@ -76,9 +74,12 @@ class OperatorTrace {
   // Ends the recording (if on) and writes the file; true when a trace has been written.
   bool Finish();
   const std::string& path() const { return path_; }
+  int64_t first() const { return first_; }
+  int64_t count() const { return count_; }
 
  private:
   std::string path_;
+  int64_t first_, count_;
   std::unique_ptr<torch::autograd::profiler::RecordProfile> recording_;
   bool written_ = false;
 };

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/status_macros.h"
 #include "lib/core/torch_compat.h"
@@ -40,7 +41,9 @@ absl::Status Strategy::SelectDevice() {
   device_ = (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) ? torch::Device(torch::kCUDA)
                                                                                 : torch::Device(torch::kCPU);
   PrecisionChoice precision = ResolvePrecision(options_.precision, device_.is_cpu(), CpuFlags());
+  if (!precision.error.empty()) return absl::FailedPreconditionError(precision.error);
   bf16_autocast_ = precision.bf16;
+  bf16_weights_ = precision.bf16_weights;
   if (!precision.log.empty() && !precision_logged_ && global_rank() == 0) {
     precision_logged_ = true;
     if (precision.warning) {
@@ -66,21 +69,49 @@ torch::Tensor ToChannelsLast(const torch::Tensor& t) {
 
 torch::Tensor Strategy::InputToDevice(const torch::Tensor& t) const {
   torch::Tensor on_device = ToDevice(t);
+  if (bf16_weights_ && on_device.is_floating_point()) on_device = on_device.to(torch::kBFloat16);
   return options_.channels_last && on_device.dim() == 4 ? ToChannelsLast(on_device) : on_device;
 }
 
-void Strategy::PlaceModule(torch::nn::Module& module) const {
+absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
+  if (bf16_weights_) {
+    for (const auto& item : module.named_modules()) {
+      if (item.value()->as<torch::nn::EmbeddingBag>() != nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "trainer.precision=bf16-true: the model's layer '", item.key(),
+            "' is an EmbeddingBag, which LibTorch ", compat::TorchVersion(),
+            " cannot run with bf16 weights on the CPU; use bf16-mixed (float32 weights) or 32"));
+      }
+    }
+  }
   module.to(device_);
-  if (!options_.channels_last) return;
-  // torch::nn::Module::to has no memory-format overload (Python's has): convert the 4-D tensors.
   torch::NoGradGuard no_grad;
+  if (bf16_weights_) {
+    // Floating tensors only: LibTorch's Module::to(dtype), unlike Python's, converts integer
+    // buffers too (BatchNorm's num_batches_tracked, the tokenizer fingerprint).
+    for (auto& p : module.parameters()) {
+      if (p.is_floating_point()) p.set_data(p.data().to(torch::kBFloat16));
+    }
+    for (auto& b : module.buffers()) {
+      if (b.is_floating_point()) b.set_data(b.to(torch::kBFloat16));
+    }
+  }
+  if (!options_.channels_last) return absl::OkStatus();
+  // torch::nn::Module::to has no memory-format overload (Python's has): convert the 4-D tensors.
   for (auto& p : module.parameters()) {
     if (p.dim() == 4) p.set_data(ToChannelsLast(p.data()));
   }
+  return absl::OkStatus();
 }
 
 absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   if (!distributed()) return absl::OkStatus();
+  if (bf16_weights_) {
+    return absl::FailedPreconditionError(
+        "trainer.precision=bf16-true runs in one process only (bf16 gradient all-reduce is "
+        "untested); use bf16-mixed "
+        "with several processes");
+  }
   data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.

@@ -40,11 +40,18 @@ class Strategy {
   const torch::Device& device() const { return device_; }
   // Forward passes (and the loss) run under bf16 autocast: trainer.precision resolved.
   bool bf16_autocast() const { return bf16_autocast_; }
+  // bf16-true: PlaceModule turns the weights and buffers to bf16 (the optimizer state follows
+  // them) and InputToDevice floating inputs; forward passes still run under autocast, so losses
+  // and autocast's float32 ops compute in float32.
+  bool bf16_weights() const { return bf16_weights_; }
 
-  // Moves the module to the device (and to channels-last order when configured).
-  void PlaceModule(torch::nn::Module& module) const;
+  // Moves the module to the device (and to channels-last order when configured; to bf16 for
+  // bf16-true).
+  // bf16-true refuses, in one line, a model with a layer that has no bf16 kernel on the CPU in
+  // this LibTorch (EmbeddingBag: bag_of_embeddings), before changing anything.
+  absl::Status PlaceModule(torch::nn::Module& module) const;
   torch::Tensor ToDevice(const torch::Tensor& t) const;
-  // A batch's input on the device, in the configured memory order.
+  // A batch's input on the device, in the configured memory order (and bf16 for bf16-true).
   torch::Tensor InputToDevice(const torch::Tensor& t) const;
 
   // Sets up gradient reduction and rank 0's weights on every rank, and logs what one blocking
@@ -78,6 +85,7 @@ class Strategy {
   const TrainerOptions& options_;
   torch::Device device_{torch::kCPU};
   bool bf16_autocast_ = false;
+  bool bf16_weights_ = false;
   bool precision_logged_ = false;
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;

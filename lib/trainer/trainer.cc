@@ -127,11 +127,19 @@ absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std
 }
 
 absl::Status Trainer::ResumeFrom(const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(
-      LoopPosition loop,
-      RestoreFitCheckpoint(
-          path, Parts(), [this](torch::nn::Module& module) { strategy_.PlaceModule(module); },
-          [this] { return ForEachCallback([this](Callback& c) { return c.OnLoadCheckpoint(*this); }); }, batch_size_));
+  KILN_ASSIGN_OR_RETURN(LoopPosition loop, RestoreFitCheckpoint(
+                                               path, Parts(),
+                                               [this](torch::nn::Module& module) {
+                                                 // The fit loop has placed this module already: the
+                                                 // same module cannot be refused now.
+                                                 strategy_.PlaceModule(module).IgnoreError();
+                                               },
+                                               [this] {
+                                                 return ForEachCallback([this](Callback& c) {
+                                                   return c.OnLoadCheckpoint(*this);
+                                                 });
+                                               },
+                                               batch_size_));
   global_step_ = loop.global_step;
   epoch_ = loop.epoch;
   batch_in_epoch_ = loop.batch_in_epoch;
@@ -172,7 +180,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   start_ = std::chrono::steady_clock::now();
   strategy_.ConfigureProcess();
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
-  strategy_.PlaceModule(task.module());
+  KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(stage));
   bool test = stage == data::Stage::kTest;
@@ -185,7 +193,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
 absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
   inputs_.task = &task;
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
-  strategy_.PlaceModule(task.module());
+  KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   task.module().eval();
   KILN_RETURN_IF_ERROR(dm.PrepareData());
   KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kPredict));

@@ -126,14 +126,27 @@ OptionBinding<TrainerOptions> MakeBinding() {
              {"32-true", TrainerOptions::Precision::k32},
              {"bf16-mixed", TrainerOptions::Precision::kBf16Mixed},
              {"bf16", TrainerOptions::Precision::kBf16Mixed},
+             {"bf16-true", TrainerOptions::Precision::kBf16True},
              {"auto", TrainerOptions::Precision::kAuto}},
-            "32, bf16-mixed (bfloat16 autocast on the CPU, float32 weights) or auto (bf16-mixed where "
-            "the CPU has avx512_bf16 or amx_bf16, else 32)")
-      .Parsed<TrainerOptions::ProfilerKind>(
-          "profiler", &TrainerOptions::profiler, EnumOptionType({"simple", "advanced"}), "null",
-          "null, simple (time per training phase at the end of fit) or advanced (LibTorch's operator "
-          "profile of training steps 3-22 as a Chrome trace in the run directory)",
-          "null, simple or advanced", ReadProfiler)
+            "32, bf16-mixed (bfloat16 autocast on the CPU, float32 weights), bf16-true (bfloat16 "
+            "weights "
+            "and optimizer state; checkpoints float32) or auto (bf16-mixed where the CPU has "
+            "avx512_bf16 "
+            "or amx_bf16, else 32)")
+      .Parsed<TrainerOptions::ProfilerKind>("profiler", &TrainerOptions::profiler,
+                                            EnumOptionType({"simple", "advanced"}), "null",
+                                            "null, simple (time per training phase at the end of "
+                                            "fit) or advanced (LibTorch's operator "
+                                            "profile of the training batches profiler_wait + "
+                                            "profiler_warmup + 1 to + profiler_active as a "
+                                            "Chrome trace in the run directory)",
+                                            "null, simple or advanced", ReadProfiler)
+      .Field("profiler_wait", &TrainerOptions::profiler_wait,
+             "advanced profiler: training batches skipped before the warm-up", AtLeast(0))
+      .Field("profiler_warmup", &TrainerOptions::profiler_warmup,
+             "advanced profiler: warm-up batches after the wait, not recorded", AtLeast(0))
+      .Field("profiler_active", &TrainerOptions::profiler_active,
+             "advanced profiler: training batches recorded", AtLeast(1))
       .Enum("accelerator", &TrainerOptions::accelerator,
             {{"auto", TrainerOptions::Accelerator::kAuto},
              {"cpu", TrainerOptions::Accelerator::kCpu},

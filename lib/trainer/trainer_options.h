@@ -35,14 +35,21 @@ struct TrainerOptions {
   std::optional<double> gradient_clip_val;
   enum class ClipAlgorithm { kNorm, kValue };
   ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::kNorm;
-  // "32" (or "32-true"), "bf16-mixed" (or "bf16"), "auto": bf16-mixed where the CPU has bf16
-  // hardware (lib/trainer/precision.h), else 32.
-  enum class Precision { k32, kBf16Mixed, kAuto };
+  // "32" (or "32-true"), "bf16-mixed" (or "bf16"), "bf16-true" (bf16 weights and optimizer
+  // state, no float32 master copy), "auto": bf16-mixed where the CPU has bf16 hardware
+  // (lib/trainer/precision.h), else 32.
+  enum class Precision { k32, kBf16Mixed, kBf16True, kAuto };
   Precision precision = Precision::k32;
   // Lightning's names: null (none), "simple" (time per training phase, printed at the end of fit),
   // "advanced" (LibTorch's operator profile of some training steps as a Chrome trace; profiler.h).
   enum class ProfilerKind { kNone, kSimple, kAdvanced };
   ProfilerKind profiler = ProfilerKind::kNone;
+  // The advanced profiler's window, as torch.profiler.schedule's: `wait` batches, then `warmup`
+  // batches, both unrecorded (this LibTorch's legacy profiler has no warm-up mode, so the two
+  // add up), then `active` batches recorded.
+  int64_t profiler_wait = 1;
+  int64_t profiler_warmup = 1;
+  int64_t profiler_active = 20;
   enum class Accelerator { kAuto, kCpu, kCuda };
   Accelerator accelerator = Accelerator::kAuto;
   bool deterministic = false;

@@ -136,6 +136,20 @@ TEST_F(NlpCliTest, LanguageModelReportsBitsPerCharacterAndGenerates) {
   EXPECT_EQ(again.out, g.out);  // the seed decides the sample
 }
 
+// bf16-true converts only floating tensors: the model's int64 tokenizer fingerprint survives, so
+// the test after fit and a float32 `kiln predict` both load the (float32) checkpoint.
+TEST_F(NlpCliTest, LanguageModelTrainsInBf16TrueAndItsCheckpointLoadsInFloat32) {
+  auto r =
+      Lm("train", {"trainer.precision=bf16-true", "hydra.run.dir=" + dir_.path() + "/lm_true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string metrics = ReadFile(dir_.path() + "/lm_true/test_metrics.yaml");
+  EXPECT_NE(metrics.find("test/bpc: "), std::string::npos) << metrics;
+  auto g = Lm("predict", {"ckpt_path=" + dir_.path() + "/lm_true/checkpoints/last.ckpt",
+                          "trainer.precision=32", "task.prompt=Call me", "task.max_tokens=5"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("Call me", 0), 0u) << g.out;
+}
+
 TEST_F(NlpCliTest, EmptyFileIsOneLine) {
   dir_.Write("spam/train.jsonl", "");
   auto r = Classify("train", {});

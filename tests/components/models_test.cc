@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
@@ -30,6 +32,44 @@ TEST(Cnn, ShapesAndParameterCount) {
   auto names = (*model)->named_parameters().keys();
   EXPECT_EQ(names.front(), "conv1.weight");
   EXPECT_EQ(names.back(), "fc2.bias");
+}
+
+// The CNN pools before its ReLU (a quarter of the ReLU work): outputs and every gradient are
+// bitwise those of the textbook conv -> BN -> ReLU -> pool order, computed here from its own
+// layers, in float32 and in bf16.
+TEST(Cnn, PoolThenReluIsBitwiseReluThenPool) {
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(5);
+    auto built =
+        Build("_target_: cnn\nchannels: [8, 16]\ninput_size: 16\nhidden: 32\nnum_classes: 5\n");
+    ASSERT_TRUE(built.ok()) << built.status();
+    Model& model = **built;
+    model.to(dtype);
+    torch::Tensor x = torch::randn({6, 1, 16, 16}).to(dtype);
+    auto textbook = [&](torch::Tensor h) {
+      auto children = model.named_children();
+      for (const char* i : {"1", "2"}) {
+        h = children[std::string("conv") + i]->as<torch::nn::Conv2d>()->forward(h);
+        h = children[std::string("bn") + i]->as<torch::nn::BatchNorm2d>()->forward(h);
+        h = torch::max_pool2d(torch::relu(h), {2, 2}, {2, 2}, {0, 0});
+      }
+      h = torch::relu(children["fc1"]->as<torch::nn::Linear>()->forward(h.flatten(1)));
+      return children["fc2"]->as<torch::nn::Linear>()->forward(h);
+    };
+    auto run = [&](const std::function<torch::Tensor(torch::Tensor)>& forward) {
+      model.zero_grad();
+      torch::Tensor out = forward(x);
+      out.pow(2).sum().backward();
+      std::vector<torch::Tensor> all{out.detach()};
+      for (const auto& p : model.parameters()) all.push_back(p.grad().clone());
+      return all;
+    };
+    std::vector<torch::Tensor> a = run([&](torch::Tensor h) { return model.forward(h); }),
+                               b = run(textbook);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
+  }
 }
 
 TEST(Mlp, ShapesAndParameterCount) {

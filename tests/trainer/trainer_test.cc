@@ -219,6 +219,9 @@ void ExpectBitwiseEqual(const std::vector<torch::Tensor>& a, const std::vector<t
 }
 
 const char kThreeEpochs[] = "max_epochs: 3\nlog_every_n_steps: 1\n";
+// A CNN for SyntheticImages' 8x8 images: convolutions, BatchNorm, max-pool, linear layers.
+const char kSmallCnn[] =
+    "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
 
 // trainer.channels_last: the CNN's 4-D weights end in NHWC order (even the one-channel first
 // convolution, whose NCHW strides also count as "channels-last contiguous") and training reaches
@@ -296,16 +299,29 @@ TEST(TrainerResume, SigtermMidEpochWritesCheckpointAndResumesBitwiseEqualWithOth
   ExpectBitwiseEqual(full.params, resumed.params);
 }
 
+// The model weights in checkpoint `ckpt`, expecting every floating one float32.
+std::map<std::string, torch::Tensor> ReadFloat32Weights(const std::string& ckpt) {
+  torch::serialize::InputArchive archive;
+  EXPECT_TRUE(ReadCheckpoint(ckpt, &archive).ok());
+  auto state = ReadModelState(archive, ckpt);
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return {};
+  EXPECT_FALSE(state->empty());
+  for (const auto& [name, tensor] : *state) {
+    if (tensor.is_floating_point()) EXPECT_EQ(tensor.scalar_type(), torch::kFloat32) << name;
+  }
+  return *state;
+}
+
 // bf16-mixed: the CNN (convolutions, BatchNorm, AdamW) trains under bf16 autocast, the
 // checkpoint holds float32 weights, and a run stopped at step 9 resumes to the same bits as an
 // uninterrupted one (autocast's casts are deterministic; nothing is cached across steps).
 TEST(TrainerResume, Bf16MixedCheckpointsFloat32AndResumesBitwiseEqual) {
-  const std::string cnn = "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
   const std::string bf16 = std::string(kThreeEpochs) + "precision: bf16-mixed\n";
   testing::TempDir a, b, c;
-  RunResult full = Train(a.path(), bf16, 2, "", {}, false, {}, cnn);
+  RunResult full = Train(a.path(), bf16, 2, "", {}, false, {}, kSmallCnn);
   ASSERT_TRUE(full.status.ok()) << full.status.message();
-  RunResult fp32 = Train(c.path(), kThreeEpochs, 2, "", {}, false, {}, cnn);
+  RunResult fp32 = Train(c.path(), kThreeEpochs, 2, "", {}, false, {}, kSmallCnn);
   ASSERT_TRUE(fp32.status.ok()) << fp32.status.message();
   // bf16 rounding made a difference (autocast really ran), a small one.
   ASSERT_EQ(full.params.size(), fp32.params.size());
@@ -316,17 +332,51 @@ TEST(TrainerResume, Bf16MixedCheckpointsFloat32AndResumesBitwiseEqual) {
     EXPECT_TRUE(torch::allclose(full.params[i], fp32.params[i], 0.05, 0.02)) << "parameter " << i;
   }
   EXPECT_TRUE(differs);
-  RunResult first = Train(b.path(), bf16 + "max_steps: 9\n", 2, "", {}, false, {}, cnn);
+  RunResult first = Train(b.path(), bf16 + "max_steps: 9\n", 2, "", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  ReadFloat32Weights(b.path() + "/checkpoints/last.ckpt");
+  RunResult resumed = Train(b.path(), bf16, 2, "last", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// bf16-true: the CNN trains with bf16 weights and AdamW state, ends close to bf16-mixed (bf16
+// weights lose AdamW's smallest updates, so looser than bf16-mixed against float32); the
+// checkpoint stores the weights as float32 (exactly the bf16 values), which a float32 model
+// loads, and a run stopped at step 9 resumes bitwise equal (the optimizer state is stored bf16).
+TEST(TrainerResume, Bf16TrueTrainsBf16WeightsCheckpointsFloat32AndResumesBitwiseEqual) {
+  const std::string bf16_true = std::string(kThreeEpochs) + "precision: bf16-true\n";
+  testing::TempDir a, b, c;
+  RunResult full = Train(a.path(), bf16_true, 2, "", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  EXPECT_EQ(full.steps, 18);
+  RunResult mixed = Train(c.path(), std::string(kThreeEpochs) + "precision: bf16-mixed\n", 2, "",
+                          {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(mixed.status.ok()) << mixed.status.message();
+  ASSERT_EQ(full.params.size(), mixed.params.size());
+  for (size_t i = 0; i < full.params.size(); ++i) {
+    EXPECT_EQ(full.params[i].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::isfinite(full.params[i]).all().item<bool>());
+    EXPECT_TRUE(torch::allclose(full.params[i].to(torch::kFloat32), mixed.params[i], 0.1, 0.03))
+        << "parameter " << i;
+  }
+  RunResult first = Train(b.path(), bf16_true + "max_steps: 9\n", 2, "", {}, false, {}, kSmallCnn);
   ASSERT_TRUE(first.status.ok()) << first.status;
   const std::string ckpt = b.path() + "/checkpoints/last.ckpt";
-  torch::serialize::InputArchive archive;
-  ASSERT_TRUE(ReadCheckpoint(ckpt, &archive).ok());
-  auto state = ReadModelState(archive, ckpt);
-  ASSERT_TRUE(state.ok()) << state.status();
-  for (const auto& [name, tensor] : *state) {
-    if (tensor.is_floating_point()) EXPECT_EQ(tensor.scalar_type(), torch::kFloat32) << name;
+  std::map<std::string, torch::Tensor> state = ReadFloat32Weights(ckpt);
+  // A float32 model loads it, holding exactly the bf16 run's weights.
+  torch::manual_seed(1);
+  Classifier fp32_task(false, kSmallCnn);
+  ASSERT_TRUE(fp32_task.Build(config::Config()).ok());
+  ASSERT_TRUE(LoadModelState(state, fp32_task.module(), ckpt).ok());
+  size_t i = 0;
+  for (const auto& p : fp32_task.module().parameters()) {
+    ASSERT_LT(i, first.params.size());
+    EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(p, first.params[i++].to(torch::kFloat32)));
   }
-  RunResult resumed = Train(b.path(), bf16, 2, "last", {}, false, {}, cnn);
+  RunResult resumed = Train(b.path(), bf16_true, 2, "last", {}, false, {}, kSmallCnn);
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   EXPECT_EQ(resumed.steps, 18);
   ExpectBitwiseEqual(full.params, resumed.params);
@@ -361,8 +411,9 @@ TEST(Profiler, SimpleTimesEveryPhaseOfEveryBatch) {
   EXPECT_EQ(off.profile.calls(PhaseProfiler::kForward), 0);
 }
 
-// trainer.profiler=advanced writes LibTorch's operator profile of training batches 3-22 as a
-// Chrome trace: a JSON array of events with names, phases and timestamps, among them the model's
+// trainer.profiler=advanced writes LibTorch's operator profile of training batches 3-22 (the
+// default window) as a Chrome trace: a JSON array of events with names, phases and timestamps,
+// among them the model's
 // linear layers, their backward and the optimizer's update.
 TEST(Profiler, AdvancedWritesAChromeTraceOfOperators) {
   testing::TempDir dir;
@@ -383,10 +434,41 @@ TEST(Profiler, AdvancedWritesAChromeTraceOfOperators) {
     ASSERT_NE(event->Find("ts"), nullptr);
     ASSERT_NE(event->Find("ph"), nullptr);
     names.insert(event->Find("name")->as_string());
+    // Numbered as the Trace Event Format has it (LibTorch writes "CPU Functions"), and named.
+    ASSERT_NE(event->Find("pid"), nullptr);
+    EXPECT_EQ(event->Find("pid")->kind(), config::NodeKind::kInt);
+    EXPECT_EQ(event->Find("pid")->as_int(), 1);
   }
+  EXPECT_EQ(names.count("process_name"), 1u);
+  EXPECT_EQ(names.count("thread_name"), 1u);
   EXPECT_EQ(names.count("aten::addmm"), 1u);  // the forward pass
   EXPECT_EQ(names.count("autograd::engine::evaluate_function: AddmmBackward0"), 1u);  // the backward
   EXPECT_EQ(names.count("aten::addcdiv_"), 1u);  // AdamW's step
+}
+
+// The advanced profiler's window (trainer.profiler_wait/_warmup/_active): 3 recorded batches hold
+// exactly 3 AdamW updates of each parameter (one addcdiv_ each), 1 batch exactly 1; a window past
+// the end of training writes no trace.
+TEST(Profiler, AdvancedRecordsTheConfiguredWindowOfBatches) {
+  auto updates = [](const std::string& window) -> int64_t {
+    testing::TempDir dir;
+    RunResult run =
+        Train(dir.path(), std::string(kThreeEpochs) + "profiler: advanced\n" + window, 0, "");
+    EXPECT_TRUE(run.status.ok()) << run.status;
+    const std::string path = dir.path() + "/profile.trace.json";
+    if (!testing::FileExists(path)) return -1;
+    auto trace = config::ParseYaml(testing::ReadFile(path), path);
+    EXPECT_TRUE(trace.ok()) << trace.status();
+    if (!trace.ok()) return -2;
+    int64_t n = 0;
+    for (const config::NodePtr& event : (*trace)->items())
+      n += event->Find("name")->as_string() == "aten::addcdiv_";
+    return n / static_cast<int64_t>(run.params.size());
+  };
+  EXPECT_EQ(updates("profiler_wait: 2\nprofiler_warmup: 1\nprofiler_active: 3\n"), 3);
+  EXPECT_EQ(updates("profiler_wait: 0\nprofiler_warmup: 0\nprofiler_active: 1\n"), 1);
+  EXPECT_EQ(updates("profiler_wait: 10\nprofiler_warmup: 10\nprofiler_active: 1\n"),
+            -1);  // 18 batches in all
 }
 
 // SLURM sends SIGUSR1 before preempting a job: checkpoint, exit 138 (128 + SIGUSR1) so a wrapper
@@ -444,8 +526,6 @@ TEST(TrainerResume, CallbackStateFollowsItsStateKeyWhenCallbacksChange) {
   EXPECT_EQ(resumed_counter->count(), 18);  // 9 restored + 9 more
   EXPECT_EQ(added->count(), 9);             // not in the checkpoint: from zero
 }
-
-constexpr char kSmallCnn[] = "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
 
 std::shared_ptr<Callback> BackboneFinetuning(const std::string& options) {
   auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: backbone_finetuning\n" + options, "callbacks.bf"));
