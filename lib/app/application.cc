@@ -342,6 +342,7 @@ class Application {
   absl::Status RunCommand(config::Config cfg, const config::ComposeResult* composed, const std::string& output_dir) {
     JobContext job;
     job.command = cl_.command;
+    job.subcommand = cl_.subcommand;
     job.cfg = std::move(cfg);
     job.composed = composed;
     job.output_dir = output_dir;
@@ -420,8 +421,10 @@ class Application {
   // The command line that runs this command again in another process (a sweep's job, a
   // data-parallel worker): the same config folders and plugins; the caller adds the rest.
   std::vector<std::string> SelfCommandLine() const {
-    std::vector<std::string> argv = {ExecutablePath(), cl_.command, "--config-path", options_.search_path[0].path,
-                                     "--config-name", options_.config_name};
+    std::vector<std::string> argv = {ExecutablePath(), cl_.command};
+    if (!cl_.subcommand.empty()) argv.push_back(cl_.subcommand);
+    argv.insert(argv.end(), {"--config-path", options_.search_path[0].path, "--config-name",
+                             options_.config_name});
     for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", Absolute(dir)});
     for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", Absolute(plugin)});
     return argv;
@@ -521,8 +524,9 @@ class Application {
     if (NodePtr h = config::SelectPath(composed.hydra, {"help", "header"}); h && h->kind() == config::NodeKind::kString) {
       header = h->as_string();
     }
-    std::string out = absl::StrCat(header, "\n\nkiln ", cl_.command,
-                                   " [--config-name NAME] [-m] [--cfg job|hydra|all] [--info] [overrides...]\n\n");
+    std::string out = absl::StrCat(
+        header, "\n\nkiln ", cl_.command, cl_.subcommand.empty() ? "" : " " + cl_.subcommand,
+        " [--config-name NAME] [-m] [--cfg job|hydra|all] [--info] [overrides...]\n\n");
     absl::StrAppend(&out, "== Configuration groups ==\nCompose your configuration from these groups (group=option)\n\n");
     AppendGroups("", &out);
     absl::StrAppend(&out, "\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n",

@@ -18,6 +18,7 @@ namespace kiln::app {
 // What a command's job gets: the resolved config and where to write.
 struct JobContext {
   std::string command;
+  std::string subcommand;             // `kiln tune lr_find`: lr_find
   config::Config cfg;                 // the job config, interpolations resolved
   const config::ComposeResult* composed = nullptr;
   std::string output_dir;

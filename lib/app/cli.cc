@@ -1,10 +1,12 @@
 #include "lib/app/cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lib/config/suggest.h"
 
 namespace kiln::app {
@@ -16,7 +18,10 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"test", "evaluate a checkpoint on the test set"},
       {"predict", "run a checkpoint on new inputs and write predictions"},
       {"export", "write a checkpoint's weights as safetensors with the resolved config"},
-      {"serve", "answer predictions over HTTP with dynamic batching: kiln serve ckpt_path=PATH serve.port=N"},
+      {"serve",
+       "answer predictions over HTTP with dynamic batching: kiln serve ckpt_path=PATH "
+       "serve.port=N"},
+      {"tune", "find a learning rate before training: kiln tune lr_find [--apply] [overrides...]"},
       {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
@@ -26,8 +31,13 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
   return *commands;
 }
 
+std::vector<std::string> KnownSubcommands(const std::string& command) {
+  if (command == "tune") return {"lr_find"};
+  return {};
+}
+
 std::string DefaultConfigName(const std::string& command) {
-  if (command == "average" || command == "serve") return command;
+  if (command == "average" || command == "serve" || command == "tune") return command;
   return "train";
 }
 
@@ -47,8 +57,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   CommandLine cl;
   auto fail = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   static const std::vector<std::string> kFlags = {
-      "--config-path", "--config-name", "--config-dir", "--cfg", "--resolve", "--package",
-      "--info", "--multirun", "--dry-run", "--plugin", "--markdown", "--fail-fast", "--help"};
+      "--config-path", "--config-name", "--config-dir", "--cfg",     "--resolve",
+      "--package",     "--info",        "--multirun",   "--dry-run", "--plugin",
+      "--markdown",    "--fail-fast",   "--help",       "--apply"};
+  bool apply = false;  // `kiln tune lr_find --apply`
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     // Flags take their value as the next argument or after '='.
@@ -112,6 +124,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.sweep_dir = a.substr(12);
     } else if (a.rfind("--worker-of=", 0) == 0) {
       cl.worker_of = a.substr(12);
+    } else if (a == "--apply") {
+      apply = true;
     } else if (a == "--markdown") {
       cl.markdown = true;
     } else if (a == "--resolve") {
@@ -125,9 +139,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (a.rfind("--", 0) == 0 && a.find('=') == std::string::npos) {
       return fail(absl::StrCat("unknown flag '", a, "'", config::DidYouMean(a, kFlags),
                                "; overrides look like key=value"));
-    } else if (cl.command.empty() && a.find('=') == std::string::npos && a[0] != '~' && a[0] != '+' &&
-               a[0] != '-') {
+    } else if (cl.command.empty() && a.find('=') == std::string::npos && a[0] != '~' &&
+               a[0] != '+' && a[0] != '-') {
       cl.command = a;
+    } else if (cl.subcommand.empty() && !KnownSubcommands(cl.command).empty() &&
+               a.find('=') == std::string::npos && a[0] != '~' && a[0] != '+' && a[0] != '-') {
+      cl.subcommand = a;
     } else {
       cl.overrides.push_back(a);
     }
@@ -143,6 +160,24 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
                                "; commands: train, validate, test, predict, export, compose, list, report, dashboard"));
     }
+  }
+  if (std::vector<std::string> subcommands = KnownSubcommands(cl.command); !subcommands.empty()) {
+    std::string usage = absl::StrCat("kiln ", cl.command, " ", absl::StrJoin(subcommands, "|"),
+                                     " [--apply] [overrides...]");
+    if (cl.subcommand.empty() && !cl.help)
+      return fail(absl::StrCat("kiln ", cl.command, " needs a subcommand: ", usage));
+    if (!cl.subcommand.empty() &&
+        std::find(subcommands.begin(), subcommands.end(), cl.subcommand) == subcommands.end()) {
+      return fail(absl::StrCat("unknown ", cl.command, " subcommand '", cl.subcommand, "'",
+                               config::DidYouMean(cl.subcommand, subcommands), "; ", usage));
+    }
+    // --apply is the Hydra key tuner.SUBCOMMAND.apply (configs/tune.yaml), so sweeps and stored
+    // configs carry it like any override.
+    if (apply && !cl.subcommand.empty())
+      cl.overrides.push_back(absl::StrCat("tuner.", cl.subcommand, ".apply=true"));
+  } else if (apply) {
+    return fail(absl::StrCat("--apply is a flag of kiln tune, not of kiln ",
+                             cl.command.empty() ? "" : cl.command));
   }
   if (cl.info.has_value() && cl.info == "all") cl.info = "";
   return cl;

@@ -14,6 +14,7 @@ namespace kiln::app {
 
 struct CommandLine {
   std::string command;
+  std::string subcommand;  // `kiln tune lr_find`: lr_find (see KnownSubcommands)
   std::optional<std::string> config_path;
   std::optional<std::string> config_name;
   std::vector<std::string> config_dirs;
@@ -41,9 +42,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 
 // The commands kiln knows, with a line each, for usage messages.
 const std::vector<std::pair<std::string, std::string>>& KnownCommands();
+// The subcommands a command takes (`tune`: lr_find); empty for a command that takes none.
+std::vector<std::string> KnownSubcommands(const std::string& command);
 std::string Usage();
-// The primary config a command composes without --config-name: `average` has its own
-// (configs/average.yaml), every other command `train`.
+// The primary config a command composes without --config-name: `average`, `serve` and `tune`
+// have their own (configs/NAME.yaml), every other command `train`.
 std::string DefaultConfigName(const std::string& command);
 
 }  // namespace kiln::app

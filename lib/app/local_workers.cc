@@ -42,15 +42,6 @@ absl::StatusOr<int> FreePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
-std::string LastLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
-
 }  // namespace
 
 absl::StatusOr<int> NodeRank(int num_nodes) {
@@ -182,7 +173,7 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
     return MarkReported(WithExitCode(absl::AbortedError("worker rank 0 failed"), code));
   }
   std::string log = absl::StrCat(options.output_dir, "/rank_", first_failed_rank, ".log");
-  std::string cause = LastLine(log);
+  std::string cause = LastLineOf(log);
   const std::string prefix = "kiln: error: ";
   if (cause.rfind(prefix, 0) == 0) cause = cause.substr(prefix.size());
   return WithExitCode(

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/app/spawn.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/status_macros.h"
@@ -38,15 +39,6 @@ const char kHelperScript[] =
     ;
 
 constexpr char kInstall[] = "sudo apt-get install python3-optuna";
-
-std::string LastLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!absl::StripAsciiWhitespace(line).empty()) last = line;
-  }
-  return last;
-}
 
 }  // namespace
 
@@ -124,7 +116,7 @@ OptunaHelper::~OptunaHelper() {
 
 absl::Status OptunaHelper::Died(const std::string& doing) {
   dead_ = true;
-  std::string last = LastLine(log_file_);
+  std::string last = LastLineOf(log_file_);
   return absl::UnavailableError(absl::StrCat("the Optuna helper (", python_, ", pid ", pid_, ") ended while ", doing,
                                              last.empty() ? "" : absl::StrCat(" (", last, ")"),
                                              "; the study keeps every trial told so far: run the same command "

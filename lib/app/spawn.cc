@@ -9,7 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
@@ -71,6 +73,15 @@ std::string DescribeExit(int wait_status) {
 
 int ExitCodeOf(int wait_status) {
   return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::string LastLineOf(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!absl::StripAsciiWhitespace(line).empty()) last = line;
+  }
+  return last;
 }
 
 }  // namespace kiln::app

@@ -31,5 +31,7 @@ bool StopWithParent();
 std::string DescribeExit(int wait_status);
 // The shell's exit code for a waitpid status: the code, or 128 + the signal.
 int ExitCodeOf(int wait_status);
+// The last line of a child's log file that is not blank (what it said when it failed), or "".
+std::string LastLineOf(const std::string& path);
 
 }  // namespace kiln::app

@@ -1,5 +1,5 @@
-// The `train`, `validate`, `test`, `predict` and `export` commands: build every component the
-// config names (so a mistake anywhere is reported before any training), then drive the Trainer.
+// The `train`, `tune`, `validate`, `test`, `predict` and `export` commands: build every component
+// the config names (so a mistake anywhere is reported before any training), then drive the Trainer.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -9,9 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/app/application.h"
-#include "lib/core/files.h"
+#include "lib/app/report/lr_find_plot.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/files.h"
 #include "lib/data/sampler.h"
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
@@ -19,6 +20,7 @@
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/checkpoint_average.h"
+#include "lib/trainer/lr_finder.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/torchscript.h"
@@ -161,17 +163,7 @@ absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(app:
   return group;
 }
 
-absl::Status TrainCommand(app::JobContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
-  std::shared_ptr<distributed::ProcessGroup> group;
-  if (env.distributed()) {
-    KILN_ASSIGN_OR_RETURN(group, JoinProcessGroup(ctx, env));
-  }
-  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
-  bool rank_zero = group == nullptr || group->is_global_zero();
-  if (!rank_zero) job.loggers.clear();
-  Trainer trainer(job.options, job.callbacks, job.loggers);
-  trainer.set_process_group(group);
+FitInputs FitInputsOf(const Job& job, const config::Config& cfg) {
   FitInputs inputs;
   inputs.task = job.task.get();
   inputs.data = job.data.get();
@@ -179,9 +171,19 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   inputs.scheduler = job.scheduler;
   inputs.ckpt_path = job.ckpt_path;
   inputs.seed = job.seed;
-  inputs.config_yaml = config::ToYaml(*ctx.cfg.node());
+  inputs.config_yaml = config::ToYaml(*cfg.node());
   inputs.model_name = job.model_name;
-  KILN_RETURN_IF_ERROR(trainer.Fit(inputs));
+  return inputs;
+}
+
+// Fits the job, then (rank 0) tests the best checkpoint: the rest of `train` once the job is built.
+absl::Status FitThenTest(app::JobContext& ctx, Job& job,
+                         const std::shared_ptr<distributed::ProcessGroup>& group) {
+  bool rank_zero = group == nullptr || group->is_global_zero();
+  if (!rank_zero) job.loggers.clear();
+  Trainer trainer(job.options, job.callbacks, job.loggers);
+  trainer.set_process_group(group);
+  KILN_RETURN_IF_ERROR(trainer.Fit(FitInputsOf(job, ctx.cfg)));
   // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
   if (!rank_zero) return absl::OkStatus();
   trainer.set_process_group(nullptr);
@@ -195,6 +197,86 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   KILN_RETURN_IF_ERROR(job.data->Setup(data::Stage::kTest));
   if (!job.data->test_dataset()) return absl::OkStatus();
   return RunTest(trainer, job, ctx.output_dir).status();
+}
+
+absl::Status TrainCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
+  std::shared_ptr<distributed::ProcessGroup> group;
+  if (env.distributed()) {
+    KILN_ASSIGN_OR_RETURN(group, JoinProcessGroup(ctx, env));
+  }
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
+  return FitThenTest(ctx, job, group);
+}
+
+// `tune lr_find`: the learning-rate finder on the job `train` would run (lr_finder.h), its curve
+// in lr_find.csv and lr_find.png; with tuner.lr_find.apply (--apply) that job is then trained, in
+// the same run directory, with the suggestion as optimizer.lr.
+absl::Status TuneCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(LrFindOptions o, LrFindOptions::FromConfig(ctx.cfg));
+  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
+  if (env.distributed()) {
+    return absl::FailedPreconditionError(absl::StrCat("kiln tune runs in one process, not as rank ",
+                                                      env.rank, " of ", env.world_size, " (",
+                                                      env.source, ")"));
+  }
+  KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/true));
+  if (job.options.devices > 1 || job.options.num_nodes > 1) {
+    return absl::InvalidArgumentError(
+        "kiln tune lr_find runs in one process: set trainer.devices=1 trainer.num_nodes=1 (then "
+        "train "
+        "data-parallel with the suggested optimizer.lr)");
+  }
+  if (!job.ckpt_path.empty()) {
+    return absl::InvalidArgumentError(
+        "kiln tune lr_find starts from the model's initial weights, not from ckpt_path (to start "
+        "from a "
+        "checkpoint's weights: model.init_from=FILE)");
+  }
+  KILN_ASSIGN_OR_RETURN(LrFindResult result,
+                        FindLearningRate(job.options, FitInputsOf(job, ctx.cfg), o));
+  KILN_RETURN_IF_ERROR(WriteLrFindCsv(ctx.output_dir, result));
+  app::report::LrCurve curve{result.lrs, result.losses, result.smoothed, result.suggestion,
+                             o.mode == "exponential"};
+  std::string title = absl::StrCat("lr_find: ", ctx.cfg.Get<std::string>("name").value_or("kiln"));
+  KILN_ASSIGN_OR_RETURN(app::report::PlotFiles plot,
+                        app::report::WriteLrFindPlot(ctx.output_dir, curve, title));
+  if (!plot.note.empty()) Logger::Instance().Warning(plot.note);
+  if (!result.suggestion.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("kiln tune lr_find: no suggestion: the sweep ended after %d steps (%s), "
+                        "too few for skip_begin + skip_end + 2 "
+                        "= %d points; lower tuner.lr_find.max_lr (the curve is in %s/lr_find.csv)",
+                        result.lrs.size(),
+                        result.stopped_early.empty() ? "non-finite losses" : result.stopped_early,
+                        o.skip_begin + o.skip_end + 2, ctx.output_dir));
+  }
+  const size_t at = *result.suggestion;
+  const double lr = result.lrs[at];
+  std::printf(
+      "lr_find: suggested lr %s (steepest descent of the smoothed loss, step %zu of %zu); "
+      "%s/lr_find.csv%s\n",
+      config::PythonFloatRepr(lr).c_str(), at + 1, result.lrs.size(), ctx.output_dir.c_str(),
+      plot.png.empty() ? "" : absl::StrCat(", ", plot.png).c_str());
+  std::fflush(stdout);
+  if (!o.apply) return absl::OkStatus();
+  // The job trains with the suggestion as optimizer.lr: its optimizer is built again from the
+  // config with that lr, and the config its checkpoints keep says so.
+  config::NodePtr root = ctx.cfg.node()->Clone();
+  config::NodePtr optimizer = root->Find("optimizer");
+  if (optimizer == nullptr || !optimizer->is_map() || optimizer->Find("lr") == nullptr) {
+    return absl::InvalidArgumentError(
+        "kiln tune lr_find --apply: the optimizer config has no 'lr' to set");
+  }
+  const std::string was = config::PythonStr(*optimizer->Find("lr"));
+  optimizer->Set("lr", config::Node::Float(lr));
+  ctx.cfg = config::Config(root);
+  KILN_ASSIGN_OR_RETURN(config::Config opt_cfg, ctx.cfg.Sub("optimizer"));
+  KILN_ASSIGN_OR_RETURN(job.optimizer, Registry<OptimizerFactory>::Get().Instantiate(opt_cfg));
+  Logger::Instance().Info(
+      absl::StrCat("lr_find --apply: training with optimizer.lr=", config::PythonFloatRepr(lr),
+                   " (the suggestion; the config said ", was, ")"));
+  return FitThenTest(ctx, job, nullptr);
 }
 
 // The job of a command that starts from a checkpoint (validate, test, predict, export), with the
@@ -475,6 +557,7 @@ const bool kRegistered = [] {
   app::RegisterCommand("average", AverageCommand);
   app::RegisterCommand("export", ExportCommand);
   app::RegisterCommand("train", TrainCommand);
+  app::RegisterCommand("tune", TuneCommand);
   app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
   app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
   app::RegisterCommand("predict", PredictCommand);

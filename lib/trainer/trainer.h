@@ -78,7 +78,9 @@ class Trainer {
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
   torch::optim::Optimizer* optimizer() const { return optimizer_.get(); }
   Task* task() const { return inputs_.task; }
-  bool checkpointing_enabled() const { return options_.fast_dev_run == 0; }
+  bool checkpointing_enabled() const { return checkpointing_ && options_.fast_dev_run == 0; }
+  // A fit that must leave no checkpoint behind (lr_find's sweep): not even max_steps' last.ckpt.
+  void set_checkpointing_enabled(bool enabled) { checkpointing_ = enabled; }
   // Where `ckpt_path=last` looks and interruption checkpoints go; ModelCheckpoint sets it.
   void set_checkpoint_dir(std::string dir) { checkpoint_dir_ = std::move(dir); }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
@@ -135,6 +137,7 @@ class Trainer {
   MetricLog train_log_;
   bool stop_requested_ = false;
   bool scheduler_paused_ = false;
+  bool checkpointing_ = true;
   data::DataLoader* train_loader_ = nullptr;  // while fitting
   bool stop_now_ = false;
   std::string stop_reason_;

@@ -8,9 +8,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <numeric>
 #include <random>
@@ -78,6 +81,11 @@ class TrainCliTest : public ::testing::Test {
     for (auto& e : extra) {
       if (e == "test" || e == "validate" || e == "export" || e == "predict") {
         argv[1] = e;
+        continue;
+      }
+      if (e == "tune") {  // kiln tune lr_find
+        argv[1] = e;
+        argv.insert(argv.begin() + 2, "lr_find");
         continue;
       }
       argv.push_back(e);
@@ -243,8 +251,179 @@ INSTANTIATE_TEST_SUITE_P(
             "RepeatedClassName", {"data.class_names=[a,b,a]"}, "option 'data.class_names' of"},
         BadTrainInput{"ModelDoesNotFitTheData",
                       {"model.in_features=100"},
-                      "kiln train failed: mat1 and mat2 shapes"}),
+                      "kiln train failed: mat1 and mat2 shapes"},
+        BadTrainInput{"LrFindMinAboveMax",
+                      {"tune", "tuner.lr_find.min_lr=0.1", "tuner.lr_find.max_lr=0.01"},
+                      "option 'tuner.lr_find.max_lr' of kiln tune lr_find must be greater than "
+                      "min_lr (0.1), got 0.01"},
+        BadTrainInput{"LrFindTooFewSteps",
+                      {"tune", "tuner.lr_find.num_training=5"},
+                      "option 'tuner.lr_find.num_training' of kiln tune lr_find must be at least "
+                      "skip_begin + skip_end + 2 (13)"},
+        BadTrainInput{
+            "LrFindUnknownOption", {"tune", "+tuner.lr_find.max_lrr=3"}, "'tuner.lr_find.max_lrr'"},
+        BadTrainInput{
+            "LrFindFromACheckpoint", {"tune", "ckpt_path=DIR/bad.ckpt"}, "not from ckpt_path"},
+        BadTrainInput{"LrFindDivergesTooEarly",
+                      {"tune", "tuner.lr_find.min_lr=100", "tuner.lr_find.max_lr=1e9"},
+                      "kiln tune lr_find: no suggestion"}),
     [](const ::testing::TestParamInfo<BadTrainInput>& info) { return info.param.name; });
+
+// The steepest-descent rule by hand on lr_find.csv's columns (Lightning's suggestion(): skip
+// 10 points at the start and 1 at the end, the gradient of the smoothed loss against log(lr), the
+// exponential sweep's axis, with second-order differences inside and first-order ones at both
+// ends); returns the row.
+size_t SteepestDescentByHand(const std::vector<double>& lr, const std::vector<double>& smoothed) {
+  std::vector<double> x, y(smoothed.begin() + 10, smoothed.end() - 1);
+  for (size_t i = 10; i + 1 < lr.size(); ++i) x.push_back(std::log(lr[i]));
+  size_t n = x.size(), best = 0;
+  double lowest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double g;
+    if (i == 0) {
+      g = (y[1] - y[0]) / (x[1] - x[0]);
+    } else if (i == n - 1) {
+      g = (y[n - 1] - y[n - 2]) / (x[n - 1] - x[n - 2]);
+    } else {
+      double a = x[i] - x[i - 1], b = x[i + 1] - x[i];
+      g = (a * a * y[i + 1] - b * b * y[i - 1] + (b * b - a * a) * y[i]) / (a * b * (a + b));
+    }
+    if (i == 0 || g < lowest) {
+      lowest = g;
+      best = i;
+    }
+  }
+  return best + 10;
+}
+
+std::vector<std::vector<std::string>> CsvRows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cells_in(line);
+    for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.push_back("");
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// One column of a CSV with a header, by name (empty cells left out).
+std::vector<std::string> CsvColumn(const std::string& text, const std::string& name) {
+  auto rows = CsvRows(text);
+  std::vector<std::string> out;
+  if (rows.empty()) return out;
+  auto at = std::find(rows[0].begin(), rows[0].end(), name);
+  if (at == rows[0].end()) return out;
+  size_t column = static_cast<size_t>(at - rows[0].begin());
+  for (size_t r = 1; r < rows.size(); ++r) {
+    if (column < rows[r].size() && !rows[r][column].empty()) out.push_back(rows[r][column]);
+  }
+  return out;
+}
+
+int CountOf(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+bool ChromiumOnPath() {
+  return RunProcess({"/bin/sh", "-c",
+                     "command -v chromium || command -v chromium-browser || command -v "
+                     "google-chrome-stable || command -v google-chrome"})
+             .exit_code == 0;
+}
+
+// `kiln tune lr_find`: lr_find.csv with one row per step, the lrs growing from min_lr, the
+// suggestion printed in one line equal to the steepest-descent rule applied by hand to the CSV,
+// the plot as a PNG (or, without Chromium, one line saying how to get it); `--apply` trains with
+// that lr (metrics.csv's lr column), and exactly as `kiln train optimizer.lr=SUGGESTION` does:
+// the sweep left no trace in the model, the optimizer or the training metrics.
+TEST_F(TrainCliTest, LrFindSuggestsTheSteepestDescentPlotsItAndApplyTrainsWithIt) {
+  const std::vector<std::string> common = {"scheduler=null", "trainer.max_epochs=1",
+                                           "trainer.log_every_n_steps=1", "test=false",
+                                           "tuner.lr_find.num_training=30"};
+  auto args = common;
+  args.insert(args.begin(), "tune");
+  args.push_back("hydra.run.dir=" + dir_.path() + "/tune");
+  auto r = Kiln(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const std::string prefix = "lr_find: suggested lr ";
+  ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+  const double suggested = std::stod(r.out.substr(prefix.size()));
+  std::string csv = testing::ReadFile(dir_.path() + "/tune/lr_find.csv");
+  auto rows = CsvRows(csv);
+  ASSERT_GE(rows.size(), 14u) << csv;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"lr", "loss", "smoothed_loss"}));
+  std::vector<double> lr, smoothed;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 3u) << csv;
+    lr.push_back(std::stod(rows[i][0]));
+    smoothed.push_back(std::stod(rows[i][2]));
+    if (i > 1) EXPECT_GT(lr.back(), lr[lr.size() - 2]) << "row " << i;
+  }
+  EXPECT_EQ(lr.front(), 1e-8);
+  if (lr.size() == 30) EXPECT_NEAR(lr.back(), 1.0, 1e-12);
+  EXPECT_EQ(suggested, lr[SteepestDescentByHand(lr, smoothed)]) << csv;
+  if (ChromiumOnPath()) {
+    std::string png = testing::ReadFile(dir_.path() + "/tune/lr_find.png");
+    ASSERT_GT(png.size(), 1000u) << r.err;
+    EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  } else {
+    std::cerr << "chromium is not installed (apt-get install chromium): lr_find.png not checked\n";
+  }
+  // Without Chromium on PATH: the CSV all the same, one line saying how to get the plot, exit 0.
+  args.back() = "hydra.run.dir=" + dir_.path() + "/nochrome";
+  auto bare = RunProcess(Args(args), {{"PATH", "/nonexistent"}});
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_TRUE(FileExists(dir_.path() + "/nochrome/lr_find.csv"));
+  EXPECT_FALSE(FileExists(dir_.path() + "/nochrome/lr_find.png"));
+  EXPECT_EQ(CountOf(bare.err, "apt-get install chromium"), 1) << bare.err;
+
+  // --apply: the same sweep, then training with the suggestion.
+  args.back() = "hydra.run.dir=" + dir_.path() + "/apply";
+  args.insert(args.begin() + 1, "--apply");
+  auto applied = Kiln(args);
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_EQ(applied.out.substr(0, applied.out.find(';')), r.out.substr(0, r.out.find(';')));
+  const std::string suggestion_text =
+      r.out.substr(prefix.size(), r.out.find(' ', prefix.size()) - prefix.size());
+  EXPECT_NE(applied.err.find("lr_find --apply: training with optimizer.lr=" + suggestion_text),
+            std::string::npos)
+      << applied.err;
+  std::string metrics = testing::ReadFile(dir_.path() + "/apply/metrics.csv");
+  auto lrs = CsvColumn(metrics, "lr");
+  ASSERT_EQ(lrs.size(), 15u)
+      << metrics;  // 460 training images (10% validate) / 32 per batch: 15 steps, each logged
+  for (const auto& v : lrs) EXPECT_NEAR(std::stod(v), suggested, suggested * 1e-5) << metrics;
+  auto trained =
+      Kiln({"scheduler=null", "trainer.max_epochs=1", "trainer.log_every_n_steps=1", "test=false",
+            "optimizer.lr=" + suggestion_text, "hydra.run.dir=" + dir_.path() + "/plain"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string plain = testing::ReadFile(dir_.path() + "/plain/metrics.csv");
+  for (const char* column : {"train/loss", "train/acc_epoch", "val/loss", "val/acc"}) {
+    EXPECT_FALSE(CsvColumn(plain, column).empty()) << column << "\n" << plain;
+    EXPECT_EQ(CsvColumn(metrics, column), CsvColumn(plain, column)) << column;
+  }
+}
+
+TEST_F(TrainCliTest, TuneNeedsAKnownSubcommandAndApplyBelongsToTune) {
+  for (const auto& [argv, mention] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{KILN_BINARY, "tune", "lr_fnd"},
+            "unknown tune subcommand 'lr_fnd' (did you mean 'lr_find'?)"},
+           {{KILN_BINARY, "tune", "model=mlp"},
+            "kiln tune needs a subcommand: kiln tune lr_find [--apply]"},
+           {{KILN_BINARY, "train", "--apply"}, "--apply is a flag of kiln tune"}}) {
+    auto r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.find("kiln: error: "), 0u) << r.err;
+    EXPECT_NE(r.err.substr(0, r.err.find('\n')).find(mention), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
 
 // A new head on a checkpoint's body: model.init_from with init_ignore, two of the classes with
 // 100 samples each, the body frozen for the first epoch. Without init_ignore, with a glob that

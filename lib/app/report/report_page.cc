@@ -239,6 +239,8 @@ void WriteSweep(Json& j, const Sweep& sweep) {
 }  // namespace
 
 bool HaveChartingLibrary() { return sizeof(kUplotJs) > 1; }
+const char* UplotJs() { return kUplotJs; }
+const char* UplotCss() { return kUplotCss; }
 
 std::string ReportJson(const Collection& c, const std::string& page_dir) {
   // One bucket width per metric across runs, so that overlaid curves share their x positions.

@@ -20,6 +20,11 @@ std::string ReportJson(const Collection& collection, const std::string& page_dir
 std::string ReportHtml(const Collection& collection, const std::string& page_dir,
                        const std::string& title, int live_refresh_ms = 0);
 
+// The charting library's script and stylesheet, as built in ("" without it); the lr_find plot
+// inlines them too.
+const char* UplotJs();
+const char* UplotCss();
+
 // Whether the charting library was built in (scripts/fetch_web_deps.sh fetched it before cmake
 // ran).
 bool HaveChartingLibrary();

@@ -1,0 +1,141 @@
+#include "lib/app/report/lr_find_plot.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "lib/app/report/report_page.h"
+#include "lib/app/spawn.h"
+#include "lib/core/files.h"
+
+namespace kiln::app::report {
+namespace {
+
+const char kLrFindTemplate[] =
+#include "lib/app/report/web/lr_find_html.inc"
+    ;
+
+void AppendCurveNumbers(std::string* out, const std::vector<double>& values) {
+  *out += '[';
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) *out += ',';
+    if (std::isfinite(values[i])) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.10g", values[i]);
+      *out += buf;
+    } else {
+      *out += "null";
+    }
+  }
+  *out += ']';
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::string LrFindHtml(const LrCurve& curve, const std::string& title) {
+  std::string data = "{\"lr\":";
+  AppendCurveNumbers(&data, curve.lrs);
+  data += ",\"loss\":";
+  AppendCurveNumbers(&data, curve.losses);
+  data += ",\"smoothed\":";
+  AppendCurveNumbers(&data, curve.smoothed);
+  absl::StrAppend(&data, ",\"suggestion\":",
+                  curve.suggestion.has_value() ? std::to_string(*curve.suggestion) : "null",
+                  ",\"log_x\":", curve.log_x ? "true" : "false", "}");
+  std::string escaped_title =
+      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
+  return absl::StrReplaceAll(kLrFindTemplate, {{"{{TITLE}}", escaped_title},
+                                               {"{{UPLOT_CSS}}", UplotCss()},
+                                               {"{{UPLOT_JS}}", UplotJs()},
+                                               {"{{DATA}}", data}});
+}
+
+std::string FindChromium() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return "";
+  for (const char* name :
+       {"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"}) {
+    for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+      std::string candidate = absl::StrCat(dir, "/", name);
+      if (IsExecutableFile(candidate)) return candidate;
+    }
+  }
+  return "";
+}
+
+absl::Status ScreenshotPage(const std::string& chromium, const std::string& page,
+                            const std::string& png, int width, int height) {
+  char profile[] = "/tmp/kiln-chromium-XXXXXX";
+  if (::mkdtemp(profile) == nullptr)
+    return absl::InternalError("cannot create a folder in /tmp for Chromium");
+  std::string log = std::string(profile) + "/chromium.log";
+  std::remove(png.c_str());
+  SpawnOptions options;
+  options.output_file = log;
+  absl::StatusOr<pid_t> pid =
+      SpawnProcess({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    absl::StrCat("--user-data-dir=", profile, "/profile"),
+                    absl::StrCat("--window-size=", width, ",", height), "--screenshot=" + png,
+                    "file://" + std::filesystem::absolute(page).string()},
+                   options);
+  absl::Status status = pid.status();
+  if (pid.ok()) {
+    int wait_status = 0;
+    while (::waitpid(*pid, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+    struct stat st;
+    if (ExitCodeOf(wait_status) != 0 || ::stat(png.c_str(), &st) != 0 || st.st_size == 0) {
+      status = absl::InternalError(absl::StrCat(chromium, " ", DescribeExit(wait_status),
+                                                " without a picture: ", LastLineOf(log)));
+    }
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(profile, ignored);
+  return status;
+}
+
+absl::StatusOr<PlotFiles> WriteLrFindPlot(const std::string& dir, const LrCurve& curve,
+                                          const std::string& title) {
+  PlotFiles files;
+  files.html = dir + "/lr_find.html";
+  if (!HaveChartingLibrary()) {
+    files.html.clear();
+    files.note =
+        "lr_find.png not drawn: this kiln was built without uPlot (run scripts/fetch_web_deps.sh, "
+        "then cmake "
+        "again); the curve is in lr_find.csv";
+    return files;
+  }
+  if (auto st = WriteFileAtomically(files.html, LrFindHtml(curve, title)); !st.ok()) return st;
+  std::string chromium = FindChromium();
+  if (chromium.empty()) {
+    files.note =
+        "lr_find.png not drawn: Chromium is not installed (apt-get install chromium); the curve is "
+        "in "
+        "lr_find.csv and lr_find.html";
+    return files;
+  }
+  std::string png = dir + "/lr_find.png";
+  if (auto st = ScreenshotPage(chromium, files.html, png, 900, 540); !st.ok()) {
+    files.note = absl::StrCat("lr_find.png not drawn: ", st.message());
+    return files;
+  }
+  files.png = png;
+  return files;
+}
+
+}  // namespace kiln::app::report
