@@ -77,10 +77,15 @@ int main(int argc, char** argv) {
     for (const data::Batch& b : batches) {
       torch::Tensor out = m.forward({b.input}).toTensor();
       if (out.dim() == 3) {  // language model: logits [B, T, vocab], targets [B, T]
-        loss += torch::nn::functional::cross_entropy(out.flatten(0, 1), b.target.flatten(),
-                                                     torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-        count += static_cast<double>(b.target.numel());
+        // Per real token, as the task's test/loss: the <pad> (0) filling the split's last block is
+        // no target.
+        loss +=
+            torch::nn::functional::cross_entropy(out.flatten(0, 1), b.target.flatten(),
+                                                 torch::nn::functional::CrossEntropyFuncOptions()
+                                                     .reduction(torch::kSum)
+                                                     .ignore_index(0))
+                .item<double>();
+        count += b.target.ne(0).sum().item<double>();
       } else {
         correct += out.argmax(1).eq(b.target).sum().item<double>();
         count += static_cast<double>(b.target.size(0));

@@ -1,10 +1,17 @@
 // csv: metrics.csv in save_dir, one row per logged step, a column per metric (Lightning's
-// CSVLogger layout). Rewritten atomically as columns appear.
+// CSVLogger layout). Rows are appended and flushed as they come (an interrupted run keeps every row
+// logged); the file is rewritten (atomically) only when a new metric name adds a column. Numbers
+// are written as Python's repr writes them: the shortest text that reads back to the same double.
+// A resumed fit keeps the rows of the earlier run up to the step it resumes from.
+#include <cstdio>
+#include <fstream>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "lib/config/node.h"
 #include "lib/core/files.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/callback.h"
@@ -14,34 +21,94 @@ namespace {
 
 class CsvLogger : public MetricsLogger {
  public:
-  explicit CsvLogger(std::string dir) : dir_(std::move(dir)) {}
+  explicit CsvLogger(std::string dir) : dir_(std::move(dir)), path_(dir_ + "/metrics.csv") {}
+  ~CsvLogger() override { Finish().IgnoreError(); }
 
   absl::Status LogMetrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    rows_.push_back({step, metrics});
-    for (const auto& [k, v] : metrics) columns_.insert(k);
-    return Write();
+    Row row{step, {}};
+    bool new_column = !started_;
+    for (const auto& [k, v] : metrics) {
+      row.cells[k] = config::PythonFloatRepr(v);
+      new_column |= columns_.insert(k).second;
+    }
+    rows_.push_back(std::move(row));
+    if (new_column) return Rewrite();
+    return Append(Line(rows_.back()));
+  }
+
+  absl::Status OnResume(int64_t step) override {
+    std::ifstream in(path_);
+    std::string line;
+    if (!std::getline(in, line)) return absl::OkStatus();
+    std::vector<std::string> header = absl::StrSplit(line, ',');
+    if (header.empty() || header[0] != "step") return absl::OkStatus();  // not ours: start afresh
+    for (size_t i = 1; i < header.size(); ++i) columns_.insert(header[i]);
+    while (std::getline(in, line)) {
+      std::vector<std::string> cells = absl::StrSplit(line, ',');
+      Row row;
+      // A row cut short by the interruption, or logged after the checkpoint, is left out.
+      if (cells.size() != header.size() || !absl::SimpleAtoi(cells[0], &row.step) ||
+          row.step > step)
+        continue;
+      for (size_t i = 1; i < cells.size(); ++i) {
+        if (!cells[i].empty()) row.cells[header[i]] = cells[i];
+      }
+      rows_.push_back(std::move(row));
+    }
+    return Rewrite();
+  }
+
+  absl::Status Finish() override {
+    if (file_ == nullptr) return absl::OkStatus();
+    bool ok = std::fclose(file_) == 0;
+    file_ = nullptr;
+    return ok ? absl::OkStatus() : absl::UnavailableError(absl::StrCat(path_, ": write failed"));
   }
 
  private:
-  absl::Status Write() {
+  struct Row {
+    int64_t step = 0;
+    std::map<std::string, std::string> cells;
+  };
+
+  std::string Line(const Row& row) const {
+    std::vector<std::string> cells = {std::to_string(row.step)};
+    for (const auto& c : columns_) {
+      auto it = row.cells.find(c);
+      cells.push_back(it == row.cells.end() ? "" : it->second);
+    }
+    return absl::StrJoin(cells, ",") + "\n";
+  }
+
+  // The whole file again, under the current header.
+  absl::Status Rewrite() {
+    KILN_RETURN_IF_ERROR(Finish());
     KILN_RETURN_IF_ERROR(MakeDirs(dir_));
     std::vector<std::string> header = {"step"};
     header.insert(header.end(), columns_.begin(), columns_.end());
     std::string out = absl::StrJoin(header, ",") + "\n";
-    for (const auto& [step, metrics] : rows_) {
-      std::vector<std::string> cells = {std::to_string(step)};
-      for (const auto& c : columns_) {
-        auto it = metrics.find(c);
-        cells.push_back(it == metrics.end() ? "" : absl::StrFormat("%.6g", it->second));
-      }
-      out += absl::StrJoin(cells, ",") + "\n";
-    }
-    return WriteFileAtomically(dir_ + "/metrics.csv", out);
+    for (const auto& row : rows_) out += Line(row);
+    started_ = true;
+    return WriteFileAtomically(path_, out);
   }
 
-  std::string dir_;
-  std::vector<std::pair<int64_t, std::map<std::string, double>>> rows_;
+  absl::Status Append(const std::string& line) {
+    if (file_ == nullptr) {
+      file_ = std::fopen(path_.c_str(), "ab");
+      if (file_ == nullptr)
+        return absl::UnavailableError(absl::StrCat(path_, ": cannot open for writing"));
+    }
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+      return absl::UnavailableError(absl::StrCat(path_, ": write failed"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string dir_, path_;
+  std::vector<Row> rows_;  // kept for the rewrite a new column needs
   std::set<std::string> columns_;
+  bool started_ = false;  // whether this run wrote the file yet
+  std::FILE* file_ = nullptr;
 };
 
 struct CsvLoggerOptions {

@@ -91,6 +91,9 @@ class MetricsLogger {
   virtual ~MetricsLogger() = default;
   // `step` is the optimizer step the values belong to.
   virtual absl::Status LogMetrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  // A fit resumed from a checkpoint at optimizer step `step`, before anything is logged: a logger
+  // writing one file per run keeps what the earlier run logged up to that step.
+  virtual absl::Status OnResume(int64_t /*step*/) { return absl::OkStatus(); }
   virtual absl::Status Finish() { return absl::OkStatus(); }
 };
 

@@ -60,6 +60,9 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   StopSignals signals;
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnFitStart(t); }));
   KILN_ASSIGN_OR_RETURN(bool resumed, Restore(inputs));
+  if (resumed && t.is_global_zero()) {
+    for (auto& logger : t.loggers_) KILN_RETURN_IF_ERROR(logger->OnResume(t.global_step_));
+  }
   KILN_RETURN_IF_ERROR(strategy.SetupDataParallel(task.module()));
 
   if (validation_ && options.num_sanity_val_steps > 0 && !resumed && options.fast_dev_run == 0) {

@@ -151,7 +151,9 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   std::ifstream matrix(run + "/test_confusion_matrix.csv");
   std::string line;
   ASSERT_TRUE(std::getline(matrix, line));
-  EXPECT_EQ(line, "true/predicted,0,1,2,3,4,5,6,7,8,9");
+  EXPECT_EQ(
+      line,
+      "true/predicted,T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot");
   int64_t total = 0, correct = 0;
   for (int t = 0; t < 10 && std::getline(matrix, line); ++t) {
     std::vector<int64_t> cells;
@@ -165,8 +167,9 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   }
   EXPECT_EQ(total, 128);
   EXPECT_NEAR(static_cast<double>(correct) / 128, TestAccuracy(results), 1e-6);
-  EXPECT_NE(results.find("test/acc_class/2: "), std::string::npos) << results;
-  EXPECT_NE(testing::ReadFile(run + "/test_per_class_accuracy.csv").find("class,support,correct,accuracy\n0,43,"),
+  EXPECT_NE(results.find("test/acc_class/Pullover: "), std::string::npos) << results;
+  EXPECT_NE(testing::ReadFile(run + "/test_per_class_accuracy.csv")
+                .find("class,support,correct,accuracy\nT-shirt/top,43,"),
             std::string::npos);
   auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
@@ -240,6 +243,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrainInput{"MissingCheckpoint",
                       {"test", "ckpt_path=DIR/none.ckpt"},
                       "none.ckpt: no such checkpoint"},
+        BadTrainInput{
+            "TooFewClassNames",
+            {"data.class_names=[a,b]"},
+            "data.class_names: 2 names, but DIR/data/train-labels-idx1-ubyte.gz has label 2"},
+        BadTrainInput{
+            "RepeatedClassName", {"data.class_names=[a,b,a]"}, "option 'data.class_names' of"},
         BadTrainInput{"ModelDoesNotFitTheData",
                       {"model.in_features=100"},
                       "kiln train failed: mat1 and mat2 shapes"},
@@ -455,7 +464,9 @@ TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) 
   EXPECT_NE(tuned.err.find("4 loaded, 2 ignored, 0 missing, 0 mismatched, 0 unused"), std::string::npos) << tuned.err;
   EXPECT_NE(tuned.err.find("backbone_finetuning: unfreezing 4 parameters at epoch 1"), std::string::npos) << tuned.err;
   EXPECT_GE(TestAccuracy(testing::ReadFile(dir_.path() + "/tune/test_metrics.yaml")), 0);  // tested on the 2 classes
-  EXPECT_NE(testing::ReadFile(dir_.path() + "/tune/test_per_class_accuracy.csv").find("\n2,"), std::string::npos);
+  EXPECT_NE(
+      testing::ReadFile(dir_.path() + "/tune/test_per_class_accuracy.csv").find("\nPullover,"),
+      std::string::npos);
 
   auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/avg"});
   ASSERT_EQ(average.exit_code, 0) << average.err;

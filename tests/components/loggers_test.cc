@@ -1,5 +1,5 @@
-// jsonl and tensorboard loggers write what they are given: JSON rows read back with nlohmann, and
-// TensorBoard event files read back record by record (lengths, masked CRC32Cs, Event protos).
+// csv, jsonl and tensorboard loggers write what they are given: JSON rows read back with nlohmann,
+// and TensorBoard event files read back record by record (lengths, masked CRC32Cs, Event protos).
 // When Python's tensorboard package is installed, it must read the event file too.
 #include <gtest/gtest.h>
 
@@ -41,6 +41,45 @@ TEST(JsonlLogger, OneObjectPerRowAlsoAfterFinish) {
   auto again = BuildLogger("_target_: jsonl\nsave_dir: " + dir.path() + "/logs\n");
   ASSERT_TRUE(again->LogMetrics({{"a", 1}}, 1).ok());
   EXPECT_EQ(testing::ReadFile(dir.path() + "/logs/metrics.jsonl"), "{\"step\":1,\"a\":1.0}\n");
+}
+
+// metrics.csv: rows appended (and on disk) as they come, the file rewritten once a new metric
+// adds a column; numbers in their shortest round-trip text; a resumed fit keeps the earlier rows.
+TEST(CsvLogger, AppendsRowsRewritesOnANewColumnAndKeepsEveryDigit) {
+  testing::TempDir dir;
+  std::string path = dir.path() + "/logs/metrics.csv";
+  auto logger = BuildLogger("_target_: csv\nsave_dir: " + dir.path() + "/logs\n");
+  ASSERT_TRUE(logger->LogMetrics({{"lr", 1.2345678e-05}, {"train/loss", 0.5}}, 1).ok());
+  EXPECT_EQ(testing::ReadFile(path), "step,lr,train/loss\n1,1.2345678e-05,0.5\n");
+  ASSERT_TRUE(logger->LogMetrics({{"lr", 0.000123456789012}, {"train/loss", 0.1}}, 2).ok());
+  // Appended and flushed: readable before Finish.
+  EXPECT_EQ(testing::ReadFile(path),
+            "step,lr,train/loss\n1,1.2345678e-05,0.5\n2,0.000123456789012,0.1\n");
+  ASSERT_TRUE(logger->LogMetrics({{"val/acc", 0.75}}, 2).ok());  // a new column: rewritten
+  ASSERT_TRUE(logger->LogMetrics({{"train/loss", 1.0 / 3}}, 3).ok());
+  ASSERT_TRUE(logger->Finish().ok());
+  ASSERT_TRUE(logger->LogMetrics({{"val/acc", std::nan("")}}, 3).ok());  // the test after a fit
+  std::string all =
+      "step,lr,train/loss,val/acc\n1,1.2345678e-05,0.5,\n2,0.000123456789012,0.1,\n2,,,0.75\n"
+      "3,,0.3333333333333333,\n3,,,nan\n";
+  EXPECT_EQ(testing::ReadFile(path), all);
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);
+  EXPECT_EQ(std::stod(line.substr(2, line.find(',', 2) - 2)), 1.2345678e-05);  // reads back exactly
+
+  // Resumed from step 2: rows up to step 2 stay, later ones (logged after that checkpoint) go.
+  auto resumed = BuildLogger("_target_: csv\nsave_dir: " + dir.path() + "/logs\n");
+  ASSERT_TRUE(resumed->OnResume(2).ok());
+  ASSERT_TRUE(resumed->LogMetrics({{"train/loss", 0.25}}, 3).ok());
+  EXPECT_EQ(testing::ReadFile(path),
+            "step,lr,train/loss,val/"
+            "acc\n1,1.2345678e-05,0.5,\n2,0.000123456789012,0.1,\n2,,,0.75\n3,,0.25,\n");
+  // A new run (not resumed) starts the file afresh.
+  auto fresh = BuildLogger("_target_: csv\nsave_dir: " + dir.path() + "/logs\n");
+  ASSERT_TRUE(fresh->LogMetrics({{"a", 1}}, 1).ok());
+  EXPECT_EQ(testing::ReadFile(path), "step,a\n1,1.0\n");
 }
 
 TEST(TfRecord, Crc32cMatchesTheStandardCheckValue) {
