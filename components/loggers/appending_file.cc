@@ -22,6 +22,15 @@ absl::Status AppendingFile::Append(const std::string& bytes) {
   return absl::OkStatus();
 }
 
+absl::Status AppendingFile::StartWith(const std::string& contents) {
+  KILN_RETURN_IF_ERROR(Close());
+  std::string dir = path_.substr(0, path_.find_last_of('/'));
+  if (dir != path_) KILN_RETURN_IF_ERROR(MakeDirs(dir));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(path_, contents));
+  started_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status AppendingFile::Close() {
   if (file_ == nullptr) return absl::OkStatus();
   bool ok = std::fclose(file_) == 0;

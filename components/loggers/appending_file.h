@@ -19,6 +19,9 @@ class AppendingFile {
   // Whether nothing was written yet in this run.
   bool fresh() const { return !started_; }
   absl::Status Append(const std::string& bytes);
+  // Replaces the file by `contents` (atomically); later writes append to it. A resumed run starts
+  // from the rows it keeps, a new column's header rewrites the file.
+  absl::Status StartWith(const std::string& contents);
   absl::Status Close();
   const std::string& path() const { return path_; }
 

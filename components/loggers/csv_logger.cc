@@ -3,7 +3,6 @@
 // logged); the file is rewritten (atomically) only when a new metric name adds a column. Numbers
 // are written as Python's repr writes them: the shortest text that reads back to the same double.
 // A resumed fit keeps the rows of the earlier run up to the step it resumes from.
-#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -11,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "components/loggers/appending_file.h"
 #include "lib/config/node.h"
-#include "lib/core/files.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/callback.h"
 
@@ -21,23 +20,22 @@ namespace {
 
 class CsvLogger : public MetricsLogger {
  public:
-  explicit CsvLogger(std::string dir) : dir_(std::move(dir)), path_(dir_ + "/metrics.csv") {}
-  ~CsvLogger() override { Finish().IgnoreError(); }
+  explicit CsvLogger(const std::string& dir) : file_(dir + "/metrics.csv") {}
 
   absl::Status LogMetrics(const std::map<std::string, double>& metrics, int64_t step) override {
     Row row{step, {}};
-    bool new_column = !started_;
+    bool new_column = file_.fresh();
     for (const auto& [k, v] : metrics) {
       row.cells[k] = config::PythonFloatRepr(v);
       new_column |= columns_.insert(k).second;
     }
     rows_.push_back(std::move(row));
     if (new_column) return Rewrite();
-    return Append(Line(rows_.back()));
+    return file_.Append(Line(rows_.back()));
   }
 
   absl::Status OnResume(int64_t step) override {
-    std::ifstream in(path_);
+    std::ifstream in(file_.path());
     std::string line;
     if (!std::getline(in, line)) return absl::OkStatus();
     std::vector<std::string> header = absl::StrSplit(line, ',');
@@ -58,12 +56,7 @@ class CsvLogger : public MetricsLogger {
     return Rewrite();
   }
 
-  absl::Status Finish() override {
-    if (file_ == nullptr) return absl::OkStatus();
-    bool ok = std::fclose(file_) == 0;
-    file_ = nullptr;
-    return ok ? absl::OkStatus() : absl::UnavailableError(absl::StrCat(path_, ": write failed"));
-  }
+  absl::Status Finish() override { return file_.Close(); }
 
  private:
   struct Row {
@@ -82,33 +75,16 @@ class CsvLogger : public MetricsLogger {
 
   // The whole file again, under the current header.
   absl::Status Rewrite() {
-    KILN_RETURN_IF_ERROR(Finish());
-    KILN_RETURN_IF_ERROR(MakeDirs(dir_));
     std::vector<std::string> header = {"step"};
     header.insert(header.end(), columns_.begin(), columns_.end());
     std::string out = absl::StrJoin(header, ",") + "\n";
     for (const auto& row : rows_) out += Line(row);
-    started_ = true;
-    return WriteFileAtomically(path_, out);
+    return file_.StartWith(out);
   }
 
-  absl::Status Append(const std::string& line) {
-    if (file_ == nullptr) {
-      file_ = std::fopen(path_.c_str(), "ab");
-      if (file_ == nullptr)
-        return absl::UnavailableError(absl::StrCat(path_, ": cannot open for writing"));
-    }
-    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-      return absl::UnavailableError(absl::StrCat(path_, ": write failed"));
-    }
-    return absl::OkStatus();
-  }
-
-  std::string dir_, path_;
+  AppendingFile file_;
   std::vector<Row> rows_;  // kept for the rewrite a new column needs
   std::set<std::string> columns_;
-  bool started_ = false;  // whether this run wrote the file yet
-  std::FILE* file_ = nullptr;
 };
 
 struct CsvLoggerOptions {

@@ -43,6 +43,31 @@ TEST(JsonlLogger, OneObjectPerRowAlsoAfterFinish) {
   EXPECT_EQ(testing::ReadFile(dir.path() + "/logs/metrics.jsonl"), "{\"step\":1,\"a\":1.0}\n");
 }
 
+// A resumed fit keeps the rows up to the checkpoint's step; later rows and a row cut short by the
+// interruption go, and the new rows follow.
+TEST(JsonlLogger, AResumedFitKeepsTheRowsUpToItsStep) {
+  testing::TempDir dir;
+  std::string path = dir.path() + "/logs/metrics.jsonl";
+  {
+    auto first = BuildLogger("_target_: jsonl\nsave_dir: " + dir.path() + "/logs\n");
+    for (int64_t step : {1, 2, 3}) ASSERT_TRUE(first->LogMetrics({{"a", step * 0.5}}, step).ok());
+    ASSERT_TRUE(first->Finish().ok());
+  }
+  std::ofstream(path, std::ios::app) << "{\"step\":4,\"a\":";  // killed mid-row
+  auto resumed = BuildLogger("_target_: jsonl\nsave_dir: " + dir.path() + "/logs\n");
+  ASSERT_TRUE(resumed->OnResume(2).ok());
+  EXPECT_EQ(testing::ReadFile(path), "{\"step\":1,\"a\":0.5}\n{\"step\":2,\"a\":1.0}\n");
+  ASSERT_TRUE(resumed->LogMetrics({{"a", 7.5}}, 3).ok());
+  EXPECT_EQ(testing::ReadFile(path),
+            "{\"step\":1,\"a\":0.5}\n{\"step\":2,\"a\":1.0}\n{\"step\":3,\"a\":7.5}\n");
+  // Resuming where nothing was logged yet starts an empty file.
+  testing::TempDir empty;
+  auto none = BuildLogger("_target_: jsonl\nsave_dir: " + empty.path() + "/logs\n");
+  ASSERT_TRUE(none->OnResume(5).ok());
+  ASSERT_TRUE(none->LogMetrics({{"a", 1}}, 6).ok());
+  EXPECT_EQ(testing::ReadFile(empty.path() + "/logs/metrics.jsonl"), "{\"step\":6,\"a\":1.0}\n");
+}
+
 // metrics.csv: rows appended (and on disk) as they come, the file rewritten once a new metric
 // adds a column; numbers in their shortest round-trip text; a resumed fit keeps the earlier rows.
 TEST(CsvLogger, AppendsRowsRewritesOnANewColumnAndKeepsEveryDigit) {
