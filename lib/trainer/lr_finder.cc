@@ -297,8 +297,9 @@ absl::StatusOr<LrFindResult> FindLearningRate(const TrainerOptions& trainer_opti
 absl::Status WriteLrFindCsv(const std::string& dir, const LrFindResult& result) {
   std::string csv = "lr,loss,smoothed_loss\n";
   for (size_t i = 0; i < result.lrs.size(); ++i) {
-    absl::StrAppendFormat(&csv, "%.17g,%.17g,%.17g\n", result.lrs[i], result.losses[i],
-                          result.smoothed[i]);
+    absl::StrAppend(&csv, config::PythonFloatRepr(result.lrs[i]), ",",
+                    config::PythonFloatRepr(result.losses[i]), ",",
+                    config::PythonFloatRepr(result.smoothed[i]), "\n");
   }
   return WriteFileAtomically(dir + "/lr_find.csv", csv);
 }

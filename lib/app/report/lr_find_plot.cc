@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/app/report/page_json.h"
 #include "lib/app/report/report_page.h"
 #include "lib/app/spawn.h"
 #include "lib/core/files.h"
@@ -24,19 +24,10 @@ const char kLrFindTemplate[] =
 #include "lib/app/report/web/lr_find_html.inc"
     ;
 
-void AppendCurveNumbers(std::string* out, const std::vector<double>& values) {
-  *out += '[';
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) *out += ',';
-    if (std::isfinite(values[i])) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.10g", values[i]);
-      *out += buf;
-    } else {
-      *out += "null";
-    }
-  }
-  *out += ']';
+void WriteNumbers(PageJson& j, const char* key, const std::vector<double>& values) {
+  j.Key(key).Open('[');
+  for (double v : values) j.Num(v, "%.10g");  // non-finite: null, a gap in the curve
+  j.Close(']');
 }
 
 bool IsExecutableFile(const std::string& path) {
@@ -47,21 +38,22 @@ bool IsExecutableFile(const std::string& path) {
 }  // namespace
 
 std::string LrFindHtml(const LrCurve& curve, const std::string& title) {
-  std::string data = "{\"lr\":";
-  AppendCurveNumbers(&data, curve.lrs);
-  data += ",\"loss\":";
-  AppendCurveNumbers(&data, curve.losses);
-  data += ",\"smoothed\":";
-  AppendCurveNumbers(&data, curve.smoothed);
-  absl::StrAppend(&data, ",\"suggestion\":",
-                  curve.suggestion.has_value() ? std::to_string(*curve.suggestion) : "null",
-                  ",\"log_x\":", curve.log_x ? "true" : "false", "}");
-  std::string escaped_title =
-      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
-  return absl::StrReplaceAll(kLrFindTemplate, {{"{{TITLE}}", escaped_title},
+  PageJson j;
+  j.Open('{');
+  WriteNumbers(j, "lr", curve.lrs);
+  WriteNumbers(j, "loss", curve.losses);
+  WriteNumbers(j, "smoothed", curve.smoothed);
+  j.Key("suggestion");
+  if (curve.suggestion.has_value()) {
+    j.Int(static_cast<int64_t>(*curve.suggestion));
+  } else {
+    j.Null();
+  }
+  j.Key("log_x").Raw(curve.log_x ? "true" : "false").Close('}');
+  return absl::StrReplaceAll(kLrFindTemplate, {{"{{TITLE}}", HtmlText(title)},
                                                {"{{UPLOT_CSS}}", UplotCss()},
                                                {"{{UPLOT_JS}}", UplotJs()},
-                                               {"{{DATA}}", data}});
+                                               {"{{DATA}}", j.Take()}});
 }
 
 std::string FindChromium() {
@@ -116,8 +108,7 @@ absl::StatusOr<PlotFiles> WriteLrFindPlot(const std::string& dir, const LrCurve&
     files.html.clear();
     files.note =
         "lr_find.png not drawn: this kiln was built without uPlot (run scripts/fetch_web_deps.sh, "
-        "then cmake "
-        "again); the curve is in lr_find.csv";
+        "then cmake again); the curve is in lr_find.csv";
     return files;
   }
   if (auto st = WriteFileAtomically(files.html, LrFindHtml(curve, title)); !st.ok()) return st;
@@ -125,8 +116,7 @@ absl::StatusOr<PlotFiles> WriteLrFindPlot(const std::string& dir, const LrCurve&
   if (chromium.empty()) {
     files.note =
         "lr_find.png not drawn: Chromium is not installed (apt-get install chromium); the curve is "
-        "in "
-        "lr_find.csv and lr_find.html";
+        "in lr_find.csv and lr_find.html";
     return files;
   }
   std::string png = dir + "/lr_find.png";

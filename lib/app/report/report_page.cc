@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "lib/app/report/page_json.h"
 #include "lib/config/json.h"
 
 namespace kiln::app::report {
@@ -36,77 +37,6 @@ const char kUplotCss[] =
 #include "lib/app/report/web/uplot_css.inc"
     ;
 
-// A compact JSON writer: numbers with the digits a chart needs, strings safe inside <script>.
-class Json {
- public:
-  Json& Raw(absl::string_view s) {
-    Comma();
-    out_.append(s.data(), s.size());
-    return *this;
-  }
-  Json& Key(absl::string_view k) {
-    Comma();
-    AppendString(k);
-    out_ += ':';
-    after_key_ = true;
-    return *this;
-  }
-  Json& Str(absl::string_view s) {
-    Comma();
-    AppendString(s);
-    return *this;
-  }
-  Json& Num(double v, const char* format = "%.6g") {
-    Comma();
-    if (std::isfinite(v)) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), format, v);
-      out_ += buf;
-    } else {
-      out_ += "null";
-    }
-    return *this;
-  }
-  Json& Int(int64_t v) {
-    Comma();
-    absl::StrAppend(&out_, v);
-    return *this;
-  }
-  Json& Null() { return Raw("null"); }
-  Json& Open(char c) {
-    Comma();
-    out_ += c;
-    first_ = true;
-    return *this;
-  }
-  Json& Close(char c) {
-    out_ += c;
-    first_ = false;
-    return *this;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  void Comma() {
-    if (after_key_) {
-      after_key_ = false;
-      first_ = false;
-      return;
-    }
-    if (!first_ && !out_.empty()) out_ += ',';
-    first_ = false;
-  }
-  // JSON's own escapes, and never "</script>" (nor any tag) inside the page's data.
-  void AppendString(absl::string_view s) {
-    out_ += absl::StrReplaceAll(JsonString(std::string(s)),
-                                {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
-  }
-
-  std::string out_;
-  bool first_ = true;
-  bool after_key_ = false;
-};
-
 std::string Href(const std::string& path, const std::string& page_dir) {
   std::error_code ec;
   fs::path rel = fs::relative(path, page_dir, ec);
@@ -123,7 +53,7 @@ std::string Href(const std::string& path, const std::string& page_dir) {
 }
 
 // x as the first step and then differences (small integers for integer steps); y with 5 digits.
-void WriteSeries(Json& j, const Series& s, int64_t raw_points) {
+void WriteSeries(PageJson& j, const Series& s, int64_t raw_points) {
   j.Open('{').Key("n").Int(raw_points).Key("dx").Open('[');
   double previous = 0;
   for (double x : s.steps) {
@@ -140,13 +70,13 @@ void WriteSeries(Json& j, const Series& s, int64_t raw_points) {
   j.Close(']').Close('}');
 }
 
-void WriteStrings(Json& j, const std::vector<std::string>& v) {
+void WriteStrings(PageJson& j, const std::vector<std::string>& v) {
   j.Open('[');
   for (const auto& s : v) j.Str(s);
   j.Close(']');
 }
 
-void WriteTable(Json& j, const Table& t) {
+void WriteTable(PageJson& j, const Table& t) {
   j.Open('{').Key("name").Str(t.name).Key("header");
   WriteStrings(j, t.header);
   j.Key("rows").Open('[');
@@ -154,7 +84,7 @@ void WriteTable(Json& j, const Table& t) {
   j.Close(']').Close('}');
 }
 
-void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widths,
+void WriteRun(PageJson& j, const Run& run, const std::map<std::string, double>& widths,
               const std::string& page_dir) {
   j.Open('{').Key("name").Str(run.name).Key("dir").Str(run.dir).Key("status").Str(run.status);
   j.Key("overrides");
@@ -196,7 +126,7 @@ void WriteRun(Json& j, const Run& run, const std::map<std::string, double>& widt
   j.Close('}');
 }
 
-void WriteSweep(Json& j, const Sweep& sweep) {
+void WriteSweep(PageJson& j, const Sweep& sweep) {
   j.Open('{')
       .Key("name")
       .Str(sweep.name)
@@ -252,7 +182,7 @@ std::string ReportJson(const Collection& c, const std::string& page_dir) {
   }
   std::map<std::string, double> widths;
   for (const auto& [name, m] : max_step) widths[name] = BucketWidth(m, kDisplayBuckets);
-  Json j;
+  PageJson j;
   j.Open('{').Key("display_buckets").Int(kDisplayBuckets).Key("notes");
   WriteStrings(j, c.notes);
   j.Key("runs").Open('[');
@@ -265,8 +195,7 @@ std::string ReportJson(const Collection& c, const std::string& page_dir) {
 
 std::string ReportHtml(const Collection& c, const std::string& page_dir, const std::string& title,
                        int live_refresh_ms) {
-  std::string escaped_title =
-      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
+  std::string escaped_title = HtmlText(title);
   // The library's and the renderer's text go in as they are: both come from this build.
   return absl::StrReplaceAll(kTemplate, {{"{{TITLE}}", escaped_title},
                                          {"{{LIVE_MS}}", absl::StrCat(live_refresh_ms)},
