@@ -13,8 +13,8 @@ namespace kiln {
 
 SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, double dropout)
     : heads_(heads), dropout_(dropout) {
-  c_attn = register_module("c_attn", torch::nn::Linear(dim, 3 * dim));
-  c_proj = register_module("c_proj", torch::nn::Linear(dim, dim));
+  c_attn = register_module("c_attn", AutocastLinear(dim, 3 * dim));
+  c_proj = register_module("c_proj", AutocastLinear(dim, dim));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const AttentionMask& mask) {
@@ -70,9 +70,9 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t m
   attn = register_module("attn", SelfAttention(dim, heads, dropout));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
   mlp = torch::nn::Sequential();
-  mlp->push_back("c_fc", torch::nn::Linear(dim, mlp_dim));
+  mlp->push_back("c_fc", AutocastLinear(dim, mlp_dim));
   mlp->push_back("gelu", GeluTanhLayer());
-  mlp->push_back("c_proj", torch::nn::Linear(mlp_dim, dim));
+  mlp->push_back("c_proj", AutocastLinear(mlp_dim, dim));
   mlp = register_module("mlp", mlp);
 }
 

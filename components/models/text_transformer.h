@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "absl/status/status.h"
+#include "components/models/autocast_linear.h"
 #include "lib/registry/options.h"
 
 namespace kiln {
@@ -26,7 +27,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   // (components/models/causal_attention.h) unless attention dropout is active.
   torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask);
 
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  AutocastLinear c_attn{nullptr}, c_proj{nullptr};
 
  private:
   int64_t heads_;

@@ -29,6 +29,15 @@ inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
   if (!enabled) at::autocast::clear_cache();
 }
 
+// Whether CPU autocast is on (inside a bf16-mixed forward pass).
+inline bool CpuAutocastEnabled() {
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+  return at::autocast::is_autocast_enabled(at::kCPU);
+#else
+  return at::autocast::is_cpu_enabled();
+#endif
+}
+
 inline std::string TorchVersion() { return TORCH_VERSION; }
 
 }  // namespace kiln::compat

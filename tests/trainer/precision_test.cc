@@ -14,10 +14,12 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "components/models/autocast_linear.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/torch_compat.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/strategy.h"
 
@@ -249,6 +251,50 @@ TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
     const double g_max = qkv32.grad().abs().max().item<double>();
     EXPECT_LT(g_err, 0.03 * g_max) << t;
     std::printf("T %3ld: max |y error| %.4f, max |gradient error| %.4f of %.3f\n", static_cast<long>(t), y_err, g_err, g_max);
+  }
+}
+
+// The text models' linear layer: outside autocast it is LibTorch's Linear, bitwise (values and
+// gradients), so float32 training does not change; under autocast it is ATen's linear (the bf16
+// bias added inside the bf16 product, as Python's nn.Linear) instead of LibTorch's matmul and a
+// float32 `+= bias` into the bf16 output. Both round the same products to bf16; the fused one
+// rounds once where the other rounds the product and then the sum, so the two agree within two bf16
+// steps (2^-7 relative) of the output's scale, and the parameter gradients (float32) within 1%.
+TEST(Bf16Mixed, AutocastLinearFusesTheBiasAndKeepsFloat32Bitwise) {
+  torch::manual_seed(11);
+  AutocastLinear fused(24, 40);
+  torch::nn::Linear plain(24, 40);
+  {
+    torch::NoGradGuard no_grad;
+    plain->weight.copy_(fused->weight);
+    plain->bias.copy_(fused->bias.normal_());
+  }
+  torch::Tensor x = torch::randn({3, 5, 24});
+  torch::Tensor g = torch::randn({3, 5, 40});
+  auto run = [&](auto& layer, bool autocast) {
+    compat::SetCpuAutocast(autocast, at::kBFloat16);
+    torch::Tensor xi = x.clone().requires_grad_();
+    torch::Tensor y = layer->forward(xi);
+    compat::SetCpuAutocast(false, at::kBFloat16);
+    auto grads = torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()}, {xi, layer->weight, layer->bias});
+    grads.insert(grads.begin(), y);
+    return grads;  // y, dx, dweight, dbias
+  };
+  auto fused32 = run(fused, false), plain32 = run(plain, false);
+  for (size_t i = 0; i < fused32.size(); ++i) EXPECT_TRUE(torch::equal(fused32[i], plain32[i])) << i;
+
+  auto fused16 = run(fused, true), plain16 = run(plain, true);
+  ASSERT_EQ(fused16[0].scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(plain16[0].scalar_type(), torch::kBFloat16);
+  const double scale = plain32[0].abs().max().item<double>();
+  const double y_err = (fused16[0].to(torch::kFloat32) - plain16[0].to(torch::kFloat32)).abs().max().item<double>();
+  EXPECT_LE(y_err, scale / 128) << "scale " << scale;
+  // And both near float32's.
+  EXPECT_LE((fused16[0].to(torch::kFloat32) - plain32[0]).abs().max().item<double>(), scale / 64);
+  for (size_t i = 1; i < fused16.size(); ++i) {
+    EXPECT_EQ(fused16[i].scalar_type(), torch::kFloat32) << i;
+    const double err = (fused16[i] - plain16[i]).abs().max().item<double>();
+    EXPECT_LE(err, 0.01 * plain16[i].abs().max().item<double>()) << i;
   }
 }
 
