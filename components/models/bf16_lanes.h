@@ -1,7 +1,7 @@
 // bfloat16 <-> float32 conversion on AVX2 lanes, for the fused CPU kernels' bf16 paths (gelu_tanh,
-// causal_attention). Widening is exact (bf16 is float32's upper half); narrowing rounds to nearest
-// even, as c10::BFloat16 does, and keeps NaN a NaN. x86-64 only (KILN_BF16_LANES); callers check
-// the CPU has AVX2 before calling.
+// causal_attention), and the exp they share. Widening is exact (bf16 is float32's upper half);
+// narrowing rounds to nearest even, as c10::BFloat16 does, and keeps NaN a NaN. x86-64 only
+// (KILN_BF16_LANES); callers check the CPU has AVX2 before calling.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -32,6 +32,27 @@ KILN_AVX2 inline void Store8(c10::BFloat16* p, __m256 v) {
   // the two halves' results into the low 128 bits.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+// exp(z) for z <= 0, to about 1 ulp: Cephes' expf. z = n ln2 + r, |r| <= ln2 / 2, e^r by a
+// degree-6 polynomial, 2^n through the exponent bits. Below -87 (near float's smallest normal) it
+// returns exp(-87), about 1.6e-38, rather than a denormal or 0; NaN stays NaN.
+KILN_AVX2 inline __m256 Exp8(__m256 z) {
+  z = _mm256_max_ps(_mm256_set1_ps(-87.0f), z);  // this operand order keeps a NaN z
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i exponent =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
 }
 
 // dst[0, n) <- src[0, n), converted.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "components/models/bf16_lanes.h"
@@ -129,16 +130,76 @@ void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 
 // Per-thread float32 workspace of the bf16 path.
 struct Bf16Scratch {
-  std::vector<float> rows_t, rows_t2, rows_hd, t_hd, t_hd2;  // [block, t] x2, [block, hd], [t, hd] x2
+  std::vector<float> rows_t, rows_hd, t_hd, t_hd2;  // [block, t], [block, hd], [t, hd] x2
   std::vector<Bf16> rows_t16;                                 // [block, t]
   Bf16Scratch(int t, int hd)
       : rows_t(static_cast<size_t>(kCausalRowBlock) * t),
-        rows_t2(rows_t.size()),
         rows_hd(static_cast<size_t>(kCausalRowBlock) * hd),
         t_hd(static_cast<size_t>(t) * hd),
         t_hd2(t_hd.size()),
         rows_t16(rows_t.size()) {}
 };
+
+KILN_AVX2 inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+KILN_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+
+// The bf16 path's SoftmaxRow, 8 lanes at a time with bf16::Exp8 (std::exp one value at a time was
+// most of the forward's time): out[0, valid) <- softmax(s[0, valid)) rounded to bf16, out[valid,
+// width) <- 0; s[0, valid) is overwritten with the unnormalized exponentials. The float32 kernel
+// keeps SoftmaxRow, so its results do not change.
+KILN_AVX2 void SoftmaxRowToBf16(float* s, int valid, int width, Bf16* out) {
+  const int full = valid / 8 * 8, rest = valid - full;
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int j = 0; j < full; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+  float max = HorizontalMax(mv);
+  for (int j = full; j < valid; ++j) max = std::max(max, s[j]);
+  const __m256 maxv = _mm256_set1_ps(max);
+  __m256 sumv = _mm256_setzero_ps();
+  for (int j = 0; j < full; j += 8) {
+    const __m256 e = bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), maxv));
+    _mm256_storeu_ps(s + j, e);
+    sumv = _mm256_add_ps(sumv, e);
+  }
+  float tail[8] = {};
+  if (rest > 0) {
+    std::copy(s + full, s + valid, tail);
+    std::fill(tail + rest, tail + 8, max);
+    _mm256_storeu_ps(tail, bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), maxv)));
+    std::fill(tail + rest, tail + 8, 0.0f);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(_mm256_add_ps(sumv, _mm256_loadu_ps(tail))));
+  for (int j = 0; j < full; j += 8) bf16::Store8(out + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+  if (rest > 0) {
+    Bf16 rounded[8];
+    bf16::Store8(rounded, _mm256_mul_ps(_mm256_loadu_ps(tail), inv));
+    std::copy(rounded, rounded + rest, out + full);
+  }
+  std::fill(out + valid, out + width, Bf16(0.0f));
+}
+
+// The bf16 path's softmax backward of one row, 8 lanes at a time: ds[0, n) <- p * (dp - sum(p dp))
+// rounded to bf16, p the kept bf16 probabilities, dp the float32 gradient of the probabilities.
+KILN_AVX2 void SoftmaxBackwardRowBf16(const Bf16* p, const float* dp, int n, Bf16* ds) {
+  const int full = n / 8 * 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (int j = 0; j < full; j += 8) acc = _mm256_fmadd_ps(bf16::Load8(p + j), _mm256_loadu_ps(dp + j), acc);
+  float dot = HorizontalSum(acc);
+  for (int j = full; j < n; ++j) dot += static_cast<float>(p[j]) * dp[j];
+  const __m256 dotv = _mm256_set1_ps(dot);
+  for (int j = 0; j < full; j += 8) {
+    bf16::Store8(ds + j, _mm256_mul_ps(bf16::Load8(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), dotv)));
+  }
+  for (int j = full; j < n; ++j) ds[j] = Bf16(static_cast<float>(p[j]) * (dp[j] - dot));
+}
 
 // ForwardHead on bf16 q, k, v: bf16 products with float32 results; the scores and the softmax in
 // float32, the probabilities rounded to bf16 for the product with v (and kept so for the backward:
@@ -152,8 +213,7 @@ void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t,
     Bf16* probs = keep ? p + static_cast<int64_t>(r0) * t : s.rows_t16.data();
     for (int i = r0; i < r1; ++i) {
       float* row = scores + static_cast<int64_t>(i - r0) * t;
-      SoftmaxRow(row, i + 1, r1);
-      bf16::Convert(row, probs + static_cast<int64_t>(i - r0) * t, r1);
+      SoftmaxRowToBf16(row, i + 1, r1, probs + static_cast<int64_t>(i - r0) * t);
     }
     GemmBf16(false, false, rows, hd, r1, 1.0f, probs, t, v, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {
@@ -177,13 +237,8 @@ void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t
     GemmBf16(false, true, rows, r1, hd, 1.0f, dob, ldo, v, ld, 0.0f, ds, t);
     Bf16* ds16 = s.rows_t16.data();
     for (int i = 0; i < rows; ++i) {
-      float* pi = s.rows_t2.data();
-      bf16::Convert(pb + static_cast<int64_t>(i) * t, pi, r1);
-      float* si = ds + static_cast<int64_t>(i) * t;
-      float dot = 0;
-      for (int j = 0; j < r1; ++j) dot += pi[j] * si[j];
-      for (int j = 0; j < r1; ++j) si[j] = pi[j] * (si[j] - dot);
-      bf16::Convert(si, ds16 + static_cast<int64_t>(i) * t, r1);
+      SoftmaxBackwardRowBf16(pb + static_cast<int64_t>(i) * t, ds + static_cast<int64_t>(i) * t, r1,
+                             ds16 + static_cast<int64_t>(i) * t);
     }
     GemmBf16(false, false, rows, hd, r1, scale, ds16, t, k, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {

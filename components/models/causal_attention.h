@@ -8,7 +8,9 @@
 // the threads take whole heads instead (each GEMM runs on one thread, inside the parallel loop),
 // the scores of one head stay in cache between the GEMM, the softmax and the next GEMM, and the
 // blocks above the diagonal are never computed: rows are taken kCausalRowBlock at a time, and a
-// block of rows only multiplies the keys at or before its last row.
+// block of rows only multiplies the keys at or before its last row. On bf16 the softmax and its
+// backward run on 8 AVX2 lanes (exp: bf16_lanes.h's Exp8, Cephes' polynomial); the float32 kernel
+// keeps std::exp, so its results stay as they were.
 #pragma once
 
 #include <torch/torch.h>

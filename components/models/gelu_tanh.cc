@@ -24,27 +24,12 @@ using bf16::Load8;
 using bf16::Store8;
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2 |u|), |u| capped at 9 (tanh is 1 in float from
-// there). exp is Cephes' expf: z = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n
-// through the exponent bits. NaN stays NaN.
+// there). NaN stays NaN.
 KILN_AVX2 inline __m256 Tanh8(__m256 u) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
   const __m256 sign = _mm256_and_ps(u, sign_bit);
   const __m256 v = _mm256_min_ps(_mm256_set1_ps(9.0f), _mm256_andnot_ps(sign_bit, u));
-  const __m256 z = _mm256_mul_ps(v, _mm256_set1_ps(-2.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
-  const __m256i exponent =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+  const __m256 e = bf16::Exp8(_mm256_mul_ps(v, _mm256_set1_ps(-2.0f)));
   return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
 }
 
