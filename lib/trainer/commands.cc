@@ -23,6 +23,7 @@
 #include "lib/trainer/lr_finder.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/predictor.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/torchscript.h"
 #include "lib/trainer/trainer.h"
@@ -316,16 +317,13 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
 
 // The checkpoint of a command that loads its model through kiln::Predictor (predict), found
 // without building the job: `last` and `best` ask the checkpoint keeper among the callbacks.
-absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx) {
+absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx, const TrainerOptions& options) {
   std::string ckpt_path;
   if (!IsNull(ctx.cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(ckpt_path, ctx.cfg.Get<std::string>("ckpt_path"));
   }
-  TrainerOptions options;
   std::vector<std::shared_ptr<Callback>> callbacks;
   if (ckpt_path == "last" || ckpt_path == "best") {
-    KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
-    KILN_ASSIGN_OR_RETURN(options, TrainerOptions::FromConfig(trainer_cfg));
     KILN_ASSIGN_OR_RETURN(callbacks, InstantiateAll<Callback>(ctx.cfg, "callbacks"));
   }
   const CheckpointKeeper* keeper = FindCheckpointKeeper(callbacks);
@@ -338,7 +336,17 @@ absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx) {
 // (`+prediction_writer=jsonl`; csv by default). For a task that generates (a language model), the
 // text after the task's prompt on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(std::string path, CheckpointToLoad(ctx));
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
+  KILN_ASSIGN_OR_RETURN(std::string path, CheckpointToLoad(ctx, options));
+  // Freed memory kept for reuse (process_settings.h; without it each batch's activations are
+  // mapped and faulted in again), and trainer.num_threads when it is set; null keeps LibTorch's own
+  // thread count, as `kiln predict` always has, so its answers stay bitwise those it wrote before.
+  if (options.num_threads > 0) {
+    ConfigureProcess(options.num_threads, 1);
+  } else {
+    KeepFreedMemoryForReuse();
+  }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Predictor> predictor, Predictor::FromConfig(ctx.cfg, path));
   if (predictor->generates()) {
     KILN_ASSIGN_OR_RETURN(std::string generated, predictor->Generate());

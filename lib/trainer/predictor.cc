@@ -257,6 +257,9 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(data::Batch& bat
   if (static_cast<int64_t>(records.size()) != n) {
     return absl::InternalError(absl::StrCat("the task made ", records.size(), " predictions of ", n, " inputs"));
   }
+  // Every class's probability: the output as float64 once, each answer its row.
+  torch::Tensor probabilities;
+  if (output.dim() == 2 && output.is_floating_point()) probabilities = output.to(torch::kFloat64).contiguous();
   std::vector<Prediction> answers(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     Prediction& p = answers[static_cast<size_t>(i)];
@@ -267,9 +270,9 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(data::Batch& bat
       if (key == "probability" && value->kind() == config::NodeKind::kFloat) p.probability = value->as_float();
       if (key == "text" && value->kind() == config::NodeKind::kString) p.text = value->as_string();
     }
-    if (p.class_index >= 0 && output.dim() == 2 && output.is_floating_point()) {
-      torch::Tensor row = output[i].to(torch::kFloat64).contiguous();
-      p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+    if (p.class_index >= 0 && probabilities.defined()) {
+      const double* row = probabilities.data_ptr<double>() + i * probabilities.size(1);
+      p.probabilities.assign(row, row + probabilities.size(1));
     }
   }
   return answers;
