@@ -9,8 +9,11 @@
 #             30 batches; the images are random bytes this script writes in CIFAR-10's binary
 #             format (5,000 records; speed does not depend on their content); samples/s
 #   spam      experiment=spam_transformer (batch 32 x 256 pieces), 20 batches; samples/s
-#   ctc       experiment=sentences_ctc (conv front-end + 2-layer bidirectional LSTM), 20 batches;
-#             samples/s; needs scripts/prepare_speech_data.sh
+#   ctc       experiment=sentences_ctc (conv front-end + 2-layer bidirectional LSTM), 20 batches of
+#             16, no SortaGrad; samples/s. The clips are noise this script writes (400 WAVs at
+#             16 kHz, 1.8 to 4.5 s like the spoken 4-12 word sentences of
+#             scripts/prepare_speech_data.sh, with random 4-12 word transcripts); speed depends
+#             on their lengths, not on what they say
 # Needs the text data for gpt and spam (scripts/prepare_text_data.sh).
 #   bench/bf16_ratio.sh                                   # MODELS="cnn gpt resnet18" ROUNDS=3 THREADS=2
 #   MODELS="resnet18 spam" PRECISIONS="32 bf16-mixed" ROUNDS=2 bench/bf16_ratio.sh
@@ -39,6 +42,34 @@ with open(os.path.join(root, "batches.meta.txt"), "w") as f:
 EOF
 }
 
+# A sentences_ctc data folder: ROOT/speech/sentences/{train,val,test}.jsonl of noise clips.
+make_sentences() {
+  /usr/bin/python3 - "$1" <<'EOF'
+import json, os, random, struct, sys, wave
+root = os.path.join(sys.argv[1], "speech", "sentences")
+rng = random.Random(0)
+letters = "abcdefghijklmnopqrstuvwxyz"
+def word():
+    return "".join(rng.choice(letters) for _ in range(rng.randint(2, 7)))
+lines = []
+for split, count in [("train", 400), ("val", 16), ("test", 16)]:
+    os.makedirs(os.path.join(root, split), exist_ok=True)
+    with open(os.path.join(root, split + ".jsonl"), "w") as manifest:
+        for i in range(count):
+            seconds = rng.uniform(1.8, 4.5)
+            frames = int(seconds * 16000)
+            path = f"{split}/{i:05d}.wav"
+            with wave.open(os.path.join(root, path), "wb") as w:
+                w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
+                w.writeframes(struct.pack(f"<{frames}h", *(int(rng.gauss(0, 3000)) for _ in range(frames))))
+            text = " ".join(word() for _ in range(rng.randint(4, 12)))
+            lines.append(text)
+            manifest.write(json.dumps({"audio": path, "text": text, "duration": frames / 16000}) + "\n")
+with open(os.path.join(root, "lm_text.txt"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+EOF
+}
+
 # rate MODEL PRECISION: samples/s (tokens/s for gpt).
 rate() {
   local common=(trainer.num_threads="$threads" trainer.precision="$2")
@@ -50,13 +81,14 @@ rate() {
            data.num_workers=0 model=resnet18 model.in_channels=3 task.num_classes=10 optimizer=adamw \
            trainer.channels_last=true trainer.limit_train_batches=30 "${common[@]}" ;;
     spam) kiln_epoch_rate "$work/kiln" experiment=spam_transformer trainer.limit_train_batches=20 "${common[@]}" ;;
-    ctc) kiln_epoch_rate "$work/kiln" experiment=sentences_ctc trainer.max_time=null \
-           trainer.limit_train_batches=20 "${common[@]}" ;;
+    ctc) kiln_epoch_rate "$work/kiln" experiment=sentences_ctc paths.data_dir="$work/data" trainer.max_time=null \
+           data.sortagrad_epochs=0 trainer.limit_train_batches=20 "${common[@]}" ;;
     *) echo "bf16_ratio: unknown model '$1' (cnn, gpt, resnet18, spam, ctc)" >&2; exit 2 ;;
   esac
 }
 
 [[ " $models " == *" resnet18 "* ]] && make_cifar "$work/cifar"
+[[ " $models " == *" ctc "* ]] && make_sentences "$work/data"
 for model in $models; do
   echo "== $model ($threads threads; samples/s, tokens/s for gpt)"
   printf '%-6s' round; printf ' %12s' "${precisions[@]}"; printf '   ratios to %s\n' "${precisions[0]}"
