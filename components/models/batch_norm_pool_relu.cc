@@ -37,7 +37,8 @@ constexpr int kNoGradient = 4;  // the code of an output the ReLU zeroed (or NaN
 bool HasAvx512Bf16() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bf16");
   return yes;
 }
 
@@ -93,8 +94,10 @@ KILN_AVX512_BF16 void GradientSumChunk(const BFloat16* g, const uint8_t* code, c
 #pragma GCC unroll 4
     for (int i = 0; i < G; ++i) {
       const int64_t k = at + i * kLanes;
-      const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(code + k)));
-      const __m256 dy = _mm256_maskz_mov_ps(_mm256_cmpneq_epi32_mask(codes, no_gradient), Load8(g + k));
+      const __m256i codes =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(code + k)));
+      const __m256 dy =
+          _mm256_maskz_mov_ps(_mm256_cmpneq_epi32_mask(codes, no_gradient), Load8(g + k));
       a1[i] = _mm256_add_ps(a1[i], dy);
       a2[i] = _mm256_fmadd_ps(dy, _mm256_sub_ps(Load8(xsel + k), m[i]), a2[i]);
     }
@@ -111,10 +114,18 @@ template <typename Chunk>
 void ForChunks(int64_t c, const Chunk& chunk) {
   for (int64_t j0 = 0; j0 < c; j0 += kGroups * kLanes) {
     switch (std::min<int64_t>(kGroups, (c - j0) / kLanes)) {
-      case 1: chunk(std::integral_constant<int, 1>(), j0); break;
-      case 2: chunk(std::integral_constant<int, 2>(), j0); break;
-      case 3: chunk(std::integral_constant<int, 3>(), j0); break;
-      default: chunk(std::integral_constant<int, 4>(), j0); break;
+      case 1:
+        chunk(std::integral_constant<int, 1>(), j0);
+        break;
+      case 2:
+        chunk(std::integral_constant<int, 2>(), j0);
+        break;
+      case 3:
+        chunk(std::integral_constant<int, 3>(), j0);
+        break;
+      default:
+        chunk(std::integral_constant<int, 4>(), j0);
+        break;
     }
   }
 }
@@ -123,7 +134,7 @@ struct Shape {
   int64_t n, c, h, w;
   int64_t ho() const { return h / 2; }
   int64_t wo() const { return w / 2; }
-  int64_t rows() const { return n * h * w; }        // input pixels
+  int64_t rows() const { return n * h * w; }            // input pixels
   int64_t out_rows() const { return n * ho() * wo(); }  // output pixels
 };
 
@@ -172,15 +183,18 @@ KILN_AVX512_BF16 void ForwardRows(const Shape& s, const BFloat16* x, const float
         for (int k = 1; k < 4; ++k) {
           const __m256 xk = Load8(window[k] + j);
           const __m256 yk = _mm256_mul_ps(xk, av);
-          const __mmask8 wins = _mm256_cmp_ps_mask(yk, m, _CMP_GT_OQ) | _mm256_cmp_ps_mask(yk, yk, _CMP_UNORD_Q);
+          const __mmask8 wins =
+              _mm256_cmp_ps_mask(yk, m, _CMP_GT_OQ) | _mm256_cmp_ps_mask(yk, yk, _CMP_UNORD_Q);
           m = _mm256_mask_blend_ps(wins, m, yk);
           xs = _mm256_mask_blend_ps(wins, xs, xk);
           idx = _mm256_mask_blend_epi32(wins, idx, _mm256_set1_epi32(k));
         }
         m = _mm256_add_ps(m, _mm256_loadu_ps(b + j));
         // ReLU: NaN stays NaN (and passes no gradient, as threshold_backward's result > 0).
-        StoreBf16(y + out + j, _mm256_mask_blend_ps(_mm256_cmp_ps_mask(m, zero, _CMP_LE_OQ), m, zero));
-        idx = _mm256_mask_blend_epi32(_mm256_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm256_set1_epi32(kNoGradient), idx);
+        StoreBf16(y + out + j,
+                  _mm256_mask_blend_ps(_mm256_cmp_ps_mask(m, zero, _CMP_LE_OQ), m, zero));
+        idx = _mm256_mask_blend_epi32(_mm256_cmp_ps_mask(m, zero, _CMP_GT_OQ),
+                                      _mm256_set1_epi32(kNoGradient), idx);
         _mm_storel_epi64(reinterpret_cast<__m128i*>(code + out + j), _mm256_cvtepi32_epi8(idx));
         StoreBf16(xsel + out + j, xs);
       }
@@ -282,8 +296,7 @@ class BatchNormPoolReluFunction : public torch::autograd::Function<BatchNormPool
                         &mean = saved[4], &invstd = saved[5];
     const Shape s = ShapeOf(x);
     const int64_t c = s.c, rows = s.rows();
-    torch::Tensor g =
-        grads[0].to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+    torch::Tensor g = grads[0].to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
     const BFloat16 *gp = g.data_ptr<BFloat16>(), *sp = xsel.data_ptr<BFloat16>();
     const uint8_t* cp = code.data_ptr<uint8_t>();
     const float *mp = mean.data_ptr<float>(), *ip = invstd.data_ptr<float>(),
@@ -313,13 +326,19 @@ class BatchNormPoolReluFunction : public torch::autograd::Function<BatchNormPool
       gw[j] = static_cast<float>(dot[j] * ip[j]);
       gb[j] = static_cast<float>(sum_dy[j]);
     }
-    torch::Tensor dx = torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+    torch::Tensor dx =
+        torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
     const BFloat16* xp = x.data_ptr<BFloat16>();
     BFloat16* dp = dx.data_ptr<BFloat16>();
     at::parallel_for(0, s.n * s.ho(), RowGrain(s), [&](int64_t begin, int64_t end) {
       BackwardRows(s, xp, gp, cp, k1.data(), k2.data(), k3.data(), dp, begin, end);
     });
-    return {dx, grad_weight, grad_bias, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+    return {dx,
+            grad_weight,
+            grad_bias,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -336,14 +355,16 @@ bool IsFloat32Vector(const torch::Tensor& t, int64_t c) {
 bool BatchNormPoolReluIsFused(const torch::Tensor& x, const torch::nn::BatchNorm2d& bn) {
 #ifdef KILN_BF16_LANES
   using namespace batch_norm_pool_relu;  // NOLINT(google-build-using-namespace)
-  if (!x.device().is_cpu() || x.layout() != torch::kStrided || x.scalar_type() != torch::kBFloat16 ||
-      x.dim() != 4 || !x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+  if (!x.device().is_cpu() || x.layout() != torch::kStrided ||
+      x.scalar_type() != torch::kBFloat16 || x.dim() != 4 ||
+      !x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return false;
   }
   const int64_t c = x.size(1);
   const auto& o = bn->options;
-  return c % kLanes == 0 && x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(0) * x.size(2) * x.size(3) > 1 &&
-         bn->is_training() && o.affine() && o.track_running_stats() && IsFloat32Vector(bn->weight, c) &&
+  return c % kLanes == 0 && x.size(2) % 2 == 0 && x.size(3) % 2 == 0 &&
+         x.size(0) * x.size(2) * x.size(3) > 1 && bn->is_training() && o.affine() &&
+         o.track_running_stats() && IsFloat32Vector(bn->weight, c) &&
          IsFloat32Vector(bn->bias, c) && IsFloat32Vector(bn->running_mean, c) &&
          IsFloat32Vector(bn->running_var, c) && HasAvx512Bf16() && !torch::jit::tracer::isTracing();
 #else

@@ -36,7 +36,8 @@ struct Result {
 };
 
 // Forward, then backward of sum(g * y); x becomes a leaf of its own.
-Result RunBlock(const torch::Tensor& x, torch::nn::BatchNorm2d& bn, const torch::Tensor& g, bool fused) {
+Result RunBlock(const torch::Tensor& x, torch::nn::BatchNorm2d& bn, const torch::Tensor& g,
+                bool fused) {
   torch::Tensor leaf = x.detach().clone().requires_grad_();
   torch::Tensor y = fused ? BatchNormPoolRelu(leaf, bn) : Composed(leaf, bn);
   y.backward(g.to(y.scalar_type()));
@@ -59,8 +60,8 @@ double RelativeNormError(const torch::Tensor& a, const torch::Tensor& b) {
 
 struct Case {
   int64_t n, c, h, w;
-  double offset;                     // added to the inputs: a mean far from 0
-  c10::optional<double> momentum;    // none: BatchNorm's cumulative average
+  double offset;                   // added to the inputs: a mean far from 0
+  c10::optional<double> momentum;  // none: BatchNorm's cumulative average
 };
 
 // The fused kernel computes in float32 and rounds its outputs once to bf16 (8 significant bits: at
@@ -100,7 +101,8 @@ TEST(BatchNormPoolRelu, FusedBf16MatchesFloat32ReferenceAndAtenBf16) {
     const double dx_err = RelativeError(fused.dx, reference.dx, dx_floor);
     EXPECT_LE(y_err, 1.0 / 256 + 1e-5);
     EXPECT_LE(dx_err, 1.0 / 256 + 1e-5);
-    EXPECT_LE(RelativeError(fused.dweight, reference.dweight, 1e-4 * MaxAbs(reference.dweight)), 1e-4);
+    EXPECT_LE(RelativeError(fused.dweight, reference.dweight, 1e-4 * MaxAbs(reference.dweight)),
+              1e-4);
     EXPECT_LE(RelativeError(fused.dbias, reference.dbias, 1e-4 * MaxAbs(reference.dbias)), 1e-4);
 
     EXPECT_LE(RelativeError(fused.y, aten.y, y_floor), 1.0 / 128);
@@ -116,11 +118,12 @@ TEST(BatchNormPoolRelu, FusedBf16MatchesFloat32ReferenceAndAtenBf16) {
       EXPECT_TRUE(torch::allclose(fused_bn->running_var, (*other)->running_var, 1e-5, 1e-6));
       EXPECT_TRUE(torch::equal(fused_bn->num_batches_tracked, (*other)->num_batches_tracked));
     }
-    std::printf("%ldx%ldx%ldx%ld: vs float32 y %.5f dx %.5f (bf16 steps of 2^-8: %.3f); vs ATen bf16 "
-                "dx %.4f dweight %.4f dbias %.4f (norms); running var %.2e\n",
-                static_cast<long>(k.n), static_cast<long>(k.c), static_cast<long>(k.h), static_cast<long>(k.w),
-                y_err, dx_err, std::max(y_err, dx_err) * 256, aten_dx, aten_dw, aten_db,
-                RelativeError(fused_bn->running_var, reference_bn->running_var, 1e-6));
+    std::printf(
+        "%ldx%ldx%ldx%ld: vs float32 y %.5f dx %.5f (bf16 steps of 2^-8: %.3f); vs ATen bf16 "
+        "dx %.4f dweight %.4f dbias %.4f (norms); running var %.2e\n",
+        static_cast<long>(k.n), static_cast<long>(k.c), static_cast<long>(k.h),
+        static_cast<long>(k.w), y_err, dx_err, std::max(y_err, dx_err) * 256, aten_dx, aten_dw,
+        aten_db, RelativeError(fused_bn->running_var, reference_bn->running_var, 1e-6));
   }
 }
 
