@@ -4,11 +4,12 @@
 // bf16 activations with float32 BatchNorm parameters (bf16-mixed training), channels-last, in
 // training mode, on CPUs with AVX-512 BF16 (those where bf16 pays), take one fused kernel: the
 // forward reads the convolution's output twice (per-channel statistics, then normalize + pool +
-// ReLU) and writes only the quarter-size output and one byte per output value (which of the four
-// inputs won, or none after the ReLU); the backward is one reduction over the quarter-size gradient
-// and one pass writing the input's gradient. Statistics, normalization and gradients are computed
-// in float32 and rounded once to bf16. Everything else (float32, eval mode, NCHW, odd sizes,
-// channels not a multiple of 8, TorchScript tracing) runs ATen's composition, bitwise as before.
+// ReLU) and writes only the quarter-size output, one byte per output value (which of the four
+// inputs won, or none after the ReLU) and the winner's input value (for the backward's sums); the
+// backward is one reduction over the quarter-size gradient and one pass writing the input's
+// gradient. Statistics, normalization and gradients are computed in float32 and rounded once to
+// bf16. Everything else (float32, eval mode, bf16 BatchNorm parameters, NCHW, odd sizes, channels
+// not a multiple of 8, other CPUs, TorchScript tracing) runs ATen's composition, bitwise as before.
 #pragma once
 
 #include <torch/torch.h>
