@@ -1,6 +1,8 @@
-// A small CNN for 28x28-style images: for each width, conv 3x3 -> BatchNorm -> ReLU -> max-pool 2,
+// A small CNN for 28x28-style images: for each width, conv 3x3 -> BatchNorm -> ReLU -> max-pool 2
+// (computed as BatchNorm -> max-pool -> ReLU, fused in bf16: batch_norm_pool_relu.h),
 // then FC `hidden` -> ReLU -> dropout -> FC num_classes.
 #include "absl/strings/str_cat.h"
+#include "components/models/batch_norm_pool_relu.h"
 #include "components/models/model.h"
 #include "lib/registry/registry.h"
 
@@ -26,11 +28,7 @@ class Cnn : public Model {
 
   torch::Tensor forward(torch::Tensor x) override {
     for (size_t i = 0; i < convs_.size(); ++i) {
-      // ReLU after the pooling, in place: relu and max commute (both the values and the
-      // gradients are bitwise those of pool(relu(x))), and the ReLU then touches a quarter of
-      // the values.
-      x = torch::max_pool2d(norms_[i]->forward(convs_[i]->forward(x)), {2, 2}, {2, 2}, {0, 0})
-              .relu_();
+      x = BatchNormPoolRelu(convs_[i]->forward(x), norms_[i]);
     }
     x = torch::relu(fc1_->forward(x.flatten(1)));
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());

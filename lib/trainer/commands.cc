@@ -22,6 +22,8 @@
 #include "lib/trainer/checkpoint_average.h"
 #include "lib/trainer/lr_finder.h"
 #include "lib/trainer/model_start.h"
+#include "lib/trainer/predictor.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/torchscript.h"
 #include "lib/trainer/trainer.h"
@@ -66,6 +68,11 @@ absl::StatusOr<std::vector<std::shared_ptr<T>>> InstantiateAll(const config::Con
   return out;
 }
 
+// Where the job's checkpoints are: the checkpoint keeper's folder, or default_root_dir/checkpoints.
+std::string CheckpointDir(const CheckpointKeeper* keeper, const TrainerOptions& options) {
+  return keeper != nullptr ? keeper->checkpoint_dir() : options.default_root_dir + "/checkpoints";
+}
+
 absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
   Job job;
   KILN_ASSIGN_OR_RETURN(int64_t seed, cfg.GetOr<int64_t>("seed", 0));
@@ -100,23 +107,27 @@ absl::StatusOr<Job> BuildJob(const config::Config& cfg, bool fit) {
     KILN_ASSIGN_OR_RETURN(job.ckpt_path, cfg.Get<std::string>("ckpt_path"));
   }
   job.checkpoint_keeper = FindCheckpointKeeper(job.callbacks);
-  job.checkpoint_dir = job.checkpoint_keeper != nullptr ? job.checkpoint_keeper->checkpoint_dir()
-                                                        : job.options.default_root_dir + "/checkpoints";
+  job.checkpoint_dir = CheckpointDir(job.checkpoint_keeper, job.options);
   return job;
 }
 
-// ckpt_path for evaluation: a file, `last`, or `best` (what model_checkpoint recorded).
-absl::StatusOr<std::string> EvaluationCheckpoint(const Job& job) {
-  if (job.ckpt_path == "last") return job.checkpoint_dir + "/last.ckpt";
-  if (job.ckpt_path == "best") {
-    std::string path = job.checkpoint_keeper != nullptr ? job.checkpoint_keeper->best_model_path() : "";
+// The checkpoint `command` starts from: ckpt_path, a file, `last`, or `best` (what the checkpoint
+// keeper, model_checkpoint, recorded in `checkpoint_dir`).
+absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
+                                                 const CheckpointKeeper* keeper, const std::string& checkpoint_dir) {
+  if (ckpt_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("kiln ", command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
+  }
+  if (ckpt_path == "last") return checkpoint_dir + "/last.ckpt";
+  if (ckpt_path == "best") {
+    std::string path = keeper != nullptr ? keeper->best_model_path() : "";
     if (path.empty()) {
-      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", job.checkpoint_dir,
+      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", checkpoint_dir,
                                               " (pass ckpt_path=PATH)"));
     }
     return path;
   }
-  return job.ckpt_path;
+  return ckpt_path;
 }
 
 std::string MetricsYaml(const std::map<std::string, double>& metrics) {
@@ -283,10 +294,7 @@ absl::Status TuneCommand(app::JobContext& ctx) {
 // checkpoint's weights loaded; returns the checkpoint's path in `path`.
 absl::StatusOr<Job> BuildJobFromCheckpoint(const app::JobContext& ctx, std::string* path) {
   KILN_ASSIGN_OR_RETURN(Job job, BuildJob(ctx.cfg, /*fit=*/false));
-  if (job.ckpt_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("kiln ", ctx.command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
-  }
-  KILN_ASSIGN_OR_RETURN(*path, EvaluationCheckpoint(job));
+  KILN_ASSIGN_OR_RETURN(*path, EvaluationCheckpoint(ctx.command, job.ckpt_path, job.checkpoint_keeper, job.checkpoint_dir));
   KILN_RETURN_IF_ERROR(Trainer::LoadWeights(*path, *job.task, job.model_name));
   return job;
 }
@@ -307,19 +315,45 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
   return absl::OkStatus();
 }
 
-// `predict`: a record per prediction input (the most likely class and its probability, or a
-// transcript: whatever the task's PredictionRecords makes of its output), written by the
-// prediction writer (`+prediction_writer=jsonl`; csv by default); or, for a task that generates
-// (a language model), the generated text on stdout and in generated.txt.
+// The checkpoint of a command that loads its model through kiln::Predictor (predict), found
+// without building the job: `last` and `best` ask the checkpoint keeper among the callbacks.
+absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx, const TrainerOptions& options) {
+  std::string ckpt_path;
+  if (!IsNull(ctx.cfg, "ckpt_path")) {
+    KILN_ASSIGN_OR_RETURN(ckpt_path, ctx.cfg.Get<std::string>("ckpt_path"));
+  }
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (ckpt_path == "last" || ckpt_path == "best") {
+    KILN_ASSIGN_OR_RETURN(callbacks, InstantiateAll<Callback>(ctx.cfg, "callbacks"));
+  }
+  const CheckpointKeeper* keeper = FindCheckpointKeeper(callbacks);
+  return EvaluationCheckpoint(ctx.command, ckpt_path, keeper, CheckpointDir(keeper, options));
+}
+
+// `predict`: kiln::Predictor, built from the job config (the checkpoint's stored config with the
+// command line on top) and the checkpoint, answers the data module's prediction split
+// (Predictor::PredictSplit); a record per input, written by the prediction writer
+// (`+prediction_writer=jsonl`; csv by default). For a task that generates (a language model), the
+// text after the task's prompt on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
-  std::string path;
-  KILN_ASSIGN_OR_RETURN(Job job, BuildJobFromCheckpoint(ctx, &path));
-  KILN_ASSIGN_OR_RETURN(std::optional<std::string> generated, job.task->Generate());
-  if (generated.has_value()) {
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
+  KILN_ASSIGN_OR_RETURN(std::string path, CheckpointToLoad(ctx, options));
+  // Freed memory kept for reuse (process_settings.h; without it each batch's activations are
+  // mapped and faulted in again), and trainer.num_threads when it is set; null keeps LibTorch's own
+  // thread count, as `kiln predict` always has, so its answers stay bitwise those it wrote before.
+  if (options.num_threads > 0) {
+    ConfigureProcess(options.num_threads, 1);
+  } else {
+    KeepFreedMemoryForReuse();
+  }
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Predictor> predictor, Predictor::FromConfig(ctx.cfg, path));
+  if (predictor->generates()) {
+    KILN_ASSIGN_OR_RETURN(std::string generated, predictor->Generate());
     std::string file = ctx.output_dir + "/generated.txt";
-    KILN_RETURN_IF_ERROR(WriteFileAtomically(file, *generated + "\n"));
-    Logger::Instance().Info(absl::StrCat("generated ", generated->size(), " bytes with ", path, ": ", file));
-    std::printf("%s\n", generated->c_str());
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(file, generated + "\n"));
+    Logger::Instance().Info(absl::StrCat("generated ", generated.size(), " bytes with ", path, ": ", file));
+    std::printf("%s\n", generated.c_str());
     return absl::OkStatus();
   }
   std::shared_ptr<PredictionWriter> writer;
@@ -329,20 +363,10 @@ absl::Status PredictCommand(app::JobContext& ctx) {
     KILN_ASSIGN_OR_RETURN(config::Config writer_cfg, ctx.cfg.Sub("prediction_writer"));
     KILN_ASSIGN_OR_RETURN(writer, Registry<PredictionWriter>::Get().Instantiate(writer_cfg));
   }
-  Trainer trainer(job.options, job.callbacks, job.loggers);
-  KILN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> outputs, trainer.Predict(*job.task, *job.data));
-  std::shared_ptr<const data::Dataset> inputs = job.data->predict_dataset();
+  KILN_ASSIGN_OR_RETURN(std::vector<Prediction> answers, predictor->PredictSplit());
   std::vector<PredictionRecord> records;
-  for (const torch::Tensor& batch : outputs) {
-    KILN_ASSIGN_OR_RETURN(std::vector<PredictionRecord> batch_records,
-                          job.task->PredictionRecords(batch, job.data->class_names()));
-    for (auto& record : batch_records) {
-      int64_t row = static_cast<int64_t>(records.size());
-      std::string source = inputs->Source(row);
-      record.source = source.empty() ? std::to_string(row) : source;
-      records.push_back(std::move(record));
-    }
-  }
+  records.reserve(answers.size());
+  for (Prediction& answer : answers) records.push_back({std::move(answer.source), std::move(answer.fields)});
   KILN_ASSIGN_OR_RETURN(std::string file, writer->Write(ctx.output_dir, records));
   Logger::Instance().Info(absl::StrCat("predicted ", records.size(), " inputs with ", path, ": ", file));
   std::printf("%s\n", file.c_str());

@@ -7,6 +7,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
+#include "lib/data/sampler.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/checkpoint_connector.h"
@@ -217,11 +218,21 @@ std::vector<absl::StatusOr<Prediction>> Predictor::PredictPrepared(
 }
 
 absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<data::Example>& examples) const {
-  const int64_t n = static_cast<int64_t>(examples.size());
+  data::Batch batch;
+  try {
+    KILN_ASSIGN_OR_RETURN(batch, collate_(examples));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
+  }
+  return ForwardBatch(batch, class_names_);
+}
+
+absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(data::Batch& batch,
+                                                                const std::vector<std::string>& class_names) const {
+  const int64_t n = batch.size();
   torch::Tensor output;
   std::vector<PredictionRecord> records;
   try {
-    KILN_ASSIGN_OR_RETURN(data::Batch batch, collate_(examples));
     std::lock_guard<std::mutex> lock(forward_mutex_);
     torch::NoGradGuard no_grad;
     batch.input = strategy_->InputToDevice(batch.input);
@@ -239,13 +250,16 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<d
         quantized_.has_value() ? QuantizedPrediction(batch.input) : task_->PredictStep(batch);
     if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", out.status().message()));
     output = out->to(torch::kCPU);
-    KILN_ASSIGN_OR_RETURN(records, task_->PredictionRecords(output, class_names_));
+    KILN_ASSIGN_OR_RETURN(records, task_->PredictionRecords(output, class_names));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
   }
   if (static_cast<int64_t>(records.size()) != n) {
     return absl::InternalError(absl::StrCat("the task made ", records.size(), " predictions of ", n, " inputs"));
   }
+  // Every class's probability: the output as float64 once, each answer its row.
+  torch::Tensor probabilities;
+  if (output.dim() == 2 && output.is_floating_point()) probabilities = output.to(torch::kFloat64).contiguous();
   std::vector<Prediction> answers(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     Prediction& p = answers[static_cast<size_t>(i)];
@@ -256,19 +270,52 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<d
       if (key == "probability" && value->kind() == config::NodeKind::kFloat) p.probability = value->as_float();
       if (key == "text" && value->kind() == config::NodeKind::kString) p.text = value->as_string();
     }
-    if (p.class_index >= 0 && output.dim() == 2 && output.is_floating_point()) {
-      torch::Tensor row = output[i].to(torch::kFloat64).contiguous();
-      p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+    if (p.class_index >= 0 && probabilities.defined()) {
+      const double* row = probabilities.data_ptr<double>() + i * probabilities.size(1);
+      p.probabilities.assign(row, row + probabilities.size(1));
     }
   }
   return answers;
 }
 
-absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const {
+absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
+  if (generates_)
+    return absl::FailedPreconditionError("this model generates text: give it a prompt (Generate)");
+  std::lock_guard<std::mutex> lock(split_mutex_);
+  KILN_RETURN_IF_ERROR(data_->PrepareData());
+  KILN_RETURN_IF_ERROR(data_->Setup(data::Stage::kPredict));
+  std::shared_ptr<const data::Dataset> split = data_->predict_dataset();
+  if (!split) return absl::FailedPreconditionError("the data module has no prediction inputs");
+  // The names as the module has them once set up for prediction (an image folder's sub-folders).
+  const std::vector<std::string> class_names = data_->class_names();
+  data::DataLoader loader(split, data::SequentialSampler(split->size()), data_->loader_options());
+  const int64_t batches = trainer_options_.limit_predict_batches.Of(loader.num_batches());
+  std::vector<Prediction> answers;
+  KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    KILN_ASSIGN_OR_RETURN(std::vector<Prediction> batch_answers, ForwardBatch(batch, class_names));
+    for (Prediction& answer : batch_answers) {
+      const int64_t row = static_cast<int64_t>(answers.size());
+      answer.source = split->Source(row);
+      if (answer.source.empty()) answer.source = std::to_string(row);
+      answers.push_back(std::move(answer));
+    }
+    return true;
+  }));
+  return answers;
+}
+
+absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const { return GenerateAfter(&prompt); }
+
+absl::StatusOr<std::string> Predictor::Generate() const { return GenerateAfter(nullptr); }
+
+absl::StatusOr<std::string> Predictor::GenerateAfter(const std::string* prompt) const {
   if (!generates_) return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");
   std::lock_guard<std::mutex> lock(forward_mutex_);
   try {
-    return task_->GenerateFrom(prompt);
+    if (prompt != nullptr) return task_->GenerateFrom(*prompt);
+    KILN_ASSIGN_OR_RETURN(std::optional<std::string> text, task_->Generate());
+    if (!text.has_value()) return absl::UnimplementedError("the task has no prompt of its own to continue");
+    return *std::move(text);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot generate: ", FirstLine(e.what())));
   }

@@ -7,6 +7,9 @@
 //   auto predictor = kiln::Predictor::Load("outputs/2026-01-01/12-00-00");
 //   auto answer = (*predictor)->Predict(png_bytes);       // answer->label, answer->probability
 //
+// `kiln predict` is a Predictor over the data module's prediction split (PredictSplit), or, for a
+// language model, the task's own prompt (Generate()).
+//
 // Thread safety: every method may be called from several threads at once. Decoding and
 // preprocessing run in the calling thread, concurrently; the model's forward passes (and text
 // generation) take turns under one mutex, since a task's predict step is not promised to be
@@ -45,6 +48,9 @@ struct Prediction {
   std::string text;
   // The task's record, as `kiln predict` writes it (class_index, class, probability; or text).
   std::vector<std::pair<std::string, config::NodePtr>> fields;
+  // PredictSplit: the input's name in the split (its file, a text's first line, or its row
+  // number where the split names none); empty for a raw input.
+  std::string source;
 };
 
 struct PredictorOptions {
@@ -84,9 +90,19 @@ class Predictor {
   std::vector<absl::StatusOr<Prediction>> PredictPrepared(
       std::vector<data::Example> examples) const;
 
+  // The answers for the data module's prediction split, in its order: what `kiln predict` writes.
+  // The split is what the config names (`data.predict`: files, a folder, a manifest, texts from a
+  // file or `-`; else the module's default, such as the IDX test set), read by the data module's
+  // loader as Trainer::Predict reads it: batches of its batch size, its workers decoding ahead of
+  // the model, at most trainer.limit_predict_batches batches. An input that cannot be read stops
+  // it with the data module's error (naming the file), as a training run stops. Calls take turns.
+  absl::StatusOr<std::vector<Prediction>> PredictSplit() const;
+
   // A language model: `prompt` continued with the task's generation options (temperature, top_k,
   // seed, max_tokens). Unimplemented for a model that does not generate.
   absl::StatusOr<std::string> Generate(const std::string& prompt) const;
+  // A language model continuing the task's own prompt (task.prompt), as `kiln predict` does.
+  absl::StatusOr<std::string> Generate() const;
   // Whether the model answers prompts (Generate) rather than inputs (Predict).
   bool generates() const { return generates_; }
 
@@ -99,7 +115,13 @@ class Predictor {
 
  private:
   Predictor() = default;
+  // Generate's work: after `prompt`, or after the task's own prompt when it is null.
+  absl::StatusOr<std::string> GenerateAfter(const std::string* prompt) const;
   absl::StatusOr<std::vector<Prediction>> ForwardTogether(std::vector<data::Example>& examples) const;
+  // A collated batch through the model (or its quantized forward) into answers; the one forward
+  // path of the Predict* methods and PredictSplit.
+  absl::StatusOr<std::vector<Prediction>> ForwardBatch(data::Batch& batch,
+                                                       const std::vector<std::string>& class_names) const;
 
   config::Config job_;
   std::string model_name_, weights_;
@@ -116,6 +138,7 @@ class Predictor {
   mutable std::optional<torch::jit::Module> quantized_;
   int64_t quantized_length_ = 0;
   mutable std::mutex forward_mutex_;
+  mutable std::mutex split_mutex_;  // PredictSplit sets the data module up for its split
 };
 
 }  // namespace kiln

@@ -22,6 +22,8 @@ std::atomic<int> g_stop_signal{0};
 
 extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
 
+}  // namespace
+
 // Training allocates and frees the same large activation and gradient buffers at every step.
 // glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
 // trims the heap's free top, so each step faults the same pages in again (experiment=mobydick_gpt
@@ -37,8 +39,6 @@ void KeepFreedMemoryForReuse() {
     mallopt(M_TRIM_THRESHOLD, -1);  // stored unsigned: no trimming
   });
 }
-
-}  // namespace
 
 int ConfigureProcess(int num_threads, int local_workers) {
   KeepFreedMemoryForReuse();

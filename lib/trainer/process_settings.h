@@ -13,6 +13,8 @@ namespace kiln {
 // Sets the thread count (`num_threads` <= 0: every core, shared among `local_workers` processes
 // on this machine) and the allocator settings; returns the thread count.
 int ConfigureProcess(int num_threads, int local_workers);
+// The allocator settings alone: glibc malloc keeps freed memory for reuse (once per process).
+void KeepFreedMemoryForReuse();
 
 // " (OpenBLAS Haswell kernels)" when LibTorch's BLAS is OpenBLAS (the kernel set it picked when it
 // loaded, from OPENBLAS_CORETYPE or the CPU), else "": for the training log.

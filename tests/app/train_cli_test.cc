@@ -137,6 +137,30 @@ TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
   }
 }
 
+// `kiln predict` honours trainer.limit_predict_batches as Lightning's trainer.predict does (a count
+// or a fraction of the batches): the rows of the first batches, equal to the full run's.
+TEST_F(TrainCliTest, PredictHonoursLimitPredictBatches) {
+  auto r = Kiln({"scheduler=null", "trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = dir_.path() + "/run";
+  auto Lines = [&](const std::string& name) {
+    std::vector<std::string> lines;
+    std::istringstream in(testing::ReadFile(dir_.path() + "/" + name + "/predictions.csv"));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  auto all = Kiln({"predict", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/all"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::vector<std::string> every = Lines("all");
+  ASSERT_EQ(every.size(), 1u + 128u);  // the header, then the 128 test images (4 batches of 32)
+  EXPECT_EQ(every[1].rfind("0,", 0), 0u) << every[1];  // IDX images are named by their number
+  for (const char* limit : {"trainer.limit_predict_batches=2", "trainer.limit_predict_batches=0.5"}) {
+    auto some = Kiln({"predict", "run_dir=" + run, limit, "hydra.run.dir=" + dir_.path() + "/some"});
+    ASSERT_EQ(some.exit_code, 0) << some.err;
+    EXPECT_EQ(Lines("some"), std::vector<std::string>(every.begin(), every.begin() + 1 + 64)) << limit;
+  }
+}
+
 TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   auto r = Kiln({"scheduler=null", "trainer.max_epochs=4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -821,6 +845,22 @@ TEST_F(ImageFolderCliTest, CorruptImageEndsTrainingWithOneLineNamingTheFile) {
   EXPECT_EQ(std::count(last_line.begin(), last_line.end(), '\n'), 1) << r.err;
   EXPECT_NE(last_line.find(broken + ": cannot decode image"), std::string::npos) << r.err;
   EXPECT_FALSE(FileExists(dir_.path() + "/run/checkpoints/last.ckpt"));
+}
+
+// A prediction input that cannot be decoded stops `kiln predict` with one line naming the file,
+// and nothing is written.
+TEST_F(ImageFolderCliTest, CorruptImageEndsPredictWithOneLineNamingTheFile) {
+  auto r = KilnImages({"trainer.max_epochs=1", "scheduler=null", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string broken = dir_.path() + "/images/test/mid/broken.bmp";
+  std::ofstream(broken) << "BM this is not a bitmap";
+  auto p = KilnImages({"predict", "run_dir=" + dir_.path() + "/run", "data.root=" + dir_.path() + "/images/test",
+                       "hydra.run.dir=" + dir_.path() + "/predict"});
+  EXPECT_EQ(p.exit_code, 2) << p.err;
+  std::string last_line = p.err.substr(p.err.rfind("kiln: error: "));
+  EXPECT_EQ(std::count(last_line.begin(), last_line.end(), '\n'), 1) << p.err;
+  EXPECT_NE(last_line.find(broken + ": cannot decode image"), std::string::npos) << p.err;
+  EXPECT_FALSE(FileExists(dir_.path() + "/predict/predictions.csv"));
 }
 
 TEST_F(ImageFolderCliTest, PredictNeedsACheckpoint) {

@@ -1,7 +1,8 @@
 // kiln::Predictor in process, on a model trained by the real `kiln train`: a run directory, its
 // checkpoint file and its `kiln export` folder give the same answers, equal to `kiln predict`'s;
 // a batch answers as inputs one at a time, a bad input failing alone; concurrent callers get the
-// same answers as one caller.
+// same answers as one caller; the prediction split's answers are `kiln predict`'s file, byte for
+// byte.
 #include "lib/trainer/predictor.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <cmath>
 #include <thread>
 
+#include "lib/registry/registry.h"
+#include "lib/trainer/prediction_writer.h"
 #include "tests/serve/tiny_model.h"
 #include "tests/support/process.h"
 
@@ -86,6 +89,50 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   }
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+// The records of `answers` through the jsonl prediction writer, into `dir`: the file's text.
+std::string JsonlOf(std::vector<Prediction> answers, const std::string& dir) {
+  std::vector<PredictionRecord> records;
+  for (Prediction& answer : answers) records.push_back({answer.source, answer.fields});
+  auto writer = Registry<PredictionWriter>::Get().Instantiate("jsonl", Options());
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  auto file = (*writer)->Write(dir, records);
+  EXPECT_TRUE(file.ok()) << file.status();
+  return ReadFile(*file);
+}
+
+// `kiln predict` writes the Predictor's answers for the prediction split (the whole Fashion-MNIST
+// test set), byte for byte; trainer.limit_predict_batches keeps the first batches' answers.
+TEST(PredictorTest, PredictionSplitAnswersAreKilnPredictsFile) {
+  testing::TempDir dir;
+  testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 1);
+  ASSERT_EQ(model.kiln_predict.size(), 1u);
+  const std::string kiln_predict = ReadFile(dir.path() + "/predict/predictions.jsonl");
+  auto predictor = Predictor::Load(model.run_dir);
+  ASSERT_TRUE(predictor.ok()) << predictor.status();
+  auto answers = (*predictor)->PredictSplit();
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  ASSERT_EQ(answers->size(), 10000u);
+  EXPECT_EQ((*answers)[9999].source, "9999");
+  EXPECT_EQ((*answers)[0].probabilities.size(), 10u);
+  dir.Write("mine/.keep", "");
+  EXPECT_TRUE(JsonlOf(*answers, dir.path() + "/mine") == kiln_predict) << "the Predictor's answers differ from kiln predict's file";
+
+  PredictorOptions limited;
+  limited.overrides = {"trainer.limit_predict_batches=3", "data.batch_size=5"};
+  auto few = Predictor::Load(model.run_dir, limited);
+  ASSERT_TRUE(few.ok()) << few.status();
+  auto first = (*few)->PredictSplit();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 15u);
+  for (size_t i = 0; i < first->size(); ++i) {
+    EXPECT_EQ((*first)[i].source, std::to_string(i));
+    EXPECT_EQ((*first)[i].class_index, (*answers)[i].class_index) << i;
+    EXPECT_NEAR((*first)[i].probability, (*answers)[i].probability, 1e-6) << i;
+  }
+  // A model that answers inputs has no prompt to continue.
+  EXPECT_EQ((*few)->Generate().status().code(), absl::StatusCode::kUnimplemented);
 }
 
 // quantize=dynamic_int8 answers with the probabilities of the model `kiln export format=torchscript

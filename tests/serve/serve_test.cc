@@ -6,14 +6,21 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,11 +84,57 @@ class Server {
     }
     return -1;
   }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
 
  private:
   int port_;
   pid_t pid_ = -1;
 };
+
+// A client that sends `head`, then one more byte of its request every 200 ms (each inside the
+// server's read timeout) for at most `max_seconds`; what the server sent back before it closed
+// the connection, or nullopt if it was still open when the client gave up.
+std::optional<std::string> DripUntilClosed(int port, const std::string& head, int max_seconds) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return std::nullopt;
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  std::string reply;
+  for (int i = 0; i < max_seconds * 5; ++i) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      char buffer[4096];
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        ::close(fd);
+        return reply;
+      }
+      reply.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    ::send(fd, "x", 1, MSG_NOSIGNAL);
+  }
+  ::close(fd);
+  return std::nullopt;
+}
+
+// The niceness of each of a process's threads, by thread id (/proc/PID/task/TID/stat, field 19).
+std::map<int, int> ThreadNiceness(pid_t pid) {
+  std::map<int, int> out;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+    std::string stat = ReadFile(task.path().string() + "/stat");
+    size_t end = stat.rfind(')');
+    if (end == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(end + 2), ' ');
+    if (fields.size() > 16) out[std::stoi(task.path().filename().string())] = std::stoi(fields[16]);
+  }
+  return out;
+}
 
 nlohmann::json Json(const httplib::Result& res) { return nlohmann::json::parse(res->body, nullptr, false); }
 
@@ -409,7 +462,8 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   std::vector<nlohmann::json> expected = PredictRows(d + "/predict/predictions.jsonl");
   ASSERT_EQ(expected.size(), texts.size());
 
-  Server server(d + "/serve", d + "/run", {});
+  Server server(d + "/serve", d + "/run",
+                {"serve.http_nice=7", "serve.read_timeout_s=1", "serve.request_read_timeout_s=2"});
   ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
   auto client = server.Client();
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -418,6 +472,17 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
     ASSERT_EQ(res->status, 200) << res->body;
     ExpectSameAnswer(Json(res)["predictions"][0], expected[i], absl::StrCat("text ", i), 2);
   }
+  // The connection threads that answered run at serve.http_nice above the process's niceness; the
+  // main thread (and the batch worker) stay at it.
+  std::map<int, int> niceness = ThreadNiceness(server.pid());
+  ASSERT_EQ(niceness.count(server.pid()), 1u);
+  const int base = niceness[server.pid()];
+  int lowered = 0;
+  for (const auto& [tid, nice] : niceness) {
+    EXPECT_TRUE(nice == base || nice == std::min(19, base + 7)) << "thread " << tid << " at nice " << nice;
+    lowered += nice == std::min(19, base + 7) && nice != base;
+  }
+  EXPECT_GE(lowered, 1) << "no connection thread lowered its priority";
   nlohmann::json request = {{"inputs", texts}};
   auto res = client->Post("/v1/predict", request.dump(), "application/json");
   ASSERT_TRUE(res);
@@ -425,6 +490,25 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   ASSERT_EQ(Json(res)["predictions"].size(), texts.size());
   for (size_t i = 0; i < texts.size(); ++i)
     ExpectSameAnswer(Json(res)["predictions"][i], expected[i], "json", 2);
+  // Clients that send their headers or their body one byte at a time, each byte inside
+  // serve.read_timeout_s, get 400 and are disconnected after serve.request_read_timeout_s (well
+  // before the 30 s they would go on for); the server answers others meanwhile.
+  const std::vector<std::string> drips = {
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"};
+  std::vector<std::future<std::optional<std::string>>> dripping;
+  for (const std::string& head : drips)
+    dripping.push_back(std::async(std::launch::async, [&, head] { return DripUntilClosed(server.port(), head, 30); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  res = server.Client()->Post("/v1/predict", texts[0], "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  for (size_t i = 0; i < drips.size(); ++i) {
+    std::optional<std::string> reply = dripping[i].get();
+    ASSERT_TRUE(reply.has_value()) << "dripping client " << i << " was never disconnected";
+    EXPECT_TRUE(absl::StartsWith(*reply, "HTTP/1.1 400")) << *reply;
+    EXPECT_TRUE(absl::StrContains(*reply, "serve.request_read_timeout_s")) << *reply;
+  }
   res = client->Post("/v1/predict", std::string("caf\xc3", 4), "text/plain");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;

@@ -222,6 +222,10 @@ const char kThreeEpochs[] = "max_epochs: 3\nlog_every_n_steps: 1\n";
 // A CNN for SyntheticImages' 8x8 images: convolutions, BatchNorm, max-pool, linear layers.
 const char kSmallCnn[] =
     "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
+// The same with channel counts that bf16's fused BatchNorm -> max-pool -> ReLU kernel takes
+// (multiples of 8, with trainer.channels_last).
+const char kSmallCnn8[] =
+    "_target_: cnn\nin_channels: 1\nchannels: [8, 16]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n";
 
 // trainer.channels_last: the CNN's 4-D weights end in NHWC order (even the one-channel first
 // convolution, whose NCHW strides also count as "channels-last contiguous") and training reaches
@@ -336,6 +340,23 @@ TEST(TrainerResume, Bf16MixedCheckpointsFloat32AndResumesBitwiseEqual) {
   ASSERT_TRUE(first.status.ok()) << first.status;
   ReadFloat32Weights(b.path() + "/checkpoints/last.ckpt");
   RunResult resumed = Train(b.path(), bf16, 2, "last", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// bf16-mixed, channels-last, channel counts the fused BatchNorm -> max-pool -> ReLU kernel takes
+// (components/models/batch_norm_pool_relu.h; where the CPU lacks AVX-512 BF16 this is ATen's
+// composition): a run stopped at step 9 resumes to the same bits as an uninterrupted one (the
+// kernel's sums run over fixed blocks in a fixed order, whatever the threads).
+TEST(TrainerResume, Bf16MixedFusedCnnBlockResumesBitwiseEqual) {
+  const std::string bf16 = std::string(kThreeEpochs) + "precision: bf16-mixed\nchannels_last: true\n";
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), bf16, 2, "", {}, false, {}, kSmallCnn8);
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  RunResult first = Train(b.path(), bf16 + "max_steps: 9\n", 2, "", {}, false, {}, kSmallCnn8);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  RunResult resumed = Train(b.path(), bf16, 2, "last", {}, false, {}, kSmallCnn8);
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   EXPECT_EQ(resumed.steps, 18);
   ExpectBitwiseEqual(full.params, resumed.params);
