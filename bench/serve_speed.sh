@@ -6,7 +6,9 @@
 # embeddings, whose forward pass costs next to nothing) and spam_transformer (a 2-block Transformer
 # over up to 256 SentencePiece pieces), at concurrency 1, 8 and 64. Each point is bench/serve_load
 # (a C++ closed-loop client) for SECONDS seconds; requests/s, p50 and p99 latency in ms, and failed
-# requests. The three servers take turns within each of ROUNDS rounds (this machine's speed drifts
+# requests. After the no-batching points, the same server answers a malformed JSON body at
+# concurrency 64 (`http_only`: a 400 before any decoding or model work), the HTTP ceiling that no
+# batching can pass. The three servers take turns within each of ROUNDS rounds (this machine's speed drifts
 # between minutes); the ratios are taken within a round, printed per round, and the median over
 # rounds is the figure. The models are trained for a few steps only: speed does not depend on how
 # well they classify. Server and client share the machine's cores.
@@ -78,6 +80,7 @@ with open(text + "/spam/test.jsonl") as f:
     for i, line in zip(range(64), f):
         open(f"{work}/text{i}.txt", "w").write(json.loads(line)["text"])
 EOF
+printf '{' > "$work/malformed.json"
 pngs=("$work"/img*.png)
 texts=("$work"/text*.txt)
 
@@ -136,6 +139,13 @@ for ((r = 1; r <= rounds; r++)); do
         rps[$r,$model,$server,$c]=$q
         printf '%-5s %-16s %-12s %4s %10s %9s %9s %6s\n' "$r" "$model" "$server" "$c" "$q" "$p50" "$p99" "$failed"
       done
+      if [[ $server == kiln_nobatch ]]; then
+        # The same server answering a malformed JSON body (400 before any decoding or model work):
+        # HTTP alone, the most requests/s any batching could reach.
+        read -r q p50 p99 failed < <("$load" "$port" 64 "$seconds" application/json "$work/malformed.json")
+        rps[$r,$model,http_only,64]=$q
+        printf '%-5s %-16s %-12s %4s %10s %9s %9s %6s\n' "$r" "$model" "http_only" 64 "$q" "$p50" "$p99" "$failed"
+      fi
       stop_server
     done
     for server in "${servers[@]}"; do sed "s/first/$model $server first/" "$work/answer_${model}_${server}_$r"; done
@@ -144,13 +154,15 @@ done
 
 echo "== ratios of requests/s at concurrency 64: median over rounds (each round's)"
 for model in "${models[@]}"; do
-  vs_py=() vs_nb=()
+  vs_py=() vs_nb=() ceiling=()
   for ((r = 1; r <= rounds; r++)); do
     [[ -n ${rps[$r,$model,python,64]:-} ]] && vs_py+=("$(ratio "${rps[$r,$model,kiln_batch,64]}" "${rps[$r,$model,python,64]}")")
     vs_nb+=("$(ratio "${rps[$r,$model,kiln_batch,64]}" "${rps[$r,$model,kiln_nobatch,64]}")")
+    ceiling+=("$(ratio "${rps[$r,$model,http_only,64]}" "${rps[$r,$model,kiln_nobatch,64]}")")
   done
   python_figure="n/a (no Python server)"
   ((${#vs_py[@]} > 0)) && python_figure="$(printf '%s\n' "${vs_py[@]}" | median) (${vs_py[*]})"
-  printf '%-16s kiln(batching)/python: %s   batching/no batching: %s (%s)\n' "$model" "$python_figure" \
-    "$(printf '%s\n' "${vs_nb[@]}" | median)" "${vs_nb[*]}"
+  printf '%-16s kiln(batching)/python: %s   batching/no batching: %s (%s)   HTTP only/no batching (the most batching could gain): %s (%s)\n' \
+    "$model" "$python_figure" "$(printf '%s\n' "${vs_nb[@]}" | median)" "${vs_nb[*]}" \
+    "$(printf '%s\n' "${ceiling[@]}" | median)" "${ceiling[*]}"
 done
