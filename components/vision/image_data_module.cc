@@ -26,6 +26,7 @@ class RelabelledSubset : public Dataset {
     return example;
   }
   std::string Source(int64_t index) const override { return base_->Source(indices_.at(static_cast<size_t>(index))); }
+  bool deterministic() const override { return base_->deterministic(); }
 
  private:
   std::shared_ptr<const Dataset> base_;
@@ -50,6 +51,7 @@ absl::StatusOr<ImageDataSetup> ImageDataSetup::From(const ImageDataOptions& opti
   }
   setup.samples_per_class = options.samples_per_class.value_or(0);
   setup.samples_seed = options.samples_seed;
+  setup.precompute_bytes = options.precompute_mb << 20;
   return setup;
 }
 
@@ -167,6 +169,16 @@ absl::Status ImageDataModule::Setup(Stage stage) {
   if (stage == Stage::kPredict) {
     KILN_ASSIGN_OR_RETURN(DatasetMaker make, LoadPredict());
     predict_ = make ? make(setup_.eval_transforms) : nullptr;
+  }
+  // Deterministic transforms run once here instead of once per sample per epoch (the splits this
+  // stage made; a Setup of another stage leaves the others as they are).
+  std::vector<std::shared_ptr<const Dataset>*> made;
+  if (stage == Stage::kFit || stage == Stage::kValidate) made = {&train_, &val_};
+  if (stage == Stage::kTest) made = {&test_};
+  if (stage == Stage::kPredict) made = {&predict_};
+  for (std::shared_ptr<const Dataset>* split : made) {
+    if (*split == nullptr) continue;
+    KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes));
   }
   return absl::OkStatus();
 }

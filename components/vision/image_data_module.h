@@ -30,6 +30,7 @@ struct ImageDataOptions {
   config::Config transforms;  // {train: [...], eval: [...]}; null: none
   std::optional<int64_t> samples_per_class;  // null: every training sample
   int64_t samples_seed = 0;
+  int64_t precompute_mb = 1024;
 };
 
 // `classes: [5, 6, 7]`, the labels to keep (relabelled 0..k-1 in this order), for the modules
@@ -61,7 +62,11 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
              "train/val split (few-shot; null: all)",
              AtLeast(1))
       .Field("samples_seed", static_cast<int64_t S::*>(&D::samples_seed),
-             "seed of the samples_per_class draw");
+             "seed of the samples_per_class draw")
+      .Field("precompute_mb", static_cast<int64_t S::*>(&D::precompute_mb),
+             "when a split's transforms are all deterministic, apply them once at setup and keep "
+             "the result in memory if it takes at most this many MiB per split (0: never)",
+             AtLeast(0));
 }
 
 // Declares `classes` on S (a list of distinct labels).
@@ -82,6 +87,7 @@ struct ImageDataSetup {
   std::vector<int64_t> classes;       // labels kept, in their new order; empty: all
   int64_t samples_per_class = 0;      // 0: all
   int64_t samples_seed = 0;
+  int64_t precompute_bytes = 0;       // Precomputed's max_bytes per split
 
   static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options);
   // Also takes `classes`; refuses a label listed twice (`context` names the option).
@@ -96,6 +102,7 @@ class TensorImageDataset : public Dataset {
   TensorImageDataset(torch::Tensor images, torch::Tensor labels, TransformPipeline transforms);
   int64_t size() const override { return images_.size(0); }
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override;
+  bool deterministic() const override { return transforms_.deterministic(); }
 
  private:
   torch::Tensor images_, labels_;

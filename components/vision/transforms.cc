@@ -12,6 +12,7 @@ using TransformOr = absl::StatusOr<std::shared_ptr<Transform>>;
 
 class ToTensor : public Transform {
  public:
+  bool deterministic() const override { return true; }
   torch::Tensor Apply(torch::Tensor image, SampleRng&) const override {
     image = AsChw(std::move(image));
     if (image.scalar_type() == torch::kUInt8) return image.to(torch::kFloat32).div_(255.0);
@@ -21,6 +22,7 @@ class ToTensor : public Transform {
 
 class Normalize : public Transform {
  public:
+  bool deterministic() const override { return true; }
   Normalize(std::vector<double> mean, std::vector<double> std)
       : mean_(torch::tensor(mean, torch::kFloat32).view({-1, 1, 1})),
         inv_std_(1.0 / torch::tensor(std, torch::kFloat32).view({-1, 1, 1})) {}
@@ -49,6 +51,7 @@ class RandomCrop : public Transform {
 
 class CenterCrop : public Transform {
  public:
+  bool deterministic() const override { return true; }
   explicit CenterCrop(int64_t size) : size_(size) {}
   torch::Tensor Apply(torch::Tensor image, SampleRng&) const override {
     image = AsChw(std::move(image));
@@ -75,6 +78,7 @@ class HorizontalFlip : public Transform {
 
 class Resize : public Transform {
  public:
+  bool deterministic() const override { return true; }
   Resize(int64_t height, int64_t width) : height_(height), width_(width) {}
   torch::Tensor Apply(torch::Tensor image, SampleRng&) const override {
     return ResizeBilinear(AsChw(std::move(image)), height_, width_);

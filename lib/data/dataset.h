@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,10 +33,22 @@ class Dataset {
   // The length of example `index` (tokens of a text) for length bucketing, without loading it;
   // 0 when the dataset has no such notion.
   virtual int64_t Length(int64_t /*index*/) const { return 0; }
+  // True when Get draws nothing from its `rng`: example `index` is always the same tensors.
+  virtual bool deterministic() const { return false; }
+  // The examples at `indices` already stacked (input [B, ...], target [B, ...]), exactly what
+  // Get one by one then Collate would give, when the dataset can gather them in one go; nullopt:
+  // it cannot (the loader then Gets and collates them).
+  virtual std::optional<Example> GetStacked(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
 };
 
 // The examples of `base` at `indices` (a split, a subset).
 std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices);
+
+// A deterministic dataset's examples, each loaded once with Get and stacked in memory, so that
+// Get is a slice and GetStacked one index_select per tensor (the same values bitwise); `base`
+// itself when it is not deterministic, is empty, or its stacked inputs and targets would take
+// more than `max_bytes`. Source and Length still ask `base`.
+absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes);
 
 // A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;
 // the same (n, val_fraction, seed) always gives the same split.

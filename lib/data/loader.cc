@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,20 @@ int64_t DataLoader::num_batches() const {
 absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
   size_t begin = static_cast<size_t>(index * options_.batch_size);
   size_t end = std::min(order.size(), begin + static_cast<size_t>(options_.batch_size));
+  // A precomputed dataset gathers the batch in one go (the same tensors Get + Collate give).
+  if (!options_.collate) {
+    std::optional<Example> stacked =
+        dataset_->GetStacked(std::vector<int64_t>(order.begin() + static_cast<ptrdiff_t>(begin),
+                                                  order.begin() + static_cast<ptrdiff_t>(end)));
+    if (stacked) {
+      Batch batch;
+      batch.input = std::move(stacked->input);
+      batch.target = std::move(stacked->target);
+      batch.epoch = epoch;
+      batch.index = index;
+      return batch;
+    }
+  }
   std::vector<Example> examples;
   examples.reserve(end - begin);
   for (size_t i = begin; i < end; ++i) {

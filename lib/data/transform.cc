@@ -39,6 +39,13 @@ absl::StatusOr<TransformPipeline> TransformPipeline::FromList(const config::Conf
   return TransformPipeline(std::move(steps));
 }
 
+bool TransformPipeline::deterministic() const {
+  for (const auto& step : steps_) {
+    if (!step->deterministic()) return false;
+  }
+  return true;
+}
+
 torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const {
   for (const auto& step : steps_) image = step->Apply(std::move(image), rng);
   return image;

@@ -19,6 +19,9 @@ class Transform {
   static constexpr const char* kKind = "transform";
   virtual ~Transform() = default;
   virtual torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const = 0;
+  // True when Apply draws nothing from `rng` (the same image always gives the same result), so
+  // a data module may apply it once to a whole split at setup.
+  virtual bool deterministic() const { return false; }
 };
 
 // Transforms applied in order.
@@ -32,6 +35,8 @@ class TransformPipeline {
   static absl::StatusOr<TransformPipeline> FromList(const config::Config& list);
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const;
   bool empty() const { return steps_.empty(); }
+  // True when every step is deterministic (and when there are none).
+  bool deterministic() const;
 
  private:
   std::vector<std::shared_ptr<Transform>> steps_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/components/instantiate.h"
 #include "lib/data/datamodule.h"
+#include "lib/data/loader.h"
 #include "tests/support/process.h"
 
 namespace kiln::data {
@@ -320,6 +321,51 @@ TEST_F(ClassSubsetTest, SamplesPerClassIsASeededDrawFromTheTrainingSplit) {
   auto all = BuildOk(Yaml("val_fraction: 0.2\nclasses: [7, 3]\n"));
   ASSERT_TRUE(all->Setup(Stage::kFit).ok());
   EXPECT_EQ(val_size, all->val_dataset()->size());
+}
+
+// Deterministic transforms are applied once at setup (precompute_mb) and batches gathered with
+// one index_select: the batches are bitwise those of per-sample Get + Collate, epoch after epoch.
+TEST_F(ClassSubsetTest, PrecomputedSplitsGiveTheSameBatchesBitwise) {
+  const std::string transforms =
+      "transforms:\n"
+      "  train: [{_target_: to_tensor}, {_target_: normalize, mean: [0.49, 0.48, 0.45], std: [0.25, 0.24, 0.26]}]\n"
+      "  eval: [{_target_: to_tensor}, {_target_: center_crop, size: 30}]\n";
+  auto batches = [&](const std::string& extra, bool expect_stacked) {
+    auto dm = BuildOk(Yaml("val_fraction: 0.2\n" + transforms + extra));
+    EXPECT_TRUE(dm->Setup(Stage::kFit).ok());
+    std::vector<Batch> out;
+    for (const auto& ds : {dm->train_dataset(), dm->val_dataset()}) {
+      EXPECT_EQ(ds->GetStacked({0, 1}).has_value(), expect_stacked);
+      LoaderOptions options = dm->loader_options();
+      options.batch_size = 3;
+      options.seed = 5;
+      DataLoader loader(ds, RandomSampler(ds->size(), 11), options);
+      for (int64_t epoch = 0; epoch < 2; ++epoch) {
+        EXPECT_TRUE(loader.Run(epoch, 0, loader.num_batches(), [&](Batch& b) -> absl::StatusOr<bool> {
+          out.push_back(b);
+          return true;
+        }).ok());
+      }
+    }
+    return out;
+  };
+  for (const std::string classes : {"", "classes: [7, 3, 0]\n"}) {
+    std::vector<Batch> cached = batches(classes, true);
+    std::vector<Batch> plain = batches(classes + "precompute_mb: 0\n", false);
+    ASSERT_EQ(cached.size(), plain.size());
+    ASSERT_GT(cached.size(), 4u);
+    for (size_t i = 0; i < cached.size(); ++i) {
+      EXPECT_EQ(cached[i].input.scalar_type(), plain[i].input.scalar_type());
+      EXPECT_EQ(cached[i].target.scalar_type(), plain[i].target.scalar_type());
+      EXPECT_TRUE(torch::equal(cached[i].input, plain[i].input)) << classes << " batch " << i;
+      EXPECT_TRUE(torch::equal(cached[i].target, plain[i].target)) << classes << " batch " << i;
+    }
+  }
+  // A random transform keeps the per-sample path.
+  auto random = BuildOk(Yaml("transforms:\n  train: [{_target_: to_tensor}, {_target_: horizontal_flip}]\n"));
+  ASSERT_TRUE(random->Setup(Stage::kFit).ok());
+  EXPECT_FALSE(random->train_dataset()->GetStacked({0}).has_value());
+  EXPECT_TRUE(random->val_dataset()->GetStacked({0}).has_value());  // no eval transforms: to float only
 }
 
 TEST_F(ClassSubsetTest, BadSubsetsAreNamed) {
