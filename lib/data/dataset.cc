@@ -62,8 +62,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
   int64_t n = base->size();
   if (n == 0 || !base->deterministic()) return base;
   torch::Tensor inputs, targets;
+  SampleRng rng(0, 0, 0);  // drawn from by nothing (the dataset is deterministic): one serves all
   for (int64_t i = 0; i < n; ++i) {
-    SampleRng rng(0, 0, i);  // drawn from by nothing: the dataset is deterministic
     absl::StatusOr<Example> example;
     try {
       example = base->Get(i, rng);
