@@ -170,15 +170,13 @@ absl::Status ImageDataModule::Setup(Stage stage) {
     KILN_ASSIGN_OR_RETURN(DatasetMaker make, LoadPredict());
     predict_ = make ? make(setup_.eval_transforms) : nullptr;
   }
-  // Deterministic transforms run once here instead of once per sample per epoch (the splits this
-  // stage made; a Setup of another stage leaves the others as they are).
-  std::vector<std::shared_ptr<const Dataset>*> made;
-  if (stage == Stage::kFit || stage == Stage::kValidate) made = {&train_, &val_};
-  if (stage == Stage::kTest) made = {&test_};
-  if (stage == Stage::kPredict) made = {&predict_};
-  for (std::shared_ptr<const Dataset>* split : made) {
-    if (*split == nullptr) continue;
-    KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes));
+  // Deterministic transforms run once here instead of once per sample per epoch: for the splits
+  // fit reads every epoch. A split read once (validate, test, predict) would only be copied.
+  if (stage == Stage::kFit) {
+    for (std::shared_ptr<const Dataset>* split : {&train_, &val_}) {
+      if (*split == nullptr) continue;
+      KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes));
+    }
   }
   return absl::OkStatus();
 }

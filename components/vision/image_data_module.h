@@ -64,7 +64,8 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
       .Field("samples_seed", static_cast<int64_t S::*>(&D::samples_seed),
              "seed of the samples_per_class draw")
       .Field("precompute_mb", static_cast<int64_t S::*>(&D::precompute_mb),
-             "when a split's transforms are all deterministic, apply them once at setup and keep "
+             "when a training or validation split's transforms are all deterministic, apply them "
+             "once when fit sets up and keep "
              "the result in memory if it takes at most this many MiB per split (0: never)",
              AtLeast(0));
 }

@@ -15,15 +15,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits until `sock` has data (true) or `timeout` passed (false).
-bool WaitReadable(int sock, std::chrono::milliseconds timeout) {
-  pollfd p{sock, POLLIN, 0};
+// Waits until `sock` is ready for `events` (true) or `timeout` passed (false).
+bool WaitFor(int sock, short events, std::chrono::milliseconds timeout) {
+  pollfd p{sock, events, 0};
   int n = 0;
   do {
     n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, timeout.count())));
   } while (n < 0 && errno == EINTR);
   return n > 0;
 }
+
+// Waits until `sock` has data (true) or `timeout` passed (false).
+bool WaitReadable(int sock, std::chrono::milliseconds timeout) { return WaitFor(sock, POLLIN, timeout); }
 
 void IpAndPort(const sockaddr_storage& address, socklen_t length, std::string& ip, int& port) {
   char host[NI_MAXHOST];
@@ -51,12 +54,7 @@ class DeadlineStream : public httplib::Stream {
     return WaitReadable(sock_, std::min(left, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.read)));
   }
   bool is_writable() const override {
-    pollfd p{sock_, POLLOUT, 0};
-    int n = 0;
-    do {
-      n = ::poll(&p, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write).count()));
-    } while (n < 0 && errno == EINTR);
-    return n > 0;
+    return WaitFor(sock_, POLLOUT, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write));
   }
   ssize_t read(char* ptr, size_t size) override {
     size = std::min(size, static_cast<size_t>(std::numeric_limits<ssize_t>::max()));

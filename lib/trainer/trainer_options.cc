@@ -129,10 +129,8 @@ OptionBinding<TrainerOptions> MakeBinding() {
              {"bf16-true", TrainerOptions::Precision::kBf16True},
              {"auto", TrainerOptions::Precision::kAuto}},
             "32, bf16-mixed (bfloat16 autocast on the CPU, float32 weights), bf16-true (bfloat16 "
-            "weights "
-            "and optimizer state; checkpoints float32) or auto (bf16-mixed where the CPU has "
-            "avx512_bf16 "
-            "or amx_bf16, else 32)")
+            "weights and optimizer state; checkpoints float32) or auto (bf16-mixed where the CPU "
+            "has avx512_bf16 or amx_bf16, else 32)")
       .Parsed<TrainerOptions::ProfilerKind>("profiler", &TrainerOptions::profiler,
                                             EnumOptionType({"simple", "advanced"}), "null",
                                             "null, simple (time per training phase at the end of "
