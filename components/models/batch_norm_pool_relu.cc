@@ -1,6 +1,5 @@
 #include "components/models/batch_norm_pool_relu.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "components/common/parallel.h"
 #include "components/models/bf16_lanes.h"
 
 namespace kiln {
@@ -144,7 +144,7 @@ void BlockedSums(int64_t rows, int64_t c, const BlockSum& block_sum, std::vector
                  std::vector<double>& t2) {
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
   std::vector<float> p1(blocks * c), p2(blocks * c);
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+  ParallelFor(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       block_sum(b * kBlock, std::min(rows, (b + 1) * kBlock), p1.data() + b * c, p2.data() + b * c);
     }
@@ -282,7 +282,7 @@ class BatchNormPoolReluFunction : public torch::autograd::Function<BatchNormPool
     torch::Tensor xsel = torch::empty({s.out_rows() * c}, x.options());
     BFloat16 *yp = y.data_ptr<BFloat16>(), *sp = xsel.data_ptr<BFloat16>();
     uint8_t* cp = code.data_ptr<uint8_t>();
-    at::parallel_for(0, s.n * s.ho(), RowGrain(s), [&](int64_t begin, int64_t end) {
+    ParallelFor(0, s.n * s.ho(), RowGrain(s), [&](int64_t begin, int64_t end) {
       ForwardRows(s, xp, a.data(), b.data(), yp, cp, sp, begin, end);
     });
     ctx->save_for_backward({x, weight, code, xsel, mean, invstd});
@@ -330,7 +330,7 @@ class BatchNormPoolReluFunction : public torch::autograd::Function<BatchNormPool
         torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
     const BFloat16* xp = x.data_ptr<BFloat16>();
     BFloat16* dp = dx.data_ptr<BFloat16>();
-    at::parallel_for(0, s.n * s.ho(), RowGrain(s), [&](int64_t begin, int64_t end) {
+    ParallelFor(0, s.n * s.ho(), RowGrain(s), [&](int64_t begin, int64_t end) {
       BackwardRows(s, xp, gp, cp, k1.data(), k2.data(), k3.data(), dp, begin, end);
     });
     return {dx,

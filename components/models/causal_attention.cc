@@ -1,6 +1,5 @@
 #include "components/models/causal_attention.h"
 
-#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -9,9 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include "components/common/parallel.h"
 #include "components/models/bf16_lanes.h"
 
-// The BLAS that LibTorch itself calls (OpenBLAS on Debian). Called from inside at::parallel_for,
+// The BLAS that LibTorch itself calls (OpenBLAS on Debian). Called from inside ParallelFor,
 // an OpenMP build of OpenBLAS runs each product on the calling thread.
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
@@ -101,7 +101,7 @@ using Bf16 = c10::BFloat16;
 // oneDNN's bf16 GEMM, row-major: C (float32) = alpha op(A) op(B) + beta C with A and B bf16. It is
 // what LibTorch's own bf16 matmul runs on (AVX-512 BF16 or AMX instructions where the CPU has
 // them); looked up at run time in the libdnnl LibTorch loaded, so a LibTorch without oneDNN keeps
-// the float32 path. Called inside at::parallel_for, it runs on the calling thread (OpenMP).
+// the float32 path. Called inside ParallelFor, it runs on the calling thread (OpenMP).
 using DnnlGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
                              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                              float* c, int64_t ldc);
@@ -287,7 +287,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       Bf16* out = y.data_ptr<Bf16>();
       Bf16* probs = p.data_ptr<Bf16>();
       const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
-      at::parallel_for(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
         for (int64_t bh = begin; bh < end; ++bh) {
           const Bf16* q = in + s.qkv_offset(bh);
@@ -303,7 +303,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     float* probs = p.data_ptr<float>();
     const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
               ld = static_cast<int>(3 * s.d);
-    at::parallel_for(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
+    ParallelFor(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scratch(keep ? 0 : static_cast<size_t>(kCausalRowBlock) * t);
       for (int64_t bh = begin; bh < end; ++bh) {
         const float* q = in + s.qkv_offset(bh);
@@ -330,7 +330,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       const Bf16* dout = dy.data_ptr<Bf16>();
       Bf16* din = dqkv.data_ptr<Bf16>();
       const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
-      at::parallel_for(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
         for (int64_t bh = begin; bh < end; ++bh) {
           const Bf16* q = in + s.qkv_offset(bh);
@@ -348,7 +348,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     float* din = dqkv.data_ptr<float>();
     const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
               ld = static_cast<int>(3 * s.d);
-    at::parallel_for(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+    ParallelFor(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> ds(static_cast<size_t>(kCausalRowBlock) * t);
       for (int64_t bh = begin; bh < end; ++bh) {
         const float* q = in + s.qkv_offset(bh);

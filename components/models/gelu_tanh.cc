@@ -1,10 +1,10 @@
 #include "components/models/gelu_tanh.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include <algorithm>
 
+#include "components/common/parallel.h"
 #include "components/models/bf16_lanes.h"
 
 #ifdef KILN_BF16_LANES
@@ -100,7 +100,7 @@ template <typename T>
 void RunForward(const torch::Tensor& x, torch::Tensor& y, float* tp) {
   const T* xp = x.data_ptr<T>();
   T* yp = y.data_ptr<T>();
-  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     ForwardRange(xp + begin, yp + begin, tp ? tp + begin : nullptr, end - begin);
   });
 }
@@ -109,7 +109,7 @@ template <typename T>
 void RunBackward(const torch::Tensor& g, const torch::Tensor& x, const float* tp, torch::Tensor& dx) {
   const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
   T* dp = dx.data_ptr<T>();
-  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  ParallelFor(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     BackwardRange(gp + begin, xp + begin, tp + begin, dp + begin, end - begin);
   });
 }
