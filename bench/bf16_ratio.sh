@@ -14,6 +14,10 @@
 #             16 kHz, 1.8 to 4.5 s like the spoken 4-12 word sentences of
 #             scripts/prepare_speech_data.sh, with random 4-12 word transcripts); speed depends
 #             on their lengths, not on what they say
+#   kws       experiment=commands_kws (DS-CNN on log-mel features, its waveform and SpecAugment
+#             augmentations on), 30 batches of 64; samples/s. The clips are 1 s of noise at
+#             22050 Hz that this script writes (12 classes x 60 in train), like the clips of
+#             scripts/prepare_speech_data.sh
 # Needs the text data for gpt and spam (scripts/prepare_text_data.sh).
 #   bench/bf16_ratio.sh                                   # MODELS="cnn gpt resnet18" ROUNDS=3 THREADS=2
 #   MODELS="resnet18 spam" PRECISIONS="32 bf16-mixed" ROUNDS=2 bench/bf16_ratio.sh
@@ -70,6 +74,23 @@ with open(os.path.join(root, "lm_text.txt"), "w") as f:
 EOF
 }
 
+# A commands_kws data folder: ROOT/speech/commands/{train,val,test}/LABEL/*.wav, 1 s noise clips.
+make_commands() {
+  /usr/bin/python3 - "$1" <<'EOF'
+import os, random, struct, sys, wave
+root = os.path.join(sys.argv[1], "speech", "commands")
+rng = random.Random(0)
+labels = ["down", "go", "left", "no", "off", "on", "right", "silence", "stop", "unknown", "up", "yes"]
+for split, count in [("train", 60), ("val", 2), ("test", 2)]:
+    for label in labels:
+        os.makedirs(os.path.join(root, split, label), exist_ok=True)
+        for i in range(count):
+            with wave.open(os.path.join(root, split, label, f"{i:04d}.wav"), "wb") as w:
+                w.setnchannels(1); w.setsampwidth(2); w.setframerate(22050)
+                w.writeframes(struct.pack("<22050h", *(int(rng.gauss(0, 3000)) for _ in range(22050))))
+EOF
+}
+
 # rate MODEL PRECISION: samples/s (tokens/s for gpt).
 rate() {
   local common=(trainer.num_threads="$threads" trainer.precision="$2")
@@ -83,12 +104,15 @@ rate() {
     spam) kiln_epoch_rate "$work/kiln" experiment=spam_transformer trainer.limit_train_batches=20 "${common[@]}" ;;
     ctc) kiln_epoch_rate "$work/kiln" experiment=sentences_ctc paths.data_dir="$work/data" trainer.max_time=null \
            data.sortagrad_epochs=0 trainer.limit_train_batches=20 "${common[@]}" ;;
-    *) echo "bf16_ratio: unknown model '$1' (cnn, gpt, resnet18, spam, ctc)" >&2; exit 2 ;;
+    kws) kiln_epoch_rate "$work/kiln" experiment=commands_kws paths.data_dir="$work/kws" \
+           trainer.limit_train_batches=30 "${common[@]}" ;;
+    *) echo "bf16_ratio: unknown model '$1' (cnn, gpt, resnet18, spam, ctc, kws)" >&2; exit 2 ;;
   esac
 }
 
 [[ " $models " == *" resnet18 "* ]] && make_cifar "$work/cifar"
 [[ " $models " == *" ctc "* ]] && make_sentences "$work/data"
+[[ " $models " == *" kws "* ]] && make_commands "$work/kws"
 for model in $models; do
   echo "== $model ($threads threads; samples/s, tokens/s for gpt)"
   printf '%-6s' round; printf ' %12s' "${precisions[@]}"; printf '   ratios to %s\n' "${precisions[0]}"

@@ -28,6 +28,7 @@
 #include "lib/app/sweeper.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
+#include "lib/core/version.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
@@ -93,7 +94,15 @@ absl::Status LoadBuiltinLibraries(const std::string& command) {
   for (const char* name : {"kiln_engine", "kiln_components", "kiln_tasks"}) {
     std::string path = BuiltinLibraryPath(name);
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) continue;  // a build without LibTorch
+    if (::stat(path.c_str(), &st) != 0) {
+      if (std::string(KILN_TORCH_VERSION_STRING).empty()) continue;  // a build without LibTorch
+      // Built with LibTorch, so the library belongs beside kiln: without it no model, data or
+      // task is registered, and the first name would be "unknown" for a reason it does not say.
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is missing: this kiln was built with LibTorch ", KILN_TORCH_VERSION_STRING,
+          ", and its models, data and tasks are in that library (build it: cmake --build BUILD_DIR, "
+          "or ninja -C BUILD_DIR kiln)"));
+    }
     if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
   }
   if (command != "serve") return absl::OkStatus();

@@ -691,6 +691,25 @@ TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
   }
 }
 
+// A kiln built with LibTorch whose libraries are not beside it (a copy of the binary; its own
+// libkiln_core comes through the build's runpath) names the missing library instead of calling
+// the first model or task "unknown".
+TEST_F(TrainCliTest, AKilnWithoutItsLibrariesNamesTheMissingOne) {
+  const std::string copy = dir_.path() + "/copy/bin/kiln";
+  std::filesystem::create_directories(dir_.path() + "/copy/bin");
+  std::filesystem::copy_file(KILN_BINARY, copy);
+  std::vector<std::string> argv = Args({"trainer.max_epochs=1"});
+  argv[0] = copy;
+  auto r = RunProcess(argv);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("kiln: error: " + dir_.path() +
+                       "/copy/bin/../lib/libkiln_engine.so is missing: this kiln was built with LibTorch"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(FileExists(dir_.path() + "/run/checkpoints"));
+}
+
 // Starts training in the background and returns its pid.
 pid_t Spawn(const std::vector<std::string>& argv) {
   pid_t pid = fork();
