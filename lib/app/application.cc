@@ -208,8 +208,20 @@ class Application {
       return RunJob(*composed, *cl_.multirun_job, *cl_.sweep_dir, cl_.overrides);
     }
     auto composed = ComposeInMode();
-    if (!composed.ok()) return composed.status();
-    if (!options_.multirun) {
+    if (!composed.ok()) {
+      // `kiln predict run_dir=RUN data.predict=FILE`: the key may be the run's own and absent
+      // from the defaults (another dataset's config); the overrides then go on the stored
+      // config only, and where there is no run to start from the defaults' error stands.
+      if (!StartsFromATrainedModel(cl_.command)) return composed.status();
+      config::ComposeOptions lenient = options_;
+      lenient.defer_missing_keys = true;
+      auto retry = config::Compose(lenient, *repo_);
+      if (!retry.ok()) return composed.status();
+      auto run = StartFromStoredConfig(*retry);
+      if (!run.ok()) return run.status();
+      if (run->empty()) return composed.status();
+      composed = std::move(retry);
+    } else if (!options_.multirun) {
       if (auto st = UseStoredConfig(*composed); !st.ok()) return st;
     }
     if (cl_.help) return Help(*composed);

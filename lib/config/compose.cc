@@ -117,6 +117,10 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
     if (!st.ok()) return st;
   }
   for (const auto& o : defaults->config_overrides) {
+    if (options.defer_missing_keys && o.type == OverrideType::kChange) {
+      std::vector<std::string> path = absl::StrSplit(o.key_or_group, '.');
+      if (SelectPath(root, path) == nullptr) continue;
+    }
     auto st = ApplyConfigOverride(*root, o);
     if (!st.ok()) {
       // `name=option` for a group that does not exist reads like a typo of a group name.

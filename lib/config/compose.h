@@ -21,6 +21,11 @@ struct ComposeOptions {
   bool multirun = false;       // sweep overrides are allowed (and left out of composition)
   std::string job_name = "kiln";
   std::string version = "0.0.0";
+  // A plain `key=value` override of a key the composition lacks is left out instead of refused
+  // (it stays in ComposeResult::defaults.config_overrides): for a caller that applies the
+  // overrides to another config afterwards, as kiln's commands that start from a run's stored
+  // config do, where the key may be the run's own (`data.predict=` of a text dataset).
+  bool defer_missing_keys = false;
 };
 
 struct ComposeResult {

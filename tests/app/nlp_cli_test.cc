@@ -115,6 +115,37 @@ TEST_F(NlpCliTest, ClassifierTrainsTestsAndClassifiesNewTexts) {
   EXPECT_NE(csv.find("meeting notes for the team,0,ham,"), std::string::npos) << csv;
 }
 
+// `kiln predict run_dir=RUN data.predict=FILE` with nothing else: `data.predict` is a key of the
+// run's dataset (labelled_text), not of the default one (fashion_mnist), so it applies to the run's
+// stored config without `+`; a key in neither, or no run to start from, is the usual one line.
+TEST_F(NlpCliTest, OverridesOfARunsOwnKeysNeedNoPlus) {
+  ASSERT_EQ(Classify("train", {"test=false"}).exit_code, 0);
+  const std::string d = dir_.path(), run = d + "/run_train";
+  dir_.Write("new.txt", "buy cheap pills now\nmeeting notes for the team\n");
+  auto p = RunProcess({KILN_BINARY, "predict", "run_dir=" + run, "data.predict=" + d + "/new.txt",
+                       "hydra.run.dir=" + d + "/plain"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::string csv = ReadFile(d + "/plain/predictions.csv");
+  EXPECT_NE(csv.find("buy cheap pills now,1,spam,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("meeting notes for the team,0,ham,"), std::string::npos) << csv;
+
+  auto typo = RunProcess({KILN_BINARY, "predict", "run_dir=" + run, "data.predikt=" + d + "/new.txt",
+                          "hydra.run.dir=" + d + "/typo"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(ErrorLine(typo.err),
+            "kiln: error: Could not override 'data.predikt': no such key in the config (did you mean "
+            "'data.predict'?). To append to your config use +data.predikt=" + d +
+                "/new.txt (on top of the config stored in " + run + "/.hydra/config.yaml)")
+      << typo.err;
+  auto no_run = RunProcess({KILN_BINARY, "predict", "data.predict=" + d + "/new.txt",
+                            "hydra.run.dir=" + d + "/no_run"});
+  EXPECT_EQ(no_run.exit_code, 2);
+  EXPECT_EQ(ErrorLine(no_run.err),
+            "kiln: error: Could not override 'data.predict': no such key in the config. To append to "
+            "your config use +data.predict=" + d + "/new.txt")
+      << no_run.err;
+}
+
 TEST_F(NlpCliTest, LanguageModelReportsBitsPerCharacterAndGenerates) {
   auto r = Lm("train", {});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -380,7 +380,7 @@ TEST(ServeTest, AKeywordSpotterAnswersWavsAsKilnPredictAndRefusesLyingHeaders) {
        "hydra.run.dir=" + d + "/run"});
   ASSERT_EQ(train.exit_code, 0) << train.err;
   auto predict = testing::RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/run",
-                                      "++data.predict=" + d + "/new", "+prediction_writer=jsonl",
+                                      "data.predict=" + d + "/new", "+prediction_writer=jsonl",
                                       "hydra.run.dir=" + d + "/predict"});
   ASSERT_EQ(predict.exit_code, 0) << predict.err;
   std::map<std::string, nlohmann::json> expected;
@@ -456,7 +456,7 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
        "hydra.run.dir=" + d + "/run"});
   ASSERT_EQ(train.exit_code, 0) << train.err;
   auto predict = testing::RunProcess(
-      {KILN_BINARY, "predict", "run_dir=" + d + "/run", "++data.predict=" + d + "/new.txt",
+      {KILN_BINARY, "predict", "run_dir=" + d + "/run", "data.predict=" + d + "/new.txt",
        "+prediction_writer=jsonl", "hydra.run.dir=" + d + "/predict"});
   ASSERT_EQ(predict.exit_code, 0) << predict.err;
   std::vector<nlohmann::json> expected = PredictRows(d + "/predict/predictions.jsonl");
