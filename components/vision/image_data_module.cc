@@ -1,6 +1,7 @@
 #include "components/vision/image_data_module.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -51,7 +52,10 @@ absl::StatusOr<ImageDataSetup> ImageDataSetup::From(const ImageDataOptions& opti
   }
   setup.samples_per_class = options.samples_per_class.value_or(0);
   setup.samples_seed = options.samples_seed;
-  setup.precompute_bytes = options.precompute_mb << 20;
+  // MiB to bytes, a value past what int64 bytes can hold taken as no limit.
+  setup.precompute_bytes = options.precompute_mb > (std::numeric_limits<int64_t>::max() >> 20)
+                               ? std::numeric_limits<int64_t>::max()
+                               : options.precompute_mb << 20;
   return setup;
 }
 

@@ -15,11 +15,15 @@
 #define KILN_TORCH_GLOO_IS_PROCESS_GROUP 0
 #endif
 
+// LibTorch MAJOR.MINOR or later (3.0 counts as later than 2.4).
+#define KILN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace kiln::compat {
 
 // Turns CPU autocast on or off (bf16-mixed precision).
 inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if KILN_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_enabled(at::kCPU, enabled);
   at::autocast::set_autocast_dtype(at::kCPU, dtype);
 #else
@@ -31,7 +35,7 @@ inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
 
 // Whether CPU autocast is on (inside a bf16-mixed forward pass).
 inline bool CpuAutocastEnabled() {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if KILN_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(at::kCPU);
 #else
   return at::autocast::is_cpu_enabled();
