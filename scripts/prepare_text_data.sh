@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares kiln's NLP datasets (docs/data.md) from pinned stdlib npm data packages:
+# Prepares kiln's NLP datasets (docs/data.md) from the pinned @stdlib npm data packages' tarballs:
 #   spam/{train,val,test}.jsonl    SpamAssassin public corpus, {"text","label"} per line, 80/10/10
 #   mobydick/{train,val,test}.txt  Moby Dick, contiguous 90/5/5 by characters
 #   sotu/{train,val,test}.txt      State of the Union addresses, 90/5/5 by address
@@ -8,13 +8,14 @@
 # Usage: scripts/prepare_text_data.sh [--force]
 # Environment:
 #   KILN_TEXT_DATA_DIR  output folder            (default: <repo>/data/text)
-#   KILN_TEXT_NPM_DIR   package cache folder     (default: <repo>/data/npm)
+#   KILN_PACKAGE_DIR    the pinned tarballs       (default: ../shared/packages/npm beside the checkout)
+#   KILN_TEXT_NPM_DIR   where they are unpacked  (default: <repo>/data/npm)
 #   KILN_TEXT_SEED      split seed               (default: 1234; changes every split)
-#   NODE, NPM           the node and npm to use  (default: node, npm on PATH)
-# Needs node >= 18 and npm; the network only for the npm registry, and only the first time.
+#   NODE                the node to use          (default: node on PATH)
+# Needs node >= 18; no network (the tarballs' sha512 integrity is checked against the pins).
 # Idempotent: when the outputs match their MANIFEST it does nothing (--force rebuilds).
-# Exit codes: 0 ok; 1 usage or internal error; 2 node/npm/tar missing; 3 npm failed or a
-# tarball's integrity is wrong; 4 a package lacks an expected file or has unexpected data.
+# Exit codes: 0 ok; 1 usage or internal error; 2 node/tar missing; 3 a tarball is missing or its
+# integrity is wrong; 4 a package lacks an expected file or has unexpected data.
 set -euo pipefail
 
 die() { # die CODE MESSAGE
@@ -36,7 +37,6 @@ out="${KILN_TEXT_DATA_DIR:-$repo/data/text}"
 npm_dir="${KILN_TEXT_NPM_DIR:-$repo/data/npm}"
 seed="${KILN_TEXT_SEED:-1234}"
 node="${NODE:-node}"
-npm="${NPM:-npm}"
 mjs="$repo/scripts/prepare_text_data.mjs"
 [[ "$seed" =~ ^[0-9]+$ ]] || die 1 "KILN_TEXT_SEED must be a non-negative integer, got '$seed'"
 
@@ -52,15 +52,17 @@ if (( ! force )) && "$node" "$mjs" check --pkgs "$npm_dir" --out "$out" --seed "
   exit 0
 fi
 
-# --- fetch: `npm pack` the exact versions, check the tarball integrity, unpack ------------
-# Only the data packages are unpacked (their JavaScript dependencies are not needed), into
-# $npm_dir/node_modules/<name>, with a .kiln-integrity stamp so later runs skip the registry.
-command -v "$npm" >/dev/null || die 2 "npm not found (install npm, e.g. apt-get install npm)"
+# --- unpack: the exact versions from the package folder, integrity checked --------------------
+# The pinned tarballs come from KILN_PACKAGE_DIR (by default ../shared/packages/npm beside the
+# checkout), byte for byte as `npm pack` gives them: no registry is contacted. Only the data
+# packages are unpacked (their JavaScript dependencies are not needed), into
+# $npm_dir/node_modules/<name>, with a .kiln-integrity stamp so later runs skip this step.
 command -v tar >/dev/null || die 2 "tar not found"
+source "$repo/scripts/package_dir.sh"
 packages="$("$node" "$mjs" packages)" || die 1 "cannot list the pinned packages"
-mkdir -p "$npm_dir/node_modules" "$npm_dir/tarballs"
+mkdir -p "$npm_dir/node_modules"
 npm_dir="$(cd "$npm_dir" && pwd)"
-log="$npm_dir/npm.log"
+package_dir="$(kiln_package_dir)"
 
 while read -r name version integrity; do
   dest="$npm_dir/node_modules/$name"
@@ -68,19 +70,11 @@ while read -r name version integrity; do
     echo "prepare_text_data: $name@$version: cached in $dest"
     continue
   fi
-  tgz="$npm_dir/tarballs/$(echo "${name#@}" | tr / -)-$version.tgz"
-  if [[ ! -f "$tgz" ]] || ! "$node" "$mjs" verify-tarball "$tgz" "$integrity" 2>/dev/null; then
-    echo "prepare_text_data: $name@$version: npm pack"
-    rm -f "$tgz"
-    if ! (cd "$npm_dir/tarballs" && "$npm" pack "$name@$version" --pack-destination . \
-            --loglevel=error --fetch-retries=1 --fetch-timeout=60000) >"$log" 2>&1; then
-      code="$(grep -m1 -o 'npm error code [A-Za-z0-9_]*' "$log" | awk '{print $4}' || true)"
-      why="$(grep 'npm error' "$log" | grep -v -e 'npm error code' -e 'npm error errno' \
-               -e 'npm error syscall' -e 'complete log' | head -n1 | sed 's/^npm error //' || true)"
-      die 3 "npm pack $name@$version failed${code:+ [$code]}: ${why:-see $log} (registry: $("$npm" config get registry 2>/dev/null || echo '?'))"
-    fi
-    [[ -f "$tgz" ]] || die 3 "npm pack $name@$version did not write $tgz (see $log)"
-  fi
+  file="$(echo "${name#@}" | tr / -)-$version.tgz"
+  [[ -n "$package_dir" ]] ||
+    die 3 "$file not found: set KILN_PACKAGE_DIR to a folder of the pinned npm tarballs (npm pack $name@$version)"
+  tgz="$package_dir/$file"
+  [[ -f "$tgz" ]] || die 3 "$tgz not found (KILN_PACKAGE_DIR=$package_dir; npm pack $name@$version makes it)"
   "$node" "$mjs" verify-tarball "$tgz" "$integrity" || exit 3
   tmp="$(mktemp -d "$npm_dir/node_modules/.unpack.XXXXXX")"
   tar -xzf "$tgz" -C "$tmp" --strip-components=1 --no-same-owner \
@@ -90,7 +84,6 @@ while read -r name version integrity; do
   mkdir -p "$(dirname "$dest")"
   rm -rf "$dest"
   mv "$tmp" "$dest"
-  rm -f "$tgz" # unpacked and stamped; npm keeps its own copy in its cache
 done <<<"$packages"
 
 # --- build ------------------------------------------------------------------------------

