@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# kiln against PyTorch Lightning itself and against the tuned raw PyTorch loop, on the same torch
+# (the .venv's, kiln's own LibTorch), for the README's two models, in float32 and bf16-mixed:
+#   cnn: experiment=fashion_mnist (batch 128, channels-last, data in memory; samples/s)
+#   gpt: experiment=mobydick_gpt (batch 32 x 128 characters; tokens/s)
+# Lightning: bench/lightning_reference.py (Trainer, cpu, precision 32-true / bf16-mixed, nothing
+# else on). Raw loop: bench/pytorch_reference.py and bench/gpt_reference.py. Both Python sides run
+# with kiln's allocator settings (bench/common.sh), the same threads and memory format. Each round
+# runs every system once per model and precision, one after the other; ratios are taken within a
+# round and the medians are the figures. Targets (issue 32), bf16-mixed: kiln >= 1.5x Lightning and
+# >= 1.2x the raw loop. KILN_OLD=PATH/kiln adds a column for another kiln build (e.g. the LibTorch
+# 1.13 one) run on the same rounds.
+#   bench/lightning_speed.sh                   # MODELS="cnn gpt" PRECISIONS="32 bf16-mixed" ROUNDS=3
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source bench/common.sh
+rounds=${ROUNDS:-3}
+threads=${THREADS:-2}
+models=${MODELS:-cnn gpt}
+precisions=${PRECISIONS:-32 bf16-mixed}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+[[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
+
+# kiln_rate MODEL PRECISION [KILN]: samples/s (cnn) or tokens/s (gpt).
+kiln_rate() {
+  local KILN=${3:-build/bin/kiln}
+  case $1 in
+    cnn) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches=200 \
+           trainer.num_threads="$threads" trainer.precision="$2" ;;
+    gpt) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
+           trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
+           awk '{printf "%.1f", $1 * 128}' ;;
+  esac
+}
+bf16_flag() { [[ $1 == bf16-mixed ]] && echo --bf16 || true; }
+lightning_rate() {
+  case $1 in
+    cnn) python_tuned bench/lightning_reference.py cnn 20 200 "$threads" --channels-last $(bf16_flag "$2") ;;
+    gpt) python_tuned bench/lightning_reference.py gpt 5 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
+  esac | tail -n1
+}
+raw_rate() {
+  case $1 in
+    cnn) python_tuned bench/pytorch_reference.py 20 200 tensors --channels-last $(bf16_flag "$2") ;;
+    gpt) python_tuned bench/gpt_reference.py 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
+  esac
+}
+
+for model in $models; do
+  unit=samples/s; [[ $model == gpt ]] && unit=tokens/s
+  for precision in $precisions; do
+    echo "== $model $precision ($unit, $threads threads, torch $("$KILN_PYTHON" -c 'import torch; print(torch.__version__)'))"
+    header="round kiln lightning raw kiln/lightning kiln/raw"
+    [[ -z "${KILN_OLD:-}" ]] || header+=" kiln_old kiln/kiln_old"
+    echo "$header" | awk '{printf "%-6s", $1; for (i = 2; i <= NF; i++) printf " %15s", $i; print ""}'
+    r_kl=() r_kr=() r_ko=()
+    for ((r = 1; r <= rounds; r++)); do
+      k=$(kiln_rate "$model" "$precision")
+      l=$(lightning_rate "$model" "$precision")
+      p=$(raw_rate "$model" "$precision")
+      r_kl+=("$(ratio "$k" "$l")") r_kr+=("$(ratio "$k" "$p")")
+      line="$r $k $l $p ${r_kl[-1]} ${r_kr[-1]}"
+      if [[ -n "${KILN_OLD:-}" ]]; then
+        o=$(kiln_rate "$model" "$precision" "$KILN_OLD")
+        r_ko+=("$(ratio "$k" "$o")")
+        line+=" $o ${r_ko[-1]}"
+      fi
+      echo "$line" | awk '{printf "%-6s", $1; for (i = 2; i <= NF; i++) printf " %15s", $i; print ""}'
+    done
+    summary="$model $precision medians: kiln/Lightning $(printf '%s\n' "${r_kl[@]}" | median)x, kiln/raw loop $(printf '%s\n' "${r_kr[@]}" | median)x"
+    [[ -z "${KILN_OLD:-}" ]] || summary+=", kiln/kiln_old $(printf '%s\n' "${r_ko[@]}" | median)x"
+    echo "$summary"
+  done
+done
