@@ -32,7 +32,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 # CIFAR-10's binary layout: per record one label byte, then 3 x 32 x 32 bytes (R, G, B planes).
 make_cifar() {
-  /usr/bin/python3 - "$1" <<'EOF'
+  "${KILN_PYTHON:-.venv/bin/python}" - "$1" <<'EOF'
 import os, random, sys
 root = sys.argv[1]
 os.makedirs(root, exist_ok=True)
@@ -48,7 +48,7 @@ EOF
 
 # A sentences_ctc data folder: ROOT/speech/sentences/{train,val,test}.jsonl of noise clips.
 make_sentences() {
-  /usr/bin/python3 - "$1" <<'EOF'
+  "${KILN_PYTHON:-.venv/bin/python}" - "$1" <<'EOF'
 import json, os, random, struct, sys, wave
 root = os.path.join(sys.argv[1], "speech", "sentences")
 rng = random.Random(0)
@@ -76,7 +76,7 @@ EOF
 
 # A commands_kws data folder: ROOT/speech/commands/{train,val,test}/LABEL/*.wav, 1 s noise clips.
 make_commands() {
-  /usr/bin/python3 - "$1" <<'EOF'
+  "${KILN_PYTHON:-.venv/bin/python}" - "$1" <<'EOF'
 import os, random, struct, sys, wave
 root = os.path.join(sys.argv[1], "speech", "commands")
 rng = random.Random(0)

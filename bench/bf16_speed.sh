@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bf16-mixed against float32, in kiln and in Python (Debian's python3-torch, torch.autocast on the
+# bf16-mixed against float32, in kiln and in Python (the .venv's torch, torch.autocast on the
 # CPU), on the README's two models: the Fashion-MNIST CNN (`experiment=fashion_mnist`: batch 128,
 # channels-last; samples/s) and the Moby Dick GPT (`experiment=mobydick_gpt`: batch 32 x 128
 # characters; tokens/s). Each round runs kiln 32, kiln bf16-mixed, Python float32 and Python bf16

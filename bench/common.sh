@@ -16,10 +16,13 @@ kiln_epoch_rate() {
   sed -n 's/.*epoch 0: .*, \([0-9.]*\) samples\/s).*/\1/p' "$dir.out" | tail -1
 }
 
-# python_tuned ARGS...: /usr/bin/python3 ARGS with kiln's allocator settings; python_untuned: with
+# The Python of the references: the project's .venv, whose torch is kiln's LibTorch (same version,
+# same kernels); scripts/setup_venv.sh test gives it torchvision and Lightning.
+KILN_PYTHON=${KILN_PYTHON:-$PWD/.venv/bin/python}
+# python_tuned ARGS...: $KILN_PYTHON ARGS with kiln's allocator settings; python_untuned: with
 # glibc's defaults.
-python_tuned() { GLIBC_TUNABLES=$KILN_TUNED_MALLOC /usr/bin/python3 "$@"; }
-python_untuned() { env -u GLIBC_TUNABLES /usr/bin/python3 "$@"; }
+python_tuned() { GLIBC_TUNABLES=$KILN_TUNED_MALLOC "$KILN_PYTHON" "$@"; }
+python_untuned() { env -u GLIBC_TUNABLES "$KILN_PYTHON" "$@"; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }

@@ -2,7 +2,7 @@
 # Training throughput (tokens/s) of the same GPT on Moby Dick characters: kiln (`experiment=mobydick_gpt`:
 # 4 blocks, dim 128, 4 heads, MLP 512, block 128, batch 32, AdamW, clipping 1.0) against a plain
 # PyTorch Python loop with the same model, batch, block and threads (bench/gpt_reference.py, Debian's
-# python3-torch), both in float32 (trainer.precision=32; bf16 is bench/bf16_speed.sh's). Each run trains BATCHES batches (the first one included) and nothing else; the
+# the .venv's torch), both in float32 (trainer.precision=32; bf16 is bench/bf16_speed.sh's). Each run trains BATCHES batches (the first one included) and nothing else; the
 # runs are interleaved in ROUNDS rounds and the ratio is taken within a round; the median is the
 # figure. The Python loop runs with the glibc malloc settings kiln's trainer gives itself
 # (GLIBC_TUNABLES in bench/common.sh, as lib/trainer/process_settings.cc sets them with mallopt): kiln/python is

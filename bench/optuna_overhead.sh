@@ -3,7 +3,7 @@
 # ask + tell per trial over its line protocol, with the default SQLite storage. The trials cost
 # nothing (tests/plugins/sweep_tools' `quadratic` launcher computes each objective in the sweep's
 # own process), so what kiln prints at the end of each sweep is the sweeper's own overhead.
-# Target: ask + tell under 0.2 s per trial once Python is up. Needs /usr/bin/python3 with Optuna.
+# Target: ask + tell under 0.2 s per trial once Python is up. Needs Optuna in the .venv (scripts/setup_venv.sh test).
 # N trials per sampler (default 30).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

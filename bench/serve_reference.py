@@ -1,5 +1,5 @@
 """The simplest Python server a user would write for a model kiln trained, for bench/serve_speed.sh:
-http.server's ThreadingHTTPServer and PyTorch (Debian's python3-torch), one forward pass per
+http.server's ThreadingHTTPServer and PyTorch (the .venv's torch), one forward pass per
 request, the weights from `kiln export` (model.safetensors, read here with numpy: Debian has no
 python3-safetensors). POST /v1/predict with a PNG (cnn) or a text (spam_bow, spam_transformer)
 answers the class and its probability as JSON, as `kiln serve` does.

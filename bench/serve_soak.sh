@@ -27,7 +27,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 echo "== data: 64 test images as PNG, tone-burst WAVs for 3 keywords, WAVs whose header lies"
-/usr/bin/python3 - "$fmnist" "$work" <<'EOF'
+"${KILN_PYTHON:-.venv/bin/python}" - "$fmnist" "$work" <<'EOF'
 import gzip, os, struct, sys, wave
 import numpy as np
 from PIL import Image
@@ -82,7 +82,7 @@ echo "== training the models (a few steps each) and kiln predict's answers"
   hydra.run.dir="$work/predict_kws" > /dev/null 2>&1
 # kiln predict's rows: the CNN's in test-set order (the PNGs are test images 0..63), the
 # spotter's by file.
-/usr/bin/python3 - "$work" > "$work/expected.tsv" <<'EOF'
+"${KILN_PYTHON:-.venv/bin/python}" - "$work" > "$work/expected.tsv" <<'EOF'
 import json, sys
 work = sys.argv[1]
 for i, line in zip(range(64), open(f"{work}/predict_cnn/predictions.jsonl")):
@@ -95,7 +95,7 @@ EOF
 echo "   $(grep -c ^cnn "$work/expected.tsv") images, $(grep -c ^kws "$work/expected.tsv") WAVs; kiln predict's" \
   "classes of the WAVs: $(grep ^kws "$work/expected.tsv" | cut -f3 | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { "${KILN_PYTHON:-.venv/bin/python}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_ready() {  # PORT
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/readyz" > /dev/null 2>&1 && return 0; sleep 0.1; done
   echo "server on port $1 did not become ready" >&2; exit 1

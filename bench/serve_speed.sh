@@ -50,7 +50,7 @@ trap cleanup EXIT
 # What PyTorch's CPU performance guide says of the allocator, as kiln sets it for itself.
 python_malloc=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295
 has_sentencepiece=true
-/usr/bin/python3 -c 'import sentencepiece' 2> /dev/null || {
+"${KILN_PYTHON:-.venv/bin/python}" -c 'import sentencepiece' 2> /dev/null || {
   has_sentencepiece=false
   echo "no python3-sentencepiece: spam_transformer runs without its Python server" >&2
 }
@@ -68,7 +68,7 @@ for model in "${models[@]}"; do
 done
 # The SentencePiece model the spam_transformer run trained (or found in its cache).
 spm_model=$(grep -o 'pieces from [^ ]*\.model' "$work/train_spam_transformer.log" 2> /dev/null | head -1 | cut -d' ' -f3)
-/usr/bin/python3 - "$fmnist" "$text" "$work" <<'EOF'
+"${KILN_PYTHON:-.venv/bin/python}" - "$fmnist" "$text" "$work" <<'EOF'
 import gzip, json, sys
 import numpy as np
 from PIL import Image
@@ -101,7 +101,7 @@ start_python() {  # MODEL PORT
     spam_bow) extra=("$text/spam/train.jsonl") ;;
     spam_transformer) extra=("$spm_model") ;;
   esac
-  GLIBC_TUNABLES=$python_malloc OMP_NUM_THREADS=$python_threads /usr/bin/python3 bench/serve_reference.py \
+  GLIBC_TUNABLES=$python_malloc OMP_NUM_THREADS=$python_threads "${KILN_PYTHON:-.venv/bin/python}" bench/serve_reference.py \
     "$model" "$work/$model/export" "$port" "$python_threads" "${extra[@]}" > "$work/python_$port.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do grep -q ready "$work/python_$port.log" 2>/dev/null && return 0; sleep 0.1; done
@@ -132,7 +132,7 @@ for ((r = 1; r <= rounds; r++)); do
       esac
       # The answer for the first input, as a check that every server runs the same model.
       curl -s -H "Content-Type: $type" --data-binary @"${files[0]}" "http://127.0.0.1:$port/v1/predict" |
-        /usr/bin/python3 -c 'import json,sys; p=json.load(sys.stdin)["predictions"][0]; print("   first answer: class %d p=%.5f" % (p["class_index"], p["probability"]))' \
+        "${KILN_PYTHON:-.venv/bin/python}" -c 'import json,sys; p=json.load(sys.stdin)["predictions"][0]; print("   first answer: class %d p=%.5f" % (p["class_index"], p["probability"]))' \
         > "$work/answer_${model}_${server}_$r"
       for c in 1 8 64; do
         read -r q p50 p99 failed < <("$load" "$port" "$c" "$seconds" "$type" "${files[@]}")

@@ -39,7 +39,6 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FIL
 foreach(dir lib components tasks)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
-          PATTERN "missing_torch_headers" EXCLUDE  # a build-time stand-in, see lib/CMakeLists.txt
           PATTERN "spawn.h" EXCLUDE
           PATTERN "local_workers.h" EXCLUDE
           PATTERN "cli.h" EXCLUDE
@@ -54,5 +53,5 @@ configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/KilnConfig.cmake.in
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/KilnConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/KilnConfig.cmake ${CMAKE_BINARY_DIR}/KilnConfigVersion.cmake
-              ${CMAKE_SOURCE_DIR}/cmake/KilnPlugin.cmake
+              ${CMAKE_SOURCE_DIR}/cmake/KilnPlugin.cmake ${CMAKE_SOURCE_DIR}/cmake/KilnTorch.cmake
         DESTINATION ${KILN_INSTALL_CMAKEDIR})

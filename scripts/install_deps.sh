@@ -9,9 +9,10 @@ set -euo pipefail
 
 # Why each package is here:
 #   build-essential cmake ninja-build ccache pkg-config  compiler, build system, build cache
-#   libtorch-dev libgloo-dev                             LibTorch 1.13 (CPU) and the c10d headers it needs
-#   libopenblas0-openmp                                  fast BLAS; without it LibTorch uses reference BLAS (~40x slower)
-#   libblas-dev                                          links the BLAS that LibTorch uses (fused causal attention)
+#   python3 python3-venv                                 the project's virtual environment (.venv) that holds
+#                                                        LibTorch: PyPI's torch, pinned (scripts/setup_venv.sh)
+#   libgloo-dev                                          Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
+#                                                        and the torch wheel leaves out (its Gloo is built in)
 #   libyaml-cpp-dev                                      YAML parsing for lib/config
 #   libabsl-dev                                          absl::Status / StatusOr, strings, flat_hash_map
 #   libtbb-dev                                           oneTBB: the parallel data loader
@@ -24,20 +25,18 @@ set -euo pipefail
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   libcpp-httplib-dev                                   HTTP server of kiln dashboard
-#   npm (with nodejs, unless node and npm are there)     fetches uPlot, the charting library kiln report inlines
-#                                                        (scripts/fetch_web_deps.sh, pinned by integrity hash)
+#   nodejs (unless a node is there)                      builds the NLP data sets from the pinned @stdlib tarballs
+#                                                        (scripts/prepare_text_data.sh; no npm registry needed)
 # Only for `test`:
 #   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
-#   python3-torch python3-torchvision python3-yaml       reference benchmarks and interop tests only
-#   python3-onnx                                         the TorchScript test checks its ONNX export with onnx.checker
-#   python3-optuna                                       the optuna sweeper's tests (the sweeper itself says
-#                                                        how to install it when it is missing)
+#   (Python's torch, torchvision, Lightning, onnx, tensorboard and optuna come from PyPI into .venv:
+#    scripts/setup_venv.sh test, at the torch version kiln builds against)
 #   iproute2                                             network namespaces for the two-host data-parallel test
 #   espeak-ng sox                                        speech data synthesis (scripts/prepare_speech_data.sh)
 #   chromium                                             headless browser: the kiln report tests render pages in it
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
+  python3 python3-venv libgloo-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
@@ -48,8 +47,6 @@ case "${1:-}" in
   test)
     PACKAGES+=(
       clang libclang-rt-14-dev
-      python3-torch python3-torchvision python3-yaml python3-onnx
-      python3-optuna
       iproute2 espeak-ng sox
       chromium
     )
@@ -62,8 +59,8 @@ for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
-# A node and npm from elsewhere (nodesource) would conflict with Debian's packages: keep them.
-command -v npm >/dev/null || missing+=(nodejs npm)
+# A node from elsewhere (nodesource) would conflict with Debian's package: keep it.
+command -v node >/dev/null || missing+=(nodejs)
 
 # uPlot is for `kiln report` only: without it kiln builds and trains, and the report says how to
 # get it, so a failed fetch (its one line says why) does not stop the setup.

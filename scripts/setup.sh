@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets kiln up on a fresh Debian 12 machine: installs the system packages it needs
-# (scripts/install_deps.sh says which and why), then configures and builds `kiln` and the
-# libraries it loads into build/.
+# (scripts/install_deps.sh says which and why), LibTorch (PyPI's torch, pinned) into the project's
+# virtual environment .venv (scripts/setup_venv.sh), then configures and builds `kiln` and the
+# libraries it loads into build/. With CUDA's toolkit on the machine the build includes CUDA
+# (KILN_CUDA=OFF builds for the CPU alone).
 # Idempotent: when everything is in place it takes a few seconds.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -9,10 +11,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # KILN_DEPS=test (scripts/test.sh) also installs what only the tests need.
 bash scripts/install_deps.sh ${KILN_DEPS:-}
 
+# The venv's torch and the CUDA libraries it links that the system lacks: the tests' Python needs
+# all of them; kiln built with CUDA those of libtorch_cuda; kiln for the CPU only two small ones.
+venv_mode=cpu
+if [[ "${KILN_CUDA:-AUTO}" != OFF ]] && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+  venv_mode=cuda
+fi
+[[ "${KILN_DEPS:-}" != test ]] || venv_mode=test
+bash scripts/setup_venv.sh "$venv_mode"
+
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 JOBS=${KILN_JOBS:-$(nproc)}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA="${KILN_CUDA:-AUTO}" >/dev/null
 else
   # Configure again (under a second): what the test packages or a late uPlot fetch brought
   # (chromium, clang, Python, uPlot) is looked for at configure time.

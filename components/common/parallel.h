@@ -1,6 +1,6 @@
 // ParallelFor: at::parallel_for for kiln's own kernels, on LibTorch's intra-op threads.
 //
-// Debian's LibTorch parallelizes with OpenMP, and ATen's parallel_for is inline: a translation
+// LibTorch (PyPI's, as Debian's before it) parallelizes with OpenMP, and ATen's parallel_for is inline: a translation
 // unit compiled without -fopenmp leaves INTRA_OP_PARALLEL undefined (ATen/ParallelOpenMP.h), and
 // its parallel_for quietly runs the whole range on the calling thread. kiln's sources share one
 // precompiled <torch/torch.h> built without OpenMP, so they call this function instead, whose one

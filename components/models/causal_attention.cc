@@ -11,8 +11,9 @@
 #include "components/common/parallel.h"
 #include "components/models/bf16_lanes.h"
 
-// The BLAS that LibTorch itself calls (OpenBLAS on Debian). Called from inside ParallelFor,
-// an OpenMP build of OpenBLAS runs each product on the calling thread.
+// The BLAS that LibTorch itself calls: MKL, which libtorch_cpu of PyPI's wheel carries and exports.
+// Called from inside ParallelFor (an OpenMP parallel region), it runs each product on the calling
+// thread.
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
                        const float* b, const int* ldb, const float* beta, float* c, const int* ldc);

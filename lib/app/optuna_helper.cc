@@ -38,7 +38,7 @@ const char kHelperScript[] =
 #include "lib/app/optuna_helper_py.inc"
     ;
 
-constexpr char kInstall[] = "sudo apt-get install python3-optuna";
+constexpr char kInstall[] = "pip install optuna (kiln's .venv: scripts/setup_venv.sh test)";
 
 }  // namespace
 

@@ -4,9 +4,12 @@
 // optuna_helper.h); this file turns the search space into Optuna distributions, starts each
 // trial as a launcher slot frees, relays the trials' validation reports to the pruner, tells
 // Optuna how each trial ended, and writes the results.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -40,6 +43,15 @@
 namespace kiln::app {
 namespace {
 
+// hydra.sweeper.python: null means $KILN_PYTHON, else the virtual environment's Python that kiln was
+// built with (scripts/setup_venv.sh test gives it Optuna), else python3 on PATH.
+std::string DefaultPython() {
+  const char* env = std::getenv("KILN_PYTHON");
+  if (env != nullptr && *env != '\0') return env;
+  if (::access(KILN_DEFAULT_PYTHON, X_OK) == 0) return KILN_DEFAULT_PYTHON;
+  return "python3";
+}
+
 using config::JsonString;
 using config::NodeToJson;
 using config::Node;
@@ -60,7 +72,7 @@ struct OptunaOptions {
   std::optional<std::string> custom_search_space;
   NodePtr objective;
   std::string objective_value = "best";
-  std::string python = "/usr/bin/python3";
+  std::optional<std::string> python;  // null: kiln's Python (see DefaultPython)
 };
 
 // Optuna's classes by kiln's short names; `_target_` may also name the class itself
@@ -225,7 +237,7 @@ class OptunaSweeper : public Sweeper {
     }
     const std::string& dir = session.sweep_dir();
     KILN_RETURN_IF_ERROR(MakeDirs(dir + "/.optuna"));
-    KILN_ASSIGN_OR_RETURN(helper_, OptunaHelper::Start(o_.python, dir + "/.optuna/helper.log"));
+    KILN_ASSIGN_OR_RETURN(helper_, OptunaHelper::Start(o_.python.value_or(DefaultPython()), dir + "/.optuna/helper.log"));
     std::string storage = o_.storage.value_or(absl::StrCat("sqlite:///", Absolute(dir), "/optuna.db"));
     KILN_ASSIGN_OR_RETURN(NodePtr opened, Call(OpenRequest(storage)));
     Logger::Instance().Info(absl::StrCat("optuna ", helper_->version(), ": study '", study_name_, "' in ", storage,
@@ -792,7 +804,7 @@ OptionBinding<OptunaOptions> OptunaBinding() {
       .Field("objective_value", &OptunaOptions::objective_value,
              "a trial's value: its best or its last report", OneOf({"best", "last"}))
       .Field("python", &OptunaOptions::python,
-             "the Python that has Optuna (Debian's python3-optuna)", NonEmpty());
+             "the Python that has Optuna (null: $KILN_PYTHON, else the .venv kiln was built with)");
 }
 
 const auto MakeOptuna = [](const OptunaOptions& o) -> absl::StatusOr<std::shared_ptr<Sweeper>> {

@@ -20,16 +20,17 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Modul
   // communication starts early, buckets laid
   // out in reverse because backward produces the last layers' gradients first.
   auto first_bucket_bytes = std::min<int64_t>(c10d::kDefaultFirstBucketBytes, bucket_bytes);
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+  auto buckets = std::get<0>(c10d::compute_bucket_assignment_by_size(
       params, {static_cast<size_t>(first_bucket_bytes), static_cast<size_t>(bucket_bytes)},
-      std::vector<bool>(params.size(), false));
+      std::vector<bool>(params.size(), false)));
   std::reverse(buckets.begin(), buckets.end());
-  std::reverse(limits.begin(), limits.end());
   num_buckets_ = buckets.size();
-  reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), std::move(limits), group_->group(),
+  reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), group_->group(),
                                              std::vector<bool>(params.size(), false), bucket_bytes,
                                              /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
-                                             std::move(names), bucket_bytes);
+                                             std::move(names), first_bucket_bytes,
+                                             /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+                                             /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
 }
 
 DataParallel::~DataParallel() = default;
@@ -38,7 +39,7 @@ absl::Status DataParallel::SyncModuleStates() {
   std::vector<torch::Tensor> states;
   for (const auto& p : module_.parameters()) states.push_back(p.detach());
   auto status = group_->Guard("comparing the model across workers", [&] {
-    c10d::verify_params_across_processes(group_->group(), states, c10::nullopt);
+    c10d::verify_params_across_processes(group_->group(), states, std::nullopt);
   });
   if (!status.ok()) return status;
   for (const auto& b : module_.buffers()) states.push_back(b.detach());

@@ -6,7 +6,6 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/torch_compat.h"
 
 namespace kiln::distributed {
 namespace {
@@ -33,10 +32,6 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
                                                  ": this LibTorch build offers gloo only (CPU)"));
   }
   group->backend_ = backend;
-#if !KILN_TORCH_GLOO_IS_PROCESS_GROUP
-  return absl::UnimplementedError(absl::StrCat("data-parallel training is built for LibTorch 1.x's c10d; this is ",
-                                               compat::TorchVersion(), " (see lib/core/torch_compat.h)"));
-#else
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
@@ -60,12 +55,16 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("kiln/default_pg", group->store_);
-    group->group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, gloo_options);
+    // As torch.distributed.init_process_group: a ProcessGroup that dispatches CPU tensors to its
+    // Gloo backend.
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, gloo_options);
+    group->group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, env.rank, env.world_size);
+    group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    group->group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the Gloo process group: ", FirstLine(e)));
   }
   return group;
-#endif
 }
 
 absl::Status ProcessGroup::Guard(const std::string& what, const std::function<void()>& fn) {

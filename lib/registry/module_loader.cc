@@ -10,6 +10,22 @@
 #include "lib/registry/registry.h"
 
 namespace kiln {
+namespace {
+
+// LibTorch and the CUDA libraries it links live in the virtual environment kiln was built with
+// (scripts/setup_venv.sh): when one of them is what the loader could not find, say what to run.
+std::string MissingTorchHint(const std::string& error) {
+  if (error.find("cannot open shared object file") == std::string::npos) return "";
+  for (const char* prefix : {"libtorch", "libc10", "libcu", "libnv", "libnccl", "libgomp"}) {
+    if (error.find(prefix) != std::string::npos) {
+      return " (LibTorch comes from the project's virtual environment .venv, which is missing or incomplete: "
+             "run scripts/setup.sh)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 absl::Status LoadComponentLibrary(const std::string& path, const std::string& origin) {
   static std::mutex mu;
@@ -33,7 +49,8 @@ absl::StatusOr<void*> OpenLibraryAs(const std::string& path, const std::string& 
   hub.set_current_origin(previous);
   if (handle == nullptr) {
     const char* error = ::dlerror();
-    return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", error ? error : "unknown error"));
+    std::string message = error != nullptr ? error : "unknown error";
+    return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", message, MissingTorchHint(message)));
   }
   return handle;
 }

@@ -41,6 +41,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/app/application.h"
+#include "lib/app/http_thread_pool.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/options.h"
@@ -132,28 +133,16 @@ void OnStopSignal(int) { g_stop.store(true); }
 // turn with them: each answer it handed out could preempt it (measured on 2 cores at concurrency
 // 64: ~1.3 ms per batch of ~40 spent outside the forward pass, ~0.2 ms with the connection
 // threads at nice 10). Lowering one's own priority needs no privilege.
-class NicedThreadPool : public httplib::TaskQueue {
- public:
-  NicedThreadPool(size_t threads, int nice) : pool_(threads), nice_(nice) {}
-  void enqueue(std::function<void()> fn) override {
-    pool_.enqueue([fn = std::move(fn), nice = nice_] {
-      thread_local bool niced = false;
-      if (!niced && nice > 0) {
-        const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-        errno = 0;
-        const int now = ::getpriority(PRIO_PROCESS, tid);
-        if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice));
-      }
-      niced = true;
-      fn();
-    });
-  }
-  void shutdown() override { pool_.shutdown(); }
-
- private:
-  httplib::ThreadPool pool_;
-  int nice_;
-};
+// httplib's worker threads, each lowered by `nice` (serve.http_nice) when it starts.
+HttpThreadPool* NicedThreadPool(size_t threads, int nice) {
+  return new HttpThreadPool(threads, [nice] {
+    if (nice <= 0) return;
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice));
+  });
+}
 
 std::string ErrorJson(const std::string& message) {
   nlohmann::ordered_json body;
@@ -334,7 +323,7 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   timeouts.request_read = std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
   HttpServer server(timeouts);
   server.new_task_queue = [n = o.http_threads, nice = o.http_nice] {
-    return new NicedThreadPool(static_cast<size_t>(n), static_cast<int>(nice));
+    return NicedThreadPool(static_cast<size_t>(n), static_cast<int>(nice));
   };
   server.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
   // HttpServer runs the connections with `timeouts`; httplib also sets them on each accepted socket.

@@ -73,7 +73,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   const bool cuda = strategy.device().is_cuda();
   Logger::Instance().Info(absl::StrCat("training on ", cuda ? "cuda" : "cpu", " with ", threads, " threads",
                                        strategy.distributed() ? absl::StrCat(" per rank, ", t.world_size(), " ranks") : "",
-                                       cuda ? "" : BlasKernelsNote(), ": ", train_samples, " samples, ",
+                                       cuda ? CudaDeviceNote(strategy.device()) : BlasKernelsNote(), ": ", train_samples, " samples, ",
                                        t.train_batches_, " batches per epoch", strategy.distributed() ? " per rank" : "",
                                        ", up to ", max_epochs, " epochs"));
   if (options.profiler == TrainerOptions::ProfilerKind::kAdvanced && t.is_global_zero()) {

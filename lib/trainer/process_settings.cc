@@ -11,7 +11,13 @@
 #include <mutex>
 #include <thread>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#if KILN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime_api.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 
@@ -53,10 +59,29 @@ int ConfigureProcess(int num_threads, int local_workers) {
 }
 
 std::string BlasKernelsNote() {
+  std::string blas = at::hasMKL() ? "MKL" : "";
   using CoreName = char* (*)();
   auto core_name = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = core_name != nullptr ? core_name() : nullptr;
-  return name != nullptr ? absl::StrCat(" (OpenBLAS ", name, " kernels)") : "";
+  if (blas.empty() && core_name != nullptr && core_name() != nullptr) blas = absl::StrCat("OpenBLAS ", core_name());
+  std::string capability = at::get_cpu_capability();
+  return absl::StrCat(" (", blas.empty() ? "" : absl::StrCat(blas, ", "), capability, " kernels)");
+}
+
+std::string CudaDeviceNote(const c10::Device& device) {
+#if KILN_WITH_CUDA
+  if (!device.is_cuda()) return "";
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  auto version = [](int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); };
+  return absl::StrCat(" (", prop->name, ", compute capability ", prop->major, ".", prop->minor, ", driver ",
+                      version(driver), ", CUDA ", version(runtime), ", cuDNN ", at::detail::getCUDAHooks().versionCuDNN(),
+                      ")");
+#else
+  (void)device;
+  return "";
+#endif
 }
 
 struct StopSignals::Saved {

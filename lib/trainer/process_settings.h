@@ -16,9 +16,14 @@ int ConfigureProcess(int num_threads, int local_workers);
 // The allocator settings alone: glibc malloc keeps freed memory for reuse (once per process).
 void KeepFreedMemoryForReuse();
 
-// " (OpenBLAS Haswell kernels)" when LibTorch's BLAS is OpenBLAS (the kernel set it picked when it
-// loaded, from OPENBLAS_CORETYPE or the CPU), else "": for the training log.
+// " (MKL, AVX512 kernels)": LibTorch's BLAS (MKL in PyPI's wheel; OpenBLAS with the kernel set it
+// picked, from OPENBLAS_CORETYPE or the CPU, in a build that uses it) and the CPU capability its
+// own kernels dispatch to (ATen's, as torch.backends.cpu.get_cpu_capability()): for the training log.
 std::string BlasKernelsNote();
+
+// " (NVIDIA H100 80GB HBM3, compute capability 9.0, driver 13.0, CUDA 13.0, cuDNN 91900)" for a
+// CUDA device of a build with CUDA; "" otherwise: for the training log.
+std::string CudaDeviceNote(const c10::Device& device);
 
 // Installs the stop handlers for its lifetime, then restores the previous ones. Received() is the
 // signal that asked training to stop (SIGINT, SIGTERM, or SIGUSR1 — what SLURM sends before

@@ -349,8 +349,8 @@ TEST_F(ReportTest, RealGridSweepAndOptunaStudyOfTheBinary) {
   EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axes"), "2");
   EXPECT_EQ(ChartAttribute(dom, "sweep-0-parallel", "data-axis-scales"), "choice,linear");
 
-  if (std::system("/usr/bin/python3 -c 'import optuna' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "Optuna is not installed for /usr/bin/python3: the study part is skipped";
+  if (std::system(KILN_PYTHON_EXE " -c 'import optuna' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "Optuna is not installed for " KILN_PYTHON_EXE ": the study part is skipped";
   }
   dir.Write("conf/train.yaml", "x: 0.0\n'y': 0.0\n");
   auto study = RunProcess({KILN_BINARY, "compose", "-m", "--plugin", SWEEP_TOOLS_PLUGIN,

@@ -125,11 +125,11 @@ TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
                              "torchscript, got onnx (set at command line 'format=onnx')\n"),
             std::string::npos)
       << unknown.err;
-  if (RunProcess({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
-    GTEST_SKIP() << "Python torch (Debian's python3-torch) not installed: model.pt is not run in Python";
+  if (RunProcess({KILN_PYTHON_EXE, "-c", "import torch"}).exit_code != 0) {
+    GTEST_SKIP() << "Python torch not installed: model.pt is not run in Python";
   }
   for (const char* dir : {"/ts", "/int8"}) {
-    auto py = RunProcess({"/usr/bin/python3", "-c",
+    auto py = RunProcess({KILN_PYTHON_EXE, "-c",
                           "import sys, torch; m = torch.jit.load(sys.argv[1]); print(tuple(m(torch.zeros(5, 1, 28, 28)).shape))",
                           dir_.path() + dir + "/model.pt"});
     EXPECT_EQ(py.exit_code, 0) << py.err;

@@ -218,14 +218,14 @@ TEST(TensorBoardLogger, EventFileReadsBackWithValidCrcsAndValues) {
 }
 
 TEST(TensorBoardLogger, PythonTensorboardReadsTheFile) {
-  auto probe = testing::RunProcess({"/usr/bin/python3", "-c", "import tensorboard"});
+  auto probe = testing::RunProcess({KILN_PYTHON_EXE, "-c", "import tensorboard"});
   if (probe.exit_code != 0) GTEST_SKIP() << "Python's tensorboard package is not installed; checked by hand-decoding only";
   testing::TempDir dir;
   auto logger = BuildLogger("_target_: tensorboard\nsave_dir: " + dir.path() + "\n");
   ASSERT_TRUE(logger->LogMetrics({{"train/loss", 0.25}}, 7).ok());
   ASSERT_TRUE(logger->Finish().ok());
   auto r = testing::RunProcess(
-      {"/usr/bin/python3", "-c",
+      {KILN_PYTHON_EXE, "-c",
        "import sys\nfrom tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
        "for e in EventFileLoader(sys.argv[1]).Load():\n"
        "  for v in e.summary.value: print(e.step, v.tag, v.tensor.float_val[0] if v.HasField('tensor') else v.simple_value)\n",

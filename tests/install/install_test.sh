@@ -13,7 +13,7 @@ build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 data=${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[[ -n "${KEEP:-}" ]] || rm -rf "$tmp"' EXIT
 
 cmake --install "$build" --prefix "$tmp/staging" >/dev/null
 mv "$tmp/staging" "$tmp/prefix"

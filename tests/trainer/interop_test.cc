@@ -1,6 +1,6 @@
 // A kiln ResNet-18 exported to safetensors gives the same logits in Python's
 // torchvision.models.resnet18, and weights made in torchvision give the same logits in kiln.
-// Skipped, with a message, only when Debian's python3-torch / python3-torchvision are absent.
+// Skipped, with a message, only when the .venv's torch / torchvision are absent.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,7 +14,7 @@
 namespace kiln {
 namespace {
 
-const char kPython[] = "/usr/bin/python3";
+const char kPython[] = KILN_PYTHON_EXE;
 const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchvision_interop.py";
 
 std::shared_ptr<Model> Resnet18() {

@@ -1,8 +1,8 @@
 // TorchScript export as the people downstream use it: every model that traces is traced at batch
 // size 2 and then, written as model.pt, gives the same outputs as kiln within 1e-5 at batch sizes
-// 3 and 5 in LibTorch's torch::jit::load and in Python's torch.jit.load (Debian's python3-torch),
+// 3 and 5 in LibTorch's torch::jit::load and in Python's torch.jit.load (the .venv's),
 // and torch.onnx.export of the loaded module gives an ONNX file that onnx.checker accepts (when
-// python3-onnx is installed). Models that cannot trace with a dynamic batch size are refused in one
+// onnx is installed in the .venv). Models that cannot trace with a dynamic batch size are refused in one
 // line. Dynamic int8 quantization swaps every Linear for quantized::linear_dynamic. The Python
 // parts are skipped, with a message, only when Python torch is absent.
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@
 namespace kiln {
 namespace {
 
-const char kPython[] = "/usr/bin/python3";
+const char kPython[] = KILN_PYTHON_EXE;
 const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchscript_interop.py";
 
 struct Case {
@@ -109,7 +109,7 @@ TEST_P(Traces, PythonAndLibTorchGiveKilnsOutputsAtTwoBatchSizes) {
   for (const auto& [name, x] : inputs) {
     EXPECT_LE(MaxDiff(loaded.forward({x}).toTensor(), model->forward(x)), 1e-5) << name;
   }
-  if (!PythonTorch()) GTEST_SKIP() << "Python torch (Debian's python3-torch) not installed: the Python half is skipped";
+  if (!PythonTorch()) GTEST_SKIP() << "Python torch (the .venv's) not installed: the Python half is skipped";
   ASSERT_TRUE(WriteSafetensors(dir.path() + "/inputs.safetensors", inputs).ok());
   auto run = testing::RunProcess({kPython, kScript, dir.path(), "onnx"});
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/app/http_thread_pool.h"
 #include "lib/app/report/report_command.h"
 #include "lib/app/report/report_page.h"
 #include "lib/app/report/run_reader.h"
@@ -140,6 +141,7 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   httplib::Server server;
+  server.new_task_queue = [] { return new HttpThreadPool(CPPHTTPLIB_THREAD_POOL_COUNT); };
   const int refresh_ms = static_cast<int>(refresh * 1000);
   const std::string title = absl::StrCat("kiln dashboard: ", paths[0]);
   server.Get("/", [&](const httplib::Request&, httplib::Response& res) {
