@@ -67,7 +67,7 @@ class CnnModule(pl.LightningModule):
         return F.cross_entropy(self.model(x), y)
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.model.parameters(), lr=0.002, weight_decay=0.01)
+        return torch.optim.AdamW(self.model.parameters(), lr=0.002, weight_decay=0.01, fused=True)
 
 
 class GptModule(pl.LightningModule):
@@ -84,7 +84,7 @@ class GptModule(pl.LightningModule):
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
         return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                 lr=2e-3, betas=(0.9, 0.99))
+                                 lr=2e-3, betas=(0.9, 0.99), fused=True)
 
 
 def gpt_batches(path, batch, block):

@@ -37,19 +37,20 @@ class BagOfEmbeddings : public Model {
 
   torch::Tensor forward(torch::Tensor input) override {
     torch::Tensor mask = input.ne(0);
-    torch::Tensor weights = mask.to(torch::kFloat32);
-    // Padding (id 0) weighs nothing in the sum; dividing by the count gives the mean.
+    // Padding (id 0) weighs nothing in the sum; dividing by the count gives the mean. The weights
+    // are in the table's dtype (bf16 with bf16-true), the counts in float32 (exact past 256).
+    torch::Tensor weights = mask.to(embedding->weight.scalar_type());
     torch::Tensor x = embedding->forward(input, {}, weights);
-    torch::Tensor count = weights.sum(1, /*keepdim=*/true);
+    torch::Tensor count = mask.sum(1, /*keepdim=*/true, torch::kFloat32);
     if (ngrams && input.size(1) > 1) {
       torch::Tensor a = input.narrow(1, 0, input.size(1) - 1),
                     b = input.narrow(1, 1, input.size(1) - 1);
       torch::Tensor ids = (a * 1000003 + b).remainder(o_.ngram_buckets);
-      torch::Tensor w = (mask.narrow(1, 1, input.size(1) - 1)).to(torch::kFloat32);
-      x = x + ngrams->forward(ids, {}, w);
-      count = count + w.sum(1, true);
+      torch::Tensor pair_mask = mask.narrow(1, 1, input.size(1) - 1);
+      x = x + ngrams->forward(ids, {}, pair_mask.to(ngrams->weight.scalar_type()));
+      count = count + pair_mask.sum(1, true, torch::kFloat32);
     }
-    x = x / count.clamp_min(1.0);
+    x = (x / count.clamp_min(1.0)).to(x.scalar_type());
     if (hidden) x = torch::relu(hidden->forward(x));
     if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
     return head->forward(x);

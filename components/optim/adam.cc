@@ -1,5 +1,7 @@
-// `adam`: torch's Adam, with L2 weight decay added to the gradient.
+// `adam`: torch's Adam, with L2 weight decay added to the gradient, stepped by ATen's fused kernel
+// (components/optim/fused_adam.h).
 #include "components/optim/adam_options.h"
+#include "components/optim/fused_adam.h"
 #include "components/optim/torch_optimizer_factory.h"
 #include "lib/registry/registry.h"
 
@@ -10,7 +12,7 @@ KILN_REGISTER_BOUND(OptimizerFactory, "adam", "Adam (weight decay as an L2 term 
                     AdamBinding<AdamOptions>(),
                     [](const AdamOptions& o, const OptionContext& context)
                         -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                      return MakeAdamFactory<torch::optim::Adam, torch::optim::AdamOptions>(
+                      return MakeAdamFactory<FusedAdam, torch::optim::AdamOptions>(
                           o, context);
                     });
 

@@ -1,5 +1,7 @@
-// `adamw`: torch's AdamW, with weight decay applied to the weights directly (decoupled).
+// `adamw`: torch's AdamW, with weight decay applied to the weights directly (decoupled), stepped
+// by ATen's fused kernel (components/optim/fused_adam.h).
 #include "components/optim/adam_options.h"
+#include "components/optim/fused_adam.h"
 #include "components/optim/torch_optimizer_factory.h"
 #include "lib/registry/registry.h"
 
@@ -14,7 +16,7 @@ KILN_REGISTER_BOUND(
     OptimizerFactory, "adamw", "AdamW (decoupled weight decay)", AdamBinding<AdamWOptions>(),
     [](const AdamWOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-      return MakeAdamFactory<torch::optim::AdamW, torch::optim::AdamWOptions>(o, context);
+      return MakeAdamFactory<FusedAdamW, torch::optim::AdamWOptions>(o, context);
     });
 
 }  // namespace

@@ -74,16 +74,6 @@ torch::Tensor Strategy::InputToDevice(const torch::Tensor& t) const {
 }
 
 absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
-  if (bf16_weights_) {
-    for (const auto& item : module.named_modules()) {
-      if (item.value()->as<torch::nn::EmbeddingBag>() != nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "trainer.precision=bf16-true: the model's layer '", item.key(),
-            "' is an EmbeddingBag, which LibTorch ", compat::TorchVersion(),
-            " cannot run with bf16 weights on the CPU; use bf16-mixed (float32 weights) or 32"));
-      }
-    }
-  }
   module.to(device_);
   torch::NoGradGuard no_grad;
   if (bf16_weights_) {

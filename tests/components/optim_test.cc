@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "components/models/model.h"
+#include "components/optim/fused_adam.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/optimization.h"
@@ -115,6 +116,76 @@ TEST(Adam, Defaults) {
   EXPECT_EQ(options.eps(), 1e-8);
   EXPECT_EQ(options.weight_decay(), 0.0);
   EXPECT_FALSE(options.amsgrad());
+}
+
+// kiln's adam and adamw step with ATen's fused kernels: the same updates as torch::optim's
+// (float32 rounding apart) over several steps, with two parameter groups, weight decay and AMSGrad;
+// the state is torch::optim's, so a state saved mid-run and loaded into a new optimizer continues
+// bitwise as the uninterrupted run.
+template <typename Fused, typename Torch, typename Options>
+void ExpectFusedMatchesTorch(bool amsgrad) {
+  auto make_params = [] {
+    torch::manual_seed(3);
+    return std::vector<torch::Tensor>{torch::randn({5, 3}).requires_grad_(), torch::randn({7}).requires_grad_()};
+  };
+  auto groups_of = [&](const std::vector<torch::Tensor>& p) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{p[0]},
+                        std::make_unique<Options>(Options(1e-2).weight_decay(0.1).amsgrad(amsgrad)));
+    groups.emplace_back(std::vector<torch::Tensor>{p[1]},
+                        std::make_unique<Options>(Options(3e-2).weight_decay(0.0).amsgrad(amsgrad)));
+    return groups;
+  };
+  auto fused_params = make_params(), torch_params = make_params();
+  Fused fused(groups_of(fused_params), Options(1e-2));
+  Torch reference(groups_of(torch_params), Options(1e-2));
+  auto step = [](torch::optim::Optimizer& optimizer, std::vector<torch::Tensor>& params, int i) {
+    optimizer.zero_grad();
+    torch::manual_seed(100 + i);
+    (params[0].sum() * torch::randn({}) + (params[1] * params[1]).sum()).backward();
+    optimizer.step();
+  };
+  for (int i = 0; i < 6; ++i) {
+    step(fused, fused_params, i);
+    step(reference, torch_params, i);
+    for (size_t j = 0; j < fused_params.size(); ++j) {
+      EXPECT_TRUE(torch::allclose(fused_params[j], torch_params[j], 1e-5, 1e-6)) << "step " << i << " param " << j;
+    }
+  }
+  // Save at step 6, load into a new optimizer over copies, take two more steps on both.
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    fused.save(archive);
+    archive.save_to(saved);
+  }
+  std::vector<torch::Tensor> resumed_params;
+  for (const auto& p : fused_params) resumed_params.push_back(p.detach().clone().requires_grad_());
+  Fused resumed(groups_of(resumed_params), Options(1e-2));
+  torch::serialize::InputArchive archive;
+  archive.load_from(saved);
+  resumed.load(archive);
+  for (int i = 6; i < 8; ++i) {
+    step(fused, fused_params, i);
+    step(resumed, resumed_params, i);
+  }
+  for (size_t j = 0; j < fused_params.size(); ++j) EXPECT_TRUE(torch::equal(fused_params[j], resumed_params[j])) << j;
+}
+
+TEST(FusedAdam, StepsAsTorchsAdamWAndResumesBitwise) {
+  ExpectFusedMatchesTorch<FusedAdamW, torch::optim::AdamW, torch::optim::AdamWOptions>(false);
+  ExpectFusedMatchesTorch<FusedAdamW, torch::optim::AdamW, torch::optim::AdamWOptions>(true);
+}
+
+TEST(FusedAdam, StepsAsTorchsAdamAndResumesBitwise) {
+  ExpectFusedMatchesTorch<FusedAdam, torch::optim::Adam, torch::optim::AdamOptions>(false);
+  ExpectFusedMatchesTorch<FusedAdam, torch::optim::Adam, torch::optim::AdamOptions>(true);
+}
+
+TEST(FusedAdam, TheRegisteredOptimizersAreTheFusedOnes) {
+  TinyNet net;
+  EXPECT_NE(dynamic_cast<FusedAdamW*>(CreateOver("_target_: adamw\nlr: 1e-3\n", Named(net)).get()), nullptr);
+  EXPECT_NE(dynamic_cast<FusedAdam*>(CreateOver("_target_: adam\nlr: 1e-3\n", Named(net)).get()), nullptr);
 }
 
 TEST(AdamW, DefaultsAndExplicitOptions) {

@@ -146,17 +146,6 @@ void ExpectEveryFamilyMatchesFloat32(TrainerOptions::Precision precision) {
     Step a = RunStep(*model, input, target, fp32);
     if (bf16_true) {
       for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();  // float32's, gone
-      if (family.name == "bag_of_embeddings") {
-        // EmbeddingBag has no bf16 CPU kernel in LibTorch 1.13: refused in one line, nothing
-        // changed.
-        absl::Status refused = bf16.PlaceModule(*model);
-        EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
-        EXPECT_NE(refused.message().find("layer 'embedding' is an EmbeddingBag"),
-                  absl::string_view::npos)
-            << refused;
-        for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
-        continue;
-      }
       ASSERT_TRUE(bf16.PlaceModule(*model).ok());
       for (const auto& b : model->named_buffers()) {
         // Integer buffers keep their type (BatchNorm's num_batches_tracked).
