@@ -7,7 +7,8 @@
 //   bn_pool    kiln::BatchNormPoolRelu against batch_norm -> max_pool2d -> relu (the CNN's two
 //              blocks, bf16 channels-last activations with float32 BatchNorm parameters, training
 //              mode; float32 runs the composition on both sides, so it is not timed)
-//   adamw      torch::optim::AdamW::step against at::_fused_adamw_ (the GPT's parameters)
+//   adamw      torch::optim::AdamW::step against at::_fused_adamw_ (the GPT's parameters; kiln's
+//              adam and adamw now step with the latter)
 // Each round times both sides once (REPS calls each, after warm-up), alternating which goes first;
 // the figure is the median over ROUNDS of (LibTorch's time / kiln's time): above 1, kiln's is faster.
 //   kernels_speed [ROUNDS] [REPS] [THREADS]
@@ -148,7 +149,9 @@ int main(int argc, char** argv) {
   }
   std::vector<torch::Tensor> data;
   for (auto& p : fused_params) data.push_back(p.detach());
-  Compare("adamw step (GPT params)", [&] { optimizer.step(); },
+  // kiln steps with the fused kernel since this comparison (components/optim/fused_adam.h): the
+  // "kiln" column here is torch::optim::AdamW, what it stepped with before.
+  Compare("adamw: optim::AdamW / fused", [&] { optimizer.step(); },
           [&] {
             for (auto& s : steps) s.add_(1);
             at::_fused_adamw_(data, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, 2e-3, 0.9, 0.999, 0.1, 1e-8,

@@ -99,34 +99,59 @@ void BackwardHead(const float* q, const float* k, const float* v, int ld, int t,
 #ifdef KILN_BF16_LANES
 using Bf16 = c10::BFloat16;
 
-// oneDNN's bf16 GEMM, row-major: C (float32) = alpha op(A) op(B) + beta C with A and B bf16. It is
-// what LibTorch's own bf16 matmul runs on (AVX-512 BF16 or AMX instructions where the CPU has
-// them); looked up at run time in the libdnnl LibTorch loaded, so a LibTorch without oneDNN keeps
-// the float32 path. Called inside ParallelFor, it runs on the calling thread (OpenMP).
+// A bf16 GEMM, row-major: C (float32) = alpha op(A) op(B) + beta C with A and B bf16, on the CPU's
+// AVX-512 BF16 or AMX instructions where it has them. Looked up at run time in what LibTorch
+// loaded: MKL's cblas_gemm_bf16bf16f32, which PyPI's libtorch_cpu carries and exports, else
+// oneDNN's dnnl_gemm_bf16bf16f32 in a shared libdnnl (Debian's LibTorch); a LibTorch with neither
+// keeps the float32 path. Called inside ParallelFor, either runs on the calling thread (OpenMP).
 using DnnlGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
                              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                              float* c, int64_t ldc);
+using CblasGemmBf16 = void (*)(int layout, int transa, int transb, int m, int n, int k, float alpha,
+                               const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
+                               int ldc);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
-DnnlGemmBf16 FindDnnlGemmBf16() {
-  static const DnnlGemmBf16 gemm = []() -> DnnlGemmBf16 {
-    if (!__builtin_cpu_supports("avx2")) return nullptr;  // the conversions below
-    void* lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    if (lib == nullptr) return nullptr;
-    auto f = reinterpret_cast<DnnlGemmBf16>(dlsym(lib, "dnnl_gemm_bf16bf16f32"));
-    if (f == nullptr) return nullptr;
-    // oneDNN refuses CPUs its bf16 kernels do not cover: try 1 x 1 x 1 once.
+struct Bf16Gemm {
+  CblasGemmBf16 mkl = nullptr;
+  DnnlGemmBf16 dnnl = nullptr;
+  explicit operator bool() const { return mkl != nullptr || dnnl != nullptr; }
+};
+
+const Bf16Gemm& FindGemmBf16() {
+  static const Bf16Gemm gemm = [] {
+    Bf16Gemm found;
+    if (!__builtin_cpu_supports("avx2")) return found;  // the conversions below
+    // Each refuses CPUs its bf16 kernels do not cover (or computes wrongly): try 1 x 1 x 1 once.
     const uint16_t one = 0x3f80;  // 1.0 in bf16
-    float c = 0;
-    return f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f ? f : nullptr;
+    if (auto f = reinterpret_cast<CblasGemmBf16>(dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"))) {
+      float c = 0;
+      f(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1);
+      if (c == 1.0f) found.mkl = f;
+    }
+    if (found.mkl == nullptr) {
+      if (void* lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
+        auto f = reinterpret_cast<DnnlGemmBf16>(dlsym(lib, "dnnl_gemm_bf16bf16f32"));
+        float c = 0;
+        if (f != nullptr && f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f) found.dnnl = f;
+      }
+    }
+    return found;
   }();
   return gemm;
 }
 
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const Bf16* a, int lda,
               const Bf16* b, int ldb, float beta, float* c, int ldc) {
-  FindDnnlGemmBf16()(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
-                     reinterpret_cast<const uint16_t*>(a), lda, reinterpret_cast<const uint16_t*>(b), ldb,
-                     beta, c, ldc);
+  const Bf16Gemm& gemm = FindGemmBf16();
+  const auto* a16 = reinterpret_cast<const uint16_t*>(a);
+  const auto* b16 = reinterpret_cast<const uint16_t*>(b);
+  if (gemm.mkl != nullptr) {
+    gemm.mkl(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans, m, n, k,
+             alpha, a16, lda, b16, ldb, beta, c, ldc);
+  } else {
+    gemm.dnnl(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+  }
 }
 
 // Per-thread float32 workspace of the bf16 path.
@@ -367,7 +392,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 
 bool CausalAttentionHasBf16Kernel() {
 #ifdef KILN_BF16_LANES
-  return FindDnnlGemmBf16() != nullptr;
+  return static_cast<bool>(FindGemmBf16());
 #else
   return false;
 #endif
@@ -384,7 +409,7 @@ torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads) {
   TORCH_CHECK(CausalAttentionSupports(qkv, heads), "CausalAttention: unsupported input ",
               qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
   if (qkv.scalar_type() == torch::kBFloat16 && !CausalAttentionHasBf16Kernel()) {
-    // bf16 autocast without oneDNN's bf16 GEMM: the float32 kernel between two casts (autograd
+    // bf16 autocast without a bf16 GEMM: the float32 kernel between two casts (autograd
     // ops, so the gradient comes back in bf16).
     return CausalAttentionFunction::apply(qkv.to(torch::kFloat32), heads).to(torch::kBFloat16);
   }

@@ -1,5 +1,5 @@
 // Causal multi-head attention as one CPU kernel (forward and backward), for float32 and bfloat16
-// tensors (bf16 autocast; the products in bf16 on oneDNN, the scores and softmax in float32):
+// tensors (bf16 autocast; the products in bf16 on MKL or oneDNN, the scores and softmax in float32):
 // y = softmax(q k^T / sqrt(hd) + causal mask) v for every head, where q, k and v are read in place
 // from c_attn's output and y is written with the heads already concatenated.
 //
@@ -21,7 +21,7 @@ namespace kiln {
 // `heads`. Anything else (CUDA, double, ...) goes through ATen's ops instead.
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads);
 
-// Whether bf16 inputs take the bf16 kernel (oneDNN's bf16 GEMM found and usable on this CPU);
+// Whether bf16 inputs take the bf16 kernel (MKL's or oneDNN's bf16 GEMM found and usable on this CPU);
 // otherwise they go through the float32 kernel between two casts.
 bool CausalAttentionHasBf16Kernel();
 
