@@ -71,9 +71,10 @@ class CnnModule(pl.LightningModule):
 
 
 class GptModule(pl.LightningModule):
-    def __init__(self, block, dim, depth, heads, mlp_dim):
+    def __init__(self, block, dim, depth, heads, mlp_dim, fused):
         super().__init__()
         self.model = gpt_reference.Gpt(128, block, dim, depth, heads, mlp_dim)
+        self.fused = fused
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -83,8 +84,10 @@ class GptModule(pl.LightningModule):
     def configure_optimizers(self):
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        # Lightning refuses gradient clipping with a fused optimizer under its mixed-precision plugin
+        # (even bf16, which has no scaler): there the fastest it allows, foreach.
         return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                 lr=2e-3, betas=(0.9, 0.99), fused=True)
+                                 lr=2e-3, betas=(0.9, 0.99), fused=self.fused, foreach=not self.fused)
 
 
 def gpt_batches(path, batch, block):
@@ -114,7 +117,7 @@ def main():
     else:
         batch, block, dim, depth, heads, mlp_dim = map(int, args[4:10])
         path = args[10] if len(args) > 10 else "data/text/mobydick/train.txt"
-        module = GptModule(block, dim, depth, heads, mlp_dim)
+        module = GptModule(block, dim, depth, heads, mlp_dim, fused=not bf16)
         make, items, clip = gpt_batches(path, batch, block), batch * block, 1.0
     timer = Timer(warmup, timed, items)
     warnings.filterwarnings("ignore")  # "no val_dataloader", "few workers": deliberate here

@@ -33,11 +33,13 @@ kiln_rate() {
   esac
 }
 bf16_flag() { [[ $1 == bf16-mixed ]] && echo --bf16 || true; }
+# Lightning's own messages (GPU available: False, ...) go to a file, shown if it fails.
 lightning_rate() {
   case $1 in
     cnn) python_tuned bench/lightning_reference.py cnn 20 200 "$threads" --channels-last $(bf16_flag "$2") ;;
     gpt) python_tuned bench/lightning_reference.py gpt 5 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
-  esac | tail -n1
+  esac 2>"$work/lightning.err" | tail -n1
+  [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/lightning.err" >&2; exit 1; }
 }
 raw_rate() {
   case $1 in
