@@ -22,6 +22,12 @@ echo "== debootstrap (not timed)"
 debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
 cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/" 2>/dev/null || true
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# What a machine of this kind brings for reaching the registries (its CA bundle, pip's settings),
+# which debootstrap leaves out.
+mkdir -p "$root/usr/local/share/ca-certificates"
+cp /usr/local/share/ca-certificates/* "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/host-ca-certificates.crt" 2>/dev/null || true
+cp /etc/pip.conf "$root/etc/pip.conf" 2>/dev/null || true
 bind /proc "$root/proc"; bind /sys "$root/sys"; bind /dev "$root/dev"
 if [[ -d /usr/local/cuda-13.0 ]]; then
   bind /usr/local/cuda-13.0 "$root/usr/local/cuda-13.0" ro
@@ -38,6 +44,7 @@ echo "== README command 1, timed to the first training step"
 start=$(date +%s)
 log=$root/work/command1.log
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/cuda/bin:/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb \
+  ${PIP_CERT:+PIP_CERT=/etc/host-ca-certificates.crt} \
   bash -c 'cd /work/main && scripts/setup.sh && build/bin/kiln train experiment=fashion_mnist trainer.max_epochs=1' \
   >"$log" 2>&1 &
 pid=$!

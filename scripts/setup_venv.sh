@@ -82,7 +82,7 @@ for round in 1 2 3; do
     packages+=("$package")
   done
   mapfile -t packages < <(printf '%s\n' "${packages[@]}" | sort -u)
-  echo "kiln setup: the system lacks $(echo $missing | tr '\n' ' '); installing ${packages[*]} into $venv"
+  echo "kiln setup: the system lacks $(echo $missing); installing ${packages[*]} into $venv"
   pip_install "${packages[*]}" "${packages[@]}"
 done
 [[ -z "$missing" ]] || die "still missing after installing their packages: $missing"
