@@ -76,6 +76,9 @@ if(KILN_WITH_CUDA)
   if(NOT TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0;10.0;12.0")
   endif()
+  # TorchConfig looks for Caffe2Config with PATHS, which CMake searches after the system's folders:
+  # a LibTorch installed system-wide (Debian's libtorch-dev) would win and mix in its libraries.
+  set(Caffe2_DIR ${KILN_TORCH_DIR}/share/cmake/Caffe2 CACHE PATH "the torch wheel's Caffe2 config" FORCE)
   find_package(Torch REQUIRED CONFIG PATHS ${KILN_TORCH_DIR}/share/cmake/Torch NO_DEFAULT_PATH)
   set(Torch_VERSION ${Torch_VERSION})
 else()
