@@ -76,17 +76,24 @@ if(KILN_WITH_CUDA)
   if(NOT TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0;10.0;12.0")
   endif()
-  # TorchConfig looks for Caffe2Config with PATHS, which CMake searches after the system's folders:
-  # a LibTorch installed system-wide (Debian's libtorch-dev) would win and mix in its libraries.
+  # TorchConfig looks for Caffe2Config and its libraries (c10, torch, kineto) with PATHS, which CMake
+  # searches after the system's folders: a LibTorch installed system-wide (Debian's libtorch-dev)
+  # would win and mix its libraries in. Name the wheel's, and search no system folder meanwhile.
   set(Caffe2_DIR ${KILN_TORCH_DIR}/share/cmake/Caffe2 CACHE PATH "the torch wheel's Caffe2 config" FORCE)
+  set(c10_LIBRARY ${KILN_TORCH_DIR}/lib/libc10.so CACHE FILEPATH "the torch wheel's libc10" FORCE)
+  set(TORCH_LIBRARY ${KILN_TORCH_DIR}/lib/libtorch.so CACHE FILEPATH "the torch wheel's libtorch" FORCE)
+  set(C10_CUDA_LIBRARY ${KILN_TORCH_DIR}/lib/libc10_cuda.so CACHE FILEPATH "the torch wheel's libc10_cuda" FORCE)
+  set(CMAKE_FIND_USE_CMAKE_SYSTEM_PATH FALSE)
   find_package(Torch REQUIRED CONFIG PATHS ${KILN_TORCH_DIR}/share/cmake/Torch NO_DEFAULT_PATH)
+  unset(CMAKE_FIND_USE_CMAKE_SYSTEM_PATH)
   set(Torch_VERSION ${Torch_VERSION})
 else()
   if(NOT TARGET kiln_torch_cpu)
     add_library(kiln_torch_cpu INTERFACE IMPORTED)
     set_target_properties(kiln_torch_cpu PROPERTIES
       INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}"
-      INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1"
+      # What the wheel's torch_cpu target declares (c10d with Gloo is in libtorch_cpu).
+      INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1;USE_DISTRIBUTED;USE_C10D_GLOO;USE_RPC;USE_TENSORPIPE"
       INTERFACE_LINK_LIBRARIES "${KILN_TORCH_DIR}/lib/libtorch_cpu.so;${KILN_TORCH_DIR}/lib/libc10.so")
   endif()
   set(TORCH_LIBRARIES kiln_torch_cpu)
