@@ -17,24 +17,6 @@ threads=${THREADS:-2}
 models=${MODELS:-cnn gpt}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
-# kiln_rate MODEL PRECISION: samples/s (cnn) or tokens/s (gpt).
-kiln_rate() {
-  case $1 in
-    cnn) kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches=200 \
-           trainer.num_threads="$threads" trainer.precision="$2" ;;
-    gpt) kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
-           trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
-           awk '{printf "%.1f", $1 * 128}' ;;
-  esac
-}
-# python_rate MODEL [--bf16]
-python_rate() {
-  case $1 in
-    cnn) python_tuned bench/pytorch_reference.py 20 200 tensors --channels-last ${2:-} ;;
-    gpt) python_tuned bench/gpt_reference.py 60 "$threads" 32 128 128 4 4 512 ${2:-} ;;
-  esac
-}
-
 for model in $models; do
   unit=samples/s; [[ $model == gpt ]] && unit=tokens/s
   echo "== $model ($unit, $threads threads)"
@@ -42,10 +24,10 @@ for model in $models; do
     "kiln_bf16/kiln_32 kiln_bf16/py_bf16 py_bf16/py_32 kiln_32/py_32"
   r_kk=() r_kp=() r_pp=() r_32=()
   for ((r = 1; r <= rounds; r++)); do
-    k32=$(kiln_rate "$model" 32)
-    k16=$(kiln_rate "$model" bf16-mixed)
-    p32=$(python_rate "$model")
-    p16=$(python_rate "$model" --bf16)
+    k32=$(kiln_model_rate "$model" 32)
+    k16=$(kiln_model_rate "$model" bf16-mixed)
+    p32=$(raw_loop_rate "$model")
+    p16=$(raw_loop_rate "$model" --bf16)
     r_kk+=("$(ratio "$k16" "$k32")") r_kp+=("$(ratio "$k16" "$p16")") r_pp+=("$(ratio "$p16" "$p32")")
     r_32+=("$(ratio "$k32" "$p32")")
     printf '%-6s %10.1f %10.1f %10.1f %10.1f   %17s %17s %13s %13s\n' "$r" "$k32" "$k16" "$p32" "$p16" \

@@ -26,3 +26,24 @@ python_untuned() { env -u GLIBC_TUNABLES "$KILN_PYTHON" "$@"; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }
+
+# The README's two models as the speed benches run them ($work and $threads are the caller's):
+# kiln_model_rate MODEL PRECISION [KILN]: kiln's samples/s (cnn: experiment=fashion_mnist, 200
+# batches) or tokens/s (gpt: experiment=mobydick_gpt, 60 batches of 32 x 128 characters).
+kiln_model_rate() {
+  local KILN=${3:-${KILN:-build/bin/kiln}}
+  case $1 in
+    cnn) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches=200 \
+           trainer.num_threads="$threads" trainer.precision="$2" ;;
+    gpt) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
+           trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
+           awk '{printf "%.1f", $1 * 128}' ;;
+  esac
+}
+# raw_loop_rate MODEL [--bf16]: the same model in the tuned raw PyTorch loop.
+raw_loop_rate() {
+  case $1 in
+    cnn) python_tuned bench/pytorch_reference.py 20 200 tensors --channels-last ${2:-} ;;
+    gpt) python_tuned bench/gpt_reference.py 60 "$threads" 32 128 128 4 4 512 ${2:-} ;;
+  esac
+}

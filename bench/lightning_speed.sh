@@ -21,17 +21,6 @@ precisions=${PRECISIONS:-32 bf16-mixed}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
 
-# kiln_rate MODEL PRECISION [KILN]: samples/s (cnn) or tokens/s (gpt).
-kiln_rate() {
-  local KILN=${3:-build/bin/kiln}
-  case $1 in
-    cnn) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches=200 \
-           trainer.num_threads="$threads" trainer.precision="$2" ;;
-    gpt) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
-           trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
-           awk '{printf "%.1f", $1 * 128}' ;;
-  esac
-}
 bf16_flag() { [[ $1 == bf16-mixed ]] && echo --bf16 || true; }
 # Lightning's own messages (GPU available: False, ...) go to a file, shown if it fails.
 lightning_rate() {
@@ -41,13 +30,6 @@ lightning_rate() {
   esac 2>"$work/lightning.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/lightning.err" >&2; exit 1; }
 }
-raw_rate() {
-  case $1 in
-    cnn) python_tuned bench/pytorch_reference.py 20 200 tensors --channels-last $(bf16_flag "$2") ;;
-    gpt) python_tuned bench/gpt_reference.py 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
-  esac
-}
-
 for model in $models; do
   unit=samples/s; [[ $model == gpt ]] && unit=tokens/s
   for precision in $precisions; do
@@ -57,13 +39,13 @@ for model in $models; do
     echo "$header" | awk '{printf "%-6s", $1; for (i = 2; i <= NF; i++) printf " %15s", $i; print ""}'
     r_kl=() r_kr=() r_ko=()
     for ((r = 1; r <= rounds; r++)); do
-      k=$(kiln_rate "$model" "$precision")
+      k=$(kiln_model_rate "$model" "$precision")
       l=$(lightning_rate "$model" "$precision")
-      p=$(raw_rate "$model" "$precision")
+      p=$(raw_loop_rate "$model" $(bf16_flag "$precision"))
       r_kl+=("$(ratio "$k" "$l")") r_kr+=("$(ratio "$k" "$p")")
       line="$r $k $l $p ${r_kl[-1]} ${r_kr[-1]}"
       if [[ -n "${KILN_OLD:-}" ]]; then
-        o=$(kiln_rate "$model" "$precision" "$KILN_OLD")
+        o=$(kiln_model_rate "$model" "$precision" "$KILN_OLD")
         r_ko+=("$(ratio "$k" "$o")")
         line+=" $o ${r_ko[-1]}"
       fi
