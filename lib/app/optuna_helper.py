@@ -7,6 +7,7 @@
 #   {"op": "report", "number", "step", "value"}
 #   {"op": "should_prune", "number"} -> {"prune": bool}
 #   {"op": "trials"}             -> every trial of the study, and the best ones
+#   {"op": "load", "storage", "study_name"} -> an existing study, read only (for kiln report)
 # An error is {"error": KIND, "message": TEXT}. Optuna owns the study; this file is only glue.
 import json
 import math
@@ -94,6 +95,49 @@ def counted(trial):
     return trial.state != TrialState.WAITING and "kiln:abandoned" not in trial.system_attrs
 
 
+class PerTrialSeed(optuna.samplers.BaseSampler):
+    """A seeded sampler whose random stream is drawn anew for each trial from (seed, trial number).
+
+    Processes that share a study with the same seed would otherwise draw the same parameters (their
+    samplers' streams are equal, and so is the history they see). Trial numbers are unique in a
+    study, so the streams differ, and one process that asks one trial at a time stays reproducible.
+    QMCSampler is not wrapped: it indexes its sequence by trial number already."""
+
+    def __init__(self, cls, kwargs):
+        self._cls, self._kwargs, self._seed = cls, kwargs, int(kwargs["seed"])
+        self._inner = cls(**kwargs)
+        self.last_seed = None
+
+    def before_trial(self, study, trial):
+        import numpy
+        self.last_seed = int(numpy.random.SeedSequence([self._seed, trial.number]).generate_state(1)[0] >> 1)
+        self._inner = self._cls(**dict(self._kwargs, seed=self.last_seed))
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study, trial):
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study, trial, state, values):
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self):
+        self._inner.reseed_rng()
+
+
+def make_sampler(cls_name, kwargs):
+    cls = getattr(optuna.samplers, cls_name)
+    if kwargs.get("seed") is not None and cls_name != "QMCSampler":
+        cls(**kwargs)  # bad options fail here, as they would unwrapped
+        return PerTrialSeed(cls, kwargs)
+    return cls(**kwargs)
+
+
 def op_open(req):
     space = {k: distribution(v) for k, v in req["space"].items()}
     sampler_spec, pruner_spec = req["sampler"], req["pruner"]
@@ -101,7 +145,7 @@ def op_open(req):
     if sampler_spec["class"] == "GridSampler" and kwargs.get("search_space") is None:
         kwargs["search_space"] = grid_space(space)
     try:
-        sampler = getattr(optuna.samplers, sampler_spec["class"])(**kwargs)
+        sampler = make_sampler(sampler_spec["class"], kwargs)
     except (TypeError, ValueError) as e:
         raise BadInput("hydra.sweeper.sampler (%s): %s" % (sampler_spec["class"], e))
     try:
@@ -187,6 +231,9 @@ def op_ask(req):
         study.tell(trial, state=TrialState.FAIL)
         return {"full": True}
     state["storage"].set_trial_system_attr(trial._trial_id, "kiln:owner", OWNER)
+    seed = getattr(study.sampler, "last_seed", None)
+    if seed is not None:
+        state["storage"].set_trial_system_attr(trial._trial_id, "kiln:sampler_seed", seed)
     state["storage"].record_heartbeat(trial._trial_id)
     state["running"][trial.number] = trial
     params = []
@@ -204,7 +251,13 @@ def op_tell(req):
         trial.set_user_attr(key, value)
     st = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[req["state"]]
     values = req.get("values") if st == TrialState.COMPLETE else None
-    state["study"].tell(trial, values=values, state=st)
+    try:
+        state["study"].tell(trial, values=values, state=st)
+    except RuntimeError as e:
+        # GridSampler.after_trial calls Study.stop once the grid is done, which only works inside
+        # study.optimize; the trial's state is stored before that (optuna/study/_tell.py).
+        if "Study.stop" not in str(e):
+            raise
     return {"ok": True}
 
 
@@ -236,7 +289,23 @@ def op_trials(req):
     return {"trials": out, "best": best}
 
 
-OPS = {"open": op_open, "ask": op_ask, "tell": op_tell, "report": op_report, "should_prune": op_should_prune,
+def op_load(req):
+    # Reads a study without changing it: a SQLite file that is not there is an error, not a new study.
+    url, name = req["storage"], req["study_name"]
+    if url.startswith("sqlite:///") and not os.path.isfile(url[len("sqlite:///"):]):
+        raise BadInput("no study database at %s" % url[len("sqlite:///"):])
+    try:
+        storage = optuna.storages.RDBStorage(url)
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise BadInput("no study '%s' in %s" % (name, url))
+    except Exception as e:
+        raise BadInput("cannot read %s: %s" % (url, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    state.update(study=study, storage=study._storage)
+    return {"study_name": name, "trials": len(study.get_trials(deepcopy=False))}
+
+
+OPS = {"open": op_open, "load": op_load, "ask": op_ask, "tell": op_tell, "report": op_report, "should_prune": op_should_prune,
        "trials": op_trials}
 
 def abandon_running(reason):

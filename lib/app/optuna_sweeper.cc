@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/app/launcher.h"
 #include "lib/app/optuna_helper.h"
+#include "lib/app/optuna_study.h"
 #include "lib/app/sweeper.h"
 #include "lib/app/trial_channel.h"
 #include "lib/config/json.h"
@@ -43,15 +44,6 @@
 namespace kiln::app {
 namespace {
 
-// hydra.sweeper.python: null means $KILN_PYTHON, else the virtual environment's Python that kiln was
-// built with (scripts/setup_venv.sh test gives it Optuna), else python3 on PATH.
-std::string DefaultPython() {
-  const char* env = std::getenv("KILN_PYTHON");
-  if (env != nullptr && *env != '\0') return env;
-  if (::access(KILN_DEFAULT_PYTHON, X_OK) == 0) return KILN_DEFAULT_PYTHON;
-  return "python3";
-}
-
 using config::JsonString;
 using config::NodeToJson;
 using config::Node;
@@ -61,7 +53,7 @@ using config::NodePtr;
 struct OptunaOptions {
   NodePtr sampler;
   NodePtr pruner;
-  NodePtr direction = Node::String("minimize");
+  NodePtr direction;  // null: the mode of the callback that monitors the objective, else minimize
   std::optional<std::string> storage;
   std::optional<std::string> study_name;
   int64_t n_trials = 20;
@@ -134,8 +126,14 @@ struct Param {
   std::string describe;                   // for --dry-run and the log
 };
 
+// The shortest text that reads back as the same number (1e-05, not 1.0000000000000001e-05).
 std::string Number(const Node& n) {
-  return n.kind() == NodeKind::kInt ? std::to_string(n.as_int()) : absl::StrFormat("%.17g", n.as_float());
+  if (n.kind() == NodeKind::kInt) return std::to_string(n.as_int());
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, n.as_float());
+    if (std::strtod(text.c_str(), nullptr) == n.as_float()) return text;
+  }
+  return absl::StrFormat("%.17g", n.as_float());
 }
 double AsDouble(const Node& n) {
   return n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float();
@@ -228,23 +226,26 @@ class OptunaSweeper : public Sweeper {
   absl::Status Sweep(SweepSession& session) override {
     KILN_RETURN_IF_ERROR(Plan(session));
     if (session.dry_run()) {
+      LogGoal();
       session.Print(absl::StrCat("optuna: ", o_.n_trials, " trials, sampler ", sampler_name_, ", pruner ",
-                                 pruner_name_, ", ", absl::StrJoin(directions_, "/"), " ",
-                                 absl::StrJoin(objectives_, ", "), "\n"));
+                                 pruner_name_, ", ", Goal(), "\n"));
       for (const auto& p : space_) session.Print(absl::StrCat("  ", p.describe, "\n"));
       for (const auto& f : fixed_) session.Print(absl::StrCat("  ", f, "\n"));
       return absl::OkStatus();
     }
     const std::string& dir = session.sweep_dir();
     KILN_RETURN_IF_ERROR(MakeDirs(dir + "/.optuna"));
-    KILN_ASSIGN_OR_RETURN(helper_, OptunaHelper::Start(o_.python.value_or(DefaultPython()), dir + "/.optuna/helper.log"));
+    std::string python = o_.python.value_or(DefaultOptunaPython());
+    KILN_ASSIGN_OR_RETURN(helper_, OptunaHelper::Start(python, dir + "/.optuna/helper.log"));
     std::string storage = o_.storage.value_or(absl::StrCat("sqlite:///", Absolute(dir), "/optuna.db"));
     KILN_ASSIGN_OR_RETURN(NodePtr opened, Call(OpenRequest(storage)));
+    LogGoal();  // the sweep's first line, once the study is open (bad input is one line, this one not)
+    KILN_RETURN_IF_ERROR(WriteStudyRecord(dir, {storage, !o_.storage.has_value(), study_name_, objectives_,
+                                                directions_, direction_from_, o_.python.value_or("")}));
     Logger::Instance().Info(absl::StrCat("optuna ", helper_->version(), ": study '", study_name_, "' in ", storage,
                                          " (", static_cast<int64_t>(ReplyNumber(Field(opened, "counted"))), " of ",
-                                         o_.n_trials, " trials done or running); ", absl::StrJoin(objectives_, ", "),
-                                         " ", absl::StrJoin(directions_, "/"), ", sampler ", sampler_name_,
-                                         ", pruner ", pruner_name_));
+                                         o_.n_trials, " trials done or running); sampler ", sampler_name_,
+                                         SeedNote(), ", pruner ", pruner_name_));
     if (NodePtr marked = opened->Find("marked_failed"); marked && marked->size() > 0) {
       std::vector<std::string> numbers;
       for (const auto& n : marked->items()) numbers.push_back(config::ScalarToYaml(*n));
@@ -280,20 +281,12 @@ class OptunaSweeper : public Sweeper {
     return PlanSearchSpace(session);
   }
 
-  // hydra.sweeper.direction and .objective: as many metrics as directions.
+  // hydra.sweeper.objective and .direction: as many directions as metrics. A null objective is the
+  // model_checkpoint callback's monitor; a null direction follows the mode of the callback that
+  // monitors the metric (else minimize, Hydra's default). A direction that contradicts that mode is
+  // kept, with a warning.
   absl::Status PlanObjectives(const Node& cfg) {
-    if (o_.direction != nullptr && o_.direction->is_list()) {
-      for (const auto& d : o_.direction->items()) directions_.push_back(d->is_scalar() ? config::ScalarToYaml(*d) : "?");
-    } else {
-      directions_.push_back(o_.direction != nullptr && o_.direction->kind() == NodeKind::kString ? o_.direction->as_string()
-                                                                                                 : "minimize");
-    }
-    for (const auto& d : directions_) {
-      if (d != "minimize" && d != "maximize") {
-        return absl::InvalidArgumentError(absl::StrCat("hydra.sweeper.direction must be minimize or maximize (or a "
-                                                       "list of them), got '", d, "'"));
-      }
-    }
+    std::map<std::string, Monitor> monitored = MonitoredModes(cfg);
     if (o_.objective == nullptr || o_.objective->is_null()) {
       std::string monitor = CheckpointMonitor(cfg);
       if (monitor.empty()) {
@@ -316,9 +309,39 @@ class OptunaSweeper : public Sweeper {
         if (v != nullptr && v->kind() == NodeKind::kString) m = v->as_string();
       }
     }
+    if (o_.direction == nullptr || o_.direction->is_null()) {
+      for (const auto& m : objectives_) {
+        auto it = monitored.find(m);
+        if (it != monitored.end()) {
+          directions_.push_back(it->second.mode == "max" ? "maximize" : "minimize");
+          direction_from_.push_back(absl::StrCat("from ", it->second.key, "=", it->second.mode));
+        } else {
+          directions_.push_back("minimize");
+          direction_from_.push_back("hydra.sweeper.direction's default: no callback monitors it with a mode");
+        }
+      }
+    } else {
+      std::vector<NodePtr> given = o_.direction->is_list() ? o_.direction->items() : std::vector<NodePtr>{o_.direction};
+      for (const auto& d : given) {
+        directions_.push_back(d->is_scalar() ? config::ScalarToYaml(*d) : "?");
+        direction_from_.push_back("hydra.sweeper.direction");
+        if (directions_.back() != "minimize" && directions_.back() != "maximize") {
+          return absl::InvalidArgumentError(absl::StrCat("hydra.sweeper.direction must be minimize or maximize (or a "
+                                                         "list of them), got '", directions_.back(), "'"));
+        }
+      }
+    }
     if (objectives_.size() != directions_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("hydra.sweeper.objective names ", objectives_.size(),
                                                      " metrics but hydra.sweeper.direction has ", directions_.size()));
+    }
+    for (size_t i = 0; i < objectives_.size(); ++i) {
+      auto it = monitored.find(objectives_[i]);
+      if (it == monitored.end() || (it->second.mode == "max") == (directions_[i] == "maximize")) continue;
+      contradictions_.push_back(absl::StrCat(
+          "hydra.sweeper.direction=", directions_[i], " contradicts ", it->second.key, "=", it->second.mode, " for ",
+          objectives_[i], ": the study seeks the values that callback ranks worst (leave hydra.sweeper.direction null to "
+          "follow the callback)"));
     }
     if (directions_.size() > 1 && pruner_name_ != "nop") {
       return absl::InvalidArgumentError("Optuna prunes single-objective studies only; use hydra.sweeper.pruner=null "
@@ -327,17 +350,68 @@ class OptunaSweeper : public Sweeper {
     return absl::OkStatus();
   }
 
+  void LogGoal() const {
+    Logger::Instance().Info(Goal());
+    for (const auto& w : contradictions_) Logger::Instance().Warning(w);
+  }
+
+  // "maximizing val/acc (from callbacks.model_checkpoint.mode=max)", for the log and --dry-run.
+  std::string Goal() const {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < objectives_.size(); ++i) {
+      parts.push_back(absl::StrCat(directions_[i] == "maximize" ? "maximizing " : "minimizing ", objectives_[i], " (",
+                                   direction_from_[i], ")"));
+    }
+    return absl::StrJoin(parts, " and ");
+  }
+
+  // How the sampler is seeded, for the log: a seed is mixed with each trial's number (the helper's
+  // PerTrialSeed), so processes sharing the study draw different parameters.
+  std::string SeedNote() const {
+    NodePtr seed = o_.sampler != nullptr && o_.sampler->is_map() ? o_.sampler->Find("seed") : nullptr;
+    if (seed == nullptr || seed->is_null() || !seed->is_scalar()) return " (unseeded)";
+    if (sampler_name_ == "qmc") return absl::StrCat(" (seed ", config::ScalarToYaml(*seed), ")");
+    return absl::StrCat(" (seed ", config::ScalarToYaml(*seed), " mixed with each trial's number)");
+  }
+
+  // A callback that ranks by a metric: its kind, its mode's key ("callbacks.NAME.mode"), the metric
+  // and the mode (a missing mode is the callbacks' default, min).
+  struct Monitor {
+    std::string kind, key, metric, mode;
+  };
+
+  // The config's model_checkpoint callbacks that monitor a metric, then its early_stopping ones.
+  static std::vector<Monitor> Monitors(const Node& cfg) {
+    std::vector<Monitor> out;
+    NodePtr callbacks = cfg.Find("callbacks");
+    if (callbacks == nullptr || !callbacks->is_map()) return out;
+    for (const char* kind : {"model_checkpoint", "early_stopping"}) {
+      for (const auto& [name, c] : callbacks->entries()) {
+        NodePtr target = c->is_map() ? c->Find("_target_") : nullptr;
+        NodePtr monitor = c->is_map() ? c->Find("monitor") : nullptr;
+        if (!target || target->kind() != NodeKind::kString || target->as_string() != kind || !monitor ||
+            monitor->kind() != NodeKind::kString || monitor->as_string().empty()) {
+          continue;
+        }
+        NodePtr mode = c->Find("mode");
+        out.push_back({kind, absl::StrCat("callbacks.", name, ".mode"), monitor->as_string(),
+                       mode && mode->kind() == NodeKind::kString ? mode->as_string() : "min"});
+      }
+    }
+    return out;
+  }
+
+  // Each monitored metric's first callback (model_checkpoint's before early_stopping's).
+  static std::map<std::string, Monitor> MonitoredModes(const Node& cfg) {
+    std::map<std::string, Monitor> out;
+    for (auto& m : Monitors(cfg)) out.emplace(m.metric, m);
+    return out;
+  }
+
   // The monitor of the config's model_checkpoint callback ("" without one).
   static std::string CheckpointMonitor(const Node& cfg) {
-    NodePtr callbacks = cfg.Find("callbacks");
-    if (callbacks == nullptr || !callbacks->is_map()) return "";
-    for (const auto& [name, c] : callbacks->entries()) {
-      NodePtr target = c->is_map() ? c->Find("_target_") : nullptr;
-      NodePtr monitor = c->is_map() ? c->Find("monitor") : nullptr;
-      if (target && target->kind() == NodeKind::kString && target->as_string() == "model_checkpoint" && monitor &&
-          monitor->kind() == NodeKind::kString) {
-        return monitor->as_string();
-      }
+    for (const auto& m : Monitors(cfg)) {
+      if (m.kind == "model_checkpoint") return m.metric;
     }
     return "";
   }
@@ -616,15 +690,13 @@ class OptunaSweeper : public Sweeper {
     return told.status();
   }
 
-  // A trial of the study, as the helper's `trials` reply lists it.
-  struct Row {
-    int64_t number;
-    std::string state;
-    std::vector<double> values;       // one per objective, when it has them
-    std::optional<double> seconds;
-    std::vector<std::string> params;  // one per parameter of space_ ("" when it lacks one)
-    std::string dir;
-  };
+  using Row = StudyTrial;
+
+  // A trial's value of a parameter, as override text ("" when it has none).
+  static std::string ParamOf(const Row& row, const Param& p) {
+    auto it = row.params.find(p.name);
+    return it == row.params.end() ? "" : it->second;
+  }
 
   // optimization_results.yaml (Hydra's format), summary.csv, the table of the best trials and, last,
   // the best trial's folder. The study is the record: trials other processes ran are included.
@@ -637,8 +709,7 @@ class OptunaSweeper : public Sweeper {
           helper_->start_seconds(), 1000 * ask_tell_seconds_ / told_, told_));
     }
     const std::string& dir = session.sweep_dir();
-    std::vector<Row> rows;
-    for (const auto& t : Field(reply, "trials").items()) rows.push_back(ReadRow(t));
+    std::vector<Row> rows = ParseStudyTrials(reply, objectives_.size());
     KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", SummaryCsv(rows)));
     std::map<std::string, int> states;
     for (const auto& row : rows) ++states[row.state];
@@ -664,21 +735,6 @@ class OptunaSweeper : public Sweeper {
     return absl::OkStatus();
   }
 
-  Row ReadRow(const NodePtr& t) const {
-    Row row{Field(t, "number").as_int(), Field(t, "state").as_string(), {}, std::nullopt, {}, Field(t, "dir").as_string()};
-    if (Field(t, "abandoned").as_bool()) row.state = "FAIL(abandoned)";
-    const Node& values = Field(t, "values");
-    for (size_t i = 0; i < objectives_.size() && values.is_list() && i < values.size(); ++i) {
-      row.values.push_back(ReplyNumber(*values.items()[i]));
-    }
-    if (!Field(t, "duration").is_null()) row.seconds = ReplyNumber(Field(t, "duration"));
-    for (const auto& p : space_) {
-      NodePtr v = Field(t, "params").Find(p.name);
-      row.params.push_back(v == nullptr ? "" : v->is_scalar() ? config::ScalarToYaml(*v) : NodeToJson(*v));
-    }
-    return row;
-  }
-
   std::string SummaryCsv(const std::vector<Row>& rows) const {
     std::string csv = "trial,state";
     for (const auto& m : objectives_) absl::StrAppend(&csv, ",", CsvCell(m));
@@ -691,7 +747,7 @@ class OptunaSweeper : public Sweeper {
         absl::StrAppend(&csv, ",", i < row.values.size() ? absl::StrFormat("%.10g", row.values[i]) : "");
       }
       absl::StrAppend(&csv, ",", row.seconds ? absl::StrFormat("%.2f", *row.seconds) : "");
-      for (const auto& p : row.params) absl::StrAppend(&csv, ",", CsvCell(p));
+      for (const auto& p : space_) absl::StrAppend(&csv, ",", CsvCell(ParamOf(row, p)));
       absl::StrAppend(&csv, ",", CsvCell(row.dir), "\n");
     }
     return csv;
@@ -719,8 +775,9 @@ class OptunaSweeper : public Sweeper {
     auto params_node = [&](const Row& row) {
       NodePtr p = Node::Map();
       for (size_t i = 0; i < space_.size(); ++i) {
-        auto parsed = config::ParseOverrideValue(row.params[i]);
-        p->Set(space_[i].name, parsed.ok() ? parsed->node : Node::String(row.params[i]));
+        std::string text = ParamOf(row, space_[i]);
+        auto parsed = config::ParseOverrideValue(text);
+        p->Set(space_[i].name, parsed.ok() ? parsed->node : Node::String(text));
       }
       return p;
     };
@@ -755,7 +812,7 @@ class OptunaSweeper : public Sweeper {
     Logger::Instance().Info(header);
     for (size_t r = 0; r < std::min<size_t>(5, complete.size()); ++r) {
       std::string line = absl::StrFormat("  %5d  %12.6g", complete[r].number, complete[r].values[0]);
-      for (const auto& p : complete[r].params) absl::StrAppend(&line, "  ", p);
+      for (const auto& p : space_) absl::StrAppend(&line, "  ", ParamOf(complete[r], p));
       Logger::Instance().Info(line);
     }
     const Row& top = complete[0];
@@ -766,6 +823,8 @@ class OptunaSweeper : public Sweeper {
   OptunaOptions o_;
   std::string sampler_json_, pruner_json_, sampler_name_, pruner_name_, study_name_;
   std::vector<std::string> directions_, objectives_, fixed_;
+  std::vector<std::string> direction_from_;  // why each direction, for the log and study.yaml
+  std::vector<std::string> contradictions_;  // warnings: a direction against its callback's mode
   std::vector<Param> space_;
   std::unique_ptr<OptunaHelper> helper_;
   std::mutex helper_mutex_, running_mutex_;
@@ -783,7 +842,8 @@ OptionBinding<OptunaOptions> OptunaBinding() {
       .Node("pruner", &OptunaOptions::pruner, OptionType::kAny,
             "null, or {_target_: median|percentile|hyperband|successive_halving|nop, its options}")
       .Node("direction", &OptunaOptions::direction, OptionType::kAny,
-            "minimize or maximize, or a list for several objectives")
+            "minimize or maximize, or a list for several objectives (null: the mode of the "
+            "model_checkpoint or early_stopping callback that monitors the objective, else minimize)")
       .Field("storage", &OptunaOptions::storage,
              "a database URL (null: SQLite file optuna.db in the sweep folder)")
       .Field("study_name", &OptunaOptions::study_name, "the study's name (null: hydra.job.name)")

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <regex>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -169,7 +170,8 @@ TEST_F(OptunaSweep, PrunedFailedAndNanTrialsAreToldAsSuchAndTheSweepGoesOn) {
 // Trials that are real `kiln train` processes (the local launcher): the optuna_trial callback
 // reports val/acc (model_checkpoint's monitor, the default objective) at each validation, and a
 // trial the median pruner stops ends its fit at that epoch, keeps its checkpoint and log, and
-// exits with code 3, which the study records. lr 1e-9 never learns, so such trials are pruned.
+// exits with code 3, which the study records. lr 1e-9 never learns, so such trials are pruned:
+// no direction is given, so the study maximizes val/acc as model_checkpoint's mode=max ranks it.
 TEST_F(OptunaSweep, RealTrainingRunsReportToThePrunerAndAPrunedOneExitsWithCodeThree) {
   SKIP_WITHOUT_OPTUNA();
   std::string sweep = Sweep("train");
@@ -178,7 +180,7 @@ TEST_F(OptunaSweep, RealTrainingRunsReportToThePrunerAndAPrunedOneExitsWithCodeT
                        "~callbacks.early_stopping", "trainer.num_threads=1", "trainer.max_epochs=3",
                        "hydra/launcher=local", "hydra/sweeper=optuna", "hydra/sweeper/pruner=median",
                        "hydra.sweeper.pruner.n_startup_trials=1", "hydra.sweeper.pruner.n_warmup_steps=0",
-                       "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1",
+                       "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1",
                        "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0",
                        "optimizer.lr=choice(0.05,1e-9)", "hydra.sweep.dir=" + sweep},
                       {}, dir_.path());
@@ -214,6 +216,65 @@ TEST_F(OptunaSweep, RealTrainingRunsReportToThePrunerAndAPrunedOneExitsWithCodeT
   int code3 = 0;
   for (absl::string_view line : absl::StrSplit(listed.out, '\n')) code3 += absl::StrContains(line, "kiln:exit_code: 3");
   EXPECT_EQ(code3, pruned) << listed.out;
+}
+
+// The issue's command as a new user types it: no objective, no direction. The objective is
+// model_checkpoint's monitor (val/acc, mode max), so the study maximizes it, says so first, and the
+// best trial is the one with the highest val/acc (lr 0.05 learns, 1e-9 does not).
+TEST_F(OptunaSweep, WithoutADirectionTheStudyMaximizesTheMonitorsMaxMetric) {
+  SKIP_WITHOUT_OPTUNA();
+  std::string sweep = Sweep("default_direction");
+  auto r = RunProcess({KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs", "callbacks=default",
+                       "~callbacks.early_stopping", "trainer.num_threads=1", "trainer.max_epochs=2",
+                       "hydra/launcher=local", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                       "hydra/sweeper/sampler=grid", "optimizer.lr=choice(1e-9,0.05)", "hydra.sweep.dir=" + sweep},
+                      {}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string first = r.err.substr(0, r.err.find('\n'));
+  EXPECT_TRUE(absl::EndsWith(first, "maximizing val/acc (from callbacks.model_checkpoint.mode=max)")) << first;
+  double highest = -1, lowest = 2;
+  for (const auto& row : Rows(sweep)) {  // trial,state,val/acc,seconds,optimizer.lr,dir
+    ASSERT_EQ(row[1], "COMPLETE") << r.err;
+    double acc = 0;
+    ASSERT_TRUE(absl::SimpleAtod(row[2], &acc)) << row[2];
+    highest = std::max(highest, acc);
+    lowest = std::min(lowest, acc);
+  }
+  ASSERT_LT(lowest + 0.3, highest) << "the grid runs both learning rates: " << r.err;
+  EXPECT_EQ(BestValue(sweep), highest);
+  std::string results = testing::ReadFile(sweep + "/optimization_results.yaml");
+  EXPECT_TRUE(absl::StrContains(results, "optimizer.lr: 0.05")) << results;
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(sweep + "/study.yaml"), "directions:\n- maximize\n"));
+}
+
+// The direction's source is stated, and a direction against the monitoring callback's mode is one
+// warning line that names both (the run goes on: the user may mean it).
+TEST_F(OptunaSweep, ADirectionAgainstTheCallbacksModeIsOneWarning) {
+  SKIP_WITHOUT_OPTUNA();
+  auto dry = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY, "train", "-m", "--dry-run", "--plugin", BLOBS_PLUGIN,
+                                     "experiment=blobs", "callbacks=default", "hydra/sweeper=optuna",
+                                     "optimizer.lr=interval(0.001,0.1)"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = RunProcess(argv, {}, dir_.path());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.err + r.out;
+  };
+  std::string against = dry({"hydra.sweeper.direction=minimize"});
+  EXPECT_TRUE(absl::StrContains(against, "minimizing val/acc (hydra.sweeper.direction)")) << against;
+  EXPECT_TRUE(absl::StrContains(against, "[WARNING] - hydra.sweeper.direction=minimize contradicts "
+                                         "callbacks.model_checkpoint.mode=max for val/acc")) << against;
+  size_t warnings = 0;
+  for (size_t at = against.find("[WARNING]"); at != std::string::npos; at = against.find("[WARNING]", at + 1)) ++warnings;
+  EXPECT_EQ(warnings, 1u) << against;
+  std::string along = dry({"hydra.sweeper.direction=maximize"});
+  EXPECT_FALSE(absl::StrContains(along, "WARNING")) << along;
+  // early_stopping's mode counts too; a metric no callback ranks keeps Hydra's default.
+  std::string early = dry({"~callbacks.model_checkpoint", "hydra.sweeper.objective=val/acc"});
+  EXPECT_TRUE(absl::StrContains(early, "maximizing val/acc (from callbacks.early_stopping.mode=max)")) << early;
+  std::string unranked = dry({"hydra.sweeper.objective=val/loss"});
+  EXPECT_TRUE(absl::StrContains(unranked, "minimizing val/loss (hydra.sweeper.direction's default: no callback "
+                                          "monitors it with a mode)")) << unranked;
 }
 #endif
 
@@ -285,12 +346,17 @@ TEST_F(OptunaSweep, KilledAndRerunContinuesTheStudyToNTrials) {
   EXPECT_EQ(CountState(sweep, "COMPLETE"), 6);
 }
 
+// Two processes on one study with the same sampler seed: each trial runs once, the sampler's
+// stream is mixed with the trial's number so no two trials draw the same parameters, and `kiln
+// report` of either folder reads every trial's final state from the study (not the summary.csv
+// that each process wrote when it ended, perhaps while the other's last trial ran).
 TEST_F(OptunaSweep, TwoProcessesShareOneStudyAndRunNTrialsTogether) {
   SKIP_WITHOUT_OPTUNA();
   std::string sweep = Sweep("shared");
   std::vector<std::string> args = {"x=interval(-2,2)", "hydra.sweeper.n_trials=10", "hydra.sweeper.study_name=shared",
                                    "hydra.sweeper.storage=sqlite:///" + Sweep("shared.db"),
-                                   "hydra.launcher.step_seconds=0.05", "hydra.launcher.steps=3"};
+                                   "hydra.sweeper.sampler.seed=5", "hydra.launcher.step_seconds=0.05",
+                                   "hydra.launcher.steps=3"};
   testing::ProcessResult a, b;
   std::thread other([&] { b = Kiln(Sweep("shared_b"), args); });
   a = Kiln(sweep, args);
@@ -310,14 +376,30 @@ TEST_F(OptunaSweep, TwoProcessesShareOneStudyAndRunNTrialsTogether) {
   std::set<std::string> in_a = ran(a.err), in_b = ran(b.err);
   EXPECT_EQ(in_a.size() + in_b.size(), 10u) << a.err << b.err;
   for (const auto& t : in_a) EXPECT_EQ(in_b.count(t), 0u) << "trial " << t << " ran twice";
-  // The study is the record of both processes' trials (each one's summary.csv is written when it
-  // ends, perhaps before the other's last trial does).
+  EXPECT_TRUE(absl::StrContains(a.err, "sampler tpe (seed 5 mixed with each trial's number)")) << a.err;
+  // The study is the record of both processes' trials.
   auto listed = RunProcess({OptunaCli(), "trials", "--study-name", "shared", "--storage",
                             "sqlite:///" + Sweep("shared.db"), "-f", "yaml"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   int complete = 0;
   for (absl::string_view line : absl::StrSplit(listed.out, '\n')) complete += absl::StrContains(line, "COMPLETE");
   EXPECT_EQ(complete, 10) << listed.out;
+  // Either folder's report: all ten trials, COMPLETE, with ten different x.
+  for (const std::string& folder : {sweep, Sweep("shared_b")}) {
+    std::string page = folder + ".html";
+    auto report = RunProcess({KILN_BINARY, "report", folder, "-o", page});
+    ASSERT_EQ(report.exit_code, 0) << report.err;
+    std::string html = testing::ReadFile(page);
+    std::regex trial(R"re("number":(\d+),"state":"([A-Z()a-z]+)","values":\[[^\]]*\],"params":\{"x":"([^"]+)"\})re");
+    std::set<std::string> numbers, xs;
+    for (std::sregex_iterator it(html.begin(), html.end(), trial), end; it != end; ++it) {
+      numbers.insert((*it)[1]);
+      EXPECT_EQ((*it)[2], "COMPLETE") << folder << " trial " << (*it)[1];
+      xs.insert((*it)[3]);
+    }
+    EXPECT_EQ(numbers.size(), 10u) << folder;
+    EXPECT_EQ(xs.size(), 10u) << folder << ": the processes drew the same x";
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/app/optuna_study.h"
 #include "lib/app/sweep_ledger.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
@@ -383,6 +384,36 @@ void ReadOptunaSummary(const fs::path& dir, Sweep* sweep) {
   }
 }
 
+// An Optuna sweep's trials from its study (study.yaml names it), which has the final state of every
+// trial, those of other processes sharing the study included. False when the sweep has no
+// study.yaml; when the study cannot be read, a note says why and the caller reads summary.csv.
+bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
+  auto record = ReadStudyRecord(dir.string());
+  if (!record.ok()) {
+    if (!absl::IsNotFound(record.status())) sweep->notes.push_back(std::string(record.status().message()));
+    return false;
+  }
+  sweep->objectives = record->objectives;
+  sweep->directions = record->directions;
+  auto trials = ReadStudyTrials(dir.string(), *record);
+  if (!trials.ok()) {
+    sweep->notes.push_back(absl::StrCat("could not read the study '", record->study_name, "' (",
+                                        trials.status().message(), "); trial states are from summary.csv"));
+    return false;
+  }
+  for (const auto& s : *trials) {
+    Trial t;
+    t.number = s.number;
+    t.state = s.state;
+    t.values = s.values;
+    t.seconds = s.seconds;
+    t.params = s.params;
+    t.dir = s.dir;
+    sweep->trials.push_back(std::move(t));
+  }
+  return true;
+}
+
 // A grid sweep's ledger.yaml: the last entry of each job.
 void ReadLedgerTrials(const fs::path& dir, Sweep* sweep) {
   auto entries = ReadLedger(dir.string());
@@ -465,7 +496,8 @@ class Reader {
     sweep.dir = dir.string();
     sweep.name = Relative(dir, base_);
     ReadSweeperConfig(dir, &sweep);
-    if (sweep.sweeper == "optuna" && IsFile(dir / "summary.csv")) {
+    if (sweep.sweeper == "optuna" && ReadOptunaStudy(dir, &sweep)) {
+    } else if (sweep.sweeper == "optuna" && IsFile(dir / "summary.csv")) {
       ReadOptunaSummary(dir, &sweep);
     } else {
       ReadLedgerTrials(dir, &sweep);
