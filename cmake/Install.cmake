@@ -32,8 +32,8 @@ endif()
 
 # The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include
 # keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); internal ones are not
-# installed: how `kiln` starts workers (spawn, local_workers), loads plugins and engine libraries
-# (plugin_loader, module_loader), and parses its own command line (cli). tests/install checks
+# installed: how `kiln` starts workers (spawn, local_workers), loads engine libraries
+# (module_loader), and parses its own command line (cli). tests/install checks
 # that every installed header's includes are installed too.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FILES_MATCHING PATTERN "*.h")
 foreach(dir lib components tasks)
@@ -42,7 +42,6 @@ foreach(dir lib components tasks)
           PATTERN "spawn.h" EXCLUDE
           PATTERN "local_workers.h" EXCLUDE
           PATTERN "cli.h" EXCLUDE
-          PATTERN "plugin_loader.h" EXCLUDE
           PATTERN "module_loader.h" EXCLUDE)
 endforeach()
 install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)

@@ -10,6 +10,7 @@
 #include <kiln/data.h>
 #include <kiln/distributed.h>
 #include <kiln/trainer.h>
+#include <kiln/job.h>
 #include <kiln/predictor.h>
 #include <kiln/models.h>
 #include <kiln/tasks.h>

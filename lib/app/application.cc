@@ -661,10 +661,17 @@ bool HasCommand(const std::string& name) { return Commands().count(name) > 0; }
 std::string Version() { return KILN_VERSION; }
 
 std::string DefaultConfigPath() {
-  // An installed kiln uses its own copy; a build tree uses the source tree's configs.
+  // An installed kiln uses its own copy (beside the `kiln` executable, or beside this library for a
+  // program that links kiln); a build tree uses the source tree's configs.
   std::string installed = ExecutableDir() + "/../share/kiln/configs";
   char canonical[4096];
   if (::realpath(installed.c_str(), canonical) != nullptr) return canonical;
+  Dl_info info;
+  if (::dladdr(reinterpret_cast<void*>(&DefaultConfigPath), &info) != 0 && info.dli_fname != nullptr) {
+    std::string library = info.dli_fname;
+    std::string beside = library.substr(0, library.rfind('/') + 1) + "../share/kiln/configs";
+    if (::realpath(beside.c_str(), canonical) != nullptr) return canonical;
+  }
   if (!IsDirectory(KILN_SOURCE_CONFIG_DIR)) return installed;
   return KILN_SOURCE_CONFIG_DIR;
 }

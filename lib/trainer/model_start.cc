@@ -5,6 +5,7 @@
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/options.h"
+#include "lib/registry/registry.h"
 #include "lib/trainer/freezing.h"
 #include "lib/trainer/pretrained_weights.h"
 
@@ -85,6 +86,22 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
   auto norms = BatchNormsWithin(module, frozen);
   if (fit && !norms.empty()) callbacks->push_back(std::make_shared<FrozenBatchNormsInEval>(std::move(norms)));
   return absl::OkStatus();
+}
+
+absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg) {
+  ModelParts parts;
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(parts.options, TrainerOptions::FromConfig(trainer_cfg));
+  KILN_ASSIGN_OR_RETURN(config::Config task_cfg, cfg.Sub("task"));
+  KILN_ASSIGN_OR_RETURN(parts.task, Registry<Task>::Get().Instantiate(task_cfg));
+  KILN_ASSIGN_OR_RETURN(ModelStart start, ReadModelStart(cfg));
+  parts.start = start.options;
+  KILN_RETURN_IF_ERROR(parts.task->Build(start.build_cfg));
+  parts.model_name = cfg.Get<std::string>("model._target_").value_or("");
+  KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
+  KILN_ASSIGN_OR_RETURN(parts.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));
+  KILN_RETURN_IF_ERROR(parts.task->Connect(*parts.data));
+  return parts;
 }
 
 }  // namespace kiln

@@ -13,7 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
+#include "lib/data/datamodule.h"
 #include "lib/trainer/callback.h"
+#include "lib/trainer/task.h"
+#include "lib/trainer/trainer_options.h"
 
 namespace kiln {
 
@@ -37,5 +40,17 @@ absl::StatusOr<ModelStart> ReadModelStart(const config::Config& cfg);
 // keeps frozen BatchNorm layers in eval mode.
 absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& module, bool fit,
                              std::vector<std::shared_ptr<Callback>>* callbacks);
+
+// The parts of a job that hold the model: the trainer options, the task with its model built (from
+// the config without the model-start keys) and the data module, connected to each other. The
+// commands' kiln::Job and kiln::Predictor both start here.
+struct ModelParts {
+  TrainerOptions options;
+  std::shared_ptr<Task> task;
+  std::shared_ptr<data::DataModule> data;
+  std::string model_name;  // model._target_
+  ModelStartOptions start;
+};
+absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg);
 
 }  // namespace kiln

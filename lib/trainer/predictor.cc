@@ -80,17 +80,12 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   std::unique_ptr<Predictor> p(new Predictor());
   p->job_ = job;
   p->weights_ = weights;
-  p->model_name_ = job.Get<std::string>("model._target_").value_or("");
-  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, job.Sub("trainer"));
-  KILN_ASSIGN_OR_RETURN(p->trainer_options_, TrainerOptions::FromConfig(trainer_cfg));
-  KILN_ASSIGN_OR_RETURN(config::Config task_cfg, job.Sub("task"));
-  KILN_ASSIGN_OR_RETURN(p->task_, Registry<Task>::Get().Instantiate(task_cfg));
   // model.init_from and model.freeze say how training started; the weights below replace them.
-  KILN_ASSIGN_OR_RETURN(ModelStart start, ReadModelStart(job));
-  KILN_RETURN_IF_ERROR(p->task_->Build(start.build_cfg));
-  KILN_ASSIGN_OR_RETURN(config::Config data_cfg, job.Sub("data"));
-  KILN_ASSIGN_OR_RETURN(p->data_, Registry<data::DataModule>::Get().Instantiate(data_cfg));
-  KILN_RETURN_IF_ERROR(p->task_->Connect(*p->data_));
+  KILN_ASSIGN_OR_RETURN(ModelParts parts, BuildModelParts(job));
+  p->model_name_ = std::move(parts.model_name);
+  p->trainer_options_ = std::move(parts.options);
+  p->task_ = std::move(parts.task);
+  p->data_ = std::move(parts.data);
   if (absl::EndsWith(weights, ".safetensors")) {
     KILN_ASSIGN_OR_RETURN(auto state, ReadSafetensors(weights));
     KILN_RETURN_IF_ERROR(LoadModelState(state, p->task_->module(), weights));

@@ -2,7 +2,7 @@
 # The library and plugin story end to end, as a user outside this tree lives it:
 #   1. `cmake --install` kiln into a temporary prefix, then move the prefix (it must be relocatable);
 #   2. check the installed headers (what they include is installed; internal ones are not), build
-#      a file that includes the whole public API <kiln/kiln.h>, the four docs/examples projects
+#      a file that includes the whole public API <kiln/kiln.h>, the five docs/examples projects
 #      and the tiny_convnet example plugin against it with find_package(Kiln), and run them
 #      (each checks its own result);
 #   3. `kiln train --plugin libtiny_convnet.so model=tiny_convnet` for a few steps with the
@@ -39,7 +39,7 @@ while IFS= read -r header; do
   done < <(sed -n 's/^[ \t]*#[ \t]*include[ \t]*["<]\(\(lib\|components\|tasks\|kiln\)\/[^">]*\)[">].*/\1/p' "$header")
 done < <(find "$prefix/include/kiln" -name '*.h')
 [[ $missing == 0 ]] || exit 1
-for internal in lib/app/spawn.h lib/app/local_workers.h lib/app/cli.h lib/registry/plugin_loader.h; do
+for internal in lib/app/spawn.h lib/app/local_workers.h lib/app/cli.h lib/registry/module_loader.h; do
   [[ ! -e $prefix/include/kiln/$internal ]] || { echo "FAIL: internal header $internal is installed"; exit 1; }
 done
 # The whole public API compiles on its own.
@@ -50,7 +50,7 @@ printf 'cmake_minimum_required(VERSION 3.22)\nproject(public_api CXX)\nset(CMAKE
 configure_and_build "$tmp/public_api" "$tmp/public_api_build"
 "$tmp/public_api_build/public_api"
 
-for example in plain_loop trainer_task compose_instantiate classify_image; do
+for example in plain_loop trainer_task compose_instantiate classify_image train_job; do
   configure_and_build "$src/docs/examples/$example" "$tmp/$example"
 done
 configure_and_build "$src/plugins/tiny_convnet" "$tmp/tiny_convnet"
@@ -64,6 +64,18 @@ out=$("$tmp/compose_instantiate/compose_instantiate" "$prefix/share/kiln/configs
 echo "$out"
 # 784*64+64 + 64*10+10 parameters.
 grep -q "built model 'mlp' with 50890 parameters" <<<"$out" || { echo "FAIL: compose_instantiate"; exit 1; }
+
+echo "== train_job: kiln::Job from the installed configs, against the installed kiln train (bitwise)"
+job_args=(model=mlp 'model.hidden=[16]' "data.root=$data" trainer.max_steps=20 trainer.num_threads=1
+  trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 seed=5)
+out=$(cd "$tmp" && "$tmp/train_job/train_job" "${job_args[@]}" "hydra.run.dir=$tmp/job_lib" 2>"$tmp/job_lib.log") ||
+  { cat "$tmp/job_lib.log"; echo "FAIL: train_job"; exit 1; }
+echo "$out"
+grep -q "^test/acc 0\.[0-9]* in $tmp/job_lib$" <<<"$out" || { echo "FAIL: train_job printed '$out'"; exit 1; }
+(cd "$tmp" && "$prefix/bin/kiln" train "${job_args[@]}" "hydra.run.dir=$tmp/job_cli" >"$tmp/job_cli.log" 2>&1) ||
+  { cat "$tmp/job_cli.log"; echo "FAIL: kiln train for train_job"; exit 1; }
+cmp "$tmp/job_lib/test_metrics.yaml" "$tmp/job_cli/test_metrics.yaml" ||
+  { echo "FAIL: kiln::Job and kiln train tested differently"; exit 1; }
 
 echo "== classify_image: kiln::Predictor on a model the installed kiln trains, against kiln predict"
 mkdir "$tmp/classify"
@@ -101,4 +113,4 @@ grep -q "tiny_convnet  \[plugin tiny_convnet 1.0.0 ($plugin)\]" <<< "$listed" ||
   trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 test=false hydra.run.dir=run
 test -f run/checkpoints/last.ckpt || { echo "FAIL: no checkpoint after training with the plugin's model"; exit 1; }
 grep -q "_target_: tiny_convnet" run/.hydra/config.yaml || { echo "FAIL: the run did not use tiny_convnet"; exit 1; }
-echo "PASS: installed, relocated, built 4 examples + 1 plugin out of tree, classified with the Predictor, trained with the plugin"
+echo "PASS: installed, relocated, built 5 examples + 1 plugin out of tree, classified with the Predictor, trained with the plugin"

@@ -2,7 +2,7 @@
 # The include rule: a module includes only modules at its own level or below, never one above.
 #
 #   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/app < lib/data
-#     < lib/trainer < lib/serve  <  components/  <  tasks/  <  plugins/, entrypoints/
+#     < lib/trainer < lib/commands < lib/serve  <  components/  <  tasks/  <  plugins/, entrypoints/
 #
 # lib/app (the command-line shell, Kiln::core) sits below lib/data and lib/trainer because it
 # never loads LibTorch: the engine registers its commands into the application, not the other
@@ -25,9 +25,9 @@ awk '
     return parts[1] == "lib" ? parts[1] "/" parts[2] : parts[1]
   }
   BEGIN {
-    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/app lib/data lib/trainer lib/serve", low, " ")
+    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/app lib/data lib/trainer lib/commands lib/serve", low, " ")
     for (i in low) rank[low[i]] = i + 0
-    rank["components"] = 10; rank["tasks"] = 11; rank["plugins"] = 12; rank["entrypoints"] = 12
+    rank["components"] = 11; rank["tasks"] = 12; rank["plugins"] = 13; rank["entrypoints"] = 13
     split("lib/core lib/config lib/logging lib/registry lib/app", free, " ")
     for (i in free) torch_free[free[i]] = 1
     violations = 0

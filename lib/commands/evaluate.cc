@@ -1,0 +1,34 @@
+// `kiln validate` and `kiln test`: the job's model from a checkpoint (ckpt_path: a file, last or
+// best), evaluated; the metrics on stdout and in val_metrics.yaml / test_metrics.yaml.
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "lib/app/application.h"
+#include "lib/commands/job.h"
+
+namespace kiln {
+namespace {
+
+absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
+  KILN_RETURN_IF_ERROR(job->LoadCheckpoint(job->ckpt_path(), ctx.command).status());
+  std::map<std::string, double> metrics;
+  if (stage == data::Stage::kTest) {
+    KILN_ASSIGN_OR_RETURN(metrics, job->Test());
+  } else {
+    KILN_ASSIGN_OR_RETURN(metrics, job->Validate());
+  }
+  std::string text = MetricsYaml(metrics);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return absl::OkStatus();
+}
+
+const bool kEvaluateRegistered = [] {
+  app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
+  app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,181 @@
+#include "lib/commands/job.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/app/application.h"
+#include "lib/app/run_dir.h"
+#include "lib/config/compose.h"
+#include "lib/config/yaml_io.h"
+#include "lib/core/files.h"
+#include "lib/distributed/process_group.h"
+#include "lib/logging/logger.h"
+#include "lib/trainer/checkpoint.h"
+#include "lib/trainer/model_start.h"
+
+namespace kiln {
+
+std::string MetricsYaml(const std::map<std::string, double>& metrics) {
+  config::NodePtr node = config::Node::Map();
+  for (const auto& [k, v] : metrics) node->Set(k, config::Node::Float(v));
+  return config::ToYaml(*node);
+}
+
+bool IsNull(const config::Config& cfg, const std::string& key) {
+  return !cfg.Has(key) || cfg.Get<config::NodePtr>(key).value()->is_null();
+}
+
+std::string CheckpointDir(const CheckpointKeeper* keeper, const TrainerOptions& options) {
+  return keeper != nullptr ? keeper->checkpoint_dir() : options.default_root_dir + "/checkpoints";
+}
+
+absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
+                                                 const CheckpointKeeper* keeper, const std::string& checkpoint_dir) {
+  if (ckpt_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("kiln ", command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
+  }
+  if (ckpt_path == "last") return checkpoint_dir + "/last.ckpt";
+  if (ckpt_path == "best") {
+    std::string path = keeper != nullptr ? keeper->best_model_path() : "";
+    if (path.empty()) {
+      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", checkpoint_dir,
+                                              " (pass ckpt_path=PATH)"));
+    }
+    return path;
+  }
+  return ckpt_path;
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, const std::string& output_dir,
+                                                     Purpose purpose) {
+  const bool fit = purpose == Purpose::kFit;
+  std::unique_ptr<Job> job(new Job());
+  job->cfg_ = cfg;
+  job->output_dir_ = output_dir;
+  KILN_ASSIGN_OR_RETURN(int64_t seed, cfg.GetOr<int64_t>("seed", 0));
+  job->seed_ = static_cast<uint64_t>(seed);
+  // The seed is set before anything is built, so weight initialization is reproducible.
+  torch::manual_seed(job->seed_);
+  // `model.init_*` and `model.freeze` say how the model starts; they are not model options, so
+  // the model is built from the config without them, then started.
+  KILN_ASSIGN_OR_RETURN(ModelParts parts, BuildModelParts(cfg));
+  job->options_ = std::move(parts.options);
+  job->task_ = std::move(parts.task);
+  job->data_ = std::move(parts.data);
+  job->model_name_ = std::move(parts.model_name);
+  KILN_RETURN_IF_ERROR(ApplyModelStart(parts.start, job->task_->module(), fit, &job->callbacks_));
+  if (fit) {
+    KILN_ASSIGN_OR_RETURN(config::Config opt_cfg, cfg.Sub("optimizer"));
+    KILN_ASSIGN_OR_RETURN(job->optimizer_, Registry<OptimizerFactory>::Get().Instantiate(opt_cfg));
+    if (!IsNull(cfg, "scheduler")) {
+      KILN_ASSIGN_OR_RETURN(config::Config sched_cfg, cfg.Sub("scheduler"));
+      KILN_ASSIGN_OR_RETURN(job->scheduler_, Registry<Scheduler>::Get().Instantiate(sched_cfg));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(auto callbacks, InstantiateAll<Callback>(cfg, "callbacks"));
+  job->callbacks_.insert(job->callbacks_.begin(), callbacks.begin(), callbacks.end());
+  KILN_ASSIGN_OR_RETURN(job->loggers_, InstantiateAll<MetricsLogger>(cfg, "logger"));
+  if (!IsNull(cfg, "ckpt_path")) {
+    KILN_ASSIGN_OR_RETURN(job->ckpt_path_, cfg.Get<std::string>("ckpt_path"));
+  }
+  job->checkpoint_keeper_ = FindCheckpointKeeper(job->callbacks_);
+  job->checkpoint_dir_ = CheckpointDir(job->checkpoint_keeper_, job->options_);
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
+  config::ComposeOptions options;
+  options.search_path.push_back(
+      {"main", request.config_dir.empty() ? app::DefaultConfigPath() : request.config_dir});
+  options.config_name = request.config_name;
+  options.overrides = request.overrides;
+  options.job_name = request.config_name;
+  options.version = app::Version();
+  KILN_ASSIGN_OR_RETURN(config::ComposeResult composed, config::Compose(options));
+  KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(composed, /*job_num=*/-1, ""));
+  // A config that does not resolve is refused before anything is written.
+  KILN_ASSIGN_OR_RETURN(config::NodePtr resolved, config::ResolveJob(composed));
+  KILN_RETURN_IF_ERROR(app::WriteRunDir(composed, run));
+  return FromConfig(config::Config(resolved), run.output_dir, purpose);
+}
+
+void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+  group_ = std::move(group);
+  // Only rank 0 logs (its loggers see the whole job's metrics).
+  if (group_ != nullptr && !group_->is_global_zero()) loggers_.clear();
+  if (trainer_ != nullptr) trainer_->set_process_group(group_);
+}
+
+Trainer& Job::trainer() {
+  if (trainer_ == nullptr) {
+    trainer_ = std::make_unique<Trainer>(options_, callbacks_, loggers_);
+    trainer_->set_process_group(group_);
+  }
+  return *trainer_;
+}
+
+FitInputs Job::fit_inputs() const {
+  FitInputs inputs;
+  inputs.task = task_.get();
+  inputs.data = data_.get();
+  inputs.optimizer = optimizer_;
+  inputs.scheduler = scheduler_;
+  inputs.ckpt_path = ckpt_path_;
+  inputs.seed = seed_;
+  inputs.config_yaml = config::ToYaml(*cfg_.node());
+  inputs.model_name = model_name_;
+  return inputs;
+}
+
+absl::Status Job::RebuildOptimizer(const config::Config& cfg) {
+  KILN_ASSIGN_OR_RETURN(config::Config opt_cfg, cfg.Sub("optimizer"));
+  KILN_ASSIGN_OR_RETURN(optimizer_, Registry<OptimizerFactory>::Get().Instantiate(opt_cfg));
+  cfg_ = cfg;
+  return absl::OkStatus();
+}
+
+absl::Status Job::Fit() {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("this job was built for evaluation (Job::Purpose::kEvaluate): it has no "
+                                         "optimizer to fit with");
+  }
+  return trainer().Fit(fit_inputs());
+}
+
+absl::StatusOr<std::map<std::string, double>> Job::Test() {
+  KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kTest));
+  KILN_ASSIGN_OR_RETURN(auto report, task_->TestReport(output_dir_, data_->class_names()));
+  if (!report.empty()) trainer().LogMetrics(report);
+  metrics.insert(report.begin(), report.end());
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir_ + "/test_metrics.yaml", MetricsYaml(metrics)));
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> Job::Validate() {
+  KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kValidate));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(metrics)));
+  return metrics;
+}
+
+absl::Status Job::FitThenTest() {
+  KILN_RETURN_IF_ERROR(Fit());
+  // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
+  if (group_ != nullptr && !group_->is_global_zero()) return absl::OkStatus();
+  trainer().set_process_group(nullptr);
+  if (!cfg_.GetOr<bool>("test", true).value_or(true)) return absl::OkStatus();
+  // Test the best checkpoint when one was kept, as lightning-hydra-template does.
+  std::string best = checkpoint_keeper_ != nullptr ? checkpoint_keeper_->best_model_path() : "";
+  if (!best.empty() && trainer().checkpointing_enabled()) {
+    Logger::Instance().Info(absl::StrCat("testing the best checkpoint: ", best));
+    KILN_RETURN_IF_ERROR(Trainer::LoadWeights(best, *task_, model_name_));
+  }
+  KILN_RETURN_IF_ERROR(data_->Setup(data::Stage::kTest));
+  if (!data_->test_dataset()) return absl::OkStatus();
+  return Test().status();
+}
+
+absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which, const std::string& command) {
+  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));
+  KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *task_, model_name_));
+  return path;
+}
+
+}  // namespace kiln
