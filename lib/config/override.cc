@@ -935,7 +935,7 @@ std::string NodeToOverrideString(const Node& node) {
     case NodeKind::kMap: {
       std::vector<std::string> parts;
       for (const auto& [k, v] : node.entries()) {
-        parts.push_back(EscapeSpecialCharacters(k) + ":" + NodeToOverrideString(*v));
+        parts.push_back(EscapeSpecialCharacters(KeyText(k)) + ":" + NodeToOverrideString(*v));
       }
       return "{" + absl::StrJoin(parts, ",") + "}";
     }
