@@ -255,11 +255,13 @@ class OverrideParser {
       SkipWs();
       size_t key_start = pos_;
       std::string key;
+      bool plain = true;  // no escapes: may be a bool, int or float key
       while (!AtEnd() && Peek() != ':' && Peek() != ',' && Peek() != '}') {
         char c = Peek();
         if (c == '\\' && pos_ + 1 < s_.size() && IsEscapable(s_[pos_ + 1])) {
           key += s_[pos_ + 1];
           pos_ += 2;
+          plain = false;
           continue;
         }
         if (!(IsIdChar(c) || IsWs(c) || (IsUnquotedChar(c) && c != ':'))) {
@@ -274,6 +276,14 @@ class OverrideParser {
         return Fail("missing dictionary key");
       }
       if (Peek() != ':') return Fail("expected ':' after dictionary key");
+      // Hydra types a key as it types a value: {1:a} has the int key 1, {true:a} the bool key.
+      if (NodePtr typed = plain ? TypedToken(key) : nullptr) {
+        if (typed->is_null()) {
+          pos_ = key_start;
+          return Fail("a dictionary key cannot be null");
+        }
+        key = TypedKey(*typed);
+      }
       ++pos_;
       auto value = ParseElement(",}");
       if (!value.ok()) return value.status();

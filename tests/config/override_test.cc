@@ -356,11 +356,38 @@ TEST(OverrideValues, Dicts) {
   EXPECT_EQ(v->Find("k")->as_string(), "v");
 }
 
-TEST(OverrideValues, DictKeysAreStrings) {
-  NodePtr v = Value("{1: a, true: b}");
+// Hydra types a dictionary key as it types a value: {1:a} has the int key 1, not the string '1'.
+TEST(OverrideValues, DictKeysAreTypedLikeValues) {
+  NodePtr v = Value("{1: a, 1.5: b, x: c, 01: d, -2: e}");
   ASSERT_TRUE(v->is_map());
-  EXPECT_EQ(v->Find("1")->as_string(), "a");
-  EXPECT_EQ(v->Find("true")->as_string(), "b");
+  ASSERT_NE(v->Find(TypedKey(*Node::Int(1))), nullptr);
+  EXPECT_EQ(v->Find(TypedKey(*Node::Int(1)))->as_string(), "a");
+  EXPECT_EQ(v->Find("1"), nullptr);
+  EXPECT_EQ(v->Find(TypedKey(*Node::Float(1.5)))->as_string(), "b");
+  EXPECT_EQ(v->Find("x")->as_string(), "c");
+  EXPECT_EQ(v->Find("01")->as_string(), "d");  // not one INT token: a string
+  EXPECT_EQ(v->Find(TypedKey(*Node::Int(-2)))->as_string(), "e");
+  EXPECT_EQ(NodeToOverrideString(*v), "{1:a,1.5:b,x:c,01:d,-2:e}");
+}
+
+// As in a Python dict, 1 and True are one key: the first spelling stays, the last value wins.
+TEST(OverrideValues, DictKeysThatAreEqualNumbersAreOneKey) {
+  NodePtr v = Value("{1: a, TRUE: b}");
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ(v->entries()[0].first, TypedKey(*Node::Int(1)));
+  EXPECT_EQ(v->entries()[0].second->as_string(), "b");
+}
+
+TEST(OverrideValues, EscapedDictKeyStaysAString) {
+  NodePtr v = Value("{\\ 1:a}");
+  ASSERT_TRUE(v->is_map());
+  EXPECT_EQ(v->Find(" 1")->as_string(), "a");
+}
+
+TEST(OverrideErrors, NullDictKey) {
+  absl::Status st = ParseError("+m={a:1,null:2}");
+  EXPECT_THAT(Message(st),
+              HasSubstr("'+m={a:1,null:2}': a dictionary key cannot be null (column 9"));
 }
 
 TEST(OverrideValues, EmptyDict) {
