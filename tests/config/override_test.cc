@@ -671,6 +671,35 @@ TEST(OverrideErrors, TrailingCommaInSweep) {
   EXPECT_THAT(Message(st), HasSubstr("column"));
 }
 
+// Hydra's override lexer refuses non-ASCII outside quotes (LexerNoViableAltException); the
+// column counts characters, as Hydra's caret does.
+TEST(OverrideErrors, UnquotedNonAsciiNamesTheCharacterAndColumn) {
+  absl::Status st = ParseError("name=héllo");
+  EXPECT_EQ(
+      Message(st),
+      "invalid override 'name=héllo': unquoted non-ASCII character 'é'; Hydra's override grammar "
+      "takes only ASCII outside quotes, so quote the string ('...' or \"...\") (column 7 near "
+      "'éllo')");
+  EXPECT_THAT(Message(ParseError("+x='日本',日本")), HasSubstr("character '日'; "));
+  EXPECT_THAT(Message(ParseError("+x='日本',日本")), HasSubstr("(column 9 near '日本')"));
+  EXPECT_THAT(Message(ParseError("x=[a,{b:ü}]")), HasSubstr("character 'ü'"));
+  EXPECT_THAT(Message(ParseError("x={ü:1}")), HasSubstr("character 'ü'"));
+  EXPECT_THAT(Message(ParseError("x=choice(a,😀)")), HasSubstr("character '😀'"));
+}
+
+TEST(OverrideValues, NonAsciiInQuotesAndInterpolationsIsKept) {
+  ExpectString("'héllo'", "héllo");
+  ExpectString("\"日本 語\"", "日本 語");
+  ExpectString("${é}", "${é}");
+  ExpectString("a${oc.env:X,é}b", "a${oc.env:X,é}b");
+}
+
+// The text shown near an error ends on a whole character, never inside one.
+TEST(OverrideErrors, NearTextKeepsWholeCharacters) {
+  absl::Status st = ParseError("x=a)ééééééééééé");
+  EXPECT_THAT(Message(st), HasSubstr("near ')ééééééééééé')"));
+}
+
 TEST(OverrideErrors, DictWithoutColon) {
   absl::Status st = ParseError("x={a}");
   EXPECT_THAT(Message(st), HasSubstr("column"));
