@@ -29,7 +29,7 @@ absl::StatusOr<NodePtr> Config::Lookup(absl::string_view key) const {
       next = current->Find(seg);
       if (next == nullptr) {
         std::vector<std::string> keys;
-        for (const auto& [k, v] : current->entries()) keys.push_back(k);
+        for (const auto& [k, v] : current->entries()) keys.push_back(KeyText(k));
         return absl::NotFoundError(absl::StrCat("config key '", FullKey(key), "' not found",
                                                 DidYouMean(seg, keys).empty() ? ""
                                                     : absl::StrCat(" (did you mean '", walked.empty() ? "" : walked + ".",

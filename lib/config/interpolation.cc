@@ -203,7 +203,14 @@ void RegisterBuiltins(ResolverRegistry* registry) {
         return absl::InvalidArgumentError(absl::StrCat(call.name, ": '", *key, "' is not a mapping"));
       }
       NodePtr out = Node::List();
-      for (const auto& [k, v] : (*found)->entries()) out->Append(keys ? Node::String(k) : v);
+      for (const auto& [k, v] : (*found)->entries()) {
+        // OmegaConf's values are the interpolations ${key.k}, which miss a bool, int or float key.
+        if (!keys && IsTypedKey(k)) {
+          return absl::NotFoundError(
+              absl::StrCat("interpolation key '", *key, ".", KeyText(k), "' not found"));
+        }
+        out->Append(keys ? KeyValue(k) : v);
+      }
       return out;
     };
   };
@@ -526,7 +533,9 @@ absl::Status CheckInterpolationSyntax(absl::string_view text) {
 absl::Status CheckInterpolationSyntaxIn(const Node& node, const std::string& key) {
   if (node.is_map()) {
     for (const auto& [k, v] : node.entries()) {
-      if (auto st = CheckInterpolationSyntaxIn(*v, key.empty() ? k : key + "." + k); !st.ok())
+      if (auto st =
+              CheckInterpolationSyntaxIn(*v, key.empty() ? KeyText(k) : key + "." + KeyText(k));
+          !st.ok())
         return st;
     }
   } else if (node.is_list()) {
@@ -588,7 +597,10 @@ std::vector<std::string> ResolverRegistry::Names() const {
   return names;
 }
 
-std::string JoinPath(const std::vector<std::string>& path) { return absl::StrJoin(path, "."); }
+std::string JoinPath(const std::vector<std::string>& path) {
+  return absl::StrJoin(path, ".",
+                       [](std::string* out, const std::string& key) { out->append(KeyText(key)); });
+}
 
 std::vector<std::string> SplitKey(absl::string_view key) {
   std::vector<std::string> out;

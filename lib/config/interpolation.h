@@ -99,7 +99,7 @@ class Interpolator {
   bool keys_must_be_strings_ = false;
 };
 
-// "a.b.0" from path segments.
+// "a.b.0" from path segments (a typed key as its KeyText).
 std::string JoinPath(const std::vector<std::string>& path);
 
 // Checks a string value that holds "${" against OmegaConf's interpolation grammar, which

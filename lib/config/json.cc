@@ -50,7 +50,9 @@ std::string NodeToJson(const Node& node) {
       std::string out = "{";
       bool first = true;
       for (const auto& [k, v] : node.entries()) {
-        absl::StrAppend(&out, first ? "" : ", ", JsonString(k), ": ", NodeToJson(*v));
+        absl::StrAppend(&out, first ? "" : ", ",
+                        JsonString(IsTypedKey(k) ? NodeToJson(*KeyValue(k)) : k), ": ",
+                        NodeToJson(*v));
         first = false;
       }
       return out + "}";

@@ -11,7 +11,7 @@ namespace kiln::config {
 namespace {
 
 std::string Join(const std::string& prefix, const std::string& key) {
-  return prefix.empty() ? key : prefix + "." + key;
+  return prefix.empty() ? KeyText(key) : prefix + "." + KeyText(key);
 }
 
 bool ParseIndex(const std::string& seg, size_t size, size_t* index) {
@@ -25,7 +25,7 @@ bool ParseIndex(const std::string& seg, size_t size, size_t* index) {
 
 std::vector<std::string> KeysOf(const Node& map) {
   std::vector<std::string> keys;
-  for (const auto& [k, v] : map.entries()) keys.push_back(k);
+  for (const auto& [k, v] : map.entries()) keys.push_back(KeyText(k));
   return keys;
 }
 
@@ -48,8 +48,9 @@ absl::Status MergeInto(Node& dest, const Node& src, bool struct_mode, const std:
     NodePtr dest_value = dest.Find(key);
     if (dest_value == nullptr) {
       if (struct_mode) {
-        return absl::InvalidArgumentError(absl::StrCat("key '", Join(path, key), "' is not in the config",
-                                                       DidYouMean(key, KeysOf(dest))));
+        return absl::InvalidArgumentError(absl::StrCat("key '", Join(path, key),
+                                                       "' is not in the config",
+                                                       DidYouMean(KeyText(key), KeysOf(dest))));
       }
       dest.Set(key, src_value->Clone());
       continue;

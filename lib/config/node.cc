@@ -1,8 +1,10 @@
 #include "lib/config/node.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -79,16 +81,83 @@ bool Node::is_interpolation() const {
   return false;
 }
 
+namespace {
+
+constexpr char kTypedKeyMarker = '\xff';
+
+// Whether two bool, int or float keys are equal numbers, as Python compares 1, 1.0 and True.
+bool SameNumber(const Node& x, const Node& y) {
+  auto integer = [](const Node& n) -> int64_t {
+    return n.kind() == NodeKind::kBool ? n.as_bool() : n.as_int();
+  };
+  if (x.kind() != NodeKind::kFloat && y.kind() != NodeKind::kFloat) return integer(x) == integer(y);
+  auto number = [&](const Node& n) {
+    return n.kind() == NodeKind::kFloat ? n.as_float() : static_cast<double>(integer(n));
+  };
+  return number(x) == number(y);
+}
+
+}  // namespace
+
+std::string TypedKey(const Node& scalar) {
+  switch (scalar.kind()) {
+    case NodeKind::kBool:
+      return absl::StrCat(std::string(1, kTypedKeyMarker), "b", scalar.as_bool() ? 1 : 0);
+    case NodeKind::kInt:
+      return absl::StrCat(std::string(1, kTypedKeyMarker), "i", scalar.as_int());
+    case NodeKind::kFloat: {
+      // The bits in hex: exact, and free of the '.' that separates path segments.
+      uint64_t bits = 0;
+      double value = scalar.as_float();
+      std::memcpy(&bits, &value, sizeof(bits));
+      char hex[17];
+      std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(bits));
+      return absl::StrCat(std::string(1, kTypedKeyMarker), "f", hex);
+    }
+    default:
+      return scalar.as_string();
+  }
+}
+
+bool IsTypedKey(absl::string_view key) { return !key.empty() && key[0] == kTypedKeyMarker; }
+
+NodePtr KeyValue(absl::string_view key) {
+  if (!IsTypedKey(key) || key.size() < 3) return Node::String(std::string(key));
+  std::string text(key.substr(2));
+  switch (key[1]) {
+    case 'b':
+      return Node::Bool(text == "1");
+    case 'i':
+      return Node::Int(std::strtoll(text.c_str(), nullptr, 10));
+    default: {
+      uint64_t bits = std::strtoull(text.c_str(), nullptr, 16);
+      double value = 0;
+      std::memcpy(&value, &bits, sizeof(value));
+      return Node::Float(value);
+    }
+  }
+}
+
+std::string KeyText(absl::string_view key) {
+  return IsTypedKey(key) ? PythonStr(*KeyValue(key)) : std::string(key);
+}
+
+bool KeysMatch(absl::string_view a, absl::string_view b) {
+  if (a == b) return true;
+  if (!IsTypedKey(a) || !IsTypedKey(b)) return false;
+  return SameNumber(*KeyValue(a), *KeyValue(b));
+}
+
 NodePtr Node::Find(absl::string_view key) const {
   for (const auto& [k, v] : entries_) {
-    if (k == key) return v;
+    if (KeysMatch(k, key)) return v;
   }
   return nullptr;
 }
 
 void Node::Set(absl::string_view key, NodePtr value) {
   for (auto& [k, v] : entries_) {
-    if (k == key) {
+    if (KeysMatch(k, key)) {
       v = std::move(value);
       return;
     }
@@ -98,7 +167,7 @@ void Node::Set(absl::string_view key, NodePtr value) {
 
 bool Node::Erase(absl::string_view key) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->first == key) {
+    if (KeysMatch(it->first, key)) {
       entries_.erase(it);
       return true;
     }
@@ -138,8 +207,10 @@ bool DeepEqual(const Node& a, const Node& b) {
     case NodeKind::kMap: {
       if (a.size() != b.size()) return false;
       for (const auto& [k, v] : a.entries()) {
-        NodePtr other = b.Find(k);
-        if (other == nullptr || !DeepEqual(*v, *other)) return false;
+        // The same key written the same way: `1:` and `true:` are one key, but print differently.
+        auto other = std::find_if(b.entries().begin(), b.entries().end(),
+                                  [&k = k](const auto& entry) { return entry.first == k; });
+        if (other == b.entries().end() || !DeepEqual(*v, *other->second)) return false;
       }
       return true;
     }
@@ -241,7 +312,7 @@ std::string PythonStr(const Node& node) {
       for (const auto& [k, v] : node.entries()) {
         if (!first) out += ", ";
         first = false;
-        out += PythonStringRepr(k) + ": " + PythonRepr(*v);
+        out += PythonRepr(*KeyValue(k)) + ": " + PythonRepr(*v);
       }
       return out + "}";
     }

@@ -94,8 +94,23 @@ class Node {
   Source source_;
 };
 
+// Map keys are strings, but a YAML file (`1:`, `on:`, `0.5:`) or an override's dictionary
+// (`{1:a}`) may also give a bool, int or float key, and OmegaConf keeps it typed: the int key 1
+// is not the string key '1', so neither `${x.1}` nor the override `x.1=v` reaches it. Such a key
+// is stored as TypedKey(value): a 0xFF byte (never part of UTF-8 text, so no string key starts
+// with it), the kind and the value. Like Python dict keys, typed keys that are equal numbers
+// (1, 1.0, true) are one key, and the first one written stays.
+std::string TypedKey(const Node& scalar);  // `scalar` is a bool, int or float
+bool IsTypedKey(absl::string_view key);
+// The key as a value: the bool, int or float of a typed key, else the string.
+NodePtr KeyValue(absl::string_view key);
+// The key as text for paths and messages (Python's str(): "1", "True", "0.5").
+std::string KeyText(absl::string_view key);
+// Whether two keys name the same entry (what Find, Set and Erase compare).
+bool KeysMatch(absl::string_view a, absl::string_view b);
+
 // Structural equality: same kinds, same scalars (1, 1.0, '1' and true all differ), same map
-// keys regardless of order, same list items in order. NaN equals NaN.
+// keys (typed keys too) regardless of order, same list items in order. NaN equals NaN.
 bool DeepEqual(const Node& a, const Node& b);
 
 // Python's str() of a scalar (used by string interpolation): 5 -> "5", 0.5 -> "0.5",

@@ -29,7 +29,23 @@ bool IsEscapable(char c) {
 // Unquoted characters beyond letters, digits and '_' (Hydra 1.3's UNQUOTED_CHAR and COLON).
 bool IsUnquotedChar(char c) {
   static const std::string kChars = "/-\\+.$%*@?|:";
-  return kChars.find(c) != std::string::npos || static_cast<unsigned char>(c) >= 0x80;
+  return kChars.find(c) != std::string::npos;
+}
+
+bool IsAscii(char c) { return static_cast<unsigned char>(c) < 0x80; }
+
+// The length of the UTF-8 character that starts at s[i] (1 for a stray byte).
+size_t Utf8Length(absl::string_view s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+  return i + n <= s.size() ? n : 1;
+}
+
+// Characters (not bytes) before s[i], so a column matches what the user sees.
+size_t CharsBefore(absl::string_view s, size_t i) {
+  size_t count = 0;
+  for (size_t p = 0; p < i && p < s.size(); p += Utf8Length(s, p)) ++count;
+  return count;
 }
 
 // INT_UNSIGNED: '0' | [1-9] ('_'? DIGIT)*
@@ -140,11 +156,24 @@ class OverrideParser {
       : s_(text), whole_(whole), offset_(offset) {}
 
   absl::Status Fail(const std::string& what) const {
-    size_t column = offset_ + pos_ + 1;
-    std::string near = pos_ < s_.size() ? absl::StrCat(" near '", s_.substr(pos_, 12), "'")
-                                        : std::string(" at the end");
+    size_t column = CharsBefore(whole_, offset_ + pos_) + 1;
+    size_t near_end = pos_;
+    for (int chars = 0; chars < 12 && near_end < s_.size(); ++chars) {
+      near_end += Utf8Length(s_, near_end);
+    }
+    std::string near = pos_ < s_.size()
+                           ? absl::StrCat(" near '", s_.substr(pos_, near_end - pos_), "'")
+                           : std::string(" at the end");
     return absl::InvalidArgumentError(absl::StrCat("invalid override '", whole_, "': ", what,
                                                    " (column ", column, near, ")"));
+  }
+
+  // Hydra's override lexer takes only ASCII outside quotes and ${...} (LexerNoViableAltException).
+  absl::Status FailNonAscii() const {
+    return Fail(
+        absl::StrCat("unquoted non-ASCII character '", s_.substr(pos_, Utf8Length(s_, pos_)),
+                     "'; Hydra's override grammar takes only ASCII outside quotes, so quote the "
+                     "string ('...' or \"...\")"));
   }
 
   bool AtEnd() const { return pos_ >= s_.size(); }
@@ -255,13 +284,16 @@ class OverrideParser {
       SkipWs();
       size_t key_start = pos_;
       std::string key;
+      bool plain = true;  // no escapes: may be a bool, int or float key
       while (!AtEnd() && Peek() != ':' && Peek() != ',' && Peek() != '}') {
         char c = Peek();
         if (c == '\\' && pos_ + 1 < s_.size() && IsEscapable(s_[pos_ + 1])) {
           key += s_[pos_ + 1];
           pos_ += 2;
+          plain = false;
           continue;
         }
+        if (!IsAscii(c)) return FailNonAscii();
         if (!(IsIdChar(c) || IsWs(c) || (IsUnquotedChar(c) && c != ':'))) {
           return Fail("unexpected character in dictionary key");
         }
@@ -274,6 +306,14 @@ class OverrideParser {
         return Fail("missing dictionary key");
       }
       if (Peek() != ':') return Fail("expected ':' after dictionary key");
+      // Hydra types a key as it types a value: {1:a} has the int key 1, {true:a} the bool key.
+      if (NodePtr typed = plain ? TypedToken(key) : nullptr) {
+        if (typed->is_null()) {
+          pos_ = key_start;
+          return Fail("a dictionary key cannot be null");
+        }
+        key = TypedKey(*typed);
+      }
       ++pos_;
       auto value = ParseElement(",}");
       if (!value.ok()) return value.status();
@@ -377,6 +417,7 @@ class OverrideParser {
       if (c == '(' || c == '[' || c == '{') return Fail(absl::StrCat("unexpected '", std::string(1, c), "'"));
       if (c == '=') return Fail("unexpected '=' (quote the value or escape it as \\=)");
       if (c == '\'' || c == '"') return Fail("unexpected quote inside an unquoted value");
+      if (!IsAscii(c)) return FailNonAscii();
       if (!(IsIdChar(c) || IsWs(c) || IsUnquotedChar(c))) {
         return Fail(absl::StrCat("unexpected character '", std::string(1, c), "'"));
       }
@@ -935,7 +976,7 @@ std::string NodeToOverrideString(const Node& node) {
     case NodeKind::kMap: {
       std::vector<std::string> parts;
       for (const auto& [k, v] : node.entries()) {
-        parts.push_back(EscapeSpecialCharacters(k) + ":" + NodeToOverrideString(*v));
+        parts.push_back(EscapeSpecialCharacters(KeyText(k)) + ":" + NodeToOverrideString(*v));
       }
       return "{" + absl::StrJoin(parts, ",") + "}";
     }

@@ -19,7 +19,9 @@ void Collect(const Node& node, const std::string& path,
     return;
   }
   if (node.is_map()) {
-    for (const auto& [k, v] : node.entries()) Collect(*v, path.empty() ? k : path + "." + k, rows, where);
+    for (const auto& [k, v] : node.entries()) {
+      Collect(*v, path.empty() ? KeyText(k) : path + "." + KeyText(k), rows, where);
+    }
   } else {
     for (size_t i = 0; i < node.items().size(); ++i) {
       Collect(*node.items()[i], path + "." + std::to_string(i), rows, where);

@@ -67,7 +67,7 @@ absl::StatusOr<DefaultElement> ParseDefaultEntry(const Node& entry, const std::s
   }
   const auto& [key, value] = entry.entries()[0];
   d.is_group = true;
-  std::vector<std::string> words = absl::StrSplit(key, ' ', absl::SkipEmpty());
+  std::vector<std::string> words = absl::StrSplit(KeyText(key), ' ', absl::SkipEmpty());
   if (words.empty()) return EntryError(entry, file, "empty group name in defaults list");
   std::string group_key = words.back();
   for (size_t i = 0; i + 1 < words.size(); ++i) {

@@ -256,8 +256,9 @@ absl::StatusOr<std::vector<Override>> ParseSweepParams(const NodePtr& p) {
   std::vector<Override> params;
   if (p == nullptr || p->is_null()) return params;
   for (const auto& [key, value] : p->entries()) {
-    std::string text = key + "=" + (value->kind() == NodeKind::kString ? value->as_string()
-                                                                       : NodeToOverrideString(*value));
+    std::string text =
+        KeyText(key) + "=" +
+        (value->kind() == NodeKind::kString ? value->as_string() : NodeToOverrideString(*value));
     auto o = ParseOverride(text);
     if (!o.ok()) return o.status();
     params.push_back(*std::move(o));

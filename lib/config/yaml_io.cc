@@ -276,11 +276,12 @@ class YamlConverter {
         NodePtr explicit_keys = Node::Map();
         std::vector<NodePtr> merged;  // YAML 1.1 merge keys (`<<: *base`), as PyYAML applies them
         for (const auto& kv : y) {
-          if (!kv.first.IsScalar()) return Error(kv.first, "mapping keys must be scalars");
-          std::string key = kv.first.Scalar();
+          if (!kv.first.IsScalar() && !kv.first.IsNull()) {
+            return Error(kv.first, "mapping keys must be scalars");
+          }
           auto child = Convert(kv.second);
           if (!child.ok()) return child.status();
-          if (key == "<<" && kv.first.Tag() == "?") {
+          if (kv.first.Scalar() == "<<" && kv.first.Tag() == "?") {
             if ((*child)->is_map()) {
               merged.push_back(*child);
             } else if ((*child)->is_list() &&
@@ -292,10 +293,16 @@ class YamlConverter {
             }
             continue;
           }
-          if (explicit_keys->Contains(key)) return Error(kv.first, absl::StrCat("duplicate key '", key, "'"));
+          auto key = KeyOf(kv.first);
+          if (!key.ok()) return key.status();
+          // OmegaConf's loader refuses a repeated string key; a repeated bool, int or float key
+          // replaces the value, as a Python dict does.
+          if (!IsTypedKey(*key) && explicit_keys->Contains(*key)) {
+            return Error(kv.first, absl::StrCat("duplicate key '", *key, "'"));
+          }
           // A null value has no position of its own (yaml-cpp marks the next token); use its key's.
           if (kv.second.IsNull() && !WrittenNull(kv.second)) (*child)->set_source(SourceOf(kv.first));
-          explicit_keys->Set(key, *std::move(child));
+          explicit_keys->Set(*key, *std::move(child));
         }
         if (merged.empty()) {
           out = explicit_keys;
@@ -314,6 +321,17 @@ class YamlConverter {
     }
     if (!out->source().known()) out->set_source(SourceOf(y));
     return out;
+  }
+
+  // A mapping key as OmegaConf keeps it: a plain (or tagged) bool, int or float stays typed
+  // (`on:` is the key True, `1:` the key 1), anything else is a string.
+  absl::StatusOr<std::string> KeyOf(const YAML::Node& y) {
+    auto value = Convert(y);
+    if (!value.ok()) return value.status();
+    if ((*value)->is_null()) {
+      return Error(y, "a mapping key cannot be null (quote it for a string key)");
+    }
+    return (*value)->kind() == NodeKind::kString ? (*value)->as_string() : TypedKey(**value);
   }
 
   Source SourceOf(const YAML::Node& y) const {
@@ -600,7 +618,10 @@ std::string QuoteString(const std::string& s) {
   return out + "\"";
 }
 
-std::string KeyToYaml(const std::string& key) { return NeedsQuotes(key) ? QuoteString(key) : key; }
+std::string KeyToYaml(const std::string& key) {
+  if (IsTypedKey(key)) return ScalarToYaml(*KeyValue(key));
+  return NeedsQuotes(key) ? QuoteString(key) : key;
+}
 
 void Emit(const Node& node, int indent, std::string* out);
 

@@ -356,11 +356,38 @@ TEST(OverrideValues, Dicts) {
   EXPECT_EQ(v->Find("k")->as_string(), "v");
 }
 
-TEST(OverrideValues, DictKeysAreStrings) {
-  NodePtr v = Value("{1: a, true: b}");
+// Hydra types a dictionary key as it types a value: {1:a} has the int key 1, not the string '1'.
+TEST(OverrideValues, DictKeysAreTypedLikeValues) {
+  NodePtr v = Value("{1: a, 1.5: b, x: c, 01: d, -2: e}");
   ASSERT_TRUE(v->is_map());
-  EXPECT_EQ(v->Find("1")->as_string(), "a");
-  EXPECT_EQ(v->Find("true")->as_string(), "b");
+  ASSERT_NE(v->Find(TypedKey(*Node::Int(1))), nullptr);
+  EXPECT_EQ(v->Find(TypedKey(*Node::Int(1)))->as_string(), "a");
+  EXPECT_EQ(v->Find("1"), nullptr);
+  EXPECT_EQ(v->Find(TypedKey(*Node::Float(1.5)))->as_string(), "b");
+  EXPECT_EQ(v->Find("x")->as_string(), "c");
+  EXPECT_EQ(v->Find("01")->as_string(), "d");  // not one INT token: a string
+  EXPECT_EQ(v->Find(TypedKey(*Node::Int(-2)))->as_string(), "e");
+  EXPECT_EQ(NodeToOverrideString(*v), "{1:a,1.5:b,x:c,01:d,-2:e}");
+}
+
+// As in a Python dict, 1 and True are one key: the first spelling stays, the last value wins.
+TEST(OverrideValues, DictKeysThatAreEqualNumbersAreOneKey) {
+  NodePtr v = Value("{1: a, TRUE: b}");
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ(v->entries()[0].first, TypedKey(*Node::Int(1)));
+  EXPECT_EQ(v->entries()[0].second->as_string(), "b");
+}
+
+TEST(OverrideValues, EscapedDictKeyStaysAString) {
+  NodePtr v = Value("{\\ 1:a}");
+  ASSERT_TRUE(v->is_map());
+  EXPECT_EQ(v->Find(" 1")->as_string(), "a");
+}
+
+TEST(OverrideErrors, NullDictKey) {
+  absl::Status st = ParseError("+m={a:1,null:2}");
+  EXPECT_THAT(Message(st),
+              HasSubstr("'+m={a:1,null:2}': a dictionary key cannot be null (column 9"));
 }
 
 TEST(OverrideValues, EmptyDict) {
@@ -642,6 +669,35 @@ TEST(OverrideErrors, UnterminatedInterpolation) {
 TEST(OverrideErrors, TrailingCommaInSweep) {
   absl::Status st = ParseError("x=a,");
   EXPECT_THAT(Message(st), HasSubstr("column"));
+}
+
+// Hydra's override lexer refuses non-ASCII outside quotes (LexerNoViableAltException); the
+// column counts characters, as Hydra's caret does.
+TEST(OverrideErrors, UnquotedNonAsciiNamesTheCharacterAndColumn) {
+  absl::Status st = ParseError("name=héllo");
+  EXPECT_EQ(
+      Message(st),
+      "invalid override 'name=héllo': unquoted non-ASCII character 'é'; Hydra's override grammar "
+      "takes only ASCII outside quotes, so quote the string ('...' or \"...\") (column 7 near "
+      "'éllo')");
+  EXPECT_THAT(Message(ParseError("+x='日本',日本")), HasSubstr("character '日'; "));
+  EXPECT_THAT(Message(ParseError("+x='日本',日本")), HasSubstr("(column 9 near '日本')"));
+  EXPECT_THAT(Message(ParseError("x=[a,{b:ü}]")), HasSubstr("character 'ü'"));
+  EXPECT_THAT(Message(ParseError("x={ü:1}")), HasSubstr("character 'ü'"));
+  EXPECT_THAT(Message(ParseError("x=choice(a,😀)")), HasSubstr("character '😀'"));
+}
+
+TEST(OverrideValues, NonAsciiInQuotesAndInterpolationsIsKept) {
+  ExpectString("'héllo'", "héllo");
+  ExpectString("\"日本 語\"", "日本 語");
+  ExpectString("${é}", "${é}");
+  ExpectString("a${oc.env:X,é}b", "a${oc.env:X,é}b");
+}
+
+// The text shown near an error ends on a whole character, never inside one.
+TEST(OverrideErrors, NearTextKeepsWholeCharacters) {
+  absl::Status st = ParseError("x=a)ééééééééééé");
+  EXPECT_THAT(Message(st), HasSubstr("near ')ééééééééééé')"));
 }
 
 TEST(OverrideErrors, DictWithoutColon) {

@@ -280,6 +280,38 @@ TEST(ParseYaml, DuplicateNestedKeysRejected) {
   EXPECT_THAT(Message(parsed.status()), StartsWith("dup.yaml:3:3:"));
 }
 
+// OmegaConf keeps a plain bool, int or float key typed: `on:` is the key True, `1:` the key 1,
+// neither of them the string keys 'on' or '1'; ToYaml prints them as Hydra does.
+TEST(ParseYaml, BoolIntAndFloatKeysStayTyped) {
+  NodePtr root = MustParse("on: a\nOff: b\n2: c\n'2': d\n0x10: e\n1.5: f\ny: g\n!!str 3: h\n");
+  EXPECT_EQ(root->Find(TypedKey(*Node::Bool(true)))->as_string(), "a");
+  EXPECT_EQ(root->Find(TypedKey(*Node::Bool(false)))->as_string(), "b");
+  EXPECT_EQ(root->Find("on"), nullptr);
+  EXPECT_EQ(root->Find(TypedKey(*Node::Int(2)))->as_string(), "c");
+  EXPECT_EQ(root->Find("2")->as_string(), "d");
+  EXPECT_EQ(root->Find(TypedKey(*Node::Int(16)))->as_string(), "e");
+  EXPECT_EQ(root->Find(TypedKey(*Node::Float(1.5)))->as_string(), "f");
+  EXPECT_EQ(root->Find("y")->as_string(), "g");
+  EXPECT_EQ(root->Find("3")->as_string(), "h");
+  EXPECT_EQ(ToYaml(*root), "true: a\nfalse: b\n2: c\n'2': d\n16: e\n1.5: f\n'y': g\n'3': h\n");
+}
+
+// OmegaConf's loader refuses only repeated string keys; a repeated typed key (and 1, 1.0 and true
+// are one key) replaces the value and keeps the first spelling, as a Python dict does.
+TEST(ParseYaml, RepeatedTypedKeysReplaceTheValue) {
+  NodePtr root = MustParse("1: a\non: b\n1.0: c\n'1': d\n");
+  EXPECT_EQ(ToYaml(*root), "1: c\n'1': d\n");
+}
+
+TEST(ParseYaml, NullKeyIsAnError) {
+  for (const char* text : {"a: 1\nnull: 2\n", "a: 1\n~: 2\n", "a: 1\nNULL: 2\n"}) {
+    auto parsed = ParseYaml(text, "k.yaml");
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_THAT(Message(parsed.status()), StartsWith("k.yaml:2:1: a mapping key cannot be null"));
+  }
+  EXPECT_TRUE(ParseYaml("'null': 1\n", "k.yaml").ok());
+}
+
 TEST(ParseYaml, SyntaxErrorCarriesFileLineColumn) {
   auto parsed = ParseYaml("a: 1\nb: [1, 2\n", "bad.yaml");
   ASSERT_FALSE(parsed.ok());
