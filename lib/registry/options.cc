@@ -142,8 +142,11 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
     const OptionSpec* spec = Find(name);
     if (spec == nullptr) {
       std::string known = names.empty() ? "it takes no options" : "known: " + absl::StrJoin(names, ", ");
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", full(name), "' for ", component,
-                                                     config::DidYouMean(name, names), Where(*value),
+      // A typed key (`on:` is the bool key True, `1:` the int key 1, as in Hydra) is shown as Python
+      // shows it.
+      const std::string text = config::KeyText(name);
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", full(text), "' for ", component,
+                                                     config::DidYouMean(text, names), Where(*value),
                                                      "; ", known));
     }
     if (value->is_missing()) {
