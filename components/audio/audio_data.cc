@@ -227,12 +227,4 @@ absl::StatusOr<AudioPipelineOptions> BuildAudioPipeline(const AudioDataOptions& 
   return pipeline;
 }
 
-data::LoaderOptions AudioDataOptions::loader() const {
-  data::LoaderOptions o;
-  o.batch_size = batch_size;
-  o.num_workers = num_workers;
-  o.prefetch = prefetch;
-  return o;
-}
-
 }  // namespace kiln::audio

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "components/audio/features.h"
 #include "lib/config/config.h"
+#include "lib/data/batching_options.h"
 #include "lib/data/dataset.h"
 #include "lib/data/loader.h"
 #include "lib/data/transform.h"
@@ -102,7 +103,8 @@ enum class OnError { kFail, kSkip };
 
 // The splits, error policy, pipeline and loader options both data modules declare; their options
 // structs derive from this one. val null splits val_fraction off train; predict null uses test.
-struct AudioDataOptions {
+struct AudioDataOptions : data::BatchingOptions {
+  AudioDataOptions() { batch_size = 64; }
   std::string train;
   std::optional<std::string> val, test, predict;
   double val_fraction = 0.1;
@@ -114,12 +116,8 @@ struct AudioDataOptions {
   int64_t global_stats_files = 500;
   config::Config waveform_transforms, feature_transforms;  // lists of transforms, or null
   std::string on_error = "fail";
-  int64_t batch_size = 64;
-  int num_workers = 1;
-  int prefetch = 4;
 
   OnError on_error_policy() const { return on_error == "skip" ? OnError::kSkip : OnError::kFail; }
-  data::LoaderOptions loader() const;
 };
 
 // Checks every entry's file header (format, samples, resampling) in parallel. kFail: the first
@@ -155,7 +153,7 @@ template <typename S>
 OptionBinding<S> AddAudioDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<AudioDataOptions, S>);
   using A = AudioDataOptions;
-  return binding
+  binding = binding
       .Field("sample_rate", static_cast<int64_t S::*>(&A::sample_rate),
              "every file is resampled to this rate (soxr)", AtLeast(1))
       .Field("clip_seconds", static_cast<double S::*>(&A::clip_seconds),
@@ -176,12 +174,8 @@ OptionBinding<S> AddAudioDataOptions(OptionBinding<S> binding) {
             OptionType::kList, "training augmentation of the features (spec_augment)")
       .Field("on_error", static_cast<std::string S::*>(&A::on_error),
              "a bad audio file or manifest line: fail (one error naming it) or skip (counted)",
-             OneOf({"fail", "skip"}))
-      .Field("batch_size", static_cast<int64_t S::*>(&A::batch_size), "utterances per batch",
-             AtLeast(1))
-      .Field("num_workers", static_cast<int S::*>(&A::num_workers),
-             "threads loading batches (0: on the training thread)")
-      .Field("prefetch", static_cast<int S::*>(&A::prefetch), "batches prepared ahead at most");
+             OneOf({"fail", "skip"}));
+  return data::AddBatchingOptions(std::move(binding), "utterances");
 }
 
 // The pipeline the options describe, with its feature extractor instantiated (refused when it

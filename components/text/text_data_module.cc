@@ -21,12 +21,4 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> TextDataModule::tokenizer() {
   return std::shared_ptr<const Tokenizer>(tokenizer_);
 }
 
-data::LoaderOptions TextDataOptions::loader() const {
-  data::LoaderOptions o;
-  o.batch_size = batch_size;
-  o.num_workers = num_workers;
-  o.prefetch = prefetch;
-  return o;
-}
-
 }  // namespace kiln::text

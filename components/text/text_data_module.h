@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "components/text/tokenizer.h"
 #include "lib/config/config.h"
+#include "lib/data/batching_options.h"
 #include "lib/data/datamodule.h"
 #include "lib/registry/options.h"
 
@@ -44,14 +45,9 @@ class TextDataModule : public data::DataModule {
 
 // The tokenizer and loader options each text data module declares; its options struct derives
 // from this one.
-struct TextDataOptions {
+struct TextDataOptions : data::BatchingOptions {
   config::Config
       tokenizer;  // {_target_: char|whitespace|sentencepiece, ...}, instantiated by the factory
-  int64_t batch_size = 32;
-  int num_workers = 1;
-  int prefetch = 4;
-
-  data::LoaderOptions loader() const;
 };
 
 // Declares tokenizer, batch_size, num_workers and prefetch on S, after the options `binding`
@@ -60,14 +56,10 @@ template <typename S>
 OptionBinding<S> AddTextDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<TextDataOptions, S>);
   using T = TextDataOptions;
-  return binding
-      .RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer), OptionType::kMap,
-                    "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}")
-      .Field("batch_size", static_cast<int64_t S::*>(&T::batch_size), "sequences per batch",
-             AtLeast(1))
-      .Field("num_workers", static_cast<int S::*>(&T::num_workers),
-             "threads collating batches (0: on the training thread)")
-      .Field("prefetch", static_cast<int S::*>(&T::prefetch), "batches prepared ahead at most");
+  return data::AddBatchingOptions(
+      binding.RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer), OptionType::kMap,
+                           "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}"),
+      "sequences");
 }
 
 }  // namespace kiln::text

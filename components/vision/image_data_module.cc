@@ -41,9 +41,7 @@ absl::StatusOr<ImageDataSetup> ImageDataSetup::From(const ImageDataOptions& opti
   ImageDataSetup setup;
   setup.val_fraction = options.val_fraction;
   setup.split_seed = options.split_seed;
-  setup.loader.batch_size = options.batch_size;
-  setup.loader.num_workers = options.num_workers;
-  setup.loader.prefetch = options.prefetch;
+  setup.loader = options.loader();
   if (!options.transforms.node()->is_null()) {
     KILN_ASSIGN_OR_RETURN(setup.train_transforms,
                           TransformPipeline::FromConfig(options.transforms, "train"));

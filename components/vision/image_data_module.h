@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
+#include "lib/data/batching_options.h"
 #include "lib/data/datamodule.h"
 #include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
@@ -21,12 +22,13 @@ namespace kiln::data {
 
 // The split, loader and transform options each image data module declares; its options struct
 // derives from this one.
-struct ImageDataOptions {
+struct ImageDataOptions : BatchingOptions {
+  ImageDataOptions() {
+    batch_size = 128;
+    num_workers = 2;
+  }
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
-  int64_t batch_size = 128;
-  int num_workers = 2;
-  int prefetch = 4;
   config::Config transforms;  // {train: [...], eval: [...]}; null: none
   std::optional<int64_t> samples_per_class;  // null: every training sample
   int64_t samples_seed = 0;
@@ -45,16 +47,11 @@ template <typename S>
 OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<ImageDataOptions, S>);
   using D = ImageDataOptions;
-  return binding
+  binding = binding
       .Field("val_fraction", static_cast<double S::*>(&D::val_fraction),
              "share of the training set held out for validation", InHalfOpenRange(0, 1))
-      .Field("split_seed", static_cast<int64_t S::*>(&D::split_seed), "seed of the train/val split")
-      .Field("batch_size", static_cast<int64_t S::*>(&D::batch_size), "samples per batch",
-             AtLeast(1))
-      .Field("num_workers", static_cast<int S::*>(&D::num_workers),
-             "threads loading batches (0: load on the training thread)", AtLeast(0))
-      .Field("prefetch", static_cast<int S::*>(&D::prefetch), "batches loaded ahead at most",
-             AtLeast(1))
+      .Field("split_seed", static_cast<int64_t S::*>(&D::split_seed), "seed of the train/val split");
+  return AddBatchingOptions(std::move(binding), "samples")
       .Node("transforms", static_cast<config::Config S::*>(&D::transforms), OptionType::kMap,
             "{train: [...], eval: [...]} transform lists")
       .Field("samples_per_class", static_cast<std::optional<int64_t> S::*>(&D::samples_per_class),

@@ -11,10 +11,12 @@
 #include <opencv2/imgcodecs.hpp>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/components/instantiate.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
+#include "lib/registry/registry.h"
 #include "tests/support/process.h"
 
 namespace kiln::data {
@@ -379,6 +381,24 @@ TEST_F(ClassSubsetTest, BadSubsetsAreNamed) {
   auto few = BuildOk(Yaml("val_fraction: 0\nclasses: [3]\nsamples_per_class: 6\n"));
   EXPECT_EQ(std::string(few->Setup(Stage::kFit).message()),
             "data.samples_per_class=6 but class 3 has only 5 training samples");
+}
+
+// batch_size, num_workers and prefetch are declared once (lib/data/batching_options.h): every data
+// module refuses the same bad values with the same message, before it reads any file.
+TEST(BatchingOptions, EveryDataModuleChecksThemAlike) {
+  const std::vector<std::pair<std::string, int>> bad = {{"batch_size", 0}, {"num_workers", -1}, {"prefetch", 0}};
+  int modules = 0;
+  for (const auto& name : RegistryHub::Instance().Names(DataModule::kKind)) {
+    for (const auto& [option, value] : bad) {
+      auto made = Registry<DataModule>::Get().Instantiate(name, Options().Set(option, value));
+      ASSERT_FALSE(made.ok()) << name << " took " << option << "=" << value;
+      EXPECT_TRUE(absl::StrContains(made.status().message(), option)) << name << ": " << made.status();
+      EXPECT_TRUE(absl::StrContains(made.status().message(), value == -1 ? "at least 0" : "at least 1"))
+          << name << ": " << made.status();
+    }
+    ++modules;
+  }
+  EXPECT_GE(modules, 6);  // image, text and audio modules
 }
 
 }  // namespace
