@@ -31,18 +31,16 @@ if(TARGET kiln_serve)
 endif()
 
 # The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include
-# keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); internal ones are not
-# installed: how `kiln` starts workers (spawn, local_workers), loads engine libraries
-# (module_loader), and parses its own command line (cli). tests/install checks
-# that every installed header's includes are installed too.
+# keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); headers in an
+# `internal/` folder are not installed (abseil's rule): how `kiln` spawns processes
+# (lib/run/internal), starts workers (lib/sweep/internal), loads engine libraries
+# (lib/registry/internal) and parses its own command line (lib/app/internal). tests/install
+# checks that every installed header's includes are installed too.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FILES_MATCHING PATTERN "*.h")
 foreach(dir lib components tasks)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
-          PATTERN "spawn.h" EXCLUDE
-          PATTERN "local_workers.h" EXCLUDE
-          PATTERN "cli.h" EXCLUDE
-          PATTERN "module_loader.h" EXCLUDE)
+          PATTERN "internal" EXCLUDE)
 endforeach()
 install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)

@@ -1,8 +1,8 @@
 # uPlot for `kiln report`: finds the tarball scripts/fetch_web_deps.sh stored in KILN_WEB_CACHE,
-# checks its sha512 against lib/app/report/web/uplot.lock and unpacks the two files the page
+# checks its sha512 against lib/report/web/uplot.lock and unpacks the two files the page
 # inlines. Sets KILN_UPLOT_JS and KILN_UPLOT_CSS (empty files when the tarball is missing or wrong,
 # so the build still succeeds and `kiln report` explains what to run). Downloads nothing.
-set(_lock ${CMAKE_SOURCE_DIR}/lib/app/report/web/uplot.lock)
+set(_lock ${CMAKE_SOURCE_DIR}/lib/report/web/uplot.lock)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_lock})
 file(STRINGS ${_lock} _version REGEX "^version=")
 file(STRINGS ${_lock} _sha512 REGEX "^sha512=")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Puts the charting library that `kiln report` inlines into its pages (uPlot, pinned in
-# lib/app/report/web/uplot.lock) where CMake finds it, checks it again and embeds it:
+# lib/report/web/uplot.lock) where CMake finds it, checks it again and embeds it:
 # ${KILN_WEB_CACHE:-~/.cache/kiln/web}/uplot-VERSION.tgz.
 # The tarball comes from a folder of pinned npm tarballs, byte for byte as npm serves them
 # (KILN_PACKAGE_DIR; by default ../shared/packages/npm beside the checkout when there is one), and
@@ -9,7 +9,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/package_dir.sh"
-lock="$root/lib/app/report/web/uplot.lock"
+lock="$root/lib/report/web/uplot.lock"
 field() { sed -n "s/^$1=//p" "$lock"; }
 package=$(field package)
 version=$(field version)

@@ -1,10 +1,10 @@
-// optuna_trial: the trial's side of an Optuna sweep (lib/app/trial_channel.h). The optuna sweeper
+// optuna_trial: the trial's side of an Optuna sweep (lib/sweep/trial_channel.h). The optuna sweeper
 // adds it to each trial's job (`++callbacks.optuna_trial={...}`); it reports the validation
 // metrics after every validation and the test metrics at the end. When the study's pruner stops
 // the trial, the fit ends after that step (a resumable last.ckpt written, its checkpoints and logs
 // kept) and the job exits with code 3 (kExitTrialPruned), which tells a pruned trial from a failed one.
 #include "absl/strings/str_cat.h"
-#include "lib/app/trial_channel.h"
+#include "lib/sweep/trial_channel.h"
 #include "lib/core/exit_code.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"

@@ -16,16 +16,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/cli.h"
-#include "lib/app/launcher.h"
-#include "lib/app/local_workers.h"
-#include "lib/app/report/report_command.h"
-#include "lib/app/run_dir.h"
-#include "lib/app/spawn.h"
-#include "lib/app/stored_config.h"
-#include "lib/app/sweep_ledger.h"
-#include "lib/app/sweep_session.h"
-#include "lib/app/sweeper.h"
+#include "lib/app/internal/cli.h"
+#include "lib/sweep/launcher.h"
+#include "lib/sweep/internal/local_workers.h"
+#include "lib/report/report_command.h"
+#include "lib/run/run_dir.h"
+#include "lib/run/internal/spawn.h"
+#include "lib/run/stored_config.h"
+#include "lib/sweep/sweep_ledger.h"
+#include "lib/sweep/sweep_session.h"
+#include "lib/sweep/sweeper.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
 #include "lib/core/version.h"
@@ -37,7 +37,7 @@
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/component_listing.h"
-#include "lib/registry/module_loader.h"
+#include "lib/registry/internal/module_loader.h"
 #include "lib/registry/plugin_loader.h"
 #include "lib/registry/registry.h"
 
@@ -48,29 +48,18 @@ using config::Node;
 using config::NodePtr;
 
 // `compose`: a job that only composes, records and prints its config.
+absl::Status ComposeCommand(JobContext& job);
+const bool kComposeRegistered = [] {
+  RegisterCommand("compose", ComposeCommand);
+  return true;
+}();
+
 absl::Status ComposeCommand(JobContext& job) {
   std::string yaml = config::ToYaml(*job.cfg.node());
   std::fwrite(yaml.data(), 1, yaml.size(), stdout);
   std::fflush(stdout);
   Logger::Instance().Info(absl::StrCat("config recorded in ", job.output_dir, "/.hydra/config.yaml"));
   return absl::OkStatus();
-}
-
-std::map<std::string, CommandFn>& Commands() {
-  static auto* commands = new std::map<std::string, CommandFn>{{"compose", ComposeCommand}};
-  return *commands;
-}
-
-std::string ExecutablePath() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "kiln";
-}
-
-std::string ExecutableDir() {
-  std::string path = ExecutablePath();
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
 std::string Absolute(const std::string& path) {
@@ -368,12 +357,12 @@ class Application {
     job.composed = composed;
     job.output_dir = output_dir;
     absl::Status status;
-    auto it = Commands().find(cl_.command);
-    if (it != Commands().end()) {
+    const CommandFn* found = FindCommand(cl_.command);
+    if (found != nullptr) {
       // Components call LibTorch, which throws (a model that does not fit the data's shape, ...):
       // one line with the message, never a stack trace.
       try {
-        status = it->second(job);
+        status = (*found)(job);
       } catch (const std::exception& e) {
         std::string what = e.what();
         status = absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", what.substr(0, what.find('\n'))));
@@ -654,48 +643,6 @@ class Application {
 };
 
 }  // namespace
-
-void RegisterCommand(const std::string& name, CommandFn fn) { Commands()[name] = std::move(fn); }
-bool HasCommand(const std::string& name) { return Commands().count(name) > 0; }
-
-std::string Version() { return KILN_VERSION; }
-
-std::string DefaultConfigPath() {
-  // An installed kiln uses its own copy (beside the `kiln` executable, or beside this library for a
-  // program that links kiln); a build tree uses the source tree's configs.
-  std::string installed = ExecutableDir() + "/../share/kiln/configs";
-  char canonical[4096];
-  if (::realpath(installed.c_str(), canonical) != nullptr) return canonical;
-  Dl_info info;
-  if (::dladdr(reinterpret_cast<void*>(&DefaultConfigPath), &info) != 0 && info.dli_fname != nullptr) {
-    std::string library = info.dli_fname;
-    std::string beside = library.substr(0, library.rfind('/') + 1) + "../share/kiln/configs";
-    if (::realpath(beside.c_str(), canonical) != nullptr) return canonical;
-  }
-  if (!IsDirectory(KILN_SOURCE_CONFIG_DIR)) return installed;
-  return KILN_SOURCE_CONFIG_DIR;
-}
-
-int ExitCodeFor(const absl::Status& status) {
-  if (int requested = RequestedExitCode(status); requested >= 0) return requested;
-  switch (status.code()) {
-    case absl::StatusCode::kOk: return kExitOk;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kOutOfRange:
-      return kExitUsage;
-    default:
-      return kExitFailure;
-  }
-}
-
-void ReportError(const absl::Status& status) {
-  if (IsReported(status)) return;
-  std::string message = absl::StrReplaceAll(status.message(), {{"\n", " "}});
-  std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
-}
 
 int RunApplication(const std::vector<std::string>& args) {
   if (!StopWithParent()) {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/app/application.h"
+#include "lib/run/command.h"
 #include "lib/commands/command_options.h"
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"

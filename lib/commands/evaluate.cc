@@ -4,7 +4,7 @@
 #include <map>
 #include <memory>
 
-#include "lib/app/application.h"
+#include "lib/run/command.h"
 #include "lib/commands/job.h"
 
 namespace kiln {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/app/application.h"
+#include "lib/run/command.h"
 #include "lib/commands/command_options.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"

@@ -1,8 +1,8 @@
 #include "lib/commands/job.h"
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/application.h"
-#include "lib/app/run_dir.h"
+#include "lib/run/command.h"
+#include "lib/run/run_dir.h"
 #include "lib/config/compose.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/application.h"
+#include "lib/run/command.h"
 #include "lib/commands/job.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/environment.h"

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/app/application.h"
-#include "lib/app/report/lr_find_plot.h"
+#include "lib/run/command.h"
+#include "lib/report/lr_find_plot.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
 #include "lib/distributed/environment.h"

@@ -1,7 +1,7 @@
 // `kiln dashboard` through the real binary on a free loopback port: the page and its data while a
 // run is writing (a new metrics row shows up in the next fetch), files under the folder, `..` and
 // symbolic-link escapes refused with 403, missing files 404, and a clean stop on SIGTERM.
-#include "lib/app/report/dashboard.h"
+#include "lib/report/dashboard.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

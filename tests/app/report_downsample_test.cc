@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "lib/app/report/downsample.h"
+#include "lib/report/downsample.h"
 
 namespace kiln::app::report {
 namespace {

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The include rule: a module includes only modules at its own level or below, never one above.
 #
-#   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/app < lib/data
-#     < lib/trainer < lib/commands < lib/serve  <  components/  <  tasks/  <  plugins/, entrypoints/
+#   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/run < lib/sweep
+#     < lib/report < lib/data < lib/trainer < lib/commands < lib/serve  <  components/  <  tasks/
+#     <  plugins/  <  entrypoints/, lib/app
 #
-# lib/app (the command-line shell, Kiln::core) sits below lib/data and lib/trainer because it
-# never loads LibTorch: the engine registers its commands into the application, not the other
-# way round. The torch-free modules (lib/core except torch_compat.h, lib/config, lib/logging,
-# lib/registry, lib/app) must not include LibTorch headers at all. The public headers <kiln/...>
-# (include/kiln/) sit above everything: only plugins, examples and users include them.
+# Modules are ranked by purpose. lib/run (the command seam, run folders, stored configs), lib/sweep
+# (sweepers, launchers, Optuna) and lib/report (kiln report and dashboard) never load LibTorch, so
+# `kiln` composes, plans sweeps and reports in milliseconds; the engine (lib/data .. lib/serve)
+# registers its commands through lib/run. lib/app, the command-line shell, is at the top: nothing
+# but the entrypoint includes it. The torch-free modules (lib/core except torch_compat.h,
+# lib/config, lib/logging, lib/registry, lib/run, lib/sweep, lib/report, lib/app) must not include
+# LibTorch headers at all. The public headers <kiln/...> (include/kiln/) sit above everything:
+# only plugins, examples and users include them.
 #
 # Usage: check_includes.sh [ROOT]   (default: the repository this script is in)
 # Prints one line per violation (file:line: what) and exits 1 if there is any.
@@ -25,10 +29,10 @@ awk '
     return parts[1] == "lib" ? parts[1] "/" parts[2] : parts[1]
   }
   BEGIN {
-    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/app lib/data lib/trainer lib/commands lib/serve", low, " ")
+    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/run lib/sweep lib/report lib/data lib/trainer lib/commands lib/serve", low, " ")
     for (i in low) rank[low[i]] = i + 0
-    rank["components"] = 11; rank["tasks"] = 12; rank["plugins"] = 13; rank["entrypoints"] = 13
-    split("lib/core lib/config lib/logging lib/registry lib/app", free, " ")
+    rank["components"] = 13; rank["tasks"] = 14; rank["plugins"] = 15; rank["entrypoints"] = 16; rank["lib/app"] = 16
+    split("lib/core lib/config lib/logging lib/registry lib/run lib/sweep lib/report lib/app", free, " ")
     for (i in free) torch_free[free[i]] = 1
     violations = 0
   }

@@ -1,5 +1,5 @@
 // Test plugin: registers a launcher named like a built-in one.
-#include "lib/app/launcher.h"
+#include "lib/sweep/launcher.h"
 #include "lib/registry/plugin.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // Test plugin: a launcher that runs a multirun's jobs last to first, and a config folder.
 #include <memory>
 
-#include "lib/app/launcher.h"
+#include "lib/sweep/launcher.h"
 #include "lib/registry/plugin.h"
 
 namespace {

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/launcher.h"
-#include "lib/app/sweep_ledger.h"
-#include "lib/app/sweeper.h"
-#include "lib/app/trial_channel.h"
+#include "lib/sweep/launcher.h"
+#include "lib/sweep/sweep_ledger.h"
+#include "lib/sweep/sweeper.h"
+#include "lib/sweep/trial_channel.h"
 #include "lib/config/override.h"
 #include "lib/core/exit_code.h"
 #include "lib/registry/plugin.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/app/report/downsample.h"
+#include "lib/report/downsample.h"
 
 namespace kiln::app::report {
 

@@ -1,4 +1,4 @@
-#include "lib/app/run_dir.h"
+#include "lib/run/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "lib/app/report/report_page.h"
+#include "lib/report/report_page.h"
 
 #include <cctype>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "lib/app/report/page_json.h"
+#include "lib/report/page_json.h"
 #include "lib/config/json.h"
 
 namespace kiln::app::report {
@@ -22,19 +22,19 @@ namespace {
 namespace fs = std::filesystem;
 
 const char kTemplate[] =
-#include "lib/app/report/web/report_html.inc"
+#include "lib/report/web/report_html.inc"
     ;
 const char kRendererJs[] =
-#include "lib/app/report/web/report_js.inc"
+#include "lib/report/web/report_js.inc"
     ;
 const char kRendererCss[] =
-#include "lib/app/report/web/report_css.inc"
+#include "lib/report/web/report_css.inc"
     ;
 const char kUplotJs[] =
-#include "lib/app/report/web/uplot_js.inc"
+#include "lib/report/web/uplot_js.inc"
     ;
 const char kUplotCss[] =
-#include "lib/app/report/web/uplot_css.inc"
+#include "lib/report/web/uplot_css.inc"
     ;
 
 std::string Href(const std::string& path, const std::string& page_dir) {

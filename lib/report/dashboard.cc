@@ -1,4 +1,4 @@
-#include "lib/app/report/dashboard.h"
+#include "lib/report/dashboard.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -15,10 +15,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/http_thread_pool.h"
-#include "lib/app/report/report_command.h"
-#include "lib/app/report/report_page.h"
-#include "lib/app/report/run_reader.h"
+#include "lib/run/internal/http_thread_pool.h"
+#include "lib/report/report_command.h"
+#include "lib/report/report_page.h"
+#include "lib/report/run_reader.h"
 #include "lib/core/exit_code.h"
 
 #include <httplib.h>

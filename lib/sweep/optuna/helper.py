@@ -1,5 +1,5 @@
 # kiln's Optuna helper: one Python process per sweep, started by the `optuna` sweeper
-# (lib/app/optuna_sweeper.cc) and embedded in kiln at build time. It reads one JSON request per
+# (lib/sweep/optuna/sweeper.cc) and embedded in kiln at build time. It reads one JSON request per
 # line on stdin and answers each with one JSON line on stdout:
 #   {"op": "open", ...}          -> create or load the study; fail trials a dead sweep left RUNNING
 #   {"op": "ask"}                -> {"number", "params": [{"key", "value", "index"}]} or {"full": true}

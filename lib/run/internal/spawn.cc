@@ -1,4 +1,4 @@
-#include "lib/app/spawn.h"
+#include "lib/run/internal/spawn.h"
 
 #include <fcntl.h>
 #include <signal.h>

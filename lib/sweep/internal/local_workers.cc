@@ -1,4 +1,4 @@
-#include "lib/app/local_workers.h"
+#include "lib/sweep/internal/local_workers.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "lib/app/spawn.h"
+#include "lib/run/internal/spawn.h"
 #include "lib/core/exit_code.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "lib/app/launcher.h"
-#include "lib/app/sweeper.h"
+#include "lib/sweep/launcher.h"
+#include "lib/sweep/sweeper.h"
 
 namespace kiln::app {
 

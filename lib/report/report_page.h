@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "lib/app/report/run_reader.h"
+#include "lib/report/run_reader.h"
 
 namespace kiln::app::report {
 

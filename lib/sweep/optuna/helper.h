@@ -1,4 +1,4 @@
-// The Optuna sweeper's link to Optuna: one Python process per sweep (lib/app/optuna_helper.py,
+// The Optuna sweeper's link to Optuna: one Python process per sweep (lib/sweep/optuna/helper.py,
 // embedded at build) that holds the study and answers one JSON line per request (open, ask,
 // tell, report, should_prune, trials). Python starts once (about half a second); each request
 // after that costs a round trip and Optuna's own storage work. If the helper dies, every later

@@ -1,4 +1,4 @@
-#include "lib/app/cli.h"
+#include "lib/app/internal/cli.h"
 
 #include <algorithm>
 #include <cstdlib>

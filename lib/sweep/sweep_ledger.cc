@@ -1,4 +1,4 @@
-#include "lib/app/sweep_ledger.h"
+#include "lib/sweep/sweep_ledger.h"
 
 #include <fcntl.h>
 #include <unistd.h>

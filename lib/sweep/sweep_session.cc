@@ -1,4 +1,4 @@
-#include "lib/app/sweep_session.h"
+#include "lib/sweep/sweep_session.h"
 
 #include <map>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/sweep_ledger.h"
+#include "lib/sweep/sweep_ledger.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"

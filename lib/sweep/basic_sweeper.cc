@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/app/sweeper.h"
+#include "lib/sweep/sweeper.h"
 #include "lib/config/sweep.h"
 #include "lib/config/override.h"
 #include "lib/core/status_macros.h"

@@ -1,6 +1,6 @@
-#include "lib/app/launcher.h"
+#include "lib/sweep/launcher.h"
 
-#include "lib/app/spawn.h"
+#include "lib/run/internal/spawn.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/app/application.h"
+#include "lib/run/command.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"

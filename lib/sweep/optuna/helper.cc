@@ -1,4 +1,4 @@
-#include "lib/app/optuna_helper.h"
+#include "lib/sweep/optuna/helper.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/app/spawn.h"
+#include "lib/run/internal/spawn.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/status_macros.h"
@@ -35,7 +35,7 @@ using config::NodeToJson;
 namespace {
 
 const char kHelperScript[] =
-#include "lib/app/optuna_helper_py.inc"
+#include "lib/sweep/optuna/helper_py.inc"
     ;
 
 constexpr char kInstall[] = "pip install optuna (kiln's .venv: scripts/setup_venv.sh test)";

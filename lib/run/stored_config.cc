@@ -1,4 +1,4 @@
-#include "lib/app/stored_config.h"
+#include "lib/run/stored_config.h"
 
 #include <set>
 #include <vector>

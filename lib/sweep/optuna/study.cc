@@ -1,4 +1,4 @@
-#include "lib/app/optuna_study.h"
+#include "lib/sweep/optuna/study.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "lib/app/optuna_helper.h"
+#include "lib/sweep/optuna/helper.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"

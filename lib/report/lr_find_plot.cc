@@ -1,4 +1,4 @@
-#include "lib/app/report/lr_find_plot.h"
+#include "lib/report/lr_find_plot.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,16 +12,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/report/page_json.h"
-#include "lib/app/report/report_page.h"
-#include "lib/app/spawn.h"
+#include "lib/report/page_json.h"
+#include "lib/report/report_page.h"
+#include "lib/run/internal/spawn.h"
 #include "lib/core/files.h"
 
 namespace kiln::app::report {
 namespace {
 
 const char kLrFindTemplate[] =
-#include "lib/app/report/web/lr_find_html.inc"
+#include "lib/report/web/lr_find_html.inc"
     ;
 
 void WriteNumbers(PageJson& j, const char* key, const std::vector<double>& values) {

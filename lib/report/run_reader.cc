@@ -1,4 +1,4 @@
-#include "lib/app/report/run_reader.h"
+#include "lib/report/run_reader.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,8 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/app/optuna_study.h"
-#include "lib/app/sweep_ledger.h"
+#include "lib/sweep/optuna/study.h"
+#include "lib/sweep/sweep_ledger.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"

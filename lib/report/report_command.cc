@@ -1,4 +1,4 @@
-#include "lib/app/report/report_command.h"
+#include "lib/report/report_command.h"
 
 #include <chrono>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/app/report/report_page.h"
-#include "lib/app/report/run_reader.h"
+#include "lib/report/report_page.h"
+#include "lib/report/run_reader.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
 

@@ -1,4 +1,4 @@
-#include "lib/app/trial_channel.h"
+#include "lib/sweep/trial_channel.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/app/optuna_helper.h"
+#include "lib/sweep/optuna/helper.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"

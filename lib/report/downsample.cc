@@ -1,4 +1,4 @@
-#include "lib/app/report/downsample.h"
+#include "lib/report/downsample.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "lib/registry/module_loader.h"
+#include "lib/registry/internal/module_loader.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
