@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, 
   return job;
 }
 
-absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
+absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request) {
   config::ComposeOptions options;
   options.search_path.push_back(
       {"main", request.config_dir.empty() ? app::DefaultConfigPath() : request.config_dir});
@@ -89,12 +89,27 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Pur
   options.overrides = request.overrides;
   options.job_name = request.config_name;
   options.version = app::Version();
+  ComposedJob job;
   KILN_ASSIGN_OR_RETURN(config::ComposeResult composed, config::Compose(options));
-  KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(composed, /*job_num=*/-1, ""));
-  // A config that does not resolve is refused before anything is written.
-  KILN_ASSIGN_OR_RETURN(config::NodePtr resolved, config::ResolveJob(composed));
-  KILN_RETURN_IF_ERROR(app::WriteRunDir(composed, run));
-  return FromConfig(config::Config(resolved), run.output_dir, purpose);
+  job.composed = std::make_shared<config::ComposeResult>(std::move(composed));
+  KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(*job.composed, /*job_num=*/-1, ""));
+  job.output_dir = run.output_dir;
+  KILN_ASSIGN_OR_RETURN(config::NodePtr resolved, config::ResolveJob(*job.composed));
+  job.cfg = config::Config(resolved);
+  return job;
+}
+
+absl::Status WriteRunFolder(const ComposedJob& job) {
+  app::RunDir run;
+  run.output_dir = job.output_dir;
+  return app::WriteRunDir(*job.composed, run);
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
+  // A config that does not compose or resolve is refused before anything is written.
+  KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request));
+  KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
+  return FromConfig(composed.cfg, composed.output_dir, purpose);
 }
 
 void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
@@ -102,6 +117,14 @@ void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
   // Only rank 0 logs (its loggers see the whole job's metrics).
   if (group_ != nullptr && !group_->is_global_zero()) loggers_.clear();
   if (trainer_ != nullptr) trainer_->set_process_group(group_);
+}
+
+absl::Status Job::AddCallback(std::shared_ptr<Callback> callback) {
+  if (trainer_ != nullptr) {
+    return absl::FailedPreconditionError("a callback must be added before the job first fits, tests or validates");
+  }
+  callbacks_.push_back(std::move(callback));
+  return absl::OkStatus();
 }
 
 Trainer& Job::trainer() {
@@ -155,12 +178,12 @@ absl::StatusOr<std::map<std::string, double>> Job::Validate() {
   return metrics;
 }
 
-absl::Status Job::FitThenTest() {
+absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
   KILN_RETURN_IF_ERROR(Fit());
   // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
-  if (group_ != nullptr && !group_->is_global_zero()) return absl::OkStatus();
+  if (group_ != nullptr && !group_->is_global_zero()) return std::map<std::string, double>{};
   trainer().set_process_group(nullptr);
-  if (!cfg_.GetOr<bool>("test", true).value_or(true)) return absl::OkStatus();
+  if (!cfg_.GetOr<bool>("test", true).value_or(true)) return std::map<std::string, double>{};
   // Test the best checkpoint when one was kept, as lightning-hydra-template does.
   std::string best = checkpoint_keeper_ != nullptr ? checkpoint_keeper_->best_model_path() : "";
   if (!best.empty() && trainer().checkpointing_enabled()) {
@@ -168,8 +191,8 @@ absl::Status Job::FitThenTest() {
     KILN_RETURN_IF_ERROR(Trainer::LoadWeights(best, *task_, model_name_));
   }
   KILN_RETURN_IF_ERROR(data_->Setup(data::Stage::kTest));
-  if (!data_->test_dataset()) return absl::OkStatus();
-  return Test().status();
+  if (!data_->test_dataset()) return std::map<std::string, double>{};
+  return Test();
 }
 
 absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which, const std::string& command) {

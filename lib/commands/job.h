@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "lib/config/compose.h"
 #include "lib/config/config.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/datamodule.h"
@@ -35,6 +36,17 @@ struct JobRequest {
   std::string config_dir;              // "": kiln's own configs (the installed ones, or the source tree's)
   std::string config_name = "train";
 };
+
+// A config composed as `kiln train OVERRIDES` composes it, its interpolations resolved, with the run
+// folder hydra.run.dir names (not yet created) as paths.output_dir.
+struct ComposedJob {
+  config::Config cfg;
+  std::string output_dir;
+  std::shared_ptr<config::ComposeResult> composed;  // for writing the run folder's .hydra files
+};
+absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request);
+// Creates the run folder with its .hydra files (config.yaml, hydra.yaml, overrides.yaml).
+absl::Status WriteRunFolder(const ComposedJob& job);
 
 class Job {
  public:
@@ -57,11 +69,14 @@ class Job {
   // Evaluates on the validation split and writes val_metrics.yaml.
   absl::StatusOr<std::map<std::string, double>> Validate();
   // `kiln train`: Fit, then (rank 0, unless the config says test: false) Test on the best checkpoint
-  // when one was kept, as lightning-hydra-template does.
-  absl::Status FitThenTest();
+  // when one was kept, as lightning-hydra-template does. Returns the test metrics ({} untested).
+  absl::StatusOr<std::map<std::string, double>> FitThenTest();
   // Loads a checkpoint's weights into the model: a file, or `last` / `best` (what the
   // model_checkpoint callback recorded). `command` names the caller in errors. Returns the file.
   absl::StatusOr<std::string> LoadCheckpoint(const std::string& which, const std::string& command = "Job");
+
+  // Adds a callback after those the config names (before Fit, Test or Validate first runs).
+  absl::Status AddCallback(std::shared_ptr<Callback> callback);
 
   // Joins a data-parallel group (every rank trains; only rank 0 logs and tests).
   void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);

@@ -43,7 +43,7 @@ absl::Status TrainCommand(app::JobContext& ctx) {
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::FromConfig(ctx.cfg, ctx.output_dir));
   job->set_process_group(group);
-  return job->FitThenTest();
+  return job->FitThenTest().status();
 }
 
 const bool kTrainRegistered = [] {

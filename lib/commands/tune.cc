@@ -81,7 +81,7 @@ absl::Status TuneCommand(app::JobContext& ctx) {
   Logger::Instance().Info(
       absl::StrCat("lr_find --apply: training with optimizer.lr=", config::PythonFloatRepr(lr),
                    " (the suggestion; the config said ", was, ")"));
-  return job->FitThenTest();
+  return job->FitThenTest().status();
 }
 
 const bool kTuneRegistered = [] {

@@ -1,0 +1,267 @@
+// kiln._kiln: the Python face of kiln (python/kiln/__init__.py wraps it). Configs cross as plain
+// dicts, lists and scalars; kiln's errors become kiln.KilnError with kiln's one-line message; the
+// GIL is released while kiln composes, builds and trains. Built with the pybind11 that PyPI's torch
+// ships in its include/ (the one torch's own extensions use), against kiln's own LibTorch, which
+// is the torch of the same virtual environment.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <set>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lib/commands/job.h"
+#include "lib/config/node.h"
+#include "lib/config/yaml_io.h"
+#include "lib/run/command.h"
+#include "lib/trainer/trainer.h"
+#include "absl/strings/str_cat.h"
+
+namespace py = pybind11;
+
+namespace kiln::python {
+namespace {
+
+// A failed absl::Status, raised in Python as kiln.KilnError (a ValueError) with the same message.
+struct StatusError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) throw StatusError(std::string(status.message()));
+}
+template <typename T>
+T Take(absl::StatusOr<T> value) {
+  Check(value.status());
+  return *std::move(value);
+}
+
+py::object ToPython(const config::Node& node) {
+  switch (node.kind()) {
+    case config::NodeKind::kNull: return py::none();
+    case config::NodeKind::kBool: return py::bool_(node.as_bool());
+    case config::NodeKind::kInt: return py::int_(node.as_int());
+    case config::NodeKind::kFloat: return py::float_(node.as_float());
+    case config::NodeKind::kString: return py::str(node.as_string());
+    case config::NodeKind::kList: {
+      py::list out;
+      for (const auto& item : node.items()) out.append(ToPython(*item));
+      return out;
+    }
+    case config::NodeKind::kMap: {
+      py::dict out;
+      for (const auto& [key, value] : node.entries()) out[py::str(config::KeyText(key))] = ToPython(*value);
+      return out;
+    }
+    default:  // `???` and interpolations left as text
+      return py::str(config::ScalarToYaml(node));
+  }
+}
+
+config::NodePtr FromPython(const py::handle& value, const std::string& where) {
+  if (value.is_none()) return config::Node::Null();
+  if (py::isinstance<py::bool_>(value)) return config::Node::Bool(value.cast<bool>());
+  if (py::isinstance<py::int_>(value)) return config::Node::Int(value.cast<int64_t>());
+  if (py::isinstance<py::float_>(value)) return config::Node::Float(value.cast<double>());
+  if (py::isinstance<py::str>(value)) return config::Node::String(value.cast<std::string>());
+  if (py::isinstance<py::dict>(value)) {
+    config::NodePtr out = config::Node::Map();
+    for (const auto& [k, v] : value.cast<py::dict>()) {
+      std::string key = py::str(k).cast<std::string>();
+      out->Set(key, FromPython(v, where.empty() ? key : where + "." + key));
+    }
+    return out;
+  }
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    config::NodePtr out = config::Node::List();
+    size_t i = 0;
+    for (const auto& item : value) out->Append(FromPython(item, where + "[" + std::to_string(i++) + "]"));
+    return out;
+  }
+  throw StatusError("config value " + (where.empty() ? std::string("(root)") : where) + " is a " +
+                    std::string(py::str(py::type::of(value).attr("__name__"))) +
+                    "; a kiln config holds dicts, lists, str, int, float, bool and None");
+}
+
+JobRequest Request(const std::vector<std::string>& overrides, const std::string& config_name,
+                   const std::string& config_dir) {
+  JobRequest request;
+  request.overrides = overrides;
+  request.config_name = config_name;
+  request.config_dir = config_dir;
+  return request;
+}
+
+// A kiln.Callback written in Python, called from kiln's loop with the GIL taken for the call. Only
+// the hooks the Python class overrides are called. An exception stops the run: it is kept, with its
+// traceback, and raised again in Python when the kiln call that ran the loop returns.
+class PyCallback : public Callback {
+ public:
+  PyCallback(py::object callback, std::set<std::string> hooks, int index,
+             std::shared_ptr<std::unique_ptr<py::error_already_set>> raised)
+      : callback_(std::move(callback)), hooks_(std::move(hooks)), index_(index), raised_(std::move(raised)) {
+    py::gil_scoped_acquire gil;
+    name_ = py::str(py::type::of(callback_).attr("__qualname__")).cast<std::string>();
+  }
+  ~PyCallback() override {
+    py::gil_scoped_acquire gil;
+    callback_ = py::object();
+  }
+  std::string state_key() const override { return "python[" + std::to_string(index_) + "]:" + name_; }
+
+  absl::Status OnFitStart(Trainer& t) override { return Call("on_fit_start", t); }
+  absl::Status OnFitEnd(Trainer& t) override { return Call("on_fit_end", t); }
+  absl::Status OnTrainEpochStart(Trainer& t) override { return Call("on_train_epoch_start", t); }
+  absl::Status OnTrainEpochEnd(Trainer& t) override { return Call("on_train_epoch_end", t); }
+  absl::Status OnTrainBatchEnd(Trainer& t, const data::Batch&, double loss) override {
+    return Call("on_train_batch_end", t, loss);  // made a Python float once the GIL is held
+  }
+  absl::Status OnValidationStart(Trainer& t) override { return Call("on_validation_start", t); }
+  absl::Status OnValidationEnd(Trainer& t, const std::map<std::string, double>& metrics) override {
+    return Call("on_validation_end", t, metrics);
+  }
+  absl::Status OnTestEnd(Trainer& t, const std::map<std::string, double>& metrics) override {
+    return Call("on_test_end", t, metrics);
+  }
+
+ private:
+  template <typename... A>
+  absl::Status Call(const char* hook, Trainer& trainer, A&&... args) {
+    if (!hooks_.count(hook)) return absl::OkStatus();
+    py::gil_scoped_acquire gil;
+    try {
+      callback_.attr(hook)(py::cast(&trainer, py::return_value_policy::reference), std::forward<A>(args)...);
+      return absl::OkStatus();
+    } catch (py::error_already_set& e) {
+      std::string what = e.what();
+      *raised_ = std::make_unique<py::error_already_set>(std::move(e));
+      return absl::AbortedError(absl::StrCat("Python callback ", name_, ".", hook, " raised ",
+                                             what.substr(0, what.find('\n'))));
+    }
+  }
+
+  py::object callback_;
+  std::set<std::string> hooks_;
+  int index_;
+  std::string name_;
+  std::shared_ptr<std::unique_ptr<py::error_already_set>> raised_;
+};
+
+// A built job, driven from Python; every call releases the GIL while kiln works.
+class PyJob {
+ public:
+  static PyJob FromOverrides(const std::vector<std::string>& overrides, const std::string& config_name,
+                             const std::string& config_dir, bool evaluate) {
+    py::gil_scoped_release release;
+    auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
+    return PyJob(Take(Job::Compose(Request(overrides, config_name, config_dir), purpose)));
+  }
+  static PyJob FromDict(const py::dict& cfg, const std::string& output_dir, bool evaluate) {
+    config::Config config(FromPython(cfg, ""));
+    py::gil_scoped_release release;
+    auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
+    return PyJob(Take(Job::FromConfig(config, output_dir, purpose)));
+  }
+
+  void AddCallback(py::object callback, const std::set<std::string>& hooks) {
+    Check(job_->AddCallback(std::make_shared<PyCallback>(std::move(callback), hooks, callbacks_++, raised_)));
+  }
+  void Fit() {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = job_->Fit();
+    }
+    Finish(status);
+  }
+  std::map<std::string, double> FitThenTest() { return Run([&] { return job_->FitThenTest(); }); }
+  std::map<std::string, double> Test() { return Run([&] { return job_->Test(); }); }
+  std::map<std::string, double> Validate() { return Run([&] { return job_->Validate(); }); }
+  std::string LoadCheckpoint(const std::string& which) {
+    py::gil_scoped_release release;
+    return Take(job_->LoadCheckpoint(which, "kiln.Trainer.load_checkpoint"));
+  }
+  std::string output_dir() const { return job_->output_dir(); }
+  py::object config() const { return ToPython(*job_->config().node()); }
+
+ private:
+  explicit PyJob(std::unique_ptr<Job> job) : job_(std::move(job)) {}
+
+  template <typename F>
+  std::map<std::string, double> Run(F&& work) {
+    absl::StatusOr<std::map<std::string, double>> result;
+    {
+      py::gil_scoped_release release;
+      result = work();
+    }
+    Finish(result.status());
+    return *std::move(result);
+  }
+  // A Python callback's exception is raised again as it was (its traceback included); any other
+  // failure is a KilnError.
+  void Finish(const absl::Status& status) {
+    if (*raised_ != nullptr) {
+      std::unique_ptr<py::error_already_set> raised = std::move(*raised_);
+      throw std::move(*raised);
+    }
+    Check(status);
+  }
+
+  std::shared_ptr<Job> job_;
+  int callbacks_ = 0;
+  std::shared_ptr<std::unique_ptr<py::error_already_set>> raised_ =
+      std::make_shared<std::unique_ptr<py::error_already_set>>();
+};
+
+py::object Compose(const std::string& config_name, const std::vector<std::string>& overrides,
+                   const std::string& config_dir) {
+  ComposedJob composed;
+  {
+    py::gil_scoped_release release;
+    composed = Take(ComposeJob(Request(overrides, config_name, config_dir)));
+  }
+  return ToPython(*composed.cfg.node());
+}
+
+}  // namespace
+}  // namespace kiln::python
+
+PYBIND11_MODULE(_kiln, m) {
+  m.doc() = "kiln's native core (use the kiln package)";
+  static py::exception<kiln::python::StatusError> error(m, "KilnError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kiln::python::StatusError& e) {
+      py::set_error(error, e.what());
+    }
+  });
+  m.attr("__version__") = kiln::app::Version();
+  m.def("compose", &kiln::python::Compose, py::arg("config_name") = "train", py::arg("overrides") = std::vector<std::string>{},
+        py::arg("config_dir") = "",
+        "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, as dicts.");
+  m.def("default_config_dir", &kiln::app::DefaultConfigPath, "kiln's own configs folder.");
+  // What a Python callback's hooks get as `trainer`: the loop's counters and a way to stop it.
+  py::class_<kiln::Trainer>(m, "LoopState")
+      .def_property_readonly("global_step", &kiln::Trainer::global_step)
+      .def_property_readonly("current_epoch", &kiln::Trainer::current_epoch)
+      .def_property_readonly("callback_metrics", &kiln::Trainer::callback_metrics)
+      .def("request_stop", &kiln::Trainer::RequestStopNow, py::arg("reason") = "a Python callback asked",
+           "Stops the fit after the current optimizer step, with a resumable last.ckpt.");
+  py::class_<kiln::python::PyJob>(m, "Job")
+      .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
+                  py::arg("config_dir") = "", py::arg("evaluate") = false)
+      .def_static("from_dict", &kiln::python::PyJob::FromDict, py::arg("cfg"), py::arg("output_dir"), py::arg("evaluate") = false)
+      .def("add_callback", &kiln::python::PyJob::AddCallback, py::arg("callback"), py::arg("hooks"))
+      .def("fit", &kiln::python::PyJob::Fit)
+      .def("fit_then_test", &kiln::python::PyJob::FitThenTest)
+      .def("test", &kiln::python::PyJob::Test)
+      .def("validate", &kiln::python::PyJob::Validate)
+      .def("load_checkpoint", &kiln::python::PyJob::LoadCheckpoint, py::arg("which"))
+      .def_property_readonly("output_dir", &kiln::python::PyJob::output_dir)
+      .def_property_readonly("config", &kiln::python::PyJob::config);
+}
+

@@ -1,0 +1,167 @@
+"""`import kiln` (build/python) against the `kiln` command: the same config, the same trained weights,
+and kiln's errors as kiln.KilnError. Run by ctest (tests/python/CMakeLists.txt) with the .venv's
+Python; torch is imported first, as a notebook would, so kiln shares that process's LibTorch."""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+import torch  # noqa: F401  (first, as users do)
+import kiln
+
+KILN = os.environ["KILN_BINARY"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def small_run(run_dir):
+    return ["model=mlp", "model.hidden=[16]", "trainer.max_steps=30", "trainer.num_threads=1",
+            "trainer.limit_val_batches=2", "trainer.num_sanity_val_steps=0", "seed=3", "hydra.run.dir=" + run_dir]
+
+
+def weights(run_dir, out_dir):
+    """The data section of the run's last.ckpt exported as safetensors (the header names the source)."""
+    subprocess.run([KILN, "export", "run_dir=" + run_dir, "ckpt_path=last", "hydra.run.dir=" + out_dir],
+                   check=True, capture_output=True)
+    with open(os.path.join(out_dir, "model.safetensors"), "rb") as f:
+        blob = f.read()
+    return blob[8 + struct.unpack("<Q", blob[:8])[0]:]
+
+
+class Compose(unittest.TestCase):
+    def test_matches_the_command_line(self):
+        cfg = kiln.compose(overrides=["model=mlp", "model.hidden=[64,32]", "trainer.max_epochs=2"])
+        self.assertEqual(cfg["model"]["_target_"], "mlp")
+        self.assertEqual(cfg["model"]["hidden"], [64, 32])
+        self.assertEqual(cfg["trainer"]["max_epochs"], 2)
+        self.assertIsInstance(cfg["optimizer"]["lr"], float)
+        printed = subprocess.run([KILN, "train", "model=mlp", "model.hidden=[64,32]", "trainer.max_epochs=2",
+                                  "--cfg", "job", "--resolve"], check=True, capture_output=True, text=True).stdout
+        self.assertIn("max_epochs: 2", printed)
+        self.assertIn("_target_: mlp", printed)
+
+    def test_a_bad_override_is_a_kiln_error_with_kilns_message(self):
+        with self.assertRaises(kiln.KilnError) as caught:
+            kiln.compose(overrides=["trainer.max_stepz=3"])
+        self.assertIn("max_stepz", str(caught.exception))
+        self.assertIn("max_steps", str(caught.exception))  # did you mean
+        self.assertTrue(issubclass(kiln.KilnError, ValueError))
+        with self.assertRaises(kiln.KilnError):
+            kiln.compose(overrides=["model=no_such_model"])
+
+
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class Fit(unittest.TestCase):
+    def test_fit_and_kiln_train_give_bitwise_equal_weights(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = kiln.fit(small_run(tmp + "/py"))
+            self.assertGreater(metrics["test/acc"], 0.3)
+            subprocess.run([KILN, "train"] + small_run(tmp + "/cli"), check=True, capture_output=True)
+            with open(tmp + "/py/test_metrics.yaml") as a, open(tmp + "/cli/test_metrics.yaml") as b:
+                self.assertEqual(a.read(), b.read())
+            self.assertEqual(weights(tmp + "/py", tmp + "/py_export"), weights(tmp + "/cli", tmp + "/cli_export"))
+
+    def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = kiln.compose(overrides=small_run(tmp + "/run") + ["test=false"])
+            cfg["trainer"]["max_steps"] = 10
+            trainer = kiln.Trainer(cfg)
+            self.assertEqual(trainer.output_dir, tmp + "/run")
+            ticks = []
+            stop = threading.Event()
+
+            def tick():  # runs only while kiln has let go of the GIL
+                while not stop.is_set():
+                    ticks.append(1)
+                    stop.wait(0.001)
+
+            ticker = threading.Thread(target=tick)
+            ticker.start()
+            trainer.fit()
+            stop.set()
+            ticker.join()
+            self.assertGreater(len(ticks), 5)
+            self.assertTrue(os.path.exists(tmp + "/run/checkpoints/last.ckpt"))
+            self.assertGreater(trainer.validate()["val/acc"], 0.0)
+
+    def test_bad_input_raises_kiln_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(kiln.KilnError):
+                kiln.fit(["trainer.max_epochs=-1", "hydra.run.dir=" + tmp + "/bad"])
+            evaluate = kiln.Trainer(overrides=["model=mlp", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
+            with self.assertRaises(kiln.KilnError) as caught:
+                evaluate.load_checkpoint(tmp + "/missing.ckpt")
+            self.assertIn("missing.ckpt", str(caught.exception))
+            with self.assertRaises(kiln.KilnError):
+                kiln.Trainer({"trainer": {"max_steps": object()}}, output_dir=tmp + "/x")
+
+
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class Callbacks(unittest.TestCase):
+    def test_hooks_are_called_from_kilns_loop(self):
+        class Record(kiln.Callback):
+            def __init__(self):
+                self.steps, self.validations, self.tests = [], [], []
+
+            def on_train_batch_end(self, trainer, loss):
+                self.steps.append((trainer.global_step, loss))
+
+            def on_validation_end(self, trainer, metrics):
+                self.validations.append(dict(metrics))
+
+            def on_test_end(self, trainer, metrics):
+                self.tests.append(dict(metrics))
+
+        record = Record()
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = kiln.fit(small_run(tmp + "/run") + ["trainer.val_check_interval=10"], callbacks=[record])
+        self.assertEqual([s for s, _ in record.steps], list(range(1, 31)))
+        self.assertTrue(all(loss > 0 for _, loss in record.steps))
+        self.assertEqual(len(record.validations), 3)
+        self.assertIn("val/acc", record.validations[-1])
+        self.assertEqual(record.tests, [{k: v for k, v in metrics.items() if k in record.tests[0]}])
+
+    def test_a_callback_can_stop_the_fit(self):
+        class StopAtFive(kiln.Callback):
+            def on_train_batch_end(self, trainer, loss):
+                if trainer.global_step == 5:
+                    trainer.request_stop("enough")
+
+            def on_fit_end(self, trainer):
+                self.ended_at = trainer.global_step
+
+        stop = StopAtFive()
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = kiln.Trainer(overrides=small_run(tmp + "/run"), callbacks=[stop])
+            trainer.fit()
+            self.assertTrue(os.path.exists(tmp + "/run/checkpoints/last.ckpt"))
+        self.assertEqual(stop.ended_at, 5)
+
+    def test_an_exception_stops_the_run_and_surfaces_with_its_traceback(self):
+        class Broken(kiln.Callback):
+            def on_train_batch_end(self, trainer, loss):
+                if trainer.global_step == 3:
+                    raise RuntimeError("broken at step 3")
+
+        raised = None
+        with tempfile.TemporaryDirectory() as tmp:
+            try:  # not assertRaises, which drops the traceback
+                kiln.fit(small_run(tmp + "/run"), callbacks=[Broken()])
+            except RuntimeError as e:
+                raised = e
+        self.assertIsNotNone(raised)
+        self.assertEqual(str(raised), "broken at step 3")
+        frames = []
+        tb = raised.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        self.assertIn("on_train_batch_end", frames)
+        with self.assertRaises(TypeError):
+            kiln.Trainer(overrides=["model=mlp"], callbacks=[object()])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
