@@ -11,6 +11,7 @@ set -euo pipefail
 #   build-essential cmake ninja-build ccache pkg-config  compiler, build system, build cache
 #   python3 python3-venv                                 the project's virtual environment (.venv) that holds
 #                                                        LibTorch: PyPI's torch, pinned (scripts/setup_venv.sh)
+#   python3-dev                                          Python's headers: the `import kiln` extension (docs/python.md)
 #   libgloo-dev                                          Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
 #                                                        and the torch wheel leaves out (its Gloo is built in)
 #   libyaml-cpp-dev                                      YAML parsing for lib/config
@@ -36,7 +37,7 @@ set -euo pipefail
 #   chromium                                             headless browser: the kiln report tests render pages in it
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  python3 python3-venv libgloo-dev
+  python3 python3-venv python3-dev libgloo-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
   libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist
