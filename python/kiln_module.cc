@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <csignal>
 #include <map>
 #include <set>
 #include <memory>
@@ -206,6 +207,12 @@ class PyJob {
     if (*raised_ != nullptr) {
       std::unique_ptr<py::error_already_set> raised = std::move(*raised_);
       throw std::move(*raised);
+    }
+    // Ctrl-C (a notebook's stop button): kiln's loop stopped at a step boundary and wrote a
+    // resumable last.ckpt; Python sees the KeyboardInterrupt it expects, with kiln's message.
+    if (RequestedExitCode(status) == 128 + SIGINT) {
+      PyErr_SetString(PyExc_KeyboardInterrupt, std::string(status.message()).c_str());
+      throw py::error_already_set();
     }
     Check(status);
   }

@@ -163,5 +163,30 @@ class Callbacks(unittest.TestCase):
             kiln.Trainer(overrides=["model=mlp"], callbacks=[object()])
 
 
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class Interrupt(unittest.TestCase):
+    def test_ctrl_c_is_a_keyboard_interrupt_with_a_resumable_checkpoint(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            script = ("import kiln, sys\n"
+                      "class Started(kiln.Callback):\n"
+                      "    def on_train_batch_end(self, trainer, loss):\n"
+                      "        if trainer.global_step == 20: print('training', flush=True)\n"
+                      "try:\n"
+                      "    kiln.fit(%r, callbacks=[Started()])\n"
+                      "except KeyboardInterrupt as e:\n"
+                      "    print('KeyboardInterrupt:', e, flush=True)\n"
+                      "    sys.exit(7)\n" % (small_run(tmp + "/run")[:2] + ["trainer.max_steps=100000", "seed=3",
+                                                                          "hydra.run.dir=" + tmp + "/run"]))
+            child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=dict(os.environ))
+            self.assertEqual(child.stdout.readline().strip(), "training")
+            child.send_signal(2)  # SIGINT
+            out, err = child.communicate(timeout=120)
+            self.assertEqual(child.returncode, 7, err)
+            self.assertIn("KeyboardInterrupt: interrupted by SIGINT", out)
+            self.assertIn("resume with ckpt_path=" + tmp + "/run/checkpoints/last.ckpt", out)
+            self.assertTrue(os.path.exists(tmp + "/run/checkpoints/last.ckpt"))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
