@@ -5,9 +5,14 @@
 // is the torch of the same virtual environment.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <csignal>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <set>
 #include <memory>
 #include <stdexcept>
@@ -18,6 +23,10 @@
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
 #include "lib/run/command.h"
+#include "lib/data/datamodule.h"
+#include "lib/data/loader.h"
+#include "lib/data/sampler.h"
+#include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"
 #include "absl/strings/str_cat.h"
 
@@ -151,6 +160,139 @@ class PyCallback : public Callback {
   std::shared_ptr<std::unique_ptr<py::error_already_set>> raised_;
 };
 
+// A batch as Python sees it: {"input", "target"[, "lengths", "mask"]} as torch.Tensors that share
+// kiln's storage (no copy).
+py::dict BatchDict(const data::Batch& batch) {
+  py::dict out;
+  out["input"] = batch.input;
+  out["target"] = batch.target;
+  if (batch.lengths.defined()) out["lengths"] = batch.lengths;
+  if (batch.mask.defined()) out["mask"] = batch.mask;
+  return out;
+}
+
+// One pass over a DataLoader as a Python iterator. kiln's loader runs on a thread of its own (its
+// workers load and collate in parallel, outside the GIL) and hands batches over through a queue of
+// `prefetch` batches; __next__ waits for one with the GIL released. Dropping the iterator early
+// stops the loader.
+class BatchIterator {
+ public:
+  BatchIterator(std::shared_ptr<data::DataLoader> loader, int64_t epoch) : loader_(std::move(loader)) {
+    capacity_ = std::max<size_t>(1, static_cast<size_t>(loader_->options().prefetch));
+    thread_ = std::thread([this, epoch] {
+      absl::Status status = loader_->Run(epoch, 0, loader_->num_batches(), [this](data::Batch& b) -> absl::StatusOr<bool> {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return queue_.size() < capacity_ || stopping_; });
+        if (stopping_) return false;
+        queue_.push_back(std::move(b));
+        changed_.notify_all();
+        return true;
+      });
+      std::lock_guard<std::mutex> lock(mutex_);
+      status_ = status;
+      done_ = true;
+      changed_.notify_all();
+    });
+  }
+  ~BatchIterator() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      changed_.notify_all();
+    }
+    py::gil_scoped_release release;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  py::dict Next() {
+    data::Batch batch;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return !queue_.empty() || done_; });
+      if (queue_.empty()) {
+        lock.unlock();
+        py::gil_scoped_acquire gil;
+        Check(status_);
+        throw py::stop_iteration();
+      }
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+      changed_.notify_all();
+    }
+    return BatchDict(batch);
+  }
+
+ private:
+  std::shared_ptr<data::DataLoader> loader_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<data::Batch> queue_;
+  size_t capacity_ = 4;
+  bool done_ = false, stopping_ = false;
+  absl::Status status_;
+};
+
+// A split's loader: iterating starts a pass (epoch 0, 1, ... for the training split, whose order
+// and random transforms follow kiln's per-sample seeds: the same seed gives the same batches).
+class PyLoader {
+ public:
+  explicit PyLoader(std::shared_ptr<data::DataLoader> loader) : loader_(std::move(loader)) {}
+  std::unique_ptr<BatchIterator> Iter() { return std::make_unique<BatchIterator>(loader_, epoch_++); }
+  int64_t Len() const { return loader_->num_batches(); }
+
+ private:
+  std::shared_ptr<data::DataLoader> loader_;
+  int64_t epoch_ = 0;
+};
+
+// kiln's data module, built from a config node (cfg["data"]), with loaders for its splits.
+class PyDataModule {
+ public:
+  PyDataModule(const py::dict& cfg, uint64_t seed) : seed_(seed) {
+    config::Config config(FromPython(cfg, "data"));
+    py::gil_scoped_release release;
+    module_ = Take(Registry<data::DataModule>::Get().Instantiate(config));
+  }
+  PyLoader TrainLoader() {
+    auto ds = Setup(data::Stage::kFit, [&] { return module_->train_dataset(); }, "training");
+    return Loader(ds, data::RandomSampler(ds->size(), seed_));
+  }
+  PyLoader ValLoader() {
+    auto ds = Setup(data::Stage::kFit, [&] { return module_->val_dataset(); }, "validation");
+    return Loader(ds, data::SequentialSampler(ds->size()));
+  }
+  PyLoader TestLoader() {
+    auto ds = Setup(data::Stage::kTest, [&] { return module_->test_dataset(); }, "test");
+    return Loader(ds, data::SequentialSampler(ds->size()));
+  }
+  std::vector<std::string> ClassNames() const { return module_->class_names(); }
+
+ private:
+  template <typename F>
+  std::shared_ptr<const data::Dataset> Setup(data::Stage stage, F&& split, const char* name) {
+    py::gil_scoped_release release;
+    if (!prepared_) {
+      Check(module_->PrepareData());
+      prepared_ = true;
+    }
+    Check(module_->Setup(stage));
+    std::shared_ptr<const data::Dataset> ds = split();
+    if (ds == nullptr) throw StatusError(std::string("this data module has no ") + name + " split");
+    return ds;
+  }
+  PyLoader Loader(std::shared_ptr<const data::Dataset> ds, std::shared_ptr<data::Sampler> sampler) {
+    data::LoaderOptions options = module_->loader_options();
+    options.seed = seed_;
+    return PyLoader(std::make_shared<data::DataLoader>(std::move(ds), std::move(sampler), options));
+  }
+
+  std::shared_ptr<data::DataModule> module_;
+  uint64_t seed_;
+  bool prepared_ = false;
+};
+
 // A built job, driven from Python; every call releases the GIL while kiln works.
 class PyJob {
  public:
@@ -258,6 +400,19 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("callback_metrics", &kiln::Trainer::callback_metrics)
       .def("request_stop", &kiln::Trainer::RequestStopNow, py::arg("reason") = "a Python callback asked",
            "Stops the fit after the current optimizer step, with a resumable last.ckpt.");
+  py::class_<kiln::python::BatchIterator>(m, "BatchIterator")
+      .def("__iter__", [](kiln::python::BatchIterator& it) -> kiln::python::BatchIterator& { return it; },
+           py::return_value_policy::reference_internal)
+      .def("__next__", &kiln::python::BatchIterator::Next);
+  py::class_<kiln::python::PyLoader>(m, "Loader")
+      .def("__iter__", &kiln::python::PyLoader::Iter, py::keep_alive<0, 1>())
+      .def("__len__", &kiln::python::PyLoader::Len);
+  py::class_<kiln::python::PyDataModule>(m, "DataModule")
+      .def(py::init<const py::dict&, uint64_t>(), py::arg("cfg"), py::arg("seed") = 0)
+      .def("train_loader", &kiln::python::PyDataModule::TrainLoader)
+      .def("val_loader", &kiln::python::PyDataModule::ValLoader)
+      .def("test_loader", &kiln::python::PyDataModule::TestLoader)
+      .def_property_readonly("class_names", &kiln::python::PyDataModule::ClassNames);
   py::class_<kiln::python::PyJob>(m, "Job")
       .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
                   py::arg("config_dir") = "", py::arg("evaluate") = false)

@@ -10,10 +10,10 @@ message (file:line, did-you-mean). docs/python.md says more.
 """
 from typing import Dict, Optional, Sequence
 
-from ._kiln import KilnError, Job, LoopState, __version__, default_config_dir
+from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "Trainer", "compose", "fit", "__version__"]
+__all__ = ["Callback", "KilnError", "LoopState", "Trainer", "compose", "data_module", "fit", "__version__"]
 
 
 class Callback:
@@ -102,3 +102,10 @@ def fit(overrides: Sequence[str] = (), config_name: str = "train", config_dir: O
     test: false). Returns the test metrics ({} without a test)."""
     trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks)
     return trainer._job.fit_then_test()
+
+
+def data_module(cfg: dict, seed: int = 0) -> DataModule:
+    """kiln's data module of a config node (cfg["data"] of kiln.compose), with train_loader(),
+    val_loader() and test_loader(): iterables of {"input", "target", ...} torch.Tensors, loaded by
+    kiln's threads outside the GIL with kiln's per-sample seeded randomness."""
+    return DataModule(cfg, seed)

@@ -164,6 +164,61 @@ class Callbacks(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class Data(unittest.TestCase):
+    def cfg(self):
+        cfg = kiln.compose(overrides=["data=fashion_mnist", "data.num_workers=2", "data.batch_size=64"])["data"]
+        cfg["transforms"]["train"].insert(1, {"_target_": "random_crop", "size": 28, "padding": 2})
+        return cfg
+
+    def test_loaders_give_torch_tensors_with_kilns_seeded_randomness(self):
+        first = kiln.data_module(self.cfg(), seed=5)
+        loader = first.train_loader()
+        self.assertEqual(len(loader), 844)  # 54000 training images (val_fraction 0.1) in batches of 64
+        epoch0 = next(iter(loader))
+        self.assertIsInstance(epoch0["input"], torch.Tensor)
+        self.assertEqual(tuple(epoch0["input"].shape), (64, 1, 28, 28))
+        self.assertEqual(epoch0["input"].dtype, torch.float32)
+        self.assertEqual(epoch0["target"].dtype, torch.int64)
+        epoch1 = next(iter(loader))  # a second pass is the next epoch: another order
+        self.assertFalse(torch.equal(epoch0["target"], epoch1["target"]))
+        again = next(iter(kiln.data_module(self.cfg(), seed=5).train_loader()))
+        self.assertTrue(torch.equal(epoch0["input"], again["input"]))  # same seed, same batch, bitwise
+        self.assertTrue(torch.equal(epoch0["target"], again["target"]))
+        other = next(iter(kiln.data_module(self.cfg(), seed=6).train_loader()))
+        self.assertFalse(torch.equal(epoch0["target"], other["target"]))
+        test = first.test_loader()
+        self.assertEqual(sum(b["target"].shape[0] for b in test), 10000)
+        self.assertEqual(first.class_names[0], "T-shirt/top")
+
+    def test_a_plain_pytorch_loop_trains_on_it(self):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for i, batch in enumerate(kiln.data_module(self.cfg(), seed=1).train_loader()):
+            loss = torch.nn.functional.cross_entropy(model(batch["input"]), batch["target"])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if i == 100:
+                break  # dropping the iterator stops kiln's loader
+        self.assertLess(sum(losses[-10:]) / 10, sum(losses[:10]) / 10)
+
+    def test_bad_data_config_is_a_kiln_error(self):
+        cfg = self.cfg()
+        cfg["batch_size"] = 0
+        with self.assertRaises(kiln.KilnError) as caught:
+            kiln.data_module(cfg)
+        self.assertIn("batch_size", str(caught.exception))
+        cfg = self.cfg()
+        cfg["root"] = "/nonexistent"
+        with self.assertRaises(kiln.KilnError) as caught:
+            kiln.data_module(cfg).train_loader()
+        self.assertIn("/nonexistent", str(caught.exception))
+
+
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
 class Interrupt(unittest.TestCase):
     def test_ctrl_c_is_a_keyboard_interrupt_with_a_resumable_checkpoint(self):
         with tempfile.TemporaryDirectory() as tmp:
