@@ -393,10 +393,16 @@ PYBIND11_MODULE(_kiln, m) {
         py::arg("config_dir") = "",
         "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, as dicts.");
   m.def("default_config_dir", &kiln::app::DefaultConfigPath, "kiln's own configs folder.");
+  m.def("load_yaml", [](const std::string& path) {
+    return kiln::python::ToPython(*kiln::python::Take(kiln::config::LoadYamlFile(path)));
+  }, py::arg("path"), "A YAML file read as kiln reads configs (YAML 1.1 scalars, Hydra's typed keys).");
   // What a Python callback's hooks get as `trainer`: the loop's counters and a way to stop it.
   py::class_<kiln::Trainer>(m, "LoopState")
       .def_property_readonly("global_step", &kiln::Trainer::global_step)
       .def_property_readonly("current_epoch", &kiln::Trainer::current_epoch)
+      .def_property_readonly("train_batches_per_epoch", &kiln::Trainer::train_batches_per_epoch)
+      .def_property_readonly("max_epochs", [](const kiln::Trainer& t) { return t.options().max_epochs; })
+      .def_property_readonly("max_steps", [](const kiln::Trainer& t) { return t.options().max_steps; })
       .def_property_readonly("callback_metrics", &kiln::Trainer::callback_metrics)
       .def("request_stop", &kiln::Trainer::RequestStopNow, py::arg("reason") = "a Python callback asked",
            "Stops the fit after the current optimizer step, with a resumable last.ckpt.");

@@ -10,10 +10,11 @@ message (file:line, did-you-mean). docs/python.md says more.
 """
 from typing import Dict, Optional, Sequence
 
-from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir
+from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "Trainer", "compose", "data_module", "fit", "__version__"]
+__all__ = ["Callback", "KilnError", "LoopState", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run",
+           "__version__"]
 
 
 class Callback:
@@ -32,6 +33,43 @@ class Callback:
 
 
 _HOOKS = [name for name in vars(Callback) if name.startswith("on_")]
+
+
+class ProgressBar(Callback):
+    """A progress bar per epoch with the loss and the last validation metrics, drawn by tqdm.auto: a
+    widget in Jupyter (with ipywidgets), text elsewhere. kiln's own progress_bar callback writes to
+    the process's stderr, which a notebook does not show; kiln.fit adds this one (progress=True)."""
+
+    def __init__(self, refresh_rate: int = 20):
+        self.refresh_rate = max(1, int(refresh_rate))
+        self._bar = None
+        self._pending = 0
+
+    def on_train_epoch_start(self, trainer):
+        from tqdm.auto import tqdm
+        total = trainer.train_batches_per_epoch or None
+        self._bar = tqdm(total=total, desc="epoch %d" % trainer.current_epoch, leave=True, dynamic_ncols=True)
+        self._pending = 0
+
+    def on_train_batch_end(self, trainer, loss):
+        self._pending += 1
+        if self._bar is not None and self._pending >= self.refresh_rate:
+            self._bar.update(self._pending)
+            self._bar.set_postfix(loss="%.4f" % loss, refresh=False)
+            self._pending = 0
+
+    def on_validation_end(self, trainer, metrics):
+        if self._bar is not None:
+            self._bar.set_postfix({k: "%.4f" % v for k, v in metrics.items() if k.startswith("val/")}, refresh=True)
+
+    def on_train_epoch_end(self, trainer):
+        self.on_fit_end(trainer)
+
+    def on_fit_end(self, trainer):
+        if self._bar is not None:
+            self._bar.update(self._pending)
+            self._bar.close()
+            self._bar = None
 
 
 def _add_callbacks(job, callbacks):
@@ -95,11 +133,16 @@ class Trainer:
         """Loads weights: a checkpoint file, "last" or "best"; returns the file."""
         return self._job.load_checkpoint(which)
 
+    def metrics(self, as_frame: bool = False):
+        """What the csv logger wrote (metrics.csv): a dict per logged step, or a pandas DataFrame."""
+        return _read_metrics(self.output_dir, as_frame)
+
 
 def fit(overrides: Sequence[str] = (), config_name: str = "train", config_dir: Optional[str] = None,
-        callbacks: Sequence[Callback] = ()) -> Dict[str, float]:
+        callbacks: Sequence[Callback] = (), progress: bool = False) -> Dict[str, float]:
     """`kiln train OVERRIDES` in one call: fits, then tests the best checkpoint (unless the config says
-    test: false). Returns the test metrics ({} without a test)."""
+    test: false). Returns the test metrics ({} without a test). progress=True draws a ProgressBar."""
+    callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
     trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks)
     return trainer._job.fit_then_test()
 
@@ -109,3 +152,38 @@ def data_module(cfg: dict, seed: int = 0) -> DataModule:
     val_loader() and test_loader(): iterables of {"input", "target", ...} torch.Tensors, loaded by
     kiln's threads outside the GIL with kiln's per-sample seeded randomness."""
     return DataModule(cfg, seed)
+
+
+def _read_metrics(run_dir: str, as_frame: bool = False):
+    import csv
+    import os
+    path = os.path.join(run_dir, "metrics.csv")
+    rows = []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                rows.append({k: (int(float(v)) if k in ("step", "epoch") else float(v))
+                             for k, v in row.items() if v not in ("", None)})
+    if not as_frame:
+        return rows
+    try:
+        import pandas
+    except ImportError as e:
+        raise ImportError("metrics(as_frame=True) needs pandas (pip install pandas); without it: a list of dicts") from e
+    return pandas.DataFrame(rows)
+
+
+def read_run(run_dir: str, as_frame: bool = False) -> dict:
+    """A finished (or running) run folder as Python objects: its resolved config
+    (.hydra/config.yaml), its metrics (metrics.csv, as for Trainer.metrics) and its test metrics."""
+    import os
+    if not os.path.isdir(os.path.join(run_dir, ".hydra")):
+        raise KilnError("%s is not a kiln run folder (no .hydra/)" % run_dir)
+    out = {"dir": os.path.abspath(run_dir), "config": None, "metrics": _read_metrics(run_dir, as_frame), "test": {}}
+    config = os.path.join(run_dir, ".hydra", "config.yaml")
+    if os.path.exists(config):
+        out["config"] = load_yaml(config)
+    test = os.path.join(run_dir, "test_metrics.yaml")
+    if os.path.exists(test):
+        out["test"] = {k: float(v) for k, v in (load_yaml(test) or {}).items()}
+    return out

@@ -63,6 +63,32 @@ class Fit(unittest.TestCase):
                 self.assertEqual(a.read(), b.read())
             self.assertEqual(weights(tmp + "/py", tmp + "/py_export"), weights(tmp + "/cli", tmp + "/cli_export"))
 
+    def test_metrics_and_runs_read_back(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = kiln.Trainer(overrides=small_run(tmp + "/run") + ["trainer.log_every_n_steps=10",
+                                                                         "trainer.val_check_interval=15"])
+            trainer.fit()
+            rows = trainer.metrics()
+            self.assertEqual([r["step"] for r in rows if "train/loss" in r], [10, 20, 30])
+            self.assertEqual(len([r for r in rows if "val/acc" in r]), 2)
+            test = trainer.test()
+            run = kiln.read_run(tmp + "/run")
+            self.assertEqual(run["config"]["model"]["_target_"], "mlp")
+            self.assertEqual(run["test"]["test/acc"], test["test/acc"])
+            self.assertEqual(run["metrics"][:len(rows)], rows)  # then the test's row
+            self.assertEqual(run["metrics"][-1]["test/acc"], test["test/acc"])
+            with self.assertRaises(kiln.KilnError):
+                kiln.read_run(tmp)
+
+    def test_progress_bar_draws_epochs(self):
+        import io
+        import contextlib
+        err = io.StringIO()
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(err):
+            kiln.fit(small_run(tmp + "/run") + ["test=false"], progress=True)
+        self.assertIn("epoch 0", err.getvalue())
+        self.assertIn("30/422", err.getvalue())  # 30 steps of an epoch of 422 batches
+
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = kiln.compose(overrides=small_run(tmp + "/run") + ["test=false"])
