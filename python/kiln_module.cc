@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <set>
@@ -27,6 +28,7 @@
 #include "lib/data/loader.h"
 #include "lib/data/sampler.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/predictor.h"
 #include "lib/trainer/trainer.h"
 #include "absl/strings/str_cat.h"
 
@@ -293,6 +295,101 @@ class PyDataModule {
   bool prepared_ = false;
 };
 
+// A prediction as `kiln predict` writes it (class_index, class, probability; or text), plus every
+// class's probability for a classifier.
+py::dict PredictionDict(const Prediction& p) {
+  py::dict out;
+  for (const auto& [key, value] : p.fields) out[py::str(key)] = ToPython(*value);
+  if (!p.probabilities.empty()) out["probabilities"] = p.probabilities;
+  if (!p.source.empty()) out["source"] = p.source;
+  return out;
+}
+
+// kiln::Predictor from Python: raw inputs (image or audio bytes, texts) or already-prepared tensors.
+class PyPredictor {
+ public:
+  PyPredictor(const std::string& path, const std::vector<std::string>& overrides, std::optional<std::string> quantize) {
+    PredictorOptions options;
+    options.overrides = overrides;
+    options.quantize = std::move(quantize);
+    py::gil_scoped_release release;
+    predictor_ = Take(Predictor::Load(path, options));
+  }
+
+  // One raw input: bytes (an image or audio file's contents) or str (a text).
+  py::dict PredictOne(const py::object& raw) {
+    std::string input = Raw(raw);
+    absl::StatusOr<Prediction> p;
+    {
+      py::gil_scoped_release release;
+      p = predictor_->Predict(input);
+    }
+    return PredictionDict(Take(std::move(p)));
+  }
+  // Several raw inputs in one forward pass; a bad one raises, naming its position.
+  py::list PredictMany(const py::list& raws) {
+    std::vector<std::string> inputs;
+    for (const auto& raw : raws) inputs.push_back(Raw(py::reinterpret_borrow<py::object>(raw)));
+    std::vector<absl::StatusOr<Prediction>> answers;
+    {
+      py::gil_scoped_release release;
+      std::vector<std::string_view> views(inputs.begin(), inputs.end());
+      answers = predictor_->PredictBatch(views);
+    }
+    return Answers(answers);
+  }
+  // A batch of prepared inputs [B, ...] (what the data module's eval pipeline gives), as a tensor.
+  py::list PredictTensor(const torch::Tensor& batch) {
+    if (!batch.defined() || batch.dim() < 1 || batch.size(0) == 0) {
+      throw StatusError("Predictor.predict: a tensor batch needs a first (batch) dimension of at least 1");
+    }
+    std::vector<data::Example> examples;
+    // No label (-1), as the data modules give a raw input.
+    for (int64_t i = 0; i < batch.size(0); ++i) examples.push_back({batch[i], torch::tensor(int64_t{-1})});
+    std::vector<absl::StatusOr<Prediction>> answers;
+    {
+      py::gil_scoped_release release;
+      answers = predictor_->PredictPrepared(std::move(examples));
+    }
+    return Answers(answers);
+  }
+  py::list PredictSplit() {
+    absl::StatusOr<std::vector<Prediction>> answers;
+    {
+      py::gil_scoped_release release;
+      answers = predictor_->PredictSplit();
+    }
+    py::list out;
+    for (const auto& p : Take(std::move(answers))) out.append(PredictionDict(p));
+    return out;
+  }
+  std::string Generate(const std::optional<std::string>& prompt) {
+    py::gil_scoped_release release;
+    return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate());
+  }
+  bool generates() const { return predictor_->generates(); }
+  std::vector<std::string> ClassNames() const { return predictor_->class_names(); }
+
+ private:
+  static std::string Raw(const py::object& raw) {
+    if (py::isinstance<py::bytes>(raw) || py::isinstance<py::str>(raw)) return raw.cast<std::string>();
+    throw StatusError("Predictor.predict takes bytes (an image or audio file's contents), a str (a text), a list "
+                      "of them, or a torch.Tensor batch; not " +
+                      std::string(py::str(py::type::of(raw).attr("__name__"))));
+  }
+  static py::list Answers(const std::vector<absl::StatusOr<Prediction>>& answers) {
+    py::list out;
+    for (size_t i = 0; i < answers.size(); ++i) {
+      if (!answers[i].ok()) {
+        throw StatusError(absl::StrCat("input ", i, ": ", answers[i].status().message()));
+      }
+      out.append(PredictionDict(*answers[i]));
+    }
+    return out;
+  }
+  std::unique_ptr<Predictor> predictor_;
+};
+
 // A built job, driven from Python; every call releases the GIL while kiln works.
 class PyJob {
  public:
@@ -419,6 +516,16 @@ PYBIND11_MODULE(_kiln, m) {
       .def("val_loader", &kiln::python::PyDataModule::ValLoader)
       .def("test_loader", &kiln::python::PyDataModule::TestLoader)
       .def_property_readonly("class_names", &kiln::python::PyDataModule::ClassNames);
+  py::class_<kiln::python::PyPredictor>(m, "Predictor")
+      .def(py::init<const std::string&, const std::vector<std::string>&, std::optional<std::string>>(), py::arg("path"),
+           py::arg("overrides") = std::vector<std::string>{}, py::arg("quantize") = std::nullopt)
+      .def("predict_one", &kiln::python::PyPredictor::PredictOne)
+      .def("predict_many", &kiln::python::PyPredictor::PredictMany)
+      .def("predict_tensor", &kiln::python::PyPredictor::PredictTensor)
+      .def("predict_split", &kiln::python::PyPredictor::PredictSplit)
+      .def("generate", &kiln::python::PyPredictor::Generate, py::arg("prompt") = std::nullopt)
+      .def_property_readonly("generates", &kiln::python::PyPredictor::generates)
+      .def_property_readonly("class_names", &kiln::python::PyPredictor::ClassNames);
   py::class_<kiln::python::PyJob>(m, "Job")
       .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
                   py::arg("config_dir") = "", py::arg("evaluate") = false)

@@ -11,9 +11,10 @@ message (file:line, did-you-mean). docs/python.md says more.
 from typing import Dict, Optional, Sequence
 
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
+from ._kiln import Predictor as _Predictor
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run",
+__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run",
            "__version__"]
 
 
@@ -187,3 +188,36 @@ def read_run(run_dir: str, as_frame: bool = False) -> dict:
     if os.path.exists(test):
         out["test"] = {k: float(v) for k, v in (load_yaml(test) or {}).items()}
     return out
+
+
+class Predictor:
+    """A trained model answering inputs, as `kiln predict` and `kiln serve` do: `path` is a run folder,
+    a kiln checkpoint or a `kiln export` folder. overrides= change the stored config (a moved data
+    folder: ["data.root=/new/place"]); quantize="dynamic_int8" runs Linear layers in int8."""
+
+    def __init__(self, path: str, overrides: Sequence[str] = (), quantize: Optional[str] = None):
+        self._p = _Predictor(str(path), list(overrides), quantize)
+
+    def predict(self, inputs):
+        """bytes (an image or audio file's contents) or str (a text): one answer, a dict as `kiln predict`
+        writes it (class_index, class, probability, probabilities; or text). A list of them: a list of
+        answers from one forward pass. A torch.Tensor [B, ...] of prepared inputs (what the data
+        module's evaluation transforms give): a list of B answers."""
+        import torch
+        if isinstance(inputs, torch.Tensor):
+            return self._p.predict_tensor(inputs)
+        if isinstance(inputs, (list, tuple)):
+            return self._p.predict_many(list(inputs))
+        return self._p.predict_one(inputs)
+
+    def predict_split(self):
+        """The answers for the data module's prediction split, in its order (what `kiln predict` writes)."""
+        return self._p.predict_split()
+
+    def generate(self, prompt: Optional[str] = None) -> str:
+        """A language model: `prompt` continued (None: the task's own prompt)."""
+        return self._p.generate(prompt)
+
+    @property
+    def class_names(self):
+        return self._p.class_names

@@ -245,6 +245,41 @@ class Data(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class Predict(unittest.TestCase):
+    def test_predictor_answers_as_kiln_predict_does(self):
+        import json
+        with tempfile.TemporaryDirectory() as tmp:
+            kiln.fit(small_run(tmp + "/run") + ["test=false"])
+            subprocess.run([KILN, "predict", "run_dir=" + tmp + "/run", "+prediction_writer=jsonl",
+                            "hydra.run.dir=" + tmp + "/predict"], check=True, capture_output=True)
+            with open(tmp + "/predict/predictions.jsonl") as f:
+                cli = [json.loads(line) for line in f]
+            predictor = kiln.Predictor(tmp + "/run")
+            split = predictor.predict_split()
+            self.assertEqual(len(split), len(cli))
+            self.assertEqual([p["class_index"] for p in split], [r["class_index"] for r in cli])
+            # The same first images as prepared tensors, from kiln's own test loader.
+            cfg = kiln.compose(overrides=["model=mlp"])["data"]
+            batch = next(iter(kiln.data_module(cfg).test_loader()))
+            answers = predictor.predict(batch["input"][:8])
+            self.assertEqual([a["class_index"] for a in answers], [r["class_index"] for r in cli[:8]])
+            self.assertAlmostEqual(sum(answers[0]["probabilities"]), 1.0, places=5)
+            self.assertEqual(predictor.class_names[0], "T-shirt/top")
+            # Bad input: an exception with kiln's message, never a crash.
+            with self.assertRaises(kiln.KilnError) as caught:
+                predictor.predict(torch.zeros(2, 3, 5, 5))
+            self.assertIn("input 0", str(caught.exception))
+            with self.assertRaises(kiln.KilnError):
+                predictor.predict(torch.zeros(2, 1, 28, 28, dtype=torch.int64))
+            with self.assertRaises(kiln.KilnError):
+                predictor.predict(b"not an image")
+            with self.assertRaises(kiln.KilnError):
+                predictor.predict(3)
+            with self.assertRaises(kiln.KilnError):
+                kiln.Predictor(tmp + "/nowhere")
+
+
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
 class Interrupt(unittest.TestCase):
     def test_ctrl_c_is_a_keyboard_interrupt_with_a_resumable_checkpoint(self):
         with tempfile.TemporaryDirectory() as tmp:
