@@ -23,6 +23,7 @@
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/files.h"
 #include "lib/run/command.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
@@ -399,9 +400,12 @@ class PyJob {
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
     return PyJob(Take(Job::Compose(Request(overrides, config_name, config_dir), purpose)));
   }
+  // The run folder gets .hydra/config.yaml (what kiln report, kiln predict and read_run read).
   static PyJob FromDict(const py::dict& cfg, const std::string& output_dir, bool evaluate) {
     config::Config config(FromPython(cfg, ""));
     py::gil_scoped_release release;
+    Check(MakeDirs(output_dir + "/.hydra"));
+    Check(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config.node())));
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
     return PyJob(Take(Job::FromConfig(config, output_dir, purpose)));
   }

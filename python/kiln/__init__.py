@@ -95,9 +95,16 @@ class Trainer:
 
     def __init__(self, cfg: Optional[dict] = None, *, overrides: Sequence[str] = (), output_dir: Optional[str] = None,
                  config_name: str = "train", config_dir: Optional[str] = None, evaluate: bool = False,
-                 callbacks: Sequence[Callback] = ()):
+                 callbacks: Sequence[Callback] = (), model=None):
         if cfg is not None and overrides:
             raise ValueError("kiln.Trainer takes a config or overrides, not both")
+        if model is not None:
+            # Your own torch.nn.Module: scripted, saved in the run folder and named as the config's model.
+            if cfg is None:
+                cfg = _compose(config_name, list(overrides), config_dir or "")
+                overrides = ()
+            output_dir = output_dir or cfg["paths"]["output_dir"]
+            cfg["model"] = {"_target_": "torchscript", "path": _save_model(model, output_dir)}
         if cfg is None:
             self._job = Job.from_overrides(list(overrides), config_name, config_dir or "", evaluate)
         else:
@@ -140,11 +147,13 @@ class Trainer:
 
 
 def fit(overrides: Sequence[str] = (), config_name: str = "train", config_dir: Optional[str] = None,
-        callbacks: Sequence[Callback] = (), progress: bool = False) -> Dict[str, float]:
+        callbacks: Sequence[Callback] = (), progress: bool = False, model=None) -> Dict[str, float]:
     """`kiln train OVERRIDES` in one call: fits, then tests the best checkpoint (unless the config says
-    test: false). Returns the test metrics ({} without a test). progress=True draws a ProgressBar."""
+    test: false). Returns the test metrics ({} without a test). progress=True draws a ProgressBar;
+    model= trains your own torch.nn.Module (TorchScript) instead of the config's model."""
     callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
-    trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks)
+    trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks,
+                      model=model)
     return trainer._job.fit_then_test()
 
 
@@ -221,3 +230,25 @@ class Predictor:
     @property
     def class_names(self):
         return self._p.class_names
+
+
+def _save_model(model, output_dir: str) -> str:
+    """model.pt in the run folder: torch.jit.script of a torch.nn.Module (or a ScriptModule as is)."""
+    import os
+    import torch
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("model= takes a torch.nn.Module, not %s" % type(model).__name__)
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            # torch 2.11 marks torch.jit.script deprecated; it is still the one way to run a Python-defined
+            # model's forward and backward from C++ without Python (docs/python.md).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scripted = model if isinstance(model, torch.jit.ScriptModule) else torch.jit.script(model)
+    except Exception as e:
+        raise KilnError("model=%s: torch.jit.script could not compile it (%s); kiln's loop runs the model as "
+                        "TorchScript, without Python" % (type(model).__name__, str(e).splitlines()[0])) from e
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.abspath(os.path.join(output_dir, "model.pt"))
+    scripted.save(path)
+    return path

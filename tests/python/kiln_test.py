@@ -279,6 +279,49 @@ class Predict(unittest.TestCase):
                 kiln.Predictor(tmp + "/nowhere")
 
 
+class PythonMlp(torch.nn.Module):
+    """kiln's mlp (hidden [16]) written in Python: the same parameter names."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(784, 16)])
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class OwnModel(unittest.TestCase):
+    def test_a_python_module_trains_in_kilns_loop_and_predicts(self):
+        torch.manual_seed(0)
+        model = PythonMlp()
+        before = model.head.weight.detach().clone()
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = kiln.fit(small_run(tmp + "/run"), model=model)
+            self.assertGreater(metrics["test/acc"], 0.3)
+            self.assertTrue(torch.equal(model.head.weight, before))  # kiln trained its scripted copy
+            run = kiln.read_run(tmp + "/run")
+            self.assertEqual(run["config"]["model"]["_target_"], "torchscript")
+            # Exported weights carry the module's own (PyTorch's) names.
+            subprocess.run([KILN, "export", "run_dir=" + tmp + "/run", "ckpt_path=last",
+                            "hydra.run.dir=" + tmp + "/export"], check=True, capture_output=True)
+            with open(tmp + "/export/model.safetensors", "rb") as f:
+                header = f.read(8 + struct.unpack("<Q", f.read(8))[0]).decode("utf-8", "replace")
+            for name in ("layers.0.weight", "layers.0.bias", "head.weight", "head.bias"):
+                self.assertIn('"%s"' % name, header)
+            answers = kiln.Predictor(tmp + "/run").predict_split()
+            self.assertEqual(len(answers), 10000)
+        with self.assertRaises(kiln.KilnError):
+            class Untypable(torch.nn.Module):
+                def forward(self, x):
+                    return x.numpy()
+            kiln.fit(["model=mlp"], model=Untypable())
+
+
 @unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
 class Interrupt(unittest.TestCase):
     def test_ctrl_c_is_a_keyboard_interrupt_with_a_resumable_checkpoint(self):
