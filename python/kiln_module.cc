@@ -24,6 +24,8 @@
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
+#include "lib/report/report_page.h"
+#include "lib/report/run_reader.h"
 #include "lib/run/command.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
@@ -494,6 +496,20 @@ PYBIND11_MODULE(_kiln, m) {
         py::arg("config_dir") = "",
         "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, as dicts.");
   m.def("default_config_dir", &kiln::app::DefaultConfigPath, "kiln's own configs folder.");
+  m.def("report_html", [](const std::vector<std::string>& paths, const std::string& page_dir, const std::string& title) {
+    namespace report = kiln::app::report;
+    if (!report::HaveChartingLibrary()) {
+      throw kiln::python::StatusError("this kiln was built without uPlot, the charting library of kiln report: run "
+                                      "scripts/fetch_web_deps.sh, then cmake again");
+    }
+    std::string html;
+    {
+      py::gil_scoped_release release;
+      auto collection = kiln::python::Take(report::ReadRuns(paths));
+      html = report::ReportHtml(collection, page_dir, title);
+    }
+    return html;
+  }, py::arg("paths"), py::arg("page_dir"), py::arg("title"), "kiln report's page of these runs and sweeps, as HTML.");
   m.def("load_yaml", [](const std::string& path) {
     return kiln::python::ToPython(*kiln::python::Take(kiln::config::LoadYamlFile(path)));
   }, py::arg("path"), "A YAML file read as kiln reads configs (YAML 1.1 scalars, Hydra's typed keys).");

@@ -12,9 +12,10 @@ from typing import Dict, Optional, Sequence
 
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import Predictor as _Predictor
+from ._kiln import report_html as _report_html
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run",
+__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run", "report",
            "__version__"]
 
 
@@ -252,3 +253,32 @@ def _save_model(model, output_dir: str) -> str:
     path = os.path.abspath(os.path.join(output_dir, "model.pt"))
     scripted.save(path)
     return path
+
+
+class Report:
+    """kiln report's page of runs and sweeps: shown inline in Jupyter (an iframe holding the whole
+    self-contained page), or written with .save(path)."""
+
+    def __init__(self, html: str):
+        self.html = html
+
+    def save(self, path: str) -> str:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.html)
+        return path
+
+    def _repr_html_(self):
+        import html
+        return ('<iframe srcdoc="%s" style="width:100%%;height:900px;border:0" sandbox="allow-scripts"></iframe>'
+                % html.escape(self.html, quote=True))
+
+
+def report(paths, title: Optional[str] = None) -> Report:
+    """`kiln report PATHS` as an object a notebook shows inline: the runs' curves, tables, confusion
+    matrices and the sweeps' charts. paths: a run or sweep folder, a folder of them, or a list."""
+    import os
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [str(p) for p in paths]
+    title = title or "kiln report: " + (paths[0] if len(paths) == 1 else "several folders")
+    return Report(_report_html(paths, os.getcwd(), title))

@@ -79,6 +79,12 @@ class Fit(unittest.TestCase):
             self.assertEqual(run["metrics"][-1]["test/acc"], test["test/acc"])
             with self.assertRaises(kiln.KilnError):
                 kiln.read_run(tmp)
+            page = kiln.report(tmp + "/run")
+            self.assertIn("<iframe srcdoc=", page._repr_html_())
+            self.assertIn('"val/acc"', page.html)  # the run's curves are in the page's data
+            self.assertEqual(page.save(tmp + "/page.html"), tmp + "/page.html")
+            with self.assertRaises(kiln.KilnError):
+                kiln.report(tmp + "/nowhere")
 
     def test_progress_bar_draws_epochs(self):
         import io
