@@ -5,7 +5,7 @@
 #   setup_venv.sh cpu    torch and the two CUDA runtime libraries libtorch_cpu links
 #   setup_venv.sh cuda   and what libtorch_cuda links (a build with KILN_CUDA=ON)
 #   setup_venv.sh test   and what Python's `import torch` needs, plus torchvision, Lightning,
-#                        onnx, tensorboard and optuna (scripts/python/test.txt)
+#                        onnx, tensorboard, optuna, nbclient and ipykernel (scripts/python/test.txt)
 # Every package is installed with --no-deps at its pinned version; NVIDIA's come one by one from
 # scripts/python/cuda_libs.txt, only for the libraries the system does not have.
 # Idempotent: with everything in place it checks and returns in about a second.
@@ -63,7 +63,28 @@ if [[ "$have" != "$pin" ]] || ! "$py" -m pip show -q filelock sympy numpy >/dev/
   echo "kiln setup: torch $pin installed in $((SECONDS - t0)) s"
 fi
 
-if [[ "$mode" == test ]] && ! "$py" -m pip show -q pytorch-lightning torchvision tensorboard onnx optuna >/dev/null 2>&1; then
+# The pins of a requirements file that the venv lacks or has at another version ("" when none).
+# (`pip show -q A B` succeeds when any one of them is there, so it cannot tell.)
+missing_pins() {
+  "$py" - "$1" <<'PY'
+import importlib.metadata as md
+import sys
+missing = []
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, _, version = line.partition("==")
+    try:
+        if md.version(name) != version:
+            missing.append(line)
+    except md.PackageNotFoundError:
+        missing.append(line)
+print(" ".join(missing))
+PY
+}
+
+if [[ "$mode" == test && -n "$(missing_pins "$reqs/test.txt")" ]]; then
   echo "kiln setup: installing the Python test packages (scripts/python/test.txt) into $venv"
   pip_install "the Python test packages" -r "$reqs/test.txt"
 fi
