@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/core/error_text.h"
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
@@ -154,7 +155,7 @@ class PyCallback : public Callback {
       std::string what = e.what();
       *raised_ = std::make_unique<py::error_already_set>(std::move(e));
       return absl::AbortedError(absl::StrCat("Python callback ", name_, ".", hook, " raised ",
-                                             what.substr(0, what.find('\n'))));
+                                             ErrorLine(what)));
     }
   }
 
@@ -419,7 +420,7 @@ class PyJob {
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = job_->Fit();
+      status = Guarded([&] { return job_->Fit(); });
     }
     Finish(status);
   }
@@ -441,10 +442,22 @@ class PyJob {
     absl::StatusOr<std::map<std::string, double>> result;
     {
       py::gil_scoped_release release;
-      result = work();
+      result = Guarded(work);
     }
     Finish(result.status());
     return *std::move(result);
+  }
+  // LibTorch throws (a model whose forward fails on the data's shape, ...): one line, as kiln's
+  // command line says it, never a multi-line C++ message.
+  template <typename F>
+  static auto Guarded(F&& work) -> decltype(work()) {
+    try {
+      return work();
+    } catch (const py::error_already_set&) {
+      throw;
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("kiln's loop failed: ", ErrorLine(e.what())));
+    }
   }
   // A Python callback's exception is raised again as it was (its traceback included); any other
   // failure is a KilnError.

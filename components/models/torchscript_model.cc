@@ -5,6 +5,7 @@
 // Python. kiln.fit(..., model=module) (docs/python.md) saves the module and names it here.
 #include <torch/script.h>
 
+#include "lib/core/error_text.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "components/models/model.h"
@@ -67,7 +68,7 @@ KILN_REGISTER_BOUND(Model, "torchscript",
                         std::string what = e.what();
                         return absl::InvalidArgumentError(absl::StrCat("model.path '", o.path,
                                                                        "': not a TorchScript module (",
-                                                                       what.substr(0, what.find('\n')), ")"));
+                                                                       ErrorLine(what), ")"));
                       }
                     });
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/app/internal/cli.h"
+#include "lib/core/error_text.h"
 #include "lib/sweep/launcher.h"
 #include "lib/sweep/internal/local_workers.h"
 #include "lib/report/report_command.h"
@@ -365,7 +366,7 @@ class Application {
         status = (*found)(job);
       } catch (const std::exception& e) {
         std::string what = e.what();
-        status = absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", what.substr(0, what.find('\n'))));
+        status = absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));
       }
     } else {
       Logger::Instance().Warning(absl::StrCat(

@@ -1,4 +1,5 @@
 #include "lib/data/dataset.h"
+#include "lib/core/error_text.h"
 
 #include <numeric>
 #include <random>
@@ -69,7 +70,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
       example = base->Get(i, rng);
     } catch (const std::exception& e) {
       std::string what = e.what();
-      return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", i, ": ", what.substr(0, what.find('\n'))));
+      return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", i, ": ", ErrorLine(what)));
     }
     if (!example.ok()) return example.status();
     if (i == 0) {

@@ -1,4 +1,5 @@
 #include "lib/data/loader.h"
+#include "lib/core/error_text.h"
 
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
@@ -76,7 +77,7 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
     } catch (const std::exception& e) {
       std::string what = e.what();
       return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", order[i], ": ",
-                                                     what.substr(0, what.find('\n'))));
+                                                     ErrorLine(what)));
     }
   }
   auto batch = options_.collate ? options_.collate(examples) : Collate(examples);

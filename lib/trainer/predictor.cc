@@ -5,6 +5,7 @@
 #include "lib/config/merge.h"
 #include "lib/config/override.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/error_text.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/sampler.h"
@@ -30,7 +31,7 @@ absl::StatusOr<config::NodePtr> CheckpointConfig(const std::string& path) {
 }
 
 // The first line of a LibTorch error (the rest is its C++ stack).
-std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
+std::string FirstLine(const std::string& what) { return ErrorLine(what); }
 
 // Where the model's weights are and the config it was trained with.
 struct Located {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/core/error_text.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/loader.h"
@@ -60,20 +61,6 @@ std::optional<torch::Tensor> AttributeTensor(torch::jit::Module& root, torch::ji
   return leaf.toTensor();
 }
 
-// One line of a LibTorch error: its first, or for an error of the TorchScript interpreter (a
-// call stack of the graph, then the error) its last.
-std::string ErrorLine(const std::exception& e) {
-  std::string message = e.what();
-  std::vector<std::string> lines;
-  std::stringstream in(message);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
-  }
-  if (lines.empty()) return "unknown error";
-  bool interpreter = lines.front().find("TorchScript interpreter") != std::string::npos;
-  return interpreter ? lines.back() : lines.front();
-}
-
 }  // namespace
 
 absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const TensorFn& forward,
@@ -94,7 +81,7 @@ absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const Te
     torch::jit::FuseLinear(graph);
   } catch (const std::exception& e) {
     torch::jit::tracer::abandon();
-    return absl::FailedPreconditionError(absl::StrCat("model '", class_name, "' does not trace: ", ErrorLine(e)));
+    return absl::FailedPreconditionError(absl::StrCat("model '", class_name, "' does not trace: ", ErrorLine(e.what())));
   }
   auto fn = traced._ivalue()->compilation_unit()->create_function(
       c10::QualifiedName(*traced.type()->name(), "forward"), graph);
@@ -114,7 +101,7 @@ absl::Status CheckTraceAgrees(torch::jit::Module& traced, const TensorFn& forwar
       return absl::FailedPreconditionError(absl::StrCat(what,
                                                         " does not trace with a dynamic batch size: the trace fails at "
                                                         "batch size ",
-                                                        input.size(0), " (", ErrorLine(e), ")"));
+                                                        input.size(0), " (", ErrorLine(e.what()), ")"));
     }
     if (!got.sizes().equals(expected.sizes())) {
       return absl::FailedPreconditionError(absl::StrCat(what, " does not trace with a dynamic batch size: at batch size ",
@@ -138,7 +125,7 @@ absl::Status SaveModule(const torch::jit::Module& module, const std::string& pat
   try {
     module.save(bytes);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("writing ", path, ": ", ErrorLine(e)));
+    return absl::InternalError(absl::StrCat("writing ", path, ": ", ErrorLine(e.what())));
   }
   return WriteFileAtomically(path, bytes.str());
 }

@@ -237,6 +237,35 @@ class Data(unittest.TestCase):
                 break  # dropping the iterator stops kiln's loader
         self.assertLess(sum(losses[-10:]) / 10, sum(losses[:10]) / 10)
 
+    def test_lightning_trains_on_it(self):
+        import kiln.lightning
+        import pytorch_lightning as pl
+
+        class Linear(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(784, 10)
+                self.losses = []
+
+            def training_step(self, batch, index):
+                loss = torch.nn.functional.cross_entropy(self.layer(batch["input"].flatten(1)), batch["target"])
+                self.losses.append(loss.item())
+                return loss
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        torch.manual_seed(0)
+        model = Linear()
+        data = kiln.lightning.DataModule(self.cfg(), seed=1)
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = pl.Trainer(max_steps=60, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                 enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                                 default_root_dir=tmp)
+            trainer.fit(model, datamodule=data)
+        self.assertEqual(trainer.global_step, 60)
+        self.assertLess(sum(model.losses[-10:]) / 10, sum(model.losses[:10]) / 10)
+
     def test_bad_data_config_is_a_kiln_error(self):
         cfg = self.cfg()
         cfg["batch_size"] = 0
@@ -321,6 +350,20 @@ class OwnModel(unittest.TestCase):
                 self.assertIn('"%s"' % name, header)
             answers = kiln.Predictor(tmp + "/run").predict_split()
             self.assertEqual(len(answers), 10000)
+        class WrongShape(torch.nn.Module):  # 100 inputs for 784 pixels: its forward fails
+            def __init__(self):
+                super().__init__()
+                self.head = torch.nn.Linear(100, 10)
+
+            def forward(self, x):
+                return self.head(x.flatten(1))
+
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(kiln.KilnError) as caught:
+                kiln.fit(small_run(tmp + "/run"), model=WrongShape())
+        message = str(caught.exception)
+        self.assertIn("shapes cannot be multiplied", message)
+        self.assertNotIn("\n", message)
         with self.assertRaises(kiln.KilnError):
             class Untypable(torch.nn.Module):
                 def forward(self, x):

@@ -1,0 +1,26 @@
+// The one line of an exception's message that says what went wrong, for kiln's one-line errors:
+// LibTorch's messages are several lines; the TorchScript interpreter's start with "The following
+// operation failed in the TorchScript interpreter." and a call stack, and end with the error.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+inline std::string ErrorLine(std::string_view what) {
+  std::vector<std::string_view> lines;
+  while (!what.empty()) {
+    size_t nl = what.find('\n');
+    std::string_view line = what.substr(0, nl);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") != std::string_view::npos) lines.push_back(line);
+    what = nl == std::string_view::npos ? std::string_view() : what.substr(nl + 1);
+  }
+  if (lines.empty()) return "unknown error";
+  bool interpreter = lines.front().find("TorchScript interpreter") != std::string_view::npos;
+  return std::string(interpreter ? lines.back() : lines.front());
+}
+
+}  // namespace kiln
