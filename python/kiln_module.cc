@@ -10,6 +10,7 @@
 #include <csignal>
 #include <condition_variable>
 #include <deque>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "lib/core/error_text.h"
+#include "components/models/model.h"
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
@@ -35,6 +37,7 @@
 #include "lib/trainer/predictor.h"
 #include "lib/trainer/trainer.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace py = pybind11;
 
@@ -394,6 +397,66 @@ class PyPredictor {
   std::unique_ptr<Predictor> predictor_;
 };
 
+// A kiln model built by name from Python (kiln.instantiate): its forward and its parameters as
+// torch tensors that share kiln's storage.
+class PyModel {
+ public:
+  explicit PyModel(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  torch::Tensor Forward(const torch::Tensor& input) {
+    py::gil_scoped_release release;
+    try {
+      torch::NoGradGuard no_grad;
+      return model_->forward(input);
+    } catch (const std::exception& e) {
+      py::gil_scoped_acquire gil;
+      throw StatusError(absl::StrCat("the model cannot take this input: ", ErrorLine(e.what())));
+    }
+  }
+  std::map<std::string, torch::Tensor> StateDict() const {
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& p : model_->named_parameters()) out[p.key()] = p.value();
+    for (const auto& b : model_->named_buffers()) out[b.key()] = b.value();
+    return out;
+  }
+  void Train(bool on) { model_->train(on); }
+  int64_t NumParameters() const {
+    int64_t n = 0;
+    for (const auto& p : model_->parameters()) n += p.numel();
+    return n;
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+};
+
+// kiln.instantiate: a model or a data module from a config node with _target_ (other kinds are
+// built by the job that uses them).
+py::object Instantiate(const py::dict& node, uint64_t seed) {
+  config::Config cfg(FromPython(node, ""));
+  std::string target = cfg.Get<std::string>("_target_").value_or("");
+  bool model = Registry<Model>::Get().Contains(target);
+  bool data = Registry<data::DataModule>::Get().Contains(target);
+  if (model) {
+    std::shared_ptr<Model> built;
+    {
+      py::gil_scoped_release release;
+      built = Take(Registry<Model>::Get().Instantiate(cfg));
+    }
+    return py::cast(PyModel(std::move(built)));
+  }
+  if (data) return py::cast(PyDataModule(node, seed));
+  std::vector<std::string> kinds;
+  for (const auto& kind : RegistryHub::Instance().Kinds()) {
+    auto names = RegistryHub::Instance().Names(kind);
+    if (std::find(names.begin(), names.end(), target) != names.end()) kinds.push_back(kind);
+  }
+  throw StatusError(target.empty() ? std::string("kiln.instantiate needs a config node with _target_")
+                    : kinds.empty()
+                        ? absl::StrCat("kiln.instantiate: no component '", target, "' (kiln list shows them)")
+                        : absl::StrCat("kiln.instantiate builds models and data modules; '", target, "' is a ",
+                                       absl::StrJoin(kinds, "/"), ", which kiln builds inside a job (kiln.fit)"));
+}
+
 // A built job, driven from Python; every call releases the GIL while kiln works.
 class PyJob {
  public:
@@ -559,6 +622,15 @@ PYBIND11_MODULE(_kiln, m) {
       .def("generate", &kiln::python::PyPredictor::Generate, py::arg("prompt") = std::nullopt)
       .def_property_readonly("generates", &kiln::python::PyPredictor::generates)
       .def_property_readonly("class_names", &kiln::python::PyPredictor::ClassNames);
+  py::class_<kiln::python::PyModel>(m, "Model")
+      .def("__call__", &kiln::python::PyModel::Forward, py::arg("input"))
+      .def("forward", &kiln::python::PyModel::Forward, py::arg("input"))
+      .def("state_dict", &kiln::python::PyModel::StateDict)
+      .def("train", &kiln::python::PyModel::Train, py::arg("mode") = true)
+      .def("eval", [](kiln::python::PyModel& m) { m.Train(false); })
+      .def_property_readonly("num_parameters", &kiln::python::PyModel::NumParameters);
+  m.def("instantiate", &kiln::python::Instantiate, py::arg("node"), py::arg("seed") = 0,
+        "A model or a data module from a config node with _target_.");
   py::class_<kiln::python::PyJob>(m, "Job")
       .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
                   py::arg("config_dir") = "", py::arg("evaluate") = false)

@@ -13,9 +13,10 @@ from typing import Dict, Optional, Sequence
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import Predictor as _Predictor
 from ._kiln import report_html as _report_html
+from ._kiln import Model, instantiate
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "read_run", "report",
+__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "instantiate", "read_run", "report",
            "__version__"]
 
 
@@ -141,6 +142,11 @@ class Trainer:
     def load_checkpoint(self, which: str) -> str:
         """Loads weights: a checkpoint file, "last" or "best"; returns the file."""
         return self._job.load_checkpoint(which)
+
+    def predict(self, checkpoint: str = "last"):
+        """The data module's prediction split answered by this job's trained model (checkpoint: "last",
+        "best" or a file), as `kiln predict` writes it: a list of dicts, in the split's order."""
+        return Predictor(self.load_checkpoint(checkpoint)).predict_split()
 
     def metrics(self, as_frame: bool = False):
         """What the csv logger wrote (metrics.csv): a dict per logged step, or a pandas DataFrame."""

@@ -42,6 +42,29 @@ class Compose(unittest.TestCase):
         self.assertIn("max_epochs: 2", printed)
         self.assertIn("_target_: mlp", printed)
 
+    def test_instantiate_builds_models_and_data_modules(self):
+        cfg = kiln.compose(overrides=["model=mlp", "model.hidden=[32]"])
+        model = kiln.instantiate(cfg["model"])
+        model.eval()  # no dropout
+        self.assertEqual(model.num_parameters, 784 * 32 + 32 + 32 * 10 + 10)
+        weights = model.state_dict()
+        self.assertEqual(tuple(weights["layers.0.weight"].shape), (32, 784))
+        x = torch.randn(4, 1, 28, 28)
+        expected = torch.relu(x.flatten(1) @ weights["layers.0.weight"].T + weights["layers.0.bias"]) \
+            @ weights["head.weight"].T + weights["head.bias"]
+        self.assertTrue(torch.allclose(model(x), expected, atol=1e-5))
+        with torch.no_grad():
+            weights["head.bias"].fill_(1.0)  # shared storage: the model sees it
+        self.assertTrue(torch.equal(model.state_dict()["head.bias"], torch.ones(10)))
+        with self.assertRaises(kiln.KilnError):
+            model(torch.zeros(2, 5))
+        self.assertIsInstance(kiln.instantiate(cfg["data"]), kiln.DataModule)
+        with self.assertRaises(kiln.KilnError) as caught:
+            kiln.instantiate(cfg["optimizer"])
+        self.assertIn("builds models and data modules", str(caught.exception))
+        with self.assertRaises(kiln.KilnError):
+            kiln.instantiate({"_target_": "no_such_thing"})
+
     def test_a_bad_override_is_a_kiln_error_with_kilns_message(self):
         with self.assertRaises(kiln.KilnError) as caught:
             kiln.compose(overrides=["trainer.max_stepz=3"])
@@ -284,7 +307,9 @@ class Predict(unittest.TestCase):
     def test_predictor_answers_as_kiln_predict_does(self):
         import json
         with tempfile.TemporaryDirectory() as tmp:
-            kiln.fit(small_run(tmp + "/run") + ["test=false"])
+            trainer = kiln.Trainer(overrides=small_run(tmp + "/run") + ["test=false"])
+            trainer.fit()
+            from_trainer = trainer.predict()
             subprocess.run([KILN, "predict", "run_dir=" + tmp + "/run", "+prediction_writer=jsonl",
                             "hydra.run.dir=" + tmp + "/predict"], check=True, capture_output=True)
             with open(tmp + "/predict/predictions.jsonl") as f:
@@ -293,6 +318,7 @@ class Predict(unittest.TestCase):
             split = predictor.predict_split()
             self.assertEqual(len(split), len(cli))
             self.assertEqual([p["class_index"] for p in split], [r["class_index"] for r in cli])
+            self.assertEqual([p["class_index"] for p in from_trainer], [r["class_index"] for r in cli])
             # The same first images as prepared tensors, from kiln's own test loader.
             cfg = kiln.compose(overrides=["model=mlp"])["data"]
             batch = next(iter(kiln.data_module(cfg).test_loader()))
