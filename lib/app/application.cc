@@ -63,13 +63,6 @@ absl::Status ComposeCommand(JobContext& job) {
   return absl::OkStatus();
 }
 
-std::string Absolute(const std::string& path) {
-  if (!path.empty() && path[0] == '/') return path;
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
-  return absl::StrCat(cwd, "/", path);
-}
-
 void Print(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -161,7 +154,7 @@ class Application {
     options_.job_name = cl_.command;
     options_.version = Version();
     options_.multirun = cl_.multirun;
-    std::string main_path = cl_.config_path.has_value() ? Absolute(*cl_.config_path) : DefaultConfigPath();
+    std::string main_path = cl_.config_path.has_value() ? AbsolutePath(*cl_.config_path) : DefaultConfigPath();
     if (!IsDirectory(main_path)) {
       return absl::NotFoundError(absl::StrCat("config path '", cl_.config_path.value_or(main_path),
                                               "' is not a directory (--config-path)"));
@@ -171,7 +164,7 @@ class Application {
       if (!IsDirectory(dir)) {
         return absl::NotFoundError(absl::StrCat("config dir '", dir, "' is not a directory (--config-dir)"));
       }
-      options_.search_path.push_back({"command-line", Absolute(dir)});
+      options_.search_path.push_back({"command-line", AbsolutePath(dir)});
     }
     options_.overrides = cl_.overrides;
     repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
@@ -326,7 +319,7 @@ class Application {
     options.log_file = run.log_file;
     // The parent's own command line, so the workers find the same plugins; they compose nothing.
     options.argv = SelfCommandLine();
-    options.argv.push_back(absl::StrCat("--worker-of=", Absolute(run.output_dir)));
+    options.argv.push_back(absl::StrCat("--worker-of=", AbsolutePath(run.output_dir)));
     options.argv.insert(options.argv.end(), cl_.overrides.begin(), cl_.overrides.end());
     return RunLocalWorkers(options);
   }
@@ -421,7 +414,7 @@ class Application {
       setup.context.command = [this, sweep_dir](const SweepJob& job) {
         std::vector<std::string> argv = SelfCommandLine();
         argv.push_back(absl::StrCat("--multirun-job=", job.index));
-        argv.push_back(absl::StrCat("--sweep-dir=", Absolute(sweep_dir)));
+        argv.push_back(absl::StrCat("--sweep-dir=", AbsolutePath(sweep_dir)));
         argv.insert(argv.end(), job.overrides.begin(), job.overrides.end());
         return argv;
       };
@@ -436,8 +429,8 @@ class Application {
     if (!cl_.subcommand.empty()) argv.push_back(cl_.subcommand);
     argv.insert(argv.end(), {"--config-path", options_.search_path[0].path, "--config-name",
                              options_.config_name});
-    for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", Absolute(dir)});
-    for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", Absolute(plugin)});
+    for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", AbsolutePath(dir)});
+    for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", AbsolutePath(plugin)});
     return argv;
   }
 

@@ -5,11 +5,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace kiln {
+
+std::string AbsolutePath(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char* cwd = ::getcwd(nullptr, 0);
+  if (cwd == nullptr) return path;
+  std::string out = std::string(cwd) + "/" + path;
+  std::free(cwd);
+  return out;
+}
 
 bool IsRegularFile(const std::string& path) {
   struct stat st;

@@ -11,6 +11,9 @@ namespace kiln {
 // Whether `path` is a regular file / a directory (following symbolic links).
 bool IsRegularFile(const std::string& path);
 bool IsDirectory(const std::string& path);
+// `path` made absolute against the working directory (as it is when already absolute, or when the
+// working directory cannot be read).
+std::string AbsolutePath(const std::string& path);
 // Creates a directory and its parents.
 absl::Status MakeDirs(const std::string& path);
 // Writes a file through a temporary name, fsync and a rename.

@@ -10,6 +10,13 @@ message (file:line, did-you-mean). docs/python.md says more.
 """
 from typing import Dict, Optional, Sequence
 
+
+def _overrides(overrides: Sequence[str]) -> list:
+    # A single string would be read as a list of its characters.
+    if isinstance(overrides, (str, bytes)):
+        raise TypeError("overrides is a list of strings, e.g. [%r], not one string" % overrides)
+    return [str(o) for o in overrides]
+
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import Predictor as _Predictor
 from ._kiln import report_html as _report_html
@@ -87,7 +94,7 @@ def compose(config_name: str = "train", overrides: Sequence[str] = (), config_di
     """The config `kiln train OVERRIDES` would run, composed and resolved, as nested dicts and lists.
 
     paths.output_dir is the run folder hydra.run.dir names (not created)."""
-    return _compose(config_name, list(overrides), config_dir or "")
+    return _compose(config_name, _overrides(overrides), config_dir or "")
 
 
 class Trainer:
@@ -103,12 +110,12 @@ class Trainer:
         if model is not None:
             # Your own torch.nn.Module: scripted, saved in the run folder and named as the config's model.
             if cfg is None:
-                cfg = _compose(config_name, list(overrides), config_dir or "")
+                cfg = _compose(config_name, _overrides(overrides), config_dir or "")
                 overrides = ()
             output_dir = output_dir or cfg["paths"]["output_dir"]
             cfg["model"] = {"_target_": "torchscript", "path": _save_model(model, output_dir)}
         if cfg is None:
-            self._job = Job.from_overrides(list(overrides), config_name, config_dir or "", evaluate)
+            self._job = Job.from_overrides(_overrides(overrides), config_name, config_dir or "", evaluate)
         else:
             if output_dir is None:
                 output_dir = (cfg.get("paths") or {}).get("output_dir") or (cfg.get("trainer") or {}).get("default_root_dir")
@@ -212,7 +219,7 @@ class Predictor:
     folder: ["data.root=/new/place"]); quantize="dynamic_int8" runs Linear layers in int8."""
 
     def __init__(self, path: str, overrides: Sequence[str] = (), quantize: Optional[str] = None):
-        self._p = _Predictor(str(path), list(overrides), quantize)
+        self._p = _Predictor(str(path), _overrides(overrides), quantize)
 
     def predict(self, inputs):
         """bytes (an image or audio file's contents) or str (a text): one answer, a dict as `kiln predict`

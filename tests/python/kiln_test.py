@@ -73,6 +73,11 @@ class Compose(unittest.TestCase):
         self.assertTrue(issubclass(kiln.KilnError, ValueError))
         with self.assertRaises(kiln.KilnError):
             kiln.compose(overrides=["model=no_such_model"])
+        with self.assertRaises(TypeError) as caught:
+            kiln.compose(overrides="model=mlp")
+        self.assertIn("not one string", str(caught.exception))
+        with self.assertRaises(kiln.KilnError):
+            kiln.compose(config_dir="/no/such/folder")
 
 
 @unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")

@@ -49,13 +49,7 @@ std::string StringOf(const NodePtr& map, const std::string& key) {
 // The URL the study has now: a null storage follows the sweep folder if it moved.
 std::string StorageUrl(const std::string& sweep_dir, const StudyRecord& record) {
   if (!record.in_sweep_dir) return record.storage;
-  std::string dir = sweep_dir;
-  if (dir.empty() || dir[0] != '/') {
-    char* cwd = ::getcwd(nullptr, 0);
-    dir = absl::StrCat(cwd ? cwd : ".", "/", dir);
-    std::free(cwd);
-  }
-  return absl::StrCat("sqlite:///", dir, "/optuna.db");
+  return absl::StrCat("sqlite:///", AbsolutePath(sweep_dir), "/optuna.db");
 }
 
 struct Cached {

@@ -237,7 +237,7 @@ class OptunaSweeper : public Sweeper {
     KILN_RETURN_IF_ERROR(MakeDirs(dir + "/.optuna"));
     std::string python = o_.python.value_or(DefaultOptunaPython());
     KILN_ASSIGN_OR_RETURN(helper_, OptunaHelper::Start(python, dir + "/.optuna/helper.log"));
-    std::string storage = o_.storage.value_or(absl::StrCat("sqlite:///", Absolute(dir), "/optuna.db"));
+    std::string storage = o_.storage.value_or(absl::StrCat("sqlite:///", AbsolutePath(dir), "/optuna.db"));
     KILN_ASSIGN_OR_RETURN(NodePtr opened, Call(OpenRequest(storage)));
     LogGoal();  // the sweep's first line, once the study is open (bad input is one line, this one not)
     KILN_RETURN_IF_ERROR(WriteStudyRecord(dir, {storage, !o_.storage.has_value(), study_name_, objectives_,
@@ -449,14 +449,6 @@ class OptunaSweeper : public Sweeper {
     return absl::OkStatus();
   }
 
-  static std::string Absolute(const std::string& path) {
-    if (!path.empty() && path[0] == '/') return path;
-    char* cwd = ::getcwd(nullptr, 0);
-    std::string out = absl::StrCat(cwd ? cwd : ".", "/", path);
-    std::free(cwd);
-    return out;
-  }
-
   std::string OpenRequest(const std::string& storage) const {
     std::string space = "{";
     for (size_t i = 0; i < space_.size(); ++i) {
@@ -521,7 +513,7 @@ class OptunaSweeper : public Sweeper {
     if (asked->Find("full") != nullptr) return false;
     size_t number = static_cast<size_t>(ReplyNumber(Field(asked, "number")));
     Running trial;
-    trial.channel = absl::StrCat(Absolute(session.sweep_dir()), "/.optuna/", number);
+    trial.channel = absl::StrCat(AbsolutePath(session.sweep_dir()), "/.optuna/", number);
     absl::StatusOr<std::vector<std::string>> overrides = TrialOverrides(asked, trial);
     if (!overrides.ok()) {
       (void)Tell(number, "FAIL", {}, "", -1);
