@@ -23,6 +23,8 @@ set -euo pipefail
 #   libsoxr-dev                                          audio resampling to the configured rate (speech tasks)
 #   libgtest-dev libgmock-dev                            the test suite (small; CMake configures the tests too)
 #   zlib1g-dev                                           gzip-compressed IDX files
+#   libarchive-dev libssl-dev                            tar shards (data=shards, kiln shard) and their SHA-256
+#   libjpeg62-turbo-dev                                  libjpeg-turbo: JPEGs decoded only where the crop is
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   libcpp-httplib-dev                                   HTTP server of kiln dashboard
@@ -39,7 +41,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   python3 python3-venv python3-dev libgloo-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
-  libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev libarchive-dev libssl-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
   libcpp-httplib-dev
 )

@@ -28,6 +28,13 @@ class RelabelledSubset : public Dataset {
   }
   std::string Source(int64_t index) const override { return base_->Source(indices_.at(static_cast<size_t>(index))); }
   bool deterministic() const override { return base_->deterministic(); }
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override {
+    KILN_ASSIGN_OR_RETURN(EncodedSample files, base_->Encoded(indices_.at(static_cast<size_t>(index))));
+    for (auto& [ext, bytes] : files) {
+      if (ext == "cls") bytes = std::to_string(new_label_.at(std::stoll(bytes)));
+    }
+    return files;
+  }
 
  private:
   std::shared_ptr<const Dataset> base_;
@@ -75,6 +82,11 @@ absl::StatusOr<Example> TensorImageDataset::Get(int64_t index, SampleRng& rng) c
   torch::Tensor image = images_[index];
   image = transforms_.empty() ? image.to(torch::kFloat32).div_(255.0) : transforms_.Apply(image, rng);
   return Example{image, labels_[index]};
+}
+
+absl::StatusOr<EncodedSample> TensorImageDataset::Encoded(int64_t index) const {
+  KILN_ASSIGN_OR_RETURN(std::string png, EncodePng(AsChw(images_[index])));
+  return EncodedSample{{"png", std::move(png)}, {"cls", std::to_string(labels_[index].item<int64_t>())}};
 }
 
 ImageDataModule::DatasetMaker ImageDataModule::InMemory(torch::Tensor images, torch::Tensor labels) {

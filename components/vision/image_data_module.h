@@ -101,6 +101,8 @@ class TensorImageDataset : public Dataset {
   int64_t size() const override { return images_.size(0); }
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override;
   bool deterministic() const override { return transforms_.deterministic(); }
+  // The image as PNG (lossless) and its label.
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override;
 
  private:
   torch::Tensor images_, labels_;

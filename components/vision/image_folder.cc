@@ -18,12 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One image file as uint8 [C, H, W] (RGB or grayscale), resized when asked.
-absl::StatusOr<torch::Tensor> DecodeImage(const std::string& path, const ImageDecodeOptions& options) {
+absl::StatusOr<std::string> ReadImageFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open image file"));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return DecodeImageBytes(bytes, options, path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 struct ImageFile {
@@ -40,9 +38,17 @@ class ImageFileDataset : public Dataset {
   std::string Source(int64_t index) const override { return (*files_)[static_cast<size_t>(index)].path; }
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override {
     const ImageFile& file = (*files_)[static_cast<size_t>(index)];
-    KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImage(file.path, decode_));
-    image = transforms_.empty() ? image.to(torch::kFloat32).div_(255.0) : transforms_.Apply(image, rng);
+    KILN_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(file.path));
+    KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeAndTransform(bytes, decode_, transforms_, rng, file.path));
     return Example{image, torch::tensor(file.label, torch::kInt64)};
+  }
+  // The file as it is (KEY.jpg keeps its encoding) and its label.
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override {
+    const ImageFile& file = (*files_)[static_cast<size_t>(index)];
+    KILN_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(file.path));
+    std::string ext = absl::AsciiStrToLower(fs::path(file.path).extension().string().substr(1));
+    if (ext == "jpeg") ext = "jpg";
+    return EncodedSample{{ext, std::move(bytes)}, {"cls", std::to_string(file.label)}};
   }
 
  private:

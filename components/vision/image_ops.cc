@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "components/vision/jpeg_crop.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::data {
 
@@ -47,6 +49,46 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
   return torch::from_blob(image.data, {image.rows, image.cols, image.channels()}, torch::kUInt8)
       .permute({2, 0, 1})
       .contiguous();
+}
+
+absl::StatusOr<std::string> EncodePng(const torch::Tensor& image) {
+  if (image.dim() != 3 || image.scalar_type() != torch::kUInt8 || (image.size(0) != 1 && image.size(0) != 3)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write as PNG: an image must be uint8 [1 or 3, H, W], not ",
+                                                   c10::str(image.sizes()), " ", c10::toString(image.scalar_type())));
+  }
+  torch::Tensor hwc = image.permute({1, 2, 0}).contiguous();
+  cv::Mat mat(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)), hwc.size(2) == 1 ? CV_8UC1 : CV_8UC3,
+              hwc.data_ptr<uint8_t>());
+  cv::Mat bgr;
+  if (hwc.size(2) == 3) cv::cvtColor(mat, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uint8_t> out;
+  if (!cv::imencode(".png", hwc.size(2) == 3 ? bgr : mat, out)) return absl::InternalError("cannot encode PNG");
+  return std::string(out.begin(), out.end());
+}
+
+absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const ImageDecodeOptions& options,
+                                                 const TransformPipeline& transforms, SampleRng& rng,
+                                                 const std::string& what) {
+  if (transforms.empty()) {
+    KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(bytes, options, what));
+    return image.to(torch::kFloat32).div_(255.0);
+  }
+  const Transform* first = transforms.front();
+  bool fused = options.height == 0 && options.width == 0;
+  if (fused && LooksLikeJpeg(bytes)) {
+    auto size = JpegSize(bytes);
+    if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode image (", size.status().message(), ")"));
+    // The rng is drawn from only when the first step is a crop-and-resize, exactly as its Apply.
+    SampleRng probe = rng;
+    std::optional<Transform::CropResize> plan = first->PlanCropResize(size->first, size->second, probe);
+    if (plan) {
+      rng = probe;
+      KILN_ASSIGN_OR_RETURN(torch::Tensor crop, DecodeJpegCrop(bytes, *plan, options.grayscale, what));
+      return transforms.ApplyFrom(1, std::move(crop), rng);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(bytes, options, what));
+  return transforms.Apply(std::move(image), rng);
 }
 
 }  // namespace kiln::data

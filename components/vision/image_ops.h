@@ -7,6 +7,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "lib/data/sample_rng.h"
+#include "lib/data/transform.h"
 
 namespace kiln::data {
 
@@ -27,5 +29,17 @@ struct ImageDecodeOptions {
 // path, "the request's image"): bytes that are not an image are an InvalidArgument status.
 absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
                                                const std::string& what);
+
+// A uint8 [C, H, W] image (C = 1 or 3, RGB) as PNG bytes.
+absl::StatusOr<std::string> EncodePng(const torch::Tensor& image);
+
+// An encoded image through `transforms` (none: float in [0, 1]). When the first transform is a
+// crop-and-resize (random_resized_crop) and no decode size is set, the decoder does it: a JPEG is
+// decoded only where the crop is, scaled down while decoding (jpeg_crop.h), other formats are
+// decoded whole and the crop resized with OpenCV. The crop box is the one the transform draws; the
+// pixels are within rounding of decode-then-transform.
+absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const ImageDecodeOptions& options,
+                                                 const TransformPipeline& transforms, SampleRng& rng,
+                                                 const std::string& what);
 
 }  // namespace kiln::data

@@ -26,6 +26,11 @@ class RandomResizedCrop : public Transform {
     return ResizeBilinear(crop, size_.first, size_.second);
   }
 
+  std::optional<CropResize> PlanCropResize(int64_t height, int64_t width, SampleRng& rng) const override {
+    auto [top, left, h, w] = CropBox(height, width, rng);
+    return CropResize{top, left, h, w, size_.first, size_.second};
+  }
+
  private:
   struct Box {
     int64_t top, left, height, width;

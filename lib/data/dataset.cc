@@ -26,6 +26,9 @@ class SubsetDataset : public Dataset {
     for (int64_t i : indices) mapped.push_back(indices_.at(static_cast<size_t>(i)));
     return base_->GetStacked(mapped);
   }
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override {
+    return base_->Encoded(indices_.at(static_cast<size_t>(index)));
+  }
 
  private:
   std::shared_ptr<const Dataset> base_;
@@ -47,6 +50,7 @@ class PrecomputedDataset : public Dataset {
     torch::Tensor at = torch::tensor(indices, torch::kInt64);
     return Example{inputs_.index_select(0, at), targets_.index_select(0, at)};
   }
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override { return base_->Encoded(index); }
 
  private:
   std::shared_ptr<const Dataset> base_;

@@ -17,8 +17,22 @@
 namespace kiln::data {
 
 struct Example {
-  torch::Tensor input;   // e.g. a float image [C, H, W]
+  torch::Tensor input;   // e.g. a float image [C, H, W]; undefined: a sample skipped as corrupt
   torch::Tensor target;  // e.g. an int64 class index (0-d)
+};
+
+// A sample as files, WebDataset's way (`kiln shard` writes them as KEY.EXT members of a tar):
+// extension -> bytes, e.g. {"jpg": <the JPEG file>, "cls": "3"}.
+using EncodedSample = std::vector<std::pair<std::string, std::string>>;
+
+class Sampler;
+
+// One epoch of a dataset read as a stream (shards): Get hands out the examples the stream has read.
+class EpochSource {
+ public:
+  virtual ~EpochSource() = default;
+  // Blocks until sample `index` has been read; safe from several threads at once.
+  virtual absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) = 0;
 };
 
 class Dataset {
@@ -39,6 +53,27 @@ class Dataset {
   // Get one by one then Collate would give, when the dataset can gather them in one go; nullopt:
   // it cannot (the loader then Gets and collates them).
   virtual std::optional<Example> GetStacked(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
+  // Example `index` as the files it came from (the image file's bytes, a PNG of an in-memory
+  // image, the label as text), what `kiln shard` writes; Unimplemented when the dataset cannot.
+  virtual absl::StatusOr<EncodedSample> Encoded(int64_t /*index*/) const {
+    return absl::UnimplementedError("this data module's samples cannot be written as shards");
+  }
+
+  // A dataset read as a stream (shards) orders its own epochs: the order of `rank` of
+  // `world_size` (every rank the same count), shuffled from (seed, epoch) or in storage order.
+  // Null: the dataset is random-access (Get), ordered by the usual samplers.
+  virtual std::shared_ptr<Sampler> StreamSampler(bool /*shuffle*/, uint64_t /*seed*/, int64_t /*rank*/,
+                                                 int64_t /*world_size*/) const {
+    return nullptr;
+  }
+  // Starts reading `epoch` as `sampler` (this dataset's StreamSampler) orders it, for the samples
+  // at positions >= `first` of `order`, reading at most `ahead` samples beyond those asked for.
+  // Null: Get serves.
+  virtual absl::StatusOr<std::unique_ptr<EpochSource>> OpenEpoch(const Sampler& /*sampler*/, int64_t /*epoch*/,
+                                                                 const std::vector<int64_t>& /*order*/,
+                                                                 size_t /*first*/, size_t /*ahead*/) const {
+    return std::unique_ptr<EpochSource>();
+  }
 };
 
 // The examples of `base` at `indices` (a split, a subset).

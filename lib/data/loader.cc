@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/status_macros.h"
 
 namespace kiln::data {
 
@@ -47,11 +48,12 @@ int64_t DataLoader::num_batches() const {
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
-absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
+absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index,
+                                            EpochSource* source) const {
   size_t begin = static_cast<size_t>(index * options_.batch_size);
   size_t end = std::min(order.size(), begin + static_cast<size_t>(options_.batch_size));
   // A precomputed dataset gathers the batch in one go (the same tensors Get + Collate give).
-  if (!options_.collate) {
+  if (!options_.collate && source == nullptr) {
     std::optional<Example> stacked =
         dataset_->GetStacked(std::vector<int64_t>(order.begin() + static_cast<ptrdiff_t>(begin),
                                                   order.begin() + static_cast<ptrdiff_t>(end)));
@@ -66,13 +68,18 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
   }
   std::vector<Example> examples;
   examples.reserve(end - begin);
+  int64_t skipped = 0;
   for (size_t i = begin; i < end; ++i) {
     SampleRng rng(options_.seed, epoch, order[i]);
     // Transforms run LibTorch ops that throw on mismatched shapes; an exception must not escape a
     // loader thread (it would end the process), so it becomes an error naming the sample.
     try {
-      auto example = dataset_->Get(order[i], rng);
+      auto example = source != nullptr ? source->Get(order[i], rng) : dataset_->Get(order[i], rng);
       if (!example.ok()) return example.status();
+      if (!example->input.defined()) {
+        ++skipped;
+        continue;
+      }
       examples.push_back(*std::move(example));
     } catch (const std::exception& e) {
       std::string what = e.what();
@@ -80,10 +87,15 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
                                                      ErrorLine(what)));
     }
   }
+  if (examples.empty()) {
+    return absl::DataLossError(absl::StrCat("batch ", index, " of epoch ", epoch, ": all ", skipped,
+                                            " of its samples were skipped as corrupt"));
+  }
   auto batch = options_.collate ? options_.collate(examples) : Collate(examples);
   if (!batch.ok()) return batch.status();
   batch->epoch = epoch;
   batch->index = index;
+  batch->skipped = skipped;
   return batch;
 }
 
@@ -137,10 +149,15 @@ absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const C
   if (options_.drop_last) order.resize(order.size() - order.size() % static_cast<size_t>(options_.batch_size));
   last = std::min(last, num_batches());
   if (first >= last) return absl::OkStatus();
+  // A stream (shards) is read from where batch `first` starts, a bounded distance ahead.
+  auto batch_size = static_cast<size_t>(options_.batch_size);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<EpochSource> source,
+                        dataset_->OpenEpoch(*sampler_, epoch, order, static_cast<size_t>(first) * batch_size,
+                                            static_cast<size_t>(options_.prefetch + 1 + options_.num_workers) * batch_size));
 
   if (options_.num_workers <= 0) {
     for (int64_t b = first; b < last; ++b) {
-      auto batch = LoadBatch(order, epoch, b);
+      auto batch = LoadBatch(order, epoch, b, source.get());
       if (!batch.ok()) return batch.status();
       auto more = consume(*batch);
       if (!more.ok()) return more.status();
@@ -166,7 +183,7 @@ absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const C
                                             return next++;
                                           }) &
               tbb::make_filter<int64_t, absl::StatusOr<Batch>>(
-                  tbb::filter_mode::parallel, [&](int64_t b) { return LoadBatch(order, epoch, b); }) &
+                  tbb::filter_mode::parallel, [&](int64_t b) { return LoadBatch(order, epoch, b, source.get()); }) &
               tbb::make_filter<absl::StatusOr<Batch>, void>(tbb::filter_mode::serial_in_order,
                                                             [&](absl::StatusOr<Batch> batch) {
                                                               if (failed) return;

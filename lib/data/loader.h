@@ -21,6 +21,7 @@ struct Batch {
   torch::Tensor mask;    // padded sequences: bool [B, T], true at real positions; else undefined
   int64_t epoch = 0;
   int64_t index = 0;     // batch number within the epoch
+  int64_t skipped = 0;   // samples of the batch left out as corrupt (a data module's on_corrupt=skip)
   int64_t size() const { return input.defined() ? input.size(0) : 0; }
 };
 
@@ -57,7 +58,8 @@ class DataLoader {
   absl::Status Run(int64_t epoch, int64_t first, int64_t last, const Consumer& consume) const;
 
  private:
-  absl::StatusOr<Batch> LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
+  absl::StatusOr<Batch> LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index,
+                                  EpochSource* source) const;
 
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<Sampler> sampler_;

@@ -3,6 +3,7 @@
 #include <numeric>
 #include <random>
 
+#include "lib/data/dataset.h"
 #include "lib/data/sample_rng.h"
 
 namespace kiln::data {
@@ -69,6 +70,13 @@ std::shared_ptr<Sampler> RandomSampler(int64_t size, uint64_t seed) {
 }
 std::shared_ptr<Sampler> DistributedSampler(std::shared_ptr<Sampler> base, int64_t rank, int64_t world_size) {
   return std::make_shared<Distributed>(std::move(base), rank, world_size);
+}
+
+std::shared_ptr<Sampler> SamplerFor(const Dataset& dataset, bool shuffle, uint64_t seed, int64_t rank,
+                                    int64_t world_size) {
+  if (auto own = dataset.StreamSampler(shuffle, seed, rank, world_size)) return own;
+  std::shared_ptr<Sampler> sampler = shuffle ? RandomSampler(dataset.size(), seed) : SequentialSampler(dataset.size());
+  return world_size > 1 ? DistributedSampler(std::move(sampler), rank, world_size) : sampler;
 }
 
 }  // namespace kiln::data

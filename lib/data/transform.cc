@@ -46,8 +46,10 @@ bool TransformPipeline::deterministic() const {
   return true;
 }
 
-torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const {
-  for (const auto& step : steps_) image = step->Apply(std::move(image), rng);
+torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const { return ApplyFrom(0, std::move(image), rng); }
+
+torch::Tensor TransformPipeline::ApplyFrom(size_t first, torch::Tensor image, SampleRng& rng) const {
+  for (size_t i = first; i < steps_.size(); ++i) image = steps_[i]->Apply(std::move(image), rng);
   return image;
 }
 

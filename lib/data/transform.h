@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,17 @@ class Transform {
   // True when Apply draws nothing from `rng` (the same image always gives the same result), so
   // a data module may apply it once to a whole split at setup.
   virtual bool deterministic() const { return false; }
+
+  // A crop of an image, resized to out_height x out_width.
+  struct CropResize {
+    int64_t top, left, height, width, out_height, out_width;
+  };
+  // When this transform is a crop then a resize (random_resized_crop), the crop it takes of an
+  // image of `height` x `width`, drawing from `rng` exactly as Apply does, so that an image
+  // decoder can do the work (decode only the crop, scaled down while decoding); nullopt: it is not.
+  virtual std::optional<CropResize> PlanCropResize(int64_t /*height*/, int64_t /*width*/, SampleRng& /*rng*/) const {
+    return std::nullopt;
+  }
 };
 
 // Transforms applied in order.
@@ -34,6 +46,10 @@ class TransformPipeline {
   // The same from the list itself (null: no steps).
   static absl::StatusOr<TransformPipeline> FromList(const config::Config& list);
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const;
+  // Steps `first`.. only (the first having been done by the decoder).
+  torch::Tensor ApplyFrom(size_t first, torch::Tensor image, SampleRng& rng) const;
+  // The first step, or null.
+  const Transform* front() const { return steps_.empty() ? nullptr : steps_.front().get(); }
   bool empty() const { return steps_.empty(); }
   // True when every step is deterministic (and when there are none).
   bool deterministic() const;

@@ -153,22 +153,21 @@ absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
   lo.seed = inputs.seed;
   t.batch_size_ = lo.batch_size;
   std::shared_ptr<const data::Dataset> val_ds = dm.val_dataset();
-  std::shared_ptr<data::Sampler> train_sampler = data::RandomSampler(train_ds->size(), inputs.seed);
-  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SequentialSampler(val_ds->size()) : nullptr;
+  bool shuffle = true;
   if (options.overfit_batches > 0) {
     // The same few batches, in order, for training and validation.
     std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options.overfit_batches * lo.batch_size)));
     std::iota(first.begin(), first.end(), 0);
     train_ds = data::Subset(train_ds, first);
     val_ds = train_ds;
-    train_sampler = data::SequentialSampler(train_ds->size());
-    val_sampler = data::SequentialSampler(val_ds->size());
+    shuffle = false;
   }
-  if (t.strategy_.distributed()) {
-    // Each rank reads every world_size-th sample of the epoch's order (PyTorch's DistributedSampler).
-    train_sampler = data::DistributedSampler(train_sampler, t.global_rank(), t.world_size());
-    if (val_sampler) val_sampler = data::DistributedSampler(val_sampler, t.global_rank(), t.world_size());
-  }
+  // Each rank reads its part of the epoch's order (PyTorch's DistributedSampler; shards split by
+  // position in the epoch's stream).
+  int64_t rank = t.strategy_.distributed() ? t.global_rank() : 0;
+  int64_t world = t.strategy_.distributed() ? t.world_size() : 1;
+  std::shared_ptr<data::Sampler> train_sampler = data::SamplerFor(*train_ds, shuffle, inputs.seed, rank, world);
+  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SamplerFor(*val_ds, false, inputs.seed, rank, world) : nullptr;
   train_loader_ = std::make_unique<data::DataLoader>(train_ds, train_sampler, lo);
   if (val_ds) {
     val_loader_ = std::make_unique<data::DataLoader>(val_ds, val_sampler, lo);

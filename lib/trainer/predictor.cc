@@ -284,7 +284,7 @@ absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
   if (!split) return absl::FailedPreconditionError("the data module has no prediction inputs");
   // The names as the module has them once set up for prediction (an image folder's sub-folders).
   const std::vector<std::string> class_names = data_->class_names();
-  data::DataLoader loader(split, data::SequentialSampler(split->size()), data_->loader_options());
+  data::DataLoader loader(split, data::SamplerFor(*split, /*shuffle=*/false, 0), data_->loader_options());
   const int64_t batches = trainer_options_.limit_predict_batches.Of(loader.num_batches());
   std::vector<Prediction> answers;
   KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {

@@ -212,7 +212,7 @@ absl::StatusOr<torch::Tensor> TraceExampleBatch(data::DataModule& dm,
   lo.batch_size = 3;
   lo.num_workers = 0;
   lo.batch_order = nullptr;
-  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), lo);
+  data::DataLoader loader(ds, data::SamplerFor(*ds, /*shuffle=*/false, 0), lo);
   torch::Tensor input;
   KILN_RETURN_IF_ERROR(loader.Run(0, 0, 1, [&](data::Batch& b) -> absl::StatusOr<bool> {
     input = b.input;

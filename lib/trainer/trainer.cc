@@ -186,7 +186,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   bool test = stage == data::Stage::kTest;
   auto ds = test ? dm.test_dataset() : dm.val_dataset();
   if (!ds) return absl::FailedPreconditionError(absl::StrCat("the data module has no ", test ? "test" : "validation", " split"));
-  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), dm.loader_options());
+  data::DataLoader loader(ds, data::SamplerFor(*ds, /*shuffle=*/false, 0), dm.loader_options());
   return EvaluationLoop(*this, loader, test ? "test" : "val").Evaluate();
 }
 
@@ -199,7 +199,7 @@ absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::Da
   KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kPredict));
   auto ds = dm.predict_dataset();
   if (!ds) return absl::FailedPreconditionError("the data module has no prediction inputs");
-  data::DataLoader loader(ds, data::SequentialSampler(ds->size()), dm.loader_options());
+  data::DataLoader loader(ds, data::SamplerFor(*ds, /*shuffle=*/false, 0), dm.loader_options());
   return PredictLoop(*this, loader).Run();
 }
 

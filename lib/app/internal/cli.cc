@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
        "serve.port=N"},
       {"tune", "find a learning rate before training: kiln tune lr_find [--apply] [overrides...]"},
       {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
+      {"shard", "write the data module's splits as WebDataset tar shards: shard.out=DIR shard.max_size=256MB"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
       {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},

@@ -1,0 +1,44 @@
+// A set of shards (one split of a data set) and its index: what `data.train_shards` names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kiln::data::shards {
+
+struct ShardInfo {
+  std::string url;      // a local path or pipe:CMD
+  int64_t samples = 0;
+  int64_t bytes = -1;   // -1: unknown
+  std::string sha256;   // "": unknown
+};
+
+// The index `kiln shard` writes beside a split's shards (SPLIT.index.json): the shards in order
+// with their sample counts (exact epochs and resume without reading them first), sizes and
+// SHA-256 checksums, and the class names.
+struct ShardSet {
+  std::vector<ShardInfo> shards;
+  std::vector<std::string> classes;
+  int64_t samples() const;
+};
+
+// Bash's brace expansion as WebDataset uses it: "train-{000000..000099}.tar" (numeric ranges,
+// zero-padded to the width of their bounds) and "{a,b}" lists; several groups multiply out.
+absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern);
+
+// The shards `spec` names: an index file (*.json, its shard URLs relative to its folder), or URLs
+// with braces: local paths (globs allowed) or pipe:CMD. Without an index every shard is read once
+// to count its samples. `option` names the setting in errors (data.train_shards).
+absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string& option);
+
+// The index as JSON, shard URLs relative to `dir` when they are inside it.
+std::string IndexJson(const ShardSet& set, const std::string& dir);
+
+// Checks every shard of an index against its recorded size and SHA-256 (local shards only).
+absl::Status VerifyShardSet(const ShardSet& set);
+
+}  // namespace kiln::data::shards
