@@ -66,6 +66,30 @@ absl::StatusOr<std::string> EncodePng(const torch::Tensor& image) {
   return std::string(out.begin(), out.end());
 }
 
+torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map) {
+  const int64_t height = hwc.size(0), width = hwc.size(1), channels = hwc.size(2);
+  const uint8_t* in = hwc.data_ptr<uint8_t>();
+  torch::Tensor out = torch::empty({channels, height, width}, map.to_float ? torch::kFloat32 : torch::kUInt8);
+  for (int64_t c = 0; c < channels; ++c) {
+    const float scale = map.scale.empty() ? 1.0f : map.scale[static_cast<size_t>(c)];
+    const float shift = map.shift.empty() ? 0.0f : map.shift[static_cast<size_t>(c)];
+    for (int64_t y = 0; y < height; ++y) {
+      const uint8_t* row = in + (y * width) * channels + c;
+      if (map.to_float) {
+        float* dst = out.data_ptr<float>() + (c * height + y) * width;
+        for (int64_t x = 0; x < width; ++x) {
+          int64_t sx = map.flip ? width - 1 - x : x;
+          dst[x] = static_cast<float>(row[sx * channels]) * scale + shift;
+        }
+      } else {
+        uint8_t* dst = out.data_ptr<uint8_t>() + (c * height + y) * width;
+        for (int64_t x = 0; x < width; ++x) dst[x] = row[(map.flip ? width - 1 - x : x) * channels];
+      }
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const ImageDecodeOptions& options,
                                                  const TransformPipeline& transforms, SampleRng& rng,
                                                  const std::string& what) {
@@ -83,8 +107,11 @@ absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const I
     std::optional<Transform::CropResize> plan = first->PlanCropResize(size->first, size->second, probe);
     if (plan) {
       rng = probe;
-      KILN_ASSIGN_OR_RETURN(torch::Tensor crop, DecodeJpegCrop(bytes, *plan, options.grayscale, what));
-      return transforms.ApplyFrom(1, std::move(crop), rng);
+      KILN_ASSIGN_OR_RETURN(torch::Tensor hwc, DecodeJpegCrop(bytes, *plan, options.grayscale, what));
+      // The per-pixel steps that follow (flip, to_tensor, normalize) in one pass to CHW.
+      Transform::PixelMap map;
+      size_t next = transforms.FoldFrom(1, map, hwc.size(2), rng);
+      return transforms.ApplyFrom(next, MapPixels(hwc, map), rng);
     }
   }
   KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(bytes, options, what));

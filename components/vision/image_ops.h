@@ -33,6 +33,9 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
 // A uint8 [C, H, W] image (C = 1 or 3, RGB) as PNG bytes.
 absl::StatusOr<std::string> EncodePng(const torch::Tensor& image);
 
+// A uint8 [H, W, C] image as [C, H, W], mirrored and mapped per channel as `map` says.
+torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map);
+
 // An encoded image through `transforms` (none: float in [0, 1]). When the first transform is a
 // crop-and-resize (random_resized_crop) and no decode size is set, the decoder does it: a JPEG is
 // decoded only where the crop is, scaled down while decoding (jpeg_crop.h), other formats are

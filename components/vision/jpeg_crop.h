@@ -19,9 +19,10 @@ bool LooksLikeJpeg(std::string_view bytes);
 // The JPEG's height and width from its header; InvalidArgument when it has none.
 absl::StatusOr<std::pair<int64_t, int64_t>> JpegSize(std::string_view bytes);
 
-// The crop `plan` of a JPEG as uint8 [C, out_height, out_width] (C = 1 grayscale, 3 RGB), resized
-// with area averaging when shrinking and bilinear interpolation when enlarging. A JPEG libjpeg
-// cannot decode (corrupt, truncated, CMYK) is an InvalidArgument status naming `what`.
+// The crop `plan` of a JPEG as uint8 [out_height, out_width, C] (HWC; C = 1 grayscale, 3 RGB):
+// scaled by 1/2, 1/4 or 1/8 in the DCT domain (libjpeg-turbo's SIMD scales) while the crop still
+// covers the output, then resized bilinearly. A JPEG libjpeg cannot decode (corrupt, truncated,
+// CMYK) is an InvalidArgument status naming `what`.
 absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Transform::CropResize& plan, bool grayscale,
                                              const std::string& what);
 

@@ -18,6 +18,13 @@ class ToTensor : public Transform {
     if (image.scalar_type() == torch::kUInt8) return image.to(torch::kFloat32).div_(255.0);
     return image.to(torch::kFloat32);
   }
+  bool FoldInto(PixelMap& map, int64_t channels, SampleRng&) const override {
+    if (map.to_float) return false;  // already float: to_tensor only converts
+    map.to_float = true;
+    map.scale.assign(static_cast<size_t>(channels), 1.0f / 255.0f);
+    map.shift.assign(static_cast<size_t>(channels), 0.0f);
+    return true;
+  }
 };
 
 class Normalize : public Transform {
@@ -28,6 +35,21 @@ class Normalize : public Transform {
         inv_std_(1.0 / torch::tensor(std, torch::kFloat32).view({-1, 1, 1})) {}
   torch::Tensor Apply(torch::Tensor image, SampleRng&) const override {
     return (AsChw(std::move(image)).to(torch::kFloat32) - mean_) * inv_std_;
+  }
+  // Only after to_tensor has been folded (on uint8 Apply would normalize 0..255 values, the same
+  // map without its 1/255).
+  bool FoldInto(PixelMap& map, int64_t channels, SampleRng&) const override {
+    auto fits = [&](const torch::Tensor& t) { return t.numel() == channels || t.numel() == 1; };
+    if (!map.to_float || !fits(mean_) || !fits(inv_std_)) return false;
+    torch::Tensor mean_all = mean_.flatten(), inv_std_all = inv_std_.flatten();
+    for (int64_t c = 0; c < channels; ++c) {
+      float mean = mean_all[mean_all.numel() == 1 ? 0 : c].item<float>();
+      float inv_std = inv_std_all[inv_std_all.numel() == 1 ? 0 : c].item<float>();
+      auto i = static_cast<size_t>(c);
+      map.scale[i] *= inv_std;
+      map.shift[i] = (map.shift[i] - mean) * inv_std;
+    }
+    return true;
   }
 
  private:
@@ -70,6 +92,10 @@ class HorizontalFlip : public Transform {
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const override {
     image = AsChw(std::move(image));
     return rng.Bernoulli(p_) ? image.flip({2}) : image;
+  }
+  bool FoldInto(PixelMap& map, int64_t, SampleRng& rng) const override {
+    if (rng.Bernoulli(p_)) map.flip = !map.flip;
+    return true;
   }
 
  private:

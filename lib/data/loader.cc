@@ -15,7 +15,7 @@
 
 namespace kiln::data {
 
-absl::StatusOr<Batch> Collate(std::vector<Example>& examples) {
+absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& input_buffer) {
   Batch batch;
   if (examples.empty()) return batch;
   std::vector<torch::Tensor> inputs, targets;
@@ -31,9 +31,36 @@ absl::StatusOr<Batch> Collate(std::vector<Example>& examples) {
     inputs.push_back(std::move(e.input));
     targets.push_back(std::move(e.target));
   }
-  batch.input = torch::stack(inputs);
+  if (input_buffer) {
+    std::vector<int64_t> sizes = shape;
+    sizes.insert(sizes.begin(), static_cast<int64_t>(inputs.size()));
+    batch.input = input_buffer(sizes, inputs[0].scalar_type());
+    torch::stack_out(batch.input, inputs);
+  } else {
+    batch.input = torch::stack(inputs);
+  }
   batch.target = torch::stack(targets);
   return batch;
+}
+
+torch::Tensor DataLoader::InputBuffer(c10::IntArrayRef sizes, c10::ScalarType type) const {
+  // Only batches of a few MB and more are worth keeping (small ones come from the heap).
+  constexpr int64_t kMinBytes = 4 << 20;
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(type));
+  for (int64_t size : sizes) bytes *= size;
+  if (bytes < kMinBytes) return torch::empty(sizes, torch::TensorOptions().dtype(type));
+  std::lock_guard<std::mutex> lock(buffers_mu_);
+  for (auto& buffer : buffers_) {
+    // Free: no tensor but ours uses it, and no view of it is alive either.
+    if (buffer.use_count() == 1 && buffer.storage().use_count() == 1 && buffer.sizes() == sizes &&
+        buffer.scalar_type() == type) {
+      return buffer;
+    }
+  }
+  torch::Tensor fresh = torch::empty(sizes, torch::TensorOptions().dtype(type));
+  // At most the batches that can be in flight at once, plus the one being consumed.
+  if (buffers_.size() < static_cast<size_t>(options_.prefetch + options_.num_workers + 2)) buffers_.push_back(fresh);
+  return fresh;
 }
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler,
@@ -91,7 +118,10 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
     return absl::DataLossError(absl::StrCat("batch ", index, " of epoch ", epoch, ": all ", skipped,
                                             " of its samples were skipped as corrupt"));
   }
-  auto batch = options_.collate ? options_.collate(examples) : Collate(examples);
+  auto batch = options_.collate ? options_.collate(examples)
+                                : Collate(examples, [this](c10::IntArrayRef sizes, c10::ScalarType type) {
+                                    return InputBuffer(sizes, type);
+                                  });
   if (!batch.ok()) return batch.status();
   batch->epoch = epoch;
   batch->index = index;

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "absl/status/statusor.h"
 #include "lib/data/dataset.h"
@@ -41,8 +42,10 @@ struct LoaderOptions {
   BatchOrderFn batch_order; // null: the sampler's order as it is
 };
 
-// Stacks examples into a batch (all inputs must have the same shape).
-absl::StatusOr<Batch> Collate(std::vector<Example>& examples);
+// Stacks examples into a batch (all inputs must have the same shape). `input_buffer`, when given,
+// says where the stacked inputs go (a tensor of their shape and type, reused between batches).
+using BufferFn = std::function<torch::Tensor(c10::IntArrayRef sizes, c10::ScalarType type)>;
+absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& input_buffer = nullptr);
 
 class DataLoader {
  public:
@@ -61,9 +64,16 @@ class DataLoader {
   absl::StatusOr<Batch> LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index,
                                   EpochSource* source) const;
 
+  // A batch-input tensor of this shape and type that nothing but this loader references any more
+  // (the batch it carried has been consumed), or a new one: a large batch's pages are not
+  // allocated, faulted in and unmapped again for every batch.
+  torch::Tensor InputBuffer(c10::IntArrayRef sizes, c10::ScalarType type) const;
+
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<Sampler> sampler_;
   LoaderOptions options_;
+  mutable std::mutex buffers_mu_;
+  mutable std::vector<torch::Tensor> buffers_;
 };
 
 }  // namespace kiln::data

@@ -34,6 +34,17 @@ class Transform {
   virtual std::optional<CropResize> PlanCropResize(int64_t /*height*/, int64_t /*width*/, SampleRng& /*rng*/) const {
     return std::nullopt;
   }
+
+  // Per-pixel work a decoder can do while it writes the image out: a mirror, then per channel
+  // x * scale + shift into float (no scale: uint8 stays).
+  struct PixelMap {
+    bool flip = false;
+    bool to_float = false;
+    std::vector<float> scale, shift;  // per channel; empty: 1 and 0
+  };
+  // When this transform is such per-pixel work on a `channels`-channel image, adds it to `map`
+  // (drawing from `rng` exactly as Apply does) and returns true; false: it is not, nothing drawn.
+  virtual bool FoldInto(PixelMap& /*map*/, int64_t /*channels*/, SampleRng& /*rng*/) const { return false; }
 };
 
 // Transforms applied in order.
@@ -48,6 +59,9 @@ class TransformPipeline {
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const;
   // Steps `first`.. only (the first having been done by the decoder).
   torch::Tensor ApplyFrom(size_t first, torch::Tensor image, SampleRng& rng) const;
+  // Folds steps `first`.. into `map` while they are per-pixel work (Transform::FoldInto); returns the
+  // index of the first step not folded.
+  size_t FoldFrom(size_t first, Transform::PixelMap& map, int64_t channels, SampleRng& rng) const;
   // The first step, or null.
   const Transform* front() const { return steps_.empty() ? nullptr : steps_.front().get(); }
   bool empty() const { return steps_.empty(); }

@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   if (!p->generates_) {
     KILN_RETURN_IF_ERROR(p->data_->PrepareRawInputs());
     p->collate_ = p->data_->loader_options().collate;
-    if (!p->collate_) p->collate_ = data::Collate;
+    if (!p->collate_) p->collate_ = [](std::vector<data::Example>& examples) { return data::Collate(examples); };
     p->class_names_ = p->data_->class_names();
   }
   if (options.quantize.has_value()) KILN_RETURN_IF_ERROR(p->Quantize(*options.quantize));
