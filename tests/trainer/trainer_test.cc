@@ -13,7 +13,10 @@
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/exit_code.h"
+#include "absl/strings/str_format.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/datamodule.h"
+#include "lib/data/shards/tar_shard.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
@@ -177,7 +180,8 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
                 const std::string& ckpt_path, std::vector<std::shared_ptr<Callback>> callbacks = {},
                 bool poison = false, std::vector<std::shared_ptr<MetricsLogger>> loggers = {},
                 const std::string& model_yaml = kMlp, bool count_batches = false,
-                const std::string& optimizer_yaml = "_target_: adamw\nlr: 0.01\n") {
+                const std::string& optimizer_yaml = "_target_: adamw\nlr: 0.01\n",
+                data::DataModule* data_module = nullptr) {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
@@ -186,7 +190,8 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   torch::manual_seed(1);
   Classifier task(poison, model_yaml, count_batches);
   EXPECT_TRUE(task.Build(config::Config()).ok());
-  SyntheticImages data(workers);
+  SyntheticImages synthetic(workers);
+  data::DataModule& data = data_module != nullptr ? *data_module : synthetic;
   auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml(optimizer_yaml, "optimizer"));
   auto scheduler = Registry<Scheduler>::Get().Instantiate(
       Yaml("_target_: cosine_with_warmup\nwarmup_steps: 3\ntotal_steps: 18\n", "scheduler"));
@@ -285,6 +290,47 @@ TEST(TrainerResume, MaxStepsInterruptionResumesBitwiseEqual) {
   RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last");
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// The same from WebDataset shards (data=shards): 100 8x8 images in 10 shards streamed through a
+// shuffle buffer, stopped mid-epoch 1 and resumed with another loader thread count.
+TEST(TrainerResume, ShardsResumeMidEpochBitwiseEqual) {
+  testing::TempDir shards, a, b;
+  torch::manual_seed(3);
+  torch::Tensor images = torch::randint(0, 256, {100, 8, 8}, torch::kUInt8);
+  for (int s = 0; s < 10; ++s) {
+    auto writer = data::shards::ShardWriter::Create(absl::StrFormat("%s/train-%06d.tar", shards.path(), s));
+    ASSERT_TRUE(writer.ok());
+    for (int i = s * 10; i < s * 10 + 10; ++i) {
+      auto png = data::EncodePng(images[i].unsqueeze(0).contiguous());
+      ASSERT_TRUE(png.ok()) << png.status();
+      ASSERT_TRUE((*writer)->Add(absl::StrFormat("%06d", i), {{"png", *png}, {"cls", std::to_string(i % 3)}}).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto module = [&](int workers) {
+    auto dm = Registry<data::DataModule>::Get().Instantiate(Yaml(
+        absl::StrCat("_target_: shards\ntrain_shards: ", shards.path(), "/train-{000000..000009}.tar\nval_shards: ",
+                     shards.path(), "/train-00000[0-1].tar\ngrayscale: true\nbatch_size: 16\nshuffle_buffer: 20\n",
+                     "num_workers: ", workers, "\ntransforms: {train: [{_target_: to_tensor}, ",
+                     "{_target_: random_crop, size: 8, padding: 1}, {_target_: horizontal_flip}], eval: [{_target_: to_tensor}]}\n"),
+        "data"));
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    return *dm;
+  };
+  auto full_data = module(2), first_data = module(2), resumed_data = module(0);
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "", {}, false, {}, kMlp, false, "_target_: adamw\nlr: 0.01\n", full_data.get());
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  EXPECT_EQ(full.steps, 21);  // 100 samples / 16 = 7 batches, 3 epochs
+  RunResult first = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 10\n", 2, "", {}, false, {}, kMlp, false,
+                          "_target_: adamw\nlr: 0.01\n", first_data.get());
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(first.steps, 10);
+  RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last", {}, false, {}, kMlp, false, "_target_: adamw\nlr: 0.01\n",
+                            resumed_data.get());
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 21);
   ExpectBitwiseEqual(full.params, resumed.params);
 }
 

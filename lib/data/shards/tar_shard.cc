@@ -120,13 +120,32 @@ absl::Status ShardReader::Fail(const std::string& what) {
   return absl::DataLossError(absl::StrCat("shard ", url_, ": ", what));
 }
 
+absl::StatusOr<std::string> ShardReader::MemberData(bool keep, const std::string& name) {
+  std::string bytes;
+  if (!keep) {
+    if (archive_read_data_skip(archive_) != ARCHIVE_OK) {
+      return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_), ")"));
+    }
+    return bytes;
+  }
+  // The size comes from the header; the data read must match it.
+  la_ssize_t want = static_cast<la_ssize_t>(entry_size_);
+  if (want > 0) bytes.resize(static_cast<size_t>(want));
+  la_ssize_t got = want > 0 ? archive_read_data(archive_, bytes.data(), bytes.size()) : 0;
+  if (got != want) return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_, "short read"), ")"));
+  return bytes;
+}
+
 absl::StatusOr<std::optional<ShardSample>> ShardReader::Next(bool keep) {
   if (done_) return std::optional<ShardSample>();
   ShardSample sample;
+  bool started = false;
   if (pending_) {
-    sample.key = std::move(pending_key_);
-    sample.files.emplace_back(pending_name_ext_->second, std::move(pending_bytes_));
     pending_ = false;
+    KILN_ASSIGN_OR_RETURN(std::string bytes, MemberData(keep, pending_name_));
+    sample.key = std::move(pending_key_);
+    sample.files.emplace_back(std::move(pending_ext_), std::move(bytes));
+    started = true;
   }
   while (true) {
     struct archive_entry* entry = nullptr;
@@ -135,41 +154,29 @@ absl::StatusOr<std::optional<ShardSample>> ShardReader::Next(bool keep) {
       done_ = true;
       absl::Status command = FinishPipe();
       if (!command.ok()) return command;
-      if (sample.key.empty() && sample.files.empty()) return std::optional<ShardSample>();
+      if (!started) return std::optional<ShardSample>();
       return std::optional<ShardSample>(std::move(sample));
     }
-    if (rc < ARCHIVE_WARN) {
-      return Fail(absl::StrCat("truncated or corrupt tar (", ArchiveError(archive_), ")"));
-    }
+    if (rc < ARCHIVE_WARN) return Fail(absl::StrCat("truncated or corrupt tar (", ArchiveError(archive_), ")"));
     if (archive_entry_filetype(entry) != AE_IFREG) continue;  // folders, links
     const char* raw_name = archive_entry_pathname(entry);
     std::string name = raw_name ? raw_name : "";
     if (absl::StartsWith(name, "./")) name = name.substr(2);
+    // WebDataset skips members whose base name starts with "__" (metadata of the shard).
+    size_t slash = name.rfind('/');
+    if (absl::StartsWith(name.substr(slash == std::string::npos ? 0 : slash + 1), "__")) continue;
     auto [key, ext] = SplitKeyExt(name);
-    // WebDataset skips members whose name starts with "__" (metadata of the shard).
-    if (absl::StartsWith(name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1), "__")) continue;
-    std::string bytes;
-    if (keep) {
-      int64_t size = archive_entry_size(entry);
-      if (size > 0) bytes.resize(static_cast<size_t>(size));
-      la_ssize_t got = size > 0 ? archive_read_data(archive_, bytes.data(), bytes.size()) : 0;
-      if (got < 0 || got != static_cast<la_ssize_t>(bytes.size())) {
-        return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (",
-                                 ArchiveError(archive_, "short read"), ")"));
-      }
-    } else if (archive_read_data_skip(archive_) != ARCHIVE_OK) {
-      return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (",
-                               ArchiveError(archive_), ")"));
-    }
-    if (sample.files.empty() && sample.key.empty()) {
-      sample.key = key;
-    } else if (key != sample.key) {
+    entry_size_ = archive_entry_size(entry);
+    if (started && key != sample.key) {
       pending_ = true;
+      pending_name_ = std::move(name);
       pending_key_ = std::move(key);
-      pending_name_ext_ = std::make_pair(name, ext);
-      pending_bytes_ = std::move(bytes);
+      pending_ext_ = std::move(ext);
       return std::optional<ShardSample>(std::move(sample));
     }
+    KILN_ASSIGN_OR_RETURN(std::string bytes, MemberData(keep, name));
+    if (!started) sample.key = key;
+    started = true;
     sample.files.emplace_back(std::move(ext), std::move(bytes));
   }
 }

@@ -54,10 +54,14 @@ class ShardReader {
   struct archive* archive_ = nullptr;
   int fd_ = -1;
   int child_ = -1;  // pid of a pipe's shell
-  // A member read ahead: the first of the next sample.
-  std::optional<std::pair<std::string, std::string>> pending_name_ext_;
-  std::string pending_key_, pending_bytes_;
+  // The current member's data, read (keep) or skipped.
+  absl::StatusOr<std::string> MemberData(bool keep, const std::string& name);
+
+  // A member whose header has been read but not its data: the first of the next sample, whose
+  // own Next call decides whether its bytes are kept.
+  std::string pending_name_, pending_key_, pending_ext_;
   bool pending_ = false, done_ = false;
+  int64_t entry_size_ = 0;  // the current member's size
 };
 
 // Counts the samples of a shard (reading headers; data is skipped).
