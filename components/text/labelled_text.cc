@@ -37,8 +37,17 @@ struct LabelledTextOptions : TextDataOptions {
 class TokenizedTexts : public data::Dataset {
  public:
   TokenizedTexts(std::vector<std::vector<int64_t>> tokens, std::vector<int64_t> labels,
-                 std::vector<std::string> sources)
-      : tokens_(std::move(tokens)), labels_(std::move(labels)), sources_(std::move(sources)) {}
+                 std::vector<std::string> sources, std::vector<std::string> texts, std::vector<std::string> label_names,
+                 std::string label_ext)
+      : tokens_(std::move(tokens)), labels_(std::move(labels)), sources_(std::move(sources)), texts_(std::move(texts)),
+        label_names_(std::move(label_names)), label_ext_(std::move(label_ext)) {}
+  // The text and its label's name (KEY.txt, KEY.LABEL_FIELD), what ReadLabelledTexts reads back.
+  absl::StatusOr<data::EncodedSample> Encoded(int64_t index) const override {
+    auto i = static_cast<size_t>(index);
+    data::EncodedSample files{{"txt", texts_.at(i)}};
+    if (labels_[i] >= 0) files.emplace_back(label_ext_, label_names_.at(static_cast<size_t>(labels_[i])));
+    return files;
+  }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
   absl::StatusOr<data::Example> Get(int64_t index, data::SampleRng&) const override {
     const auto& t = tokens_.at(static_cast<size_t>(index));
@@ -59,7 +68,8 @@ class TokenizedTexts : public data::Dataset {
  private:
   std::vector<std::vector<int64_t>> tokens_;
   std::vector<int64_t> labels_;
-  std::vector<std::string> sources_;
+  std::vector<std::string> sources_, texts_, label_names_;
+  std::string label_ext_;
 };
 
 // A text for predictions.csv: its first line, at most 80 characters.
@@ -210,8 +220,8 @@ class LabelledText : public TextDataModule {
     }
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
     for (auto& t : tokens) t = Truncated(std::move(t));
-    return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels),
-                                            std::move(sources));
+    return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels), std::move(sources), std::move(texts),
+                                            labels_, o_.label_field);
   }
 
   // A text's tokens cut to max_length (on truncation_side), with <cls> when add_cls.
@@ -255,8 +265,9 @@ KILN_REGISTER_BOUND(
             .Field("predict", &LabelledTextOptions::predict,
                    "texts to classify, one per line (- for stdin; null: the test file)")
             .Field("format", &LabelledTextOptions::format,
-                   "auto (from the extension), jsonl, csv, tsv or folder",
-                   OneOf({"auto", "jsonl", "csv", "tsv", "folder"}))
+                   "auto (from the extension; .tar, .index.json, {..} ranges and pipe: are shards), jsonl, csv, "
+                   "tsv, folder or shards (KEY.txt + KEY.label, as kiln shard writes them)",
+                   OneOf({"auto", "jsonl", "csv", "tsv", "folder", "shards"}))
             .Field("text_field", &LabelledTextOptions::text_field,
                    "the field (JSON key or CSV column) holding the text")
             .Field("label_field", &LabelledTextOptions::label_field, "the field holding the label")

@@ -12,7 +12,11 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/data/shards/shard_set.h"
+#include "lib/data/shards/tar_shard.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/text/utf8.h"
@@ -237,6 +241,40 @@ absl::StatusOr<std::vector<TextRecord>> ReadFolderPerClass(const std::string& pa
   return out;
 }
 
+// Shard samples (data=shards' layout, `kiln shard` of a labelled_text module): the text is member
+// TEXT_FIELD or txt, the label member LABEL_FIELD or cls; storage order.
+absl::StatusOr<std::vector<TextRecord>> ReadShardTexts(const std::string& path, const RecordFields& fields,
+                                                       bool need_label) {
+  KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(path, path));
+  std::vector<TextRecord> out;
+  for (const auto& shard : set.shards) {
+    KILN_ASSIGN_OR_RETURN(auto reader, data::shards::ShardReader::Open(shard.url));
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(std::optional<data::shards::ShardSample> sample, reader->Next());
+      if (!sample) break;
+      std::string where = absl::StrCat("shard ", shard.url, ": sample ", sample->key);
+      const std::string* text = sample->Find(fields.text_field);
+      if (text == nullptr) text = sample->Find("txt");
+      if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no .txt (or .", fields.text_field, ")"));
+      const std::string* label = sample->Find(fields.label_field);
+      if (label == nullptr) label = sample->Find("cls");
+      if (label == nullptr && need_label) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " has no label (.", fields.label_field, " or .cls)"));
+      }
+      KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
+      KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
+      out.push_back({*text, label == nullptr ? "" : std::string(absl::StripAsciiWhitespace(*label)), where});
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no records"));
+  return out;
+}
+
+bool LooksLikeShards(const std::string& path) {
+  return absl::StartsWith(path, "pipe:") || absl::EndsWith(path, ".tar") || absl::EndsWith(path, ".index.json") ||
+         absl::StrContains(path, "{");
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& path,
@@ -244,6 +282,7 @@ absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& pat
                                                           bool need_label) {
   std::string format = fields.format;
   struct stat st;
+  if (format == "shards" || (format == "auto" && LooksLikeShards(path))) return ReadShardTexts(path, fields, need_label);
   if (format == "auto") {
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       format = "folder";

@@ -393,6 +393,54 @@ TEST(Shards, BadShardsAreOneLineNamingTheShard) {
   }
 }
 
+// labelled_text from shards written from its splits (what kiln shard does) is the same data set:
+// the same texts and labels in the same order, so the same tokens and targets.
+TEST(Shards, LabelledTextFromItsShardsIsTheSameDataSet) {
+  testing::TempDir dir;
+  std::string train, val;
+  for (int i = 0; i < 30; ++i) {
+    std::string line = absl::StrFormat("{\"text\": \"message %d says %s\", \"label\": \"%s\"}\n", i,
+                                       i % 3 ? "hello there" : "win money now", i % 3 ? "ham" : "spam");
+    (i < 24 ? train : val) += line;
+  }
+  dir.Write("train.jsonl", train);
+  dir.Write("val.jsonl", val);
+  auto module = [&](const std::string& train_path, const std::string& val_path) {
+    auto dm = testing::Instantiate<DataModule>(
+        absl::StrCat("_target_: labelled_text\ntrain: ", train_path, "\nval: ", val_path,
+                     "\nbatch_size: 4\ntokenizer: {_target_: whitespace, min_frequency: 1}\n"),
+        "data");
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    EXPECT_TRUE((*dm)->Setup(Stage::kFit).ok());
+    return *dm;
+  };
+  auto files = module(dir.path() + "/train.jsonl", dir.path() + "/val.jsonl");
+  for (const auto& [split, ds] : std::vector<std::pair<std::string, std::shared_ptr<const Dataset>>>{
+           {"train", files->train_dataset()}, {"val", files->val_dataset()}}) {
+    auto writer = ShardWriter::Create(absl::StrCat(dir.path(), "/", split, "-000000.tar"));
+    ASSERT_TRUE(writer.ok());
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      auto encoded = ds->Encoded(i);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      ASSERT_TRUE((*writer)->Add(absl::StrFormat("%09d", i), *encoded).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto sharded = module(dir.path() + "/train-000000.tar", dir.path() + "/val-{000000..000000}.tar");
+  EXPECT_EQ(sharded->class_names(), files->class_names());
+  for (auto [a, b] : {std::make_pair(files->train_dataset(), sharded->train_dataset()),
+                      std::make_pair(files->val_dataset(), sharded->val_dataset())}) {
+    ASSERT_EQ(a->size(), b->size());
+    for (int64_t i = 0; i < a->size(); ++i) {
+      SampleRng r1(0, 0, i), r2(0, 0, i);
+      auto x = a->Get(i, r1), y = b->Get(i, r2);
+      ASSERT_TRUE(x.ok() && y.ok());
+      EXPECT_TRUE(torch::equal(x->input, y->input)) << i;
+      EXPECT_TRUE(torch::equal(x->target, y->target)) << i;
+    }
+  }
+}
+
 TEST(Shards, VerifyRefusesAShardThatDiffersFromItsIndex) {
   testing::TempDir dir;
   auto paths = WriteShards(dir.path(), 1, 4);
