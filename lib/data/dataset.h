@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/data/encoded_sample.h"
 #include "lib/data/sample_rng.h"
 
 namespace kiln::data {
@@ -21,9 +22,6 @@ struct Example {
   torch::Tensor target;  // e.g. an int64 class index (0-d)
 };
 
-// A sample as files, WebDataset's way (`kiln shard` writes them as KEY.EXT members of a tar):
-// extension -> bytes, e.g. {"jpg": <the JPEG file>, "cls": "3"}.
-using EncodedSample = std::vector<std::pair<std::string, std::string>>;
 
 class Sampler;
 

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "lib/data/dataset.h"
+#include "lib/data/encoded_sample.h"
 
 struct archive;  // libarchive's handle
 
