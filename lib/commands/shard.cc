@@ -4,6 +4,8 @@
 #include <glob.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -17,7 +19,9 @@
 #include "lib/core/files.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/data/shards/tar_shard.h"
+#include "lib/core/exit_code.h"
 #include "lib/logging/logger.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/run/command.h"
 
 namespace kiln {
@@ -70,6 +74,9 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
                         const std::string& out, int64_t max_bytes, int64_t max_count) {
   data::shards::ShardSet set;
   set.classes = classes;
+  // An index of an earlier write describes shards about to be replaced: it goes first.
+  std::string index = absl::StrCat(out, "/", split, ".index.json");
+  ::unlink(index.c_str());
   std::unique_ptr<data::shards::ShardWriter> writer;
   auto finish = [&]() -> absl::Status {
     if (writer == nullptr) return absl::OkStatus();
@@ -90,6 +97,14 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
     return absl::OkStatus();
   };
   for (int64_t i = 0; i < dataset.size(); ++i) {
+    // SIGINT/SIGTERM: the shard being written is removed (never left under its name), the split's
+    // index is not written; shards already finished stay, as does every earlier split.
+    if (int signal = StopSignals::Received(); signal != 0) {
+      return WithExitCode(absl::CancelledError(absl::StrCat("kiln shard: stopped by ", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1",
+                                                            " while writing ", split, " (sample ", i, " of ", dataset.size(),
+                                                            "); its index was not written")),
+                          128 + signal);
+    }
     auto files = dataset.Encoded(i);
     if (!files.ok()) return absl::Status(files.status().code(), absl::StrCat("kiln shard: ", split, " sample ", i, ": ", files.status().message()));
     int64_t bytes = 0;
@@ -112,7 +127,6 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
     for (size_t i = set.shards.size(); i < found.gl_pathc; ++i) ::unlink(found.gl_pathv[i]);
   }
   globfree(&found);
-  std::string index = absl::StrCat(out, "/", split, ".index.json");
   KILN_RETURN_IF_ERROR(WriteFileAtomically(index, data::shards::IndexJson(set, out)));
   int64_t total_bytes = 0;
   for (const auto& shard : set.shards) total_bytes += shard.bytes;
@@ -124,6 +138,7 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
 }
 
 absl::Status ShardCommand(app::JobContext& ctx) {
+  StopSignals stop_signals;
   KILN_ASSIGN_OR_RETURN(ShardOptions o, ReadOptions(ctx.cfg));
   KILN_ASSIGN_OR_RETURN(int64_t max_bytes, ParseSize(o.max_size));
   int64_t max_count = o.max_count.value_or(std::numeric_limits<int64_t>::max());

@@ -7,8 +7,10 @@ import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -82,6 +84,29 @@ class KilnShardToWebDataset(unittest.TestCase):
                 lines = [l for l in done.stderr.splitlines() if "error" in l]
                 self.assertEqual(len(lines), 1, done.stderr)
                 self.assertIn(want, lines[0])
+
+
+    def test_sigint_leaves_finished_shards_and_no_partial_one(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "fm")
+            proc = subprocess.Popen([KILN, "shard", "experiment=fashion_mnist", "shard.out=" + out, "shard.splits=[train]",
+                                     "shard.max_count=500", "hydra.run.dir=" + os.path.join(tmp, "run")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.time() + 120
+            while not glob.glob(os.path.join(out, "train-000001.tar")) and time.time() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+            self.assertEqual(proc.returncode, 130, err)
+            errors = [l for l in err.splitlines() if "error" in l]
+            self.assertEqual(len(errors), 1, err)
+            self.assertIn("stopped by SIGINT while writing train", errors[0])
+            self.assertFalse(os.path.exists(os.path.join(out, "train.index.json")))
+            names = os.listdir(out)
+            self.assertTrue(names)
+            self.assertTrue(all(n.startswith("train-") and n.endswith(".tar") for n in names), names)
+            for name in names:  # every shard left is whole: 500 samples, read to its end
+                self.assertEqual(sum(1 for _ in wds.WebDataset(os.path.join(out, name), shardshuffle=False)), 500)
 
 
 class WebDatasetToKiln(unittest.TestCase):
