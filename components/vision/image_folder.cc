@@ -48,7 +48,9 @@ class ImageFileDataset : public Dataset {
     KILN_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(file.path));
     std::string ext = absl::AsciiStrToLower(fs::path(file.path).extension().string().substr(1));
     if (ext == "jpeg") ext = "jpg";
-    return EncodedSample{{ext, std::move(bytes)}, {"cls", std::to_string(file.label)}};
+    EncodedSample files{{ext, std::move(bytes)}};
+    if (file.label >= 0) files.emplace_back("cls", std::to_string(file.label));  // prediction inputs: none
+    return files;
   }
 
  private:

@@ -106,12 +106,16 @@ absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const I
     SampleRng probe = rng;
     std::optional<Transform::CropResize> plan = first->PlanCropResize(size->first, size->second, probe);
     if (plan) {
-      rng = probe;
-      KILN_ASSIGN_OR_RETURN(torch::Tensor hwc, DecodeJpegCrop(bytes, *plan, options.grayscale, what));
-      // The per-pixel steps that follow (flip, to_tensor, normalize) in one pass to CHW.
-      Transform::PixelMap map;
-      size_t next = transforms.FoldFrom(1, map, hwc.size(2), rng);
-      return transforms.ApplyFrom(next, MapPixels(hwc, map), rng);
+      auto hwc = DecodeJpegCrop(bytes, *plan, options.grayscale, what);
+      // A JPEG libjpeg's crop path refuses (CMYK, say) goes the whole-image way below with the
+      // untouched rng, which draws the same crop.
+      if (hwc.ok()) {
+        rng = probe;
+        // The per-pixel steps that follow (flip, to_tensor, normalize) in one pass to CHW.
+        Transform::PixelMap map;
+        size_t next = transforms.FoldFrom(1, map, hwc->size(2), rng);
+        return transforms.ApplyFrom(next, MapPixels(*hwc, map), rng);
+      }
     }
   }
   KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(bytes, options, what));
