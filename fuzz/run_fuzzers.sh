@@ -42,9 +42,14 @@ for spec in "${specs[@]}"; do
   target=${spec%%:*} runs=${spec##*:}
   corpus=$work/${target%_parser}
   [[ $target == shard_reader ]] && corpus=$work/shard
-  echo "== $target: $(ls "$corpus" | wc -l) seeds, $runs runs"
+  budget="$runs runs"
+  [[ -n ${KILN_FUZZ_SECONDS:-} ]] && budget="${KILN_FUZZ_SECONDS} s"
+  echo "== $target: $(ls "$corpus" | wc -l) seeds, $budget"
   status=0
-  (cd "$work" && "$bin/${target}_fuzzer" "${common[@]}" -runs="$runs" "$corpus") > "$work/$target.log" 2>&1 || status=$?
+  # KILN_FUZZ_SECONDS (bench/fuzz_long.sh): each target for that long instead of a run count.
+  limit=-runs=$runs
+  [[ -n ${KILN_FUZZ_SECONDS:-} ]] && limit=-max_total_time=$KILN_FUZZ_SECONDS
+  (cd "$work" && "$bin/${target}_fuzzer" "${common[@]}" "$limit" "$corpus") > "$work/$target.log" 2>&1 || status=$?
   grep -aE "stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|Done" "$work/$target.log" || true
   if [[ $status -ne 0 ]]; then
     echo "$target failed (exit $status); the input that failed is in $artifacts"
