@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
+#include <fstream>
+#include <iterator>
 
-#include <unistd.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
@@ -22,9 +21,9 @@ namespace kiln::audio {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const std::string& path, data::SampleRng& rng,
+absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const AudioSource& source, data::SampleRng& rng,
                                                       bool augment) const {
-  KILN_ASSIGN_OR_RETURN(torch::Tensor wave, LoadMono(path, o_.sample_rate));
+  KILN_ASSIGN_OR_RETURN(torch::Tensor wave, LoadMono(source.path, o_.sample_rate, source.bytes.get()));
   if (augment && !o_.waveform_transforms.empty()) wave = o_.waveform_transforms.Apply(wave, rng);
   if (o_.clip_seconds > 0) {
     const int64_t length = std::llround(o_.clip_seconds * static_cast<double>(o_.sample_rate));
@@ -37,9 +36,9 @@ absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const std::string& path, d
   return wave;
 }
 
-absl::StatusOr<torch::Tensor> AudioPipeline::Features(const std::string& path, data::SampleRng& rng,
+absl::StatusOr<torch::Tensor> AudioPipeline::Features(const AudioSource& source, data::SampleRng& rng,
                                                       bool augment) const {
-  KILN_ASSIGN_OR_RETURN(torch::Tensor wave, Waveform(path, rng, augment));
+  KILN_ASSIGN_OR_RETURN(torch::Tensor wave, Waveform(source, rng, augment));
   torch::Tensor features = o_.features->Compute(wave);
   switch (o_.normalize) {
     case Normalization::kUtterance:
@@ -57,39 +56,24 @@ absl::StatusOr<torch::Tensor> AudioPipeline::Features(const std::string& path, d
 }
 
 absl::StatusOr<torch::Tensor> AudioPipeline::FeaturesOfBytes(std::string_view bytes) const {
-  // libsndfile reads files: the bytes go to a private temporary file with the extension of the
-  // format their magic number names, and the same path-based pipeline reads it.
+  // Decoded from memory (libsndfile's virtual I/O), named by the format its magic number says.
   const char* suffix = nullptr;
   if (bytes.substr(0, 4) == "RIFF" && bytes.substr(8, 4) == "WAVE") suffix = ".wav";
   if (bytes.substr(0, 4) == "fLaC") suffix = ".flac";
   if (bytes.substr(0, 4) == "OggS") suffix = ".ogg";
   if (suffix == nullptr) return absl::InvalidArgumentError("the audio is not a WAV, FLAC or Ogg file");
-  const char* tmp = std::getenv("TMPDIR");
-  std::string path = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/kiln-audio-XXXXXX", suffix);
-  int fd = ::mkstemps(path.data(), static_cast<int>(std::strlen(suffix)));
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create a temporary file for the audio: ", std::strerror(errno)));
-  bool written = true;
-  for (size_t done = 0; done < bytes.size() && written;) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    written = n > 0;
-    if (written) done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  absl::StatusOr<torch::Tensor> features = absl::InternalError("cannot write the audio to a temporary file");
-  if (written) {
-    data::SampleRng rng(0, 0, 0);
-    features = Features(path, rng, /*augment=*/false);
-  }
-  ::unlink(path.c_str());
+  const std::string name = absl::StrCat("the audio", suffix);
+  data::SampleRng rng(0, 0, 0);
+  auto features = Features(AudioSource(name, std::make_shared<const std::string>(bytes)), rng, /*augment=*/false);
   if (!features.ok()) {
     std::string message(features.status().message());
-    if (absl::StartsWith(message, path)) message = absl::StrCat("the audio", message.substr(path.size()));
+    if (absl::StartsWith(message, name)) message = absl::StrCat("the audio", message.substr(name.size()));
     return absl::Status(features.status().code(), message);
   }
   return features;
 }
 
-absl::Status AudioPipeline::FitGlobalStats(const std::vector<std::string>& paths) {
+absl::Status AudioPipeline::FitGlobalStats(const std::vector<AudioSource>& paths) {
   if (paths.empty())
     return absl::FailedPreconditionError("global feature normalization needs training files");
   const size_t n = std::min<size_t>(
@@ -98,8 +82,7 @@ absl::Status AudioPipeline::FitGlobalStats(const std::vector<std::string>& paths
   int64_t frames = 0;
   data::SampleRng rng(0, 0, 0);
   for (size_t i = 0; i < n; ++i) {
-    const std::string& path = paths[i * paths.size() / n];
-    KILN_ASSIGN_OR_RETURN(torch::Tensor wave, Waveform(path, rng, false));
+    KILN_ASSIGN_OR_RETURN(torch::Tensor wave, Waveform(paths[i * paths.size() / n], rng, false));
     torch::Tensor f = o_.features->Compute(wave).to(torch::kFloat64);
     sum = sum.defined() ? sum + f.sum(0) : f.sum(0);
     sum_sq = sum_sq.defined() ? sum_sq + f.pow(2).sum(0) : f.pow(2).sum(0);
@@ -117,13 +100,29 @@ absl::Status AudioPipeline::FitGlobalStats(const std::vector<std::string>& paths
 absl::StatusOr<data::Example> AudioDataset::Get(int64_t index, data::SampleRng& rng) const {
   const AudioEntry& entry = entries_->at(static_cast<size_t>(index));
   data::Example e;
-  KILN_ASSIGN_OR_RETURN(e.input, pipeline_->Features(entry.path, rng, augment_));
+  KILN_ASSIGN_OR_RETURN(e.input, pipeline_->Features(entry.source(), rng, augment_));
   if (token_targets_) {
     e.target = torch::tensor(entry.tokens, torch::kInt64).reshape({-1});
   } else {
     e.target = torch::tensor(entry.label, torch::kInt64);
   }
   return e;
+}
+
+absl::StatusOr<data::EncodedSample> AudioDataset::Encoded(int64_t index) const {
+  const AudioEntry& entry = entries_->at(static_cast<size_t>(index));
+  std::string ext = absl::AsciiStrToLower(fs::path(entry.path).extension().string());
+  data::EncodedSample files;
+  if (entry.bytes != nullptr) {
+    files.emplace_back(ext.substr(1), *entry.bytes);
+  } else {
+    std::ifstream in(entry.path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat(entry.path, ": cannot open audio file"));
+    files.emplace_back(ext.substr(1), std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  }
+  if (token_targets_ || !entry.text.empty()) files.emplace_back("txt", entry.text);
+  if (entry.label >= 0) files.emplace_back("cls", std::to_string(entry.label));
+  return files;
 }
 
 int64_t AudioDataset::Length(int64_t index) const {
@@ -138,7 +137,7 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
     AudioEntry& entry = entries[i];
     absl::Status s = CheckAudioExtension(entry.path);
     if (s.ok()) {
-      auto info = ReadAudioInfo(entry.path);
+      auto info = entry.bytes != nullptr ? ReadAudioInfoBytes(*entry.bytes, entry.path) : ReadAudioInfo(entry.path);
       if (!info.ok()) {
         s = info.status();
       } else {

@@ -36,21 +36,31 @@ struct AudioPipelineOptions {
   data::TransformPipeline waveform_transforms, feature_transforms;  // applied when training
 };
 
+// Where an utterance's audio is: a file, or that file's bytes in memory (a shard's member), `path`
+// then only naming it (with the file's extension).
+struct AudioSource {
+  AudioSource(std::string file) : path(std::move(file)) {}  // NOLINT: a path is a source
+  AudioSource(std::string name, std::shared_ptr<const std::string> contents)
+      : path(std::move(name)), bytes(std::move(contents)) {}
+  std::string path;
+  std::shared_ptr<const std::string> bytes;  // null: read `path`
+};
+
 class AudioPipeline {
  public:
   explicit AudioPipeline(AudioPipelineOptions options) : o_(std::move(options)) {}
   // Features [frames, F] of one file; `augment` applies the training transforms.
-  absl::StatusOr<torch::Tensor> Features(const std::string& path, data::SampleRng& rng,
+  absl::StatusOr<torch::Tensor> Features(const AudioSource& source, data::SampleRng& rng,
                                          bool augment) const;
   // Features [frames, F] of an audio file's bytes (WAV, FLAC, Ogg), without augmentation; errors
   // name "the audio". For raw inputs (kiln::Predictor, `kiln serve`).
   absl::StatusOr<torch::Tensor> FeaturesOfBytes(std::string_view bytes) const;
   // The waveform as the features see it (resampled, augmented, cut or padded).
-  absl::StatusOr<torch::Tensor> Waveform(const std::string& path, data::SampleRng& rng,
+  absl::StatusOr<torch::Tensor> Waveform(const AudioSource& source, data::SampleRng& rng,
                                          bool augment) const;
   // Global normalization: the per-feature mean and standard deviation over up to
-  // global_stats_files of `paths` (evenly spaced, without augmentation).
-  absl::Status FitGlobalStats(const std::vector<std::string>& paths);
+  // global_stats_files of `sources` (evenly spaced, without augmentation).
+  absl::Status FitGlobalStats(const std::vector<AudioSource>& sources);
   bool needs_global_stats() const {
     return o_.normalize == Normalization::kGlobal && !mean_.defined();
   }
@@ -69,6 +79,8 @@ struct AudioEntry {
   std::vector<int64_t> tokens;  // the text's token ids, when a tokenizer encoded it
   double duration = 0;          // seconds (for length bucketing); 0 when unknown
   std::string where;            // "manifest.jsonl:12" or the path, for messages
+  std::shared_ptr<const std::string> bytes;  // the file's contents when they come from a shard
+  AudioSource source() const { return AudioSource(path, bytes); }
 };
 
 // Examples: input features [frames, F] (float); target the class index (0-d int64, -1 when
@@ -89,6 +101,8 @@ class AudioDataset : public data::Dataset {
     return entries_->at(static_cast<size_t>(index)).path;
   }
   int64_t Length(int64_t index) const override;
+  // The audio file's bytes (KEY.wav, .flac or .ogg), the transcript (KEY.txt) or the class (KEY.cls).
+  absl::StatusOr<data::EncodedSample> Encoded(int64_t index) const override;
 
  private:
   std::shared_ptr<const std::vector<AudioEntry>> entries_;

@@ -3,10 +3,12 @@
 #include <sndfile.h>
 #include <soxr.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,11 +28,11 @@ using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
 // A WAV whose data chunk claims more bytes than the file holds (a truncated upload, or a header
 // that lies): libsndfile would quietly read what is there; kiln refuses it. 0xFFFFFFFF is the
 // "length unknown" of a WAV written as a stream, and not a lie.
-absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size) {
-  std::ifstream in(path, std::ios::binary);
+// `read(at, out, n)` gives n bytes at offset `at` of the file, false past its end.
+absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size,
+                               const std::function<bool(uint64_t, char*, size_t)>& read) {
   char head[12];
-  if (!in.read(head, 12) || std::memcmp(head, "RIFF", 4) != 0 ||
-      std::memcmp(head + 8, "WAVE", 4) != 0) {
+  if (!read(0, head, 12) || std::memcmp(head, "RIFF", 4) != 0 || std::memcmp(head + 8, "WAVE", 4) != 0) {
     return absl::OkStatus();  // not a RIFF WAV: libsndfile says what it is or is not
   }
   auto le32 = [](const char* p) {
@@ -41,7 +43,7 @@ absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size) {
   };
   uint64_t at = 12;
   char chunk[8];
-  while (at + 8 <= file_size && in.seekg(static_cast<std::streamoff>(at)) && in.read(chunk, 8)) {
+  while (at + 8 <= file_size && read(at, chunk, 8)) {
     const uint64_t size = le32(chunk + 4);
     if (std::memcmp(chunk, "data", 4) == 0) {
       if (size != 0xFFFFFFFFu && at + 8 + size > file_size) {
@@ -56,6 +58,57 @@ absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size) {
   return absl::OkStatus();  // no data chunk: libsndfile says so
 }
 
+// An opened file's header checked: samples, channels and rate.
+absl::Status CheckOpened(const std::string& what, const SF_INFO& info) {
+  if (info.frames <= 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no audio samples (empty recording)"));
+  if (info.channels <= 0 || info.samplerate <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": invalid header (", info.channels,
+                                                   " channels at ", info.samplerate, " Hz)"));
+  }
+  return absl::OkStatus();
+}
+
+// An audio file's bytes in memory, read by libsndfile through its virtual I/O.
+struct MemoryFile {
+  std::string_view data;
+  sf_count_t position = 0;
+};
+sf_count_t MemoryLength(void* user) { return static_cast<sf_count_t>(static_cast<MemoryFile*>(user)->data.size()); }
+sf_count_t MemorySeek(sf_count_t offset, int whence, void* user) {
+  auto* m = static_cast<MemoryFile*>(user);
+  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->position : static_cast<sf_count_t>(m->data.size());
+  m->position = std::clamp<sf_count_t>(base + offset, 0, static_cast<sf_count_t>(m->data.size()));
+  return m->position;
+}
+sf_count_t MemoryRead(void* out, sf_count_t count, void* user) {
+  auto* m = static_cast<MemoryFile*>(user);
+  sf_count_t n = std::min<sf_count_t>(count, static_cast<sf_count_t>(m->data.size()) - m->position);
+  if (n <= 0) return 0;
+  std::memcpy(out, m->data.data() + m->position, static_cast<size_t>(n));
+  m->position += n;
+  return n;
+}
+sf_count_t MemoryWrite(const void*, sf_count_t, void*) { return 0; }
+sf_count_t MemoryTell(void* user) { return static_cast<MemoryFile*>(user)->position; }
+
+// Opens audio bytes (`memory` must outlive the file); errors name `what`.
+absl::StatusOr<SndfilePtr> OpenMemory(MemoryFile& memory, const std::string& what, SF_INFO& info) {
+  if (memory.data.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty (0 bytes), not audio"));
+  const std::string_view data = memory.data;
+  KILN_RETURN_IF_ERROR(CheckWavDataChunk(what, data.size(), [&](uint64_t at, char* out, size_t n) {
+    if (at + n > data.size()) return false;
+    std::memcpy(out, data.data() + at, n);
+    return true;
+  }));
+  static SF_VIRTUAL_IO io = {MemoryLength, MemorySeek, MemoryRead, MemoryWrite, MemoryTell};
+  info = SF_INFO{};
+  SNDFILE* file = sf_open_virtual(&io, SFM_READ, &info, &memory);
+  if (file == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read audio: ", sf_strerror(nullptr)));
+  SndfilePtr owned(file);
+  KILN_RETURN_IF_ERROR(CheckOpened(what, info));
+  return owned;
+}
+
 // Opens `path` for reading; an empty or unreadable file is an error naming it.
 absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
   std::error_code error;
@@ -66,7 +119,10 @@ absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
   if (file_size == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (0 bytes), not audio"));
   }
-  KILN_RETURN_IF_ERROR(CheckWavDataChunk(path, file_size));
+  std::ifstream in(path, std::ios::binary);
+  KILN_RETURN_IF_ERROR(CheckWavDataChunk(path, file_size, [&](uint64_t at, char* out, size_t n) {
+    return static_cast<bool>(in.seekg(static_cast<std::streamoff>(at)) && in.read(out, static_cast<std::streamsize>(n)));
+  }));
   info = SF_INFO{};
   SNDFILE* file = sf_open(path.c_str(), SFM_READ, &info);
   if (file == nullptr) {
@@ -74,14 +130,28 @@ absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
         absl::StrCat(path, ": cannot read audio: ", sf_strerror(nullptr)));
   }
   SndfilePtr owned(file);
-  if (info.frames <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no audio samples (empty recording)"));
-  }
-  if (info.channels <= 0 || info.samplerate <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid header (", info.channels,
-                                                   " channels at ", info.samplerate, " Hz)"));
-  }
+  KILN_RETURN_IF_ERROR(CheckOpened(path, info));
   return owned;
+}
+
+// Decodes an opened file's samples; errors name `what`.
+absl::StatusOr<Waveform> Decode(SNDFILE* file, const SF_INFO& info, const std::string& what) {
+  std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
+  sf_count_t read = sf_readf_float(file, interleaved.data(), info.frames);
+  if (read <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode audio samples: ", sf_strerror(file)));
+  }
+  if (read < info.frames) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": truncated audio: the header promises ",
+                                                   info.frames, " frames, the file holds ", read));
+  }
+  // clone: from_blob borrows `interleaved`, and for one channel t().contiguous() is still a view.
+  torch::Tensor samples =
+      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32).t().clone();
+  if (!torch::isfinite(samples).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": audio samples are not finite (corrupt data)"));
+  }
+  return Waveform{samples, info.samplerate};
 }
 
 // The largest ratio between two rates this pipeline resamples (soxr's filters need a sane ratio,
@@ -112,26 +182,21 @@ absl::StatusOr<AudioInfo> ReadAudioInfo(const std::string& path) {
 absl::StatusOr<Waveform> ReadAudio(const std::string& path) {
   SF_INFO info;
   KILN_ASSIGN_OR_RETURN(SndfilePtr file, Open(path, info));
-  std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
-  sf_count_t read = sf_readf_float(file.get(), interleaved.data(), info.frames);
-  if (read <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot decode audio samples: ", sf_strerror(file.get())));
-  }
-  if (read < info.frames) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": truncated audio: the header promises ",
-                                                   info.frames, " frames, the file holds ", read));
-  }
-  // clone: from_blob borrows `interleaved`, and for one channel t().contiguous() is still a view.
-  torch::Tensor samples =
-      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32)
-          .t()
-          .clone();
-  if (!torch::isfinite(samples).all().item<bool>()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": audio samples are not finite (corrupt data)"));
-  }
-  return Waveform{samples, info.samplerate};
+  return Decode(file.get(), info, path);
+}
+
+absl::StatusOr<AudioInfo> ReadAudioInfoBytes(std::string_view bytes, const std::string& what) {
+  MemoryFile memory{bytes};
+  SF_INFO info;
+  KILN_ASSIGN_OR_RETURN(SndfilePtr file, OpenMemory(memory, what, info));
+  return AudioInfo{info.frames, info.channels, info.samplerate};
+}
+
+absl::StatusOr<Waveform> ReadAudioBytes(std::string_view bytes, const std::string& what) {
+  MemoryFile memory{bytes};
+  SF_INFO info;
+  KILN_ASSIGN_OR_RETURN(SndfilePtr file, OpenMemory(memory, what, info));
+  return Decode(file.get(), info, what);
 }
 
 absl::Status WriteWav(const std::string& path, const torch::Tensor& samples, int64_t sample_rate) {
@@ -193,9 +258,10 @@ absl::StatusOr<torch::Tensor> Resample(const torch::Tensor& mono, double from, d
   return done == out_len ? out : out.narrow(0, 0, static_cast<int64_t>(done));
 }
 
-absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate) {
+absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate,
+                                       const std::string* bytes) {
   KILN_RETURN_IF_ERROR(CheckAudioExtension(path));
-  KILN_ASSIGN_OR_RETURN(Waveform wave, ReadAudio(path));
+  KILN_ASSIGN_OR_RETURN(Waveform wave, bytes != nullptr ? ReadAudioBytes(*bytes, path) : ReadAudio(path));
   torch::Tensor mono = ToMono(wave.samples);
   auto resampled =
       Resample(mono, static_cast<double>(wave.sample_rate), static_cast<double>(sample_rate));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +34,9 @@ absl::StatusOr<AudioInfo> ReadAudioInfo(const std::string& path);
 
 // Decodes the whole file. Empty, unreadable, truncated or unknown-format files are errors.
 absl::StatusOr<Waveform> ReadAudio(const std::string& path);
+// The same for a file's bytes in memory (from a shard); errors name `what`.
+absl::StatusOr<AudioInfo> ReadAudioInfoBytes(std::string_view bytes, const std::string& what);
+absl::StatusOr<Waveform> ReadAudioBytes(std::string_view bytes, const std::string& what);
 
 // Writes float samples [channels, frames] (or [frames]) as 16-bit PCM WAV (tests, tools).
 absl::Status WriteWav(const std::string& path, const torch::Tensor& samples, int64_t sample_rate);
@@ -47,6 +51,8 @@ absl::Status CheckResampleRates(double from, double to);
 absl::StatusOr<torch::Tensor> Resample(const torch::Tensor& mono, double from, double to);
 
 // ReadAudio + ToMono + Resample to `sample_rate`: float32 [frames]. Errors start with the path.
-absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate);
+// With `bytes`, those are the file's contents (a shard's member) and `path` only names it.
+absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate,
+                                       const std::string* bytes = nullptr);
 
 }  // namespace kiln::audio

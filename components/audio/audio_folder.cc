@@ -71,8 +71,8 @@ class AudioFolder : public data::DataModule {
     KILN_RETURN_IF_ERROR(LoadClassNames());
     if (pipeline_->needs_global_stats()) {
       KILN_RETURN_IF_ERROR(LoadTrain());
-      std::vector<std::string> paths;
-      for (const auto& e : *train_entries_) paths.push_back(e.path);
+      std::vector<AudioSource> paths;
+      for (const auto& e : *train_entries_) paths.push_back(e.source());
       KILN_RETURN_IF_ERROR(pipeline_->FitGlobalStats(paths));
     }
     return absl::OkStatus();

@@ -15,6 +15,8 @@
 #include "components/text/text_data_module.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/padding.h"
+#include "lib/data/shards/shard_set.h"
+#include "lib/data/shards/tar_shard.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -32,10 +34,42 @@ struct ManifestOptions : AudioDataOptions {
   int64_t sortagrad_epochs = 0;
 };
 
+// The utterances of shards (KEY.wav|flac|ogg + KEY.txt, as `kiln shard` writes an audio_manifest's
+// splits), in storage order, their audio bytes in memory.
+absl::StatusOr<std::vector<AudioEntry>> ReadShardManifest(const std::string& spec, bool need_text) {
+  KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(spec, spec));
+  std::vector<AudioEntry> entries;
+  for (const auto& shard : set.shards) {
+    KILN_ASSIGN_OR_RETURN(auto reader, data::shards::ShardReader::Open(shard.url));
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(std::optional<data::shards::ShardSample> sample, reader->Next());
+      if (!sample) break;
+      AudioEntry e;
+      for (const char* ext : {"wav", "flac", "ogg"}) {
+        if (const std::string* bytes = sample->Find(ext)) {
+          e.path = absl::StrCat("shard ", shard.url, ": ", sample->key, ".", ext);
+          e.bytes = std::make_shared<const std::string>(*bytes);
+          break;
+        }
+      }
+      const std::string where = absl::StrCat("shard ", shard.url, ": sample ", sample->key);
+      if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
+      const std::string* text = sample->Find("txt");
+      if (text == nullptr && need_text) return absl::InvalidArgumentError(absl::StrCat(where, " has no transcript (.txt)"));
+      if (text != nullptr) e.text = *text;
+      e.where = where;
+      entries.push_back(std::move(e));
+    }
+  }
+  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(spec, ": no utterances"));
+  return entries;
+}
+
 // The entries of a JSONL manifest. Malformed lines and missing fields name FILE:LINE; with kSkip
 // they are counted and left out.
 absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
                                                      const ManifestOptions& o, bool need_text) {
+  if (data::shards::LooksLikeShardSpec(path)) return ReadShardManifest(path, need_text);
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open manifest"));
   const fs::path base = fs::path(path).parent_path();
@@ -130,7 +164,7 @@ class AudioManifest : public text::TextDataModule {
             "nothing to predict: set data.predict=PATH (a manifest, an audio file or a folder)");
       }
       std::vector<AudioEntry> entries;
-      if (absl::AsciiStrToLower(fs::path(path).extension().string()) == ".jsonl") {
+      if (absl::AsciiStrToLower(fs::path(path).extension().string()) == ".jsonl" || data::shards::LooksLikeShardSpec(path)) {
         KILN_ASSIGN_OR_RETURN(entries, Load(path, false));
       } else {
         KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));
@@ -184,8 +218,8 @@ class AudioManifest : public text::TextDataModule {
   absl::Status FitGlobalStats() {
     if (!pipeline_->needs_global_stats()) return absl::OkStatus();
     KILN_RETURN_IF_ERROR(LoadTrain());
-    std::vector<std::string> paths;
-    for (const auto& e : train_entries_) paths.push_back(e.path);
+    std::vector<AudioSource> paths;
+    for (const auto& e : train_entries_) paths.push_back(e.source());
     return pipeline_->FitGlobalStats(paths);
   }
 

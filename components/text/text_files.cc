@@ -270,11 +270,6 @@ absl::StatusOr<std::vector<TextRecord>> ReadShardTexts(const std::string& path, 
   return out;
 }
 
-bool LooksLikeShards(const std::string& path) {
-  return absl::StartsWith(path, "pipe:") || absl::EndsWith(path, ".tar") || absl::EndsWith(path, ".index.json") ||
-         absl::StrContains(path, "{");
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& path,
@@ -282,7 +277,7 @@ absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& pat
                                                           bool need_label) {
   std::string format = fields.format;
   struct stat st;
-  if (format == "shards" || (format == "auto" && LooksLikeShards(path))) return ReadShardTexts(path, fields, need_label);
+  if (format == "shards" || (format == "auto" && data::shards::LooksLikeShardSpec(path))) return ReadShardTexts(path, fields, need_label);
   if (format == "auto") {
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       format = "folder";

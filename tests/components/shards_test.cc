@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
+#include <map>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "components/audio/audio_file.h"
 #include "components/vision/image_ops.h"
 #include "components/vision/jpeg_crop.h"
 #include "lib/data/datamodule.h"
@@ -438,6 +440,64 @@ TEST(Shards, LabelledTextFromItsShardsIsTheSameDataSet) {
       EXPECT_TRUE(torch::equal(x->input, y->input)) << i;
       EXPECT_TRUE(torch::equal(x->target, y->target)) << i;
     }
+  }
+}
+
+// audio_manifest from shards written from its splits: the same utterances in the same order, so
+// the same features (decoded from memory instead of files) and token targets.
+TEST(Shards, AudioManifestFromItsShardsGivesTheSameExamples) {
+  testing::TempDir dir;
+  std::string manifest;
+  const char* words[] = {"yes", "no", "up", "down", "left", "right"};
+  for (int i = 0; i < 6; ++i) {
+    torch::Tensor t = torch::arange(0, 4000 + 300 * i, torch::kFloat32) / 16000.0;
+    torch::Tensor wave = 0.3 * torch::sin(2 * M_PI * (200.0 + 50 * i) * t);
+    std::filesystem::create_directories(dir.path() + "/clips");
+    ASSERT_TRUE(audio::WriteWav(absl::StrCat(dir.path(), "/clips/", i, ".wav"), wave, 16000).ok());
+    manifest += absl::StrFormat("{\"audio\": \"clips/%d.wav\", \"text\": \"%s\"}\n", i, words[i]);
+  }
+  dir.Write("train.jsonl", manifest);
+  auto module = [&](const std::string& train) {
+    auto dm = testing::Instantiate<DataModule>(
+        absl::StrCat("_target_: audio_manifest\ntrain: '", train, "'\nval_fraction: 0.0\nbatch_size: 2\n",
+                     "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: 20}\nnormalize: global\n"),
+        "data");
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    absl::Status setup = (*dm)->Setup(Stage::kFit);
+    EXPECT_TRUE(setup.ok()) << setup;
+    return *dm;
+  };
+  auto files = module(dir.path() + "/train.jsonl");
+  auto train = files->train_dataset();
+  {
+    auto writer = ShardWriter::Create(dir.path() + "/speech-000000.tar");
+    ASSERT_TRUE(writer.ok());
+    for (int64_t i = 0; i < train->size(); ++i) {
+      auto encoded = train->Encoded(i);
+      ASSERT_TRUE(encoded.ok()) << encoded.status();
+      ASSERT_EQ((*encoded)[0].first, "wav");
+      ASSERT_TRUE((*writer)->Add(absl::StrFormat("%09d", i), *encoded).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto sharded = module(dir.path() + "/speech-000000.tar");
+  auto from_shards = sharded->train_dataset();
+  ASSERT_EQ(from_shards->size(), train->size());
+  // The split permutes: match utterances by transcript and length.
+  std::map<std::string, int64_t> by_text;
+  for (int64_t i = 0; i < train->size(); ++i) {
+    SampleRng rng(0, 0, i);
+    by_text[torch::str(train->Get(i, rng)->target)] = i;
+  }
+  for (int64_t i = 0; i < from_shards->size(); ++i) {
+    SampleRng r1(0, 0, i);
+    auto y = from_shards->Get(i, r1);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(by_text.count(torch::str(y->target)), 1u);
+    int64_t j = by_text[torch::str(y->target)];
+    SampleRng r2(0, 0, j);
+    auto x = train->Get(j, r2);
+    EXPECT_TRUE(torch::equal(x->input, y->input)) << i;
   }
 }
 

@@ -137,6 +137,11 @@ absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string
   return set;
 }
 
+bool LooksLikeShardSpec(const std::string& spec) {
+  return absl::StartsWith(spec, "pipe:") || absl::EndsWith(spec, ".tar") || absl::EndsWith(spec, ".index.json") ||
+         absl::StrContains(spec, "{");
+}
+
 std::string IndexJson(const ShardSet& set, const std::string& dir) {
   nlohmann::ordered_json json;
   json["format"] = "webdataset";

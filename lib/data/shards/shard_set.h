@@ -35,6 +35,10 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern
 // to count its samples. `option` names the setting in errors (data.train_shards).
 absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string& option);
 
+// True when a data file setting names shards rather than a file: pipe:CMD, *.tar, *.index.json, or
+// a {..} range (what labelled_text and audio_manifest take as shards).
+bool LooksLikeShardSpec(const std::string& spec);
+
 // The index as JSON, shard URLs relative to `dir` when they are inside it.
 std::string IndexJson(const ShardSet& set, const std::string& dir);
 
