@@ -1,6 +1,7 @@
 #include "lib/app/application.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -656,6 +657,9 @@ class Application {
 }  // namespace
 
 int RunApplication(const std::vector<std::string>& args) {
+  // Past a file size limit (ulimit -f, prlimit --fsize) a write then fails with EFBIG, which kiln
+  // reports as it does a full disk, instead of SIGXFSZ killing the process in the middle of it.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (!StopWithParent()) {
     std::fprintf(stderr, "kiln: error: the process that started this one has ended; not starting\n");
     return kExitFailure;

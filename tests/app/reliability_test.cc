@@ -2,7 +2,7 @@
 // run and sweep directories are locked (a second kiln refuses in one line naming the holder's
 // pid; a holder killed with SIGKILL leaves nothing that blocks); checkpoint, metrics, log, run
 // directory and export writes under ENOSPC, EIO and a read-only folder, injected by the
-// LD_PRELOAD shim tests/support/fault_injection.cc.
+// LD_PRELOAD shim tests/support/fault_injection.cc, and EFBIG under a file size limit.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -293,6 +293,19 @@ TEST(RunDirFault, RefusesInOneLineWithNoHalfWrittenConfig) {
     ExpectOneErrorLine(r, {run + "/.hydra/config.yaml", fault.strerror});
     EXPECT_TRUE(!FileExists(run + "/.hydra") || Files(run + "/.hydra").empty());
   }
+}
+
+// A file size limit (prlimit --fsize) below a checkpoint's size: EFBIG, reported as a full disk
+// is (one line, exit 1), not a process killed by SIGXFSZ.
+TEST(FileSizeLimit, CheckpointOverTheLimitIsOneLineNotASignal) {
+  if (!FileExists("/usr/bin/prlimit")) GTEST_SKIP() << "no /usr/bin/prlimit (util-linux)";
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  std::vector<std::string> argv = {"/usr/bin/prlimit", "--fsize=20000"};
+  for (const auto& a : Train(run, {"trainer.max_epochs=1", "test=false"})) argv.push_back(a);
+  auto r = RunProcess(argv);
+  ExpectOneErrorLine(r, {"checkpoint not saved: ", run + "/checkpoints/", "File too large", "nothing was written"});
+  EXPECT_TRUE(Files(run + "/checkpoints").empty());
 }
 
 // kiln export under ENOSPC and EIO: one line, and nothing under the export's final names.
