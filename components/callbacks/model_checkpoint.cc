@@ -140,7 +140,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
     // Every rank keeps the same bookkeeping (metrics are reduced across ranks); rank 0 writes.
     const bool writes = trainer.is_global_zero();
     if (writes) {
-      if (absl::Status made = MakeDirs(dirpath_); !made.ok()) return trainer.CheckpointWriteFailed(dirpath_, made);
+      if (absl::Status made = MakeDirs(dirpath_); !made.ok())
+        return trainer.CheckpointWriteFailed(dirpath_, made);
     }
     if (save_top_k_ != 0) {
       auto it = trainer.callback_metrics().find(monitor_);
@@ -155,7 +156,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
       if (better_than_worst && std::isfinite(score)) {
         std::string path = absl::StrCat(dirpath_, "/", FormatName(trainer), ".ckpt");
         KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(path));
-        // trainer.on_save_error=continue after a failed write: the files kept so far stay as they are.
+        // trainer.on_save_error=continue after a failed write: the files kept so far stay as they
+        // are.
         if (!trainer.checkpointing_enabled()) return absl::OkStatus();
         top_.erase(std::remove_if(top_.begin(), top_.end(), [&](const auto& e) { return e.second == path; }),
                    top_.end());
@@ -170,7 +172,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
         if (best_path_ != top_.front().second) {
           best_path_ = top_.front().second;
           std::string record = dirpath_ + "/best_model_path.txt";
-          if (absl::Status written = writes ? WriteFileAtomically(record, best_path_ + "\n") : absl::OkStatus();
+          if (absl::Status written =
+                  writes ? WriteFileAtomically(record, best_path_ + "\n") : absl::OkStatus();
               !written.ok()) {
             KILN_RETURN_IF_ERROR(trainer.CheckpointWriteFailed(record, written));
             return absl::OkStatus();
@@ -179,7 +182,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
         }
       }
     }
-    if (save_last_ && trainer.checkpointing_enabled()) KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
+    if (save_last_ && trainer.checkpointing_enabled())
+      KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
     return absl::OkStatus();
   }
 

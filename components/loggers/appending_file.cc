@@ -21,7 +21,8 @@ absl::Status AppendingFile::Append(const std::string& bytes) {
     }
     file_ = std::fopen(path_.c_str(), started_ ? "ab" : "wb");
     if (file_ == nullptr) {
-      return absl::UnavailableError(absl::StrCat(path_, ": cannot open for writing: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat(path_, ": cannot open for writing: ", std::strerror(errno)));
     }
     started_ = true;
     struct stat st;

@@ -19,7 +19,9 @@ long HolderPid(int fd) {
   char buf[32] = {};
   ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
   long pid = 0;
-  if (n <= 0 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, static_cast<size_t>(n))), &pid)) {
+  if (n <= 0 ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, static_cast<size_t>(n))),
+                        &pid)) {
     return 0;
   }
   return pid;
@@ -27,14 +29,15 @@ long HolderPid(int fd) {
 
 }  // namespace
 
-absl::StatusOr<DirectoryLock> DirectoryLock::Acquire(const std::string& dir, const std::string& what) {
+absl::StatusOr<DirectoryLock> DirectoryLock::Acquire(const std::string& dir,
+                                                     const std::string& what) {
   std::string path = absl::StrCat(dir, "/", kFileName);
   // Close-on-exec: the processes kiln starts (sweep jobs, data-parallel workers) lock what they
   // write themselves, and must not keep this lock alive after this process ends.
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create the ", what, "'s lock file: ",
-                                                    std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create the ", what, "'s lock file: ", std::strerror(errno)));
   }
   int rc;
   do {
@@ -45,11 +48,13 @@ absl::StatusOr<DirectoryLock> DirectoryLock::Acquire(const std::string& dir, con
     long holder = error == EWOULDBLOCK ? HolderPid(fd) : 0;
     ::close(fd);
     if (error != EWOULDBLOCK) {
-      return absl::PermissionDeniedError(absl::StrCat(path, ": cannot lock the ", what, ": ", std::strerror(error)));
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, ": cannot lock the ", what, ": ", std::strerror(error)));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, " is in use: another kiln process (", holder > 0 ? absl::StrCat("pid ", holder) : "pid unknown",
-        ") holds its lock ", path, "; wait for it to end, or choose another ", what));
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is in use: another kiln process (",
+                     holder > 0 ? absl::StrCat("pid ", holder) : "pid unknown", ") holds its lock ",
+                     path, "; wait for it to end, or choose another ", what));
   }
   // The pid as text, for the message a second process prints. A failure to write it leaves the
   // lock held all the same.

@@ -57,7 +57,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   });
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::function<absl::Status(const ByteSink& sink)>& produce) {
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::function<absl::Status(const ByteSink& sink)>& produce) {
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
@@ -81,10 +82,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::function<ab
     return status;
   };
   if (write_error != 0) {
-    return fail(absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(write_error))));
+    return fail(
+        absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(write_error))));
   }
   if (!produced.ok()) return fail(produced);
-  if (::fsync(fd) != 0) return fail(absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno))));
+  if (::fsync(fd) != 0)
+    return fail(absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno))));
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));

@@ -29,6 +29,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 using ByteSink = std::function<void(const void* data, size_t size)>;
 // WriteFileAtomically with the bytes handed to `sink` piece by piece by `produce`, whose own
 // failure (a status) also leaves `path` as it was.
-absl::Status WriteFileAtomically(const std::string& path, const std::function<absl::Status(const ByteSink& sink)>& produce);
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::function<absl::Status(const ByteSink& sink)>& produce);
 
 }  // namespace kiln

@@ -46,7 +46,8 @@ absl::Status Logger::OpenFile(const std::string& path) {
   if (file_ != nullptr) std::fclose(file_);
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat(path, ": cannot open log file: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot open log file: ", std::strerror(errno)));
   }
   file_path_ = path;
   return absl::OkStatus();

@@ -27,9 +27,11 @@ absl::Status WriteCheckpoint(const std::string& path,
         return size;
       });
     } catch (const c10::Error& e) {
-      return absl::DataLossError(absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what_without_backtrace())));
+      return absl::DataLossError(
+          absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what_without_backtrace())));
     } catch (const std::exception& e) {
-      return absl::DataLossError(absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what())));
+      return absl::DataLossError(
+          absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what())));
     }
     return absl::OkStatus();
   });

@@ -65,8 +65,9 @@ void Trainer::ForEachLogger(const std::function<absl::Status(MetricsLogger&)>& f
       ++it;
       continue;
     }
-    Logger::Instance().Warning(absl::StrCat("metrics logger failed: ", st.message(),
-                                            "; this logger is off for the rest of the run, which goes on"));
+    Logger::Instance().Warning(
+        absl::StrCat("metrics logger failed: ", st.message(),
+                     "; this logger is off for the rest of the run, which goes on"));
     it = loggers_.erase(it);
   }
 }
@@ -102,14 +103,16 @@ absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl:
   std::string kept = IsRegularFile(path) ? absl::StrCat("the previous ", path, " is intact")
                                          : absl::StrCat("nothing was written under ", path);
   if (options_.on_save_error == TrainerOptions::SaveError::kContinue) {
-    Logger::Instance().Warning(absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
-                                            "; training goes on without checkpoints (trainer.on_save_error=continue)"));
+    Logger::Instance().Warning(
+        absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
+                     "; training goes on without checkpoints (trainer.on_save_error=continue)"));
     checkpointing_ = false;
     return absl::OkStatus();
   }
-  return absl::Status(error.code(), absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
-                                                 "; training stopped (trainer.on_save_error=continue trains on "
-                                                 "without checkpoints)"));
+  return absl::Status(error.code(),
+                      absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
+                                   "; training stopped (trainer.on_save_error=continue trains on "
+                                   "without checkpoints)"));
 }
 
 absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, double lr_factor) {

@@ -38,8 +38,14 @@ std::vector<std::string> Lines(const std::string& text, const std::string& needl
 
 // A fast training job (the gaussian_blobs plugin) in `run`, checkpointing every epoch.
 std::vector<std::string> Train(const std::string& run, std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {KILN_BINARY, "train", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
-                                   "trainer.num_threads=1", "callbacks=default", "callbacks.early_stopping=null",
+  std::vector<std::string> argv = {KILN_BINARY,
+                                   "train",
+                                   "--plugin",
+                                   BLOBS_PLUGIN,
+                                   "experiment=blobs",
+                                   "trainer.num_threads=1",
+                                   "callbacks=default",
+                                   "callbacks.early_stopping=null",
                                    "hydra.run.dir=" + run};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
@@ -51,7 +57,8 @@ bool WaitForLock(const std::string& dir, pid_t pid) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     int64_t holder = 0;
-    if (FileExists(path) && absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &holder) && holder == pid) {
+    if (FileExists(path) && absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &holder) &&
+        holder == pid) {
       return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -73,7 +80,8 @@ void ExpectRefused(const testing::ProcessResult& r, const std::string& dir, pid_
   auto errors = Lines(r.err, "kiln: error: ");
   ASSERT_EQ(errors.size(), 1u) << r.err;
   EXPECT_TRUE(absl::StrContains(errors[0], dir + " is in use: another kiln process (pid " +
-                                               std::to_string(holder) + ") holds its lock " + dir + "/.kiln.lock"))
+                                               std::to_string(holder) + ") holds its lock " + dir +
+                                               "/.kiln.lock"))
       << errors[0];
 }
 
@@ -82,12 +90,14 @@ TEST(DirectoryLock, SecondHolderIsRefusedUntilTheFirstReleases) {
   auto first = DirectoryLock::Acquire(dir.path(), "run directory");
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(ReadFile(dir.path() + "/.kiln.lock"), std::to_string(::getpid()) + "\n");
-  // flock belongs to the open file: a second open of the lock file, even in this process, is refused.
+  // flock belongs to the open file: a second open of the lock file, even in this process, is
+  // refused.
   auto second = DirectoryLock::Acquire(dir.path(), "run directory");
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().message(),
-            dir.path() + " is in use: another kiln process (pid " + std::to_string(::getpid()) + ") holds its lock " +
-                dir.path() + "/.kiln.lock; wait for it to end, or choose another run directory");
+            dir.path() + " is in use: another kiln process (pid " + std::to_string(::getpid()) +
+                ") holds its lock " + dir.path() +
+                "/.kiln.lock; wait for it to end, or choose another run directory");
   *first = DirectoryLock();
   EXPECT_TRUE(DirectoryLock::Acquire(dir.path(), "run directory").ok());
 }
@@ -97,7 +107,8 @@ TEST(DirectoryLock, SecondHolderIsRefusedUntilTheFirstReleases) {
 TEST(RunDirLock, SecondTrainingIsRefusedAndAKilledHolderBlocksNothing) {
   TempDir dir;
   std::string run = dir.path() + "/run";
-  pid_t holder = testing::StartInOwnGroup(Train(run, {"trainer.max_epochs=100000", "data.train_size=30000"}));
+  pid_t holder =
+      testing::StartInOwnGroup(Train(run, {"trainer.max_epochs=100000", "data.train_size=30000"}));
   ASSERT_GT(holder, 0);
   ASSERT_TRUE(WaitForLock(run, holder));
   std::string config = dir.path() + "/run/.hydra/config.yaml";
@@ -132,13 +143,22 @@ TEST(RunDirLock, DataParallelRanksTrainUnderTheLaunchersLock) {
 
 // Two sweeps into one folder: the second is refused naming the first; the first's jobs lock their
 // own folders under it, so the sweep's lock does not block them. The epochs come from the
-// environment so that the re-run after the kill is the same sweep (its ledger would refuse another).
+// environment so that the re-run after the kill is the same sweep (its ledger would refuse
+// another).
 TEST(SweepDirLock, SecondSweepIsRefusedAndAKilledSweepBlocksNothing) {
   TempDir dir;
   std::string sweep = dir.path() + "/sweep";
-  std::vector<std::string> argv = {KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
-                                   "trainer.num_threads=1", "hydra/launcher=local", "hydra.launcher.n_jobs=1",
-                                   "hydra.sweep.dir=" + sweep, "trainer.max_epochs=${oc.decode:${oc.env:RELIABILITY_EPOCHS}}",
+  std::vector<std::string> argv = {KILN_BINARY,
+                                   "train",
+                                   "-m",
+                                   "--plugin",
+                                   BLOBS_PLUGIN,
+                                   "experiment=blobs",
+                                   "trainer.num_threads=1",
+                                   "hydra/launcher=local",
+                                   "hydra.launcher.n_jobs=1",
+                                   "hydra.sweep.dir=" + sweep,
+                                   "trainer.max_epochs=${oc.decode:${oc.env:RELIABILITY_EPOCHS}}",
                                    "data.seed=0,1"};
   ::setenv("RELIABILITY_EPOCHS", "100000", 1);
   pid_t holder = testing::StartInOwnGroup(argv);
@@ -147,7 +167,8 @@ TEST(SweepDirLock, SecondSweepIsRefusedAndAKilledSweepBlocksNothing) {
   ASSERT_TRUE(WaitForLock(sweep, holder));
   ASSERT_TRUE(WaitForFile(sweep + "/0/metrics.csv"));  // job 0 trains under the sweep's lock
   std::string job_lock = ReadFile(sweep + "/0/.kiln.lock");
-  EXPECT_NE(job_lock, std::to_string(holder) + "\n");  // the job process holds its own folder's lock
+  EXPECT_NE(job_lock,
+            std::to_string(holder) + "\n");  // the job process holds its own folder's lock
   ExpectRefused(RunProcess(argv, {{"RELIABILITY_EPOCHS", "1"}}), sweep, holder);
 
   EXPECT_TRUE(testing::KillLeaderAndWaitForGroup(holder, 60).empty());
@@ -165,7 +186,8 @@ struct Fault {
   const char* strerror;
 };
 
-std::map<std::string, std::string> FaultEnv(const Fault& fault, const std::string& path, int after = 0) {
+std::map<std::string, std::string> FaultEnv(const Fault& fault, const std::string& path,
+                                            int after = 0) {
   return {{"LD_PRELOAD", FAULT_INJECTION_LIBRARY},
           {"KILN_FAULT_PATH", path},
           {"KILN_FAULT_OPS", fault.ops},
@@ -187,7 +209,8 @@ void ExpectOneErrorLine(const testing::ProcessResult& r, const std::vector<std::
   EXPECT_EQ(r.exit_code, 1) << r.err;
   auto errors = Lines(r.err, "kiln: error: ");
   ASSERT_EQ(errors.size(), 1u) << r.err;
-  for (const auto& part : parts) EXPECT_TRUE(absl::StrContains(errors[0], part)) << part << "\n" << errors[0];
+  for (const auto& part : parts)
+    EXPECT_TRUE(absl::StrContains(errors[0], part)) << part << "\n" << errors[0];
   EXPECT_FALSE(absl::StrContains(r.err, "Exception raised from")) << r.err;
 }
 
@@ -206,18 +229,20 @@ TEST_P(CheckpointFault, StopsAndKeepsThePreviousCheckpoints) {
 
   auto r = RunProcess(Train(run, {"trainer.max_epochs=4", "ckpt_path=last", "optimizer.lr=0.05"}),
                       FaultEnv(fault, "/checkpoints/"));
-  ExpectOneErrorLine(r, {"checkpoint not saved: ", run + "/checkpoints/", fault.strerror, "is intact",
-                         "training stopped (trainer.on_save_error=continue trains on without checkpoints)"});
+  ExpectOneErrorLine(
+      r, {"checkpoint not saved: ", run + "/checkpoints/", fault.strerror, "is intact",
+          "training stopped (trainer.on_save_error=continue trains on without checkpoints)"});
   EXPECT_EQ(Files(run + "/checkpoints"), before);
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, CheckpointFault,
-                         ::testing::Values(Fault{"write_enospc", "write", "ENOSPC", "No space left on device"},
-                                           Fault{"write_eio", "write", "EIO", "Input/output error"},
-                                           Fault{"fsync_eio", "fsync", "EIO", "Input/output error"},
-                                           Fault{"rename_eio", "rename", "EIO", "Input/output error"},
-                                           Fault{"read_only", "open", "EROFS", "Read-only file system"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Faults, CheckpointFault,
+    ::testing::Values(Fault{"write_enospc", "write", "ENOSPC", "No space left on device"},
+                      Fault{"write_eio", "write", "EIO", "Input/output error"},
+                      Fault{"fsync_eio", "fsync", "EIO", "Input/output error"},
+                      Fault{"rename_eio", "rename", "EIO", "Input/output error"},
+                      Fault{"read_only", "open", "EROFS", "Read-only file system"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // trainer.on_save_error=continue: one warning, and the run trains and tests to its end without
 // checkpoints.
@@ -230,7 +255,8 @@ TEST(CheckpointFault, ContinueTrainsOnWithoutCheckpoints) {
   auto warnings = Lines(r.err, "checkpoint not saved");
   ASSERT_EQ(warnings.size(), 1u) << r.err;
   EXPECT_TRUE(absl::StrContains(warnings[0], "No space left on device")) << warnings[0];
-  EXPECT_TRUE(absl::StrContains(warnings[0], "training goes on without checkpoints (trainer.on_save_error=continue)"))
+  EXPECT_TRUE(absl::StrContains(
+      warnings[0], "training goes on without checkpoints (trainer.on_save_error=continue)"))
       << warnings[0];
   EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
   EXPECT_EQ(Lines(ReadFile(run + "/metrics.csv"), "").size() > 3, true);
@@ -256,8 +282,9 @@ TEST_P(MetricsFault, WarnsOnceAndTheRunGoesOn) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto warnings = Lines(r.err, "metrics logger failed");
   ASSERT_EQ(warnings.size(), 1u) << r.err;
-  EXPECT_TRUE(absl::StrContains(warnings[0], "write failed: No space left on device; this logger is off for the "
-                                             "rest of the run, which goes on"))
+  EXPECT_TRUE(absl::StrContains(warnings[0],
+                                "write failed: No space left on device; this logger is off for the "
+                                "rest of the run, which goes on"))
       << warnings[0];
   EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
   if (std::string(param.logger) != "tensorboard") {
@@ -268,7 +295,8 @@ TEST_P(MetricsFault, WarnsOnceAndTheRunGoesOn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loggers, MetricsFault,
-                         ::testing::Values(LoggerFault{"csv", "metrics.csv"}, LoggerFault{"jsonl", "metrics.jsonl"},
+                         ::testing::Values(LoggerFault{"csv", "metrics.csv"},
+                                           LoggerFault{"jsonl", "metrics.jsonl"},
                                            LoggerFault{"tensorboard", "tfevents"}),
                          [](const auto& info) { return std::string(info.param.logger); });
 
@@ -276,7 +304,8 @@ INSTANTIATE_TEST_SUITE_P(Loggers, MetricsFault,
 TEST(LogFault, WarnsOnceAndTheRunGoesOn) {
   TempDir dir;
   std::string run = dir.path() + "/run";
-  auto r = RunProcess(Train(run, {"trainer.max_epochs=2"}), FaultEnv({"", "write", "EIO", ""}, "/run/train.log", 3));
+  auto r = RunProcess(Train(run, {"trainer.max_epochs=2"}),
+                      FaultEnv({"", "write", "EIO", ""}, "/run/train.log", 3));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto warnings = Lines(r.err, "log file " + run + "/train.log: write failed: Input/output error");
   EXPECT_EQ(warnings.size(), 1u) << r.err;
@@ -304,7 +333,8 @@ TEST(FileSizeLimit, CheckpointOverTheLimitIsOneLineNotASignal) {
   std::vector<std::string> argv = {"/usr/bin/prlimit", "--fsize=20000"};
   for (const auto& a : Train(run, {"trainer.max_epochs=1", "test=false"})) argv.push_back(a);
   auto r = RunProcess(argv);
-  ExpectOneErrorLine(r, {"checkpoint not saved: ", run + "/checkpoints/", "File too large", "nothing was written"});
+  ExpectOneErrorLine(r, {"checkpoint not saved: ", run + "/checkpoints/", "File too large",
+                         "nothing was written"});
   EXPECT_TRUE(Files(run + "/checkpoints").empty());
 }
 
@@ -317,10 +347,12 @@ TEST(ExportFault, RefusesInOneLineAndLeavesNoFile) {
   for (const Fault& fault : {Fault{"", "write", "ENOSPC", "No space left on device"},
                              Fault{"", "fsync", "EIO", "Input/output error"}}) {
     std::string out = dir.path() + "/export";
-    auto r = RunProcess({KILN_BINARY, "export", "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "hydra.run.dir=" + out},
-                        FaultEnv(fault, "/export/model"));
+    auto r = RunProcess(
+        {KILN_BINARY, "export", "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "hydra.run.dir=" + out},
+        FaultEnv(fault, "/export/model"));
     ExpectOneErrorLine(r, {out + "/model.safetensors", fault.strerror});
-    for (const auto& [name, bytes] : Files(out)) EXPECT_FALSE(absl::StartsWith(name, "model")) << name;
+    for (const auto& [name, bytes] : Files(out))
+      EXPECT_FALSE(absl::StartsWith(name, "model")) << name;
   }
 }
 

@@ -56,7 +56,8 @@ std::atomic<long> matched{0};
 // Whether this call (of kind `op`, on `path`) fails; sets errno when it does.
 bool Fails(int op, const char* path) {
   const Settings& s = Config();
-  if (s.path == nullptr || (s.ops & op) == 0 || path == nullptr || strstr(path, s.path) == nullptr) return false;
+  if (s.path == nullptr || (s.ops & op) == 0 || path == nullptr || strstr(path, s.path) == nullptr)
+    return false;
   if (matched.fetch_add(1) < s.after) return false;
   errno = s.error;
   return true;
