@@ -139,7 +139,10 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
   absl::Status Save(Trainer& trainer) {
     // Every rank keeps the same bookkeeping (metrics are reduced across ranks); rank 0 writes.
     const bool writes = trainer.is_global_zero();
-    if (writes) KILN_RETURN_IF_ERROR(MakeDirs(dirpath_));
+    if (writes) {
+      if (absl::Status made = MakeDirs(dirpath_); !made.ok())
+        return trainer.CheckpointWriteFailed(dirpath_, made);
+    }
     if (save_top_k_ != 0) {
       auto it = trainer.callback_metrics().find(monitor_);
       bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
@@ -153,6 +156,9 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
       if (better_than_worst && std::isfinite(score)) {
         std::string path = absl::StrCat(dirpath_, "/", FormatName(trainer), ".ckpt");
         KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(path));
+        // trainer.on_save_error=continue after a failed write: the files kept so far stay as they
+        // are.
+        if (!trainer.checkpointing_enabled()) return absl::OkStatus();
         top_.erase(std::remove_if(top_.begin(), top_.end(), [&](const auto& e) { return e.second == path; }),
                    top_.end());
         top_.emplace_back(score, path);
@@ -165,12 +171,19 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
         }
         if (best_path_ != top_.front().second) {
           best_path_ = top_.front().second;
-          if (writes) KILN_RETURN_IF_ERROR(WriteFileAtomically(dirpath_ + "/best_model_path.txt", best_path_ + "\n"));
+          std::string record = dirpath_ + "/best_model_path.txt";
+          if (absl::Status written =
+                  writes ? WriteFileAtomically(record, best_path_ + "\n") : absl::OkStatus();
+              !written.ok()) {
+            KILN_RETURN_IF_ERROR(trainer.CheckpointWriteFailed(record, written));
+            return absl::OkStatus();
+          }
           Logger::Instance().Info(absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
         }
       }
     }
-    if (save_last_) KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
+    if (save_last_ && trainer.checkpointing_enabled())
+      KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
     return absl::OkStatus();
   }
 

@@ -1,6 +1,9 @@
 // A logger's output file: created (emptied) by the first write of the run, appended to and
 // flushed by every write after it, also after Close (a test after a fit goes on in the same file).
+// A failed write leaves the file as it was before it (no half row).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdio>
 #include <string>
@@ -29,6 +32,7 @@ class AppendingFile {
   std::string path_;
   std::FILE* file_ = nullptr;
   bool started_ = false;
+  off_t whole_size_ = 0;  // the file's size after the last write that succeeded
 };
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 #include "lib/app/application.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "lib/sweep/sweep_ledger.h"
 #include "lib/sweep/sweep_session.h"
 #include "lib/sweep/sweeper.h"
+#include "lib/core/directory_lock.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
 #include "lib/core/version.h"
@@ -287,10 +289,15 @@ class Application {
           if (auto st = MakeDirs(local.output_dir + "/.hydra"); !st.ok()) return st;
           return RunWorkers(**resolved, local, static_cast<int>(*devices), static_cast<int>(*nodes));
         }
+        // This process holds the run's lock for its workers, which it outlives.
+        auto lock = LockRunDir(*run, job_num);
+        if (!lock.ok()) return lock.status();
         if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
         return RunWorkers(**resolved, *run, static_cast<int>(*devices), static_cast<int>(*nodes));
       }
     }
+    auto lock = LockRunDir(*run, job_num);
+    if (!lock.ok()) return lock.status();
     if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
@@ -305,6 +312,17 @@ class Application {
     absl::Status status = RunCommand(config::Config(*resolved), &composed, run->output_dir);
     Logger::Instance().CloseFile();
     return status;
+  }
+
+  // `train` and `tune` write checkpoints and metrics into the run directory, so one process at a
+  // time may (a second run into it, or a second resume of its checkpoint, is refused naming the
+  // first one's pid). The commands that only read a run (validate, test, predict, export) take no
+  // lock. Taken before the `.hydra` files are written, so a refused run overwrites nothing.
+  absl::StatusOr<DirectoryLock> LockRunDir(const RunDir& run, int job_num) {
+    if (cl_.command != "train" && cl_.command != "tune") return DirectoryLock();
+    if (auto st = MakeDirs(run.output_dir); !st.ok()) return st;
+    return DirectoryLock::Acquire(run.output_dir, job_num >= 0 ? "sweep job directory (hydra.sweep.subdir)"
+                                                               : "run directory (hydra.run.dir)");
   }
 
   // The parent of `trainer.devices=N` workers: hands them the resolved config through the run
@@ -639,6 +657,9 @@ class Application {
 }  // namespace
 
 int RunApplication(const std::vector<std::string>& args) {
+  // Past a file size limit (ulimit -f, prlimit --fsize) a write then fails with EFBIG, which kiln
+  // reports as it does a full disk, instead of SIGXFSZ killing the process in the middle of it.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (!StopWithParent()) {
     std::fprintf(stderr, "kiln: error: the process that started this one has ended; not starting\n");
     return kExitFailure;

@@ -51,27 +51,60 @@ absl::Status MakeDirs(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteFileAtomically(path, [&](const ByteSink& sink) {
+    sink(contents.data(), contents.size());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::function<absl::Status(const ByteSink& sink)>& produce) {
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+  int write_error = 0;
+  ByteSink sink = [&](const void* data, size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    while (size > 0 && write_error == 0) {
+      ssize_t n = ::write(fd, bytes, size);
+      if (n < 0) {
+        if (errno != EINTR) write_error = errno;
+        continue;
+      }
+      bytes += n;
+      size -= static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
+  };
+  absl::Status produced = produce(sink);
+  auto fail = [&](absl::Status status) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return status;
+  };
+  if (write_error != 0) {
+    return fail(
+        absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(write_error))));
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (!produced.ok()) return fail(produced);
+  if (::fsync(fd) != 0)
+    return fail(absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno))));
+  if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int error = errno;
     ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(error)));
+  }
+  // The rename itself reaches the disk with the folder's fsync; a folder that cannot be opened
+  // or synced (some file systems) leaves the file written all the same.
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,8 @@
 // readers never see half of it (a crash mid-write leaves the previous file whole).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,7 +18,18 @@ bool IsDirectory(const std::string& path);
 std::string AbsolutePath(const std::string& path);
 // Creates a directory and its parents.
 absl::Status MakeDirs(const std::string& path);
-// Writes a file through a temporary name, fsync and a rename.
+// Writes a file through a temporary name, fsync, a rename and an fsync of its folder. A failure
+// at any step (a full disk, an I/O error, a read-only folder) leaves `path` as it was and no
+// temporary file behind.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// Takes the bytes of a file in order. It never fails: after a failed write it drops the rest,
+// and WriteFileAtomically returns the error once `produce` is done (serializers such as
+// LibTorch's cannot be stopped midway without throwing from a destructor).
+using ByteSink = std::function<void(const void* data, size_t size)>;
+// WriteFileAtomically with the bytes handed to `sink` piece by piece by `produce`, whose own
+// failure (a status) also leaves `path` as it was.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::function<absl::Status(const ByteSink& sink)>& produce);
 
 }  // namespace kiln

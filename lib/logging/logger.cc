@@ -1,6 +1,8 @@
 #include "lib/logging/logger.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 
 #include "absl/strings/ascii.h"
@@ -43,7 +45,11 @@ absl::Status Logger::OpenFile(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ != nullptr) std::fclose(file_);
   file_ = std::fopen(path.c_str(), "a");
-  if (file_ == nullptr) return absl::UnavailableError(absl::StrCat(path, ": cannot open log file"));
+  if (file_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot open log file: ", std::strerror(errno)));
+  }
+  file_path_ = path;
   return absl::OkStatus();
 }
 
@@ -62,9 +68,14 @@ void Logger::Log(LogLevel level, const std::string& message) {
     std::fputs(line.c_str(), stderr);
     std::fflush(stderr);
   }
-  if (file_ != nullptr) {
-    std::fputs(line.c_str(), file_);
-    std::fflush(file_);
+  if (file_ != nullptr && (std::fputs(line.c_str(), file_) == EOF || std::fflush(file_) != 0)) {
+    std::string warning = absl::StrCat("[", Timestamp(), "][kiln][WARNING] - log file ", file_path_,
+                                       ": write failed: ", std::strerror(errno),
+                                       "; the job goes on, logging to stderr only\n");
+    std::fclose(file_);
+    file_ = nullptr;
+    std::fputs(warning.c_str(), stderr);
+    std::fflush(stderr);
   }
 }
 

@@ -16,7 +16,9 @@ class Logger {
  public:
   static Logger& Instance();
 
-  // Also write every line to `path` (appending). Replaces a previous file.
+  // Also write every line to `path` (appending). Replaces a previous file. A line that cannot be
+  // written there (a full disk, an I/O error) closes the file with one warning on stderr; the job
+  // goes on, logging to stderr.
   absl::Status OpenFile(const std::string& path);
   void CloseFile();
   void set_level(LogLevel level) { level_ = level; }
@@ -30,6 +32,7 @@ class Logger {
  private:
   std::mutex mu_;
   std::FILE* file_ = nullptr;
+  std::string file_path_;
   LogLevel level_ = LogLevel::kInfo;
   bool console_ = true;
 };

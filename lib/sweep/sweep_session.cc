@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/sweep/sweep_ledger.h"
+#include "lib/core/directory_lock.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
@@ -120,6 +121,9 @@ class Session : public SweepSession {
   absl::Status Prepare() {
     if (prepared_) return absl::OkStatus();
     KILN_RETURN_IF_ERROR(MakeDirs(setup_.sweep_dir));
+    // One sweep at a time in a folder (its jobs lock their own subfolders); held until the
+    // session ends, after the summary.
+    KILN_ASSIGN_OR_RETURN(lock_, DirectoryLock::Acquire(setup_.sweep_dir, "sweep directory (hydra.sweep.dir)"));
     KILN_RETURN_IF_ERROR(WriteFileAtomically(setup_.sweep_dir + "/multirun.yaml", setup_.multirun_yaml));
     auto ledger = ReadLedger(setup_.sweep_dir);
     if (!ledger.ok()) return ledger.status();
@@ -129,6 +133,7 @@ class Session : public SweepSession {
   }
 
   SweepSetup setup_;
+  DirectoryLock lock_;
   bool prepared_ = false;
   size_t next_index_ = 0;
   std::map<int64_t, LedgerEntry> done_;          // the ledger as the sweep found it

@@ -9,47 +9,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/core/error_text.h"
+#include "lib/core/files.h"
 #include "lib/core/torch_compat.h"
 
 namespace kiln {
-namespace {
-
-absl::Status SyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": cannot open for sync: ", std::strerror(errno)));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed: ", std::strerror(errno)));
-  return absl::OkStatus();
-}
-
-std::string DirOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-}
-
-}  // namespace
-
 absl::Status WriteCheckpoint(const std::string& path,
                              const std::function<void(torch::serialize::OutputArchive&)>& fill) {
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  try {
-    torch::serialize::OutputArchive archive;
-    fill(archive);
-    archive.save_to(tmp);
-  } catch (const c10::Error& e) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": cannot write checkpoint: ", e.what_without_backtrace()));
-  }
-  if (auto st = SyncPath(tmp, O_RDONLY); !st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": cannot rename checkpoint into place: ", std::strerror(errno)));
-  }
-  return SyncPath(DirOf(path), O_RDONLY | O_DIRECTORY);
+  // LibTorch writes through kiln's sink, not to a file of its own: its file writer, failing
+  // (a full disk), throws again from its destructor and ends the process.
+  return WriteFileAtomically(path, [&](const ByteSink& sink) -> absl::Status {
+    try {
+      torch::serialize::OutputArchive archive;
+      fill(archive);
+      archive.save_to([&](const void* data, size_t size) {
+        sink(data, size);
+        return size;
+      });
+    } catch (const c10::Error& e) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what_without_backtrace())));
+    } catch (const std::exception& e) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": cannot write checkpoint: ", ErrorLine(e.what())));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive) {

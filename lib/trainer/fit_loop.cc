@@ -61,7 +61,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnFitStart(t); }));
   KILN_ASSIGN_OR_RETURN(bool resumed, Restore(inputs));
   if (resumed && t.is_global_zero()) {
-    for (auto& logger : t.loggers_) KILN_RETURN_IF_ERROR(logger->OnResume(t.global_step_));
+    t.ForEachLogger([&](MetricsLogger& logger) { return logger.OnResume(t.global_step_); });
   }
   KILN_RETURN_IF_ERROR(strategy.SetupDataParallel(task.module()));
 
@@ -111,7 +111,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   }
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnFitEnd(t); }));
   KILN_RETURN_IF_ERROR(strategy.Barrier());
-  for (auto& logger : t.loggers_) KILN_RETURN_IF_ERROR(logger->Finish());
+  t.ForEachLogger([](MetricsLogger& logger) { return logger.Finish(); });
   Logger::Instance().Info(absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", t.epoch_,
                                           t.global_step_, t.samples_, t.elapsed_seconds(),
                                           t.stop_reason_.empty() ? "" : " (" + t.stop_reason_ + ")"));

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint_connector.h"
@@ -54,9 +55,20 @@ absl::Status Trainer::ForEachCallback(const std::function<absl::Status(Callback&
 void Trainer::LogToLoggers(const std::map<std::string, double>& metrics) {
   if (!is_global_zero()) return;
   PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kLogging);
-  for (auto& logger : loggers_) {
-    auto st = logger->LogMetrics(metrics, global_step_);
-    if (!st.ok()) Logger::Instance().Warning(std::string(st.message()));
+  ForEachLogger([&](MetricsLogger& logger) { return logger.LogMetrics(metrics, global_step_); });
+}
+
+void Trainer::ForEachLogger(const std::function<absl::Status(MetricsLogger&)>& fn) {
+  for (auto it = loggers_.begin(); it != loggers_.end();) {
+    absl::Status st = fn(**it);
+    if (st.ok()) {
+      ++it;
+      continue;
+    }
+    Logger::Instance().Warning(
+        absl::StrCat("metrics logger failed: ", st.message(),
+                     "; this logger is off for the rest of the run, which goes on"));
+    it = loggers_.erase(it);
   }
 }
 
@@ -83,7 +95,24 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   loop.seed = static_cast<int64_t>(inputs_.seed);
   loop.world_size = world_size();
   loop.batch_size = batch_size_;
-  return SaveFitCheckpoint(path, Parts(), loop);
+  absl::Status saved = SaveFitCheckpoint(path, Parts(), loop);
+  return saved.ok() ? saved : CheckpointWriteFailed(path, saved);
+}
+
+absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl::Status& error) {
+  std::string kept = IsRegularFile(path) ? absl::StrCat("the previous ", path, " is intact")
+                                         : absl::StrCat("nothing was written under ", path);
+  if (options_.on_save_error == TrainerOptions::SaveError::kContinue) {
+    Logger::Instance().Warning(
+        absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
+                     "; training goes on without checkpoints (trainer.on_save_error=continue)"));
+    checkpointing_ = false;
+    return absl::OkStatus();
+  }
+  return absl::Status(error.code(),
+                      absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
+                                   "; training stopped (trainer.on_save_error=continue trains on "
+                                   "without checkpoints)"));
 }
 
 absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, double lr_factor) {

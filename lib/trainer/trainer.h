@@ -91,8 +91,14 @@ class Trainer {
   // Asks the loop to stop after the current optimizer step (Timer with interval=step); writes a
   // resumable last.ckpt like max_steps does. Ignored before min_epochs.
   void RequestStopNow(const std::string& reason);
-  // Writes the full training state.
+  // Writes the full training state. A failed write leaves what `path` held whole (a temporary
+  // file is renamed into place) and is handed to CheckpointWriteFailed.
   absl::Status SaveCheckpoint(const std::string& path);
+  // A checkpoint file (or the bookkeeping beside it) at `path` could not be written:
+  // trainer.on_save_error=stop returns the error, one line that ends the fit;
+  // continue logs it as one warning and returns OK, and the fit goes on without checkpoints
+  // (checkpointing_enabled() is false from then on).
+  absl::Status CheckpointWriteFailed(const std::string& path, const absl::Status& error);
   // Adds the named parameters to the optimizer (backbone_finetuning unfreezing them): in the
   // groups the optimizer config would make for them, at its lr times `lr_factor`; a scheduler
   // scales the new groups like the first one from then on. Logs what it added.
@@ -116,6 +122,9 @@ class Trainer {
   FitParts Parts() const;
   absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
   void LogToLoggers(const std::map<std::string, double>& metrics);
+  // Runs `fn` on each logger. A logger that fails (a full disk, an I/O error) is reported in one
+  // warning line and left out for the rest of the run, which goes on: metrics are not worth a run.
+  void ForEachLogger(const std::function<absl::Status(MetricsLogger&)>& fn);
   bool OutOfTime() const;
   // Maps a mid-epoch position written at another world size or batch size to this run's.
   absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);

@@ -175,6 +175,11 @@ OptionBinding<TrainerOptions> MakeBinding() {
             {{"stop", TrainerOptions::NonFiniteLoss::kStop},
              {"skip", TrainerOptions::NonFiniteLoss::kSkip}},
             "stop (with a message) or skip the step when the loss is NaN/Inf")
+      .Enum("on_save_error", &TrainerOptions::on_save_error,
+            {{"stop", TrainerOptions::SaveError::kStop},
+             {"continue", TrainerOptions::SaveError::kContinue}},
+            "when a checkpoint cannot be written (full disk, I/O error): stop with one line, or "
+            "continue training without checkpoints; the previous checkpoint stays whole either way")
       .Field("channels_last", &TrainerOptions::channels_last,
              "keep 4-D weights and image batches in channels-last (NHWC) memory order: faster "
              "convolutions");

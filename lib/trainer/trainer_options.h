@@ -59,6 +59,11 @@ struct TrainerOptions {
   std::string default_root_dir = ".";
   enum class NonFiniteLoss { kStop, kSkip };  // stop with a message, or skip the step
   NonFiniteLoss on_nonfinite_loss = NonFiniteLoss::kStop;
+  enum class SaveError {
+    kStop,
+    kContinue
+  };  // a checkpoint write that fails: stop, or train on without
+  SaveError on_save_error = SaveError::kStop;
   bool channels_last = false;
   // Data parallel (one process per device; see lib/distributed).
   int64_t devices = 1;                    // processes per node that `kiln train` starts

@@ -163,7 +163,9 @@ TEST_F(CliTest, MultirunGlobSweepsGroupOptions) {
 TEST_F(CliTest, MultirunWritesOneNumberedDirectoryPerJob) {
   auto r = Kiln({"compose", "-m", "model=cnn,mlp", "hydra.sweep.dir=sweep"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(List(dir_.path() + "/sweep"), (std::vector<std::string>{"0", "1", "ledger.yaml", "multirun.yaml", "summary.csv"}));
+  // .kiln.lock: the sweep's lock (docs/reliability.md), free once the sweep ended.
+  EXPECT_EQ(List(dir_.path() + "/sweep"),
+            (std::vector<std::string>{".kiln.lock", "0", "1", "ledger.yaml", "multirun.yaml", "summary.csv"}));
   for (auto [num, model] : {std::pair<const char*, const char*>{"0", "cnn"}, {"1", "mlp"}}) {
     std::string job = dir_.path() + "/sweep/" + num;
     auto cfg = Yaml(ReadFile(job + "/.hydra/config.yaml"));
@@ -178,7 +180,8 @@ TEST_F(CliTest, SweepSubdirCanUseOverrideDirname) {
   auto r = Kiln({"compose", "-m", "seed=1,2", "hydra.sweep.dir=s",
                  "hydra.sweep.subdir=${hydra.job.override_dirname}"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(List(dir_.path() + "/s"), (std::vector<std::string>{"ledger.yaml", "multirun.yaml", "seed=1", "seed=2", "summary.csv"}));
+  EXPECT_EQ(List(dir_.path() + "/s"),
+            (std::vector<std::string>{".kiln.lock", "ledger.yaml", "multirun.yaml", "seed=1", "seed=2", "summary.csv"}));
 }
 
 TEST_F(CliTest, HelpListsGroupsOptionsAndConfig) {

@@ -1,0 +1,360 @@
+// Reliability of the real binary against other processes and a failing disk (docs/reliability.md):
+// run and sweep directories are locked (a second kiln refuses in one line naming the holder's
+// pid; a holder killed with SIGKILL leaves nothing that blocks); checkpoint, metrics, log, run
+// directory and export writes under ENOSPC, EIO and a read-only folder, injected by the
+// LD_PRELOAD shim tests/support/fault_injection.cc, and EFBIG under a file size limit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "lib/core/directory_lock.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::FileExists;
+using testing::ReadFile;
+using testing::RunProcess;
+using testing::TempDir;
+
+std::vector<std::string> Lines(const std::string& text, const std::string& needle) {
+  std::vector<std::string> found;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StrContains(line, needle)) found.emplace_back(line);
+  }
+  return found;
+}
+
+// A fast training job (the gaussian_blobs plugin) in `run`, checkpointing every epoch.
+std::vector<std::string> Train(const std::string& run, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {KILN_BINARY,
+                                   "train",
+                                   "--plugin",
+                                   BLOBS_PLUGIN,
+                                   "experiment=blobs",
+                                   "trainer.num_threads=1",
+                                   "callbacks=default",
+                                   "callbacks.early_stopping=null",
+                                   "hydra.run.dir=" + run};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// Waits until DIR/.kiln.lock names `pid` (the holder took the lock); false after a minute.
+bool WaitForLock(const std::string& dir, pid_t pid) {
+  std::string path = dir + "/" + DirectoryLock::kFileName;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int64_t holder = 0;
+    if (FileExists(path) && absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &holder) &&
+        holder == pid) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+bool WaitForFile(const std::string& path) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!FileExists(path) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return FileExists(path);
+}
+
+// The refusal: exit code 2 and one line, naming the folder and the holder's pid.
+void ExpectRefused(const testing::ProcessResult& r, const std::string& dir, pid_t holder) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  auto errors = Lines(r.err, "kiln: error: ");
+  ASSERT_EQ(errors.size(), 1u) << r.err;
+  EXPECT_TRUE(absl::StrContains(errors[0], dir + " is in use: another kiln process (pid " +
+                                               std::to_string(holder) + ") holds its lock " + dir +
+                                               "/.kiln.lock"))
+      << errors[0];
+}
+
+TEST(DirectoryLock, SecondHolderIsRefusedUntilTheFirstReleases) {
+  TempDir dir;
+  auto first = DirectoryLock::Acquire(dir.path(), "run directory");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(ReadFile(dir.path() + "/.kiln.lock"), std::to_string(::getpid()) + "\n");
+  // flock belongs to the open file: a second open of the lock file, even in this process, is
+  // refused.
+  auto second = DirectoryLock::Acquire(dir.path(), "run directory");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            dir.path() + " is in use: another kiln process (pid " + std::to_string(::getpid()) +
+                ") holds its lock " + dir.path() +
+                "/.kiln.lock; wait for it to end, or choose another run directory");
+  *first = DirectoryLock();
+  EXPECT_TRUE(DirectoryLock::Acquire(dir.path(), "run directory").ok());
+}
+
+// Training into a run directory another kiln trains in, or resuming its checkpoint, is refused;
+// after the holder is killed with SIGKILL the lock file it left (its pid inside) blocks nothing.
+TEST(RunDirLock, SecondTrainingIsRefusedAndAKilledHolderBlocksNothing) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  pid_t holder =
+      testing::StartInOwnGroup(Train(run, {"trainer.max_epochs=100000", "data.train_size=30000"}));
+  ASSERT_GT(holder, 0);
+  ASSERT_TRUE(WaitForLock(run, holder));
+  std::string config = dir.path() + "/run/.hydra/config.yaml";
+  ASSERT_TRUE(WaitForFile(config));
+  std::string config_before = ReadFile(config);
+  ExpectRefused(RunProcess(Train(run, {"trainer.max_epochs=1", "optimizer.lr=0.5"})), run, holder);
+  ExpectRefused(RunProcess(Train(run, {"trainer.max_epochs=1", "ckpt_path=last"})), run, holder);
+  EXPECT_EQ(ReadFile(config), config_before);  // the refused runs wrote nothing
+
+  EXPECT_TRUE(testing::KillLeaderAndWaitForGroup(holder, 30).empty());
+  EXPECT_EQ(ReadFile(run + "/.kiln.lock"), std::to_string(holder) + "\n");  // left behind, stale
+  auto after = RunProcess(Train(run, {"trainer.max_epochs=1"}));
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_FALSE(absl::StrContains(after.err, "lock")) << after.err;
+  EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
+}
+
+// trainer.devices=2: the launching process holds the run's lock; its two ranks train (they take
+// no lock of their own), and a second run into the folder is refused naming the launcher.
+TEST(RunDirLock, DataParallelRanksTrainUnderTheLaunchersLock) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  pid_t holder = testing::StartInOwnGroup(
+      Train(run, {"trainer.devices=2", "trainer.max_epochs=100000", "data.train_size=30000",
+                  "trainer.log_every_n_steps=1"}));
+  ASSERT_GT(holder, 0);
+  ASSERT_TRUE(WaitForLock(run, holder));
+  ASSERT_TRUE(WaitForFile(run + "/metrics.csv"));  // both ranks joined and trained a step
+  ExpectRefused(RunProcess(Train(run, {"trainer.max_epochs=1"})), run, holder);
+  EXPECT_TRUE(testing::KillLeaderAndWaitForGroup(holder, 60).empty());
+}
+
+// Two sweeps into one folder: the second is refused naming the first; the first's jobs lock their
+// own folders under it, so the sweep's lock does not block them. The epochs come from the
+// environment so that the re-run after the kill is the same sweep (its ledger would refuse
+// another).
+TEST(SweepDirLock, SecondSweepIsRefusedAndAKilledSweepBlocksNothing) {
+  TempDir dir;
+  std::string sweep = dir.path() + "/sweep";
+  std::vector<std::string> argv = {KILN_BINARY,
+                                   "train",
+                                   "-m",
+                                   "--plugin",
+                                   BLOBS_PLUGIN,
+                                   "experiment=blobs",
+                                   "trainer.num_threads=1",
+                                   "hydra/launcher=local",
+                                   "hydra.launcher.n_jobs=1",
+                                   "hydra.sweep.dir=" + sweep,
+                                   "trainer.max_epochs=${oc.decode:${oc.env:RELIABILITY_EPOCHS}}",
+                                   "data.seed=0,1"};
+  ::setenv("RELIABILITY_EPOCHS", "100000", 1);
+  pid_t holder = testing::StartInOwnGroup(argv);
+  ::unsetenv("RELIABILITY_EPOCHS");
+  ASSERT_GT(holder, 0);
+  ASSERT_TRUE(WaitForLock(sweep, holder));
+  ASSERT_TRUE(WaitForFile(sweep + "/0/metrics.csv"));  // job 0 trains under the sweep's lock
+  std::string job_lock = ReadFile(sweep + "/0/.kiln.lock");
+  EXPECT_NE(job_lock,
+            std::to_string(holder) + "\n");  // the job process holds its own folder's lock
+  ExpectRefused(RunProcess(argv, {{"RELIABILITY_EPOCHS", "1"}}), sweep, holder);
+
+  EXPECT_TRUE(testing::KillLeaderAndWaitForGroup(holder, 60).empty());
+  auto rerun = RunProcess(argv, {{"RELIABILITY_EPOCHS", "1"}});
+  EXPECT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_EQ(Lines(ReadFile(sweep + "/ledger.yaml"), "status: ok").size(), 2u);
+}
+
+// --- disk faults ---------------------------------------------------------------------------
+
+struct Fault {
+  const char* name;
+  const char* ops;
+  const char* error;
+  const char* strerror;
+};
+
+std::map<std::string, std::string> FaultEnv(const Fault& fault, const std::string& path,
+                                            int after = 0) {
+  return {{"LD_PRELOAD", FAULT_INJECTION_LIBRARY},
+          {"KILN_FAULT_PATH", path},
+          {"KILN_FAULT_OPS", fault.ops},
+          {"KILN_FAULT_ERRNO", fault.error},
+          {"KILN_FAULT_AFTER", std::to_string(after)}};
+}
+
+// The files of a folder, by name, with their bytes.
+std::map<std::string, std::string> Files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    files[entry.path().filename().string()] = ReadFile(entry.path().string());
+  }
+  return files;
+}
+
+// A failure of the disk: exit code 1, one line saying what and where, no trace from LibTorch.
+void ExpectOneErrorLine(const testing::ProcessResult& r, const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  auto errors = Lines(r.err, "kiln: error: ");
+  ASSERT_EQ(errors.size(), 1u) << r.err;
+  for (const auto& part : parts)
+    EXPECT_TRUE(absl::StrContains(errors[0], part)) << part << "\n" << errors[0];
+  EXPECT_FALSE(absl::StrContains(r.err, "Exception raised from")) << r.err;
+}
+
+class CheckpointFault : public ::testing::TestWithParam<Fault> {};
+
+// A checkpoint write that fails stops training with one line (trainer.on_save_error=stop) and
+// leaves every checkpoint written before it as it was, with no temporary file behind.
+TEST_P(CheckpointFault, StopsAndKeepsThePreviousCheckpoints) {
+  const Fault& fault = GetParam();
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto first = RunProcess(Train(run, {"trainer.max_epochs=2", "test=false"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto before = Files(run + "/checkpoints");
+  ASSERT_EQ(before.count("last.ckpt"), 1u);
+
+  auto r = RunProcess(Train(run, {"trainer.max_epochs=4", "ckpt_path=last", "optimizer.lr=0.05"}),
+                      FaultEnv(fault, "/checkpoints/"));
+  ExpectOneErrorLine(
+      r, {"checkpoint not saved: ", run + "/checkpoints/", fault.strerror, "is intact",
+          "training stopped (trainer.on_save_error=continue trains on without checkpoints)"});
+  EXPECT_EQ(Files(run + "/checkpoints"), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, CheckpointFault,
+    ::testing::Values(Fault{"write_enospc", "write", "ENOSPC", "No space left on device"},
+                      Fault{"write_eio", "write", "EIO", "Input/output error"},
+                      Fault{"fsync_eio", "fsync", "EIO", "Input/output error"},
+                      Fault{"rename_eio", "rename", "EIO", "Input/output error"},
+                      Fault{"read_only", "open", "EROFS", "Read-only file system"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// trainer.on_save_error=continue: one warning, and the run trains and tests to its end without
+// checkpoints.
+TEST(CheckpointFault, ContinueTrainsOnWithoutCheckpoints) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto r = RunProcess(Train(run, {"trainer.max_epochs=3", "trainer.on_save_error=continue"}),
+                      FaultEnv({"", "write", "ENOSPC", ""}, "/checkpoints/"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto warnings = Lines(r.err, "checkpoint not saved");
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_TRUE(absl::StrContains(warnings[0], "No space left on device")) << warnings[0];
+  EXPECT_TRUE(absl::StrContains(
+      warnings[0], "training goes on without checkpoints (trainer.on_save_error=continue)"))
+      << warnings[0];
+  EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
+  EXPECT_EQ(Lines(ReadFile(run + "/metrics.csv"), "").size() > 3, true);
+  EXPECT_TRUE(Files(run + "/checkpoints").empty());
+}
+
+struct LoggerFault {
+  const char* logger;
+  const char* file;
+};
+
+class MetricsFault : public ::testing::TestWithParam<LoggerFault> {};
+
+// A metrics file that cannot be written: one warning, the logger is off, the run goes on to its
+// end, and the file keeps whole rows only.
+TEST_P(MetricsFault, WarnsOnceAndTheRunGoesOn) {
+  const LoggerFault& param = GetParam();
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto r = RunProcess(Train(run, {"trainer.max_epochs=3", std::string("logger=") + param.logger,
+                                  "trainer.log_every_n_steps=5"}),
+                      FaultEnv({"", "write", "ENOSPC", ""}, param.file, /*after=*/4));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto warnings = Lines(r.err, "metrics logger failed");
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_TRUE(absl::StrContains(warnings[0],
+                                "write failed: No space left on device; this logger is off for the "
+                                "rest of the run, which goes on"))
+      << warnings[0];
+  EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
+  if (std::string(param.logger) != "tensorboard") {
+    std::string rows = ReadFile(run + "/" + param.file);
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows.back(), '\n') << rows;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Loggers, MetricsFault,
+                         ::testing::Values(LoggerFault{"csv", "metrics.csv"},
+                                           LoggerFault{"jsonl", "metrics.jsonl"},
+                                           LoggerFault{"tensorboard", "tfevents"}),
+                         [](const auto& info) { return std::string(info.param.logger); });
+
+// kiln's own log file failing: one warning, logging goes on to stderr, the run ends normally.
+TEST(LogFault, WarnsOnceAndTheRunGoesOn) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto r = RunProcess(Train(run, {"trainer.max_epochs=2"}),
+                      FaultEnv({"", "write", "EIO", ""}, "/run/train.log", 3));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto warnings = Lines(r.err, "log file " + run + "/train.log: write failed: Input/output error");
+  EXPECT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_TRUE(FileExists(run + "/test_metrics.yaml"));
+}
+
+// The run directory's .hydra files: one line, and no config file under its final name.
+TEST(RunDirFault, RefusesInOneLineWithNoHalfWrittenConfig) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  for (const Fault& fault : {Fault{"", "write", "ENOSPC", "No space left on device"},
+                             Fault{"", "open", "EROFS", "Read-only file system"}}) {
+    auto r = RunProcess(Train(run, {"trainer.max_epochs=1"}), FaultEnv(fault, "/.hydra/"));
+    ExpectOneErrorLine(r, {run + "/.hydra/config.yaml", fault.strerror});
+    EXPECT_TRUE(!FileExists(run + "/.hydra") || Files(run + "/.hydra").empty());
+  }
+}
+
+// A file size limit (prlimit --fsize) below a checkpoint's size: EFBIG, reported as a full disk
+// is (one line, exit 1), not a process killed by SIGXFSZ.
+TEST(FileSizeLimit, CheckpointOverTheLimitIsOneLineNotASignal) {
+  if (!FileExists("/usr/bin/prlimit")) GTEST_SKIP() << "no /usr/bin/prlimit (util-linux)";
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  std::vector<std::string> argv = {"/usr/bin/prlimit", "--fsize=20000"};
+  for (const auto& a : Train(run, {"trainer.max_epochs=1", "test=false"})) argv.push_back(a);
+  auto r = RunProcess(argv);
+  ExpectOneErrorLine(r, {"checkpoint not saved: ", run + "/checkpoints/", "File too large",
+                         "nothing was written"});
+  EXPECT_TRUE(Files(run + "/checkpoints").empty());
+}
+
+// kiln export under ENOSPC and EIO: one line, and nothing under the export's final names.
+TEST(ExportFault, RefusesInOneLineAndLeavesNoFile) {
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto trained = RunProcess(Train(run, {"trainer.max_epochs=1", "test=false"}));
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  for (const Fault& fault : {Fault{"", "write", "ENOSPC", "No space left on device"},
+                             Fault{"", "fsync", "EIO", "Input/output error"}}) {
+    std::string out = dir.path() + "/export";
+    auto r = RunProcess(
+        {KILN_BINARY, "export", "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "hydra.run.dir=" + out},
+        FaultEnv(fault, "/export/model"));
+    ExpectOneErrorLine(r, {out + "/model.safetensors", fault.strerror});
+    for (const auto& [name, bytes] : Files(out))
+      EXPECT_FALSE(absl::StartsWith(name, "model")) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
