@@ -501,6 +501,32 @@ TEST(Shards, AudioManifestFromItsShardsGivesTheSameExamples) {
   }
 }
 
+// A member whose header claims 8 GB in a tiny shard (what the shard reader's fuzzer found: the
+// reader allocated the claimed size up front) is a truncated shard, read without that allocation.
+TEST(Shards, AMemberClaimingMoreBytesThanTheShardHoldsIsTruncated) {
+  testing::TempDir dir;
+  std::string path = dir.path() + "/liar.tar";
+  {
+    auto writer = ShardWriter::Create(path);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("k", {{"txt", "short"}}).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  std::string bytes = testing::ReadFile(path);
+  ASSERT_EQ(bytes.substr(0, 5), "k.txt");
+  bytes.replace(124, 12, std::string("77777777777\0", 12));  // the size field, octal
+  unsigned sum = 0;  // the header checksum, recomputed with its own field as spaces
+  bytes.replace(148, 8, std::string(8, ' '));
+  for (int i = 0; i < 512; ++i) sum += static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  bytes.replace(148, 8, absl::StrFormat("%06o", sum) + std::string("\0 ", 2));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  auto reader = ShardReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  auto sample = (*reader)->Next();
+  ASSERT_FALSE(sample.ok());
+  EXPECT_TRUE(absl::StrContains(sample.status().message(), "truncated or corrupt tar at k.txt")) << sample.status();
+}
+
 TEST(Shards, VerifyRefusesAShardThatDiffersFromItsIndex) {
   testing::TempDir dir;
   auto paths = WriteShards(dir.path(), 1, 4);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -128,11 +129,21 @@ absl::StatusOr<std::string> ShardReader::MemberData(bool keep, const std::string
     }
     return bytes;
   }
-  // The size comes from the header; the data read must match it.
-  la_ssize_t want = static_cast<la_ssize_t>(entry_size_);
-  if (want > 0) bytes.resize(static_cast<size_t>(want));
-  la_ssize_t got = want > 0 ? archive_read_data(archive_, bytes.data(), bytes.size()) : 0;
-  if (got != want) return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_, "short read"), ")"));
+  // The header's size is only a claim (a 500-byte shard may say 5 GB): the buffer grows with the
+  // data that actually arrives, and the data read must then match the claim.
+  const int64_t want = std::max<int64_t>(entry_size_, 0);
+  size_t have = 0;
+  while (static_cast<int64_t>(have) < want) {
+    size_t room = std::min<size_t>(static_cast<size_t>(want) - have, std::max<size_t>(have, size_t{1} << 16));
+    bytes.resize(have + room);
+    la_ssize_t got = archive_read_data(archive_, bytes.data() + have, room);
+    if (got <= 0) break;
+    have += static_cast<size_t>(got);
+  }
+  bytes.resize(have);
+  if (static_cast<int64_t>(have) != want) {
+    return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_, "short read"), ")"));
+  }
   return bytes;
 }
 
