@@ -37,30 +37,25 @@ struct ManifestOptions : AudioDataOptions {
 // The utterances of shards (KEY.wav|flac|ogg + KEY.txt, as `kiln shard` writes an audio_manifest's
 // splits), in storage order, their audio bytes in memory.
 absl::StatusOr<std::vector<AudioEntry>> ReadShardManifest(const std::string& spec, bool need_text) {
-  KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(spec, spec));
   std::vector<AudioEntry> entries;
-  for (const auto& shard : set.shards) {
-    KILN_ASSIGN_OR_RETURN(auto reader, data::shards::ShardReader::Open(shard.url));
-    while (true) {
-      KILN_ASSIGN_OR_RETURN(std::optional<data::shards::ShardSample> sample, reader->Next());
-      if (!sample) break;
-      AudioEntry e;
-      for (const char* ext : {"wav", "flac", "ogg"}) {
-        if (const std::string* bytes = sample->Find(ext)) {
-          e.path = absl::StrCat("shard ", shard.url, ": ", sample->key, ".", ext);
-          e.bytes = std::make_shared<const std::string>(*bytes);
-          break;
+  KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
+      spec, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
+        AudioEntry e;
+        e.where = where;
+        for (const char* ext : {"wav", "flac", "ogg"}) {
+          if (std::string* bytes = sample.Find(ext)) {
+            e.path = absl::StrCat(where, ".", ext);
+            e.bytes = std::make_shared<const std::string>(std::move(*bytes));
+            break;
+          }
         }
-      }
-      const std::string where = absl::StrCat("shard ", shard.url, ": sample ", sample->key);
-      if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
-      const std::string* text = sample->Find("txt");
-      if (text == nullptr && need_text) return absl::InvalidArgumentError(absl::StrCat(where, " has no transcript (.txt)"));
-      if (text != nullptr) e.text = *text;
-      e.where = where;
-      entries.push_back(std::move(e));
-    }
-  }
+        if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
+        const std::string* text = sample.Find("txt");
+        if (text == nullptr && need_text) return absl::InvalidArgumentError(absl::StrCat(where, " has no transcript (.txt)"));
+        if (text != nullptr) e.text = *text;
+        entries.push_back(std::move(e));
+        return absl::OkStatus();
+      }));
   if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(spec, ": no utterances"));
   return entries;
 }

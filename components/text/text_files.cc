@@ -245,27 +245,22 @@ absl::StatusOr<std::vector<TextRecord>> ReadFolderPerClass(const std::string& pa
 // TEXT_FIELD or txt, the label member LABEL_FIELD or cls; storage order.
 absl::StatusOr<std::vector<TextRecord>> ReadShardTexts(const std::string& path, const RecordFields& fields,
                                                        bool need_label) {
-  KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(path, path));
   std::vector<TextRecord> out;
-  for (const auto& shard : set.shards) {
-    KILN_ASSIGN_OR_RETURN(auto reader, data::shards::ShardReader::Open(shard.url));
-    while (true) {
-      KILN_ASSIGN_OR_RETURN(std::optional<data::shards::ShardSample> sample, reader->Next());
-      if (!sample) break;
-      std::string where = absl::StrCat("shard ", shard.url, ": sample ", sample->key);
-      const std::string* text = sample->Find(fields.text_field);
-      if (text == nullptr) text = sample->Find("txt");
-      if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no .txt (or .", fields.text_field, ")"));
-      const std::string* label = sample->Find(fields.label_field);
-      if (label == nullptr) label = sample->Find("cls");
-      if (label == nullptr && need_label) {
-        return absl::InvalidArgumentError(absl::StrCat(where, " has no label (.", fields.label_field, " or .cls)"));
-      }
-      KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
-      KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
-      out.push_back({*text, label == nullptr ? "" : std::string(absl::StripAsciiWhitespace(*label)), where});
-    }
-  }
+  KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
+      path, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
+        const std::string* text = sample.Find(fields.text_field);
+        if (text == nullptr) text = sample.Find("txt");
+        if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no .txt (or .", fields.text_field, ")"));
+        const std::string* label = sample.Find(fields.label_field);
+        if (label == nullptr) label = sample.Find("cls");
+        if (label == nullptr && need_label) {
+          return absl::InvalidArgumentError(absl::StrCat(where, " has no label (.", fields.label_field, " or .cls)"));
+        }
+        KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
+        KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
+        out.push_back({*text, label == nullptr ? "" : std::string(absl::StripAsciiWhitespace(*label)), where});
+        return absl::OkStatus();
+      }));
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no records"));
   return out;
 }

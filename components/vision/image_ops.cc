@@ -70,19 +70,21 @@ torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map
   const int64_t height = hwc.size(0), width = hwc.size(1), channels = hwc.size(2);
   const uint8_t* in = hwc.data_ptr<uint8_t>();
   torch::Tensor out = torch::empty({channels, height, width}, map.to_float ? torch::kFloat32 : torch::kUInt8);
+  float* out_float = map.to_float ? out.data_ptr<float>() : nullptr;
+  uint8_t* out_byte = map.to_float ? nullptr : out.data_ptr<uint8_t>();
   for (int64_t c = 0; c < channels; ++c) {
     const float scale = map.scale.empty() ? 1.0f : map.scale[static_cast<size_t>(c)];
     const float shift = map.shift.empty() ? 0.0f : map.shift[static_cast<size_t>(c)];
     for (int64_t y = 0; y < height; ++y) {
       const uint8_t* row = in + (y * width) * channels + c;
       if (map.to_float) {
-        float* dst = out.data_ptr<float>() + (c * height + y) * width;
+        float* dst = out_float + (c * height + y) * width;
         for (int64_t x = 0; x < width; ++x) {
           int64_t sx = map.flip ? width - 1 - x : x;
           dst[x] = static_cast<float>(row[sx * channels]) * scale + shift;
         }
       } else {
-        uint8_t* dst = out.data_ptr<uint8_t>() + (c * height + y) * width;
+        uint8_t* dst = out_byte + (c * height + y) * width;
         for (int64_t x = 0; x < width; ++x) dst[x] = row[(map.flip ? width - 1 - x : x) * channels];
       }
     }

@@ -120,7 +120,7 @@ class Shards : public DataModule {
   std::vector<std::string> class_names() const override { return class_names_; }
   LoaderOptions loader_options() const override { return setup_.loader; }
 
-  // The class names come from the first index that has them.
+  // Raw inputs need nothing read ahead (class names come from an index when a stage is set up).
   absl::Status PrepareRawInputs() override { return absl::OkStatus(); }
   absl::StatusOr<Example> RawExample(std::string_view raw) const override {
     SampleRng rng(0, 0, 0);

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -49,6 +50,7 @@ absl::StatusOr<int64_t> ParseSize(const std::string& text) {
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) {
       if (number * scale < 1024) return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "' is under 1 KiB"));
+      if (number * scale > 1e18) return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "' is too large"));
       return static_cast<int64_t>(number * scale);
     }
   }
@@ -85,14 +87,9 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
     data::shards::ShardInfo& info = set.shards.back();
     info.samples = samples;
     info.sha256 = sha;
-    KILN_ASSIGN_OR_RETURN(info.bytes, [&]() -> absl::StatusOr<int64_t> {
-      FILE* f = std::fopen(info.url.c_str(), "rb");
-      if (f == nullptr) return absl::NotFoundError(absl::StrCat(info.url, ": cannot open"));
-      std::fseek(f, 0, SEEK_END);
-      long size = std::ftell(f);
-      std::fclose(f);
-      return static_cast<int64_t>(size);
-    }());
+    std::error_code error;
+    info.bytes = static_cast<int64_t>(std::filesystem::file_size(info.url, error));
+    if (error) return absl::NotFoundError(absl::StrCat(info.url, ": cannot read its size: ", error.message()));
     writer.reset();
     return absl::OkStatus();
   };

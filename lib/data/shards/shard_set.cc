@@ -137,6 +137,20 @@ absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string
   return set;
 }
 
+absl::Status ForEachShardSample(const std::string& spec,
+                                const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit) {
+  KILN_ASSIGN_OR_RETURN(ShardSet set, OpenShardSet(spec, spec));
+  for (const auto& shard : set.shards) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(shard.url));
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(std::optional<ShardSample> sample, reader->Next());
+      if (!sample) break;
+      KILN_RETURN_IF_ERROR(visit(*sample, absl::StrCat("shard ", shard.url, ": sample ", sample->key)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool LooksLikeShardSpec(const std::string& spec) {
   return absl::StartsWith(spec, "pipe:") || absl::EndsWith(spec, ".tar") || absl::EndsWith(spec, ".index.json") ||
          absl::StrContains(spec, "{");

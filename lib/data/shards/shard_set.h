@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "absl/status/statusor.h"
 
 namespace kiln::data::shards {
+
+struct ShardSample;
 
 struct ShardInfo {
   std::string url;      // a local path or pipe:CMD
@@ -34,6 +37,12 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern
 // with braces: local paths (globs allowed) or pipe:CMD. Without an index every shard is read once
 // to count its samples. `option` names the setting in errors (data.train_shards).
 absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string& option);
+
+// Reads every sample of `spec`'s shards (OpenShardSet's spec) in storage order, handing each to
+// `visit` with the place that names it in messages ("shard URL: sample KEY"); stops at the first
+// error. For the modules that read a split whole into memory (labelled_text, audio_manifest).
+absl::Status ForEachShardSample(const std::string& spec,
+                                const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit);
 
 // True when a data file setting names shards rather than a file: pipe:CMD, *.tar, *.index.json, or
 // a {..} range (what labelled_text and audio_manifest take as shards).

@@ -29,6 +29,9 @@ struct ShardSample {
   EncodedSample files;  // extension -> bytes, in the shard's order
   // The bytes of extension `ext`, or null.
   const std::string* Find(std::string_view ext) const;
+  std::string* Find(std::string_view ext) {
+    return const_cast<std::string*>(static_cast<const ShardSample*>(this)->Find(ext));
+  }
 };
 
 class ShardReader {
