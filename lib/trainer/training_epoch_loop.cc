@@ -154,6 +154,9 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
     KILN_RETURN_IF_ERROR(strategy.Backward(scaled, boundary));
   }
   if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
+  // This batch is done before the callbacks see it: a checkpoint they save (model_checkpoint's
+  // every_n_train_steps) resumes after it, not with it again.
+  t.batch_in_epoch_ = batch.index + 1;
   return t.ForEachCallback([&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
 }
 

@@ -293,6 +293,28 @@ TEST(TrainerResume, MaxStepsInterruptionResumesBitwiseEqual) {
   ExpectBitwiseEqual(full.params, resumed.params);
 }
 
+// A checkpoint that model_checkpoint saves every N steps, mid-epoch (from the batch-end callback),
+// resumes after its batch: bitwise the run that never stopped (it once resumed with that batch
+// again, which the kill loop in tests/app/reliability_test.cc found).
+TEST(TrainerResume, StepCheckpointMidEpochResumesAfterItsBatchBitwiseEqual) {
+  testing::TempDir a, b, c;
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "");
+  ASSERT_TRUE(full.status.ok()) << full.status;
+  auto every4 = Registry<Callback>::Get().Instantiate(Yaml(
+      absl::StrCat("_target_: model_checkpoint\ndirpath: ", b.path(), "/steps\nmonitor: ''\nsave_top_k: 0\n",
+                   "save_last: true\nevery_n_train_steps: 4\n"),
+      "callbacks.model_checkpoint"));
+  ASSERT_TRUE(every4.ok()) << every4.status();
+  RunResult saving = Train(b.path(), kThreeEpochs, 2, "", {*every4});
+  ASSERT_TRUE(saving.status.ok()) << saving.status;
+  ExpectBitwiseEqual(full.params, saving.params);
+  // Its last.ckpt is step 16 of 18: epoch 2, after batch 4 of 6.
+  RunResult resumed = Train(c.path(), kThreeEpochs, 2, b.path() + "/steps/last.ckpt");
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+}
+
 // The same from WebDataset shards (data=shards): 100 8x8 images in 10 shards streamed through a
 // shuffle buffer, stopped mid-epoch 1 and resumed with another loader thread count.
 TEST(TrainerResume, ShardsResumeMidEpochBitwiseEqual) {
