@@ -11,9 +11,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_file.h"
 #include "lib/core/status_macros.h"
+#include "lib/data/shards/shard_set.h"
+#include "lib/data/shards/tar_shard.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -127,6 +130,43 @@ absl::StatusOr<data::EncodedSample> AudioDataset::Encoded(int64_t index) const {
 
 int64_t AudioDataset::Length(int64_t index) const {
   return std::llround(entries_->at(static_cast<size_t>(index)).duration * 1000.0);
+}
+
+absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, const ShardAudioNeeds& needs) {
+  std::vector<AudioEntry> entries;
+  KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
+      spec, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
+        AudioEntry e;
+        e.where = where;
+        for (const char* ext : {"wav", "flac", "ogg"}) {
+          if (std::string* bytes = sample.Find(ext)) {
+            e.path = absl::StrCat(where, ".", ext);
+            e.bytes = std::make_shared<const std::string>(std::move(*bytes));
+            break;
+          }
+        }
+        if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
+        if (const std::string* text = sample.Find("txt")) {
+          e.text = *text;
+        } else if (needs.text) {
+          return absl::InvalidArgumentError(absl::StrCat(where, " has no transcript (.txt)"));
+        }
+        if (needs.classes > 0) {
+          const std::string* cls = sample.Find("cls");
+          if (cls == nullptr && !needs.label_optional) {
+            return absl::InvalidArgumentError(absl::StrCat(where, " has no class (.cls)"));
+          }
+          if (cls != nullptr &&
+              (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*cls), &e.label) || e.label < 0 || e.label >= needs.classes)) {
+            return absl::InvalidArgumentError(absl::StrCat(where, ".cls: '", absl::StripAsciiWhitespace(*cls).substr(0, 40),
+                                                           "' is not a class index in [0, ", needs.classes, ")"));
+          }
+        }
+        entries.push_back(std::move(e));
+        return absl::OkStatus();
+      }));
+  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(spec, ": no utterances"));
+  return entries;
 }
 
 absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> entries,

@@ -141,6 +141,18 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
                                                      int64_t sample_rate, OnError on_error,
                                                      const std::string& what);
 
+// What an audio sample of a shard must carry (ReadShardAudio).
+struct ShardAudioNeeds {
+  bool text = false;        // KEY.txt, the transcript (recognition)
+  int64_t classes = 0;      // > 0: KEY.cls, a class index below this (classification)
+  bool label_optional = false;  // a missing KEY.cls is the label -1 (prediction inputs)
+};
+
+// The utterances of shards (KEY.wav|flac|ogg with KEY.txt and/or KEY.cls, as `kiln shard` writes
+// an audio module's splits) in storage order, their audio bytes in memory. Errors name the shard
+// and key.
+absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, const ShardAudioNeeds& needs);
+
 // Audio files (wav, flac, ogg) below `dir`, sorted; or `path` itself when it is a file (which
 // must then have an audio extension).
 absl::StatusOr<std::vector<std::string>> AudioFilesAt(const std::string& path);

@@ -1,6 +1,8 @@
 // `audio_folder`: audio classification data (keyword spotting) in one folder per class,
 // ROOT/CLASS/*.{wav,flac,ogg}, the class index being the position of CLASS among the sorted folder
 // names (or in `classes`). Train, val and test are separate roots, or val is split from train.
+// A split may instead be shards (KEY.wav + KEY.cls, as `kiln shard` writes this module's splits),
+// read in storage order into memory; their classes come from `classes` or the shards' index.
 #include <filesystem>
 #include <set>
 
@@ -9,6 +11,7 @@
 #include "lib/core/status_macros.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/padding.h"
+#include "lib/data/shards/shard_set.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -96,6 +99,15 @@ class AudioFolder : public data::DataModule {
       names_ = *o_.classes;
       return absl::OkStatus();
     }
+    if (data::shards::LooksLikeShardSpec(o_.train)) {
+      KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(o_.train, "data.train"));
+      names_ = set.classes;
+      if (names_.size() < 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            o_.train, ": the shards name no classes (an index written by kiln shard does); set data.classes"));
+      }
+      return absl::OkStatus();
+    }
     std::error_code error;
     if (!fs::is_directory(o_.train, error))
       return absl::NotFoundError(absl::StrCat(o_.train, ": no such folder (data.train)"));
@@ -120,6 +132,13 @@ class AudioFolder : public data::DataModule {
   // Every audio file of every class folder of `root`, labelled, checked.
   absl::StatusOr<std::vector<AudioEntry>> Labelled(const std::string& root) const {
     std::vector<AudioEntry> entries;
+    if (data::shards::LooksLikeShardSpec(root)) {
+      ShardAudioNeeds needs;
+      needs.classes = static_cast<int64_t>(names_.size());
+      KILN_ASSIGN_OR_RETURN(entries, ReadShardAudio(root, needs));
+      return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(),
+                          absl::StrCat("shards ", root));
+    }
     for (size_t c = 0; c < names_.size(); ++c) {
       fs::path dir = fs::path(root) / names_[c];
       std::error_code error;
@@ -146,6 +165,13 @@ class AudioFolder : public data::DataModule {
   // The audio file `path`, or every audio file below the folder `path`; a file inside a class
   // folder carries its label, the others -1.
   absl::StatusOr<std::vector<AudioEntry>> Unlabelled(const std::string& path) const {
+    if (data::shards::LooksLikeShardSpec(path)) {
+      ShardAudioNeeds needs;
+      needs.classes = static_cast<int64_t>(names_.size());
+      needs.label_optional = true;
+      KILN_ASSIGN_OR_RETURN(std::vector<AudioEntry> entries, ReadShardAudio(path, needs));
+      return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(), path);
+    }
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));
     if (paths.empty())
       return absl::NotFoundError(absl::StrCat(path, ": no audio files (.wav, .flac, .ogg)"));
@@ -188,12 +214,12 @@ KILN_REGISTER_BOUND(
     "Audio classification (keyword spotting): ROOT/CLASS/*.{wav,flac,ogg}, features per utterance",
     AddAudioDataOptions(
         AudioSplitsBinding<AudioFolderOptions>(
-            "folder of class folders (TRAIN/CLASS/*.wav)",
-            "folder of the same class folders (null: split from train)",
-            "folder of the same class folders (null: no test split)",
-            "an audio file or a folder of them to label (null: the test folder)")
+            "folder of class folders (TRAIN/CLASS/*.wav), or shards (KEY.wav + KEY.cls)",
+            "folder of the same class folders or shards (null: split from train)",
+            "folder of the same class folders or shards (null: no test split)",
+            "an audio file, a folder of them or shards to label (null: the test folder)")
             .Field("classes", &AudioFolderOptions::classes,
-                   "class names in index order (null: the sorted class folders of train)")
+                   "class names in index order (null: the sorted class folders of train, or the classes in its shards' index)")
             .Field("val_fraction",
                    static_cast<double AudioFolderOptions::*>(&AudioFolderOptions::val_fraction),
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))

@@ -16,7 +16,6 @@
 #include "lib/core/status_macros.h"
 #include "lib/data/padding.h"
 #include "lib/data/shards/shard_set.h"
-#include "lib/data/shards/tar_shard.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -34,37 +33,15 @@ struct ManifestOptions : AudioDataOptions {
   int64_t sortagrad_epochs = 0;
 };
 
-// The utterances of shards (KEY.wav|flac|ogg + KEY.txt, as `kiln shard` writes an audio_manifest's
-// splits), in storage order, their audio bytes in memory.
-absl::StatusOr<std::vector<AudioEntry>> ReadShardManifest(const std::string& spec, bool need_text) {
-  std::vector<AudioEntry> entries;
-  KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
-      spec, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
-        AudioEntry e;
-        e.where = where;
-        for (const char* ext : {"wav", "flac", "ogg"}) {
-          if (std::string* bytes = sample.Find(ext)) {
-            e.path = absl::StrCat(where, ".", ext);
-            e.bytes = std::make_shared<const std::string>(std::move(*bytes));
-            break;
-          }
-        }
-        if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
-        const std::string* text = sample.Find("txt");
-        if (text == nullptr && need_text) return absl::InvalidArgumentError(absl::StrCat(where, " has no transcript (.txt)"));
-        if (text != nullptr) e.text = *text;
-        entries.push_back(std::move(e));
-        return absl::OkStatus();
-      }));
-  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(spec, ": no utterances"));
-  return entries;
-}
-
 // The entries of a JSONL manifest. Malformed lines and missing fields name FILE:LINE; with kSkip
 // they are counted and left out.
 absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
                                                      const ManifestOptions& o, bool need_text) {
-  if (data::shards::LooksLikeShardSpec(path)) return ReadShardManifest(path, need_text);
+  if (data::shards::LooksLikeShardSpec(path)) {
+    ShardAudioNeeds needs;
+    needs.text = need_text;
+    return ReadShardAudio(path, needs);
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open manifest"));
   const fs::path base = fs::path(path).parent_path();

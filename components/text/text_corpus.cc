@@ -1,7 +1,9 @@
-// `text_corpus`: language-modeling data from plain text files. Each split's files are tokenized
-// into one contiguous stream (</s> between files) and cut into blocks of block_size tokens, every
-// `stride` tokens for training; evaluation blocks tile the stream once (the last one padded), so
-// every token but the first is predicted exactly once and bits per character are exact.
+// `text_corpus`: language-modeling data from plain text files or shards. Each split's documents (a
+// file, or a shard sample's KEY.txt) are tokenized into one contiguous stream (</s> between
+// documents) and cut into blocks of block_size tokens, every `stride` tokens for training;
+// evaluation blocks tile the stream once (the last one padded), so every token but the first is
+// predicted exactly once and bits per character are exact. `kiln shard` writes a split's documents,
+// one sample each, so the same corpus read from its shards gives the same stream.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/text/text_data_module.h"
@@ -18,12 +20,20 @@ struct CorpusOptions : TextDataOptions {
   int64_t stride = 0;  // 0: block_size
 };
 
+// The documents of a split and the token stream they make.
+struct Split {
+  std::shared_ptr<const std::vector<std::string>> documents;
+  torch::Tensor stream;
+  int64_t chars = 0;
+};
+
 // Blocks of a token stream: input stream[s, s+T), target stream[s+1, s+T+1), s = index * stride;
-// a block running past the end is padded with <pad> (0), which the loss ignores.
+// a block running past the end is padded with <pad> (0), which the loss ignores. Encoded gives
+// the documents, what `kiln shard` writes.
 class TokenBlocks : public data::Dataset {
  public:
-  TokenBlocks(torch::Tensor stream, int64_t block, int64_t stride, bool cover_all)
-      : stream_(std::move(stream)), block_(block), stride_(stride) {
+  TokenBlocks(const Split& split, int64_t block, int64_t stride, bool cover_all)
+      : documents_(split.documents), stream_(split.stream), block_(block), stride_(stride) {
     int64_t predicted = stream_.size(0) - 1;
     count_ = cover_all ? (predicted + stride_ - 1) / stride_
                        : (predicted >= block_ ? (predicted - block_) / stride_ + 1 : 0);
@@ -39,15 +49,15 @@ class TokenBlocks : public data::Dataset {
     e.target.narrow(0, 0, n).copy_(stream_.narrow(0, start + 1, n));
     return e;
   }
+  int64_t encoded_size() const override { return static_cast<int64_t>(documents_->size()); }
+  absl::StatusOr<data::EncodedSample> Encoded(int64_t index) const override {
+    return data::EncodedSample{{"txt", documents_->at(static_cast<size_t>(index))}};
+  }
 
  private:
+  std::shared_ptr<const std::vector<std::string>> documents_;
   torch::Tensor stream_;
   int64_t block_, stride_, count_;
-};
-
-struct Split {
-  torch::Tensor stream;
-  int64_t chars = 0;
 };
 
 class TextCorpus : public TextDataModule {
@@ -60,7 +70,7 @@ class TextCorpus : public TextDataModule {
     int64_t stride = o_.stride > 0 ? o_.stride : o_.block_size;
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_ASSIGN_OR_RETURN(splits_["train"], Tokenize(*tok, o_.train, TrainingTextsCached()));
-      train_ = std::make_shared<TokenBlocks>(splits_["train"].stream, o_.block_size, stride, false);
+      train_ = std::make_shared<TokenBlocks>(splits_["train"], o_.block_size, stride, false);
       if (train_->size() == 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(absl::StrJoin(o_.train, ", "), ": ", splits_["train"].stream.size(0),
@@ -89,11 +99,7 @@ class TextCorpus : public TextDataModule {
 
  protected:
   absl::StatusOr<std::vector<std::string>> TrainingTexts() override {
-    std::vector<std::string> texts;
-    for (const auto& file : o_.train) {
-      KILN_ASSIGN_OR_RETURN(std::string text, ReadPlainText(file));
-      texts.push_back(std::move(text));
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadDocuments(o_.train));
     train_texts_ = texts;
     return texts;
   }
@@ -111,18 +117,25 @@ class TextCorpus : public TextDataModule {
       return absl::InvalidArgumentError(
           absl::StrCat(absl::StrJoin(files, ", "), ": fewer than 2 tokens to evaluate on"));
     }
-    return std::make_shared<TokenBlocks>(splits_[name].stream, o_.block_size, o_.block_size, true);
+    return std::make_shared<TokenBlocks>(splits_[name], o_.block_size, o_.block_size, true);
   }
 
-  // One stream of the files' tokens, </s> between files.
+  // The documents of `files`, in order (a shard set gives each of its samples' texts).
+  static absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::vector<std::string>& files) {
+    std::vector<std::string> documents;
+    for (const auto& file : files) {
+      KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadPlainTexts(file));
+      for (auto& text : texts) documents.push_back(std::move(text));
+    }
+    return documents;
+  }
+
+  // One stream of the documents' tokens, </s> between documents; `texts`: the documents of
+  // `files` when already read (the training texts), else empty.
   absl::StatusOr<Split> Tokenize(const Tokenizer& tok, const std::vector<std::string>& files,
                                  std::vector<std::string> texts) {
-    if (texts.size() != files.size()) {
-      texts.clear();
-      for (const auto& file : files) {
-        KILN_ASSIGN_OR_RETURN(std::string text, ReadPlainText(file));
-        texts.push_back(std::move(text));
-      }
+    if (texts.empty()) {
+      KILN_ASSIGN_OR_RETURN(texts, ReadDocuments(files));
     }
     Split split;
     std::vector<int64_t> ids;
@@ -133,6 +146,7 @@ class TextCorpus : public TextDataModule {
       split.chars += CountCodePoints(texts[i]);
     }
     split.stream = torch::tensor(ids, torch::kInt64);
+    split.documents = std::make_shared<const std::vector<std::string>>(std::move(texts));
     return split;
   }
 
@@ -148,9 +162,9 @@ KILN_REGISTER_BOUND(
     "stride)",
     AddTextDataOptions(
         OptionBinding<CorpusOptions>()
-            .Required("train", &CorpusOptions::train, "training text files", NonEmpty())
-            .Field("val", &CorpusOptions::val, "validation text files")
-            .Field("test", &CorpusOptions::test, "test text files")
+            .Required("train", &CorpusOptions::train, "training text files or shards (KEY.txt per document)", NonEmpty())
+            .Field("val", &CorpusOptions::val, "validation text files or shards")
+            .Field("test", &CorpusOptions::test, "test text files or shards")
             .Field("block_size", &CorpusOptions::block_size,
                    "tokens per training example (the model's context)", AtLeast(1))
             .Field("stride", &CorpusOptions::stride,

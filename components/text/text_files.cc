@@ -306,6 +306,26 @@ absl::StatusOr<std::string> ReadPlainText(const std::string& path) {
   return data;
 }
 
+absl::StatusOr<std::vector<std::string>> ReadPlainTexts(const std::string& path) {
+  std::vector<std::string> texts;
+  if (!data::shards::LooksLikeShardSpec(path)) {
+    KILN_ASSIGN_OR_RETURN(std::string text, ReadPlainText(path));
+    texts.push_back(std::move(text));
+    return texts;
+  }
+  KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
+      path, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
+        std::string* text = sample.Find("txt");
+        if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no text (.txt)"));
+        KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
+        KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
+        texts.push_back(std::move(*text));
+        return absl::OkStatus();
+      }));
+  if (texts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no texts"));
+  return texts;
+}
+
 absl::StatusOr<std::vector<TextRecord>> ReadTextLines(const std::string& path) {
   std::string data;
   std::string name = path == "-" ? "<stdin>" : path;

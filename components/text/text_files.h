@@ -31,6 +31,11 @@ absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& pat
 // A whole UTF-8 text file; an empty file or invalid UTF-8 (with its line) is an error.
 absl::StatusOr<std::string> ReadPlainText(const std::string& path);
 
+// The documents `path` names: the file itself (ReadPlainText), or for shards (pipe:, *.tar,
+// *.index.json, {..} ranges) each sample's KEY.txt in storage order, as `kiln shard` writes a
+// text_corpus split (one sample per file). Errors name the file, or the shard and key.
+absl::StatusOr<std::vector<std::string>> ReadPlainTexts(const std::string& path);
+
 // One text per non-empty line of `path`, or of standard input when `path` is "-".
 absl::StatusOr<std::vector<TextRecord>> ReadTextLines(const std::string& path);
 

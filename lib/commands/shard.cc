@@ -93,12 +93,13 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
     writer.reset();
     return absl::OkStatus();
   };
-  for (int64_t i = 0; i < dataset.size(); ++i) {
+  const int64_t count = dataset.encoded_size();
+  for (int64_t i = 0; i < count; ++i) {
     // SIGINT/SIGTERM: the shard being written is removed (never left under its name), the split's
     // index is not written; shards already finished stay, as does every earlier split.
     if (int signal = StopSignals::Received(); signal != 0) {
       return WithExitCode(absl::CancelledError(absl::StrCat("kiln shard: stopped by ", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1",
-                                                            " while writing ", split, " (sample ", i, " of ", dataset.size(),
+                                                            " while writing ", split, " (sample ", i, " of ", count,
                                                             "); its index was not written")),
                           128 + signal);
     }

@@ -53,9 +53,12 @@ class Dataset {
   virtual std::optional<Example> GetStacked(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
   // Example `index` as the files it came from (the image file's bytes, a PNG of an in-memory
   // image, the label as text), what `kiln shard` writes; Unimplemented when the dataset cannot.
+  // `index` runs over [0, encoded_size()): the samples, or for a dataset whose examples are cut
+  // from larger records (text_corpus' blocks of a token stream), those records (its documents).
   virtual absl::StatusOr<EncodedSample> Encoded(int64_t /*index*/) const {
     return absl::UnimplementedError("this data module's samples cannot be written as shards");
   }
+  virtual int64_t encoded_size() const { return size(); }
 
   // A dataset read as a stream (shards) orders its own epochs: the order of `rank` of
   // `world_size` (every rank the same count), shuffled from (seed, epoch) or in storage order.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "components/audio/audio_file.h"
+#include "components/text/text_data_module.h"
 #include "components/vision/image_ops.h"
 #include "components/vision/jpeg_crop.h"
 #include "lib/data/datamodule.h"
@@ -499,6 +500,147 @@ TEST(Shards, AudioManifestFromItsShardsGivesTheSameExamples) {
     auto x = train->Get(j, r2);
     EXPECT_TRUE(torch::equal(x->input, y->input)) << i;
   }
+}
+
+// Writes `ds`'s records (Encoded over encoded_size, what kiln shard writes) as one shard at `path`.
+void WriteRecords(const Dataset& ds, const std::string& path) {
+  auto writer = ShardWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int64_t i = 0; i < ds.encoded_size(); ++i) {
+    auto encoded = ds.Encoded(i);
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    ASSERT_TRUE((*writer)->Add(absl::StrFormat("%09d", i), *encoded).ok());
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+}
+
+// Every example of `a` and `b` equal, drawn with the same randomness.
+void ExpectSameExamples(const Dataset& a, const Dataset& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    SampleRng r1(0, 0, i), r2(0, 0, i);
+    auto x = a.Get(i, r1), y = b.Get(i, r2);
+    ASSERT_TRUE(x.ok() && y.ok()) << i;
+    EXPECT_TRUE(torch::equal(x->input, y->input)) << i;
+    EXPECT_TRUE(torch::equal(x->target, y->target)) << i;
+  }
+}
+
+// text_corpus writes its documents (one per file), not its overlapping blocks, and reading them
+// back from shards gives the same token stream: the same blocks and bits-per-character scale.
+TEST(Shards, TextCorpusFromItsShardsIsTheSameStream) {
+  testing::TempDir dir;
+  std::string a, b, c;
+  for (int i = 0; i < 40; ++i) {
+    a += absl::StrFormat("Call me Ishmael, line %d. ", i);
+    b += absl::StrFormat("The whale, the sea %d; ", i * 7);
+    c += absl::StrFormat("Stubb and Flask %d. ", i);
+  }
+  dir.Write("a.txt", a);
+  dir.Write("b.txt", b);
+  dir.Write("c.txt", c);
+  auto module = [&](const std::string& train, const std::string& val) {
+    auto dm = testing::Instantiate<DataModule>(
+        absl::StrCat("_target_: text_corpus\ntrain: ", train, "\nval: ", val,
+                     "\nblock_size: 16\nstride: 5\nbatch_size: 4\ntokenizer: {_target_: char}\n"),
+        "data");
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    absl::Status setup = (*dm)->Setup(Stage::kFit);
+    EXPECT_TRUE(setup.ok()) << setup;
+    return *dm;
+  };
+  auto files = module(absl::StrCat("['", dir.path(), "/a.txt', '", dir.path(), "/b.txt']"),
+                      absl::StrCat("['", dir.path(), "/c.txt']"));
+  ASSERT_EQ(files->train_dataset()->encoded_size(), 2);
+  auto first = files->train_dataset()->Encoded(1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, (EncodedSample{{"txt", b}}));
+  WriteRecords(*files->train_dataset(), dir.path() + "/train-000000.tar");
+  WriteRecords(*files->val_dataset(), dir.path() + "/val-000000.tar");
+  auto sharded = module(absl::StrCat("['", dir.path(), "/train-000000.tar']"),
+                        absl::StrCat("['", dir.path(), "/val-{000000..000000}.tar']"));
+  ExpectSameExamples(*files->train_dataset(), *sharded->train_dataset());
+  ExpectSameExamples(*files->val_dataset(), *sharded->val_dataset());
+  auto* text_files = dynamic_cast<text::TextDataModule*>(files.get());
+  auto* text_shards = dynamic_cast<text::TextDataModule*>(sharded.get());
+  ASSERT_TRUE(text_files != nullptr && text_shards != nullptr);
+  EXPECT_GT(text_files->tokens_per_char("val"), 0);
+  EXPECT_EQ(text_files->tokens_per_char("val"), text_shards->tokens_per_char("val"));
+
+  // A sample without text names its shard and key.
+  {
+    auto writer = ShardWriter::Create(dir.path() + "/bad-000000.tar");
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Add("doc7", {{"md", "# no txt"}}).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto bad = testing::Instantiate<DataModule>(
+      absl::StrCat("_target_: text_corpus\ntrain: ['", dir.path(), "/bad-000000.tar']\ntokenizer: {_target_: char}\n"), "data");
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  absl::Status status = (*bad)->Setup(Stage::kFit);
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StrContains(status.message(), "bad-000000.tar")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "doc7 has no text (.txt)")) << status;
+}
+
+// audio_folder from shards written from its splits: the same clips and classes in the same order,
+// the class names from the shards' index; a class index out of range names the shard and key.
+TEST(Shards, AudioFolderFromItsShardsGivesTheSameExamples) {
+  testing::TempDir dir;
+  const std::vector<std::string> classes = {"go", "no", "yes"};
+  for (const std::string split : {"train", "val"}) {
+    for (size_t c = 0; c < classes.size(); ++c) {
+      std::filesystem::create_directories(absl::StrCat(dir.path(), "/", split, "/", classes[c]));
+      for (int i = 0; i < 3; ++i) {
+        torch::Tensor t = torch::arange(0, 16000, torch::kFloat32) / 16000.0;
+        torch::Tensor wave = 0.2 * torch::sin(2 * M_PI * (150.0 + 100 * c + 13 * i + (split == "val" ? 5 : 0)) * t);
+        ASSERT_TRUE(audio::WriteWav(absl::StrCat(dir.path(), "/", split, "/", classes[c], "/", i, ".wav"), wave, 16000).ok());
+      }
+    }
+  }
+  auto module = [&](const std::string& train, const std::string& val) {
+    auto dm = testing::Instantiate<DataModule>(
+        absl::StrCat("_target_: audio_folder\ntrain: '", train, "'\nval: '", val,
+                     "'\nbatch_size: 2\nfeatures: {_target_: log_mel, n_mels: 20}\n",
+                     "waveform_transforms: [{_target_: time_shift, max_seconds: 0.1, sample_rate: 16000}]\n"),
+        "data");
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    absl::Status setup = (*dm)->Setup(Stage::kFit);
+    EXPECT_TRUE(setup.ok()) << setup;
+    return *dm;
+  };
+  auto files = module(dir.path() + "/train", dir.path() + "/val");
+  EXPECT_EQ(files->class_names(), classes);
+  for (const std::string split : {"train", "val"}) {
+    auto ds = split == "train" ? files->train_dataset() : files->val_dataset();
+    WriteRecords(*ds, absl::StrCat(dir.path(), "/", split, "-000000.tar"));
+    ShardSet set;
+    set.classes = classes;
+    set.shards.push_back({absl::StrCat(dir.path(), "/", split, "-000000.tar"), ds->size()});
+    dir.Write(split + ".index.json", IndexJson(set, dir.path()));
+  }
+  auto sharded = module(dir.path() + "/train.index.json", dir.path() + "/val-000000.tar");
+  EXPECT_EQ(sharded->class_names(), classes);
+  ExpectSameExamples(*files->train_dataset(), *sharded->train_dataset());
+  ExpectSameExamples(*files->val_dataset(), *sharded->val_dataset());
+
+  {
+    auto writer = ShardWriter::Create(dir.path() + "/odd-000000.tar");
+    ASSERT_TRUE(writer.ok());
+    auto clip = files->val_dataset()->Encoded(0);
+    ASSERT_TRUE(clip.ok());
+    ASSERT_TRUE((*writer)->Add("clip9", {{"wav", (*clip)[0].second}, {"cls", "7"}}).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto odd = testing::Instantiate<DataModule>(
+      absl::StrCat("_target_: audio_folder\ntrain: '", dir.path(), "/train.index.json'\nval: '", dir.path(),
+                   "/odd-000000.tar'\nfeatures: {_target_: log_mel, n_mels: 20}\n"),
+      "data");
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  absl::Status status = (*odd)->Setup(Stage::kFit);
+  EXPECT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StrContains(status.message(), "odd-000000.tar")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "clip9.cls: '7' is not a class index in [0, 3)")) << status;
 }
 
 // A member whose header claims 8 GB in a tiny shard (what the shard reader's fuzzer found: the

@@ -74,6 +74,22 @@ class KilnShardToWebDataset(unittest.TestCase):
             self.assertEqual(keys, [f"{i:09d}" for i in range(21)])
             self.assertEqual(seen, sources)  # every file, byte for byte, with its class
 
+    def test_text_corpus_shards_one_document_per_sample(self):
+        # text_corpus cuts overlapping blocks from its files: kiln shard writes the files themselves.
+        with tempfile.TemporaryDirectory() as tmp:
+            texts = {"a.txt": "Call me Ishmael. " * 40, "b.txt": "Some years ago, never mind how long. " * 30}
+            for name, text in texts.items():
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+            out = os.path.join(tmp, "shards")
+            done = run(["shard", "data=mobydick", f"data.train=[{tmp}/a.txt,{tmp}/b.txt]", "data.val=[]", "data.test=[]",
+                        "data.block_size=8", "shard.out=" + out, "shard.splits=[train]",
+                        "hydra.run.dir=" + os.path.join(tmp, "run")])
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertEqual(json.load(open(os.path.join(out, "train.index.json")))["samples"], 2)
+            read = [s["txt"].decode() for s in wds.WebDataset(os.path.join(out, "train-000000.tar"), shardshuffle=False)]
+            self.assertEqual(read, [texts["a.txt"], texts["b.txt"]])
+
     def test_shard_refuses_bad_options_in_one_line(self):
         with tempfile.TemporaryDirectory() as tmp:
             for override, want in [("shard.max_size=12XB", "unknown unit"),

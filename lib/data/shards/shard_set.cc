@@ -98,9 +98,9 @@ absl::StatusOr<ShardSet> ReadIndex(const std::string& path, const std::string& o
   return set;
 }
 
-}  // namespace
-
-absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string& option) {
+// The shards `spec` names; with `count`, each shard without an index is read once for its sample
+// count (what exact epochs need; a reader of everything in order does not).
+absl::StatusOr<ShardSet> ResolveShards(const std::string& spec, const std::string& option, bool count) {
   if (spec.empty()) return absl::InvalidArgumentError(absl::StrCat(option, ": empty"));
   ShardSet set;
   if (absl::EndsWith(spec, ".json") && !absl::StartsWith(spec, "pipe:")) {
@@ -127,19 +127,30 @@ absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string
         struct stat st;
         if (::stat(shard.url.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(option, ": shard ", shard.url, ": no such file"));
       }
-      KILN_ASSIGN_OR_RETURN(shard.samples, CountSamples(shard.url));
+      if (count) {
+        KILN_ASSIGN_OR_RETURN(shard.samples, CountSamples(shard.url));
+      }
     }
-    Logger::Instance().Info(absl::StrCat(option, ": counted ", set.samples(), " samples in ", set.shards.size(),
-                                         " shards (no index given; `kiln shard` writes one)"));
+    if (count) {
+      Logger::Instance().Info(absl::StrCat(option, ": counted ", set.samples(), " samples in ", set.shards.size(),
+                                           " shards (no index given; `kiln shard` writes one)"));
+    }
   }
   if (set.shards.empty()) return absl::NotFoundError(absl::StrCat(option, ": '", spec, "' names no shards"));
-  if (set.samples() == 0) return absl::InvalidArgumentError(absl::StrCat(option, ": '", spec, "' holds no samples"));
+  if (count && set.samples() == 0) return absl::InvalidArgumentError(absl::StrCat(option, ": '", spec, "' holds no samples"));
   return set;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string& option) {
+  return ResolveShards(spec, option, /*count=*/true);
 }
 
 absl::Status ForEachShardSample(const std::string& spec,
                                 const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit) {
-  KILN_ASSIGN_OR_RETURN(ShardSet set, OpenShardSet(spec, spec));
+  // Read once, in order: no count first (a pipe: shard would be fetched twice).
+  KILN_ASSIGN_OR_RETURN(ShardSet set, ResolveShards(spec, spec, /*count=*/false));
   for (const auto& shard : set.shards) {
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(shard.url));
     while (true) {
