@@ -6,11 +6,13 @@
 
 #include "lib/run/command.h"
 #include "lib/commands/job.h"
+#include "lib/trainer/process_settings.h"
 
 namespace kiln {
 namespace {
 
 absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+  StopSignals stop_signals;  // SIGINT/SIGTERM: exit 130/143 between batches, no metrics written
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
   KILN_RETURN_IF_ERROR(job->LoadCheckpoint(job->ckpt_path(), ctx.command).status());
   std::map<std::string, double> metrics;

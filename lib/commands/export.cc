@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/run/command.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/commands/command_options.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
@@ -76,6 +77,7 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
                                             layers, SelectQuantizedEngine(), diff));
   }
   std::string file = ctx.output_dir + "/model.pt";
+  KILN_RETURN_IF_ERROR(CheckStopSignal("while tracing the model; nothing was written"));
   KILN_RETURN_IF_ERROR(SaveModule(traced, file));
   torch::Tensor output;
   {
@@ -123,6 +125,9 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
 // `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config;
 // or, format=torchscript, the traced model.
 absl::Status ExportCommand(app::JobContext& ctx) {
+  // SIGINT/SIGTERM before the files are written stop it (130/143) with nothing written; the
+  // writes themselves (each atomic, milliseconds) then finish.
+  StopSignals stop_signals;
   KILN_ASSIGN_OR_RETURN(ExportOptions o, CommandOptions(ctx.cfg, ExportBinding(), "export"));
   if (o.quantize.has_value() && o.format != "torchscript") {
     return absl::InvalidArgumentError("kiln export: quantize=dynamic_int8 needs format=torchscript");
@@ -131,6 +136,7 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string path, job->LoadCheckpoint(job->ckpt_path(), ctx.command));
   if (o.format == "torchscript") return ExportTorchScript(ctx, *job, o, path);
   std::string weights = ctx.output_dir + "/model.safetensors";
+  KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job->task().module()),
                                         {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job->model_name()},
                                          {"source", path}}));

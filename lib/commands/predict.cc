@@ -35,6 +35,7 @@ absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx, const T
 // (`+prediction_writer=jsonl`; csv by default). For a task that generates (a language model), the
 // text after the task's prompt on stdout and in generated.txt.
 absl::Status PredictCommand(app::JobContext& ctx) {
+  StopSignals stop_signals;  // SIGINT/SIGTERM: exit 130/143, nothing written
   KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
   KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
   KILN_ASSIGN_OR_RETURN(std::string path, CheckpointToLoad(ctx, options));
@@ -49,6 +50,7 @@ absl::Status PredictCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Predictor> predictor, Predictor::FromConfig(ctx.cfg, path));
   if (predictor->generates()) {
     KILN_ASSIGN_OR_RETURN(std::string generated, predictor->Generate());
+    KILN_RETURN_IF_ERROR(CheckStopSignal("while generating; nothing was written"));
     std::string file = ctx.output_dir + "/generated.txt";
     KILN_RETURN_IF_ERROR(WriteFileAtomically(file, generated + "\n"));
     Logger::Instance().Info(absl::StrCat("generated ", generated.size(), " bytes with ", path, ": ", file));
@@ -63,6 +65,7 @@ absl::Status PredictCommand(app::JobContext& ctx) {
     KILN_ASSIGN_OR_RETURN(writer, Registry<PredictionWriter>::Get().Instantiate(writer_cfg));
   }
   KILN_ASSIGN_OR_RETURN(std::vector<Prediction> answers, predictor->PredictSplit());
+  KILN_RETURN_IF_ERROR(CheckStopSignal("after predicting; no predictions were written"));
   std::vector<PredictionRecord> records;
   records.reserve(answers.size());
   for (Prediction& answer : answers) records.push_back({std::move(answer.source), std::move(answer.fields)});

@@ -97,12 +97,8 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
   for (int64_t i = 0; i < count; ++i) {
     // SIGINT/SIGTERM: the shard being written is removed (never left under its name), the split's
     // index is not written; shards already finished stay, as does every earlier split.
-    if (int signal = StopSignals::Received(); signal != 0) {
-      return WithExitCode(absl::CancelledError(absl::StrCat("kiln shard: stopped by ", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1",
-                                                            " while writing ", split, " (sample ", i, " of ", count,
-                                                            "); its index was not written")),
-                          128 + signal);
-    }
+    KILN_RETURN_IF_ERROR(CheckStopSignal(
+        absl::StrCat("while writing ", split, " (sample ", i, " of ", count, "); its index was not written")));
     auto files = dataset.Encoded(i);
     if (!files.ok()) return absl::Status(files.status().code(), absl::StrCat("kiln shard: ", split, " sample ", i, ": ", files.status().message()));
     int64_t bytes = 0;

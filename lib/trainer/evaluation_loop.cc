@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/trainer.h"
 
 namespace kiln {
@@ -17,13 +18,20 @@ int64_t EvaluationLoop::MaxBatches() const {
   return batches;
 }
 
-absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t max_batches) {
+absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t max_batches, bool stop_on_signal) {
   Task& task = *trainer_.task();
   task.module().eval();
   torch::NoGradGuard no_grad;
   MetricLog log;
   const Strategy& strategy = trainer_.strategy_;
+  int64_t done = 0;
   KILN_RETURN_IF_ERROR(loader_.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    if (stop_on_signal) {
+      KILN_RETURN_IF_ERROR(CheckStopSignal(absl::StrCat("while evaluating the ", stage_ == "test" ? "test" : "validation",
+                                                        " split (after ", done, " of ", max_batches,
+                                                        " batches); no metrics were written")));
+    }
+    ++done;
     batch.input = strategy.InputToDevice(batch.input);
     batch.target = strategy.ToDevice(batch.target);
     AutocastScope autocast(strategy);
@@ -50,9 +58,11 @@ absl::Status EvaluationLoop::Validate() {
 }
 
 absl::StatusOr<std::map<std::string, double>> EvaluationLoop::Evaluate() {
-  KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
-  trainer_.LogToLoggers(metrics);
   bool test = stage_ == "test";
+  const int64_t batches = MaxBatches();
+  Logger::Instance().Info(absl::StrCat(test ? "testing: " : "validating: ", batches, " batches"));
+  KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(batches, /*stop_on_signal=*/true));
+  trainer_.LogToLoggers(metrics);
   if (test) KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnTestEnd(trainer_, metrics); }));
   Logger::Instance().Info(absl::StrCat(test ? "test: " : "validation: ", FormatMetrics(metrics)));
   return metrics;

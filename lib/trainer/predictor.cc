@@ -10,6 +10,8 @@
 #include "lib/core/status_macros.h"
 #include "lib/data/sampler.h"
 #include "lib/registry/registry.h"
+#include "lib/logging/logger.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/model_start.h"
@@ -278,6 +280,7 @@ absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
   if (generates_)
     return absl::FailedPreconditionError("this model generates text: give it a prompt (Generate)");
   std::lock_guard<std::mutex> lock(split_mutex_);
+  StopSignals stop_signals;  // SIGINT/SIGTERM end it between batches
   KILN_RETURN_IF_ERROR(data_->PrepareData());
   KILN_RETURN_IF_ERROR(data_->Setup(data::Stage::kPredict));
   std::shared_ptr<const data::Dataset> split = data_->predict_dataset();
@@ -287,7 +290,11 @@ absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
   data::DataLoader loader(split, data::SamplerFor(*split, /*shuffle=*/false, 0), data_->loader_options());
   const int64_t batches = trainer_options_.limit_predict_batches.Of(loader.num_batches());
   std::vector<Prediction> answers;
+  Logger::Instance().Info(absl::StrCat("predicting: ", batches, " batches"));
+  int64_t done = 0;
   KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+    KILN_RETURN_IF_ERROR(CheckStopSignal(
+        absl::StrCat("while predicting (after ", done++, " of ", batches, " batches); no predictions were written")));
     KILN_ASSIGN_OR_RETURN(std::vector<Prediction> batch_answers, ForwardBatch(batch, class_names));
     for (Prediction& answer : batch_answers) {
       const int64_t row = static_cast<int64_t>(answers.size());

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace kiln {
 
 // Sets the thread count (`num_threads` <= 0: every core, shared among `local_workers` processes
@@ -28,6 +30,11 @@ std::string CudaDeviceNote(const c10::Device& device);
 // Installs the stop handlers for its lifetime, then restores the previous ones. Received() is the
 // signal that asked training to stop (SIGINT, SIGTERM, or SIGUSR1 — what SLURM sends before
 // preempting a job), 0 while none did.
+// OK while no stop signal has arrived (StopSignals installed); else Cancelled "stopped by SIGINT
+// `doing`", carrying the exit code 128 + the signal (130 for SIGINT, 143 for SIGTERM): what a
+// command that is not a fit (validate, test, predict, export, shard) checks between its steps.
+absl::Status CheckStopSignal(const std::string& doing);
+
 class StopSignals {
  public:
   StopSignals();

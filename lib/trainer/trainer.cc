@@ -6,6 +6,7 @@
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/evaluation_loop.h"
 #include "lib/trainer/fit_loop.h"
@@ -205,6 +206,7 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
+  StopSignals stop_signals;  // SIGINT/SIGTERM end it between batches, nothing written
   inputs_.task = &task;
   start_ = std::chrono::steady_clock::now();
   strategy_.ConfigureProcess();

@@ -4,7 +4,10 @@
 // directory and export writes under ENOSPC, EIO and a read-only folder, injected by the
 // LD_PRELOAD shim tests/support/fault_injection.cc, and EFBIG under a file size limit.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <filesystem>
@@ -355,6 +358,58 @@ TEST(ExportFault, RefusesInOneLineAndLeavesNoFile) {
       EXPECT_FALSE(absl::StartsWith(name, "model")) << name;
   }
 }
+
+// SIGINT or SIGTERM while kiln validate, test or predict works through its batches: it stops
+// before the next batch with exit code 130 or 143 and one line, and writes no metrics or
+// predictions (a split of 2,000,000 one-sample batches would take minutes).
+struct StopCase {
+  std::string command, log_line, doing, output;
+  int signal;
+};
+
+class StopSignal : public ::testing::TestWithParam<StopCase> {};
+
+TEST_P(StopSignal, StopsBetweenBatchesWithNothingWritten) {
+  const StopCase& c = GetParam();
+  TempDir dir;
+  std::string run = dir.path() + "/run";
+  auto trained = RunProcess(Train(run, {"trainer.max_epochs=1", "test=false"}));
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string out = dir.path() + "/" + c.command, err = dir.path() + "/stderr";
+  pid_t pid = testing::StartInOwnGroup(
+      {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err, KILN_BINARY, c.command, "--plugin", BLOBS_PLUGIN,
+       "run_dir=" + run, "data.val_size=2000000", "data.test_size=2000000", "data.batch_size=1",
+       "hydra.run.dir=" + out});
+  ASSERT_GT(pid, 0);
+  // The command's handlers are in place once it logs the batches it is about to run.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!absl::StrContains(FileExists(err) ? ReadFile(err) : "", c.log_line) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(absl::StrContains(ReadFile(err), c.log_line)) << ReadFile(err);
+  ::kill(pid, c.signal);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + c.signal);
+  std::string text = ReadFile(err);
+  auto errors = Lines(text, "kiln: error: ");
+  ASSERT_EQ(errors.size(), 1u) << text;
+  EXPECT_TRUE(absl::StrContains(errors[0], absl::StrCat("stopped by ", c.signal == SIGINT ? "SIGINT" : "SIGTERM", " ",
+                                                        c.doing)))
+      << errors[0];
+  EXPECT_FALSE(FileExists(out + "/" + c.output)) << c.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Commands, StopSignal,
+    ::testing::Values(StopCase{"validate", "validating: 2000000 batches", "while evaluating the validation split",
+                               "val_metrics.yaml", SIGINT},
+                      StopCase{"test", "testing: 2000000 batches", "while evaluating the test split", "test_metrics.yaml",
+                               SIGTERM},
+                      StopCase{"predict", "predicting: 2000000 batches", "while predicting", "predictions.csv", SIGINT}),
+    [](const auto& info) { return info.param.command; });
 
 }  // namespace
 }  // namespace kiln
