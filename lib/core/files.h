@@ -23,6 +23,11 @@ absl::Status MakeDirs(const std::string& path);
 // temporary file behind.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
+// Removes the temporary files (NAME.tmp.PID) that WriteFileAtomically left in `dir` when its
+// process was killed mid-write, those of processes no longer alive on this machine; returns how
+// many it removed (0 when `dir` does not exist).
+int RemoveStaleTemporaryFiles(const std::string& dir);
+
 // Takes the bytes of a file in order. It never fails: after a failed write it drops the rest,
 // and WriteFileAtomically returns the error once `produce` is done (serializers such as
 // LibTorch's cannot be stopped midway without throwing from a destructor).

@@ -59,6 +59,14 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
 
   StopSignals signals;
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnFitStart(t); }));
+  if (t.is_global_zero()) {
+    // A run killed while writing a checkpoint leaves its temporary file (never a half checkpoint
+    // under the final name); the next run removes it.
+    if (int removed = RemoveStaleTemporaryFiles(t.checkpoint_dir_); removed > 0) {
+      Logger::Instance().Info(absl::StrCat("removed ", removed, " temporary file(s) that an interrupted checkpoint write left in ",
+                                           t.checkpoint_dir_));
+    }
+  }
   KILN_ASSIGN_OR_RETURN(bool resumed, Restore(inputs));
   if (resumed && t.is_global_zero()) {
     t.ForEachLogger([&](MetricsLogger& logger) { return logger.OnResume(t.global_step_); });

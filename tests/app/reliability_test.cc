@@ -10,6 +10,9 @@
 #include <csignal>
 
 #include <chrono>
+#include <cstring>
+#include <iostream>
+#include <random>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -410,6 +413,115 @@ INSTANTIATE_TEST_SUITE_P(
                                SIGTERM},
                       StopCase{"predict", "predicting: 2000000 batches", "while predicting", "predictions.csv", SIGINT}),
     [](const auto& info) { return info.param.command; });
+
+// The tensors of a safetensors file (its header without __metadata__, which names the source
+// checkpoint, and its data), for comparing exported weights bitwise.
+std::string SafetensorsTensors(const std::string& path) {
+  std::string bytes = ReadFile(path);
+  if (bytes.size() < 8) return "";
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  if (8 + header > bytes.size()) return "";
+  std::string head = bytes.substr(8, header);
+  size_t meta = head.find("\"__metadata__\"");
+  if (meta != std::string::npos) head.erase(meta, head.find('}', meta) - meta + 1);
+  // Offsets shift with the metadata's length; the data and the names, dtypes and shapes do not.
+  return absl::StrCat(std::count(head.begin(), head.end(), '{'), bytes.substr(8 + header));
+}
+
+// SIGKILL at random moments, 54 times, seeded: a third after a random delay (during start-up,
+// training, validation or a save), a third just before the rename of a checkpoint into place, a
+// third just after it (a checkpoint at an epoch's last step: the kill lands in the validation that
+// follows). After each kill the run resumes (ckpt_path=last once a checkpoint exists); any exit
+// but a kill or success fails the test. It ends with bitwise the parameters of a run never killed.
+TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
+  TempDir dir;
+  // 50 epochs of 100 steps and 300 validation batches: about 15 s unbroken on this machine, longer
+  // than the 54 attempts advance it (an attempt starts up in about half a second, and a kill
+  // before a rename advances nothing).
+  const std::vector<std::string> job = {
+      "data.train_size=6400",  "data.val_size=19200", "data.batch_size=64", "model.hidden=[512,512]",
+      "trainer.max_epochs=50", "+callbacks.model_checkpoint.every_n_train_steps=20",
+      "callbacks.model_checkpoint.monitor=''", "callbacks.model_checkpoint.save_top_k=0", "test=false"};
+  const std::string reference = dir.path() + "/reference", run = dir.path() + "/killed";
+  auto r = RunProcess(Train(reference, job));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::mt19937 rng(20261126);
+  int kills = 0, timed = 0, before_rename = 0, after_rename = 0, in_validation = 0;
+  const std::string log = run + "/train.log", err = dir.path() + "/stderr";
+  bool finished = false;
+  for (int attempt = 0; kills < 54 && !finished; ++attempt) {
+    const int mode = attempt % 3;  // 0: a delay; 1: just before a checkpoint rename; 2: just after
+    const int k = std::uniform_int_distribution<int>(1, 3)(rng);
+    const int delay_ms = std::uniform_int_distribution<int>(200, 1500)(rng);
+    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err, "/usr/bin/env"};
+    if (mode != 0) {
+      for (const auto& [name, value] : FaultEnv(Fault{"", "rename", mode == 1 ? "KILL" : "KILL_AFTER", ""},
+                                                "/checkpoints/", k - 1)) {
+        argv.push_back(name + "=" + value);
+      }
+    }
+    for (const auto& a : Train(run, job)) argv.push_back(a);
+    if (FileExists(run + "/checkpoints/last.ckpt")) argv.push_back("ckpt_path=last");
+    const size_t log_before = FileExists(log) ? ReadFile(log).size() : 0;
+    pid_t pid = testing::StartInOwnGroup(argv);
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    if (mode == 0) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+      pid_t reaped = 0;
+      while (std::chrono::steady_clock::now() < until && (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (reaped != pid) {
+        ::kill(pid, SIGKILL);
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      }
+    } else {
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    }
+    if (WIFEXITED(status)) {  // it ran to the end before the kill came
+      ASSERT_EQ(WEXITSTATUS(status), 0) << "attempt " << attempt << ": " << ReadFile(err);
+      finished = true;
+      continue;
+    }
+    ASSERT_EQ(WTERMSIG(status), SIGKILL) << "attempt " << attempt << ": " << ReadFile(err);
+    ++kills;
+    (mode == 0 ? timed : mode == 1 ? before_rename : after_rename)++;
+    // Killed in validation: this attempt's log ends with the epoch's last training batch (the
+    // progress line "100/100"), before the epoch's summary line that validation ends with.
+    std::string added = FileExists(log) ? ReadFile(log).substr(std::min(log_before, ReadFile(log).size())) : "";
+    auto lines = absl::StrSplit(absl::StripTrailingAsciiWhitespace(added), '\n');
+    std::string last;
+    for (absl::string_view line : lines) last = std::string(line);
+    if (absl::StrContains(last, " 100/100 ")) ++in_validation;
+  }
+  EXPECT_GE(kills, 54) << "the run finished after " << kills << " kills";
+  // The last resume runs to the end.
+  if (!finished) {
+    auto rest = RunProcess([&] {
+      auto argv = Train(run, job);
+      argv.push_back("ckpt_path=last");
+      return argv;
+    }());
+    ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  }
+  // The temporary files of the checkpoint writes that were killed are gone (the next run removes them).
+  for (const auto& [name, bytes] : Files(run + "/checkpoints")) EXPECT_FALSE(absl::StrContains(name, ".tmp.")) << name;
+  EXPECT_GE(before_rename, 1);
+  EXPECT_GE(after_rename, 1);
+  EXPECT_GE(in_validation, 1) << "no kill landed in validation";
+  std::cout << "kill loop: " << kills << " kills (" << timed << " timed, " << before_rename << " before a rename, "
+            << after_rename << " after one; " << in_validation << " in validation), seed 20261126\n";
+  for (const std::string& which : {reference, run}) {
+    auto exported = RunProcess({KILN_BINARY, "export", "--plugin", BLOBS_PLUGIN, "run_dir=" + which,
+                                "hydra.run.dir=" + which + "/export"});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  }
+  std::string a = SafetensorsTensors(reference + "/export/model.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == SafetensorsTensors(run + "/export/model.safetensors")) << "the parameters differ";
+}
 
 }  // namespace
 }  // namespace kiln

@@ -6,7 +6,9 @@
 //   KILN_FAULT_OPS    which calls fail, comma-separated: write (write, writev, pwrite, fwrite,
 //                     fputs, fflush), fsync (fsync, fdatasync), rename, open (opening for writing,
 //                     creating, mkdir). Default: write
-//   KILN_FAULT_ERRNO  ENOSPC (default), EIO or EROFS
+//   KILN_FAULT_ERRNO  ENOSPC (default), EIO or EROFS; or KILL: the process SIGKILLs itself at
+//                     the call instead (a crash just before it), or KILL_AFTER: right after a
+//                     rename or fsync succeeded (a crash just after it)
 //   KILN_FAULT_AFTER  how many matching calls succeed first (default 0); every one after fails,
 //                     as a disk stays full
 #include <dlfcn.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -26,10 +29,13 @@ namespace {
 
 enum Op { kWrite = 1, kFsync = 2, kRename = 4, kOpen = 8 };
 
+enum Mode { kFail, kKill, kKillAfter };
+
 struct Settings {
   const char* path = nullptr;
   int ops = kWrite;
   int error = ENOSPC;
+  Mode mode = kFail;
   long after = 0;
 };
 
@@ -44,6 +50,7 @@ const Settings& Config() {
     }
     if (const char* e = getenv("KILN_FAULT_ERRNO")) {
       s.error = strcmp(e, "EIO") == 0 ? EIO : strcmp(e, "EROFS") == 0 ? EROFS : ENOSPC;
+      s.mode = strcmp(e, "KILL") == 0 ? kKill : strcmp(e, "KILL_AFTER") == 0 ? kKillAfter : kFail;
     }
     if (const char* after = getenv("KILN_FAULT_AFTER")) s.after = atol(after);
     return s;
@@ -53,24 +60,48 @@ const Settings& Config() {
 
 std::atomic<long> matched{0};
 
-// Whether this call (of kind `op`, on `path`) fails; sets errno when it does.
-bool Fails(int op, const char* path) {
+// Whether this call (of kind `op`, on `path`) is one the settings pick (counted).
+bool Matches(int op, const char* path) {
   const Settings& s = Config();
   if (s.path == nullptr || (s.ops & op) == 0 || path == nullptr || strstr(path, s.path) == nullptr)
     return false;
-  if (matched.fetch_add(1) < s.after) return false;
-  errno = s.error;
+  return matched.fetch_add(1) >= s.after;
+}
+
+// Whether this call fails; sets errno when it does. With KILL the process dies here instead.
+bool Fails(int op, const char* path) {
+  if (Config().mode == kKillAfter || !Matches(op, path)) return false;
+  if (Config().mode == kKill) ::kill(::getpid(), SIGKILL);
+  errno = Config().error;
   return true;
 }
 
-bool FdFails(int op, int fd) {
+// With KILL_AFTER: the process dies once the picked call has returned `result`.
+template <typename T>
+T KillAfter(int op, const char* path, T result) {
+  if (Config().mode == kKillAfter && Matches(op, path)) ::kill(::getpid(), SIGKILL);
+  return result;
+}
+
+// The path `fd` is open on (into `target`), or false.
+bool FdPath(int fd, char (&target)[4096]) {
   if (Config().path == nullptr || fd < 0) return false;
-  char link[64], target[4096];
+  char link[64];
   snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
   ssize_t n = readlink(link, target, sizeof(target) - 1);
   if (n <= 0) return false;
   target[n] = '\0';
-  return Fails(op, target);
+  return true;
+}
+
+bool FdFails(int op, int fd) {
+  char target[4096];
+  return FdPath(fd, target) && Fails(op, target);
+}
+
+int FdKillAfter(int op, int fd, int result) {
+  char target[4096];
+  return FdPath(fd, target) ? KillAfter(op, target, result) : result;
 }
 
 bool StreamFails(int op, FILE* stream) { return stream != nullptr && FdFails(op, fileno(stream)); }
@@ -130,7 +161,7 @@ int fflush(FILE* stream) {
 
 int fsync(int fd) {
   static auto next = Next<int (*)(int)>("fsync");
-  return FdFails(kFsync, fd) ? -1 : next(fd);
+  return FdFails(kFsync, fd) ? -1 : FdKillAfter(kFsync, fd, next(fd));
 }
 
 int fdatasync(int fd) {
@@ -140,7 +171,7 @@ int fdatasync(int fd) {
 
 int rename(const char* from, const char* to) {
   static auto next = Next<int (*)(const char*, const char*)>("rename");
-  return Fails(kRename, to) ? -1 : next(from, to);
+  return Fails(kRename, to) ? -1 : KillAfter(kRename, to, next(from, to));
 }
 
 int open(const char* path, int flags, ...) {
