@@ -90,8 +90,9 @@ wait_ready() {  # URL
 }
 start_kiln() {  # MODEL PORT OVERRIDES...
   local model=$1 port=$2; shift 2
+  # Every load client is on 127.0.0.1: no per-client connection cap.
   "$kiln" serve run_dir="$work/$model" serve.port="$port" serve.threads="$threads" serve.access_log=null \
-    hydra.run.dir="$work/serve_$port" "$@" > "$work/serve_$port.log" 2>&1 &
+    serve.max_connections_per_client=0 hydra.run.dir="$work/serve_$port" "$@" > "$work/serve_$port.log" 2>&1 &
   server_pid=$!
   wait_ready "http://127.0.0.1:$port/readyz"
 }

@@ -115,7 +115,42 @@ class DeadlineStream : public httplib::Stream {
 
 HttpServer::HttpServer(HttpTimeouts timeouts) : timeouts_(timeouts) {}
 
+bool HttpServer::Admit(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(clients_mu_);
+  size_t& open = open_[ip];
+  if (timeouts_.max_per_client > 0 && open >= timeouts_.max_per_client) return false;
+  ++open;
+  return true;
+}
+
+void HttpServer::Release(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(clients_mu_);
+  auto it = open_.find(ip);
+  if (it != open_.end() && --it->second == 0) open_.erase(it);
+}
+
 bool HttpServer::process_and_close_socket(socket_t sock) {
+  std::string ip;
+  int port = 0;
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&address), &length) == 0) IpAndPort(address, length, ip, port);
+  if (!Admit(ip)) {
+    // Answered before reading anything: the client's request is not looked at.
+    const std::string body = "{\"error\": \"too many connections from " + ip + " (serve.max_connections_per_client=" +
+                             std::to_string(timeouts_.max_per_client) + ")\"}\n";
+    const std::string answer = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                               "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (WaitFor(sock, POLLOUT, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write))) {
+      ssize_t sent = 0;
+      do {
+        sent = ::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL);
+      } while (sent < 0 && errno == EINTR);
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return false;
+  }
   // httplib's process_server_socket_core: requests while the server listens, the connection
   // sends one within the keep-alive timeout, and fewer than keep_alive_max_count were answered.
   bool ret = false;
@@ -128,6 +163,7 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
+  Release(ip);
   return ret;
 }
 

@@ -67,6 +67,7 @@ struct ServeOptions {
   double read_timeout_s = 5;
   double request_read_timeout_s = 60;
   int64_t http_threads = 96;
+  int64_t max_connections_per_client = 32;
   int64_t http_nice = 10;
   int64_t threads = 0;
   std::optional<std::string> quantize;
@@ -102,6 +103,9 @@ const OptionBinding<ServeOptions>& ServeBinding() {
                  "its first byte gets 400 and is disconnected",
                  GreaterThan(0))
           .Field("http_threads", &O::http_threads, "connections served at once", AtLeast(1))
+          .Field("max_connections_per_client", &O::max_connections_per_client,
+                 "connections one client address may have open; more get 429 at once (0: no limit)",
+                 AtLeast(0))
           .Field("http_nice", &O::http_nice,
                  "niceness the connection threads add to their own (Linux): the model's thread "
                  "runs first when both wait for a core (0: same priority)",
@@ -321,6 +325,7 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   HttpTimeouts timeouts;
   timeouts.read = std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6));
   timeouts.request_read = std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
+  timeouts.max_per_client = static_cast<size_t>(o.max_connections_per_client);
   HttpServer server(timeouts);
   server.new_task_queue = [n = o.http_threads, nice = o.http_nice] {
     return NicedThreadPool(static_cast<size_t>(n), static_cast<int>(nice));

@@ -463,7 +463,8 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   ASSERT_EQ(expected.size(), texts.size());
 
   Server server(d + "/serve", d + "/run",
-                {"serve.http_nice=7", "serve.read_timeout_s=1", "serve.request_read_timeout_s=2"});
+                {"serve.http_nice=7", "serve.read_timeout_s=1", "serve.request_read_timeout_s=2",
+                 "serve.max_connections_per_client=5"});
   ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
   auto client = server.Client();
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -509,6 +510,34 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
     EXPECT_TRUE(absl::StartsWith(*reply, "HTTP/1.1 400")) << *reply;
     EXPECT_TRUE(absl::StrContains(*reply, "serve.request_read_timeout_s")) << *reply;
   }
+  // Connections that send nothing hold connection threads: the client's sixth open connection at
+  // most (serve.max_connections_per_client=5; the HTTP client may hold one or two already) is
+  // answered 429 at once and closed, and once they close the client is served again.
+  std::vector<int> idle;
+  std::string refused;
+  for (int i = 0; i < 6 && refused.empty(); ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    idle.push_back(fd);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 300) > 0) {
+      char buffer[1024];
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n > 0) refused.assign(buffer, static_cast<size_t>(n));
+    }
+  }
+  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 429")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused, "too many connections from 127.0.0.1")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused, "Retry-After: 1")) << refused;
+  for (int fd : idle) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  res = server.Client()->Post("/v1/predict", texts[0], "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
   res = client->Post("/v1/predict", std::string("caf\xc3", 4), "text/plain");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
