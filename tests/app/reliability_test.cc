@@ -523,5 +523,85 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
   EXPECT_TRUE(a == SafetensorsTensors(run + "/export/model.safetensors")) << "the parameters differ";
 }
 
+// A local sweep (32 jobs, 2 at a time) killed 20 times at random moments (seeded): half the time
+// the whole process group with SIGKILL, half the time the sweep process alone (its jobs then get
+// SIGTERM and stop). After each kill the ledger is consistent: every whole line records a job
+// (ok or failed) as the sweep wrote it, no job is ok twice, and every job recorded ok has its test
+// metrics. The sweep is re-run into the same folder each time; it ends with every job ok once and
+// each job's test metrics byte for byte those of a sweep never killed.
+TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
+  TempDir dir;
+  auto sweep_argv = [](const std::string& sweep_dir) {
+    return std::vector<std::string>{KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
+                                    "trainer.num_threads=1", "data.train_size=40000", "trainer.max_epochs=2",
+                                    "hydra/launcher=local", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep_dir,
+                                    "data.seed=range(0,32)"};
+  };
+  const std::string reference = dir.path() + "/reference", sweep = dir.path() + "/killed";
+  auto r = RunProcess(sweep_argv(reference));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::mt19937 rng(1126);
+  int kills = 0, group_kills = 0;
+  bool finished = false;
+  for (int attempt = 0; kills < 20 && !finished; ++attempt) {
+    const int delay_ms = std::uniform_int_distribution<int>(150, 1500)(rng);
+    const bool whole_group = attempt % 2 == 0;
+    pid_t pid = testing::StartInOwnGroup(sweep_argv(sweep));
+    ASSERT_GT(pid, 0);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+    int status = 0;
+    pid_t reaped = 0;
+    while (std::chrono::steady_clock::now() < until && (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (reaped == pid) {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "attempt " << attempt;
+      finished = true;
+    } else if (whole_group) {
+      ::kill(-pid, SIGKILL);
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ++group_kills;
+    } else {
+      EXPECT_TRUE(testing::KillLeaderAndWaitForGroup(pid, 60).empty()) << "jobs outlived the sweep";
+    }
+    if (reaped != pid) ++kills;
+    // The jobs of a sweep killed alone stop on their own: wait until none is left.
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+         !testing::ProcessesInGroup(pid).empty() && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const std::string ledger = FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "";
+    std::vector<absl::string_view> lines = absl::StrSplit(ledger, '\n');
+    if (!lines.empty()) lines.pop_back();  // after the last newline: nothing, or a line cut short
+    std::map<int, int> ok;
+    for (absl::string_view line : lines) {
+      int job = -1;
+      ASSERT_TRUE(absl::StartsWith(line, "- {job: ")) << "attempt " << attempt << ": " << line;
+      ASSERT_TRUE(absl::SimpleAtoi(line.substr(8, line.find(',') - 8), &job) && job >= 0 && job < 32) << line;
+      const bool is_ok = absl::StrContains(line, ", status: ok,");
+      ASSERT_TRUE(is_ok || absl::StrContains(line, ", status: failed,")) << line;
+      if (is_ok) {
+        EXPECT_EQ(++ok[job], 1) << "job " << job << " recorded ok twice:\n" << ledger;
+        EXPECT_TRUE(FileExists(sweep + "/" + std::to_string(job) + "/test_metrics.yaml")) << job;
+      }
+    }
+  }
+  EXPECT_GE(kills, 20) << "the sweep finished after " << kills << " kills";
+  const size_t done_while_killed = Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "", "status: ok").size();
+  if (!finished) {
+    auto rest = RunProcess(sweep_argv(sweep));
+    ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  }
+  std::cout << "sweep kill loop: " << kills << " kills (" << group_kills << " of the whole group), " << done_while_killed
+            << " of 32 jobs done by then, seed 1126\n";
+  const std::string ledger = ReadFile(sweep + "/ledger.yaml");
+  for (int job = 0; job < 32; ++job) {
+    const std::string metrics = "/" + std::to_string(job) + "/test_metrics.yaml";
+    EXPECT_EQ(Lines(ledger, absl::StrCat("{job: ", job, ", status: ok")).size(), 1u) << ledger;
+    ASSERT_TRUE(FileExists(reference + metrics) && FileExists(sweep + metrics)) << job;
+    EXPECT_EQ(ReadFile(reference + metrics), ReadFile(sweep + metrics)) << job;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
