@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "lib/run/command.h"
 #include "lib/core/status_macros.h"
+#include "lib/core/stop_signals.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -50,6 +52,7 @@ class BasicLauncher : public Launcher {
     Logger::Instance().Info(absl::StrCat("Launching ", jobs.size(), " jobs locally"));
     std::vector<std::string> failures;
     for (const auto& job : jobs) {
+      if (StopSignals::Received() != 0) break;  // RunSweep says what was left
       Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
       absl::Status status = context.run(job);
       if (status.ok()) continue;
@@ -87,6 +90,7 @@ class LocalLauncher : public Launcher {
     size_t next = 0;
     bool stop = false;
     while ((next < jobs.size() && !stop) || !running_.empty()) {
+      if (StopSignals::Received() != 0) stop = true;  // no new job; the running ones stop (WaitAny)
       while (!stop && next < jobs.size() && static_cast<int>(running_.size()) < n_jobs_) {
         const SweepJob& job = jobs[next++];
         if (absl::Status st = Start(job, context); !st.ok()) {
@@ -120,8 +124,18 @@ class LocalLauncher : public Launcher {
   absl::StatusOr<FinishedJob> WaitAny(const LaunchContext& context) override {
     if (running_.empty()) return absl::FailedPreconditionError("WaitAny: no job is running");
     while (true) {
+      // A stop signal to the sweep (SIGTERM to it alone, or SIGINT from a terminal, which its jobs
+      // get too) goes to every running job once: each stops after its step with a checkpoint.
+      if (int signal = StopSignals::Received(); signal != 0 && !forwarded_) {
+        forwarded_ = true;
+        for (const auto& [job_pid, index] : running_) ::kill(job_pid, signal == SIGUSR1 ? SIGUSR1 : SIGTERM);
+      }
       int wstatus = 0;
-      pid_t pid = ::waitpid(-1, &wstatus, 0);
+      pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+      if (pid == 0) {  // polled, so that a signal between two waits is not missed
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
       if (pid < 0) {
         if (errno == EINTR) continue;
         return absl::InternalError(absl::StrCat("waiting for jobs: ", std::strerror(errno)));
@@ -141,6 +155,7 @@ class LocalLauncher : public Launcher {
  private:
   int n_jobs_;
   std::map<pid_t, size_t> running_;  // job processes by pid: the job's index
+  bool forwarded_ = false;           // a stop signal was passed on to the running jobs
 };
 
 struct LocalLauncherOptions {

@@ -10,6 +10,7 @@
 #include "lib/core/directory_lock.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
+#include "lib/core/stop_signals.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::app {
@@ -35,6 +36,7 @@ class Session : public SweepSession {
       }
       return result;
     }
+    if (StopSignals::Received() != 0) return absl::CancelledError("the sweep is stopping: no new job");
     KILN_RETURN_IF_ERROR(Prepare());
     std::vector<SweepJob> pending;
     size_t first = next_index_;
@@ -78,6 +80,7 @@ class Session : public SweepSession {
 
   absl::Status Start(size_t index, const std::vector<std::string>& overrides) override {
     if (setup_.dry_run) return absl::FailedPreconditionError("no job starts under --dry-run");
+    if (StopSignals::Received() != 0) return absl::CancelledError("the sweep is stopping: no new job");
     KILN_RETURN_IF_ERROR(Prepare());
     started_[index] = overrides;
     return setup_.launcher->Start({index, overrides}, setup_.context);
@@ -144,8 +147,21 @@ class Session : public SweepSession {
 }  // namespace
 
 absl::Status RunSweep(Sweeper& sweeper, SweepSetup setup) {
+  // SIGINT/SIGTERM: no job starts after it, the running ones stop (with checkpoints), and the sweep
+  // exits 130/143; re-running it runs what its ledger does not record as done.
+  StopSignals stop_signals;
+  const std::string sweep_dir = setup.sweep_dir;
   Session session(std::move(setup));
   absl::Status status = sweeper.Sweep(session);
+  if (StopSignals::Received() != 0) {
+    auto ledger = ReadLedger(sweep_dir);
+    size_t done = 0;
+    if (ledger.ok()) {
+      for (const auto& [job, entry] : LatestByJob(*ledger)) done += entry.status == "ok" ? 1 : 0;
+    }
+    return CheckStopSignal(absl::StrCat("with ", done, " job(s) of the sweep in ", sweep_dir,
+                                        " done; run the same command again for the rest"));
+  }
   absl::Status summary = session.Finish();
   return status.ok() ? summary : status;
 }

@@ -20,17 +20,8 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/exit_code.h"
 
 namespace kiln {
-namespace {
-
-std::atomic<int> g_stop_signal{0};
-std::atomic<int> g_stop_depth{0};  // StopSignals alive
-
-extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
-
-}  // namespace
 
 // Training allocates and frees the same large activation and gradient buffers at every step.
 // glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
@@ -84,39 +75,6 @@ std::string CudaDeviceNote(const c10::Device& device) {
   (void)device;
   return "";
 #endif
-}
-
-struct StopSignals::Saved {
-  struct sigaction int_ {}, term_ {}, usr1_ {};
-};
-
-StopSignals::StopSignals() : saved_(new Saved()) {
-  // The outermost one starts afresh; one inside it (a command's, then its Predictor's) keeps a
-  // signal that already arrived.
-  if (g_stop_depth.fetch_add(1) == 0) g_stop_signal.store(0);
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &saved_->int_);
-  sigaction(SIGTERM, &action, &saved_->term_);
-  sigaction(SIGUSR1, &action, &saved_->usr1_);
-}
-
-StopSignals::~StopSignals() {
-  sigaction(SIGINT, &saved_->int_, nullptr);
-  sigaction(SIGTERM, &saved_->term_, nullptr);
-  sigaction(SIGUSR1, &saved_->usr1_, nullptr);
-  g_stop_depth.fetch_sub(1);
-  delete saved_;
-}
-
-int StopSignals::Received() { return g_stop_signal.load(); }
-
-absl::Status CheckStopSignal(const std::string& doing) {
-  const int signal = StopSignals::Received();
-  if (signal == 0) return absl::OkStatus();
-  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1";
-  return WithExitCode(absl::CancelledError(absl::StrCat("stopped by ", name, " ", doing)), 128 + signal);
 }
 
 }  // namespace kiln

@@ -603,5 +603,48 @@ TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
   }
 }
 
+// SIGTERM to a local sweep alone (as a scheduler or `kill` sends it): it starts no new job, passes
+// the signal to its running jobs, waits for them, and exits 143 with one line saying how many
+// jobs are done; no job process outlives it, and re-running the command finishes the sweep.
+TEST(StopSignal, ASweepStopsItsJobsAndSaysHowToFinish) {
+  TempDir dir;
+  const std::string sweep = dir.path() + "/sweep", err = dir.path() + "/stderr";
+  const std::vector<std::string> argv = {KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
+                                         "trainer.num_threads=1", "data.train_size=40000", "trainer.max_epochs=2",
+                                         "hydra/launcher=local", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep,
+                                         "data.seed=range(0,8)"};
+  std::vector<std::string> with_err = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err};
+  with_err.insert(with_err.end(), argv.begin(), argv.end());
+  pid_t pid = testing::StartInOwnGroup(with_err);
+  ASSERT_GT(pid, 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "", "status: ok").empty() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  // The jobs share the sweep's stderr: theirs say where each stopped ("interrupted by SIGTERM at
+  // epoch E, step S; resume with ..."); the sweep's own line comes last.
+  const std::string text = ReadFile(err);
+  auto errors = Lines(text, "kiln: error: stopped by SIGTERM with ");
+  ASSERT_EQ(errors.size(), 1u) << text;
+  for (const auto& line : Lines(text, "kiln: error: ")) {
+    EXPECT_TRUE(line == errors[0] || absl::StrContains(line, "interrupted by SIGTERM at epoch")) << line;
+  }
+  EXPECT_TRUE(absl::StrContains(errors[0], "done; run the same command again for the rest")) << errors[0];
+  EXPECT_TRUE(testing::ProcessesInGroup(pid).empty()) << "a job outlived the sweep";
+  const size_t done = Lines(ReadFile(sweep + "/ledger.yaml"), "status: ok").size();
+  EXPECT_TRUE(absl::StrContains(errors[0], absl::StrCat("with ", done, " job(s)"))) << errors[0];
+  ASSERT_LT(done, 8u) << "the sweep ended before the signal";
+  auto rerun = RunProcess(argv);
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_TRUE(absl::StrContains(rerun.err, absl::StrCat(done, " of 8 jobs are done"))) << rerun.err;
+  EXPECT_EQ(Lines(ReadFile(sweep + "/ledger.yaml"), "status: ok").size(), 8u);
+}
+
 }  // namespace
 }  // namespace kiln
