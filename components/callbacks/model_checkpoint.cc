@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -147,8 +148,23 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
       auto it = trainer.callback_metrics().find(monitor_);
       bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
       if (!monitor_.empty() && !has_metric) {
-        return absl::InvalidArgumentError(absl::StrCat("callbacks.model_checkpoint.monitor='", monitor_,
-                                                       "' is not a logged metric"));
+        // As Lightning: a checkpoint every N steps before the first validation has no score yet
+        // (it goes to last.ckpt only, with one warning); a metric still missing after one is a mistake.
+        const auto& metrics = trainer.callback_metrics();
+        const bool validated = std::any_of(metrics.begin(), metrics.end(),
+                                           [](const auto& m) { return absl::StartsWith(m.first, "val/"); });
+        if (every_n_train_steps_ <= 0 || validated) {
+          return absl::InvalidArgumentError(absl::StrCat("callbacks.model_checkpoint.monitor='", monitor_,
+                                                         "' is not a logged metric"));
+        }
+        if (!warned_unscored_) {
+          warned_unscored_ = true;
+          Logger::Instance().Warning(absl::StrCat("model_checkpoint: ", monitor_, " is not logged before the first validation; the checkpoints every ",
+                                                  every_n_train_steps_, " steps until then go to last.ckpt only"));
+        }
+        if (save_last_ && trainer.checkpointing_enabled())
+          KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
+        return absl::OkStatus();
       }
       double score = has_metric ? it->second : static_cast<double>(trainer.global_step());
       bool better_than_worst = static_cast<int64_t>(top_.size()) < save_top_k_ || save_top_k_ < 0 ||
@@ -193,6 +209,7 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
   bool save_last_;
   int64_t every_n_epochs_, every_n_train_steps_;
   int64_t last_step_saved_ = -1;
+  bool warned_unscored_ = false;
   std::vector<std::pair<double, std::string>> top_;  // best first
   std::string best_path_;
 };
@@ -215,7 +232,7 @@ KILN_REGISTER_BOUND(
         .Field("every_n_epochs", &ModelCheckpointOptions::every_n_epochs,
                "save after every N epochs", AtLeast(0))
         .Field("every_n_train_steps", &ModelCheckpointOptions::every_n_train_steps,
-               "save every N optimizer steps instead (0: off)", AtLeast(0)),
+               "save every N optimizer steps instead (0: off); before the first validation a monitored metric has no value and those go to last.ckpt only", AtLeast(0)),
     [](const ModelCheckpointOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
       return std::make_shared<ModelCheckpoint>(o);
     });

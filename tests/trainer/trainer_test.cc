@@ -9,6 +9,7 @@
 #include <csignal>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
@@ -313,6 +314,25 @@ TEST(TrainerResume, StepCheckpointMidEpochResumesAfterItsBatchBitwiseEqual) {
   ASSERT_TRUE(resumed.status.ok()) << resumed.status;
   EXPECT_EQ(resumed.steps, 18);
   ExpectBitwiseEqual(full.params, resumed.params);
+}
+
+// model_checkpoint every N steps monitoring a validation metric: the checkpoints before the first
+// validation have no score and go to last.ckpt only (as Lightning warns and goes on); the later
+// ones are ranked by the latest validation, so a best checkpoint exists at the end.
+TEST(TrainerResume, StepCheckpointsBeforeTheFirstValidationGoToLastOnly) {
+  testing::TempDir a;
+  auto every4 = Registry<Callback>::Get().Instantiate(Yaml(
+      absl::StrCat("_target_: model_checkpoint\ndirpath: ", a.path(), "/steps\nmonitor: val/acc\nmode: max\n",
+                   "save_top_k: 1\nfilename: 'step={step}'\nevery_n_train_steps: 4\n"),
+      "callbacks.model_checkpoint"));
+  ASSERT_TRUE(every4.ok()) << every4.status();
+  RunResult run = Train(a.path(), kThreeEpochs, 2, "", {*every4});
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_TRUE(testing::FileExists(a.path() + "/steps/last.ckpt"));
+  // Steps 4 (before the first validation, after step 6), then 8, 12, 16 ranked: one best is kept.
+  EXPECT_FALSE(testing::FileExists(a.path() + "/steps/step=4.ckpt"));
+  std::string best = testing::ReadFile(a.path() + "/steps/best_model_path.txt");
+  EXPECT_TRUE(absl::StrContains(best, "/steps/step=")) << best;
 }
 
 // The same from WebDataset shards (data=shards): 100 8x8 images in 10 shards streamed through a
