@@ -136,8 +136,19 @@ absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
 
 // Decodes an opened file's samples; errors name `what`.
 absl::StatusOr<Waveform> Decode(SNDFILE* file, const SF_INFO& info, const std::string& what) {
-  std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
-  sf_count_t read = sf_readf_float(file, interleaved.data(), info.frames);
+  // Read in blocks, the buffer growing with the samples that arrive: a header can claim 2^36
+  // frames (FLAC) in a file of a few hundred bytes.
+  const sf_count_t channels = info.channels, block = sf_count_t{1} << 16;
+  std::vector<float> interleaved;
+  sf_count_t read = 0;
+  while (read < info.frames) {
+    const sf_count_t want = std::min(block, info.frames - read);
+    interleaved.resize(static_cast<size_t>((read + want) * channels));
+    const sf_count_t n = sf_readf_float(file, interleaved.data() + read * channels, want);
+    if (n > 0) read += n;
+    if (n < want) break;
+  }
+  interleaved.resize(static_cast<size_t>(read * channels));
   if (read <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode audio samples: ", sf_strerror(file)));
   }

@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <exception>
 #include <unordered_map>
 
 namespace kiln::text::spm {
@@ -25,8 +26,14 @@ class VectorIterator : public sentencepiece::SentenceIterator {
 class SentencePieceProcessor : public Processor {
  public:
   std::string Load(const std::string& serialized) override {
-    auto status = processor_.LoadFromSerializedProto(serialized);
-    return status.ok() ? "" : status.ToString();
+    // A corrupt model can also throw: SentencePiece's double-array builder (darts) throws on a
+    // piece it cannot insert (an empty one) instead of returning a status.
+    try {
+      auto status = processor_.LoadFromSerializedProto(serialized);
+      return status.ok() ? "" : status.ToString();
+    } catch (const std::exception& e) {
+      return std::string("corrupt SentencePiece model: ") + e.what();
+    }
   }
   std::vector<int> Encode(std::string_view text) const override {
     std::vector<int> ids;

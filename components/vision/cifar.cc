@@ -1,24 +1,20 @@
 // CIFAR-10 and CIFAR-100 in their binary distributions (cifar-10-batches-bin, cifar-100-binary):
 // fixed-size records of label byte(s) then a 32x32 RGB image stored channel by channel. The
 // training files are split into train and val from a seed.
-#include <cstring>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "components/vision/file_bytes.h"
+#include "components/vision/cifar_file.h"
 #include "components/vision/image_data_module.h"
+#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {
 namespace {
 
-constexpr int64_t kImageBytes = 3 * 32 * 32;
-
 struct CifarLayout {
   std::vector<std::string> train_files, test_files;
-  int64_t label_bytes = 1;   // CIFAR-100 records start with the coarse then the fine label
-  int64_t label_offset = 0;  // which label byte is the class
-  int64_t num_classes = 10;
+  CifarRecordLayout records;
   std::string names_file;    // class names, one a line, when the folder has it
 };
 
@@ -36,7 +32,7 @@ class Cifar : public ImageDataModule {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (!line.empty()) read.push_back(line);
     }
-    if (static_cast<int64_t>(read.size()) == layout_.num_classes) set_class_names(std::move(read));
+    if (static_cast<int64_t>(read.size()) == layout_.records.num_classes) set_class_names(std::move(read));
     return absl::OkStatus();
   }
 
@@ -46,40 +42,10 @@ class Cifar : public ImageDataModule {
 
  private:
   absl::StatusOr<DatasetMaker> Load(const std::vector<std::string>& files) {
-    const int64_t record = layout_.label_bytes + kImageBytes;
-    std::vector<std::string> contents;
-    int64_t total = 0;
-    for (const auto& name : files) {
-      std::string path = root_ + "/" + name;
-      KILN_ASSIGN_OR_RETURN(std::string data, ReadMaybeGzip(path));
-      auto size = static_cast<int64_t>(data.size());
-      if (size == 0 || size % record != 0) {
-        return absl::DataLossError(absl::StrCat(path, ": truncated or not a CIFAR file: ", size,
-                                                " bytes is not a whole number of ", record, "-byte records"));
-      }
-      for (int64_t i = 0; i < size / record; ++i) {
-        auto label = static_cast<unsigned char>(data[static_cast<size_t>(i * record + layout_.label_offset)]);
-        if (label >= layout_.num_classes) {
-          return absl::InvalidArgumentError(absl::StrCat(path, ": record ", i, " has label ", int{label}, ", but ",
-                                                         layout_.num_classes,
-                                                         " classes are expected (is data.variant right?)"));
-        }
-      }
-      total += size / record;
-      contents.push_back(std::move(data));
-    }
-    torch::Tensor images = torch::empty({total, 3, 32, 32}, torch::kUInt8);
-    torch::Tensor labels = torch::empty({total}, torch::kInt64);
-    auto* image_bytes = images.data_ptr<uint8_t>();
-    auto* label_values = labels.data_ptr<int64_t>();
-    int64_t n = 0;
-    for (const auto& data : contents) {
-      for (size_t at = 0; at < data.size(); at += static_cast<size_t>(record), ++n) {
-        label_values[n] = static_cast<unsigned char>(data[at + static_cast<size_t>(layout_.label_offset)]);
-        std::memcpy(image_bytes + n * kImageBytes, data.data() + at + layout_.label_bytes, kImageBytes);
-      }
-    }
-    return InMemory(images, labels);
+    std::vector<std::string> paths;
+    for (const auto& name : files) paths.push_back(root_ + "/" + name);
+    KILN_ASSIGN_OR_RETURN(auto images_labels, ReadCifarBatches(paths, layout_.records));
+    return InMemory(images_labels.first, images_labels.second);
   }
 
   std::string root_;
@@ -104,9 +70,9 @@ CifarLayout LayoutOf(const CifarOptions& o) {
   }
   layout.train_files = {"train.bin"};
   layout.test_files = {"test.bin"};
-  layout.label_bytes = 2;
-  layout.label_offset = o.label == "fine" ? 1 : 0;
-  layout.num_classes = o.label == "fine" ? 100 : 20;
+  layout.records.label_bytes = 2;
+  layout.records.label_offset = o.label == "fine" ? 1 : 0;
+  layout.records.num_classes = o.label == "fine" ? 100 : 20;
   layout.names_file = o.label + "_label_names.txt";
   return layout;
 }

@@ -1,53 +1,16 @@
 // MNIST-style IDX files (gzip-compressed or raw): Fashion-MNIST from Debian's
 // dataset-fashion-mnist, MNIST, KMNIST. The training file is split into train and val from a seed.
-#include <cstring>
 #include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "components/vision/file_bytes.h"
+#include "components/vision/idx_file.h"
 #include "components/vision/image_data_module.h"
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {
 namespace {
-
-uint32_t BigEndian(const std::string& data, size_t offset) {
-  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(data[offset + i])); };
-  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
-}
-
-// Returns the uint8 tensor [N, dims...] of an IDX file whose element type is unsigned byte.
-absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path, int expected_dims) {
-  KILN_ASSIGN_OR_RETURN(std::string data, ReadMaybeGzip(path));
-  if (data.size() < 4 || data[0] != 0 || data[1] != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not an IDX file (bad magic number)"));
-  }
-  if (static_cast<unsigned char>(data[2]) != 0x08) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": IDX element type must be unsigned byte (0x08)"));
-  }
-  int dims = static_cast<unsigned char>(data[3]);
-  if (dims != expected_dims) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected an IDX file with ", expected_dims, " dimensions, found ", dims));
-  }
-  size_t header = 4 + 4 * static_cast<size_t>(dims);
-  if (data.size() < header) return absl::DataLossError(absl::StrCat(path, ": truncated IDX header"));
-  std::vector<int64_t> shape;
-  size_t count = 1;
-  for (int d = 0; d < dims; ++d) {
-    shape.push_back(BigEndian(data, 4 + 4 * static_cast<size_t>(d)));
-    count *= static_cast<size_t>(shape.back());
-  }
-  if (data.size() - header != count) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated IDX file: the header promises ", count,
-                                            " bytes of data, the file has ", data.size() - header));
-  }
-  torch::Tensor tensor = torch::empty(shape, torch::kUInt8);
-  std::memcpy(tensor.data_ptr(), data.data() + header, count);
-  return tensor;
-}
 
 struct IdxFiles {
   std::string root, train_images, train_labels, test_images, test_labels;

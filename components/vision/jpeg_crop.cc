@@ -4,6 +4,8 @@
 #include <cstdio>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
+// jerror.h after jpeglib.h: its message codes (JWRN_JPEG_EOF).
+#include <jerror.h>
 
 #include <opencv2/imgproc.hpp>
 
@@ -30,14 +32,25 @@ void OnError(j_common_ptr cinfo) {
   std::longjmp(manager->jump, 1);
 }
 
-void Quiet(j_common_ptr, int) {}  // warnings (e.g. extraneous bytes) are not errors
+// Warnings (e.g. extraneous bytes) are not errors, but a file that ends before its image does is
+// (libjpeg would make up the rest: a 500-byte file claiming 65000 x 50000 pixels takes minutes).
+void OnMessage(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) OnError(cinfo);
+}
+
+// The most memory libjpeg may take for one image (its whole-image buffers: a progressive or
+// multi-scan JPEG's coefficients, 128 bytes per 8x8 block, are ~30 MB for a 12-megapixel photo),
+// and the most pixels an image may have (OpenCV's own limit, CV_IO_MAX_IMAGE_PIXELS). A header
+// claiming more is refused before anything that size is allocated.
+constexpr long kMaxDecoderMemory = 512L << 20;
+constexpr int64_t kMaxPixels = int64_t{1} << 30;
 
 // What the decode fills; allocated before setjmp so that a jump back leaves it intact.
 struct DecodeState {
   DecodeState() {
     cinfo.err = jpeg_std_error(&error.base);
     error.base.error_exit = OnError;
-    error.base.emit_message = Quiet;
+    error.base.emit_message = OnMessage;
   }
   jpeg_decompress_struct cinfo;
   ErrorManager error;
@@ -77,8 +90,14 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  cinfo.mem->max_memory_to_use = kMaxDecoderMemory;
   jpeg_read_header(&cinfo, TRUE);
   const int64_t full_height = cinfo.image_height, full_width = cinfo.image_width;
+  if (full_height * full_width > kMaxPixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(absl::StrCat(what, ": JPEG of ", full_width, " x ", full_height,
+                                                   " pixels, more than kiln decodes (", kMaxPixels, ")"));
+  }
   if (plan.top < 0 || plan.left < 0 || plan.height < 1 || plan.width < 1 || plan.top + plan.height > full_height ||
       plan.left + plan.width > full_width) {
     jpeg_destroy_decompress(&cinfo);
@@ -107,9 +126,11 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   state->height = bottom - top;
   if (top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(top));
   const size_t stride = static_cast<size_t>(state->width * state->channels);
-  state->rows.resize(stride * static_cast<size_t>(state->height));
+  // Grown row by row: rows come only from data the file holds (its end is an error, above).
   while (static_cast<int64_t>(cinfo.output_scanline) < bottom) {
-    JSAMPROW row = state->rows.data() + stride * static_cast<size_t>(static_cast<int64_t>(cinfo.output_scanline) - top);
+    const size_t at = stride * static_cast<size_t>(static_cast<int64_t>(cinfo.output_scanline) - top);
+    state->rows.resize(at + stride);
+    JSAMPROW row = state->rows.data() + at;
     jpeg_read_scanlines(&cinfo, &row, 1);
   }
   jpeg_abort_decompress(&cinfo);

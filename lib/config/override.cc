@@ -644,9 +644,10 @@ class OverrideParser {
       if (args.empty() || !args.back().value.is_sweep) return Fail("tag() needs a sweep as its last argument");
       Element tagged = std::move(args.back().value);
       for (size_t i = 0; i + 1 < args.size(); ++i) {
-        const Node& tag = *args[i].value.value.node;
-        if (args[i].value.is_sweep || tag.kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
-        tagged.sweep.tags.push_back(tag.as_string());
+        // A sweep argument has no node: check that before reading one.
+        const NodePtr& tag = args[i].value.value.node;
+        if (args[i].value.is_sweep || !tag || tag->kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
+        tagged.sweep.tags.push_back(tag->as_string());
       }
       return tagged;
     }

@@ -40,13 +40,17 @@ absl::Status WriteCheckpoint(const std::string& path,
 absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
+  // LibTorch's loader throws c10::Error, and torch::jit::ErrorReport (a std::exception, not a
+  // c10::Error) for a type it cannot parse in a corrupt archive.
+  c10::IValue format;
+  bool has_format = false;
   try {
     archive->load_from(path);
-  } catch (const c10::Error& e) {
+    has_format = archive->try_read("meta/format", format);
+  } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
   }
-  c10::IValue format;
-  if (!archive->try_read("meta/format", format) || !format.isInt()) {
+  if (!has_format || !format.isInt()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
   }
   if (format.toInt() > kCheckpointFormat) {
@@ -101,17 +105,21 @@ void WriteModelState(const std::map<std::string, torch::Tensor>& state, torch::s
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
                                                                    const std::string& path) {
   c10::IValue names;
-  if (!archive.try_read("model/names", names) || !names.isString()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint has no model weights"));
-  }
   std::map<std::string, torch::Tensor> state;
-  int64_t i = 0;
-  for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
-    torch::Tensor t;
-    if (!archive.try_read(absl::StrCat("model/", i++), t)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": truncated model weights at '", name, "'"));
+  try {  // a corrupt archive can throw from a read (see ReadCheckpoint)
+    if (!archive.try_read("model/names", names) || !names.isString()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint has no model weights"));
     }
-    state[std::string(name)] = t;
+    int64_t i = 0;
+    for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
+      torch::Tensor t;
+      if (!archive.try_read(absl::StrCat("model/", i++), t)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": truncated model weights at '", name, "'"));
+      }
+      state[std::string(name)] = t;
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt model weights in the checkpoint"));
   }
   return state;
 }

@@ -90,21 +90,28 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
       }
     }
     if (!known) return bad(absl::StrCat("unsupported dtype of '", name, "'"));
+    // The shape and offsets are checked against the file before anything is allocated: a header
+    // of a few bytes can claim any shape.
+    if (!info["shape"].is_array()) return bad(absl::StrCat("bad shape of '", name, "'"));
     std::vector<int64_t> shape;
+    uint64_t nbytes = torch::elementSize(type);
     for (const auto& d : info["shape"]) {
-      if (!d.is_number_unsigned()) return bad(absl::StrCat("bad shape of '", name, "'"));
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62)) {
+        return bad(absl::StrCat("bad shape of '", name, "'"));
+      }
       shape.push_back(d.get<int64_t>());
+      if (__builtin_mul_overflow(nbytes, d.get<uint64_t>(), &nbytes)) nbytes = UINT64_MAX;
     }
     const auto& offsets = info["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
       return bad(absl::StrCat("bad data_offsets of '", name, "'"));
     }
-    size_t begin = offsets[0].get<size_t>(), end = offsets[1].get<size_t>();
-    torch::Tensor t = torch::empty(shape, type);
-    if (end < begin || end > data_size || end - begin != t.nbytes()) {
+    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (end < begin || end > data_size || end - begin != nbytes) {
       return bad(absl::StrCat("data of '", name, "' does not fit its shape or the file"));
     }
-    std::memcpy(t.data_ptr(), data + begin, t.nbytes());
+    torch::Tensor t = torch::empty(shape, type);
+    if (nbytes > 0) std::memcpy(t.data_ptr(), data + begin, nbytes);
     tensors[name] = t;
   }
   return tensors;
