@@ -42,6 +42,14 @@ std::vector<std::string> Lines(const std::string& text, const std::string& needl
   return found;
 }
 
+// Starts `argv` in a process group of its own (StartInOwnGroup) with its stderr going to the
+// file `err`: through `sh -c 'exec ...'`, so the pid is the program's own.
+pid_t StartWithStderrTo(const std::vector<std::string>& argv, const std::string& err) {
+  std::vector<std::string> shell = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err};
+  shell.insert(shell.end(), argv.begin(), argv.end());
+  return testing::StartInOwnGroup(shell);
+}
+
 // A fast training job (the gaussian_blobs plugin) in `run`, checkpointing every epoch.
 std::vector<std::string> Train(const std::string& run, std::vector<std::string> extra = {}) {
   std::vector<std::string> argv = {KILN_BINARY,
@@ -379,10 +387,9 @@ TEST_P(StopSignal, StopsBetweenBatchesWithNothingWritten) {
   auto trained = RunProcess(Train(run, {"trainer.max_epochs=1", "test=false"}));
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   std::string out = dir.path() + "/" + c.command, err = dir.path() + "/stderr";
-  pid_t pid = testing::StartInOwnGroup(
-      {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err, KILN_BINARY, c.command, "--plugin", BLOBS_PLUGIN,
-       "run_dir=" + run, "data.val_size=2000000", "data.test_size=2000000", "data.batch_size=1",
-       "hydra.run.dir=" + out});
+  pid_t pid = StartWithStderrTo({KILN_BINARY, c.command, "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "data.val_size=2000000",
+                                 "data.test_size=2000000", "data.batch_size=1", "hydra.run.dir=" + out},
+                                err);
   ASSERT_GT(pid, 0);
   // The command's handlers are in place once it logs the batches it is about to run.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -454,7 +461,7 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     const int mode = attempt % 3;  // 0: a delay; 1: just before a checkpoint rename; 2: just after
     const int k = std::uniform_int_distribution<int>(1, 3)(rng);
     const int delay_ms = std::uniform_int_distribution<int>(200, 1500)(rng);
-    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err, "/usr/bin/env"};
+    std::vector<std::string> argv = {"/usr/bin/env"};
     if (mode != 0) {
       for (const auto& [name, value] : FaultEnv(Fault{"", "rename", mode == 1 ? "KILL" : "KILL_AFTER", ""},
                                                 "/checkpoints/", k - 1)) {
@@ -464,7 +471,7 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     for (const auto& a : Train(run, job)) argv.push_back(a);
     if (FileExists(run + "/checkpoints/last.ckpt")) argv.push_back("ckpt_path=last");
     const size_t log_before = FileExists(log) ? ReadFile(log).size() : 0;
-    pid_t pid = testing::StartInOwnGroup(argv);
+    pid_t pid = StartWithStderrTo(argv, err);
     ASSERT_GT(pid, 0);
     int status = 0;
     if (mode == 0) {
@@ -613,9 +620,7 @@ TEST(StopSignal, ASweepStopsItsJobsAndSaysHowToFinish) {
                                          "trainer.num_threads=1", "data.train_size=40000", "trainer.max_epochs=2",
                                          "hydra/launcher=local", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep,
                                          "data.seed=range(0,8)"};
-  std::vector<std::string> with_err = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>" + err};
-  with_err.insert(with_err.end(), argv.begin(), argv.end());
-  pid_t pid = testing::StartInOwnGroup(with_err);
+  pid_t pid = StartWithStderrTo(argv, err);
   ASSERT_GT(pid, 0);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "", "status: ok").empty() &&
