@@ -15,9 +15,8 @@ cases=$root/../shared/conformance/hydra
 own=$root/tests/config/hydra_cases
 
 # target  seed generator  runs (the suite's bounded run: about 90 s for all of them on 2 cores)
-# [libFuzzer flags for this target]. checkpoint: LibTorch's unpickler allocates whatever length a
-# pickle opcode claims (up to 4 GB) before reading it: 1.8 GB from a 300-byte file
-# (fuzz/upstream/checkpoint/), freed when kiln reports the file corrupt; upstream, not kiln's to fix.
+# [libFuzzer flags for this target]. Every seed is the same bytes on every machine (no random
+# bytes, times or paths in them), so that with -seed=1 a run mutates the same way everywhere.
 table=(
   "override_parser  seed_override_parser  400000"
   "compose          seed_compose          20000"
@@ -27,7 +26,7 @@ table=(
   "image_decode     seed_written          2000"
   "jpeg_crop        seed_written          2000"
   "safetensors      seed_written          8000"
-  "checkpoint       seed_written          1000   -rss_limit_mb=4096 -malloc_limit_mb=4096"
+  "checkpoint       seed_written          1000"
   "plugin_manifest  seed_plugin_manifest  10000"
   "audio            seed_audio            500"
   "labelled_text    seed_labelled_text    5000"
@@ -50,29 +49,33 @@ seed_compose() {
     [[ -f $f ]] && cp "$f" "$1/$(echo "$f" | md5sum | cut -c1-12).yaml"
   done
 }
-# Tar shards as `tar` writes them (ustar, pax, gzip).
+# Tar shards as `tar` writes them (ustar, pax, gzip), with fixed times and owners.
 seed_shard_reader() {
   local src=$work/shard_src
+  local fixed=(--mtime=@1700000000 --owner=0 --group=0 --numeric-owner --sort=name)
   mkdir -p "$src/d"
   (cd "$src" && printf abc > a.jpg && printf 3 > a.cls && printf hello > b.txt && printf 1 > b.cls &&
-    printf x > d/c.seg.png && tar -cf "$1/plain.tar" a.jpg a.cls b.txt b.cls d &&
-    tar --format=pax -cf "$1/pax.tar" a.jpg a.cls && tar -czf "$1/gz.tar.gz" a.jpg b.txt)
+    printf x > d/c.seg.png && tar "${fixed[@]}" -cf "$1/plain.tar" a.jpg a.cls b.txt b.cls d &&
+    tar "${fixed[@]}" --format=pax --pax-option=delete=atime,delete=ctime -cf "$1/pax.tar" a.jpg a.cls &&
+    tar "${fixed[@]}" -cf - a.jpg b.txt | gzip -n > "$1/gz.tar.gz")
 }
+# N bytes that look random and are the same everywhere.
+fixed_bytes() { python3 -c 'import random, sys; random.seed(1); sys.stdout.buffer.write(random.randbytes(int(sys.argv[1])))' "$1"; }
 # Files from kiln's own writers (the target's LLVMFuzzerInitialize).
 seed_written() {
   KILN_FUZZ_WRITE_SEEDS=$1 "$bin/${target}_fuzzer" > "$work/$target.seeds.log" 2>&1
 }
 # IDX: 2 images of 4x4 and their 2 labels, raw and gzip.
 seed_idx() {
-  { printf '\0\0\010\003\0\0\0\002\0\0\0\004\0\0\0\004'; head -c 32 /dev/urandom; } > "$1/images.idx3"
+  { printf '\0\0\010\003\0\0\0\002\0\0\0\004\0\0\0\004'; fixed_bytes 32; } > "$1/images.idx3"
   printf '\0\0\010\001\0\0\0\002\007\001' > "$1/labels.idx1"
-  gzip -c "$1/images.idx3" > "$1/images.idx3.gz"
+  gzip -nc "$1/images.idx3" > "$1/images.idx3.gz"
 }
 # CIFAR: 2 CIFAR-10 records (label, 3072 bytes), 1 CIFAR-100 record (coarse, fine, 3072), gzip.
 seed_cifar() {
-  { printf '\003'; head -c 3072 /dev/urandom; printf '\011'; head -c 3072 /dev/zero; } > "$1/cifar10.bin"
-  { printf '\004\052'; head -c 3072 /dev/urandom; } > "$1/cifar100.bin"
-  gzip -c "$1/cifar10.bin" > "$1/cifar10.bin.gz"
+  { printf '\003'; fixed_bytes 3072; printf '\011'; head -c 3072 /dev/zero; } > "$1/cifar10.bin"
+  { printf '\004\052'; fixed_bytes 3072; } > "$1/cifar100.bin"
+  gzip -nc "$1/cifar10.bin" > "$1/cifar10.bin.gz"
 }
 # A plugin's manifest as KILN_PLUGIN writes it: the library, and its .kiln_plugin section alone.
 seed_plugin_manifest() {
@@ -80,8 +83,8 @@ seed_plugin_manifest() {
   command -v "$cxx" > /dev/null || cxx=clang++
   printf '%s\n' '#include "lib/registry/plugin.h"' 'static void Register(kiln::Registrar&) {}' \
     'KILN_PLUGIN("seed_plugin", "1.2.3", Register, "")' > "$work/plugin.cc"
-  if "$cxx" -std=c++17 -shared -fPIC -O0 -I"$root" -I"$bin/../generated" "$work/plugin.cc" \
-      -o "$work/libseed_plugin.so" 2> "$work/plugin.log"; then
+  if (cd "$work" && "$cxx" -std=c++17 -shared -fPIC -O0 -I"$root" -I"$bin/../generated" plugin.cc \
+      -o libseed_plugin.so 2> plugin.log); then
     strip -o "$1/libseed_plugin.so" "$work/libseed_plugin.so" 2> /dev/null || cp "$work/libseed_plugin.so" "$1/"
     objcopy --only-section=.kiln_plugin "$work/libseed_plugin.so" "$1/section_only.so" 2> /dev/null || true
   fi
@@ -90,9 +93,9 @@ seed_plugin_manifest() {
 seed_audio() {
   seed_written "$1"
   if command -v sox > /dev/null; then
-    sox -n -r 8000 -c 1 "$1/tone.flac" synth 0.01 sine 440
-    sox -n -r 16000 -c 2 "$1/tone.ogg" synth 0.02 sine 300 2> /dev/null || true
-    sox -n -r 8000 -c 1 -e u-law "$1/ulaw.wav" synth 0.005 sine 440
+    sox -R -n -r 8000 -c 1 "$1/tone.flac" synth 0.01 sine 440
+    sox -R -n -r 16000 -c 2 "$1/tone.ogg" synth 0.02 sine 300 2> /dev/null || true
+    sox -R -n -r 8000 -c 1 -e u-law "$1/ulaw.wav" synth 0.005 sine 440
   fi
 }
 # Text data: the first byte picks the format (0 jsonl, 1 csv, 2 tsv; +4 label field "category",
@@ -106,7 +109,7 @@ seed_labelled_text() {
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {
-  printf '%s\n' "- {job: 0, status: ok, seconds: 1.500, overrides: ['lr=0.1', 'hydra.sweep.dir=x'], dir: '$work', message: ''}" \
+  printf '%s\n' "- {job: 0, status: ok, seconds: 1.500, overrides: ['lr=0.1', 'hydra.sweep.dir=x'], dir: 'outputs/lr=0.1', message: ''}" \
     "- {job: 1, status: failed, seconds: 0.250, overrides: ['lr=0.2'], dir: '', message: 'exit 3: it''s broken'}" \
     "- {job: 1, status: ok, seconds: 2.000, overrides: ['lr=0.2'], dir: '', message: ''}" \
     "- {job: 3, status: ok, seconds: 9.1, overrides: [], dir: " > "$1/ledger.yaml"

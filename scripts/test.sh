@@ -14,4 +14,14 @@ fi
 ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers | grep -v '^\[' || true
 
 cd build
-ctest --output-on-failure -j "${KILN_JOBS:-$(nproc)}" "$@"
+status=0
+ctest --output-on-failure -j "${KILN_JOBS:-$(nproc)}" "$@" || status=$?
+# The failed tests' output again, last, where a log's tail (CI's) shows it.
+if [[ $status -ne 0 && -f Testing/Temporary/LastTestsFailed.log ]]; then
+  while IFS=: read -r _ name; do
+    echo "==== $name: the end of its output"
+    awk -v n="$name" 'index($0, "Testing: " n) && $NF == n { on = 1; next } on && index($0, "\"" n "\" end time") { on = 0 } on' \
+      Testing/Temporary/LastTest.log | tail -40
+  done < Testing/Temporary/LastTestsFailed.log
+fi
+exit "$status"

@@ -8,12 +8,93 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "lib/core/error_text.h"
 #include "lib/core/files.h"
 #include "lib/core/torch_compat.h"
 
+#include <caffe2/serialize/inline_container.h>
+
 namespace kiln {
+namespace {
+
+// Whether every length a pickle's opcodes claim fits in the bytes that follow it. LibTorch's
+// unpickler allocates and zero-fills a claimed length before it reads it: 4 GB, and seconds of
+// work, from a 300-byte corrupt file (fuzz/upstream/checkpoint/); and it grows its memo table
+// to whatever id a LONG_BINPUT names (10 GB). Opcodes with no argument or
+// fixed-size arguments are stepped over; at an opcode it does not know the check ends and the
+// unpickler judges the rest.
+bool PickleLengthsFit(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  auto take = [&](size_t bytes) {
+    if (n - i < bytes) return false;
+    i += bytes;
+    return true;
+  };
+  auto claimed = [&](size_t width) {  // a little-endian length of `width` bytes, then its bytes
+    if (n - i < width) return false;
+    uint64_t len = 0;
+    for (size_t k = 0; k < width; ++k) len |= uint64_t{p[i + k]} << (8 * k);
+    i += width;
+    return take(len > n ? n + 1 : static_cast<size_t>(len));
+  };
+  auto lines = [&](int count) {  // newline-terminated arguments (GLOBAL, INT, ...)
+    for (; count > 0; --count) {
+      const void* nl = std::memchr(p + i, '\n', n - i);
+      if (nl == nullptr) return false;
+      i = static_cast<const uint8_t*>(nl) - p + 1;
+    }
+    return true;
+  };
+  while (i < n) {
+    const uint8_t op = p[i++];
+    bool ok = true;
+    switch (op) {
+      case '.': return true;  // STOP
+      case '(': case '0': case '1': case '2': case 'N': case ')': case ']': case '}': case 'a':
+      case 'e': case 'l': case 'd': case 's': case 'u': case 't': case 'R': case 'b': case 'o':
+      case 'Q': case 0x81: case 0x85: case 0x86: case 0x87: case 0x88: case 0x89: case 0x90:
+      case 0x91: case 0x92: case 0x93: case 0x94: case 0x97: case 0x98:
+        break;
+      case 0x80: case 'K': case 'h': case 'q': case 0x82: ok = take(1); break;
+      case 'M': case 0x83: ok = take(2); break;
+      case 'J': case 'j': case 0x84: ok = take(4); break;
+      case 'r': {  // LONG_BINPUT: the unpickler grows its memo to the id; kiln's pickler counts from 0
+        uint64_t id = 0;
+        for (size_t k = 0; k < 4 && i + k < n; ++k) id |= uint64_t{p[i + k]} << (8 * k);
+        ok = id <= n && take(4);
+        break;
+      }
+      case 'G': case 0x95: ok = take(8); break;
+      case 0x8c: case 'C': case 'U': case 0x8a: ok = claimed(1); break;
+      case 'X': case 'B': case 'T': case 0x8b: ok = claimed(4); break;
+      case 0x8d: case 0x8e: case 0x96: ok = claimed(8); break;
+      case 'c': case 'i': ok = lines(2); break;
+      case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g': case 'p': ok = lines(1); break;
+      default: return true;
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// What LibTorch's loader would allocate for the archive at `path` fits in it: no record larger
+// than the file, and no pickle claiming more bytes than its record holds. Throws c10::Error for
+// an archive the zip reader cannot open.
+bool ArchiveClaimsFit(const std::string& path, uint64_t file_size) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  for (const std::string& name : reader.getAllRecords()) {
+    if (reader.getRecordSize(name) > file_size) return false;
+    if (absl::EndsWith(name, ".pkl")) {
+      auto [data, size] = reader.getRecord(name);
+      if (!PickleLengthsFit(static_cast<const uint8_t*>(data.get()), size)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 absl::Status WriteCheckpoint(const std::string& path,
                              const std::function<void(torch::serialize::OutputArchive&)>& fill) {
   // LibTorch writes through kiln's sink, not to a file of its own: its file writer, failing
@@ -42,13 +123,17 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
   if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
   // LibTorch's loader throws c10::Error, and torch::jit::ErrorReport (a std::exception, not a
   // c10::Error) for a type it cannot parse in a corrupt archive.
+  const auto corrupt = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
+  };
   c10::IValue format;
   bool has_format = false;
   try {
+    if (!ArchiveClaimsFit(path, static_cast<uint64_t>(st.st_size))) return corrupt();
     archive->load_from(path);
     has_format = archive->try_read("meta/format", format);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
+    return corrupt();
   }
   if (!has_format || !format.isInt()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
