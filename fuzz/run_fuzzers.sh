@@ -30,6 +30,7 @@ table=(
   "plugin_manifest  seed_plugin_manifest  10000"
   "audio            seed_audio            500"
   "labelled_text    seed_labelled_text    5000"
+  "audio_manifest   seed_audio_manifest   5000"
   "sentencepiece_model seed_written       3000"
   "sweep_ledger     seed_sweep_ledger     2000"
   "serve_request    seed_serve_request    20000"
@@ -106,6 +107,12 @@ seed_labelled_text() {
   printf '\002text\tlabel\nhello there\tx\r\nbye\ty\n' > "$1/labelled.tsv"
   printf '\015category,text\nsport,"multi\nline"\n' > "$1/category.csv"
   printf '\030{"text": "\\u00fcn\\u00efcode \\ud83d\\ude00"}\n{"text": "no label"}\n' > "$1/unlabelled.jsonl"
+}
+# Audio manifests: the first byte says whether transcripts are needed (+0) or not (+1), bad lines
+# fail (+0) or are skipped (+2); the rest is the file.
+seed_audio_manifest() {
+  printf '\000{"audio": "a.wav", "text": "hello there", "duration": 1.5}\n\n{"audio": "/abs/b.flac", "text": "bye"}\n' > "$1/manifest.jsonl"
+  printf '\003{"audio": "c.wav"}\n{"audio": 3}\nnot json\n{"audio": "d.wav", "duration": "long"}\n' > "$1/skip.jsonl"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

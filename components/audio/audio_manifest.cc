@@ -5,13 +5,12 @@
 // tasks' tokenizer checks apply). Training batches are bucketed by duration; features are padded
 // per batch with lengths and masks, token targets padded with 0 (<pad>).
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_data.h"
 #include "components/audio/audio_file.h"
+#include "components/audio/manifest_file.h"
 #include "components/text/text_data_module.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/padding.h"
@@ -33,8 +32,7 @@ struct ManifestOptions : AudioDataOptions {
   int64_t sortagrad_epochs = 0;
 };
 
-// The entries of a JSONL manifest. Malformed lines and missing fields name FILE:LINE; with kSkip
-// they are counted and left out.
+// The entries of a manifest: JSONL (manifest_file.h) or shards.
 absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
                                                      const ManifestOptions& o, bool need_text) {
   if (data::shards::LooksLikeShardSpec(path)) {
@@ -42,49 +40,7 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
     needs.text = need_text;
     return ReadShardAudio(path, needs);
   }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open manifest"));
-  const fs::path base = fs::path(path).parent_path();
-  std::vector<AudioEntry> entries;
-  std::string line, first_error;
-  int64_t number = 0, skipped = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    std::string where = absl::StrCat(path, ":", number);
-    std::string error;
-    AudioEntry e;
-    e.where = where;
-    nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object()) {
-      error = absl::StrCat(where, ": not a JSON object");
-    } else if (!json.contains(o.audio_field) || !json[o.audio_field].is_string()) {
-      error = absl::StrCat(where, ": no \"", o.audio_field, "\" field (a string: the audio file)");
-    } else if (need_text && (!json.contains(o.text_field) || !json[o.text_field].is_string())) {
-      error = absl::StrCat(where, ": no \"", o.text_field, "\" field (a string: the transcript)");
-    } else if (json.contains(o.duration_field) && !json[o.duration_field].is_number()) {
-      error = absl::StrCat(where, ": \"", o.duration_field, "\" must be a number of seconds");
-    } else {
-      fs::path audio = json[o.audio_field].get<std::string>();
-      e.path = (audio.is_absolute() ? audio : base / audio).string();
-      if (json.contains(o.text_field) && json[o.text_field].is_string())
-        e.text = json[o.text_field].get<std::string>();
-      if (json.contains(o.duration_field)) e.duration = json[o.duration_field].get<double>();
-    }
-    if (!error.empty()) {
-      if (o.on_error_policy() == OnError::kFail) return absl::InvalidArgumentError(error);
-      if (skipped++ == 0) first_error = error;
-      continue;
-    }
-    entries.push_back(std::move(e));
-  }
-  if (skipped > 0) {
-    Logger::Instance().Warning(absl::StrCat("skipped ", skipped, " of ", number, " lines of ", path,
-                                            " (data.on_error=skip); first: ", first_error));
-  }
-  if (entries.empty())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no utterances (empty manifest)"));
-  return entries;
+  return ReadJsonlManifest(path, {o.audio_field, o.text_field, o.duration_field}, need_text, o.on_error_policy());
 }
 
 class AudioManifest : public text::TextDataModule {

@@ -105,6 +105,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
       break;
     }
     auto stopped_inside = epoch_loop.Run();
+    ReturnFreedMemory();
     if (!stopped_inside.ok()) status = stopped_inside.status();
     if (!stopped_inside.ok() || *stopped_inside) break;
   }

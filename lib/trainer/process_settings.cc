@@ -29,14 +29,24 @@ namespace kiln {
 // trains about 1.5x slower so). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the
 // most glibc allows) from the heap and never trim it. The process keeps its peak footprint. A
 // user's own GLIBC_TUNABLES for malloc wins.
+namespace {
+bool UserTunesMalloc() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr;
+}
+}  // namespace
+
 void KeepFreedMemoryForReuse() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+    if (UserTunesMalloc()) return;
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, -1);  // stored unsigned: no trimming
   });
+}
+
+void ReturnFreedMemory() {
+  if (!UserTunesMalloc()) malloc_trim(0);
 }
 
 int ConfigureProcess(int num_threads, int local_workers) {

@@ -17,6 +17,9 @@ namespace kiln {
 int ConfigureProcess(int num_threads, int local_workers);
 // The allocator settings alone: glibc malloc keeps freed memory for reuse (once per process).
 void KeepFreedMemoryForReuse();
+// Gives the memory glibc malloc keeps for reuse back to the system (malloc_trim): once an epoch,
+// so that a long run's RSS follows its live heap instead of growing with fragmentation.
+void ReturnFreedMemory();
 
 // " (MKL, AVX512 kernels)": LibTorch's BLAS (MKL in PyPI's wheel; OpenBLAS with the kernel set it
 // picked, from OPENBLAS_CORETYPE or the CPU, in a build that uses it) and the CPU capability its
