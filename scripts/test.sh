@@ -6,12 +6,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 KILN_DEPS=test KILN_BUILD_TARGET=all bash scripts/setup.sh
 
-# Fuzz targets need clang's libFuzzer runtime; they build in their own tree.
+# Fuzz targets need clang's libFuzzer runtime; they build in their own tree, instrumented with
+# ASan and UBSan, beside a kiln of the same build that the lsan.* tests run with LeakSanitizer.
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF >/dev/null
 fi
-ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers | grep -v '^\[' || true
+ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers kiln | grep -v '^\[' || true
 
 cd build
 status=0

@@ -55,7 +55,8 @@ std::optional<double> DurationSeconds(const config::Node& duration) {
   double seconds = 0;
   if (duration.is_map()) {
     for (const auto& [key, value] : duration.entries()) {
-      auto unit = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == key; });
+      const std::string& name = key;  // (a structured binding cannot be captured in C++17)
+      auto unit = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == name; });
       bool number =
           value->kind() == config::NodeKind::kInt || value->kind() == config::NodeKind::kFloat;
       if (unit == units.end() || !number) return std::nullopt;

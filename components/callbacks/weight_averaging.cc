@@ -274,8 +274,8 @@ class WeightAveraging : public Callback {
     absl::Status status = trainer.ForEachTrainingBatch([&](data::Batch& batch) -> absl::Status {
       return task.PredictStep(batch).status();
     });
-    for (auto& [m, momentum] : norms) {
-      WithBatchNormMomentum(*m, [&](auto& option, auto&) { option = momentum; });
+    for (auto& norm : norms) {
+      WithBatchNormMomentum(*norm.first, [&](auto& option, auto&) { option = norm.second; });
     }
     module.train(was_training);
     KILN_RETURN_IF_ERROR(status);

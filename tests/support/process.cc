@@ -33,15 +33,30 @@ int FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// argv for exec. With KILN_TEST_KILN set (the lsan.* tests in tests/CMakeLists.txt), that binary
+// (the ASan build) runs wherever a test runs the kiln it was compiled against.
+std::vector<char*> ExecArgs(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  const char* other = std::getenv("KILN_TEST_KILN");
+  if (other != nullptr && !argv.empty() && std::filesystem::path(argv[0]).filename() == "kiln") {
+    args[0] = const_cast<char*>(other);
+  }
+  args.push_back(nullptr);
+  return args;
+}
+
+}  // namespace
+
 pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd) {
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
     if (freopen("/dev/null", "w", stdout) == nullptr || freopen("/dev/null", "w", stderr) == nullptr) _exit(127);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    std::vector<char*> args = ExecArgs(argv);
     execv(args[0], args.data());
     _exit(127);
   }
@@ -96,9 +111,7 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<st
     dup2(devnull, 0);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    std::vector<char*> args = ExecArgs(argv);
     execvp(args[0], args.data());
     _exit(127);
   }
