@@ -456,7 +456,16 @@ absl::Status ServeCommand(app::JobContext& ctx) {
                                          ")"));
     std::printf("kiln serve: ready on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
-    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Connection threads allocate from glibc's per-thread arenas, which keep what they free
+    // (KeepFreedMemoryForReuse): hand it back every 30 s, so that RSS follows the live heap.
+    auto next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!g_stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (std::chrono::steady_clock::now() >= next_trim) {
+        ReturnFreedMemory();
+        next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      }
+    }
     Logger::Instance().Info("stop signal: no new connections; answering the requests in flight");
   }
   // The batcher runs what is queued at once; httplib's stop closes the listening socket and lets
