@@ -4,27 +4,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <caffe2/serialize/inline_container.h>
+
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/core/error_text.h"
 #include "lib/core/files.h"
 #include "lib/core/torch_compat.h"
 
-#include <caffe2/serialize/inline_container.h>
-
 namespace kiln {
 namespace {
 
 // Whether every length a pickle's opcodes claim fits in the bytes that follow it. LibTorch's
-// unpickler allocates and zero-fills a claimed length before it reads it: 4 GB, and seconds of
-// work, from a 300-byte corrupt file (fuzz/upstream/checkpoint/); and it grows its memo table
-// to whatever id a LONG_BINPUT names (10 GB). Opcodes with no argument or
-// fixed-size arguments are stepped over; at an opcode it does not know the check ends and the
-// unpickler judges the rest.
+// unpickler allocates and zero-fills a claimed length before it reads it (4 GB, and seconds of
+// work, from a 300-byte corrupt file), and grows its memo table to whatever id a LONG_BINPUT
+// names (10 GB): fuzz/regressions/checkpoint/. Opcodes with no argument or fixed-size arguments
+// are stepped over; at an opcode this does not know the check ends and the unpickler judges the
+// rest.
 bool PickleLengthsFit(const uint8_t* p, size_t n) {
   size_t i = 0;
   auto take = [&](size_t bytes) {

@@ -23,12 +23,6 @@
 
 namespace kiln {
 
-// Training allocates and frees the same large activation and gradient buffers at every step.
-// glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
-// trims the heap's free top, so each step faults the same pages in again (experiment=mobydick_gpt
-// trains about 1.5x slower so). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the
-// most glibc allows) from the heap and never trim it. The process keeps its peak footprint. A
-// user's own GLIBC_TUNABLES for malloc wins.
 namespace {
 bool UserTunesMalloc() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
@@ -36,6 +30,13 @@ bool UserTunesMalloc() {
 }
 }  // namespace
 
+// Training allocates and frees the same large activation and gradient buffers at every step.
+// glibc serves blocks over its mmap threshold with fresh mappings, unmaps them when freed, and
+// trims the heap's free top, so each step faults the same pages in again (experiment=mobydick_gpt
+// trains about 1.5x slower so). Keep freed memory for reuse instead: serve blocks up to 32 MiB (the
+// most glibc allows) from the heap and never trim it on its own: the trainer gives the memory back
+// at each epoch's end and `kiln serve` every 30 s (ReturnFreedMemory). A user's own GLIBC_TUNABLES
+// for malloc wins.
 void KeepFreedMemoryForReuse() {
   static std::once_flag once;
   std::call_once(once, [] {

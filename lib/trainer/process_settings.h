@@ -1,6 +1,7 @@
 // Everything kiln changes for the whole process rather than for one Trainer, in one place:
 //   - the number of intra-op threads LibTorch uses (at::set_num_threads),
-//   - glibc malloc keeping freed memory for reuse (mmap threshold 32 MiB, no trimming),
+//   - glibc malloc keeping freed memory for reuse (mmap threshold 32 MiB, no trimming of its own;
+//     ReturnFreedMemory gives it back at points the caller chooses),
 //   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop; lib/core/stop_signals.h).
 // The Trainer applies them when it fits, evaluates or predicts; library users get them too, and
 // a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.

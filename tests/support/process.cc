@@ -35,7 +35,7 @@ int FreeLoopbackPort() {
 
 namespace {
 
-// argv for exec. With KILN_TEST_KILN set (the lsan.* tests in tests/CMakeLists.txt), that binary
+// argv for exec. With KILN_TEST_KILN set (tests/lsan/run.sh, for the lsan.* tests), that binary
 // (the ASan build) runs wherever a test runs the kiln it was compiled against.
 std::vector<char*> ExecArgs(const std::vector<std::string>& argv) {
   std::vector<char*> args;
