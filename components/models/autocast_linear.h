@@ -1,4 +1,4 @@
-// A torch::nn::Linear whose forward, under CPU autocast (bf16-mixed), is ATen's `linear` (what
+// A torch::nn::Linear whose forward, under autocast (bf16-mixed, CPU or CUDA), is ATen's `linear` (what
 // Python's nn.Linear calls): the bias is cast with the weight and added inside the bf16 product
 // (one addmm). LibTorch's C++ F::linear instead runs matmul then `output += bias`, which under
 // autocast adds the float32 bias to the bf16 product with type promotion: the output is copied to
@@ -16,7 +16,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
-    if (compat::CpuAutocastEnabled()) return torch::linear(input, weight, bias);
+    if (compat::AutocastEnabled()) return torch::linear(input, weight, bias);
     return torch::nn::LinearImpl::forward(input);
   }
 };

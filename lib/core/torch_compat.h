@@ -8,15 +8,18 @@
 
 namespace kiln::compat {
 
-// Turns CPU autocast on or off (bf16-mixed precision).
-inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
-  at::autocast::set_autocast_enabled(at::kCPU, enabled);
-  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+// Turns autocast on or off on `device` (bf16-mixed precision); SetCpuAutocast: on the CPU.
+inline void SetAutocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
   if (!enabled) at::autocast::clear_cache();
 }
+inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) { SetAutocast(at::kCPU, enabled, dtype); }
 
-// Whether CPU autocast is on (inside a bf16-mixed forward pass).
-inline bool CpuAutocastEnabled() { return at::autocast::is_autocast_enabled(at::kCPU); }
+// Whether autocast is on, on the CPU or on CUDA (inside a mixed-precision forward pass).
+inline bool AutocastEnabled() {
+  return at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA);
+}
 
 inline std::string TorchVersion() { return TORCH_VERSION; }
 

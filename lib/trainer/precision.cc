@@ -32,49 +32,49 @@ std::string Bf16HardwareFlag(const std::string& flags) {
   return "";
 }
 
-PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags) {
+PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags,
+                                 bool gpu_bf16) {
   using P = TrainerOptions::Precision;
   PrecisionChoice choice;
   if (requested == P::k32) return choice;
+  // Where bf16 is fast: the CPU's flag, or "" on a GPU (compute capability 8.0 or newer).
   const std::string flag = cpu ? Bf16HardwareFlag(cpu_flags) : "";
+  const bool fast = cpu ? !flag.empty() : gpu_bf16;
+  const std::string where = cpu ? absl::StrCat("the CPU has ", flag) : "the GPU computes bf16 natively";
   if (requested == P::kAuto) {
-    choice.bf16 = !flag.empty();
-    if (!cpu) {
-      choice.log = "precision 32 (trainer.precision=auto: bf16 autocast is wired for the CPU only)";
-    } else if (choice.bf16) {
-      choice.log = absl::StrCat("precision bf16-mixed (trainer.precision=auto: the CPU has ", flag,
+    choice.bf16 = fast;
+    if (choice.bf16) {
+      choice.log = absl::StrCat("precision bf16-mixed (trainer.precision=auto: ", where,
                                 "; weights, optimizer state and checkpoints stay float32)");
-    } else {
+    } else if (cpu) {
       choice.log =
           "precision 32 (trainer.precision=auto: the CPU has neither avx512_bf16 nor amx_bf16, so bf16 "
           "would be emulated and slower)";
+    } else {
+      choice.log = "precision 32 (trainer.precision=auto: the GPU predates compute capability 8.0 and has no bf16 units)";
     }
     return choice;
   }
+  // bf16-mixed or bf16-true, asked for.
   const bool bf16_true = requested == P::kBf16True;
   const char* name = bf16_true ? "bf16-true" : "bf16-mixed";
-  if (bf16_true && !cpu) {
-    choice.error =
-        "trainer.precision=bf16-true is wired for the CPU only (use bf16-mixed or 32 on the GPU)";
+  if (!cpu && !gpu_bf16) {
+    choice.error = absl::StrCat("trainer.precision=", name,
+                                " needs a GPU of compute capability 8.0 or newer (Ampere, Hopper, ...); "
+                                "use precision 32 on this one");
     return choice;
   }
-  // bf16-mixed or bf16-true, asked for.
   choice.bf16 = true;
   choice.bf16_weights = bf16_true;
-  if (!cpu) {
-    choice.log = "trainer.precision=bf16-mixed: bf16 autocast is wired for the CPU only; this run computes in float32 on the GPU";
-    choice.bf16 = false;
-    choice.warning = true;
-  } else if (flag.empty()) {
+  if (!fast) {
     choice.log = absl::StrCat(
         "trainer.precision=", name,
         " on a CPU without avx512_bf16 or amx_bf16: bf16 is emulated there and usually several "
         "times slower than float32 (trainer.precision=auto would choose 32)");
     choice.warning = true;
   } else {
-    choice.log = absl::StrCat(
-        "precision ", name, " (the CPU has ", flag,
-        bf16_true ? "; weights and optimizer state in bf16, checkpoints float32)" : ")");
+    choice.log = absl::StrCat("precision ", name, " (", where,
+                              bf16_true ? "; weights and optimizer state in bf16, checkpoints float32)" : ")");
   }
   return choice;
 }

@@ -1,6 +1,7 @@
 // trainer.precision resolved for this machine: `auto` picks bf16-mixed where the CPU multiplies
-// bfloat16 in hardware (AVX-512 BF16 or AMX) and float32 elsewhere, and says which and why; an
-// explicit bf16-mixed on a CPU without them runs (emulated, usually slower) with one warning.
+// bfloat16 in hardware (AVX-512 BF16 or AMX) or the GPU has bf16 units (compute capability 8.0+),
+// float32 elsewhere, and says which and why; an explicit bf16-mixed on a CPU without them runs
+// (emulated, usually slower) with one warning, and on an older GPU is refused.
 // bf16-true also keeps the weights and the optimizer state in bf16 (no float32 master copy).
 #pragma once
 
@@ -25,7 +26,10 @@ struct PrecisionChoice {
   bool warning = false; // log is a warning (bf16 requested where it is emulated)
 };
 
-// `cpu`: the model runs on the CPU (bf16 autocast is wired for the CPU only).
-PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags);
+// `cpu`: the model runs on the CPU, where `cpu_flags` say whether bf16 is fast; otherwise on a GPU,
+// where `gpu_bf16` says whether it has bf16 units (compute capability 8.0 or newer): without them
+// bf16 is refused in one line.
+PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags,
+                                 bool gpu_bf16 = false);
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include <ATen/Version.h>
 #if KILN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -86,6 +87,29 @@ std::string CudaDeviceNote(const c10::Device& device) {
   (void)device;
   return "";
 #endif
+}
+
+bool CudaHasBf16(const c10::Device& device) {
+#if KILN_WITH_CUDA
+  if (!device.is_cuda()) return false;
+  return at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->major >= 8;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+void UseCudaDevice(const c10::Device& device) {
+#if KILN_WITH_CUDA
+  if (device.is_cuda() && device.has_index()) c10::cuda::set_device(device.index());
+#else
+  (void)device;
+#endif
+}
+
+void SetMathModes(const std::string& matmul_precision, bool cudnn_benchmark) {
+  at::globalContext().setFloat32MatmulPrecision(matmul_precision);
+  at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
 }
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 //   - the number of intra-op threads LibTorch uses (at::set_num_threads),
 //   - glibc malloc keeping freed memory for reuse (mmap threshold 32 MiB, no trimming of its own;
 //     ReturnFreedMemory gives it back at points the caller chooses),
+//   - float32 matmul precision (TF32 on CUDA) and cuDNN's benchmark mode,
 //   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop; lib/core/stop_signals.h).
 // The Trainer applies them when it fits, evaluates or predicts; library users get them too, and
 // a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.
@@ -30,5 +31,13 @@ std::string BlasKernelsNote();
 // " (NVIDIA H100 80GB HBM3, compute capability 9.0, driver 13.0, CUDA 13.0, cuDNN 91900)" for a
 // CUDA device of a build with CUDA; "" otherwise: for the training log.
 std::string CudaDeviceNote(const c10::Device& device);
+// Whether a CUDA device has bf16 units (compute capability 8.0 or newer); false without CUDA.
+bool CudaHasBf16(const c10::Device& device);
+// Makes `device` this thread's current CUDA device (where unindexed allocations and streams go);
+// nothing for the CPU.
+void UseCudaDevice(const c10::Device& device);
+// trainer.matmul_precision and trainer.cudnn_benchmark, process-wide as in PyTorch
+// (torch.set_float32_matmul_precision, torch.backends.cudnn.benchmark).
+void SetMathModes(const std::string& matmul_precision, bool cudnn_benchmark);
 
 }  // namespace kiln

@@ -38,9 +38,17 @@ absl::Status Strategy::SelectDevice() {
   if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
     return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
   }
-  device_ = (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) ? torch::Device(torch::kCUDA)
-                                                                                : torch::Device(torch::kCPU);
-  PrecisionChoice precision = ResolvePrecision(options_.precision, device_.is_cpu(), CpuFlags());
+  device_ = torch::Device(torch::kCPU);
+  if (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) {
+    // One GPU per process: a data-parallel worker takes its local rank's (as Lightning's DDP).
+    std::string local_rank = distributed::ProcessEnv("LOCAL_RANK");
+    int index = local_rank.empty() ? 0 : std::atoi(local_rank.c_str());
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index % torch::cuda::device_count()));
+    UseCudaDevice(device_);
+  }
+  SetMathModes(options_.matmul_precision, options_.cudnn_benchmark);
+  PrecisionChoice precision =
+      ResolvePrecision(options_.precision, device_.is_cpu(), CpuFlags(), CudaHasBf16(device_));
   if (!precision.error.empty()) return absl::FailedPreconditionError(precision.error);
   bf16_autocast_ = precision.bf16;
   bf16_weights_ = precision.bf16_weights;
@@ -56,7 +64,11 @@ absl::Status Strategy::SelectDevice() {
 }
 
 torch::Tensor Strategy::ToDevice(const torch::Tensor& t) const {
-  return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
+  if (t.device() == device_) return t;
+  // Host to GPU through pinned memory: the copy is queued on the stream and the host goes on to
+  // launch the step's kernels (from pageable memory the copy would wait for the GPU).
+  if (t.is_cpu() && device_.is_cuda()) return t.pin_memory().to(device_, /*non_blocking=*/true);
+  return t.to(device_, /*non_blocking=*/true);
 }
 
 namespace {
@@ -179,12 +191,13 @@ absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
 
 absl::Status Strategy::Barrier() { return distributed() ? group_->Barrier() : absl::OkStatus(); }
 
-AutocastScope::AutocastScope(const Strategy& strategy) : enabled_(strategy.bf16_autocast()) {
-  if (enabled_) compat::SetCpuAutocast(true, at::kBFloat16);
+AutocastScope::AutocastScope(const Strategy& strategy)
+    : enabled_(strategy.bf16_autocast()), device_(strategy.device().type()) {
+  if (enabled_) compat::SetAutocast(device_, true, at::kBFloat16);
 }
 
 AutocastScope::~AutocastScope() {
-  if (enabled_) compat::SetCpuAutocast(false, at::kBFloat16);
+  if (enabled_) compat::SetAutocast(device_, false, at::kBFloat16);
 }
 
 }  // namespace kiln

@@ -91,7 +91,8 @@ class Strategy {
   std::shared_ptr<distributed::DataParallel> data_parallel_;
 };
 
-// bf16 autocast on the CPU for its lifetime when the strategy chose bf16-mixed.
+// bf16 autocast on the strategy's device (CPU or CUDA) for its lifetime when the strategy chose
+// bf16-mixed or bf16-true.
 class AutocastScope {
  public:
   explicit AutocastScope(const Strategy& strategy);
@@ -101,6 +102,7 @@ class AutocastScope {
 
  private:
   bool enabled_;
+  at::DeviceType device_;
 };
 
 }  // namespace kiln

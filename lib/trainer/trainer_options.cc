@@ -128,9 +128,9 @@ OptionBinding<TrainerOptions> MakeBinding() {
              {"bf16", TrainerOptions::Precision::kBf16Mixed},
              {"bf16-true", TrainerOptions::Precision::kBf16True},
              {"auto", TrainerOptions::Precision::kAuto}},
-            "32, bf16-mixed (bfloat16 autocast on the CPU, float32 weights), bf16-true (bfloat16 "
+            "32, bf16-mixed (bfloat16 autocast, float32 weights), bf16-true (bfloat16 "
             "weights and optimizer state; checkpoints float32) or auto (bf16-mixed where the CPU "
-            "has avx512_bf16 or amx_bf16, else 32)")
+            "has avx512_bf16 or amx_bf16 or the GPU has bf16 units, else 32)")
       .Parsed<TrainerOptions::ProfilerKind>("profiler", &TrainerOptions::profiler,
                                             EnumOptionType({"simple", "advanced"}), "null",
                                             "null, simple (time per training phase at the end of "
@@ -182,7 +182,14 @@ OptionBinding<TrainerOptions> MakeBinding() {
             "continue training without checkpoints; the previous checkpoint stays whole either way")
       .Field("channels_last", &TrainerOptions::channels_last,
              "keep 4-D weights and image batches in channels-last (NHWC) memory order: faster "
-             "convolutions");
+             "convolutions")
+      .Field("matmul_precision", &TrainerOptions::matmul_precision,
+             "float32 matrix products: highest (float32), high (TF32 on CUDA) or medium (bf16 "
+             "allowed), as torch.set_float32_matmul_precision",
+             OneOf({"highest", "high", "medium"}))
+      .Field("cudnn_benchmark", &TrainerOptions::cudnn_benchmark,
+             "cuDNN times its convolution algorithms for each new shape and keeps the fastest "
+             "(torch.backends.cudnn.benchmark)");
   return b;
 }
 

@@ -65,6 +65,10 @@ struct TrainerOptions {
   };  // a checkpoint write that fails: stop, or train on without
   SaveError on_save_error = SaveError::kStop;
   bool channels_last = false;
+  // float32 matmuls: "highest" (float32), "high" (TF32 on CUDA), "medium" (bf16 allowed), as
+  // torch.set_float32_matmul_precision; process-wide.
+  std::string matmul_precision = "highest";
+  bool cudnn_benchmark = false;           // cuDNN tries its algorithms per shape and keeps the fastest
   // Data parallel (one process per device; see lib/distributed).
   int64_t devices = 1;                    // processes per node that `kiln train` starts
   int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set

@@ -21,6 +21,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/core/torch_compat.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/strategy.h"
 
 namespace kiln {
@@ -302,7 +303,13 @@ TEST(PrecisionAuto, PicksFloat32WithoutTheCpuFlagAndBf16WithIt) {
   EXPECT_TRUE(ResolvePrecision(P::kAuto, true, "amx_tile amx_bf16").bf16);
   // A flag is a whole word: avx512_bf16x is not avx512_bf16.
   EXPECT_FALSE(ResolvePrecision(P::kAuto, true, "avx512_bf16x").bf16);
-  EXPECT_FALSE(ResolvePrecision(P::kAuto, false, "avx512_bf16").bf16);  // not on CUDA
+  // On a GPU the CPU's flags do not count: its compute capability does.
+  EXPECT_FALSE(ResolvePrecision(P::kAuto, false, "avx512_bf16", /*gpu_bf16=*/false).bf16);
+  PrecisionChoice ampere = ResolvePrecision(P::kAuto, false, "", /*gpu_bf16=*/true);
+  EXPECT_TRUE(ampere.bf16);
+  EXPECT_NE(ampere.log.find("precision bf16-mixed (trainer.precision=auto: the GPU computes bf16 natively"),
+            std::string::npos)
+      << ampere.log;
   EXPECT_FALSE(ResolvePrecision(P::k32, true, "avx512_bf16").bf16);
   // Asked for without the hardware: it runs, with one warning.
   PrecisionChoice forced = ResolvePrecision(P::kBf16Mixed, true, "avx2");
@@ -313,9 +320,32 @@ TEST(PrecisionAuto, PicksFloat32WithoutTheCpuFlagAndBf16WithIt) {
   PrecisionChoice bf16_true = ResolvePrecision(P::kBf16True, true, "avx512_bf16");
   EXPECT_TRUE(bf16_true.bf16 && bf16_true.bf16_weights && bf16_true.error.empty());
   EXPECT_FALSE(ResolvePrecision(P::kBf16Mixed, true, "avx512_bf16").bf16_weights);
-  EXPECT_EQ(
-      ResolvePrecision(P::kBf16True, false, "avx512_bf16").error,
-      "trainer.precision=bf16-true is wired for the CPU only (use bf16-mixed or 32 on the GPU)");
+  // bf16-mixed and bf16-true on a GPU with bf16 units; refused in one line on an older one.
+  PrecisionChoice gpu_true = ResolvePrecision(P::kBf16True, false, "", /*gpu_bf16=*/true);
+  EXPECT_TRUE(gpu_true.bf16 && gpu_true.bf16_weights && gpu_true.error.empty() && !gpu_true.warning);
+  EXPECT_TRUE(ResolvePrecision(P::kBf16Mixed, false, "", /*gpu_bf16=*/true).bf16);
+  EXPECT_EQ(ResolvePrecision(P::kBf16True, false, "avx512_bf16", /*gpu_bf16=*/false).error,
+            "trainer.precision=bf16-true needs a GPU of compute capability 8.0 or newer (Ampere, Hopper, "
+            "...); use precision 32 on this one");
+  EXPECT_FALSE(ResolvePrecision(P::kBf16Mixed, false, "", /*gpu_bf16=*/false).error.empty());
+}
+
+// trainer.matmul_precision and trainer.cudnn_benchmark reach LibTorch's global context (what
+// torch.set_float32_matmul_precision and torch.backends.cudnn.benchmark set), through the strategy.
+TEST(MathModes, TheStrategySetsMatmulPrecisionAndCudnnBenchmark) {
+  auto options = TrainerOptions::FromConfig(config::Config(
+      config::ParseYaml("matmul_precision: high\ncudnn_benchmark: true\naccelerator: cpu\n", "trainer").value(), "trainer"));
+  ASSERT_TRUE(options.ok()) << options.status();
+  Strategy strategy(*options);
+  ASSERT_TRUE(strategy.SelectDevice().ok());
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGH);
+  EXPECT_TRUE(at::globalContext().benchmarkCuDNN());
+  SetMathModes("highest", false);
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGHEST);
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+  auto refused = TrainerOptions::FromConfig(config::Config(config::ParseYaml("matmul_precision: fast\n", "trainer").value(), "trainer"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("matmul_precision"), std::string::npos) << refused.status();
 }
 
 // KILN_CPU_FLAGS stands in for /proc/cpuinfo, and the strategy follows it.
