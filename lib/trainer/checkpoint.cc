@@ -118,7 +118,7 @@ absl::Status WriteCheckpoint(const std::string& path,
   });
 }
 
-absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive) {
+absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive, torch::Device device) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
   // LibTorch's loader throws c10::Error, and torch::jit::ErrorReport (a std::exception, not a
@@ -130,7 +130,7 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
   bool has_format = false;
   try {
     if (!ArchiveClaimsFit(path, static_cast<uint64_t>(st.st_size))) return corrupt();
-    archive->load_from(path);
+    archive->load_from(path, device);
     has_format = archive->try_read("meta/format", format);
   } catch (const std::exception& e) {
     return corrupt();

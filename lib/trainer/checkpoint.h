@@ -16,8 +16,10 @@ namespace kiln {
 // Builds the archive with `fill`, then writes it to `path` atomically.
 absl::Status WriteCheckpoint(const std::string& path,
                              const std::function<void(torch::serialize::OutputArchive&)>& fill);
-// Loads `path`; a missing, truncated or foreign file is a one-line error naming the file.
-absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive);
+// Loads `path` with every tensor on `device` (the CPU by default, so that a checkpoint written on a
+// GPU loads anywhere); a missing, truncated or foreign file is a one-line error naming the file.
+absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive,
+                            torch::Device device = torch::kCPU);
 
 // What every checkpoint holds first: the format, the kiln and LibTorch versions, the model's name
 // and the resolved config.

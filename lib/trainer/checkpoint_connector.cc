@@ -134,8 +134,18 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
       if (archive.try_read(absl::StrCat("callbacks/", i), state)) callbacks[i]->LoadState(state);
     }
     KILN_RETURN_IF_ERROR(callbacks_restored());
+    // The optimizer's state goes where its parameters are: LibTorch's Optimizer::load keeps each
+    // tensor on the device the archive holds it on, so on a GPU the state is read from a copy of
+    // the archive loaded there (the main one is on the CPU, as the checkpoint may come from a GPU).
     torch::serialize::InputArchive opt;
-    if (parts.optimizer != nullptr && archive.try_read("optimizer", opt)) parts.optimizer->load(opt);
+    torch::serialize::InputArchive on_device;
+    torch::serialize::InputArchive* optimizer_archive = &archive;
+    std::vector<torch::Tensor> parameters = parts.task->module().parameters();
+    if (parts.optimizer != nullptr && !parameters.empty() && !parameters[0].is_cpu()) {
+      KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &on_device, parameters[0].device()));
+      optimizer_archive = &on_device;
+    }
+    if (parts.optimizer != nullptr && optimizer_archive->try_read("optimizer", opt)) parts.optimizer->load(opt);
     torch::serialize::InputArchive sched;
     if (parts.scheduler != nullptr && archive.try_read("scheduler", sched)) parts.scheduler->Load(sched);
     c10::IValue v;
