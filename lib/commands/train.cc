@@ -1,5 +1,6 @@
 // `kiln train`: the job the config describes (kiln::Job), fitted, then tested; data-parallel when
 // torchrun, SLURM or trainer.devices start several processes.
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,22 @@ absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(app:
   KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
   distributed::ProcessGroupOptions group_options;
   group_options.backend = options.process_group_backend;
+  group_options.cuda = options.accelerator != TrainerOptions::Accelerator::kCpu && torch::cuda::is_available();
   group_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.ddp_timeout * 1000));
+  if (group_options.cuda && (options.process_group_backend == "nccl" || options.process_group_backend == "auto")) {
+    // NCCL refuses two ranks on one GPU: say so before the rendezvous rather than after.
+    int64_t gpus = torch::cuda::device_count();
+    std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+    int64_t local_ranks = local.empty() ? env.world_size : std::atoll(local.c_str());
+    if (local_ranks > gpus) {
+      if (options.process_group_backend == "nccl") {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "process_group_backend=nccl needs a GPU per process: ", local_ranks, " processes on this machine, ",
+            gpus, " GPU", gpus == 1 ? "" : "s", " (process_group_backend=gloo shares GPUs)"));
+      }
+      group_options.backend = "gloo";  // auto: Gloo, whose ranks may share a GPU
+    }
+  }
   KILN_ASSIGN_OR_RETURN(auto group, distributed::ProcessGroup::Create(env, group_options));
   std::string mine = config::ToYaml(*ctx.cfg.node());
   KILN_ASSIGN_OR_RETURN(std::string config0, group->ShareFromRankZero("config", mine));

@@ -4,6 +4,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#if KILN_WITH_CUDA
+// The wheel's libtorch_cuda holds ProcessGroupNCCL; its header declares it under USE_C10D_NCCL.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "absl/strings/str_cat.h"
 
@@ -26,10 +33,17 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
   auto group = std::make_shared<ProcessGroup>();
   group->rank_ = env.rank;
   group->world_size_ = env.world_size;
-  std::string backend = options.backend == "auto" ? "gloo" : options.backend;
-  if (backend != "gloo") {
-    return absl::UnimplementedError(absl::StrCat("process_group_backend=", backend,
-                                                 ": this LibTorch build offers gloo only (CPU)"));
+  // auto, as Lightning: NCCL for ranks that train on CUDA, Gloo for the CPU.
+  std::string backend = options.backend == "auto" ? (options.cuda ? "nccl" : "gloo") : options.backend;
+#if !KILN_WITH_CUDA
+  if (backend == "nccl") {
+    return absl::UnimplementedError(
+        "process_group_backend=nccl: this kiln was built without CUDA, which offers gloo only (CPU)");
+  }
+#endif
+  if (backend == "nccl" && !options.cuda) {
+    return absl::FailedPreconditionError(
+        "process_group_backend=nccl reduces CUDA tensors: it needs trainer.accelerator=cuda (or auto) and a GPU");
   }
   group->backend_ = backend;
   try {
@@ -61,8 +75,24 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
     group->group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, env.rank, env.world_size);
     group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     group->group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+#if KILN_WITH_CUDA
+    // Gloo also takes CUDA tensors (staged through the host), as torch.distributed's "gloo" does:
+    // ranks that share a GPU, or a machine without NCCL.
+    if (backend == "gloo") group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    // With NCCL, CUDA tensors go to it (gradients, weights, metrics on the device) and CPU ones
+    // still to Gloo, as torch.distributed's "cpu:gloo,cuda:nccl".
+    if (backend == "nccl") {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options.timeout;
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", group->store_);
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size, nccl_options);
+      group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    }
+#endif
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the Gloo process group: ", FirstLine(e)));
+    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the ", backend,
+                                               " process group: ", FirstLine(e)));
   }
   return group;
 }

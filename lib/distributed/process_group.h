@@ -18,7 +18,8 @@
 namespace kiln::distributed {
 
 struct ProcessGroupOptions {
-  std::string backend = "auto";  // auto | gloo | nccl (nccl needs a CUDA LibTorch built with it)
+  std::string backend = "auto";  // auto (nccl when `cuda`, else gloo) | gloo | nccl (a CUDA build)
+  bool cuda = false;             // the ranks train on CUDA devices
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // rendezvous and every collective
 };
 
