@@ -61,6 +61,7 @@ absl::StatusOr<ImageDataSetup> ImageDataSetup::From(const ImageDataOptions& opti
   setup.precompute_bytes = options.precompute_mb > (std::numeric_limits<int64_t>::max() >> 20)
                                ? std::numeric_limits<int64_t>::max()
                                : options.precompute_mb << 20;
+  setup.on_device = options.on_device;
   return setup;
 }
 
@@ -189,7 +190,8 @@ absl::Status ImageDataModule::Setup(Stage stage) {
   if (stage == Stage::kFit) {
     for (std::shared_ptr<const Dataset>* split : {&train_, &val_}) {
       if (*split == nullptr) continue;
-      KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes));
+      KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes,
+                                                setup_.on_device ? TrainingGpu() : torch::Device(torch::kCPU)));
     }
   }
   return absl::OkStatus();

@@ -33,6 +33,7 @@ struct ImageDataOptions : BatchingOptions {
   std::optional<int64_t> samples_per_class;  // null: every training sample
   int64_t samples_seed = 0;
   int64_t precompute_mb = 1024;
+  bool on_device = false;  // precomputed splits stay in GPU memory (a CUDA machine)
 };
 
 // `classes: [5, 6, 7]`, the labels to keep (relabelled 0..k-1 in this order), for the modules
@@ -64,7 +65,10 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
              "when a training or validation split's transforms are all deterministic, apply them "
              "once when fit sets up and keep "
              "the result in memory if it takes at most this many MiB per split (0: never)",
-             AtLeast(0));
+             AtLeast(0))
+      .Field("on_device", static_cast<bool S::*>(&D::on_device),
+             "on a CUDA machine, keep the precomputed splits in GPU memory (the GPU this process "
+             "trains on), so that a batch is one index_select there and nothing is copied per step");
 }
 
 // Declares `classes` on S (a list of distinct labels).
@@ -86,6 +90,7 @@ struct ImageDataSetup {
   int64_t samples_per_class = 0;      // 0: all
   int64_t samples_seed = 0;
   int64_t precompute_bytes = 0;       // Precomputed's max_bytes per split
+  bool on_device = false;             // Precomputed's splits on the GPU
 
   static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options);
   // Also takes `classes`; refuses a label listed twice (`context` names the option).

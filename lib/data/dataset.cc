@@ -1,6 +1,8 @@
 #include "lib/data/dataset.h"
+
 #include "lib/core/error_text.h"
 
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
@@ -48,6 +50,7 @@ class PrecomputedDataset : public Dataset {
   bool deterministic() const override { return true; }
   std::optional<Example> GetStacked(const std::vector<int64_t>& indices) const override {
     torch::Tensor at = torch::tensor(indices, torch::kInt64);
+    if (!inputs_.is_cpu()) at = at.to(inputs_.device(), /*non_blocking=*/true);
     return Example{inputs_.index_select(0, at), targets_.index_select(0, at)};
   }
   absl::StatusOr<EncodedSample> Encoded(int64_t index) const override { return base_->Encoded(index); }
@@ -63,7 +66,15 @@ std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector
   return std::make_shared<SubsetDataset>(std::move(base), std::move(indices));
 }
 
-absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes) {
+torch::Device TrainingGpu() {
+  if (!torch::cuda::is_available()) return torch::kCPU;
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  int index = local_rank != nullptr ? std::atoi(local_rank) : 0;
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index % torch::cuda::device_count()));
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes,
+                                                           torch::Device device) {
   int64_t n = base->size();
   if (n == 0 || !base->deterministic()) return base;
   torch::Tensor inputs, targets;
@@ -95,6 +106,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
     }
     inputs[i].copy_(example->input);
     targets[i].copy_(example->target);
+  }
+  if (!device.is_cpu()) {
+    inputs = inputs.to(device);
+    targets = targets.to(device);
   }
   return std::shared_ptr<const Dataset>(std::make_shared<PrecomputedDataset>(std::move(base), inputs, targets));
 }

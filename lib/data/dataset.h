@@ -83,8 +83,14 @@ std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector
 // A deterministic dataset's examples, each loaded once with Get and stacked in memory, so that
 // Get is a slice and GetStacked one index_select per tensor (the same values bitwise); `base`
 // itself when it is not deterministic, is empty, or its stacked inputs and targets would take
-// more than `max_bytes`. Source and Length still ask `base`.
-absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes);
+// more than `max_bytes`. Source and Length still ask `base`. The stacked tensors live on `device`
+// (data.on_device: a batch is then an index_select on the GPU).
+absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes,
+                                                           torch::Device device = torch::kCPU);
+
+// The GPU this process trains on (LOCAL_RANK's, as the trainer's strategy picks it), or the CPU
+// where there is no CUDA device.
+torch::Device TrainingGpu();
 
 // A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;
 // the same (n, val_fraction, seed) always gives the same split.
