@@ -7,13 +7,16 @@
 KILN_TUNED_MALLOC=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295
 
 # kiln_epoch_rate OUT_DIR OVERRIDES...: trains one epoch with the overrides (nothing else: no test,
-# callbacks or loggers) and prints the epoch's samples/s from the training log.
+# callbacks or loggers) and prints the epoch's samples/s from the training log. With
+# KILN_WARM_EPOCHS=N, N epochs run first and the one after them is measured (a GPU's warm-up:
+# CUDA's context, cuBLAS/cuDNN handles and the first kernels' loading stay out of the figure).
 kiln_epoch_rate() {
   local dir=$1; shift
-  "${KILN:-build/bin/kiln}" train hydra.run.dir="$dir" trainer.max_epochs=1 trainer.limit_val_batches=0 \
+  local warm=${KILN_WARM_EPOCHS:-0}
+  "${KILN:-build/bin/kiln}" train hydra.run.dir="$dir" trainer.max_epochs=$((warm + 1)) trainer.limit_val_batches=0 \
     trainer.num_sanity_val_steps=0 test=false callbacks=none logger=null "$@" > "$dir.out" 2>&1 ||
     { cat "$dir.out" >&2; exit 1; }
-  sed -n 's/.*epoch 0: .*, \([0-9.]*\) samples\/s).*/\1/p' "$dir.out" | tail -1
+  sed -n "s/.*epoch $warm: .*, \([0-9.]*\) samples\/s).*/\1/p" "$dir.out" | tail -1
 }
 
 # The Python of the references: the project's .venv, whose torch is kiln's LibTorch (same version,

@@ -4,12 +4,18 @@
        (no per-sample work), channels-last when asked. Prints samples/s.
   gpt: the Moby Dick GPT of bench/gpt_reference.py (random blocks of the character stream, AdamW with
        decay on matrices only, gradient clipping at 1.0 through the Trainer). Prints tokens/s.
-Lightning 2.x's Trainer runs the loop (accelerator cpu, one device, precision 32-true or bf16-mixed),
-with nothing else on: no logger, checkpointing, progress bar, model summary or sanity check. The
-timed window is steps WARMUP .. WARMUP+TIMED, measured by a callback at batch boundaries.
+Lightning 2.x's Trainer runs the loop (accelerator cpu, or gpu with --device cuda; one device;
+precision 32-true or bf16-mixed), with nothing else on: no logger, checkpointing, progress bar, model
+summary or sanity check. The timed window is steps WARMUP .. WARMUP+TIMED, measured by a callback at
+batch boundaries (on a GPU after torch.cuda.synchronize() at both ends).
 
 usage: lightning_reference.py cnn|gpt WARMUP TIMED THREADS [--bf16] [--channels-last] [GPT ARGS]
+                              [--device DEVICE] [--matmul-precision highest|high|medium]
   GPT ARGS: BATCH BLOCK DIM DEPTH HEADS MLP_DIM [TEXT]
+  --device DEVICE: cpu (default) or cuda[:N]. The batches are made in host memory as on the CPU;
+      with cuda the DataLoader pins them (pin_memory=True) and Lightning copies them to the GPU
+      with non_blocking=True, as kiln's trainer and the raw loops do.
+  --matmul-precision P: torch.set_float32_matmul_precision(P) (default: not called, "highest")
 The allocator settings are the caller's: bench/*.sh run this with kiln's GLIBC_TUNABLES."""
 import sys
 import time
@@ -25,16 +31,19 @@ import pytorch_reference
 
 
 class Timer(pl.Callback):
-    def __init__(self, warmup, timed, items_per_step):
+    def __init__(self, warmup, timed, items_per_step, device=torch.device("cpu")):
         self.warmup, self.timed, self.items = warmup, timed, items_per_step
+        self.device = device
         self.start = self.seconds = None
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if trainer.global_step == self.warmup:
+            pytorch_reference.synchronize(self.device)
             self.start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step == self.warmup + self.timed:
+            pytorch_reference.synchronize(self.device)
             self.seconds = time.perf_counter() - self.start
 
     def rate(self):
@@ -105,8 +114,10 @@ def gpt_batches(path, batch, block):
 
 
 def main():
-    flags = [a for a in sys.argv[1:] if a.startswith("--")]
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    device = pytorch_reference.device_options(argv)
+    flags = [a for a in argv if a.startswith("--")]
+    args = [a for a in argv if not a.startswith("--")]
     which, warmup, timed, threads = args[0], int(args[1]), int(args[2]), int(args[3])
     bf16 = "--bf16" in flags
     torch.set_num_threads(threads)
@@ -119,13 +130,20 @@ def main():
         path = args[10] if len(args) > 10 else "data/text/mobydick/train.txt"
         module = GptModule(block, dim, depth, heads, mlp_dim, fused=not bf16)
         make, items, clip = gpt_batches(path, batch, block), batch * block, 1.0
-    timer = Timer(warmup, timed, items)
+    timer = Timer(warmup, timed, items, device)
     warnings.filterwarnings("ignore")  # "no val_dataloader", "few workers": deliberate here
-    trainer = pl.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed" if bf16 else "32-true",
+    if device.type == "cuda":
+        accelerator, devices = "gpu", [device.index] if device.index is not None else 1
+    else:
+        accelerator, devices = device.type, 1
+    trainer = pl.Trainer(accelerator=accelerator, devices=devices, precision="bf16-mixed" if bf16 else "32-true",
                          max_steps=warmup + timed, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          gradient_clip_val=clip, callbacks=[timer])
-    loader = torch.utils.data.DataLoader(Batches(make), batch_size=None, num_workers=0)
+    # With a GPU the loader pins each batch (in this process: no workers), and Lightning's
+    # batch_to_device copies it with non_blocking=True.
+    loader = torch.utils.data.DataLoader(Batches(make), batch_size=None, num_workers=0,
+                                         pin_memory=device.type == "cuda")
     trainer.fit(module, train_dataloaders=loader)
     print(f"{timer.rate():.1f}")
 

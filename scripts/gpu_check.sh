@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The GPU check (issue "GPUs"): kiln's CUDA tests, the README models' accuracy and wall time on the
+# GPU, and the GPU speed bench (kiln against PyTorch Lightning and the raw loop), as one JSON.
+#
+# The lent GPU machines (../.library/device) have CUDA's driver, torch 2.11.0+cu130 (kiln's pinned
+# LibTorch), Lightning and nvidia-smi, but none of kiln's other libraries and no network, and a call
+# carries at most 64 MiB. So the check travels as a build made here, in two back-to-back calls (the
+# machine keeps what the first unpacked while it stays warm, 30 s):
+#   here:    scripts/gpu_check.sh pack     # .gpu/sys.txz (kiln's non-torch system libraries, 55 MB),
+#                                          # .gpu/kiln.txz (kiln installed and stripped, with the
+#                                          # CUDA test binary), .gpu/fashion-mnist (the data, 31 MB)
+#   call 1:  bash scripts/gpu_check.sh unpack && bash scripts/gpu_check.sh tests
+#            carry: .gpu/sys.txz .gpu/kiln.txz data/text/mobydick
+#            the CUDA tests (tests/cuda, `ctest -L cuda`'s binary), mobydick_gpt's accuracy, then
+#            bench/gpu_speed.sh for the GPT (kiln, Lightning, the raw loop)
+#   call 2:  bash scripts/gpu_check.sh bench
+#            carry: .gpu/fashion-mnist data/text/mobydick
+#            fashion_mnist's accuracy, `kiln serve` on the GPU against the CPU, then
+#            bench/gpu_speed.sh for the CNN (and once with data.on_device=true)
+# Each writes $OUT/gpu_check_tests.json or gpu_check_bench.json (./gpu-check-out without $OUT)
+# and a log per step; a step that fails is recorded and the rest still run.
+# tests-local and bench-local run the same steps against this checkout's build and .venv (on a
+# machine without a GPU, with ACCELERATOR=cpu and short runs, they check the script itself).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+mode=${1:-}
+SYS=/opt/kiln-sys
+
+pack() {
+  set -e
+  local build=${BUILD:-build} stage=.gpu/stage
+  rm -rf .gpu && mkdir -p "$stage/prefix/bin" "$stage/sys"
+  grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+  cmake --install "$build" --prefix "$ROOT/$stage/prefix" > /dev/null
+  cp "$build/bin/cuda_test" "$stage/prefix/bin/"
+  find "$stage/prefix" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec strip --strip-unneeded {} + 2> /dev/null || true
+  rm -rf "$stage/prefix/include"
+  # The system libraries kiln's libraries and the test need, less LibTorch's, CUDA's and glibc's
+  # (the GPU machine has those).
+  for f in "$stage"/prefix/lib/*.so "$stage"/prefix/lib/kiln/plugins/*.so "$stage/prefix/bin/cuda_test"; do ldd "$f"; done |
+    awk '$3 ~ /^\// && !seen[$1]++ {print $3}' |
+    grep -v -E '/(\.venv|torch|nvidia)/|/usr/local/cuda|/libkiln_|/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
+    xargs -r cp -L -t "$stage/sys/"
+  tar -C "$stage" -cf - sys | xz -T2 -6 > .gpu/sys.txz
+  tar -C "$stage" -cf - prefix | xz -T2 -6 > .gpu/kiln.txz
+  mkdir -p .gpu/fashion-mnist && cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/
+  rm -rf "$stage"
+  du -b .gpu/sys.txz .gpu/kiln.txz .gpu/fashion-mnist
+}
+
+now() { date +%s.%N; }
+# step NAME COMMAND...: runs it with its output in $out/NAME.log, records exit code and seconds
+# (124: it ran past STEP_TIMEOUT, 300 s).
+step() {
+  local name=$1; shift
+  local t0; t0=$(now)
+  if declare -F "$1" > /dev/null; then
+    "$@" > "$out/$name.log" 2>&1  # a function of this script (it bounds its own waits)
+  else
+    timeout "${STEP_TIMEOUT:-300}" "$@" > "$out/$name.log" 2>&1
+  fi
+  local rc=$?
+  local secs; secs=$(awk "BEGIN {printf \"%.1f\", $(now) - $t0}")
+  echo "$name: exit $rc, $secs s" | tee -a "$out/steps.txt"
+  printf '{"step": "%s", "exit": %d, "seconds": %s}\n' "$name" "$rc" "$secs" >> "$out/steps.jsonl"
+  return 0
+}
+
+# The value of `key: number` in a run's test_metrics.yaml.
+metric() { sed -n "s|^$2: \([-0-9.e]*\)$|\1|p" "$1/test_metrics.yaml" 2>/dev/null | head -1; }
+
+setup_out() {
+  out=${OUT:-$ROOT/gpu-check-out}
+  mkdir -p "$out" && : > "$out/steps.txt" && : > "$out/steps.jsonl"
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "no nvidia-smi"
+    python3 -c 'import torch, pytorch_lightning as pl; print("torch", torch.__version__, "lightning", pl.__version__)' 2>&1
+    nproc
+  } > "$out/machine.txt"
+}
+
+# gpu_check.json: the machine, the steps' exit codes and times, and what the steps measured.
+write_json() {
+  local name=$1; shift
+  {
+    echo "{"
+    echo "  \"machine\": \"$(head -1 "$out/machine.txt" | tr -d '"')\","
+    echo "  \"software\": \"$(sed -n 2p "$out/machine.txt" | tr -d '"')\","
+    for kv in "$@"; do echo "  \"${kv%%=*}\": ${kv#*=},"; done
+    echo "  \"steps\": [$(paste -sd, "$out/steps.jsonl")]"
+    echo "}"
+  } > "$out/$name"
+  cat "$out/steps.txt" "$out/$name"
+}
+
+# serve_answers KILN RUN ACCELERATOR OUT: `kiln serve` of RUN on ACCELERATOR answers 64 test images
+# (scripts/python/serve_probe.py), written to OUT.
+serve_answers() {
+  local port=$((20000 + RANDOM % 20000))
+  "$1" serve run_dir="$2" trainer.accelerator="$3" serve.port=$port &
+  local pid=$!
+  "$KILN_PYTHON" scripts/python/serve_probe.py $port 64 $pid > "$4"
+  local rc=$?
+  kill $pid; wait $pid 2> /dev/null
+  return $rc
+}
+
+# The CUDA tests (ctest -L cuda's binary) and mobydick_gpt's accuracy, side by side.
+tests_steps() {
+  local kiln=$1 cuda_test=$2 runs; runs=$(mktemp -d)
+  setup_out
+  step cuda_tests env KILN_TEST_KILN="$kiln" "$cuda_test" --gtest_output=xml:"$out/cuda_test.xml" &
+  step mobydick_gpt "$kiln" train experiment=mobydick_gpt trainer.accelerator="${ACCELERATOR:-cuda}" \
+    hydra.run.dir="$runs/gpt" ${GPT_OVERRIDES:-} &
+  wait
+  cp "$runs/gpt/test_metrics.yaml" "$out/gpt_test_metrics.yaml" 2> /dev/null
+  step gpu_speed_gpt env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=gpt GPU_SPEED_JSON="$out/gpu_speed_gpt.json" \
+    bash bench/gpu_speed.sh
+  local tests_line skipped
+  tests_line=$(grep -o 'tests="[0-9]*" failures="[0-9]*" disabled="[0-9]*" errors="[0-9]*"' "$out/cuda_test.xml" 2> /dev/null | head -1)
+  skipped=$(grep -c '<skipped' "$out/cuda_test.xml" 2> /dev/null)
+  write_json gpu_check_tests.json "cuda_tests=\"${tests_line//\"/} skipped=${skipped:-0}\"" \
+    "mobydick_gpt_test_bpc=\"$(metric "$runs/gpt" test/bpc)\"" \
+    "speed_gpt=$(cat "$out/gpu_speed_gpt.json" 2> /dev/null || echo null)"
+  rm -rf "$runs"
+}
+
+# fashion_mnist's accuracy and wall time, then the speed bench alone on the GPU.
+bench_steps() {
+  local kiln=$1 runs; runs=$(mktemp -d)
+  setup_out
+  step fashion_mnist "$kiln" train experiment=fashion_mnist trainer.accelerator="${ACCELERATOR:-cuda}" \
+    hydra.run.dir="$runs/fashion" ${FASHION_OVERRIDES:-}
+  cp "$runs/fashion/test_metrics.yaml" "$out/fashion_test_metrics.yaml" 2> /dev/null
+  step serve_gpu serve_answers "$kiln" "$runs/fashion" "${ACCELERATOR:-cuda}" "$out/serve_gpu.json"
+  step serve_cpu serve_answers "$kiln" "$runs/fashion" cpu "$out/serve_cpu.json"
+  local serve_diff
+  serve_diff=$("$KILN_PYTHON" -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+d = max(abs(x - y) for p, q in zip(a["probabilities"], b["probabilities"]) for x, y in zip(p, q))
+print(json.dumps({"answers": len(a["classes"]), "same_classes": a["classes"] == b["classes"], "max_probability_difference": d}))' \
+    "$out/serve_gpu.json" "$out/serve_cpu.json" 2> /dev/null || echo null)
+  step gpu_speed_cnn env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn GPU_SPEED_JSON="$out/gpu_speed_cnn.json" \
+    bash bench/gpu_speed.sh
+  # kiln with the data resident on the GPU (data.on_device), one round against the same references.
+  step gpu_speed_cnn_resident env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn PRECISIONS=bf16-mixed ROUNDS=1 \
+    KILN_GPU_OVERRIDES=data.on_device=true GPU_SPEED_JSON="$out/gpu_speed_cnn_resident.json" bash bench/gpu_speed.sh
+  write_json gpu_check_bench.json "fashion_mnist_test_acc=\"$(metric "$runs/fashion" test/acc)\"" \
+    "serve_gpu_against_cpu=$serve_diff" \
+    "speed_cnn=$(cat "$out/gpu_speed_cnn.json" 2> /dev/null || echo null)" \
+    "speed_cnn_resident=$(cat "$out/gpu_speed_cnn_resident.json" 2> /dev/null || echo null)"
+  rm -rf "$runs"
+}
+
+# Call 1 on the GPU machine: the system libraries to /opt/kiln-sys, kiln to /tmp/kiln, and
+# wrappers that run kiln and its test with them (Python keeps the machine's own libraries).
+unpack() {
+  for f in .gpu/sys.txz .gpu/kiln.txz; do
+    [[ -f $f ]] || { echo "gpu_check: $f is missing: run scripts/gpu_check.sh pack here and carry it" >&2; exit 2; }
+  done
+  rm -rf "$SYS" /tmp/kiln && mkdir -p "$SYS" /tmp/kiln
+  tar -C "$SYS" --strip-components=1 -xJf .gpu/sys.txz && tar -C /tmp/kiln -xJf .gpu/kiln.txz || exit 2
+  local torch_lib
+  torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
+  for program in kiln cuda_test; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /tmp/kiln/prefix/bin/%s "$@"\n' "/tmp/kiln/prefix/lib:$SYS:$torch_lib" "$program" \
+      > /tmp/kiln/$program
+    chmod +x /tmp/kiln/$program
+  done
+  echo "unpacked $(ls "$SYS" | wc -l) system libraries to $SYS and kiln to /tmp/kiln"
+}
+
+unpacked() {
+  [[ -x /tmp/kiln/kiln ]] || { echo "gpu_check: /tmp/kiln is missing: this machine is not the one 'unpack' ran on" >&2; exit 2; }
+}
+
+fashion_data() {
+  [[ -d .gpu/fashion-mnist ]] || { echo "gpu_check: .gpu/fashion-mnist is missing: carry it" >&2; exit 2; }
+  mkdir -p /usr/share/datasets/fashion-mnist && cp .gpu/fashion-mnist/*.gz /usr/share/datasets/fashion-mnist/
+}
+
+export KILN_PYTHON=${KILN_PYTHON:-python3}
+case $mode in
+  pack) pack ;;
+  unpack) unpack ;;
+  tests) unpacked; tests_steps /tmp/kiln/kiln /tmp/kiln/cuda_test ;;
+  bench) unpacked; fashion_data; bench_steps /tmp/kiln/kiln ;;
+  tests-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} tests_steps "$ROOT/build/bin/kiln" "$ROOT/build/bin/cuda_test" ;;
+  bench-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} bench_steps "$ROOT/build/bin/kiln" ;;
+  *) echo "usage: scripts/gpu_check.sh pack|unpack|tests|bench|tests-local|bench-local" >&2; exit 2 ;;
+esac

@@ -1,0 +1,162 @@
+// kiln on a CUDA GPU, as a user runs it (`ctest -L cuda`): training and its log, bf16 on the GPU,
+// checkpoints that move GPU -> CPU -> GPU, `kiln test` and `kiln predict` on the GPU equal to the
+// CPU's, and data parallel with two processes on one GPU. Every test skips, with the reason,
+// where there is no GPU (CI), so the file builds and runs everywhere.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/idx_data.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace {
+
+using testing::FileExists;
+using testing::RunProcess;
+using testing::TempDir;
+using testing::TestAccuracy;
+
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here";
+    dir_.Write("data/.keep", "");
+    testing::WriteBrightnessBands(dir_.path() + "/data");
+  }
+
+  // `kiln train` of the CNN on the brightness bands, into RUN (a folder under the test's).
+  testing::ProcessResult Train(const std::string& run, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY, "train", "data.root=" + dir_.path() + "/data", "model=cnn",
+                                     "scheduler=null", "trainer.max_epochs=3", "data.batch_size=32",
+                                     "hydra.run.dir=" + dir_.path() + "/" + run, "trainer.num_threads=2",
+                                     "callbacks.early_stopping=null"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  }
+  testing::ProcessResult Kiln(std::vector<std::string> args) {
+    args.insert(args.begin(), KILN_BINARY);
+    return RunProcess(args);
+  }
+  double Accuracy(const std::string& run) { return TestAccuracy(testing::ReadFile(dir_.path() + "/" + run + "/test_metrics.yaml")); }
+
+  // predictions.csv of a `kiln predict` run: each row's class index and probability.
+  std::vector<std::pair<int, double>> Predictions(const std::string& run) {
+    std::istringstream in(testing::ReadFile(dir_.path() + "/" + run + "/predictions.csv"));
+    std::vector<std::pair<int, double>> rows;
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> cells;
+      std::stringstream row(line);
+      for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+      if (cells.size() < 4) continue;
+      rows.emplace_back(std::atoi(cells[1].c_str()), std::atof(cells[3].c_str()));
+    }
+    return rows;
+  }
+
+  TempDir dir_;
+};
+
+// The model, its optimizer state (AdamW's fused kernel takes parameters, gradients and state on
+// one device, so it would fail otherwise) and the metrics live on the GPU; the log names it once.
+TEST_F(CudaTest, TrainsOnTheGpuAndSaysWhichOne) {
+  auto r = Train("run", {"trainer.accelerator=cuda"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("training on cuda"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("compute capability"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cuDNN"), std::string::npos) << r.err;
+  EXPECT_GE(Accuracy("run"), 0.9) << r.err;
+  // data.on_device: the precomputed splits in GPU memory, batches made there.
+  auto resident = Train("resident", {"trainer.accelerator=cuda", "data.on_device=true"});
+  ASSERT_EQ(resident.exit_code, 0) << resident.err;
+  EXPECT_GE(Accuracy("resident"), 0.9) << resident.err;
+  // auto picks the GPU too.
+  auto a = Train("auto", {"trainer.max_epochs=1"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("training on cuda"), std::string::npos) << a.err;
+}
+
+TEST_F(CudaTest, Bf16MixedAndBf16TrueTrainOnTheGpu) {
+  auto mixed = Train("mixed", {"trainer.accelerator=cuda", "trainer.precision=bf16-mixed"});
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_NE(mixed.err.find("precision bf16-mixed (the GPU computes bf16 natively)"), std::string::npos) << mixed.err;
+  EXPECT_GE(Accuracy("mixed"), 0.9) << mixed.err;
+  auto pure = Train("true", {"trainer.accelerator=cuda", "trainer.precision=bf16-true"});
+  ASSERT_EQ(pure.exit_code, 0) << pure.err;
+  EXPECT_GE(Accuracy("true"), 0.9) << pure.err;
+  // TF32 and cuDNN's benchmark mode are options; the run is the same job.
+  auto tf32 = Train("tf32", {"trainer.accelerator=cuda", "trainer.matmul_precision=high", "trainer.cudnn_benchmark=true",
+                             "trainer.max_epochs=2"});
+  ASSERT_EQ(tf32.exit_code, 0) << tf32.err;
+  EXPECT_GE(Accuracy("tf32"), 0.9) << tf32.err;
+}
+
+// A checkpoint written on the GPU resumes on the CPU, and that one on the GPU again.
+TEST_F(CudaTest, CheckpointsMoveFromGpuToCpuAndBack) {
+  auto gpu = Train("gpu", {"trainer.accelerator=cuda", "trainer.max_epochs=1", "test=false"});
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  std::string ckpt = dir_.path() + "/gpu/checkpoints/last.ckpt";
+  ASSERT_TRUE(FileExists(ckpt));
+  auto cpu = Train("cpu", {"trainer.accelerator=cpu", "trainer.max_epochs=2", "test=false", "ckpt_path=" + ckpt});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_NE(cpu.err.find("training on cpu"), std::string::npos) << cpu.err;
+  std::string ckpt2 = dir_.path() + "/cpu/checkpoints/last.ckpt";
+  ASSERT_TRUE(FileExists(ckpt2));
+  auto back = Train("back", {"trainer.accelerator=cuda", "trainer.max_epochs=3", "ckpt_path=" + ckpt2});
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_NE(back.err.find("training on cuda"), std::string::npos) << back.err;
+  EXPECT_GE(Accuracy("back"), 0.9) << back.err;
+}
+
+// `kiln test` and `kiln predict` on the GPU give the CPU's answers: the same classes, the
+// probabilities within 1e-4.
+TEST_F(CudaTest, TestAndPredictOnTheGpuEqualTheCpu) {
+  auto r = Train("run", {"trainer.accelerator=cuda", "test=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string ckpt = dir_.path() + "/run/checkpoints/last.ckpt";
+  for (const char* device : {"cuda", "cpu"}) {
+    auto t = Kiln({"test", "ckpt_path=" + ckpt, std::string("trainer.accelerator=") + device,
+                   "hydra.run.dir=" + dir_.path() + "/test_" + device});
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    auto p = Kiln({"predict", "run_dir=" + dir_.path() + "/run", std::string("trainer.accelerator=") + device,
+                   "hydra.run.dir=" + dir_.path() + "/predict_" + device});
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+  }
+  EXPECT_EQ(Accuracy("test_cuda"), Accuracy("test_cpu"));
+  auto on_gpu = Predictions("predict_cuda"), on_cpu = Predictions("predict_cpu");
+  ASSERT_EQ(on_gpu.size(), 128u);
+  ASSERT_EQ(on_gpu.size(), on_cpu.size());
+  for (size_t i = 0; i < on_gpu.size(); ++i) {
+    EXPECT_EQ(on_gpu[i].first, on_cpu[i].first) << i;
+    EXPECT_NEAR(on_gpu[i].second, on_cpu[i].second, 1e-4) << i;
+  }
+}
+
+// Two processes share one GPU over Gloo; NCCL, which needs a GPU per process, is refused in one
+// line where there are fewer GPUs than processes, and trains where there are enough.
+TEST_F(CudaTest, DataParallelOnTheGpu) {
+  auto gloo = Train("gloo", {"trainer.accelerator=cuda", "trainer.devices=2", "trainer.process_group_backend=gloo"});
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.err;
+  EXPECT_GE(Accuracy("gloo"), 0.9) << gloo.err;
+  auto nccl = Train("nccl", {"trainer.accelerator=cuda", "trainer.devices=2", "trainer.process_group_backend=nccl"});
+  if (torch::cuda::device_count() >= 2) {
+    ASSERT_EQ(nccl.exit_code, 0) << nccl.err;
+    EXPECT_GE(Accuracy("nccl"), 0.9) << nccl.err;
+  } else {
+    EXPECT_NE(nccl.exit_code, 0);
+    EXPECT_NE(nccl.err.find("process_group_backend=nccl needs a GPU per process: 2 processes on this machine, 1 GPU"),
+              std::string::npos)
+        << nccl.err;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
