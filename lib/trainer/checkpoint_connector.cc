@@ -86,6 +86,7 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, c
       parts.optimizer->save(opt);
       archive.write("optimizer", opt);
     }
+    if (parts.scaler != nullptr) parts.scaler->Save(archive);
     if (parts.scheduler != nullptr) {
       torch::serialize::OutputArchive sched;
       parts.scheduler->Save(sched);
@@ -148,6 +149,7 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
     if (parts.optimizer != nullptr && optimizer_archive->try_read("optimizer", opt)) parts.optimizer->load(opt);
     torch::serialize::InputArchive sched;
     if (parts.scheduler != nullptr && archive.try_read("scheduler", sched)) parts.scheduler->Load(sched);
+    if (parts.scaler != nullptr) parts.scaler->Load(archive);
     c10::IValue v;
     for (const auto& [key, counter] : Counters(loop)) {
       archive.read(key, v);

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/trainer/callback.h"
+#include "lib/trainer/grad_scaler.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/task.h"
 
@@ -33,6 +34,7 @@ struct FitParts {
   Task* task = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;  // may be null (only weights)
   Scheduler* scheduler = nullptr;                // may be null
+  GradScaler* scaler = nullptr;                  // 16-mixed's loss scale; null otherwise
   const std::vector<std::shared_ptr<Callback>>* callbacks = nullptr;
   std::string model_name;   // "cnn": a checkpoint of another model is refused
   std::string config_yaml;  // the resolved job config, kept for the record

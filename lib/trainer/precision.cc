@@ -55,6 +55,19 @@ PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, 
     }
     return choice;
   }
+  if (requested == P::k16Mixed) {
+    choice.fp16 = true;
+    if (cpu) {
+      choice.log =
+          "trainer.precision=16-mixed on the CPU: float16 autocast is emulated there and slower than float32 "
+          "(bf16-mixed is the CPU's mixed precision)";
+      choice.warning = true;
+    } else {
+      choice.log = "precision 16-mixed (float16 autocast, dynamic loss scaling; weights, optimizer state and "
+                   "checkpoints float32)";
+    }
+    return choice;
+  }
   // bf16-mixed or bf16-true, asked for.
   const bool bf16_true = requested == P::kBf16True;
   const char* name = bf16_true ? "bf16-true" : "bf16-mixed";

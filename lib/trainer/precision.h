@@ -20,6 +20,7 @@ std::string Bf16HardwareFlag(const std::string& flags);
 
 struct PrecisionChoice {
   bool bf16 = false;          // forward passes under bf16 autocast
+  bool fp16 = false;          // 16-mixed: under float16 autocast, with dynamic loss scaling
   bool bf16_weights = false;  // bf16-true: weights, gradients and optimizer state in bf16 too
   std::string error;          // non-empty: the run cannot go on this way (one line)
   std::string log;      // one line for the training log: what runs and why ("" for plain 32)

@@ -51,6 +51,7 @@ absl::Status Strategy::SelectDevice() {
       ResolvePrecision(options_.precision, device_.is_cpu(), CpuFlags(), CudaHasBf16(device_));
   if (!precision.error.empty()) return absl::FailedPreconditionError(precision.error);
   bf16_autocast_ = precision.bf16;
+  scaler_ = precision.fp16 ? std::make_shared<GradScaler>(device_) : nullptr;
   bf16_weights_ = precision.bf16_weights;
   if (!precision.log.empty() && !precision_logged_ && global_rank() == 0) {
     precision_logged_ = true;
@@ -140,13 +141,15 @@ absl::Status Strategy::BeforeTrainingForward() {
 }
 
 absl::Status Strategy::Backward(const torch::Tensor& loss, bool sync) {
+  // 16-mixed: the gradients come out multiplied by the loss scale (unscaled before the step).
+  torch::Tensor scaled = scaler_ != nullptr ? scaler_->Scale(loss) : loss;
   if (!data_parallel_) {
-    loss.backward();
+    scaled.backward();
     return absl::OkStatus();
   }
   // Micro-steps accumulate locally; the step's last backward averages the sum over ranks.
   if (sync) data_parallel_->PrepareSyncedBackward();
-  return group_->Guard("backward with gradient all-reduce", [&] { loss.backward(); });
+  return group_->Guard("backward with gradient all-reduce", [&] { scaled.backward(); });
 }
 
 absl::StatusOr<bool> Strategy::AnyRank(bool local) {
@@ -192,12 +195,12 @@ absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
 absl::Status Strategy::Barrier() { return distributed() ? group_->Barrier() : absl::OkStatus(); }
 
 AutocastScope::AutocastScope(const Strategy& strategy)
-    : enabled_(strategy.bf16_autocast()), device_(strategy.device().type()) {
-  if (enabled_) compat::SetAutocast(device_, true, at::kBFloat16);
+    : enabled_(strategy.autocast()), device_(strategy.device().type()), dtype_(strategy.autocast_dtype()) {
+  if (enabled_) compat::SetAutocast(device_, true, dtype_);
 }
 
 AutocastScope::~AutocastScope() {
-  if (enabled_) compat::SetAutocast(device_, false, at::kBFloat16);
+  if (enabled_) compat::SetAutocast(device_, false, dtype_);
 }
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "lib/trainer/grad_scaler.h"
 #include "lib/trainer/trainer_options.h"
 
 namespace kiln {
@@ -40,6 +41,12 @@ class Strategy {
   const torch::Device& device() const { return device_; }
   // Forward passes (and the loss) run under bf16 autocast: trainer.precision resolved.
   bool bf16_autocast() const { return bf16_autocast_; }
+  // Forward passes run under autocast (bf16-mixed, bf16-true or 16-mixed), to this dtype.
+  bool autocast() const { return bf16_autocast_ || scaler_ != nullptr; }
+  at::ScalarType autocast_dtype() const { return scaler_ != nullptr ? at::kHalf : at::kBFloat16; }
+  // 16-mixed's loss scaling (Backward scales the loss; the loop unscales and checks before the
+  // optimizer step); null in other precisions.
+  GradScaler* scaler() const { return scaler_.get(); }
   // bf16-true: PlaceModule turns the weights and buffers to bf16 (the optimizer state follows
   // them) and InputToDevice floating inputs; forward passes still run under autocast, so losses
   // and autocast's float32 ops compute in float32.
@@ -85,14 +92,15 @@ class Strategy {
   const TrainerOptions& options_;
   torch::Device device_{torch::kCPU};
   bool bf16_autocast_ = false;
+  std::shared_ptr<GradScaler> scaler_;
   bool bf16_weights_ = false;
   bool precision_logged_ = false;
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;
 };
 
-// bf16 autocast on the strategy's device (CPU or CUDA) for its lifetime when the strategy chose
-// bf16-mixed or bf16-true.
+// Autocast on the strategy's device (CPU or CUDA) for its lifetime when the strategy chose mixed
+// precision: bf16 for bf16-mixed and bf16-true, float16 for 16-mixed.
 class AutocastScope {
  public:
   explicit AutocastScope(const Strategy& strategy);
@@ -103,6 +111,7 @@ class AutocastScope {
  private:
   bool enabled_;
   at::DeviceType device_;
+  at::ScalarType dtype_;
 };
 
 }  // namespace kiln

@@ -78,6 +78,7 @@ FitParts Trainer::Parts() const {
   parts.task = inputs_.task;
   parts.optimizer = optimizer_.get();
   parts.scheduler = inputs_.scheduler.get();
+  parts.scaler = strategy_.scaler();
   parts.callbacks = &callbacks_;
   parts.model_name = inputs_.model_name;
   parts.config_yaml = inputs_.config_yaml;

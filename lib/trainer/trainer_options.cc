@@ -127,9 +127,12 @@ OptionBinding<TrainerOptions> MakeBinding() {
              {"bf16-mixed", TrainerOptions::Precision::kBf16Mixed},
              {"bf16", TrainerOptions::Precision::kBf16Mixed},
              {"bf16-true", TrainerOptions::Precision::kBf16True},
+             {"16-mixed", TrainerOptions::Precision::k16Mixed},
+             {"16", TrainerOptions::Precision::k16Mixed},
              {"auto", TrainerOptions::Precision::kAuto}},
             "32, bf16-mixed (bfloat16 autocast, float32 weights), bf16-true (bfloat16 "
-            "weights and optimizer state; checkpoints float32) or auto (bf16-mixed where the CPU "
+            "weights and optimizer state; checkpoints float32), 16-mixed (float16 autocast with "
+            "dynamic loss scaling) or auto (bf16-mixed where the CPU "
             "has avx512_bf16 or amx_bf16 or the GPU has bf16 units, else 32)")
       .Parsed<TrainerOptions::ProfilerKind>("profiler", &TrainerOptions::profiler,
                                             EnumOptionType({"simple", "advanced"}), "null",

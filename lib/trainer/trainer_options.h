@@ -38,7 +38,8 @@ struct TrainerOptions {
   // "32" (or "32-true"), "bf16-mixed" (or "bf16"), "bf16-true" (bf16 weights and optimizer
   // state, no float32 master copy), "auto": bf16-mixed where the CPU has bf16 hardware
   // (lib/trainer/precision.h), else 32.
-  enum class Precision { k32, kBf16Mixed, kBf16True, kAuto };
+  // "16-mixed" (or "16"): float16 autocast with dynamic loss scaling (grad_scaler.h).
+  enum class Precision { k32, kBf16Mixed, kBf16True, k16Mixed, kAuto };
   Precision precision = Precision::k32;
   // Lightning's names: null (none), "simple" (time per training phase, printed at the end of fit),
   // "advanced" (LibTorch's operator profile of some training steps as a Chrome trace; profiler.h).

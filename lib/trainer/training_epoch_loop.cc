@@ -102,6 +102,11 @@ absl::Status TrainingEpochLoop::EndEpoch(double seconds, int64_t samples_at_star
   Logger::Instance().Info(absl::StrFormat("epoch %d: %s  (%.1f s, %.0f samples/s)", t.epoch_,
                                           FormatMetrics(t.callback_metrics_), seconds,
                                           static_cast<double>(t.samples_ - samples_at_start) / std::max(seconds, 1e-9)));
+  if (GradScaler* scaler = t.strategy_.scaler(); scaler != nullptr && scaler->skipped_steps() > skipped_steps_logged_) {
+    Logger::Instance().Info(absl::StrFormat("16-mixed: %d optimizer steps skipped this epoch (inf/nan gradients); loss scale now %g",
+                                            scaler->skipped_steps() - skipped_steps_logged_, scaler->scale()));
+    skipped_steps_logged_ = scaler->skipped_steps();
+  }
   // Checkpoints written at the end of the epoch resume at the next one.
   ++t.epoch_;
   t.batch_in_epoch_ = 0;
@@ -164,8 +169,12 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
   Trainer& t = trainer_;
   PhaseProfiler::Scope timed(t.profiler_, PhaseProfiler::kOptimizer);
   const TrainerOptions& options = t.options_;
+  // 16-mixed: the gradients unscaled first (callbacks and clipping see their true values), and a
+  // step whose gradients hold inf or nan skipped, as torch.amp.GradScaler.step; the scale follows.
+  GradScaler* scaler = t.strategy_.scaler();
+  const bool skip = scaler != nullptr && scaler->UnscaleAndCheck(t.inputs_.task->module().parameters());
   KILN_RETURN_IF_ERROR(t.ForEachCallback([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
-  if (options.gradient_clip_val.has_value()) {
+  if (options.gradient_clip_val.has_value() && !skip) {
     auto parameters = t.inputs_.task->module().parameters();
     if (options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm) {
       torch::nn::utils::clip_grad_norm_(parameters, *options.gradient_clip_val);
@@ -173,7 +182,8 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
       torch::nn::utils::clip_grad_value_(parameters, *options.gradient_clip_val);
     }
   }
-  t.optimizer_->step();
+  if (!skip) t.optimizer_->step();
+  if (scaler != nullptr) scaler->Update();
   t.optimizer_->zero_grad();
   ++t.global_step_;
   Scheduler* scheduler = t.inputs_.scheduler.get();

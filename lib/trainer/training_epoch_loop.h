@@ -33,6 +33,7 @@ class TrainingEpochLoop {
   absl::Status EndEpoch(double seconds, int64_t samples_at_start);
 
   Trainer& trainer_;
+  int64_t skipped_steps_logged_ = 0;  // 16-mixed: optimizer steps skipped, as last logged
   data::DataLoader& loader_;
   EvaluationLoop* validation_;
 };

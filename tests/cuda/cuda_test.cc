@@ -84,7 +84,7 @@ TEST_F(CudaTest, TrainsOnTheGpuAndSaysWhichOne) {
   EXPECT_NE(a.err.find("training on cuda"), std::string::npos) << a.err;
 }
 
-TEST_F(CudaTest, Bf16MixedAndBf16TrueTrainOnTheGpu) {
+TEST_F(CudaTest, MixedPrecisionTrainsOnTheGpu) {
   auto mixed = Train("mixed", {"trainer.accelerator=cuda", "trainer.precision=bf16-mixed"});
   ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
   EXPECT_NE(mixed.err.find("precision bf16-mixed (the GPU computes bf16 natively)"), std::string::npos) << mixed.err;
@@ -92,6 +92,11 @@ TEST_F(CudaTest, Bf16MixedAndBf16TrueTrainOnTheGpu) {
   auto pure = Train("true", {"trainer.accelerator=cuda", "trainer.precision=bf16-true"});
   ASSERT_EQ(pure.exit_code, 0) << pure.err;
   EXPECT_GE(Accuracy("true"), 0.9) << pure.err;
+  // 16-mixed: float16 autocast with loss scaling.
+  auto half = Train("half", {"trainer.accelerator=cuda", "trainer.precision=16-mixed"});
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  EXPECT_NE(half.err.find("precision 16-mixed (float16 autocast, dynamic loss scaling"), std::string::npos) << half.err;
+  EXPECT_GE(Accuracy("half"), 0.9) << half.err;
   // TF32 and cuDNN's benchmark mode are options; the run is the same job.
   auto tf32 = Train("tf32", {"trainer.accelerator=cuda", "trainer.matmul_precision=high", "trainer.cudnn_benchmark=true",
                              "trainer.max_epochs=2"});

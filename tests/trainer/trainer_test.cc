@@ -433,6 +433,30 @@ TEST(TrainerResume, Bf16MixedCheckpointsFloat32AndResumesBitwiseEqual) {
   ExpectBitwiseEqual(full.params, resumed.params);
 }
 
+// 16-mixed: the CNN trains under float16 autocast with loss scaling (here on the CPU, where it is
+// emulated), the checkpoint holds the loss scale, and a run stopped at step 9 resumes to the same
+// bits as an uninterrupted one.
+TEST(TrainerResume, SixteenMixedScalesTheLossAndResumesBitwiseEqual) {
+  const std::string fp16 = std::string(kThreeEpochs) + "precision: 16-mixed\n";
+  testing::TempDir a, b;
+  RunResult full = Train(a.path(), fp16, 2, "", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(full.status.ok()) << full.status.message();
+  EXPECT_EQ(full.steps, 18);
+  RunResult first = Train(b.path(), fp16 + "max_steps: 9\n", 2, "", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  torch::serialize::InputArchive archive;
+  archive.load_from(b.path() + "/checkpoints/last.ckpt");
+  torch::Tensor scale;
+  ASSERT_TRUE(archive.try_read("scaler/scale", scale));
+  EXPECT_GT(scale.item<double>(), 0);
+  EXPECT_LE(scale.item<double>(), 65536.0);
+  RunResult resumed = Train(b.path(), fp16, 2, "last", {}, false, {}, kSmallCnn);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
+  EXPECT_EQ(resumed.steps, 18);
+  ExpectBitwiseEqual(full.params, resumed.params);
+  for (const auto& p : full.params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+}
+
 // bf16-mixed, channels-last, channel counts the fused BatchNorm -> max-pool -> ReLU kernel takes
 // (components/models/batch_norm_pool_relu.h; where the CPU lacks AVX-512 BF16 this is ATen's
 // composition): a run stopped at step 9 resumes to the same bits as an uninterrupted one (the
