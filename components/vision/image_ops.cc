@@ -3,6 +3,8 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <cctype>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,9 +24,76 @@ torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t
   return dtype == torch::kUInt8 ? resized.round().clamp(0, 255).to(torch::kUInt8) : resized;
 }
 
+namespace {
+
+uint32_t BigEndian32(std::string_view b, size_t at) {
+  return static_cast<uint32_t>(static_cast<uint8_t>(b[at])) << 24 | static_cast<uint32_t>(static_cast<uint8_t>(b[at + 1])) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(b[at + 2])) << 8 | static_cast<uint8_t>(b[at + 3]);
+}
+uint32_t LittleEndian(std::string_view b, size_t at, int bytes) {
+  uint32_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(b[at + static_cast<size_t>(i)]);
+  return v;
+}
+
+// PNM: "P1".."P6", then width and height as decimal text, separated by whitespace and # comments
+// (OpenCV 4.6's reader also steps over any other byte that is not a digit, as here).
+std::optional<std::pair<int64_t, int64_t>> PnmSize(std::string_view b) {
+  size_t at = 2;
+  int64_t numbers[2] = {0, 0};
+  for (int64_t& n : numbers) {
+    while (at < b.size() && !std::isdigit(static_cast<unsigned char>(b[at]))) {
+      if (b[at] == '#') {
+        while (at < b.size() && b[at] != '\n') ++at;
+      } else {
+        ++at;
+      }
+    }
+    size_t digits = 0;
+    while (at < b.size() && std::isdigit(static_cast<unsigned char>(b[at])) && digits < 12) {
+      n = n * 10 + (b[at++] - '0');
+      ++digits;
+    }
+    if (digits == 0) return std::nullopt;
+  }
+  return std::make_pair(numbers[0], numbers[1]);
+}
+
+}  // namespace
+
+std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view b) {
+  if (b.size() >= 24 && b.substr(0, 8) == "\x89PNG\r\n\x1a\n") return std::make_pair<int64_t, int64_t>(BigEndian32(b, 16), BigEndian32(b, 20));
+  if (LooksLikeJpeg(b)) {
+    auto size = JpegSize(b);  // (height, width)
+    if (size.ok()) return std::make_pair(size->second, size->first);
+    return std::nullopt;
+  }
+  if (b.size() >= 26 && b.substr(0, 2) == "BM") {
+    // BITMAPINFOHEADER: signed 32-bit width and height (negative height: top-down rows).
+    int64_t width = static_cast<int32_t>(LittleEndian(b, 18, 4)), height = static_cast<int32_t>(LittleEndian(b, 22, 4));
+    return std::make_pair(std::abs(width), std::abs(height));
+  }
+  if (b.size() >= 30 && b.substr(0, 4) == "RIFF" && b.substr(8, 4) == "WEBP") {
+    std::string_view chunk = b.substr(12, 4);
+    if (chunk == "VP8X") return std::make_pair<int64_t, int64_t>(LittleEndian(b, 24, 3) + 1, LittleEndian(b, 27, 3) + 1);
+    if (chunk == "VP8 ") return std::make_pair<int64_t, int64_t>(LittleEndian(b, 26, 2) & 0x3fff, LittleEndian(b, 28, 2) & 0x3fff);
+    if (chunk == "VP8L") {
+      uint32_t bits = LittleEndian(b, 21, 4);
+      return std::make_pair<int64_t, int64_t>((bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1);
+    }
+    return std::nullopt;
+  }
+  if (b.size() >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return PnmSize(b);
+  return std::nullopt;
+}
+
 absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
                                                const std::string& what) {
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty, not an image"));
+  if (auto claimed = ClaimedImageSize(bytes); claimed && claimed->first * claimed->second > kMaxImagePixels) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": an image of ", claimed->first, " x ", claimed->second,
+                                                   " pixels, more than kiln decodes (", kMaxImagePixels, ")"));
+  }
   cv::Mat image;
   try {
     cv::Mat buffer(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));

@@ -3,8 +3,11 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "lib/data/sample_rng.h"
@@ -18,6 +21,15 @@ inline torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? imag
 // Bilinear resize of [C, H, W] (uint8 results are rounded back to uint8).
 torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t width);
 
+// The most pixels kiln decodes an image to (16384 x 16384; PIL refuses more than half as many by
+// default). A header claiming more is refused before the decoder allocates anything: a 40-byte
+// PBM claiming 155555 x 5522 pixels made OpenCV allocate 2.4 GB (fuzz/regressions/image_decode/).
+constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
+// The width and height a PNG, JPEG, BMP, WebP or PNM (PBM/PGM/PPM) header claims; nullopt for
+// another format or a header too short to say (the decoder then judges the bytes).
+std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view bytes);
+
 // How an encoded image (PNG, JPEG, BMP, WebP) becomes a tensor.
 struct ImageDecodeOptions {
   bool grayscale = false;
@@ -25,7 +37,7 @@ struct ImageDecodeOptions {
 };
 
 // An encoded image as uint8 [C, H, W] (RGB or grayscale; OpenCV decodes it), resized when asked
-// (area averaging when shrinking, bilinear when enlarging). `what` names the image in errors (a
+// (area averaging when shrinking, bilinear when enlarging); more than kMaxImagePixels is refused. `what` names the image in errors (a
 // path, "the request's image"): bytes that are not an image are an InvalidArgument status.
 absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
                                                const std::string& what);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "components/vision/image_ops.h"
 
 namespace kiln::data {
 namespace {
@@ -40,10 +41,10 @@ void OnMessage(j_common_ptr cinfo, int level) {
 
 // The most memory libjpeg may take for one image (its whole-image buffers: a progressive or
 // multi-scan JPEG's coefficients, 128 bytes per 8x8 block, are ~30 MB for a 12-megapixel photo),
-// and the most pixels an image may have (OpenCV's own limit, CV_IO_MAX_IMAGE_PIXELS). A header
-// claiming more is refused before anything that size is allocated.
+// and the most pixels an image may have (kMaxImagePixels, as for every decoder). A header claiming
+// more is refused before anything that size is allocated.
 constexpr long kMaxDecoderMemory = 512L << 20;
-constexpr int64_t kMaxPixels = int64_t{1} << 30;
+constexpr int64_t kMaxPixels = kMaxImagePixels;
 
 // What the decode fills; allocated before setjmp so that a jump back leaves it intact.
 struct DecodeState {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "tests/components/instantiate.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 
 namespace kiln::data {
@@ -141,6 +142,41 @@ TEST(ColorJitter, HueBeyondHalfATurnIsRefused) {
                       "with low <= high, the range lying within [-0.5, 0.5]"),
             std::string::npos)
       << bad.status();
+}
+
+}  // namespace
+}  // namespace kiln::data
+
+namespace kiln::data {
+namespace {
+
+// Headers that claim more than kMaxImagePixels are refused before a decoder allocates anything
+// (the fuzzer's finding: a 40-byte PBM made OpenCV allocate 2.4 GB); small images still decode, and
+// each format's header gives its size.
+TEST(DecodeImageBytes, RefusesHeadersClaimingMoreThanTheLimitBeforeDecoding) {
+  // The fuzzer's input (fuzz/regressions/image_decode/opencv_pbm_2gb): width 15555, a byte that is
+  // not a digit, height 52255.
+  const std::string pbm(
+      "P4\n15555\xd3" "52255\xd3" "522\nP4\xba\n2\n\nP4\n2\n7\xfd" "0\n\xff\xff\xff\xff/", 40);
+  EXPECT_EQ(ClaimedImageSize(pbm), std::make_pair(int64_t{15555}, int64_t{52255}));
+  auto refused = DecodeImageBytes(pbm, {}, "tiny.pbm");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "tiny.pbm: an image of 15555 x 52255 pixels, more than kiln decodes (268435456)");
+  // A PNG whose IHDR claims 20000 x 20000.
+  std::string png = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\rIHDR", 8) + std::string("\0\0N\x20\0\0N\x20", 8) + std::string(9, '\0');
+  EXPECT_EQ(ClaimedImageSize(png), std::make_pair(int64_t{20000}, int64_t{20000}));
+  EXPECT_FALSE(DecodeImageBytes(png, {}, "big.png").ok());
+  // A real image of each kind still decodes, and its header says its size.
+  torch::Tensor image = torch::randint(0, 255, {3, 5, 7}, torch::kUInt8);
+  auto encoded = EncodePng(image);
+  ASSERT_TRUE(encoded.ok());
+  EXPECT_EQ(ClaimedImageSize(*encoded), std::make_pair(int64_t{7}, int64_t{5}));
+  auto decoded = DecodeImageBytes(*encoded, {}, "small.png");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(torch::equal(*decoded, image));
+  EXPECT_EQ(ClaimedImageSize("P5 # a comment\n12 34\n255\n"), std::make_pair(int64_t{12}, int64_t{34}));
+  EXPECT_EQ(ClaimedImageSize("not an image"), std::nullopt);
 }
 
 }  // namespace
