@@ -90,7 +90,9 @@ std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view b) 
 absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
                                                const std::string& what) {
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty, not an image"));
-  if (auto claimed = ClaimedImageSize(bytes); claimed && claimed->first * claimed->second > kMaxImagePixels) {
+  // width * height > limit, without the product (a PNM header's numbers may be 12 digits long).
+  if (auto claimed = ClaimedImageSize(bytes);
+      claimed && claimed->second > 0 && claimed->first > kMaxImagePixels / claimed->second) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": an image of ", claimed->first, " x ", claimed->second,
                                                    " pixels, more than kiln decodes (", kMaxImagePixels, ")"));
   }

@@ -167,6 +167,14 @@ TEST(DecodeImageBytes, RefusesHeadersClaimingMoreThanTheLimitBeforeDecoding) {
   std::string png = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\rIHDR", 8) + std::string("\0\0N\x20\0\0N\x20", 8) + std::string(9, '\0');
   EXPECT_EQ(ClaimedImageSize(png), std::make_pair(int64_t{20000}, int64_t{20000}));
   EXPECT_FALSE(DecodeImageBytes(png, {}, "big.png").ok());
+  // 0xffffffff x 0xffffffff: the comparison must not overflow (UBSan found the product did;
+  // fuzz/regressions/image_decode/png_size_product_overflow).
+  std::string huge = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\r", 4) + std::string(40, '\xff');
+  auto huge_refused = DecodeImageBytes(huge, {}, "huge.png");
+  ASSERT_FALSE(huge_refused.ok());
+  EXPECT_NE(huge_refused.status().message().find("4294967295 x 4294967295 pixels, more than kiln decodes"),
+            std::string::npos)
+      << huge_refused.status();
   // A real image of each kind still decodes, and its header says its size.
   torch::Tensor image = torch::randint(0, 255, {3, 5, 7}, torch::kUInt8);
   auto encoded = EncodePng(image);
