@@ -27,6 +27,9 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
       CausalAttentionSupports(qkv, heads_)) {
     return c_proj->forward(CausalAttention(qkv, heads_));
   }
+  if (qkv.is_cuda() && !tracing) {
+    return c_proj->forward(FusedAttention(qkv, heads_, mask, attention_dropout ? dropout_ : 0.0));
+  }
   torch::Tensor bias = mask.bias;
   if (mask.causal) {
     torch::Tensor causal = CausalBias(t, x.options());
@@ -61,6 +64,23 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
                         .transpose(1, 2)
                         .reshape({b, t, d});
   return c_proj->forward(y);
+}
+
+torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask, double dropout) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
+  // [B, T, 3, H, hd] -> q, k, v as [B, H, T, hd] views (the head dimension stays contiguous).
+  torch::Tensor q4 = qkv.view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+  std::optional<torch::Tensor> attn_mask;
+  bool is_causal = mask.causal;
+  if (mask.bias.defined()) {
+    // An additive mask in the query's dtype (bf16 under autocast), the causal part folded in.
+    torch::Tensor bias = mask.causal ? mask.bias + CausalBias(t, mask.bias.options()) : mask.bias;
+    attn_mask = bias.to(q4.scalar_type());
+    is_causal = false;
+  }
+  return at::scaled_dot_product_attention(q4[0], q4[1], q4[2], attn_mask, dropout, is_causal)
+      .transpose(1, 2)
+      .reshape({b, t, d});
 }
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim,

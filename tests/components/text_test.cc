@@ -523,3 +523,36 @@ TEST(TextModels, LstmLmGivesNextTokenLogits) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// FusedAttention (at::scaled_dot_product_attention, what SelfAttention takes on a GPU) computes
+// the function of the CPU paths: causal (kiln's kernel), causal with padding and a padding bias
+// alone (the explicit bmm and softmax), forward and gradient, within float32 rounding.
+TEST(FusedAttention, EqualsTheCpuPathsCausalPaddedAndPlain) {
+  torch::manual_seed(7);
+  const int64_t b = 2, t = 9, d = 16, heads = 4;
+  SelfAttention attention(d, heads, 0.0);
+  torch::Tensor x = torch::randn({b, t, d});
+  torch::Tensor tokens = torch::randint(1, 50, {b, t}, torch::kInt64);
+  tokens.index_put_({1, torch::indexing::Slice(6, torch::indexing::None)}, 0);  // padding at the end of row 1
+  torch::Tensor padding = PaddingBias(tokens, x.options());
+  for (const AttentionMask& mask : {AttentionMask{true, {}}, AttentionMask{true, padding}, AttentionMask{false, padding}}) {
+    SCOPED_TRACE(std::string(mask.causal ? "causal" : "plain") + (mask.bias.defined() ? " + padding" : ""));
+    torch::Tensor in1 = x.clone().requires_grad_(true), in2 = x.clone().requires_grad_(true);
+    torch::Tensor expected = attention->forward(in1, mask);
+    torch::Tensor got = attention->c_proj->forward(FusedAttention(attention->c_attn->forward(in2), heads, mask, 0.0));
+    // Rows whose every key is masked are nan in both; the padded queries of a causal padded row are not.
+    torch::Tensor finite = torch::isfinite(expected);
+    EXPECT_TRUE(torch::equal(finite, torch::isfinite(got)));
+    EXPECT_TRUE(torch::allclose(got.masked_select(finite), expected.masked_select(finite), 1e-5, 1e-6));
+    torch::Tensor weight = torch::randn_like(expected).masked_fill(~finite, 0);
+    (expected.nan_to_num() * weight).sum().backward();
+    (got.nan_to_num() * weight).sum().backward();
+    EXPECT_TRUE(torch::allclose(in2.grad().nan_to_num(), in1.grad().nan_to_num(), 1e-4, 1e-5));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
