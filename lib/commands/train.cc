@@ -25,10 +25,12 @@ absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(app:
   group_options.cuda = options.accelerator != TrainerOptions::Accelerator::kCpu && torch::cuda::is_available();
   group_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.ddp_timeout * 1000));
   if (group_options.cuda && (options.process_group_backend == "nccl" || options.process_group_backend == "auto")) {
-    // NCCL refuses two ranks on one GPU: say so before the rendezvous rather than after.
+    // NCCL refuses two ranks on one GPU: say so before the rendezvous rather than after. The ranks
+    // on this machine are known from LOCAL_WORLD_SIZE (kiln's launcher and torchrun set it);
+    // without it NCCL itself judges.
     int64_t gpus = torch::cuda::device_count();
     std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
-    int64_t local_ranks = local.empty() ? env.world_size : std::atoll(local.c_str());
+    int64_t local_ranks = local.empty() ? 0 : std::atoll(local.c_str());
     if (local_ranks > gpus) {
       if (options.process_group_backend == "nccl") {
         return absl::FailedPreconditionError(absl::StrCat(

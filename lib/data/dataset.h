@@ -88,8 +88,9 @@ std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector
 absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes,
                                                            torch::Device device = torch::kCPU);
 
-// The GPU this process trains on (LOCAL_RANK's, as the trainer's strategy picks it), or the CPU
-// where there is no CUDA device.
+// The GPU this process trains on: LOCAL_RANK's (modulo the GPUs there are), the first without
+// LOCAL_RANK; the CPU where there is no CUDA device. The trainer's strategy and data.on_device
+// both ask this.
 torch::Device TrainingGpu();
 
 // A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;

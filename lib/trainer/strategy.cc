@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "lib/core/status_macros.h"
 #include "lib/core/torch_compat.h"
+#include "lib/data/dataset.h"
 #include "lib/distributed/data_parallel.h"
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
@@ -41,9 +42,7 @@ absl::Status Strategy::SelectDevice() {
   device_ = torch::Device(torch::kCPU);
   if (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) {
     // One GPU per process: a data-parallel worker takes its local rank's (as Lightning's DDP).
-    std::string local_rank = distributed::ProcessEnv("LOCAL_RANK");
-    int index = local_rank.empty() ? 0 : std::atoi(local_rank.c_str());
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index % torch::cuda::device_count()));
+    device_ = data::TrainingGpu();
     UseCudaDevice(device_);
   }
   SetMathModes(options_.matmul_precision, options_.cudnn_benchmark);
