@@ -22,12 +22,14 @@ inline torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? imag
 torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t width);
 
 // The most pixels kiln decodes an image to (16384 x 16384; PIL refuses more than half as many by
-// default). A header claiming more is refused before the decoder allocates anything: a 40-byte
-// PBM claiming 155555 x 5522 pixels made OpenCV allocate 2.4 GB (fuzz/regressions/image_decode/).
+// default). A header claiming more is refused before the decoder allocates anything (a 40-byte
+// PBM claiming 15555 x 52255 pixels made OpenCV allocate 2.4 GB: fuzz/regressions/image_decode/).
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
-// The width and height a PNG, JPEG, BMP, WebP or PNM (PBM/PGM/PPM) header claims; nullopt for
-// another format or a header too short to say (the decoder then judges the bytes).
+// Whether `bytes` start as a PNG, JPEG, BMP or WebP file: the formats kiln decodes.
+bool IsDecodableImage(std::string_view bytes);
+// The width and height a PNG, JPEG, BMP or WebP header claims; nullopt for another format or a
+// header too short to say (the decoder then judges the bytes).
 std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view bytes);
 
 // How an encoded image (PNG, JPEG, BMP, WebP) becomes a tensor.
@@ -36,8 +38,9 @@ struct ImageDecodeOptions {
   int64_t height = 0, width = 0;  // 0: keep each image's size
 };
 
-// An encoded image as uint8 [C, H, W] (RGB or grayscale; OpenCV decodes it), resized when asked
-// (area averaging when shrinking, bilinear when enlarging); more than kMaxImagePixels is refused. `what` names the image in errors (a
+// An encoded PNG, JPEG, BMP or WebP image as uint8 [C, H, W] (RGB or grayscale; OpenCV decodes
+// it), resized when asked (area averaging when shrinking, bilinear when enlarging); another format,
+// or more than kMaxImagePixels, is refused. `what` names the image in errors (a
 // path, "the request's image"): bytes that are not an image are an InvalidArgument status.
 absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
                                                const std::string& what);

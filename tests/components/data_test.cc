@@ -159,7 +159,7 @@ TEST_F(ImageFolderTest, CorruptImageErrorNamesTheFile) {
   SampleRng rng(0, 0, 2);
   auto e = ds->Get(2, rng);
   ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().message(), root_ + "/cat/broken.png: cannot decode image (corrupt, truncated or not an image)");
+  EXPECT_EQ(e.status().message(), root_ + "/cat/broken.png: cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)");
 }
 
 TEST_F(ImageFolderTest, BadLayoutsAreNamed) {
