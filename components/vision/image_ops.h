@@ -21,10 +21,12 @@ inline torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? imag
 // Bilinear resize of [C, H, W] (uint8 results are rounded back to uint8).
 torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t width);
 
-// The most pixels kiln decodes an image to (16384 x 16384; PIL refuses more than half as many by
-// default). A header claiming more is refused before the decoder allocates anything (a 40-byte
-// PBM claiming 15555 x 52255 pixels made OpenCV allocate 2.4 GB: fuzz/regressions/image_decode/).
-constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+// The most pixels kiln decodes an image to: 2^27, about 11585 x 11585 (PIL warns above 89 M and
+// refuses above 179 M by default). A header claiming more is refused before the decoder allocates
+// anything. The fuzzer found a 40-byte PBM claiming 15555 x 52255 pixels that made OpenCV allocate
+// 2.4 GB, and a 218-byte JPEG claiming 65486 x 2499 (2^27.3) whose decode, RGB conversion and
+// tensor took 1.5 GB (fuzz/regressions/image_decode/).
+constexpr int64_t kMaxImagePixels = int64_t{1} << 27;
 
 // Whether `bytes` start as a PNG, JPEG, BMP or WebP file: the formats kiln decodes.
 bool IsDecodableImage(std::string_view bytes);

@@ -195,10 +195,12 @@ bool MatchesFloat(absl::string_view s, double* out) {
   return false;
 }
 
-// yaml-cpp 0.7 decodes the escape "\N" (NEL, U+0085) to the single byte 0x85, which is not
-// UTF-8. The input was checked to be UTF-8, so such a byte can only come from that escape.
-std::string FixNelEscape(const std::string& s) {
-  if (s.find('\x85') == std::string::npos) return s;
+// yaml-cpp 0.7 decodes the escapes "\N" (NEL, U+0085) and "\_" (no-break space, U+00A0) to the
+// single bytes 0x85 and 0xA0, which are not UTF-8 (the compose fuzzer found "\_": kiln's own YAML
+// output then did not read back). The input was checked to be UTF-8, so such a stray byte can only
+// come from those escapes.
+std::string FixLatin1Escapes(const std::string& s) {
+  if (s.find('\x85') == std::string::npos && s.find('\xa0') == std::string::npos) return s;
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
@@ -207,8 +209,8 @@ std::string FixNelEscape(const std::string& s) {
                     : (c >> 4) == 0xe  ? 3
                     : (c >> 3) == 0x1e ? 4
                                        : 0;
-    if (length == 0) {  // a stray continuation byte: the NEL
-      out += c == 0x85 ? "\xc2\x85" : std::string(1, s[i]);
+    if (length == 0) {  // a stray continuation byte: the NEL or the no-break space
+      out += c == 0x85 ? "\xc2\x85" : c == 0xa0 ? "\xc2\xa0" : std::string(1, s[i]);
       continue;
     }
     out.append(s, i, length);
@@ -240,7 +242,7 @@ class YamlConverter {
         break;
       case YAML::NodeType::Scalar: {
         const std::string& tag = y.Tag();
-        const std::string text = FixNelEscape(y.Scalar());
+        const std::string text = FixLatin1Escapes(y.Scalar());
         if (tag == "?" || tag.empty()) {
           // YAML 1.1 gives a plain `=` (the value key) and `<<` (the merge key, here not a key)
           // types PyYAML cannot build, so Hydra refuses them; quote them for the strings.

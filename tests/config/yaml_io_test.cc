@@ -403,6 +403,18 @@ TEST(ToYaml, Yaml11LineBreaksAreEscapedAndReadBack) {
   EXPECT_TRUE(DeepEqual(**again, **parsed));
 }
 
+// "\_" is the no-break space (U+00A0), which yaml-cpp decodes to the lone byte 0xA0: read as UTF-8,
+// and kiln's output reads back (the compose fuzzer's input: fuzz/regressions/compose/nbsp_escape).
+TEST(ParseYaml, TheNoBreakSpaceEscapeIsUtf8AndReadsBack) {
+  auto parsed = ParseYaml("a: \"\\_x\"\nb: \"y\\_\"\n", "t.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->Find("a")->as_string(), "\u00a0x");
+  EXPECT_EQ((*parsed)->Find("b")->as_string(), "y\u00a0");
+  auto again = ParseYaml(ToYaml(**parsed), "t.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(DeepEqual(**again, **parsed));
+}
+
 TEST(ParseYaml, PlainValueAndMergeIndicatorsAreRefused) {
   // PyYAML has no constructor for YAML 1.1's value (=) and merge (<<) types, so Hydra refuses.
   EXPECT_FALSE(ParseYaml("a: =\n", "t.yaml").ok());
