@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace kiln::config {
 namespace {
@@ -91,15 +92,19 @@ bool MatchesInt(absl::string_view s, int64_t* out) {
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
   absl::string_view body = s.substr(i);
   if (body.empty()) return false;
+  // The magnitude as an int64 with its sign; beyond int64 it is no int.
+  auto accept = [&](unsigned long long v) {
+    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
+    if (v > limit) return false;
+    *out = negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v);
+    return true;
+  };
   auto finish = [&](std::string digits, int base) {
     if (digits.empty()) return false;
     errno = 0;
     char* end = nullptr;
     unsigned long long v = std::strtoull(digits.c_str(), &end, base);
-    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
-    if (errno != 0 || *end != '\0' || v > limit) return false;
-    *out = negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v);
-    return true;
+    return errno == 0 && *end == '\0' && accept(v);
   };
   if (body.size() > 2 && body[0] == '0' && body[1] == 'b') {
     absl::string_view rest = body.substr(2);
@@ -124,9 +129,17 @@ bool MatchesInt(absl::string_view s, int64_t* out) {
   if (end == body.size()) return finish(WithoutUnderscores(body), 10);
   size_t sexa_end = SkipSexagesimal(body, end);
   if (sexa_end != end && sexa_end == body.size()) {
-    double v = ParseSexagesimal(body);
-    *out = static_cast<int64_t>(negative ? -v : v);
-    return true;
+    // Base 60, exactly: a value beyond int64 is no int (as for the other bases), never a cast of
+    // an out-of-range double.
+    unsigned long long v = 0;
+    for (absl::string_view part : absl::StrSplit(body, ':')) {
+      std::string digits = WithoutUnderscores(part);
+      errno = 0;
+      unsigned long long p = std::strtoull(digits.c_str(), nullptr, 10);
+      if (errno != 0 || __builtin_mul_overflow(v, 60ULL, &v) || __builtin_add_overflow(v, p, &v))
+        return false;
+    }
+    return accept(v);
   }
   return false;
 }

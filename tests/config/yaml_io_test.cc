@@ -99,7 +99,23 @@ TEST(YamlScalarTyping, HexAndBinary) {
 
 TEST(YamlScalarTyping, UppercaseHexPrefixIsAString) { ExpectString("0X1F", "0X1F"); }
 
-TEST(YamlScalarTyping, SexagesimalInt) { ExpectInt("1:30", 90); }
+TEST(YamlScalarTyping, SexagesimalInt) {
+  ExpectInt("1:30", 90);
+  ExpectInt("-1:0:0", -3600);
+  ExpectInt("2_0:30", 1230);
+  // Exact in base 60 up to int64's ends (a double would round these).
+  ExpectInt("2562047788015215:30:7", INT64_MAX);
+  ExpectInt("-2562047788015215:30:8", INT64_MIN);
+}
+
+// Beyond int64 a sexagesimal is no int, as a decimal is not (the compose fuzzer found a cast of
+// an out-of-range double here, undefined behaviour).
+TEST(YamlScalarTyping, SexagesimalBeyondInt64IsAString) {
+  ExpectString("2562047788015215:30:8", "2562047788015215:30:8");
+  ExpectString("12345678901234567890:0", "12345678901234567890:0");
+  ExpectString("99999999999999999999999:0", "99999999999999999999999:0");
+  ExpectString("9223372036854775808", "9223372036854775808");
+}
 
 TEST(YamlScalarTyping, Floats) {
   ExpectFloat("1.5", 1.5);
