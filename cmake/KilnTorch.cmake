@@ -14,6 +14,15 @@ include_guard(GLOBAL)
 set(KILN_CUDA AUTO CACHE STRING "Build with CUDA: AUTO (when CUDA's toolkit is found), ON or OFF")
 set_property(CACHE KILN_CUDA PROPERTY STRINGS AUTO ON OFF)
 
+# Under `pip install .` (scikit-build-core sets SKBUILD and Python_EXECUTABLE): the torch of the
+# environment being installed into, whose libraries the package will load.
+if(NOT KILN_TORCH_DIR AND SKBUILD AND Python_EXECUTABLE)
+  execute_process(COMMAND ${Python_EXECUTABLE} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+                  OUTPUT_VARIABLE _purelib OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(_rc EQUAL 0 AND EXISTS ${_purelib}/torch/version.py)
+    set(KILN_TORCH_DIR ${_purelib}/torch CACHE PATH "LibTorch: the torch wheel's folder in the virtual environment")
+  endif()
+endif()
 if(NOT KILN_TORCH_DIR)
   if(DEFINED ENV{KILN_VENV})
     set(_venv $ENV{KILN_VENV})
@@ -31,7 +40,9 @@ endif()
 
 # kiln's Python: the virtual environment's (the tests' interop checks, the Optuna sweeper's default).
 set(KILN_PYTHON python3)
-if(KILN_TORCH_DIR AND EXISTS ${KILN_TORCH_DIR}/../../../../bin/python)
+if(SKBUILD AND Python_EXECUTABLE)
+  set(KILN_PYTHON ${Python_EXECUTABLE})
+elseif(KILN_TORCH_DIR AND EXISTS ${KILN_TORCH_DIR}/../../../../bin/python)
   get_filename_component(KILN_PYTHON ${KILN_TORCH_DIR}/../../../../bin/python ABSOLUTE)
 endif()
 

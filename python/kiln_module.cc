@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "lib/core/error_text.h"
+#include "python/common.h"
+#include "python/components.h"
 #include "components/models/model.h"
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
@@ -43,20 +45,6 @@ namespace py = pybind11;
 
 namespace kiln::python {
 namespace {
-
-// A failed absl::Status, raised in Python as kiln.KilnError (a ValueError) with the same message.
-struct StatusError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void Check(const absl::Status& status) {
-  if (!status.ok()) throw StatusError(std::string(status.message()));
-}
-template <typename T>
-T Take(absl::StatusOr<T> value) {
-  Check(value.status());
-  return *std::move(value);
-}
 
 py::object ToPython(const config::Node& node) {
   switch (node.kind()) {
@@ -429,14 +417,16 @@ class PyModel {
   std::shared_ptr<Model> model_;
 };
 
-// kiln.instantiate: a model or a data module from a config node with _target_ (other kinds are
-// built by the job that uses them).
-py::object Instantiate(const py::dict& node, uint64_t seed) {
+// kiln.instantiate: any component a Python program can use on its own, from a config node with
+// _target_ (Hydra's instantiate(cfg, **kwargs)): models, data modules and the kinds of
+// python/components.h. Callbacks, loggers, tasks, launchers, sweepers and prediction writers act on
+// kiln's loop, so a job builds them.
+py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& params, const py::object& optimizer,
+                       int64_t total_steps, int64_t steps_per_epoch, int64_t num_classes) {
   config::Config cfg(FromPython(node, ""));
   std::string target = cfg.Get<std::string>("_target_").value_or("");
-  bool model = Registry<Model>::Get().Contains(target);
-  bool data = Registry<data::DataModule>::Get().Contains(target);
-  if (model) {
+  if (target.empty()) throw StatusError("kiln.instantiate needs a config node with _target_");
+  if (Registry<Model>::Get().Contains(target)) {
     std::shared_ptr<Model> built;
     {
       py::gil_scoped_release release;
@@ -444,17 +434,19 @@ py::object Instantiate(const py::dict& node, uint64_t seed) {
     }
     return py::cast(PyModel(std::move(built)));
   }
-  if (data) return py::cast(PyDataModule(node, seed));
+  if (Registry<data::DataModule>::Get().Contains(target)) return py::cast(PyDataModule(node, seed));
+  InstantiateArgs args{params, optimizer, total_steps, steps_per_epoch, num_classes};
+  py::object component = InstantiateComponent(cfg, target, args);
+  if (!component.is_none()) return component;
   std::vector<std::string> kinds;
   for (const auto& kind : RegistryHub::Instance().Kinds()) {
     auto names = RegistryHub::Instance().Names(kind);
     if (std::find(names.begin(), names.end(), target) != names.end()) kinds.push_back(kind);
   }
-  throw StatusError(target.empty() ? std::string("kiln.instantiate needs a config node with _target_")
-                    : kinds.empty()
+  throw StatusError(kinds.empty()
                         ? absl::StrCat("kiln.instantiate: no component '", target, "' (kiln list shows them)")
-                        : absl::StrCat("kiln.instantiate builds models and data modules; '", target, "' is a ",
-                                       absl::StrJoin(kinds, "/"), ", which kiln builds inside a job (kiln.fit)"));
+                        : absl::StrCat("kiln.instantiate: '", target, "' is a ", absl::StrJoin(kinds, "/"),
+                                       ", which acts on kiln's loop: a job builds it (kiln.fit, kiln.Trainer)"));
 }
 
 // A built job, driven from Python; every call releases the GIL while kiln works.
@@ -629,8 +621,13 @@ PYBIND11_MODULE(_kiln, m) {
       .def("train", &kiln::python::PyModel::Train, py::arg("mode") = true)
       .def("eval", [](kiln::python::PyModel& m) { m.Train(false); })
       .def_property_readonly("num_parameters", &kiln::python::PyModel::NumParameters);
-  m.def("instantiate", &kiln::python::Instantiate, py::arg("node"), py::arg("seed") = 0,
-        "A model or a data module from a config node with _target_.");
+  kiln::python::BindComponents(m);
+  m.def("instantiate", &kiln::python::Instantiate, py::arg("node"), py::arg("seed") = 0, py::kw_only(),
+        py::arg("params") = py::none(), py::arg("optimizer") = py::none(), py::arg("total_steps") = 0,
+        py::arg("steps_per_epoch") = 0, py::arg("num_classes") = 0,
+        "A component from a config node with _target_: a model, a data module (seed), an optimizer "
+        "(params=), a scheduler (optimizer=, total_steps=, steps_per_epoch=), a loss, a metric "
+        "(num_classes=), a transform, a tokenizer or an audio feature extractor.");
   py::class_<kiln::python::PyJob>(m, "Job")
       .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
                   py::arg("config_dir") = "", py::arg("evaluate") = false)

@@ -10,6 +10,10 @@ message (file:line, did-you-mean). docs/python.md says more.
 """
 from typing import Dict, Optional, Sequence
 
+# torch first: its libraries (LibTorch, libtorch_python) are kiln's, and once loaded they are the
+# ones the extension binds to, wherever this torch is installed.
+import torch as _torch  # noqa: F401
+
 
 def _overrides(overrides: Sequence[str]) -> list:
     # A single string would be read as a list of its characters.

@@ -1,6 +1,7 @@
 """`import kiln` (build/python) against the `kiln` command: the same config, the same trained weights,
 and kiln's errors as kiln.KilnError. Run by ctest (tests/python/CMakeLists.txt) with the .venv's
 Python; torch is imported first, as a notebook would, so kiln shares that process's LibTorch."""
+import math
 import os
 import struct
 import subprocess
@@ -12,22 +13,14 @@ import unittest
 import torch  # noqa: F401  (first, as users do)
 import kiln
 
+from runs import FASHION, have_fashion, small_run
+from runs import weights as _weights
+
 KILN = os.environ["KILN_BINARY"]
-FASHION = "/usr/share/datasets/fashion-mnist"
-
-
-def small_run(run_dir):
-    return ["model=mlp", "model.hidden=[16]", "trainer.max_steps=30", "trainer.num_threads=1",
-            "trainer.limit_val_batches=2", "trainer.num_sanity_val_steps=0", "seed=3", "hydra.run.dir=" + run_dir]
 
 
 def weights(run_dir, out_dir):
-    """The data section of the run's last.ckpt exported as safetensors (the header names the source)."""
-    subprocess.run([KILN, "export", "run_dir=" + run_dir, "ckpt_path=last", "hydra.run.dir=" + out_dir],
-                   check=True, capture_output=True)
-    with open(os.path.join(out_dir, "model.safetensors"), "rb") as f:
-        blob = f.read()
-    return blob[8 + struct.unpack("<Q", blob[:8])[0]:]
+    return _weights([KILN], run_dir, out_dir)
 
 
 class Compose(unittest.TestCase):
@@ -60,8 +53,8 @@ class Compose(unittest.TestCase):
             model(torch.zeros(2, 5))
         self.assertIsInstance(kiln.instantiate(cfg["data"]), kiln.DataModule)
         with self.assertRaises(kiln.KilnError) as caught:
-            kiln.instantiate(cfg["optimizer"])
-        self.assertIn("builds models and data modules", str(caught.exception))
+            kiln.instantiate(cfg["callbacks"]["early_stopping"])
+        self.assertIn("a job builds it", str(caught.exception))
         with self.assertRaises(kiln.KilnError):
             kiln.instantiate({"_target_": "no_such_thing"})
 
@@ -80,7 +73,104 @@ class Compose(unittest.TestCase):
             kiln.compose(config_dir="/no/such/folder")
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+class InstantiateComponents(unittest.TestCase):
+    """kiln.instantiate for the kinds a Python loop uses on its own, each against torch's own."""
+
+    def test_an_optimizer_trains_a_python_model_as_torch_adamw_does(self):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(5, 3)
+        reference = torch.nn.Linear(5, 3)
+        reference.load_state_dict(model.state_dict())
+        opt = kiln.instantiate({"_target_": "adamw", "lr": 0.01, "weight_decay": 0.01,
+                                "no_decay_norm_and_bias": False}, params=model.named_parameters())
+        ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01, weight_decay=0.01)
+        x, y = torch.randn(8, 5), torch.randint(0, 3, (8,))
+        for _ in range(5):
+            for m, o in ((model, opt), (reference, ref_opt)):
+                o.zero_grad()
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                o.step()
+        self.assertFalse(torch.equal(model.weight, reference.weight.new_zeros(3, 5)))
+        for a, b in zip(model.parameters(), reference.parameters()):
+            self.assertTrue(torch.allclose(a, b, atol=1e-6), (a, b))
+        self.assertEqual(opt.lr, [0.01])
+        # configs/optimizer/adamw.yaml keeps norms and biases out of weight decay: two groups.
+        two = kiln.instantiate(kiln.compose(overrides=["optimizer=adamw"])["optimizer"], params=model.named_parameters())
+        self.assertEqual(two.lr, [0.001, 0.001])
+
+    def test_a_schedule_warms_up_then_decays(self):
+        model = torch.nn.Linear(2, 2)
+        opt = kiln.instantiate({"_target_": "sgd", "lr": 0.1}, params=model.parameters())
+        sched = kiln.instantiate({"_target_": "cosine_with_warmup", "warmup_steps": 2}, optimizer=opt, total_steps=6)
+        self.assertEqual(sched.interval, "step")
+        lrs = []
+        for _ in range(6):
+            lrs.append(opt.lr[0])
+            opt.step()
+            sched.step()
+        self.assertAlmostEqual(lrs[0], 0.0)
+        self.assertAlmostEqual(lrs[1], 0.05)
+        self.assertAlmostEqual(lrs[2], 0.1)
+        self.assertAlmostEqual(lrs[4], 0.1 * 0.5 * (1 + math.cos(math.pi * 2 / 4)))
+        self.assertTrue(all(a > b for a, b in zip(lrs[2:], lrs[3:])), lrs)
+
+    def test_loss_metric_transform_tokenizer_and_features(self):
+        logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0], [1.0, 2.0, 0.0], [0.0, 0.0, 1.0]], requires_grad=True)
+        target = torch.tensor([0, 2, 0, 2])
+        loss = kiln.instantiate({"_target_": "cross_entropy", "label_smoothing": 0.1})(logits, target)
+        expected = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
+        self.assertTrue(torch.allclose(loss, expected))
+        loss.backward()
+        self.assertEqual(tuple(logits.grad.shape), (4, 3))  # autograd went through kiln's loss
+
+        acc = kiln.instantiate({"_target_": "accuracy"}, num_classes=3)
+        acc.update(logits, target)
+        acc.update(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([1]))
+        self.assertEqual(acc.compute(), 0.8)  # 4 of 5 rows
+        acc.reset()
+        acc.update(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([0]))
+        self.assertEqual(acc.compute(), 0.0)
+        per_class = kiln.instantiate({"_target_": "accuracy", "average": "none"}, num_classes=3)
+        per_class.update(logits, target)
+        self.assertEqual(per_class.compute(), {"0": 0.5, "2": 1.0})  # class 1 has no rows
+
+        image = torch.arange(2 * 3 * 4, dtype=torch.uint8).reshape(2, 3, 4)
+        flip = kiln.instantiate({"_target_": "horizontal_flip", "p": 1.0})
+        self.assertTrue(torch.equal(flip(image), image.flip(-1)))
+        crop = kiln.instantiate({"_target_": "random_crop", "size": 3, "padding": 2})
+        self.assertTrue(torch.equal(crop(image, seed=7, index=3), crop(image, seed=7, index=3)))
+        self.assertEqual(len({crop(image, seed=7, index=i).flatten().tolist().__str__() for i in range(12)}) > 1, True)
+        self.assertFalse(crop.deterministic)
+
+        tok = kiln.instantiate({"_target_": "char"})
+        tok.fit(["call me ishmael", "some years ago"])
+        ids = tok.encode("me ago")
+        self.assertEqual(tok.decode(ids), "me ago")
+        self.assertEqual(tok.vocab_size, 256)  # the id space, as configured
+        self.assertEqual(tok.encode("z"), [1])  # never seen: <unk>
+
+        mel = kiln.instantiate({"_target_": "log_mel", "n_mels": 40})
+        wave = torch.sin(torch.arange(16000, dtype=torch.float32) * 2 * math.pi * 440 / 16000)
+        features = mel(wave)
+        self.assertEqual(tuple(features.shape), (mel.num_frames(16000), 40))
+        self.assertEqual(mel.num_features, 40)
+
+    def test_what_cannot_be_built_alone_says_so(self):
+        with self.assertRaisesRegex(kiln.KilnError, "needs params="):
+            kiln.instantiate({"_target_": "adamw"})
+        with self.assertRaisesRegex(kiln.KilnError, "needs optimizer="):
+            kiln.instantiate({"_target_": "cosine_with_warmup"})
+        with self.assertRaisesRegex(kiln.KilnError, "'early_stopping' is a callback, which acts on kiln's loop"):
+            kiln.instantiate({"_target_": "early_stopping"})
+        with self.assertRaisesRegex(kiln.KilnError, "no component 'adamww'"):
+            kiln.instantiate({"_target_": "adamww"})
+        with self.assertRaisesRegex(kiln.KilnError, "cannot take these tensors"):
+            kiln.instantiate({"_target_": "cross_entropy"})(torch.zeros(2, 3), torch.zeros(5, dtype=torch.long))
+        with self.assertRaisesRegex(kiln.KilnError, "params holds a str"):
+            kiln.instantiate({"_target_": "sgd", "lr": 0.1}, params=["weight"])
+
+
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class Fit(unittest.TestCase):
     def test_fit_and_kiln_train_give_bitwise_equal_weights(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -158,7 +248,7 @@ class Fit(unittest.TestCase):
                 kiln.Trainer({"trainer": {"max_steps": object()}}, output_dir=tmp + "/x")
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class Callbacks(unittest.TestCase):
     def test_hooks_are_called_from_kilns_loop(self):
         class Record(kiln.Callback):
@@ -223,7 +313,7 @@ class Callbacks(unittest.TestCase):
             kiln.Trainer(overrides=["model=mlp"], callbacks=[object()])
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class Data(unittest.TestCase):
     def cfg(self):
         cfg = kiln.compose(overrides=["data=fashion_mnist", "data.num_workers=2", "data.batch_size=64"])["data"]
@@ -307,7 +397,7 @@ class Data(unittest.TestCase):
         self.assertIn("/nonexistent", str(caught.exception))
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class Predict(unittest.TestCase):
     def test_predictor_answers_as_kiln_predict_does(self):
         import json
@@ -360,7 +450,7 @@ class PythonMlp(torch.nn.Module):
         return self.head(x)
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class OwnModel(unittest.TestCase):
     def test_a_python_module_trains_in_kilns_loop_and_predicts(self):
         torch.manual_seed(0)
@@ -402,7 +492,7 @@ class OwnModel(unittest.TestCase):
             kiln.fit(["model=mlp"], model=Untypable())
 
 
-@unittest.skipUnless(os.path.exists(FASHION + "/t10k-labels-idx1-ubyte.gz"), FASHION + " is not there")
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class Interrupt(unittest.TestCase):
     def test_ctrl_c_is_a_keyboard_interrupt_with_a_resumable_checkpoint(self):
         with tempfile.TemporaryDirectory() as tmp:
