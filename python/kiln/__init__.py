@@ -11,8 +11,16 @@ message (file:line, did-you-mean). docs/python.md says more.
 from typing import Dict, Optional, Sequence
 
 # torch first: its libraries (LibTorch, libtorch_python) are kiln's, and once loaded they are the
-# ones the extension binds to, wherever this torch is installed.
-import torch as _torch  # noqa: F401
+# ones the extension binds to, wherever this torch is installed. The package does not require torch
+# from pip (that would pull torch's NVIDIA packages, gigabytes, into a CPU environment that
+# installed torch without them); it checks the version here instead.
+import torch as _torch
+
+from ._build import TORCH_VERSION as _BUILT_FOR
+
+if _torch.__version__.split("+")[0] != _BUILT_FOR:
+    raise ImportError("kiln was built against torch %s, and this environment has torch %s: install torch==%s, "
+                      "or rebuild kiln here (pip install .)" % (_BUILT_FOR, _torch.__version__, _BUILT_FOR))
 
 
 def _overrides(overrides: Sequence[str]) -> list:

@@ -92,6 +92,22 @@ class Installed(unittest.TestCase):
             self.assertEqual(len(cli.stderr.strip().splitlines()), 1, cli.stderr)
             self.assertIn("no_such_model", cli.stderr)
 
+    def test_another_torch_is_refused_at_import(self):
+        build_info = glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages", "kiln", "_build.py"))[0]
+        with open(build_info) as f:
+            original = f.read()
+        self.assertIn('TORCH_VERSION = "%s"' % torch.__version__.split("+")[0], original)
+        try:
+            with open(build_info, "w") as f:
+                f.write('TORCH_VERSION = "1.13.1"\n')
+            with tempfile.TemporaryDirectory() as tmp:
+                out = in_venv("import kiln", tmp)
+        finally:
+            with open(build_info, "w") as f:
+                f.write(original)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("ImportError: kiln was built against torch 1.13.1, and this environment has torch", out.stderr)
+
     @unittest.skipUnless(have_fashion(), FASHION + " is not there")
     def test_kiln_fit_and_the_kiln_command_train_the_same_weights(self):
         with tempfile.TemporaryDirectory() as tmp:
