@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <csignal>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/data/sampler.h"
+#include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/predictor.h"
 #include "lib/trainer/trainer.h"
@@ -560,6 +562,22 @@ PYBIND11_MODULE(_kiln, m) {
     }
   });
   m.attr("__version__") = kiln::app::Version();
+  // kiln's log lines go to Python's sys.stderr, which a notebook shows (the process's stderr it
+  // does not); until Python exits, then to stderr again.
+  kiln::Logger::Instance().set_console_sink([](const std::string& line) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object err = py::module_::import("sys").attr("stderr");
+      if (!err.is_none()) {
+        err.attr("write")(line);
+        return;
+      }
+    } catch (const py::error_already_set&) {
+    }
+    std::fputs(line.c_str(), stderr);
+  });
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { kiln::Logger::Instance().set_console_sink(nullptr); }));
   m.def("compose", &kiln::python::Compose, py::arg("config_name") = "train", py::arg("overrides") = std::vector<std::string>{},
         py::arg("config_dir") = "",
         "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, as dicts.");

@@ -94,6 +94,7 @@ absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request) {
   job.composed = std::make_shared<config::ComposeResult>(std::move(composed));
   KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(*job.composed, /*job_num=*/-1, ""));
   job.output_dir = run.output_dir;
+  job.log_file = run.log_file;
   KILN_ASSIGN_OR_RETURN(config::NodePtr resolved, config::ResolveJob(*job.composed));
   job.cfg = config::Config(resolved);
   return job;
@@ -109,7 +110,19 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Pur
   // A config that does not compose or resolve is refused before anything is written.
   KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request));
   KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
-  return FromConfig(composed.cfg, composed.output_dir, purpose);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(composed.cfg, composed.output_dir, purpose));
+  job->log_file_ = composed.log_file;
+  return job;
+}
+
+Job::LogFileScope::LogFileScope(Job& job) : job_(job) {
+  if (job_.log_file_.empty()) return;
+  entered_ = true;
+  if (job_.log_file_users_++ == 0) status_ = Logger::Instance().OpenFile(job_.log_file_);
+}
+
+Job::LogFileScope::~LogFileScope() {
+  if (entered_ && --job_.log_file_users_ == 0) Logger::Instance().CloseFile();
 }
 
 void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
@@ -156,6 +169,8 @@ absl::Status Job::RebuildOptimizer(const config::Config& cfg) {
 }
 
 absl::Status Job::Fit() {
+  LogFileScope log(*this);
+  KILN_RETURN_IF_ERROR(log.status());
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("this job was built for evaluation (Job::Purpose::kEvaluate): it has no "
                                          "optimizer to fit with");
@@ -164,6 +179,8 @@ absl::Status Job::Fit() {
 }
 
 absl::StatusOr<std::map<std::string, double>> Job::Test() {
+  LogFileScope log(*this);
+  KILN_RETURN_IF_ERROR(log.status());
   KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kTest));
   KILN_ASSIGN_OR_RETURN(auto report, task_->TestReport(output_dir_, data_->class_names()));
   if (!report.empty()) trainer().LogMetrics(report);
@@ -173,12 +190,16 @@ absl::StatusOr<std::map<std::string, double>> Job::Test() {
 }
 
 absl::StatusOr<std::map<std::string, double>> Job::Validate() {
+  LogFileScope log(*this);
+  KILN_RETURN_IF_ERROR(log.status());
   KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kValidate));
   KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(metrics)));
   return metrics;
 }
 
 absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
+  LogFileScope log(*this);
+  KILN_RETURN_IF_ERROR(log.status());
   KILN_RETURN_IF_ERROR(Fit());
   // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
   if (group_ != nullptr && !group_->is_global_zero()) return std::map<std::string, double>{};

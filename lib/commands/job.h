@@ -43,6 +43,7 @@ struct ComposedJob {
   config::Config cfg;
   std::string output_dir;
   std::shared_ptr<config::ComposeResult> composed;  // for writing the run folder's .hydra files
+  std::string log_file;  // the run's log file (hydra.job_logging), "" when off
 };
 absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request);
 // Creates the run folder with its .hydra files (config.yaml, hydra.yaml, overrides.yaml).
@@ -98,6 +99,20 @@ class Job {
 
  private:
   Job() = default;
+  // While a job that Compose made fits, tests or validates, kiln's log lines also go to its run's
+  // log file, as `kiln train` writes them (the command line opens the file itself). Nested calls
+  // (FitThenTest) keep it open until the outermost one ends.
+  class LogFileScope {
+   public:
+    explicit LogFileScope(Job& job);
+    ~LogFileScope();
+    const absl::Status& status() const { return status_; }
+
+   private:
+    Job& job_;
+    bool entered_ = false;
+    absl::Status status_;
+  };
 
   config::Config cfg_;
   std::string output_dir_;
@@ -115,6 +130,8 @@ class Job {
   std::string checkpoint_dir_;  // the keeper's folder, or default_root_dir/checkpoints
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::unique_ptr<Trainer> trainer_;
+  std::string log_file_;
+  int log_file_users_ = 0;
 };
 
 // The checkpoint a command starts from: `ckpt_path` as a file, `last` or `best` (what `keeper`

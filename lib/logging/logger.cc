@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -59,23 +60,38 @@ void Logger::CloseFile() {
   file_ = nullptr;
 }
 
+void Logger::set_console_sink(std::function<void(const std::string&)> sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sink_ = sink ? std::make_shared<const std::function<void(const std::string&)>>(std::move(sink)) : nullptr;
+}
+
 void Logger::Log(LogLevel level, const std::string& message) {
   if (level < level_) return;
   std::string line = absl::StrCat("[", Timestamp(), "][kiln][", LevelName(level), "] - ", message, "\n");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (console_) {
-    // Log lines go to stderr so that what a command prints on stdout stays machine-readable.
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
+  std::vector<std::string> console;
+  std::shared_ptr<const std::function<void(const std::string&)>> sink;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink = sink_;
+    // Log lines go to the console's stderr so that what a command prints on stdout stays
+    // machine-readable.
+    if (console_) console.push_back(line);
+    if (file_ != nullptr && (std::fputs(line.c_str(), file_) == EOF || std::fflush(file_) != 0)) {
+      console.push_back(absl::StrCat("[", Timestamp(), "][kiln][WARNING] - log file ", file_path_,
+                                     ": write failed: ", std::strerror(errno),
+                                     "; the job goes on, logging to stderr only\n"));
+      std::fclose(file_);
+      file_ = nullptr;
+    }
   }
-  if (file_ != nullptr && (std::fputs(line.c_str(), file_) == EOF || std::fflush(file_) != 0)) {
-    std::string warning = absl::StrCat("[", Timestamp(), "][kiln][WARNING] - log file ", file_path_,
-                                       ": write failed: ", std::strerror(errno),
-                                       "; the job goes on, logging to stderr only\n");
-    std::fclose(file_);
-    file_ = nullptr;
-    std::fputs(warning.c_str(), stderr);
-    std::fflush(stderr);
+  // Outside the lock: a sink may wait (for Python's GIL) while its holder logs.
+  for (const std::string& text : console) {
+    if (sink) {
+      (*sink)(text);
+    } else {
+      std::fputs(text.c_str(), stderr);
+      std::fflush(stderr);
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -23,6 +25,9 @@ class Logger {
   void CloseFile();
   void set_level(LogLevel level) { level_ = level; }
   void set_console(bool enabled) { console_ = enabled; }
+  // Where console lines go instead of stderr (the Python package: Python's sys.stderr, which a
+  // notebook shows); nullptr: stderr. Called without the logger's lock held, one line at a time.
+  void set_console_sink(std::function<void(const std::string&)> sink);
 
   void Log(LogLevel level, const std::string& message);
   void Info(const std::string& message) { Log(LogLevel::kInfo, message); }
@@ -35,6 +40,7 @@ class Logger {
   std::string file_path_;
   LogLevel level_ = LogLevel::kInfo;
   bool console_ = true;
+  std::shared_ptr<const std::function<void(const std::string&)>> sink_;
 };
 
 // Parses "DEBUG", "INFO", "WARNING", "ERROR" (any case).

@@ -208,10 +208,18 @@ class Fit(unittest.TestCase):
         import io
         import contextlib
         err = io.StringIO()
-        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(err):
-            kiln.fit(small_run(tmp + "/run") + ["test=false"], progress=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            with contextlib.redirect_stderr(err):
+                kiln.fit(small_run(tmp + "/run") + ["test=false"], progress=True)
+            with open(tmp + "/run/train.log") as f:  # the run's log file, as `kiln train` writes it
+                logged = [line for line in f.read().splitlines() if "][kiln][" in line]
         self.assertIn("epoch 0", err.getvalue())
         self.assertIn("30/422", err.getvalue())  # 30 steps of an epoch of 422 batches
+        # kiln's own log lines reach Python's sys.stderr (which a notebook shows), with the run's.
+        self.assertRegex(err.getvalue(), r"\]\[kiln\]\[INFO\] - fit done: ")
+        self.assertTrue(any("fit done: " in line for line in logged), logged)
+        for line in logged:
+            self.assertIn(line, err.getvalue())
 
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
