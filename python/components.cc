@@ -20,6 +20,7 @@
 #include "lib/data/sample_rng.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/callback.h"
 #include "lib/trainer/loss.h"
 #include "lib/trainer/metric.h"
 #include "lib/trainer/optimization.h"
@@ -160,6 +161,16 @@ class PyFeatures {
   std::shared_ptr<audio::FeatureExtractor> features_;
 };
 
+// A native callback or logger, held for a job; opaque to Python.
+struct PyNativeCallback {
+  std::string name;
+  std::shared_ptr<Callback> callback;
+};
+struct PyNativeLogger {
+  std::string name;
+  std::shared_ptr<MetricsLogger> logger;
+};
+
 // The tensors to optimize, with names: a Python model's named_parameters() or parameters(), or a
 // list of tensors.
 NamedParameters ParametersFrom(const py::object& params, const std::string& target) {
@@ -221,7 +232,17 @@ py::object InstantiateComponent(const config::Config& cfg, const std::string& ta
   if (Registry<audio::FeatureExtractor>::Get().Contains(target)) {
     return py::cast(PyFeatures(Build<audio::FeatureExtractor>(cfg)));
   }
+  if (Registry<Callback>::Get().Contains(target)) return py::cast(PyNativeCallback{target, Build<Callback>(cfg)});
+  if (Registry<MetricsLogger>::Get().Contains(target)) return py::cast(PyNativeLogger{target, Build<MetricsLogger>(cfg)});
   return py::none();
+}
+
+std::shared_ptr<Callback> NativeCallback(const py::handle& object) {
+  return py::isinstance<PyNativeCallback>(object) ? object.cast<const PyNativeCallback&>().callback : nullptr;
+}
+
+std::shared_ptr<MetricsLogger> NativeLogger(const py::handle& object) {
+  return py::isinstance<PyNativeLogger>(object) ? object.cast<const PyNativeLogger&>().logger : nullptr;
 }
 
 void BindComponents(py::module_& m) {
@@ -251,6 +272,10 @@ void BindComponents(py::module_& m) {
       .def("decode", &PyTokenizer::Decode, py::arg("ids"))
       .def_property_readonly("vocab_size", &PyTokenizer::vocab_size)
       .def("__repr__", &PyTokenizer::Describe);
+  py::class_<PyNativeCallback>(m, "NativeCallback", "A kiln callback, for kiln.fit(callbacks=[...]) or kiln.Trainer.")
+      .def("__repr__", [](const PyNativeCallback& c) { return "<kiln callback " + c.name + ">"; });
+  py::class_<PyNativeLogger>(m, "NativeLogger", "A kiln logger, for kiln.fit(loggers=[...]) or kiln.Trainer.")
+      .def("__repr__", [](const PyNativeLogger& l) { return "<kiln logger " + l.name + ">"; });
   py::class_<PyFeatures>(m, "AudioFeatures", "A kiln feature extractor: features(waveform) is [frames, num_features].")
       .def("__call__", &PyFeatures::Call, py::arg("waveform"))
       .def_property_readonly("num_features", [](const PyFeatures& f) { return f.get().num_features(); })

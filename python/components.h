@@ -1,14 +1,17 @@
-// kiln.instantiate for the component kinds that work outside kiln's loop, each a Python object:
+// kiln.instantiate for the component kinds beyond models and data modules, each a Python object:
 // optimizers (over any tensors, a Python model's parameters too), schedulers, losses, metrics,
-// transforms, tokenizers and audio feature extractors.
+// transforms, tokenizers and audio feature extractors work on their own; callbacks and loggers are
+// handed to a job (kiln.fit, kiln.Trainer).
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "lib/config/config.h"
+#include "lib/trainer/callback.h"
 
 namespace kiln::python {
 
@@ -27,5 +30,10 @@ pybind11::object InstantiateComponent(const config::Config& cfg, const std::stri
 
 // The Python classes of those components (kiln.Optimizer, kiln.Scheduler, ...).
 void BindComponents(pybind11::module_& m);
+
+// A callback or a logger that kiln.instantiate built, for a job to run (kiln.fit(callbacks=,
+// loggers=)); nullptr when `object` is not one.
+std::shared_ptr<Callback> NativeCallback(const pybind11::handle& object);
+std::shared_ptr<MetricsLogger> NativeLogger(const pybind11::handle& object);
 
 }  // namespace kiln::python

@@ -419,10 +419,9 @@ class PyModel {
   std::shared_ptr<Model> model_;
 };
 
-// kiln.instantiate: any component a Python program can use on its own, from a config node with
-// _target_ (Hydra's instantiate(cfg, **kwargs)): models, data modules and the kinds of
-// python/components.h. Callbacks, loggers, tasks, launchers, sweepers and prediction writers act on
-// kiln's loop, so a job builds them.
+// kiln.instantiate: a component from a config node with _target_ (Hydra's instantiate(cfg,
+// **kwargs)): models, data modules and the kinds of python/components.h. Tasks, launchers,
+// sweepers and prediction writers are built from a job's or a sweep's config.
 py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& params, const py::object& optimizer,
                        int64_t total_steps, int64_t steps_per_epoch, int64_t num_classes) {
   config::Config cfg(FromPython(node, ""));
@@ -448,7 +447,8 @@ py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& pa
   throw StatusError(kinds.empty()
                         ? absl::StrCat("kiln.instantiate: no component '", target, "' (kiln list shows them)")
                         : absl::StrCat("kiln.instantiate: '", target, "' is a ", absl::StrJoin(kinds, "/"),
-                                       ", which acts on kiln's loop: a job builds it (kiln.fit, kiln.Trainer)"));
+                                       ", which kiln builds from the config of a job or a sweep (kiln.fit, "
+                                       "kiln.Trainer, kiln multirun)"));
 }
 
 // A built job, driven from Python; every call releases the GIL while kiln works.
@@ -470,6 +470,17 @@ class PyJob {
     return PyJob(Take(Job::FromConfig(config, output_dir, purpose)));
   }
 
+  // A callback or logger that kiln.instantiate built.
+  void AddNative(const py::object& component) {
+    if (auto callback = NativeCallback(component)) {
+      Check(job_->AddCallback(std::move(callback)));
+    } else if (auto logger = NativeLogger(component)) {
+      Check(job_->AddLogger(std::move(logger)));
+    } else {
+      throw StatusError("a job takes kiln callbacks and loggers; this is a " +
+                        std::string(py::str(py::type::of(component).attr("__name__"))));
+    }
+  }
   void AddCallback(py::object callback, const std::set<std::string>& hooks) {
     Check(job_->AddCallback(std::make_shared<PyCallback>(std::move(callback), hooks, callbacks_++, raised_)));
   }
@@ -651,6 +662,7 @@ PYBIND11_MODULE(_kiln, m) {
                   py::arg("config_dir") = "", py::arg("evaluate") = false)
       .def_static("from_dict", &kiln::python::PyJob::FromDict, py::arg("cfg"), py::arg("output_dir"), py::arg("evaluate") = false)
       .def("add_callback", &kiln::python::PyJob::AddCallback, py::arg("callback"), py::arg("hooks"))
+      .def("add_native", &kiln::python::PyJob::AddNative, py::arg("component"))
       .def("fit", &kiln::python::PyJob::Fit)
       .def("fit_then_test", &kiln::python::PyJob::FitThenTest)
       .def("test", &kiln::python::PyJob::Test)

@@ -140,6 +140,14 @@ absl::Status Job::AddCallback(std::shared_ptr<Callback> callback) {
   return absl::OkStatus();
 }
 
+absl::Status Job::AddLogger(std::shared_ptr<MetricsLogger> logger) {
+  if (trainer_ != nullptr) {
+    return absl::FailedPreconditionError("a logger must be added before the job first fits, tests or validates");
+  }
+  if (group_ == nullptr || group_->is_global_zero()) loggers_.push_back(std::move(logger));
+  return absl::OkStatus();
+}
+
 Trainer& Job::trainer() {
   if (trainer_ == nullptr) {
     trainer_ = std::make_unique<Trainer>(options_, callbacks_, loggers_);

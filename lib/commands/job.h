@@ -78,6 +78,8 @@ class Job {
 
   // Adds a callback after those the config names (before Fit, Test or Validate first runs).
   absl::Status AddCallback(std::shared_ptr<Callback> callback);
+  // Adds a logger after those the config names (on rank 0; before Fit, Test or Validate first runs).
+  absl::Status AddLogger(std::shared_ptr<MetricsLogger> logger);
 
   // Joins a data-parallel group (every rank trains; only rank 0 logs and tests).
   void set_process_group(std::shared_ptr<distributed::ProcessGroup> group);

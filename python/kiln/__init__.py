@@ -32,7 +32,7 @@ def _overrides(overrides: Sequence[str]) -> list:
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import Predictor as _Predictor
 from ._kiln import report_html as _report_html
-from ._kiln import Model, instantiate
+from ._kiln import Model, NativeCallback, NativeLogger, instantiate
 from ._kiln import compose as _compose
 
 __all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "instantiate", "read_run", "report",
@@ -94,12 +94,21 @@ class ProgressBar(Callback):
             self._bar = None
 
 
-def _add_callbacks(job, callbacks):
+def _add_callbacks(job, callbacks, loggers=()):
     for callback in callbacks:
+        if isinstance(callback, NativeCallback):  # kiln.instantiate({"_target_": "early_stopping", ...})
+            job.add_native(callback)
+            continue
         if not isinstance(callback, Callback):
-            raise TypeError("kiln callbacks derive from kiln.Callback, not %s" % type(callback).__name__)
+            raise TypeError("kiln callbacks derive from kiln.Callback or come from kiln.instantiate, not %s"
+                            % type(callback).__name__)
         hooks = {h for h in _HOOKS if getattr(type(callback), h) is not getattr(Callback, h)}
         job.add_callback(callback, hooks)
+    for logger in loggers:
+        if not isinstance(logger, NativeLogger):
+            raise TypeError("loggers= takes kiln loggers from kiln.instantiate (csv, jsonl, tensorboard), not %s"
+                            % type(logger).__name__)
+        job.add_native(logger)
 
 
 def compose(config_name: str = "train", overrides: Sequence[str] = (), config_dir: Optional[str] = None) -> dict:
@@ -116,7 +125,7 @@ class Trainer:
 
     def __init__(self, cfg: Optional[dict] = None, *, overrides: Sequence[str] = (), output_dir: Optional[str] = None,
                  config_name: str = "train", config_dir: Optional[str] = None, evaluate: bool = False,
-                 callbacks: Sequence[Callback] = (), model=None):
+                 callbacks: Sequence[Callback] = (), loggers: Sequence = (), model=None):
         if cfg is not None and overrides:
             raise ValueError("kiln.Trainer takes a config or overrides, not both")
         if model is not None:
@@ -134,7 +143,7 @@ class Trainer:
             if not output_dir:
                 raise ValueError("kiln.Trainer(cfg): the config has no paths.output_dir; pass output_dir=")
             self._job = Job.from_dict(cfg, str(output_dir), evaluate)
-        _add_callbacks(self._job, callbacks)
+        _add_callbacks(self._job, callbacks, loggers)
 
     @property
     def output_dir(self) -> str:
@@ -173,13 +182,14 @@ class Trainer:
 
 
 def fit(overrides: Sequence[str] = (), config_name: str = "train", config_dir: Optional[str] = None,
-        callbacks: Sequence[Callback] = (), progress: bool = False, model=None) -> Dict[str, float]:
+        callbacks: Sequence[Callback] = (), progress: bool = False, model=None, loggers: Sequence = ()) -> Dict[str, float]:
     """`kiln train OVERRIDES` in one call: fits, then tests the best checkpoint (unless the config says
     test: false). Returns the test metrics ({} without a test). progress=True draws a ProgressBar;
-    model= trains your own torch.nn.Module (TorchScript) instead of the config's model."""
+    model= trains your own torch.nn.Module (TorchScript) instead of the config's model. callbacks= and
+    loggers= add to the config's: kiln.Callback subclasses, or kiln components from kiln.instantiate."""
     callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
     trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks,
-                      model=model)
+                      loggers=loggers, model=model)
     return trainer._job.fit_then_test()
 
 

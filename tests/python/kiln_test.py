@@ -53,8 +53,8 @@ class Compose(unittest.TestCase):
             model(torch.zeros(2, 5))
         self.assertIsInstance(kiln.instantiate(cfg["data"]), kiln.DataModule)
         with self.assertRaises(kiln.KilnError) as caught:
-            kiln.instantiate(cfg["callbacks"]["early_stopping"])
-        self.assertIn("a job builds it", str(caught.exception))
+            kiln.instantiate(cfg["task"])
+        self.assertIn("which kiln builds from the config of a job", str(caught.exception))
         with self.assertRaises(kiln.KilnError):
             kiln.instantiate({"_target_": "no_such_thing"})
 
@@ -160,7 +160,10 @@ class InstantiateComponents(unittest.TestCase):
             kiln.instantiate({"_target_": "adamw"})
         with self.assertRaisesRegex(kiln.KilnError, "needs optimizer="):
             kiln.instantiate({"_target_": "cosine_with_warmup"})
-        with self.assertRaisesRegex(kiln.KilnError, "'early_stopping' is a callback, which acts on kiln's loop"):
+        with self.assertRaisesRegex(kiln.KilnError, "'image_classification' is a task, which kiln builds from the "
+                                                    "config of a job"):
+            kiln.instantiate({"_target_": "image_classification"})
+        with self.assertRaisesRegex(kiln.KilnError, "monitor"):  # a required option
             kiln.instantiate({"_target_": "early_stopping"})
         with self.assertRaisesRegex(kiln.KilnError, "no component 'adamww'"):
             kiln.instantiate({"_target_": "adamww"})
@@ -220,6 +223,23 @@ class Fit(unittest.TestCase):
         self.assertTrue(any("fit done: " in line for line in logged), logged)
         for line in logged:
             self.assertIn(line, err.getvalue())
+
+    def test_instantiated_callbacks_and_loggers_join_the_job(self):
+        import json
+        with tempfile.TemporaryDirectory() as tmp:
+            stop = kiln.instantiate({"_target_": "early_stopping", "monitor": "val/loss", "patience": 1,
+                                     "min_delta": 100.0})  # nothing counts as better after the first
+            extra = kiln.instantiate({"_target_": "jsonl", "save_dir": tmp + "/extra"})
+            self.assertEqual(repr(stop), "<kiln callback early_stopping>")
+            kiln.fit(small_run(tmp + "/run") + ["test=false", "trainer.limit_train_batches=10"],  # epochs of 10 steps
+                     callbacks=[stop], loggers=[extra])
+            with open(tmp + "/extra/metrics.jsonl") as f:
+                rows = [json.loads(line) for line in f]
+            self.assertEqual([r["step"] for r in rows if "val/loss" in r], [10, 20])  # stopped at the second
+            with open(tmp + "/run/train.log") as f:
+                self.assertIn("20 optimizer steps", f.read())
+            with self.assertRaises(TypeError):
+                kiln.fit(small_run(tmp + "/run2"), loggers=[stop])
 
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
