@@ -31,8 +31,15 @@ class EarlyStopping : public Callback {
       best_ = v;
       wait_ = 0;
     } else if (++wait_ >= patience_) {
-      trainer.RequestStop(absl::StrCat("early stopping: ", monitor_, " did not improve for ", wait_,
-                                       " validations (best ", best_, ")"));
+      std::string reason = absl::StrCat("early stopping: ", monitor_, " did not improve for ", wait_,
+                                        " validations (best ", best_, ")");
+      // A validation within the epoch (val_check_interval) stops training there, as Lightning's
+      // should_stop ends its epoch loop; one at the epoch's end stops after the epoch.
+      if (trainer.batch_in_epoch() < trainer.train_batches_per_epoch()) {
+        trainer.RequestStopNow(reason);
+      } else {
+        trainer.RequestStop(reason);
+      }
     }
     return absl::OkStatus();
   }

@@ -31,6 +31,9 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   t.inputs_ = inputs;
   Task& task = *inputs.task;
   t.start_ = std::chrono::steady_clock::now();
+  // A stop asked for in an earlier fit of this trainer (early stopping) does not end this one.
+  t.stop_requested_ = t.stop_now_ = false;
+  t.stop_reason_.clear();
 
   int threads = strategy.ConfigureProcess();
   at::globalContext().setDeterministicAlgorithms(options.deterministic, /*warn_only=*/false);

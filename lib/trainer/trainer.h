@@ -75,6 +75,8 @@ class Trainer {
   int64_t samples_seen() const { return samples_; }  // over all ranks
   double elapsed_seconds() const;
   int64_t train_batches_per_epoch() const { return train_batches_; }
+  // Batches of the current epoch done so far (train_batches_per_epoch() at the epoch's end).
+  int64_t batch_in_epoch() const { return batch_in_epoch_; }
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
   torch::optim::Optimizer* optimizer() const { return optimizer_.get(); }
   Task* task() const { return inputs_.task; }

@@ -240,6 +240,18 @@ class Fit(unittest.TestCase):
                 self.assertIn("20 optimizer steps", f.read())
             with self.assertRaises(TypeError):
                 kiln.fit(small_run(tmp + "/run2"), loggers=[stop])
+            # Validating within an epoch (val_check_interval), early stopping ends training right after
+            # the validation that decides it, as Lightning's should_stop does: 20 steps, not the epoch's 422.
+            stop = kiln.instantiate({"_target_": "early_stopping", "monitor": "val/loss", "patience": 1,
+                                     "min_delta": 100.0})
+            mid = kiln.instantiate({"_target_": "jsonl", "save_dir": tmp + "/mid"})
+            kiln.fit(small_run(tmp + "/run3") + ["test=false", "trainer.max_steps=60", "trainer.val_check_interval=10"],
+                     callbacks=[stop], loggers=[mid])
+            with open(tmp + "/mid/metrics.jsonl") as f:
+                rows = [json.loads(line) for line in f]
+            self.assertEqual([r["step"] for r in rows if "val/loss" in r], [10, 20])
+            with open(tmp + "/run3/train.log") as f:
+                self.assertIn("20 optimizer steps", f.read())
 
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
