@@ -7,6 +7,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/distributed/process_group.h"
+#include "lib/core/directory_lock.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/model_start.h"
@@ -109,9 +110,18 @@ absl::Status WriteRunFolder(const ComposedJob& job) {
 absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
   // A config that does not compose or resolve is refused before anything is written.
   KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request));
+  // A job that trains holds its run directory's lock for as long as it lives, as `kiln train`
+  // does (docs/reliability.md); taken before the .hydra files are written, so a refused job
+  // overwrites nothing.
+  DirectoryLock lock;
+  if (purpose == Purpose::kFit) {
+    KILN_RETURN_IF_ERROR(MakeDirs(composed.output_dir));
+    KILN_ASSIGN_OR_RETURN(lock, DirectoryLock::Acquire(composed.output_dir, "run directory (hydra.run.dir)"));
+  }
   KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(composed.cfg, composed.output_dir, purpose));
   job->log_file_ = composed.log_file;
+  job->run_lock_ = std::move(lock);
   return job;
 }
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/config/compose.h"
 #include "lib/config/config.h"
+#include "lib/core/directory_lock.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/datamodule.h"
 #include "lib/registry/registry.h"
@@ -134,6 +135,7 @@ class Job {
   std::unique_ptr<Trainer> trainer_;
   std::string log_file_;
   int log_file_users_ = 0;
+  DirectoryLock run_lock_;  // held by a job that Compose made to train
 };
 
 // The checkpoint a command starts from: `ckpt_path` as a file, `last` or `best` (what `keeper`

@@ -253,6 +253,21 @@ class Fit(unittest.TestCase):
             with open(tmp + "/run3/train.log") as f:
                 self.assertIn("20 optimizer steps", f.read())
 
+    def test_a_training_job_locks_its_run_directory(self):
+        import gc
+        with tempfile.TemporaryDirectory() as tmp:
+            first = kiln.Trainer(overrides=small_run(tmp + "/run"))
+            with self.assertRaisesRegex(kiln.KilnError, r"is in use: another kiln process \(pid %d\) holds its lock"
+                                        % os.getpid()):
+                kiln.Trainer(overrides=small_run(tmp + "/run"))
+            cli = subprocess.run([KILN, "train"] + small_run(tmp + "/run"), capture_output=True, text=True)
+            self.assertEqual(cli.returncode, 2, cli.stderr)
+            self.assertIn("is in use", cli.stderr)
+            evaluating = kiln.Trainer(overrides=small_run(tmp + "/run"), evaluate=True)  # reads only: no lock
+            del first, evaluating
+            gc.collect()
+            kiln.Trainer(overrides=small_run(tmp + "/run"))  # released with the job
+
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = kiln.compose(overrides=small_run(tmp + "/run") + ["test=false"])
