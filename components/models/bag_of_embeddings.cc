@@ -35,6 +35,8 @@ class BagOfEmbeddings : public Model {
       ngrams->weight.uniform_(-1.0 / static_cast<double>(o.dim), 1.0 / static_cast<double>(o.dim));
   }
 
+  TokenIds token_ids() const override { return {o_.vocab_size, "vocab_size"}; }
+
   torch::Tensor forward(torch::Tensor input) override {
     torch::Tensor mask = input.ne(0);
     // Padding (id 0) weighs nothing in the sum; dividing by the count gives the mean. The weights

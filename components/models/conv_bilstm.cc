@@ -61,6 +61,9 @@ class ConvBiLstm : public SequenceModel {
     head_ = register_module("head", torch::nn::Linear(2 * o.hidden, o.num_classes));
   }
 
+  // The tokenizer's ids and CTC's blank (0) are the classes it emits per frame.
+  TokenIds token_ids() const override { return {o_.num_classes, "num_classes"}; }
+
   std::pair<torch::Tensor, torch::Tensor> forward_padded(torch::Tensor x,
                                                          torch::Tensor lengths) override {
     TORCH_CHECK(x.dim() == 3 && x.size(2) == o_.features, "conv_bilstm expects features [batch, ",

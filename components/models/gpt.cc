@@ -12,7 +12,8 @@ namespace {
 
 class Gpt : public Model {
  public:
-  Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights) {
+  Gpt(const TextTransformerOptions& o, bool tie_weights)
+      : tie_weights_(tie_weights), vocab_size_(o.vocab_size), positions_(o.positions) {
     transformer = register_module("transformer", TextTransformer(o));
     if (!tie_weights) {
       lm_head = register_module(
@@ -26,12 +27,15 @@ class Gpt : public Model {
     // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
     return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
   }
+  TokenIds token_ids() const override { return {vocab_size_, "vocab_size"}; }
+  int64_t max_positions() const override { return positions_; }
 
   TextTransformer transformer{nullptr};
   torch::nn::Linear lm_head{nullptr};
 
  private:
   bool tie_weights_;
+  int64_t vocab_size_, positions_;
 };
 
 struct GptOptions : TextTransformerOptions {

@@ -45,6 +45,8 @@ class LstmBase : public Model {
   }
 
  public:
+  TokenIds token_ids() const override { return {o_.vocab_size, "vocab_size"}; }
+
   torch::nn::Embedding embedding{nullptr};
   torch::nn::LSTM lstm{nullptr};
 

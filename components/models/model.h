@@ -4,14 +4,29 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <string>
 #include <utility>
 
 namespace kiln {
+
+// The ids a model shares with a tokenizer: how many token ids it reads (a text model's
+// vocab_size) or emits per step (a CTC model's num_classes), and the option that sets that number,
+// for messages. size 0: the model declares none, and nothing is checked.
+struct TokenIds {
+  int64_t size = 0;
+  std::string option;
+};
 
 class Model : public torch::nn::Module {
  public:
   static constexpr const char* kKind = "model";
   virtual torch::Tensor forward(torch::Tensor input) = 0;
+
+  // What tasks need to know of a model, declared by the model instead of read from its options.
+  virtual TokenIds token_ids() const { return {}; }
+  // The longest sequence the model takes (learned positions); 0: any length.
+  virtual int64_t max_positions() const { return 0; }
 };
 
 // A model over padded sequences that needs their real lengths and may shorten them (a CTC

@@ -12,7 +12,7 @@ namespace {
 class TransformerClassifier : public Model {
  public:
   TransformerClassifier(const TextTransformerOptions& o, int64_t num_classes, bool cls_pool)
-      : max_length_(o.positions), dropout_(o.dropout), cls_pool_(cls_pool) {
+      : vocab_size_(o.vocab_size), max_length_(o.positions), dropout_(o.dropout), cls_pool_(cls_pool) {
     transformer = register_module("transformer", TextTransformer(o));
     head = register_module("head", torch::nn::Linear(o.dim, num_classes));
     InitTransformerWeights(*this, o.depth);
@@ -33,12 +33,13 @@ class TransformerClassifier : public Model {
     if (dropout_ > 0) pooled = torch::dropout(pooled, dropout_, is_training());
     return head->forward(pooled);
   }
+  TokenIds token_ids() const override { return {vocab_size_, "vocab_size"}; }
 
   TextTransformer transformer{nullptr};
   torch::nn::Linear head{nullptr};
 
  private:
-  int64_t max_length_;
+  int64_t vocab_size_, max_length_;
   double dropout_;
   bool cls_pool_;
 };

@@ -90,6 +90,7 @@ class TextCorpus : public TextDataModule {
   std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
   std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
 
+  int64_t block_size() const override { return o_.block_size; }
   double tokens_per_char(const std::string& split) const override {
     auto it = splits_.find(split);
     if (it == splits_.end() || it->second.chars == 0) return 0;

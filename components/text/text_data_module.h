@@ -27,6 +27,9 @@ class TextDataModule : public data::DataModule {
   // Predicted tokens per character of a split ("train", "val", "test"), so a task can turn a mean
   // token loss into bits per character; 0 when unknown.
   virtual double tokens_per_char(const std::string& /*split*/) const { return 0; }
+  // The tokens in a training example when the module cuts a token stream into fixed blocks; 0
+  // when examples keep their own lengths.
+  virtual int64_t block_size() const { return 0; }
   data::LoaderOptions loader_options() const override { return loader_; }
   // The training split's texts (for a task's own statistics, e.g. a decoding language model).
   absl::StatusOr<std::vector<std::string>> training_texts() { return TrainingTexts(); }

@@ -33,10 +33,7 @@ class LanguageModeling : public Task {
       : generation_(std::move(generation)), metrics_node_(std::move(metrics)) {}
 
   absl::Status Build(const config::Config& job) override {
-    KILN_ASSIGN_OR_RETURN(model_, binding_.BuildModel(job, "vocab_size"));
-    // The context generation keeps: the model's positions, else the training block size.
-    context_ = job.GetOr<int64_t>("model.block_size", 0).value_or(0);
-    if (context_ <= 0) context_ = job.GetOr<int64_t>("data.block_size", 256).value_or(256);
+    KILN_ASSIGN_OR_RETURN(model_, binding_.BuildModel(job));
     return metrics_.Build(metrics_node_, "task.metrics", MetricSetup{});
   }
 
@@ -47,7 +44,12 @@ class LanguageModeling : public Task {
 
   absl::Status Connect(data::DataModule& data) override {
     metrics_.Connect(data);
-    return binding_.Connect(data, "language_modeling");
+    KILN_RETURN_IF_ERROR(binding_.Connect(data, "language_modeling"));
+    // The context generation keeps: the model's positions, else the training block size.
+    context_ = model_->max_positions();
+    if (context_ <= 0) context_ = binding_.data()->block_size();
+    if (context_ <= 0) context_ = 256;
+    return absl::OkStatus();
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {

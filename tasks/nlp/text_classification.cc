@@ -21,7 +21,7 @@ class TextClassification : public ClassificationTask {
     return CheckClassNames(data.class_names(), "labels");
   }
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job) override {
-    return binding_.BuildModel(job, "vocab_size");
+    return binding_.BuildModel(job);
   }
   absl::StatusOr<torch::Tensor> Forward(const data::Batch& batch) override {
     KILN_RETURN_IF_ERROR(binding_.Check());

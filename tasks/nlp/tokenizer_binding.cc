@@ -9,13 +9,12 @@
 
 namespace kiln {
 
-absl::StatusOr<std::shared_ptr<Model>> TokenizerBinding::BuildModel(const config::Config& job,
-                                                                     const std::string& vocab_key) {
+absl::StatusOr<std::shared_ptr<Model>> TokenizerBinding::BuildModel(const config::Config& job) {
   KILN_ASSIGN_OR_RETURN(config::Config model_cfg, job.Sub("model"));
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                         Registry<Model>::Get().Instantiate(model_cfg));
-  vocab_key_ = vocab_key;
-  model_vocab_ = job.GetOr<int64_t>("model." + vocab_key, 0).value_or(0);
+  model_ids_ = model->token_ids();
+  model_name_ = model_cfg.GetOr<std::string>("_target_", "?").value_or("?");
   model->register_buffer("tokenizer_fingerprint", torch::zeros({2}, torch::kInt64));
   model_ = model.get();
   return model;
@@ -35,10 +34,10 @@ absl::Status TokenizerBinding::Connect(data::DataModule& data, const std::string
   uint64_t fp = tokenizer_->fingerprint();
   std::memcpy(&fingerprint_, &fp, sizeof(fp));
   vocab_ = tokenizer_->vocab_size();
-  if (model_vocab_ > 0 && vocab_ > model_vocab_) {
+  if (model_ids_.size > 0 && vocab_ > model_ids_.size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the tokenizer's vocab_size (", vocab_, ") exceeds the model's ", vocab_key_, " (",
-        model_vocab_, "); set model.", vocab_key_, ": ${data.tokenizer.vocab_size}"));
+        "the tokenizer's vocab_size (", vocab_, ") exceeds the model's ", model_ids_.option, " (",
+        model_ids_.size, "); set model.", model_ids_.option, ": ${data.tokenizer.vocab_size}"));
   }
   torch::NoGradGuard no_grad;
   torch::Tensor buffer = Buffer();

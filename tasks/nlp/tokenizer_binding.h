@@ -18,10 +18,8 @@ namespace kiln {
 class TokenizerBinding {
  public:
   // Instantiates the job's `model` and adds the buffer to it (before it is checkpointed or
-  // loaded). `vocab_key` names the model option that sizes its id space (vocab_size,
-  // num_classes), which Connect checks the tokenizer against; an absent key is not checked.
-  absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job,
-                                                    const std::string& vocab_key);
+  // loaded). Connect checks the tokenizer against the ids the model declares (Model::token_ids).
+  absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job);
   // Takes the tokenizer from a text data module (fitting it if need be), checks that its ids fit
   // the model's id space, and records it in the buffer.
   absl::Status Connect(data::DataModule& data, const std::string& task);
@@ -29,6 +27,8 @@ class TokenizerBinding {
   absl::Status Check() const;
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The model's registered name (its _target_), for messages.
+  const std::string& model_name() const { return model_name_; }
   text::TextDataModule* data() const { return data_; }
 
  private:
@@ -39,8 +39,8 @@ class TokenizerBinding {
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   text::TextDataModule* data_ = nullptr;
   int64_t fingerprint_ = 0, vocab_ = 0;
-  std::string vocab_key_;   // the model option sizing its ids, e.g. vocab_size
-  int64_t model_vocab_ = 0; // its value (<= 0: not checked)
+  TokenIds model_ids_;       // what the model declares (size <= 0: not checked)
+  std::string model_name_;
 };
 
 }  // namespace kiln

@@ -44,13 +44,13 @@ class SpeechRecognition : public Task {
         metrics_node_(std::move(metrics)) {}
 
   absl::Status Build(const config::Config& job) override {
-    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, binding_.BuildModel(job, "num_classes"));
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, binding_.BuildModel(job));
     model_ = std::dynamic_pointer_cast<SequenceModel>(model);
     if (!model_) {
       return absl::InvalidArgumentError(
           absl::StrCat("speech_recognition needs a sequence model that takes the frames' lengths "
                        "(conv_bilstm); model '",
-                       job.GetOr<std::string>("model._target_", "?").value_or("?"),
+                       binding_.model_name(),
                        "' is not one"));
     }
     return metrics_.Build(metrics_node_, "task.metrics", MetricSetup{});

@@ -337,6 +337,7 @@ TEST(TextDataModules, TextCorpusBlocksCoverTheEvaluationStreamOnce) {
   auto* text_dm = dynamic_cast<text::TextDataModule*>(dm.get());
   ASSERT_NE(text_dm, nullptr);
   EXPECT_NEAR(text_dm->tokens_per_char("val"), 10.0 / 11.0, 1e-9);
+  EXPECT_EQ(text_dm->block_size(), 4);  // what a language model generates within
 }
 
 std::shared_ptr<Model> BuildModel(const std::string& yaml) {
@@ -511,6 +512,37 @@ TEST(TextModels, GptIsCausalTiedAndNamedLikeNanoGpt) {
   auto bad = Instantiate<Model>("_target_: gpt\nvocab_size: 40\ndim: 10\nheads: 4\n", "model");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("model.dim"), std::string::npos);
+}
+
+// What tasks ask of a model comes from the model (Model::token_ids, max_positions), not from
+// reading its options by name: the ids a tokenizer must fit and the option that sets them.
+TEST(TextModels, DeclareTheirTokenIdsAndPositions) {
+  struct Case {
+    std::string yaml;
+    int64_t ids;
+    std::string option;
+    int64_t positions;
+  };
+  const std::vector<Case> cases = {
+      {"_target_: gpt\nvocab_size: 40\nblock_size: 8\ndim: 16\ndepth: 1\nheads: 2\nmlp_dim: 32\n", 40,
+       "vocab_size", 8},
+      {"_target_: lstm_lm\nvocab_size: 30\ndim: 8\nhidden: 8\n", 30, "vocab_size", 0},
+      {"_target_: lstm_classifier\nvocab_size: 31\nnum_classes: 3\ndim: 8\nhidden: 8\n", 31, "vocab_size", 0},
+      {"_target_: bag_of_embeddings\nvocab_size: 32\nnum_classes: 3\n", 32, "vocab_size", 0},
+      {"_target_: transformer_classifier\nvocab_size: 33\nnum_classes: 3\nmax_length: 12\ndim: 16\n"
+       "depth: 1\nheads: 2\nmlp_dim: 32\n",
+       33, "vocab_size", 0},  // longer inputs are cut, so any length goes in
+      {"_target_: conv_bilstm\nfeatures: 8\nchannels: 4\nhidden: 8\nlayers: 1\nnum_classes: 29\n", 29,
+       "num_classes", 0},
+      {"_target_: mlp\nin_features: 4\nhidden: [4]\nnum_classes: 2\n", 0, "", 0},
+  };
+  for (const auto& c : cases) {
+    auto model = BuildModel(c.yaml);
+    ASSERT_TRUE(model) << c.yaml;
+    EXPECT_EQ(model->token_ids().size, c.ids) << c.yaml;
+    EXPECT_EQ(model->token_ids().option, c.option) << c.yaml;
+    EXPECT_EQ(model->max_positions(), c.positions) << c.yaml;
+  }
 }
 
 TEST(TextModels, LstmLmGivesNextTokenLogits) {
