@@ -12,92 +12,29 @@
 #include "lib/config/yaml_io.h"
 
 namespace kiln::config {
+
+// One `${...}` as the grammar read it (ScanInterpolation), for the evaluator: where it ends,
+// and whether it is a key or a resolver call with its arguments. The views point into the text
+// that was scanned.
+struct InterpolationScan {
+  size_t close = absl::string_view::npos;  // the index of its closing '}'
+  absl::string_view body;                  // between "${" and that '}'
+  bool resolver = false;                   // ${name:args} rather than ${key}
+  absl::string_view name;                  // the resolver's name, trimmed
+  // Its arguments, trimmed, as OmegaConf's sequence gives them: an element missing before or
+  // after a comma is an empty one. None for `${name:}`.
+  std::vector<absl::string_view> args;
+};
+
 namespace {
 
 constexpr size_t kMaxInterpolatedLength = 1 << 20;
-
-// Index of the '}' closing the "${" at `open`, or npos.
-size_t MatchingClose(absl::string_view s, size_t open) {
-  int depth = 0;
-  char quote = '\0';
-  for (size_t i = open; i < s.size(); ++i) {
-    char c = s[i];
-    if (quote != '\0') {
-      if (c == '\\') {
-        ++i;
-      } else if (c == quote) {
-        quote = '\0';
-      }
-      continue;
-    }
-    if ((c == '\'' || c == '"') && depth > 0) {
-      // Quotes only open inside resolver arguments, after a ':'.
-      absl::string_view before = s.substr(open, i - open);
-      if (before.find(':') != absl::string_view::npos) {
-        quote = c;
-        continue;
-      }
-    }
-    if (c == '{') ++depth;
-    if (c == '}' && --depth == 0) return i;
-  }
-  return absl::string_view::npos;
-}
-
-bool IsResolverName(absl::string_view s, size_t* colon) {
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  size_t start = i;
-  while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' ||
-                          s[i] == '.' || s[i] == '-')) {
-    ++i;
-  }
-  if (i == start || i >= s.size() || s[i] != ':') return false;
-  if (!(std::isalpha(static_cast<unsigned char>(s[start])) || s[start] == '_')) return false;
-  *colon = i;
-  return true;
-}
 
 absl::string_view Trim(absl::string_view s) {
   size_t b = s.find_first_not_of(" \t");
   if (b == absl::string_view::npos) return {};
   size_t e = s.find_last_not_of(" \t");
   return s.substr(b, e - b + 1);
-}
-
-// Splits resolver arguments at top-level commas (outside brackets, quotes and ${}).
-std::vector<absl::string_view> SplitArgs(absl::string_view s) {
-  std::vector<absl::string_view> out;
-  int depth = 0;
-  char quote = '\0';
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (quote != '\0') {
-      if (c == '\\') {
-        ++i;
-      } else if (c == quote) {
-        quote = '\0';
-      }
-      continue;
-    }
-    if (c == '\\') {
-      ++i;
-      continue;
-    }
-    if (c == '\'' || c == '"') {
-      quote = c;
-    } else if (c == '{' || c == '[' || c == '(') {
-      ++depth;
-    } else if (c == '}' || c == ']' || c == ')') {
-      --depth;
-    } else if (c == ',' && depth == 0) {
-      out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  out.push_back(s.substr(start));
-  return out;
 }
 
 absl::StatusOr<std::string> StringArg(const ResolverCall& call, size_t index) {
@@ -239,12 +176,21 @@ void RegisterBuiltins(ResolverRegistry* registry) {
   });
 }
 
-// A recursive-descent check of OmegaConf 2.1+'s grammar (OmegaConfGrammarLexer/Parser):
+// A recursive-descent reading of OmegaConf 2.1+'s grammar (OmegaConfGrammarLexer/Parser):
 // top-level text, INTERPOLATION_MODE (keys and resolver names), VALUE_MODE (resolver arguments)
-// and the quoted modes. It only accepts or refuses; the evaluator above does the work.
+// and the quoted modes. It is the one scanner of interpolations: the syntax checks accept or
+// refuse with it, and the evaluator (Interpolator) learns from it where each `${...}` ends and
+// how a resolver's arguments split (ScanInterpolation).
 class GrammarCheck {
  public:
   explicit GrammarCheck(absl::string_view s) : s_(s) {}
+
+  // The interpolation at `dollar` (at "${"), recorded into `scan`.
+  absl::Status Scan(size_t dollar, InterpolationScan* scan) {
+    i_ = dollar;
+    record_ = scan;
+    return Interpolation();
+  }
 
   // singleElement: element EOF (what oc.decode parses).
   absl::Status SingleElement() {
@@ -301,11 +247,23 @@ class GrammarCheck {
     });
   }
 
-  // At "${": an interpolationNode or an interpolationResolver.
+  // At "${": an interpolationNode or an interpolationResolver. The outermost one of a Scan is
+  // recorded.
   absl::Status Interpolation() {
     if (++depth_ > 64) return Fail("interpolations nested too deeply");
+    InterpolationScan* record = record_;
+    record_ = nullptr;
+    const size_t body = i_ + 2;
+    auto done = [&](absl::Status st) {
+      if (record != nullptr && st.ok()) {
+        record->close = i_ - 1;
+        record->body = s_.substr(body, record->close - body);
+      }
+      return st;
+    };
     i_ += 2;
     SkipWs();
+    const size_t name = i_;
     // The path before '}' or ':': DOTs, '[' key ']', and keys (one token each: a run of key
     // characters, or a nested interpolation).
     enum Piece { kDot, kBracketKey, kKey, kNested };
@@ -313,18 +271,22 @@ class GrammarCheck {
     while (true) {
       if (WsThen('}')) {
         --depth_;
-        return CheckNode(pieces);
+        return done(CheckNode(pieces));
       }
       if (WsThen(':')) {
+        if (record != nullptr) {
+          record->resolver = true;
+          record->name = Trim(s_.substr(name, i_ - 1 - name));
+        }
         SkipWs();
         // ANTLR's parser (as OmegaConf runs it) lets `${:a}` through, though not `${:}`.
         if (pieces.empty() && WsThen('}')) return Fail("an interpolation needs a resolver name");
         if (!pieces.empty()) {
           if (auto st = CheckResolverName(pieces); !st.ok()) return st;
         }
-        auto st = Sequence('}');
+        auto st = Sequence('}', record != nullptr ? &record->args : nullptr);
         --depth_;
-        return st;
+        return done(st);
       }
       if (AtEnd()) return Fail("unterminated interpolation");
       if (Peek() == '.') {
@@ -398,21 +360,33 @@ class GrammarCheck {
     return absl::OkStatus();
   }
 
-  // VALUE_MODE: sequence? then WS? `close`. Elements may be empty between commas.
-  absl::Status Sequence(char close) {
+  // VALUE_MODE: sequence? then WS? `close`. Elements may be empty between commas; `elements`
+  // (when given) gets each one's text, an empty view for a missing one.
+  absl::Status Sequence(char close, std::vector<absl::string_view>* elements = nullptr) {
+    bool after_comma = false, any = false;
     while (true) {
-      if (WsThen(close)) return absl::OkStatus();
+      if (WsThen(close)) {
+        if (elements != nullptr && after_comma) elements->emplace_back();  // a trailing comma
+        return absl::OkStatus();
+      }
       if (AtEnd()) return Fail(absl::StrCat("missing '", std::string(1, close), "'"));
       if (WsThen(',')) {
+        if (elements != nullptr && (after_comma || !any)) elements->emplace_back();
+        after_comma = any = true;
         SkipWs();
         continue;
       }
+      const size_t start = i_;
       if (auto st = Element(); !st.ok()) return st;
+      if (elements != nullptr) elements->push_back(s_.substr(start, i_ - start));
+      any = true;
+      after_comma = false;
       if (WsThen(close)) return absl::OkStatus();
       if (!WsThen(',')) {
         return AtEnd() ? Fail(absl::StrCat("missing '", std::string(1, close), "'"))
                        : Fail(absl::StrCat("unexpected '", Current(), "'"));
       }
+      after_comma = true;
       SkipWs();
     }
   }
@@ -517,7 +491,25 @@ class GrammarCheck {
   absl::string_view s_;
   size_t i_ = 0;
   int depth_ = 0;
+  InterpolationScan* record_ = nullptr;  // where Interpolation records the next `${...}`
 };
+
+// The interpolation starting at `dollar` ("${") in `text`, read by the grammar; its error names
+// the column in `text`.
+absl::StatusOr<InterpolationScan> ScanInterpolation(absl::string_view text, size_t dollar) {
+  InterpolationScan scan;
+  if (absl::Status st = GrammarCheck(text).Scan(dollar, &scan); !st.ok()) return st;
+  return scan;
+}
+
+// Whether `text` is one interpolation and nothing else ("${a.b}", not "${a}x"); `scan` gets it.
+bool IsWholeInterpolation(absl::string_view text, InterpolationScan* scan) {
+  if (text.rfind("${", 0) != 0) return false;
+  auto read = ScanInterpolation(text, 0);
+  if (!read.ok() || read->close != text.size() - 1) return false;
+  *scan = *std::move(read);
+  return true;
+}
 
 }  // namespace
 
@@ -680,9 +672,9 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
   stack_keys_.push_back(JoinPath(path));
   const std::string& s = node.as_string();
   absl::StatusOr<NodePtr> result;
-  size_t close = s.rfind("${", 0) == 0 ? MatchingClose(s, 1) : std::string::npos;
-  if (close == s.size() - 1) {
-    result = Evaluate(absl::string_view(s).substr(2, s.size() - 3), path);
+  InterpolationScan whole;
+  if (IsWholeInterpolation(s, &whole)) {
+    result = Evaluate(whole, path);
   } else {
     auto text = Interpolate(s, path);
     result = text.ok() ? absl::StatusOr<NodePtr>(Node::String(*text))
@@ -733,11 +725,13 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
       continue;
     }
     if (c == '$' && i + 1 < text.size() && text[i + 1] == '{') {
-      size_t close = MatchingClose(text, i + 1);
-      if (close == absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("unterminated interpolation in '", text, "'"));
+      auto scan = ScanInterpolation(text, i);
+      if (!scan.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("invalid interpolation in '", text, "': ", scan.status().message()));
       }
-      auto value = Evaluate(text.substr(i + 2, close - i - 2), path);
+      const size_t close = scan->close;
+      auto value = Evaluate(*scan, path);
       if (!value.ok()) return value.status();
       if ((*value)->is_missing()) {
         return absl::InvalidArgumentError(absl::StrCat("interpolation '", text.substr(i, close - i + 1),
@@ -762,11 +756,17 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
   return out;
 }
 
-absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
+absl::StatusOr<NodePtr> Interpolator::Evaluate(const InterpolationScan& scan,
                                                const std::vector<std::string>& path) {
-  size_t colon = 0;
-  if (IsResolverName(body, &colon)) {
-    std::string name(Trim(body.substr(0, colon)));
+  const absl::string_view body = scan.body;
+  if (scan.resolver) {
+    std::string name(scan.name);
+    if (name.find("${") != std::string::npos) {  // resolverName: (interpolation | ID) (DOT ...)*
+      keys_must_be_strings_ = true;
+      auto expanded = Interpolate(name, path);
+      if (!expanded.ok()) return expanded.status();
+      name = *std::move(expanded);
+    }
     const ResolverFn* fn = resolvers_.Find(name);
     if (fn == nullptr) {
       const absl::Status& loading = resolvers_.load_more_status();
@@ -776,13 +776,10 @@ absl::StatusOr<NodePtr> Interpolator::Evaluate(absl::string_view body,
                                               loading.message()));
     }
     ResolverCall call{name, {}, this, &path};
-    absl::string_view args = body.substr(colon + 1);
-    if (!Trim(args).empty()) {
-      for (absl::string_view arg : SplitArgs(args)) {
-        auto value = EvaluateArgument(arg, path);
-        if (!value.ok()) return value.status();
-        call.args.push_back(*value);
-      }
+    for (absl::string_view arg : scan.args) {
+      auto value = EvaluateArgument(arg, path);
+      if (!value.ok()) return value.status();
+      call.args.push_back(*value);
     }
     return (*fn)(call);
   }
@@ -823,9 +820,7 @@ absl::StatusOr<NodePtr> Interpolator::EvaluateArgument(absl::string_view text,
     if (!s.ok()) return s.status();
     return Node::String(*s);
   }
-  if (arg.rfind("${", 0) == 0 && MatchingClose(arg, 1) == arg.size() - 1) {
-    return Evaluate(arg.substr(2, arg.size() - 3), path);
-  }
+  if (InterpolationScan whole; IsWholeInterpolation(arg, &whole)) return Evaluate(whole, path);
   if (arg.find("${") != absl::string_view::npos) {
     auto s = Interpolate(arg, path);
     if (!s.ok()) return s.status();

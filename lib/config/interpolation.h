@@ -16,6 +16,7 @@
 namespace kiln::config {
 
 class Interpolator;
+struct InterpolationScan;  // interpolation.cc: where one `${...}` ends and what it holds
 
 // What a resolver sees: its typed arguments, and the interpolator (to look up keys relative
 // to the node being resolved).
@@ -78,7 +79,7 @@ class Interpolator {
 
  private:
   absl::StatusOr<NodePtr> ResolveString(const Node& node, const std::vector<std::string>& path);
-  absl::StatusOr<NodePtr> Evaluate(absl::string_view body, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> Evaluate(const InterpolationScan& scan, const std::vector<std::string>& path);
   absl::StatusOr<std::string> Interpolate(absl::string_view text, const std::vector<std::string>& path);
   absl::StatusOr<NodePtr> EvaluateArgument(absl::string_view text, const std::vector<std::string>& path);
   absl::StatusOr<NodePtr> Lookup(absl::string_view key, const std::vector<std::string>& path,

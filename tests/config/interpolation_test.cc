@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
 
@@ -359,6 +361,35 @@ TEST(Resolvers, CustomResolverGetsTypedArguments) {
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   ASSERT_EQ((*resolved)->Find("v")->kind(), NodeKind::kInt);
   EXPECT_EQ((*resolved)->Find("v")->as_int(), 7);
+}
+
+// The evaluator splits a resolver's arguments where the grammar reads them (one scanner): a
+// missing element is an empty string (OmegaConf's sequence), brackets, braces, quotes and
+// interpolations stay whole, `${name:}` has no argument, and the name may be an interpolation.
+TEST(Resolvers, ArgumentsSplitWhereTheGrammarReadsThem) {
+  ResolverRegistry registry;
+  registry.Register("show", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
+    std::vector<std::string> parts;
+    for (const auto& arg : call.args) parts.push_back(absl::StrCat(KindName(arg->kind()), "=", PythonStr(*arg)));
+    return Node::String(absl::StrCat(parts.size(), ":", absl::StrJoin(parts, "|")));
+  });
+  Interpolator interpolator(Yaml("which: show\nx: 5\n"
+                                 "a: ${show:1,,'b,c'}\n"
+                                 "b: ${show:,}\n"
+                                 "c: '${show: [1, 2] , {k: v},${x}}'\n"
+                                 "d: ${show:}\n"
+                                 "e: ${${which}:z}\n"
+                                 "f: pre ${show:a,'}'} post\n"),
+                            registry);
+  auto resolved = interpolator.ResolveAll();
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  auto at = [&](const char* key) { return (*resolved)->Find(key)->as_string(); };
+  EXPECT_EQ(at("a"), "3:int=1|string=|string=b,c");
+  EXPECT_EQ(at("b"), "2:string=|string=");
+  EXPECT_EQ(at("c"), "3:list=[1, 2]|mapping={'k': 'v'}|int=5");
+  EXPECT_EQ(at("d"), "0:");
+  EXPECT_EQ(at("e"), "1:string=z");
+  EXPECT_EQ(at("f"), "pre 2:string=a|string=} post");
 }
 
 // An unknown name asks for more resolvers once (the application loads the plugins then); a
