@@ -497,220 +497,237 @@ class OverrideParser {
     return result;
   }
 
+  // A Hydra override function (choice, range, interval, glob, sort, shuffle, tag and the casts
+  // int, float, str, bool) applied to its parsed arguments; each family has its own method.
   absl::StatusOr<Element> ApplyFunction(const std::string& name, std::vector<Arg> args) {
-    auto positional_values = [&](std::vector<OverrideValue>* out) -> absl::Status {
-      for (auto& a : args) {
-        if (!a.name.empty()) return Fail(absl::StrCat(name, "() takes no argument '", a.name, "'"));
-        if (a.value.is_sweep) return Fail(absl::StrCat(name, "() arguments cannot be sweeps"));
-        out->push_back(a.value.value);
-      }
-      return absl::OkStatus();
-    };
-    auto named = [&](const std::string& arg_name, size_t position) -> Arg* {
-      for (auto& a : args) {
-        if (a.name == arg_name) return &a;
-      }
-      size_t index = 0;
-      for (auto& a : args) {
-        if (!a.name.empty()) continue;
-        if (index++ == position) return &a;
-      }
-      return nullptr;
-    };
-    Element e;
-    if (name == "choice") {
-      e.is_sweep = true;
-      e.sweep.kind = SweepKind::kChoice;
-      if (auto st = positional_values(&e.sweep.choices); !st.ok()) return st;
-      if (e.sweep.choices.empty()) return Fail("choice() needs at least one value");
-      return e;
-    }
-    if (name == "range") {
-      e.is_sweep = true;
-      e.sweep.kind = SweepKind::kRange;
-      Arg* start = named("start", 0);
-      Arg* stop = named("stop", 1);
-      Arg* step = named("step", 2);
-      if (start != nullptr && stop == nullptr && step == nullptr && start->name.empty()) {
-        stop = start;
-        start = nullptr;
-      }
-      auto number = [&](Arg* a, NodePtr fallback, NodePtr* out) -> absl::Status {
-        if (a == nullptr) {
-          *out = fallback;
-          return absl::OkStatus();
-        }
-        NodeKind k = a->value.is_sweep ? NodeKind::kNull : a->value.value.node->kind();
-        if (k != NodeKind::kInt && k != NodeKind::kFloat) return Fail("range() arguments must be numbers");
-        *out = a->value.value.node;
-        return absl::OkStatus();
-      };
-      if (stop == nullptr) return Fail("range() needs a stop value");
-      if (auto st = number(start, Node::Int(0), &e.sweep.range_start); !st.ok()) return st;
-      if (auto st = number(stop, nullptr, &e.sweep.range_stop); !st.ok()) return st;
-      if (auto st = number(step, Node::Int(1), &e.sweep.range_step); !st.ok()) return st;
-      double step_value = e.sweep.range_step->kind() == NodeKind::kInt
-                              ? static_cast<double>(e.sweep.range_step->as_int())
-                              : e.sweep.range_step->as_float();
-      if (step_value == 0) return Fail("range() step must not be zero");
-      return e;
-    }
-    if (name == "interval") {
-      e.is_sweep = true;
-      e.sweep.kind = SweepKind::kInterval;
-      Arg* low = named("start", 0);
-      Arg* high = named("end", 1);
-      if (low == nullptr || high == nullptr || low->value.is_sweep || high->value.is_sweep) {
-        return Fail("interval() needs a start and an end");
-      }
-      // Hydra's interval() is over floats; int(interval(a,b)) makes it an interval of integers.
-      for (auto [arg, bound] : {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
-        const Node& n = *arg->value.value.node;
-        if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat) return Fail("interval() bounds must be numbers");
-        *bound = Node::Float(n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float());
-      }
-      return e;
-    }
-    if (name == "glob") {
-      e.is_sweep = true;
-      e.sweep.kind = SweepKind::kGlob;
-      auto strings = [&](Arg* a, std::vector<std::string>* out) -> absl::Status {
-        if (a == nullptr) return absl::OkStatus();
-        if (a->value.is_sweep) return Fail("glob() takes strings or lists of strings");
-        const Node& n = *a->value.value.node;
-        if (n.kind() == NodeKind::kString) {
-          out->push_back(n.as_string());
-        } else if (n.is_list()) {
-          for (const auto& item : n.items()) {
-            if (item->kind() != NodeKind::kString) return Fail("glob() patterns must be strings");
-            out->push_back(item->as_string());
-          }
-        } else {
-          return Fail("glob() patterns must be strings");
-        }
-        return absl::OkStatus();
-      };
-      Arg* include = named("include", 0);
-      if (include == nullptr) return Fail("glob() needs a pattern");
-      if (auto st = strings(include, &e.sweep.glob_include); !st.ok()) return st;
-      if (auto st = strings(named("exclude", 1), &e.sweep.glob_exclude); !st.ok()) return st;
-      return e;
-    }
-    if (name == "sort" || name == "shuffle") {
-      bool reverse = false;
-      std::vector<Arg> rest;
-      for (auto& a : args) {
-        if (a.name == "reverse" && name == "sort") {
-          if (a.value.is_sweep || a.value.value.node->kind() != NodeKind::kBool) {
-            return Fail("sort(reverse=...) must be true or false");
-          }
-          reverse = a.value.value.node->as_bool();
-        } else if (!a.name.empty() && a.name != "sweep" && a.name != "list") {
-          return Fail(absl::StrCat(name, "() takes no argument '", a.name, "'"));
-        } else {
-          rest.push_back(std::move(a));
-        }
-      }
-      if (rest.size() == 1 && rest[0].value.is_sweep) {
-        e = std::move(rest[0].value);
-      } else if (rest.size() == 1 && rest[0].value.value.node->is_list()) {
-        // sort([3,1,2]) is a value: the sorted list.
-        e = std::move(rest[0].value);
-        auto& items = e.value.node->mutable_items();
-        if (name == "shuffle") {
-          std::shuffle(items.begin(), items.end(), std::mt19937(std::random_device{}()));
-        } else {
-          auto st = SortNodes(&items, reverse);
-          if (!st.ok()) return st;
-        }
-        return e;
-      } else {
-        e.is_sweep = true;
-        e.sweep.kind = SweepKind::kChoice;
-        for (auto& a : rest) {
-          if (a.value.is_sweep) return Fail(absl::StrCat(name, "() takes values or one sweep"));
-          e.sweep.choices.push_back(a.value.value);
-        }
-      }
-      if (name == "sort") {
-        e.sweep.sort = true;
-        e.sweep.sort_reverse = reverse;
-      } else {
-        e.sweep.shuffle = true;
-      }
-      return e;
-    }
-    if (name == "tag") {
-      if (args.empty() || !args.back().value.is_sweep) return Fail("tag() needs a sweep as its last argument");
-      Element tagged = std::move(args.back().value);
-      for (size_t i = 0; i + 1 < args.size(); ++i) {
-        // A sweep argument has no node: check that before reading one.
-        const NodePtr& tag = args[i].value.value.node;
-        if (args[i].value.is_sweep || !tag || tag->kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
-        tagged.sweep.tags.push_back(tag->as_string());
-      }
-      return tagged;
-    }
-    if (name == "int" || name == "float" || name == "str" || name == "bool") {
-      // Hydra: int(x), int(value=x), or int(a,b,...) which casts the choice a,b,...
-      Element value;
-      if (args.size() == 1 && (args[0].name.empty() || args[0].name == "value")) {
-        value = std::move(args[0].value);
-      } else if (args.size() > 1 && std::all_of(args.begin(), args.end(), [](const Arg& a) {
-                   return a.name.empty() && !a.value.is_sweep;
-                 })) {
-        value.is_sweep = true;
-        value.sweep.kind = SweepKind::kChoice;
-        for (auto& a : args) value.sweep.choices.push_back(a.value.value);
-      } else {
-        return Fail(absl::StrCat(name, "() takes one value, or several to cast as a choice"));
-      }
-      auto cast = [&](OverrideValue* v) -> absl::Status {
-        auto converted = Cast(name, *v->node);
-        if (!converted.ok()) return converted.status();
-        v->node = *converted;
-        v->quote = '\0';
-        return absl::OkStatus();
-      };
-      if (value.is_sweep) {
-        if (value.sweep.kind == SweepKind::kRange) {
-          // Hydra casts a range's start, stop and step, and only to int or float.
-          if (name != "int" && name != "float")
-            return Fail("a range can only be cast to int or float");
-          for (NodePtr* bound :
-               {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
-            auto converted = Cast(name, **bound);
-            if (!converted.ok()) return converted.status();
-            *bound = *converted;
-          }
-          double step = value.sweep.range_step->kind() == NodeKind::kInt
-                            ? static_cast<double>(value.sweep.range_step->as_int())
-                            : value.sweep.range_step->as_float();
-          if (step == 0) return Fail("range() step must not be zero");
-          return value;
-        }
-        if (value.sweep.kind == SweepKind::kInterval && (name == "int" || name == "float")) {
-          for (NodePtr* bound : {&value.sweep.interval_low, &value.sweep.interval_high}) {
-            auto converted = Cast(name, **bound);
-            if (!converted.ok()) return converted.status();
-            *bound = *converted;
-          }
-          return value;
-        }
-        if (value.sweep.kind != SweepKind::kChoice) {
-          return Fail(absl::StrCat(name, "() can only cast choices and ranges"));
-        }
-        for (auto& c : value.sweep.choices) {
-          if (auto st = cast(&c); !st.ok()) return st;
-        }
-      } else if (auto st = cast(&value.value); !st.ok()) {
-        return st;
-      }
-      return value;
-    }
+    if (name == "choice") return Choice(args);
+    if (name == "range") return Range(args);
+    if (name == "interval") return Interval(args);
+    if (name == "glob") return Glob(args);
+    if (name == "sort" || name == "shuffle") return SortOrShuffle(name, args);
+    if (name == "tag") return Tag(args);
+    if (name == "int" || name == "float" || name == "str" || name == "bool") return CastCall(name, args);
     return Fail(absl::StrCat("unknown function '", name,
                              "' (known: choice, range, interval, glob, sort, shuffle, tag, int, "
                              "float, str, bool)"));
+  }
+
+  // The argument named `arg_name`, else the positional one at `position`; nullptr if neither.
+  static Arg* Named(std::vector<Arg>& args, const std::string& arg_name, size_t position) {
+    for (auto& a : args) {
+      if (a.name == arg_name) return &a;
+    }
+    size_t index = 0;
+    for (auto& a : args) {
+      if (!a.name.empty()) continue;
+      if (index++ == position) return &a;
+    }
+    return nullptr;
+  }
+
+  static Element Sweep(SweepKind kind) {
+    Element e;
+    e.is_sweep = true;
+    e.sweep.kind = kind;
+    return e;
+  }
+
+  static bool IsZeroStep(const Node& step) {
+    return (step.kind() == NodeKind::kInt ? static_cast<double>(step.as_int()) : step.as_float()) == 0;
+  }
+
+  absl::StatusOr<Element> Choice(std::vector<Arg>& args) {
+    Element e = Sweep(SweepKind::kChoice);
+    for (auto& a : args) {
+      if (!a.name.empty()) return Fail(absl::StrCat("choice() takes no argument '", a.name, "'"));
+      if (a.value.is_sweep) return Fail("choice() arguments cannot be sweeps");
+      e.sweep.choices.push_back(a.value.value);
+    }
+    if (e.sweep.choices.empty()) return Fail("choice() needs at least one value");
+    return e;
+  }
+
+  absl::StatusOr<Element> Range(std::vector<Arg>& args) {
+    Element e = Sweep(SweepKind::kRange);
+    Arg* start = Named(args, "start", 0);
+    Arg* stop = Named(args, "stop", 1);
+    Arg* step = Named(args, "step", 2);
+    if (start != nullptr && stop == nullptr && step == nullptr && start->name.empty()) {
+      stop = start;
+      start = nullptr;
+    }
+    auto number = [&](Arg* a, NodePtr fallback, NodePtr* out) -> absl::Status {
+      if (a == nullptr) {
+        *out = fallback;
+        return absl::OkStatus();
+      }
+      NodeKind k = a->value.is_sweep ? NodeKind::kNull : a->value.value.node->kind();
+      if (k != NodeKind::kInt && k != NodeKind::kFloat) return Fail("range() arguments must be numbers");
+      *out = a->value.value.node;
+      return absl::OkStatus();
+    };
+    if (stop == nullptr) return Fail("range() needs a stop value");
+    if (auto st = number(start, Node::Int(0), &e.sweep.range_start); !st.ok()) return st;
+    if (auto st = number(stop, nullptr, &e.sweep.range_stop); !st.ok()) return st;
+    if (auto st = number(step, Node::Int(1), &e.sweep.range_step); !st.ok()) return st;
+    if (IsZeroStep(*e.sweep.range_step)) return Fail("range() step must not be zero");
+    return e;
+  }
+
+  absl::StatusOr<Element> Interval(std::vector<Arg>& args) {
+    Element e = Sweep(SweepKind::kInterval);
+    Arg* low = Named(args, "start", 0);
+    Arg* high = Named(args, "end", 1);
+    if (low == nullptr || high == nullptr || low->value.is_sweep || high->value.is_sweep) {
+      return Fail("interval() needs a start and an end");
+    }
+    // Hydra's interval() is over floats; int(interval(a,b)) makes it an interval of integers.
+    for (auto [arg, bound] : {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
+      const Node& n = *arg->value.value.node;
+      if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat) return Fail("interval() bounds must be numbers");
+      *bound = Node::Float(n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float());
+    }
+    return e;
+  }
+
+  absl::StatusOr<Element> Glob(std::vector<Arg>& args) {
+    Element e = Sweep(SweepKind::kGlob);
+    auto strings = [&](Arg* a, std::vector<std::string>* out) -> absl::Status {
+      if (a == nullptr) return absl::OkStatus();
+      if (a->value.is_sweep) return Fail("glob() takes strings or lists of strings");
+      const Node& n = *a->value.value.node;
+      if (n.kind() == NodeKind::kString) {
+        out->push_back(n.as_string());
+      } else if (n.is_list()) {
+        for (const auto& item : n.items()) {
+          if (item->kind() != NodeKind::kString) return Fail("glob() patterns must be strings");
+          out->push_back(item->as_string());
+        }
+      } else {
+        return Fail("glob() patterns must be strings");
+      }
+      return absl::OkStatus();
+    };
+    Arg* include = Named(args, "include", 0);
+    if (include == nullptr) return Fail("glob() needs a pattern");
+    if (auto st = strings(include, &e.sweep.glob_include); !st.ok()) return st;
+    if (auto st = strings(Named(args, "exclude", 1), &e.sweep.glob_exclude); !st.ok()) return st;
+    return e;
+  }
+
+  absl::StatusOr<Element> SortOrShuffle(const std::string& name, std::vector<Arg>& args) {
+    Element e;
+    bool reverse = false;
+    std::vector<Arg> rest;
+    for (auto& a : args) {
+      if (a.name == "reverse" && name == "sort") {
+        if (a.value.is_sweep || a.value.value.node->kind() != NodeKind::kBool) {
+          return Fail("sort(reverse=...) must be true or false");
+        }
+        reverse = a.value.value.node->as_bool();
+      } else if (!a.name.empty() && a.name != "sweep" && a.name != "list") {
+        return Fail(absl::StrCat(name, "() takes no argument '", a.name, "'"));
+      } else {
+        rest.push_back(std::move(a));
+      }
+    }
+    if (rest.size() == 1 && rest[0].value.is_sweep) {
+      e = std::move(rest[0].value);
+    } else if (rest.size() == 1 && rest[0].value.value.node->is_list()) {
+      // sort([3,1,2]) is a value: the sorted list.
+      e = std::move(rest[0].value);
+      auto& items = e.value.node->mutable_items();
+      if (name == "shuffle") {
+        std::shuffle(items.begin(), items.end(), std::mt19937(std::random_device{}()));
+      } else {
+        auto st = SortNodes(&items, reverse);
+        if (!st.ok()) return st;
+      }
+      return e;
+    } else {
+      e.is_sweep = true;
+      e.sweep.kind = SweepKind::kChoice;
+      for (auto& a : rest) {
+        if (a.value.is_sweep) return Fail(absl::StrCat(name, "() takes values or one sweep"));
+        e.sweep.choices.push_back(a.value.value);
+      }
+    }
+    if (name == "sort") {
+      e.sweep.sort = true;
+      e.sweep.sort_reverse = reverse;
+    } else {
+      e.sweep.shuffle = true;
+    }
+    return e;
+  }
+
+  absl::StatusOr<Element> Tag(std::vector<Arg>& args) {
+    if (args.empty() || !args.back().value.is_sweep) return Fail("tag() needs a sweep as its last argument");
+    Element tagged = std::move(args.back().value);
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      // A sweep argument has no node: check that before reading one.
+      const NodePtr& tag = args[i].value.value.node;
+      if (args[i].value.is_sweep || !tag || tag->kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
+      tagged.sweep.tags.push_back(tag->as_string());
+    }
+    return tagged;
+  }
+
+  // int(x), int(value=x), or int(a,b,...), which casts the choice a,b,... (Hydra); a range or an
+  // interval casts its bounds.
+  absl::StatusOr<Element> CastCall(const std::string& name, std::vector<Arg>& args) {
+    // Hydra: int(x), int(value=x), or int(a,b,...) which casts the choice a,b,...
+    Element value;
+    if (args.size() == 1 && (args[0].name.empty() || args[0].name == "value")) {
+      value = std::move(args[0].value);
+    } else if (args.size() > 1 && std::all_of(args.begin(), args.end(), [](const Arg& a) {
+                 return a.name.empty() && !a.value.is_sweep;
+               })) {
+      value.is_sweep = true;
+      value.sweep.kind = SweepKind::kChoice;
+      for (auto& a : args) value.sweep.choices.push_back(a.value.value);
+    } else {
+      return Fail(absl::StrCat(name, "() takes one value, or several to cast as a choice"));
+    }
+    auto cast = [&](OverrideValue* v) -> absl::Status {
+      auto converted = Cast(name, *v->node);
+      if (!converted.ok()) return converted.status();
+      v->node = *converted;
+      v->quote = '\0';
+      return absl::OkStatus();
+    };
+    if (value.is_sweep) {
+      if (value.sweep.kind == SweepKind::kRange) {
+        // Hydra casts a range's start, stop and step, and only to int or float.
+        if (name != "int" && name != "float")
+          return Fail("a range can only be cast to int or float");
+        for (NodePtr* bound :
+             {&value.sweep.range_start, &value.sweep.range_stop, &value.sweep.range_step}) {
+          auto converted = Cast(name, **bound);
+          if (!converted.ok()) return converted.status();
+          *bound = *converted;
+        }
+        if (IsZeroStep(*value.sweep.range_step)) return Fail("range() step must not be zero");
+        return value;
+      }
+      if (value.sweep.kind == SweepKind::kInterval && (name == "int" || name == "float")) {
+        for (NodePtr* bound : {&value.sweep.interval_low, &value.sweep.interval_high}) {
+          auto converted = Cast(name, **bound);
+          if (!converted.ok()) return converted.status();
+          *bound = *converted;
+        }
+        return value;
+      }
+      if (value.sweep.kind != SweepKind::kChoice) {
+        return Fail(absl::StrCat(name, "() can only cast choices and ranges"));
+      }
+      for (auto& c : value.sweep.choices) {
+        if (auto st = cast(&c); !st.ok()) return st;
+      }
+    } else if (auto st = cast(&value.value); !st.ok()) {
+      return st;
+    }
+    return value;
   }
 
   absl::StatusOr<NodePtr> Cast(const std::string& type, const Node& n) {
