@@ -242,45 +242,151 @@ class AccessLog {
   bool stdout_ = false;
 };
 
-absl::Status ServeCommand(app::JobContext& ctx) {
-  config::NodePtr node = ctx.cfg.Has("serve") ? ctx.cfg.Get<config::NodePtr>("serve").value() : config::Node::Map();
+// What serve reads before anything starts: the options, the bearer token, the checkpoint and
+// the warm-up input.
+struct ServeSetup {
+  ServeOptions o;
+  std::string token;  // empty: no authentication (loopback only)
+  std::string ckpt;
+  std::optional<std::string> warmup;
+};
+
+absl::StatusOr<ServeSetup> ReadSetup(const config::Config& cfg) {
+  ServeSetup setup;
+  config::NodePtr node = cfg.Has("serve") ? cfg.Get<config::NodePtr>("serve").value() : config::Node::Map();
   KILN_ASSIGN_OR_RETURN(config::NodePtr filled, ServeBinding().schema().Apply(*node, "serve", "command 'serve'"));
-  const ServeOptions o = ServeBinding().Fill(config::Config(filled, "serve"));
-  std::string token = o.token.value_or("");
-  if (token.empty()) {
+  setup.o = ServeBinding().Fill(config::Config(filled, "serve"));
+  const ServeOptions& o = setup.o;
+  setup.token = o.token.value_or("");
+  if (setup.token.empty()) {
     const char* env = std::getenv("KILN_SERVE_TOKEN");
-    if (env != nullptr) token = env;
+    if (env != nullptr) setup.token = env;
   }
-  if (!IsLoopback(o.host) && token.empty()) {
+  if (!IsLoopback(o.host) && setup.token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("serve.host=", o.host,
                                                    " is not loopback: set a bearer token (serve.token=... or "
                                                    "KILN_SERVE_TOKEN) so that not anyone who reaches it can use it"));
   }
-  if (!ctx.cfg.Has("ckpt_path") || ctx.cfg.Get<config::NodePtr>("ckpt_path").value()->is_null()) {
+  if (!cfg.Has("ckpt_path") || cfg.Get<config::NodePtr>("ckpt_path").value()->is_null()) {
     return absl::InvalidArgumentError("kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt or run_dir=RUN");
   }
-  KILN_ASSIGN_OR_RETURN(std::string ckpt, ctx.cfg.Get<std::string>("ckpt_path"));
-  std::optional<std::string> warmup;
+  KILN_ASSIGN_OR_RETURN(setup.ckpt, cfg.Get<std::string>("ckpt_path"));
   if (o.warmup_input.has_value()) {
     std::ifstream in(*o.warmup_input, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("serve.warmup_input: cannot read ", *o.warmup_input));
-    warmup = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    setup.warmup = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
-  AccessLog access_log;
-  KILN_RETURN_IF_ERROR(access_log.Open(o.access_log, ctx.output_dir));
-  ConfigureProcess(static_cast<int>(o.threads), 1);
+  return setup;
+}
 
-  ServeMetrics metrics;
-  std::atomic<bool> ready{false};
-  std::unique_ptr<Predictor> predictor;
-  std::unique_ptr<Batcher> batcher;
-  std::mutex batcher_mu;  // guards the pointer while it is set after start-up
+// The model side of the server: the predictor and its batcher, set once loaded and warmed up
+// (the HTTP side answers /healthz meanwhile), and the metrics both sides count into.
+class ModelSlot {
+ public:
+  // Loads the checkpoint, answers the warm-up input, and starts the batcher; then ready().
+  absl::Status Load(const config::Config& cfg, const ServeSetup& setup) {
+    const ServeOptions& o = setup.o;
+    PredictorOptions predictor_options;
+    predictor_options.quantize = o.quantize;
+    KILN_ASSIGN_OR_RETURN(predictor_, Predictor::FromConfig(cfg, setup.ckpt, predictor_options));
+    if (setup.warmup.has_value()) {
+      for (int64_t i = 0; i < o.warmup_runs; ++i) {
+        if (predictor_->generates()) {
+          KILN_RETURN_IF_ERROR(predictor_->Generate(*setup.warmup).status());
+        } else {
+          KILN_RETURN_IF_ERROR(predictor_->Predict(*setup.warmup).status());
+        }
+      }
+    }
+    BatcherOptions batching{o.max_batch, o.max_delay_ms, o.max_queue};
+    std::lock_guard<std::mutex> lock(mu_);
+    batcher_ = std::make_unique<Batcher>(*predictor_, batching, [this](int64_t n) { metrics_.CountBatch(n); });
+    ready_.store(true);
+    return absl::OkStatus();
+  }
+  bool ready() const { return ready_.load(); }
+  // The batcher once ready, else nullptr.
+  Batcher* batcher() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ready_.load() ? batcher_.get() : nullptr;
+  }
+  const Predictor& predictor() const { return *predictor_; }
+  ServeMetrics& metrics() { return metrics_; }
+  std::string MetricsText() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return metrics_.Text(batcher_ ? batcher_->queue_depth() : 0);
+  }
+  // The batcher runs what is queued at once (before the HTTP side stops) ...
+  void BeginStop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (batcher_) batcher_->BeginStop();
+  }
+  // ... and ends once no request thread can reach it.
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    batcher_.reset();
+  }
 
-  HttpTimeouts timeouts;
-  timeouts.read = std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6));
-  timeouts.request_read = std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
-  timeouts.max_per_client = static_cast<size_t>(o.max_connections_per_client);
-  HttpServer server(timeouts);
+ private:
+  ServeMetrics metrics_;
+  std::atomic<bool> ready_{false};
+  std::unique_ptr<Predictor> predictor_;
+  std::mutex mu_;  // guards batcher_ while it is set after start-up
+  std::unique_ptr<Batcher> batcher_;
+};
+
+// POST /v1/predict: the inputs decoded and prepared in the request's thread, then one place in
+// the batcher's queue, then the answer as JSON.
+void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+  auto fail = [&res](int status, const std::string& message) {
+    res.status = status;
+    res.set_content(ErrorJson(message), "application/json");
+  };
+  Batcher* b = model.batcher();
+  if (b == nullptr) {
+    res.set_header("Retry-After", "1");
+    return fail(503, "the model is loading; try again shortly (GET /readyz says when)");
+  }
+  absl::StatusOr<std::vector<std::string>> inputs = RequestInputs(req);
+  if (!inputs.ok()) return fail(400, std::string(inputs.status().message()));
+  // Decoding and preprocessing run here, in the request's thread, concurrently with other
+  // requests and the batch running now; an input the pipeline refuses never takes a place in
+  // the queue.
+  const Predictor& predictor = model.predictor();
+  BatchRequest work;
+  if (predictor.generates()) {
+    work.prompts = *std::move(inputs);
+  } else {
+    for (size_t i = 0; i < inputs->size(); ++i) {
+      absl::StatusOr<data::Example> example = predictor.Prepare((*inputs)[i]);
+      if (!example.ok()) {
+        std::string where = inputs->size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
+        return fail(HttpStatusOf(example.status()), absl::StrCat(where, example.status().message()));
+      }
+      work.examples.push_back(*std::move(example));
+    }
+  }
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  std::optional<std::future<BatchAnswer>> future = b->Submit(std::move(work), abandoned);
+  if (!future.has_value()) {
+    res.set_header("Retry-After", "1");
+    return fail(503, "the queue is full; try again shortly");
+  }
+  if (future->wait_for(std::chrono::milliseconds(o.request_timeout_ms)) != std::future_status::ready) {
+    abandoned->store(true);
+    return fail(504, absl::StrCat("no answer within serve.request_timeout_ms=", o.request_timeout_ms));
+  }
+  BatchAnswer answer = future->get();
+  res.set_header("X-Kiln-Batch-Size", std::to_string(answer.batch_size));
+  absl::StatusOr<std::string> body = AnswerJson(predictor.model_name(), answer);
+  if (!body.ok()) return fail(HttpStatusOf(body.status()), std::string(body.status().message()));
+  res.set_content(*body, "application/json");
+}
+
+// The server's connection handling: timeouts, body limit, niced worker threads, no Nagle, and
+// the listening socket handed to `listen_socket` (to raise its backlog after the bind).
+void ConfigureConnections(HttpServer& server, const ServeOptions& o, const HttpTimeouts& timeouts,
+                          int* listen_socket) {
   server.new_task_queue = [n = o.http_threads, nice = o.http_nice] {
     return NicedThreadPool(static_cast<size_t>(n), static_cast<int>(nice));
   };
@@ -294,13 +400,18 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   // when dozens of clients connect at once, the kernel drops the handshakes beyond it and clients
   // wait a second or more to retry. httplib hands its listening socket to this callback before
   // listen(); listening again after the bind raises the backlog (Linux allows it).
-  int listen_socket = -1;
-  server.set_socket_options([&listen_socket](socket_t sock) {
+  server.set_socket_options([listen_socket](socket_t sock) {
     httplib::default_socket_options(sock);
-    listen_socket = sock;
+    *listen_socket = sock;
   });
-  server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+}
+
+// The endpoints, the bearer-token check before them, the error bodies of what httplib answers
+// itself, and the per-request metrics and access log after them.
+void AddRoutes(HttpServer& server, ModelSlot& model, const ServeSetup& setup, AccessLog& access_log) {
+  server.set_pre_routing_handler([&setup](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
+    const std::string& token = setup.token;
     if (token.empty() || req.path == "/healthz" || req.path == "/readyz") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + token) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
@@ -309,75 +420,16 @@ absl::Status ServeCommand(app::JobContext& ctx) {
     return httplib::Server::HandlerResponse::Handled;
   });
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  server.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
-    res.status = ready.load() ? 200 : 503;
-    res.set_content(ready.load() ? "ready\n" : "loading\n", "text/plain");
+  server.Get("/readyz", [&model](const httplib::Request&, httplib::Response& res) {
+    bool ready = model.ready();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ready\n" : "loading\n", "text/plain");
   });
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(batcher_mu);
-    res.set_content(metrics.Text(batcher ? batcher->queue_depth() : 0), "text/plain; version=0.0.4");
+  server.Get("/metrics", [&model](const httplib::Request&, httplib::Response& res) {
+    res.set_content(model.MetricsText(), "text/plain; version=0.0.4");
   });
-  server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
-    Batcher* b = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(batcher_mu);
-      b = ready.load() ? batcher.get() : nullptr;
-    }
-    if (b == nullptr) {
-      res.status = 503;
-      res.set_header("Retry-After", "1");
-      res.set_content(ErrorJson("the model is loading; try again shortly (GET /readyz says when)"), "application/json");
-      return;
-    }
-    absl::StatusOr<std::vector<std::string>> inputs = RequestInputs(req);
-    if (!inputs.ok()) {
-      res.status = 400;
-      res.set_content(ErrorJson(std::string(inputs.status().message())), "application/json");
-      return;
-    }
-    // Decoding and preprocessing run here, in the request's thread, concurrently with other
-    // requests and the batch running now; an input the pipeline refuses never takes a place in
-    // the queue.
-    BatchRequest work;
-    if (predictor->generates()) {
-      work.prompts = *std::move(inputs);
-    } else {
-      for (size_t i = 0; i < inputs->size(); ++i) {
-        absl::StatusOr<data::Example> example = predictor->Prepare((*inputs)[i]);
-        if (!example.ok()) {
-          std::string where = inputs->size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
-          res.status = HttpStatusOf(example.status());
-          res.set_content(ErrorJson(absl::StrCat(where, example.status().message())),
-                          "application/json");
-          return;
-        }
-        work.examples.push_back(*std::move(example));
-      }
-    }
-    auto abandoned = std::make_shared<std::atomic<bool>>(false);
-    std::optional<std::future<BatchAnswer>> future = b->Submit(std::move(work), abandoned);
-    if (!future.has_value()) {
-      res.status = 503;
-      res.set_header("Retry-After", "1");
-      res.set_content(ErrorJson("the queue is full; try again shortly"), "application/json");
-      return;
-    }
-    if (future->wait_for(std::chrono::milliseconds(o.request_timeout_ms)) != std::future_status::ready) {
-      abandoned->store(true);
-      res.status = 504;
-      res.set_content(ErrorJson(absl::StrCat("no answer within serve.request_timeout_ms=", o.request_timeout_ms)),
-                      "application/json");
-      return;
-    }
-    BatchAnswer answer = future->get();
-    res.set_header("X-Kiln-Batch-Size", std::to_string(answer.batch_size));
-    absl::StatusOr<std::string> body = AnswerJson(predictor->model_name(), answer);
-    if (!body.ok()) {
-      res.status = HttpStatusOf(body.status());
-      res.set_content(ErrorJson(std::string(body.status().message())), "application/json");
-      return;
-    }
-    res.set_content(*body, "application/json");
+  server.Post("/v1/predict", [&model, &setup](const httplib::Request& req, httplib::Response& res) {
+    Predict(model, setup.o, req, res);
   });
   // Statuses httplib answers itself (413, 404, 400 of an unparsable request) get a message too.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -392,16 +444,19 @@ absl::Status ServeCommand(app::JobContext& ctx) {
             : absl::StrCat("HTTP ", res.status);
     res.set_content(ErrorJson(message), "application/json");
   });
-  server.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
+  server.set_logger([&model, &access_log](const httplib::Request& req, const httplib::Response& res) {
     double seconds = 0;  // a request httplib refused before routing (413) took no time of ours
     if (t_request_start.has_value()) {
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t_request_start).count();
       t_request_start.reset();
     }
-    metrics.CountRequest(res.status, seconds);
+    model.metrics().CountRequest(res.status, seconds);
     access_log.Write(req, res, seconds);
   });
+}
 
+// Binds host:port (port 0: any free one) and raises the listen backlog; the port bound.
+absl::StatusOr<int> Bind(HttpServer& server, const ServeOptions& o, const int& listen_socket) {
   int port = static_cast<int>(o.port);
   if (port == 0) {
     port = server.bind_to_any_port(o.host.c_str());
@@ -410,15 +465,65 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   }
   if (port < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " (in use?)"));
   if (listen_socket >= 0 && ::listen(listen_socket, SOMAXCONN) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot raise the listen backlog: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("cannot raise the listen backlog: ", std::strerror(errno)));
   }
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_term {}, old_int {};
-  ::sigaction(SIGTERM, &action, &old_term);
-  ::sigaction(SIGINT, &action, &old_int);
+  return port;
+}
+
+// SIGTERM and SIGINT set g_stop while this lives; the handlers before come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGTERM, &action, &old_term_);
+    ::sigaction(SIGINT, &action, &old_int_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ {}, old_int_ {};
+};
+
+// Until a stop signal, handing freed memory back every 30 s: connection threads allocate from
+// glibc's per-thread arenas, which keep what they free (KeepFreedMemoryForReuse), so RSS follows
+// the live heap.
+void WaitForStopSignal() {
+  auto next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!g_stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::steady_clock::now() >= next_trim) {
+      ReturnFreedMemory();
+      next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+  }
+}
+
+absl::Status ServeCommand(app::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const ServeSetup setup, ReadSetup(ctx.cfg));
+  const ServeOptions& o = setup.o;
+  AccessLog access_log;
+  KILN_RETURN_IF_ERROR(access_log.Open(o.access_log, ctx.output_dir));
+  ConfigureProcess(static_cast<int>(o.threads), 1);
+
+  ModelSlot model;
+  HttpTimeouts timeouts;
+  timeouts.read = std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6));
+  timeouts.request_read = std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
+  timeouts.max_per_client = static_cast<size_t>(o.max_connections_per_client);
+  HttpServer server(timeouts);
+  int listen_socket = -1;
+  ConfigureConnections(server, o, timeouts, &listen_socket);
+  AddRoutes(server, model, setup, access_log);
+  KILN_ASSIGN_OR_RETURN(const int port, Bind(server, o, listen_socket));
+
+  StopSignals signals;
   std::atomic<bool> listener_done{false};
   std::thread listener([&] {
     server.listen_after_bind();
@@ -431,57 +536,22 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   std::fflush(stdout);
 
   // The model loads while /healthz already answers; /readyz says ready after the warm-up.
-  absl::Status status = [&]() -> absl::Status {
-    PredictorOptions predictor_options;
-    predictor_options.quantize = o.quantize;
-    KILN_ASSIGN_OR_RETURN(predictor, Predictor::FromConfig(ctx.cfg, ckpt, predictor_options));
-    if (warmup.has_value()) {
-      for (int64_t i = 0; i < o.warmup_runs; ++i) {
-        if (predictor->generates()) {
-          KILN_RETURN_IF_ERROR(predictor->Generate(*warmup).status());
-        } else {
-          KILN_RETURN_IF_ERROR(predictor->Predict(*warmup).status());
-        }
-      }
-    }
-    BatcherOptions batching{o.max_batch, o.max_delay_ms, o.max_queue};
-    std::lock_guard<std::mutex> lock(batcher_mu);
-    batcher = std::make_unique<Batcher>(*predictor, batching, [&](int64_t n) { metrics.CountBatch(n); });
-    return absl::OkStatus();
-  }();
+  absl::Status status = model.Load(ctx.cfg, setup);
   if (status.ok()) {
-    ready.store(true);
-    Logger::Instance().Info(absl::StrCat("serving ", predictor->model_name(), " from ", ckpt, " on http://", o.host,
-                                         ":", port, " (max_batch ", o.max_batch, ", max_delay_ms ", o.max_delay_ms,
-                                         ")"));
+    Logger::Instance().Info(absl::StrCat("serving ", model.predictor().model_name(), " from ", setup.ckpt,
+                                         " on http://", o.host, ":", port, " (max_batch ", o.max_batch,
+                                         ", max_delay_ms ", o.max_delay_ms, ")"));
     std::printf("kiln serve: ready on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
-    // Connection threads allocate from glibc's per-thread arenas, which keep what they free
-    // (KeepFreedMemoryForReuse): hand it back every 30 s, so that RSS follows the live heap.
-    auto next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!g_stop.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (std::chrono::steady_clock::now() >= next_trim) {
-        ReturnFreedMemory();
-        next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      }
-    }
+    WaitForStopSignal();
     Logger::Instance().Info("stop signal: no new connections; answering the requests in flight");
   }
   // The batcher runs what is queued at once; httplib's stop closes the listening socket and lets
   // each worker finish its request.
-  {
-    std::lock_guard<std::mutex> lock(batcher_mu);
-    if (batcher) batcher->BeginStop();
-  }
+  model.BeginStop();
   server.stop();
   listener.join();
-  {
-    std::lock_guard<std::mutex> lock(batcher_mu);
-    batcher.reset();
-  }
-  ::sigaction(SIGTERM, &old_term, nullptr);
-  ::sigaction(SIGINT, &old_int, nullptr);
+  model.Stop();
   return status;
 }
 
