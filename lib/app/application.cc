@@ -251,65 +251,90 @@ class Application {
     return status;
   }
 
+  // Plans the job's folder and resolves its config (a config that does not resolve is refused
+  // before anything is written), then runs it as this process's place in the job says.
   absl::Status RunJobInDir(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
     last_output_dir_.clear();
     auto run = PlanRunDir(composed, job_num, sweep_dir);
     if (!run.ok()) return run.status();
     last_output_dir_ = run->output_dir;
-    // A config that does not resolve is refused before anything is written.
     auto resolved = config::ResolveJob(composed);
     if (!resolved.ok()) return resolved.status();
     auto env = distributed::ReadEnvironment();
     if (!env.ok()) return env.status();
-    if (env->rank != 0) {
-      // A rank > 0 under torchrun or SLURM: rank 0 owns the run directory and the log, and
-      // hands this rank its config and folder when training starts.
-      Logger::Instance().set_level(LogLevel::kWarning);
-      if (auto st = LoadLibraries(); !st.ok()) return st;
-      return RunCommand(config::Config(*resolved), &composed, run->output_dir);
-    }
+    if (env->rank != 0) return RunAsLaterRank(composed, *resolved, *run);
     if (cl_.command == "train" && !env->distributed()) {
-      config::Config cfg(*resolved);
-      auto devices = cfg.GetOr<int64_t>("trainer.devices", 1);
-      if (!devices.ok()) return devices.status();
-      auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
-      if (!nodes.ok()) return nodes.status();
-      if (*devices > 1 || *nodes > 1) {
-        // Node 0 owns the run directory; another node's workers join it when training starts, and
-        // meanwhile read their config (and write their logs) in a folder of this node's own.
-        // A missing NODE_RANK is refused here, before anything is written.
-        auto node_rank = NodeRank(static_cast<int>(*nodes));
-        if (!node_rank.ok()) return node_rank.status();
-        if (*node_rank > 0) {
-          char scratch[] = "/tmp/kiln-node-XXXXXX";
-          if (::mkdtemp(scratch) == nullptr) return absl::InternalError("cannot create a folder in /tmp");
-          RunDir local = *run;
-          local.output_dir = scratch;
-          local.log_file.clear();
-          if (auto st = MakeDirs(local.output_dir + "/.hydra"); !st.ok()) return st;
-          return RunWorkers(**resolved, local, static_cast<int>(*devices), static_cast<int>(*nodes));
-        }
-        // This process holds the run's lock for its workers, which it outlives.
-        auto lock = LockRunDir(*run, job_num);
-        if (!lock.ok()) return lock.status();
-        if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
-        return RunWorkers(**resolved, *run, static_cast<int>(*devices), static_cast<int>(*nodes));
+      auto spread = ReadSpread(config::Config(*resolved));
+      if (!spread.ok()) return spread.status();
+      if (spread->devices > 1 || spread->nodes > 1) {
+        return RunWorkersOfThisNode(composed, **resolved, *run, job_num, *spread);
       }
     }
-    auto lock = LockRunDir(*run, job_num);
+    return RunInThisProcess(composed, *resolved, *run, job_num);
+  }
+
+  // A rank > 0 under torchrun or SLURM: rank 0 owns the run directory and the log, and hands this
+  // rank its config and folder when training starts.
+  absl::Status RunAsLaterRank(config::ComposeResult& composed, const NodePtr& resolved, const RunDir& run) {
+    Logger::Instance().set_level(LogLevel::kWarning);
+    if (auto st = LoadLibraries(); !st.ok()) return st;
+    return RunCommand(config::Config(resolved), &composed, run.output_dir);
+  }
+
+  struct Spread {
+    int devices = 1, nodes = 1;  // trainer.devices, trainer.num_nodes
+  };
+  static absl::StatusOr<Spread> ReadSpread(const config::Config& cfg) {
+    auto devices = cfg.GetOr<int64_t>("trainer.devices", 1);
+    if (!devices.ok()) return devices.status();
+    auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
+    if (!nodes.ok()) return nodes.status();
+    return Spread{static_cast<int>(*devices), static_cast<int>(*nodes)};
+  }
+
+  // `kiln train trainer.devices=N` (or num_nodes > 1) started by hand: this process starts the
+  // node's workers and waits for them.
+  absl::Status RunWorkersOfThisNode(config::ComposeResult& composed, const Node& resolved, const RunDir& run,
+                                    int job_num, const Spread& spread) {
+    // Node 0 owns the run directory; another node's workers join it when training starts, and
+    // meanwhile read their config (and write their logs) in a folder of this node's own.
+    // A missing NODE_RANK is refused here, before anything is written.
+    auto node_rank = NodeRank(spread.nodes);
+    if (!node_rank.ok()) return node_rank.status();
+    if (*node_rank > 0) {
+      char scratch[] = "/tmp/kiln-node-XXXXXX";
+      if (::mkdtemp(scratch) == nullptr) return absl::InternalError("cannot create a folder in /tmp");
+      RunDir local = run;
+      local.output_dir = scratch;
+      local.log_file.clear();
+      if (auto st = MakeDirs(local.output_dir + "/.hydra"); !st.ok()) return st;
+      return RunWorkers(resolved, local, spread.devices, spread.nodes);
+    }
+    // This process holds the run's lock for its workers, which it outlives.
+    auto lock = LockRunDir(run, job_num);
     if (!lock.ok()) return lock.status();
-    if (auto st = WriteRunDir(composed, *run); !st.ok()) return st;
+    if (auto st = WriteRunDir(composed, run); !st.ok()) return st;
+    return RunWorkers(resolved, run, spread.devices, spread.nodes);
+  }
+
+  // The common case: the run directory locked (train, tune) and written, the log opened, and the
+  // command run here.
+  absl::Status RunInThisProcess(config::ComposeResult& composed, const NodePtr& resolved, const RunDir& run,
+                                int job_num) {
+    auto lock = LockRunDir(run, job_num);
+    if (!lock.ok()) return lock.status();
+    if (auto st = WriteRunDir(composed, run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
       Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");
     }
-    if (!run->log_file.empty()) {
-      if (auto st = Logger::Instance().OpenFile(run->log_file); !st.ok()) return st;
+    if (!run.log_file.empty()) {
+      if (auto st = Logger::Instance().OpenFile(run.log_file); !st.ok()) return st;
     }
     if (cl_.command != "compose") {
       if (auto st = LoadLibraries(); !st.ok()) return st;
     }
-    absl::Status status = RunCommand(config::Config(*resolved), &composed, run->output_dir);
+    absl::Status status = RunCommand(config::Config(resolved), &composed, run.output_dir);
     Logger::Instance().CloseFile();
     return status;
   }
