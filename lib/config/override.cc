@@ -155,6 +155,22 @@ class OverrideParser {
   OverrideParser(absl::string_view text, absl::string_view whole, size_t offset)
       : s_(text), whole_(whole), offset_(offset) {}
 
+  // After an item of a list, a dictionary or a function's arguments: ',' (consumed; another item
+  // follows: false) or `close` (consumed: true). Anything else fails with `missing` at the end of
+  // the input, else with `expected`.
+  absl::StatusOr<bool> ItemSeparator(char close, const std::string& missing, const std::string& expected) {
+    SkipWs();
+    if (Peek() == ',') {
+      ++pos_;
+      return false;
+    }
+    if (Peek() == close) {
+      ++pos_;
+      return true;
+    }
+    return Fail(AtEnd() ? missing : expected);
+  }
+
   absl::Status Fail(const std::string& what) const {
     size_t column = CharsBefore(whole_, offset_ + pos_) + 1;
     size_t near_end = pos_;
@@ -258,16 +274,9 @@ class OverrideParser {
       if (!item.ok()) return item.status();
       if (item->is_sweep) return Fail("a sweep cannot be a list item");
       e.value.node->Append(item->value.node);
-      SkipWs();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == ']') {
-        ++pos_;
-        return e;
-      }
-      return Fail(AtEnd() ? "missing ']' to close the list" : "expected ',' or ']' in list");
+      auto closed = ItemSeparator(']', "missing ']' to close the list", "expected ',' or ']' in list");
+      if (!closed.ok()) return closed.status();
+      if (*closed) return e;
     }
   }
 
@@ -319,16 +328,9 @@ class OverrideParser {
       if (!value.ok()) return value.status();
       if (value->is_sweep) return Fail("a sweep cannot be a dictionary value");
       e.value.node->Set(key, value->value.node);
-      SkipWs();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == '}') {
-        ++pos_;
-        return e;
-      }
-      return Fail(AtEnd() ? "missing '}' to close the dictionary" : "expected ',' or '}'");
+      auto closed = ItemSeparator('}', "missing '}' to close the dictionary", "expected ',' or '}'");
+      if (!closed.ok()) return closed.status();
+      if (*closed) return e;
     }
   }
 
@@ -477,17 +479,10 @@ class OverrideParser {
         if (!value.ok()) return value.status();
         arg.value = *std::move(value);
         args.push_back(std::move(arg));
-        SkipWs();
-        if (Peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (Peek() == ')') {
-          ++pos_;
-          break;
-        }
-        return Fail(AtEnd() ? absl::StrCat("missing ')' to close ", name, "(")
-                            : "expected ',' or ')' in function arguments");
+        auto closed = ItemSeparator(')', absl::StrCat("missing ')' to close ", name, "("),
+                                    "expected ',' or ')' in function arguments");
+        if (!closed.ok()) return closed.status();
+        if (*closed) break;
       }
     }
     size_t end = pos_;
