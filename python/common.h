@@ -1,5 +1,8 @@
-// What the files of kiln's Python extension share: kiln's failed Status as kiln.KilnError.
+// What the files of kiln's Python extension share: kiln's failed Status as kiln.KilnError, and
+// kiln's code run without the GIL with LibTorch's exceptions made KilnErrors too.
 #pragma once
+
+#include <pybind11/pybind11.h>
 
 #include <stdexcept>
 #include <string>
@@ -7,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "lib/core/error_text.h"
 
 namespace kiln::python {
 
@@ -22,6 +27,22 @@ template <typename T>
 T Take(absl::StatusOr<T> value) {
   Check(value.status());
   return *std::move(value);
+}
+
+// Runs kiln's code without the GIL (other Python threads run meanwhile). A KilnError it raises
+// passes as it is; any other C++ exception (LibTorch's c10::Error: a tensor of the wrong shape,
+// ...) becomes a KilnError saying `what` and the exception's first line, never a RuntimeError
+// with a C++ backtrace.
+template <typename F>
+auto Released(const std::string& what, F&& body) {
+  try {
+    pybind11::gil_scoped_release release;
+    return body();
+  } catch (const StatusError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw StatusError(absl::StrCat(what, ": ", ErrorLine(e.what())));
+  }
 }
 
 }  // namespace kiln::python

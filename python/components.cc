@@ -31,27 +31,16 @@ namespace py = pybind11;
 namespace kiln::python {
 namespace {
 
-// Runs kiln's code without the GIL; a LibTorch or kiln error becomes a KilnError saying `what`.
-template <typename F>
-auto Released(const std::string& what, F&& body) {
-  try {
-    py::gil_scoped_release release;
-    return body();
-  } catch (const StatusError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw StatusError(absl::StrCat(what, ": ", ErrorLine(e.what())));
-  }
-}
-
 class PyOptimizer {
  public:
   PyOptimizer(std::string name, std::shared_ptr<torch::optim::Optimizer> optimizer)
       : name_(std::move(name)), optimizer_(std::move(optimizer)) {}
   void Step() {
-    Released(name_ + " step failed", [&] { optimizer_->step(); return 0; });
+    Released(name_ + " step failed", [&] { optimizer_->step(); });
   }
-  void ZeroGrad(bool set_to_none) { optimizer_->zero_grad(set_to_none); }
+  void ZeroGrad(bool set_to_none) {
+    Released(name_ + " zero_grad failed", [&] { optimizer_->zero_grad(set_to_none); });
+  }
   std::vector<double> Lr() const {
     std::vector<double> out;
     for (const auto& group : optimizer_->param_groups()) out.push_back(group.options().get_lr());
@@ -69,7 +58,8 @@ class PyScheduler {
   PyScheduler(std::shared_ptr<Scheduler> scheduler, std::shared_ptr<torch::optim::Optimizer> optimizer)
       : scheduler_(std::move(scheduler)), optimizer_(std::move(optimizer)) {}
   void Step(std::optional<double> metric) {
-    scheduler_->Step(metric.value_or(std::numeric_limits<double>::quiet_NaN()));
+    Released("the scheduler's step failed",
+             [&] { scheduler_->Step(metric.value_or(std::numeric_limits<double>::quiet_NaN())); });
   }
   std::string Interval() const { return scheduler_->interval() == Scheduler::Interval::kStep ? "step" : "epoch"; }
   std::string Monitor() const { return scheduler_->monitor(); }
@@ -140,12 +130,26 @@ class PyTokenizer {
   void Fit(const std::vector<std::string>& texts, const std::string& corpus_name) {
     Check(Released("fitting the tokenizer failed", [&] { return tokenizer_->Fit(texts, corpus_name); }));
   }
-  std::vector<int64_t> Encode(const std::string& text) const { return tokenizer_->Encode(text); }
-  std::string Decode(const std::vector<int64_t>& ids) const { return tokenizer_->Decode(ids); }
+  std::vector<int64_t> Encode(const std::string& text) const {
+    RequireFitted("encode");
+    return Released("the tokenizer cannot encode this text", [&] { return tokenizer_->Encode(text); });
+  }
+  std::string Decode(const std::vector<int64_t>& ids) const {
+    RequireFitted("decode");
+    return Released("the tokenizer cannot decode these ids", [&] { return tokenizer_->Decode(ids); });
+  }
   int64_t vocab_size() const { return tokenizer_->vocab_size(); }
   std::string Describe() const { return tokenizer_->Describe(); }
 
  private:
+  // kiln's data modules fit a tokenizer before anything encodes with it; from Python the order is
+  // the caller's, and an unfitted tokenizer (no vocabulary, no SentencePiece model) must not run.
+  void RequireFitted(const char* call) const {
+    if (tokenizer_->fingerprint() == 0) {
+      throw StatusError(absl::StrCat("Tokenizer.", call, ": the tokenizer is not fitted yet; call fit(texts) first"));
+    }
+  }
+
   std::shared_ptr<text::Tokenizer> tokenizer_;
 };
 
@@ -181,7 +185,13 @@ NamedParameters ParametersFrom(const py::object& params, const std::string& targ
   NamedParameters out;
   for (const py::handle& item : params) {
     if (py::isinstance<py::tuple>(item) && py::len(item) == 2) {
-      out.emplace_back(py::str(item[py::int_(0)]).cast<std::string>(), item[py::int_(1)].cast<torch::Tensor>());
+      py::object tensor = item[py::int_(1)];
+      if (!THPVariable_Check(tensor.ptr())) {
+        throw StatusError(absl::StrCat("kiln.instantiate: params holds a pair whose second item is a ",
+                                       std::string(py::str(py::type::of(tensor).attr("__name__"))),
+                                       ", not a tensor"));
+      }
+      out.emplace_back(py::str(item[py::int_(0)]).cast<std::string>(), tensor.cast<torch::Tensor>());
     } else if (THPVariable_Check(item.ptr())) {
       out.emplace_back(std::to_string(out.size()), item.cast<torch::Tensor>());
     } else {
@@ -196,8 +206,7 @@ NamedParameters ParametersFrom(const py::object& params, const std::string& targ
 
 template <typename T>
 std::shared_ptr<T> Build(const config::Config& cfg) {
-  py::gil_scoped_release release;
-  return Take(Registry<T>::Get().Instantiate(cfg));
+  return Released("kiln.instantiate failed", [&] { return Take(Registry<T>::Get().Instantiate(cfg)); });
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ namespace py = pybind11;
 namespace kiln::python {
 namespace {
 
+// What Released says before LibTorch's own line when kiln's code throws.
+constexpr const char* kPredictFailed = "the model cannot answer this input";
+constexpr const char* kBuildFailed = "the job cannot be built";
+
 py::object ToPython(const config::Node& node) {
   switch (node.kind()) {
     case config::NodeKind::kNull: return py::none();
@@ -251,8 +255,8 @@ class PyDataModule {
  public:
   PyDataModule(const py::dict& cfg, uint64_t seed) : seed_(seed) {
     config::Config config(FromPython(cfg, "data"));
-    py::gil_scoped_release release;
-    module_ = Take(Registry<data::DataModule>::Get().Instantiate(config));
+    module_ = Released("the data module cannot be built",
+                       [&] { return Take(Registry<data::DataModule>::Get().Instantiate(config)); });
   }
   PyLoader TrainLoader() {
     auto ds = Setup(data::Stage::kFit, [&] { return module_->train_dataset(); }, "training");
@@ -271,15 +275,16 @@ class PyDataModule {
  private:
   template <typename F>
   std::shared_ptr<const data::Dataset> Setup(data::Stage stage, F&& split, const char* name) {
-    py::gil_scoped_release release;
-    if (!prepared_) {
-      Check(module_->PrepareData());
-      prepared_ = true;
-    }
-    Check(module_->Setup(stage));
-    std::shared_ptr<const data::Dataset> ds = split();
-    if (ds == nullptr) throw StatusError(std::string("this data module has no ") + name + " split");
-    return ds;
+    return Released("setting the data up failed", [&] {
+      if (!prepared_) {
+        Check(module_->PrepareData());
+        prepared_ = true;
+      }
+      Check(module_->Setup(stage));
+      std::shared_ptr<const data::Dataset> ds = split();
+      if (ds == nullptr) throw StatusError(std::string("this data module has no ") + name + " split");
+      return ds;
+    });
   }
   PyLoader Loader(std::shared_ptr<const data::Dataset> ds, std::shared_ptr<data::Sampler> sampler) {
     data::LoaderOptions options = module_->loader_options();
@@ -309,30 +314,23 @@ class PyPredictor {
     PredictorOptions options;
     options.overrides = overrides;
     options.quantize = std::move(quantize);
-    py::gil_scoped_release release;
-    predictor_ = Take(Predictor::Load(path, options));
+    predictor_ = Released("the model cannot be loaded", [&] { return Take(Predictor::Load(path, options)); });
   }
 
   // One raw input: bytes (an image or audio file's contents) or str (a text).
   py::dict PredictOne(const py::object& raw) {
     std::string input = Raw(raw);
-    absl::StatusOr<Prediction> p;
-    {
-      py::gil_scoped_release release;
-      p = predictor_->Predict(input);
-    }
-    return PredictionDict(Take(std::move(p)));
+    Prediction p = Released(kPredictFailed, [&] { return Take(predictor_->Predict(input)); });
+    return PredictionDict(p);
   }
   // Several raw inputs in one forward pass; a bad one raises, naming its position.
   py::list PredictMany(const py::list& raws) {
     std::vector<std::string> inputs;
     for (const auto& raw : raws) inputs.push_back(Raw(py::reinterpret_borrow<py::object>(raw)));
-    std::vector<absl::StatusOr<Prediction>> answers;
-    {
-      py::gil_scoped_release release;
+    std::vector<absl::StatusOr<Prediction>> answers = Released(kPredictFailed, [&] {
       std::vector<std::string_view> views(inputs.begin(), inputs.end());
-      answers = predictor_->PredictBatch(views);
-    }
+      return predictor_->PredictBatch(views);
+    });
     return Answers(answers);
   }
   // A batch of prepared inputs [B, ...] (what the data module's eval pipeline gives), as a tensor.
@@ -343,26 +341,19 @@ class PyPredictor {
     std::vector<data::Example> examples;
     // No label (-1), as the data modules give a raw input.
     for (int64_t i = 0; i < batch.size(0); ++i) examples.push_back({batch[i], torch::tensor(int64_t{-1})});
-    std::vector<absl::StatusOr<Prediction>> answers;
-    {
-      py::gil_scoped_release release;
-      answers = predictor_->PredictPrepared(std::move(examples));
-    }
+    std::vector<absl::StatusOr<Prediction>> answers =
+        Released(kPredictFailed, [&] { return predictor_->PredictPrepared(std::move(examples)); });
     return Answers(answers);
   }
   py::list PredictSplit() {
-    absl::StatusOr<std::vector<Prediction>> answers;
-    {
-      py::gil_scoped_release release;
-      answers = predictor_->PredictSplit();
-    }
+    std::vector<Prediction> answers = Released(kPredictFailed, [&] { return Take(predictor_->PredictSplit()); });
     py::list out;
-    for (const auto& p : Take(std::move(answers))) out.append(PredictionDict(p));
+    for (const auto& p : answers) out.append(PredictionDict(p));
     return out;
   }
   std::string Generate(const std::optional<std::string>& prompt) {
-    py::gil_scoped_release release;
-    return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate());
+    return Released("generating failed",
+                    [&] { return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate()); });
   }
   bool generates() const { return predictor_->generates(); }
   std::vector<std::string> ClassNames() const { return predictor_->class_names(); }
@@ -393,14 +384,10 @@ class PyModel {
  public:
   explicit PyModel(std::shared_ptr<Model> model) : model_(std::move(model)) {}
   torch::Tensor Forward(const torch::Tensor& input) {
-    py::gil_scoped_release release;
-    try {
+    return Released("the model cannot take this input", [&] {
       torch::NoGradGuard no_grad;
       return model_->forward(input);
-    } catch (const std::exception& e) {
-      py::gil_scoped_acquire gil;
-      throw StatusError(absl::StrCat("the model cannot take this input: ", ErrorLine(e.what())));
-    }
+    });
   }
   std::map<std::string, torch::Tensor> StateDict() const {
     std::map<std::string, torch::Tensor> out;
@@ -428,11 +415,8 @@ py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& pa
   std::string target = cfg.Get<std::string>("_target_").value_or("");
   if (target.empty()) throw StatusError("kiln.instantiate needs a config node with _target_");
   if (Registry<Model>::Get().Contains(target)) {
-    std::shared_ptr<Model> built;
-    {
-      py::gil_scoped_release release;
-      built = Take(Registry<Model>::Get().Instantiate(cfg));
-    }
+    std::shared_ptr<Model> built =
+        Released("kiln.instantiate failed", [&] { return Take(Registry<Model>::Get().Instantiate(cfg)); });
     return py::cast(PyModel(std::move(built)));
   }
   if (Registry<data::DataModule>::Get().Contains(target)) return py::cast(PyDataModule(node, seed));
@@ -456,18 +440,19 @@ class PyJob {
  public:
   static PyJob FromOverrides(const std::vector<std::string>& overrides, const std::string& config_name,
                              const std::string& config_dir, bool evaluate) {
-    py::gil_scoped_release release;
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
-    return PyJob(Take(Job::Compose(Request(overrides, config_name, config_dir), purpose)));
+    return PyJob(Released(kBuildFailed,
+                          [&] { return Take(Job::Compose(Request(overrides, config_name, config_dir), purpose)); }));
   }
   // The run folder gets .hydra/config.yaml (what kiln report, kiln predict and read_run read).
   static PyJob FromDict(const py::dict& cfg, const std::string& output_dir, bool evaluate) {
     config::Config config(FromPython(cfg, ""));
-    py::gil_scoped_release release;
-    Check(MakeDirs(output_dir + "/.hydra"));
-    Check(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config.node())));
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
-    return PyJob(Take(Job::FromConfig(config, output_dir, purpose)));
+    return PyJob(Released(kBuildFailed, [&] {
+      Check(MakeDirs(output_dir + "/.hydra"));
+      Check(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config.node())));
+      return Take(Job::FromConfig(config, output_dir, purpose));
+    }));
   }
 
   // A callback or logger that kiln.instantiate built.
@@ -496,8 +481,8 @@ class PyJob {
   std::map<std::string, double> Test() { return Run([&] { return job_->Test(); }); }
   std::map<std::string, double> Validate() { return Run([&] { return job_->Validate(); }); }
   std::string LoadCheckpoint(const std::string& which) {
-    py::gil_scoped_release release;
-    return Take(job_->LoadCheckpoint(which, "kiln.Trainer.load_checkpoint"));
+    return Released("kiln.Trainer.load_checkpoint failed",
+                    [&] { return Take(job_->LoadCheckpoint(which, "kiln.Trainer.load_checkpoint")); });
   }
   std::string output_dir() const { return job_->output_dir(); }
   py::object config() const { return ToPython(*job_->config().node()); }
@@ -551,11 +536,8 @@ class PyJob {
 
 py::object Compose(const std::string& config_name, const std::vector<std::string>& overrides,
                    const std::string& config_dir) {
-  ComposedJob composed;
-  {
-    py::gil_scoped_release release;
-    composed = Take(ComposeJob(Request(overrides, config_name, config_dir)));
-  }
+  ComposedJob composed =
+      Released("kiln.compose failed", [&] { return Take(ComposeJob(Request(overrides, config_name, config_dir))); });
   return ToPython(*composed.cfg.node());
 }
 

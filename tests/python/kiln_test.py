@@ -171,6 +171,17 @@ class InstantiateComponents(unittest.TestCase):
             kiln.instantiate({"_target_": "cross_entropy"})(torch.zeros(2, 3), torch.zeros(5, dtype=torch.long))
         with self.assertRaisesRegex(kiln.KilnError, "params holds a str"):
             kiln.instantiate({"_target_": "sgd", "lr": 0.1}, params=["weight"])
+        with self.assertRaisesRegex(kiln.KilnError, "params holds a pair whose second item is a str, not a tensor"):
+            kiln.instantiate({"_target_": "sgd", "lr": 0.1}, params=[("weight", "w")])
+        for target in ("char", "whitespace", "sentencepiece"):  # an unfitted SentencePiece crashed
+            tok = kiln.instantiate({"_target_": target, "vocab_size": 40})
+            with self.assertRaisesRegex(kiln.KilnError, "Tokenizer.encode: the tokenizer is not fitted yet"):
+                tok.encode("abc")
+            with self.assertRaisesRegex(kiln.KilnError, "Tokenizer.decode: the tokenizer is not fitted yet"):
+                tok.decode([5, 6])
+        mlp = kiln.instantiate({"_target_": "mlp", "in_features": 4, "hidden": [4], "num_classes": 2})
+        with self.assertRaisesRegex(kiln.KilnError, "the model cannot take this input: mat1 and mat2 shapes"):
+            mlp(torch.zeros(2, 5))
 
 
 @unittest.skipUnless(have_fashion(), FASHION + " is not there")
