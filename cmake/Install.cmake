@@ -34,7 +34,8 @@ endif()
 # keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); headers in an
 # `internal/` folder are not installed (abseil's rule): how `kiln` spawns processes
 # (lib/run/internal), starts workers (lib/sweep/internal), loads engine libraries
-# (lib/registry/internal) and parses its own command line (lib/app/internal). tests/install
+# (lib/registry/internal), parses its own command line (lib/app/internal) and runs the training
+# loops (lib/trainer/internal; the Trainer is their face). tests/install
 # checks that every installed header's includes are installed too.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FILES_MATCHING PATTERN "*.h")
 foreach(dir lib components tasks)

@@ -8,96 +8,48 @@
 #include "lib/logging/logger.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/trainer/checkpoint_connector.h"
-#include "lib/trainer/evaluation_loop.h"
-#include "lib/trainer/fit_loop.h"
-#include "lib/trainer/predict_loop.h"
+#include "lib/trainer/internal/evaluation_loop.h"
+#include "lib/trainer/internal/fit_loop.h"
+#include "lib/trainer/internal/predict_loop.h"
 
 namespace kiln {
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
                  std::vector<std::shared_ptr<MetricsLogger>> loggers)
-    : options_(std::move(options)), loggers_(std::move(loggers)) {
-  // Callback order: as listed, except those that must run last (checkpointing).
-  for (auto& c : callbacks) {
-    if (!c->runs_last()) callbacks_.push_back(c);
-  }
-  for (auto& c : callbacks) {
-    if (c->runs_last()) callbacks_.push_back(c);
-  }
-  checkpoint_dir_ = options_.default_root_dir + "/checkpoints";
+    : options_(std::move(options)),
+      callbacks_(std::move(callbacks), profiler_),
+      logging_(std::move(loggers), profiler_) {
+  state_.checkpoint_dir = options_.default_root_dir + "/checkpoints";
 }
 
 int Trainer::global_rank() const { return strategy_.global_rank(); }
 int Trainer::world_size() const { return strategy_.world_size(); }
 
-double Trainer::elapsed_seconds() const {
-  return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
-
-bool Trainer::OutOfTime() const { return options_.max_time.has_value() && elapsed_seconds() >= *options_.max_time; }
-
 void Trainer::RequestStopNow(const std::string& reason) {
-  if (epoch_ < options_.min_epochs) return;
-  stop_now_ = true;
+  if (state_.progress.epoch < options_.min_epochs) return;
+  state_.stop.now = true;
   RequestStop(reason);
 }
 
 void Trainer::RequestStop(const std::string& reason) {
-  stop_requested_ = true;
-  stop_reason_ = reason;
-}
-
-absl::Status Trainer::ForEachCallback(const std::function<absl::Status(Callback&)>& fn) {
-  PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kCallbacks);
-  for (auto& c : callbacks_) KILN_RETURN_IF_ERROR(fn(*c));
-  return absl::OkStatus();
-}
-
-void Trainer::LogToLoggers(const std::map<std::string, double>& metrics) {
-  if (!is_global_zero()) return;
-  PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kLogging);
-  ForEachLogger([&](MetricsLogger& logger) { return logger.LogMetrics(metrics, global_step_); });
-}
-
-void Trainer::ForEachLogger(const std::function<absl::Status(MetricsLogger&)>& fn) {
-  for (auto it = loggers_.begin(); it != loggers_.end();) {
-    absl::Status st = fn(**it);
-    if (st.ok()) {
-      ++it;
-      continue;
-    }
-    Logger::Instance().Warning(
-        absl::StrCat("metrics logger failed: ", st.message(),
-                     "; this logger is off for the rest of the run, which goes on"));
-    it = loggers_.erase(it);
-  }
-}
-
-FitParts Trainer::Parts() const {
-  FitParts parts;
-  parts.task = inputs_.task;
-  parts.optimizer = optimizer_.get();
-  parts.scheduler = inputs_.scheduler.get();
-  parts.scaler = strategy_.scaler();
-  parts.callbacks = &callbacks_;
-  parts.model_name = inputs_.model_name;
-  parts.config_yaml = inputs_.config_yaml;
-  return parts;
+  state_.stop.requested = true;
+  state_.stop.reason = reason;
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   if (!is_global_zero()) return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
+  const FitProgress& p = state_.progress;
   LoopPosition loop;
-  loop.global_step = global_step_;
-  loop.epoch = epoch_;
-  loop.batch_in_epoch = batch_in_epoch_;
-  loop.micro_batches = micro_batches_;
-  loop.samples = samples_;
-  loop.elapsed_seconds = elapsed_seconds();
-  loop.seed = static_cast<int64_t>(inputs_.seed);
+  loop.global_step = p.global_step;
+  loop.epoch = p.epoch;
+  loop.batch_in_epoch = p.batch_in_epoch;
+  loop.micro_batches = p.micro_batches;
+  loop.samples = p.samples;
+  loop.elapsed_seconds = p.elapsed_seconds();
+  loop.seed = static_cast<int64_t>(state_.inputs.seed);
   loop.world_size = world_size();
-  loop.batch_size = batch_size_;
-  absl::Status saved = SaveFitCheckpoint(path, Parts(), loop);
+  loop.batch_size = p.batch_size;
+  absl::Status saved = SaveFitCheckpoint(path, Context().Parts(), loop);
   return saved.ok() ? saved : CheckpointWriteFailed(path, saved);
 }
 
@@ -108,7 +60,7 @@ absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl:
     Logger::Instance().Warning(
         absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
                      "; training goes on without checkpoints (trainer.on_save_error=continue)"));
-    checkpointing_ = false;
+    state_.checkpointing = false;
     return absl::OkStatus();
   }
   return absl::Status(error.code(),
@@ -118,34 +70,37 @@ absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl:
 }
 
 absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, double lr_factor) {
-  if (optimizer_ == nullptr || inputs_.optimizer == nullptr) {
+  torch::optim::Optimizer* optimizer = state_.optimizer.get();
+  const FitInputs& inputs = state_.inputs;
+  if (optimizer == nullptr || inputs.optimizer == nullptr) {
     return absl::FailedPreconditionError("parameter groups can only be added while fitting, after the optimizer is built");
   }
   std::set<std::string> wanted(names.begin(), names.end());
   NamedParameters params;
   std::vector<std::string> model_names;
-  for (const auto& p : inputs_.task->module().named_parameters()) {
+  for (const auto& p : inputs.task->module().named_parameters()) {
     if (wanted.count(p.key()) > 0) params.emplace_back(p.key(), p.value());
     model_names.push_back(p.key());
   }
   if (params.empty()) return absl::OkStatus();
   // The groups param_groups and lr_decay make for these parameters among the whole model's.
-  KILN_ASSIGN_OR_RETURN(auto fresh, inputs_.optimizer->Create(params, model_names));
+  KILN_ASSIGN_OR_RETURN(auto fresh, inputs.optimizer->Create(params, model_names));
   for (auto& group : fresh->param_groups()) {
     std::unique_ptr<torch::optim::OptimizerOptions> options = group.options().clone();
     double base_lr = options->get_lr() * lr_factor;
     options->set_lr(base_lr);
-    optimizer_->add_param_group(torch::optim::OptimizerParamGroup(group.params(), std::move(options)));
-    if (inputs_.scheduler) inputs_.scheduler->OnParamGroupAdded(base_lr);
+    optimizer->add_param_group(torch::optim::OptimizerParamGroup(group.params(), std::move(options)));
+    if (inputs.scheduler) inputs.scheduler->OnParamGroupAdded(base_lr);
     Logger::Instance().Info(absl::StrCat("optimizer: added a group of ", group.params().size(), " parameters at lr ",
-                                         optimizer_->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
+                                         optimizer->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn) {
-  if (train_loader_ == nullptr) return absl::FailedPreconditionError("no training data outside fit");
-  return train_loader_->Run(epoch_, 0, train_batches_, [&](data::Batch& batch) -> absl::StatusOr<bool> {
+  if (state_.train_loader == nullptr) return absl::FailedPreconditionError("no training data outside fit");
+  return state_.train_loader->Run(state_.progress.epoch, 0, state_.progress.train_batches,
+                                  [&](data::Batch& batch) -> absl::StatusOr<bool> {
     batch.input = strategy_.InputToDevice(batch.input);
     batch.target = strategy_.ToDevice(batch.target);
     KILN_RETURN_IF_ERROR(fn(batch));
@@ -157,82 +112,38 @@ absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std
   return LoadCheckpointWeights(path, task, model_name);
 }
 
-absl::Status Trainer::ResumeFrom(const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(LoopPosition loop, RestoreFitCheckpoint(
-                                               path, Parts(),
-                                               [this](torch::nn::Module& module) {
-                                                 // The fit loop has placed this module already: the
-                                                 // same module cannot be refused now.
-                                                 strategy_.PlaceModule(module).IgnoreError();
-                                               },
-                                               [this] {
-                                                 return ForEachCallback([this](Callback& c) {
-                                                   return c.OnLoadCheckpoint(*this);
-                                                 });
-                                               },
-                                               batch_size_));
-  global_step_ = loop.global_step;
-  epoch_ = loop.epoch;
-  batch_in_epoch_ = loop.batch_in_epoch;
-  micro_batches_ = loop.micro_batches;
-  samples_ = loop.samples;
-  elapsed_before_ = loop.elapsed_seconds;
-  KILN_RETURN_IF_ERROR(AdaptPosition(loop.world_size, loop.batch_size, path));
-  Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", epoch_, ", batch ", batch_in_epoch_,
-                                       ", step ", global_step_));
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path) {
-  int64_t per_step = world_size() * batch_size_;
-  if (saved_world_size * saved_batch_size == per_step || batch_in_epoch_ == 0) return absl::OkStatus();
-  // Batch b of every rank covers positions [b*W*B, (b+1)*W*B) of the epoch's order whatever the
-  // world size W and batch size B, so a position carries over when the new W*B divides it.
-  int64_t samples = batch_in_epoch_ * saved_world_size * saved_batch_size;
-  if (samples % per_step != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " stopped mid-epoch after ", samples, " samples (", saved_world_size, " ranks x batch ",
-        saved_batch_size, "); ", world_size(), " ranks x batch ", batch_size_,
-        " cannot continue from there: choose sizes whose product divides ", samples,
-        ", or resume from an end-of-epoch checkpoint"));
-  }
-  batch_in_epoch_ = samples / per_step;
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::Fit(const FitInputs& inputs) {
-  absl::Status status = FitLoop(*this).Run(inputs);
-  train_loader_ = nullptr;  // the fit loop's, gone with it
+  absl::Status status = FitLoop(Context()).Run(inputs);
+  state_.train_loader = nullptr;  // the fit loop's, gone with it
   return status;
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
   StopSignals stop_signals;  // SIGINT/SIGTERM end it between batches, nothing written
-  inputs_.task = &task;
-  start_ = std::chrono::steady_clock::now();
+  state_.inputs.task = &task;
+  state_.progress.start = std::chrono::steady_clock::now();
   strategy_.ConfigureProcess();
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
-  KILN_RETURN_IF_ERROR(dm.PrepareData());
-  KILN_RETURN_IF_ERROR(dm.Setup(stage));
   bool test = stage == data::Stage::kTest;
-  auto ds = test ? dm.test_dataset() : dm.val_dataset();
-  if (!ds) return absl::FailedPreconditionError(absl::StrCat("the data module has no ", test ? "test" : "validation", " split"));
-  data::DataLoader loader(ds, data::SamplerFor(*ds, /*shuffle=*/false, 0), dm.loader_options());
-  return EvaluationLoop(*this, loader, test ? "test" : "val").Evaluate();
+  KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
+                                     dm, stage,
+                                     [test](data::DataModule& d) { return test ? d.test_dataset() : d.val_dataset(); },
+                                     test ? "test split" : "validation split"));
+  std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
+  return EvaluationLoop(Context(), *loader, test ? "test" : "val").Evaluate();
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
-  inputs_.task = &task;
+  state_.inputs.task = &task;
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   task.module().eval();
-  KILN_RETURN_IF_ERROR(dm.PrepareData());
-  KILN_RETURN_IF_ERROR(dm.Setup(data::Stage::kPredict));
-  auto ds = dm.predict_dataset();
-  if (!ds) return absl::FailedPreconditionError("the data module has no prediction inputs");
-  data::DataLoader loader(ds, data::SamplerFor(*ds, /*shuffle=*/false, 0), dm.loader_options());
-  return PredictLoop(*this, loader).Run();
+  KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
+                                     dm, data::Stage::kPredict,
+                                     [](data::DataModule& d) { return d.predict_dataset(); }, "prediction inputs"));
+  std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
+  return PredictLoop(Context(), *loader).Run();
 }
 
 }  // namespace kiln

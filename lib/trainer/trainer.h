@@ -1,10 +1,11 @@
 // The Trainer (Lightning's): what callbacks and commands talk to. Fit() trains a Task on a
-// DataModule with an optimizer and an optional scheduler through the loops (fit_loop.h,
-// training_epoch_loop.h, evaluation_loop.h); Evaluate() validates or tests, Predict() runs the
-// model (predict_loop.h). The Trainer holds what the loops share: the options, callbacks and
-// loggers, the strategy (device, precision, data parallelism: strategy.h), the counters
-// (optimizer steps, micro-batches, samples, epochs, wall time) and stop requests; what a
-// checkpoint holds is the checkpoint connector's (checkpoint_connector.h).
+// DataModule with an optimizer and an optional scheduler through the loops (internal/fit_loop.h,
+// internal/training_epoch_loop.h, internal/evaluation_loop.h); Evaluate() validates or tests,
+// Predict() runs the model (internal/predict_loop.h). The Trainer keeps its options, the
+// callbacks and loggers (through their connectors), the strategy (device, precision, data
+// parallelism: strategy.h) and the fit's state (loop_state.h: progress counters, stop requests,
+// the optimizer), and hands the loops a LoopContext; what a checkpoint holds is the checkpoint
+// connector's (checkpoint_connector.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -22,6 +23,7 @@
 #include "lib/data/datamodule.h"
 #include "lib/trainer/callback.h"
 #include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/loop_state.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/strategy.h"
 #include "lib/trainer/task.h"
@@ -29,17 +31,6 @@
 #include "lib/trainer/trainer_options.h"
 
 namespace kiln {
-
-struct FitInputs {
-  Task* task = nullptr;
-  data::DataModule* data = nullptr;
-  std::shared_ptr<OptimizerFactory> optimizer;
-  std::shared_ptr<Scheduler> scheduler;  // may be null
-  std::string ckpt_path;                 // "", "last", or a file
-  uint64_t seed = 0;
-  std::string config_yaml;               // the resolved job config, stored in checkpoints
-  std::string model_name;                // e.g. "cnn", checked when resuming
-};
 
 class Trainer {
  public:
@@ -69,25 +60,25 @@ class Trainer {
   int global_rank() const;
   int world_size() const;
   bool is_global_zero() const { return global_rank() == 0; }
-  int64_t global_step() const { return global_step_; }       // optimizer steps taken
-  int64_t current_epoch() const { return epoch_; }
-  int64_t micro_batches() const { return micro_batches_; }
-  int64_t samples_seen() const { return samples_; }  // over all ranks
-  double elapsed_seconds() const;
-  int64_t train_batches_per_epoch() const { return train_batches_; }
+  int64_t global_step() const { return state_.progress.global_step; }  // optimizer steps taken
+  int64_t current_epoch() const { return state_.progress.epoch; }
+  int64_t micro_batches() const { return state_.progress.micro_batches; }
+  int64_t samples_seen() const { return state_.progress.samples; }  // over all ranks
+  double elapsed_seconds() const { return state_.progress.elapsed_seconds(); }
+  int64_t train_batches_per_epoch() const { return state_.progress.train_batches; }
   // Batches of the current epoch done so far (train_batches_per_epoch() at the epoch's end).
-  int64_t batch_in_epoch() const { return batch_in_epoch_; }
-  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
-  torch::optim::Optimizer* optimizer() const { return optimizer_.get(); }
-  Task* task() const { return inputs_.task; }
-  bool checkpointing_enabled() const { return checkpointing_ && options_.fast_dev_run == 0; }
+  int64_t batch_in_epoch() const { return state_.progress.batch_in_epoch; }
+  const std::map<std::string, double>& callback_metrics() const { return logging_.callback_metrics(); }
+  torch::optim::Optimizer* optimizer() const { return state_.optimizer.get(); }
+  Task* task() const { return state_.inputs.task; }
+  bool checkpointing_enabled() const { return state_.checkpointing && options_.fast_dev_run == 0; }
   // A fit that must leave no checkpoint behind (lr_find's sweep): not even max_steps' last.ckpt.
-  void set_checkpointing_enabled(bool enabled) { checkpointing_ = enabled; }
+  void set_checkpointing_enabled(bool enabled) { state_.checkpointing = enabled; }
   // Where `ckpt_path=last` looks and interruption checkpoints go; ModelCheckpoint sets it.
-  void set_checkpoint_dir(std::string dir) { checkpoint_dir_ = std::move(dir); }
-  const std::string& checkpoint_dir() const { return checkpoint_dir_; }
+  void set_checkpoint_dir(std::string dir) { state_.checkpoint_dir = std::move(dir); }
+  const std::string& checkpoint_dir() const { return state_.checkpoint_dir; }
   // Sends metrics to every logger at the current optimizer step (LearningRateMonitor, Timer).
-  void LogMetrics(const std::map<std::string, double>& metrics) { LogToLoggers(metrics); }
+  void LogMetrics(const std::map<std::string, double>& metrics) { Context().Log(metrics); }
   // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
   void RequestStop(const std::string& reason);
   // Asks the loop to stop after the current optimizer step (Timer with interval=step); writes a
@@ -107,54 +98,22 @@ class Trainer {
   absl::Status AddParamGroups(const std::vector<std::string>& names, double lr_factor);
   // Stops (or restarts) the scheduler's steps: a callback that sets the lrs itself from then on
   // (weight_averaging's swa). Not in checkpoints: the callback pauses it again when resuming.
-  void PauseScheduler(bool paused) { scheduler_paused_ = paused; }
-  bool scheduler_paused() const { return scheduler_paused_; }
+  void PauseScheduler(bool paused) { state_.scheduler_paused = paused; }
+  bool scheduler_paused() const { return state_.scheduler_paused; }
   // Runs `fn` on each batch of one pass over the training data (the current epoch's order and
   // augmentations, on the device), outside training: weight_averaging's update_bn pass.
   absl::Status ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn);
 
  private:
-  friend class FitLoop;
-  friend class TrainingEpochLoop;
-  friend class EvaluationLoop;
-  friend class PredictLoop;
-
-  absl::Status ResumeFrom(const std::string& path);
-  // What the checkpoint connector saves and restores.
-  FitParts Parts() const;
-  absl::Status ForEachCallback(const std::function<absl::Status(Callback&)>& fn);
-  void LogToLoggers(const std::map<std::string, double>& metrics);
-  // Runs `fn` on each logger. A logger that fails (a full disk, an I/O error) is reported in one
-  // warning line and left out for the rest of the run, which goes on: metrics are not worth a run.
-  void ForEachLogger(const std::function<absl::Status(MetricsLogger&)>& fn);
-  bool OutOfTime() const;
-  // Maps a mid-epoch position written at another world size or batch size to this run's.
-  absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);
+  // What the loops are handed: this Trainer's public face and its parts.
+  LoopContext Context() { return {*this, options_, strategy_, profiler_, callbacks_, logging_, state_}; }
 
   TrainerOptions options_;
-  std::vector<std::shared_ptr<Callback>> callbacks_;
-  std::vector<std::shared_ptr<MetricsLogger>> loggers_;
-  FitInputs inputs_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  Strategy strategy_{options_};
   PhaseProfiler profiler_{options_.profiler == TrainerOptions::ProfilerKind::kSimple};
-  std::unique_ptr<OperatorTrace> operator_trace_;  // trainer.profiler=advanced, during fit
-
-  int64_t global_step_ = 0, epoch_ = 0, batch_in_epoch_ = 0, micro_batches_ = 0, samples_ = 0;
-  int64_t train_batches_ = 0;
-  double elapsed_before_ = 0;  // wall time of earlier runs of a resumed fit
-  std::chrono::steady_clock::time_point start_;
-  std::map<std::string, double> callback_metrics_;
-  MetricLog train_log_;
-  bool stop_requested_ = false;
-  bool scheduler_paused_ = false;
-  bool checkpointing_ = true;
-  data::DataLoader* train_loader_ = nullptr;  // while fitting
-  bool stop_now_ = false;
-  std::string stop_reason_;
-  std::string checkpoint_dir_;
-  int stop_signal_ = 0;      // the signal every rank agreed to stop for
-  int64_t batch_size_ = 0;  // per rank
+  CallbackConnector callbacks_;
+  LoggerConnector logging_;
+  Strategy strategy_{options_};
+  FitState state_;
 };
 
 }  // namespace kiln

@@ -39,7 +39,8 @@ while IFS= read -r header; do
   done < <(sed -n 's/^[ \t]*#[ \t]*include[ \t]*["<]\(\(lib\|components\|tasks\|kiln\)\/[^">]*\)[">].*/\1/p' "$header")
 done < <(find "$prefix/include/kiln" -name '*.h')
 [[ $missing == 0 ]] || exit 1
-for internal in lib/run/internal/spawn.h lib/sweep/internal/local_workers.h lib/app/internal/cli.h lib/registry/internal/module_loader.h; do
+for internal in lib/run/internal/spawn.h lib/sweep/internal/local_workers.h lib/app/internal/cli.h lib/registry/internal/module_loader.h \
+                lib/trainer/internal/fit_loop.h lib/trainer/internal/training_epoch_loop.h; do
   [[ ! -e $prefix/include/kiln/$internal ]] || { echo "FAIL: internal header $internal is installed"; exit 1; }
 done
 # The whole public API compiles on its own.

@@ -9,16 +9,15 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
-#include "lib/trainer/evaluation_loop.h"
+#include "lib/trainer/loop_state.h"
+#include "lib/trainer/internal/evaluation_loop.h"
 
 namespace kiln {
 
-class Trainer;
-struct FitInputs;
 
 class FitLoop {
  public:
-  explicit FitLoop(Trainer& trainer);
+  explicit FitLoop(LoopContext ctx);
   ~FitLoop();
   absl::Status Run(const FitInputs& inputs);
 
@@ -32,8 +31,12 @@ class FitLoop {
   absl::StatusOr<bool> Restore(const FitInputs& inputs);
   // After the loop: a signal becomes an interruption checkpoint and the signal's exit code.
   absl::Status Interrupted(int signal);
+  // Checkpoint and resume: the state a checkpoint at `path` holds, restored into this fit.
+  absl::Status ResumeFrom(const std::string& path);
+  // Maps a mid-epoch position written at another world size or batch size to this run's.
+  absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);
 
-  Trainer& trainer_;
+  LoopContext ctx_;
   std::unique_ptr<data::DataLoader> train_loader_, val_loader_;
   std::unique_ptr<EvaluationLoop> validation_;
 };

@@ -8,17 +8,17 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/loop_state.h"
 
 namespace kiln {
 
 class EvaluationLoop;
-class Trainer;
 
 class TrainingEpochLoop {
  public:
   // `validation` may be null (no validation split).
-  TrainingEpochLoop(Trainer& trainer, data::DataLoader& loader, EvaluationLoop* validation)
-      : trainer_(trainer), loader_(loader), validation_(validation) {}
+  TrainingEpochLoop(LoopContext ctx, data::DataLoader& loader, EvaluationLoop* validation)
+      : ctx_(ctx), loader_(loader), validation_(validation) {}
 
   // Runs the current epoch from the trainer's batch position. Returns true when training
   // stopped inside the epoch (a signal, max_steps, max_time, a callback asking to stop now).
@@ -32,7 +32,7 @@ class TrainingEpochLoop {
   absl::StatusOr<bool> StopAfterThisStep();
   absl::Status EndEpoch(double seconds, int64_t samples_at_start);
 
-  Trainer& trainer_;
+  LoopContext ctx_;
   int64_t skipped_steps_logged_ = 0;  // 16-mixed: optimizer steps skipped, as last logged
   data::DataLoader& loader_;
   EvaluationLoop* validation_;

@@ -8,18 +8,18 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/loop_state.h"
 
 namespace kiln {
 
-class Trainer;
 
 class PredictLoop {
  public:
-  PredictLoop(Trainer& trainer, data::DataLoader& loader) : trainer_(trainer), loader_(loader) {}
+  PredictLoop(LoopContext ctx, data::DataLoader& loader) : ctx_(ctx), loader_(loader) {}
   absl::StatusOr<std::vector<torch::Tensor>> Run();
 
  private:
-  Trainer& trainer_;
+  LoopContext ctx_;
   data::DataLoader& loader_;
 };
 

@@ -8,16 +8,16 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/loop_state.h"
 
 namespace kiln {
 
-class Trainer;
 
 class EvaluationLoop {
  public:
   // `stage` names the metrics: "val" or "test".
-  EvaluationLoop(Trainer& trainer, data::DataLoader& loader, std::string stage)
-      : trainer_(trainer), loader_(loader), stage_(std::move(stage)) {}
+  EvaluationLoop(LoopContext ctx, data::DataLoader& loader, std::string stage)
+      : ctx_(ctx), loader_(loader), stage_(std::move(stage)) {}
 
   // The epoch's values over up to `max_batches` batches: the means of what the steps logged,
   // averaged over ranks, and the task's metrics (Task::EvaluationEnd, state summed over ranks);
@@ -33,7 +33,7 @@ class EvaluationLoop {
   // The batches this stage runs: its limit_*_batches, and fast_dev_run.
   int64_t MaxBatches() const;
 
-  Trainer& trainer_;
+  LoopContext ctx_;
   data::DataLoader& loader_;
   std::string stage_;
 };

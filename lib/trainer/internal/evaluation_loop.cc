@@ -1,4 +1,4 @@
-#include "lib/trainer/evaluation_loop.h"
+#include "lib/trainer/internal/evaluation_loop.h"
 
 #include <algorithm>
 
@@ -11,7 +11,7 @@
 namespace kiln {
 
 int64_t EvaluationLoop::MaxBatches() const {
-  const TrainerOptions& options = trainer_.options();
+  const TrainerOptions& options = ctx_.trainer.options();
   const BatchLimit& limit = stage_ == "test" ? options.limit_test_batches : options.limit_val_batches;
   int64_t batches = limit.Of(loader_.num_batches());
   if (options.fast_dev_run > 0) batches = std::min(batches, options.fast_dev_run);
@@ -19,11 +19,11 @@ int64_t EvaluationLoop::MaxBatches() const {
 }
 
 absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t max_batches, bool stop_on_signal) {
-  Task& task = *trainer_.task();
+  Task& task = *ctx_.trainer.task();
   task.module().eval();
   torch::NoGradGuard no_grad;
   MetricLog log;
-  const Strategy& strategy = trainer_.strategy_;
+  const Strategy& strategy = ctx_.strategy;
   int64_t done = 0;
   KILN_RETURN_IF_ERROR(loader_.Run(0, 0, max_batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
     if (stop_on_signal) {
@@ -39,22 +39,22 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
     return true;
   }));
   auto metrics = log.EpochMeans();
-  KILN_RETURN_IF_ERROR(trainer_.strategy_.AverageOverRanks(metrics));
+  KILN_RETURN_IF_ERROR(ctx_.strategy.AverageOverRanks(metrics));
   // The task's metric objects: their state summed over ranks, then computed.
   KILN_ASSIGN_OR_RETURN(auto computed, task.EvaluationEnd(stage_, [this](torch::Tensor& t) {
-                          return trainer_.strategy_.SumOverRanks(t);
+                          return ctx_.strategy.SumOverRanks(t);
                         }));
   metrics.insert(computed.begin(), computed.end());
   return metrics;
 }
 
 absl::Status EvaluationLoop::Validate() {
-  PhaseProfiler::Scope timed(trainer_.profiler_, PhaseProfiler::kValidation);
-  KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationStart(trainer_); }));
+  PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kValidation);
+  KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnValidationStart(ctx_.trainer); }));
   KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(MaxBatches()));
-  for (const auto& [k, v] : metrics) trainer_.callback_metrics_[k] = v;
-  trainer_.LogToLoggers(metrics);
-  return trainer_.ForEachCallback([&](Callback& c) { return c.OnValidationEnd(trainer_, metrics); });
+  for (const auto& [k, v] : metrics) ctx_.logging.callback_metrics()[k] = v;
+  ctx_.Log(metrics);
+  return ctx_.callbacks.ForEach([&](Callback& c) { return c.OnValidationEnd(ctx_.trainer, metrics); });
 }
 
 absl::StatusOr<std::map<std::string, double>> EvaluationLoop::Evaluate() {
@@ -62,8 +62,8 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::Evaluate() {
   const int64_t batches = MaxBatches();
   Logger::Instance().Info(absl::StrCat(test ? "testing: " : "validating: ", batches, " batches"));
   KILN_ASSIGN_OR_RETURN(auto metrics, RunBatches(batches, /*stop_on_signal=*/true));
-  trainer_.LogToLoggers(metrics);
-  if (test) KILN_RETURN_IF_ERROR(trainer_.ForEachCallback([&](Callback& c) { return c.OnTestEnd(trainer_, metrics); }));
+  ctx_.Log(metrics);
+  if (test) KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTestEnd(ctx_.trainer, metrics); }));
   Logger::Instance().Info(absl::StrCat(test ? "test: " : "validation: ", FormatMetrics(metrics)));
   return metrics;
 }
