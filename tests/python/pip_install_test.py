@@ -92,6 +92,20 @@ class Installed(unittest.TestCase):
             self.assertEqual(len(cli.stderr.strip().splitlines()), 1, cli.stderr)
             self.assertIn("no_such_model", cli.stderr)
 
+    def test_the_command_starts_without_importing_torch(self):
+        # The console script finds torch and kiln without importing them (half a second of
+        # imports before every command): Python's import log, printed before it execs kiln, names
+        # neither.
+        env = dict(ENV, PYTHONPROFILEIMPORTTIME="1")
+        with tempfile.TemporaryDirectory() as tmp:
+            cli = subprocess.run([KILN, "train", "--cfg", "job", "experiment=fashion_mnist"], cwd=tmp, env=env,
+                                 capture_output=True, text=True)
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        self.assertIn("_target_: cnn", cli.stdout)
+        imported = [line.split("|")[-1].strip() for line in cli.stderr.splitlines() if line.startswith("import time:")]
+        self.assertIn("kiln_cli", imported)
+        self.assertFalse([m for m in imported if m.split(".")[0] in ("torch", "kiln")], imported)
+
     def test_another_torch_is_refused_at_import(self):
         build_info = glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages", "kiln", "_build.py"))[0]
         with open(build_info) as f:
@@ -102,11 +116,16 @@ class Installed(unittest.TestCase):
                 f.write('TORCH_VERSION = "1.13.1"\n')
             with tempfile.TemporaryDirectory() as tmp:
                 out = in_venv("import kiln", tmp)
+                cli = subprocess.run([KILN, "train", "--cfg", "job"], cwd=tmp, env=ENV, capture_output=True, text=True)
         finally:
             with open(build_info, "w") as f:
                 f.write(original)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("ImportError: kiln was built against torch 1.13.1, and this environment has torch", out.stderr)
+        self.assertEqual(cli.returncode, 1, cli.stderr)
+        self.assertEqual(cli.stderr.strip().splitlines(),
+                         ["kiln: error: kiln was built against torch 1.13.1, and this environment has torch %s: install "
+                          "torch==1.13.1, or rebuild kiln here (pip install .)" % torch.__version__])
 
     @unittest.skipUnless(have_fashion(), FASHION + " is not there")
     def test_kiln_fit_and_the_kiln_command_train_the_same_weights(self):
