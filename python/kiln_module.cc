@@ -448,11 +448,7 @@ class PyJob {
   static PyJob FromDict(const py::dict& cfg, const std::string& output_dir, bool evaluate) {
     config::Config config(FromPython(cfg, ""));
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
-    return PyJob(Released(kBuildFailed, [&] {
-      Check(MakeDirs(output_dir + "/.hydra"));
-      Check(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config.node())));
-      return Take(Job::FromConfig(config, output_dir, purpose));
-    }));
+    return PyJob(Released(kBuildFailed, [&] { return Take(Job::FromConfigInRunFolder(config, output_dir, purpose)); }));
   }
 
   // A callback or logger that kiln.instantiate built.

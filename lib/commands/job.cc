@@ -45,6 +45,18 @@ absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, con
   return ckpt_path;
 }
 
+namespace {
+
+// A job that trains holds its run directory's lock for as long as it lives, as `kiln train` does
+// (docs/reliability.md): a second one into the same folder is refused naming this process.
+absl::StatusOr<DirectoryLock> LockToTrain(const std::string& output_dir, Job::Purpose purpose) {
+  if (purpose != Job::Purpose::kFit) return DirectoryLock();
+  KILN_RETURN_IF_ERROR(MakeDirs(output_dir));
+  return DirectoryLock::Acquire(output_dir, "run directory (hydra.run.dir)");
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, const std::string& output_dir,
                                                      Purpose purpose) {
   const bool fit = purpose == Purpose::kFit;
@@ -110,17 +122,21 @@ absl::Status WriteRunFolder(const ComposedJob& job) {
 absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
   // A config that does not compose or resolve is refused before anything is written.
   KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request));
-  // A job that trains holds its run directory's lock for as long as it lives, as `kiln train`
-  // does (docs/reliability.md); taken before the .hydra files are written, so a refused job
-  // overwrites nothing.
-  DirectoryLock lock;
-  if (purpose == Purpose::kFit) {
-    KILN_RETURN_IF_ERROR(MakeDirs(composed.output_dir));
-    KILN_ASSIGN_OR_RETURN(lock, DirectoryLock::Acquire(composed.output_dir, "run directory (hydra.run.dir)"));
-  }
+  // The lock first: a refused job overwrites none of the .hydra files.
+  KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(composed.output_dir, purpose));
   KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(composed.cfg, composed.output_dir, purpose));
   job->log_file_ = composed.log_file;
+  job->run_lock_ = std::move(lock);
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::FromConfigInRunFolder(const config::Config& cfg,
+                                                                const std::string& output_dir, Purpose purpose) {
+  KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(output_dir, purpose));
+  KILN_RETURN_IF_ERROR(MakeDirs(output_dir + "/.hydra"));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*cfg.node())));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(cfg, output_dir, purpose));
   job->run_lock_ = std::move(lock);
   return job;
 }

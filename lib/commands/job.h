@@ -59,6 +59,13 @@ class Job {
   // Builds the job of a resolved config; its results (test_metrics.yaml, ...) go to `output_dir`.
   static absl::StatusOr<std::unique_ptr<Job>> FromConfig(const config::Config& cfg, const std::string& output_dir,
                                                          Purpose purpose = Purpose::kFit);
+  // The same, for a config that did not come from Job::Compose (kiln.Trainer(cfg) in Python):
+  // records it in `output_dir`/.hydra/config.yaml (what kiln report, kiln predict and read_run
+  // read) and, to train, holds that folder's lock while the job lives, as Compose and `kiln train`
+  // do; the lock is taken first, so a refused job overwrites nothing.
+  static absl::StatusOr<std::unique_ptr<Job>> FromConfigInRunFolder(const config::Config& cfg,
+                                                                    const std::string& output_dir,
+                                                                    Purpose purpose = Purpose::kFit);
   // Composes the config as `kiln train OVERRIDES` does (Hydra 1.3's composition, a run folder from
   // hydra.run.dir with its .hydra/ files), then builds the job.
   static absl::StatusOr<std::unique_ptr<Job>> Compose(const JobRequest& request, Purpose purpose = Purpose::kFit);

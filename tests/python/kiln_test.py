@@ -277,7 +277,18 @@ class Fit(unittest.TestCase):
             evaluating = kiln.Trainer(overrides=small_run(tmp + "/run"), evaluate=True)  # reads only: no lock
             del first, evaluating
             gc.collect()
-            kiln.Trainer(overrides=small_run(tmp + "/run"))  # released with the job
+            again = kiln.Trainer(overrides=small_run(tmp + "/run"))  # released with the job
+            # A job built from a dict (kiln.Trainer(cfg)) locks its folder too, before it writes there.
+            cfg = kiln.compose(overrides=small_run(tmp + "/run"))
+            with self.assertRaisesRegex(kiln.KilnError, r"is in use: another kiln process \(pid %d\) holds its lock"
+                                        % os.getpid()):
+                kiln.Trainer(cfg)
+            del again
+            gc.collect()
+            from_dict = kiln.Trainer(cfg)
+            cli = subprocess.run([KILN, "train"] + small_run(tmp + "/run"), capture_output=True, text=True)
+            self.assertEqual(cli.returncode, 2, cli.stderr)
+            del from_dict
 
     def test_trainer_from_a_composed_dict_and_the_gil_is_released(self):
         with tempfile.TemporaryDirectory() as tmp:
