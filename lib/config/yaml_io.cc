@@ -266,6 +266,9 @@ class YamlConverter {
           }
           out = ResolvePlainScalar(text);
         } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
+          if (tag == "!" && !QuoteClosed(y)) {
+            return Error(y, "invalid YAML: the quoted scalar that starts here is not closed before the end of the file");
+          }
           out = Node::String(text);
         } else if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
                    tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
@@ -359,6 +362,27 @@ class YamlConverter {
     const YAML::Mark mark = y.Mark();
     return absl::InvalidArgumentError(
         absl::StrCat(*file_, ":", mark.line + 1, ":", mark.column + 1, ": ", message));
+  }
+
+  // Whether the quoted scalar `y` (marked at its opening quote) has its closing quote: yaml-cpp
+  // ends one that runs into the end of the input there, where PyYAML (so Hydra) refuses it.
+  bool QuoteClosed(const YAML::Node& y) const {
+    int pos = y.Mark().pos;
+    if (pos < 0 || static_cast<size_t>(pos) >= text_.size()) return true;
+    const char quote = text_[static_cast<size_t>(pos)];
+    if (quote != '"' && quote != '\'') return true;  // an explicit `!` tag, not a quote
+    for (size_t i = static_cast<size_t>(pos) + 1; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;  // an escape: the next character is not the end
+      } else if (text_[i] == quote) {
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;  // '' is a single quote inside
+        } else {
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   // Whether a null node was written (`~`, `null`) rather than left empty: yaml-cpp marks an

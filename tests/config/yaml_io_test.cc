@@ -657,5 +657,25 @@ TEST(YamlCharacters, InvalidUtf8FormsAreRefusedWithTheirPlace) {
   }
 }
 
+// A quoted scalar that runs into the end of the file: yaml-cpp ends it there, PyYAML (so Hydra)
+// refuses it ("while scanning a quoted scalar ... found unexpected end of stream").
+TEST(YamlQuotes, AQuoteNotClosedBeforeTheEndIsRefusedWhereItStarts) {
+  for (const auto& [bad, column] : std::vector<std::pair<std::string, int>>{
+           {"a: \"abc\n", 4}, {"b: 'abc\n", 4}, {"x: 1\nc: \"ab\\\"\n", 4}, {"d: 'it''s\n", 4},
+           {"\"key: 1\n", 1}}) {
+    auto parsed = ParseYaml(bad, "quote.yaml");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    const int line = bad.rfind('\n', bad.size() - 2) == std::string::npos ? 1 : 2;
+    EXPECT_EQ(std::string(parsed.status().message()),
+              absl::StrCat("quote.yaml:", line, ":", column,
+                           ": invalid YAML: the quoted scalar that starts here is not closed before the end of the file"))
+        << bad;
+  }
+  for (const std::string good : {"a: \"abc\"\n", "b: 'it''s'\n", "c: \"a\\\"b\"\n", "d: \"multi\n  line\"\n",
+                                 "e: {k: 'v'}\n", "f: \"\"\n", "g: ''\n"}) {
+    EXPECT_TRUE(ParseYaml(good, "good.yaml").ok()) << good;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::config
