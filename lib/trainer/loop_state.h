@@ -67,6 +67,7 @@ struct StopState {
   bool now = false;        // after this optimizer step
   std::string reason;
   int signal = 0;          // the signal every rank agreed to stop for
+  bool deferred_said = false;  // a stop-now before min_epochs was logged (once a fit)
 };
 
 // What a fit holds while it runs (and what remains of it after, for callbacks and commands).

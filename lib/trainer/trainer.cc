@@ -26,7 +26,14 @@ int Trainer::global_rank() const { return strategy_.global_rank(); }
 int Trainer::world_size() const { return strategy_.world_size(); }
 
 void Trainer::RequestStopNow(const std::string& reason) {
-  if (state_.progress.epoch < options_.min_epochs) return;
+  if (state_.progress.epoch < options_.min_epochs) {
+    // Said once: a Timer with interval=step asks at every step.
+    if (!state_.stop.deferred_said) {
+      Logger::Instance().Info(absl::StrCat("not stopping before min_epochs=", options_.min_epochs, " (", reason, ")"));
+      state_.stop.deferred_said = true;
+    }
+    return;
+  }
   state_.stop.now = true;
   RequestStop(reason);
 }

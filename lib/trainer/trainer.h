@@ -82,7 +82,7 @@ class Trainer {
   // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
   void RequestStop(const std::string& reason);
   // Asks the loop to stop after the current optimizer step (Timer with interval=step); writes a
-  // resumable last.ckpt like max_steps does. Ignored before min_epochs.
+  // resumable last.ckpt like max_steps does. Before min_epochs it is ignored, said once in the log.
   void RequestStopNow(const std::string& reason);
   // Writes the full training state. A failed write leaves what `path` held whole (a temporary
   // file is renamed into place) and is handed to CheckpointWriteFailed.

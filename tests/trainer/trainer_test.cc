@@ -1198,6 +1198,22 @@ TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   }
 }
 
+// trainer.min_epochs holds off every stop request until that many epochs are done, as Lightning's
+// (its should_stop stays set, and the fit stops at the first epoch end past min_epochs): a Timer
+// past its duration from the first step on stops after epoch 1 whether it checks at each epoch end
+// or at each step. Six steps an epoch; without min_epochs the step timer stops after one step.
+TEST(Trainer, MinEpochsHoldsOffStopRequests) {
+  testing::TempDir dir;
+  auto r = Train(dir.path() + "/epoch", std::string(kThreeEpochs) + "min_epochs: 2\n", 0, "",
+                 {BuildCallback("_target_: timer\nduration: {seconds: 0.000001}\ninterval: epoch\n")});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.steps, 12);
+  r = Train(dir.path() + "/step", std::string(kThreeEpochs) + "min_epochs: 2\n", 0, "",
+            {BuildCallback("_target_: timer\nduration: {seconds: 0.000001}\n")});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.steps, 12);
+}
+
 // kiln tune lr_find's sweep (lr_finder.h) on the Train() setup, then the fit Train() runs.
 struct LrFindRun {
   absl::StatusOr<LrFindResult> result;

@@ -32,8 +32,7 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   Task& task = *inputs.task;
   ctx_.state.progress.start = std::chrono::steady_clock::now();
   // A stop asked for in an earlier fit of this trainer (early stopping) does not end this one.
-  ctx_.state.stop.requested = ctx_.state.stop.now = false;
-  ctx_.state.stop.reason.clear();
+  ctx_.state.stop = StopState{};
 
   int threads = strategy.ConfigureProcess();
   at::globalContext().setDeterministicAlgorithms(options.deterministic, /*warn_only=*/false);
