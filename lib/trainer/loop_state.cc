@@ -7,6 +7,29 @@
 
 namespace kiln {
 
+LoopPosition FitProgress::Position(uint64_t seed, int world_size) const {
+  LoopPosition loop;
+  loop.global_step = global_step;
+  loop.epoch = epoch;
+  loop.batch_in_epoch = batch_in_epoch;
+  loop.micro_batches = micro_batches;
+  loop.samples = samples;
+  loop.elapsed_seconds = elapsed_seconds();
+  loop.seed = static_cast<int64_t>(seed);
+  loop.world_size = world_size;
+  loop.batch_size = batch_size;
+  return loop;
+}
+
+void FitProgress::Restore(const LoopPosition& loop) {
+  global_step = loop.global_step;
+  epoch = loop.epoch;
+  batch_in_epoch = loop.batch_in_epoch;
+  micro_batches = loop.micro_batches;
+  samples = loop.samples;
+  elapsed_before = loop.elapsed_seconds;
+}
+
 CallbackConnector::CallbackConnector(std::vector<std::shared_ptr<Callback>> callbacks, PhaseProfiler& profiler)
     : profiler_(profiler) {
   for (auto& c : callbacks) {

@@ -59,6 +59,10 @@ struct FitProgress {
   double elapsed_seconds() const {
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  // What a checkpoint keeps of it, with the fit's seed and world size, and the way back (the
+  // batch size stays this run's: the fit loop adapts the position to it).
+  LoopPosition Position(uint64_t seed, int world_size) const;
+  void Restore(const LoopPosition& loop);
 };
 
 // Requests to stop: from callbacks (EarlyStopping, Timer), limits and signals.

@@ -45,18 +45,8 @@ void Trainer::RequestStop(const std::string& reason) {
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   if (!is_global_zero()) return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
-  const FitProgress& p = state_.progress;
-  LoopPosition loop;
-  loop.global_step = p.global_step;
-  loop.epoch = p.epoch;
-  loop.batch_in_epoch = p.batch_in_epoch;
-  loop.micro_batches = p.micro_batches;
-  loop.samples = p.samples;
-  loop.elapsed_seconds = p.elapsed_seconds();
-  loop.seed = static_cast<int64_t>(state_.inputs.seed);
-  loop.world_size = world_size();
-  loop.batch_size = p.batch_size;
-  absl::Status saved = SaveFitCheckpoint(path, Context().Parts(), loop);
+  absl::Status saved =
+      SaveFitCheckpoint(path, Context().Parts(), state_.progress.Position(state_.inputs.seed, world_size()));
   return saved.ok() ? saved : CheckpointWriteFailed(path, saved);
 }
 

@@ -234,12 +234,7 @@ absl::Status FitLoop::ResumeFrom(const std::string& path) {
                                                      [&t](Callback& c) { return c.OnLoadCheckpoint(t); });
                                                },
                                                p.batch_size));
-  p.global_step = loop.global_step;
-  p.epoch = loop.epoch;
-  p.batch_in_epoch = loop.batch_in_epoch;
-  p.micro_batches = loop.micro_batches;
-  p.samples = loop.samples;
-  p.elapsed_before = loop.elapsed_seconds;
+  p.Restore(loop);
   KILN_RETURN_IF_ERROR(AdaptPosition(loop.world_size, loop.batch_size, path));
   Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", p.epoch, ", batch ", p.batch_in_epoch,
                                        ", step ", p.global_step));
