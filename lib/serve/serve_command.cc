@@ -71,6 +71,7 @@ struct ServeOptions {
   int64_t http_nice = 10;
   int64_t threads = 0;
   std::optional<std::string> quantize;
+  std::optional<std::string> device;
   std::optional<std::string> access_log = "access.jsonl";
   std::optional<std::string> warmup_input;
   int64_t warmup_runs = 3;
@@ -115,6 +116,10 @@ const OptionBinding<ServeOptions>& ServeBinding() {
                  "dynamic_int8: Linear layers run as int8, as kiln export quantize=dynamic_int8 "
                  "(null: float)",
                  OneOf({"dynamic_int8"}))
+          .Field("device", &O::device,
+                 "where the model runs and batches: cpu, cuda or auto (null: the run's "
+                 "trainer.accelerator, as the command line sets it)",
+                 OneOf({"cpu", "cuda", "auto"}))
           .Field("access_log", &O::access_log,
                  "JSONL access log (relative: in the run directory; -: stdout; null: none)")
           .Field("warmup_input", &O::warmup_input,
@@ -288,6 +293,7 @@ class ModelSlot {
     const ServeOptions& o = setup.o;
     PredictorOptions predictor_options;
     predictor_options.quantize = o.quantize;
+    predictor_options.device = o.device;
     KILN_ASSIGN_OR_RETURN(predictor_, Predictor::FromConfig(cfg, setup.ckpt, predictor_options));
     if (setup.warmup.has_value()) {
       for (int64_t i = 0; i < o.warmup_runs; ++i) {

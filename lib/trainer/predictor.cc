@@ -95,6 +95,17 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   } else {
     KILN_RETURN_IF_ERROR(LoadCheckpointWeights(weights, *p->task_, p->model_name_));
   }
+  if (options.device.has_value()) {
+    if (*options.device == "cpu") {
+      p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCpu;
+    } else if (*options.device == "cuda") {
+      p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCuda;
+    } else if (*options.device == "auto") {
+      p->trainer_options_.accelerator = TrainerOptions::Accelerator::kAuto;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("the predictor's device must be cpu, cuda or auto, not '", *options.device, "'"));
+    }
+  }
   p->strategy_ = std::make_unique<Strategy>(p->trainer_options_);
   KILN_RETURN_IF_ERROR(p->strategy_->SelectDevice());
   KILN_RETURN_IF_ERROR(p->strategy_->PlaceModule(p->task_->module()));

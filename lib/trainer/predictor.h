@@ -61,6 +61,9 @@ struct PredictorOptions {
   // writes it (the same outputs). For classifiers whose prediction is the softmax of the model's
   // output; others, and models without a Linear layer or that do not trace, are refused.
   std::optional<std::string> quantize;
+  // "cpu", "cuda" or "auto": where the model runs, in place of the run's trainer.accelerator
+  // (`kiln serve`'s serve.device); unset: the run's.
+  std::optional<std::string> device;
 };
 
 class Predictor {

@@ -50,6 +50,29 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
     }
   }
 
+  // PredictorOptions::device (`kiln serve`'s serve.device) in place of the run's accelerator: cpu
+  // answers as above; cuda where there is no GPU, and a name that is no device, are one clear error.
+  PredictorOptions on_cpu;
+  on_cpu.device = "cpu";
+  auto cpu = Predictor::Load(model.run_dir, on_cpu);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto cpu_answer = (*cpu)->Predict(images[0]);
+  ASSERT_TRUE(cpu_answer.ok()) << cpu_answer.status();
+  EXPECT_EQ(cpu_answer->class_index, model.kiln_predict[0]["class_index"].get<int64_t>());
+  if (!torch::cuda::is_available()) {
+    PredictorOptions on_gpu;
+    on_gpu.device = "cuda";
+    auto gpu = Predictor::Load(model.run_dir, on_gpu);
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(gpu.status().message().find("no CUDA device is available"), std::string::npos) << gpu.status();
+  }
+  PredictorOptions tpu;
+  tpu.device = "tpu";
+  auto unknown_device = Predictor::Load(model.run_dir, tpu);
+  EXPECT_EQ(unknown_device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown_device.status().message().find("must be cpu, cuda or auto, not 'tpu'"), std::string::npos)
+      << unknown_device.status();
+
   auto predictor = Predictor::Load(model.run_dir);
   ASSERT_TRUE(predictor.ok());
   const Predictor& p = **predictor;
