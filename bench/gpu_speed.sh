@@ -25,6 +25,8 @@
 #   CNN_WARMUP [50] CNN_STEPS [400]  GPT_WARMUP [20] GPT_STEPS [200]  KILN_CNN_BATCHES KILN_GPT_BATCHES
 #   KILN_PYTHON [.venv/bin/python; python3 on a machine without the .venv]  KILN [build/bin/kiln]
 #   KILN_GPU_OVERRIDES  more kiln overrides, split on spaces (e.g. "trainer.cudnn_benchmark=true")
+#   KILN_GRAPHS [0]     1: each round also runs kiln with trainer.cuda_graphs=true (columns graphs,
+#                       graphs/lightning, busy_graphs)
 #   MATMUL_PRECISION    highest|high|medium: --matmul-precision for the references and
 #                       trainer.matmul_precision for kiln (default: neither, i.e. highest)
 #   FASHION_MNIST_ROOT  the IDX files' folder [/usr/share/datasets/fashion-mnist] (kiln: data.root)
@@ -50,6 +52,7 @@ kiln_cnn_batches=${KILN_CNN_BATCHES:-$cnn_steps} kiln_gpt_batches=${KILN_GPT_BAT
 matmul=${MATMUL_PRECISION:-}
 json=${GPU_SPEED_JSON:-}
 read -ra kiln_gpu_overrides <<< "${KILN_GPU_OVERRIDES:-}"
+graphs=${KILN_GRAPHS:-0}
 text=${KILN_DATA_DIR:-data}/text/mobydick/train.txt
 busy_pid=
 work=$(mktemp -d)
@@ -81,16 +84,16 @@ check_rate() { [[ $2 =~ ^[0-9.]+$ ]] || { echo "gpu_speed.sh: $1 gave no rate ('
 export KILN_WARM_EPOCHS=1
 
 # kiln_model_rate's variant for this bench (bench/common.sh): the GPU accelerator, the step counts
-# above and the caller's overrides. kiln_gpu_model_rate MODEL PRECISION.
+# above and the caller's overrides. kiln_gpu_model_rate MODEL PRECISION [OVERRIDE...].
 kiln_gpu_model_rate() {
   case $1 in
     cnn) kiln_epoch_rate "$work/kiln" experiment=fashion_mnist trainer.limit_train_batches="$kiln_cnn_batches" \
            trainer.precision="$2" ${kiln_cnn_data[@]+"${kiln_cnn_data[@]}"} "${kiln_common[@]}" \
-           ${kiln_gpu_overrides[@]+"${kiln_gpu_overrides[@]}"} ;;
+           ${kiln_gpu_overrides[@]+"${kiln_gpu_overrides[@]}"} "${@:3}" ;;
     gpt) kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
            trainer.limit_train_batches="$kiln_gpt_batches" trainer.precision="$2" \
            ${kiln_gpt_data[@]+"${kiln_gpt_data[@]}"} "${kiln_common[@]}" \
-           ${kiln_gpu_overrides[@]+"${kiln_gpu_overrides[@]}"} | awk '{printf "%.1f", $1 * 128}' ;;
+           ${kiln_gpu_overrides[@]+"${kiln_gpu_overrides[@]}"} "${@:3}" | awk '{printf "%.1f", $1 * 128}' ;;
   esac
 }
 # Lightning's and the raw loop's messages go to a file, shown if the run fails.
@@ -167,7 +170,8 @@ def num(s):
     except ValueError:
         return None  # n/a
 
-keys = ["kiln", "lightning", "raw", "kiln_over_lightning", "kiln_over_raw", "busy_kiln", "busy_lightning", "busy_raw"]
+keys = ["kiln", "lightning", "raw", "kiln_over_lightning", "kiln_over_raw", "busy_kiln", "busy_lightning", "busy_raw",
+        "kiln_graphs", "graphs_over_lightning", "busy_graphs"]
 rows, medians = [], []
 for line in open(sys.argv[1]):
     f = line.rstrip("\n").split("\t")
@@ -202,8 +206,8 @@ for model in $models; do
       steps="kiln $kiln_gpt_batches batches; Python $gpt_warmup + $gpt_steps timed"
     fi
     echo "== $model $precision ($unit; $steps; busy: GPU utilization %)"
-    echo "round kiln lightning raw kiln/lightning kiln/raw busy_kiln busy_lightning busy_raw" | row
-    r_k=() r_l=() r_p=() r_kl=() r_kr=() b_k=() b_l=() b_p=()
+    echo "round kiln lightning raw kiln/lightning kiln/raw busy_kiln busy_lightning busy_raw graphs graphs/lightning busy_graphs" | row
+    r_k=() r_l=() r_p=() r_kl=() r_kr=() b_k=() b_l=() b_p=() r_g=() r_gl=() b_g=()
     for ((r = 1; r <= rounds; r++)); do
       busy_start; k=$(kiln_gpu_model_rate "$model" "$precision"); busy_stop; kb=$busy
       check_rate kiln "$k"
@@ -211,22 +215,29 @@ for model in $models; do
       check_rate Lightning "$l"
       busy_start; p=$(raw_gpu_rate "$model" "$precision"); busy_stop; pb=$busy
       check_rate "the raw loop" "$p"
+      g=n/a gl=n/a gb=n/a
+      if [[ $graphs == 1 ]]; then
+        busy_start; g=$(kiln_gpu_model_rate "$model" "$precision" trainer.cuda_graphs=true); busy_stop; gb=$busy
+        check_rate "kiln with CUDA graphs" "$g"
+        gl=$(ratio "$g" "$l")
+      fi
       r_k+=("$k") r_l+=("$l") r_p+=("$p") r_kl+=("$(ratio "$k" "$l")") r_kr+=("$(ratio "$k" "$p")")
-      b_k+=("$kb") b_l+=("$lb") b_p+=("$pb")
-      line="$r $k $l $p ${r_kl[-1]} ${r_kr[-1]} $kb $lb $pb"
+      b_k+=("$kb") b_l+=("$lb") b_p+=("$pb") r_g+=("$g") r_gl+=("$gl") b_g+=("$gb")
+      line="$r $k $l $p ${r_kl[-1]} ${r_kr[-1]} $kb $lb $pb $g $gl $gb"
       echo "$line" | row
       printf '%s\t%s\t%s\t%s\n' "$model" "$precision" "$unit" "${line// /$'\t'}" >>"$rows"
       write_json
     done
     m=()
-    for values in r_k r_l r_p r_kl r_kr b_k b_l b_p; do
+    for values in r_k r_l r_p r_kl r_kr b_k b_l b_p r_g r_gl b_g; do
       declare -n v=$values
       m+=("$(printf '%s\n' "${v[@]}" | med)")
       unset -n v
     done
     printf '%s\t%s\t%s\t%s\n' "$model" "$precision" "$unit" "$(IFS=$'\t'; echo "${m[*]}")" >>"$medians"
     echo "$model $precision medians: kiln ${m[0]}, Lightning ${m[1]}, raw loop ${m[2]} $unit;" \
-         "kiln/Lightning ${m[3]}x, kiln/raw loop ${m[4]}x; GPU busy kiln $(pct "${m[5]}"), Lightning $(pct "${m[6]}"), raw loop $(pct "${m[7]}")"
+         "kiln/Lightning ${m[3]}x, kiln/raw loop ${m[4]}x; GPU busy kiln $(pct "${m[5]}"), Lightning $(pct "${m[6]}"), raw loop $(pct "${m[7]}");" \
+         "kiln with CUDA graphs ${m[8]} $unit, ${m[9]}x Lightning, GPU busy $(pct "${m[10]}")"
     write_json
   done
 done

@@ -12,15 +12,16 @@
 #   call 1:  bash scripts/gpu_check.sh unpack && bash scripts/gpu_check.sh tests
 #            carry: .gpu/sys.txz .gpu/kiln.txz data/text/mobydick
 #            the CUDA tests (tests/cuda, `ctest -L cuda`'s binary), mobydick_gpt's accuracy, then
-#            bench/gpu_speed.sh for the GPT (kiln, Lightning, the raw loop)
+#            bench/gpu_speed.sh for the GPT (kiln eager and with CUDA graphs, Lightning, the raw loop)
 #   call 2:  bash scripts/gpu_check.sh bench
 #            carry: .gpu/fashion-mnist data/text/mobydick
-#            fashion_mnist's accuracy, `kiln serve` on the GPU against the CPU, then
-#            bench/gpu_speed.sh for the CNN (and once with data.on_device=true)
+#            fashion_mnist's accuracy (eager and with trainer.cuda_graphs), `kiln serve` on the GPU
+#            against the CPU, then bench/gpu_speed.sh for the CNN
 # Each writes $OUT/gpu_check_tests.json or gpu_check_bench.json (./gpu-check-out without $OUT)
 # and a log per step; a step that fails is recorded and the rest still run.
 # tests-local and bench-local run the same steps against this checkout's build and .venv (on a
-# machine without a GPU, with ACCELERATOR=cpu and short runs, they check the script itself).
+# machine without a GPU, with ACCELERATOR=cpu GRAPHS=0 and short runs, they check the script itself).
+# ROUNDS [2]: the speed bench's rounds; GRAPHS [1]: kiln also with trainer.cuda_graphs=true.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -94,11 +95,11 @@ write_json() {
   cat "$out/steps.txt" "$out/$name"
 }
 
-# serve_answers KILN RUN ACCELERATOR OUT: `kiln serve` of RUN on ACCELERATOR answers 64 test images
+# serve_answers KILN RUN DEVICE OUT: `kiln serve` of RUN with serve.device=DEVICE answers 64 test images
 # (scripts/python/serve_probe.py), written to OUT.
 serve_answers() {
   local port=$((20000 + RANDOM % 20000))
-  "$1" serve run_dir="$2" trainer.accelerator="$3" serve.port=$port &
+  "$1" serve run_dir="$2" serve.device="$3" serve.port=$port &
   local pid=$!
   "$KILN_PYTHON" scripts/python/serve_probe.py $port 64 $pid > "$4"
   local rc=$?
@@ -115,8 +116,8 @@ tests_steps() {
     hydra.run.dir="$runs/gpt" ${GPT_OVERRIDES:-} &
   wait
   cp "$runs/gpt/test_metrics.yaml" "$out/gpt_test_metrics.yaml" 2> /dev/null
-  step gpu_speed_gpt env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=gpt GPU_SPEED_JSON="$out/gpu_speed_gpt.json" \
-    bash bench/gpu_speed.sh
+  step gpu_speed_gpt env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=gpt ROUNDS="${ROUNDS:-2}" \
+    KILN_GRAPHS="${GRAPHS:-1}" GPU_SPEED_JSON="$out/gpu_speed_gpt.json" bash bench/gpu_speed.sh
   local tests_line skipped
   tests_line=$(grep -o 'tests="[0-9]*" failures="[0-9]*" disabled="[0-9]*" errors="[0-9]*"' "$out/cuda_test.xml" 2> /dev/null | head -1)
   skipped=$(grep -c '<skipped' "$out/cuda_test.xml" 2> /dev/null)
@@ -133,6 +134,9 @@ bench_steps() {
   step fashion_mnist "$kiln" train experiment=fashion_mnist trainer.accelerator="${ACCELERATOR:-cuda}" \
     hydra.run.dir="$runs/fashion" ${FASHION_OVERRIDES:-}
   cp "$runs/fashion/test_metrics.yaml" "$out/fashion_test_metrics.yaml" 2> /dev/null
+  # The same job with the training step replayed from CUDA graphs.
+  step fashion_mnist_graphs "$kiln" train experiment=fashion_mnist trainer.accelerator="${ACCELERATOR:-cuda}" \
+    trainer.cuda_graphs="$([[ ${GRAPHS:-1} == 1 ]] && echo true || echo false)" hydra.run.dir="$runs/fashion_graphs" ${FASHION_OVERRIDES:-}
   step serve_gpu serve_answers "$kiln" "$runs/fashion" "${ACCELERATOR:-cuda}" "$out/serve_gpu.json"
   step serve_cpu serve_answers "$kiln" "$runs/fashion" cpu "$out/serve_cpu.json"
   local serve_diff
@@ -141,15 +145,12 @@ a, b = (json.load(open(f)) for f in sys.argv[1:3])
 d = max(abs(x - y) for p, q in zip(a["probabilities"], b["probabilities"]) for x, y in zip(p, q))
 print(json.dumps({"answers": len(a["classes"]), "same_classes": a["classes"] == b["classes"], "max_probability_difference": d}))' \
     "$out/serve_gpu.json" "$out/serve_cpu.json" 2> /dev/null || echo null)
-  step gpu_speed_cnn env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn GPU_SPEED_JSON="$out/gpu_speed_cnn.json" \
-    bash bench/gpu_speed.sh
-  # kiln with the data resident on the GPU (data.on_device), one round against the same references.
-  step gpu_speed_cnn_resident env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn PRECISIONS=bf16-mixed ROUNDS=1 \
-    KILN_GPU_OVERRIDES=data.on_device=true GPU_SPEED_JSON="$out/gpu_speed_cnn_resident.json" bash bench/gpu_speed.sh
+  step gpu_speed_cnn env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn ROUNDS="${ROUNDS:-2}" \
+    KILN_GRAPHS="${GRAPHS:-1}" GPU_SPEED_JSON="$out/gpu_speed_cnn.json" bash bench/gpu_speed.sh
   write_json gpu_check_bench.json "fashion_mnist_test_acc=\"$(metric "$runs/fashion" test/acc)\"" \
+    "fashion_mnist_graphs_test_acc=\"$(metric "$runs/fashion_graphs" test/acc)\"" \
     "serve_gpu_against_cpu=$serve_diff" \
-    "speed_cnn=$(cat "$out/gpu_speed_cnn.json" 2> /dev/null || echo null)" \
-    "speed_cnn_resident=$(cat "$out/gpu_speed_cnn_resident.json" 2> /dev/null || echo null)"
+    "speed_cnn=$(cat "$out/gpu_speed_cnn.json" 2> /dev/null || echo null)"
   rm -rf "$runs"
 }
 

@@ -56,11 +56,21 @@ absl::StatusOr<torch::Tensor> ClassificationTask::Logits(const data::Batch& batc
 }
 
 absl::StatusOr<torch::Tensor> ClassificationTask::TrainingStep(const data::Batch& batch, MetricLog& log) {
+  KILN_ASSIGN_OR_RETURN(TrainingOutputs outputs, TrainingLoss(batch));
+  KILN_RETURN_IF_ERROR(LogTrainingStep(batch, outputs, log));
+  return outputs.loss;
+}
+
+absl::StatusOr<Task::TrainingOutputs> ClassificationTask::TrainingLoss(const data::Batch& batch) {
   KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
   torch::Tensor loss = loss_->Forward(logits, batch.target);
-  log.Log("train/loss", loss.item<double>(), static_cast<double>(batch.size()));
-  KILN_RETURN_IF_ERROR(metrics_.Update("train", Scores(logits, batch), log));
-  return loss;
+  return TrainingOutputs{loss, logits.detach()};
+}
+
+absl::Status ClassificationTask::LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
+                                                 MetricLog& log) {
+  log.Log("train/loss", outputs.loss.item<double>(), static_cast<double>(batch.size()));
+  return metrics_.Update("train", Scores(outputs.preds, batch), log);
 }
 
 absl::Status ClassificationTask::EvaluationStep(const data::Batch& batch, const std::string& stage,

@@ -59,6 +59,8 @@ class ClassificationTask : public Task {
   }
   absl::Status Connect(data::DataModule& data) final;
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) final;
+  absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) final;
+  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs, MetricLog& log) final;
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) final;
   absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
       const std::string& stage, const SumOverRanks& sum_over_ranks) final;

@@ -37,6 +37,23 @@ class Task {
 
   // Returns the loss to minimize; logs "train/..." metrics.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) = 0;
+
+  // The training step in two halves, for trainer.cuda_graphs: TrainingLoss is device work alone
+  // (the forward and the loss, no read of a value on the host: it is captured into a CUDA graph and
+  // replayed), and LogTrainingStep logs and updates the training metrics from its outputs after
+  // each replay. A task that has them makes TrainingStep their composition. Unimplemented (the
+  // default): the task's step reads values on the host, and cuda_graphs is refused for it.
+  struct TrainingOutputs {
+    torch::Tensor loss;   // the scalar to minimize
+    torch::Tensor preds;  // what the training metrics see (logits), outside autograd
+  };
+  virtual absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& /*batch*/) {
+    return absl::UnimplementedError("its training step reads values on the host");
+  }
+  virtual absl::Status LogTrainingStep(const data::Batch& /*batch*/, const TrainingOutputs& /*outputs*/,
+                                       MetricLog& /*log*/) {
+    return absl::UnimplementedError("its training step reads values on the host");
+  }
   // Logs metrics named "<stage>/..." (stage: "val" or "test") for one evaluation batch.
   virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
   // At the end of an evaluation epoch: the values of the task's metric objects over the whole

@@ -192,7 +192,10 @@ OptionBinding<TrainerOptions> MakeBinding() {
              OneOf({"highest", "high", "medium"}))
       .Field("cudnn_benchmark", &TrainerOptions::cudnn_benchmark,
              "cuDNN times its convolution algorithms for each new shape and keeps the fastest "
-             "(torch.backends.cudnn.benchmark)");
+             "(torch.backends.cudnn.benchmark)")
+      .Field("cuda_graphs", &TrainerOptions::cuda_graphs,
+             "capture the training step (forward, backward, optimizer) as CUDA graphs after "
+             "warm-up and replay them: static shapes, one GPU (docs/gpu.md)");
   return b;
 }
 

@@ -70,6 +70,8 @@ struct TrainerOptions {
   // torch.set_float32_matmul_precision; process-wide.
   std::string matmul_precision = "highest";
   bool cudnn_benchmark = false;           // cuDNN tries its algorithms per shape and keeps the fastest
+  // The training step captured as CUDA graphs after warm-up and replayed (docs/gpu.md#cuda-graphs).
+  bool cuda_graphs = false;
   // Data parallel (one process per device; see lib/distributed).
   int64_t devices = 1;                    // processes per node that `kiln train` starts
   int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set

@@ -53,14 +53,23 @@ class LanguageModeling : public Task {
   }
 
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) override {
+    KILN_ASSIGN_OR_RETURN(TrainingOutputs outputs, TrainingLoss(batch));
+    KILN_RETURN_IF_ERROR(LogTrainingStep(batch, outputs, log));
+    return outputs.loss;
+  }
+
+  absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
     torch::Tensor loss = Loss(logits, batch);
+    return TrainingOutputs{loss, logits.detach()};
+  }
+
+  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs, MetricLog& log) override {
     double tokens = Tokens(batch);
-    if (tokens <= 0) return loss;
-    log.Log("train/loss", loss.item<double>(), tokens);
-    KILN_RETURN_IF_ERROR(metrics_.Update("train", Scores(logits, batch, tokens, "train"), log));
-    return loss;
+    if (tokens <= 0) return absl::OkStatus();
+    log.Log("train/loss", outputs.loss.item<double>(), tokens);
+    return metrics_.Update("train", Scores(outputs.preds, batch, tokens, "train"), log);
   }
 
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,

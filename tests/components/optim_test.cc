@@ -118,6 +118,23 @@ TEST(Adam, Defaults) {
   EXPECT_FALSE(options.amsgrad());
 }
 
+// `from`'s state saved and loaded into `to` (a checkpoint's round trip), and copies of `params` for
+// `to` to step.
+void CopyState(const torch::optim::Optimizer& from, torch::optim::Optimizer& to) {
+  std::stringstream saved;
+  torch::serialize::OutputArchive out;
+  from.save(out);
+  out.save_to(saved);
+  torch::serialize::InputArchive in;
+  in.load_from(saved);
+  to.load(in);
+}
+std::vector<torch::Tensor> Copies(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_());
+  return copies;
+}
+
 // kiln's adam and adamw step with ATen's fused kernels: the same updates as torch::optim's
 // (float32 rounding apart) over several steps, with two parameter groups, weight decay and AMSGrad;
 // the state is torch::optim's, so a state saved mid-run and loaded into a new optimizer continues
@@ -153,18 +170,9 @@ void ExpectFusedMatchesTorch(bool amsgrad) {
     }
   }
   // Save at step 6, load into a new optimizer over copies, take two more steps on both.
-  std::stringstream saved;
-  {
-    torch::serialize::OutputArchive archive;
-    fused.save(archive);
-    archive.save_to(saved);
-  }
-  std::vector<torch::Tensor> resumed_params;
-  for (const auto& p : fused_params) resumed_params.push_back(p.detach().clone().requires_grad_());
+  std::vector<torch::Tensor> resumed_params = Copies(fused_params);
   Fused resumed(groups_of(resumed_params), Options(1e-2));
-  torch::serialize::InputArchive archive;
-  archive.load_from(saved);
-  resumed.load(archive);
+  CopyState(fused, resumed);
   for (int i = 6; i < 8; ++i) {
     step(fused, fused_params, i);
     step(resumed, resumed_params, i);
@@ -180,6 +188,76 @@ TEST(FusedAdam, StepsAsTorchsAdamWAndResumesBitwise) {
 TEST(FusedAdam, StepsAsTorchsAdamAndResumesBitwise) {
   ExpectFusedMatchesTorch<FusedAdam, torch::optim::Adam, torch::optim::AdamOptions>(false);
   ExpectFusedMatchesTorch<FusedAdam, torch::optim::Adam, torch::optim::AdamOptions>(true);
+}
+
+// trainer.cuda_graphs: once capturable, the step counts and lr live in tensors the kernel reads, so
+// a captured step replays with the current values. A "replay" here is a step taken while capturing
+// (the host counts left alone) and AfterReplay (they advance): the parameters follow the plain
+// optimizer's, an lr the scheduler changed reaches the kernel through BeforeReplay, and the state a
+// checkpoint keeps (host step counts included) continues bitwise in a plain optimizer.
+TEST(FusedAdam, CapturableStepsFollowThePlainOnes) {
+  auto make_params = [] {
+    torch::manual_seed(5);
+    return std::vector<torch::Tensor>{torch::randn({4, 3}).requires_grad_(), torch::randn({6}).requires_grad_()};
+  };
+  auto groups_of = [](const std::vector<torch::Tensor>& p) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{p[0]}, std::make_unique<torch::optim::AdamWOptions>(1e-2));
+    groups.emplace_back(std::vector<torch::Tensor>{p[1]},
+                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(3e-2).weight_decay(0)));
+    return groups;
+  };
+  auto plain_params = make_params(), captured_params = make_params();
+  FusedAdamW plain(groups_of(plain_params), torch::optim::AdamWOptions(1e-2));
+  FusedAdamW captured(groups_of(captured_params), torch::optim::AdamWOptions(1e-2));
+  auto grads = [](std::vector<torch::Tensor>& params, int i) {
+    torch::manual_seed(200 + i);
+    (params[0].sum() * torch::randn({}) + (params[1] * params[1]).sum()).backward();
+  };
+  for (int i = 0; i < 8; ++i) {
+    if (i == 5) {  // the scheduler changes the lr between steps
+      for (auto* o : {&plain, &captured}) o->param_groups()[0].options().set_lr(4e-3);
+    }
+    plain.zero_grad();
+    grads(plain_params, i);
+    plain.step();
+    captured.zero_grad();
+    grads(captured_params, i);
+    if (i < 2) {
+      captured.step();  // warm-up, before the capture
+      continue;
+    }
+    if (i == 2) ASSERT_TRUE(captured.MakeCapturable().ok());
+    if (i == 3) {
+      captured.step();  // an eager step of a capturable optimizer (a batch of another shape)
+      continue;
+    }
+    captured.BeforeReplay();
+    captured.SetCapturing(true);
+    captured.step();
+    captured.SetCapturing(false);
+    captured.AfterReplay();
+  }
+  for (size_t j = 0; j < plain_params.size(); ++j) {
+    EXPECT_TRUE(torch::allclose(plain_params[j], captured_params[j], 1e-6, 1e-7)) << j;
+  }
+  for (const auto& p : captured_params) {
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*captured.state().at(p.unsafeGetTensorImpl()));
+    EXPECT_EQ(state.step(), 8);
+  }
+  // The state goes on in a plain optimizer (a checkpoint resumed without graphs).
+  std::vector<torch::Tensor> resumed_params = Copies(captured_params);
+  FusedAdamW resumed(groups_of(resumed_params), torch::optim::AdamWOptions(1e-2));
+  resumed.param_groups()[0].options().set_lr(4e-3);
+  CopyState(captured, resumed);
+  for (auto [o, params] : {std::pair{&plain, &plain_params}, std::pair{&resumed, &resumed_params}}) {
+    o->zero_grad();
+    grads(*params, 8);
+    o->step();
+  }
+  for (size_t j = 0; j < plain_params.size(); ++j) {
+    EXPECT_TRUE(torch::allclose(plain_params[j], resumed_params[j], 1e-6, 1e-7)) << j;
+  }
 }
 
 TEST(FusedAdam, TheRegisteredOptimizersAreTheFusedOnes) {

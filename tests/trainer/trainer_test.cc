@@ -21,6 +21,7 @@
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
+#include "lib/trainer/internal/cuda_graph_step.h"
 #include "lib/trainer/lr_finder.h"
 #include "lib/trainer/metric_collection.h"
 #include "tests/support/process.h"
@@ -236,6 +237,31 @@ const char kSmallCnn8[] =
 // trainer.channels_last: the CNN's 4-D weights end in NHWC order (even the one-channel first
 // convolution, whose NCHW strides also count as "channels-last contiguous") and training reaches
 // the same parameters as in NCHW order, up to float rounding.
+// trainer.cuda_graphs clips gradients with device work alone (no host read, so it captures): the
+// result is torch's clip_grad_norm_ and clip_grad_value_, a gradient left out where it is none.
+TEST(CudaGraphs, ClippingOnTheDeviceEqualsTorchs) {
+  for (double max_norm : {0.5, 100.0}) {  // scaled down, and left as it is
+    torch::manual_seed(9);
+    std::vector<torch::Tensor> mine{torch::randn({4, 5}), torch::randn({3}), torch::randn({2})}, theirs;
+    for (auto& p : mine) {
+      p.requires_grad_();
+      p.mutable_grad() = torch::randn_like(p) * 3;
+      theirs.push_back(p.detach().clone().requires_grad_());
+      theirs.back().mutable_grad() = p.grad().clone();
+    }
+    mine[2].mutable_grad() = torch::Tensor();
+    theirs[2].mutable_grad() = torch::Tensor();
+    ClipGradientsOnDevice(mine, max_norm, /*by_norm=*/true);
+    torch::nn::utils::clip_grad_norm_(theirs, max_norm);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::allclose(mine[i].grad(), theirs[i].grad(), 1e-6, 1e-7)) << max_norm;
+    EXPECT_FALSE(mine[2].grad().defined());
+    if (max_norm > 10) EXPECT_TRUE(torch::equal(mine[0].grad(), theirs[0].grad()));
+    ClipGradientsOnDevice(mine, 0.25, /*by_norm=*/false);
+    torch::nn::utils::clip_grad_value_(theirs, 0.25);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(mine[i].grad(), theirs[i].grad()));
+  }
+}
+
 TEST(Trainer, ChannelsLastTrainsTheSameModelInNhwcOrder) {
   std::vector<std::vector<torch::Tensor>> params;
   for (bool channels_last : {false, true}) {

@@ -22,6 +22,9 @@ absl::StatusOr<bool> TrainingEpochLoop::Run() {
   const TrainerOptions& options = ctx_.options;
   Task& task = *ctx_.state.inputs.task;
   task.module().train();
+  if (options.cuda_graphs && graph_ == nullptr) {
+    KILN_ASSIGN_OR_RETURN(graph_, CudaGraphStep::Create(ctx_));
+  }
   if (ctx_.state.progress.batch_in_epoch == 0) ctx_.logging.train_log().ResetEpoch();
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainEpochStart(t); }));
   auto epoch_start = std::chrono::steady_clock::now();
@@ -128,6 +131,7 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   batch.target = strategy.ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchStart(t, batch); }));
   KILN_RETURN_IF_ERROR(strategy.BeforeTrainingForward());
+  if (graph_ != nullptr) return AdvanceCaptured(batch);
   absl::StatusOr<torch::Tensor> loss;
   {
     PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
@@ -136,19 +140,8 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   }
   if (!loss.ok()) return loss.status();
   double loss_value = loss->item<double>();
-  // Every rank skips or stops on a non-finite loss together, or their collectives would pair up wrongly.
-  KILN_ASSIGN_OR_RETURN(bool nonfinite, strategy.AnyRank(!std::isfinite(loss_value)));
-  if (nonfinite && std::isfinite(loss_value)) loss_value = std::nan("");
-  ++ctx_.state.progress.micro_batches;
-  ctx_.state.progress.samples += batch.size() * t.world_size();
-  if (!std::isfinite(loss_value)) {
-    std::string where = absl::StrCat("epoch ", ctx_.state.progress.epoch, ", batch ", batch.index, ", step ", ctx_.state.progress.global_step);
-    if (options.on_nonfinite_loss == TrainerOptions::NonFiniteLoss::kStop) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the loss is ", loss_value, " at ", where,
-          "; stopped without writing a checkpoint (lower the learning rate, or set trainer.on_nonfinite_loss=skip)"));
-    }
-    Logger::Instance().Warning(absl::StrCat("skipping a step with loss ", loss_value, " at ", where));
+  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
+  if (skip) {
     ctx_.state.optimizer->zero_grad();
     return absl::OkStatus();
   }
@@ -161,6 +154,57 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
   // This batch is done before the callbacks see it: a checkpoint they save (model_checkpoint's
   // every_n_train_steps) resumes after it, not with it again.
+  ctx_.state.progress.batch_in_epoch = batch.index + 1;
+  return ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
+}
+
+absl::StatusOr<bool> TrainingEpochLoop::CountAndCheckLoss(const data::Batch& batch, double& loss_value) {
+  const TrainerOptions& options = ctx_.options;
+  // Every rank skips or stops on a non-finite loss together, or their collectives would pair up wrongly.
+  KILN_ASSIGN_OR_RETURN(bool nonfinite, ctx_.strategy.AnyRank(!std::isfinite(loss_value)));
+  if (nonfinite && std::isfinite(loss_value)) loss_value = std::nan("");
+  ++ctx_.state.progress.micro_batches;
+  ctx_.state.progress.samples += batch.size() * ctx_.trainer.world_size();
+  if (std::isfinite(loss_value)) return false;
+  std::string where = absl::StrCat("epoch ", ctx_.state.progress.epoch, ", batch ", batch.index, ", step ", ctx_.state.progress.global_step);
+  if (options.on_nonfinite_loss == TrainerOptions::NonFiniteLoss::kStop) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the loss is ", loss_value, " at ", where,
+        "; stopped without writing a checkpoint (lower the learning rate, or set trainer.on_nonfinite_loss=skip)"));
+  }
+  Logger::Instance().Warning(absl::StrCat("skipping a step with loss ", loss_value, " at ", where));
+  return true;
+}
+
+absl::Status TrainingEpochLoop::AdvanceCaptured(data::Batch& batch) {
+  Trainer& t = ctx_.trainer;
+  Task& task = *ctx_.state.inputs.task;
+  absl::StatusOr<Task::TrainingOutputs> outputs;
+  {
+    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
+    outputs = graph_->ForwardBackward(batch);
+  }
+  if (absl::IsUnimplemented(outputs.status())) {
+    return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the task cannot be captured: ",
+                                                      outputs.status().message(), " (set trainer.cuda_graphs=false)"));
+  }
+  if (!outputs.ok()) return outputs.status();
+  // The loss first, and the optimizer's graph launched before the task's metrics are logged: they
+  // read the step's outputs, which the optimizer step leaves alone, so the host's work on them
+  // overlaps the GPU's on the step.
+  double loss_value = outputs->loss.item<double>();
+  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
+  if (skip) {
+    graph_->SkipOptimizerStep();
+    return task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log());
+  }
+  {
+    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
+    KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
+    KILN_RETURN_IF_ERROR(graph_->OptimizerStep());
+  }
+  KILN_RETURN_IF_ERROR(task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log()));
+  AfterOptimizerStep();
   ctx_.state.progress.batch_in_epoch = batch.index + 1;
   return ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
 }
@@ -185,6 +229,12 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
   if (!skip) ctx_.state.optimizer->step();
   if (scaler != nullptr) scaler->Update();
   ctx_.state.optimizer->zero_grad();
+  AfterOptimizerStep();
+  return absl::OkStatus();
+}
+
+void TrainingEpochLoop::AfterOptimizerStep() {
+  const TrainerOptions& options = ctx_.options;
   ++ctx_.state.progress.global_step;
   Scheduler* scheduler = ctx_.state.inputs.scheduler.get();
   if (scheduler && !ctx_.state.scheduler_paused && scheduler->interval() == Scheduler::Interval::kStep) scheduler->Step(std::nan(""));
@@ -194,7 +244,6 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
     metrics["epoch"] = static_cast<double>(ctx_.state.progress.epoch);
     ctx_.Log(metrics);
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> TrainingEpochLoop::StopAfterThisStep() {

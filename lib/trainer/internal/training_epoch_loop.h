@@ -6,8 +6,11 @@
 // epoch's log line.
 #pragma once
 
+#include <memory>
+
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/internal/cuda_graph_step.h"
 #include "lib/trainer/loop_state.h"
 
 namespace kiln {
@@ -27,7 +30,14 @@ class TrainingEpochLoop {
  private:
   // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step.
   absl::Status Advance(data::Batch& batch, bool last_in_epoch);
+  // trainer.cuda_graphs: the same, with the step's device work replayed from CUDA graphs.
+  absl::Status AdvanceCaptured(data::Batch& batch);
+  // The loss read on the host: counts the batch, and for a non-finite loss stops (an error) or
+  // says to skip the step (true).
+  absl::StatusOr<bool> CountAndCheckLoss(const data::Batch& batch, double& loss_value);
   absl::Status OptimizerStep();
+  // After each optimizer step: the step count, a per-step scheduler step, the step's log.
+  void AfterOptimizerStep();
   // Agrees with the other ranks on whether to stop after this optimizer step.
   absl::StatusOr<bool> StopAfterThisStep();
   absl::Status EndEpoch(double seconds, int64_t samples_at_start);
@@ -36,6 +46,7 @@ class TrainingEpochLoop {
   int64_t skipped_steps_logged_ = 0;  // 16-mixed: optimizer steps skipped, as last logged
   data::DataLoader& loader_;
   EvaluationLoop* validation_;
+  std::unique_ptr<CudaGraphStep> graph_;  // trainer.cuda_graphs, made at the first epoch
 };
 
 }  // namespace kiln
