@@ -34,12 +34,12 @@ pack() {
   rm -rf .gpu && mkdir -p "$stage/prefix/bin" "$stage/sys"
   grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
   cmake --install "$build" --prefix "$ROOT/$stage/prefix" > /dev/null
-  cp "$build/bin/cuda_test" "$stage/prefix/bin/"
+  cp "$build/bin/cuda_test" "$build/bin/speech_cli_test" "$stage/prefix/bin/"
   find "$stage/prefix" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec strip --strip-unneeded {} + 2> /dev/null || true
   rm -rf "$stage/prefix/include"
   # The system libraries kiln's libraries and the test need, less LibTorch's, CUDA's and glibc's
   # (the GPU machine has those).
-  for f in "$stage"/prefix/lib/*.so "$stage"/prefix/lib/kiln/plugins/*.so "$stage/prefix/bin/cuda_test"; do ldd "$f"; done |
+  for f in "$stage"/prefix/lib/*.so "$stage"/prefix/lib/kiln/plugins/*.so "$stage"/prefix/bin/*_test; do ldd "$f"; done |
     awk '$3 ~ /^\// && !seen[$1]++ {print $3}' |
     grep -v -E '/(\.venv|torch|nvidia)/|/usr/local/cuda|/libkiln_|/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
     xargs -r cp -L -t "$stage/sys/"
@@ -112,6 +112,10 @@ tests_steps() {
   local kiln=$1 cuda_test=$2 runs; runs=$(mktemp -d)
   setup_out
   step cuda_tests env KILN_TEST_KILN="$kiln" "$cuda_test" --gtest_output=xml:"$out/cuda_test.xml" &
+  # The speech models (keyword spotting, CTC recognition with its decoding) train on the GPU:
+  # their CLI tests pick it by trainer.accelerator=auto.
+  [[ -z ${SPEECH_TEST:-} ]] || step speech_tests env KILN_TEST_KILN="$kiln" "$SPEECH_TEST" \
+    --gtest_filter='SpeechCliTest.KeywordSpotterTrainsTestsAndLabelsWavFilesButNotMp3:SpeechCliTest.CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles' &
   step mobydick_gpt "$kiln" train experiment=mobydick_gpt trainer.accelerator="${ACCELERATOR:-cuda}" \
     hydra.run.dir="$runs/gpt" ${GPT_OVERRIDES:-} &
   wait
@@ -164,7 +168,7 @@ unpack() {
   tar -C "$SYS" --strip-components=1 -xJf .gpu/sys.txz && tar -C /tmp/kiln -xJf .gpu/kiln.txz || exit 2
   local torch_lib
   torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
-  for program in kiln cuda_test; do
+  for program in kiln cuda_test speech_cli_test; do
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /tmp/kiln/prefix/bin/%s "$@"\n' "/tmp/kiln/prefix/lib:$SYS:$torch_lib" "$program" \
       > /tmp/kiln/$program
     chmod +x /tmp/kiln/$program
@@ -185,7 +189,7 @@ export KILN_PYTHON=${KILN_PYTHON:-python3}
 case $mode in
   pack) pack ;;
   unpack) unpack ;;
-  tests) unpacked; tests_steps /tmp/kiln/kiln /tmp/kiln/cuda_test ;;
+  tests) unpacked; SPEECH_TEST=/tmp/kiln/speech_cli_test tests_steps /tmp/kiln/kiln /tmp/kiln/cuda_test ;;
   bench) unpacked; fashion_data; bench_steps /tmp/kiln/kiln ;;
   tests-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} tests_steps "$ROOT/build/bin/kiln" "$ROOT/build/bin/cuda_test" ;;
   bench-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} bench_steps "$ROOT/build/bin/kiln" ;;
