@@ -149,6 +149,10 @@ a, b = (json.load(open(f)) for f in sys.argv[1:3])
 d = max(abs(x - y) for p, q in zip(a["probabilities"], b["probabilities"]) for x, y in zip(p, q))
 print(json.dumps({"answers": len(a["classes"]), "same_classes": a["classes"] == b["classes"], "max_probability_difference": d}))' \
     "$out/serve_gpu.json" "$out/serve_cpu.json" 2> /dev/null || echo null)
+  # Where a step's host time goes with the graphs (the simple profiler's phases), for the note.
+  step profile_cnn_graphs "$kiln" train experiment=fashion_mnist trainer.accelerator="${ACCELERATOR:-cuda}" \
+    trainer.cuda_graphs="$([[ ${GRAPHS:-1} == 1 ]] && echo true || echo false)" trainer.max_epochs=2 \
+    trainer.limit_train_batches=400 trainer.profiler=simple test=false hydra.run.dir="$runs/profile"
   step gpu_speed_cnn env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=cnn ROUNDS="${ROUNDS:-2}" \
     KILN_GRAPHS="${GRAPHS:-1}" GPU_SPEED_JSON="$out/gpu_speed_cnn.json" bash bench/gpu_speed.sh
   write_json gpu_check_bench.json "fashion_mnist_test_acc=\"$(metric "$runs/fashion" test/acc)\"" \
