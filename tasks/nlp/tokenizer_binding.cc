@@ -49,9 +49,16 @@ absl::Status TokenizerBinding::Connect(data::DataModule& data, const std::string
 absl::Status TokenizerBinding::Check() const {
   if (!tokenizer_)
     return absl::FailedPreconditionError("the task was not connected to its data module");
-  auto b = Buffer().to(torch::kCPU);
+  torch::Tensor buffer = Buffer();
+  const std::pair<const void*, int64_t> seen{buffer.data_ptr(), static_cast<int64_t>(buffer._version())};
+  std::lock_guard<std::mutex> lock(checked_mu_);
+  if (checked_ == seen) return absl::OkStatus();
+  auto b = buffer.to(torch::kCPU);
   int64_t stored = b[0].item<int64_t>(), stored_vocab = b[1].item<int64_t>();
-  if (stored == 0 || (stored == fingerprint_ && stored_vocab == vocab_)) return absl::OkStatus();
+  if (stored == 0 || (stored == fingerprint_ && stored_vocab == vocab_)) {
+    checked_ = seen;
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(
       absl::StrFormat("the checkpoint's model was trained with another tokenizer (fingerprint "
                       "%016x, vocab %d) than data.tokenizer gives "

@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "components/models/model.h"
@@ -23,7 +26,10 @@ class TokenizerBinding {
   // Takes the tokenizer from a text data module (fitting it if need be), checks that its ids fit
   // the model's id space, and records it in the buffer.
   absl::Status Connect(data::DataModule& data, const std::string& task);
-  // Whether the buffer (perhaps loaded from a checkpoint) names the connected tokenizer.
+  // Whether the buffer (perhaps loaded from a checkpoint) names the connected tokenizer. The
+  // buffer is read once per change (its storage and version counter: a load, a move to a device):
+  // every training step calls this, and on a GPU each read would wait for the device (and a CUDA
+  // graph's capture refuses it).
   absl::Status Check() const;
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -41,6 +47,9 @@ class TokenizerBinding {
   int64_t fingerprint_ = 0, vocab_ = 0;
   TokenIds model_ids_;       // what the model declares (size <= 0: not checked)
   std::string model_name_;
+  // The buffer as last checked and found to match: its storage and version.
+  mutable std::mutex checked_mu_;
+  mutable std::optional<std::pair<const void*, int64_t>> checked_;
 };
 
 }  // namespace kiln

@@ -231,6 +231,13 @@ TEST_F(NlpCliTest, TokenizerThatDoesNotMatchTheCheckpointIsRefused) {
                        "data.train=[" + dir_.path() + "/other.txt]"});
   EXPECT_NE(t.exit_code, 0);
   EXPECT_NE(ErrorLine(t.err).find("trained with another tokenizer"), std::string::npos) << t.err;
+  // Resuming training from it is refused too (the check reads the buffer again once a checkpoint
+  // is loaded into it, though it skips the read at every step while nothing changes).
+  auto resumed = Lm("train", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt", "trainer.max_steps=8",
+                              "test=false", "data.train=[" + dir_.path() + "/other.txt]",
+                              "hydra.run.dir=" + dir_.path() + "/lm_resumed"});
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(ErrorLine(resumed.err).find("trained with another tokenizer"), std::string::npos) << resumed.err;
   // Another vocab_size is another embedding shape.
   auto v = Lm("test", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt",
                        "data.tokenizer.vocab_size=64"});
