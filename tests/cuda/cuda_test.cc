@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/grad_scaler_check.h"
 #include "tests/support/idx_data.h"
 #include "tests/support/process.h"
 
@@ -102,6 +103,12 @@ TEST_F(CudaTest, MixedPrecisionTrainsOnTheGpu) {
                              "trainer.max_epochs=2"});
   ASSERT_EQ(tf32.exit_code, 0) << tf32.err;
   EXPECT_GE(Accuracy("tf32"), 0.9) << tf32.err;
+}
+
+// 16-mixed's dynamic loss scaling with the gradients on the GPU: a planted overflow (and a NaN) is
+// skipped and the scale backs off; clean steps grow it; the state checkpoints.
+TEST_F(CudaTest, LossScalingSkipsAPlantedOverflowAndBacksOff) {
+  testing::CheckGradScaler(torch::Device(torch::kCUDA, 0));
 }
 
 // A checkpoint written on the GPU resumes on the CPU, and that one on the GPU again.
