@@ -3,16 +3,22 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <algorithm>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace kiln::distributed {
 
-DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb)
+DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb,
+                           bool find_unused_parameters)
     : group_(std::move(group)), module_(module) {
   std::vector<at::Tensor> params;
   std::unordered_map<size_t, std::string> names;
   for (const auto& item : module.named_parameters()) {
     if (!item.value().requires_grad()) continue;
     names[params.size()] = item.key();
+    names_.push_back(item.key());
     params.push_back(item.value());
   }
   auto bucket_bytes = static_cast<int64_t>(bucket_cap_mb * 1024 * 1024);
@@ -27,7 +33,7 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Modul
   num_buckets_ = buckets.size();
   reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), group_->group(),
                                              std::vector<bool>(params.size(), false), bucket_bytes,
-                                             /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+                                             find_unused_parameters, /*gradient_as_bucket_view=*/false,
                                              std::move(names), first_bucket_bytes,
                                              /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
                                              /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
@@ -53,9 +59,35 @@ absl::Status DataParallel::BroadcastBuffers() {
   return group_->Broadcast(buffers);
 }
 
-void DataParallel::PrepareSyncedBackward() {
-  reducer_->prepare_for_forward();
-  reducer_->prepare_for_backward({});
+absl::Status DataParallel::PrepareSyncedBackward(const torch::Tensor& loss) {
+  try {
+    // As DDP's forward: the check that the previous step reduced every bucket (the reducer throws
+    // when it did not), and once, after the first step, buckets rebuilt in the order backward
+    // produced the gradients.
+    reducer_->rebuild_buckets();
+    reducer_->prepare_for_forward();
+    reducer_->prepare_for_backward({loss});
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    // The reducer finds out at the next step that the previous one never reduced some buckets,
+    // and says which parameter indices got no gradient.
+    const std::string message = e.what_without_backtrace();
+    std::vector<std::string> unused;
+    const std::string marker = "did not receive grad for rank ";
+    if (size_t at = message.find(marker); at != std::string::npos) {
+      std::istringstream indices(message.substr(message.find(':', at) + 1));
+      for (size_t i; indices >> i;) {
+        if (i < names_.size()) unused.push_back(names_[i]);
+      }
+    }
+    if (!unused.empty() || message.find("not used in producing loss") != std::string::npos) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data parallel: the loss does not use every parameter",
+          unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
+          ", and the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"));
+    }
+    return absl::InternalError(absl::StrCat("data parallel: ", message.substr(0, message.find('\n'))));
+  }
 }
 
 }  // namespace kiln::distributed

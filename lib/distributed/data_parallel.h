@@ -8,6 +8,8 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "lib/distributed/process_group.h"
@@ -21,13 +23,19 @@ namespace kiln::distributed {
 class DataParallel {
  public:
   // `bucket_cap_mb` as in DDP (25); the first bucket is 1 MiB so reduction starts early.
-  DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb);
+  // `find_unused_parameters` as in DDP: each synced backward first walks the loss's autograd graph
+  // and marks the parameters it does not reach as ready, so that the reduction does not wait for
+  // gradients that never come (a model whose steps leave some parameters out).
+  DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb,
+               bool find_unused_parameters = false);
   ~DataParallel();
 
   // Makes every rank's parameters and buffers equal to rank 0's; checks that the models match.
   absl::Status SyncModuleStates();
-  // Call before a forward pass whose backward must reduce gradients; skipped for micro-steps.
-  void PrepareSyncedBackward();
+  // Call before the backward of `loss` when it must reduce gradients; skipped for micro-steps.
+  // Without find_unused_parameters, a model whose previous step left parameters out is refused
+  // here in one line naming them.
+  absl::Status PrepareSyncedBackward(const torch::Tensor& loss);
   // Buffers (BatchNorm statistics) from rank 0 before each forward, as DDP's broadcast_buffers.
   absl::Status BroadcastBuffers();
 
@@ -38,6 +46,7 @@ class DataParallel {
   std::shared_ptr<ProcessGroup> group_;
   torch::nn::Module& module_;
   std::unique_ptr<c10d::Reducer> reducer_;
+  std::vector<std::string> names_;  // the reduced parameters' names, in the reducer's order
   size_t num_buckets_ = 0;
 };
 

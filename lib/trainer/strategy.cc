@@ -114,7 +114,8 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
         "untested); use bf16-mixed "
         "with several processes");
   }
-  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb);
+  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
+                                                           options_.ddp_find_unused_parameters);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
   int64_t numel = 0;
@@ -147,7 +148,7 @@ absl::Status Strategy::Backward(const torch::Tensor& loss, bool sync) {
     return absl::OkStatus();
   }
   // Micro-steps accumulate locally; the step's last backward averages the sum over ranks.
-  if (sync) data_parallel_->PrepareSyncedBackward();
+  if (sync) KILN_RETURN_IF_ERROR(data_parallel_->PrepareSyncedBackward(scaled));
   return group_->Guard("backward with gradient all-reduce", [&] { scaled.backward(); });
 }
 

@@ -160,6 +160,9 @@ OptionBinding<TrainerOptions> MakeBinding() {
       .Field("ddp_bucket_cap_mb", &TrainerOptions::ddp_bucket_cap_mb,
              "data parallel: gradient bucket size in MB (reduced as backward fills them)",
              GreaterThan(0))
+      .Field("ddp_find_unused_parameters", &TrainerOptions::ddp_find_unused_parameters,
+             "data parallel: find the parameters a step's loss does not use, so that their "
+             "(zero) gradients do not hold up the reduction (DDP's find_unused_parameters)")
       .Field("ddp_timeout", &TrainerOptions::ddp_timeout,
              "data parallel: seconds to wait for other workers before giving up", GreaterThan(0))
       .Field("process_group_backend", &TrainerOptions::process_group_backend,

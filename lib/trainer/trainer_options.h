@@ -76,6 +76,9 @@ struct TrainerOptions {
   int64_t devices = 1;                    // processes per node that `kiln train` starts
   int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set
   double ddp_bucket_cap_mb = 25;          // gradient bucket size, as DDP's bucket_cap_mb
+  // DDP's find_unused_parameters: after each forward, the parameters the loss does not depend on
+  // are marked ready (their gradient reduced as zero) instead of being waited for.
+  bool ddp_find_unused_parameters = false;
   double ddp_timeout = 1800;              // seconds a rendezvous or collective may wait for a peer
   std::string process_group_backend = "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 

@@ -106,6 +106,37 @@ TEST(DataParallel, TwoWorkersOfBatch64ReachTheParametersOfOneWorkerOfBatch128) {
   EXPECT_LT(MaxRelativeDifference(b, a), 1e-5);
 }
 
+// A model with a parameter its loss never uses: the reduction would wait for gradients that never
+// come, so it is refused at the second step in one line that names the parameters and the option;
+// with trainer.ddp_find_unused_parameters=true the two workers train, the used parameters reach
+// one worker's (batch 64 x 2 against 128), and the unused ones stay as they started.
+TEST(DataParallel, UnusedParametersAreRefusedOrFoundAsDdpDoes) {
+  testing::TempDir dir;
+  auto with_model = [&](const std::string& run, std::vector<std::string> extra) {
+    std::vector<std::string> argv = Blobs(dir.path() + "/" + run, {"--plugin", UNUSED_HEAD_PLUGIN,
+                                                                   "model._target_=unused_head_mlp"});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  };
+  auto refused = with_model("refused", {"data.batch_size=64", "trainer.max_steps=5", "trainer.devices=2"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("data parallel: the loss does not use every parameter (spare.weight, spare.bias), and "
+                             "the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"),
+            std::string::npos)
+      << refused.err;
+  auto found = with_model("found", {"data.batch_size=64", "trainer.max_steps=20", "trainer.devices=2",
+                                    "trainer.ddp_find_unused_parameters=true"});
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  auto single = with_model("single", {"data.batch_size=128", "trainer.max_steps=20", "trainer.num_threads=2"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  auto a = Weights(dir.path() + "/found/checkpoints/last.ckpt"), b = Weights(dir.path() + "/single/checkpoints/last.ckpt");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : b) {
+    ASSERT_TRUE(a.count(name)) << name;
+    EXPECT_TRUE(torch::allclose(a[name], tensor, 1e-5, 1e-6)) << name;
+  }
+}
+
 TEST(DataParallel, BucketedReductionWithAccumulationMatchesOneProcess) {
   // Tiny buckets (many all-reduces during backward) and 2 micro-batches per step: gradients of
   // micro-steps stay local and are reduced once per step.
