@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -263,6 +264,9 @@ class Application {
     auto env = distributed::ReadEnvironment();
     if (!env.ok()) return env.status();
     if (env->rank != 0) return RunAsLaterRank(composed, *resolved, *run);
+    if (!env->distributed()) {
+      if (auto st = UseListedGpus(*resolved); !st.ok()) return st;
+    }
     if (cl_.command == "train" && !env->distributed()) {
       auto spread = ReadSpread(config::Config(*resolved));
       if (!spread.ok()) return spread.status();
@@ -281,11 +285,54 @@ class Application {
     return RunCommand(config::Config(resolved), &composed, run.output_dir);
   }
 
+  // trainer.devices=[1, 3] (Lightning's list of GPU ids): those GPUs become the visible ones
+  // (CUDA_VISIBLE_DEVICES, before anything here starts CUDA), for this process and the workers it
+  // starts, so that local rank i trains on the i-th. Ids count within an existing
+  // CUDA_VISIBLE_DEVICES, as CUDA's own ids do.
+  static absl::Status UseListedGpus(const NodePtr& resolved) {
+    NodePtr devices = config::SelectPath(resolved, {"trainer", "devices"});
+    if (devices == nullptr || !devices->is_list()) return absl::OkStatus();
+    if (NodePtr accelerator = config::SelectPath(resolved, {"trainer", "accelerator"});
+        accelerator != nullptr && accelerator->kind() == config::NodeKind::kString && accelerator->as_string() == "cpu") {
+      return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count (trainer.devices=",
+                                                     devices->size(), ")"));
+    }
+    std::vector<std::string> visible;
+    if (const char* set = std::getenv("CUDA_VISIBLE_DEVICES"); set != nullptr && *set != '\0') {
+      visible = absl::StrSplit(set, ',');
+    }
+    std::vector<std::string> ids;
+    for (const NodePtr& item : devices->items()) {
+      std::string text = config::ToYaml(*item);
+      text = text.substr(0, text.find('\n'));
+      if (item->kind() != config::NodeKind::kInt || item->as_int() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ids, and '", text, "' is not one (an int >= 0)"));
+      }
+      std::string id = std::to_string(item->as_int());
+      if (!visible.empty()) {
+        if (item->as_int() >= static_cast<int64_t>(visible.size())) {
+          return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ", id, ", but CUDA_VISIBLE_DEVICES=",
+                                                         absl::StrJoin(visible, ","), " makes ", visible.size(), " visible"));
+        }
+        id = visible[item->as_int()];
+      }
+      if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ", item->as_int(), " twice"));
+      }
+      ids.push_back(id);
+    }
+    if (ids.empty()) return absl::InvalidArgumentError("trainer.devices is an empty list: give a count or GPU ids");
+    ::setenv("CUDA_VISIBLE_DEVICES", absl::StrJoin(ids, ",").c_str(), 1);
+    return absl::OkStatus();
+  }
+
   struct Spread {
-    int devices = 1, nodes = 1;  // trainer.devices, trainer.num_nodes
+    int devices = 1, nodes = 1;  // trainer.devices (a list: its length), trainer.num_nodes
   };
   static absl::StatusOr<Spread> ReadSpread(const config::Config& cfg) {
-    auto devices = cfg.GetOr<int64_t>("trainer.devices", 1);
+    NodePtr listed = config::SelectPath(cfg.node(), {"trainer", "devices"});
+    auto devices = listed != nullptr && listed->is_list() ? absl::StatusOr<int64_t>(static_cast<int64_t>(listed->size()))
+                                                          : cfg.GetOr<int64_t>("trainer.devices", 1);
     if (!devices.ok()) return devices.status();
     auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
     if (!nodes.ok()) return nodes.status();

@@ -39,6 +39,10 @@ absl::Status Strategy::SelectDevice() {
   if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
     return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
   }
+  if (options_.devices_listed && !cuda) {
+    return absl::FailedPreconditionError(
+        "trainer.devices lists GPU ids, but no CUDA device is available: give a count (trainer.devices=N)");
+  }
   device_ = torch::Device(torch::kCPU);
   if (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) {
     // One GPU per process: a data-parallel worker takes its local rank's (as Lightning's DDP).

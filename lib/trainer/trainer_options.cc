@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/core/status_macros.h"
 
@@ -70,6 +72,17 @@ std::optional<TrainerOptions::ProfilerKind> ReadProfiler(const Node& node) {
   if (text == "simple") return K::kSimple;
   if (text == "advanced") return K::kAdvanced;
   return std::nullopt;
+}
+
+// trainer.devices: a count >= 1, or a list of distinct GPU ids >= 0 (its length).
+std::optional<int64_t> ReadDevices(const Node& node) {
+  if (node.kind() == NodeKind::kInt) return node.as_int() >= 1 ? std::optional<int64_t>(node.as_int()) : std::nullopt;
+  if (!node.is_list() || node.items().empty()) return std::nullopt;
+  std::set<int64_t> ids;
+  for (const auto& item : node.items()) {
+    if (item->kind() != NodeKind::kInt || item->as_int() < 0 || !ids.insert(item->as_int()).second) return std::nullopt;
+  }
+  return static_cast<int64_t>(ids.size());
 }
 
 // An int >= 0, or null for 0 (min_epochs: no minimum; num_threads: every core).
@@ -153,8 +166,10 @@ OptionBinding<TrainerOptions> MakeBinding() {
              {"cpu", TrainerOptions::Accelerator::kCpu},
              {"cuda", TrainerOptions::Accelerator::kCuda}},
             "cpu, cuda or auto")
-      .Field("devices", &TrainerOptions::devices,
-             "processes per node: N > 1 trains data-parallel in N worker processes", AtLeast(1))
+      .Parsed<int64_t>("devices", &TrainerOptions::devices, OptionType::kAny, "1",
+                       "processes per node: N > 1 trains data-parallel in N worker processes; a "
+                       "list of GPU ids ([0, 2]) picks the GPUs, one process each",
+                       "a count >= 1 or a list of distinct GPU ids >= 0", ReadDevices)
       .Field("num_nodes", &TrainerOptions::num_nodes,
              "nodes (each runs kiln with NODE_RANK, MASTER_ADDR and MASTER_PORT set)", AtLeast(1))
       .Field("ddp_bucket_cap_mb", &TrainerOptions::ddp_bucket_cap_mb,
@@ -213,7 +228,16 @@ const OptionSchema& TrainerOptions::Schema() { return Binding().schema(); }
 
 absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& trainer) {
   KILN_ASSIGN_OR_RETURN(config::NodePtr applied, Schema().Apply(*trainer.node(), trainer.prefix(), "the trainer"));
-  return Binding().Fill(config::Config(applied, trainer.prefix()));
+  TrainerOptions options = Binding().Fill(config::Config(applied, trainer.prefix()));
+  config::NodePtr devices = applied->Find("devices");
+  options.devices_listed = devices != nullptr && devices->is_list();
+  if (options.devices_listed && options.accelerator == Accelerator::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(trainer.prefix().empty() ? "" : trainer.prefix() + ".",
+                                                   "devices lists GPU ids, but the accelerator is cpu: give a count (",
+                                                   trainer.prefix().empty() ? "" : trainer.prefix() + ".", "devices=",
+                                                   options.devices, ")"));
+  }
+  return options;
 }
 
 }  // namespace kiln

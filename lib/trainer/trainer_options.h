@@ -74,6 +74,9 @@ struct TrainerOptions {
   bool cuda_graphs = false;
   // Data parallel (one process per device; see lib/distributed).
   int64_t devices = 1;                    // processes per node that `kiln train` starts
+  // trainer.devices was a list of GPU ids (Lightning's devices=[0, 2]): `kiln` made them the
+  // visible GPUs (CUDA_VISIBLE_DEVICES), one per process; they need a GPU.
+  bool devices_listed = false;
   int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set
   double ddp_bucket_cap_mb = 25;          // gradient bucket size, as DDP's bucket_cap_mb
   // DDP's find_unused_parameters: after each forward, the parameters the loss does not depend on

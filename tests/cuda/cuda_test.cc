@@ -83,6 +83,10 @@ TEST_F(CudaTest, TrainsOnTheGpuAndSaysWhichOne) {
   auto a = Train("auto", {"trainer.max_epochs=1"});
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.err.find("training on cuda"), std::string::npos) << a.err;
+  // A list of GPU ids (Lightning's devices=[0]): that GPU.
+  auto listed = Train("listed", {"trainer.max_epochs=1", "trainer.devices=[0]"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.err.find("training on cuda"), std::string::npos) << listed.err;
 }
 
 TEST_F(CudaTest, MixedPrecisionTrainsOnTheGpu) {

@@ -137,6 +137,39 @@ TEST(DataParallel, UnusedParametersAreRefusedOrFoundAsDdpDoes) {
   }
 }
 
+// trainer.devices as Lightning's list of GPU ids: one process per id, on that GPU. What cannot
+// work is one line before anything trains: ids on the CPU, a repeated, negative or missing id, an
+// id beyond CUDA_VISIBLE_DEVICES, ids where there is no GPU.
+TEST(DataParallel, AListOfGpuIdsIsCheckedBeforeTraining) {
+  testing::TempDir dir;
+  auto run = [&](std::vector<std::string> extra) {
+    return RunProcess(Blobs(dir.path() + "/run", extra));
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"trainer.devices=[0,1]", "trainer.accelerator=cpu"},
+       "trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count (trainer.devices=2)"},
+      {{"trainer.devices=[1,1]"}, "trainer.devices lists GPU 1 twice"},
+      {{"trainer.devices=[-1]"}, "trainer.devices lists GPU ids, and '-1' is not one (an int >= 0)"},
+      {{"trainer.devices=[]"}, "trainer.devices is an empty list: give a count or GPU ids"},
+  };
+  for (const auto& [extra, message] : cases) {
+    auto r = run(extra);
+    EXPECT_EQ(r.exit_code, 2) << extra[0];
+    EXPECT_NE(r.err.find("kiln: error: " + message), std::string::npos) << r.err;
+  }
+  if (!torch::cuda::is_available()) {
+    auto r = run({"trainer.devices=[0]"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("trainer.devices lists GPU ids, but no CUDA device is available"), std::string::npos) << r.err;
+  }
+  ::setenv("CUDA_VISIBLE_DEVICES", "5,6", 1);
+  auto beyond = run({"trainer.devices=[2]"});
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_NE(beyond.err.find("trainer.devices lists GPU 2, but CUDA_VISIBLE_DEVICES=5,6 makes 2 visible"), std::string::npos)
+      << beyond.err;
+}
+
 TEST(DataParallel, BucketedReductionWithAccumulationMatchesOneProcess) {
   // Tiny buckets (many all-reduces during backward) and 2 micro-batches per step: gradients of
   // micro-steps stay local and are reduced once per step.
