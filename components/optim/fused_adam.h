@@ -110,6 +110,8 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
           auto device_step = device_steps_.find(key);
           if (device_step == device_steps_.end()) {
             TORCH_CHECK(!capturing_, "a parameter without a step count on the GPU was captured");
+            // A parameter first stepped after MakeCapturable: its count before this step (the
+            // host's is already advanced; the kernel's comes from the add below).
             device_step = device_steps_.emplace(key, torch::full({}, static_cast<double>(state.step() - 1),
                                                                  p.options().dtype(torch::kFloat32))).first;
           }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/core/error_text.h"
 
 namespace kiln::distributed {
 
@@ -86,7 +87,7 @@ absl::Status DataParallel::PrepareSyncedBackward(const torch::Tensor& loss) {
           unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
           ", and the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"));
     }
-    return absl::InternalError(absl::StrCat("data parallel: ", message.substr(0, message.find('\n'))));
+    return absl::InternalError(absl::StrCat("data parallel: ", ErrorLine(message)));
   }
 }
 

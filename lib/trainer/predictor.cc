@@ -99,6 +99,10 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
     if (*options.device == "cpu") {
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCpu;
     } else if (*options.device == "cuda") {
+      if (!torch::cuda::is_available()) {
+        return absl::FailedPreconditionError(
+            "the predictor's device is cuda (serve.device=cuda), but no CUDA device is available");
+      }
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCuda;
     } else if (*options.device == "auto") {
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kAuto;

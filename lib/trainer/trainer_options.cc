@@ -232,10 +232,10 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
   config::NodePtr devices = applied->Find("devices");
   options.devices_listed = devices != nullptr && devices->is_list();
   if (options.devices_listed && options.accelerator == Accelerator::kCpu) {
-    return absl::InvalidArgumentError(absl::StrCat(trainer.prefix().empty() ? "" : trainer.prefix() + ".",
-                                                   "devices lists GPU ids, but the accelerator is cpu: give a count (",
-                                                   trainer.prefix().empty() ? "" : trainer.prefix() + ".", "devices=",
-                                                   options.devices, ")"));
+    // The words `kiln` says before starting workers (lib/app/application.cc, UseListedGpus).
+    const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
+    return absl::InvalidArgumentError(absl::StrCat(key, "devices lists GPU ids, but ", key,
+                                                   "accelerator=cpu: give a count (", key, "devices=", options.devices, ")"));
   }
   return options;
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/error_text.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/capturable_optimizer.h"
@@ -42,6 +43,10 @@ void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double 
 
 namespace {
 
+// A batch's tensors, for what is done to each alike.
+constexpr torch::Tensor data::Batch::*kBatchTensors[] = {&data::Batch::input, &data::Batch::target,
+                                                         &data::Batch::lengths, &data::Batch::mask};
+
 std::string ShapeOf(const torch::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : "none"; }
 
 // The same shapes, dtypes and strides (what a graph's captured kernels assume).
@@ -52,8 +57,10 @@ bool SameLayout(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 bool SameLayout(const data::Batch& a, const data::Batch& b) {
-  return SameLayout(a.input, b.input) && SameLayout(a.target, b.target) && SameLayout(a.lengths, b.lengths) &&
-         SameLayout(a.mask, b.mask);
+  for (auto member : kBatchTensors) {
+    if (!SameLayout(a.*member, b.*member)) return false;
+  }
+  return true;
 }
 
 size_t TrainedParameterCount(const torch::optim::Optimizer& optimizer) {
@@ -155,10 +162,8 @@ struct CudaGraphStep::Impl {
     }
     at::autocast::set_autocast_cache_enabled(cache);
     if (status.ok()) return status;
-    std::string message(status.message());
-    if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
     return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the ", what,
-                                                      " could not be captured as a CUDA graph: ", message,
+                                                      " could not be captured as a CUDA graph: ", ErrorLine(std::string(status.message())),
                                                       " (set trainer.cuda_graphs=false)"));
   }
 
@@ -166,10 +171,9 @@ struct CudaGraphStep::Impl {
     c10::cuda::device_synchronize();
     optimizer().zero_grad();  // the graph's backward makes the gradients, in its own memory
     static_batch = batch;
-    static_batch.input = batch.input.clone();
-    static_batch.target = batch.target.defined() ? batch.target.clone() : batch.target;
-    static_batch.lengths = batch.lengths.defined() ? batch.lengths.clone() : batch.lengths;
-    static_batch.mask = batch.mask.defined() ? batch.mask.clone() : batch.mask;
+    for (auto member : kBatchTensors) {
+      if ((batch.*member).defined()) static_batch.*member = (batch.*member).clone();
+    }
     forward_backward = std::make_unique<at::cuda::CUDAGraph>();
     Task::TrainingOutputs outputs;
     absl::Status captured = Capture(*forward_backward, "forward and backward", [&]() -> absl::Status {
@@ -243,10 +247,9 @@ struct CudaGraphStep::Impl {
       optimizer().zero_grad();
       return Eager(batch);
     }
-    static_batch.input.copy_(batch.input, /*non_blocking=*/true);
-    if (batch.target.defined()) static_batch.target.copy_(batch.target, true);
-    if (batch.lengths.defined()) static_batch.lengths.copy_(batch.lengths, true);
-    if (batch.mask.defined()) static_batch.mask.copy_(batch.mask, true);
+    for (auto member : kBatchTensors) {
+      if ((batch.*member).defined()) (static_batch.*member).copy_(batch.*member, /*non_blocking=*/true);
+    }
     forward_backward->replay();
     replayed = true;
     return static_outputs;
@@ -284,14 +287,10 @@ struct CudaGraphStep::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::Create(const LoopContext& ctx) {
+absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::CreateOnGpu(const LoopContext& ctx) {
   auto refuse = [](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true ", why));
   };
-  if (!ctx.strategy.device().is_cuda()) {
-    return refuse(absl::StrCat("needs a GPU, but the trainer runs on ", ctx.strategy.device().str(),
-                               " (trainer.accelerator=cuda, or trainer.cuda_graphs=false)"));
-  }
   if (ctx.strategy.distributed()) return refuse("trains on one GPU: set trainer.devices=1 or trainer.cuda_graphs=false");
   if (ctx.options.accumulate_grad_batches > 1) {
     return refuse("captures one optimizer step per batch: set trainer.accumulate_grad_batches=1");
@@ -310,9 +309,7 @@ absl::StatusOr<Task::TrainingOutputs> CudaGraphStep::ForwardBackward(const data:
   try {
     return impl_->ForwardBackward(batch);
   } catch (const std::exception& e) {
-    std::string message(e.what());
-    if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
-    return absl::InternalError(absl::StrCat("trainer.cuda_graphs: ", message));
+    return absl::InternalError(absl::StrCat("trainer.cuda_graphs: ", ErrorLine(e.what())));
   }
 }
 
@@ -320,9 +317,7 @@ absl::Status CudaGraphStep::OptimizerStep() {
   try {
     return impl_->OptimizerStep();
   } catch (const std::exception& e) {
-    std::string message(e.what());
-    if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
-    return absl::InternalError(absl::StrCat("trainer.cuda_graphs: ", message));
+    return absl::InternalError(absl::StrCat("trainer.cuda_graphs: ", ErrorLine(e.what())));
   }
 }
 
@@ -332,12 +327,7 @@ void CudaGraphStep::SkipOptimizerStep() { impl_->SkipOptimizerStep(); }
 
 struct CudaGraphStep::Impl {};
 
-absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::Create(const LoopContext& ctx) {
-  if (!ctx.strategy.device().is_cuda()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("trainer.cuda_graphs=true needs a GPU, but the trainer runs on ", ctx.strategy.device().str(),
-                     " (trainer.accelerator=cuda, or trainer.cuda_graphs=false)"));
-  }
+absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::CreateOnGpu(const LoopContext&) {
   return absl::FailedPreconditionError("trainer.cuda_graphs=true: this kiln was built without CUDA");
 }
 absl::StatusOr<Task::TrainingOutputs> CudaGraphStep::ForwardBackward(const data::Batch&) {
@@ -347,6 +337,15 @@ absl::Status CudaGraphStep::OptimizerStep() { return absl::InternalError("built 
 void CudaGraphStep::SkipOptimizerStep() {}
 
 #endif
+
+absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::Create(const LoopContext& ctx) {
+  if (!ctx.strategy.device().is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer.cuda_graphs=true needs a GPU, but the trainer runs on ", ctx.strategy.device().str(),
+                     " (trainer.accelerator=cuda, or trainer.cuda_graphs=false)"));
+  }
+  return CreateOnGpu(ctx);
+}
 
 CudaGraphStep::CudaGraphStep(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaGraphStep::~CudaGraphStep() = default;

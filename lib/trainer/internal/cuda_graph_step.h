@@ -47,6 +47,8 @@ class CudaGraphStep {
 
  private:
   struct Impl;
+  // Create's checks past the device's (the build's CUDA, the fit's terms).
+  static absl::StatusOr<std::unique_ptr<CudaGraphStep>> CreateOnGpu(const LoopContext& ctx);
   explicit CudaGraphStep(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
