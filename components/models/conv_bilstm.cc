@@ -8,6 +8,7 @@
 // its own one-layer LSTM over the padded batch: LibTorch 1.13's packed-sequence LSTM on CPU runs
 // about 10x slower than the padded one.)
 #include "absl/strings/str_cat.h"
+#include "components/models/lstm_forward.h"
 #include "components/models/model.h"
 #include "lib/registry/registry.h"
 
@@ -85,9 +86,9 @@ class ConvBiLstm : public SequenceModel {
                                 .unsqueeze(2);  // [B, frames, 1]
     for (size_t i = 0; i < forward_.size(); ++i) {
       if (i > 0 && o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
-      torch::Tensor ahead = std::get<0>(forward_[i]->forward(x));
+      torch::Tensor ahead = std::get<0>(LstmForward(forward_[i], x));
       torch::Tensor flipped = x.gather(1, reverse.expand({-1, -1, x.size(2)}));
-      torch::Tensor back = std::get<0>(backward_[i]->forward(flipped));
+      torch::Tensor back = std::get<0>(LstmForward(backward_[i], flipped));
       back = back.gather(1, reverse.expand({-1, -1, back.size(2)}));  // the reversal is its inverse
       x = torch::cat({ahead, back}, 2);
     }

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include "absl/strings/str_cat.h"
+#include "components/models/lstm_forward.h"
 #include "components/models/model.h"
 #include "lib/registry/registry.h"
 
@@ -36,9 +37,9 @@ class LstmBase : public Model {
       // (TorchScript export) would keep; this one takes the batch from x: [layers, B, hidden].
       torch::Tensor zero =
           torch::zeros_like(x.select(1, 0).narrow(1, 0, 1)).unsqueeze(0).expand({o_.layers, -1, o_.hidden}).contiguous();
-      states = std::get<0>(lstm->forward(x, std::make_tuple(zero, zero)));
+      states = std::get<0>(LstmForward(lstm, x, LstmState(zero, zero)));
     } else {
-      states = std::get<0>(lstm->forward(x));
+      states = std::get<0>(LstmForward(lstm, x));
     }
     if (o_.dropout > 0) states = torch::dropout(states, o_.dropout, is_training());
     return states;

@@ -18,6 +18,7 @@
 #include "components/models/autocast_linear.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
+#include "components/models/lstm_forward.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/torch_compat.h"
@@ -245,6 +246,51 @@ TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
     const double g_max = qkv32.grad().abs().max().item<double>();
     EXPECT_LT(g_err, 0.03 * g_max) << t;
     std::printf("T %3ld: max |y error| %.4f, max |gradient error| %.4f of %.3f\n", static_cast<long>(t), y_err, g_err, g_max);
+  }
+}
+
+// kiln's LSTMs under bf16-mixed on any CPU. Where oneDNN builds a bf16 LSTM (avx512_bf16, AMX),
+// LstmForward is the LSTM's own forward (bf16 output); elsewhere LibTorch's own forward fails under
+// CPU autocast (as PyTorch's does), and LstmForward runs the LSTM in float32. Either way the
+// output and the gradients are float32's within bf16 rounding, and outside autocast bitwise.
+TEST(Bf16Mixed, LstmsRunUnderAutocastOnEveryCpu) {
+  const bool bf16 = CpuAutocastRunsBf16Lstm();
+  std::printf("oneDNN bf16 LSTM on this CPU: %s\n", bf16 ? "yes" : "no (the LSTM runs in float32 under autocast)");
+  torch::manual_seed(13);
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(6, 8).batch_first(true));
+  torch::Tensor x = torch::randn({3, 5, 6});
+  torch::Tensor g = torch::randn({3, 5, 8});
+  auto run = [&](bool autocast, bool own_forward) {
+    compat::SetCpuAutocast(autocast, at::kBFloat16);
+    torch::Tensor xi = x.clone().requires_grad_();
+    torch::Tensor y;
+    std::string error;
+    try {
+      y = std::get<0>(own_forward ? lstm->forward(xi) : LstmForward(lstm, xi));
+    } catch (const std::exception& e) {  // oneDNN's dnnl::error
+      error = e.what();
+    }
+    compat::SetCpuAutocast(false, at::kBFloat16);
+    if (!y.defined()) return std::make_pair(std::vector<torch::Tensor>{}, error);
+    auto grads = torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()}, {xi, lstm->parameters()[0]});
+    grads.insert(grads.begin(), y);
+    return std::make_pair(grads, error);  // y, dx, dweight_ih
+  };
+  auto [own32, e1] = run(false, true);
+  auto [ours32, e2] = run(false, false);
+  ASSERT_EQ(ours32.size(), 3u) << e2;
+  for (size_t i = 0; i < ours32.size(); ++i) EXPECT_TRUE(torch::equal(ours32[i], own32[i])) << i;
+
+  auto [own16, e3] = run(true, true);
+  EXPECT_EQ(own16.empty(), !bf16) << e3;
+  if (!bf16) EXPECT_TRUE(absl::StrContains(e3, "LSTM")) << e3;
+  auto [ours16, e4] = run(true, false);
+  ASSERT_EQ(ours16.size(), 3u) << e4;
+  EXPECT_EQ(ours16[0].scalar_type(), bf16 ? torch::kBFloat16 : torch::kFloat32);
+  for (size_t i = 0; i < ours16.size(); ++i) {
+    const double scale = own32[i].abs().max().item<double>();
+    const double err = (ours16[i].to(torch::kFloat32) - own32[i]).abs().max().item<double>();
+    EXPECT_LE(err, bf16 ? scale / 32 : 0.0) << i;  // float32 on such CPUs: the same arithmetic
   }
 }
 
