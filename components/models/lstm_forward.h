@@ -4,8 +4,7 @@
 // oneDNN builds only on CPUs with bf16 instructions (avx512_bf16, AMX). Elsewhere PyTorch itself
 // fails with "could not create a primitive descriptor for the LSTM forward propagation primitive".
 // There this forward runs the LSTM in float32 with autocast off around it (what PyTorch computes
-// with oneDNN turned off); everywhere else it is the LSTM's own forward. bf16 is emulated on such
-// CPUs anyway, so the float32 LSTM costs no speed.
+// with oneDNN turned off); everywhere else it is the LSTM's own forward.
 #pragma once
 
 #include <torch/torch.h>

@@ -103,12 +103,16 @@ KILN_REGISTER_BOUND(Metric, "batch_count_test", "Batches seen (trainer test)",
 
 class Classifier : public Task {
  public:
+  // `whole_step`: only TrainingStep, whose loss the trainer reads before the backward (as a task
+  // that reads values on the host in its step); else also its two halves, TrainingLoss and
+  // LogTrainingStep, as kiln's own tasks have them (the loss read once, after the backward).
   explicit Classifier(bool poison = false, std::string model_yaml = kMlp,
-                      bool count_batches = false, int64_t poison_batch = 2)
+                      bool count_batches = false, int64_t poison_batch = 2, bool whole_step = false)
       : poison_(poison),
         model_yaml_(std::move(model_yaml)),
         count_batches_(count_batches),
-        poison_batch_(poison_batch) {}
+        poison_batch_(poison_batch),
+        whole_step_(whole_step) {}
   absl::Status Build(const config::Config&) override {
     auto m = Registry<Model>::Get().Instantiate(Yaml(model_yaml_, "model"));
     if (!m.ok()) return m.status();
@@ -120,16 +124,18 @@ class Classifier : public Task {
   }
   torch::nn::Module& module() override { return *model_; }
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& b, MetricLog& log) override {
-    torch::Tensor logits = model_->forward(b.input);
-    auto loss = torch::nn::functional::cross_entropy(logits, b.target);
-    if (poison_ && b.index == poison_batch_) loss = loss * std::nan("");
-    log.Log("train/loss", loss.item<double>(), static_cast<double>(b.size()));
-    MetricBatch scores;
-    scores.preds = logits;
-    scores.target = b.target;
-    auto st = metrics_.Update("train", scores, log);
+    TrainingOutputs outputs = Forward(b);
+    auto st = Log(b, outputs, log);
     if (!st.ok()) return st;
-    return loss;
+    return outputs.loss;
+  }
+  absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& b) override {
+    if (whole_step_) return Task::TrainingLoss(b);
+    return Forward(b);
+  }
+  absl::Status LogTrainingStep(const data::Batch& b, const TrainingOutputs& outputs, MetricLog& log) override {
+    if (whole_step_) return Task::LogTrainingStep(b, outputs, log);
+    return Log(b, outputs, log);
   }
   absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(const SumOverRanks& sum) override {
     return metrics_.Compute("train", sum);
@@ -143,10 +149,25 @@ class Classifier : public Task {
   absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& b) override { return model_->forward(b.input); }
 
  private:
+  TrainingOutputs Forward(const data::Batch& b) {
+    torch::Tensor logits = model_->forward(b.input);
+    auto loss = torch::nn::functional::cross_entropy(logits, b.target);
+    if (poison_ && b.index == poison_batch_) loss = loss * std::nan("");
+    return {loss, logits.detach()};
+  }
+  absl::Status Log(const data::Batch& b, const TrainingOutputs& outputs, MetricLog& log) {
+    log.Log("train/loss", outputs.loss.item<double>(), static_cast<double>(b.size()));
+    MetricBatch scores;
+    scores.preds = outputs.preds;
+    scores.target = b.target;
+    return metrics_.Update("train", scores, log);
+  }
+
   bool poison_;
   std::string model_yaml_;
   bool count_batches_;
   int64_t poison_batch_;
+  bool whole_step_;
   MetricCollection metrics_;
   std::shared_ptr<Model> model_;
 };
@@ -183,14 +204,14 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
                 bool poison = false, std::vector<std::shared_ptr<MetricsLogger>> loggers = {},
                 const std::string& model_yaml = kMlp, bool count_batches = false,
                 const std::string& optimizer_yaml = "_target_: adamw\nlr: 0.01\n",
-                data::DataModule* data_module = nullptr) {
+                data::DataModule* data_module = nullptr, bool whole_step = false) {
   RunResult result;
   auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
                                                      "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
                                                  "trainer"));
   EXPECT_TRUE(options.ok()) << options.status();
   torch::manual_seed(1);
-  Classifier task(poison, model_yaml, count_batches);
+  Classifier task(poison, model_yaml, count_batches, /*poison_batch=*/2, whole_step);
   EXPECT_TRUE(task.Build(config::Config()).ok());
   SyntheticImages synthetic(workers);
   data::DataModule& data = data_module != nullptr ? *data_module : synthetic;
@@ -985,20 +1006,89 @@ TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
   ExpectBitwiseEqual(fresh.params, last.params);
 }
 
+// Whether the loss is read before the backward (a task with TrainingStep alone) or after it (a
+// task with TrainingLoss), a nan loss stops the run before its optimizer step, in one line and
+// without a checkpoint, or skips that step and drops the gradients it left.
 TEST(Trainer, NanLossStopsWithAMessageAndNoCheckpoint) {
-  testing::TempDir dir;
-  RunResult r = Train(dir.path(), kThreeEpochs, 2, "", {}, /*poison=*/true);
-  ASSERT_FALSE(r.status.ok());
-  std::string m(r.status.message());
-  EXPECT_NE(m.find("loss is nan at epoch 0, batch 2"), std::string::npos) << m;
-  EXPECT_FALSE(testing::FileExists(dir.path() + "/checkpoints/last.ckpt"));
+  for (bool whole_step : {false, true}) {
+    testing::TempDir dir;
+    RunResult r = Train(dir.path(), kThreeEpochs, 2, "", {}, /*poison=*/true, {}, kMlp, false,
+                        "_target_: adamw\nlr: 0.01\n", nullptr, whole_step);
+    ASSERT_FALSE(r.status.ok());
+    std::string m(r.status.message());
+    EXPECT_NE(m.find("loss is nan at epoch 0, batch 2"), std::string::npos) << m;
+    EXPECT_FALSE(testing::FileExists(dir.path() + "/checkpoints/last.ckpt"));
+    EXPECT_EQ(r.steps, 2) << whole_step;
+    for (const auto& p : r.params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>()) << whole_step;
+  }
 }
 
 TEST(Trainer, NanLossCanBeSkipped) {
-  testing::TempDir dir;
-  RunResult r = Train(dir.path(), std::string(kThreeEpochs) + "on_nonfinite_loss: skip\n", 2, "", {}, true);
-  ASSERT_TRUE(r.status.ok()) << r.status;
-  EXPECT_EQ(r.steps, 15);  // batch 2 of each epoch skipped
+  std::vector<std::vector<torch::Tensor>> params;
+  for (bool whole_step : {false, true}) {
+    testing::TempDir dir;
+    RunResult r = Train(dir.path(), std::string(kThreeEpochs) + "on_nonfinite_loss: skip\n", 2, "", {}, true, {}, kMlp,
+                        false, "_target_: adamw\nlr: 0.01\n", nullptr, whole_step);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.steps, 15);  // batch 2 of each epoch skipped
+    for (const auto& p : r.params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>()) << whole_step;
+    params.push_back(r.params);
+  }
+  // The same arithmetic either way: the skipped backward's gradients are gone before the next step.
+  ExpectBitwiseEqual(params[0], params[1]);
+}
+
+// Records the learning rate each optimizer step uses and the parameters after each step.
+class StepUpdates : public Callback {
+ public:
+  absl::Status OnFitStart(Trainer& t) override { return Take(t); }
+  absl::Status OnBeforeOptimizerStep(Trainer& t) override {
+    lrs.push_back(t.optimizer()->param_groups()[0].options().get_lr());
+    return absl::OkStatus();
+  }
+  absl::Status OnTrainBatchEnd(Trainer& t, const data::Batch&, double) override { return Take(t); }
+  std::vector<double> lrs;
+  std::vector<torch::Tensor> params;  // all parameters flattened into one vector, per step
+
+ private:
+  absl::Status Take(Trainer& t) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : t.task()->module().parameters()) flat.push_back(p.detach().flatten());
+    params.push_back(torch::cat(flat).to(torch::kFloat64));
+    return absl::OkStatus();
+  }
+};
+
+// trainer.gradient_clip_val with plain SGD: each step moves the parameters by lr times the clipped
+// gradient, so by norm the update's norm is lr x 0.001 (the gradients are far larger), and by value
+// no coordinate moves more than lr x 0.0001 while some move exactly that much.
+TEST(Trainer, GradientClippingBoundsEachStepsUpdate) {
+  for (const std::string algorithm : {"norm", "value"}) {
+    const double clip = algorithm == "norm" ? 1e-3 : 1e-4;
+    testing::TempDir dir;
+    auto updates = std::make_shared<StepUpdates>();
+    RunResult r = Train(dir.path(),
+                        absl::StrCat("max_epochs: 1\nmax_steps: 4\ngradient_clip_val: ", clip,
+                                     "\ngradient_clip_algorithm: ", algorithm, "\n"),
+                        0, "", {updates}, false, {}, kMlp, false, "_target_: sgd\nlr: 0.5\nmomentum: 0\n");
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(updates->lrs.size(), 4u);
+    ASSERT_EQ(updates->params.size(), 5u);
+    int checked = 0;
+    for (size_t n = 0; n < 4; ++n) {
+      const double lr = updates->lrs[n];
+      if (lr <= 0) continue;
+      torch::Tensor step = (updates->params[n + 1] - updates->params[n]).abs() / lr;
+      if (algorithm == "norm") {
+        EXPECT_NEAR(step.norm().item<double>(), clip, clip * 1e-3) << "step " << n;
+      } else {
+        EXPECT_LE(step.max().item<double>(), clip * (1 + 1e-2)) << "step " << n;
+        EXPECT_NEAR(step.max().item<double>(), clip, clip * 1e-2) << "step " << n;
+      }
+      ++checked;
+    }
+    EXPECT_GE(checked, 3) << algorithm;
+  }
 }
 
 TEST(Trainer, CorruptOrForeignCheckpointIsRefused) {

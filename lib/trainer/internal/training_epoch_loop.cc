@@ -131,12 +131,67 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
   batch.target = strategy.ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchStart(t, batch); }));
   KILN_RETURN_IF_ERROR(strategy.BeforeTrainingForward());
-  if (graph_ != nullptr) return AdvanceCaptured(batch);
+  const bool boundary = (batch.index + 1) % options.accumulate_grad_batches == 0 || last_in_epoch;
+  // The forward, the loss and the backward are queued before the host reads anything: the loss is
+  // read once, after the backward (a GPU runs the whole step's work meanwhile), and a non-finite
+  // one drops the gradients it left (skip) or stops before the optimizer step.
+  absl::StatusOr<Task::TrainingOutputs> outputs;
+  if (graph_ != nullptr) {
+    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
+    outputs = graph_->ForwardBackward(batch);
+    if (absl::IsUnimplemented(outputs.status())) {
+      return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the task cannot be captured: ",
+                                                        outputs.status().message(), " (set trainer.cuda_graphs=false)"));
+    }
+  } else {
+    {
+      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
+      AutocastScope autocast(strategy);
+      outputs = task.TrainingLoss(batch);
+    }
+    // A task whose step reads values on the host (no TrainingLoss) takes the whole step at once.
+    if (absl::IsUnimplemented(outputs.status())) return AdvanceWholeStep(batch, boundary);
+    if (outputs.ok()) {
+      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
+      KILN_RETURN_IF_ERROR(strategy.Backward(outputs->loss / static_cast<double>(options.accumulate_grad_batches), boundary));
+    }
+  }
+  if (!outputs.ok()) return outputs.status();
+  double loss_value = outputs->loss.item<double>();
+  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
+  auto log_step = [&] { return task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log()); };
+  if (skip) {
+    if (graph_ != nullptr) {
+      graph_->SkipOptimizerStep();
+    } else {
+      ctx_.state.optimizer->zero_grad();
+    }
+    return log_step();
+  }
+  if (graph_ != nullptr) {
+    {
+      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
+      KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
+      KILN_RETURN_IF_ERROR(graph_->OptimizerStep());
+    }
+    // The optimizer's graph is launched before the task's metrics are logged: they read the step's
+    // outputs, which the optimizer step leaves alone, so the host's work on them overlaps the GPU's.
+    KILN_RETURN_IF_ERROR(log_step());
+    AfterOptimizerStep();
+  } else {
+    // Lightning's order: what the training step logs is there before on_before_optimizer_step.
+    KILN_RETURN_IF_ERROR(log_step());
+    if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
+  }
+  return EndBatch(batch, loss_value);
+}
+
+absl::Status TrainingEpochLoop::AdvanceWholeStep(data::Batch& batch, bool boundary) {
   absl::StatusOr<torch::Tensor> loss;
   {
     PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
-    AutocastScope autocast(strategy);
-    loss = task.TrainingStep(batch, ctx_.logging.train_log());
+    AutocastScope autocast(ctx_.strategy);
+    loss = ctx_.state.inputs.task->TrainingStep(batch, ctx_.logging.train_log());
   }
   if (!loss.ok()) return loss.status();
   double loss_value = loss->item<double>();
@@ -145,13 +200,16 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
     ctx_.state.optimizer->zero_grad();
     return absl::OkStatus();
   }
-  bool boundary = (batch.index + 1) % options.accumulate_grad_batches == 0 || last_in_epoch;
-  torch::Tensor scaled = *loss / static_cast<double>(options.accumulate_grad_batches);
   {
     PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
-    KILN_RETURN_IF_ERROR(strategy.Backward(scaled, boundary));
+    KILN_RETURN_IF_ERROR(ctx_.strategy.Backward(*loss / static_cast<double>(ctx_.options.accumulate_grad_batches), boundary));
   }
   if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
+  return EndBatch(batch, loss_value);
+}
+
+absl::Status TrainingEpochLoop::EndBatch(const data::Batch& batch, double loss_value) {
+  Trainer& t = ctx_.trainer;
   // This batch is done before the callbacks see it: a checkpoint they save (model_checkpoint's
   // every_n_train_steps) resumes after it, not with it again.
   ctx_.state.progress.batch_in_epoch = batch.index + 1;
@@ -176,39 +234,6 @@ absl::StatusOr<bool> TrainingEpochLoop::CountAndCheckLoss(const data::Batch& bat
   return true;
 }
 
-absl::Status TrainingEpochLoop::AdvanceCaptured(data::Batch& batch) {
-  Trainer& t = ctx_.trainer;
-  Task& task = *ctx_.state.inputs.task;
-  absl::StatusOr<Task::TrainingOutputs> outputs;
-  {
-    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
-    outputs = graph_->ForwardBackward(batch);
-  }
-  if (absl::IsUnimplemented(outputs.status())) {
-    return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the task cannot be captured: ",
-                                                      outputs.status().message(), " (set trainer.cuda_graphs=false)"));
-  }
-  if (!outputs.ok()) return outputs.status();
-  // The loss first, and the optimizer's graph launched before the task's metrics are logged: they
-  // read the step's outputs, which the optimizer step leaves alone, so the host's work on them
-  // overlaps the GPU's on the step.
-  double loss_value = outputs->loss.item<double>();
-  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
-  if (skip) {
-    graph_->SkipOptimizerStep();
-    return task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log());
-  }
-  {
-    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
-    KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
-    KILN_RETURN_IF_ERROR(graph_->OptimizerStep());
-  }
-  KILN_RETURN_IF_ERROR(task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log()));
-  AfterOptimizerStep();
-  ctx_.state.progress.batch_in_epoch = batch.index + 1;
-  return ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
-}
-
 absl::Status TrainingEpochLoop::OptimizerStep() {
   Trainer& t = ctx_.trainer;
   PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
@@ -219,12 +244,9 @@ absl::Status TrainingEpochLoop::OptimizerStep() {
   const bool skip = scaler != nullptr && scaler->UnscaleAndCheck(ctx_.state.inputs.task->module().parameters());
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
   if (options.gradient_clip_val.has_value() && !skip) {
-    auto parameters = ctx_.state.inputs.task->module().parameters();
-    if (options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm) {
-      torch::nn::utils::clip_grad_norm_(parameters, *options.gradient_clip_val);
-    } else {
-      torch::nn::utils::clip_grad_value_(parameters, *options.gradient_clip_val);
-    }
+    // On the device, as the graphs clip: torch's C++ clip_grad_norm_ would read the norm on the host.
+    ClipGradientsOnDevice(ctx_.state.inputs.task->module().parameters(), *options.gradient_clip_val,
+                          options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm);
   }
   if (!skip) ctx_.state.optimizer->step();
   if (scaler != nullptr) scaler->Update();

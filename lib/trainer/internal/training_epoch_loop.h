@@ -28,10 +28,13 @@ class TrainingEpochLoop {
   absl::StatusOr<bool> Run();
 
  private:
-  // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step.
+  // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step; with
+  // trainer.cuda_graphs the step's device work is replayed from CUDA graphs.
   absl::Status Advance(data::Batch& batch, bool last_in_epoch);
-  // trainer.cuda_graphs: the same, with the step's device work replayed from CUDA graphs.
-  absl::Status AdvanceCaptured(data::Batch& batch);
+  // Advance for a task without Task::TrainingLoss: its TrainingStep, the loss read before the backward.
+  absl::Status AdvanceWholeStep(data::Batch& batch, bool boundary);
+  // The batch counted as done, then the callbacks' OnTrainBatchEnd.
+  absl::Status EndBatch(const data::Batch& batch, double loss_value);
   // The loss read on the host: counts the batch, and for a non-finite loss stops (an error) or
   // says to skip the step (true).
   absl::StatusOr<bool> CountAndCheckLoss(const data::Batch& batch, double& loss_value);
