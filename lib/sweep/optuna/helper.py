@@ -6,7 +6,7 @@
 #   {"op": "tell", "number", "state", "values", "attrs"}
 #   {"op": "report", "number", "step", "value"}
 #   {"op": "should_prune", "number"} -> {"prune": bool}
-#   {"op": "trials"}             -> every trial of the study, and the best ones
+#   {"op": "trials"}             -> every trial of the study but those asked past n_trials, and the best ones
 #   {"op": "load", "storage", "study_name"} -> an existing study, read only (for kiln report)
 # An error is {"error": KIND, "message": TEXT}. Optuna owns the study; this file is only glue.
 import json
@@ -88,6 +88,11 @@ def pid_alive(pid):
     except PermissionError:
         return True
     return True
+
+
+# The abandon reason of a trial asked once the study had n_trials (two processes asked at the same
+# moment): it never ran, and the trial list leaves it out.
+PAST_N_TRIALS = "n_trials reached"
 
 
 def counted(trial):
@@ -227,7 +232,7 @@ def op_ask(req):
     # Another process may have asked at the same moment: the trials numbered before this one decide.
     before = sum(1 for t in study.get_trials(deepcopy=False) if t.number < trial.number and counted(t))
     if before >= state["n_trials"]:
-        state["storage"].set_trial_system_attr(trial._trial_id, "kiln:abandoned", "n_trials reached")
+        state["storage"].set_trial_system_attr(trial._trial_id, "kiln:abandoned", PAST_N_TRIALS)
         study.tell(trial, state=TrialState.FAIL)
         return {"full": True}
     state["storage"].set_trial_system_attr(trial._trial_id, "kiln:owner", OWNER)
@@ -277,6 +282,8 @@ def op_trials(req):
     study = state["study"]
     out = []
     for t in study.get_trials(deepcopy=False):
+        if t.system_attrs.get("kiln:abandoned") == PAST_N_TRIALS:
+            continue
         duration = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else None
         out.append({"number": t.number, "state": t.state.name, "values": t.values, "params": t.params,
