@@ -32,12 +32,6 @@ class BackboneFinetuning : public Callback {
   }
 
   absl::Status OnSetup(Trainer& trainer) override {
-    if (trainer.world_size() > 1) {
-      return absl::UnimplementedError(
-          absl::StrCat(params_key_,
-                       ": backbone_finetuning does not work with data-parallel "
-                       "training yet (its gradient buckets are fixed at setup)"));
-    }
     torch::nn::Module& module = trainer.task()->module();
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> matched,
                           ParametersMatching(module, o_.params, params_key_));

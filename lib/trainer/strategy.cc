@@ -140,6 +140,18 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   return absl::OkStatus();
 }
 
+absl::Status Strategy::TrainedParametersChanged(torch::nn::Module& module) {
+  if (!data_parallel_) return absl::OkStatus();
+  // The old reducer's hooks go with it before the new one hooks the gradients again. The
+  // parameters are still every rank's alike: frozen ones were not stepped.
+  data_parallel_.reset();
+  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
+                                                           options_.ddp_find_unused_parameters);
+  Logger::Instance().Info(absl::StrFormat("data parallel: the trained parameters changed; %d gradient buckets now",
+                                          data_parallel_->num_buckets()));
+  return absl::OkStatus();
+}
+
 absl::Status Strategy::BeforeTrainingForward() {
   return data_parallel_ ? data_parallel_->BroadcastBuffers() : absl::OkStatus();
 }

@@ -64,6 +64,10 @@ class Strategy {
   // Sets up gradient reduction and rank 0's weights on every rank, and logs what one blocking
   // all-reduce of all gradients costs. Nothing to do alone.
   absl::Status SetupDataParallel(torch::nn::Module& module);
+  // The trained parameters changed between steps (backbone_finetuning unfroze some): gradient
+  // reduction is set up anew over those that now require a gradient, so every rank averages
+  // theirs too. Nothing to do alone, or before SetupDataParallel (it takes them then).
+  absl::Status TrainedParametersChanged(torch::nn::Module& module);
   // Before each forward pass of training: buffers (BatchNorm statistics) from rank 0.
   absl::Status BeforeTrainingForward();
   // The backward pass of `loss`; with several ranks the step's last backward (`sync`) averages

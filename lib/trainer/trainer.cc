@@ -91,7 +91,7 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
     Logger::Instance().Info(absl::StrCat("optimizer: added a group of ", group.params().size(), " parameters at lr ",
                                          optimizer->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
   }
-  return absl::OkStatus();
+  return strategy_.TrainedParametersChanged(inputs.task->module());
 }
 
 absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -135,6 +136,39 @@ TEST(DataParallel, UnusedParametersAreRefusedOrFoundAsDdpDoes) {
     ASSERT_TRUE(a.count(name)) << name;
     EXPECT_TRUE(torch::allclose(a[name], tensor, 1e-5, 1e-6)) << name;
   }
+}
+
+// backbone_finetuning with two workers: the layers frozen in epoch 0 join the gradient reduction
+// when they are unfrozen at epoch 1, so the two workers of batch 64 still reach one worker of
+// batch 128 (a reduction fixed at setup would leave each rank's unfrozen layers to its own half
+// of the data). The unfrozen layers did train: they moved from their epoch-0 values.
+TEST(DataParallel, BackboneFinetuningUnfreezesIntoTheGradientReduction) {
+  testing::TempDir dir;
+  std::vector<std::string> finetune = {
+      "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],unfreeze_at_epoch:1,lr_factor:0.5}",
+      "trainer.max_epochs=3", "+callbacks.model_checkpoint={_target_:model_checkpoint,save_top_k:-1}"};
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.end(), finetune.begin(), finetune.end());
+    return RunProcess(Blobs(dir.path() + "/" + name, extra));
+  };
+  auto parallel = run("two", {"data.batch_size=64", "trainer.devices=2"});
+  ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
+  auto single = run("one", {"data.batch_size=128", "trainer.num_threads=2"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  std::string log = ReadFile(dir.path() + "/two/train.log");
+  EXPECT_NE(log.find("backbone_finetuning: unfreezing 2 parameters at epoch 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("data parallel: the trained parameters changed"), std::string::npos) << log;
+  EXPECT_LT(MaxRelativeDifference(dir.path() + "/two/checkpoints/last.ckpt", dir.path() + "/one/checkpoints/last.ckpt"),
+            1e-5);
+  // The first epoch's checkpoint: the backbone as it started; the last: trained since.
+  std::vector<std::string> epoch0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/two/checkpoints")) {
+    if (entry.path().filename().string().rfind("epoch=0", 0) == 0) epoch0.push_back(entry.path());
+  }
+  ASSERT_EQ(epoch0.size(), 1u);
+  auto before = Weights(epoch0[0]), after = Weights(dir.path() + "/two/checkpoints/last.ckpt");
+  ASSERT_TRUE(before.count("layers.0.weight") && after.count("layers.0.weight"));
+  EXPECT_GT((after["layers.0.weight"] - before["layers.0.weight"]).abs().max().item<double>(), 1e-4);
 }
 
 // trainer.devices as Lightning's list of GPU ids: one process per id, on that GPU. What cannot
