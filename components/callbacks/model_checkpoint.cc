@@ -21,7 +21,7 @@ namespace kiln {
 namespace {
 
 struct ModelCheckpointOptions {
-  std::string dirpath = "checkpoints";
+  std::string dirpath;  // empty: the run's, trainer.default_root_dir/checkpoints
   std::string filename = "epoch={epoch}";
   std::string monitor;
   std::string mode = "min";
@@ -34,7 +34,8 @@ struct ModelCheckpointOptions {
 class ModelCheckpoint : public Callback, public CheckpointKeeper {
  public:
   explicit ModelCheckpoint(const ModelCheckpointOptions& o)
-      : dirpath_(o.dirpath), filename_(o.filename), monitor_(o.monitor), maximize_(o.mode == "max"),
+      // Without a monitor the score is the step, and the latest checkpoint is the best.
+      : dirpath_(o.dirpath), filename_(o.filename), monitor_(o.monitor), maximize_(o.monitor.empty() || o.mode == "max"),
         save_top_k_(o.save_top_k), save_last_(o.save_last), every_n_epochs_(o.every_n_epochs),
         every_n_train_steps_(o.every_n_train_steps) {}
 
@@ -46,6 +47,9 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
   }
 
   const std::string& checkpoint_dir() const override { return dirpath_; }
+  void UseRunCheckpointDir(const std::string& dir) override {
+    if (dirpath_.empty()) dirpath_ = dir;
+  }
   std::string best_model_path() const override {
     if (!best_path_.empty()) return best_path_;
     std::ifstream in(dirpath_ + "/best_model_path.txt");
@@ -55,6 +59,7 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
   }
 
   absl::Status OnFitStart(Trainer& trainer) override {
+    UseRunCheckpointDir(trainer.options().default_root_dir + "/checkpoints");
     trainer.set_checkpoint_dir(dirpath_);
     return absl::OkStatus();
   }
@@ -194,7 +199,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
             KILN_RETURN_IF_ERROR(trainer.CheckpointWriteFailed(record, written));
             return absl::OkStatus();
           }
-          Logger::Instance().Info(absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
+          Logger::Instance().Info(monitor_.empty() ? absl::StrCat("newest checkpoint (step ", score, "): ", best_path_)
+                                                   : absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
         }
       }
     }
@@ -217,12 +223,12 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
 KILN_REGISTER_BOUND(
     Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
     OptionBinding<ModelCheckpointOptions>()
-        .Field("dirpath", &ModelCheckpointOptions::dirpath, "folder for the checkpoint files",
+        .Field("dirpath", &ModelCheckpointOptions::dirpath, "folder for the checkpoint files (default: trainer.default_root_dir/checkpoints, the run's)",
                NonEmpty())
         .Field("filename", &ModelCheckpointOptions::filename,
                "name template: {epoch}, {step}, {metric:.4f}", NonEmpty())
         .Field("monitor", &ModelCheckpointOptions::monitor,
-               "metric to rank checkpoints by (empty: the latest wins)")
+               "metric to rank checkpoints by (empty: the latest wins, and save_top_k keeps the latest k)")
         .Field("mode", &ModelCheckpointOptions::mode,
                "min or max: which direction of the metric is better", OneOf({"min", "max"}))
         .Field("save_top_k", &ModelCheckpointOptions::save_top_k,

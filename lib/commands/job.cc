@@ -24,8 +24,11 @@ bool IsNull(const config::Config& cfg, const std::string& key) {
   return !cfg.Has(key) || cfg.Get<config::NodePtr>(key).value()->is_null();
 }
 
-std::string CheckpointDir(const CheckpointKeeper* keeper, const TrainerOptions& options) {
-  return keeper != nullptr ? keeper->checkpoint_dir() : options.default_root_dir + "/checkpoints";
+std::string CheckpointDir(CheckpointKeeper* keeper, const TrainerOptions& options) {
+  std::string run_dir = options.default_root_dir + "/checkpoints";
+  if (keeper == nullptr) return run_dir;
+  keeper->UseRunCheckpointDir(run_dir);
+  return keeper->checkpoint_dir();
 }
 
 absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
@@ -89,8 +92,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, 
   if (!IsNull(cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(job->ckpt_path_, cfg.Get<std::string>("ckpt_path"));
   }
-  job->checkpoint_keeper_ = FindCheckpointKeeper(job->callbacks_);
-  job->checkpoint_dir_ = CheckpointDir(job->checkpoint_keeper_, job->options_);
+  CheckpointKeeper* keeper = FindCheckpointKeeper(job->callbacks_);
+  job->checkpoint_dir_ = CheckpointDir(keeper, job->options_);
+  job->checkpoint_keeper_ = keeper;
   return job;
 }
 

@@ -149,8 +149,9 @@ class Job {
 // recorded in `checkpoint_dir`). For commands that load it without building a job (predict).
 absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
                                                  const CheckpointKeeper* keeper, const std::string& checkpoint_dir);
-// Where a job's checkpoints are: the keeper's folder, or default_root_dir/checkpoints.
-std::string CheckpointDir(const CheckpointKeeper* keeper, const TrainerOptions& options);
+// Where a job's checkpoints are: the keeper's folder, or default_root_dir/checkpoints (the
+// keeper's too when the config names none).
+std::string CheckpointDir(CheckpointKeeper* keeper, const TrainerOptions& options);
 
 // Metrics as YAML (test_metrics.yaml, what `kiln test` prints).
 std::string MetricsYaml(const std::map<std::string, double>& metrics);

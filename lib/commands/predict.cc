@@ -25,7 +25,7 @@ absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx, const T
   if (ckpt_path == "last" || ckpt_path == "best") {
     KILN_ASSIGN_OR_RETURN(callbacks, InstantiateAll<Callback>(ctx.cfg, "callbacks"));
   }
-  const CheckpointKeeper* keeper = FindCheckpointKeeper(callbacks);
+  CheckpointKeeper* keeper = FindCheckpointKeeper(callbacks);
   return EvaluationCheckpoint(ctx.command, ckpt_path, keeper, CheckpointDir(keeper, options));
 }
 

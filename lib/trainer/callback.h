@@ -70,6 +70,9 @@ class CheckpointKeeper {
  public:
   virtual ~CheckpointKeeper() = default;
   virtual const std::string& checkpoint_dir() const = 0;
+  // Where the config names no folder: the run's, `dir` (trainer.default_root_dir/checkpoints, as
+  // Lightning's default). A folder the config names stays.
+  virtual void UseRunCheckpointDir(const std::string& dir) = 0;
   // The best checkpoint kept so far ("" when none): this run's, or the one an earlier run in
   // the same folder recorded.
   virtual std::string best_model_path() const = 0;
@@ -77,9 +80,9 @@ class CheckpointKeeper {
 
 // The first of `callbacks` that keeps checkpoints, or null.
 template <typename C>
-const CheckpointKeeper* FindCheckpointKeeper(const std::vector<std::shared_ptr<C>>& callbacks) {
+CheckpointKeeper* FindCheckpointKeeper(const std::vector<std::shared_ptr<C>>& callbacks) {
   for (const auto& c : callbacks) {
-    if (auto* keeper = dynamic_cast<const CheckpointKeeper*>(c.get())) return keeper;
+    if (auto* keeper = dynamic_cast<CheckpointKeeper*>(c.get())) return keeper;
   }
   return nullptr;
 }

@@ -382,6 +382,27 @@ TEST(TrainerResume, StepCheckpointsBeforeTheFirstValidationGoToLastOnly) {
   EXPECT_TRUE(absl::StrContains(best, "/steps/step=")) << best;
 }
 
+// model_checkpoint with neither dirpath nor monitor (Lightning's defaults): the checkpoints go to
+// the run's folder (trainer.default_root_dir/checkpoints), and the latest is the best, so
+// save_top_k=1 keeps the last epoch's and save_top_k=2 the last two. (Without a monitor the
+// earliest once won, and the folder was the working directory's checkpoints/.)
+TEST(ModelCheckpoint, WithoutDirpathOrMonitorKeepsTheLatestInTheRunsFolder) {
+  for (int k : {1, 2}) {
+    testing::TempDir a;
+    auto keeper = Registry<Callback>::Get().Instantiate(
+        Yaml(absl::StrCat("_target_: model_checkpoint\nsave_top_k: ", k, "\n"), "callbacks.model_checkpoint"));
+    ASSERT_TRUE(keeper.ok()) << keeper.status();
+    RunResult run = Train(a.path(), kThreeEpochs, 2, "", {*keeper});
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    std::string dir = a.path() + "/checkpoints/";
+    EXPECT_TRUE(testing::FileExists(dir + "epoch=2.ckpt")) << k;
+    EXPECT_EQ(testing::FileExists(dir + "epoch=1.ckpt"), k == 2) << k;
+    EXPECT_FALSE(testing::FileExists(dir + "epoch=0.ckpt")) << k;
+    EXPECT_TRUE(testing::FileExists(dir + "last.ckpt")) << k;
+    EXPECT_EQ(testing::ReadFile(dir + "best_model_path.txt"), dir + "epoch=2.ckpt\n") << k;
+  }
+}
+
 // The same from WebDataset shards (data=shards): 100 8x8 images in 10 shards streamed through a
 // shuffle buffer, stopped mid-epoch 1 and resumed with another loader thread count.
 TEST(TrainerResume, ShardsResumeMidEpochBitwiseEqual) {
