@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "components/vision/image_ops.h"
 #include "lib/core/status_macros.h"
+#include "lib/logging/logger.h"
 
 namespace kiln::data {
 
@@ -188,10 +189,13 @@ absl::Status ImageDataModule::Setup(Stage stage) {
   // Deterministic transforms run once here instead of once per sample per epoch: for the splits
   // fit reads every epoch. A split read once (validate, test, predict) would only be copied.
   if (stage == Stage::kFit) {
+    if (setup_.on_device && !device().is_cuda()) {
+      Logger::Instance().Warning("data.on_device=true: this process runs on the CPU, so the data stay in host memory");
+    }
     for (std::shared_ptr<const Dataset>* split : {&train_, &val_}) {
       if (*split == nullptr) continue;
       KILN_ASSIGN_OR_RETURN(*split, Precomputed(*split, setup_.precompute_bytes,
-                                                setup_.on_device ? TrainingGpu() : torch::Device(torch::kCPU)));
+                                                setup_.on_device ? device() : torch::Device(torch::kCPU)));
     }
   }
   return absl::OkStatus();

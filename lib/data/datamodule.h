@@ -48,6 +48,14 @@ class DataModule {
   virtual absl::StatusOr<Example> RawExample(std::string_view /*raw*/) const {
     return absl::UnimplementedError("this data module does not take raw inputs (image, text or audio bytes)");
   }
+
+  // The device the trainer runs on, set before Setup (data.on_device keeps a module's data
+  // there); the CPU until then.
+  void set_device(torch::Device device) { device_ = device; }
+  torch::Device device() const { return device_; }
+
+ private:
+  torch::Device device_ = torch::kCPU;
 };
 
 }  // namespace kiln::data

@@ -89,8 +89,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
                                                            torch::Device device = torch::kCPU);
 
 // The GPU this process trains on: LOCAL_RANK's (modulo the GPUs there are), the first without
-// LOCAL_RANK; the CPU where there is no CUDA device. The trainer's strategy and data.on_device
-// both ask this.
+// LOCAL_RANK; the CPU where there is no CUDA device. The trainer's strategy asks this, and tells
+// the data module what it chose (DataModule::device, for data.on_device).
 torch::Device TrainingGpu();
 
 // A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;

@@ -74,8 +74,9 @@ void LoggerConnector::ForEach(const std::function<absl::Status(MetricsLogger&)>&
 }
 
 absl::StatusOr<std::shared_ptr<const data::Dataset>> SetUpSplit(
-    data::DataModule& data, data::Stage stage,
+    data::DataModule& data, data::Stage stage, torch::Device device,
     const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which, const std::string& missing) {
+  data.set_device(device);
   KILN_RETURN_IF_ERROR(data.PrepareData());
   KILN_RETURN_IF_ERROR(data.Setup(stage));
   std::shared_ptr<const data::Dataset> dataset = which(data);

@@ -123,11 +123,11 @@ class LoggerConnector {
   MetricLog train_log_;
 };
 
-// The data side of every loop (Lightning's data connector): `data` prepared and set up for
+// The data side of every loop (Lightning's data connector): `data` told the device, prepared and set up for
 // `stage`, and the split `which` gives, or FailedPrecondition naming `missing` ("training
 // split", ...).
 absl::StatusOr<std::shared_ptr<const data::Dataset>> SetUpSplit(
-    data::DataModule& data, data::Stage stage,
+    data::DataModule& data, data::Stage stage, torch::Device device,
     const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which, const std::string& missing);
 // A loader over `dataset` in its order (evaluation and prediction), with the module's options.
 std::unique_ptr<data::DataLoader> InOrderLoader(std::shared_ptr<const data::Dataset> dataset, const data::DataModule& data);

@@ -124,7 +124,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   bool test = stage == data::Stage::kTest;
   KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
-                                     dm, stage,
+                                     dm, stage, strategy_.device(),
                                      [test](data::DataModule& d) { return test ? d.test_dataset() : d.val_dataset(); },
                                      test ? "test split" : "validation split"));
   std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
@@ -137,7 +137,7 @@ absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::Da
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   task.module().eval();
   KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
-                                     dm, data::Stage::kPredict,
+                                     dm, data::Stage::kPredict, strategy_.device(),
                                      [](data::DataModule& d) { return d.predict_dataset(); }, "prediction inputs"));
   std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
   return PredictLoop(Context(), *loader).Run();

@@ -660,6 +660,17 @@ TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
   }
 }
 
+// data.on_device=true follows the trainer's device: with trainer.accelerator=cpu the data stay in
+// host memory, said in one warning (they once went to the GPU anyway where there was one, and
+// each batch came back to the CPU).
+TEST_F(TrainCliTest, DataOnDeviceFollowsTheTrainersDevice) {
+  auto r = Kiln({"trainer.max_epochs=1", "test=false", "trainer.accelerator=cpu", "data.on_device=true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("data.on_device=true: this process runs on the CPU, so the data stay in host memory"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("training on cpu"), std::string::npos) << r.err;
+}
+
 // A kiln built with LibTorch whose libraries are not beside it (a copy of the binary; its own
 // libkiln_core comes through the build's runpath) names the missing library instead of calling
 // the first model or task "unknown".

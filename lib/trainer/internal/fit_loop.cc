@@ -157,7 +157,7 @@ absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
   const TrainerOptions& options = ctx_.options;
   data::DataModule& dm = *inputs.data;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const data::Dataset> train_ds,
-                        SetUpSplit(dm, data::Stage::kFit, [](data::DataModule& d) { return d.train_dataset(); },
+                        SetUpSplit(dm, data::Stage::kFit, ctx_.strategy.device(), [](data::DataModule& d) { return d.train_dataset(); },
                                    "training split"));
   data::LoaderOptions lo = dm.loader_options();
   lo.seed = inputs.seed;
