@@ -118,8 +118,7 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
         "untested); use bf16-mixed "
         "with several processes");
   }
-  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
-                                                           options_.ddp_find_unused_parameters);
+  data_parallel_ = MakeDataParallel(module);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
   int64_t numel = 0;
@@ -140,13 +139,17 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   return absl::OkStatus();
 }
 
+std::shared_ptr<distributed::DataParallel> Strategy::MakeDataParallel(torch::nn::Module& module) const {
+  return std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
+                                                     options_.ddp_find_unused_parameters);
+}
+
 absl::Status Strategy::TrainedParametersChanged(torch::nn::Module& module) {
   if (!data_parallel_) return absl::OkStatus();
   // The old reducer's hooks go with it before the new one hooks the gradients again. The
   // parameters are still every rank's alike: frozen ones were not stepped.
   data_parallel_.reset();
-  data_parallel_ = std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
-                                                           options_.ddp_find_unused_parameters);
+  data_parallel_ = MakeDataParallel(module);
   Logger::Instance().Info(absl::StrFormat("data parallel: the trained parameters changed; %d gradient buckets now",
                                           data_parallel_->num_buckets()));
   return absl::OkStatus();

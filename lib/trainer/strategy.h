@@ -92,6 +92,8 @@ class Strategy {
  private:
   // All-reduces `t` in place (sum, or max), on the collective device.
   absl::Status AllReduce(torch::Tensor& t, bool max);
+  // Gradient reduction over `module`'s trained parameters, with the options' buckets.
+  std::shared_ptr<distributed::DataParallel> MakeDataParallel(torch::nn::Module& module) const;
 
   const TrainerOptions& options_;
   torch::Device device_{torch::kCPU};

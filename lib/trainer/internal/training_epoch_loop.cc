@@ -151,10 +151,7 @@ absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) 
     }
     // A task whose step reads values on the host (no TrainingLoss) takes the whole step at once.
     if (absl::IsUnimplemented(outputs.status())) return AdvanceWholeStep(batch, boundary);
-    if (outputs.ok()) {
-      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
-      KILN_RETURN_IF_ERROR(strategy.Backward(outputs->loss / static_cast<double>(options.accumulate_grad_batches), boundary));
-    }
+    if (outputs.ok()) KILN_RETURN_IF_ERROR(Backward(outputs->loss, boundary));
   }
   if (!outputs.ok()) return outputs.status();
   double loss_value = outputs->loss.item<double>();
@@ -200,12 +197,15 @@ absl::Status TrainingEpochLoop::AdvanceWholeStep(data::Batch& batch, bool bounda
     ctx_.state.optimizer->zero_grad();
     return absl::OkStatus();
   }
-  {
-    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
-    KILN_RETURN_IF_ERROR(ctx_.strategy.Backward(*loss / static_cast<double>(ctx_.options.accumulate_grad_batches), boundary));
-  }
+  KILN_RETURN_IF_ERROR(Backward(*loss, boundary));
   if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
   return EndBatch(batch, loss_value);
+}
+
+absl::Status TrainingEpochLoop::Backward(const torch::Tensor& loss, bool boundary) {
+  PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
+  // Each micro-batch's share of an accumulated step.
+  return ctx_.strategy.Backward(loss / static_cast<double>(ctx_.options.accumulate_grad_batches), boundary);
 }
 
 absl::Status TrainingEpochLoop::EndBatch(const data::Batch& batch, double loss_value) {

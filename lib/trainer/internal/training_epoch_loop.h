@@ -33,6 +33,9 @@ class TrainingEpochLoop {
   absl::Status Advance(data::Batch& batch, bool last_in_epoch);
   // Advance for a task without Task::TrainingLoss: its TrainingStep, the loss read before the backward.
   absl::Status AdvanceWholeStep(data::Batch& batch, bool boundary);
+  // The backward of one micro-batch's loss (its share of the step: / accumulate_grad_batches);
+  // `boundary` reduces the gradients over ranks.
+  absl::Status Backward(const torch::Tensor& loss, bool boundary);
   // The batch counted as done, then the callbacks' OnTrainBatchEnd.
   absl::Status EndBatch(const data::Batch& batch, double loss_value);
   // The loss read on the host: counts the batch, and for a non-finite loss stops (an error) or
