@@ -8,8 +8,18 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# KILN_TIMINGS=FILE (scripts/test.sh) appends each step's seconds to FILE ("NAME<TAB>SECONDS").
+timed() {  # NAME COMMAND...
+  local name=$1 t0=$SECONDS
+  shift
+  local rc=0
+  "$@" || rc=$?
+  [[ -z "${KILN_TIMINGS:-}" ]] || printf '%s\t%d\n' "$name" $((SECONDS - t0)) >>"$KILN_TIMINGS"
+  return $rc
+}
+
 # KILN_DEPS=test (scripts/test.sh) also installs what only the tests need.
-bash scripts/install_deps.sh ${KILN_DEPS:-}
+timed "Debian packages" bash scripts/install_deps.sh ${KILN_DEPS:-}
 
 # The venv's torch and the CUDA libraries it links that the system lacks: the tests' Python needs
 # all of them; kiln built with CUDA those of libtorch_cuda; kiln for the CPU only two small ones.
@@ -18,7 +28,7 @@ if [[ "${KILN_CUDA:-AUTO}" != OFF ]] && { command -v nvcc >/dev/null || [[ -x /u
   venv_mode=cuda
 fi
 [[ "${KILN_DEPS:-}" != test ]] || venv_mode=test
-bash scripts/setup_venv.sh "$venv_mode"
+timed "Python packages" bash scripts/setup_venv.sh "$venv_mode"
 
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 JOBS=${KILN_JOBS:-$(nproc)}
@@ -31,5 +41,6 @@ else
 fi
 # Only what `kiln train` needs (the program, its libraries, the example plugins); scripts/test.sh
 # builds the rest (tests, benchmarks). KILN_BUILD_TARGET=all builds everything.
-ninja -C "$BUILD_DIR" -j "$JOBS" "${KILN_BUILD_TARGET:-kiln_runtime}" | grep -v '^\[' || true
+build() { ninja -C "$BUILD_DIR" -j "$JOBS" "${KILN_BUILD_TARGET:-kiln_runtime}" | grep -v '^\[' || true; }
+timed "build ($BUILD_DIR)" build
 test -x "$BUILD_DIR/bin/kiln"

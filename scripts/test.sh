@@ -4,19 +4,36 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Where the time goes (issue 50): each phase's seconds, then the tests' from ctest's JUnit file;
+# scripts/suite_report.py prints them at the end and refuses an unexplained slow test.
+mkdir -p build
+export KILN_TIMINGS=$PWD/build/suite_phases.tsv
+: >"$KILN_TIMINGS"
+timed() {  # NAME COMMAND...
+  local name=$1 t0=$SECONDS
+  shift
+  local rc=0
+  "$@" || rc=$?
+  printf '%s\t%d\n' "$name" $((SECONDS - t0)) >>"$KILN_TIMINGS"
+  return $rc
+}
+
 KILN_DEPS=test KILN_BUILD_TARGET=all bash scripts/setup.sh
 
 # Fuzz targets need clang's libFuzzer runtime; they build in their own tree, instrumented with
 # ASan and UBSan, beside a kiln of the same build that the lsan.* tests run with LeakSanitizer.
-if [[ ! -f build-fuzz/build.ninja ]]; then
-  CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF >/dev/null
-fi
-ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers kiln | grep -v '^\[' || true
+build_fuzz() {
+  if [[ ! -f build-fuzz/build.ninja ]]; then
+    CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF >/dev/null || return
+  fi
+  ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers kiln | grep -v '^\[' || true
+}
+timed "build (build-fuzz)" build_fuzz
 
 cd build
 status=0
-ctest --output-on-failure -j "${KILN_JOBS:-$(nproc)}" "$@" || status=$?
+timed ctest ctest --output-on-failure --output-junit "$PWD/Testing/suite.xml" -j "${KILN_JOBS:-$(nproc)}" "$@" || status=$?
 # The failed tests' output again, last, where a log's tail (CI's) shows it.
 if [[ $status -ne 0 && -f Testing/Temporary/LastTestsFailed.log ]]; then
   while IFS=: read -r _ name; do
@@ -25,4 +42,7 @@ if [[ $status -ne 0 && -f Testing/Temporary/LastTestsFailed.log ]]; then
       Testing/Temporary/LastTest.log | tail -40
   done < Testing/Temporary/LastTestsFailed.log
 fi
+ctest --show-only=json-v1 "$@" >Testing/suite_tests.json
+python3 ../scripts/suite_report.py --phases "$KILN_TIMINGS" --junit Testing/suite.xml \
+  --tests Testing/suite_tests.json --source .. || { [[ $status -ne 0 ]] || status=1; }
 exit "$status"
