@@ -3,7 +3,7 @@ into a fresh virtual environment that sees this environment's torch and nothing 
 From a folder outside the checkout, `import kiln` and the `kiln` command the wheel puts on PATH find
 the package's own configs and libraries, and train the same weights, bitwise. Run by ctest with the
 .venv's Python (which has scikit-build-core: scripts/python/test.txt); the wheel's CMake build is kept
-in build-wheel/ between runs."""
+in build-WHEEL_TAG/ between runs, where ccache finds build/'s compiles."""
 import glob
 import os
 import shutil
