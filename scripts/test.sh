@@ -33,6 +33,10 @@ timed "build (build-fuzz)" build_fuzz
 
 cd build
 status=0
+# What each test is and where it is registered, for the report (before the run: this ctest call
+# writes Testing/Temporary/LastTest.log anew).
+mkdir -p Testing
+ctest --show-only=json-v1 "$@" >Testing/suite_tests.json
 timed ctest ctest --output-on-failure --output-junit "$PWD/Testing/suite.xml" -j "${KILN_JOBS:-$(nproc)}" "$@" || status=$?
 # The failed tests' output again, last, where a log's tail (CI's) shows it.
 if [[ $status -ne 0 && -f Testing/Temporary/LastTestsFailed.log ]]; then
@@ -42,7 +46,7 @@ if [[ $status -ne 0 && -f Testing/Temporary/LastTestsFailed.log ]]; then
       Testing/Temporary/LastTest.log | tail -40
   done < Testing/Temporary/LastTestsFailed.log
 fi
-ctest --show-only=json-v1 "$@" >Testing/suite_tests.json
+printf 'wall\t%d\n' "$SECONDS" >>"$KILN_TIMINGS"
 python3 ../scripts/suite_report.py --phases "$KILN_TIMINGS" --junit Testing/suite.xml \
   --tests Testing/suite_tests.json --source .. || { [[ $status -ne 0 ]] || status=1; }
 exit "$status"

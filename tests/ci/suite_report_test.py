@@ -49,7 +49,7 @@ def ctest_json(source):
 
 
 class SuiteReport(unittest.TestCase):
-    def run_report(self, times):
+    def run_report(self, times, phases="Debian packages\t61\nbuild (build)\t1200\nctest\t539\n"):
         with tempfile.TemporaryDirectory() as tmp:
             os.makedirs(os.path.join(tmp, "tests"))
             with open(os.path.join(tmp, "tests", "CMakeLists.txt"), "w") as f:
@@ -59,7 +59,7 @@ class SuiteReport(unittest.TestCase):
             with open(os.path.join(tmp, "tests.json"), "w") as f:
                 json.dump(ctest_json(tmp), f)
             with open(os.path.join(tmp, "phases.tsv"), "w") as f:
-                f.write("Debian packages\t61\nbuild (build)\t1200\nctest\t539\n")
+                f.write(phases)
             return subprocess.run([sys.executable, SCRIPT, "--phases", os.path.join(tmp, "phases.tsv"),
                                    "--junit", os.path.join(tmp, "suite.xml"), "--tests", os.path.join(tmp, "tests.json"),
                                    "--source", tmp], capture_output=True, text=True)
@@ -84,6 +84,12 @@ class SuiteReport(unittest.TestCase):
         self.assertIn("quiet.slow  tests/CMakeLists.txt:7 (add `# slow: why` above it)", tail[0])
         self.assertIn("Trainer.Unexplained  tests/CMakeLists.txt:11 (gtest_discover_tests(trainer_test): "
                       "add `# slow: Trainer.Unexplained: why`)", tail[1])
+
+    def test_overlapping_phases_count_once_in_the_wall_time(self):
+        out = self.run_report({"fast.one": 1}, phases="Python packages\t30\nPython test packages (beside the build)\t50\n"
+                                                        "build (build)\t600\nwall\t640\n")
+        self.assertEqual(out.stdout.splitlines()[0], "== suite wall time 10:40 (Python packages 0:30, Python test "
+                                                     "packages (beside the build) 0:50, build (build) 10:00)")
 
     def test_the_limit_is_120_seconds(self):
         self.assertEqual(self.run_report({"quiet.slow": 120}).returncode, 0)
