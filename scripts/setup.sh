@@ -27,14 +27,8 @@ venv_mode=cpu
 if [[ "${KILN_CUDA:-AUTO}" != OFF ]] && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
   venv_mode=cuda
 fi
+[[ "${KILN_DEPS:-}" != test ]] || venv_mode=test
 timed "Python packages" bash scripts/setup_venv.sh "$venv_mode"
-# The tests' Python packages (KILN_DEPS=test) install while kiln builds: the build needs only
-# LibTorch, and pip mostly waits for the disk while the compiler keeps both cores busy.
-test_venv_pid=
-if [[ "${KILN_DEPS:-}" == test ]]; then
-  (timed "Python test packages (beside the build)" bash scripts/setup_venv.sh test) &
-  test_venv_pid=$!
-fi
 
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 JOBS=${KILN_JOBS:-$(nproc)}
@@ -49,7 +43,4 @@ fi
 # builds the rest (tests, benchmarks). KILN_BUILD_TARGET=all builds everything.
 build() { ninja -C "$BUILD_DIR" -j "$JOBS" "${KILN_BUILD_TARGET:-kiln_runtime}" | grep -v '^\[' || true; }
 timed "build ($BUILD_DIR)" build
-if [[ -n "$test_venv_pid" ]]; then
-  wait "$test_venv_pid"
-fi
 test -x "$BUILD_DIR/bin/kiln"
