@@ -8,15 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# KILN_TIMINGS=FILE (scripts/test.sh) appends each step's seconds to FILE ("NAME<TAB>SECONDS").
-timed() {  # NAME COMMAND...
-  local name=$1 t0=$SECONDS
-  shift
-  local rc=0
-  "$@" || rc=$?
-  [[ -z "${KILN_TIMINGS:-}" ]] || printf '%s\t%d\n' "$name" $((SECONDS - t0)) >>"$KILN_TIMINGS"
-  return $rc
-}
+source scripts/timing.sh
 
 # KILN_DEPS=test (scripts/test.sh) also installs what only the tests need.
 timed "Debian packages" bash scripts/install_deps.sh ${KILN_DEPS:-}

@@ -60,7 +60,7 @@ def registrations(ctest_json):
     with open(ctest_json) as f:
         info = json.load(f)
     graph = info.get("backtraceGraph", {})
-    files, nodes, commands = graph.get("files", []), graph.get("nodes", []), graph.get("commands", [])
+    files, nodes = graph.get("files", []), graph.get("nodes", [])
     found = {}
     for test in info.get("tests", []):
         name = test.get("name")
@@ -146,6 +146,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     phases = read_phases(args.phases)
+    if not os.path.exists(args.junit) or not os.path.exists(args.tests):
+        print("== no timing report: ctest wrote no %s" % (args.junit if not os.path.exists(args.junit) else args.tests))
+        return 1
     tests = read_junit(args.junit)
     # "wall" (scripts/test.sh's own clock) is the total where phases overlap (the tests' Python
     # packages install beside the build); without it the phases add up.

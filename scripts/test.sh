@@ -9,14 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p build
 export KILN_TIMINGS=$PWD/build/suite_phases.tsv
 : >"$KILN_TIMINGS"
-timed() {  # NAME COMMAND...
-  local name=$1 t0=$SECONDS
-  shift
-  local rc=0
-  "$@" || rc=$?
-  printf '%s\t%d\n' "$name" $((SECONDS - t0)) >>"$KILN_TIMINGS"
-  return $rc
-}
+source scripts/timing.sh
 
 KILN_DEPS=test KILN_BUILD_TARGET=all bash scripts/setup.sh
 
