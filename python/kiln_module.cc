@@ -56,7 +56,10 @@ py::object ToPython(const config::Node& node) {
   switch (node.kind()) {
     case config::NodeKind::kNull: return py::none();
     case config::NodeKind::kBool: return py::bool_(node.as_bool());
-    case config::NodeKind::kInt: return py::int_(node.as_int());
+    case config::NodeKind::kInt:
+      // Python's int has no bound: 2**64 from a config stays 2**64.
+      if (node.is_big_int()) return py::reinterpret_steal<py::object>(PyLong_FromString(node.int_text().c_str(), nullptr, 10));
+      return py::int_(node.as_int());
     case config::NodeKind::kFloat: return py::float_(node.as_float());
     case config::NodeKind::kString: return py::str(node.as_string());
     case config::NodeKind::kList: {
@@ -77,7 +80,7 @@ py::object ToPython(const config::Node& node) {
 config::NodePtr FromPython(const py::handle& value, const std::string& where) {
   if (value.is_none()) return config::Node::Null();
   if (py::isinstance<py::bool_>(value)) return config::Node::Bool(value.cast<bool>());
-  if (py::isinstance<py::int_>(value)) return config::Node::Int(value.cast<int64_t>());
+  if (py::isinstance<py::int_>(value)) return config::Node::Integer(py::str(py::int_(py::reinterpret_borrow<py::object>(value))).cast<std::string>());
   if (py::isinstance<py::float_>(value)) return config::Node::Float(value.cast<double>());
   if (py::isinstance<py::str>(value)) return config::Node::String(value.cast<std::string>());
   if (py::isinstance<py::dict>(value)) {

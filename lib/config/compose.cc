@@ -113,8 +113,14 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
       return absl::NotFoundError(absl::StrCat("Could not load '", item.config_path, "'"));
     }
     NodePtr wrapped = WrapInPackage((*loaded)->content, item.package);
+    if (wrapped->is_list()) {
+      return absl::InvalidArgumentError(
+          item.primary ? absl::StrCat("primary config '", item.config_path, "' must be a mapping, not a list")
+                       : absl::StrCat("In '", item.config_path, "': a list cannot be merged into the config's top level (",
+                                      (*loaded)->file, " is a list and its package is _global_)"));
+    }
     auto st = MergeInto(*root, *wrapped);
-    if (!st.ok()) return st;
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("In '", item.config_path, "': ", st.message()));
   }
   for (const auto& o : defaults->config_overrides) {
     if (options.defer_missing_keys && o.type == OverrideType::kChange) {

@@ -106,6 +106,7 @@ absl::StatusOr<int64_t> Config::Get<int64_t>(absl::string_view key) const {
   auto n = Lookup(key);
   if (!n.ok()) return n.status();
   if ((*n)->kind() != NodeKind::kInt) return TypeError(key, **n, "an integer");
+  if ((*n)->is_big_int()) return TypeError(key, **n, "an integer that fits in 64 bits");
   return (*n)->as_int();
 }
 
@@ -123,7 +124,7 @@ template <>
 absl::StatusOr<double> Config::Get<double>(absl::string_view key) const {
   auto n = Lookup(key);
   if (!n.ok()) return n.status();
-  if ((*n)->kind() == NodeKind::kInt) return static_cast<double>((*n)->as_int());
+  if ((*n)->kind() == NodeKind::kInt) return NumberValue(**n);
   if ((*n)->kind() != NodeKind::kFloat) return TypeError(key, **n, "a number");
   return (*n)->as_float();
 }

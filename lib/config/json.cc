@@ -33,7 +33,7 @@ std::string NodeToJson(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
     case NodeKind::kBool: return node.as_bool() ? "true" : "false";
-    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kInt: return node.int_text();
     case NodeKind::kFloat: {
       double v = node.as_float();
       if (std::isnan(v)) return "NaN";

@@ -29,13 +29,7 @@ std::vector<std::string> KeysOf(const Node& map) {
   return keys;
 }
 
-double NumberOf(const Node& n) {
-  switch (n.kind()) {
-    case NodeKind::kBool: return n.as_bool() ? 1 : 0;
-    case NodeKind::kInt: return static_cast<double>(n.as_int());
-    default: return n.as_float();
-  }
-}
+double NumberOf(const Node& n) { return NumberValue(n); }
 
 bool IsNumber(const Node& n) {
   return n.kind() == NodeKind::kBool || n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat;
@@ -62,6 +56,14 @@ absl::Status MergeInto(Node& dest, const Node& src, bool struct_mode, const std:
     }
     // A mandatory placeholder never replaces a value that is already there.
     if (src_value->is_missing()) continue;
+    // OmegaConf merges a container into a container: a list and a mapping do not merge.
+    if (dest_value->is_container() && src_value->is_container()) {
+      if (dest_value->is_list() != src_value->is_list()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cannot merge a ", KindName(src_value->kind()), " into the ", KindName(dest_value->kind()),
+            " at '", Join(path, key), "'", src_value->source().known() ? " (from " + src_value->source().Describe() + ")" : ""));
+      }
+    }
     dest.Set(key, src_value->Clone());
   }
   return absl::OkStatus();

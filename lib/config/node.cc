@@ -55,6 +55,40 @@ NodePtr Node::Int(int64_t value) {
   n->int_ = value;
   return n;
 }
+NodePtr Node::Integer(absl::string_view decimal) {
+  bool negative = !decimal.empty() && decimal[0] == '-';
+  if (!decimal.empty() && (decimal[0] == '-' || decimal[0] == '+')) decimal.remove_prefix(1);
+  while (decimal.size() > 1 && decimal[0] == '0') decimal.remove_prefix(1);
+  if (decimal.empty()) return Int(0);
+  // Within int64 when shorter than 19 digits, or 19 digits up to 9223372036854775807 (...808 when
+  // negative): equal-length digit strings compare as their numbers.
+  static constexpr absl::string_view kMax = "9223372036854775807";
+  static constexpr absl::string_view kMinMagnitude = "9223372036854775808";
+  absl::string_view limit = negative ? kMinMagnitude : kMax;
+  if (decimal.size() < limit.size() || (decimal.size() == limit.size() && decimal <= limit)) {
+    uint64_t magnitude = 0;
+    for (char c : decimal) magnitude = magnitude * 10 + static_cast<uint64_t>(c - '0');
+    return Int(negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude));
+  }
+  NodePtr n(new Node(NodeKind::kInt));
+  n->int_ = negative ? INT64_MIN : INT64_MAX;
+  n->str_ = absl::StrCat(negative ? "-" : "", decimal);
+  return n;
+}
+
+std::string Node::int_text() const { return is_big_int() ? str_ : std::to_string(int_); }
+
+double NumberValue(const Node& number) {
+  switch (number.kind()) {
+    case NodeKind::kFloat: return number.as_float();
+    case NodeKind::kBool: return number.as_bool() ? 1.0 : 0.0;
+    case NodeKind::kInt:
+      return number.is_big_int() ? std::strtod(number.int_text().c_str(), nullptr)
+                                 : static_cast<double>(number.as_int());
+    default: return 0.0;
+  }
+}
+
 NodePtr Node::Float(double value) {
   NodePtr n(new Node(NodeKind::kFloat));
   n->float_ = value;
@@ -85,16 +119,21 @@ namespace {
 
 constexpr char kTypedKeyMarker = '\xff';
 
-// Whether two bool, int or float keys are equal numbers, as Python compares 1, 1.0 and True.
+// Whether two bool, int or float keys are equal numbers, exactly as Python compares 1, 1.0 and
+// True (and 2**64 and 2.0**64): a float equals an int only when it is integral, with the same
+// digits (printf's %.0f writes a double's exact value).
 bool SameNumber(const Node& x, const Node& y) {
-  auto integer = [](const Node& n) -> int64_t {
-    return n.kind() == NodeKind::kBool ? n.as_bool() : n.as_int();
+  auto integer_text = [](const Node& n) -> std::string {
+    return n.kind() == NodeKind::kBool ? (n.as_bool() ? "1" : "0") : n.int_text();
   };
-  if (x.kind() != NodeKind::kFloat && y.kind() != NodeKind::kFloat) return integer(x) == integer(y);
-  auto number = [&](const Node& n) {
-    return n.kind() == NodeKind::kFloat ? n.as_float() : static_cast<double>(integer(n));
-  };
-  return number(x) == number(y);
+  bool x_float = x.kind() == NodeKind::kFloat, y_float = y.kind() == NodeKind::kFloat;
+  if (x_float && y_float) return x.as_float() == y.as_float();
+  if (!x_float && !y_float) return integer_text(x) == integer_text(y);
+  double f = x_float ? x.as_float() : y.as_float();
+  if (!std::isfinite(f) || f != std::floor(f)) return false;
+  char digits[400];
+  std::snprintf(digits, sizeof(digits), "%.0f", f == 0 ? 0.0 : f);
+  return digits == integer_text(x_float ? y : x);
 }
 
 }  // namespace
@@ -104,7 +143,7 @@ std::string TypedKey(const Node& scalar) {
     case NodeKind::kBool:
       return absl::StrCat(std::string(1, kTypedKeyMarker), "b", scalar.as_bool() ? 1 : 0);
     case NodeKind::kInt:
-      return absl::StrCat(std::string(1, kTypedKeyMarker), "i", scalar.as_int());
+      return absl::StrCat(std::string(1, kTypedKeyMarker), "i", scalar.int_text());
     case NodeKind::kFloat: {
       // The bits in hex: exact, and free of the '.' that separates path segments.
       uint64_t bits = 0;
@@ -128,7 +167,7 @@ NodePtr KeyValue(absl::string_view key) {
     case 'b':
       return Node::Bool(text == "1");
     case 'i':
-      return Node::Int(std::strtoll(text.c_str(), nullptr, 10));
+      return Node::Integer(text);
     default: {
       uint64_t bits = std::strtoull(text.c_str(), nullptr, 16);
       double value = 0;
@@ -200,7 +239,8 @@ bool DeepEqual(const Node& a, const Node& b) {
   switch (a.kind()) {
     case NodeKind::kNull: return true;
     case NodeKind::kBool: return a.as_bool() == b.as_bool();
-    case NodeKind::kInt: return a.as_int() == b.as_int();
+    case NodeKind::kInt:
+      return a.is_big_int() || b.is_big_int() ? a.int_text() == b.int_text() : a.as_int() == b.as_int();
     case NodeKind::kFloat:
       return a.as_float() == b.as_float() || (std::isnan(a.as_float()) && std::isnan(b.as_float()));
     case NodeKind::kString: return a.as_string() == b.as_string();
@@ -303,7 +343,7 @@ std::string PythonStr(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "None";
     case NodeKind::kBool: return node.as_bool() ? "True" : "False";
-    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kInt: return node.int_text();
     case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
     case NodeKind::kString: return node.as_string();
     case NodeKind::kMap: {

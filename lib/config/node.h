@@ -38,6 +38,9 @@ class Node {
   static NodePtr Null();
   static NodePtr Bool(bool value);
   static NodePtr Int(int64_t value);
+  // An integer of any size, from its decimal text (an optional sign, then digits): OmegaConf keeps
+  // 2**64 an int, as Python does. Int(value) where it fits in int64, else a big int.
+  static NodePtr Integer(absl::string_view decimal);
   static NodePtr Float(double value);
   static NodePtr String(std::string value);
   static NodePtr Map();
@@ -53,6 +56,12 @@ class Node {
   bool is_missing() const { return kind_ == NodeKind::kString && str_ == "???"; }
   // A string holding at least one unescaped "${".
   bool is_interpolation() const;
+
+  // An int beyond int64 (from Integer()). Its as_int() is the nearest int64 (saturated), so code
+  // that takes int64 options must refuse it; int_text() is its value.
+  bool is_big_int() const { return kind_ == NodeKind::kInt && !str_.empty(); }
+  // An int's value in decimal, of either size.
+  std::string int_text() const;
 
   bool as_bool() const { return bool_; }
   int64_t as_int() const { return int_; }
@@ -88,7 +97,7 @@ class Node {
   bool bool_ = false;
   int64_t int_ = 0;
   double float_ = 0.0;
-  std::string str_;
+  std::string str_;  // a string's text, or a big int's decimal digits (empty for other ints)
   MapEntries entries_;
   std::vector<NodePtr> items_;
   Source source_;
@@ -112,6 +121,9 @@ bool KeysMatch(absl::string_view a, absl::string_view b);
 // Structural equality: same kinds, same scalars (1, 1.0, '1' and true all differ), same map
 // keys (typed keys too) regardless of order, same list items in order. NaN equals NaN.
 bool DeepEqual(const Node& a, const Node& b);
+
+// An int as a double (the nearest one, for big ints too), or a float's value.
+double NumberValue(const Node& number);
 
 // Python's str() of a scalar (used by string interpolation): 5 -> "5", 0.5 -> "0.5",
 // true -> "True", null -> "None".

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -107,13 +108,8 @@ NodePtr TypedToken(absl::string_view s) {
     return Node::Float(std::numeric_limits<double>::quiet_NaN());
   size_t int_end = MatchIntUnsigned(body, 0);
   if (int_end == body.size()) {
-    std::string digits = StripUnderscores(body);
-    errno = 0;
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(digits.c_str(), &end, 10);
-    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
-    if (errno != 0 || v > limit) return nullptr;
-    return Node::Int(negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v));
+    // Of any size: Hydra's INT is Python's int, so 2**64 stays an integer.
+    return Node::Integer(absl::StrCat(negative ? "-" : "", StripUnderscores(body)));
   }
   // POINT_FLOAT: INT_UNSIGNED '.' | INT_UNSIGNED? '.' DIGIT ('_'? DIGIT)*
   size_t q = int_end == absl::string_view::npos ? 0 : int_end;
@@ -528,7 +524,7 @@ class OverrideParser {
   }
 
   static bool IsZeroStep(const Node& step) {
-    return (step.kind() == NodeKind::kInt ? static_cast<double>(step.as_int()) : step.as_float()) == 0;
+    return NumberValue(step) == 0;
   }
 
   absl::StatusOr<Element> Choice(std::vector<Arg>& args) {
@@ -558,6 +554,7 @@ class OverrideParser {
       }
       NodeKind k = a->value.is_sweep ? NodeKind::kNull : a->value.value.node->kind();
       if (k != NodeKind::kInt && k != NodeKind::kFloat) return Fail("range() arguments must be numbers");
+      if (a->value.value.node->is_big_int()) return Fail("range() arguments must be within int64");
       *out = a->value.value.node;
       return absl::OkStatus();
     };
@@ -580,7 +577,7 @@ class OverrideParser {
     for (auto [arg, bound] : {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
       const Node& n = *arg->value.value.node;
       if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat) return Fail("interval() bounds must be numbers");
-      *bound = Node::Float(n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float());
+      *bound = Node::Float(NumberValue(n));
     }
     return e;
   }
@@ -751,10 +748,12 @@ class OverrideParser {
       return Node::String(PythonStr(n));
     }
     if (type == "int") {
-      if (n.kind() == NodeKind::kInt) return Node::Int(n.as_int());
-      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float()) &&
-          std::fabs(n.as_float()) < 9.2e18) {
-        return Node::Int(static_cast<int64_t>(n.as_float()));
+      if (n.kind() == NodeKind::kInt) return n.Clone();
+      if (n.kind() == NodeKind::kFloat && std::isfinite(n.as_float())) {
+        // Python's int(): toward zero, of any size (%.0f writes an integral double exactly).
+        char digits[400];
+        std::snprintf(digits, sizeof(digits), "%.0f", std::trunc(n.as_float()));
+        return Node::Integer(digits);
       }
       if (n.kind() == NodeKind::kBool) return Node::Int(n.as_bool() ? 1 : 0);
       if (n.kind() == NodeKind::kString) {
@@ -762,17 +761,17 @@ class OverrideParser {
         if (t && t->kind() == NodeKind::kInt) return t;
       }
     } else if (type == "float") {
-      if (n.kind() == NodeKind::kInt) return Node::Float(static_cast<double>(n.as_int()));
+      if (n.kind() == NodeKind::kInt) return Node::Float(NumberValue(n));
       if (n.kind() == NodeKind::kFloat) return Node::Float(n.as_float());
       if (n.kind() == NodeKind::kBool) return Node::Float(n.as_bool() ? 1.0 : 0.0);
       if (n.kind() == NodeKind::kString) {
         NodePtr t = TypedToken(n.as_string());
         if (t && t->kind() == NodeKind::kFloat) return t;
-        if (t && t->kind() == NodeKind::kInt) return Node::Float(static_cast<double>(t->as_int()));
+        if (t && t->kind() == NodeKind::kInt) return Node::Float(NumberValue(*t));
       }
     } else if (type == "bool") {
       if (n.kind() == NodeKind::kBool) return Node::Bool(n.as_bool());
-      if (n.kind() == NodeKind::kInt) return Node::Bool(n.as_int() != 0);
+      if (n.kind() == NodeKind::kInt) return Node::Bool(n.is_big_int() || n.as_int() != 0);
       if (n.kind() == NodeKind::kFloat) return Node::Bool(n.as_float() != 0);
       if (n.kind() == NodeKind::kString) {
         NodePtr t = TypedToken(n.as_string());
@@ -791,9 +790,7 @@ class OverrideParser {
     bool strings = std::all_of(items->begin(), items->end(),
                                [](const NodePtr& n) { return n->kind() == NodeKind::kString; });
     if (!numbers && !strings) return Fail("sort() needs all numbers or all strings");
-    auto value = [](const NodePtr& n) {
-      return n->kind() == NodeKind::kInt ? static_cast<double>(n->as_int()) : n->as_float();
-    };
+    auto value = [](const NodePtr& n) { return NumberValue(*n); };
     std::stable_sort(items->begin(), items->end(), [&](const NodePtr& a, const NodePtr& b) {
       bool less = numbers ? value(a) < value(b) : a->as_string() < b->as_string();
       bool greater = numbers ? value(b) < value(a) : b->as_string() < a->as_string();
@@ -953,7 +950,7 @@ std::string NodeToOverrideString(const Node& node) {
     // As Hydra writes a value back (str() of the Python value): True, 1e-07, 1e+22.
     case NodeKind::kBool:
       return node.as_bool() ? "True" : "False";
-    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kInt: return node.int_text();
     case NodeKind::kFloat:
       return PythonFloatRepr(node.as_float());
     case NodeKind::kString: {

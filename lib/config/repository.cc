@@ -133,9 +133,15 @@ absl::StatusOr<std::unique_ptr<LoadedConfig>> ParseConfigFile(const std::string&
   // OmegaConf parses every "${" value when the file is loaded, used or not.
   if (auto st = CheckInterpolationSyntaxIn(*content); !st.ok()) return st;
   if (content->is_null()) content = Node::Map();
+  if (content->is_list()) {
+    // A group option may be a list: the group's node becomes that list (Hydra composes it; a
+    // primary config or a _global_ one that is a list is refused when it is merged).
+    loaded->content = content;
+    return loaded;
+  }
   if (!content->is_map()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(file, ": a config file must hold a mapping at its top level, not a ",
+        absl::StrCat(file, ": a config file must hold a mapping or a list at its top level, not a ",
                      KindName(content->kind())));
   }
   if (NodePtr defaults = content->Find("defaults")) {

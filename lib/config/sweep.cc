@@ -16,9 +16,7 @@ namespace {
 // More values than any sweep can run; also stops range(0,1e300,1e-300) from running forever.
 constexpr size_t kMaxRangeValues = 1000000;
 
-double AsDouble(const Node& n) {
-  return n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float();
-}
+double AsDouble(const Node& n) { return NumberValue(n); }
 
 // Just enough of Python's decimal.Decimal for Hydra's FloatRange: exact conversion from a
 // double or an integer, addition rounded to the default context (28 significant digits,

@@ -85,63 +85,102 @@ double ParseSexagesimal(absl::string_view s) {
   return value;
 }
 
-// YAML 1.1 int (PyYAML): binary, octal, decimal, hex, sexagesimal.
-bool MatchesInt(absl::string_view s, int64_t* out) {
+// A natural number of any size, built digit by digit (for YAML's non-decimal ints beyond int64).
+class Natural {
+ public:
+  // *this = *this * factor + addend
+  void MulAdd(uint32_t factor, uint32_t addend) {
+    uint64_t carry = addend;
+    for (uint32_t& limb : limbs_) {
+      uint64_t v = static_cast<uint64_t>(limb) * factor + carry;
+      limb = static_cast<uint32_t>(v % kBase);
+      carry = v / kBase;
+    }
+    while (carry > 0) {
+      limbs_.push_back(static_cast<uint32_t>(carry % kBase));
+      carry /= kBase;
+    }
+  }
+  std::string Decimal() const {
+    if (limbs_.empty()) return "0";
+    std::string out = std::to_string(limbs_.back());
+    for (size_t i = limbs_.size() - 1; i-- > 0;) {
+      std::string part = std::to_string(limbs_[i]);
+      out += std::string(9 - part.size(), '0') + part;
+    }
+    return out;
+  }
+
+ private:
+  static constexpr uint64_t kBase = 1000000000;  // nine decimal digits per limb
+  std::vector<uint32_t> limbs_;                  // least significant first
+};
+
+int DigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// YAML 1.1 int (PyYAML): binary, octal, decimal, hex, sexagesimal, of any size (Python's int has
+// no bound, and OmegaConf keeps 2**64 an int). Null where `s` is no int.
+NodePtr MatchInt(absl::string_view s) {
   size_t i = 0;
   bool negative = false;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
   absl::string_view body = s.substr(i);
-  if (body.empty()) return false;
-  // The magnitude as an int64 with its sign; beyond int64 it is no int.
-  auto accept = [&](unsigned long long v) {
-    unsigned long long limit = static_cast<unsigned long long>(INT64_MAX) + (negative ? 1 : 0);
-    if (v > limit) return false;
-    *out = negative ? static_cast<int64_t>(0ULL - v) : static_cast<int64_t>(v);
-    return true;
-  };
-  auto finish = [&](std::string digits, int base) {
-    if (digits.empty()) return false;
-    errno = 0;
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(digits.c_str(), &end, base);
-    return errno == 0 && *end == '\0' && accept(v);
+  if (body.empty()) return nullptr;
+  auto in_base = [&](absl::string_view digits, uint32_t base) -> NodePtr {
+    Natural n;
+    bool any = false;
+    for (char c : digits) {
+      if (c == '_') continue;
+      n.MulAdd(base, static_cast<uint32_t>(DigitValue(c)));
+      any = true;
+    }
+    if (!any) return nullptr;
+    return Node::Integer(absl::StrCat(negative ? "-" : "", n.Decimal()));
   };
   if (body.size() > 2 && body[0] == '0' && body[1] == 'b') {
     absl::string_view rest = body.substr(2);
-    if (SkipDigits(rest, 0, [](char c) { return c == '0' || c == '1'; }) != rest.size()) return false;
-    return finish(WithoutUnderscores(rest), 2);
+    if (SkipDigits(rest, 0, [](char c) { return c == '0' || c == '1'; }) != rest.size()) return nullptr;
+    return in_base(rest, 2);
   }
   if (body.size() > 2 && body[0] == '0' && body[1] == 'x') {
     absl::string_view rest = body.substr(2);
     if (SkipDigits(rest, 0, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }) !=
         rest.size())
-      return false;
-    return finish(WithoutUnderscores(rest), 16);
+      return nullptr;
+    return in_base(rest, 16);
   }
-  if (body == "0") return finish("0", 10);
+  if (body == "0") return Node::Int(0);
   if (body[0] == '0') {
     absl::string_view rest = body.substr(1);
-    if (SkipDigits(rest, 0, [](char c) { return c >= '0' && c <= '7'; }) != rest.size()) return false;
-    return finish(WithoutUnderscores(rest), 8);
+    if (SkipDigits(rest, 0, [](char c) { return c >= '0' && c <= '7'; }) != rest.size()) return nullptr;
+    return in_base(rest, 8);
   }
-  if (body[0] < '1' || body[0] > '9') return false;
+  if (body[0] < '1' || body[0] > '9') return nullptr;
   size_t end = SkipDigits(body, 1, IsDigit);
-  if (end == body.size()) return finish(WithoutUnderscores(body), 10);
+  if (end == body.size()) return Node::Integer(absl::StrCat(negative ? "-" : "", WithoutUnderscores(body)));
   size_t sexa_end = SkipSexagesimal(body, end);
   if (sexa_end != end && sexa_end == body.size()) {
-    // Base 60, exactly: a value beyond int64 is no int (as for the other bases), never a cast of
-    // an out-of-range double.
-    unsigned long long v = 0;
+    // Base 60: the first part in decimal, then each part after a colon is a digit below 60.
+    Natural n;
+    bool first = true;
     for (absl::string_view part : absl::StrSplit(body, ':')) {
-      std::string digits = WithoutUnderscores(part);
-      errno = 0;
-      unsigned long long p = std::strtoull(digits.c_str(), nullptr, 10);
-      if (errno != 0 || __builtin_mul_overflow(v, 60ULL, &v) || __builtin_add_overflow(v, p, &v))
-        return false;
+      if (first) {
+        for (char c : part) {
+          if (c != '_') n.MulAdd(10, static_cast<uint32_t>(c - '0'));
+        }
+        first = false;
+      } else {
+        n.MulAdd(60, static_cast<uint32_t>(std::stoi(WithoutUnderscores(part))));
+      }
     }
-    return accept(v);
+    return Node::Integer(absl::StrCat(negative ? "-" : "", n.Decimal()));
   }
-  return false;
+  return nullptr;
 }
 
 // OmegaConf's float resolver (PyYAML's plus exponents without a dot, like 1e3).
@@ -274,14 +313,15 @@ class YamlConverter {
                    tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
           out = ResolvePlainScalar(text);
           if (tag == "tag:yaml.org,2002:float" && out->kind() == NodeKind::kInt) {
-            out = Node::Float(static_cast<double>(out->as_int()));
+            out = Node::Float(NumberValue(*out));
           }
         } else {
-          return Error(y, absl::StrCat("unsupported YAML tag '", tag, "'"));
+          return UnknownTag(y);
         }
         break;
       }
       case YAML::NodeType::Sequence: {
+        if (!KnownTag(y, "tag:yaml.org,2002:seq")) return UnknownTag(y);
         out = Node::List();
         for (const auto& item : y) {
           auto child = Convert(item);
@@ -291,6 +331,7 @@ class YamlConverter {
         break;
       }
       case YAML::NodeType::Map: {
+        if (!KnownTag(y, "tag:yaml.org,2002:map")) return UnknownTag(y);
         NodePtr explicit_keys = Node::Map();
         std::vector<NodePtr> merged;  // YAML 1.1 merge keys (`<<: *base`), as PyYAML applies them
         for (const auto& kv : y) {
@@ -350,6 +391,19 @@ class YamlConverter {
       return Error(y, "a mapping key cannot be null (quote it for a string key)");
     }
     return (*value)->kind() == NodeKind::kString ? (*value)->as_string() : TypedKey(**value);
+  }
+
+  // Whether a collection is untagged or carries its own standard tag (`!!map`, `!!seq`).
+  static bool KnownTag(const YAML::Node& y, absl::string_view standard) {
+    const std::string& tag = y.Tag();
+    return tag.empty() || tag == "?" || tag == "!" || tag == standard;
+  }
+
+  // A tag PyYAML's safe loader has no constructor for (`!model {name: cnn}`, `!!python/tuple`):
+  // Hydra refuses the file with the loader's message, and so does kiln, rather than dropping the
+  // tag and composing something its author did not mean.
+  absl::Status UnknownTag(const YAML::Node& y) const {
+    return Error(y, absl::StrCat("could not determine a constructor for the tag '", y.Tag(), "'"));
   }
 
   Source SourceOf(const YAML::Node& y) const {
@@ -733,8 +787,7 @@ NodePtr ResolvePlainScalar(absl::string_view text) {
   if (MatchesNull(text)) return Node::Null();
   int b = MatchesBool(text);
   if (b >= 0) return Node::Bool(b == 1);
-  int64_t i = 0;
-  if (MatchesInt(text, &i)) return Node::Int(i);
+  if (NodePtr i = MatchInt(text)) return i;
   double f = 0;
   if (MatchesFloat(text, &f)) return Node::Float(f);
   return Node::String(std::string(text));
@@ -850,7 +903,7 @@ std::string ScalarToYaml(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
     case NodeKind::kBool: return node.as_bool() ? "true" : "false";
-    case NodeKind::kInt: return std::to_string(node.as_int());
+    case NodeKind::kInt: return node.int_text();
     case NodeKind::kFloat: {
       double v = node.as_float();
       if (std::isnan(v)) return ".nan";

@@ -153,6 +153,11 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
       return absl::InvalidArgumentError(absl::StrCat("missing mandatory value '", full(name), "'",
                                                      Where(*value), "; set it, e.g. ", full(name), "=VALUE"));
     }
+    if (spec->type == OptionType::kInt && value->is_big_int()) {
+      return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component,
+                                                     " must be an integer within 64 bits, got ",
+                                                     value->int_text(), Where(*value)));
+    }
     bool null_ok = value->is_null() && (spec->nullable || spec->type == OptionType::kAny);
     if (!null_ok && !Matches(spec->type, *value)) {
       return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component,
@@ -174,7 +179,7 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
     }
     NodePtr stored = value;
     if (spec->type == OptionType::kFloat && value->kind() == NodeKind::kInt) {
-      stored = Node::Float(static_cast<double>(value->as_int()));
+      stored = Node::Float(config::NumberValue(*value));
       stored->set_source(value->source());
     }
     out->Set(name, stored);
@@ -228,7 +233,7 @@ Options& Options::Set(const std::string& key, const std::vector<Options>& list) 
 namespace {
 
 bool IsNumber(const Node& n) { return n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat; }
-double NumberOf(const Node& n) { return n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float(); }
+double NumberOf(const Node& n) { return config::NumberValue(n); }
 std::string FormatNumber(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
   return absl::StrCat(v);

@@ -278,7 +278,7 @@ std::string Relative(const fs::path& path, const fs::path& base) {
 
 double Number(const Node& n) {
   if (n.kind() == NodeKind::kFloat) return n.as_float();
-  if (n.kind() == NodeKind::kInt) return static_cast<double>(n.as_int());
+  if (n.kind() == NodeKind::kInt) return config::NumberValue(n);
   return std::nan("");
 }
 

@@ -69,6 +69,22 @@ TEST(ConfigGet, IntThatDoesNotFitIn32BitsIsAnError) {
   EXPECT_THAT(Message(v.status()), HasSubstr("32 bits"));
 }
 
+// A config may hold 2**64 (Python's int), but no int64 reader takes it: it says where it is.
+TEST(ConfigGet, IntBeyond64BitsIsAnErrorForInt64AndANumberForDouble) {
+  auto parsed = ParseYaml("seed: 18446744073709551616\n", "big.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Config config(*parsed);
+  auto v = config.Get<int64_t>("seed");
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(Message(v.status()), HasSubstr("seed"));
+  EXPECT_THAT(Message(v.status()), HasSubstr("64 bits"));
+  EXPECT_THAT(Message(v.status()), HasSubstr("big.yaml:1"));
+  EXPECT_FALSE(config.Get<int>("seed").ok());
+  auto d = config.Get<double>("seed");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_DOUBLE_EQ(*d, 18446744073709551616.0);
+}
+
 TEST(ConfigGet, Double) {
   auto v = TrainConfig().Get<double>("trainer.lr");
   ASSERT_TRUE(v.ok()) << v.status();

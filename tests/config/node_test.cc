@@ -69,5 +69,37 @@ TEST(TypedKey, DeepEqualComparesKeysAsWritten) {
   EXPECT_FALSE(DeepEqual(*a, *c));
 }
 
+// Integers of any size, as Python's: within int64 an ordinary int, beyond it a big int that
+// compares, prints and keys by its exact value.
+TEST(BigInt, FitsInInt64OrKeepsItsDigits) {
+  EXPECT_FALSE(Node::Integer("9223372036854775807")->is_big_int());
+  EXPECT_EQ(Node::Integer("-9223372036854775808")->as_int(), INT64_MIN);
+  EXPECT_EQ(Node::Integer("-000")->as_int(), 0);
+  NodePtr big = Node::Integer("+00018446744073709551616");
+  EXPECT_TRUE(big->is_big_int());
+  EXPECT_EQ(big->int_text(), "18446744073709551616");
+  EXPECT_EQ(big->as_int(), INT64_MAX);  // saturated: int64 readers must refuse it
+  EXPECT_EQ(Node::Integer("-9223372036854775809")->int_text(), "-9223372036854775809");
+  EXPECT_EQ(PythonStr(*Node::Integer("-9223372036854775809")), "-9223372036854775809");
+  EXPECT_DOUBLE_EQ(NumberValue(*big), 18446744073709551616.0);
+  EXPECT_TRUE(DeepEqual(*big, *big->Clone()));
+  EXPECT_FALSE(DeepEqual(*big, *Node::Int(INT64_MAX)));
+  EXPECT_FALSE(DeepEqual(*big, *Node::String("18446744073709551616")));
+}
+
+// Python: 2**64 == 2.0**64, but 2**64 + 1 != 2.0**64 and 2**53 + 1 != 2.0**53.
+TEST(BigInt, TypedKeysMatchEqualNumbersExactly) {
+  std::string key = TypedKey(*Node::Integer("18446744073709551616"));
+  EXPECT_TRUE(IsTypedKey(key));
+  EXPECT_EQ(KeyText(key), "18446744073709551616");
+  EXPECT_TRUE(DeepEqual(*KeyValue(key), *Node::Integer("18446744073709551616")));
+  EXPECT_TRUE(KeysMatch(key, TypedKey(*Node::Float(18446744073709551616.0))));
+  EXPECT_FALSE(KeysMatch(TypedKey(*Node::Integer("18446744073709551617")),
+                         TypedKey(*Node::Float(18446744073709551616.0))));
+  EXPECT_FALSE(KeysMatch(TypedKey(*Node::Int(9007199254740993)), TypedKey(*Node::Float(9007199254740992.0))));
+  EXPECT_TRUE(KeysMatch(TypedKey(*Node::Int(-3)), TypedKey(*Node::Float(-3.0))));
+  EXPECT_FALSE(KeysMatch(key, "18446744073709551616"));
+}
+
 }  // namespace
 }  // namespace kiln::config

@@ -37,6 +37,7 @@ NodePtr Value(const std::string& text) {
 
 constexpr auto ExpectString = &TypedValueChecks<Value>::String;
 constexpr auto ExpectInt = &TypedValueChecks<Value>::Int;
+constexpr auto ExpectBigInt = &TypedValueChecks<Value>::BigInt;
 constexpr auto ExpectFloat = &TypedValueChecks<Value>::Float;
 constexpr auto ExpectBool = &TypedValueChecks<Value>::Bool;
 
@@ -162,6 +163,22 @@ TEST(OverrideValues, Ints) {
   ExpectInt("+7", 7);
   ExpectInt("1_000", 1000);
   ExpectInt("1_000_000", 1000000);
+}
+
+// Hydra's INT is Python's int: no bound. Hex is no int in the override grammar (a string).
+TEST(OverrideValues, IntsBeyondInt64StayInts) {
+  ExpectInt("-9223372036854775808", std::numeric_limits<int64_t>::min());
+  ExpectBigInt("9223372036854775808", "9223372036854775808");
+  ExpectBigInt("18_446_744_073_709_551_616", "18446744073709551616");
+  ExpectBigInt("-99999999999999999999", "-99999999999999999999");
+  ExpectBigInt("int(1e20)", "100000000000000000000");
+  ExpectBigInt("int('18446744073709551616')", "18446744073709551616");
+  ExpectString("0x1FFFFFFFFFFFFFFFF", "0x1FFFFFFFFFFFFFFFF");
+  NodePtr list = Value("[18446744073709551616,1]");
+  ASSERT_TRUE(list->is_list());
+  EXPECT_EQ(list->items()[0]->int_text(), "18446744073709551616");
+  EXPECT_EQ(NodeToOverrideString(*Value("-99999999999999999999")), "-99999999999999999999");
+  EXPECT_THAT(std::string(ParseError("x=range(0,99999999999999999999)").message()), HasSubstr("int64"));
 }
 
 TEST(OverrideValues, Floats) {

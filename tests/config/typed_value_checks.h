@@ -17,6 +17,14 @@ struct TypedValueChecks {
     ASSERT_EQ(v->kind(), NodeKind::kInt) << text << " read as " << KindName(v->kind());
     EXPECT_EQ(v->as_int(), expected) << text;
   }
+  // An int beyond int64, by its decimal text.
+  static void BigInt(const std::string& text, const std::string& expected) {
+    NodePtr v = Parse(text);
+    ASSERT_EQ(v->kind(), NodeKind::kInt) << text << " read as " << KindName(v->kind());
+    EXPECT_TRUE(v->is_big_int()) << text;
+    EXPECT_EQ(v->int_text(), expected) << text;
+    EXPECT_EQ(PythonStr(*v), expected) << text;
+  }
   static void Float(const std::string& text, double expected) {
     NodePtr v = Parse(text);
     ASSERT_EQ(v->kind(), NodeKind::kFloat) << text << " read as " << KindName(v->kind());

@@ -88,6 +88,19 @@ TEST(Registry, WrongTypeNamesKeyAndLine) {
   EXPECT_NE(m.find("widget.yaml:2"), std::string::npos) << m;
 }
 
+// 2**64 is an int in a config (Python's), but no int option holds it: refused where it was set.
+TEST(Registry, IntBeyond64BitsIsRefusedForAnIntOptionAndTakenForAFloatOne) {
+  auto w = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: 18446744073709551616\n"));
+  ASSERT_FALSE(w.ok());
+  std::string m(w.status().message());
+  EXPECT_NE(m.find("option 'model.teeth' of widget 'gear' must be an integer within 64 bits, got 18446744073709551616"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("widget.yaml:2"), std::string::npos) << m;
+  auto f = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: 1\nratio: 18446744073709551616\n"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_DOUBLE_EQ((*f)->ratio, 18446744073709551616.0);
+}
+
 TEST(Registry, MissingRequiredOptionIsNamed) {
   auto w = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\n"));
   ASSERT_FALSE(w.ok());

@@ -45,7 +45,7 @@ constexpr char kInstall[] = "pip install optuna (kiln's .venv: scripts/setup_ven
 
 double ReplyNumber(const config::Node& node) {
   switch (node.kind()) {
-    case config::NodeKind::kInt: return static_cast<double>(node.as_int());
+    case config::NodeKind::kInt: return config::NumberValue(node);
     case config::NodeKind::kFloat: return node.as_float();
     case config::NodeKind::kString: return std::strtod(node.as_string().c_str(), nullptr);
     default: return std::nan("");

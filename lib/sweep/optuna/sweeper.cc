@@ -128,7 +128,7 @@ struct Param {
 
 // The shortest text that reads back as the same number (1e-05, not 1.0000000000000001e-05).
 std::string Number(const Node& n) {
-  if (n.kind() == NodeKind::kInt) return std::to_string(n.as_int());
+  if (n.kind() == NodeKind::kInt) return n.int_text();
   for (int digits = 6; digits < 17; ++digits) {
     std::string text = absl::StrFormat("%.*g", digits, n.as_float());
     if (std::strtod(text.c_str(), nullptr) == n.as_float()) return text;
@@ -136,7 +136,7 @@ std::string Number(const Node& n) {
   return absl::StrFormat("%.17g", n.as_float());
 }
 double AsDouble(const Node& n) {
-  return n.kind() == NodeKind::kInt ? static_cast<double>(n.as_int()) : n.as_float();
+  return config::NumberValue(n);
 }
 
 // Hydra's optuna sweeper's mapping: choice -> categorical; range -> int (or float) with a step;
