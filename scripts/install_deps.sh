@@ -25,6 +25,7 @@ set -euo pipefail
 #   zlib1g-dev                                           gzip-compressed IDX files
 #   libarchive-dev libssl-dev                            tar shards (data=shards, kiln shard) and their SHA-256
 #   libjpeg62-turbo-dev                                  libjpeg-turbo: JPEGs decoded only where the crop is
+#   libpng-dev                                           libpng: PNGs decoded with their messages in kiln's log
 #   nlohmann-json3-dev                                   JSON (safetensors headers)
 #   dataset-fashion-mnist                                the default experiment's data
 #   libcpp-httplib-dev                                   HTTP server of kiln dashboard
@@ -41,7 +42,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   python3 python3-venv python3-dev libgloo-dev
   libyaml-cpp-dev libabsl-dev libtbb-dev libopencv-dev libsentencepiece-dev libsndfile1-dev libsoxr-dev
-  libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev libarchive-dev libssl-dev libjpeg62-turbo-dev
+  libgtest-dev libgmock-dev zlib1g-dev nlohmann-json3-dev libarchive-dev libssl-dev libjpeg62-turbo-dev libpng-dev
   dataset-fashion-mnist
   libcpp-httplib-dev
 )

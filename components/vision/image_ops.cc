@@ -2,13 +2,18 @@
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <png.h>
 
+#include <csetjmp>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "components/vision/jpeg_crop.h"
 #include "lib/core/status_macros.h"
+#include "lib/logging/logger.h"
 
 namespace kiln::data {
 
@@ -33,6 +38,90 @@ uint32_t LittleEndian(std::string_view b, size_t at, int bytes) {
   uint32_t v = 0;
   for (int i = bytes - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(b[at + static_cast<size_t>(i)]);
   return v;
+}
+
+// What a decoder says about a bad image goes to kiln's log, one line per 10 s at most: a flood of
+// bad uploads to `kiln serve` is one line now and then, not one per request.
+RateLimitedLog& DecoderLog() {
+  static auto* log = new RateLimitedLog(LogLevel::kWarning, 10.0);
+  return *log;
+}
+
+// libpng reads from memory and reports to this, never to stderr (its default handlers print
+// "libpng error: ..." there, which is what OpenCV's PNG decoder leaves them doing).
+struct PngInput {
+  std::string_view bytes;
+  size_t pos = 0;
+  std::string error;
+  std::vector<std::string> warnings;
+};
+
+void ReadPngBytes(png_structp png, png_bytep out, size_t size) {
+  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
+  if (size > in->bytes.size() - in->pos) png_error(png, "the file ends before the image does (truncated)");
+  std::memcpy(out, in->bytes.data() + in->pos, size);
+  in->pos += size;
+}
+
+void OnPngError(png_structp png, png_const_charp message) {
+  static_cast<PngInput*>(png_get_error_ptr(png))->error = message;
+  png_longjmp(png, 1);
+}
+
+void OnPngWarning(png_structp png, png_const_charp message) {
+  auto* in = static_cast<PngInput*>(png_get_error_ptr(png));
+  if (in->warnings.size() < 3) in->warnings.push_back(message);
+}
+
+// A PNG decoded by libpng with the transformations OpenCV 4.6's PNG decoder asks for (imgcodecs'
+// PngDecoder::readData for an 8-bit, 3- or 1-channel result: 16 bits cut to 8, alpha dropped,
+// palettes and low-bit grays expanded, gray to RGB or RGB to gray with 0.299/0.587), so the pixels
+// are those cv::imdecode gives, bit for bit, but in RGB order and with libpng's messages here.
+absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const std::string& what) {
+  PngInput in{bytes};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &in, OnPngError, OnPngWarning);
+  if (png == nullptr) return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot start libpng"));
+  png_infop info = png_create_info_struct(png);
+  png_infop end_info = png_create_info_struct(png);
+  cv::Mat image;                 // declared before setjmp: a longjmp back here leaves them intact
+  std::vector<png_bytep> rows;
+  bool decoded = false;
+  if (info != nullptr && end_info != nullptr && setjmp(png_jmpbuf(png)) == 0) {
+    png_set_read_fn(png, &in, ReadPngBytes);
+    png_read_info(png, info);
+    png_uint_32 width = 0, height = 0;
+    int bit_depth = 0, color_type = 0;
+    png_get_IHDR(png, info, &width, &height, &bit_depth, &color_type, nullptr, nullptr, nullptr);
+    if (bit_depth == 16) png_set_strip_16(png);
+    png_set_strip_alpha(png);
+    if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (!grayscale && (color_type & PNG_COLOR_MASK_COLOR) == 0) {
+      png_set_gray_to_rgb(png);
+    } else if (grayscale) {
+      png_set_rgb_to_gray(png, 1, 0.299, 0.587);
+    }
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    const int channels = grayscale ? 1 : 3;
+    if (png_get_channels(png, info) != channels || png_get_rowbytes(png, info) != static_cast<size_t>(width) * channels) {
+      png_error(png, "unexpected layout after conversion");
+    }
+    image.create(static_cast<int>(height), static_cast<int>(width), grayscale ? CV_8UC1 : CV_8UC3);
+    rows.resize(height);
+    for (png_uint_32 y = 0; y < height; ++y) rows[y] = image.ptr<uint8_t>(static_cast<int>(y));
+    png_read_image(png, rows.data());
+    png_read_end(png, end_info);
+    decoded = true;
+  }
+  png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, end_info != nullptr ? &end_info : nullptr);
+  if (!in.warnings.empty()) DecoderLog().Log(absl::StrCat(what, ": PNG: ", absl::StrJoin(in.warnings, "; ")));
+  if (!decoded) {
+    std::string message = absl::StrCat(what, ": cannot decode PNG: ", in.error.empty() ? "out of memory" : in.error);
+    DecoderLog().Log(message);
+    return absl::InvalidArgumentError(message);
+  }
+  return image;
 }
 
 }  // namespace
@@ -84,17 +173,21 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
                                                    " pixels, more than kiln decodes (", kMaxImagePixels, ")"));
   }
   cv::Mat image;
-  try {
-    cv::Mat buffer(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));
-    image = cv::imdecode(buffer, options.grayscale ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-  } catch (const cv::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode image: ", e.msg));
+  if (bytes.substr(0, 8) == "\x89PNG\r\n\x1a\n") {
+    KILN_ASSIGN_OR_RETURN(image, DecodePng(bytes, options.grayscale, what));
+  } else {
+    try {
+      cv::Mat buffer(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));
+      image = cv::imdecode(buffer, options.grayscale ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+    } catch (const cv::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode image: ", e.msg));
+    }
+    if (image.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
+    }
+    if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   }
-  if (image.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
-  }
-  if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   if (options.height > 0 && (image.rows != options.height || image.cols != options.width)) {
     // Area averaging when shrinking avoids aliasing; bilinear when enlarging.
     bool shrink = options.height * options.width < static_cast<int64_t>(image.rows) * image.cols;

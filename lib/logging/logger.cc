@@ -105,4 +105,21 @@ bool ParseLogLevel(const std::string& text, LogLevel* level) {
   return true;
 }
 
+void RateLimitedLog::Log(const std::string& message) {
+  double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t held_back = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (now - last_ < interval_) {
+      ++held_back_;
+      return;
+    }
+    last_ = now;
+    held_back = held_back_;
+    held_back_ = 0;
+  }
+  Logger::Instance().Log(level_, held_back == 0 ? message
+                                                : absl::StrCat(message, " (and ", held_back, " more like it since the last)"));
+}
+
 }  // namespace kiln

@@ -2,6 +2,7 @@
 // "[2026-11-22 03:40:00,123][kiln][INFO] - message". Only rank 0 writes (ranks come later).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -41,6 +42,22 @@ class Logger {
   LogLevel level_ = LogLevel::kInfo;
   bool console_ = true;
   std::shared_ptr<const std::function<void(const std::string&)>> sink_;
+};
+
+// A source of messages that may come in floods (a decoder's complaint about each bad upload):
+// logs one line per `interval_seconds` at most; the lines held back in between are counted, and
+// the next line logged says how many there were.
+class RateLimitedLog {
+ public:
+  RateLimitedLog(LogLevel level, double interval_seconds) : level_(level), interval_(interval_seconds) {}
+  void Log(const std::string& message);
+
+ private:
+  std::mutex mu_;
+  LogLevel level_;
+  double interval_;
+  double last_ = -1e300;  // seconds on the steady clock
+  int64_t held_back_ = 0;
 };
 
 // Parses "DEBUG", "INFO", "WARNING", "ERROR" (any case).

@@ -29,6 +29,15 @@ def _overrides(overrides: Sequence[str]) -> list:
         raise TypeError("overrides is a list of strings, e.g. [%r], not one string" % overrides)
     return [str(o) for o in overrides]
 
+try:
+    from ._kiln import __version__  # noqa: F401
+except ModuleNotFoundError as _missing:
+    if _missing.name != __name__ + "._kiln":
+        raise
+    import os as _os
+    raise ImportError("kiln's extension kiln._kiln is not built in %s: run scripts/setup.sh (it builds it where "
+                      "python3-dev is installed), or ninja -C build kiln_python" % _os.path.dirname(__file__)) from None
+
 from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
 from ._kiln import Predictor as _Predictor
 from ._kiln import report_html as _report_html

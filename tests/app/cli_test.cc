@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
@@ -230,6 +231,31 @@ TEST_F(CliTest, ListLoadsTheLibTorchComponentsWithTheirOptions) {
   EXPECT_NE(r.out.find("cnn  [built-in]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("channels: list = [32, 64]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("num_classes: int = (required)"), std::string::npos) << r.out;
+}
+
+// A mistyped command lists the same commands as `kiln --help`: one list.
+TEST_F(CliTest, AMistypedCommandListsEveryCommandThatHelpLists) {
+  auto help = Kiln({"--help"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  std::vector<std::string> commands;
+  bool in_commands = false;
+  for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+    if (line == "commands:") {
+      in_commands = true;
+    } else if (in_commands && absl::StartsWith(line, "  ")) {
+      std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      commands.push_back(words[0]);
+    } else if (in_commands) {
+      break;
+    }
+  }
+  ASSERT_GE(commands.size(), 13u) << help.out;
+  auto r = Kiln({"trian"});
+  EXPECT_EQ(r.exit_code, 2);
+  size_t list = r.err.find("; commands: ");
+  ASSERT_NE(list, std::string::npos) << r.err;
+  std::string listed = r.err.substr(list + 12, r.err.find('\n', list) - list - 12);
+  EXPECT_EQ(listed, absl::StrJoin(commands, ", ")) << r.err;
 }
 
 struct BadInput {

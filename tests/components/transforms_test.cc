@@ -2,8 +2,12 @@
 // the centre-crop fallback, exact brightness/contrast/saturation/hue arithmetic on uint8), and
 // determinism from (seed, epoch, index) alone.
 #include <gtest/gtest.h>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <png.h>
 #include <torch/torch.h>
 
+#include <random>
 #include <set>
 
 #include "tests/components/instantiate.h"
@@ -187,6 +191,122 @@ TEST(DecodeImageBytes, RefusesOtherFormatsAndHeadersClaimingMoreThanTheLimit) {
   EXPECT_TRUE(torch::equal(*decoded, image));
   EXPECT_EQ(ClaimedImageSize("not an image"), std::nullopt);
   EXPECT_FALSE(IsDecodableImage("P5 12 34 255"));
+}
+
+// A PNG of any layout, written by libpng into memory: pixels random (seeded), each row `width *
+// samples` values of `bit_depth` bits packed as PNG packs them.
+struct PngSpec {
+  const char* name;
+  int color_type;
+  int bit_depth;
+  bool interlaced = false;
+  bool transparency = false;  // a tRNS chunk (palette alpha, or a transparent gray/RGB value)
+};
+
+std::string WritePng(const PngSpec& spec, int width, int height, unsigned seed) {
+  std::string out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_set_write_fn(
+      png, &out, [](png_structp p, png_bytep data, size_t n) { static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<char*>(data), n); },
+      [](png_structp) {});
+  png_set_IHDR(png, info, width, height, spec.bit_depth, spec.color_type,
+               spec.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  std::mt19937 rng(seed);
+  const size_t entries = spec.bit_depth < 4 ? size_t{1} << spec.bit_depth : 16;  // what the indices reach
+  std::vector<png_color> palette(entries);
+  std::vector<png_byte> alpha(entries);
+  for (size_t i = 0; i < palette.size(); ++i) {
+    palette[i] = {static_cast<png_byte>(rng()), static_cast<png_byte>(rng()), static_cast<png_byte>(rng())};
+    alpha[i] = static_cast<png_byte>(rng());
+  }
+  png_color_16 transparent{};
+  transparent.gray = 1;
+  transparent.red = 3;
+  if (spec.color_type == PNG_COLOR_TYPE_PALETTE) png_set_PLTE(png, info, palette.data(), static_cast<int>(palette.size()));
+  if (spec.transparency) {
+    png_set_tRNS(png, info, alpha.data(), spec.color_type == PNG_COLOR_TYPE_PALETTE ? static_cast<int>(entries) : 0, &transparent);
+  }
+  png_write_info(png, info);
+  png_set_interlace_handling(png);
+  const int samples = spec.color_type == PNG_COLOR_TYPE_RGB_ALPHA ? 4 : spec.color_type == PNG_COLOR_TYPE_RGB ? 3
+                      : spec.color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2 : 1;
+  const size_t row_bytes = (static_cast<size_t>(width) * samples * spec.bit_depth + 7) / 8;
+  std::vector<std::vector<png_byte>> rows(height, std::vector<png_byte>(row_bytes));
+  for (auto& row : rows) {
+    for (auto& b : row) b = static_cast<png_byte>(rng());
+    if (spec.color_type == PNG_COLOR_TYPE_PALETTE && spec.bit_depth == 8) {
+      for (auto& b : row) b %= 16;  // indices within the palette
+    }
+  }
+  std::vector<png_bytep> pointers;
+  for (auto& row : rows) pointers.push_back(row.data());
+  png_write_image(png, pointers.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+// kiln decodes PNGs with libpng itself (so libpng's messages reach kiln's log, not stderr) and
+// must give exactly what OpenCV's decoder gave before: every layout PNG has, in color and gray.
+TEST(DecodeImageBytes, PngPixelsAreOpenCvsBitForBit) {
+  const std::vector<PngSpec> specs = {
+      {"gray1", PNG_COLOR_TYPE_GRAY, 1},
+      {"gray2", PNG_COLOR_TYPE_GRAY, 2},
+      {"gray4_trns", PNG_COLOR_TYPE_GRAY, 4, false, true},
+      {"gray8", PNG_COLOR_TYPE_GRAY, 8},
+      {"gray16", PNG_COLOR_TYPE_GRAY, 16},
+      {"gray_alpha8", PNG_COLOR_TYPE_GRAY_ALPHA, 8},
+      {"gray_alpha16", PNG_COLOR_TYPE_GRAY_ALPHA, 16},
+      {"rgb8", PNG_COLOR_TYPE_RGB, 8},
+      {"rgb8_interlaced", PNG_COLOR_TYPE_RGB, 8, true},
+      {"rgb8_trns", PNG_COLOR_TYPE_RGB, 8, false, true},
+      {"rgb16", PNG_COLOR_TYPE_RGB, 16},
+      {"rgba8", PNG_COLOR_TYPE_RGB_ALPHA, 8},
+      {"rgba16_interlaced", PNG_COLOR_TYPE_RGB_ALPHA, 16, true},
+      {"palette2", PNG_COLOR_TYPE_PALETTE, 2},
+      {"palette4_trns", PNG_COLOR_TYPE_PALETTE, 4, false, true},
+      {"palette8_trns_interlaced", PNG_COLOR_TYPE_PALETTE, 8, true, true},
+  };
+  unsigned seed = 1;
+  for (const PngSpec& spec : specs) {
+    std::string bytes = WritePng(spec, 13, 9, seed++);
+    cv::Mat buffer(1, static_cast<int>(bytes.size()), CV_8UC1, bytes.data());
+    for (bool grayscale : {false, true}) {
+      SCOPED_TRACE(std::string(spec.name) + (grayscale ? " as gray" : " as color"));
+      cv::Mat expected = cv::imdecode(buffer, grayscale ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+      ASSERT_FALSE(expected.empty());
+      if (!grayscale) cv::cvtColor(expected, expected, cv::COLOR_BGR2RGB);
+      ImageDecodeOptions options;
+      options.grayscale = grayscale;
+      auto decoded = DecodeImageBytes(bytes, options, spec.name);
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      torch::Tensor want = torch::from_blob(expected.data, {expected.rows, expected.cols, expected.channels()}, torch::kUInt8)
+                               .permute({2, 0, 1});
+      EXPECT_TRUE(torch::equal(*decoded, want));
+    }
+  }
+}
+
+// A truncated or corrupt PNG is one status naming the input, and libpng's complaint reaches
+// stderr only as kiln's log line (Hydra's format), once per 10 s however many arrive.
+TEST(DecodeImageBytes, BadPngsAreAStatusAndOneRateLimitedLogLine) {
+  std::string good = WritePng({"rgb8", PNG_COLOR_TYPE_RGB, 8}, 32, 32, 7);
+  std::string truncated = good.substr(0, good.size() / 2);
+  std::string corrupt = good;
+  corrupt[good.size() / 2] ^= 0x55;  // inside IDAT: its CRC no longer matches
+  ::testing::internal::CaptureStderr();
+  auto first = DecodeImageBytes(truncated, {}, "upload.png");
+  std::vector<absl::Status> more;
+  for (int i = 0; i < 5; ++i) more.push_back(DecodeImageBytes(i % 2 ? corrupt : truncated, {}, "upload.png").status());
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().message(), "upload.png: cannot decode PNG: the file ends before the image does (truncated)");
+  for (const auto& st : more) EXPECT_FALSE(st.ok());
+  EXPECT_NE(more[0].message().find("upload.png: cannot decode PNG: "), std::string::npos) << more[0];
+  EXPECT_EQ(err.find("libpng"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("][kiln][WARNING] - upload.png: cannot decode PNG: the file ends before the image does"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -23,6 +23,30 @@ def weights(run_dir, out_dir):
     return _weights([KILN], run_dir, out_dir)
 
 
+class FirstCommand(unittest.TestCase):
+    """README's first command builds kiln_runtime; `import kiln` works after it (issue 51)."""
+
+    def test_the_first_commands_target_builds_the_extension(self):
+        query = subprocess.run([os.environ["KILN_NINJA"], "-C", os.environ["KILN_BUILD_DIR"], "-t", "query", "kiln_runtime"],
+                               check=True, capture_output=True, text=True).stdout
+        self.assertIn("python/kiln/_kiln", query)
+
+    def test_without_the_extension_the_import_says_what_to_run(self):
+        package = os.path.dirname(kiln.__file__)
+        with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(os.path.join(tmp, "kiln"))
+            for name in os.listdir(package):
+                if name.endswith(".py"):
+                    with open(os.path.join(package, name), "rb") as src, open(os.path.join(tmp, "kiln", name), "wb") as dst:
+                        dst.write(src.read())
+            r = subprocess.run([sys.executable, "-c", "import kiln"], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONPATH=tmp))
+        self.assertEqual(r.returncode, 1)
+        last = r.stderr.strip().splitlines()[-1]
+        self.assertTrue(last.startswith("ImportError: kiln's extension kiln._kiln is not built in "), r.stderr)
+        self.assertIn("scripts/setup.sh", last)
+
+
 class Compose(unittest.TestCase):
     def test_matches_the_command_line(self):
         cfg = kiln.compose(overrides=["model=mlp", "model.hidden=[64,32]", "trainer.max_epochs=2"])

@@ -159,7 +159,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     }
     if (!known) {
       return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
-                               "; commands: train, validate, test, predict, export, compose, list, report, dashboard"));
+                               "; commands: ", absl::StrJoin(names, ", ")));
     }
   }
   if (std::vector<std::string> subcommands = KnownSubcommands(cl.command); !subcommands.empty()) {
