@@ -36,6 +36,7 @@
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
+#include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/environment.h"
@@ -59,7 +60,7 @@ const bool kComposeRegistered = [] {
 }();
 
 absl::Status ComposeCommand(JobContext& job) {
-  std::string yaml = config::ToYaml(*job.cfg.node());
+  std::string yaml = config::ToYaml(*config::RedactSecrets(*job.cfg.node()));
   std::fwrite(yaml.data(), 1, yaml.size(), stdout);
   std::fflush(stdout);
   Logger::Instance().Info(absl::StrCat("config recorded in ", job.output_dir, "/.hydra/config.yaml"));
@@ -455,7 +456,7 @@ class Application {
       Logger::Instance().Warning(absl::StrCat(
           "kiln ", cl_.command, ": this build has no training engine yet; the job's config was composed "
           "and recorded in ", output_dir, "/.hydra/config.yaml"));
-      Print(config::ToYaml(*job.cfg.node()));
+      Print(config::ToYaml(*config::RedactSecrets(*job.cfg.node())));
     }
     return status;
   }
@@ -555,6 +556,9 @@ class Application {
       if (!resolved.ok()) return resolved.status();
       node = *resolved;
     }
+    // A secret option's value (serve.token) is ***, in the job and in the overrides hydra records.
+    node = config::RedactSecrets(*node);
+    if (NodePtr hydra = node->is_map() ? node->Find("hydra") : nullptr) node->Set("hydra", config::RedactHydraSecrets(*hydra));
     auto selected = SelectPackage(node);
     if (!selected.ok()) return selected.status();
     if (cl_.package.has_value() && !cl_.package->empty()) Print(absl::StrCat("# @package ", *cl_.package, "\n"));
@@ -591,11 +595,11 @@ class Application {
       absl::StrAppend(&out, "\n");
     }
     if (want("config")) {
-      absl::StrAppend(&out, "Config\n******\n", config::ToYaml(*composed.job), "\n");
+      absl::StrAppend(&out, "Config\n******\n", config::ToYaml(*config::RedactSecrets(*composed.job)), "\n");
     }
     if (want("provenance")) {
       absl::StrAppend(&out, "Provenance (where each value was set)\n*************************************\n",
-                      config::FormatProvenance(*composed.job));
+                      config::FormatProvenance(*config::RedactSecrets(*composed.job)));
     }
     if (out.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -624,7 +628,7 @@ class Application {
     absl::StrAppend(&out, "== Configuration groups ==\nCompose your configuration from these groups (group=option)\n\n");
     AppendGroups("", &out);
     absl::StrAppend(&out, "\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n",
-                    config::ToYaml(*composed.job), "\n");
+                    config::ToYaml(*config::RedactSecrets(*composed.job)), "\n");
     if (NodePtr f = config::SelectPath(composed.hydra, {"help", "footer"}); f && f->kind() == config::NodeKind::kString) {
       absl::StrAppend(&out, f->as_string(), "\n");
     }

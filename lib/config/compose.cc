@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
+#include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 
 namespace kiln::config {
@@ -50,7 +51,7 @@ std::string OverrideDirname(const std::vector<Override>& task, const Node& hydra
   for (const auto& o : task) {
     if (o.is_sweep()) continue;  // a sweep has no single value; each job gets its own
     if (std::find(exclude.begin(), exclude.end(), o.key_or_group) != exclude.end()) continue;
-    std::string value = o.has_value ? OverrideValueToString(o.value) : "";
+    std::string value = !o.has_value ? "" : IsSecretKey(o.key_or_group) ? kRedacted : OverrideValueToString(o.value);
     lines.push_back(o.KeyElement() + kv_sep + value);
   }
   std::sort(lines.begin(), lines.end());

@@ -1,5 +1,7 @@
 #include "lib/registry/options.h"
 
+#include "lib/config/secrets.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -29,6 +31,12 @@ const char* OptionTypeName(OptionType type) {
     case OptionType::kAny: return "any";
   }
   return "?";
+}
+
+void RegisterSecretOptions(const std::string& key, const OptionSchema& schema) {
+  for (const auto& spec : schema.options()) {
+    if (spec.secret) config::RegisterSecretKey(key.empty() ? spec.name : key + "." + spec.name);
+  }
 }
 
 OptionSchema& OptionSchema::Push(OptionSpec spec) {

@@ -52,6 +52,7 @@ struct OptionSpec {
   bool nullable = false;          // null is an accepted value
   OptionCheck check;              // empty: any value of the type
   OptionCheck item_check;         // asked of each item of a list value (Each); empty: none
+  bool secret = false;            // a credential: *** wherever kiln stores or prints a config
 };
 // A declaration whose default is given as override text ("1.0", "null", "[32, 64]"); a null
 // default makes null an accepted value.
@@ -75,6 +76,11 @@ class OptionSchema {
 
   const std::vector<OptionSpec>& options() const { return options_; }
   const OptionSpec* Find(const std::string& name) const;
+  // Marks the option declared last as a secret (OptionBinding::Secret()).
+  OptionSchema& MarkLastSecret() {
+    if (!options_.empty()) options_.back().secret = true;
+    return *this;
+  }
 
   // Checks `node` (a mapping, keys starting with '_' ignored) against the declaration and
   // returns a copy with defaults filled in. `key` names the node in messages ("model").
@@ -85,6 +91,10 @@ class OptionSchema {
   OptionSchema& Push(OptionSpec spec);
   std::vector<OptionSpec> options_;
 };
+
+// Registers the secret options of `schema` (OptionBinding::Secret()) under the config key the
+// component reads them from ("serve" -> "serve.token"): kiln then prints and stores them as ***.
+void RegisterSecretOptions(const std::string& key, const OptionSchema& schema);
 
 // A component's options written in C++ instead of YAML, for library use:
 //   auto model = Registry<Model>::Get().Instantiate(
@@ -346,6 +356,12 @@ class OptionBinding {
 
   // The declaration (what `kiln list` and docs/components.md show).
   const OptionSchema& schema() const { return schema_; }
+  // The option declared just before is a secret (a token, a password): its value is shown as ***
+  // wherever kiln stores or prints a config, once RegisterSecretOptions names where it sits.
+  OptionBinding& Secret() {
+    schema_.MarkLastSecret();
+    return *this;
+  }
   // The struct from options that the schema has validated and completed (with their key prefix,
   // which config::Config fields keep).
   S Fill(const config::Config& options) const {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lib/config/secrets.h"
 #include "lib/core/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
@@ -80,13 +81,14 @@ absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& ru
   if (subdir.empty()) return absl::OkStatus();
   std::string meta = absl::StrCat(run.output_dir, "/", subdir);
   if (auto st = MakeDirs(meta); !st.ok()) return st;
+  // A secret option's value (serve.token) is *** in all three files.
   NodePtr hydra_file = Node::Map();
-  hydra_file->Set("hydra", composed.hydra);
+  hydra_file->Set("hydra", config::RedactHydraSecrets(*composed.hydra));
   NodePtr overrides = Node::List();
   for (const auto& o : composed.overrides) {
-    if (o.key_or_group.rfind("hydra", 0) != 0) overrides->Append(Node::String(o.input_line));
+    if (o.key_or_group.rfind("hydra", 0) != 0) overrides->Append(Node::String(config::RedactOverride(o.input_line)));
   }
-  for (const auto& [name, node] : {std::pair<const char*, NodePtr>{"config.yaml", composed.job},
+  for (const auto& [name, node] : {std::pair<const char*, NodePtr>{"config.yaml", config::RedactSecrets(*composed.job)},
                                    {"hydra.yaml", hydra_file},
                                    {"overrides.yaml", overrides}}) {
     if (auto st = WriteFileAtomically(absl::StrCat(meta, "/", name), config::ToYaml(*node)); !st.ok()) {

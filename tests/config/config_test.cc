@@ -10,6 +10,7 @@
 
 #include "lib/config/node.h"
 #include "lib/config/provenance.h"
+#include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
 
@@ -475,6 +476,30 @@ TEST(DidYouMean, Formats) {
   EXPECT_EQ(DidYouMean("ab", {"abc", "abd"}), " (did you mean 'abc' or 'abd'?)");
   EXPECT_EQ(DidYouMean("zzzzzz", {"model"}), "");
   EXPECT_EQ(DidYouMean("x", {}), "");
+}
+
+// A secret key's value is *** in a copy (its override's text too), null and absent stay, other
+// keys and the original are untouched; overrides and the hydra node's records likewise.
+TEST(Secrets, AreRedactedInCopiesOfConfigsAndOverrides) {
+  RegisterSecretKey("tracker.password");
+  RegisterSecretKey("tracker.password");
+  std::vector<std::string> keys = SecretKeys();
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), "tracker.password"), 1);
+  auto parsed = ParseYaml("tracker:\n  user: me\n  password: hunter2\nother: {password: fine}\n", "t.yaml");
+  ASSERT_TRUE(parsed.ok());
+  (*parsed)->Find("tracker")->Find("password")->set_source(Source::Override("tracker.password=hunter2"));
+  NodePtr redacted = RedactSecrets(**parsed);
+  EXPECT_EQ(ToYaml(*redacted), "tracker:\n  user: me\n  password: '***'\nother:\n  password: fine\n");
+  EXPECT_EQ(redacted->Find("tracker")->Find("password")->source().Describe(), "command line 'tracker.password=***'");
+  EXPECT_EQ((*parsed)->Find("tracker")->Find("password")->as_string(), "hunter2");
+  auto no_value = ParseYaml("tracker: {password: null}\n", "t.yaml");
+  EXPECT_TRUE(RedactSecrets(**no_value)->Find("tracker")->Find("password")->is_null());
+  EXPECT_EQ(RedactOverride("tracker.password=hunter2"), "tracker.password=***");
+  EXPECT_EQ(RedactOverride("++tracker.password='a=b'"), "++tracker.password=***");
+  EXPECT_EQ(RedactOverride("tracker.user=me"), "tracker.user=me");
+  EXPECT_EQ(RedactOverride("~tracker.password"), "~tracker.password");
+  auto hydra = ParseYaml("overrides:\n  task: [tracker.password=hunter2, seed=1]\n", "h.yaml");
+  EXPECT_EQ(ToYaml(*RedactHydraSecrets(**hydra)), "overrides:\n  task:\n  - tracker.password=***\n  - seed=1\n");
 }
 
 }  // namespace

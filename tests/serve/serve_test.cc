@@ -219,6 +219,7 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
       {"{\"wrong\": 1}", "application/json", 400, "with \"inputs\""},
       {"this is not an image", "image/png", 400, "cannot decode image"},
       {not_png, "image/png", 400, "cannot decode image"},
+      {png[0].substr(0, png[0].size() / 2), "image/png", 400, "cannot decode PNG: the file ends before the image does"},
       {std::string(300000, 'x'), "image/png", 413, "larger than serve.max_body_bytes"},
   };
   for (const Bad& b : bad) {
@@ -239,14 +240,14 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
   for (int attempt = 0; attempt < 500; ++attempt) {
     res = client->Get("/metrics");
     if (res && MetricValue(res->body, "kiln_requests_total{code=\"413\"}") == 1 &&
-        MetricValue(res->body, "kiln_requests_total{code=\"400\"}") == 7)
+        MetricValue(res->body, "kiln_requests_total{code=\"400\"}") == 8)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
   EXPECT_TRUE(absl::StrContains(res->body, "kiln_requests_total{code=\"200\"}")) << res->body;
-  EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"400\"}"), 7) << res->body;
+  EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"400\"}"), 8) << res->body;
   EXPECT_EQ(MetricValue(res->body, "kiln_requests_total{code=\"413\"}"), 1) << res->body;
   EXPECT_GE(MetricValue(res->body, "kiln_batch_size_count"), 1);
   EXPECT_EQ(MetricValue(res->body, "kiln_queue_depth"), 0);
@@ -255,7 +256,7 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
   EXPECT_EQ(MetricValue(res->body, "kiln_batch_size_sum"), 13) << res->body;
 
   EXPECT_EQ(server.Terminate(), 0);
-  // One JSON line per request: the 10 predictions, the 8 refused, 2 unauthorized, 2 more, metrics.
+  // One JSON line per request: the 10 predictions, the 9 refused, 2 unauthorized, 2 more, metrics.
   std::vector<std::string> lines = absl::StrSplit(ReadFile(dir.path() + "/serve/access.jsonl"), '\n', absl::SkipEmpty());
   int predict_200 = 0, with_error = 0;
   for (const auto& line : lines) {
@@ -267,7 +268,21 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
     if (entry.contains("error")) ++with_error;
   }
   EXPECT_EQ(predict_200, 10);
-  EXPECT_EQ(with_error, 8 + 2 + 1);  // the bad requests, the refused tokens, the 404
+  EXPECT_EQ(with_error, 9 + 2 + 1);  // the bad requests, the refused tokens, the 404
+
+  // The token given on the command line is in no file of the run folder (`.hydra/` shows ***), and
+  // libpng's complaint about the truncated upload is a line of kiln's log.
+  std::string log;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path() + "/serve")) {
+    if (!entry.is_regular_file()) continue;
+    std::string text = ReadFile(entry.path().string());
+    EXPECT_EQ(text.find("s3cret"), std::string::npos) << entry.path() << " holds the token";
+    if (entry.path().extension() == ".log") log += text;
+  }
+  EXPECT_TRUE(absl::StrContains(ReadFile(dir.path() + "/serve/.hydra/overrides.yaml"), "serve.token=***"));
+  EXPECT_TRUE(absl::StrContains(log, "][kiln][WARNING] - ")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "cannot decode PNG: the file ends before the image does")) << log;
+  EXPECT_FALSE(absl::StrContains(log, "libpng")) << log;
 }
 
 TEST(ServeTest, AFullQueueIs503AndSigtermAnswersWhatIsQueuedThenExitsZero) {
