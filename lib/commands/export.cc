@@ -13,6 +13,7 @@
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
+#include "lib/config/secrets.h"
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/safetensors.h"
@@ -115,7 +116,7 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
                                          " per row (pad with 0 at the end, or cut)");
   }
   KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/model.json", info.dump(2) + "\n"));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
   Logger::Instance().Info(absl::StrCat("exported ", source, " to ", file, " (TorchScript, input ", c10::str(example.sizes()),
                                        " with any batch size) and ", ctx.output_dir, "/model.json"));
   std::printf("%s\n", file.c_str());
@@ -140,7 +141,7 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job->task().module()),
                                         {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job->model_name()},
                                          {"source", path}}));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*ctx.cfg.node())));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
   Logger::Instance().Info(absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
   std::printf("%s\n", weights.c_str());
   return absl::OkStatus();

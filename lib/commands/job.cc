@@ -3,8 +3,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/run/command.h"
 #include "lib/run/run_dir.h"
+#include "lib/run/stored_config.h"
 #include "lib/config/compose.h"
 #include "lib/config/yaml_io.h"
+#include "lib/config/secrets.h"
 #include "lib/core/files.h"
 #include "lib/distributed/process_group.h"
 #include "lib/core/directory_lock.h"
@@ -95,10 +97,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, 
   CheckpointKeeper* keeper = FindCheckpointKeeper(job->callbacks_);
   job->checkpoint_dir_ = CheckpointDir(keeper, job->options_);
   job->checkpoint_keeper_ = keeper;
+  if (!fit && cfg.Has("run_dir") && !IsNull(cfg, "run_dir")) {
+    KILN_ASSIGN_OR_RETURN(job->evaluated_run_, cfg.Get<std::string>("run_dir"));
+  }
   return job;
 }
 
-absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request) {
+absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request, bool from_run) {
   config::ComposeOptions options;
   options.search_path.push_back(
       {"main", request.config_dir.empty() ? app::DefaultConfigPath() : request.config_dir});
@@ -108,6 +113,7 @@ absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request) {
   options.version = app::Version();
   ComposedJob job;
   KILN_ASSIGN_OR_RETURN(config::ComposeResult composed, config::Compose(options));
+  if (from_run) KILN_RETURN_IF_ERROR(app::StartFromStoredConfig(composed).status());
   job.composed = std::make_shared<config::ComposeResult>(std::move(composed));
   KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(*job.composed, /*job_num=*/-1, ""));
   job.output_dir = run.output_dir;
@@ -125,7 +131,7 @@ absl::Status WriteRunFolder(const ComposedJob& job) {
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
   // A config that does not compose or resolve is refused before anything is written.
-  KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request));
+  KILN_ASSIGN_OR_RETURN(ComposedJob composed, ComposeJob(request, purpose == Purpose::kEvaluate));
   // The lock first: a refused job overwrites none of the .hydra files.
   KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(composed.output_dir, purpose));
   KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
@@ -139,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfigInRunFolder(const config::Co
                                                                 const std::string& output_dir, Purpose purpose) {
   KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(output_dir, purpose));
   KILN_RETURN_IF_ERROR(MakeDirs(output_dir + "/.hydra"));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*cfg.node())));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config::RedactSecrets(*cfg.node()))));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(cfg, output_dir, purpose));
   job->run_lock_ = std::move(lock);
   return job;
@@ -194,7 +200,7 @@ FitInputs Job::fit_inputs() const {
   inputs.scheduler = scheduler_;
   inputs.ckpt_path = ckpt_path_;
   inputs.seed = seed_;
-  inputs.config_yaml = config::ToYaml(*cfg_.node());
+  inputs.config_yaml = config::ToYaml(*config::RedactSecrets(*cfg_.node()));  // kept in checkpoints: no secrets
   inputs.model_name = model_name_;
   return inputs;
 }
@@ -255,7 +261,12 @@ absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
 }
 
 absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which, const std::string& command) {
-  KILN_ASSIGN_OR_RETURN(std::string path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));
+  std::string path;
+  if (!evaluated_run_.empty() && (which == "best" || which == "last")) {
+    KILN_ASSIGN_OR_RETURN(path, app::RunCheckpoint(evaluated_run_, which));
+  } else {
+    KILN_ASSIGN_OR_RETURN(path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));
+  }
   KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *task_, model_name_));
   return path;
 }

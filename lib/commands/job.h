@@ -46,7 +46,9 @@ struct ComposedJob {
   std::shared_ptr<config::ComposeResult> composed;  // for writing the run folder's .hydra files
   std::string log_file;  // the run's log file (hydra.job_logging), "" when off
 };
-absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request);
+// `from_run`: a job that evaluates a trained run; `run_dir=RUN` (or a checkpoint file inside a
+// run) makes RUN's stored config the job's, the overrides on top, as `kiln test run_dir=RUN` does.
+absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request, bool from_run = false);
 // Creates the run folder with its .hydra files (config.yaml, hydra.yaml, overrides.yaml).
 absl::Status WriteRunFolder(const ComposedJob& job);
 
@@ -137,6 +139,7 @@ class Job {
   std::string model_name_;
   std::string ckpt_path_;
   const CheckpointKeeper* checkpoint_keeper_ = nullptr;  // one of callbacks_, or null
+  std::string evaluated_run_;  // an evaluating job's run_dir: "best" and "last" are that run's
   std::string checkpoint_dir_;  // the keeper's folder, or default_root_dir/checkpoints
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::unique_ptr<Trainer> trainer_;

@@ -1,8 +1,10 @@
 #include "lib/run/stored_config.h"
 
+#include <fstream>
 #include <set>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -157,6 +159,26 @@ NodePtr Choices(const config::ComposeResult& composed, const NodePtr& run_choice
 
 }  // namespace
 
+absl::StatusOr<std::string> RunCheckpoint(const std::string& run_dir, const std::string& which) {
+  const std::string dir = run_dir + "/checkpoints";
+  if (which == "last") return dir + "/last.ckpt";
+  if (which != "best") return which;
+  std::string recorded;
+  if (std::ifstream in(dir + "/best_model_path.txt"); in) {
+    std::getline(in, recorded);
+    recorded = std::string(absl::StripAsciiWhitespace(recorded));
+  }
+  if (recorded.empty()) {
+    return absl::NotFoundError(absl::StrCat("ckpt_path=best: ", run_dir, " recorded no best checkpoint (",
+                                            dir, "/best_model_path.txt; a run without a monitored "
+                                            "model_checkpoint keeps none): pass ckpt_path=FILE or last"));
+  }
+  // Recorded as the run saw it (a path relative to where it was started, perhaps): the same
+  // name in RUN/checkpoints is that file wherever RUN is now.
+  std::string here = dir + "/" + recorded.substr(recorded.find_last_of('/') + 1);
+  return IsRegularFile(here) ? here : recorded;
+}
+
 bool StartsFromATrainedModel(const std::string& command) {
   return command == "test" || command == "validate" || command == "predict" || command == "export" ||
          command == "serve";
@@ -176,12 +198,9 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
       return absl::NotFoundError(absl::StrCat("run_dir=", run_dir, ": not a kiln run directory (",
                                               StoredConfigFile(run_dir), " does not exist)"));
     }
-    if (ckpt == "best") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ckpt_path=best with run_dir=", run_dir, ": name the checkpoint file (ckpt_path=", run_dir,
-          "/checkpoints/NAME.ckpt); run_dir alone takes its last.ckpt"));
-    }
-    if (ckpt.empty() || ckpt == "last") ckpt = run_dir + "/checkpoints/last.ckpt";
+    const std::string which = ckpt.empty() ? "last" : ckpt;
+    KILN_ASSIGN_OR_RETURN(ckpt, RunCheckpoint(run_dir, which));
+    if (which == "best") Logger::Instance().Info(absl::StrCat("ckpt_path=best: ", run_dir, "'s best checkpoint, ", ckpt));
   } else if (!ckpt.empty() && ckpt != "last" && ckpt != "best" && IsRegularFile(ckpt)) {
     run_dir = RunOfCheckpoint(ckpt);
   }

@@ -32,4 +32,10 @@ bool StartsFromATrainedModel(const std::string& command);
 // stored config that does not parse, or an override that does not apply is an error naming it.
 absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& composed);
 
+// RUN's checkpoint `which`: "last" (RUN/checkpoints/last.ckpt) or "best", the file that RUN's
+// model_checkpoint recorded in RUN/checkpoints/best_model_path.txt (looked for in
+// RUN/checkpoints when the run folder has moved since); any other value is returned as it is.
+// Lightning's trainer.test(ckpt_path="best"), for a finished run: NotFound when RUN kept no best.
+absl::StatusOr<std::string> RunCheckpoint(const std::string& run_dir, const std::string& which);
+
 }  // namespace kiln::app

@@ -601,6 +601,26 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
       << alone.err;
 }
 
+// Lightning's trainer.test(ckpt_path="best") for a finished run: `kiln test run_dir=RUN
+// ckpt_path=best` takes RUN's config and the checkpoint RUN recorded as its best, and gives exactly
+// the test metrics the fit reported, wherever RUN has moved since.
+TEST_F(TrainCliTest, TestingARunsBestCheckpointGivesTheFitsTestMetrics) {
+  auto r = Kiln({"model.hidden=[24]"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string fit_metrics = testing::ReadFile(dir_.path() + "/run/test_metrics.yaml");
+  ASSERT_NE(fit_metrics.find("test/acc"), std::string::npos) << fit_metrics;
+  std::filesystem::rename(dir_.path() + "/run", dir_.path() + "/moved");
+  auto t = RunProcess({KILN_BINARY, "test", "run_dir=" + dir_.path() + "/moved", "ckpt_path=best",
+                       "hydra.run.dir=" + dir_.path() + "/best"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/best/test_metrics.yaml"), fit_metrics);
+  std::string best = testing::ReadFile(dir_.path() + "/moved/checkpoints/best_model_path.txt");
+  std::string name = best.substr(best.find_last_of('/') + 1);
+  name.erase(name.find_last_not_of("\n") + 1);
+  EXPECT_NE(t.err.find("ckpt_path=best: " + dir_.path() + "/moved's best checkpoint, " + dir_.path() + "/moved/checkpoints/" + name),
+            std::string::npos) << t.err;
+}
+
 TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
   auto r = Kiln({"trainer.max_epochs=1", "test=false"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -609,6 +629,7 @@ TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
   dir_.Write("notarun/.keep", "");
   dir_.Write("badrun/.hydra/config.yaml", "model: [unclosed\n");
   dir_.Write("badrun/checkpoints/last.ckpt", "garbage");
+  dir_.Write("nobest/.hydra/config.yaml", testing::ReadFile(run + "/.hydra/config.yaml"));
   struct Case {
     std::vector<std::string> args;
     std::string mention;
@@ -619,7 +640,7 @@ TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
            {{"export", "ckpt_path=" + dir_.path() + "/badrun/checkpoints/last.ckpt"}, dir_.path() + "/badrun/.hydra/config.yaml"},
            {{"export", "ckpt_path=" + run + "/checkpoints/none.ckpt"}, "none.ckpt: no such checkpoint"},
            {{"test", "ckpt_path=" + run + "/checkpoints/broken.ckpt"}, "broken.ckpt: not a readable kiln checkpoint"},
-           {{"test", "run_dir=" + run, "ckpt_path=best"}, "ckpt_path=best with run_dir="},
+           {{"test", "run_dir=" + dir_.path() + "/nobest", "ckpt_path=best"}, "/nobest recorded no best checkpoint"},
            {{"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "experiment=fashion_mnist"},
             "'experiment=fashion_mnist' changes the whole config"},
        }) {

@@ -47,6 +47,24 @@ class FirstCommand(unittest.TestCase):
         self.assertIn("scripts/setup.sh", last)
 
 
+@unittest.skipUnless(have_fashion(), FASHION + " is not there")
+class EvaluateARun(unittest.TestCase):
+    def test_run_dir_means_the_runs_config_and_checkpoints(self):
+        """kiln.Trainer(overrides=["run_dir=R"], evaluate=True): R's stored config (not the defaults),
+        R's best checkpoint, and exactly the test metrics kiln.fit reported for it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            fitted = kiln.fit(small_run(tmp + "/run") + ["optimizer.lr=0.003", "trainer.limit_train_batches=10"])  # 3 epochs
+            self.assertIn("test/acc", fitted)
+            evaluate = kiln.Trainer(overrides=["run_dir=" + tmp + "/run", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
+            self.assertEqual(evaluate.config["optimizer"]["lr"], 0.003)
+            self.assertEqual(evaluate.config["model"]["hidden"], [16])
+            best = evaluate.load_checkpoint("best")
+            with open(os.path.join(tmp, "run", "checkpoints", "best_model_path.txt")) as f:
+                self.assertEqual(os.path.basename(best), os.path.basename(f.read().strip()))
+            self.assertEqual(evaluate.test(), fitted)
+            self.assertEqual(os.path.dirname(evaluate.load_checkpoint("last")), os.path.join(tmp, "run", "checkpoints"))
+
+
 class Compose(unittest.TestCase):
     def test_matches_the_command_line(self):
         cfg = kiln.compose(overrides=["model=mlp", "model.hidden=[64,32]", "trainer.max_epochs=2"])
