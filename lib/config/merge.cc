@@ -29,7 +29,6 @@ std::vector<std::string> KeysOf(const Node& map) {
   return keys;
 }
 
-double NumberOf(const Node& n) { return NumberValue(n); }
 
 bool IsNumber(const Node& n) {
   return n.kind() == NodeKind::kBool || n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat;
@@ -99,7 +98,7 @@ NodePtr SelectPath(const NodePtr& root, const std::vector<std::string>& path) {
 }
 
 bool PythonEqual(const Node& a, const Node& b) {
-  if (IsNumber(a) && IsNumber(b)) return NumberOf(a) == NumberOf(b);
+  if (IsNumber(a) && IsNumber(b)) return NumberValue(a) == NumberValue(b);
   if (a.kind() != b.kind()) return false;
   if (a.is_list()) {
     if (a.size() != b.size()) return false;

@@ -16,8 +16,6 @@ namespace {
 // More values than any sweep can run; also stops range(0,1e300,1e-300) from running forever.
 constexpr size_t kMaxRangeValues = 1000000;
 
-double AsDouble(const Node& n) { return NumberValue(n); }
-
 // Just enough of Python's decimal.Decimal for Hydra's FloatRange: exact conversion from a
 // double or an integer, addition rounded to the default context (28 significant digits,
 // ROUND_HALF_EVEN), comparison, and float() (correctly rounded).
@@ -237,9 +235,9 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
       return v.node->kind() == NodeKind::kInt || v.node->kind() == NodeKind::kFloat;
     });
     std::stable_sort(values.begin(), values.end(), [&](const OverrideValue& a, const OverrideValue& b) {
-      bool less = numbers ? AsDouble(*a.node) < AsDouble(*b.node)
+      bool less = numbers ? NumberValue(*a.node) < NumberValue(*b.node)
                           : NodeToOverrideString(*a.node) < NodeToOverrideString(*b.node);
-      bool greater = numbers ? AsDouble(*b.node) < AsDouble(*a.node)
+      bool greater = numbers ? NumberValue(*b.node) < NumberValue(*a.node)
                              : NodeToOverrideString(*b.node) < NodeToOverrideString(*a.node);
       return sweep.sort_reverse ? greater : less;
     });

@@ -241,7 +241,6 @@ Options& Options::Set(const std::string& key, const std::vector<Options>& list) 
 namespace {
 
 bool IsNumber(const Node& n) { return n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat; }
-double NumberOf(const Node& n) { return config::NumberValue(n); }
 std::string FormatNumber(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
   return absl::StrCat(v);
@@ -258,23 +257,23 @@ OptionCheck OneOf(std::vector<std::string> values) {
 
 OptionCheck InRange(double low, double high) {
   return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), "]"), [low, high](const Node& n) {
-            return IsNumber(n) && NumberOf(n) >= low && NumberOf(n) <= high;
+            return IsNumber(n) && config::NumberValue(n) >= low && config::NumberValue(n) <= high;
           }};
 }
 
 OptionCheck InHalfOpenRange(double low, double high) {
   return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), ")"), [low, high](const Node& n) {
-            return IsNumber(n) && NumberOf(n) >= low && NumberOf(n) < high;
+            return IsNumber(n) && config::NumberValue(n) >= low && config::NumberValue(n) < high;
           }};
 }
 
 OptionCheck AtLeast(double low) {
-  return {absl::StrCat("at least ", FormatNumber(low)), [low](const Node& n) { return IsNumber(n) && NumberOf(n) >= low; }};
+  return {absl::StrCat("at least ", FormatNumber(low)), [low](const Node& n) { return IsNumber(n) && config::NumberValue(n) >= low; }};
 }
 
 OptionCheck GreaterThan(double low) {
   return {absl::StrCat("greater than ", FormatNumber(low)),
-          [low](const Node& n) { return IsNumber(n) && NumberOf(n) > low; }};
+          [low](const Node& n) { return IsNumber(n) && config::NumberValue(n) > low; }};
 }
 
 OptionCheck NonEmpty() {
@@ -317,7 +316,7 @@ std::vector<T> NumberList<T>::Items(const Node& n) {
   std::vector<T> out;
   for (const auto& item : n.items()) {
     if constexpr (std::is_same_v<T, double>) {
-      out.push_back(NumberOf(*item));
+      out.push_back(config::NumberValue(*item));
     } else {
       out.push_back(item->as_int());
     }
