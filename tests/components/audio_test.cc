@@ -21,7 +21,7 @@
 #include "tests/support/process.h"
 
 namespace kiln::audio {
-namespace {
+namespace audio_test {
 
 using kiln::testing::InstantiateOk;
 using kiln::testing::TempDir;
@@ -455,5 +455,5 @@ TEST(DsCnn, MapsFeaturesToClassLogits) {
   EXPECT_FALSE(bad.ok());
 }
 
-}  // namespace
+}  // namespace audio_test
 }  // namespace kiln::audio

@@ -9,7 +9,7 @@
 #include <cstdio>
 
 namespace kiln {
-namespace {
+namespace batch_norm_pool_relu_test {
 
 torch::nn::BatchNorm2d MakeNorm(int64_t c, c10::optional<double> momentum) {
   torch::nn::BatchNorm2d bn(torch::nn::BatchNorm2dOptions(c).momentum(momentum));
@@ -161,5 +161,5 @@ TEST(BatchNormPoolRelu, FallsBackBitwiseWhereTheKernelDoesNotApply) {
   }
 }
 
-}  // namespace
+}  // namespace batch_norm_pool_relu_test
 }  // namespace kiln

@@ -14,7 +14,7 @@
 #include "tests/components/instantiate.h"
 
 namespace kiln {
-namespace {
+namespace ctc_test {
 
 using kiln::testing::InstantiateOk;
 
@@ -161,5 +161,5 @@ TEST(ConvBiLstm, BadOptionsAreNamed) {
       << bad.status();
 }
 
-}  // namespace
+}  // namespace ctc_test
 }  // namespace kiln

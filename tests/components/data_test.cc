@@ -20,7 +20,7 @@
 #include "tests/support/process.h"
 
 namespace kiln::data {
-namespace {
+namespace data_test {
 
 absl::StatusOr<std::shared_ptr<DataModule>> Build(const std::string& yaml) {
   return testing::Instantiate<DataModule>(yaml, "data");
@@ -259,11 +259,11 @@ TEST_F(CifarTest, TruncatedOrWrongFilesAreNamed) {
       std::string::npos);
 }
 
-}  // namespace
+}  // namespace data_test
 }  // namespace kiln::data
 
 namespace kiln::data {
-namespace {
+namespace data_test {
 
 // Five batches of one record per class (the record's pixels tell which), and a test batch of one
 // record per class.
@@ -402,5 +402,5 @@ TEST(BatchingOptions, EveryDataModuleChecksThemAlike) {
   EXPECT_GE(modules, 6);  // image, text and audio modules
 }
 
-}  // namespace
+}  // namespace data_test
 }  // namespace kiln::data

@@ -14,7 +14,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace loggers_test {
 
 std::shared_ptr<MetricsLogger> BuildLogger(const std::string& yaml) {
   return testing::InstantiateOk<MetricsLogger>(yaml, "logger.x");
@@ -234,5 +234,5 @@ TEST(TensorBoardLogger, PythonTensorboardReadsTheFile) {
   EXPECT_EQ(r.out, "7 train/loss 0.25\n");
 }
 
-}  // namespace
+}  // namespace loggers_test
 }  // namespace kiln

@@ -15,7 +15,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace metrics_test {
 
 std::shared_ptr<Metric> Make(const std::string& yaml, int64_t num_classes = 3) {
   auto metric = testing::InstantiateOk<Metric>(yaml, "task.metrics.m");
@@ -394,5 +394,5 @@ TEST(CrossEntropyLoss, MatchesTorchWithLabelSmoothing) {
       << bad.status();
 }
 
-}  // namespace
+}  // namespace metrics_test
 }  // namespace kiln

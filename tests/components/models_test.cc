@@ -8,7 +8,7 @@
 #include "lib/registry/registry.h"
 
 namespace kiln {
-namespace {
+namespace models_test {
 
 absl::StatusOr<std::shared_ptr<Model>> Build(const std::string& yaml) {
   auto node = config::ParseYaml(yaml, "model.yaml");
@@ -158,5 +158,5 @@ TEST(Vit, BadShapesAreNamed) {
   }
 }
 
-}  // namespace
+}  // namespace models_test
 }  // namespace kiln

@@ -12,7 +12,7 @@
 #include "lib/trainer/optimization.h"
 
 namespace kiln {
-namespace {
+namespace optim_test {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -966,5 +966,5 @@ TEST(SchedulerOptions, BadValuesNameKeyAndLine) {
   EXPECT_TRUE(Contains(m, "one of: min, max")) << m;
 }
 
-}  // namespace
+}  // namespace optim_test
 }  // namespace kiln

@@ -17,7 +17,7 @@
 #include "components/models/gelu_tanh.h"
 
 namespace kiln {
-namespace {
+namespace parallel_test {
 
 // Sets LibTorch's thread count for the scope, then puts the previous one back.
 class ThreadsGuard {
@@ -140,5 +140,5 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
   ExpectSameBitsOnOneAndTwoThreads(block, x);
 }
 
-}  // namespace
+}  // namespace parallel_test
 }  // namespace kiln

@@ -28,7 +28,7 @@
 #include "tests/support/process.h"
 
 namespace kiln::data::shards {
-namespace {
+namespace shards_test {
 
 std::string Png(int value, int size = 8) {
   cv::Mat image(size, size, CV_8UC1, cv::Scalar(value));
@@ -687,5 +687,5 @@ TEST(Shards, VerifyRefusesAShardThatDiffersFromItsIndex) {
   EXPECT_TRUE(absl::StrContains(status.message(), "SHA-256 differs")) << status;
 }
 
-}  // namespace
+}  // namespace shards_test
 }  // namespace kiln::data::shards

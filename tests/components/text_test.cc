@@ -21,7 +21,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace text_test {
 
 using testing::Instantiate;
 using testing::InstantiateOk;
@@ -553,11 +553,11 @@ TEST(TextModels, LstmLmGivesNextTokenLogits) {
             (std::vector<int64_t>{3, 6, 30}));
 }
 
-}  // namespace
+}  // namespace text_test
 }  // namespace kiln
 
 namespace kiln {
-namespace {
+namespace text_test {
 
 // FusedAttention (at::scaled_dot_product_attention, what SelfAttention takes on a GPU) computes
 // the function of the CPU paths: causal (kiln's kernel), causal with padding and a padding bias
@@ -586,5 +586,5 @@ TEST(FusedAttention, EqualsTheCpuPathsCausalPaddedAndPlain) {
   }
 }
 
-}  // namespace
+}  // namespace text_test
 }  // namespace kiln

@@ -15,7 +15,7 @@
 #include "lib/data/transform.h"
 
 namespace kiln::data {
-namespace {
+namespace transforms_test {
 
 absl::StatusOr<std::shared_ptr<Transform>> Build(const std::string& yaml) {
   return testing::Instantiate<Transform>(yaml, "t");
@@ -148,11 +148,11 @@ TEST(ColorJitter, HueBeyondHalfATurnIsRefused) {
       << bad.status();
 }
 
-}  // namespace
+}  // namespace transforms_test
 }  // namespace kiln::data
 
 namespace kiln::data {
-namespace {
+namespace transforms_test {
 
 // Only PNG, JPEG, BMP and WebP reach OpenCV (the fuzzer's findings: a 40-byte PBM made it allocate
 // 2.4 GB, a 133-byte DICOM-looking input aborted the process in GDCM), and headers that claim more
@@ -309,5 +309,5 @@ TEST(DecodeImageBytes, BadPngsAreAStatusAndOneRateLimitedLogLine) {
   EXPECT_NE(err.find("][kiln][WARNING] - upload.png: cannot decode PNG: the file ends before the image does"), std::string::npos) << err;
 }
 
-}  // namespace
+}  // namespace transforms_test
 }  // namespace kiln::data

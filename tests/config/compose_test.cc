@@ -17,7 +17,7 @@
 #include "tests/support/process.h"
 
 namespace kiln::config {
-namespace {
+namespace compose_test {
 
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
@@ -892,5 +892,5 @@ TEST(SetPath, CreatesMapsOnTheWay) {
   EXPECT_EQ(At(root, "a.b.d")->as_int(), 2);
 }
 
-}  // namespace
+}  // namespace compose_test
 }  // namespace kiln::config

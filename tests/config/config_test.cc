@@ -15,7 +15,7 @@
 #include "lib/config/yaml_io.h"
 
 namespace kiln::config {
-namespace {
+namespace config_test {
 
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
@@ -502,5 +502,5 @@ TEST(Secrets, AreRedactedInCopiesOfConfigsAndOverrides) {
   EXPECT_EQ(ToYaml(*RedactHydraSecrets(**hydra)), "overrides:\n  task:\n  - tracker.password=***\n  - seed=1\n");
 }
 
-}  // namespace
+}  // namespace config_test
 }  // namespace kiln::config

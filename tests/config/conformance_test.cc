@@ -21,7 +21,7 @@
 #include "tests/support/process.h"
 
 namespace kiln::config {
-namespace {
+namespace conformance_test {
 
 using kiln::testing::FileExists;
 using kiln::testing::ReadFile;
@@ -248,5 +248,5 @@ TEST(ConformanceSuite, FindsTheCases) {
   EXPECT_GE(CaseNames(kFolders[1].root).size(), 100u) << "no cases under " << kFolders[1].root;
 }
 
-}  // namespace
+}  // namespace conformance_test
 }  // namespace kiln::config

@@ -13,7 +13,7 @@
 #include "lib/config/yaml_io.h"
 
 namespace kiln::config {
-namespace {
+namespace interpolation_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -533,11 +533,11 @@ TEST(NodeIsInterpolation, EscapesCount) {
   EXPECT_FALSE(Node::String("$a")->is_interpolation());
 }
 
-}  // namespace
+}  // namespace interpolation_test
 }  // namespace kiln::config
 
 namespace kiln::config {
-namespace {
+namespace interpolation_test {
 
 // Against OmegaConf 2.2's grammar (each verdict checked with OmegaConf.create).
 TEST(InterpolationSyntax, AcceptsWhatOmegaConfAccepts) {
@@ -598,5 +598,5 @@ TEST(InterpolationSyntax, RefusesWhatOmegaConfRefuses) {
   }
 }
 
-}  // namespace
+}  // namespace interpolation_test
 }  // namespace kiln::config

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace kiln::config {
-namespace {
+namespace node_test {
 
 TEST(PythonFloatRepr, MatchesPython) {
   EXPECT_EQ(PythonFloatRepr(0.1), "0.1");
@@ -101,5 +101,5 @@ TEST(BigInt, TypedKeysMatchEqualNumbersExactly) {
   EXPECT_FALSE(KeysMatch(key, "18446744073709551616"));
 }
 
-}  // namespace
+}  // namespace node_test
 }  // namespace kiln::config

@@ -15,7 +15,7 @@
 #include "lib/config/sweep.h"
 
 namespace kiln::config {
-namespace {
+namespace override_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -851,5 +851,5 @@ TEST(ParseOverrideValue, SweepIsNotAValue) {
   EXPECT_FALSE(ParseOverrideValue("choice(1,2)").ok());
 }
 
-}  // namespace
+}  // namespace override_test
 }  // namespace kiln::config

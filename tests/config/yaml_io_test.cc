@@ -13,7 +13,7 @@
 #include "tests/config/typed_value_checks.h"
 
 namespace kiln::config {
-namespace {
+namespace yaml_io_test {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -714,5 +714,5 @@ TEST(YamlQuotes, AQuoteNotClosedBeforeTheEndIsRefusedWhereItStarts) {
   }
 }
 
-}  // namespace
+}  // namespace yaml_io_test
 }  // namespace kiln::config

@@ -12,7 +12,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace interop_test {
 
 const char kPython[] = KILN_PYTHON_EXE;
 const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchvision_interop.py";
@@ -85,5 +85,5 @@ TEST(Safetensors, MalformedFileIsRefusedWithItsName) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace interop_test
 }  // namespace kiln

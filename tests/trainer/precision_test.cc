@@ -30,7 +30,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace precision_test {
 
 std::shared_ptr<Model> BuildModel(const std::string& yaml) {
   auto node = config::ParseYaml(yaml, "model.yaml");
@@ -423,5 +423,5 @@ TEST(PrecisionAuto, TheStrategyFollowsTheSimulatedCpuFlags) {
   EXPECT_NE(CpuFlags().find("fpu"), std::string::npos) << "the real /proc/cpuinfo flags";
 }
 
-}  // namespace
+}  // namespace precision_test
 }  // namespace kiln

@@ -13,7 +13,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace reusing_weights_test {
 
 // features (Linear + BatchNorm1d) and a head whose width is the number of classes.
 struct Net : torch::nn::Module {
@@ -219,5 +219,5 @@ TEST(CheckpointAverage, CheckpointsOfDifferentModelsAreRefusedInOneLine) {
   EXPECT_FALSE(AverageCheckpoints({paths[0]}).ok());
 }
 
-}  // namespace
+}  // namespace reusing_weights_test
 }  // namespace kiln

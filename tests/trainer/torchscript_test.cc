@@ -20,7 +20,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace torchscript_test {
 
 const char kPython[] = KILN_PYTHON_EXE;
 const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchscript_interop.py";
@@ -191,5 +191,5 @@ TEST(TorchScript, DynamicInt8RefusesAModelWithoutLinearLayers) {
   EXPECT_EQ(layers.status().message(), "quantize=dynamic_int8: the model has no Linear layer to quantize");
 }
 
-}  // namespace
+}  // namespace torchscript_test
 }  // namespace kiln

@@ -27,7 +27,7 @@
 #include "tests/support/process.h"
 
 namespace kiln {
-namespace {
+namespace trainer_test {
 
 config::Config Yaml(const std::string& text, const std::string& prefix) {
   auto node = config::ParseYaml(text, prefix + ".yaml");
@@ -1499,5 +1499,5 @@ TEST(LrFinder, BadOptionsAreOneLineNamingTheKey) {
   EXPECT_EQ(*defaults->early_stop_threshold, 4.0);
 }
 
-}  // namespace
+}  // namespace trainer_test
 }  // namespace kiln
