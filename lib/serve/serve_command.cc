@@ -11,7 +11,7 @@
 // Requests wait for a batch (batcher.h); a full queue is 503 with Retry-After; a request not
 // answered in request_timeout_ms is 504; a body over max_body_bytes is 413; bad input, or a request
 // not sent whole within request_read_timeout_s (http_server.h), is 400 with
-// {"error": "..."}. SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
+// {"error": "..."}. SIGTERM, SIGINT or SIGUSR1: stop accepting, answer what is in flight, exit 0.
 #include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -59,11 +59,9 @@ namespace {
 
 bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
 
-std::atomic<bool> g_stop{false};
 // When the request this worker thread handles was read (httplib runs a request's routing and its
 // logger on one thread, and tells the logger no start time).
 thread_local std::optional<std::chrono::steady_clock::time_point> t_request_start;
-void OnStopSignal(int) { g_stop.store(true); }
 
 // httplib's thread pool, whose threads lower their own scheduling priority (Linux's nice is per
 // thread) before their first connection. At high concurrency dozens of connection threads are
@@ -405,33 +403,12 @@ absl::StatusOr<int> Bind(HttpServer& server, const ServeOptions& o, const int& l
   return port;
 }
 
-// SIGTERM and SIGINT set g_stop while this lives; the handlers before come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    struct sigaction action {};
-    action.sa_handler = OnStopSignal;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGTERM, &action, &old_term_);
-    ::sigaction(SIGINT, &action, &old_int_);
-  }
-  ~StopSignals() {
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  struct sigaction old_term_ {}, old_int_ {};
-};
-
-// Until a stop signal, handing freed memory back every 30 s: connection threads allocate from
-// glibc's per-thread arenas, which keep what they free (KeepFreedMemoryForReuse), so RSS follows
-// the live heap.
+// Until a stop signal (kiln::StopSignals: SIGINT, SIGTERM or SIGUSR1), handing freed memory back
+// every 30 s: connection threads allocate from glibc's per-thread arenas, which keep what they
+// free (KeepFreedMemoryForReuse), so RSS follows the live heap.
 void WaitForStopSignal() {
   auto next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!g_stop.load()) {
+  while (StopSignals::Received() == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (std::chrono::steady_clock::now() >= next_trim) {
       ReturnFreedMemory();
