@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   torch::set_num_threads(1);  // the loader's threads do the work; LibTorch ops inside stay serial
-  KeepFreedMemoryForReuse();  // what kiln train sets (mallopt); torchvision runs with the same tunables
+  KeepFreedMemoryForReuse();  // what kiln train sets (mallopt); torchvision runs with the same
+                              // tunables
   auto node = config::ParseYaml(argv[1], "data.yaml");
   if (!node.ok()) {
     std::fprintf(stderr, "%s\n", std::string(node.status().message()).c_str());
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
       return 1;
     }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("images_per_s=%.1f round=%d\n", static_cast<double>(images) / seconds, round);
     std::fflush(stdout);
   }

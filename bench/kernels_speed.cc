@@ -10,7 +10,8 @@
 //   adamw      torch::optim::AdamW::step against at::_fused_adamw_ (the GPT's parameters; kiln's
 //              adam and adamw now step with the latter)
 // Each round times both sides once (REPS calls each, after warm-up), alternating which goes first;
-// the figure is the median over ROUNDS of (LibTorch's time / kiln's time): above 1, kiln's is faster.
+// the figure is the median over ROUNDS of (LibTorch's time / kiln's time): above 1, kiln's is
+// faster.
 //   kernels_speed [ROUNDS] [REPS] [THREADS]
 #include <ATen/ATen.h>
 #include <torch/torch.h>
@@ -42,8 +43,8 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void Compare(const std::string& name, const std::function<void()>& kiln, const std::function<void()>& aten,
-             int rounds, int reps) {
+void Compare(const std::string& name, const std::function<void()>& kiln,
+             const std::function<void()>& aten, int rounds, int reps) {
   for (int i = 0; i < 3; ++i) {
     kiln();
     aten();
@@ -62,12 +63,13 @@ void Compare(const std::string& name, const std::function<void()>& kiln, const s
     a.push_back(ta);
     ratio.push_back(ta / tk);
   }
-  std::printf("%-28s kiln %8.3f ms   libtorch %8.3f ms   libtorch/kiln %5.2fx\n", name.c_str(), Median(k), Median(a),
-              Median(ratio));
+  std::printf("%-28s kiln %8.3f ms   libtorch %8.3f ms   libtorch/kiln %5.2fx\n", name.c_str(),
+              Median(k), Median(a), Median(ratio));
 }
 
 // Forward and backward of f(x) with a fixed upstream gradient.
-std::function<void()> ForwardBackward(torch::Tensor x, std::function<torch::Tensor(const torch::Tensor&)> f) {
+std::function<void()> ForwardBackward(torch::Tensor x,
+                                      std::function<torch::Tensor(const torch::Tensor&)> f) {
   x = x.detach().requires_grad_(true);
   auto grad = torch::randn_like(f(x)).detach();
   return [x, f, grad]() mutable {
@@ -79,7 +81,8 @@ std::function<void()> ForwardBackward(torch::Tensor x, std::function<torch::Tens
 torch::Tensor SdpaCausal(const torch::Tensor& qkv, int64_t heads) {
   const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3;
   auto parts = qkv.view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, hd]
-  auto y = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
+  auto y =
+      at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
   return y.transpose(1, 2).reshape({b, t, d});
 }
 
@@ -91,26 +94,40 @@ int main(int argc, char** argv) {
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
   at::set_num_threads(threads);
   torch::manual_seed(0);
-  std::printf("LibTorch %s, %d threads, %d rounds of %d calls (forward + backward)\n", TORCH_VERSION, threads, rounds,
-              reps);
+  std::printf("LibTorch %s, %d threads, %d rounds of %d calls (forward + backward)\n",
+              TORCH_VERSION, threads, rounds, reps);
 
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     const std::string suffix = dtype == torch::kFloat32 ? " f32" : " bf16";
     auto qkv = torch::randn({32, 128, 3 * 128}).to(dtype);
-    Compare("attention" + suffix, ForwardBackward(qkv, [](const torch::Tensor& x) { return kiln::CausalAttention(x, 4); }),
-            ForwardBackward(qkv, [](const torch::Tensor& x) { return SdpaCausal(x, 4); }), rounds, reps);
+    Compare(
+        "attention" + suffix,
+        ForwardBackward(qkv, [](const torch::Tensor& x) { return kiln::CausalAttention(x, 4); }),
+        ForwardBackward(qkv, [](const torch::Tensor& x) { return SdpaCausal(x, 4); }), rounds,
+        reps);
     auto h = torch::randn({32, 128, 512}).to(dtype);
-    Compare("gelu" + suffix, ForwardBackward(h, [](const torch::Tensor& x) { return kiln::GeluTanh(x); }),
-            ForwardBackward(h, [](const torch::Tensor& x) { return torch::gelu(x, "tanh"); }), rounds, reps);
+    Compare("gelu" + suffix,
+            ForwardBackward(h, [](const torch::Tensor& x) { return kiln::GeluTanh(x); }),
+            ForwardBackward(h, [](const torch::Tensor& x) { return torch::gelu(x, "tanh"); }),
+            rounds, reps);
   }
 
   for (auto [channels, size] : {std::pair<int64_t, int64_t>{32, 28}, {64, 14}}) {
     torch::nn::BatchNorm2d bn_kiln(channels), bn_aten(channels);
-    auto x = torch::randn({128, channels, size, size}).to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast);
-    const std::string name = "bn_pool_relu bf16 " + std::to_string(channels) + "x" + std::to_string(size);
+    auto x = torch::randn({128, channels, size, size})
+                 .to(torch::kBFloat16)
+                 .contiguous(torch::MemoryFormat::ChannelsLast);
+    const std::string name =
+        "bn_pool_relu bf16 " + std::to_string(channels) + "x" + std::to_string(size);
     std::printf("  (%s takes kiln's fused kernel: %s)\n", name.c_str(),
-                kiln::BatchNormPoolReluIsFused(x, bn_kiln) ? "yes" : "no, ATen's composition on both sides");
-    Compare(name, ForwardBackward(x, [bn_kiln](const torch::Tensor& t) mutable { return kiln::BatchNormPoolRelu(t, bn_kiln); }),
+                kiln::BatchNormPoolReluIsFused(x, bn_kiln)
+                    ? "yes"
+                    : "no, ATen's composition on both sides");
+    Compare(name,
+            ForwardBackward(x,
+                            [bn_kiln](const torch::Tensor& t) mutable {
+                              return kiln::BatchNormPoolRelu(t, bn_kiln);
+                            }),
             ForwardBackward(x,
                             [bn_aten](const torch::Tensor& t) mutable {
                               // bf16 input, float32 BatchNorm parameters: ATen's mixed-type
@@ -123,8 +140,18 @@ int main(int argc, char** argv) {
   // The GPT's parameters (4 blocks of dim 128, MLP 512, vocab 128, 128 positions) with gradients.
   std::vector<std::vector<int64_t>> shapes = {{128, 128}, {128, 128}};
   for (int i = 0; i < 4; ++i) {
-    for (auto s : std::vector<std::vector<int64_t>>{{128}, {128}, {384, 128}, {384}, {128, 128}, {128}, {128}, {128},
-                                                    {512, 128}, {512}, {128, 512}, {128}}) {
+    for (auto s : std::vector<std::vector<int64_t>>{{128},
+                                                    {128},
+                                                    {384, 128},
+                                                    {384},
+                                                    {128, 128},
+                                                    {128},
+                                                    {128},
+                                                    {128},
+                                                    {512, 128},
+                                                    {512},
+                                                    {128, 512},
+                                                    {128}}) {
       shapes.push_back(s);
     }
   }
@@ -151,12 +178,14 @@ int main(int argc, char** argv) {
   for (auto& p : fused_params) data.push_back(p.detach());
   // kiln steps with the fused kernel since this comparison (components/optim/fused_adam.h): the
   // "kiln" column here is torch::optim::AdamW, what it stepped with before.
-  Compare("adamw: optim::AdamW / fused", [&] { optimizer.step(); },
-          [&] {
-            for (auto& s : steps) s.add_(1);
-            at::_fused_adamw_(data, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, 2e-3, 0.9, 0.999, 0.1, 1e-8,
-                              /*amsgrad=*/false, /*maximize=*/false);
-          },
-          rounds, reps);
+  Compare(
+      "adamw: optim::AdamW / fused", [&] { optimizer.step(); },
+      [&] {
+        for (auto& s : steps) s.add_(1);
+        at::_fused_adamw_(data, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, 2e-3, 0.9, 0.999, 0.1,
+                          1e-8,
+                          /*amsgrad=*/false, /*maximize=*/false);
+      },
+      rounds, reps);
   return 0;
 }

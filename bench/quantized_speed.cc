@@ -56,19 +56,23 @@ int main(int argc, char** argv) {
   std::vector<int64_t> shape = info["input"]["shape"].get<std::vector<int64_t>>();
   data::LoaderOptions lo = (*dm)->loader_options();
   lo.num_workers = 0;
-  data::DataLoader loader((*dm)->test_dataset(), data::SequentialSampler((*dm)->test_dataset()->size()), lo);
+  data::DataLoader loader((*dm)->test_dataset(),
+                          data::SequentialSampler((*dm)->test_dataset()->size()), lo);
   std::vector<data::Batch> batches;
   auto loaded = loader.Run(0, 0, loader.num_batches(), [&](data::Batch& b) -> absl::StatusOr<bool> {
     // Token inputs to the traced length: padded with 0 at the end, or cut.
-    if (b.input.scalar_type() == torch::kInt64 && b.input.dim() == 2 && b.input.size(1) != shape[1]) {
-      b.input = b.input.size(1) > shape[1] ? b.input.narrow(1, 0, shape[1]).contiguous()
-                                           : torch::constant_pad_nd(b.input, {0, shape[1] - b.input.size(1)}, 0);
+    if (b.input.scalar_type() == torch::kInt64 && b.input.dim() == 2 &&
+        b.input.size(1) != shape[1]) {
+      b.input = b.input.size(1) > shape[1]
+                    ? b.input.narrow(1, 0, shape[1]).contiguous()
+                    : torch::constant_pad_nd(b.input, {0, shape[1] - b.input.size(1)}, 0);
     }
     batches.push_back(b);
     return true;
   });
   if (!loaded.ok()) return Fail(std::string(loaded.message()));
-  torch::jit::Module models[2] = {torch::jit::load(float_dir + "/model.pt"), torch::jit::load(int8_dir + "/model.pt")};
+  torch::jit::Module models[2] = {torch::jit::load(float_dir + "/model.pt"),
+                                  torch::jit::load(int8_dir + "/model.pt")};
   torch::NoGradGuard no_grad;
   auto run = [&](torch::jit::Module& m) {
     Score s;
@@ -107,7 +111,8 @@ int main(int argc, char** argv) {
   for (auto& t : times) std::sort(t.begin(), t.end());
   double f = times[0][times[0].size() / 2], q = times[1][times[1].size() / 2];
   const char* metric = lm ? "cross-entropy/token" : "accuracy";
-  std::printf("%s: %zu test batches, %d rounds (median)\n", float_dir.c_str(), batches.size(), rounds);
+  std::printf("%s: %zu test batches, %d rounds (median)\n", float_dir.c_str(), batches.size(),
+              rounds);
   std::printf("float32      %s %.4f  %.3f s\n", metric, last[0].value, f);
   std::printf("dynamic_int8 %s %.4f  %.3f s\n", metric, last[1].value, q);
   std::printf("speed-up %.2fx, %s change %+.4f\n", f / q, metric, last[1].value - last[0].value);

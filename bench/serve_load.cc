@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   }
   using Clock = std::chrono::steady_clock;
   const auto warm_until = Clock::now() + std::chrono::milliseconds(300);
-  const auto end = warm_until + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto end = warm_until + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(seconds));
   std::mutex mu;
   std::vector<double> latencies_ms;
   std::atomic<int64_t> failures{0};
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
           ++why[res ? "HTTP " + std::to_string(res->status) : httplib::to_string(res.error())];
           continue;
         }
-        if (done <= end) mine.push_back(std::chrono::duration<double, std::milli>(done - start).count());
+        if (done <= end)
+          mine.push_back(std::chrono::duration<double, std::milli>(done - start).count());
       }
       std::lock_guard<std::mutex> lock(mu);
       latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
@@ -75,10 +77,13 @@ int main(int argc, char** argv) {
   std::sort(latencies_ms.begin(), latencies_ms.end());
   auto pct = [&](double q) {
     if (latencies_ms.empty()) return 0.0;
-    return latencies_ms[std::min(latencies_ms.size() - 1, static_cast<size_t>(q * static_cast<double>(latencies_ms.size())))];
+    return latencies_ms[std::min(
+        latencies_ms.size() - 1,
+        static_cast<size_t>(q * static_cast<double>(latencies_ms.size())))];
   };
-  for (const auto& [what, n] : why) std::fprintf(stderr, "serve_load: %lld failed: %s\n", static_cast<long long>(n), what.c_str());
-  std::printf("%.1f %.2f %.2f %lld\n", static_cast<double>(latencies_ms.size()) / seconds, pct(0.5), pct(0.99),
-              static_cast<long long>(failures.load()));
+  for (const auto& [what, n] : why)
+    std::fprintf(stderr, "serve_load: %lld failed: %s\n", static_cast<long long>(n), what.c_str());
+  std::printf("%.1f %.2f %.2f %lld\n", static_cast<double>(latencies_ms.size()) / seconds, pct(0.5),
+              pct(0.99), static_cast<long long>(failures.load()));
   return 0;
 }

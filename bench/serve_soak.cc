@@ -327,9 +327,7 @@ int main(int argc, char** argv) {
                    "the audio",
                    400};
             break;
-          case 4:
-            bad = {"empty body", false, "", "image/png", "no body", 400};
-            break;
+          case 4: bad = {"empty body", false, "", "image/png", "no body", 400}; break;
           default:
             bad = {"unknown path", false, png.bytes, "image/png", "no such endpoint", 404};
             break;

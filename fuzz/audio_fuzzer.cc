@@ -1,20 +1,22 @@
 // libFuzzer target: audio through libsndfile with kiln's checks around it
-// (components/audio/audio_file.cc): WAV/FLAC/OGG bytes as shards and `kiln serve` uploads bring them
-// (the header, the whole decode, then mono and resampling as LoadMono does for a pipeline), and the
-// same bytes as a file (the path readers, with the WAV data-chunk check on the file).
+// (components/audio/audio_file.cc): WAV/FLAC/OGG bytes as shards and `kiln serve` uploads bring
+// them (the header, the whole decode, then mono and resampling as LoadMono does for a pipeline),
+// and the same bytes as a file (the path readers, with the WAV data-chunk check on the file).
+#include <cstdlib>
 #include <string>
 
 #include "components/audio/audio_file.h"
 #include "fuzz/fuzz_input.h"
-#include <cstdlib>
 
-// Seeds: WAV files as kiln writes them (mono and stereo); run_fuzzers.sh adds FLAC and OGG from sox.
+// Seeds: WAV files as kiln writes them (mono and stereo); run_fuzzers.sh adds FLAC and OGG from
+// sox.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = kiln::fuzz::SeedDir();
   if (dir == nullptr) return 0;
   torch::Tensor t = torch::sin(torch::arange(64, torch::kFloat32) * 0.3) * 0.5;
-  bool ok = kiln::audio::WriteWav(std::string(dir) + "/mono.wav", t, 8000).ok() &&
-            kiln::audio::WriteWav(std::string(dir) + "/stereo.wav", torch::stack({t, -t}), 22050).ok();
+  bool ok =
+      kiln::audio::WriteWav(std::string(dir) + "/mono.wav", t, 8000).ok() &&
+      kiln::audio::WriteWav(std::string(dir) + "/stereo.wav", torch::stack({t, -t}), 22050).ok();
   std::exit(ok ? 0 : 1);
 }
 

@@ -1,24 +1,27 @@
 // libFuzzer target: kiln checkpoints (lib/trainer/checkpoint.cc: ReadCheckpoint checks the archive
 // and its header, ReadModelState reads the model's tensors), as `--resume`, `--weights` and
 // `kiln export` take them from outside.
+#include <cstdlib>
+
 #include "fuzz/fuzz_input.h"
 #include "lib/trainer/checkpoint.h"
-#include <cstdlib>
 
 // Seeds: checkpoints as kiln writes them (meta, then a model's weights; and one without weights).
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = kiln::fuzz::SeedDir();
   if (dir == nullptr) return 0;
   torch::manual_seed(0);
-  std::map<std::string, torch::Tensor> state{{"fc.weight", torch::randn({3, 2})}, {"fc.bias", torch::zeros({3})},
+  std::map<std::string, torch::Tensor> state{{"fc.weight", torch::randn({3, 2})},
+                                             {"fc.bias", torch::zeros({3})},
                                              {"bn.num_batches_tracked", torch::tensor(int64_t{7})}};
-  auto full = kiln::WriteCheckpoint(std::string(dir) + "/model.ckpt", [&](torch::serialize::OutputArchive& a) {
-    kiln::WriteCheckpointMeta(a, "mlp", "model:\n  _target_: mlp\n");
-    kiln::WriteModelState(state, a);
-  });
-  auto meta = kiln::WriteCheckpoint(std::string(dir) + "/meta_only.ckpt", [&](torch::serialize::OutputArchive& a) {
-    kiln::WriteCheckpointMeta(a, "cnn", "");
-  });
+  auto full = kiln::WriteCheckpoint(
+      std::string(dir) + "/model.ckpt", [&](torch::serialize::OutputArchive& a) {
+        kiln::WriteCheckpointMeta(a, "mlp", "model:\n  _target_: mlp\n");
+        kiln::WriteModelState(state, a);
+      });
+  auto meta = kiln::WriteCheckpoint(
+      std::string(dir) + "/meta_only.ckpt",
+      [&](torch::serialize::OutputArchive& a) { kiln::WriteCheckpointMeta(a, "cnn", ""); });
   std::exit(full.ok() && meta.ok() ? 0 : 1);
 }
 

@@ -19,7 +19,8 @@ const std::string& ConfigDir() {
     std::string d = mkdtemp(pattern);
     std::system(("mkdir -p " + d + "/model " + d + "/optimizer").c_str());
     std::ofstream(d + "/model/cnn.yaml") << "name: cnn\nchannels: [32, 64]\nwidth: ${..width}\n";
-    std::ofstream(d + "/model/mlp.yaml") << "# @package _global_\ndefaults:\n  - /optimizer: sgd\nmlp: 1\n";
+    std::ofstream(d + "/model/mlp.yaml")
+        << "# @package _global_\ndefaults:\n  - /optimizer: sgd\nmlp: 1\n";
     std::ofstream(d + "/optimizer/sgd.yaml") << "lr: 0.1\n";
     return d;
   }();

@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!file.ok()) return 0;
   for (int dims : {3, 1}) {
     auto tensor = kiln::data::ReadIdx(file.path(), dims);
-    if (tensor.ok() && tensor->numel() > static_cast<int64_t>(size) * 1100) __builtin_trap();  // gzip at most ~1032:1
+    if (tensor.ok() && tensor->numel() > static_cast<int64_t>(size) * 1100)
+      __builtin_trap();  // gzip at most ~1032:1
   }
   return 0;
 }

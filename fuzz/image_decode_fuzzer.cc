@@ -1,12 +1,13 @@
-// libFuzzer target: image decoding through OpenCV (DecodeImageBytes in components/vision/image_ops.cc:
-// PNG, JPEG, BMP, WebP, ... as image folders, shards and `kiln serve` uploads arrive), in colour
-// and grayscale, kept at its size or resized as a data module's decode size asks.
+// libFuzzer target: image decoding through OpenCV (DecodeImageBytes in
+// components/vision/image_ops.cc: PNG, JPEG, BMP, WebP, ... as image folders, shards and `kiln
+// serve` uploads arrive), in colour and grayscale, kept at its size or resized as a data module's
+// decode size asks.
+#include <cstdlib>
+#include <opencv2/imgcodecs.hpp>
 #include <string_view>
+#include <vector>
 
 #include "components/vision/image_ops.h"
-#include <opencv2/imgcodecs.hpp>
-#include <cstdlib>
-#include <vector>
 #include "fuzz/fuzz_input.h"
 
 // Seeds: small images in the formats OpenCV reads (PNG colour and gray, JPEG baseline and
@@ -17,7 +18,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   cv::Mat colour(6, 8, CV_8UC3), gray(5, 3, CV_8UC1);
   cv::randu(colour, 0, 255);
   cv::randu(gray, 0, 255);
-  auto write = [](const std::string& name, const cv::Mat& image, const std::vector<int>& params = {}) {
+  auto write = [](const std::string& name, const cv::Mat& image,
+                  const std::vector<int>& params = {}) {
     std::vector<uchar> bytes;
     if (cv::imencode(name.substr(name.rfind('.')), image, bytes, params))
       kiln::fuzz::WriteSeed(name, std::string(bytes.begin(), bytes.end()));

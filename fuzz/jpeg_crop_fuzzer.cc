@@ -1,14 +1,15 @@
 // libFuzzer target: the libjpeg-turbo crop decode (components/vision/jpeg_crop.cc): the JPEG's size
 // from its header, then a crop of it decoded with DCT-domain scaling and resized, as
-// random_resized_crop plans one. The first 6 bytes choose the crop and output; the rest is the JPEG.
+// random_resized_crop plans one. The first 6 bytes choose the crop and output; the rest is the
+// JPEG.
 #include <algorithm>
-#include <string_view>
-
-#include "components/vision/jpeg_crop.h"
+#include <cstdlib>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
-#include <cstdlib>
+#include <string_view>
 #include <vector>
+
+#include "components/vision/jpeg_crop.h"
 #include "fuzz/fuzz_input.h"
 
 // Seeds: 6 choice bytes then a small JPEG (colour, gray, progressive, restart
@@ -19,12 +20,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   cv::Mat colour(48, 64, CV_8UC3), gray(40, 24, CV_8UC1);
   cv::randu(colour, 0, 255);
   cv::randu(gray, 0, 255);
-  const std::string choices[] = {std::string("\x7f\xff\x00\x00\x03\x03", 6), std::string("\x20\x40\x80\x80\x00\x41", 6)};
+  const std::string choices[] = {std::string("\x7f\xff\x00\x00\x03\x03", 6),
+                                 std::string("\x20\x40\x80\x80\x00\x41", 6)};
   auto write = [&](const std::string& name, const cv::Mat& image, const std::vector<int>& params) {
     std::vector<uchar> bytes;
     if (!cv::imencode(".jpg", image, bytes, params)) return;
     for (size_t i = 0; i < 2; ++i)
-      kiln::fuzz::WriteSeed(name + std::to_string(i), choices[i] + std::string(bytes.begin(), bytes.end()));
+      kiln::fuzz::WriteSeed(name + std::to_string(i),
+                            choices[i] + std::string(bytes.begin(), bytes.end()));
   };
   write("colour420_", colour, {cv::IMWRITE_JPEG_QUALITY, 40});
   write("optimized_", colour, {cv::IMWRITE_JPEG_OPTIMIZE, 1, cv::IMWRITE_JPEG_QUALITY, 95});
@@ -53,6 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   plan.out_width = 1 + choice[5] % 64;
   bool grayscale = (choice[5] & 64) != 0;
   auto image = kiln::data::DecodeJpegCrop(bytes, plan, grayscale, "fuzz input");
-  if (image.ok() && (image->size(0) != plan.out_height || image->size(1) != plan.out_width)) __builtin_trap();
+  if (image.ok() && (image->size(0) != plan.out_height || image->size(1) != plan.out_width))
+    __builtin_trap();
   return 0;
 }

@@ -5,10 +5,10 @@
 //    quotes every string that YAML 1.1 or kiln's reader would retype;
 //  - a sweep's job lines (printed as Hydra prints them) parse back to the swept values;
 //  - the interpolation grammar check accepts or refuses without crashing.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cmath>
 #include <string>
 
 #include "lib/config/interpolation.h"
@@ -41,15 +41,19 @@ bool SmallSweep(const Sweep& sweep) {
   if (sweep.kind != SweepKind::kRange) return true;
   auto number = [](const NodePtr& n, double* out) {
     if (n == nullptr) return false;
-    if (n->kind() == NodeKind::kInt) *out = static_cast<double>(n->as_int());
-    else if (n->kind() == NodeKind::kFloat) *out = n->as_float();
-    else return false;
+    if (n->kind() == NodeKind::kInt)
+      *out = static_cast<double>(n->as_int());
+    else if (n->kind() == NodeKind::kFloat)
+      *out = n->as_float();
+    else
+      return false;
     return true;
   };
   double start = 0, stop = 0, step = 1;
   if (!number(sweep.range_start, &start) || !number(sweep.range_stop, &stop)) return true;
   if (sweep.range_step != nullptr && !number(sweep.range_step, &step)) return true;
-  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step)) return true;
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    return true;
   return (stop - start) / step <= 1000;
 }
 
@@ -74,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (unsigned char c : text) printable = printable && c >= 0x20 && c < 0x7f;
     if (printable) CheckYamlRoundTrip(parsed->value.node);
   }
-  if (parsed->is_discrete_sweep() && parsed->sweep.kind != SweepKind::kGlob && SmallSweep(parsed->sweep)) {
+  if (parsed->is_discrete_sweep() && parsed->sweep.kind != SweepKind::kGlob &&
+      SmallSweep(parsed->sweep)) {
     ConfigRepository repo({});
     auto jobs = PlanSweep({}, {*parsed}, repo);
     if (jobs.ok() && jobs->size() <= 1000) {

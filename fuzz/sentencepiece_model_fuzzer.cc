@@ -1,11 +1,11 @@
 // libFuzzer target: the tokenizer model loader: a SentencePiece .model file's bytes (as
 // tokenizer.model_file or a cached model brings them) through kiln's SentencePiece module
 // (components/text/sentencepiece_backend.cc), then an encode and decode with the loaded model.
+#include <cstdlib>
+#include <map>
 #include <string>
 
 #include "components/text/sentencepiece_backend.h"
-#include <cstdlib>
-#include <map>
 #include "fuzz/fuzz_input.h"
 
 extern "C" const kiln::text::spm::Backend* kiln_sentencepiece_backend();
@@ -15,13 +15,18 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = kiln::fuzz::SeedDir();
   if (dir == nullptr) return 0;
   std::vector<std::string> sentences;
-  for (int i = 0; i < 40; ++i) sentences.push_back("the quick brown fox " + std::to_string(i) + " jumps over ünïcode dogs");
+  for (int i = 0; i < 40; ++i)
+    sentences.push_back("the quick brown fox " + std::to_string(i) + " jumps over ünïcode dogs");
   for (const char* type : {"unigram", "bpe", "char", "word"}) {
-    std::map<std::string, std::string> flags{{"model_type", type},         {"vocab_size", "40"},
+    std::map<std::string, std::string> flags{{"model_type", type},
+                                             {"vocab_size", "40"},
                                              {"normalization_rule_name", "identity"},
-                                             {"hard_vocab_limit", "false"}, {"pad_id", "0"},
-                                             {"unk_id", "1"},               {"bos_id", "2"},
-                                             {"eos_id", "3"},               {"num_threads", "1"}};
+                                             {"hard_vocab_limit", "false"},
+                                             {"pad_id", "0"},
+                                             {"unk_id", "1"},
+                                             {"bos_id", "2"},
+                                             {"eos_id", "3"},
+                                             {"num_threads", "1"}};
     std::string model;
     std::string error = kiln_sentencepiece_backend()->train(flags, sentences, &model);
     if (!error.empty()) std::exit(1);

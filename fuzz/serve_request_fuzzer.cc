@@ -16,7 +16,8 @@ namespace {
 // The fuzz input as a connection: reads give its bytes, writes are dropped.
 class BytesStream : public httplib::Stream {
  public:
-  BytesStream(const uint8_t* data, size_t size) : data_(reinterpret_cast<const char*>(data)), size_(size) {}
+  BytesStream(const uint8_t* data, size_t size)
+      : data_(reinterpret_cast<const char*>(data)), size_(size) {}
   bool is_readable() const override { return true; }
   bool is_writable() const override { return true; }
   ssize_t read(char* ptr, size_t size) override {

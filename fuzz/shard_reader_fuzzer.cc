@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto sample = (*reader)->Next(keep);
       if (!sample.ok() || !sample->has_value()) break;
       for (const auto& [ext, bytes] : (*sample)->files) {
-        if (keep && ext.size() > 1 << 20) __builtin_trap();  // an extension is part of a member name
+        if (keep && ext.size() > 1 << 20)
+          __builtin_trap();  // an extension is part of a member name
       }
       keep = !keep;
     }

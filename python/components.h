@@ -17,11 +17,11 @@ namespace kiln::python {
 
 // What some kinds need besides their config node (Hydra's instantiate(cfg, **kwargs)).
 struct InstantiateArgs {
-  pybind11::object params;     // optimizer: tensors, or (name, tensor) pairs (named_parameters())
-  pybind11::object optimizer;  // scheduler: a kiln.Optimizer
-  int64_t total_steps = 0;     // scheduler
+  pybind11::object params;      // optimizer: tensors, or (name, tensor) pairs (named_parameters())
+  pybind11::object optimizer;   // scheduler: a kiln.Optimizer
+  int64_t total_steps = 0;      // scheduler
   int64_t steps_per_epoch = 0;  // scheduler
-  int64_t num_classes = 0;     // metric
+  int64_t num_classes = 0;      // metric
 };
 
 // The built component for `target` when it is one of these kinds; None when it is none of them.

@@ -7,41 +7,41 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
-#include <condition_variable>
 #include <deque>
-#include <algorithm>
 #include <map>
-#include <optional>
-#include <mutex>
-#include <thread>
-#include <set>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "lib/core/error_text.h"
-#include "python/common.h"
-#include "python/components.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "components/models/model.h"
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/error_text.h"
 #include "lib/core/files.h"
-#include "lib/report/report_page.h"
-#include "lib/report/run_reader.h"
-#include "lib/run/command.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/data/sampler.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/report/report_page.h"
+#include "lib/report/run_reader.h"
+#include "lib/run/command.h"
 #include "lib/trainer/predictor.h"
 #include "lib/trainer/trainer.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "python/common.h"
+#include "python/components.h"
 
 namespace py = pybind11;
 
@@ -58,7 +58,9 @@ py::object ToPython(const config::Node& node) {
     case config::NodeKind::kBool: return py::bool_(node.as_bool());
     case config::NodeKind::kInt:
       // Python's int has no bound: 2**64 from a config stays 2**64.
-      if (node.is_big_int()) return py::reinterpret_steal<py::object>(PyLong_FromString(node.int_text().c_str(), nullptr, 10));
+      if (node.is_big_int())
+        return py::reinterpret_steal<py::object>(
+            PyLong_FromString(node.int_text().c_str(), nullptr, 10));
       return py::int_(node.as_int());
     case config::NodeKind::kFloat: return py::float_(node.as_float());
     case config::NodeKind::kString: return py::str(node.as_string());
@@ -69,7 +71,8 @@ py::object ToPython(const config::Node& node) {
     }
     case config::NodeKind::kMap: {
       py::dict out;
-      for (const auto& [key, value] : node.entries()) out[py::str(config::KeyText(key))] = ToPython(*value);
+      for (const auto& [key, value] : node.entries())
+        out[py::str(config::KeyText(key))] = ToPython(*value);
       return out;
     }
     default:  // `???` and interpolations left as text
@@ -80,7 +83,9 @@ py::object ToPython(const config::Node& node) {
 config::NodePtr FromPython(const py::handle& value, const std::string& where) {
   if (value.is_none()) return config::Node::Null();
   if (py::isinstance<py::bool_>(value)) return config::Node::Bool(value.cast<bool>());
-  if (py::isinstance<py::int_>(value)) return config::Node::Integer(py::str(py::int_(py::reinterpret_borrow<py::object>(value))).cast<std::string>());
+  if (py::isinstance<py::int_>(value))
+    return config::Node::Integer(
+        py::str(py::int_(py::reinterpret_borrow<py::object>(value))).cast<std::string>());
   if (py::isinstance<py::float_>(value)) return config::Node::Float(value.cast<double>());
   if (py::isinstance<py::str>(value)) return config::Node::String(value.cast<std::string>());
   if (py::isinstance<py::dict>(value)) {
@@ -94,7 +99,8 @@ config::NodePtr FromPython(const py::handle& value, const std::string& where) {
   if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
     config::NodePtr out = config::Node::List();
     size_t i = 0;
-    for (const auto& item : value) out->Append(FromPython(item, where + "[" + std::to_string(i++) + "]"));
+    for (const auto& item : value)
+      out->Append(FromPython(item, where + "[" + std::to_string(i++) + "]"));
     return out;
   }
   throw StatusError("config value " + (where.empty() ? std::string("(root)") : where) + " is a " +
@@ -118,7 +124,10 @@ class PyCallback : public Callback {
  public:
   PyCallback(py::object callback, std::set<std::string> hooks, int index,
              std::shared_ptr<std::unique_ptr<py::error_already_set>> raised)
-      : callback_(std::move(callback)), hooks_(std::move(hooks)), index_(index), raised_(std::move(raised)) {
+      : callback_(std::move(callback)),
+        hooks_(std::move(hooks)),
+        index_(index),
+        raised_(std::move(raised)) {
     py::gil_scoped_acquire gil;
     name_ = py::str(py::type::of(callback_).attr("__qualname__")).cast<std::string>();
   }
@@ -126,7 +135,9 @@ class PyCallback : public Callback {
     py::gil_scoped_acquire gil;
     callback_ = py::object();
   }
-  std::string state_key() const override { return "python[" + std::to_string(index_) + "]:" + name_; }
+  std::string state_key() const override {
+    return "python[" + std::to_string(index_) + "]:" + name_;
+  }
 
   absl::Status OnFitStart(Trainer& t) override { return Call("on_fit_start", t); }
   absl::Status OnFitEnd(Trainer& t) override { return Call("on_fit_end", t); }
@@ -149,13 +160,14 @@ class PyCallback : public Callback {
     if (!hooks_.count(hook)) return absl::OkStatus();
     py::gil_scoped_acquire gil;
     try {
-      callback_.attr(hook)(py::cast(&trainer, py::return_value_policy::reference), std::forward<A>(args)...);
+      callback_.attr(hook)(py::cast(&trainer, py::return_value_policy::reference),
+                           std::forward<A>(args)...);
       return absl::OkStatus();
     } catch (py::error_already_set& e) {
       std::string what = e.what();
       *raised_ = std::make_unique<py::error_already_set>(std::move(e));
-      return absl::AbortedError(absl::StrCat("Python callback ", name_, ".", hook, " raised ",
-                                             ErrorLine(what)));
+      return absl::AbortedError(
+          absl::StrCat("Python callback ", name_, ".", hook, " raised ", ErrorLine(what)));
     }
   }
 
@@ -183,17 +195,19 @@ py::dict BatchDict(const data::Batch& batch) {
 // stops the loader.
 class BatchIterator {
  public:
-  BatchIterator(std::shared_ptr<data::DataLoader> loader, int64_t epoch) : loader_(std::move(loader)) {
+  BatchIterator(std::shared_ptr<data::DataLoader> loader, int64_t epoch)
+      : loader_(std::move(loader)) {
     capacity_ = std::max<size_t>(1, static_cast<size_t>(loader_->options().prefetch));
     thread_ = std::thread([this, epoch] {
-      absl::Status status = loader_->Run(epoch, 0, loader_->num_batches(), [this](data::Batch& b) -> absl::StatusOr<bool> {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [this] { return queue_.size() < capacity_ || stopping_; });
-        if (stopping_) return false;
-        queue_.push_back(std::move(b));
-        changed_.notify_all();
-        return true;
-      });
+      absl::Status status = loader_->Run(
+          epoch, 0, loader_->num_batches(), [this](data::Batch& b) -> absl::StatusOr<bool> {
+            std::unique_lock<std::mutex> lock(mutex_);
+            changed_.wait(lock, [this] { return queue_.size() < capacity_ || stopping_; });
+            if (stopping_) return false;
+            queue_.push_back(std::move(b));
+            changed_.notify_all();
+            return true;
+          });
       std::lock_guard<std::mutex> lock(mutex_);
       status_ = status;
       done_ = true;
@@ -245,7 +259,9 @@ class BatchIterator {
 class PyLoader {
  public:
   explicit PyLoader(std::shared_ptr<data::DataLoader> loader) : loader_(std::move(loader)) {}
-  std::unique_ptr<BatchIterator> Iter() { return std::make_unique<BatchIterator>(loader_, epoch_++); }
+  std::unique_ptr<BatchIterator> Iter() {
+    return std::make_unique<BatchIterator>(loader_, epoch_++);
+  }
   int64_t Len() const { return loader_->num_batches(); }
 
  private:
@@ -262,15 +278,18 @@ class PyDataModule {
                        [&] { return Take(Registry<data::DataModule>::Get().Instantiate(config)); });
   }
   PyLoader TrainLoader() {
-    auto ds = Setup(data::Stage::kFit, [&] { return module_->train_dataset(); }, "training");
+    auto ds = Setup(
+        data::Stage::kFit, [&] { return module_->train_dataset(); }, "training");
     return Loader(ds, data::RandomSampler(ds->size(), seed_));
   }
   PyLoader ValLoader() {
-    auto ds = Setup(data::Stage::kFit, [&] { return module_->val_dataset(); }, "validation");
+    auto ds = Setup(
+        data::Stage::kFit, [&] { return module_->val_dataset(); }, "validation");
     return Loader(ds, data::SequentialSampler(ds->size()));
   }
   PyLoader TestLoader() {
-    auto ds = Setup(data::Stage::kTest, [&] { return module_->test_dataset(); }, "test");
+    auto ds = Setup(
+        data::Stage::kTest, [&] { return module_->test_dataset(); }, "test");
     return Loader(ds, data::SequentialSampler(ds->size()));
   }
   std::vector<std::string> ClassNames() const { return module_->class_names(); }
@@ -285,7 +304,8 @@ class PyDataModule {
       }
       Check(module_->Setup(stage));
       std::shared_ptr<const data::Dataset> ds = split();
-      if (ds == nullptr) throw StatusError(std::string("this data module has no ") + name + " split");
+      if (ds == nullptr)
+        throw StatusError(std::string("this data module has no ") + name + " split");
       return ds;
     });
   }
@@ -310,14 +330,17 @@ py::dict PredictionDict(const Prediction& p) {
   return out;
 }
 
-// kiln::Predictor from Python: raw inputs (image or audio bytes, texts) or already-prepared tensors.
+// kiln::Predictor from Python: raw inputs (image or audio bytes, texts) or already-prepared
+// tensors.
 class PyPredictor {
  public:
-  PyPredictor(const std::string& path, const std::vector<std::string>& overrides, std::optional<std::string> quantize) {
+  PyPredictor(const std::string& path, const std::vector<std::string>& overrides,
+              std::optional<std::string> quantize) {
     PredictorOptions options;
     options.overrides = overrides;
     options.quantize = std::move(quantize);
-    predictor_ = Released("the model cannot be loaded", [&] { return Take(Predictor::Load(path, options)); });
+    predictor_ = Released("the model cannot be loaded",
+                          [&] { return Take(Predictor::Load(path, options)); });
   }
 
   // One raw input: bytes (an image or audio file's contents) or str (a text).
@@ -339,34 +362,40 @@ class PyPredictor {
   // A batch of prepared inputs [B, ...] (what the data module's eval pipeline gives), as a tensor.
   py::list PredictTensor(const torch::Tensor& batch) {
     if (!batch.defined() || batch.dim() < 1 || batch.size(0) == 0) {
-      throw StatusError("Predictor.predict: a tensor batch needs a first (batch) dimension of at least 1");
+      throw StatusError(
+          "Predictor.predict: a tensor batch needs a first (batch) dimension of at least 1");
     }
     std::vector<data::Example> examples;
     // No label (-1), as the data modules give a raw input.
-    for (int64_t i = 0; i < batch.size(0); ++i) examples.push_back({batch[i], torch::tensor(int64_t{-1})});
+    for (int64_t i = 0; i < batch.size(0); ++i)
+      examples.push_back({batch[i], torch::tensor(int64_t{-1})});
     std::vector<absl::StatusOr<Prediction>> answers =
         Released(kPredictFailed, [&] { return predictor_->PredictPrepared(std::move(examples)); });
     return Answers(answers);
   }
   py::list PredictSplit() {
-    std::vector<Prediction> answers = Released(kPredictFailed, [&] { return Take(predictor_->PredictSplit()); });
+    std::vector<Prediction> answers =
+        Released(kPredictFailed, [&] { return Take(predictor_->PredictSplit()); });
     py::list out;
     for (const auto& p : answers) out.append(PredictionDict(p));
     return out;
   }
   std::string Generate(const std::optional<std::string>& prompt) {
-    return Released("generating failed",
-                    [&] { return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate()); });
+    return Released("generating failed", [&] {
+      return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate());
+    });
   }
   bool generates() const { return predictor_->generates(); }
   std::vector<std::string> ClassNames() const { return predictor_->class_names(); }
 
  private:
   static std::string Raw(const py::object& raw) {
-    if (py::isinstance<py::bytes>(raw) || py::isinstance<py::str>(raw)) return raw.cast<std::string>();
-    throw StatusError("Predictor.predict takes bytes (an image or audio file's contents), a str (a text), a list "
-                      "of them, or a torch.Tensor batch; not " +
-                      std::string(py::str(py::type::of(raw).attr("__name__"))));
+    if (py::isinstance<py::bytes>(raw) || py::isinstance<py::str>(raw))
+      return raw.cast<std::string>();
+    throw StatusError(
+        "Predictor.predict takes bytes (an image or audio file's contents), a str (a text), a list "
+        "of them, or a torch.Tensor batch; not " +
+        std::string(py::str(py::type::of(raw).attr("__name__"))));
   }
   static py::list Answers(const std::vector<absl::StatusOr<Prediction>>& answers) {
     py::list out;
@@ -412,14 +441,15 @@ class PyModel {
 // kiln.instantiate: a component from a config node with _target_ (Hydra's instantiate(cfg,
 // **kwargs)): models, data modules and the kinds of python/components.h. Tasks, launchers,
 // sweepers and prediction writers are built from a job's or a sweep's config.
-py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& params, const py::object& optimizer,
-                       int64_t total_steps, int64_t steps_per_epoch, int64_t num_classes) {
+py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& params,
+                       const py::object& optimizer, int64_t total_steps, int64_t steps_per_epoch,
+                       int64_t num_classes) {
   config::Config cfg(FromPython(node, ""));
   std::string target = cfg.Get<std::string>("_target_").value_or("");
   if (target.empty()) throw StatusError("kiln.instantiate needs a config node with _target_");
   if (Registry<Model>::Get().Contains(target)) {
-    std::shared_ptr<Model> built =
-        Released("kiln.instantiate failed", [&] { return Take(Registry<Model>::Get().Instantiate(cfg)); });
+    std::shared_ptr<Model> built = Released(
+        "kiln.instantiate failed", [&] { return Take(Registry<Model>::Get().Instantiate(cfg)); });
     return py::cast(PyModel(std::move(built)));
   }
   if (Registry<data::DataModule>::Get().Contains(target)) return py::cast(PyDataModule(node, seed));
@@ -431,27 +461,32 @@ py::object Instantiate(const py::dict& node, uint64_t seed, const py::object& pa
     auto names = RegistryHub::Instance().Names(kind);
     if (std::find(names.begin(), names.end(), target) != names.end()) kinds.push_back(kind);
   }
-  throw StatusError(kinds.empty()
-                        ? absl::StrCat("kiln.instantiate: no component '", target, "' (kiln list shows them)")
-                        : absl::StrCat("kiln.instantiate: '", target, "' is a ", absl::StrJoin(kinds, "/"),
-                                       ", which kiln builds from the config of a job or a sweep (kiln.fit, "
-                                       "kiln.Trainer, kiln multirun)"));
+  throw StatusError(
+      kinds.empty()
+          ? absl::StrCat("kiln.instantiate: no component '", target, "' (kiln list shows them)")
+          : absl::StrCat("kiln.instantiate: '", target, "' is a ", absl::StrJoin(kinds, "/"),
+                         ", which kiln builds from the config of a job or a sweep (kiln.fit, "
+                         "kiln.Trainer, kiln multirun)"));
 }
 
 // A built job, driven from Python; every call releases the GIL while kiln works.
 class PyJob {
  public:
-  static PyJob FromOverrides(const std::vector<std::string>& overrides, const std::string& config_name,
-                             const std::string& config_dir, bool evaluate) {
+  static PyJob FromOverrides(const std::vector<std::string>& overrides,
+                             const std::string& config_name, const std::string& config_dir,
+                             bool evaluate) {
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
-    return PyJob(Released(kBuildFailed,
-                          [&] { return Take(Job::Compose(Request(overrides, config_name, config_dir), purpose)); }));
+    return PyJob(Released(kBuildFailed, [&] {
+      return Take(Job::Compose(Request(overrides, config_name, config_dir), purpose));
+    }));
   }
   // The run folder gets .hydra/config.yaml (what kiln report, kiln predict and read_run read).
   static PyJob FromDict(const py::dict& cfg, const std::string& output_dir, bool evaluate) {
     config::Config config(FromPython(cfg, ""));
     auto purpose = evaluate ? Job::Purpose::kEvaluate : Job::Purpose::kFit;
-    return PyJob(Released(kBuildFailed, [&] { return Take(Job::FromConfigInRunFolder(config, output_dir, purpose)); }));
+    return PyJob(Released(kBuildFailed, [&] {
+      return Take(Job::FromConfigInRunFolder(config, output_dir, purpose));
+    }));
   }
 
   // A callback or logger that kiln.instantiate built.
@@ -466,7 +501,8 @@ class PyJob {
     }
   }
   void AddCallback(py::object callback, const std::set<std::string>& hooks) {
-    Check(job_->AddCallback(std::make_shared<PyCallback>(std::move(callback), hooks, callbacks_++, raised_)));
+    Check(job_->AddCallback(
+        std::make_shared<PyCallback>(std::move(callback), hooks, callbacks_++, raised_)));
   }
   void Fit() {
     absl::Status status;
@@ -476,12 +512,19 @@ class PyJob {
     }
     Finish(status);
   }
-  std::map<std::string, double> FitThenTest() { return Run([&] { return job_->FitThenTest(); }); }
-  std::map<std::string, double> Test() { return Run([&] { return job_->Test(); }); }
-  std::map<std::string, double> Validate() { return Run([&] { return job_->Validate(); }); }
+  std::map<std::string, double> FitThenTest() {
+    return Run([&] { return job_->FitThenTest(); });
+  }
+  std::map<std::string, double> Test() {
+    return Run([&] { return job_->Test(); });
+  }
+  std::map<std::string, double> Validate() {
+    return Run([&] { return job_->Validate(); });
+  }
   std::string LoadCheckpoint(const std::string& which) {
-    return Released("kiln.Trainer.load_checkpoint failed",
-                    [&] { return Take(job_->LoadCheckpoint(which, "kiln.Trainer.load_checkpoint")); });
+    return Released("kiln.Trainer.load_checkpoint failed", [&] {
+      return Take(job_->LoadCheckpoint(which, "kiln.Trainer.load_checkpoint"));
+    });
   }
   std::string output_dir() const { return job_->output_dir(); }
   py::object config() const { return ToPython(*job_->config().node()); }
@@ -535,8 +578,9 @@ class PyJob {
 
 py::object Compose(const std::string& config_name, const std::vector<std::string>& overrides,
                    const std::string& config_dir) {
-  ComposedJob composed =
-      Released("kiln.compose failed", [&] { return Take(ComposeJob(Request(overrides, config_name, config_dir))); });
+  ComposedJob composed = Released("kiln.compose failed", [&] {
+    return Take(ComposeJob(Request(overrides, config_name, config_dir)));
+  });
   return ToPython(*composed.cfg.node());
 }
 
@@ -570,40 +614,56 @@ PYBIND11_MODULE(_kiln, m) {
   });
   py::module_::import("atexit").attr("register")(
       py::cpp_function([] { kiln::Logger::Instance().set_console_sink(nullptr); }));
-  m.def("compose", &kiln::python::Compose, py::arg("config_name") = "train", py::arg("overrides") = std::vector<std::string>{},
-        py::arg("config_dir") = "",
-        "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, as dicts.");
+  m.def("compose", &kiln::python::Compose, py::arg("config_name") = "train",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("config_dir") = "",
+        "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, "
+        "as dicts.");
   m.def("default_config_dir", &kiln::app::DefaultConfigPath, "kiln's own configs folder.");
-  m.def("report_html", [](const std::vector<std::string>& paths, const std::string& page_dir, const std::string& title) {
-    namespace report = kiln::app::report;
-    if (!report::HaveChartingLibrary()) {
-      throw kiln::python::StatusError("this kiln was built without uPlot, the charting library of kiln report: run "
-                                      "scripts/fetch_web_deps.sh, then cmake again");
-    }
-    std::string html;
-    {
-      py::gil_scoped_release release;
-      auto collection = kiln::python::Take(report::ReadRuns(paths));
-      html = report::ReportHtml(collection, page_dir, title);
-    }
-    return html;
-  }, py::arg("paths"), py::arg("page_dir"), py::arg("title"), "kiln report's page of these runs and sweeps, as HTML.");
-  m.def("load_yaml", [](const std::string& path) {
-    return kiln::python::ToPython(*kiln::python::Take(kiln::config::LoadYamlFile(path)));
-  }, py::arg("path"), "A YAML file read as kiln reads configs (YAML 1.1 scalars, Hydra's typed keys).");
+  m.def(
+      "report_html",
+      [](const std::vector<std::string>& paths, const std::string& page_dir,
+         const std::string& title) {
+        namespace report = kiln::app::report;
+        if (!report::HaveChartingLibrary()) {
+          throw kiln::python::StatusError(
+              "this kiln was built without uPlot, the charting library of kiln report: run "
+              "scripts/fetch_web_deps.sh, then cmake again");
+        }
+        std::string html;
+        {
+          py::gil_scoped_release release;
+          auto collection = kiln::python::Take(report::ReadRuns(paths));
+          html = report::ReportHtml(collection, page_dir, title);
+        }
+        return html;
+      },
+      py::arg("paths"), py::arg("page_dir"), py::arg("title"),
+      "kiln report's page of these runs and sweeps, as HTML.");
+  m.def(
+      "load_yaml",
+      [](const std::string& path) {
+        return kiln::python::ToPython(*kiln::python::Take(kiln::config::LoadYamlFile(path)));
+      },
+      py::arg("path"),
+      "A YAML file read as kiln reads configs (YAML 1.1 scalars, Hydra's typed keys).");
   // What a Python callback's hooks get as `trainer`: the loop's counters and a way to stop it.
   py::class_<kiln::Trainer>(m, "LoopState")
       .def_property_readonly("global_step", &kiln::Trainer::global_step)
       .def_property_readonly("current_epoch", &kiln::Trainer::current_epoch)
       .def_property_readonly("train_batches_per_epoch", &kiln::Trainer::train_batches_per_epoch)
-      .def_property_readonly("max_epochs", [](const kiln::Trainer& t) { return t.options().max_epochs; })
-      .def_property_readonly("max_steps", [](const kiln::Trainer& t) { return t.options().max_steps; })
+      .def_property_readonly("max_epochs",
+                             [](const kiln::Trainer& t) { return t.options().max_epochs; })
+      .def_property_readonly("max_steps",
+                             [](const kiln::Trainer& t) { return t.options().max_steps; })
       .def_property_readonly("callback_metrics", &kiln::Trainer::callback_metrics)
-      .def("request_stop", &kiln::Trainer::RequestStopNow, py::arg("reason") = "a Python callback asked",
+      .def("request_stop", &kiln::Trainer::RequestStopNow,
+           py::arg("reason") = "a Python callback asked",
            "Stops the fit after the current optimizer step, with a resumable last.ckpt.");
   py::class_<kiln::python::BatchIterator>(m, "BatchIterator")
-      .def("__iter__", [](kiln::python::BatchIterator& it) -> kiln::python::BatchIterator& { return it; },
-           py::return_value_policy::reference_internal)
+      .def(
+          "__iter__",
+          [](kiln::python::BatchIterator& it) -> kiln::python::BatchIterator& { return it; },
+          py::return_value_policy::reference_internal)
       .def("__next__", &kiln::python::BatchIterator::Next);
   py::class_<kiln::python::PyLoader>(m, "Loader")
       .def("__iter__", &kiln::python::PyLoader::Iter, py::keep_alive<0, 1>())
@@ -615,8 +675,10 @@ PYBIND11_MODULE(_kiln, m) {
       .def("test_loader", &kiln::python::PyDataModule::TestLoader)
       .def_property_readonly("class_names", &kiln::python::PyDataModule::ClassNames);
   py::class_<kiln::python::PyPredictor>(m, "Predictor")
-      .def(py::init<const std::string&, const std::vector<std::string>&, std::optional<std::string>>(), py::arg("path"),
-           py::arg("overrides") = std::vector<std::string>{}, py::arg("quantize") = std::nullopt)
+      .def(py::init<const std::string&, const std::vector<std::string>&,
+                    std::optional<std::string>>(),
+           py::arg("path"), py::arg("overrides") = std::vector<std::string>{},
+           py::arg("quantize") = std::nullopt)
       .def("predict_one", &kiln::python::PyPredictor::PredictOne)
       .def("predict_many", &kiln::python::PyPredictor::PredictMany)
       .def("predict_tensor", &kiln::python::PyPredictor::PredictTensor)
@@ -632,16 +694,18 @@ PYBIND11_MODULE(_kiln, m) {
       .def("eval", [](kiln::python::PyModel& m) { m.Train(false); })
       .def_property_readonly("num_parameters", &kiln::python::PyModel::NumParameters);
   kiln::python::BindComponents(m);
-  m.def("instantiate", &kiln::python::Instantiate, py::arg("node"), py::arg("seed") = 0, py::kw_only(),
-        py::arg("params") = py::none(), py::arg("optimizer") = py::none(), py::arg("total_steps") = 0,
-        py::arg("steps_per_epoch") = 0, py::arg("num_classes") = 0,
+  m.def("instantiate", &kiln::python::Instantiate, py::arg("node"), py::arg("seed") = 0,
+        py::kw_only(), py::arg("params") = py::none(), py::arg("optimizer") = py::none(),
+        py::arg("total_steps") = 0, py::arg("steps_per_epoch") = 0, py::arg("num_classes") = 0,
         "A component from a config node with _target_: a model, a data module (seed), an optimizer "
         "(params=), a scheduler (optimizer=, total_steps=, steps_per_epoch=), a loss, a metric "
         "(num_classes=), a transform, a tokenizer or an audio feature extractor.");
   py::class_<kiln::python::PyJob>(m, "Job")
-      .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"), py::arg("config_name") = "train",
-                  py::arg("config_dir") = "", py::arg("evaluate") = false)
-      .def_static("from_dict", &kiln::python::PyJob::FromDict, py::arg("cfg"), py::arg("output_dir"), py::arg("evaluate") = false)
+      .def_static("from_overrides", &kiln::python::PyJob::FromOverrides, py::arg("overrides"),
+                  py::arg("config_name") = "train", py::arg("config_dir") = "",
+                  py::arg("evaluate") = false)
+      .def_static("from_dict", &kiln::python::PyJob::FromDict, py::arg("cfg"),
+                  py::arg("output_dir"), py::arg("evaluate") = false)
       .def("add_callback", &kiln::python::PyJob::AddCallback, py::arg("callback"), py::arg("hooks"))
       .def("add_native", &kiln::python::PyJob::AddNative, py::arg("component"))
       .def("fit", &kiln::python::PyJob::Fit)
@@ -652,4 +716,3 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("output_dir", &kiln::python::PyJob::output_dir)
       .def_property_readonly("config", &kiln::python::PyJob::config);
 }
-

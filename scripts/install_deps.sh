@@ -33,6 +33,7 @@ set -euo pipefail
 #                                                        (scripts/prepare_text_data.sh; no npm registry needed)
 # Only for `test`:
 #   clang libclang-rt-14-dev                             libFuzzer targets (-fsanitize=fuzzer)
+#   clang-format                                         the tree's format check (tests/ci/format_test.sh)
 #   (Python's torch, torchvision, Lightning, onnx, tensorboard and optuna come from PyPI into .venv:
 #    scripts/setup_venv.sh test, at the torch version kiln builds against)
 #   iproute2                                             network namespaces for the two-host data-parallel test
@@ -50,7 +51,7 @@ case "${1:-}" in
   "") ;;
   test)
     PACKAGES+=(
-      clang libclang-rt-14-dev
+      clang libclang-rt-14-dev clang-format
       iproute2 espeak-ng sox
       chromium
     )

@@ -48,14 +48,15 @@ absl::StatusOr<torch::Tensor> ClassificationTask::Forward(const data::Batch& bat
 absl::StatusOr<torch::Tensor> ClassificationTask::Logits(const data::Batch& batch) {
   KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Forward(batch));
   if (logits.dim() != 2 || logits.size(1) != options_.num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat("the model outputs ", c10::str(logits.sizes()),
-                                                   " for a batch of ", batch.size(),
-                                                   ", but task.num_classes=", options_.num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model outputs ", c10::str(logits.sizes()), " for a batch of ",
+                     batch.size(), ", but task.num_classes=", options_.num_classes));
   }
   return logits;
 }
 
-absl::StatusOr<torch::Tensor> ClassificationTask::TrainingStep(const data::Batch& batch, MetricLog& log) {
+absl::StatusOr<torch::Tensor> ClassificationTask::TrainingStep(const data::Batch& batch,
+                                                               MetricLog& log) {
   KILN_ASSIGN_OR_RETURN(TrainingOutputs outputs, TrainingLoss(batch));
   KILN_RETURN_IF_ERROR(LogTrainingStep(batch, outputs, log));
   return outputs.loss;
@@ -67,8 +68,8 @@ absl::StatusOr<Task::TrainingOutputs> ClassificationTask::TrainingLoss(const dat
   return TrainingOutputs{loss, logits.detach()};
 }
 
-absl::Status ClassificationTask::LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
-                                                 MetricLog& log) {
+absl::Status ClassificationTask::LogTrainingStep(const data::Batch& batch,
+                                                 const TrainingOutputs& outputs, MetricLog& log) {
   log.Log("train/loss", outputs.loss.item<double>(), static_cast<double>(batch.size()));
   return metrics_.Update("train", Scores(outputs.preds, batch), log);
 }
@@ -104,9 +105,11 @@ absl::StatusOr<torch::Tensor> ClassificationTask::PredictStep(const data::Batch&
 
 absl::Status ClassificationTask::CheckClassNames(const std::vector<std::string>& names,
                                                  const std::string& what) const {
-  if (names.empty() || static_cast<int64_t>(names.size()) == options_.num_classes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("task.num_classes is ", options_.num_classes, " but the data has ",
-                                                 names.size(), " ", what, " (", absl::StrJoin(names, ", "), ")"));
+  if (names.empty() || static_cast<int64_t>(names.size()) == options_.num_classes)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("task.num_classes is ", options_.num_classes,
+                                                 " but the data has ", names.size(), " ", what,
+                                                 " (", absl::StrJoin(names, ", "), ")"));
 }
 
 }  // namespace kiln

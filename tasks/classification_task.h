@@ -60,14 +60,16 @@ class ClassificationTask : public Task {
   absl::Status Connect(data::DataModule& data) final;
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) final;
   absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) final;
-  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs, MetricLog& log) final;
-  absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) final;
+  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
+                               MetricLog& log) final;
+  absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
+                              MetricLog& log) final;
   absl::StatusOr<std::map<std::string, double>> EvaluationEnd(
       const std::string& stage, const SumOverRanks& sum_over_ranks) final;
   absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(
       const SumOverRanks& sum_over_ranks) final;
-  absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& output_dir,
-                                                          const std::vector<std::string>& class_names) final;
+  absl::StatusOr<std::map<std::string, double>> TestReport(
+      const std::string& output_dir, const std::vector<std::string>& class_names) final;
   absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& batch) final;
 
  protected:
@@ -80,7 +82,8 @@ class ClassificationTask : public Task {
   virtual absl::Status ConnectData(data::DataModule& /*data*/) { return absl::OkStatus(); }
   // Refuses class names whose count is not num_classes ("task.num_classes is 3 but the data has 4
   // labels (...)"); no names is fine.
-  absl::Status CheckClassNames(const std::vector<std::string>& names, const std::string& what) const;
+  absl::Status CheckClassNames(const std::vector<std::string>& names,
+                               const std::string& what) const;
 
   Model& model() { return *model_; }
   int64_t num_classes() const { return options_.num_classes; }

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <iterator>
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -24,9 +23,10 @@ namespace kiln::audio {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const AudioSource& source, data::SampleRng& rng,
-                                                      bool augment) const {
-  KILN_ASSIGN_OR_RETURN(torch::Tensor wave, LoadMono(source.path, o_.sample_rate, source.bytes.get()));
+absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const AudioSource& source,
+                                                      data::SampleRng& rng, bool augment) const {
+  KILN_ASSIGN_OR_RETURN(torch::Tensor wave,
+                        LoadMono(source.path, o_.sample_rate, source.bytes.get()));
   if (augment && !o_.waveform_transforms.empty()) wave = o_.waveform_transforms.Apply(wave, rng);
   if (o_.clip_seconds > 0) {
     const int64_t length = std::llround(o_.clip_seconds * static_cast<double>(o_.sample_rate));
@@ -39,19 +39,16 @@ absl::StatusOr<torch::Tensor> AudioPipeline::Waveform(const AudioSource& source,
   return wave;
 }
 
-absl::StatusOr<torch::Tensor> AudioPipeline::Features(const AudioSource& source, data::SampleRng& rng,
-                                                      bool augment) const {
+absl::StatusOr<torch::Tensor> AudioPipeline::Features(const AudioSource& source,
+                                                      data::SampleRng& rng, bool augment) const {
   KILN_ASSIGN_OR_RETURN(torch::Tensor wave, Waveform(source, rng, augment));
   torch::Tensor features = o_.features->Compute(wave);
   switch (o_.normalize) {
-    case Normalization::kUtterance:
-      features = NormalizeUtterance(features);
-      break;
+    case Normalization::kUtterance: features = NormalizeUtterance(features); break;
     case Normalization::kGlobal:
       if (mean_.defined()) features = (features - mean_) / std_;
       break;
-    case Normalization::kNone:
-      break;
+    case Normalization::kNone: break;
   }
   if (augment && !o_.feature_transforms.empty())
     features = o_.feature_transforms.Apply(features, rng);
@@ -64,13 +61,16 @@ absl::StatusOr<torch::Tensor> AudioPipeline::FeaturesOfBytes(std::string_view by
   if (bytes.substr(0, 4) == "RIFF" && bytes.substr(8, 4) == "WAVE") suffix = ".wav";
   if (bytes.substr(0, 4) == "fLaC") suffix = ".flac";
   if (bytes.substr(0, 4) == "OggS") suffix = ".ogg";
-  if (suffix == nullptr) return absl::InvalidArgumentError("the audio is not a WAV, FLAC or Ogg file");
+  if (suffix == nullptr)
+    return absl::InvalidArgumentError("the audio is not a WAV, FLAC or Ogg file");
   const std::string name = absl::StrCat("the audio", suffix);
   data::SampleRng rng(0, 0, 0);
-  auto features = Features(AudioSource(name, std::make_shared<const std::string>(bytes)), rng, /*augment=*/false);
+  auto features = Features(AudioSource(name, std::make_shared<const std::string>(bytes)), rng,
+                           /*augment=*/false);
   if (!features.ok()) {
     std::string message(features.status().message());
-    if (absl::StartsWith(message, name)) message = absl::StrCat("the audio", message.substr(name.size()));
+    if (absl::StartsWith(message, name))
+      message = absl::StrCat("the audio", message.substr(name.size()));
     return absl::Status(features.status().code(), message);
   }
   return features;
@@ -121,7 +121,8 @@ absl::StatusOr<data::EncodedSample> AudioDataset::Encoded(int64_t index) const {
   } else {
     std::ifstream in(entry.path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat(entry.path, ": cannot open audio file"));
-    files.emplace_back(ext.substr(1), std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    files.emplace_back(ext.substr(1), std::string((std::istreambuf_iterator<char>(in)),
+                                                  std::istreambuf_iterator<char>()));
   }
   if (token_targets_ || !entry.text.empty()) files.emplace_back("txt", entry.text);
   if (entry.label >= 0) files.emplace_back("cls", std::to_string(entry.label));
@@ -132,7 +133,8 @@ int64_t AudioDataset::Length(int64_t index) const {
   return std::llround(entries_->at(static_cast<size_t>(index)).duration * 1000.0);
 }
 
-absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, const ShardAudioNeeds& needs) {
+absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec,
+                                                       const ShardAudioNeeds& needs) {
   std::vector<AudioEntry> entries;
   KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
       spec, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
@@ -145,7 +147,9 @@ absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, 
             break;
           }
         }
-        if (e.bytes == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
+        if (e.bytes == nullptr)
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, " has no audio (.wav, .flac or .ogg)"));
         if (const std::string* text = sample.Find("txt")) {
           e.text = *text;
         } else if (needs.text) {
@@ -156,10 +160,11 @@ absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, 
           if (cls == nullptr && !needs.label_optional) {
             return absl::InvalidArgumentError(absl::StrCat(where, " has no class (.cls)"));
           }
-          if (cls != nullptr &&
-              (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*cls), &e.label) || e.label < 0 || e.label >= needs.classes)) {
-            return absl::InvalidArgumentError(absl::StrCat(where, ".cls: '", absl::StripAsciiWhitespace(*cls).substr(0, 40),
-                                                           "' is not a class index in [0, ", needs.classes, ")"));
+          if (cls != nullptr && (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*cls), &e.label) ||
+                                 e.label < 0 || e.label >= needs.classes)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ".cls: '", absl::StripAsciiWhitespace(*cls).substr(0, 40),
+                             "' is not a class index in [0, ", needs.classes, ")"));
           }
         }
         entries.push_back(std::move(e));
@@ -177,7 +182,8 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
     AudioEntry& entry = entries[i];
     absl::Status s = CheckAudioExtension(entry.path);
     if (s.ok()) {
-      auto info = entry.bytes != nullptr ? ReadAudioInfoBytes(*entry.bytes, entry.path) : ReadAudioInfo(entry.path);
+      auto info = entry.bytes != nullptr ? ReadAudioInfoBytes(*entry.bytes, entry.path)
+                                         : ReadAudioInfo(entry.path);
       if (!info.ok()) {
         s = info.status();
       } else {

@@ -76,9 +76,9 @@ struct AudioEntry {
   std::string path;
   int64_t label = -1;  // -1: none (recognition, or an unlabelled prediction input)
   std::string text;
-  std::vector<int64_t> tokens;  // the text's token ids, when a tokenizer encoded it
-  double duration = 0;          // seconds (for length bucketing); 0 when unknown
-  std::string where;            // "manifest.jsonl:12" or the path, for messages
+  std::vector<int64_t> tokens;               // the text's token ids, when a tokenizer encoded it
+  double duration = 0;                       // seconds (for length bucketing); 0 when unknown
+  std::string where;                         // "manifest.jsonl:12" or the path, for messages
   std::shared_ptr<const std::string> bytes;  // the file's contents when they come from a shard
   AudioSource source() const { return AudioSource(path, bytes); }
 };
@@ -101,7 +101,8 @@ class AudioDataset : public data::Dataset {
     return entries_->at(static_cast<size_t>(index)).path;
   }
   int64_t Length(int64_t index) const override;
-  // The audio file's bytes (KEY.wav, .flac or .ogg), the transcript (KEY.txt) or the class (KEY.cls).
+  // The audio file's bytes (KEY.wav, .flac or .ogg), the transcript (KEY.txt) or the class
+  // (KEY.cls).
   absl::StatusOr<data::EncodedSample> Encoded(int64_t index) const override;
 
  private:
@@ -143,15 +144,16 @@ absl::StatusOr<std::vector<AudioEntry>> CheckEntries(std::vector<AudioEntry> ent
 
 // What an audio sample of a shard must carry (ReadShardAudio).
 struct ShardAudioNeeds {
-  bool text = false;        // KEY.txt, the transcript (recognition)
-  int64_t classes = 0;      // > 0: KEY.cls, a class index below this (classification)
+  bool text = false;            // KEY.txt, the transcript (recognition)
+  int64_t classes = 0;          // > 0: KEY.cls, a class index below this (classification)
   bool label_optional = false;  // a missing KEY.cls is the label -1 (prediction inputs)
 };
 
 // The utterances of shards (KEY.wav|flac|ogg with KEY.txt and/or KEY.cls, as `kiln shard` writes
 // an audio module's splits) in storage order, their audio bytes in memory. Errors name the shard
 // and key.
-absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec, const ShardAudioNeeds& needs);
+absl::StatusOr<std::vector<AudioEntry>> ReadShardAudio(const std::string& spec,
+                                                       const ShardAudioNeeds& needs);
 
 // Audio files (wav, flac, ogg) below `dir`, sorted; or `path` itself when it is a file (which
 // must then have an audio extension).
@@ -159,8 +161,8 @@ absl::StatusOr<std::vector<std::string>> AudioFilesAt(const std::string& path);
 
 // Starts S's declaration with train, val, test and predict, each in the module's own words.
 template <typename S>
-OptionBinding<S> AudioSplitsBinding(std::string train_doc, std::string val_doc, std::string test_doc,
-                                    std::string predict_doc) {
+OptionBinding<S> AudioSplitsBinding(std::string train_doc, std::string val_doc,
+                                    std::string test_doc, std::string predict_doc) {
   static_assert(std::is_base_of_v<AudioDataOptions, S>);
   using A = AudioDataOptions;
   using Path = std::optional<std::string> S::*;
@@ -179,28 +181,29 @@ template <typename S>
 OptionBinding<S> AddAudioDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<AudioDataOptions, S>);
   using A = AudioDataOptions;
-  binding = binding
-      .Field("sample_rate", static_cast<int64_t S::*>(&A::sample_rate),
-             "every file is resampled to this rate (soxr)", AtLeast(1))
-      .Field("clip_seconds", static_cast<double S::*>(&A::clip_seconds),
-             "> 0: every waveform is padded with zeros or cut to this length; 0 keeps lengths",
-             AtLeast(0))
-      .RequiredNode("features", static_cast<config::Config S::*>(&A::features), OptionType::kMap,
-                    "the features: {_target_: log_mel|mfcc, ...}")
-      .Field(
-          "normalize", static_cast<std::string S::*>(&A::normalize),
-          "feature normalization: utterance (per-file mean/variance), global (training set), none",
-          OneOf({"utterance", "global", "none"}))
-      .Field("global_stats_files", static_cast<int64_t S::*>(&A::global_stats_files),
-             "training files the global mean/std are estimated from")
-      .Node("waveform_transforms", static_cast<config::Config S::*>(&A::waveform_transforms),
-            OptionType::kList,
-            "training augmentation of the waveform (time_shift, speed_perturb, add_noise)")
-      .Node("feature_transforms", static_cast<config::Config S::*>(&A::feature_transforms),
-            OptionType::kList, "training augmentation of the features (spec_augment)")
-      .Field("on_error", static_cast<std::string S::*>(&A::on_error),
-             "a bad audio file or manifest line: fail (one error naming it) or skip (counted)",
-             OneOf({"fail", "skip"}));
+  binding =
+      binding
+          .Field("sample_rate", static_cast<int64_t S::*>(&A::sample_rate),
+                 "every file is resampled to this rate (soxr)", AtLeast(1))
+          .Field("clip_seconds", static_cast<double S::*>(&A::clip_seconds),
+                 "> 0: every waveform is padded with zeros or cut to this length; 0 keeps lengths",
+                 AtLeast(0))
+          .RequiredNode("features", static_cast<config::Config S::*>(&A::features),
+                        OptionType::kMap, "the features: {_target_: log_mel|mfcc, ...}")
+          .Field("normalize", static_cast<std::string S::*>(&A::normalize),
+                 "feature normalization: utterance (per-file mean/variance), global (training "
+                 "set), none",
+                 OneOf({"utterance", "global", "none"}))
+          .Field("global_stats_files", static_cast<int64_t S::*>(&A::global_stats_files),
+                 "training files the global mean/std are estimated from")
+          .Node("waveform_transforms", static_cast<config::Config S::*>(&A::waveform_transforms),
+                OptionType::kList,
+                "training augmentation of the waveform (time_shift, speed_perturb, add_noise)")
+          .Node("feature_transforms", static_cast<config::Config S::*>(&A::feature_transforms),
+                OptionType::kList, "training augmentation of the features (spec_augment)")
+          .Field("on_error", static_cast<std::string S::*>(&A::on_error),
+                 "a bad audio file or manifest line: fail (one error naming it) or skip (counted)",
+                 OneOf({"fail", "skip"}));
   return data::AddBatchingOptions(std::move(binding), "utterances");
 }
 

@@ -32,7 +32,8 @@ using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
 absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size,
                                const std::function<bool(uint64_t, char*, size_t)>& read) {
   char head[12];
-  if (!read(0, head, 12) || std::memcmp(head, "RIFF", 4) != 0 || std::memcmp(head + 8, "WAVE", 4) != 0) {
+  if (!read(0, head, 12) || std::memcmp(head, "RIFF", 4) != 0 ||
+      std::memcmp(head + 8, "WAVE", 4) != 0) {
     return absl::OkStatus();  // not a RIFF WAV: libsndfile says what it is or is not
   }
   auto le32 = [](const char* p) {
@@ -60,7 +61,8 @@ absl::Status CheckWavDataChunk(const std::string& path, uint64_t file_size,
 
 // An opened file's header checked: samples, channels and rate.
 absl::Status CheckOpened(const std::string& what, const SF_INFO& info) {
-  if (info.frames <= 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no audio samples (empty recording)"));
+  if (info.frames <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no audio samples (empty recording)"));
   if (info.channels <= 0 || info.samplerate <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": invalid header (", info.channels,
                                                    " channels at ", info.samplerate, " Hz)"));
@@ -73,10 +75,14 @@ struct MemoryFile {
   std::string_view data;
   sf_count_t position = 0;
 };
-sf_count_t MemoryLength(void* user) { return static_cast<sf_count_t>(static_cast<MemoryFile*>(user)->data.size()); }
+sf_count_t MemoryLength(void* user) {
+  return static_cast<sf_count_t>(static_cast<MemoryFile*>(user)->data.size());
+}
 sf_count_t MemorySeek(sf_count_t offset, int whence, void* user) {
   auto* m = static_cast<MemoryFile*>(user);
-  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->position : static_cast<sf_count_t>(m->data.size());
+  sf_count_t base = whence == SEEK_SET   ? 0
+                    : whence == SEEK_CUR ? m->position
+                                         : static_cast<sf_count_t>(m->data.size());
   m->position = std::clamp<sf_count_t>(base + offset, 0, static_cast<sf_count_t>(m->data.size()));
   return m->position;
 }
@@ -93,7 +99,8 @@ sf_count_t MemoryTell(void* user) { return static_cast<MemoryFile*>(user)->posit
 
 // Opens audio bytes (`memory` must outlive the file); errors name `what`.
 absl::StatusOr<SndfilePtr> OpenMemory(MemoryFile& memory, const std::string& what, SF_INFO& info) {
-  if (memory.data.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty (0 bytes), not audio"));
+  if (memory.data.empty())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty (0 bytes), not audio"));
   const std::string_view data = memory.data;
   KILN_RETURN_IF_ERROR(CheckWavDataChunk(what, data.size(), [&](uint64_t at, char* out, size_t n) {
     if (at + n > data.size()) return false;
@@ -103,7 +110,9 @@ absl::StatusOr<SndfilePtr> OpenMemory(MemoryFile& memory, const std::string& wha
   static SF_VIRTUAL_IO io = {MemoryLength, MemorySeek, MemoryRead, MemoryWrite, MemoryTell};
   info = SF_INFO{};
   SNDFILE* file = sf_open_virtual(&io, SFM_READ, &info, &memory);
-  if (file == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read audio: ", sf_strerror(nullptr)));
+  if (file == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot read audio: ", sf_strerror(nullptr)));
   SndfilePtr owned(file);
   KILN_RETURN_IF_ERROR(CheckOpened(what, info));
   return owned;
@@ -121,7 +130,8 @@ absl::StatusOr<SndfilePtr> Open(const std::string& path, SF_INFO& info) {
   }
   std::ifstream in(path, std::ios::binary);
   KILN_RETURN_IF_ERROR(CheckWavDataChunk(path, file_size, [&](uint64_t at, char* out, size_t n) {
-    return static_cast<bool>(in.seekg(static_cast<std::streamoff>(at)) && in.read(out, static_cast<std::streamsize>(n)));
+    return static_cast<bool>(in.seekg(static_cast<std::streamoff>(at)) &&
+                             in.read(out, static_cast<std::streamsize>(n)));
   }));
   info = SF_INFO{};
   SNDFILE* file = sf_open(path.c_str(), SFM_READ, &info);
@@ -150,7 +160,8 @@ absl::StatusOr<Waveform> Decode(SNDFILE* file, const SF_INFO& info, const std::s
   }
   interleaved.resize(static_cast<size_t>(read * channels));
   if (read <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode audio samples: ", sf_strerror(file)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot decode audio samples: ", sf_strerror(file)));
   }
   if (read < info.frames) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": truncated audio: the header promises ",
@@ -158,9 +169,12 @@ absl::StatusOr<Waveform> Decode(SNDFILE* file, const SF_INFO& info, const std::s
   }
   // clone: from_blob borrows `interleaved`, and for one channel t().contiguous() is still a view.
   torch::Tensor samples =
-      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32).t().clone();
+      torch::from_blob(interleaved.data(), {info.frames, info.channels}, torch::kFloat32)
+          .t()
+          .clone();
   if (!torch::isfinite(samples).all().item<bool>()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": audio samples are not finite (corrupt data)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": audio samples are not finite (corrupt data)"));
   }
   return Waveform{samples, info.samplerate};
 }
@@ -272,7 +286,8 @@ absl::StatusOr<torch::Tensor> Resample(const torch::Tensor& mono, double from, d
 absl::StatusOr<torch::Tensor> LoadMono(const std::string& path, int64_t sample_rate,
                                        const std::string* bytes) {
   KILN_RETURN_IF_ERROR(CheckAudioExtension(path));
-  KILN_ASSIGN_OR_RETURN(Waveform wave, bytes != nullptr ? ReadAudioBytes(*bytes, path) : ReadAudio(path));
+  KILN_ASSIGN_OR_RETURN(Waveform wave,
+                        bytes != nullptr ? ReadAudioBytes(*bytes, path) : ReadAudio(path));
   torch::Tensor mono = ToMono(wave.samples);
   auto resampled =
       Resample(mono, static_cast<double>(wave.sample_rate), static_cast<double>(sample_rate));

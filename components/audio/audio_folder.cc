@@ -100,11 +100,14 @@ class AudioFolder : public data::DataModule {
       return absl::OkStatus();
     }
     if (data::shards::LooksLikeShardSpec(o_.train)) {
-      KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set, data::shards::OpenShardSet(o_.train, "data.train"));
+      KILN_ASSIGN_OR_RETURN(data::shards::ShardSet set,
+                            data::shards::OpenShardSet(o_.train, "data.train"));
       names_ = set.classes;
       if (names_.size() < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            o_.train, ": the shards name no classes (an index written by kiln shard does); set data.classes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(o_.train,
+                         ": the shards name no classes (an index written by kiln shard does); set "
+                         "data.classes"));
       }
       return absl::OkStatus();
     }
@@ -136,8 +139,8 @@ class AudioFolder : public data::DataModule {
       ShardAudioNeeds needs;
       needs.classes = static_cast<int64_t>(names_.size());
       KILN_ASSIGN_OR_RETURN(entries, ReadShardAudio(root, needs));
-      return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(),
-                          absl::StrCat("shards ", root));
+      return CheckEntries(std::move(entries), pipeline_->options().sample_rate,
+                          o_.on_error_policy(), absl::StrCat("shards ", root));
     }
     for (size_t c = 0; c < names_.size(); ++c) {
       fs::path dir = fs::path(root) / names_[c];
@@ -170,7 +173,8 @@ class AudioFolder : public data::DataModule {
       needs.classes = static_cast<int64_t>(names_.size());
       needs.label_optional = true;
       KILN_ASSIGN_OR_RETURN(std::vector<AudioEntry> entries, ReadShardAudio(path, needs));
-      return CheckEntries(std::move(entries), pipeline_->options().sample_rate, o_.on_error_policy(), path);
+      return CheckEntries(std::move(entries), pipeline_->options().sample_rate,
+                          o_.on_error_policy(), path);
     }
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));
     if (paths.empty())
@@ -219,7 +223,8 @@ KILN_REGISTER_BOUND(
             "folder of the same class folders or shards (null: no test split)",
             "an audio file, a folder of them or shards to label (null: the test folder)")
             .Field("classes", &AudioFolderOptions::classes,
-                   "class names in index order (null: the sorted class folders of train, or the classes in its shards' index)")
+                   "class names in index order (null: the sorted class folders of train, or the "
+                   "classes in its shards' index)")
             .Field("val_fraction",
                    static_cast<double AudioFolderOptions::*>(&AudioFolderOptions::val_fraction),
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))

@@ -40,7 +40,8 @@ absl::StatusOr<std::vector<AudioEntry>> ReadManifest(const std::string& path,
     needs.text = need_text;
     return ReadShardAudio(path, needs);
   }
-  return ReadJsonlManifest(path, {o.audio_field, o.text_field, o.duration_field}, need_text, o.on_error_policy());
+  return ReadJsonlManifest(path, {o.audio_field, o.text_field, o.duration_field}, need_text,
+                           o.on_error_policy());
 }
 
 class AudioManifest : public text::TextDataModule {
@@ -92,7 +93,8 @@ class AudioManifest : public text::TextDataModule {
             "nothing to predict: set data.predict=PATH (a manifest, an audio file or a folder)");
       }
       std::vector<AudioEntry> entries;
-      if (absl::AsciiStrToLower(fs::path(path).extension().string()) == ".jsonl" || data::shards::LooksLikeShardSpec(path)) {
+      if (absl::AsciiStrToLower(fs::path(path).extension().string()) == ".jsonl" ||
+          data::shards::LooksLikeShardSpec(path)) {
         KILN_ASSIGN_OR_RETURN(entries, Load(path, false));
       } else {
         KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, AudioFilesAt(path));

@@ -10,8 +10,9 @@
 
 namespace kiln::audio {
 
-absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& path, const ManifestFields& f,
-                                                          bool need_text, OnError on_error) {
+absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& path,
+                                                          const ManifestFields& f, bool need_text,
+                                                          OnError on_error) {
   namespace fs = std::filesystem;
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open manifest"));
@@ -39,7 +40,8 @@ absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& pat
     } else {
       fs::path audio = field(f.audio)->get<std::string>();
       e.path = (audio.is_absolute() ? audio : base / audio).string();
-      if (field(f.text) != json.end() && field(f.text)->is_string()) e.text = field(f.text)->get<std::string>();
+      if (field(f.text) != json.end() && field(f.text)->is_string())
+        e.text = field(f.text)->get<std::string>();
       if (field(f.duration) != json.end()) e.duration = field(f.duration)->get<double>();
     }
     if (!error.empty()) {
@@ -53,7 +55,8 @@ absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& pat
     Logger::Instance().Warning(absl::StrCat("skipped ", skipped, " of ", number, " lines of ", path,
                                             " (data.on_error=skip); first: ", first_error));
   }
-  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no utterances (empty manifest)"));
+  if (entries.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no utterances (empty manifest)"));
   return entries;
 }
 

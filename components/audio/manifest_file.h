@@ -18,7 +18,8 @@ struct ManifestFields {
 // The entries of a JSONL manifest; a relative PATH is relative to the manifest's folder. Malformed
 // lines and missing fields name FILE:LINE; with kSkip they are counted, left out and logged in
 // one line. No entries is an error.
-absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& path, const ManifestFields& fields,
+absl::StatusOr<std::vector<AudioEntry>> ReadJsonlManifest(const std::string& path,
+                                                          const ManifestFields& fields,
                                                           bool need_text, OnError on_error);
 
 }  // namespace kiln::audio

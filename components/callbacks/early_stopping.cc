@@ -13,26 +13,32 @@ namespace {
 class EarlyStopping : public Callback {
  public:
   EarlyStopping(std::string monitor, bool maximize, int64_t patience, double min_delta)
-      : monitor_(std::move(monitor)), maximize_(maximize), patience_(patience), min_delta_(std::abs(min_delta)) {}
+      : monitor_(std::move(monitor)),
+        maximize_(maximize),
+        patience_(patience),
+        min_delta_(std::abs(min_delta)) {}
 
   std::string state_key() const override {
-    return absl::StrCat("EarlyStopping{monitor=", monitor_, ",mode=", maximize_ ? "max" : "min", "}");
+    return absl::StrCat("EarlyStopping{monitor=", monitor_, ",mode=", maximize_ ? "max" : "min",
+                        "}");
   }
 
-  absl::Status OnValidationEnd(Trainer& trainer, const std::map<std::string, double>& metrics) override {
+  absl::Status OnValidationEnd(Trainer& trainer,
+                               const std::map<std::string, double>& metrics) override {
     auto it = metrics.find(monitor_);
     if (it == metrics.end()) {
       return absl::InvalidArgumentError(absl::StrCat("callbacks.early_stopping.monitor='", monitor_,
                                                      "' is not a validation metric"));
     }
     double v = it->second;
-    bool improved = std::isnan(best_) || (maximize_ ? v > best_ + min_delta_ : v < best_ - min_delta_);
+    bool improved =
+        std::isnan(best_) || (maximize_ ? v > best_ + min_delta_ : v < best_ - min_delta_);
     if (improved) {
       best_ = v;
       wait_ = 0;
     } else if (++wait_ >= patience_) {
-      std::string reason = absl::StrCat("early stopping: ", monitor_, " did not improve for ", wait_,
-                                        " validations (best ", best_, ")");
+      std::string reason = absl::StrCat("early stopping: ", monitor_, " did not improve for ",
+                                        wait_, " validations (best ", best_, ")");
       // A validation within the epoch (val_check_interval) stops training there, as Lightning's
       // should_stop ends its epoch loop; one at the epoch's end stops after the epoch.
       if (trainer.batch_in_epoch() < trainer.train_batches_per_epoch()) {

@@ -20,7 +20,8 @@ std::string OptimizerName(torch::optim::Optimizer* optimizer) {
 
 class LearningRateMonitor : public Callback {
  public:
-  LearningRateMonitor(bool every_step, std::string name) : every_step_(every_step), name_(std::move(name)) {}
+  LearningRateMonitor(bool every_step, std::string name)
+      : every_step_(every_step), name_(std::move(name)) {}
 
   absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch&, double) override {
     // Logged once per optimizer step, not per accumulated micro-batch.
@@ -42,7 +43,8 @@ class LearningRateMonitor : public Callback {
     std::string name = name_.empty() ? OptimizerName(optimizer) : name_;
     std::map<std::string, double> metrics;
     for (size_t i = 0; i < groups.size(); ++i) {
-      std::string key = groups.size() == 1 ? absl::StrCat("lr-", name) : absl::StrCat("lr-", name, "/pg", i);
+      std::string key =
+          groups.size() == 1 ? absl::StrCat("lr-", name) : absl::StrCat("lr-", name, "/pg", i);
       metrics[key] = groups[i].options().get_lr();
     }
     trainer.LogMetrics(metrics);

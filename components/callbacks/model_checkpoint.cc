@@ -35,15 +35,21 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
  public:
   explicit ModelCheckpoint(const ModelCheckpointOptions& o)
       // Without a monitor the score is the step, and the latest checkpoint is the best.
-      : dirpath_(o.dirpath), filename_(o.filename), monitor_(o.monitor), maximize_(o.monitor.empty() || o.mode == "max"),
-        save_top_k_(o.save_top_k), save_last_(o.save_last), every_n_epochs_(o.every_n_epochs),
+      : dirpath_(o.dirpath),
+        filename_(o.filename),
+        monitor_(o.monitor),
+        maximize_(o.monitor.empty() || o.mode == "max"),
+        save_top_k_(o.save_top_k),
+        save_last_(o.save_last),
+        every_n_epochs_(o.every_n_epochs),
         every_n_train_steps_(o.every_n_train_steps) {}
 
   bool runs_last() const override { return true; }
   // As Lightning's: two checkpoint callbacks differ by what they monitor and when they save.
   std::string state_key() const override {
     return absl::StrCat("ModelCheckpoint{monitor=", monitor_, ",mode=", maximize_ ? "max" : "min",
-                        ",every_n_epochs=", every_n_epochs_, ",every_n_train_steps=", every_n_train_steps_, "}");
+                        ",every_n_epochs=", every_n_epochs_,
+                        ",every_n_train_steps=", every_n_train_steps_, "}");
   }
 
   const std::string& checkpoint_dir() const override { return dirpath_; }
@@ -76,7 +82,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
 
   absl::Status OnTrainEpochEnd(Trainer& trainer) override {
     if (!trainer.checkpointing_enabled() || every_n_train_steps_ > 0) return absl::OkStatus();
-    if (every_n_epochs_ <= 0 || trainer.current_epoch() % every_n_epochs_ != 0) return absl::OkStatus();
+    if (every_n_epochs_ <= 0 || trainer.current_epoch() % every_n_epochs_ != 0)
+      return absl::OkStatus();
     return Save(trainer);
   }
 
@@ -134,7 +141,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
         auto it = trainer.callback_metrics().find(field);
         double v = it == trainer.callback_metrics().end() ? std::nan("") : it->second;
         int precision = 4;
-        if (spec.size() >= 3 && spec[0] == '.' && spec.back() == 'f') precision = std::atoi(spec.c_str() + 1);
+        if (spec.size() >= 3 && spec[0] == '.' && spec.back() == 'f')
+          precision = std::atoi(spec.c_str() + 1);
         out += absl::StrFormat("%.*f", precision, v);
       }
       i = close;
@@ -154,18 +162,22 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
       bool has_metric = !monitor_.empty() && it != trainer.callback_metrics().end();
       if (!monitor_.empty() && !has_metric) {
         // As Lightning: a checkpoint every N steps before the first validation has no score yet
-        // (it goes to last.ckpt only, with one warning); a metric still missing after one is a mistake.
+        // (it goes to last.ckpt only, with one warning); a metric still missing after one is a
+        // mistake.
         const auto& metrics = trainer.callback_metrics();
-        const bool validated = std::any_of(metrics.begin(), metrics.end(),
-                                           [](const auto& m) { return absl::StartsWith(m.first, "val/"); });
+        const bool validated = std::any_of(metrics.begin(), metrics.end(), [](const auto& m) {
+          return absl::StartsWith(m.first, "val/");
+        });
         if (every_n_train_steps_ <= 0 || validated) {
-          return absl::InvalidArgumentError(absl::StrCat("callbacks.model_checkpoint.monitor='", monitor_,
-                                                         "' is not a logged metric"));
+          return absl::InvalidArgumentError(absl::StrCat("callbacks.model_checkpoint.monitor='",
+                                                         monitor_, "' is not a logged metric"));
         }
         if (!warned_unscored_) {
           warned_unscored_ = true;
-          Logger::Instance().Warning(absl::StrCat("model_checkpoint: ", monitor_, " is not logged before the first validation; the checkpoints every ",
-                                                  every_n_train_steps_, " steps until then go to last.ckpt only"));
+          Logger::Instance().Warning(
+              absl::StrCat("model_checkpoint: ", monitor_,
+                           " is not logged before the first validation; the checkpoints every ",
+                           every_n_train_steps_, " steps until then go to last.ckpt only"));
         }
         if (save_last_ && trainer.checkpointing_enabled())
           KILN_RETURN_IF_ERROR(trainer.SaveCheckpoint(dirpath_ + "/last.ckpt"));
@@ -180,7 +192,8 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
         // trainer.on_save_error=continue after a failed write: the files kept so far stay as they
         // are.
         if (!trainer.checkpointing_enabled()) return absl::OkStatus();
-        top_.erase(std::remove_if(top_.begin(), top_.end(), [&](const auto& e) { return e.second == path; }),
+        top_.erase(std::remove_if(top_.begin(), top_.end(),
+                                  [&](const auto& e) { return e.second == path; }),
                    top_.end());
         top_.emplace_back(score, path);
         std::stable_sort(top_.begin(), top_.end(), [&](const auto& a, const auto& b) {
@@ -199,8 +212,9 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
             KILN_RETURN_IF_ERROR(trainer.CheckpointWriteFailed(record, written));
             return absl::OkStatus();
           }
-          Logger::Instance().Info(monitor_.empty() ? absl::StrCat("newest checkpoint (step ", score, "): ", best_path_)
-                                                   : absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
+          Logger::Instance().Info(
+              monitor_.empty() ? absl::StrCat("newest checkpoint (step ", score, "): ", best_path_)
+                               : absl::StrCat("new best ", monitor_, "=", score, ": ", best_path_));
         }
       }
     }
@@ -223,12 +237,15 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
 KILN_REGISTER_BOUND(
     Callback, "model_checkpoint", "Keeps the best checkpoints by a metric, and last.ckpt",
     OptionBinding<ModelCheckpointOptions>()
-        .Field("dirpath", &ModelCheckpointOptions::dirpath, "folder for the checkpoint files (default: trainer.default_root_dir/checkpoints, the run's)",
+        .Field("dirpath", &ModelCheckpointOptions::dirpath,
+               "folder for the checkpoint files (default: trainer.default_root_dir/checkpoints, "
+               "the run's)",
                NonEmpty())
         .Field("filename", &ModelCheckpointOptions::filename,
                "name template: {epoch}, {step}, {metric:.4f}", NonEmpty())
         .Field("monitor", &ModelCheckpointOptions::monitor,
-               "metric to rank checkpoints by (empty: the latest wins, and save_top_k keeps the latest k)")
+               "metric to rank checkpoints by (empty: the latest wins, and save_top_k keeps the "
+               "latest k)")
         .Field("mode", &ModelCheckpointOptions::mode,
                "min or max: which direction of the metric is better", OneOf({"min", "max"}))
         .Field("save_top_k", &ModelCheckpointOptions::save_top_k,
@@ -238,7 +255,9 @@ KILN_REGISTER_BOUND(
         .Field("every_n_epochs", &ModelCheckpointOptions::every_n_epochs,
                "save after every N epochs", AtLeast(0))
         .Field("every_n_train_steps", &ModelCheckpointOptions::every_n_train_steps,
-               "save every N optimizer steps instead (0: off); before the first validation a monitored metric has no value and those go to last.ckpt only", AtLeast(0)),
+               "save every N optimizer steps instead (0: off); before the first validation a "
+               "monitored metric has no value and those go to last.ckpt only",
+               AtLeast(0)),
     [](const ModelCheckpointOptions& o) -> absl::StatusOr<std::shared_ptr<Callback>> {
       return std::make_shared<ModelCheckpoint>(o);
     });

@@ -2,12 +2,13 @@
 // adds it to each trial's job (`++callbacks.optuna_trial={...}`); it reports the validation
 // metrics after every validation and the test metrics at the end. When the study's pruner stops
 // the trial, the fit ends after that step (a resumable last.ckpt written, its checkpoints and logs
-// kept) and the job exits with code 3 (kExitTrialPruned), which tells a pruned trial from a failed one.
+// kept) and the job exits with code 3 (kExitTrialPruned), which tells a pruned trial from a failed
+// one.
 #include "absl/strings/str_cat.h"
-#include "lib/sweep/trial_channel.h"
 #include "lib/core/exit_code.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/sweep/trial_channel.h"
 #include "lib/trainer/trainer.h"
 
 namespace kiln {
@@ -24,8 +25,10 @@ class OptunaTrial : public Callback {
 
   std::string state_key() const override { return "OptunaTrial"; }
 
-  absl::Status OnValidationEnd(Trainer& trainer, const std::map<std::string, double>& metrics) override {
-    if (!trainer.is_global_zero() || trainer.global_step() == 0) return absl::OkStatus();  // not the sanity check
+  absl::Status OnValidationEnd(Trainer& trainer,
+                               const std::map<std::string, double>& metrics) override {
+    if (!trainer.is_global_zero() || trainer.global_step() == 0)
+      return absl::OkStatus();  // not the sanity check
     auto prune = channel_.Report({"val", trainer.global_step(), metrics});
     if (!prune.ok()) return prune.status();
     if (*prune && pruned_step_ < 0) {
@@ -47,8 +50,9 @@ class OptunaTrial : public Callback {
 
   absl::Status OnFitEnd(Trainer&) override {
     if (pruned_step_ < 0) return absl::OkStatus();
-    return WithExitCode(absl::AbortedError(absl::StrCat("trial pruned by the Optuna study at step ", pruned_step_)),
-                        app::kExitTrialPruned);
+    return WithExitCode(
+        absl::AbortedError(absl::StrCat("trial pruned by the Optuna study at step ", pruned_step_)),
+        app::kExitTrialPruned);
   }
 
  private:

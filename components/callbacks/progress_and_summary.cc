@@ -23,7 +23,8 @@ class ProgressBar : public Callback {
   }
 
   absl::Status OnTrainBatchEnd(Trainer& trainer, const data::Batch& batch, double loss) override {
-    if (!trainer.options().enable_progress_bar || !trainer.is_global_zero()) return absl::OkStatus();
+    if (!trainer.options().enable_progress_bar || !trainer.is_global_zero())
+      return absl::OkStatus();
     // The rate counts from the first batch this process saw, which is not 0 in a resumed epoch.
     if (first_batch_ < 0) {
       first_batch_ = batch.index;
@@ -32,11 +33,12 @@ class ProgressBar : public Callback {
     int64_t done = batch.index + 1, total = trainer.train_batches_per_epoch();
     bool last = done == total;
     if (!last && done % refresh_rate_ != 0) return absl::OkStatus();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     double rate = seconds > 0 ? static_cast<double>(done - first_batch_ - 1) / seconds : 0;
     double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
-    std::string line = absl::StrFormat("epoch %d  %d/%d  loss %.4f  %.1f it/s  eta %.0fs", trainer.current_epoch(),
-                                       done, total, loss, rate, eta);
+    std::string line = absl::StrFormat("epoch %d  %d/%d  loss %.4f  %.1f it/s  eta %.0fs",
+                                       trainer.current_epoch(), done, total, loss, rate, eta);
     if (tty_) {
       std::fprintf(stderr, "\r%-79s%s", line.c_str(), last ? "\n" : "");
       std::fflush(stderr);
@@ -61,9 +63,11 @@ class ModelSummary : public Callback {
     for (const auto& p : trainer.task()->module().named_parameters()) {
       total += p.value().numel();
       if (p.value().requires_grad()) trainable += p.value().numel();
-      table += absl::StrFormat("  %-40s %-20s %d\n", p.key(), c10::str(p.value().sizes()), p.value().numel());
+      table += absl::StrFormat("  %-40s %-20s %d\n", p.key(), c10::str(p.value().sizes()),
+                               p.value().numel());
     }
-    Logger::Instance().Info(absl::StrFormat("model: %d parameters (%d trainable)\n%s", total, trainable, table));
+    Logger::Instance().Info(
+        absl::StrFormat("model: %d parameters (%d trainable)\n%s", total, trainable, table));
     return absl::OkStatus();
   }
 };

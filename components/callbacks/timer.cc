@@ -1,7 +1,7 @@
 // timer (Lightning's Timer): stops training once a wall-clock duration has passed, checked after
-// every training batch (interval: step, Lightning's default; the run stops after that optimizer step
-// with a resumable last.ckpt) or at the end of every epoch (interval: epoch), and logs the elapsed
-// training time. The duration counts the earlier runs of a resumed fit too.
+// every training batch (interval: step, Lightning's default; the run stops after that optimizer
+// step with a resumable last.ckpt) or at the end of every epoch (interval: epoch), and logs the
+// elapsed training time. The duration counts the earlier runs of a resumed fit too.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -34,7 +34,8 @@ class Timer : public Callback {
   }
 
   absl::Status OnFitEnd(Trainer& trainer) override {
-    Logger::Instance().Info(absl::StrFormat("timer: training took %.1f s", trainer.elapsed_seconds()));
+    Logger::Instance().Info(
+        absl::StrFormat("timer: training took %.1f s", trainer.elapsed_seconds()));
     return absl::OkStatus();
   }
 
@@ -56,7 +57,8 @@ std::optional<double> DurationSeconds(const config::Node& duration) {
   if (duration.is_map()) {
     for (const auto& [key, value] : duration.entries()) {
       const std::string& name = key;  // (a structured binding cannot be captured in C++17)
-      auto unit = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == name; });
+      auto unit =
+          std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == name; });
       bool number =
           value->kind() == config::NodeKind::kInt || value->kind() == config::NodeKind::kFloat;
       if (unit == units.end() || !number) return std::nullopt;

@@ -45,17 +45,23 @@ struct WeightAveragingOptions {
 // Calls fn(momentum option) for a BatchNorm of any dimension; false when `m` is none.
 template <typename Fn>
 bool WithBatchNormMomentum(torch::nn::Module& m, Fn fn) {
-  if (auto* bn = dynamic_cast<torch::nn::BatchNorm1dImpl*>(&m)) return fn(bn->options.momentum(), *bn), true;
-  if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(&m)) return fn(bn->options.momentum(), *bn), true;
-  if (auto* bn = dynamic_cast<torch::nn::BatchNorm3dImpl*>(&m)) return fn(bn->options.momentum(), *bn), true;
+  if (auto* bn = dynamic_cast<torch::nn::BatchNorm1dImpl*>(&m))
+    return fn(bn->options.momentum(), *bn), true;
+  if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(&m))
+    return fn(bn->options.momentum(), *bn), true;
+  if (auto* bn = dynamic_cast<torch::nn::BatchNorm3dImpl*>(&m))
+    return fn(bn->options.momentum(), *bn), true;
   return false;
 }
 
 class WeightAveraging : public Callback {
  public:
-  WeightAveraging(WeightAveragingOptions o, std::string key) : o_(std::move(o)), key_(std::move(key)) {}
+  WeightAveraging(WeightAveragingOptions o, std::string key)
+      : o_(std::move(o)), key_(std::move(key)) {}
 
-  std::string state_key() const override { return absl::StrCat("WeightAveraging{mode=", o_.mode, "}"); }
+  std::string state_key() const override {
+    return absl::StrCat("WeightAveraging{mode=", o_.mode, "}");
+  }
 
   absl::Status OnFitStart(Trainer& trainer) override {
     bool swa = o_.mode == "swa";
@@ -63,9 +69,9 @@ class WeightAveraging : public Callback {
       int64_t max_epochs = trainer.options().max_epochs;
       swa_start_ = o_.swa_epoch_start.value_or(static_cast<int64_t>(std::floor(0.8 * max_epochs)));
       if (swa_start_ >= max_epochs) {
-        return absl::InvalidArgumentError(absl::StrCat(key_, ".swa_epoch_start: ", swa_start_,
-                                                       " is not before trainer.max_epochs=", max_epochs,
-                                                       "; SWA would average nothing"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            key_, ".swa_epoch_start: ", swa_start_,
+            " is not before trainer.max_epochs=", max_epochs, "; SWA would average nothing"));
       }
     }
     names_.clear();
@@ -101,7 +107,8 @@ class WeightAveraging : public Callback {
     if (!o_.swa_lrs.has_value()) return absl::OkStatus();
     auto& groups = trainer.optimizer()->param_groups();
     // The schedule's lrs when SWA started, for every group (a resumed fit restored them).
-    while (start_lrs_.size() < groups.size()) start_lrs_.push_back(groups[start_lrs_.size()].options().get_lr());
+    while (start_lrs_.size() < groups.size())
+      start_lrs_.push_back(groups[start_lrs_.size()].options().get_lr());
     double t = std::min(1.0, static_cast<double>(trainer.current_epoch() - swa_start_) /
                                  static_cast<double>(std::max<int64_t>(1, o_.annealing_epochs)));
     double alpha = o_.annealing_strategy == "cos" ? (1 - std::cos(M_PI * t)) / 2 : t;
@@ -134,7 +141,8 @@ class WeightAveraging : public Callback {
     torch::_foreach_add_(avg_float_, model_float_, 1.0 / (n + 1));
     CopyIntegerBuffers();
     for (size_t i = 0; i < model_.size(); ++i) {
-      if (!floating_[i]) averaged_[i].copy_(model_[i]);  // SWA: buffers as the model's until update_bn
+      if (!floating_[i])
+        averaged_[i].copy_(model_[i]);  // SWA: buffers as the model's until update_bn
     }
     ++updates_;
     return absl::OkStatus();
@@ -160,8 +168,8 @@ class WeightAveraging : public Callback {
     // training weights in this callback's state.
     SwapInAveraged();
     if (o_.mode == "swa" && o_.update_bn) KILN_RETURN_IF_ERROR(UpdateBatchNorm(trainer));
-    Logger::Instance().Info(absl::StrCat("weight_averaging: the model now holds the ", o_.mode, " weights (",
-                                         updates_, " updates)"));
+    Logger::Instance().Info(absl::StrCat("weight_averaging: the model now holds the ", o_.mode,
+                                         " weights (", updates_, " updates)"));
     ended_ = true;
     return absl::OkStatus();
   }
@@ -182,7 +190,8 @@ class WeightAveraging : public Callback {
     bool model_is_averaged = !CheckpointModelState().empty();
     const std::vector<torch::Tensor>& training = ended_ ? stash_ : model_;
     std::map<std::string, torch::Tensor> other;
-    for (size_t i = 0; i < names_.size(); ++i) other[names_[i]] = model_is_averaged ? training[i] : averaged_[i];
+    for (size_t i = 0; i < names_.size(); ++i)
+      other[names_[i]] = model_is_averaged ? training[i] : averaged_[i];
     torch::serialize::OutputArchive weights;
     WriteModelState(other, weights);
     archive.write(model_is_averaged ? "training" : "averaged", weights);
@@ -196,7 +205,8 @@ class WeightAveraging : public Callback {
     if (archive.try_read("last_step", last_step)) restored_.last_step = last_step.item<int64_t>();
     if (archive.try_read("start_lrs", start_lrs)) {
       start_lrs = start_lrs.to(torch::kFloat64).contiguous();
-      restored_.start_lrs.assign(start_lrs.data_ptr<double>(), start_lrs.data_ptr<double>() + start_lrs.numel());
+      restored_.start_lrs.assign(start_lrs.data_ptr<double>(),
+                                 start_lrs.data_ptr<double>() + start_lrs.numel());
     }
     torch::serialize::InputArchive weights;
     for (const char* which : {"training", "averaged"}) {
@@ -224,8 +234,8 @@ class WeightAveraging : public Callback {
       auto it = restored_.weights.find(names_[i]);
       if (it == restored_.weights.end() || !it->second.sizes().equals(model_[i].sizes())) {
         return absl::InvalidArgumentError(
-            absl::StrCat(key_, ": the checkpoint's weight_averaging state has no '", names_[i], "' of shape ",
-                         c10::str(model_[i].sizes())));
+            absl::StrCat(key_, ": the checkpoint's weight_averaging state has no '", names_[i],
+                         "' of shape ", c10::str(model_[i].sizes())));
       }
       if (restored_.model_is_averaged) {
         averaged_[i].copy_(model_[i]);
@@ -271,9 +281,8 @@ class WeightAveraging : public Callback {
     bool was_training = module.is_training();
     module.train();
     Task& task = *trainer.task();
-    absl::Status status = trainer.ForEachTrainingBatch([&](data::Batch& batch) -> absl::Status {
-      return task.PredictStep(batch).status();
-    });
+    absl::Status status = trainer.ForEachTrainingBatch(
+        [&](data::Batch& batch) -> absl::Status { return task.PredictStep(batch).status(); });
     for (auto& norm : norms) {
       WithBatchNormMomentum(*norm.first, [&](auto& option, auto&) { option = norm.second; });
     }
@@ -298,8 +307,9 @@ class WeightAveraging : public Callback {
   WeightAveragingOptions o_;
   std::string key_;
   std::vector<std::string> names_;
-  std::vector<torch::Tensor> model_, averaged_;  // every parameter and buffer, in the module's order
-  std::vector<bool> floating_;                   // averaged (the rest is copied)
+  std::vector<torch::Tensor> model_,
+      averaged_;                // every parameter and buffer, in the module's order
+  std::vector<bool> floating_;  // averaged (the rest is copied)
   std::vector<torch::Tensor> avg_float_, model_float_;
   std::vector<torch::Tensor> stash_;  // the training weights while the averaged ones are in
   std::vector<double> start_lrs_;
@@ -319,15 +329,22 @@ KILN_REGISTER_BOUND(
         .Field("decay", &O::decay, "ema: the average keeps this share at each step", InRange(0, 1))
         .Field("warmup", &O::warmup, "ema: decay = min(decay, (1+n)/(10+n)) after n updates")
         .Field("swa_epoch_start", &O::swa_epoch_start,
-               "swa: the first epoch averaged (null: 80% of max_epochs, as Lightning's 0.8)", AtLeast(0))
-        .Field("swa_lrs", &O::swa_lrs, "swa: the lr annealed to from swa_epoch_start (null: the lr at swa_epoch_start, held)",
-               GreaterThan(0))
-        .Field("annealing_epochs", &O::annealing_epochs, "swa: epochs to anneal the lr to swa_lrs", AtLeast(0))
-        .Field("annealing_strategy", &O::annealing_strategy, "swa: cos or linear", OneOf({"cos", "linear"}))
-        .Field("update_bn", &O::update_bn,
-               "swa: recompute BatchNorm statistics with one pass over the training data at the end")
+               "swa: the first epoch averaged (null: 80% of max_epochs, as Lightning's 0.8)",
+               AtLeast(0))
+        .Field(
+            "swa_lrs", &O::swa_lrs,
+            "swa: the lr annealed to from swa_epoch_start (null: the lr at swa_epoch_start, held)",
+            GreaterThan(0))
+        .Field("annealing_epochs", &O::annealing_epochs, "swa: epochs to anneal the lr to swa_lrs",
+               AtLeast(0))
+        .Field("annealing_strategy", &O::annealing_strategy, "swa: cos or linear",
+               OneOf({"cos", "linear"}))
+        .Field(
+            "update_bn", &O::update_bn,
+            "swa: recompute BatchNorm statistics with one pass over the training data at the end")
         .Field("evaluate_averaged", &O::evaluate_averaged,
-               "validation, checkpoints' model (test, export, predict) and the model after fit use the averaged "
+               "validation, checkpoints' model (test, export, predict) and the model after fit use "
+               "the averaged "
                "weights"),
     [](const O& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Callback>> {
       std::string key = context.FullKey("mode");

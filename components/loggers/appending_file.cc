@@ -28,7 +28,8 @@ absl::Status AppendingFile::Append(const std::string& bytes) {
     struct stat st;
     whole_size_ = ::fstat(::fileno(file_), &st) == 0 ? st.st_size : 0;
   }
-  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() || std::fflush(file_) != 0) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() ||
+      std::fflush(file_) != 0) {
     int error = errno;
     // A partial row would read as a corrupt one: drop what is buffered and cut the file back to
     // its last whole write.

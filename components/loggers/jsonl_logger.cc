@@ -3,7 +3,6 @@
 // training. Each run starts the file afresh; a resumed fit keeps the rows up to the step it resumes
 // from.
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "components/loggers/appending_file.h"

@@ -28,7 +28,8 @@ class TensorBoardLogger : public MetricsLogger {
   explicit TensorBoardLogger(const std::string& dir) : file_(dir + "/" + EventFileName()) {}
 
   absl::Status LogMetrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    if (file_.fresh()) KILN_RETURN_IF_ERROR(file_.Append(tfrecord::Frame(tfrecord::FileVersionEvent(WallTime()))));
+    if (file_.fresh())
+      KILN_RETURN_IF_ERROR(file_.Append(tfrecord::Frame(tfrecord::FileVersionEvent(WallTime()))));
     std::vector<tfrecord::Scalar> scalars;
     for (const auto& [k, v] : metrics) scalars.push_back({k, static_cast<float>(v)});
     return file_.Append(tfrecord::Frame(tfrecord::ScalarsEvent(WallTime(), step, scalars)));

@@ -11,7 +11,8 @@ const std::array<uint32_t, 256>& CrcTable() {
     std::array<uint32_t, 256> t{};
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected Castagnoli
+      for (int k = 0; k < 8; ++k)
+        c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected Castagnoli
       t[i] = c;
     }
     return t;
@@ -33,7 +34,9 @@ void PutVarint(std::string* out, uint64_t value) {
 }
 
 // Wire types: 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit.
-void PutTag(std::string* out, int field, int wire_type) { PutVarint(out, static_cast<uint64_t>(field << 3 | wire_type)); }
+void PutTag(std::string* out, int field, int wire_type) {
+  PutVarint(out, static_cast<uint64_t>(field << 3 | wire_type));
+}
 
 void PutBytes(std::string* out, int field, const std::string& bytes) {
   PutTag(out, field, 2);
@@ -73,7 +76,8 @@ std::string Frame(const std::string& data) {
 }
 
 // tensorflow.Event: wall_time = 1 (double), step = 2 (int64), file_version = 3 (string),
-// summary = 5 (Summary). Summary: value = 1 (repeated Value). Value: tag = 1, simple_value = 2 (float).
+// summary = 5 (Summary). Summary: value = 1 (repeated Value). Value: tag = 1, simple_value = 2
+// (float).
 std::string FileVersionEvent(double wall_time) {
   std::string event;
   PutDouble(&event, 1, wall_time);

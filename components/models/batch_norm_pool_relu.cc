@@ -114,18 +114,10 @@ template <typename Chunk>
 void ForChunks(int64_t c, const Chunk& chunk) {
   for (int64_t j0 = 0; j0 < c; j0 += kGroups * kLanes) {
     switch (std::min<int64_t>(kGroups, (c - j0) / kLanes)) {
-      case 1:
-        chunk(std::integral_constant<int, 1>(), j0);
-        break;
-      case 2:
-        chunk(std::integral_constant<int, 2>(), j0);
-        break;
-      case 3:
-        chunk(std::integral_constant<int, 3>(), j0);
-        break;
-      default:
-        chunk(std::integral_constant<int, 4>(), j0);
-        break;
+      case 1: chunk(std::integral_constant<int, 1>(), j0); break;
+      case 2: chunk(std::integral_constant<int, 2>(), j0); break;
+      case 3: chunk(std::integral_constant<int, 3>(), j0); break;
+      default: chunk(std::integral_constant<int, 4>(), j0); break;
     }
   }
 }

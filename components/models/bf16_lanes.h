@@ -24,8 +24,8 @@ KILN_AVX2 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 KILN_AVX2 inline void Store8(c10::BFloat16* p, __m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
   // Pack the 8 32-bit lanes (each < 2^16) to 16 bits: packus works per 128-bit half, so gather

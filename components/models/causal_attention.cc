@@ -105,11 +105,11 @@ using Bf16 = c10::BFloat16;
 // oneDNN's dnnl_gemm_bf16bf16f32 in a shared libdnnl (Debian's LibTorch); a LibTorch with neither
 // keeps the float32 path. Called inside ParallelFor, either runs on the calling thread (OpenMP).
 using DnnlGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
-                             const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                             float* c, int64_t ldc);
+                             const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                             float beta, float* c, int64_t ldc);
 using CblasGemmBf16 = void (*)(int layout, int transa, int transb, int m, int n, int k, float alpha,
-                               const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c,
-                               int ldc);
+                               const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta,
+                               float* c, int ldc);
 constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 struct Bf16Gemm {
@@ -133,7 +133,9 @@ const Bf16Gemm& FindGemmBf16() {
       if (void* lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
         auto f = reinterpret_cast<DnnlGemmBf16>(dlsym(lib, "dnnl_gemm_bf16bf16f32"));
         float c = 0;
-        if (f != nullptr && f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f) found.dnnl = f;
+        if (f != nullptr && f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 &&
+            c == 1.0f)
+          found.dnnl = f;
       }
     }
     return found;
@@ -147,17 +149,19 @@ void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
   const auto* a16 = reinterpret_cast<const uint16_t*>(a);
   const auto* b16 = reinterpret_cast<const uint16_t*>(b);
   if (gemm.mkl != nullptr) {
-    gemm.mkl(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans, m, n, k,
-             alpha, a16, lda, b16, ldb, beta, c, ldc);
+    gemm.mkl(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans,
+             trans_b ? kCblasTrans : kCblasNoTrans, m, n, k, alpha, a16, lda, b16, ldb, beta, c,
+             ldc);
   } else {
-    gemm.dnnl(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+    gemm.dnnl(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a16, lda, b16, ldb, beta, c,
+              ldc);
   }
 }
 
 // Per-thread float32 workspace of the bf16 path.
 struct Bf16Scratch {
   std::vector<float> rows_t, rows_hd, t_hd, t_hd2;  // [block, t], [block, hd], [t, hd] x2
-  std::vector<Bf16> rows_t16;                                 // [block, t]
+  std::vector<Bf16> rows_t16;                       // [block, t]
   Bf16Scratch(int t, int hd)
       : rows_t(static_cast<size_t>(kCausalRowBlock) * t),
         rows_hd(static_cast<size_t>(kCausalRowBlock) * hd),
@@ -202,8 +206,10 @@ KILN_AVX2 void SoftmaxRowToBf16(float* s, int valid, int width, Bf16* out) {
     _mm256_storeu_ps(tail, bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), maxv)));
     std::fill(tail + rest, tail + 8, 0.0f);
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(_mm256_add_ps(sumv, _mm256_loadu_ps(tail))));
-  for (int j = 0; j < full; j += 8) bf16::Store8(out + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+  const __m256 inv =
+      _mm256_set1_ps(1.0f / HorizontalSum(_mm256_add_ps(sumv, _mm256_loadu_ps(tail))));
+  for (int j = 0; j < full; j += 8)
+    bf16::Store8(out + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
   if (rest > 0) {
     Bf16 rounded[8];
     bf16::Store8(rounded, _mm256_mul_ps(_mm256_loadu_ps(tail), inv));
@@ -217,12 +223,14 @@ KILN_AVX2 void SoftmaxRowToBf16(float* s, int valid, int width, Bf16* out) {
 KILN_AVX2 void SoftmaxBackwardRowBf16(const Bf16* p, const float* dp, int n, Bf16* ds) {
   const int full = n / 8 * 8;
   __m256 acc = _mm256_setzero_ps();
-  for (int j = 0; j < full; j += 8) acc = _mm256_fmadd_ps(bf16::Load8(p + j), _mm256_loadu_ps(dp + j), acc);
+  for (int j = 0; j < full; j += 8)
+    acc = _mm256_fmadd_ps(bf16::Load8(p + j), _mm256_loadu_ps(dp + j), acc);
   float dot = HorizontalSum(acc);
   for (int j = full; j < n; ++j) dot += static_cast<float>(p[j]) * dp[j];
   const __m256 dotv = _mm256_set1_ps(dot);
   for (int j = 0; j < full; j += 8) {
-    bf16::Store8(ds + j, _mm256_mul_ps(bf16::Load8(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), dotv)));
+    bf16::Store8(ds + j,
+                 _mm256_mul_ps(bf16::Load8(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), dotv)));
   }
   for (int j = full; j < n; ++j) ds[j] = Bf16(static_cast<float>(p[j]) * (dp[j] - dot));
 }
@@ -230,12 +238,13 @@ KILN_AVX2 void SoftmaxBackwardRowBf16(const Bf16* p, const float* dp, int n, Bf1
 // ForwardHead on bf16 q, k, v: bf16 products with float32 results; the scores and the softmax in
 // float32, the probabilities rounded to bf16 for the product with v (and kept so for the backward:
 // `p` [t, t] when keep), y rounded once.
-void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd, float scale,
-                     Bf16* p, bool keep, Bf16* o, int ldo, Bf16Scratch& s) {
+void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd,
+                     float scale, Bf16* p, bool keep, Bf16* o, int ldo, Bf16Scratch& s) {
   for (int r0 = 0; r0 < t; r0 += kCausalRowBlock) {
     const int r1 = std::min(t, r0 + kCausalRowBlock), rows = r1 - r0;
     float* scores = s.rows_t.data();
-    GemmBf16(false, true, rows, r1, hd, scale, q + static_cast<int64_t>(r0) * ld, ld, k, ld, 0.0f, scores, t);
+    GemmBf16(false, true, rows, r1, hd, scale, q + static_cast<int64_t>(r0) * ld, ld, k, ld, 0.0f,
+             scores, t);
     Bf16* probs = keep ? p + static_cast<int64_t>(r0) * t : s.rows_t16.data();
     for (int i = r0; i < r1; ++i) {
       float* row = scores + static_cast<int64_t>(i - r0) * t;
@@ -243,14 +252,16 @@ void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t,
     }
     GemmBf16(false, false, rows, hd, r1, 1.0f, probs, t, v, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {
-      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd, o + static_cast<int64_t>(r0 + i) * ldo, hd);
+      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd,
+                    o + static_cast<int64_t>(r0 + i) * ldo, hd);
     }
   }
 }
 
 // BackwardHead on bf16: dk and dv accumulate over row blocks in float32 and are rounded once.
-void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd, float scale,
-                      const Bf16* p, const Bf16* dout, int ldo, Bf16* dq, Bf16* dk, Bf16* dv, Bf16Scratch& s) {
+void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd,
+                      float scale, const Bf16* p, const Bf16* dout, int ldo, Bf16* dq, Bf16* dk,
+                      Bf16* dv, Bf16Scratch& s) {
   const int blocks = (t + kCausalRowBlock - 1) / kCausalRowBlock;
   float *dkf = s.t_hd.data(), *dvf = s.t_hd2.data();
   for (int blk = blocks - 1; blk >= 0; --blk) {
@@ -268,9 +279,11 @@ void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t
     }
     GemmBf16(false, false, rows, hd, r1, scale, ds16, t, k, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {
-      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd, dq + static_cast<int64_t>(r0 + i) * ld, hd);
+      bf16::Convert(s.rows_hd.data() + static_cast<int64_t>(i) * hd,
+                    dq + static_cast<int64_t>(r0 + i) * ld, hd);
     }
-    GemmBf16(true, false, r1, hd, rows, scale, ds16, t, q + static_cast<int64_t>(r0) * ld, ld, beta, dkf, hd);
+    GemmBf16(true, false, r1, hd, rows, scale, ds16, t, q + static_cast<int64_t>(r0) * ld, ld, beta,
+             dkf, hd);
   }
   for (int j = 0; j < t; ++j) {
     bf16::Convert(dkf + static_cast<int64_t>(j) * hd, dk + static_cast<int64_t>(j) * ld, hd);
@@ -312,13 +325,15 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       const Bf16* in = qkv.data_ptr<Bf16>();
       Bf16* out = y.data_ptr<Bf16>();
       Bf16* probs = p.data_ptr<Bf16>();
-      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
+                ld = static_cast<int>(3 * s.d);
       ParallelFor(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
         for (int64_t bh = begin; bh < end; ++bh) {
           const Bf16* q = in + s.qkv_offset(bh);
-          ForwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, keep ? probs + bh * s.t * s.t : nullptr, keep,
-                          out + s.y_offset(bh), static_cast<int>(s.d), scratch);
+          ForwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale,
+                          keep ? probs + bh * s.t * s.t : nullptr, keep, out + s.y_offset(bh),
+                          static_cast<int>(s.d), scratch);
         }
       });
       return y;
@@ -355,14 +370,16 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       const Bf16* probs = p.data_ptr<Bf16>();
       const Bf16* dout = dy.data_ptr<Bf16>();
       Bf16* din = dqkv.data_ptr<Bf16>();
-      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(3 * s.d);
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
+                ld = static_cast<int>(3 * s.d);
       ParallelFor(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
         for (int64_t bh = begin; bh < end; ++bh) {
           const Bf16* q = in + s.qkv_offset(bh);
           Bf16* dq = din + s.qkv_offset(bh);
-          BackwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, probs + bh * s.t * s.t, dout + s.y_offset(bh),
-                           static_cast<int>(s.d), dq, dq + s.d, dq + 2 * s.d, scratch);
+          BackwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, probs + bh * s.t * s.t,
+                           dout + s.y_offset(bh), static_cast<int>(s.d), dq, dq + s.d, dq + 2 * s.d,
+                           scratch);
         }
       });
       return {dqkv, torch::Tensor()};
@@ -400,8 +417,8 @@ bool CausalAttentionHasBf16Kernel() {
 
 bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
   return qkv.device().is_cpu() &&
-         (qkv.scalar_type() == torch::kFloat32 || qkv.scalar_type() == torch::kBFloat16) && qkv.dim() == 3 &&
-         heads > 0 && qkv.size(2) % (3 * heads) == 0 && qkv.size(1) > 0 &&
+         (qkv.scalar_type() == torch::kFloat32 || qkv.scalar_type() == torch::kBFloat16) &&
+         qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0 && qkv.size(1) > 0 &&
          qkv.layout() == torch::kStrided;
 }
 

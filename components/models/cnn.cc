@@ -17,8 +17,10 @@ class Cnn : public Model {
     int64_t c = in_channels, size = input_size;
     for (size_t i = 0; i < channels.size(); ++i) {
       convs_.push_back(register_module(
-          absl::StrCat("conv", i + 1), torch::nn::Conv2d(torch::nn::Conv2dOptions(c, channels[i], 3).padding(1).bias(false))));
-      norms_.push_back(register_module(absl::StrCat("bn", i + 1), torch::nn::BatchNorm2d(channels[i])));
+          absl::StrCat("conv", i + 1),
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(c, channels[i], 3).padding(1).bias(false))));
+      norms_.push_back(
+          register_module(absl::StrCat("bn", i + 1), torch::nn::BatchNorm2d(channels[i])));
       c = channels[i];
       size /= 2;
     }

@@ -36,15 +36,14 @@ class ConvBiLstm : public SequenceModel {
   explicit ConvBiLstm(const ConvBiLstmOptions& o) : o_(o) {
     int64_t in = 1, freq = o.features;
     for (size_t i = 0; i < o.time_strides.size(); ++i) {
-      convs_.push_back(register_module(
-          absl::StrCat("conv", i + 1),
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, o.channels, 3)
-                                .stride({o.time_strides[i], 2})
-                                .padding(1)
-                                .bias(!o.batch_norm))));
+      convs_.push_back(register_module(absl::StrCat("conv", i + 1),
+                                       torch::nn::Conv2d(torch::nn::Conv2dOptions(in, o.channels, 3)
+                                                             .stride({o.time_strides[i], 2})
+                                                             .padding(1)
+                                                             .bias(!o.batch_norm))));
       if (o.batch_norm) {
-        norms_.push_back(register_module(absl::StrCat("norm", i + 1),
-                                         torch::nn::BatchNorm2d(o.channels)));
+        norms_.push_back(
+            register_module(absl::StrCat("norm", i + 1), torch::nn::BatchNorm2d(o.channels)));
       }
       in = o.channels;
       freq = (freq - 1) / 2 + 1;
@@ -77,13 +76,14 @@ class ConvBiLstm : public SequenceModel {
       x = torch::relu(x);
       lengths = (torch::div(lengths - 1, o_.time_strides[i], "floor") + 1).clamp_min(1);
       // Padding frames back to zero, as the next convolution's border sees them alone.
-      torch::Tensor real = torch::arange(x.size(2), torch::kInt64).unsqueeze(0) < lengths.unsqueeze(1);
+      torch::Tensor real =
+          torch::arange(x.size(2), torch::kInt64).unsqueeze(0) < lengths.unsqueeze(1);
       x = x * real.to(x.device(), x.scalar_type()).unsqueeze(1).unsqueeze(3);
     }
     const int64_t frames = x.size(2);
     x = x.transpose(1, 2).flatten(2);  // [B, frames, channels * freq]
-    torch::Tensor reverse = ReverseWithinLength(lengths, frames, x.device())
-                                .unsqueeze(2);  // [B, frames, 1]
+    torch::Tensor reverse =
+        ReverseWithinLength(lengths, frames, x.device()).unsqueeze(2);  // [B, frames, 1]
     for (size_t i = 0; i < forward_.size(); ++i) {
       if (i > 0 && o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
       torch::Tensor ahead = std::get<0>(LstmForward(forward_[i], x));
@@ -99,7 +99,7 @@ class ConvBiLstm : public SequenceModel {
  private:
   ConvBiLstmOptions o_;
   std::vector<torch::nn::Conv2d> convs_;
-  std::vector<torch::nn::BatchNorm2d> norms_;  // after each convolution, when batch_norm
+  std::vector<torch::nn::BatchNorm2d> norms_;        // after each convolution, when batch_norm
   std::vector<torch::nn::LSTM> forward_, backward_;  // one layer each
   torch::nn::Linear head_{nullptr};
 };

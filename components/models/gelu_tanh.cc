@@ -106,7 +106,8 @@ void RunForward(const torch::Tensor& x, torch::Tensor& y, float* tp) {
 }
 
 template <typename T>
-void RunBackward(const torch::Tensor& g, const torch::Tensor& x, const float* tp, torch::Tensor& dx) {
+void RunBackward(const torch::Tensor& g, const torch::Tensor& x, const float* tp,
+                 torch::Tensor& dx) {
   const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
   T* dp = dx.data_ptr<T>();
   ParallelFor(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
@@ -121,7 +122,8 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
     torch::Tensor x = input.contiguous();
     const bool keep = input.requires_grad();
     torch::Tensor y = torch::empty_like(x);
-    torch::Tensor t = keep ? torch::empty_like(x, x.options().dtype(torch::kFloat32)) : torch::Tensor();
+    torch::Tensor t =
+        keep ? torch::empty_like(x, x.options().dtype(torch::kFloat32)) : torch::Tensor();
     float* tp = keep ? t.data_ptr<float>() : nullptr;
     if (x.scalar_type() == torch::kBFloat16) {
       RunForward<c10::BFloat16>(x, y, tp);
@@ -154,7 +156,8 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
 torch::Tensor GeluTanh(const torch::Tensor& x) {
 #ifdef KILN_GELU_KERNEL
   // Under LibTorch's tracer (TorchScript export) the ATen op, which the trace can record.
-  if (x.device().is_cpu() && (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
+  if (x.device().is_cpu() &&
+      (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
       x.layout() == torch::kStrided && HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
     return GeluTanhFunction::apply(x);
   }

@@ -35,8 +35,10 @@ class LstmBase : public Model {
     if (torch::jit::tracer::isTracing() && x.size(1) > 0) {
       // LibTorch's LSTM makes its zero initial state with the batch size as a number, which a trace
       // (TorchScript export) would keep; this one takes the batch from x: [layers, B, hidden].
-      torch::Tensor zero =
-          torch::zeros_like(x.select(1, 0).narrow(1, 0, 1)).unsqueeze(0).expand({o_.layers, -1, o_.hidden}).contiguous();
+      torch::Tensor zero = torch::zeros_like(x.select(1, 0).narrow(1, 0, 1))
+                               .unsqueeze(0)
+                               .expand({o_.layers, -1, o_.hidden})
+                               .contiguous();
       states = std::get<0>(LstmForward(lstm, x, LstmState(zero, zero)));
     } else {
       states = std::get<0>(LstmForward(lstm, x));

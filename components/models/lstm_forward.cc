@@ -29,12 +29,14 @@ bool CpuAutocastRunsBf16Lstm() {
 std::tuple<torch::Tensor, LstmState> LstmForward(torch::nn::LSTM& lstm, const torch::Tensor& input,
                                                  const std::optional<LstmState>& state) {
   const bool float32 = input.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU) &&
-                       lstm->parameters().front().scalar_type() == torch::kFloat32 && !CpuAutocastRunsBf16Lstm();
+                       lstm->parameters().front().scalar_type() == torch::kFloat32 &&
+                       !CpuAutocastRunsBf16Lstm();
   if (!float32) return lstm->forward(input, state);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   std::optional<LstmState> state32;
   if (state.has_value()) {
-    state32 = LstmState(std::get<0>(*state).to(torch::kFloat32), std::get<1>(*state).to(torch::kFloat32));
+    state32 =
+        LstmState(std::get<0>(*state).to(torch::kFloat32), std::get<1>(*state).to(torch::kFloat32));
   }
   return lstm->forward(input.to(torch::kFloat32), state32);
 }

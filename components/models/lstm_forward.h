@@ -17,8 +17,9 @@ namespace kiln {
 using LstmState = std::tuple<torch::Tensor, torch::Tensor>;
 
 // The output [B, T, hidden] (batch_first) and the final (h, c), as LSTMImpl::forward.
-std::tuple<torch::Tensor, LstmState> LstmForward(torch::nn::LSTM& lstm, const torch::Tensor& input,
-                                                 const std::optional<LstmState>& state = std::nullopt);
+std::tuple<torch::Tensor, LstmState> LstmForward(
+    torch::nn::LSTM& lstm, const torch::Tensor& input,
+    const std::optional<LstmState>& state = std::nullopt);
 
 // Whether oneDNN builds a bf16 LSTM on this CPU (probed once: a one-unit LSTM's forward under
 // CPU autocast); false means LstmForward runs LSTMs in float32 under CPU autocast.

@@ -24,7 +24,9 @@ class Mlp : public Model {
     x = x.flatten(1);
     for (size_t i = 0; i < layers_->size(); ++i) {
       x = layers_[i]->as<torch::nn::Linear>()->forward(x);
-      x = activation_ == "gelu" ? torch::gelu(x) : activation_ == "tanh" ? torch::tanh(x) : torch::relu(x);
+      x = activation_ == "gelu"   ? torch::gelu(x)
+          : activation_ == "tanh" ? torch::tanh(x)
+                                  : torch::relu(x);
       if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
     }
     return head_->forward(x);

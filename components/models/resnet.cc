@@ -32,7 +32,8 @@ class Block : public nn::Module {
       bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
     }
     if (stride != 1 || in != out) {
-      downsample_ = register_module("downsample", nn::Sequential(Conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
+      downsample_ = register_module(
+          "downsample", nn::Sequential(Conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
     }
   }
 
@@ -57,7 +58,8 @@ class Block : public nn::Module {
 class ResNet : public Model {
  public:
   ResNet(int64_t depth, int64_t in_channels, int64_t num_classes, bool zero_init_residual) {
-    const std::vector<int64_t> counts = depth == 18 ? std::vector<int64_t>{2, 2, 2, 2} : std::vector<int64_t>{3, 4, 6, 3};
+    const std::vector<int64_t> counts =
+        depth == 18 ? std::vector<int64_t>{2, 2, 2, 2} : std::vector<int64_t>{3, 4, 6, 3};
     bool bottleneck = depth == 50;
     conv1_ = register_module("conv1", Conv(in_channels, 64, 7, 2, 3));
     bn1_ = register_module("bn1", nn::BatchNorm2d(64));

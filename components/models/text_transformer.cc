@@ -1,9 +1,9 @@
 #include "components/models/text_transformer.h"
 
+#include <torch/csrc/jit/frontend/tracer.h>
+
 #include <cmath>
 #include <limits>
-
-#include <torch/csrc/jit/frontend/tracer.h>
 
 #include "absl/strings/str_cat.h"
 #include "components/models/causal_attention.h"
@@ -41,7 +41,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
     torch::Tensor q4 = qkv.view({-1, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
     torch::Tensor scores = torch::matmul(q4[0], q4[1].transpose(-2, -1)).mul(scale);
     if (bias.defined()) scores = scores + bias;
-    torch::Tensor y = torch::matmul(torch::softmax(scores, -1), q4[2]).transpose(1, 2).reshape({-1, t, d});
+    torch::Tensor y =
+        torch::matmul(torch::softmax(scores, -1), q4[2]).transpose(1, 2).reshape({-1, t, d});
     return c_proj->forward(y);
   }
   // [B, T, 3, H, hd] -> q, k, v as [B*H, T, hd] (one copy, as matmul would make).
@@ -59,14 +60,13 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
   }
   torch::Tensor weights = torch::softmax(scores, -1);
   if (attention_dropout) weights = torch::dropout(weights, dropout_, true);
-  torch::Tensor y = torch::bmm(weights, v)
-                        .view({b, heads_, t, hd})
-                        .transpose(1, 2)
-                        .reshape({b, t, d});
+  torch::Tensor y =
+      torch::bmm(weights, v).view({b, heads_, t, hd}).transpose(1, 2).reshape({b, t, d});
   return c_proj->forward(y);
 }
 
-torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask, double dropout) {
+torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask,
+                             double dropout) {
   const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
   // [B, T, 3, H, hd] -> q, k, v as [B, H, T, hd] views (the head dimension stays contiguous).
   torch::Tensor q4 = qkv.view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4});
@@ -141,8 +141,8 @@ torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options) {
 
 torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOptions& options) {
   // zeros_like, not zeros(sizes): a trace keeps the batch size dynamic.
-  torch::Tensor bias =
-      torch::zeros_like(tokens, options.has_dtype() ? options : options.dtype(torch::get_default_dtype()));
+  torch::Tensor bias = torch::zeros_like(
+      tokens, options.has_dtype() ? options : options.dtype(torch::get_default_dtype()));
   bias.masked_fill_(tokens.eq(0), -std::numeric_limits<float>::infinity());
   return bias.unsqueeze(1).unsqueeze(1);
 }

@@ -77,7 +77,8 @@ torch::Tensor CausalBias(int64_t length, const torch::TensorOptions& options);
 // attention on a GPU for causal masks without padding, memory-efficient attention otherwise):
 // qkv [B, T, 3 * D] as c_attn makes it, heads of D / heads, `dropout` on the attention weights.
 // Returns [B, T, D]. SelfAttention takes it on a GPU.
-torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask, double dropout);
+torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask,
+                             double dropout);
 // [B, 1, 1, T]: -inf at padding keys (token id 0), 0 elsewhere.
 torch::Tensor PaddingBias(const torch::Tensor& tokens, const torch::TensorOptions& options);
 // GPT-2's initialization: N(0, 0.02) weights, zero biases, unit LayerNorms; the residual output

@@ -5,10 +5,10 @@
 // Python. kiln.fit(..., model=module) (docs/python.md) saves the module and names it here.
 #include <torch/script.h>
 
-#include "lib/core/error_text.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "components/models/model.h"
+#include "lib/core/error_text.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
@@ -27,7 +27,9 @@ class TorchScriptModel : public Model {
     }
   }
 
-  torch::Tensor forward(torch::Tensor input) override { return module_.forward({input}).toTensor(); }
+  torch::Tensor forward(torch::Tensor input) override {
+    return module_.forward({input}).toTensor();
+  }
 
   void train(bool on = true) override {
     torch::nn::Module::train(on);
@@ -57,20 +59,20 @@ struct TorchScriptOptions {
   std::string path;
 };
 
-KILN_REGISTER_BOUND(Model, "torchscript",
-                    "A TorchScript module file (torch.jit.script(model).save(path)), trained as a kiln model",
-                    OptionBinding<TorchScriptOptions>().Required("path", &TorchScriptOptions::path,
-                                                                 "the .pt file torch.jit.save wrote"),
-                    [](const TorchScriptOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
-                      try {
-                        return std::make_shared<TorchScriptModel>(torch::jit::load(o.path));
-                      } catch (const std::exception& e) {
-                        std::string what = e.what();
-                        return absl::InvalidArgumentError(absl::StrCat("model.path '", o.path,
-                                                                       "': not a TorchScript module (",
-                                                                       ErrorLine(what), ")"));
-                      }
-                    });
+KILN_REGISTER_BOUND(
+    Model, "torchscript",
+    "A TorchScript module file (torch.jit.script(model).save(path)), trained as a kiln model",
+    OptionBinding<TorchScriptOptions>().Required("path", &TorchScriptOptions::path,
+                                                 "the .pt file torch.jit.save wrote"),
+    [](const TorchScriptOptions& o) -> absl::StatusOr<std::shared_ptr<Model>> {
+      try {
+        return std::make_shared<TorchScriptModel>(torch::jit::load(o.path));
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.path '", o.path, "': not a TorchScript module (", ErrorLine(what), ")"));
+      }
+    });
 
 }  // namespace
 }  // namespace kiln

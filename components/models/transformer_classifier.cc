@@ -12,7 +12,10 @@ namespace {
 class TransformerClassifier : public Model {
  public:
   TransformerClassifier(const TextTransformerOptions& o, int64_t num_classes, bool cls_pool)
-      : vocab_size_(o.vocab_size), max_length_(o.positions), dropout_(o.dropout), cls_pool_(cls_pool) {
+      : vocab_size_(o.vocab_size),
+        max_length_(o.positions),
+        dropout_(o.dropout),
+        cls_pool_(cls_pool) {
     transformer = register_module("transformer", TextTransformer(o));
     head = register_module("head", torch::nn::Linear(o.dim, num_classes));
     InitTransformerWeights(*this, o.depth);
@@ -22,7 +25,8 @@ class TransformerClassifier : public Model {
     // Longer inputs are cut to the positions the model has.
     if (input.size(1) > max_length_) input = input.narrow(1, 0, max_length_);
     torch::Tensor x = transformer->forward(
-        input, AttentionMask{false, PaddingBias(input, torch::TensorOptions().device(input.device()))});
+        input,
+        AttentionMask{false, PaddingBias(input, torch::TensorOptions().device(input.device()))});
     torch::Tensor pooled;
     if (cls_pool_) {
       pooled = x.select(1, 0);

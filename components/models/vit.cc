@@ -9,7 +9,8 @@ namespace kiln {
 namespace {
 
 struct VitOptions {
-  int64_t image_size = 32, patch_size = 4, in_channels = 3, dim = 192, depth = 12, heads = 3, mlp_dim = 768;
+  int64_t image_size = 32, patch_size = 4, in_channels = 3, dim = 192, depth = 12, heads = 3,
+          mlp_dim = 768;
   int64_t num_classes = 10;
   double dropout = 0.0;
 };
@@ -18,19 +19,26 @@ struct VitOptions {
 class EncoderBlockImpl : public torch::nn::Module {
  public:
   explicit EncoderBlockImpl(const VitOptions& o) : dropout_(o.dropout) {
-    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
+    ln_1 = register_module("ln_1",
+                           torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
     self_attention = register_module(
-        "self_attention", torch::nn::MultiheadAttention(torch::nn::MultiheadAttentionOptions(o.dim, o.heads).dropout(o.dropout)));
-    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
-    mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(o.dim, o.mlp_dim), torch::nn::GELU(),
-                                                       torch::nn::Dropout(o.dropout), torch::nn::Linear(o.mlp_dim, o.dim),
-                                                       torch::nn::Dropout(o.dropout)));
+        "self_attention",
+        torch::nn::MultiheadAttention(
+            torch::nn::MultiheadAttentionOptions(o.dim, o.heads).dropout(o.dropout)));
+    ln_2 = register_module("ln_2",
+                           torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
+    mlp = register_module(
+        "mlp",
+        torch::nn::Sequential(torch::nn::Linear(o.dim, o.mlp_dim), torch::nn::GELU(),
+                              torch::nn::Dropout(o.dropout), torch::nn::Linear(o.mlp_dim, o.dim),
+                              torch::nn::Dropout(o.dropout)));
   }
 
   // x: [tokens, batch, dim] (LibTorch's attention takes the sequence first).
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor y = ln_1->forward(x);
-    y = std::get<0>(self_attention->forward(y, y, y, /*key_padding_mask=*/{}, /*need_weights=*/false));
+    y = std::get<0>(
+        self_attention->forward(y, y, y, /*key_padding_mask=*/{}, /*need_weights=*/false));
     x = x + torch::dropout(y, dropout_, is_training());
     return x + mlp->forward(ln_2->forward(x));
   }
@@ -54,7 +62,8 @@ class EncoderImpl : public torch::nn::Module {
       blocks_.push_back(EncoderBlock(o));
       layers->push_back(absl::StrCat("encoder_layer_", i), blocks_.back());
     }
-    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
+    ln =
+        register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim}).eps(1e-6)));
   }
 
   // x: [batch, tokens, dim].
@@ -78,7 +87,9 @@ class VisionTransformer : public Model {
  public:
   explicit VisionTransformer(const VitOptions& o) : options_(o) {
     conv_proj_ = register_module(
-        "conv_proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, o.dim, o.patch_size).stride(o.patch_size)));
+        "conv_proj",
+        torch::nn::Conv2d(
+            torch::nn::Conv2dOptions(o.in_channels, o.dim, o.patch_size).stride(o.patch_size)));
     class_token_ = register_parameter("class_token", torch::zeros({1, 1, o.dim}));
     encoder_ = register_module("encoder", Encoder(o));
     auto heads = register_module("heads", std::make_shared<torch::nn::Module>());
@@ -90,9 +101,10 @@ class VisionTransformer : public Model {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    TORCH_CHECK(x.dim() == 4 && x.size(2) == options_.image_size && x.size(3) == options_.image_size,
-                "vit expects images [batch, ", options_.in_channels, ", ", options_.image_size, ", ",
-                options_.image_size, "], got ", x.sizes(), " (set model.image_size)");
+    TORCH_CHECK(
+        x.dim() == 4 && x.size(2) == options_.image_size && x.size(3) == options_.image_size,
+        "vit expects images [batch, ", options_.in_channels, ", ", options_.image_size, ", ",
+        options_.image_size, "], got ", x.sizes(), " (set model.image_size)");
     torch::Tensor patches = conv_proj_->forward(x).flatten(2).transpose(1, 2);  // [B, N, dim]
     torch::Tensor tokens = torch::cat({class_token_.expand({x.size(0), -1, -1}), patches}, 1);
     return head_->forward(encoder_->forward(tokens).select(1, 0));

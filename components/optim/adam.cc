@@ -12,8 +12,7 @@ KILN_REGISTER_BOUND(OptimizerFactory, "adam", "Adam (weight decay as an L2 term 
                     AdamBinding<AdamOptions>(),
                     [](const AdamOptions& o, const OptionContext& context)
                         -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-                      return MakeAdamFactory<FusedAdam, torch::optim::AdamOptions>(
-                          o, context);
+                      return MakeAdamFactory<FusedAdam, torch::optim::AdamOptions>(o, context);
                     });
 
 }  // namespace

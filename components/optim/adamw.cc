@@ -12,12 +12,12 @@ struct AdamWOptions : AdamOptions {
   AdamWOptions() { weight_decay = 0.01; }
 };
 
-KILN_REGISTER_BOUND(
-    OptimizerFactory, "adamw", "AdamW (decoupled weight decay)", AdamBinding<AdamWOptions>(),
-    [](const AdamWOptions& o,
-       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
-      return MakeAdamFactory<FusedAdamW, torch::optim::AdamWOptions>(o, context);
-    });
+KILN_REGISTER_BOUND(OptimizerFactory, "adamw", "AdamW (decoupled weight decay)",
+                    AdamBinding<AdamWOptions>(),
+                    [](const AdamWOptions& o, const OptionContext& context)
+                        -> absl::StatusOr<std::shared_ptr<OptimizerFactory>> {
+                      return MakeAdamFactory<FusedAdamW, torch::optim::AdamWOptions>(o, context);
+                    });
 
 }  // namespace
 }  // namespace kiln

@@ -35,16 +35,21 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
   using TorchOptimizer::TorchOptimizer;
 
   absl::Status MakeCapturable() override {
-    if (!Fusable()) return absl::FailedPreconditionError("its parameter groups mix dtypes or devices, or a gradient is sparse");
+    if (!Fusable())
+      return absl::FailedPreconditionError(
+          "its parameter groups mix dtypes or devices, or a gradient is sparse");
     std::map<c10::TensorImpl*, torch::Tensor> steps;
     std::vector<torch::Tensor> lrs;
     for (auto& group : this->param_groups_) {
       torch::Tensor lr;
       for (auto& p : group.params()) {
-        if (!lr.defined()) lr = torch::full({}, group.options().get_lr(), p.options().dtype(torch::kFloat32));
+        if (!lr.defined())
+          lr = torch::full({}, group.options().get_lr(), p.options().dtype(torch::kFloat32));
         auto found = this->state_.find(p.unsafeGetTensorImpl());
-        int64_t count = found == this->state_.end() ? 0 : static_cast<ParamState&>(*found->second).step();
-        steps[p.unsafeGetTensorImpl()] = torch::full({}, static_cast<double>(count), p.options().dtype(torch::kFloat32));
+        int64_t count =
+            found == this->state_.end() ? 0 : static_cast<ParamState&>(*found->second).step();
+        steps[p.unsafeGetTensorImpl()] =
+            torch::full({}, static_cast<double>(count), p.options().dtype(torch::kFloat32));
       }
       lrs.push_back(lr);
     }
@@ -89,7 +94,8 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
           state->step(0);
           state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
           state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          if (options.amsgrad()) state->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          if (options.amsgrad())
+            state->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
           found = this->state_.emplace(key, std::move(state)).first;
         }
         auto& state = static_cast<ParamState&>(*found->second);
@@ -105,15 +111,18 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
         // The kernel reads each parameter's step count from a float tensor (torch.optim keeps
         // them so); kiln keeps torch::optim's int64 in the state and hands the kernel its value.
         if (device_steps_.empty()) {
-          steps.push_back(torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32)));
+          steps.push_back(torch::full({}, static_cast<double>(state.step()),
+                                      p.options().dtype(torch::kFloat32)));
         } else {
           auto device_step = device_steps_.find(key);
           if (device_step == device_steps_.end()) {
             TORCH_CHECK(!capturing_, "a parameter without a step count on the GPU was captured");
             // A parameter first stepped after MakeCapturable: its count before this step (the
             // host's is already advanced; the kernel's comes from the add below).
-            device_step = device_steps_.emplace(key, torch::full({}, static_cast<double>(state.step() - 1),
-                                                                 p.options().dtype(torch::kFloat32))).first;
+            device_step = device_steps_
+                              .emplace(key, torch::full({}, static_cast<double>(state.step() - 1),
+                                                        p.options().dtype(torch::kFloat32)))
+                              .first;
           }
           steps.push_back(device_step->second);
           if (capturing_) captured.push_back(key);
@@ -122,25 +131,30 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
       if (params.empty()) continue;
       const auto [beta1, beta2] = options.betas();
       const size_t group_index = &group - this->param_groups_.data();
-      if (!device_steps_.empty() && group_index < device_lrs_.size() && device_lrs_[group_index].defined()) {
+      if (!device_steps_.empty() && group_index < device_lrs_.size() &&
+          device_lrs_[group_index].defined()) {
         // Capturable: the counts advance on the device, and the kernel reads the lr there.
         at::_foreach_add_(steps, 1);
         if (!capturing_) device_lrs_[group_index].fill_(options.lr());
         if constexpr (kDecoupled) {
-          at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, device_lrs_[group_index], beta1,
-                            beta2, options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false);
+          at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                            device_lrs_[group_index], beta1, beta2, options.weight_decay(),
+                            options.eps(), options.amsgrad(), /*maximize=*/false);
         } else {
-          at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, device_lrs_[group_index], beta1,
-                           beta2, options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false);
+          at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                           device_lrs_[group_index], beta1, beta2, options.weight_decay(),
+                           options.eps(), options.amsgrad(), /*maximize=*/false);
         }
         continue;
       }
       if constexpr (kDecoupled) {
-        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, options.lr(), beta1, beta2,
-                          options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false);
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                          options.lr(), beta1, beta2, options.weight_decay(), options.eps(),
+                          options.amsgrad(), /*maximize=*/false);
       } else {
-        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, options.lr(), beta1, beta2,
-                         options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false);
+        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, options.lr(),
+                         beta1, beta2, options.weight_decay(), options.eps(), options.amsgrad(),
+                         /*maximize=*/false);
       }
     }
     if (capturing_) captured_ = std::move(captured);
@@ -169,11 +183,12 @@ class FusedAdamOf : public TorchOptimizer, public CapturableOptimizer {
   std::map<c10::TensorImpl*, torch::Tensor> device_steps_;  // capturable: each parameter's count
   std::vector<torch::Tensor> device_lrs_;                   // and each group's lr, on the GPU
   bool capturing_ = false;
-  std::vector<c10::TensorImpl*> captured_;                  // the parameters the captured step steps
+  std::vector<c10::TensorImpl*> captured_;  // the parameters the captured step steps
 };
 
-using FusedAdam = FusedAdamOf<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
-using FusedAdamW =
-    FusedAdamOf<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>;
+using FusedAdam =
+    FusedAdamOf<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
+using FusedAdamW = FusedAdamOf<torch::optim::AdamW, torch::optim::AdamWOptions,
+                               torch::optim::AdamWParamState, true>;
 
 }  // namespace kiln

@@ -87,8 +87,9 @@ void LrScheduler::Load(torch::serialize::InputArchive& archive) {
   }
   base_lrs_ = std::move(base_lrs);
   torch::Tensor attached;
-  attached_groups_ = archive.try_read("attached_groups", attached) ? static_cast<size_t>(attached.item<int64_t>())
-                                                                    : base_lrs_.size();
+  attached_groups_ = archive.try_read("attached_groups", attached)
+                         ? static_cast<size_t>(attached.item<int64_t>())
+                         : base_lrs_.size();
   step_ = ReadInt(archive, "step");
   length_ = ReadInt(archive, "length");
   LoadExtra(archive);

@@ -37,15 +37,20 @@ struct LabelledTextOptions : TextDataOptions {
 class TokenizedTexts : public data::Dataset {
  public:
   TokenizedTexts(std::vector<std::vector<int64_t>> tokens, std::vector<int64_t> labels,
-                 std::vector<std::string> sources, std::vector<std::string> texts, std::vector<std::string> label_names,
-                 std::string label_ext)
-      : tokens_(std::move(tokens)), labels_(std::move(labels)), sources_(std::move(sources)), texts_(std::move(texts)),
-        label_names_(std::move(label_names)), label_ext_(std::move(label_ext)) {}
+                 std::vector<std::string> sources, std::vector<std::string> texts,
+                 std::vector<std::string> label_names, std::string label_ext)
+      : tokens_(std::move(tokens)),
+        labels_(std::move(labels)),
+        sources_(std::move(sources)),
+        texts_(std::move(texts)),
+        label_names_(std::move(label_names)),
+        label_ext_(std::move(label_ext)) {}
   // The text and its label's name (KEY.txt, KEY.LABEL_FIELD), what ReadLabelledTexts reads back.
   absl::StatusOr<data::EncodedSample> Encoded(int64_t index) const override {
     auto i = static_cast<size_t>(index);
     data::EncodedSample files{{"txt", texts_.at(i)}};
-    if (labels_[i] >= 0) files.emplace_back(label_ext_, label_names_.at(static_cast<size_t>(labels_[i])));
+    if (labels_[i] >= 0)
+      files.emplace_back(label_ext_, label_names_.at(static_cast<size_t>(labels_[i])));
     return files;
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
@@ -97,7 +102,8 @@ class LabelledText : public TextDataModule {
     // Bucketing groups similar lengths into batches; predictions keep the input order.
     lo.batch_order = nullptr;
     if (o_.bucket_by_length && stage == data::Stage::kFit) {
-      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window, static_cast<uint64_t>(o_.split_seed));
+      lo.batch_order = data::LengthBucketing(lo.batch_size, o_.bucket_window,
+                                             static_cast<uint64_t>(o_.split_seed));
     }
     if (stage == data::Stage::kFit || stage == data::Stage::kValidate) {
       if (!train_) {
@@ -146,9 +152,11 @@ class LabelledText : public TextDataModule {
     return absl::OkStatus();
   }
   absl::StatusOr<data::Example> RawExample(std::string_view raw) const override {
-    if (raw_tokenizer_ == nullptr) return absl::FailedPreconditionError("PrepareRawInputs was not called");
+    if (raw_tokenizer_ == nullptr)
+      return absl::FailedPreconditionError("PrepareRawInputs was not called");
     if (size_t bad = FindInvalidUtf8(raw); bad != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("the text is not valid UTF-8 (byte ", bad, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the text is not valid UTF-8 (byte ", bad, ")"));
     }
     std::vector<int64_t> tokens = Truncated(raw_tokenizer_->Encode(raw));
     data::Example e;
@@ -220,8 +228,9 @@ class LabelledText : public TextDataModule {
     }
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
     for (auto& t : tokens) t = Truncated(std::move(t));
-    return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels), std::move(sources), std::move(texts),
-                                            labels_, o_.label_field);
+    return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels),
+                                            std::move(sources), std::move(texts), labels_,
+                                            o_.label_field);
   }
 
   // A text's tokens cut to max_length (on truncation_side), with <cls> when add_cls.
@@ -234,7 +243,8 @@ class LabelledText : public TextDataModule {
         t.resize(static_cast<size_t>(budget));
     }
     if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
-    if (t.empty()) t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
+    if (t.empty())
+      t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
     return t;
   }
 
@@ -265,7 +275,8 @@ KILN_REGISTER_BOUND(
             .Field("predict", &LabelledTextOptions::predict,
                    "texts to classify, one per line (- for stdin; null: the test file)")
             .Field("format", &LabelledTextOptions::format,
-                   "auto (from the extension; .tar, .index.json, {..} ranges and pipe: are shards), jsonl, csv, "
+                   "auto (from the extension; .tar, .index.json, {..} ranges and pipe: are "
+                   "shards), jsonl, csv, "
                    "tsv, folder or shards (KEY.txt + KEY.label, as kiln shard writes them)",
                    OneOf({"auto", "jsonl", "csv", "tsv", "folder", "shards"}))
             .Field("text_field", &LabelledTextOptions::text_field,

@@ -54,8 +54,8 @@ class SentencePieceProcessor : public Processor {
 
 std::unique_ptr<Processor> MakeProcessor() { return std::make_unique<SentencePieceProcessor>(); }
 
-std::string Train(const std::map<std::string, std::string>& flags, const std::vector<std::string>& sentences,
-                  std::string* model) {
+std::string Train(const std::map<std::string, std::string>& flags,
+                  const std::vector<std::string>& sentences, std::string* model) {
   std::unordered_map<std::string, std::string> args(flags.begin(), flags.end());
   VectorIterator iterator(sentences);
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &iterator, model);
@@ -67,6 +67,7 @@ const Backend kBackend = {MakeProcessor, Train};
 }  // namespace
 }  // namespace kiln::text::spm
 
-extern "C" __attribute__((visibility("default"))) const kiln::text::spm::Backend* kiln_sentencepiece_backend() {
+extern "C" __attribute__((visibility("default"))) const kiln::text::spm::Backend*
+kiln_sentencepiece_backend() {
   return &kiln::text::spm::kBackend;
 }

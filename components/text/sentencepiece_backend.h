@@ -31,8 +31,8 @@ struct Backend {
   std::unique_ptr<Processor> (*make_processor)();
   // Trains a model on `sentences` with SentencePiece trainer flags (`model_type`, `vocab_size`,
   // ...); returns "" and the serialized model in `model`, or the error.
-  std::string (*train)(const std::map<std::string, std::string>& flags, const std::vector<std::string>& sentences,
-                       std::string* model);
+  std::string (*train)(const std::map<std::string, std::string>& flags,
+                       const std::vector<std::string>& sentences, std::string* model);
 };
 
 // The module's backend, loaded once from the folder of libkiln_components.so; null with the reason

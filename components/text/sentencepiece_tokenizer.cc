@@ -58,7 +58,8 @@ class SentencePieceTokenizer : public Tokenizer {
     }
     std::string error;
     const spm::Backend* backend = spm::LoadBackend(&error);
-    if (backend == nullptr) return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
+    if (backend == nullptr)
+      return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
     processor_ = backend->make_processor();
     error = processor_->Load(serialized);
     if (!error.empty()) {
@@ -165,7 +166,8 @@ class SentencePieceTokenizer : public Tokenizer {
     auto start = std::chrono::steady_clock::now();
     std::string model, error;
     const spm::Backend* backend = spm::LoadBackend(&error);
-    if (backend == nullptr) return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
+    if (backend == nullptr)
+      return absl::FailedPreconditionError(absl::StrCat("sentencepiece tokenizer: ", error));
     error = backend->train(flags, sentences, &model);
     if (!error.empty()) {
       return absl::InvalidArgumentError(

@@ -122,7 +122,8 @@ class TextCorpus : public TextDataModule {
   }
 
   // The documents of `files`, in order (a shard set gives each of its samples' texts).
-  static absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::vector<std::string>& files) {
+  static absl::StatusOr<std::vector<std::string>> ReadDocuments(
+      const std::vector<std::string>& files) {
     std::vector<std::string> documents;
     for (const auto& file : files) {
       KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadPlainTexts(file));
@@ -161,15 +162,17 @@ KILN_REGISTER_BOUND(
     data::DataModule, "text_corpus",
     "Language-modeling data: plain text files as one token stream cut into blocks (block_size, "
     "stride)",
-    AddTextDataOptions(
-        OptionBinding<CorpusOptions>()
-            .Required("train", &CorpusOptions::train, "training text files or shards (KEY.txt per document)", NonEmpty())
-            .Field("val", &CorpusOptions::val, "validation text files or shards")
-            .Field("test", &CorpusOptions::test, "test text files or shards")
-            .Field("block_size", &CorpusOptions::block_size,
-                   "tokens per training example (the model's context)", AtLeast(1))
-            .Field("stride", &CorpusOptions::stride,
-                   "tokens between training blocks (0: block_size, no overlap)", AtLeast(0))),
+    AddTextDataOptions(OptionBinding<CorpusOptions>()
+                           .Required("train", &CorpusOptions::train,
+                                     "training text files or shards (KEY.txt per document)",
+                                     NonEmpty())
+                           .Field("val", &CorpusOptions::val, "validation text files or shards")
+                           .Field("test", &CorpusOptions::test, "test text files or shards")
+                           .Field("block_size", &CorpusOptions::block_size,
+                                  "tokens per training example (the model's context)", AtLeast(1))
+                           .Field("stride", &CorpusOptions::stride,
+                                  "tokens between training blocks (0: block_size, no overlap)",
+                                  AtLeast(0))),
     [](const CorpusOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
       return std::make_shared<TextCorpus>(o, std::move(tokenizer));

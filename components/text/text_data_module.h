@@ -60,7 +60,8 @@ OptionBinding<S> AddTextDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<TextDataOptions, S>);
   using T = TextDataOptions;
   return data::AddBatchingOptions(
-      binding.RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer), OptionType::kMap,
+      binding.RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer),
+                           OptionType::kMap,
                            "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}"),
       "sequences");
 }

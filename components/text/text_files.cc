@@ -11,16 +11,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "lib/data/shards/shard_set.h"
-#include "lib/data/shards/tar_shard.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/text/utf8.h"
 #include "lib/core/status_macros.h"
+#include "lib/data/shards/shard_set.h"
+#include "lib/data/shards/tar_shard.h"
 
 namespace kiln::text {
 namespace {
@@ -243,22 +242,28 @@ absl::StatusOr<std::vector<TextRecord>> ReadFolderPerClass(const std::string& pa
 
 // Shard samples (data=shards' layout, `kiln shard` of a labelled_text module): the text is member
 // TEXT_FIELD or txt, the label member LABEL_FIELD or cls; storage order.
-absl::StatusOr<std::vector<TextRecord>> ReadShardTexts(const std::string& path, const RecordFields& fields,
+absl::StatusOr<std::vector<TextRecord>> ReadShardTexts(const std::string& path,
+                                                       const RecordFields& fields,
                                                        bool need_label) {
   std::vector<TextRecord> out;
   KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
       path, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
         const std::string* text = sample.Find(fields.text_field);
         if (text == nullptr) text = sample.Find("txt");
-        if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no .txt (or .", fields.text_field, ")"));
+        if (text == nullptr)
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, " has no .txt (or .", fields.text_field, ")"));
         const std::string* label = sample.Find(fields.label_field);
         if (label == nullptr) label = sample.Find("cls");
         if (label == nullptr && need_label) {
-          return absl::InvalidArgumentError(absl::StrCat(where, " has no label (.", fields.label_field, " or .cls)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, " has no label (.", fields.label_field, " or .cls)"));
         }
         KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
         KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
-        out.push_back({*text, label == nullptr ? "" : std::string(absl::StripAsciiWhitespace(*label)), where});
+        out.push_back({*text,
+                       label == nullptr ? "" : std::string(absl::StripAsciiWhitespace(*label)),
+                       where});
         return absl::OkStatus();
       }));
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no records"));
@@ -272,7 +277,8 @@ absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& pat
                                                           bool need_label) {
   std::string format = fields.format;
   struct stat st;
-  if (format == "shards" || (format == "auto" && data::shards::LooksLikeShardSpec(path))) return ReadShardTexts(path, fields, need_label);
+  if (format == "shards" || (format == "auto" && data::shards::LooksLikeShardSpec(path)))
+    return ReadShardTexts(path, fields, need_label);
   if (format == "auto") {
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       format = "folder";
@@ -316,7 +322,8 @@ absl::StatusOr<std::vector<std::string>> ReadPlainTexts(const std::string& path)
   KILN_RETURN_IF_ERROR(data::shards::ForEachShardSample(
       path, [&](data::shards::ShardSample& sample, const std::string& where) -> absl::Status {
         std::string* text = sample.Find("txt");
-        if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no text (.txt)"));
+        if (text == nullptr)
+          return absl::InvalidArgumentError(absl::StrCat(where, " has no text (.txt)"));
         KILN_RETURN_IF_ERROR(CheckNotEmpty(*text, where));
         KILN_RETURN_IF_ERROR(CheckUtf8(*text, where));
         texts.push_back(std::move(*text));

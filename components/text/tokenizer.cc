@@ -168,7 +168,8 @@ class WhitespaceTokenizer : public CountedVocabulary {
 
   std::vector<int64_t> Encode(std::string_view text) const override {
     if (!lowercase_) return CountedVocabulary::Encode(text);
-    return CountedVocabulary::Encode(absl::AsciiStrToLower(absl::string_view(text.data(), text.size())));
+    return CountedVocabulary::Encode(
+        absl::AsciiStrToLower(absl::string_view(text.data(), text.size())));
   }
   absl::Status Fit(const std::vector<std::string>& texts, const std::string& corpus_name) override {
     if (!lowercase_) return CountedVocabulary::Fit(texts, corpus_name);

@@ -15,7 +15,7 @@ namespace {
 struct CifarLayout {
   std::vector<std::string> train_files, test_files;
   CifarRecordLayout records;
-  std::string names_file;    // class names, one a line, when the folder has it
+  std::string names_file;  // class names, one a line, when the folder has it
 };
 
 class Cifar : public ImageDataModule {
@@ -32,7 +32,8 @@ class Cifar : public ImageDataModule {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (!line.empty()) read.push_back(line);
     }
-    if (static_cast<int64_t>(read.size()) == layout_.records.num_classes) set_class_names(std::move(read));
+    if (static_cast<int64_t>(read.size()) == layout_.records.num_classes)
+      set_class_names(std::move(read));
     return absl::OkStatus();
   }
 

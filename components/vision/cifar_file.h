@@ -22,7 +22,7 @@ struct CifarRecordLayout {
 // The images uint8 [N, 3, 32, 32] and labels int64 [N] of the files at `paths`, in order. A file
 // that is empty, not a whole number of records, or has a label outside 0..num_classes-1 is an
 // error naming it.
-absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ReadCifarBatches(const std::vector<std::string>& paths,
-                                                                         const CifarRecordLayout& layout);
+absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ReadCifarBatches(
+    const std::vector<std::string>& paths, const CifarRecordLayout& layout);
 
 }  // namespace kiln::data

@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 
-#include "components/vision/image_ops.h"
 #include "components/common/option_values.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 
@@ -68,17 +68,20 @@ torch::Tensor HsvToRgb(const torch::Tensor& hsv) {
   auto pick = [&](std::initializer_list<torch::Tensor> by_sector) {
     return torch::stack(by_sector).gather(0, sector).squeeze(0);
   };
-  return torch::stack({pick({v, q, p, p, t, v}), pick({t, v, v, q, p, p}), pick({p, p, t, v, v, q})});
+  return torch::stack(
+      {pick({v, q, p, p, t, v}), pick({t, v, v, q, p, p}), pick({p, p, t, v, v, q})});
 }
 
 torch::Tensor AdjustHue(const torch::Tensor& image, double factor) {
   if (image.size(0) != 3) return image;
-  torch::Tensor rgb = IsUint8(image) ? image.to(torch::kFloat32) / 255.0 : image.to(torch::kFloat32);
+  torch::Tensor rgb =
+      IsUint8(image) ? image.to(torch::kFloat32) / 255.0 : image.to(torch::kFloat32);
   torch::Tensor hsv = RgbToHsv(rgb);
   hsv[0] = torch::remainder(hsv[0] + factor, 1.0);
   torch::Tensor out = HsvToRgb(hsv);
   // torchvision's convert_image_dtype from float to uint8.
-  return IsUint8(image) ? (out * (255.0 + 1.0 - 1e-3)).to(torch::kUInt8) : out.to(image.scalar_type());
+  return IsUint8(image) ? (out * (255.0 + 1.0 - 1e-3)).to(torch::kUInt8)
+                        : out.to(image.scalar_type());
 }
 
 struct JitterRanges {
@@ -94,15 +97,17 @@ class ColorJitter : public Transform {
     image = AsChw(std::move(image));
     // As torchvision: first the order, then the factors of the enabled adjustments.
     std::array<int, 4> order = {0, 1, 2, 3};
-    for (int i = 3; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
-    const std::array<std::pair<double, double>, 4> ranges = {ranges_.brightness, ranges_.contrast, ranges_.saturation,
-                                                             ranges_.hue};
+    for (int i = 3; i > 0; --i)
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
+    const std::array<std::pair<double, double>, 4> ranges = {ranges_.brightness, ranges_.contrast,
+                                                             ranges_.saturation, ranges_.hue};
     const std::array<double, 4> neutral = {1, 1, 1, 0};
     std::array<double, 4> factor = neutral;
     std::array<bool, 4> enabled{};
     for (size_t k = 0; k < 4; ++k) {
       enabled[k] = !(ranges[k].first == neutral[k] && ranges[k].second == neutral[k]);
-      if (enabled[k]) factor[k] = ranges[k].first + (ranges[k].second - ranges[k].first) * rng.Uniform();
+      if (enabled[k])
+        factor[k] = ranges[k].first + (ranges[k].second - ranges[k].first) * rng.Uniform();
     }
     for (int k : order) {
       if (!enabled[static_cast<size_t>(k)]) continue;

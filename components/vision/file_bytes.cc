@@ -9,7 +9,8 @@ namespace kiln::data {
 
 absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  if (::stat(path.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   gzFile file = gzopen(path.c_str(), "rb");  // reads plain files too
   if (file == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
   std::string data;
@@ -21,7 +22,8 @@ absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
   std::string error_text = message ? message : "";
   gzclose(file);
   if (n < 0 || (error != Z_OK && error != Z_STREAM_END)) {
-    return absl::DataLossError(absl::StrCat(path, ": corrupt or truncated gzip data (", error_text, ")"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": corrupt or truncated gzip data (", error_text, ")"));
   }
   return data;
 }

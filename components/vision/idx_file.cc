@@ -12,7 +12,9 @@ namespace kiln::data {
 namespace {
 
 uint32_t BigEndian(const std::string& data, size_t offset) {
-  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(data[offset + i])); };
+  auto b = [&](size_t i) {
+    return static_cast<uint32_t>(static_cast<unsigned char>(data[offset + i]));
+  };
   return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
 }
 
@@ -24,15 +26,17 @@ absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path, int expected_dims
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an IDX file (bad magic number)"));
   }
   if (static_cast<unsigned char>(data[2]) != 0x08) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": IDX element type must be unsigned byte (0x08)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": IDX element type must be unsigned byte (0x08)"));
   }
   int dims = static_cast<unsigned char>(data[3]);
   if (dims != expected_dims) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected an IDX file with ", expected_dims, " dimensions, found ", dims));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected an IDX file with ",
+                                                   expected_dims, " dimensions, found ", dims));
   }
   size_t header = 4 + 4 * static_cast<size_t>(dims);
-  if (data.size() < header) return absl::DataLossError(absl::StrCat(path, ": truncated IDX header"));
+  if (data.size() < header)
+    return absl::DataLossError(absl::StrCat(path, ": truncated IDX header"));
   std::vector<int64_t> shape;
   // The product of the sizes, zeros taken as 1 (what the tensor's strides multiply up to), must
   // fit: a 16-byte header can claim 2^96 elements, or 0 x 2^64.
@@ -49,11 +53,13 @@ absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path, int expected_dims
   }
   const size_t count = empty ? 0 : static_cast<size_t>(extent);
   if (data.size() - header != count) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated IDX file: the header promises ", count,
-                                            " bytes of data, the file has ", data.size() - header));
+    return absl::DataLossError(absl::StrCat(path, ": truncated IDX file: the header promises ",
+                                            count, " bytes of data, the file has ",
+                                            data.size() - header));
   }
   torch::Tensor tensor = torch::empty(shape, torch::kUInt8);
-  if (count > 0) std::memcpy(tensor.data_ptr(), data.data() + header, count);  // an empty tensor has no data
+  if (count > 0)
+    std::memcpy(tensor.data_ptr(), data.data() + header, count);  // an empty tensor has no data
   return tensor;
 }
 

@@ -26,20 +26,26 @@ class IdxImages : public ImageDataModule {
   }
 
  protected:
-  absl::StatusOr<DatasetMaker> LoadTraining() override { return Load(files_.train_images, files_.train_labels); }
-  absl::StatusOr<DatasetMaker> LoadTest() override { return Load(files_.test_images, files_.test_labels); }
+  absl::StatusOr<DatasetMaker> LoadTraining() override {
+    return Load(files_.train_images, files_.train_labels);
+  }
+  absl::StatusOr<DatasetMaker> LoadTest() override {
+    return Load(files_.test_images, files_.test_labels);
+  }
   // IDX images are single-channel.
   ImageDecodeOptions RawImageDecode() const override { return {/*grayscale=*/true, 0, 0}; }
 
  private:
-  absl::StatusOr<DatasetMaker> Load(const std::string& images_file, const std::string& labels_file) {
+  absl::StatusOr<DatasetMaker> Load(const std::string& images_file,
+                                    const std::string& labels_file) {
     std::string images_path = files_.root + "/" + images_file;
     std::string labels_path = files_.root + "/" + labels_file;
     KILN_ASSIGN_OR_RETURN(torch::Tensor images, ReadIdx(images_path, 3));
     KILN_ASSIGN_OR_RETURN(torch::Tensor labels, ReadIdx(labels_path, 1));
     if (images.size(0) != labels.size(0)) {
-      return absl::InvalidArgumentError(absl::StrCat(images_path, " has ", images.size(0), " images but ",
-                                                     labels_path, " has ", labels.size(0), " labels"));
+      return absl::InvalidArgumentError(absl::StrCat(images_path, " has ", images.size(0),
+                                                     " images but ", labels_path, " has ",
+                                                     labels.size(0), " labels"));
     }
     if (!files_.class_names.empty() && labels.numel() > 0) {
       int64_t top = labels.max().item<int64_t>();

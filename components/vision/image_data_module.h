@@ -4,17 +4,17 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
-#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "components/vision/image_ops.h"
 #include "lib/config/config.h"
 #include "lib/data/batching_options.h"
 #include "lib/data/datamodule.h"
-#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/options.h"
 
@@ -29,7 +29,7 @@ struct ImageDataOptions : BatchingOptions {
   }
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
-  config::Config transforms;  // {train: [...], eval: [...]}; null: none
+  config::Config transforms;                 // {train: [...], eval: [...]}; null: none
   std::optional<int64_t> samples_per_class;  // null: every training sample
   int64_t samples_seed = 0;
   int64_t precompute_mb = 1024;
@@ -49,9 +49,10 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<ImageDataOptions, S>);
   using D = ImageDataOptions;
   binding = binding
-      .Field("val_fraction", static_cast<double S::*>(&D::val_fraction),
-             "share of the training set held out for validation", InHalfOpenRange(0, 1))
-      .Field("split_seed", static_cast<int64_t S::*>(&D::split_seed), "seed of the train/val split");
+                .Field("val_fraction", static_cast<double S::*>(&D::val_fraction),
+                       "share of the training set held out for validation", InHalfOpenRange(0, 1))
+                .Field("split_seed", static_cast<int64_t S::*>(&D::split_seed),
+                       "seed of the train/val split");
   return AddBatchingOptions(std::move(binding), "samples")
       .Node("transforms", static_cast<config::Config S::*>(&D::transforms), OptionType::kMap,
             "{train: [...], eval: [...]} transform lists")
@@ -66,18 +67,20 @@ OptionBinding<S> AddImageDataOptions(OptionBinding<S> binding) {
              "once when fit sets up and keep "
              "the result in memory if it takes at most this many MiB per split (0: never)",
              AtLeast(0))
-      .Field("on_device", static_cast<bool S::*>(&D::on_device),
-             "on a CUDA machine, keep the precomputed splits in GPU memory (the GPU this process "
-             "trains on), so that a batch is one index_select there and nothing is copied per step");
+      .Field(
+          "on_device", static_cast<bool S::*>(&D::on_device),
+          "on a CUDA machine, keep the precomputed splits in GPU memory (the GPU this process "
+          "trains on), so that a batch is one index_select there and nothing is copied per step");
 }
 
 // Declares `classes` on S (a list of distinct labels).
 template <typename S>
 OptionBinding<S> AddLabelSubsetOption(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<LabelSubsetOptions, S>);
-  return binding.Field("classes",
-                       static_cast<std::optional<std::vector<int64_t>> S::*>(&LabelSubsetOptions::classes),
-                       "labels to keep, relabelled 0..k-1 in this order (null: all)", Each(AtLeast(0)));
+  return binding.Field(
+      "classes",
+      static_cast<std::optional<std::vector<int64_t>> S::*>(&LabelSubsetOptions::classes),
+      "labels to keep, relabelled 0..k-1 in this order (null: all)", Each(AtLeast(0)));
 }
 
 // What an ImageDataModule runs with: the split, the loader and the transforms, built.
@@ -86,15 +89,16 @@ struct ImageDataSetup {
   int64_t split_seed = 1234;
   LoaderOptions loader;
   TransformPipeline train_transforms, eval_transforms;
-  std::vector<int64_t> classes;       // labels kept, in their new order; empty: all
-  int64_t samples_per_class = 0;      // 0: all
+  std::vector<int64_t> classes;   // labels kept, in their new order; empty: all
+  int64_t samples_per_class = 0;  // 0: all
   int64_t samples_seed = 0;
-  int64_t precompute_bytes = 0;       // Precomputed's max_bytes per split
-  bool on_device = false;             // Precomputed's splits on the GPU
+  int64_t precompute_bytes = 0;  // Precomputed's max_bytes per split
+  bool on_device = false;        // Precomputed's splits on the GPU
 
   static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options);
   // Also takes `classes`; refuses a label listed twice (`context` names the option).
-  static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options, const LabelSubsetOptions& subset,
+  static absl::StatusOr<ImageDataSetup> From(const ImageDataOptions& options,
+                                             const LabelSubsetOptions& subset,
                                              const OptionContext& context);
 };
 
@@ -160,7 +164,8 @@ class ImageDataModule : public DataModule {
   // The samples of `indices` whose label is kept, relabelled; `split` names it in errors.
   absl::StatusOr<std::shared_ptr<const Dataset>> KeepClasses(std::shared_ptr<const Dataset> all,
                                                              const std::vector<int64_t>& labels,
-                                                             std::vector<int64_t> indices, bool draw,
+                                                             std::vector<int64_t> indices,
+                                                             bool draw,
                                                              const std::string& split) const;
 
   ImageDataSetup setup_;

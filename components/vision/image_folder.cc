@@ -8,9 +8,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "components/common/option_values.h"
 #include "components/vision/image_data_module.h"
 #include "components/vision/image_ops.h"
-#include "components/common/option_values.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {
@@ -35,11 +35,14 @@ class ImageFileDataset : public Dataset {
                    TransformPipeline transforms)
       : files_(std::move(files)), decode_(decode), transforms_(std::move(transforms)) {}
   int64_t size() const override { return static_cast<int64_t>(files_->size()); }
-  std::string Source(int64_t index) const override { return (*files_)[static_cast<size_t>(index)].path; }
+  std::string Source(int64_t index) const override {
+    return (*files_)[static_cast<size_t>(index)].path;
+  }
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override {
     const ImageFile& file = (*files_)[static_cast<size_t>(index)];
     KILN_ASSIGN_OR_RETURN(std::string bytes, ReadImageFile(file.path));
-    KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeAndTransform(bytes, decode_, transforms_, rng, file.path));
+    KILN_ASSIGN_OR_RETURN(torch::Tensor image,
+                          DecodeAndTransform(bytes, decode_, transforms_, rng, file.path));
     return Example{image, torch::tensor(file.label, torch::kInt64)};
   }
   // The file as it is (KEY.jpg keeps its encoding) and its label.
@@ -49,7 +52,8 @@ class ImageFileDataset : public Dataset {
     std::string ext = absl::AsciiStrToLower(fs::path(file.path).extension().string().substr(1));
     if (ext == "jpeg") ext = "jpg";
     EncodedSample files{{ext, std::move(bytes)}};
-    if (file.label >= 0) files.emplace_back("cls", std::to_string(file.label));  // prediction inputs: none
+    if (file.label >= 0)
+      files.emplace_back("cls", std::to_string(file.label));  // prediction inputs: none
     return files;
   }
 
@@ -68,11 +72,14 @@ bool IsImageFile(const fs::path& path) {
 absl::StatusOr<std::vector<std::string>> ImagesBelow(const fs::path& dir) {
   std::vector<std::string> out;
   std::error_code error;
-  for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, error), end;
+  for (fs::recursive_directory_iterator
+           it(dir, fs::directory_options::follow_directory_symlink, error),
+       end;
        !error && it != end; it.increment(error)) {
     if (it->is_regular_file(error) && IsImageFile(it->path())) out.push_back(it->path().string());
   }
-  if (error) return absl::NotFoundError(absl::StrCat(dir.string(), ": cannot list: ", error.message()));
+  if (error)
+    return absl::NotFoundError(absl::StrCat(dir.string(), ": cannot list: ", error.message()));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -80,7 +87,8 @@ absl::StatusOr<std::vector<std::string>> ImagesBelow(const fs::path& dir) {
 // The sorted names of the sub-folders of `root`.
 absl::StatusOr<std::vector<std::string>> ClassFolders(const std::string& root) {
   std::error_code error;
-  if (!fs::is_directory(root, error)) return absl::NotFoundError(absl::StrCat(root, ": no such folder"));
+  if (!fs::is_directory(root, error))
+    return absl::NotFoundError(absl::StrCat(root, ": no such folder"));
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(root, error)) {
     if (entry.is_directory()) names.push_back(entry.path().filename().string());
@@ -122,9 +130,11 @@ class ImageFolder : public ImageDataModule {
   // Every image below root: those in a class folder carry its label, the others -1.
   absl::StatusOr<DatasetMaker> LoadPredict() override {
     std::error_code error;
-    if (!fs::is_directory(options_.root, error)) return absl::NotFoundError(absl::StrCat(options_.root, ": no such folder"));
+    if (!fs::is_directory(options_.root, error))
+      return absl::NotFoundError(absl::StrCat(options_.root, ": no such folder"));
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, ImagesBelow(options_.root));
-    if (paths.empty()) return absl::NotFoundError(absl::StrCat(options_.root, ": no images (jpg, png, bmp, webp)"));
+    if (paths.empty())
+      return absl::NotFoundError(absl::StrCat(options_.root, ": no images (jpg, png, bmp, webp)"));
     const std::vector<std::string> names = class_names();
     auto files = std::make_shared<std::vector<ImageFile>>();
     for (auto& path : paths) {
@@ -142,14 +152,18 @@ class ImageFolder : public ImageDataModule {
  private:
   absl::StatusOr<DatasetMaker> Labelled(const std::string& root) {
     const std::vector<std::string> names = class_names();
-    if (names.empty()) return absl::NotFoundError(absl::StrCat(root, ": no class folders (expected ROOT/CLASS/IMAGE)"));
+    if (names.empty())
+      return absl::NotFoundError(
+          absl::StrCat(root, ": no class folders (expected ROOT/CLASS/IMAGE)"));
     auto files = std::make_shared<std::vector<ImageFile>>();
     for (size_t c = 0; c < names.size(); ++c) {
       fs::path dir = fs::path(root) / names[c];
       std::error_code error;
-      if (!fs::is_directory(dir, error)) return absl::NotFoundError(absl::StrCat(dir.string(), ": no such class folder"));
+      if (!fs::is_directory(dir, error))
+        return absl::NotFoundError(absl::StrCat(dir.string(), ": no such class folder"));
       KILN_ASSIGN_OR_RETURN(std::vector<std::string> paths, ImagesBelow(dir));
-      if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir.string(), ": no images (jpg, png, bmp, webp)"));
+      if (paths.empty())
+        return absl::NotFoundError(absl::StrCat(dir.string(), ": no images (jpg, png, bmp, webp)"));
       for (auto& path : paths) files->push_back({std::move(path), static_cast<int64_t>(c)});
     }
     return Maker(std::move(files));
@@ -158,7 +172,8 @@ class ImageFolder : public ImageDataModule {
   DatasetMaker Maker(std::shared_ptr<const std::vector<ImageFile>> files) const {
     ImageDecodeOptions decode = options_.decode;
     DatasetMaker maker;
-    maker.make = [files, decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
+    maker.make = [files,
+                  decode](const TransformPipeline& transforms) -> std::shared_ptr<const Dataset> {
       return std::make_shared<ImageFileDataset>(files, decode, transforms);
     };
     for (const auto& file : *files) maker.labels.push_back(file.label);

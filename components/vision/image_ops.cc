@@ -1,12 +1,12 @@
 #include "components/vision/image_ops.h"
 
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 #include <png.h>
 
 #include <csetjmp>
 #include <cstdlib>
 #include <cstring>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,12 +31,15 @@ torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t
 namespace {
 
 uint32_t BigEndian32(std::string_view b, size_t at) {
-  return static_cast<uint32_t>(static_cast<uint8_t>(b[at])) << 24 | static_cast<uint32_t>(static_cast<uint8_t>(b[at + 1])) << 16 |
-         static_cast<uint32_t>(static_cast<uint8_t>(b[at + 2])) << 8 | static_cast<uint8_t>(b[at + 3]);
+  return static_cast<uint32_t>(static_cast<uint8_t>(b[at])) << 24 |
+         static_cast<uint32_t>(static_cast<uint8_t>(b[at + 1])) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(b[at + 2])) << 8 |
+         static_cast<uint8_t>(b[at + 3]);
 }
 uint32_t LittleEndian(std::string_view b, size_t at, int bytes) {
   uint32_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(b[at + static_cast<size_t>(i)]);
+  for (int i = bytes - 1; i >= 0; --i)
+    v = v << 8 | static_cast<uint8_t>(b[at + static_cast<size_t>(i)]);
   return v;
 }
 
@@ -58,7 +61,8 @@ struct PngInput {
 
 void ReadPngBytes(png_structp png, png_bytep out, size_t size) {
   auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
-  if (size > in->bytes.size() - in->pos) png_error(png, "the file ends before the image does (truncated)");
+  if (size > in->bytes.size() - in->pos)
+    png_error(png, "the file ends before the image does (truncated)");
   std::memcpy(out, in->bytes.data() + in->pos, size);
   in->pos += size;
 }
@@ -80,10 +84,11 @@ void OnPngWarning(png_structp png, png_const_charp message) {
 absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const std::string& what) {
   PngInput in{bytes};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &in, OnPngError, OnPngWarning);
-  if (png == nullptr) return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot start libpng"));
+  if (png == nullptr)
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot start libpng"));
   png_infop info = png_create_info_struct(png);
   png_infop end_info = png_create_info_struct(png);
-  cv::Mat image;                 // declared before setjmp: a longjmp back here leaves them intact
+  cv::Mat image;  // declared before setjmp: a longjmp back here leaves them intact
   std::vector<png_bytep> rows;
   bool decoded = false;
   if (info != nullptr && end_info != nullptr && setjmp(png_jmpbuf(png)) == 0) {
@@ -95,7 +100,8 @@ absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const 
     if (bit_depth == 16) png_set_strip_16(png);
     png_set_strip_alpha(png);
     if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-    if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && bit_depth < 8)
+      png_set_expand_gray_1_2_4_to_8(png);
     if (!grayscale && (color_type & PNG_COLOR_MASK_COLOR) == 0) {
       png_set_gray_to_rgb(png);
     } else if (grayscale) {
@@ -104,7 +110,8 @@ absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const 
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     const int channels = grayscale ? 1 : 3;
-    if (png_get_channels(png, info) != channels || png_get_rowbytes(png, info) != static_cast<size_t>(width) * channels) {
+    if (png_get_channels(png, info) != channels ||
+        png_get_rowbytes(png, info) != static_cast<size_t>(width) * channels) {
       png_error(png, "unexpected layout after conversion");
     }
     image.create(static_cast<int>(height), static_cast<int>(width), grayscale ? CV_8UC1 : CV_8UC3);
@@ -114,10 +121,13 @@ absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const 
     png_read_end(png, end_info);
     decoded = true;
   }
-  png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, end_info != nullptr ? &end_info : nullptr);
-  if (!in.warnings.empty()) DecoderLog().Log(absl::StrCat(what, ": PNG: ", absl::StrJoin(in.warnings, "; ")));
+  png_destroy_read_struct(&png, info != nullptr ? &info : nullptr,
+                          end_info != nullptr ? &end_info : nullptr);
+  if (!in.warnings.empty())
+    DecoderLog().Log(absl::StrCat(what, ": PNG: ", absl::StrJoin(in.warnings, "; ")));
   if (!decoded) {
-    std::string message = absl::StrCat(what, ": cannot decode PNG: ", in.error.empty() ? "out of memory" : in.error);
+    std::string message =
+        absl::StrCat(what, ": cannot decode PNG: ", in.error.empty() ? "out of memory" : in.error);
     DecoderLog().Log(message);
     return absl::InvalidArgumentError(message);
   }
@@ -127,12 +137,14 @@ absl::StatusOr<cv::Mat> DecodePng(std::string_view bytes, bool grayscale, const 
 }  // namespace
 
 bool IsDecodableImage(std::string_view b) {
-  return (b.size() >= 8 && b.substr(0, 8) == "\x89PNG\r\n\x1a\n") || LooksLikeJpeg(b) || (b.size() >= 2 && b.substr(0, 2) == "BM") ||
+  return (b.size() >= 8 && b.substr(0, 8) == "\x89PNG\r\n\x1a\n") || LooksLikeJpeg(b) ||
+         (b.size() >= 2 && b.substr(0, 2) == "BM") ||
          (b.size() >= 12 && b.substr(0, 4) == "RIFF" && b.substr(8, 4) == "WEBP");
 }
 
 std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view b) {
-  if (b.size() >= 24 && b.substr(0, 8) == "\x89PNG\r\n\x1a\n" && b.substr(12, 4) == "IHDR") return std::make_pair<int64_t, int64_t>(BigEndian32(b, 16), BigEndian32(b, 20));
+  if (b.size() >= 24 && b.substr(0, 8) == "\x89PNG\r\n\x1a\n" && b.substr(12, 4) == "IHDR")
+    return std::make_pair<int64_t, int64_t>(BigEndian32(b, 16), BigEndian32(b, 20));
   if (LooksLikeJpeg(b)) {
     auto size = JpegSize(b);  // (height, width)
     if (size.ok()) return std::make_pair(size->second, size->first);
@@ -140,13 +152,18 @@ std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view b) 
   }
   if (b.size() >= 26 && b.substr(0, 2) == "BM") {
     // BITMAPINFOHEADER: signed 32-bit width and height (negative height: top-down rows).
-    int64_t width = static_cast<int32_t>(LittleEndian(b, 18, 4)), height = static_cast<int32_t>(LittleEndian(b, 22, 4));
+    int64_t width = static_cast<int32_t>(LittleEndian(b, 18, 4)),
+            height = static_cast<int32_t>(LittleEndian(b, 22, 4));
     return std::make_pair(std::abs(width), std::abs(height));
   }
   if (b.size() >= 30 && b.substr(0, 4) == "RIFF" && b.substr(8, 4) == "WEBP") {
     std::string_view chunk = b.substr(12, 4);
-    if (chunk == "VP8X") return std::make_pair<int64_t, int64_t>(LittleEndian(b, 24, 3) + 1, LittleEndian(b, 27, 3) + 1);
-    if (chunk == "VP8 ") return std::make_pair<int64_t, int64_t>(LittleEndian(b, 26, 2) & 0x3fff, LittleEndian(b, 28, 2) & 0x3fff);
+    if (chunk == "VP8X")
+      return std::make_pair<int64_t, int64_t>(LittleEndian(b, 24, 3) + 1,
+                                              LittleEndian(b, 27, 3) + 1);
+    if (chunk == "VP8 ")
+      return std::make_pair<int64_t, int64_t>(LittleEndian(b, 26, 2) & 0x3fff,
+                                              LittleEndian(b, 28, 2) & 0x3fff);
     if (chunk == "VP8L") {
       uint32_t bits = LittleEndian(b, 21, 4);
       return std::make_pair<int64_t, int64_t>((bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1);
@@ -156,21 +173,23 @@ std::optional<std::pair<int64_t, int64_t>> ClaimedImageSize(std::string_view b) 
   return std::nullopt;
 }
 
-absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
+absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes,
+                                               const ImageDecodeOptions& options,
                                                const std::string& what) {
   if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty, not an image"));
   // OpenCV would also try its other decoders (JPEG 2000, TIFF, OpenEXR, PNM, and DICOM and GDAL's
   // formats through GDCM and GDAL); kiln reads the four formats above, and one of those others
   // aborts the process on a 133-byte input (GDCM's assert; fuzz/regressions/image_decode/).
   if (!IsDecodableImage(bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
   }
   // width * height > limit, without the product (a PNM header's numbers may be 12 digits long).
   if (auto claimed = ClaimedImageSize(bytes);
       claimed && claimed->second > 0 && claimed->first > kMaxImagePixels / claimed->second) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": an image of ", claimed->first, " x ", claimed->second,
-                                                   " pixels, more than kiln decodes (", kMaxImagePixels, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": an image of ", claimed->first, " x ", claimed->second,
+                     " pixels, more than kiln decodes (", kMaxImagePixels, ")"));
   }
   cv::Mat image;
   if (bytes.substr(0, 8) == "\x89PNG\r\n\x1a\n") {
@@ -183,8 +202,8 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
       return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode image: ", e.msg));
     }
     if (image.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)"));
     }
     if (!options.grayscale) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   }
@@ -192,7 +211,8 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
     // Area averaging when shrinking avoids aliasing; bilinear when enlarging.
     bool shrink = options.height * options.width < static_cast<int64_t>(image.rows) * image.cols;
     cv::Mat resized;
-    cv::resize(image, resized, cv::Size(static_cast<int>(options.width), static_cast<int>(options.height)), 0, 0,
+    cv::resize(image, resized,
+               cv::Size(static_cast<int>(options.width), static_cast<int>(options.height)), 0, 0,
                shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
     image = resized;
   }
@@ -203,24 +223,28 @@ absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const Ima
 }
 
 absl::StatusOr<std::string> EncodePng(const torch::Tensor& image) {
-  if (image.dim() != 3 || image.scalar_type() != torch::kUInt8 || (image.size(0) != 1 && image.size(0) != 3)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot write as PNG: an image must be uint8 [1 or 3, H, W], not ",
-                                                   c10::str(image.sizes()), " ", c10::toString(image.scalar_type())));
+  if (image.dim() != 3 || image.scalar_type() != torch::kUInt8 ||
+      (image.size(0) != 1 && image.size(0) != 3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write as PNG: an image must be uint8 [1 or 3, H, W], not ",
+                     c10::str(image.sizes()), " ", c10::toString(image.scalar_type())));
   }
   torch::Tensor hwc = image.permute({1, 2, 0}).contiguous();
-  cv::Mat mat(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)), hwc.size(2) == 1 ? CV_8UC1 : CV_8UC3,
-              hwc.data_ptr<uint8_t>());
+  cv::Mat mat(static_cast<int>(hwc.size(0)), static_cast<int>(hwc.size(1)),
+              hwc.size(2) == 1 ? CV_8UC1 : CV_8UC3, hwc.data_ptr<uint8_t>());
   cv::Mat bgr;
   if (hwc.size(2) == 3) cv::cvtColor(mat, bgr, cv::COLOR_RGB2BGR);
   std::vector<uint8_t> out;
-  if (!cv::imencode(".png", hwc.size(2) == 3 ? bgr : mat, out)) return absl::InternalError("cannot encode PNG");
+  if (!cv::imencode(".png", hwc.size(2) == 3 ? bgr : mat, out))
+    return absl::InternalError("cannot encode PNG");
   return std::string(out.begin(), out.end());
 }
 
 torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map) {
   const int64_t height = hwc.size(0), width = hwc.size(1), channels = hwc.size(2);
   const uint8_t* in = hwc.data_ptr<uint8_t>();
-  torch::Tensor out = torch::empty({channels, height, width}, map.to_float ? torch::kFloat32 : torch::kUInt8);
+  torch::Tensor out =
+      torch::empty({channels, height, width}, map.to_float ? torch::kFloat32 : torch::kUInt8);
   float* out_float = map.to_float ? out.data_ptr<float>() : nullptr;
   uint8_t* out_byte = map.to_float ? nullptr : out.data_ptr<uint8_t>();
   for (int64_t c = 0; c < channels; ++c) {
@@ -243,9 +267,10 @@ torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map
   return out;
 }
 
-absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const ImageDecodeOptions& options,
-                                                 const TransformPipeline& transforms, SampleRng& rng,
-                                                 const std::string& what) {
+absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes,
+                                                 const ImageDecodeOptions& options,
+                                                 const TransformPipeline& transforms,
+                                                 SampleRng& rng, const std::string& what) {
   if (transforms.empty()) {
     KILN_ASSIGN_OR_RETURN(torch::Tensor image, DecodeImageBytes(bytes, options, what));
     return image.to(torch::kFloat32).div_(255.0);
@@ -254,10 +279,13 @@ absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const I
   bool fused = options.height == 0 && options.width == 0;
   if (fused && LooksLikeJpeg(bytes)) {
     auto size = JpegSize(bytes);
-    if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode image (", size.status().message(), ")"));
+    if (!size.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cannot decode image (", size.status().message(), ")"));
     // The rng is drawn from only when the first step is a crop-and-resize, exactly as its Apply.
     SampleRng probe = rng;
-    std::optional<Transform::CropResize> plan = first->PlanCropResize(size->first, size->second, probe);
+    std::optional<Transform::CropResize> plan =
+        first->PlanCropResize(size->first, size->second, probe);
     if (plan) {
       auto hwc = DecodeJpegCrop(bytes, *plan, options.grayscale, what);
       // A JPEG libjpeg's crop path refuses (CMYK, say) goes the whole-image way below with the

@@ -16,7 +16,9 @@
 namespace kiln::data {
 
 // [H, W] becomes [1, H, W]; [C, H, W] is returned as is.
-inline torch::Tensor AsChw(torch::Tensor image) { return image.dim() == 2 ? image.unsqueeze(0) : image; }
+inline torch::Tensor AsChw(torch::Tensor image) {
+  return image.dim() == 2 ? image.unsqueeze(0) : image;
+}
 
 // Bilinear resize of [C, H, W] (uint8 results are rounded back to uint8).
 torch::Tensor ResizeBilinear(const torch::Tensor& image, int64_t height, int64_t width);
@@ -44,7 +46,8 @@ struct ImageDecodeOptions {
 // it), resized when asked (area averaging when shrinking, bilinear when enlarging); another format,
 // or more than kMaxImagePixels, is refused. `what` names the image in errors (a
 // path, "the request's image"): bytes that are not an image are an InvalidArgument status.
-absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes, const ImageDecodeOptions& options,
+absl::StatusOr<torch::Tensor> DecodeImageBytes(std::string_view bytes,
+                                               const ImageDecodeOptions& options,
                                                const std::string& what);
 
 // A uint8 [C, H, W] image (C = 1 or 3, RGB) as PNG bytes.
@@ -58,8 +61,9 @@ torch::Tensor MapPixels(const torch::Tensor& hwc, const Transform::PixelMap& map
 // decoded only where the crop is, scaled down while decoding (jpeg_crop.h), other formats are
 // decoded whole and the crop resized with OpenCV. The crop box is the one the transform draws; the
 // pixels are within rounding of decode-then-transform.
-absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes, const ImageDecodeOptions& options,
-                                                 const TransformPipeline& transforms, SampleRng& rng,
-                                                 const std::string& what);
+absl::StatusOr<torch::Tensor> DecodeAndTransform(std::string_view bytes,
+                                                 const ImageDecodeOptions& options,
+                                                 const TransformPipeline& transforms,
+                                                 SampleRng& rng, const std::string& what);
 
 }  // namespace kiln::data

@@ -7,10 +7,9 @@
 // jerror.h after jpeglib.h: its message codes (JWRN_JPEG_EOF).
 #include <jerror.h>
 
-#include <opencv2/imgproc.hpp>
-
 #include <algorithm>
 #include <memory>
+#include <opencv2/imgproc.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,8 +61,8 @@ struct DecodeState {
 }  // namespace
 
 bool LooksLikeJpeg(std::string_view bytes) {
-  return bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8 &&
-         static_cast<uint8_t>(bytes[2]) == 0xFF;
+  return bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
+         static_cast<uint8_t>(bytes[1]) == 0xD8 && static_cast<uint8_t>(bytes[2]) == 0xFF;
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> JpegSize(std::string_view bytes) {
@@ -74,33 +73,38 @@ absl::StatusOr<std::pair<int64_t, int64_t>> JpegSize(std::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat("not a readable JPEG: ", state->error.message));
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   std::pair<int64_t, int64_t> size{cinfo.image_height, cinfo.image_width};
   jpeg_destroy_decompress(&cinfo);
   return size;
 }
 
-absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Transform::CropResize& plan, bool grayscale,
+absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes,
+                                             const Transform::CropResize& plan, bool grayscale,
                                              const std::string& what) {
   auto state = std::make_unique<DecodeState>();
   jpeg_decompress_struct& cinfo = state->cinfo;
   if (setjmp(state->error.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot decode JPEG (", state->error.message, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot decode JPEG (", state->error.message, ")"));
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
   cinfo.mem->max_memory_to_use = kMaxDecoderMemory;
   jpeg_read_header(&cinfo, TRUE);
   const int64_t full_height = cinfo.image_height, full_width = cinfo.image_width;
   if (full_height * full_width > kMaxPixels) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::InvalidArgumentError(absl::StrCat(what, ": JPEG of ", full_width, " x ", full_height,
-                                                   " pixels, more than kiln decodes (", kMaxPixels, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": JPEG of ", full_width, " x ",
+                                                   full_height, " pixels, more than kiln decodes (",
+                                                   kMaxPixels, ")"));
   }
-  if (plan.top < 0 || plan.left < 0 || plan.height < 1 || plan.width < 1 || plan.top + plan.height > full_height ||
-      plan.left + plan.width > full_width) {
+  if (plan.top < 0 || plan.left < 0 || plan.height < 1 || plan.width < 1 ||
+      plan.top + plan.height > full_height || plan.left + plan.width > full_width) {
     jpeg_destroy_decompress(&cinfo);
     return absl::InvalidArgumentError(absl::StrCat(what, ": crop outside the image"));
   }
@@ -108,7 +112,9 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   // The smallest of 1/2, 1/4, 1/8 at which the crop still covers the output: DCT-domain downscaling
   // (libjpeg-turbo has SIMD for these; other k/8 scales run slower C code than a full decode).
   unsigned int denom = 1;
-  while (denom < 8 && plan.width >= plan.out_width * 2 * denom && plan.height >= plan.out_height * 2 * denom) denom *= 2;
+  while (denom < 8 && plan.width >= plan.out_width * 2 * denom &&
+         plan.height >= plan.out_height * 2 * denom)
+    denom *= 2;
   cinfo.scale_num = 1;
   cinfo.scale_denom = denom;
   jpeg_start_decompress(&cinfo);
@@ -116,10 +122,13 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   auto scaled = [](int64_t v, int64_t full, int64_t out) { return v * out / full; };
   const int64_t out_h = cinfo.output_height, out_w = cinfo.output_width;
   int64_t top = scaled(plan.top, full_height, out_h), left = scaled(plan.left, full_width, out_w);
-  int64_t bottom = std::max(top + 1, std::min<int64_t>(out_h, scaled(plan.top + plan.height, full_height, out_h)));
-  int64_t right = std::max(left + 1, std::min<int64_t>(out_w, scaled(plan.left + plan.width, full_width, out_w)));
+  int64_t bottom = std::max(
+      top + 1, std::min<int64_t>(out_h, scaled(plan.top + plan.height, full_height, out_h)));
+  int64_t right = std::max(
+      left + 1, std::min<int64_t>(out_w, scaled(plan.left + plan.width, full_width, out_w)));
   // libjpeg widens the column range to whole iMCUs; x_offset is where it starts.
-  JDIMENSION x_offset = static_cast<JDIMENSION>(left), crop_width = static_cast<JDIMENSION>(right - left);
+  JDIMENSION x_offset = static_cast<JDIMENSION>(left),
+             crop_width = static_cast<JDIMENSION>(right - left);
   jpeg_crop_scanline(&cinfo, &x_offset, &crop_width);
   state->channels = cinfo.output_components;
   state->x_offset = static_cast<int64_t>(x_offset);
@@ -129,7 +138,8 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   const size_t stride = static_cast<size_t>(state->width * state->channels);
   // Grown row by row: rows come only from data the file holds (its end is an error, above).
   while (static_cast<int64_t>(cinfo.output_scanline) < bottom) {
-    const size_t at = stride * static_cast<size_t>(static_cast<int64_t>(cinfo.output_scanline) - top);
+    const size_t at =
+        stride * static_cast<size_t>(static_cast<int64_t>(cinfo.output_scanline) - top);
     state->rows.resize(at + stride);
     JSAMPROW row = state->rows.data() + at;
     jpeg_read_scanlines(&cinfo, &row, 1);
@@ -138,11 +148,13 @@ absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Trans
   jpeg_destroy_decompress(&cinfo);
 
   const int type = state->channels == 1 ? CV_8UC1 : CV_8UC3;
-  cv::Mat decoded(static_cast<int>(state->height), static_cast<int>(state->width), type, state->rows.data(), stride);
-  cv::Mat crop = decoded(cv::Rect(static_cast<int>(left - state->x_offset), 0, static_cast<int>(right - left),
-                                  static_cast<int>(state->height)));
+  cv::Mat decoded(static_cast<int>(state->height), static_cast<int>(state->width), type,
+                  state->rows.data(), stride);
+  cv::Mat crop = decoded(cv::Rect(static_cast<int>(left - state->x_offset), 0,
+                                  static_cast<int>(right - left), static_cast<int>(state->height)));
   auto out = torch::empty({plan.out_height, plan.out_width, state->channels}, torch::kUInt8);
-  cv::Mat resized(static_cast<int>(plan.out_height), static_cast<int>(plan.out_width), type, out.data_ptr<uint8_t>());
+  cv::Mat resized(static_cast<int>(plan.out_height), static_cast<int>(plan.out_width), type,
+                  out.data_ptr<uint8_t>());
   if (crop.rows == resized.rows && crop.cols == resized.cols) {
     crop.copyTo(resized);
   } else {

@@ -23,7 +23,8 @@ absl::StatusOr<std::pair<int64_t, int64_t>> JpegSize(std::string_view bytes);
 // scaled by 1/2, 1/4 or 1/8 in the DCT domain (libjpeg-turbo's SIMD scales) while the crop still
 // covers the output, then resized bilinearly. A JPEG libjpeg cannot decode (corrupt, truncated,
 // CMYK) is an InvalidArgument status naming `what`.
-absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes, const Transform::CropResize& plan, bool grayscale,
+absl::StatusOr<torch::Tensor> DecodeJpegCrop(std::string_view bytes,
+                                             const Transform::CropResize& plan, bool grayscale,
                                              const std::string& what);
 
 }  // namespace kiln::data

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "components/vision/image_ops.h"
 #include "components/common/option_values.h"
+#include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
 
@@ -14,7 +14,8 @@ namespace {
 
 class RandomResizedCrop : public Transform {
  public:
-  RandomResizedCrop(std::pair<int64_t, int64_t> size, std::pair<double, double> scale, std::pair<double, double> ratio)
+  RandomResizedCrop(std::pair<int64_t, int64_t> size, std::pair<double, double> scale,
+                    std::pair<double, double> ratio)
       : size_(size), scale_(scale), ratio_(ratio) {}
 
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const override {
@@ -26,7 +27,8 @@ class RandomResizedCrop : public Transform {
     return ResizeBilinear(crop, size_.first, size_.second);
   }
 
-  std::optional<CropResize> PlanCropResize(int64_t height, int64_t width, SampleRng& rng) const override {
+  std::optional<CropResize> PlanCropResize(int64_t height, int64_t width,
+                                           SampleRng& rng) const override {
     auto [top, left, h, w] = CropBox(height, width, rng);
     return CropResize{top, left, h, w, size_.first, size_.second};
   }

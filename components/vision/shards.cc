@@ -39,10 +39,15 @@ struct ShardsSetup {
 // or, with on_corrupt=skip, a warning and an example without input (the loader leaves it out).
 class SampleDecoder {
  public:
-  SampleDecoder(ImageDecodeOptions decode, TransformPipeline transforms, bool skip_corrupt, bool need_label)
-      : decode_(decode), transforms_(std::move(transforms)), skip_corrupt_(skip_corrupt), need_label_(need_label) {}
+  SampleDecoder(ImageDecodeOptions decode, TransformPipeline transforms, bool skip_corrupt,
+                bool need_label)
+      : decode_(decode),
+        transforms_(std::move(transforms)),
+        skip_corrupt_(skip_corrupt),
+        need_label_(need_label) {}
 
-  absl::StatusOr<Example> operator()(const ShardSample& sample, const std::string& url, SampleRng& rng) const {
+  absl::StatusOr<Example> operator()(const ShardSample& sample, const std::string& url,
+                                     SampleRng& rng) const {
     auto example = Decode(sample, url, rng);
     if (example.ok() || !skip_corrupt_) return example;
     Logger::Instance().Warning(absl::StrCat("skipped: ", example.status().message()));
@@ -50,7 +55,8 @@ class SampleDecoder {
   }
 
  private:
-  absl::StatusOr<Example> Decode(const ShardSample& sample, const std::string& url, SampleRng& rng) const {
+  absl::StatusOr<Example> Decode(const ShardSample& sample, const std::string& url,
+                                 SampleRng& rng) const {
     const std::string where = absl::StrCat("shard ", url, ": sample ", sample.key);
     const std::string* image = nullptr;
     std::string ext;
@@ -60,7 +66,8 @@ class SampleDecoder {
         break;
       }
     }
-    if (image == nullptr) return absl::DataLossError(absl::StrCat(where, " has no image (.jpg, .png, .webp or .bmp)"));
+    if (image == nullptr)
+      return absl::DataLossError(absl::StrCat(where, " has no image (.jpg, .png, .webp or .bmp)"));
     int64_t label = -1;
     const std::string* label_text = nullptr;
     for (const char* e : kLabelExtensions) {
@@ -68,14 +75,15 @@ class SampleDecoder {
     }
     if (label_text != nullptr) {
       if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*label_text), &label) || label < 0) {
-        return absl::DataLossError(absl::StrCat(where, ": its label '", absl::StripAsciiWhitespace(*label_text).substr(0, 40),
-                                                "' is not a class index"));
+        return absl::DataLossError(absl::StrCat(
+            where, ": its label '", absl::StripAsciiWhitespace(*label_text).substr(0, 40),
+            "' is not a class index"));
       }
     } else if (need_label_) {
       return absl::DataLossError(absl::StrCat(where, " has no label (.cls)"));
     }
-    KILN_ASSIGN_OR_RETURN(torch::Tensor input,
-                          DecodeAndTransform(*image, decode_, transforms_, rng, absl::StrCat(where, ".", ext)));
+    KILN_ASSIGN_OR_RETURN(torch::Tensor input, DecodeAndTransform(*image, decode_, transforms_, rng,
+                                                                  absl::StrCat(where, ".", ext)));
     return Example{std::move(input), torch::tensor(label, torch::kInt64)};
   }
 
@@ -94,20 +102,25 @@ class Shards : public DataModule {
         return absl::InvalidArgumentError("data.train_shards: fit needs the training shards");
       }
       if (!setup_.train.empty()) {
-        KILN_ASSIGN_OR_RETURN(train_, Open(setup_.train, "data.train_shards", setup_.train_transforms, true));
+        KILN_ASSIGN_OR_RETURN(
+            train_, Open(setup_.train, "data.train_shards", setup_.train_transforms, true));
       }
       if (!setup_.val.empty()) {
-        KILN_ASSIGN_OR_RETURN(val_, Open(setup_.val, "data.val_shards", setup_.eval_transforms, true));
+        KILN_ASSIGN_OR_RETURN(val_,
+                              Open(setup_.val, "data.val_shards", setup_.eval_transforms, true));
       }
     }
     if (stage == Stage::kTest && !setup_.test.empty()) {
-      KILN_ASSIGN_OR_RETURN(test_, Open(setup_.test, "data.test_shards", setup_.eval_transforms, true));
+      KILN_ASSIGN_OR_RETURN(test_,
+                            Open(setup_.test, "data.test_shards", setup_.eval_transforms, true));
     }
     if (stage == Stage::kPredict) {
       const std::string& spec = setup_.predict.empty() ? setup_.test : setup_.predict;
       if (!spec.empty()) {
-        KILN_ASSIGN_OR_RETURN(predict_, Open(spec, setup_.predict.empty() ? "data.test_shards" : "data.predict_shards",
-                                             setup_.eval_transforms, false));
+        KILN_ASSIGN_OR_RETURN(
+            predict_,
+            Open(spec, setup_.predict.empty() ? "data.test_shards" : "data.predict_shards",
+                 setup_.eval_transforms, false));
       }
     }
     return absl::OkStatus();
@@ -124,21 +137,27 @@ class Shards : public DataModule {
   absl::Status PrepareRawInputs() override { return absl::OkStatus(); }
   absl::StatusOr<Example> RawExample(std::string_view raw) const override {
     SampleRng rng(0, 0, 0);
-    KILN_ASSIGN_OR_RETURN(torch::Tensor input, DecodeAndTransform(raw, setup_.decode, setup_.eval_transforms, rng, "the image"));
+    KILN_ASSIGN_OR_RETURN(
+        torch::Tensor input,
+        DecodeAndTransform(raw, setup_.decode, setup_.eval_transforms, rng, "the image"));
     return Example{std::move(input), torch::tensor(int64_t{-1})};
   }
 
  private:
-  absl::StatusOr<std::shared_ptr<const Dataset>> Open(const std::string& spec, const std::string& option,
-                                                      const TransformPipeline& transforms, bool need_label) {
+  absl::StatusOr<std::shared_ptr<const Dataset>> Open(const std::string& spec,
+                                                      const std::string& option,
+                                                      const TransformPipeline& transforms,
+                                                      bool need_label) {
     KILN_ASSIGN_OR_RETURN(shards::ShardSet set, shards::OpenShardSet(spec, option));
     if (setup_.verify) {
       absl::Status verified = shards::VerifyShardSet(set);
-      if (!verified.ok()) return absl::DataLossError(absl::StrCat(option, ": ", verified.message()));
+      if (!verified.ok())
+        return absl::DataLossError(absl::StrCat(option, ": ", verified.message()));
     }
     if (class_names_.empty()) class_names_ = set.classes;
     SampleDecoder decoder(setup_.decode, transforms, setup_.skip_corrupt, need_label);
-    return std::shared_ptr<const Dataset>(std::make_shared<shards::ShardDataset>(std::move(set), decoder, setup_.shuffle_buffer));
+    return std::shared_ptr<const Dataset>(
+        std::make_shared<shards::ShardDataset>(std::move(set), decoder, setup_.shuffle_buffer));
   }
 
   ShardsSetup setup_;
@@ -162,25 +181,33 @@ struct ShardsOptions : BatchingOptions {
 
 KILN_REGISTER_BOUND(
     DataModule, "shards",
-    "Labelled images in WebDataset-layout tar shards (KEY.jpg + KEY.cls), streamed with shard and buffer "
+    "Labelled images in WebDataset-layout tar shards (KEY.jpg + KEY.cls), streamed with shard and "
+    "buffer "
     "shuffling, split across ranks, resumable mid-epoch",
     AddBatchingOptions(
         OptionBinding<ShardsOptions>()
             .Field("train_shards", &ShardsOptions::train_shards,
-                   "the training shards: an index written by kiln shard (train.index.json), or shard URLs with "
+                   "the training shards: an index written by kiln shard (train.index.json), or "
+                   "shard URLs with "
                    "{000..099} ranges and globs, local paths or pipe:CMD (null: no training split)")
-            .Field("val_shards", &ShardsOptions::val_shards, "the validation shards, as train_shards (null: none)")
-            .Field("test_shards", &ShardsOptions::test_shards, "the test shards, as train_shards (null: none)")
+            .Field("val_shards", &ShardsOptions::val_shards,
+                   "the validation shards, as train_shards (null: none)")
+            .Field("test_shards", &ShardsOptions::test_shards,
+                   "the test shards, as train_shards (null: none)")
             .Field("predict_shards", &ShardsOptions::predict_shards,
                    "the shards kiln predict reads (null: the test shards); labels are optional")
             .Field("shuffle_buffer", &ShardsOptions::shuffle_buffer,
-                   "samples in the training shuffle buffer (memory holds this many samples' bytes)", AtLeast(1))
-            .Node("transforms", &ShardsOptions::transforms, OptionType::kMap, "{train: [...], eval: [...]} transform lists")
+                   "samples in the training shuffle buffer (memory holds this many samples' bytes)",
+                   AtLeast(1))
+            .Node("transforms", &ShardsOptions::transforms, OptionType::kMap,
+                  "{train: [...], eval: [...]} transform lists")
             .Field("size", &ShardsOptions::size,
                    "resize every image to [height, width] when decoding (null keeps sizes)")
-            .Field("grayscale", &ShardsOptions::grayscale, "decode as one grayscale channel instead of RGB")
+            .Field("grayscale", &ShardsOptions::grayscale,
+                   "decode as one grayscale channel instead of RGB")
             .Field("on_corrupt", &ShardsOptions::on_corrupt,
-                   "a sample whose image cannot be decoded or that has no label: fail (one line naming the shard "
+                   "a sample whose image cannot be decoded or that has no label: fail (one line "
+                   "naming the shard "
                    "and key) or skip (a warning; the batch is one smaller)",
                    OneOf({"fail", "skip"}))
             .Field("verify", &ShardsOptions::verify,
@@ -196,8 +223,10 @@ KILN_REGISTER_BOUND(
       ImageSize size = o.size.value_or(ImageSize{});
       setup.decode = ImageDecodeOptions{o.grayscale, size.height, size.width};
       if (!o.transforms.node()->is_null()) {
-        KILN_ASSIGN_OR_RETURN(setup.train_transforms, TransformPipeline::FromConfig(o.transforms, "train"));
-        KILN_ASSIGN_OR_RETURN(setup.eval_transforms, TransformPipeline::FromConfig(o.transforms, "eval"));
+        KILN_ASSIGN_OR_RETURN(setup.train_transforms,
+                              TransformPipeline::FromConfig(o.transforms, "train"));
+        KILN_ASSIGN_OR_RETURN(setup.eval_transforms,
+                              TransformPipeline::FromConfig(o.transforms, "eval"));
       }
       setup.skip_corrupt = o.on_corrupt == "skip";
       setup.verify = o.verify;

@@ -61,7 +61,8 @@ class RandomCrop : public Transform {
   RandomCrop(int64_t size, int64_t padding) : size_(size), padding_(padding) {}
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const override {
     image = AsChw(std::move(image));
-    if (padding_ > 0) image = torch::constant_pad_nd(image, {padding_, padding_, padding_, padding_}, 0);
+    if (padding_ > 0)
+      image = torch::constant_pad_nd(image, {padding_, padding_, padding_, padding_}, 0);
     int64_t top = rng.UniformInt(0, std::max<int64_t>(0, image.size(1) - size_));
     int64_t left = rng.UniformInt(0, std::max<int64_t>(0, image.size(2) - size_));
     return image.slice(1, top, top + size_).slice(2, left, left + size_).contiguous();

@@ -1,5 +1,6 @@
-// <kiln/config.h>: Hydra-compatible composition (Compose, overrides, sweeps), config nodes and typed access, YAML in and out. No LibTorch.
-// Part of kiln's public API (docs/library.md); the headers it includes are installed with it.
+// <kiln/config.h>: Hydra-compatible composition (Compose, overrides, sweeps), config nodes and
+// typed access, YAML in and out. No LibTorch. Part of kiln's public API (docs/library.md); the
+// headers it includes are installed with it.
 #pragma once
 
 #include "lib/config/compose.h"

@@ -1,5 +1,6 @@
-// <kiln/data.h>: datasets, samplers, the data loader, transforms, padding and the DataModule interface.
-// Part of kiln's public API (docs/library.md); the headers it includes are installed with it.
+// <kiln/data.h>: datasets, samplers, the data loader, transforms, padding and the DataModule
+// interface. Part of kiln's public API (docs/library.md); the headers it includes are installed
+// with it.
 #pragma once
 
 #include "lib/data/datamodule.h"

@@ -2,15 +2,15 @@
 // Part of kiln's public API (docs/library.md); the headers it includes are installed with it.
 #pragma once
 
-#include <kiln/core.h>
 #include <kiln/config.h>
-#include <kiln/logging.h>
-#include <kiln/registry.h>
-#include <kiln/plugin.h>
+#include <kiln/core.h>
 #include <kiln/data.h>
 #include <kiln/distributed.h>
-#include <kiln/trainer.h>
 #include <kiln/job.h>
-#include <kiln/predictor.h>
+#include <kiln/logging.h>
 #include <kiln/models.h>
+#include <kiln/plugin.h>
+#include <kiln/predictor.h>
+#include <kiln/registry.h>
 #include <kiln/tasks.h>
+#include <kiln/trainer.h>

@@ -19,32 +19,32 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/app/internal/cli.h"
-#include "lib/core/error_text.h"
-#include "lib/sweep/launcher.h"
-#include "lib/sweep/internal/local_workers.h"
-#include "lib/report/report_command.h"
-#include "lib/run/run_dir.h"
-#include "lib/run/internal/spawn.h"
-#include "lib/run/stored_config.h"
-#include "lib/sweep/sweep_ledger.h"
-#include "lib/sweep/sweep_session.h"
-#include "lib/sweep/sweeper.h"
-#include "lib/core/directory_lock.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
-#include "lib/core/version.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
 #include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/directory_lock.h"
+#include "lib/core/error_text.h"
+#include "lib/core/exit_code.h"
+#include "lib/core/files.h"
+#include "lib/core/version.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/component_listing.h"
 #include "lib/registry/internal/module_loader.h"
 #include "lib/registry/plugin_loader.h"
 #include "lib/registry/registry.h"
+#include "lib/report/report_command.h"
+#include "lib/run/internal/spawn.h"
+#include "lib/run/run_dir.h"
+#include "lib/run/stored_config.h"
+#include "lib/sweep/internal/local_workers.h"
+#include "lib/sweep/launcher.h"
+#include "lib/sweep/sweep_ledger.h"
+#include "lib/sweep/sweep_session.h"
+#include "lib/sweep/sweeper.h"
 
 namespace kiln::app {
 namespace {
@@ -63,7 +63,8 @@ absl::Status ComposeCommand(JobContext& job) {
   std::string yaml = config::ToYaml(*config::RedactSecrets(*job.cfg.node()));
   std::fwrite(yaml.data(), 1, yaml.size(), stdout);
   std::fflush(stdout);
-  Logger::Instance().Info(absl::StrCat("config recorded in ", job.output_dir, "/.hydra/config.yaml"));
+  Logger::Instance().Info(
+      absl::StrCat("config recorded in ", job.output_dir, "/.hydra/config.yaml"));
   return absl::OkStatus();
 }
 
@@ -73,7 +74,9 @@ void Print(const std::string& text) {
 }
 
 // One of kiln's own libraries, next to libkiln_core in the build tree and in an installed prefix.
-std::string BuiltinLibraryPath(const std::string& name) { return absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so"); }
+std::string BuiltinLibraryPath(const std::string& name) {
+  return absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so");
+}
 
 // kiln's LibTorch layers; for `kiln serve` also libkiln_serve (cpp-httplib, which links OpenSSL
 // and brotli: loaded for that command only, as libkiln_dashboard), which registers the command.
@@ -87,7 +90,8 @@ absl::Status LoadBuiltinLibraries(const std::string& command) {
       // task is registered, and the first name would be "unknown" for a reason it does not say.
       return absl::FailedPreconditionError(absl::StrCat(
           path, " is missing: this kiln was built with LibTorch ", KILN_TORCH_VERSION_STRING,
-          ", and its models, data and tasks are in that library (build it: cmake --build BUILD_DIR, "
+          ", and its models, data and tasks are in that library (build it: cmake --build "
+          "BUILD_DIR, "
           "or ninja -C BUILD_DIR kiln)"));
     }
     if (auto status = LoadComponentLibrary(path, "built-in"); !status.ok()) return status;
@@ -97,7 +101,8 @@ absl::Status LoadBuiltinLibraries(const std::string& command) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     return absl::FailedPreconditionError(
-        "this kiln was built without cpp-httplib or LibTorch, which kiln serve needs (apt-get install "
+        "this kiln was built without cpp-httplib or LibTorch, which kiln serve needs (apt-get "
+        "install "
         "libcpp-httplib-dev, then cmake again)");
   }
   return LoadComponentLibrary(path, "built-in");
@@ -109,15 +114,19 @@ int RunDashboard(const std::vector<std::string>& args) {
   std::string path = BuiltinLibraryPath("kiln_dashboard");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
-    std::fprintf(stderr, "kiln: error: this kiln was built without cpp-httplib, which kiln dashboard serves "
-                         "pages with (apt-get install libcpp-httplib-dev, then cmake again)\n");
+    std::fprintf(
+        stderr,
+        "kiln: error: this kiln was built without cpp-httplib, which kiln dashboard serves "
+        "pages with (apt-get install libcpp-httplib-dev, then cmake again)\n");
     return kExitUsage;
   }
   auto handle = OpenLibraryAs(path, "built-in", RTLD_LOCAL);
   using Main = int (*)(const std::vector<std::string>*);
-  Main main = handle.ok() ? reinterpret_cast<Main>(::dlsym(*handle, "kiln_dashboard_main")) : nullptr;
+  Main main =
+      handle.ok() ? reinterpret_cast<Main>(::dlsym(*handle, "kiln_dashboard_main")) : nullptr;
   if (main == nullptr) {
-    ReportError(handle.ok() ? absl::InternalError(absl::StrCat(path, " has no kiln_dashboard_main")) : handle.status());
+    ReportError(handle.ok() ? absl::InternalError(absl::StrCat(path, " has no kiln_dashboard_main"))
+                            : handle.status());
     return kExitFailure;
   }
   return main(&args);
@@ -127,7 +136,8 @@ int RunDashboard(const std::vector<std::string>& args) {
 std::string InstalledPluginDir() { return ExecutableDir() + "/../lib/kiln/plugins"; }
 
 // A `plugins:` value: a path or a list of them.
-absl::Status AppendPluginNames(const Node& value, const std::string& where, std::vector<std::string>* out) {
+absl::Status AppendPluginNames(const Node& value, const std::string& where,
+                               std::vector<std::string>* out) {
   if (value.is_null()) return absl::OkStatus();
   if (value.kind() == config::NodeKind::kString) {
     out->push_back(value.as_string());
@@ -136,13 +146,15 @@ absl::Status AppendPluginNames(const Node& value, const std::string& where, std:
   if (value.is_list()) {
     for (const auto& item : value.items()) {
       if (item->kind() != config::NodeKind::kString) {
-        return absl::InvalidArgumentError(absl::StrCat("'plugins' (", where, ") must list plugin paths or names"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("'plugins' (", where, ") must list plugin paths or names"));
       }
       out->push_back(item->as_string());
     }
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("'plugins' (", where, ") must be a list of plugin paths or names"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'plugins' (", where, ") must be a list of plugin paths or names"));
 }
 
 class Application {
@@ -158,7 +170,8 @@ class Application {
     options_.job_name = cl_.command;
     options_.version = Version();
     options_.multirun = cl_.multirun;
-    std::string main_path = cl_.config_path.has_value() ? AbsolutePath(*cl_.config_path) : DefaultConfigPath();
+    std::string main_path =
+        cl_.config_path.has_value() ? AbsolutePath(*cl_.config_path) : DefaultConfigPath();
     if (!IsDirectory(main_path)) {
       return absl::NotFoundError(absl::StrCat("config path '", cl_.config_path.value_or(main_path),
                                               "' is not a directory (--config-path)"));
@@ -166,7 +179,8 @@ class Application {
     options_.search_path.push_back({"main", main_path});
     for (const auto& dir : cl_.config_dirs) {
       if (!IsDirectory(dir)) {
-        return absl::NotFoundError(absl::StrCat("config dir '", dir, "' is not a directory (--config-dir)"));
+        return absl::NotFoundError(
+            absl::StrCat("config dir '", dir, "' is not a directory (--config-dir)"));
       }
       options_.search_path.push_back({"command-line", AbsolutePath(dir)});
     }
@@ -179,14 +193,16 @@ class Application {
       // A config may use a plugin's resolver: the plugins load when one is first looked up.
       config::ResolverRegistry::Default().set_load_more([this] { return LoadLibraries(); });
       for (const auto& plugin : plugins_) {
-        if (!plugin.config_dir.empty()) options_.search_path.push_back({"plugin " + plugin.name, plugin.config_dir});
+        if (!plugin.config_dir.empty())
+          options_.search_path.push_back({"plugin " + plugin.name, plugin.config_dir});
       }
       repo_ = std::make_unique<config::ConfigRepository>(options_.search_path);
     }
 
     if (cl_.worker_of.has_value()) return RunWorker(*cl_.worker_of);
     if (cl_.multirun_job.has_value()) {  // one job of a sweep, started by the `local` launcher
-      if (!cl_.sweep_dir.has_value()) return absl::InvalidArgumentError("--multirun-job needs --sweep-dir");
+      if (!cl_.sweep_dir.has_value())
+        return absl::InvalidArgumentError("--multirun-job needs --sweep-dir");
       options_.multirun = true;
       auto composed = config::Compose(options_, *repo_);
       if (!composed.ok()) return composed.status();
@@ -244,7 +260,8 @@ class Application {
       LedgerEntry entry;
       entry.job = job_num;
       entry.status = status.ok() ? "ok" : "failed";
-      entry.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      entry.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       entry.overrides = job_overrides;
       entry.message = std::string(status.message());
       entry.dir = last_output_dir_;
@@ -255,7 +272,8 @@ class Application {
 
   // Plans the job's folder and resolves its config (a config that does not resolve is refused
   // before anything is written), then runs it as this process's place in the job says.
-  absl::Status RunJobInDir(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+  absl::Status RunJobInDir(config::ComposeResult& composed, int job_num,
+                           const std::string& sweep_dir) {
     last_output_dir_.clear();
     auto run = PlanRunDir(composed, job_num, sweep_dir);
     if (!run.ok()) return run.status();
@@ -280,7 +298,8 @@ class Application {
 
   // A rank > 0 under torchrun or SLURM: rank 0 owns the run directory and the log, and hands this
   // rank its config and folder when training starts.
-  absl::Status RunAsLaterRank(config::ComposeResult& composed, const NodePtr& resolved, const RunDir& run) {
+  absl::Status RunAsLaterRank(config::ComposeResult& composed, const NodePtr& resolved,
+                              const RunDir& run) {
     Logger::Instance().set_level(LogLevel::kWarning);
     if (auto st = LoadLibraries(); !st.ok()) return st;
     return RunCommand(config::Config(resolved), &composed, run.output_dir);
@@ -294,9 +313,12 @@ class Application {
     NodePtr devices = config::SelectPath(resolved, {"trainer", "devices"});
     if (devices == nullptr || !devices->is_list()) return absl::OkStatus();
     if (NodePtr accelerator = config::SelectPath(resolved, {"trainer", "accelerator"});
-        accelerator != nullptr && accelerator->kind() == config::NodeKind::kString && accelerator->as_string() == "cpu") {
-      return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count (trainer.devices=",
-                                                     devices->size(), ")"));
+        accelerator != nullptr && accelerator->kind() == config::NodeKind::kString &&
+        accelerator->as_string() == "cpu") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count "
+                       "(trainer.devices=",
+                       devices->size(), ")"));
     }
     std::vector<std::string> visible;
     if (const char* set = std::getenv("CUDA_VISIBLE_DEVICES"); set != nullptr && *set != '\0') {
@@ -307,22 +329,27 @@ class Application {
       std::string text = config::ToYaml(*item);
       text = text.substr(0, text.find('\n'));
       if (item->kind() != config::NodeKind::kInt || item->as_int() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ids, and '", text, "' is not one (an int >= 0)"));
+        return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ids, and '", text,
+                                                       "' is not one (an int >= 0)"));
       }
       std::string id = std::to_string(item->as_int());
       if (!visible.empty()) {
         if (item->as_int() >= static_cast<int64_t>(visible.size())) {
-          return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ", id, ", but CUDA_VISIBLE_DEVICES=",
-                                                         absl::StrJoin(visible, ","), " makes ", visible.size(), " visible"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("trainer.devices lists GPU ", id, ", but CUDA_VISIBLE_DEVICES=",
+                           absl::StrJoin(visible, ","), " makes ", visible.size(), " visible"));
         }
         id = visible[item->as_int()];
       }
       if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("trainer.devices lists GPU ", item->as_int(), " twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("trainer.devices lists GPU ", item->as_int(), " twice"));
       }
       ids.push_back(id);
     }
-    if (ids.empty()) return absl::InvalidArgumentError("trainer.devices is an empty list: give a count or GPU ids");
+    if (ids.empty())
+      return absl::InvalidArgumentError(
+          "trainer.devices is an empty list: give a count or GPU ids");
     ::setenv("CUDA_VISIBLE_DEVICES", absl::StrJoin(ids, ",").c_str(), 1);
     return absl::OkStatus();
   }
@@ -332,8 +359,9 @@ class Application {
   };
   static absl::StatusOr<Spread> ReadSpread(const config::Config& cfg) {
     NodePtr listed = config::SelectPath(cfg.node(), {"trainer", "devices"});
-    auto devices = listed != nullptr && listed->is_list() ? absl::StatusOr<int64_t>(static_cast<int64_t>(listed->size()))
-                                                          : cfg.GetOr<int64_t>("trainer.devices", 1);
+    auto devices = listed != nullptr && listed->is_list()
+                       ? absl::StatusOr<int64_t>(static_cast<int64_t>(listed->size()))
+                       : cfg.GetOr<int64_t>("trainer.devices", 1);
     if (!devices.ok()) return devices.status();
     auto nodes = cfg.GetOr<int64_t>("trainer.num_nodes", 1);
     if (!nodes.ok()) return nodes.status();
@@ -342,8 +370,8 @@ class Application {
 
   // `kiln train trainer.devices=N` (or num_nodes > 1) started by hand: this process starts the
   // node's workers and waits for them.
-  absl::Status RunWorkersOfThisNode(config::ComposeResult& composed, const Node& resolved, const RunDir& run,
-                                    int job_num, const Spread& spread) {
+  absl::Status RunWorkersOfThisNode(config::ComposeResult& composed, const Node& resolved,
+                                    const RunDir& run, int job_num, const Spread& spread) {
     // Node 0 owns the run directory; another node's workers join it when training starts, and
     // meanwhile read their config (and write their logs) in a folder of this node's own.
     // A missing NODE_RANK is refused here, before anything is written.
@@ -351,7 +379,8 @@ class Application {
     if (!node_rank.ok()) return node_rank.status();
     if (*node_rank > 0) {
       char scratch[] = "/tmp/kiln-node-XXXXXX";
-      if (::mkdtemp(scratch) == nullptr) return absl::InternalError("cannot create a folder in /tmp");
+      if (::mkdtemp(scratch) == nullptr)
+        return absl::InternalError("cannot create a folder in /tmp");
       RunDir local = run;
       local.output_dir = scratch;
       local.log_file.clear();
@@ -367,14 +396,15 @@ class Application {
 
   // The common case: the run directory locked (train, tune) and written, the log opened, and the
   // command run here.
-  absl::Status RunInThisProcess(config::ComposeResult& composed, const NodePtr& resolved, const RunDir& run,
-                                int job_num) {
+  absl::Status RunInThisProcess(config::ComposeResult& composed, const NodePtr& resolved,
+                                const RunDir& run, int job_num) {
     auto lock = LockRunDir(run, job_num);
     if (!lock.ok()) return lock.status();
     if (auto st = WriteRunDir(composed, run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
-      Logger::Instance().Warning("hydra.job.chdir=true is ignored: kiln never changes the working directory");
+      Logger::Instance().Warning(
+          "hydra.job.chdir=true is ignored: kiln never changes the working directory");
     }
     if (!run.log_file.empty()) {
       if (auto st = Logger::Instance().OpenFile(run.log_file); !st.ok()) return st;
@@ -394,8 +424,9 @@ class Application {
   absl::StatusOr<DirectoryLock> LockRunDir(const RunDir& run, int job_num) {
     if (cl_.command != "train" && cl_.command != "tune") return DirectoryLock();
     if (auto st = MakeDirs(run.output_dir); !st.ok()) return st;
-    return DirectoryLock::Acquire(run.output_dir, job_num >= 0 ? "sweep job directory (hydra.sweep.subdir)"
-                                                               : "run directory (hydra.run.dir)");
+    return DirectoryLock::Acquire(run.output_dir, job_num >= 0
+                                                      ? "sweep job directory (hydra.sweep.subdir)"
+                                                      : "run directory (hydra.run.dir)");
   }
 
   // The parent of `trainer.devices=N` workers: hands them the resolved config through the run
@@ -434,7 +465,8 @@ class Application {
     return status;
   }
 
-  absl::Status RunCommand(config::Config cfg, const config::ComposeResult* composed, const std::string& output_dir) {
+  absl::Status RunCommand(config::Config cfg, const config::ComposeResult* composed,
+                          const std::string& output_dir) {
     JobContext job;
     job.command = cl_.command;
     job.subcommand = cl_.subcommand;
@@ -450,12 +482,15 @@ class Application {
         status = (*found)(job);
       } catch (const std::exception& e) {
         std::string what = e.what();
-        status = absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));
+        status =
+            absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));
       }
     } else {
-      Logger::Instance().Warning(absl::StrCat(
-          "kiln ", cl_.command, ": this build has no training engine yet; the job's config was composed "
-          "and recorded in ", output_dir, "/.hydra/config.yaml"));
+      Logger::Instance().Warning(
+          absl::StrCat("kiln ", cl_.command,
+                       ": this build has no training engine yet; the job's config was composed "
+                       "and recorded in ",
+                       output_dir, "/.hydra/config.yaml"));
       Print(config::ToYaml(*config::RedactSecrets(*job.cfg.node())));
     }
     return status;
@@ -520,8 +555,10 @@ class Application {
     if (!cl_.subcommand.empty()) argv.push_back(cl_.subcommand);
     argv.insert(argv.end(), {"--config-path", options_.search_path[0].path, "--config-name",
                              options_.config_name});
-    for (const auto& dir : cl_.config_dirs) argv.insert(argv.end(), {"--config-dir", AbsolutePath(dir)});
-    for (const auto& plugin : cl_.plugins) argv.insert(argv.end(), {"--plugin", AbsolutePath(plugin)});
+    for (const auto& dir : cl_.config_dirs)
+      argv.insert(argv.end(), {"--config-dir", AbsolutePath(dir)});
+    for (const auto& plugin : cl_.plugins)
+      argv.insert(argv.end(), {"--plugin", AbsolutePath(plugin)});
     return argv;
   }
 
@@ -558,10 +595,12 @@ class Application {
     }
     // A secret option's value (serve.token) is ***, in the job and in the overrides hydra records.
     node = config::RedactSecrets(*node);
-    if (NodePtr hydra = node->is_map() ? node->Find("hydra") : nullptr) node->Set("hydra", config::RedactHydraSecrets(*hydra));
+    if (NodePtr hydra = node->is_map() ? node->Find("hydra") : nullptr)
+      node->Set("hydra", config::RedactHydraSecrets(*hydra));
     auto selected = SelectPackage(node);
     if (!selected.ok()) return selected.status();
-    if (cl_.package.has_value() && !cl_.package->empty()) Print(absl::StrCat("# @package ", *cl_.package, "\n"));
+    if (cl_.package.has_value() && !cl_.package->empty())
+      Print(absl::StrCat("# @package ", *cl_.package, "\n"));
     Print(config::ToYaml(**selected));
     return absl::OkStatus();
   }
@@ -571,7 +610,8 @@ class Application {
     auto want = [&](const char* name) { return section.empty() || section == name; };
     std::string out;
     if (want("searchpath")) {
-      absl::StrAppend(&out, "Config search path\n******************\n", repo_->DescribeSearchPath(), "\n");
+      absl::StrAppend(&out, "Config search path\n******************\n", repo_->DescribeSearchPath(),
+                      "\n");
     }
     if (want("defaults-tree")) {
       absl::StrAppend(&out, "Defaults Tree\n*************\n",
@@ -585,8 +625,8 @@ class Application {
         w2 = std::max(w2, d.package.size());
       }
       auto row = [&](const std::string& a, const std::string& b, const std::string& c) {
-        return absl::StrCat("| ", a, std::string(w1 - a.size(), ' '), " | ", b, std::string(w2 - b.size(), ' '),
-                            " | ", c, "\n");
+        return absl::StrCat("| ", a, std::string(w1 - a.size(), ' '), " | ", b,
+                            std::string(w2 - b.size(), ' '), " | ", c, "\n");
       };
       absl::StrAppend(&out, row("Config path", "Package", "Parent"));
       for (const auto& d : composed.defaults.defaults) {
@@ -595,15 +635,18 @@ class Application {
       absl::StrAppend(&out, "\n");
     }
     if (want("config")) {
-      absl::StrAppend(&out, "Config\n******\n", config::ToYaml(*config::RedactSecrets(*composed.job)), "\n");
+      absl::StrAppend(&out, "Config\n******\n",
+                      config::ToYaml(*config::RedactSecrets(*composed.job)), "\n");
     }
     if (want("provenance")) {
-      absl::StrAppend(&out, "Provenance (where each value was set)\n*************************************\n",
-                      config::FormatProvenance(*config::RedactSecrets(*composed.job)));
+      absl::StrAppend(
+          &out, "Provenance (where each value was set)\n*************************************\n",
+          config::FormatProvenance(*config::RedactSecrets(*composed.job)));
     }
     if (out.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--info takes defaults, defaults-tree, config, searchpath or provenance, not '", section, "'"));
+          "--info takes defaults, defaults-tree, config, searchpath or provenance, not '", section,
+          "'"));
     }
     Print(out);
     return absl::OkStatus();
@@ -619,17 +662,21 @@ class Application {
 
   absl::Status Help(config::ComposeResult& composed) {
     std::string header = "kiln: config-driven training on LibTorch";
-    if (NodePtr h = config::SelectPath(composed.hydra, {"help", "header"}); h && h->kind() == config::NodeKind::kString) {
+    if (NodePtr h = config::SelectPath(composed.hydra, {"help", "header"});
+        h && h->kind() == config::NodeKind::kString) {
       header = h->as_string();
     }
     std::string out = absl::StrCat(
         header, "\n\nkiln ", cl_.command, cl_.subcommand.empty() ? "" : " " + cl_.subcommand,
         " [--config-name NAME] [-m] [--cfg job|hydra|all] [--info] [overrides...]\n\n");
-    absl::StrAppend(&out, "== Configuration groups ==\nCompose your configuration from these groups (group=option)\n\n");
+    absl::StrAppend(&out,
+                    "== Configuration groups ==\nCompose your configuration from these groups "
+                    "(group=option)\n\n");
     AppendGroups("", &out);
     absl::StrAppend(&out, "\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n",
                     config::ToYaml(*config::RedactSecrets(*composed.job)), "\n");
-    if (NodePtr f = config::SelectPath(composed.hydra, {"help", "footer"}); f && f->kind() == config::NodeKind::kString) {
+    if (NodePtr f = config::SelectPath(composed.hydra, {"help", "footer"});
+        f && f->kind() == config::NodeKind::kString) {
       absl::StrAppend(&out, f->as_string(), "\n");
     }
     absl::StrAppend(&out, "\n", Usage());
@@ -660,7 +707,8 @@ class Application {
         if (!o.ok() || o->key_or_group != "plugins" || o->package.has_value()) continue;
         named.clear();  // the command line replaces the primary config's list
         if (o->has_value && !o->is_sweep() && o->value.node != nullptr) {
-          if (auto st = AppendPluginNames(*o->value.node, "override " + text, &named); !st.ok()) return st;
+          if (auto st = AppendPluginNames(*o->value.node, "override " + text, &named); !st.ok())
+            return st;
         }
       }
     }
@@ -698,8 +746,8 @@ class Application {
       const std::string& kind = cl_.overrides[0];
       if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
         return absl::NotFoundError(absl::StrCat("unknown component kind '", kind, "'",
-                                                config::DidYouMean(kind, kinds), "; kinds: ",
-                                                absl::StrJoin(kinds, ", ")));
+                                                config::DidYouMean(kind, kinds),
+                                                "; kinds: ", absl::StrJoin(kinds, ", ")));
       }
       kinds = {kind};
     }
@@ -737,11 +785,13 @@ int RunApplication(const std::vector<std::string>& args) {
   // reports as it does a full disk, instead of SIGXFSZ killing the process in the middle of it.
   ::signal(SIGXFSZ, SIG_IGN);
   if (!StopWithParent()) {
-    std::fprintf(stderr, "kiln: error: the process that started this one has ended; not starting\n");
+    std::fprintf(stderr,
+                 "kiln: error: the process that started this one has ended; not starting\n");
     return kExitFailure;
   }
   // `report` and `dashboard` read what runs wrote: they compose no config and load no engine.
-  if (!args.empty() && args[0] == "report") return report::RunReportCommand({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "report")
+    return report::RunReportCommand({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "dashboard") return RunDashboard({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {

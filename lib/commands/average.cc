@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/run/command.h"
 #include "lib/commands/command_options.h"
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"
+#include "lib/run/command.h"
 #include "lib/trainer/checkpoint_average.h"
 
 namespace kiln {
@@ -27,18 +27,22 @@ absl::Status AverageCommand(app::JobContext& ctx) {
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
           .Field("ckpt", &O::ckpt, "checkpoints to average, in training order")
-          .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir", GreaterThan(1))
+          .Field("last_n", &O::last_n, "average the newest N checkpoints of run_dir",
+                 GreaterThan(1))
           .Field("run_dir", &O::run_dir, "the run whose checkpoints last_n takes")
-          .Field("out", &O::out, "the averaged checkpoint (null: averaged.ckpt beside the last one averaged)"));
+          .Field("out", &O::out,
+                 "the averaged checkpoint (null: averaged.ckpt beside the last one averaged)"));
   KILN_ASSIGN_OR_RETURN(O o, CommandOptions(ctx.cfg, *binding, "average"));
   std::vector<std::string> paths;
   if (o.ckpt.has_value() == o.last_n.has_value()) {
-    return absl::InvalidArgumentError("kiln average: give either ckpt=[A,B,...] or last_n=N run_dir=DIR");
+    return absl::InvalidArgumentError(
+        "kiln average: give either ckpt=[A,B,...] or last_n=N run_dir=DIR");
   }
   if (o.ckpt.has_value()) {
     paths = *o.ckpt;
   } else {
-    if (!o.run_dir.has_value()) return absl::InvalidArgumentError("kiln average: last_n=N needs run_dir=DIR");
+    if (!o.run_dir.has_value())
+      return absl::InvalidArgumentError("kiln average: last_n=N needs run_dir=DIR");
     KILN_ASSIGN_OR_RETURN(paths, NewestCheckpoints(*o.run_dir, *o.last_n));
   }
   KILN_ASSIGN_OR_RETURN(AveragedWeights averaged, AverageCheckpoints(paths));
@@ -46,9 +50,11 @@ absl::Status AverageCommand(app::JobContext& ctx) {
   // the config of the run that trained them (stored_config.h), as for any of its checkpoints.
   const std::string& last = paths.back();
   size_t slash = last.find_last_of('/');
-  std::string out = o.out.value_or(slash == std::string::npos ? "averaged.ckpt" : last.substr(0, slash) + "/averaged.ckpt");
+  std::string out = o.out.value_or(
+      slash == std::string::npos ? "averaged.ckpt" : last.substr(0, slash) + "/averaged.ckpt");
   KILN_RETURN_IF_ERROR(WriteAveragedCheckpoint(out, averaged, paths));
-  Logger::Instance().Info(absl::StrCat("averaged ", paths.size(), " checkpoints (", absl::StrJoin(paths, ", "), ") into ", out));
+  Logger::Instance().Info(absl::StrCat("averaged ", paths.size(), " checkpoints (",
+                                       absl::StrJoin(paths, ", "), ") into ", out));
   std::printf("%s\n", out.c_str());
   return absl::OkStatus();
 }

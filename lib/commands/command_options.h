@@ -14,12 +14,15 @@ namespace kiln {
 
 // The keys `binding` declares, taken from the top of the config, checked and filled.
 template <typename O>
-absl::StatusOr<O> CommandOptions(const config::Config& cfg, const OptionBinding<O>& binding, const std::string& command) {
+absl::StatusOr<O> CommandOptions(const config::Config& cfg, const OptionBinding<O>& binding,
+                                 const std::string& command) {
   config::NodePtr mine = config::Node::Map();
   for (const auto& key : cfg.Keys()) {
-    if (binding.schema().Find(key) != nullptr) mine->Set(key, cfg.Get<config::NodePtr>(key).value());
+    if (binding.schema().Find(key) != nullptr)
+      mine->Set(key, cfg.Get<config::NodePtr>(key).value());
   }
-  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding.schema().Apply(*mine, "", absl::StrCat("command '", command, "'")));
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
+                        binding.schema().Apply(*mine, "", absl::StrCat("command '", command, "'")));
   return binding.Fill(config::Config(filled));
 }
 

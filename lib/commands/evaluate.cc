@@ -4,8 +4,8 @@
 #include <map>
 #include <memory>
 
-#include "lib/run/command.h"
 #include "lib/commands/job.h"
+#include "lib/run/command.h"
 #include "lib/trainer/process_settings.h"
 
 namespace kiln {
@@ -13,7 +13,8 @@ namespace {
 
 absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
   StopSignals stop_signals;  // SIGINT/SIGTERM: exit 130/143 between batches, no metrics written
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job,
+                        Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
   KILN_RETURN_IF_ERROR(job->LoadCheckpoint(job->ckpt_path(), ctx.command).status());
   std::map<std::string, double> metrics;
   if (stage == data::Stage::kTest) {
@@ -27,8 +28,11 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
 }
 
 const bool kEvaluateRegistered = [] {
-  app::RegisterCommand("validate", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kValidate); });
-  app::RegisterCommand("test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
+  app::RegisterCommand("validate", [](app::JobContext& ctx) {
+    return EvaluateCommand(ctx, data::Stage::kValidate);
+  });
+  app::RegisterCommand(
+      "test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
   return true;
 }();
 

@@ -7,15 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/run/command.h"
-#include "lib/trainer/process_settings.h"
 #include "lib/commands/command_options.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
-#include "lib/config/yaml_io.h"
 #include "lib/config/secrets.h"
+#include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"
+#include "lib/run/command.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/torchscript.h"
 
@@ -37,7 +37,8 @@ const OptionBinding<ExportOptions>& ExportBinding() {
                  OneOf({"safetensors", "torchscript"}))
           .Field("quantize", &O::quantize, "torchscript: dynamic_int8 (int8 Linear layers) or null",
                  OneOf({"dynamic_int8"}))
-          .Field("length", &O::length, "torchscript: the token length a text model is traced at (null: data.max_length)",
+          .Field("length", &O::length,
+                 "torchscript: the token length a text model is traced at (null: data.max_length)",
                  GreaterThan(0)));
   return *binding;
 }
@@ -49,12 +50,14 @@ nlohmann::json ConfigJson(const config::Config& cfg, const std::string& key) {
 
 // `export format=torchscript`: model.pt (traced; quantized with quantize=dynamic_int8) and
 // model.json (its input, output and preprocessing) in the run directory.
-absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptions& o, const std::string& source) {
+absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptions& o,
+                               const std::string& source) {
   TensorFn forward = job.task().ModelForward();
   if (forward == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("kiln export format=torchscript: task '",
-                                                      ctx.cfg.Get<std::string>("task._target_").value_or("?"),
-                                                      "' has no single model forward to trace"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("kiln export format=torchscript: task '",
+                     ctx.cfg.Get<std::string>("task._target_").value_or("?"),
+                     "' has no single model forward to trace"));
   }
   std::string what = absl::StrCat("model '", job.model_name(), "'");
   std::optional<int64_t> length = o.length;
@@ -63,8 +66,11 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
     if (data_length > 0) length = data_length;
   }
   KILN_ASSIGN_OR_RETURN(torch::Tensor example, TraceExampleBatch(job.data(), length));
-  KILN_ASSIGN_OR_RETURN(torch::jit::Module traced, TraceModel(job.task().module(), forward, example.narrow(0, 0, 2), job.model_name()));
-  KILN_RETURN_IF_ERROR(CheckTraceAgrees(traced, forward, {example.narrow(0, 0, 1), example}, 1e-4, what));
+  KILN_ASSIGN_OR_RETURN(
+      torch::jit::Module traced,
+      TraceModel(job.task().module(), forward, example.narrow(0, 0, 2), job.model_name()));
+  KILN_RETURN_IF_ERROR(
+      CheckTraceAgrees(traced, forward, {example.narrow(0, 0, 1), example}, 1e-4, what));
   nlohmann::json quantization = nullptr;
   if (o.quantize.has_value()) {
     torch::NoGradGuard no_grad;
@@ -72,10 +78,14 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
     KILN_ASSIGN_OR_RETURN(int layers, QuantizeDynamicInt8(traced));
     torch::Tensor after = traced.forward({example}).toTensor();
     double diff = (after - before).abs().max().item<double>();
-    quantization = {{"method", *o.quantize}, {"linear_layers", layers}, {"engine", SelectQuantizedEngine()},
+    quantization = {{"method", *o.quantize},
+                    {"linear_layers", layers},
+                    {"engine", SelectQuantizedEngine()},
                     {"max_output_change_on_example", diff}};
-    Logger::Instance().Info(absl::StrFormat("quantize=dynamic_int8: %d Linear layers int8 (%s); outputs on the example batch change by at most %.3g",
-                                            layers, SelectQuantizedEngine(), diff));
+    Logger::Instance().Info(
+        absl::StrFormat("quantize=dynamic_int8: %d Linear layers int8 (%s); outputs on the example "
+                        "batch change by at most %.3g",
+                        layers, SelectQuantizedEngine(), diff));
   }
   std::string file = ctx.output_dir + "/model.pt";
   KILN_RETURN_IF_ERROR(CheckStopSignal("while tracing the model; nothing was written"));
@@ -109,16 +119,19 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
       {"dynamic_axes", {{"input", {0}}, {"output", {0}}}},
       {"class_names", job.data().class_names()},
       {"quantization", quantization},
-      {"preprocessing", {{"data", ConfigJson(ctx.cfg, "data")}, {"task", ConfigJson(ctx.cfg, "task")}}},
+      {"preprocessing",
+       {{"data", ConfigJson(ctx.cfg, "data")}, {"task", ConfigJson(ctx.cfg, "task")}}},
   };
   if (example.scalar_type() == torch::kInt64) {
     info["input"]["note"] = absl::StrCat("token ids, 0 = padding; exactly ", example.size(1),
                                          " per row (pad with 0 at the end, or cut)");
   }
   KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/model.json", info.dump(2) + "\n"));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
-  Logger::Instance().Info(absl::StrCat("exported ", source, " to ", file, " (TorchScript, input ", c10::str(example.sizes()),
-                                       " with any batch size) and ", ctx.output_dir, "/model.json"));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(
+      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  Logger::Instance().Info(absl::StrCat("exported ", source, " to ", file, " (TorchScript, input ",
+                                       c10::str(example.sizes()), " with any batch size) and ",
+                                       ctx.output_dir, "/model.json"));
   std::printf("%s\n", file.c_str());
   return absl::OkStatus();
 }
@@ -131,18 +144,24 @@ absl::Status ExportCommand(app::JobContext& ctx) {
   StopSignals stop_signals;
   KILN_ASSIGN_OR_RETURN(ExportOptions o, CommandOptions(ctx.cfg, ExportBinding(), "export"));
   if (o.quantize.has_value() && o.format != "torchscript") {
-    return absl::InvalidArgumentError("kiln export: quantize=dynamic_int8 needs format=torchscript");
+    return absl::InvalidArgumentError(
+        "kiln export: quantize=dynamic_int8 needs format=torchscript");
   }
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job,
+                        Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
   KILN_ASSIGN_OR_RETURN(std::string path, job->LoadCheckpoint(job->ckpt_path(), ctx.command));
   if (o.format == "torchscript") return ExportTorchScript(ctx, *job, o, path);
   std::string weights = ctx.output_dir + "/model.safetensors";
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job->task().module()),
-                                        {{"format", "pt"}, {"kiln_version", KILN_VERSION}, {"model", job->model_name()},
+                                        {{"format", "pt"},
+                                         {"kiln_version", KILN_VERSION},
+                                         {"model", job->model_name()},
                                          {"source", path}}));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
-  Logger::Instance().Info(absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(
+      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  Logger::Instance().Info(
+      absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
   std::printf("%s\n", weights.c_str());
   return absl::OkStatus();
 }

@@ -1,16 +1,16 @@
 #include "lib/commands/job.h"
 
 #include "absl/strings/str_cat.h"
+#include "lib/config/compose.h"
+#include "lib/config/secrets.h"
+#include "lib/config/yaml_io.h"
+#include "lib/core/directory_lock.h"
+#include "lib/core/files.h"
+#include "lib/distributed/process_group.h"
+#include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/run/run_dir.h"
 #include "lib/run/stored_config.h"
-#include "lib/config/compose.h"
-#include "lib/config/yaml_io.h"
-#include "lib/config/secrets.h"
-#include "lib/core/files.h"
-#include "lib/distributed/process_group.h"
-#include "lib/core/directory_lock.h"
-#include "lib/logging/logger.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/model_start.h"
 
@@ -33,17 +33,20 @@ std::string CheckpointDir(CheckpointKeeper* keeper, const TrainerOptions& option
   return keeper->checkpoint_dir();
 }
 
-absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
-                                                 const CheckpointKeeper* keeper, const std::string& checkpoint_dir) {
+absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command,
+                                                 const std::string& ckpt_path,
+                                                 const CheckpointKeeper* keeper,
+                                                 const std::string& checkpoint_dir) {
   if (ckpt_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("kiln ", command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kiln ", command, " needs a checkpoint: ckpt_path=PATH (or last, best)"));
   }
   if (ckpt_path == "last") return checkpoint_dir + "/last.ckpt";
   if (ckpt_path == "best") {
     std::string path = keeper != nullptr ? keeper->best_model_path() : "";
     if (path.empty()) {
-      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ", checkpoint_dir,
-                                              " (pass ckpt_path=PATH)"));
+      return absl::NotFoundError(absl::StrCat("ckpt_path=best: no best checkpoint recorded in ",
+                                              checkpoint_dir, " (pass ckpt_path=PATH)"));
     }
     return path;
   }
@@ -62,7 +65,8 @@ absl::StatusOr<DirectoryLock> LockToTrain(const std::string& output_dir, Job::Pu
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg, const std::string& output_dir,
+absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
+                                                     const std::string& output_dir,
                                                      Purpose purpose) {
   const bool fit = purpose == Purpose::kFit;
   std::unique_ptr<Job> job(new Job());
@@ -135,17 +139,20 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Pur
   // The lock first: a refused job overwrites none of the .hydra files.
   KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(composed.output_dir, purpose));
   KILN_RETURN_IF_ERROR(WriteRunFolder(composed));
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(composed.cfg, composed.output_dir, purpose));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job,
+                        FromConfig(composed.cfg, composed.output_dir, purpose));
   job->log_file_ = composed.log_file;
   job->run_lock_ = std::move(lock);
   return job;
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::FromConfigInRunFolder(const config::Config& cfg,
-                                                                const std::string& output_dir, Purpose purpose) {
+                                                                const std::string& output_dir,
+                                                                Purpose purpose) {
   KILN_ASSIGN_OR_RETURN(DirectoryLock lock, LockToTrain(output_dir, purpose));
   KILN_RETURN_IF_ERROR(MakeDirs(output_dir + "/.hydra"));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/.hydra/config.yaml", config::ToYaml(*config::RedactSecrets(*cfg.node()))));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir + "/.hydra/config.yaml",
+                                           config::ToYaml(*config::RedactSecrets(*cfg.node()))));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, FromConfig(cfg, output_dir, purpose));
   job->run_lock_ = std::move(lock);
   return job;
@@ -170,7 +177,8 @@ void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
 
 absl::Status Job::AddCallback(std::shared_ptr<Callback> callback) {
   if (trainer_ != nullptr) {
-    return absl::FailedPreconditionError("a callback must be added before the job first fits, tests or validates");
+    return absl::FailedPreconditionError(
+        "a callback must be added before the job first fits, tests or validates");
   }
   callbacks_.push_back(std::move(callback));
   return absl::OkStatus();
@@ -178,7 +186,8 @@ absl::Status Job::AddCallback(std::shared_ptr<Callback> callback) {
 
 absl::Status Job::AddLogger(std::shared_ptr<MetricsLogger> logger) {
   if (trainer_ != nullptr) {
-    return absl::FailedPreconditionError("a logger must be added before the job first fits, tests or validates");
+    return absl::FailedPreconditionError(
+        "a logger must be added before the job first fits, tests or validates");
   }
   if (group_ == nullptr || group_->is_global_zero()) loggers_.push_back(std::move(logger));
   return absl::OkStatus();
@@ -200,7 +209,8 @@ FitInputs Job::fit_inputs() const {
   inputs.scheduler = scheduler_;
   inputs.ckpt_path = ckpt_path_;
   inputs.seed = seed_;
-  inputs.config_yaml = config::ToYaml(*config::RedactSecrets(*cfg_.node()));  // kept in checkpoints: no secrets
+  inputs.config_yaml =
+      config::ToYaml(*config::RedactSecrets(*cfg_.node()));  // kept in checkpoints: no secrets
   inputs.model_name = model_name_;
   return inputs;
 }
@@ -216,8 +226,9 @@ absl::Status Job::Fit() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
   if (optimizer_ == nullptr) {
-    return absl::FailedPreconditionError("this job was built for evaluation (Job::Purpose::kEvaluate): it has no "
-                                         "optimizer to fit with");
+    return absl::FailedPreconditionError(
+        "this job was built for evaluation (Job::Purpose::kEvaluate): it has no "
+        "optimizer to fit with");
   }
   return trainer().Fit(fit_inputs());
 }
@@ -229,7 +240,8 @@ absl::StatusOr<std::map<std::string, double>> Job::Test() {
   KILN_ASSIGN_OR_RETURN(auto report, task_->TestReport(output_dir_, data_->class_names()));
   if (!report.empty()) trainer().LogMetrics(report);
   metrics.insert(report.begin(), report.end());
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir_ + "/test_metrics.yaml", MetricsYaml(metrics)));
+  KILN_RETURN_IF_ERROR(
+      WriteFileAtomically(output_dir_ + "/test_metrics.yaml", MetricsYaml(metrics)));
   return metrics;
 }
 
@@ -237,7 +249,8 @@ absl::StatusOr<std::map<std::string, double>> Job::Validate() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
   KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kValidate));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(metrics)));
+  KILN_RETURN_IF_ERROR(
+      WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(metrics)));
   return metrics;
 }
 
@@ -260,12 +273,14 @@ absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
   return Test();
 }
 
-absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which, const std::string& command) {
+absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which,
+                                                const std::string& command) {
   std::string path;
   if (!evaluated_run_.empty() && (which == "best" || which == "last")) {
     KILN_ASSIGN_OR_RETURN(path, app::RunCheckpoint(evaluated_run_, which));
   } else {
-    KILN_ASSIGN_OR_RETURN(path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));
+    KILN_ASSIGN_OR_RETURN(
+        path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));
   }
   KILN_RETURN_IF_ERROR(Trainer::LoadWeights(path, *task_, model_name_));
   return path;

@@ -5,9 +5,9 @@
 // any training. The command line, `kiln tune`, the evaluation commands and the Python package all
 // go through it.
 //
-//   auto job = kiln::Job::Compose({.overrides = {"experiment=fashion_mnist", "trainer.max_epochs=1"}});
-//   KILN_RETURN_IF_ERROR((*job)->Fit());
-//   KILN_ASSIGN_OR_RETURN(auto metrics, (*job)->Test());   // test_metrics.yaml in the run folder
+//   auto job = kiln::Job::Compose({.overrides = {"experiment=fashion_mnist",
+//   "trainer.max_epochs=1"}}); KILN_RETURN_IF_ERROR((*job)->Fit()); KILN_ASSIGN_OR_RETURN(auto
+//   metrics, (*job)->Test());   // test_metrics.yaml in the run folder
 #pragma once
 
 #include <map>
@@ -34,12 +34,12 @@ class ProcessGroup;
 // What Job::Compose takes: `kiln train`'s command line as a call.
 struct JobRequest {
   std::vector<std::string> overrides;  // Hydra's grammar: "model=mlp", "trainer.max_epochs=1", ...
-  std::string config_dir;              // "": kiln's own configs (the installed ones, or the source tree's)
+  std::string config_dir;  // "": kiln's own configs (the installed ones, or the source tree's)
   std::string config_name = "train";
 };
 
-// A config composed as `kiln train OVERRIDES` composes it, its interpolations resolved, with the run
-// folder hydra.run.dir names (not yet created) as paths.output_dir.
+// A config composed as `kiln train OVERRIDES` composes it, its interpolations resolved, with the
+// run folder hydra.run.dir names (not yet created) as paths.output_dir.
 struct ComposedJob {
   config::Config cfg;
   std::string output_dir;
@@ -59,18 +59,19 @@ class Job {
   enum class Purpose { kFit, kEvaluate };
 
   // Builds the job of a resolved config; its results (test_metrics.yaml, ...) go to `output_dir`.
-  static absl::StatusOr<std::unique_ptr<Job>> FromConfig(const config::Config& cfg, const std::string& output_dir,
+  static absl::StatusOr<std::unique_ptr<Job>> FromConfig(const config::Config& cfg,
+                                                         const std::string& output_dir,
                                                          Purpose purpose = Purpose::kFit);
   // The same, for a config that did not come from Job::Compose (kiln.Trainer(cfg) in Python):
   // records it in `output_dir`/.hydra/config.yaml (what kiln report, kiln predict and read_run
   // read) and, to train, holds that folder's lock while the job lives, as Compose and `kiln train`
   // do; the lock is taken first, so a refused job overwrites nothing.
-  static absl::StatusOr<std::unique_ptr<Job>> FromConfigInRunFolder(const config::Config& cfg,
-                                                                    const std::string& output_dir,
-                                                                    Purpose purpose = Purpose::kFit);
+  static absl::StatusOr<std::unique_ptr<Job>> FromConfigInRunFolder(
+      const config::Config& cfg, const std::string& output_dir, Purpose purpose = Purpose::kFit);
   // Composes the config as `kiln train OVERRIDES` does (Hydra 1.3's composition, a run folder from
   // hydra.run.dir with its .hydra/ files), then builds the job.
-  static absl::StatusOr<std::unique_ptr<Job>> Compose(const JobRequest& request, Purpose purpose = Purpose::kFit);
+  static absl::StatusOr<std::unique_ptr<Job>> Compose(const JobRequest& request,
+                                                      Purpose purpose = Purpose::kFit);
 
   // Trains (Trainer::Fit): epochs, validation, checkpoints, resume from ckpt_path.
   absl::Status Fit();
@@ -79,16 +80,19 @@ class Job {
   absl::StatusOr<std::map<std::string, double>> Test();
   // Evaluates on the validation split and writes val_metrics.yaml.
   absl::StatusOr<std::map<std::string, double>> Validate();
-  // `kiln train`: Fit, then (rank 0, unless the config says test: false) Test on the best checkpoint
-  // when one was kept, as lightning-hydra-template does. Returns the test metrics ({} untested).
+  // `kiln train`: Fit, then (rank 0, unless the config says test: false) Test on the best
+  // checkpoint when one was kept, as lightning-hydra-template does. Returns the test metrics ({}
+  // untested).
   absl::StatusOr<std::map<std::string, double>> FitThenTest();
   // Loads a checkpoint's weights into the model: a file, or `last` / `best` (what the
   // model_checkpoint callback recorded). `command` names the caller in errors. Returns the file.
-  absl::StatusOr<std::string> LoadCheckpoint(const std::string& which, const std::string& command = "Job");
+  absl::StatusOr<std::string> LoadCheckpoint(const std::string& which,
+                                             const std::string& command = "Job");
 
   // Adds a callback after those the config names (before Fit, Test or Validate first runs).
   absl::Status AddCallback(std::shared_ptr<Callback> callback);
-  // Adds a logger after those the config names (on rank 0; before Fit, Test or Validate first runs).
+  // Adds a logger after those the config names (on rank 0; before Fit, Test or Validate first
+  // runs).
   absl::Status AddLogger(std::shared_ptr<MetricsLogger> logger);
 
   // Joins a data-parallel group (every rank trains; only rank 0 logs and tests).
@@ -139,7 +143,7 @@ class Job {
   std::string model_name_;
   std::string ckpt_path_;
   const CheckpointKeeper* checkpoint_keeper_ = nullptr;  // one of callbacks_, or null
-  std::string evaluated_run_;  // an evaluating job's run_dir: "best" and "last" are that run's
+  std::string evaluated_run_;   // an evaluating job's run_dir: "best" and "last" are that run's
   std::string checkpoint_dir_;  // the keeper's folder, or default_root_dir/checkpoints
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::unique_ptr<Trainer> trainer_;
@@ -150,8 +154,10 @@ class Job {
 
 // The checkpoint a command starts from: `ckpt_path` as a file, `last` or `best` (what `keeper`
 // recorded in `checkpoint_dir`). For commands that load it without building a job (predict).
-absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command, const std::string& ckpt_path,
-                                                 const CheckpointKeeper* keeper, const std::string& checkpoint_dir);
+absl::StatusOr<std::string> EvaluationCheckpoint(const std::string& command,
+                                                 const std::string& ckpt_path,
+                                                 const CheckpointKeeper* keeper,
+                                                 const std::string& checkpoint_dir);
 // Where a job's checkpoints are: the keeper's folder, or default_root_dir/checkpoints (the
 // keeper's too when the config names none).
 std::string CheckpointDir(CheckpointKeeper* keeper, const TrainerOptions& options);
@@ -164,12 +170,14 @@ bool IsNull(const config::Config& cfg, const std::string& key);
 
 // Every non-null entry of a mapping like `callbacks:`, instantiated in order.
 template <typename T>
-absl::StatusOr<std::vector<std::shared_ptr<T>>> InstantiateAll(const config::Config& cfg, const std::string& key) {
+absl::StatusOr<std::vector<std::shared_ptr<T>>> InstantiateAll(const config::Config& cfg,
+                                                               const std::string& key) {
   std::vector<std::shared_ptr<T>> out;
   if (IsNull(cfg, key)) return out;
   KILN_ASSIGN_OR_RETURN(config::Config group, cfg.Sub(key));
   if (!group.node()->is_map()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a mapping of name: {_target_: ...}"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", key, "' must be a mapping of name: {_target_: ...}"));
   }
   for (const auto& name : group.Keys()) {
     if (IsNull(group, name)) continue;

@@ -3,10 +3,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "lib/run/command.h"
 #include "lib/commands/job.h"
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"
+#include "lib/run/command.h"
 #include "lib/trainer/prediction_writer.h"
 #include "lib/trainer/predictor.h"
 #include "lib/trainer/process_settings.h"
@@ -16,7 +16,8 @@ namespace {
 
 // The checkpoint of a command that loads its model through kiln::Predictor (predict), found
 // without building the job: `last` and `best` ask the checkpoint keeper among the callbacks.
-absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx, const TrainerOptions& options) {
+absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx,
+                                             const TrainerOptions& options) {
   std::string ckpt_path;
   if (!IsNull(ctx.cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(ckpt_path, ctx.cfg.Get<std::string>("ckpt_path"));
@@ -53,7 +54,8 @@ absl::Status PredictCommand(app::JobContext& ctx) {
     KILN_RETURN_IF_ERROR(CheckStopSignal("while generating; nothing was written"));
     std::string file = ctx.output_dir + "/generated.txt";
     KILN_RETURN_IF_ERROR(WriteFileAtomically(file, generated + "\n"));
-    Logger::Instance().Info(absl::StrCat("generated ", generated.size(), " bytes with ", path, ": ", file));
+    Logger::Instance().Info(
+        absl::StrCat("generated ", generated.size(), " bytes with ", path, ": ", file));
     std::printf("%s\n", generated.c_str());
     return absl::OkStatus();
   }
@@ -68,9 +70,11 @@ absl::Status PredictCommand(app::JobContext& ctx) {
   KILN_RETURN_IF_ERROR(CheckStopSignal("after predicting; no predictions were written"));
   std::vector<PredictionRecord> records;
   records.reserve(answers.size());
-  for (Prediction& answer : answers) records.push_back({std::move(answer.source), std::move(answer.fields)});
+  for (Prediction& answer : answers)
+    records.push_back({std::move(answer.source), std::move(answer.fields)});
   KILN_ASSIGN_OR_RETURN(std::string file, writer->Write(ctx.output_dir, records));
-  Logger::Instance().Info(absl::StrCat("predicted ", records.size(), " inputs with ", path, ": ", file));
+  Logger::Instance().Info(
+      absl::StrCat("predicted ", records.size(), " inputs with ", path, ": ", file));
   std::printf("%s\n", file.c_str());
   return absl::OkStatus();
 }

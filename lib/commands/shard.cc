@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <csignal>
-
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -17,13 +16,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "lib/commands/job.h"
+#include "lib/core/exit_code.h"
 #include "lib/core/files.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/data/shards/tar_shard.h"
-#include "lib/core/exit_code.h"
 #include "lib/logging/logger.h"
-#include "lib/trainer/process_settings.h"
 #include "lib/run/command.h"
+#include "lib/trainer/process_settings.h"
 
 namespace kiln {
 namespace {
@@ -39,22 +38,30 @@ struct ShardOptions {
 absl::StatusOr<int64_t> ParseSize(const std::string& text) {
   absl::string_view rest = absl::StripAsciiWhitespace(text);
   size_t digits = 0;
-  while (digits < rest.size() && (absl::ascii_isdigit(rest[digits]) || rest[digits] == '.')) ++digits;
+  while (digits < rest.size() && (absl::ascii_isdigit(rest[digits]) || rest[digits] == '.'))
+    ++digits;
   double number = 0;
   if (digits == 0 || !absl::SimpleAtod(rest.substr(0, digits), &number)) {
-    return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "' is not a size like 256MB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard.max_size: '", text, "' is not a size like 256MB"));
   }
   std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(rest.substr(digits)));
   static const std::vector<std::pair<std::string, double>> kUnits = {
-      {"", 1}, {"b", 1}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}};
+      {"", 1},     {"b", 1},        {"kb", 1e3},        {"mb", 1e6},
+      {"gb", 1e9}, {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}};
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) {
-      if (number * scale < 1024) return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "' is under 1 KiB"));
-      if (number * scale > 1e18) return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "' is too large"));
+      if (number * scale < 1024)
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard.max_size: '", text, "' is under 1 KiB"));
+      if (number * scale > 1e18)
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard.max_size: '", text, "' is too large"));
       return static_cast<int64_t>(number * scale);
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("shard.max_size: '", text, "': unknown unit (B, KB, MB, GB, KiB, MiB, GiB)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("shard.max_size: '", text, "': unknown unit (B, KB, MB, GB, KiB, MiB, GiB)"));
 }
 
 absl::StatusOr<ShardOptions> ReadOptions(const config::Config& cfg) {
@@ -62,18 +69,23 @@ absl::StatusOr<ShardOptions> ReadOptions(const config::Config& cfg) {
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
           .Field("out", &O::out, "folder the shards and their indexes go to")
-          .Field("splits", &O::splits, "which of the data module's splits to write (train, val, test, predict)",
+          .Field("splits", &O::splits,
+                 "which of the data module's splits to write (train, val, test, predict)",
                  Each(OneOf({"train", "val", "test", "predict"})))
           .Field("max_size", &O::max_size, "bytes per shard at most: 256MB, 1GiB, ...")
-          .Field("max_count", &O::max_count, "samples per shard at most (null: no limit)", AtLeast(1)));
-  config::NodePtr mine = IsNull(cfg, "shard") ? config::Node::Map() : cfg.Get<config::NodePtr>("shard").value();
-  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, binding->schema().Apply(*mine, "shard", "command 'shard'"));
+          .Field("max_count", &O::max_count, "samples per shard at most (null: no limit)",
+                 AtLeast(1)));
+  config::NodePtr mine =
+      IsNull(cfg, "shard") ? config::Node::Map() : cfg.Get<config::NodePtr>("shard").value();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
+                        binding->schema().Apply(*mine, "shard", "command 'shard'"));
   return binding->Fill(config::Config(filled));
 }
 
 // Writes `dataset` as OUT/SPLIT-NNNNNN.tar and OUT/SPLIT.index.json.
-absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, const std::vector<std::string>& classes,
-                        const std::string& out, int64_t max_bytes, int64_t max_count) {
+absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split,
+                        const std::vector<std::string>& classes, const std::string& out,
+                        int64_t max_bytes, int64_t max_count) {
   data::shards::ShardSet set;
   set.classes = classes;
   // An index of an earlier write describes shards about to be replaced: it goes first.
@@ -89,7 +101,9 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
     info.sha256 = sha;
     std::error_code error;
     info.bytes = static_cast<int64_t>(std::filesystem::file_size(info.url, error));
-    if (error) return absl::NotFoundError(absl::StrCat(info.url, ": cannot read its size: ", error.message()));
+    if (error)
+      return absl::NotFoundError(
+          absl::StrCat(info.url, ": cannot read its size: ", error.message()));
     writer.reset();
     return absl::OkStatus();
   };
@@ -97,12 +111,15 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
   for (int64_t i = 0; i < count; ++i) {
     // SIGINT/SIGTERM: the shard being written is removed (never left under its name), the split's
     // index is not written; shards already finished stay, as does every earlier split.
-    KILN_RETURN_IF_ERROR(CheckStopSignal(
-        absl::StrCat("while writing ", split, " (sample ", i, " of ", count, "); its index was not written")));
+    KILN_RETURN_IF_ERROR(CheckStopSignal(absl::StrCat(
+        "while writing ", split, " (sample ", i, " of ", count, "); its index was not written")));
     auto files = dataset.Encoded(i);
-    if (!files.ok()) return absl::Status(files.status().code(), absl::StrCat("kiln shard: ", split, " sample ", i, ": ", files.status().message()));
+    if (!files.ok())
+      return absl::Status(files.status().code(), absl::StrCat("kiln shard: ", split, " sample ", i,
+                                                              ": ", files.status().message()));
     int64_t bytes = 0;
-    for (const auto& [ext, content] : *files) bytes += 512 + ((static_cast<int64_t>(content.size()) + 511) / 512) * 512;
+    for (const auto& [ext, content] : *files)
+      bytes += 512 + ((static_cast<int64_t>(content.size()) + 511) / 512) * 512;
     if (writer != nullptr && writer->samples() > 0 &&
         (writer->bytes() + bytes > max_bytes || writer->samples() >= max_count)) {
       KILN_RETURN_IF_ERROR(finish());
@@ -117,16 +134,17 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split, 
   KILN_RETURN_IF_ERROR(finish());
   // Shards of an earlier, larger write of this split would be read by a glob: remove them.
   glob_t found{};
-  if (::glob(absl::StrCat(out, "/", split, "-[0-9][0-9][0-9][0-9][0-9][0-9].tar").c_str(), 0, nullptr, &found) == 0) {
+  if (::glob(absl::StrCat(out, "/", split, "-[0-9][0-9][0-9][0-9][0-9][0-9].tar").c_str(), 0,
+             nullptr, &found) == 0) {
     for (size_t i = set.shards.size(); i < found.gl_pathc; ++i) ::unlink(found.gl_pathv[i]);
   }
   globfree(&found);
   KILN_RETURN_IF_ERROR(WriteFileAtomically(index, data::shards::IndexJson(set, out)));
   int64_t total_bytes = 0;
   for (const auto& shard : set.shards) total_bytes += shard.bytes;
-  Logger::Instance().Info(absl::StrFormat("%s: %d samples in %d shards (%.1f MB) in %s/%s-*.tar, index %s", split,
-                                          set.samples(), set.shards.size(), static_cast<double>(total_bytes) / 1e6, out,
-                                          split, index));
+  Logger::Instance().Info(absl::StrFormat(
+      "%s: %d samples in %d shards (%.1f MB) in %s/%s-*.tar, index %s", split, set.samples(),
+      set.shards.size(), static_cast<double>(total_bytes) / 1e6, out, split, index));
   std::printf("%s\n", index.c_str());
   return absl::OkStatus();
 }
@@ -137,7 +155,8 @@ absl::Status ShardCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t max_bytes, ParseSize(o.max_size));
   int64_t max_count = o.max_count.value_or(std::numeric_limits<int64_t>::max());
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, ctx.cfg.Sub("data"));
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<data::DataModule> dm, Registry<data::DataModule>::Get().Instantiate(data_cfg));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<data::DataModule> dm,
+                        Registry<data::DataModule>::Get().Instantiate(data_cfg));
   KILN_RETURN_IF_ERROR(dm->PrepareData());
   KILN_RETURN_IF_ERROR(MakeDirs(o.out));
   bool fit_ready = false, test_ready = false, predict_ready = false;
@@ -157,10 +176,12 @@ absl::Status ShardCommand(app::JobContext& ctx) {
       dataset = dm->predict_dataset();
     }
     if (dataset == nullptr) {
-      Logger::Instance().Info(absl::StrCat("kiln shard: the data module has no ", split, " split; none written"));
+      Logger::Instance().Info(
+          absl::StrCat("kiln shard: the data module has no ", split, " split; none written"));
       continue;
     }
-    KILN_RETURN_IF_ERROR(WriteSplit(*dataset, split, dm->class_names(), o.out, max_bytes, max_count));
+    KILN_RETURN_IF_ERROR(
+        WriteSplit(*dataset, split, dm->class_names(), o.out, max_bytes, max_count));
   }
   return absl::OkStatus();
 }

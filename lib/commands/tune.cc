@@ -4,12 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/run/command.h"
-#include "lib/report/lr_find_plot.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
+#include "lib/report/lr_find_plot.h"
+#include "lib/run/command.h"
 #include "lib/trainer/lr_finder.h"
 
 namespace kiln {

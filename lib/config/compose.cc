@@ -39,8 +39,10 @@ std::string OverrideDirname(const std::vector<Override>& task, const Node& hydra
   std::vector<std::string> exclude;
   NodePtr root(const_cast<Node*>(&hydra), [](Node*) {});
   if (NodePtr cfg = SelectPath(root, {"job", "config", "override_dirname"})) {
-    if (NodePtr n = cfg->Find("kv_sep"); n && n->kind() == NodeKind::kString) kv_sep = n->as_string();
-    if (NodePtr n = cfg->Find("item_sep"); n && n->kind() == NodeKind::kString) item_sep = n->as_string();
+    if (NodePtr n = cfg->Find("kv_sep"); n && n->kind() == NodeKind::kString)
+      kv_sep = n->as_string();
+    if (NodePtr n = cfg->Find("item_sep"); n && n->kind() == NodeKind::kString)
+      item_sep = n->as_string();
     if (NodePtr n = cfg->Find("exclude_keys"); n && n->is_list()) {
       for (const auto& k : n->items()) {
         if (k->kind() == NodeKind::kString) exclude.push_back(k->as_string());
@@ -51,7 +53,9 @@ std::string OverrideDirname(const std::vector<Override>& task, const Node& hydra
   for (const auto& o : task) {
     if (o.is_sweep()) continue;  // a sweep has no single value; each job gets its own
     if (std::find(exclude.begin(), exclude.end(), o.key_or_group) != exclude.end()) continue;
-    std::string value = !o.has_value ? "" : IsSecretKey(o.key_or_group) ? kRedacted : OverrideValueToString(o.value);
+    std::string value = !o.has_value                  ? ""
+                        : IsSecretKey(o.key_or_group) ? kRedacted
+                                                      : OverrideValueToString(o.value);
     lines.push_back(o.KeyElement() + kv_sep + value);
   }
   std::sort(lines.begin(), lines.end());
@@ -116,12 +120,15 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
     NodePtr wrapped = WrapInPackage((*loaded)->content, item.package);
     if (wrapped->is_list()) {
       return absl::InvalidArgumentError(
-          item.primary ? absl::StrCat("primary config '", item.config_path, "' must be a mapping, not a list")
-                       : absl::StrCat("In '", item.config_path, "': a list cannot be merged into the config's top level (",
+          item.primary ? absl::StrCat("primary config '", item.config_path,
+                                      "' must be a mapping, not a list")
+                       : absl::StrCat("In '", item.config_path,
+                                      "': a list cannot be merged into the config's top level (",
                                       (*loaded)->file, " is a list and its package is _global_)"));
     }
     auto st = MergeInto(*root, *wrapped);
-    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("In '", item.config_path, "': ", st.message()));
+    if (!st.ok())
+      return absl::Status(st.code(), absl::StrCat("In '", item.config_path, "': ", st.message()));
   }
   for (const auto& o : defaults->config_overrides) {
     if (options.defer_missing_keys && o.type == OverrideType::kChange) {
@@ -136,8 +143,10 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
         groups.erase(std::remove(groups.begin(), groups.end(), "hydra"), groups.end());
         if (!groups.empty()) {
           std::string hint = DidYouMean(o.key_or_group, groups);
-          return absl::Status(st.code(), absl::StrCat(st.message(), hint.empty() ? "" : " Or a config group?" + hint,
-                                                      " (config groups: ", absl::StrJoin(groups, ", "), ")"));
+          return absl::Status(
+              st.code(),
+              absl::StrCat(st.message(), hint.empty() ? "" : " Or a config group?" + hint,
+                           " (config groups: ", absl::StrJoin(groups, ", "), ")"));
         }
       }
       return st;
@@ -162,8 +171,8 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
                              : "";
   SetPath(*hydra, "mode", Node::String(options.multirun ? "MULTIRUN" : "RUN"));
   SetIfMissing(*hydra, "job.name", Node::String(options.job_name));
-  SetPath(*hydra, "job.config_name", options.config_name.empty() ? Node::Null()
-                                                                 : Node::String(options.config_name));
+  SetPath(*hydra, "job.config_name",
+          options.config_name.empty() ? Node::Null() : Node::String(options.config_name));
   SetPath(*hydra, "job.override_dirname", Node::String(OverrideDirname(task, *hydra)));
   char cwd[4096];
   SetPath(*hydra, "runtime.cwd", Node::String(getcwd(cwd, sizeof(cwd)) ? cwd : "."));

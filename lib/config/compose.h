@@ -18,7 +18,7 @@ struct ComposeOptions {
   std::vector<SearchPathEntry> search_path;
   std::string config_name;  // primary config, e.g. "train"; empty for none
   std::vector<std::string> overrides;
-  bool multirun = false;       // sweep overrides are allowed (and left out of composition)
+  bool multirun = false;  // sweep overrides are allowed (and left out of composition)
   std::string job_name = "kiln";
   std::string version = "0.0.0";
   // A plain `key=value` override of a key the composition lacks is left out instead of refused

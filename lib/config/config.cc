@@ -30,10 +30,12 @@ absl::StatusOr<NodePtr> Config::Lookup(absl::string_view key) const {
       if (next == nullptr) {
         std::vector<std::string> keys;
         for (const auto& [k, v] : current->entries()) keys.push_back(KeyText(k));
-        return absl::NotFoundError(absl::StrCat("config key '", FullKey(key), "' not found",
-                                                DidYouMean(seg, keys).empty() ? ""
-                                                    : absl::StrCat(" (did you mean '", walked.empty() ? "" : walked + ".",
-                                                                   ClosestNames(seg, keys, 1)[0], "'?)")));
+        return absl::NotFoundError(
+            absl::StrCat("config key '", FullKey(key), "' not found",
+                         DidYouMean(seg, keys).empty()
+                             ? ""
+                             : absl::StrCat(" (did you mean '", walked.empty() ? "" : walked + ".",
+                                            ClosestNames(seg, keys, 1)[0], "'?)")));
       }
     } else {
       next = SelectPath(current, {seg});
@@ -46,9 +48,9 @@ absl::StatusOr<NodePtr> Config::Lookup(absl::string_view key) const {
   }
   if (current->is_missing()) {
     std::string where = current->source().Describe();
-    return absl::FailedPreconditionError(absl::StrCat("missing mandatory value '", FullKey(key), "'",
-                                                      where.empty() ? "" : " (??? at " + where + ")",
-                                                      "; set it, e.g. ", FullKey(key), "=VALUE"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "missing mandatory value '", FullKey(key), "'",
+        where.empty() ? "" : " (??? at " + where + ")", "; set it, e.g. ", FullKey(key), "=VALUE"));
   }
   return current;
 }
@@ -80,12 +82,12 @@ absl::StatusOr<Config> Config::Sub(absl::string_view key) const {
   return Config(*node, FullKey(key));
 }
 
-absl::Status Config::TypeError(absl::string_view key, const Node& node, const char* expected) const {
+absl::Status Config::TypeError(absl::string_view key, const Node& node,
+                               const char* expected) const {
   std::string where = node.source().Describe();
-  return absl::InvalidArgumentError(absl::StrCat("config key '", FullKey(key), "' must be ", expected,
-                                                 ", got ", KindName(node.kind()), " ",
-                                                 ScalarToYaml(node),
-                                                 where.empty() ? "" : " (set at " + where + ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config key '", FullKey(key), "' must be ", expected, ", got ", KindName(node.kind()), " ",
+      ScalarToYaml(node), where.empty() ? "" : " (set at " + where + ")"));
 }
 
 template <>
@@ -151,8 +153,9 @@ absl::StatusOr<std::vector<T>> GetList(const Config& cfg, absl::string_view key)
   auto sub = cfg.Get<NodePtr>(key);
   if (!sub.ok()) return sub.status();
   if (!(*sub)->is_list()) {
-    return absl::InvalidArgumentError(absl::StrCat("config key '", cfg.FullKey(key), "' must be a list, got ",
-                                                   KindName((*sub)->kind()), " ", ScalarToYaml(**sub)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key '", cfg.FullKey(key), "' must be a list, got ",
+                     KindName((*sub)->kind()), " ", ScalarToYaml(**sub)));
   }
   std::vector<T> out;
   Config list(*sub, cfg.FullKey(key));
@@ -167,7 +170,8 @@ absl::StatusOr<std::vector<T>> GetList(const Config& cfg, absl::string_view key)
 }  // namespace
 
 template <>
-absl::StatusOr<std::vector<int64_t>> Config::Get<std::vector<int64_t>>(absl::string_view key) const {
+absl::StatusOr<std::vector<int64_t>> Config::Get<std::vector<int64_t>>(
+    absl::string_view key) const {
   return GetList<int64_t>(*this, key);
 }
 template <>
@@ -179,7 +183,8 @@ absl::StatusOr<std::vector<double>> Config::Get<std::vector<double>>(absl::strin
   return GetList<double>(*this, key);
 }
 template <>
-absl::StatusOr<std::vector<std::string>> Config::Get<std::vector<std::string>>(absl::string_view key) const {
+absl::StatusOr<std::vector<std::string>> Config::Get<std::vector<std::string>>(
+    absl::string_view key) const {
   return GetList<std::string>(*this, key);
 }
 

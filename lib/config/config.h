@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/config/node.h"
 #include "lib/core/status_macros.h"
 
@@ -18,7 +18,8 @@ class Config {
  public:
   Config() : root_(Node::Map()) {}
   // `prefix` is the key of `root` inside a larger config, used in messages.
-  explicit Config(NodePtr root, std::string prefix = "") : root_(std::move(root)), prefix_(std::move(prefix)) {}
+  explicit Config(NodePtr root, std::string prefix = "")
+      : root_(std::move(root)), prefix_(std::move(prefix)) {}
 
   const NodePtr& node() const { return root_; }
   const std::string& prefix() const { return prefix_; }
@@ -51,16 +52,28 @@ class Config {
   std::string prefix_;
 };
 
-template <> absl::StatusOr<bool> Config::Get<bool>(absl::string_view key) const;
-template <> absl::StatusOr<int64_t> Config::Get<int64_t>(absl::string_view key) const;
-template <> absl::StatusOr<int> Config::Get<int>(absl::string_view key) const;
-template <> absl::StatusOr<double> Config::Get<double>(absl::string_view key) const;
-template <> absl::StatusOr<float> Config::Get<float>(absl::string_view key) const;
-template <> absl::StatusOr<std::string> Config::Get<std::string>(absl::string_view key) const;
-template <> absl::StatusOr<std::vector<int64_t>> Config::Get<std::vector<int64_t>>(absl::string_view key) const;
-template <> absl::StatusOr<std::vector<int>> Config::Get<std::vector<int>>(absl::string_view key) const;
-template <> absl::StatusOr<std::vector<double>> Config::Get<std::vector<double>>(absl::string_view key) const;
-template <> absl::StatusOr<std::vector<std::string>> Config::Get<std::vector<std::string>>(absl::string_view key) const;
-template <> absl::StatusOr<NodePtr> Config::Get<NodePtr>(absl::string_view key) const;
+template <>
+absl::StatusOr<bool> Config::Get<bool>(absl::string_view key) const;
+template <>
+absl::StatusOr<int64_t> Config::Get<int64_t>(absl::string_view key) const;
+template <>
+absl::StatusOr<int> Config::Get<int>(absl::string_view key) const;
+template <>
+absl::StatusOr<double> Config::Get<double>(absl::string_view key) const;
+template <>
+absl::StatusOr<float> Config::Get<float>(absl::string_view key) const;
+template <>
+absl::StatusOr<std::string> Config::Get<std::string>(absl::string_view key) const;
+template <>
+absl::StatusOr<std::vector<int64_t>> Config::Get<std::vector<int64_t>>(absl::string_view key) const;
+template <>
+absl::StatusOr<std::vector<int>> Config::Get<std::vector<int>>(absl::string_view key) const;
+template <>
+absl::StatusOr<std::vector<double>> Config::Get<std::vector<double>>(absl::string_view key) const;
+template <>
+absl::StatusOr<std::vector<std::string>> Config::Get<std::vector<std::string>>(
+    absl::string_view key) const;
+template <>
+absl::StatusOr<NodePtr> Config::Get<NodePtr>(absl::string_view key) const;
 
 }  // namespace kiln::config

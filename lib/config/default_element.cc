@@ -178,7 +178,7 @@ std::string DefaultElement::Describe() const {
   if (optional) key += "optional ";
   key += group;
   if (package.has_value()) key += "@" + *package;
-  std::string v = value_is_null ? "null"
+  std::string v = value_is_null   ? "null"
                   : value_is_list ? "[" + absl::StrJoin(options, ", ") + "]"
                                   : value;
   return key + ": " + v;

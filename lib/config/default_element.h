@@ -12,9 +12,9 @@
 namespace kiln::config {
 
 struct DefaultElement {
-  bool is_group = false;       // GroupDefault (`group: option`) vs ConfigDefault (`- path`)
-  std::string path;            // ConfigDefault: "base", "/abs/path", "_self_"
-  std::string group;           // GroupDefault: "model", "/optimizer", "server/db"
+  bool is_group = false;  // GroupDefault (`group: option`) vs ConfigDefault (`- path`)
+  std::string path;       // ConfigDefault: "base", "/abs/path", "_self_"
+  std::string group;      // GroupDefault: "model", "/optimizer", "server/db"
   std::optional<std::string> package;
 
   // GroupDefault's option: a name, a list of names (multi-select), or null.
@@ -53,8 +53,9 @@ struct DefaultElement {
   std::string OverrideKey() const;
 
   // Replaces `${key}` in the option (or path) with known choices; false if one is unknown.
-  bool ResolveInterpolation(const std::vector<std::pair<std::string, std::optional<std::string>>>& known,
-                            std::string* unresolved);
+  bool ResolveInterpolation(
+      const std::vector<std::pair<std::string, std::optional<std::string>>>& known,
+      std::string* unresolved);
 
   // How the entry reads in a defaults list: "model: cnn", "override /optimizer: adamw".
   std::string Describe() const;

@@ -39,13 +39,15 @@ class Overrides {
         config_overrides.push_back(o);
       } else if (o.is_force_add()) {
         return CompositionError(absl::StrCat("force-add of config groups is not supported: '",
-                                             o.input_line, "' (use +", o.input_line.substr(2), ")"));
+                                             o.input_line, "' (use +", o.input_line.substr(2),
+                                             ")"));
       } else if (o.is_delete()) {
         Deletion del;
         if (o.has_value) {
           if (o.value.node->kind() != NodeKind::kString) {
             return CompositionError(absl::StrCat("deleting config group '", o.GroupKey(),
-                                                 "': the option must be a name in '", o.input_line, "'"));
+                                                 "': the option must be a name in '", o.input_line,
+                                                 "'"));
           }
           del.name = o.value.node->as_string();
         }
@@ -167,7 +169,8 @@ class Overrides {
       const Deletion& del = deletions.at(key);
       if (del.used) continue;
       std::string desc = del.name.has_value() ? key + "=" + *del.name : key;
-      return CompositionError(absl::StrCat("Could not delete '", desc, "'. No match in the defaults list"));
+      return CompositionError(
+          absl::StrCat("Could not delete '", desc, "'. No match in the defaults list"));
     }
     return absl::OkStatus();
   }
@@ -181,10 +184,9 @@ class Overrides {
       if (k != key) continue;
       found = true;
       if (name != v) {
-        return CompositionError(absl::StrCat("Multiple values for ", key,
-                                             ". To override a value use 'override ", key, ": ",
-                                             v.value_or("null"), "'",
-                                             d.source.known() ? " (" + d.source.Describe() + ")" : ""));
+        return CompositionError(absl::StrCat(
+            "Multiple values for ", key, ". To override a value use 'override ", key, ": ",
+            v.value_or("null"), "'", d.source.known() ? " (" + d.source.Describe() + ")" : ""));
       }
     }
     if (!found) known_choices.emplace_back(key, name);
@@ -284,11 +286,12 @@ class TreeBuilder {
       if (parent.is_group) {
         std::string key = parent.OverrideKey();
         auto options = repo_.GroupOptions(parent.GroupPath());
-        return CompositionError(absl::StrCat("You must specify '", key, "', e.g, ", key,
-                                             "=<OPTION>. Available options: ",
-                                             absl::StrJoin(options, ", ")));
+        return CompositionError(
+            absl::StrCat("You must specify '", key, "', e.g, ", key,
+                         "=<OPTION>. Available options: ", absl::StrJoin(options, ", ")));
       }
-      return CompositionError(absl::StrCat("Missing ConfigDefault is not supported: ", parent.path));
+      return CompositionError(
+          absl::StrCat("Missing ConfigDefault is not supported: ", parent.path));
     }
     auto loaded_or = repo_.Load(parent.ConfigPath());
     if (!loaded_or.ok()) return loaded_or.status();
@@ -338,9 +341,10 @@ class TreeBuilder {
       if (d.is_options()) {
         for (auto opt = d.options.rbegin(); opt != d.options.rend(); ++opt) {
           if (opt->find("${") != std::string::npos) {
-            return CompositionError(absl::StrCat("In '", parent.ConfigPath(),
-                                                 "': Defaults List interpolation is not supported in "
-                                                 "options list items"));
+            return CompositionError(
+                absl::StrCat("In '", parent.ConfigPath(),
+                             "': Defaults List interpolation is not supported in "
+                             "options list items"));
           }
           DefaultElement item;
           item.path = d.group + "/" + *opt;
@@ -363,7 +367,8 @@ class TreeBuilder {
     }
 
     // Deferred interpolations (`optional db_schema: ${db}`) see every choice made above.
-    std::vector<std::pair<std::string, std::optional<std::string>>> known = overrides_.known_choices;
+    std::vector<std::pair<std::string, std::optional<std::string>>> known =
+        overrides_.known_choices;
     (void)self_added;
     for (auto& child : children) {
       DefaultElement& d = child->node;
@@ -372,10 +377,10 @@ class TreeBuilder {
       if (!d.ResolveInterpolation(known, &unresolved)) {
         std::vector<std::string> keys;
         for (const auto& [k, v] : known) keys.push_back(k);
-        return CompositionError(absl::StrCat("Error resolving interpolation '", unresolved,
-                                             "' in the defaults list of '", parent.ConfigPath(),
-                                             "'", keys.empty() ? "" : ", possible interpolation keys: ",
-                                             absl::StrJoin(keys, ", ")));
+        return CompositionError(absl::StrCat(
+            "Error resolving interpolation '", unresolved, "' in the defaults list of '",
+            parent.ConfigPath(), "'",
+            keys.empty() ? "" : ", possible interpolation keys: ", absl::StrJoin(keys, ", ")));
       }
       d.UpdateParent(parent.GroupPath(), parent.FinalPackage());
       if (auto st = Build(child.get(), false, true); !st.ok()) return st;
@@ -396,7 +401,8 @@ class TreeBuilder {
       if (d.is_self()) {
         if (has_self) {
           std::string where = d.source.known() ? " (" + d.source.Describe() + ")" : "";
-          return CompositionError(absl::StrCat("Duplicate _self_ defined in ", containing.ConfigPath(), where));
+          return CompositionError(
+              absl::StrCat("Duplicate _self_ defined in ", containing.ConfigPath(), where));
         }
         has_self = true;
       }
@@ -426,9 +432,11 @@ class TreeBuilder {
         seen_override = true;
         last_override = &d;
         if (interpolated_subtree) {
-          return CompositionError(absl::StrCat(
-              parent.ConfigPath(), ": Default List Overrides are not allowed in the subtree of an "
-              "interpolated config group (override ", d.OverrideKey(), "=", d.Name().value_or("null"), ")"));
+          return CompositionError(
+              absl::StrCat(parent.ConfigPath(),
+                           ": Default List Overrides are not allowed in the subtree of an "
+                           "interpolated config group (override ",
+                           d.OverrideKey(), "=", d.Name().value_or("null"), ")"));
         }
         overrides_.AddOverride(parent.ConfigPath(), d);
       }
@@ -441,9 +449,9 @@ class TreeBuilder {
     if (element.primary) {
       auto options = repo_.GroupOptions("");
       std::string hint = DidYouMean(element.ConfigPath(), options);
-      return absl::NotFoundError(absl::StrCat(
-          "Cannot find primary config '", element.ConfigPath(), "'", hint,
-          ". Check that it's in your config search path (", SearchPathSummary(), ")"));
+      return absl::NotFoundError(
+          absl::StrCat("Cannot find primary config '", element.ConfigPath(), "'", hint,
+                       ". Check that it's in your config search path (", SearchPathSummary(), ")"));
     }
     std::string msg;
     if (element.is_group) {
@@ -483,7 +491,8 @@ std::optional<ResultDefault> MakeResult(const DefaultsTreeNode* tree, const Defa
   if (node.is_self()) {
     res.config_path = tree->node.ConfigPath();
     res.is_self = true;
-    if (tree->parent != nullptr && !tree->parent->virtual_root) res.parent = tree->parent->node.ConfigPath();
+    if (tree->parent != nullptr && !tree->parent->virtual_root)
+      res.parent = tree->parent->node.ConfigPath();
     res.package = tree->node.FinalPackage();
     res.primary = tree->node.primary;
   } else {
@@ -530,12 +539,14 @@ void FormatTree(const DefaultsTreeNode& tree, int depth, std::string* out) {
     if (d.deleted) line += "  (deleted)";
     *out += line + "\n";
   }
-  for (const auto& child : tree.children) FormatTree(*child, tree.virtual_root ? depth : depth + 1, out);
+  for (const auto& child : tree.children)
+    FormatTree(*child, tree.virtual_root ? depth : depth + 1, out);
 }
 
 }  // namespace
 
-absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo, const std::string& config_name,
+absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo,
+                                                const std::string& config_name,
                                                 const std::vector<Override>& overrides_list,
                                                 bool with_hydra, bool skip_missing) {
   Overrides overrides;
@@ -560,7 +571,8 @@ absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo, const st
     root->node = primary;
   }
   TreeBuilder builder(repo, overrides, skip_missing);
-  if (auto st = builder.Build(root.get(), /*is_root_config=*/!with_hydra, false); !st.ok()) return st;
+  if (auto st = builder.Build(root.get(), /*is_root_config=*/!with_hydra, false); !st.ok())
+    return st;
 
   DefaultsList result;
   Walk(*root, &result.defaults);
@@ -568,8 +580,8 @@ absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo, const st
   for (const auto& item : result.defaults) {
     if (item.is_self || !item.override_key.has_value()) continue;
     if (!keys.insert(*item.override_key).second) {
-      return CompositionError(absl::StrCat(*item.override_key,
-                                           " appears more than once in the final defaults list"));
+      return CompositionError(
+          absl::StrCat(*item.override_key, " appears more than once in the final defaults list"));
     }
   }
   if (auto st = overrides.EnsureOverridesUsed(); !st.ok()) return st;

@@ -42,7 +42,8 @@ struct DefaultsList {
 };
 
 // `config_name` empty means no primary config. `with_hydra` puts hydra/config first.
-absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo, const std::string& config_name,
+absl::StatusOr<DefaultsList> CreateDefaultsList(ConfigRepository& repo,
+                                                const std::string& config_name,
                                                 const std::vector<Override>& overrides,
                                                 bool with_hydra, bool skip_missing);
 

@@ -39,12 +39,14 @@ absl::string_view Trim(absl::string_view s) {
 
 absl::StatusOr<std::string> StringArg(const ResolverCall& call, size_t index) {
   if (index >= call.args.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("resolver '", call.name, "' needs argument ", index + 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resolver '", call.name, "' needs argument ", index + 1));
   }
   const Node& arg = *call.args[index];
   if (arg.kind() != NodeKind::kString) {
-    return absl::InvalidArgumentError(absl::StrCat("resolver '", call.name, "': argument ", index + 1,
-                                                   " must be a string, got ", KindName(arg.kind())));
+    return absl::InvalidArgumentError(absl::StrCat("resolver '", call.name, "': argument ",
+                                                   index + 1, " must be a string, got ",
+                                                   KindName(arg.kind())));
   }
   return arg.as_string();
 }
@@ -101,8 +103,8 @@ void RegisterBuiltins(ResolverRegistry* registry) {
     }
     auto value = ParseOverrideValue(*text);
     if (!value.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("oc.decode cannot decode '", *text, "': ",
-                                                     value.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("oc.decode cannot decode '", *text, "': ", value.status().message()));
     }
     return value->node;
   });
@@ -137,7 +139,8 @@ void RegisterBuiltins(ResolverRegistry* registry) {
       auto found = call.interpolator->Select(*key, *call.path, /*resolve=*/true);
       if (!found.ok()) return found.status();
       if (*found == nullptr || !(*found)->is_map()) {
-        return absl::InvalidArgumentError(absl::StrCat(call.name, ": '", *key, "' is not a mapping"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(call.name, ": '", *key, "' is not a mapping"));
       }
       NodePtr out = Node::List();
       for (const auto& [k, v] : (*found)->entries()) {
@@ -556,12 +559,13 @@ ResolverRegistry& ResolverRegistry::Default() {
   return *registry;
 }
 
-absl::Status ResolverRegistry::Add(const std::string& name, ResolverFn fn, const std::string& origin) {
+absl::Status ResolverRegistry::Add(const std::string& name, ResolverFn fn,
+                                   const std::string& origin) {
   auto [it, added] = resolvers_.emplace(name, Entry{std::move(fn), origin});
   if (!added) {
-    return absl::AlreadyExistsError(absl::StrCat("config resolver '", name, "' is already registered by ",
-                                                 it->second.origin, "; ", origin,
-                                                 " cannot register it again: give it another name"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("config resolver '", name, "' is already registered by ", it->second.origin,
+                     "; ", origin, " cannot register it again: give it another name"));
   }
   return absl::OkStatus();
 }
@@ -665,8 +669,8 @@ absl::StatusOr<NodePtr> Interpolator::ResolveString(const Node& node,
         absl::StrCat("interpolation cycle: ", absl::StrJoin(chain, " -> ")));
   }
   if (stack_.size() >= 256) {
-    return absl::InvalidArgumentError(absl::StrCat("interpolations nested deeper than 256 levels at '",
-                                                   JoinPath(path), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("interpolations nested deeper than 256 levels at '", JoinPath(path), "'"));
   }
   stack_.push_back(&node);
   stack_keys_.push_back(JoinPath(path));
@@ -734,7 +738,8 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
       auto value = Evaluate(*scan, path);
       if (!value.ok()) return value.status();
       if ((*value)->is_missing()) {
-        return absl::InvalidArgumentError(absl::StrCat("interpolation '", text.substr(i, close - i + 1),
+        return absl::InvalidArgumentError(absl::StrCat("interpolation '",
+                                                       text.substr(i, close - i + 1),
                                                        "' points to a missing value (\?\?\?)"));
       }
       if (keys_must_be_strings && (*value)->kind() != NodeKind::kString) {
@@ -745,8 +750,9 @@ absl::StatusOr<std::string> Interpolator::Interpolate(absl::string_view text,
       }
       out += PythonStr(**value);
       if (out.size() > kMaxInterpolatedLength) {
-        return absl::InvalidArgumentError(absl::StrCat("interpolation result longer than ", kMaxInterpolatedLength,
-                                                       " characters in '", text.substr(0, 60), "...'"));
+        return absl::InvalidArgumentError(absl::StrCat("interpolation result longer than ",
+                                                       kMaxInterpolatedLength, " characters in '",
+                                                       text.substr(0, 60), "...'"));
       }
       i = close;
       continue;
@@ -770,10 +776,11 @@ absl::StatusOr<NodePtr> Interpolator::Evaluate(const InterpolationScan& scan,
     const ResolverFn* fn = resolvers_.Find(name);
     if (fn == nullptr) {
       const absl::Status& loading = resolvers_.load_more_status();
-      return absl::NotFoundError(absl::StrCat("unknown resolver '", name, "' in '${", body,
-                                              "}' (known: ", absl::StrJoin(resolvers_.Names(), ", "), ")",
-                                              loading.ok() ? "" : "; the plugins that may provide it did not load: ",
-                                              loading.message()));
+      return absl::NotFoundError(
+          absl::StrCat("unknown resolver '", name, "' in '${", body,
+                       "}' (known: ", absl::StrJoin(resolvers_.Names(), ", "), ")",
+                       loading.ok() ? "" : "; the plugins that may provide it did not load: ",
+                       loading.message()));
     }
     ResolverCall call{name, {}, this, &path};
     for (absl::string_view arg : scan.args) {
@@ -843,7 +850,8 @@ absl::StatusOr<NodePtr> Interpolator::Lookup(absl::string_view key,
     if (!base.empty()) base.pop_back();
     for (size_t i = 1; i < dots; ++i) {
       if (base.empty()) {
-        return absl::NotFoundError(absl::StrCat("interpolation key '", key, "' goes above the root"));
+        return absl::NotFoundError(
+            absl::StrCat("interpolation key '", key, "' goes above the root"));
       }
       base.pop_back();
     }
@@ -862,7 +870,8 @@ absl::StatusOr<NodePtr> Interpolator::Lookup(absl::string_view key,
         return NodePtr();
       }
       current = current->items()[index];
-    } else if (current->kind() == NodeKind::kString && current->as_string().find("${") != std::string::npos) {
+    } else if (current->kind() == NodeKind::kString &&
+               current->as_string().find("${") != std::string::npos) {
       // Walking through an interpolated container: resolve it first.
       auto resolved = Resolve(current, *target_path);
       if (!resolved.ok()) return resolved.status();

@@ -4,8 +4,8 @@
 
 #include <functional>
 #include <map>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,7 +61,8 @@ class ResolverRegistry {
 
 class Interpolator {
  public:
-  explicit Interpolator(NodePtr root, const ResolverRegistry& resolvers = ResolverRegistry::Default())
+  explicit Interpolator(NodePtr root,
+                        const ResolverRegistry& resolvers = ResolverRegistry::Default())
       : root_(std::move(root)), resolvers_(resolvers) {}
 
   // A copy of `node` (found at `path`) with every interpolation below it resolved. `???`
@@ -79,9 +80,12 @@ class Interpolator {
 
  private:
   absl::StatusOr<NodePtr> ResolveString(const Node& node, const std::vector<std::string>& path);
-  absl::StatusOr<NodePtr> Evaluate(const InterpolationScan& scan, const std::vector<std::string>& path);
-  absl::StatusOr<std::string> Interpolate(absl::string_view text, const std::vector<std::string>& path);
-  absl::StatusOr<NodePtr> EvaluateArgument(absl::string_view text, const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> Evaluate(const InterpolationScan& scan,
+                                   const std::vector<std::string>& path);
+  absl::StatusOr<std::string> Interpolate(absl::string_view text,
+                                          const std::vector<std::string>& path);
+  absl::StatusOr<NodePtr> EvaluateArgument(absl::string_view text,
+                                           const std::vector<std::string>& path);
   absl::StatusOr<NodePtr> Lookup(absl::string_view key, const std::vector<std::string>& path,
                                  std::vector<std::string>* target_path);
 
@@ -90,7 +94,8 @@ class Interpolator {
   const ResolverRegistry& resolvers_;
   std::vector<const Node*> stack_;
   // Each node sits at one place in the tree, so its resolved value is fixed; remembering it keeps
-  // configs whose interpolations fan out (a: ${b}${b}, b: ${c}${c}, ...) linear instead of exponential.
+  // configs whose interpolations fan out (a: ${b}${b}, b: ${c}${c}, ...) linear instead of
+  // exponential.
   std::unordered_map<const Node*, NodePtr> resolved_;
   // Containers resolved on the way through a key; kept alive so their addresses stay unique.
   std::vector<NodePtr> temporaries_;

@@ -38,12 +38,14 @@ std::string NodeToJson(const Node& node) {
       double v = node.as_float();
       if (std::isnan(v)) return "NaN";
       if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-      return PythonFloatRepr(v);  // the shortest digits that read back as v, as Python's json writes
+      return PythonFloatRepr(
+          v);  // the shortest digits that read back as v, as Python's json writes
     }
     case NodeKind::kString: return JsonString(node.as_string());
     case NodeKind::kList: {
       std::string out = "[";
-      for (size_t i = 0; i < node.items().size(); ++i) absl::StrAppend(&out, i ? ", " : "", NodeToJson(*node.items()[i]));
+      for (size_t i = 0; i < node.items().size(); ++i)
+        absl::StrAppend(&out, i ? ", " : "", NodeToJson(*node.items()[i]));
       return out + "]";
     }
     case NodeKind::kMap: {

@@ -29,7 +29,6 @@ std::vector<std::string> KeysOf(const Node& map) {
   return keys;
 }
 
-
 bool IsNumber(const Node& n) {
   return n.kind() == NodeKind::kBool || n.kind() == NodeKind::kInt || n.kind() == NodeKind::kFloat;
 }
@@ -59,8 +58,9 @@ absl::Status MergeInto(Node& dest, const Node& src, bool struct_mode, const std:
     if (dest_value->is_container() && src_value->is_container()) {
       if (dest_value->is_list() != src_value->is_list()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "cannot merge a ", KindName(src_value->kind()), " into the ", KindName(dest_value->kind()),
-            " at '", Join(path, key), "'", src_value->source().known() ? " (from " + src_value->source().Describe() + ")" : ""));
+            "cannot merge a ", KindName(src_value->kind()), " into the ",
+            KindName(dest_value->kind()), " at '", Join(path, key), "'",
+            src_value->source().known() ? " (from " + src_value->source().Describe() + ")" : ""));
       }
     }
     dest.Set(key, src_value->Clone());
@@ -120,8 +120,8 @@ bool PythonEqual(const Node& a, const Node& b) {
 
 namespace {
 
-absl::Status MissingKey(const Override& o, const Node& container, const std::vector<std::string>& path,
-                        size_t depth) {
+absl::Status MissingKey(const Override& o, const Node& container,
+                        const std::vector<std::string>& path, size_t depth) {
   std::string hint;
   if (container.is_map()) {
     std::string prefix;
@@ -130,13 +130,11 @@ absl::Status MissingKey(const Override& o, const Node& container, const std::vec
     for (const auto& k : KeysOf(container)) full.push_back(prefix + k);
     hint = DidYouMean(prefix + path[depth], full);
   }
-  std::string value = o.input_line.substr(o.input_line.find('=') == std::string::npos
-                                              ? o.input_line.size()
-                                              : o.input_line.find('='));
-  return absl::InvalidArgumentError(absl::StrCat("Could not override '", o.key_or_group,
-                                                 "': no such key in the config", hint,
-                                                 ". To append to your config use +", o.key_or_group,
-                                                 value));
+  std::string value = o.input_line.substr(
+      o.input_line.find('=') == std::string::npos ? o.input_line.size() : o.input_line.find('='));
+  return absl::InvalidArgumentError(
+      absl::StrCat("Could not override '", o.key_or_group, "': no such key in the config", hint,
+                   ". To append to your config use +", o.key_or_group, value));
 }
 
 // OmegaConf.update(cfg, key, value, merge=True, force_add=...).
@@ -170,9 +168,9 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
       }
     } else if (current->is_list()) {
       if (!ParseIndex(seg, current->items().size(), &index)) {
-        return absl::InvalidArgumentError(absl::StrCat("Could not override '", o.key_or_group, "': '",
-                                                       seg, "' is not an index of the list (size ",
-                                                       current->items().size(), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Could not override '", o.key_or_group, "': '", seg,
+                         "' is not an index of the list (size ", current->items().size(), ")"));
       }
       next = current->items()[index];
       if (!next->is_container()) {
@@ -192,7 +190,8 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
     }
     NodePtr& slot = current->mutable_items()[index];
     if (auto st = CheckContainerKinds(*slot, *value, o); !st.ok()) return st;
-    if (slot->is_map() && value->is_map()) return MergeInto(*slot, *value, !force_add, o.key_or_group);
+    if (slot->is_map() && value->is_map())
+      return MergeInto(*slot, *value, !force_add, o.key_or_group);
     slot = value;
     return absl::OkStatus();
   }
@@ -204,8 +203,8 @@ absl::Status Update(Node& cfg, const Override& o, bool force_add) {
   if (existing != nullptr && existing->is_map() && value->is_map()) {
     auto st = MergeInto(*existing, *value, !force_add, o.key_or_group);
     if (!st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("Could not override '", o.key_or_group, "' with '",
-                                                     o.input_line, "': ", st.message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Could not override '", o.key_or_group, "' with '", o.input_line, "': ", st.message()));
     }
     return absl::OkStatus();
   }
@@ -226,17 +225,17 @@ absl::Status ApplyConfigOverride(Node& cfg, const Override& o) {
         "(key='value1,value2'), to sweep over it add --multirun"));
   }
   if (o.package.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("Override '", o.input_line,
-                                                   "' looks like a config group override, but config group '",
-                                                   o.key_or_group, "' does not exist"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Override '", o.input_line, "' looks like a config group override, but config group '",
+        o.key_or_group, "' does not exist"));
   }
   std::vector<std::string> path = SplitKey(o.key_or_group);
   NodePtr root(&cfg, [](Node*) {});
   if (o.is_delete()) {
     NodePtr existing = SelectPath(root, path);
     if (existing == nullptr || existing->is_null()) {
-      return absl::InvalidArgumentError(absl::StrCat("Could not delete from config. '", o.key_or_group,
-                                                     "' does not exist."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Could not delete from config. '", o.key_or_group, "' does not exist."));
     }
     if (o.has_value && !PythonEqual(*o.value.node, *existing)) {
       return absl::InvalidArgumentError(absl::StrCat("Could not delete from config. The value of '",

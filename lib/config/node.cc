@@ -153,8 +153,7 @@ std::string TypedKey(const Node& scalar) {
       std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(bits));
       return absl::StrCat(std::string(1, kTypedKeyMarker), "f", hex);
     }
-    default:
-      return scalar.as_string();
+    default: return scalar.as_string();
   }
 }
 
@@ -164,10 +163,8 @@ NodePtr KeyValue(absl::string_view key) {
   if (!IsTypedKey(key) || key.size() < 3) return Node::String(std::string(key));
   std::string text(key.substr(2));
   switch (key[1]) {
-    case 'b':
-      return Node::Bool(text == "1");
-    case 'i':
-      return Node::Integer(text);
+    case 'b': return Node::Bool(text == "1");
+    case 'i': return Node::Integer(text);
     default: {
       uint64_t bits = std::strtoull(text.c_str(), nullptr, 16);
       double value = 0;
@@ -240,7 +237,8 @@ bool DeepEqual(const Node& a, const Node& b) {
     case NodeKind::kNull: return true;
     case NodeKind::kBool: return a.as_bool() == b.as_bool();
     case NodeKind::kInt:
-      return a.is_big_int() || b.is_big_int() ? a.int_text() == b.int_text() : a.as_int() == b.as_int();
+      return a.is_big_int() || b.is_big_int() ? a.int_text() == b.int_text()
+                                              : a.as_int() == b.as_int();
     case NodeKind::kFloat:
       return a.as_float() == b.as_float() || (std::isnan(a.as_float()) && std::isnan(b.as_float()));
     case NodeKind::kString: return a.as_string() == b.as_string();
@@ -299,7 +297,8 @@ std::string PythonFloatRepr(double value) {
     out = digits.substr(0, 1);
     if (digits.size() > 1) out += "." + digits.substr(1);
     char exp_buf[8];
-    std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+',
+                  std::abs(exponent));
     out += exp_buf;
   }
   return negative ? "-" + out : out;

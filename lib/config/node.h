@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace kiln::config {
 

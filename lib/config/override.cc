@@ -154,7 +154,8 @@ class OverrideParser {
   // After an item of a list, a dictionary or a function's arguments: ',' (consumed; another item
   // follows: false) or `close` (consumed: true). Anything else fails with `missing` at the end of
   // the input, else with `expected`.
-  absl::StatusOr<bool> ItemSeparator(char close, const std::string& missing, const std::string& expected) {
+  absl::StatusOr<bool> ItemSeparator(char close, const std::string& missing,
+                                     const std::string& expected) {
     SkipWs();
     if (Peek() == ',') {
       ++pos_;
@@ -176,8 +177,8 @@ class OverrideParser {
     std::string near = pos_ < s_.size()
                            ? absl::StrCat(" near '", s_.substr(pos_, near_end - pos_), "'")
                            : std::string(" at the end");
-    return absl::InvalidArgumentError(absl::StrCat("invalid override '", whole_, "': ", what,
-                                                   " (column ", column, near, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid override '", whole_, "': ", what, " (column ", column, near, ")"));
   }
 
   // Hydra's override lexer takes only ASCII outside quotes and ${...} (LexerNoViableAltException).
@@ -227,8 +228,10 @@ class OverrideParser {
 
   // element: primitive | list | dict | function. `terminators` end a primitive here.
   absl::StatusOr<Element> ParseElement(absl::string_view terminators) {
-    // Lists, dicts and function calls recurse; a bound keeps hostile input from exhausting the stack.
-    if (depth_ >= kMaxDepth) return Fail(absl::StrCat("values nested deeper than ", kMaxDepth, " levels"));
+    // Lists, dicts and function calls recurse; a bound keeps hostile input from exhausting the
+    // stack.
+    if (depth_ >= kMaxDepth)
+      return Fail(absl::StrCat("values nested deeper than ", kMaxDepth, " levels"));
     ++depth_;
     auto result = ParseElementAtDepth(terminators);
     --depth_;
@@ -244,7 +247,8 @@ class OverrideParser {
     if (IsIdStart(c)) {
       size_t save = pos_;
       size_t p = pos_;
-      while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_')) ++p;
+      while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_'))
+        ++p;
       size_t name_end = p;
       while (p < s_.size() && IsWs(s_[p])) ++p;
       if (p < s_.size() && s_[p] == '(') {
@@ -270,7 +274,8 @@ class OverrideParser {
       if (!item.ok()) return item.status();
       if (item->is_sweep) return Fail("a sweep cannot be a list item");
       e.value.node->Append(item->value.node);
-      auto closed = ItemSeparator(']', "missing ']' to close the list", "expected ',' or ']' in list");
+      auto closed =
+          ItemSeparator(']', "missing ']' to close the list", "expected ',' or ']' in list");
       if (!closed.ok()) return closed.status();
       if (*closed) return e;
     }
@@ -324,7 +329,8 @@ class OverrideParser {
       if (!value.ok()) return value.status();
       if (value->is_sweep) return Fail("a sweep cannot be a dictionary value");
       e.value.node->Set(key, value->value.node);
-      auto closed = ItemSeparator('}', "missing '}' to close the dictionary", "expected ',' or '}'");
+      auto closed =
+          ItemSeparator('}', "missing '}' to close the dictionary", "expected ',' or '}'");
       if (!closed.ok()) return closed.status();
       if (*closed) return e;
     }
@@ -338,8 +344,8 @@ class OverrideParser {
     while (true) {
       if (AtEnd()) {
         pos_ = start;
-        return Fail(absl::StrCat("unterminated quoted string (missing closing ", std::string(1, quote),
-                                 ")"));
+        return Fail(absl::StrCat("unterminated quoted string (missing closing ",
+                                 std::string(1, quote), ")"));
       }
       char c = Peek();
       if (c == '\\') {
@@ -383,9 +389,9 @@ class OverrideParser {
       }
       return quoted;
     }
-    std::string text;       // the value with escapes applied
-    std::string raw;        // as written, to type single tokens
-    bool plain = true;      // no escapes, no interpolation: may be typed
+    std::string text;   // the value with escapes applied
+    std::string raw;    // as written, to type single tokens
+    bool plain = true;  // no escapes, no interpolation: may be typed
     size_t start = pos_;
     while (!AtEnd()) {
       char c = Peek();
@@ -411,8 +417,10 @@ class OverrideParser {
         plain = false;
         continue;
       }
-      if (c == ')' || c == ']' || c == '}') return Fail(absl::StrCat("unexpected '", std::string(1, c), "'"));
-      if (c == '(' || c == '[' || c == '{') return Fail(absl::StrCat("unexpected '", std::string(1, c), "'"));
+      if (c == ')' || c == ']' || c == '}')
+        return Fail(absl::StrCat("unexpected '", std::string(1, c), "'"));
+      if (c == '(' || c == '[' || c == '{')
+        return Fail(absl::StrCat("unexpected '", std::string(1, c), "'"));
       if (c == '=') return Fail("unexpected '=' (quote the value or escape it as \\=)");
       if (c == '\'' || c == '"') return Fail("unexpected quote inside an unquoted value");
       if (!IsAscii(c)) return FailNonAscii();
@@ -463,7 +471,8 @@ class OverrideParser {
         // argName: ID '='
         size_t p = pos_;
         if (IsIdStart(Peek())) {
-          while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_')) ++p;
+          while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_'))
+            ++p;
           size_t id_end = p;
           while (p < s_.size() && IsWs(s_[p])) ++p;
           if (p < s_.size() && s_[p] == '=') {
@@ -497,7 +506,8 @@ class OverrideParser {
     if (name == "glob") return Glob(args);
     if (name == "sort" || name == "shuffle") return SortOrShuffle(name, args);
     if (name == "tag") return Tag(args);
-    if (name == "int" || name == "float" || name == "str" || name == "bool") return CastCall(name, args);
+    if (name == "int" || name == "float" || name == "str" || name == "bool")
+      return CastCall(name, args);
     return Fail(absl::StrCat("unknown function '", name,
                              "' (known: choice, range, interval, glob, sort, shuffle, tag, int, "
                              "float, str, bool)"));
@@ -523,9 +533,7 @@ class OverrideParser {
     return e;
   }
 
-  static bool IsZeroStep(const Node& step) {
-    return NumberValue(step) == 0;
-  }
+  static bool IsZeroStep(const Node& step) { return NumberValue(step) == 0; }
 
   absl::StatusOr<Element> Choice(std::vector<Arg>& args) {
     Element e = Sweep(SweepKind::kChoice);
@@ -553,7 +561,8 @@ class OverrideParser {
         return absl::OkStatus();
       }
       NodeKind k = a->value.is_sweep ? NodeKind::kNull : a->value.value.node->kind();
-      if (k != NodeKind::kInt && k != NodeKind::kFloat) return Fail("range() arguments must be numbers");
+      if (k != NodeKind::kInt && k != NodeKind::kFloat)
+        return Fail("range() arguments must be numbers");
       if (a->value.value.node->is_big_int()) return Fail("range() arguments must be within int64");
       *out = a->value.value.node;
       return absl::OkStatus();
@@ -574,9 +583,11 @@ class OverrideParser {
       return Fail("interval() needs a start and an end");
     }
     // Hydra's interval() is over floats; int(interval(a,b)) makes it an interval of integers.
-    for (auto [arg, bound] : {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
+    for (auto [arg, bound] :
+         {std::pair{low, &e.sweep.interval_low}, std::pair{high, &e.sweep.interval_high}}) {
       const Node& n = *arg->value.value.node;
-      if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat) return Fail("interval() bounds must be numbers");
+      if (n.kind() != NodeKind::kInt && n.kind() != NodeKind::kFloat)
+        return Fail("interval() bounds must be numbers");
       *bound = Node::Float(NumberValue(n));
     }
     return e;
@@ -654,12 +665,14 @@ class OverrideParser {
   }
 
   absl::StatusOr<Element> Tag(std::vector<Arg>& args) {
-    if (args.empty() || !args.back().value.is_sweep) return Fail("tag() needs a sweep as its last argument");
+    if (args.empty() || !args.back().value.is_sweep)
+      return Fail("tag() needs a sweep as its last argument");
     Element tagged = std::move(args.back().value);
     for (size_t i = 0; i + 1 < args.size(); ++i) {
       // A sweep argument has no node: check that before reading one.
       const NodePtr& tag = args[i].value.value.node;
-      if (args[i].value.is_sweep || !tag || tag->kind() != NodeKind::kString) return Fail("tag() takes strings, then a sweep");
+      if (args[i].value.is_sweep || !tag || tag->kind() != NodeKind::kString)
+        return Fail("tag() takes strings, then a sweep");
       tagged.sweep.tags.push_back(tag->as_string());
     }
     return tagged;
@@ -850,7 +863,8 @@ absl::Status ValidateKey(absl::string_view key, absl::string_view whole) {
     start = 0;
     while (start <= package.size()) {
       size_t end = package.find('.', start);
-      absl::string_view seg = package.substr(start, end == absl::string_view::npos ? end : end - start);
+      absl::string_view seg =
+          package.substr(start, end == absl::string_view::npos ? end : end - start);
       if (!valid_segment(seg, true))
         return fail(absl::StrCat("invalid package in key '", key, "'"));
       if (end == absl::string_view::npos) break;
@@ -914,7 +928,8 @@ absl::StatusOr<Override> ParseOverride(absl::string_view text) {
     return o;
   }
   absl::string_view value_text = text.substr(eq + 1);
-  if (o.type == OverrideType::kDelete && value_text.find_first_not_of(" \t") == absl::string_view::npos) {
+  if (o.type == OverrideType::kDelete &&
+      value_text.find_first_not_of(" \t") == absl::string_view::npos) {
     return o;
   }
   OverrideParser parser(value_text, text, eq + 1);
@@ -948,11 +963,9 @@ std::string NodeToOverrideString(const Node& node) {
   switch (node.kind()) {
     case NodeKind::kNull: return "null";
     // As Hydra writes a value back (str() of the Python value): True, 1e-07, 1e+22.
-    case NodeKind::kBool:
-      return node.as_bool() ? "True" : "False";
+    case NodeKind::kBool: return node.as_bool() ? "True" : "False";
     case NodeKind::kInt: return node.int_text();
-    case NodeKind::kFloat:
-      return PythonFloatRepr(node.as_float());
+    case NodeKind::kFloat: return PythonFloatRepr(node.as_float());
     case NodeKind::kString: {
       const std::string& s = node.as_string();
       // A string that would read back as another type, or would not parse, is quoted.
@@ -960,7 +973,8 @@ std::string NodeToOverrideString(const Node& node) {
       bool same = reparsed.ok() && reparsed->node->kind() == NodeKind::kString &&
                   reparsed->node->as_string() == s;
       if (same && !s.empty()) return EscapeSpecialCharacters(s);
-      char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+      char quote =
+          s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
       // Inside quotes only backslashes right before a quote (or the closing one) are escapes,
       // so those runs are doubled.
       std::string out(1, quote);

@@ -10,7 +10,8 @@ namespace kiln::config {
 namespace {
 
 void Collect(const Node& node, const std::string& path,
-             std::vector<std::pair<std::string, std::string>>* rows, std::vector<std::string>* where) {
+             std::vector<std::pair<std::string, std::string>>* rows,
+             std::vector<std::string>* where) {
   bool leaf = node.is_scalar() || node.size() == 0;
   if (leaf) {
     rows->emplace_back(path + ": " + ScalarToYaml(node), "");

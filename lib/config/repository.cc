@@ -32,7 +32,8 @@ std::optional<std::string> ParsePackageHeader(absl::string_view text) {
     if (line.empty() || line[0] != '@') continue;
     size_t space = line.find(' ');
     if (space == absl::string_view::npos) continue;  // Hydra reads `@package` alone as another key
-    if (line.substr(1, space - 1) == "package") package = std::string(PythonStrip(line.substr(space + 1)));
+    if (line.substr(1, space - 1) == "package")
+      package = std::string(PythonStrip(line.substr(space + 1)));
   }
   return package;
 }
@@ -104,8 +105,10 @@ absl::StatusOr<DefaultElement> ParseDefaultEntry(const Node& entry, const std::s
     }
   } else {
     return EntryError(*value, file,
-                      absl::StrCat("the option of '", key, "' must be a config name, a list of "
-                                   "names or null, not ", ScalarToYaml(*value)));
+                      absl::StrCat("the option of '", key,
+                                   "' must be a config name, a list of "
+                                   "names or null, not ",
+                                   ScalarToYaml(*value)));
   }
   return d;
 }
@@ -146,9 +149,9 @@ absl::StatusOr<std::unique_ptr<LoadedConfig>> ParseConfigFile(const std::string&
   }
   if (NodePtr defaults = content->Find("defaults")) {
     if (!defaults->is_list()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ":", defaults->source().line, ": 'defaults' must be a list, not a ",
-          KindName(defaults->kind())));
+      return absl::InvalidArgumentError(absl::StrCat(file, ":", defaults->source().line,
+                                                     ": 'defaults' must be a list, not a ",
+                                                     KindName(defaults->kind())));
     }
     loaded->has_defaults_list = true;
     for (const auto& entry : defaults->items()) {
@@ -189,10 +192,12 @@ bool ConfigRepository::IsFile(const std::string& path) const {
 
 std::optional<std::string> ConfigRepository::FindFile(const std::string& config_path) const {
   std::string name = config_path;
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0) name.resize(name.size() - 5);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0)
+    name.resize(name.size() - 5);
   for (const auto& entry : search_path_) {
     if (entry.path == kBuiltinPath) {
-      if (BuiltinHydraConfigs().count(name)) return std::string(kBuiltinPath) + "/" + name + ".yaml";
+      if (BuiltinHydraConfigs().count(name))
+        return std::string(kBuiltinPath) + "/" + name + ".yaml";
       continue;
     }
     std::string file = entry.path + "/" + name + ".yaml";
@@ -211,7 +216,8 @@ absl::StatusOr<const LoadedConfig*> ConfigRepository::Load(const std::string& co
   auto file = FindFile(config_path);
   if (!file.has_value()) return nullptr;
   std::string name = config_path;
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0) name.resize(name.size() - 5);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".yaml") == 0)
+    name.resize(name.size() - 5);
   std::string text;
   std::string display;
   if (file->rfind(kBuiltinPath, 0) == 0) {
@@ -251,7 +257,8 @@ std::vector<std::string> ConfigRepository::GroupOptions(const std::string& group
   for (const auto& entry : search_path_) {
     if (entry.path == kBuiltinPath) {
       for (const auto& [name, text] : BuiltinHydraConfigs()) {
-        if (name.rfind(group + "/", 0) == 0 && name.find('/', group.size() + 1) == std::string::npos) {
+        if (name.rfind(group + "/", 0) == 0 &&
+            name.find('/', group.size() + 1) == std::string::npos) {
           options.insert(name.substr(group.size() + 1));
         }
       }

@@ -30,7 +30,8 @@ std::string OverrideKey(absl::string_view text) {
 
 void RegisterSecretKey(const std::string& dotted_key) {
   std::lock_guard<std::mutex> lock(Mutex());
-  if (std::find(Keys().begin(), Keys().end(), dotted_key) == Keys().end()) Keys().push_back(dotted_key);
+  if (std::find(Keys().begin(), Keys().end(), dotted_key) == Keys().end())
+    Keys().push_back(dotted_key);
 }
 
 bool IsSecretKey(absl::string_view dotted_key) {
@@ -45,7 +46,8 @@ std::vector<std::string> SecretKeys() {
 
 std::string RedactOverride(absl::string_view override_text) {
   size_t eq = override_text.find('=');
-  if (eq == absl::string_view::npos || !IsSecretKey(OverrideKey(override_text))) return std::string(override_text);
+  if (eq == absl::string_view::npos || !IsSecretKey(OverrideKey(override_text)))
+    return std::string(override_text);
   return absl::StrCat(override_text.substr(0, eq + 1), kRedacted);
 }
 
@@ -72,11 +74,13 @@ NodePtr RedactSecrets(const Node& job) {
 
 NodePtr RedactHydraSecrets(const Node& hydra) {
   NodePtr out = hydra.Clone();
-  if (NodePtr overrides = out->is_map() ? out->Find("overrides") : nullptr; overrides && overrides->is_map()) {
+  if (NodePtr overrides = out->is_map() ? out->Find("overrides") : nullptr;
+      overrides && overrides->is_map()) {
     for (const auto& [name, list] : overrides->entries()) {
       if (!list->is_list()) continue;
       for (auto& item : list->mutable_items()) {
-        if (item->kind() == NodeKind::kString) item = Node::String(RedactOverride(item->as_string()));
+        if (item->kind() == NodeKind::kString)
+          item = Node::String(RedactOverride(item->as_string()));
       }
     }
   }

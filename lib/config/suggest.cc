@@ -25,17 +25,18 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return prev[b.size()];
 }
 
-std::vector<std::string> ClosestNames(absl::string_view name, const std::vector<std::string>& candidates,
-                                      size_t limit) {
+std::vector<std::string> ClosestNames(absl::string_view name,
+                                      const std::vector<std::string>& candidates, size_t limit) {
   std::vector<std::pair<size_t, std::string>> scored;
   for (const auto& c : candidates) {
     if (c == name) continue;
     size_t d = EditDistance(name, c);
     size_t longest = std::max(name.size(), c.size());
-    bool prefix = !name.empty() && (c.rfind(std::string(name), 0) == 0 ||
-                                    std::string(name).rfind(c, 0) == 0);
+    bool prefix =
+        !name.empty() && (c.rfind(std::string(name), 0) == 0 || std::string(name).rfind(c, 0) == 0);
     // Plausible: within a third of the length (at least 2 edits), or one is a prefix of the other.
-    if (d <= std::max<size_t>(2, longest / 3) || (prefix && c.size() >= 2)) scored.emplace_back(d, c);
+    if (d <= std::max<size_t>(2, longest / 3) || (prefix && c.size() >= 2))
+      scored.emplace_back(d, c);
   }
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

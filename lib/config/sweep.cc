@@ -163,13 +163,12 @@ Decimal ToDecimal(const Node& n) {
                                     : Decimal::FromDouble(n.as_float());
 }
 
-absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const ConfigRepository& repo) {
+absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o,
+                                                       const ConfigRepository& repo) {
   const Sweep& sweep = o.sweep;
   std::vector<OverrideValue> values;
   switch (sweep.kind) {
-    case SweepKind::kChoice:
-      values = sweep.choices;
-      break;
+    case SweepKind::kChoice: values = sweep.choices; break;
     case SweepKind::kRange: {
       const Node& start = *sweep.range_start;
       const Node& stop = *sweep.range_stop;
@@ -178,7 +177,8 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
         return absl::InvalidArgumentError(absl::StrCat(
             "range() in '", o.input_line, "' gives more than ", kMaxRangeValues, " values"));
       };
-      if (start.kind() == NodeKind::kInt && stop.kind() == NodeKind::kInt && step.kind() == NodeKind::kInt) {
+      if (start.kind() == NodeKind::kInt && stop.kind() == NodeKind::kInt &&
+          step.kind() == NodeKind::kInt) {
         int64_t s = start.as_int(), e = stop.as_int(), d = step.as_int();
         for (int64_t v = s; d > 0 ? v < e : v > e; v += d) {
           if (values.size() == kMaxRangeValues) return too_many();
@@ -208,8 +208,8 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
     case SweepKind::kGlob: {
       if (!repo.GroupExists(o.key_or_group)) {
         return absl::InvalidArgumentError(absl::StrCat("glob() in '", o.input_line,
-                                                       "' needs a config group, and '", o.key_or_group,
-                                                       "' is not one"));
+                                                       "' needs a config group, and '",
+                                                       o.key_or_group, "' is not one"));
       }
       for (const auto& option : repo.GroupOptions(o.key_or_group)) {
         auto matches = [&](const std::vector<std::string>& patterns) {
@@ -224,25 +224,26 @@ absl::StatusOr<std::vector<OverrideValue>> SweepValues(const Override& o, const 
       break;
     }
     case SweepKind::kInterval:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the basic sweeper cannot sweep over interval() in '", o.input_line,
-          "': it needs a sweeper that samples (use choice() or range())"));
-    case SweepKind::kNone:
-      break;
+      return absl::InvalidArgumentError(
+          absl::StrCat("the basic sweeper cannot sweep over interval() in '", o.input_line,
+                       "': it needs a sweeper that samples (use choice() or range())"));
+    case SweepKind::kNone: break;
   }
   if (sweep.sort) {
     bool numbers = std::all_of(values.begin(), values.end(), [](const OverrideValue& v) {
       return v.node->kind() == NodeKind::kInt || v.node->kind() == NodeKind::kFloat;
     });
-    std::stable_sort(values.begin(), values.end(), [&](const OverrideValue& a, const OverrideValue& b) {
-      bool less = numbers ? NumberValue(*a.node) < NumberValue(*b.node)
-                          : NodeToOverrideString(*a.node) < NodeToOverrideString(*b.node);
-      bool greater = numbers ? NumberValue(*b.node) < NumberValue(*a.node)
-                             : NodeToOverrideString(*b.node) < NodeToOverrideString(*a.node);
-      return sweep.sort_reverse ? greater : less;
-    });
+    std::stable_sort(
+        values.begin(), values.end(), [&](const OverrideValue& a, const OverrideValue& b) {
+          bool less = numbers ? NumberValue(*a.node) < NumberValue(*b.node)
+                              : NodeToOverrideString(*a.node) < NodeToOverrideString(*b.node);
+          bool greater = numbers ? NumberValue(*b.node) < NumberValue(*a.node)
+                                 : NodeToOverrideString(*b.node) < NodeToOverrideString(*a.node);
+          return sweep.sort_reverse ? greater : less;
+        });
   }
-  if (sweep.shuffle) std::shuffle(values.begin(), values.end(), std::mt19937(std::random_device{}()));
+  if (sweep.shuffle)
+    std::shuffle(values.begin(), values.end(), std::mt19937(std::random_device{}()));
   return values;
 }
 
@@ -262,7 +263,8 @@ absl::StatusOr<std::vector<Override>> ParseSweepParams(const NodePtr& p) {
   return params;
 }
 
-std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params, const std::vector<Override>& overrides) {
+std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params,
+                                          const std::vector<Override>& overrides) {
   std::vector<Override> merged;
   auto add = [&](const Override& o) {
     for (auto& m : merged) {
@@ -278,9 +280,9 @@ std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params, c
   return merged;
 }
 
-absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(const std::vector<Override>& params,
-                                                                const std::vector<Override>& overrides,
-                                                                const ConfigRepository& repo) {
+absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(
+    const std::vector<Override>& params, const std::vector<Override>& overrides,
+    const ConfigRepository& repo) {
   std::vector<std::pair<std::string, std::vector<std::string>>> lists;
   for (const auto& o : MergeSweepOverrides(params, overrides)) {
     std::string key = o.KeyElement();
@@ -291,7 +293,9 @@ absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(const std::vecto
       for (const auto& v : *values) lines.push_back(key + "=" + OverrideValueToString(v));
       lists.emplace_back(key, std::move(lines));
     } else if (!o.has_value) {
-      lists.emplace_back(key, std::vector<std::string>{key + "=null"});  // as Hydra writes a delete without a value: ~c=null
+      lists.emplace_back(key,
+                         std::vector<std::string>{
+                             key + "=null"});  // as Hydra writes a delete without a value: ~c=null
     } else {
       lists.emplace_back(key, std::vector<std::string>{key + "=" + OverrideValueToString(o.value)});
     }

@@ -17,12 +17,13 @@ absl::StatusOr<std::vector<Override>> ParseSweepParams(const NodePtr& params);
 
 // `params` (from hydra.sweeper.params), then the command line's `overrides`: a later override of
 // a key replaces an earlier one in place, so each key appears once, where it first appeared.
-std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params, const std::vector<Override>& overrides);
+std::vector<Override> MergeSweepOverrides(const std::vector<Override>& params,
+                                          const std::vector<Override>& overrides);
 
 // `params` (from hydra.sweeper.params) come first; later duplicates of a key replace earlier
 // ones in place. glob() sweeps read the options of their config group from `repo`.
-absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(const std::vector<Override>& params,
-                                                                const std::vector<Override>& overrides,
-                                                                const ConfigRepository& repo);
+absl::StatusOr<std::vector<std::vector<std::string>>> PlanSweep(
+    const std::vector<Override>& params, const std::vector<Override>& overrides,
+    const ConfigRepository& repo);
 
 }  // namespace kiln::config

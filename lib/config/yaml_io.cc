@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
-#include <cstring>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -43,10 +43,10 @@ bool MatchesNull(absl::string_view s) {
 }
 
 int MatchesBool(absl::string_view s) {  // 1 true, 0 false, -1 neither
-  static const std::set<absl::string_view> kTrue = {"yes", "Yes", "YES", "true", "True",
-                                                   "TRUE", "on", "On", "ON"};
-  static const std::set<absl::string_view> kFalse = {"no", "No", "NO", "false", "False",
-                                                    "FALSE", "off", "Off", "OFF"};
+  static const std::set<absl::string_view> kTrue = {"yes",  "Yes", "YES", "true", "True",
+                                                    "TRUE", "on",  "On",  "ON"};
+  static const std::set<absl::string_view> kFalse = {"no",    "No",  "NO",  "false", "False",
+                                                     "FALSE", "off", "Off", "OFF"};
   if (kTrue.count(s)) return 1;
   if (kFalse.count(s)) return 0;
   return -1;
@@ -144,7 +144,8 @@ NodePtr MatchInt(absl::string_view s) {
   };
   if (body.size() > 2 && body[0] == '0' && body[1] == 'b') {
     absl::string_view rest = body.substr(2);
-    if (SkipDigits(rest, 0, [](char c) { return c == '0' || c == '1'; }) != rest.size()) return nullptr;
+    if (SkipDigits(rest, 0, [](char c) { return c == '0' || c == '1'; }) != rest.size())
+      return nullptr;
     return in_base(rest, 2);
   }
   if (body.size() > 2 && body[0] == '0' && body[1] == 'x') {
@@ -157,12 +158,14 @@ NodePtr MatchInt(absl::string_view s) {
   if (body == "0") return Node::Int(0);
   if (body[0] == '0') {
     absl::string_view rest = body.substr(1);
-    if (SkipDigits(rest, 0, [](char c) { return c >= '0' && c <= '7'; }) != rest.size()) return nullptr;
+    if (SkipDigits(rest, 0, [](char c) { return c >= '0' && c <= '7'; }) != rest.size())
+      return nullptr;
     return in_base(rest, 8);
   }
   if (body[0] < '1' || body[0] > '9') return nullptr;
   size_t end = SkipDigits(body, 1, IsDigit);
-  if (end == body.size()) return Node::Integer(absl::StrCat(negative ? "-" : "", WithoutUnderscores(body)));
+  if (end == body.size())
+    return Node::Integer(absl::StrCat(negative ? "-" : "", WithoutUnderscores(body)));
   size_t sexa_end = SkipSexagesimal(body, end);
   if (sexa_end != end && sexa_end == body.size()) {
     // Base 60: the first part in decimal, then each part after a colon is a digit below 60.
@@ -277,7 +280,8 @@ class YamlConverter {
       : file_(std::move(file)), text_(text) {}
 
   absl::StatusOr<NodePtr> Convert(const YAML::Node& y) {
-    if (depth_ >= kMaxDepth) return Error(y, absl::StrCat("nested deeper than ", kMaxDepth, " levels"));
+    if (depth_ >= kMaxDepth)
+      return Error(y, absl::StrCat("nested deeper than ", kMaxDepth, " levels"));
     ++depth_;
     auto result = ConvertAtDepth(y);
     --depth_;
@@ -289,9 +293,7 @@ class YamlConverter {
     NodePtr out;
     switch (y.Type()) {
       case YAML::NodeType::Undefined:
-      case YAML::NodeType::Null:
-        out = Node::Null();
-        break;
+      case YAML::NodeType::Null: out = Node::Null(); break;
       case YAML::NodeType::Scalar: {
         const std::string& tag = y.Tag();
         const std::string text = FixLatin1Escapes(y.Scalar());
@@ -306,7 +308,9 @@ class YamlConverter {
           out = ResolvePlainScalar(text);
         } else if (tag == "!" || tag == "tag:yaml.org,2002:str") {
           if (tag == "!" && !QuoteClosed(y)) {
-            return Error(y, "invalid YAML: the quoted scalar that starts here is not closed before the end of the file");
+            return Error(y,
+                         "invalid YAML: the quoted scalar that starts here is not closed before "
+                         "the end of the file");
           }
           out = Node::String(text);
         } else if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
@@ -360,7 +364,8 @@ class YamlConverter {
             return Error(kv.first, absl::StrCat("duplicate key '", *key, "'"));
           }
           // A null value has no position of its own (yaml-cpp marks the next token); use its key's.
-          if (kv.second.IsNull() && !WrittenNull(kv.second)) (*child)->set_source(SourceOf(kv.first));
+          if (kv.second.IsNull() && !WrittenNull(kv.second))
+            (*child)->set_source(SourceOf(kv.first));
           explicit_keys->Set(*key, *std::move(child));
         }
         if (merged.empty()) {
@@ -449,8 +454,8 @@ class YamlConverter {
       if (!absl::StartsWith(rest, word)) continue;
       if (rest.size() == word.size()) return true;
       char next = rest[word.size()];
-      if (next == ' ' || next == '\t' || next == '\r' || next == '\n' || next == ',' || next == '}' ||
-          next == ']' || next == '#') {
+      if (next == ' ' || next == '\t' || next == '\r' || next == '\n' || next == ',' ||
+          next == '}' || next == ']' || next == '#') {
         return true;
       }
     }
@@ -553,8 +558,9 @@ bool Yaml11ResolvesNonString(const std::string& s) {
   // runs only for strings that start like a number, a timestamp or a YAML indicator, rare in
   // configs.
   static const auto* kWords = new std::set<std::string, std::less<>>{
-      "yes", "Yes", "YES", "no", "No", "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on",
-      "On", "ON", "off", "Off", "OFF", "null", "Null", "NULL", "~", "", "<<", "=", "!", "&", "*"};
+      "yes",   "Yes",   "YES", "no", "No", "NO",  "true", "True", "TRUE", "false",
+      "False", "FALSE", "on",  "On", "ON", "off", "Off",  "OFF",  "null", "Null",
+      "NULL",  "~",     "",    "<<", "=",  "!",   "&",    "*"};
   if (kWords->count(s) > 0) return true;
   if (std::strchr("-+.0123456789", s[0]) == nullptr) return false;
   static const std::regex kPatterns(
@@ -689,15 +695,9 @@ std::string QuoteString(const std::string& s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
-      case 0x85:
-        out += "\\x85";
-        break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
-      case 0x2028:
-        out += "\\L";
-        break;
-      case 0x2029:
-        out += "\\P";
-        break;
+      case 0x85: out += "\\x85"; break;  // yaml-cpp 0.7 reads "\N" as a bare byte 0x85
+      case 0x2028: out += "\\L"; break;
+      case 0x2029: out += "\\P"; break;
       default:
         if (IsSpecialCodePoint(cp)) {
           char buf[12];
@@ -821,10 +821,10 @@ absl::Status CheckCharacters(absl::string_view text, const std::string& file) {
     if (!ok) {
       char code[8];
       std::snprintf(code, sizeof(code), "0x%02x", c);
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ":", line, ":", column, ": invalid YAML: ",
-          c < 0x80 ? absl::StrCat("control character ", code, " is not allowed")
-                   : absl::StrCat("invalid UTF-8 (byte ", code, ")")));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ":", line, ":", column, ": invalid YAML: ",
+                       c < 0x80 ? absl::StrCat("control character ", code, " is not allowed")
+                                : absl::StrCat("invalid UTF-8 (byte ", code, ")")));
     }
     if (c == '\n') {
       ++line;
@@ -844,10 +844,13 @@ class DocumentStarts : public YAML::EventHandler {
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
   std::vector<YAML::Mark> starts;
 };
@@ -863,12 +866,14 @@ absl::Status CheckSingleDocument(const std::string& text, const std::string& fil
   if (handler.starts.size() < 2) return absl::OkStatus();
   const YAML::Mark& second = handler.starts[1];
   if (second.pos == handler.starts[0].pos) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", second.line + 1, ":", second.column + 1,
-                                                   ": invalid YAML: the parser cannot continue here"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ":", second.line + 1, ":", second.column + 1,
+                     ": invalid YAML: the parser cannot continue here"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(file, ":", second.line + 1,
-                                                 ": invalid YAML: expected a single document, found more "
-                                                 "(separated by ---)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ":", second.line + 1,
+                   ": invalid YAML: expected a single document, found more "
+                   "(separated by ---)"));
 }
 
 absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& file) {

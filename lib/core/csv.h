@@ -1,5 +1,6 @@
 // One CSV cell as RFC 4180 writes it: quoted (with quotes doubled) when it holds a comma, a quote
-// or a line break; as it is otherwise. For the CSV files kiln writes (summary.csv, predictions.csv).
+// or a line break; as it is otherwise. For the CSV files kiln writes (summary.csv,
+// predictions.csv).
 #pragma once
 
 #include <string>

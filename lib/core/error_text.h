@@ -14,7 +14,8 @@ inline std::string ErrorLine(std::string_view what) {
   while (!what.empty()) {
     size_t nl = what.find('\n');
     std::string_view line = what.substr(0, nl);
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.remove_suffix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t'))
+      line.remove_suffix(1);
     if (line.find_first_not_of(" \t") != std::string_view::npos) lines.push_back(line);
     what = nl == std::string_view::npos ? std::string_view() : what.substr(nl + 1);
   }

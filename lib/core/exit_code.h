@@ -29,7 +29,9 @@ inline absl::Status MarkReported(absl::Status status) {
   status.SetPayload(kReportedPayload, absl::Cord("1"));
   return status;
 }
-inline bool IsReported(const absl::Status& status) { return status.GetPayload(kReportedPayload).has_value(); }
+inline bool IsReported(const absl::Status& status) {
+  return status.GetPayload(kReportedPayload).has_value();
+}
 
 // The exit code a status asks for, or -1.
 inline int RequestedExitCode(const absl::Status& status) {

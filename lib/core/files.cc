@@ -23,8 +23,11 @@ int RemoveStaleTemporaryFiles(const std::string& dir) {
     const std::string name = entry->d_name;
     const size_t at = name.rfind(".tmp.");
     int pid = 0;
-    if (at == std::string::npos || at == 0 || !absl::SimpleAtoi(name.substr(at + 5), &pid) || pid <= 0) continue;
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may be alive
+    if (at == std::string::npos || at == 0 || !absl::SimpleAtoi(name.substr(at + 5), &pid) ||
+        pid <= 0)
+      continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH)
+      continue;  // its writer may be alive
     if (::unlink((dir + "/" + name).c_str()) == 0) ++removed;
   }
   ::closedir(d);
@@ -59,7 +62,8 @@ absl::Status MakeDirs(const std::string& path) {
     current = path.substr(0, pos);
     if (current.empty()) continue;
     if (::mkdir(current.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(absl::StrCat(current, ": cannot create directory: ", std::strerror(errno)));
+      return absl::PermissionDeniedError(
+          absl::StrCat(current, ": cannot create directory: ", std::strerror(errno)));
     }
   }
   struct stat st;
@@ -80,7 +84,9 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  const std::function<absl::Status(const ByteSink& sink)>& produce) {
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
   int write_error = 0;
   ByteSink sink = [&](const void* data, size_t size) {
     const char* bytes = static_cast<const char*>(data);

@@ -11,10 +11,10 @@
 #define KILN_STATUS_CONCAT_INNER(a, b) a##b
 #define KILN_STATUS_CONCAT(a, b) KILN_STATUS_CONCAT_INNER(a, b)
 
-#define KILN_RETURN_IF_ERROR(expr)                     \
-  do {                                                 \
-    ::absl::Status kiln_status_ = (expr);              \
-    if (!kiln_status_.ok()) return kiln_status_;       \
+#define KILN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status kiln_status_ = (expr);        \
+    if (!kiln_status_.ok()) return kiln_status_; \
   } while (false)
 
 #define KILN_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -18,7 +18,8 @@ extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
 }  // namespace
 
 struct StopSignals::Saved {
-  struct sigaction int_ {}, term_ {}, usr1_ {};
+  struct sigaction int_ {
+  }, term_{}, usr1_{};
 };
 
 StopSignals::StopSignals() : saved_(new Saved()) {
@@ -48,7 +49,9 @@ const char* StopSignalName(int signal) {
 absl::Status CheckStopSignal(const std::string& doing) {
   const int signal = StopSignals::Received();
   if (signal == 0) return absl::OkStatus();
-  return WithExitCode(absl::CancelledError(absl::StrCat("stopped by ", StopSignalName(signal), " ", doing)), 128 + signal);
+  return WithExitCode(
+      absl::CancelledError(absl::StrCat("stopped by ", StopSignalName(signal), " ", doing)),
+      128 + signal);
 }
 
 }  // namespace kiln

@@ -2,9 +2,9 @@
 // (kiln builds against the torch wheel pinned in scripts/python/torch.txt).
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
-#include <ATen/autocast_mode.h>
 
 namespace kiln::compat {
 
@@ -14,11 +14,14 @@ inline void SetAutocast(at::DeviceType device, bool enabled, at::ScalarType dtyp
   at::autocast::set_autocast_dtype(device, dtype);
   if (!enabled) at::autocast::clear_cache();
 }
-inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) { SetAutocast(at::kCPU, enabled, dtype); }
+inline void SetCpuAutocast(bool enabled, at::ScalarType dtype) {
+  SetAutocast(at::kCPU, enabled, dtype);
+}
 
 // Whether autocast is on, on the CPU or on CUDA (inside a mixed-precision forward pass).
 inline bool AutocastEnabled() {
-  return at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA);
+  return at::autocast::is_autocast_enabled(at::kCPU) ||
+         at::autocast::is_autocast_enabled(at::kCUDA);
 }
 
 inline std::string TorchVersion() { return TORCH_VERSION; }

@@ -33,10 +33,12 @@ OptionBinding<S> AddBatchingOptions(OptionBinding<S> binding, const std::string&
   static_assert(std::is_base_of_v<BatchingOptions, S>);
   using B = BatchingOptions;
   return binding
-      .Field("batch_size", static_cast<int64_t S::*>(&B::batch_size), items + " per batch", AtLeast(1))
+      .Field("batch_size", static_cast<int64_t S::*>(&B::batch_size), items + " per batch",
+             AtLeast(1))
       .Field("num_workers", static_cast<int S::*>(&B::num_workers),
              "threads loading batches (0: load on the training thread)", AtLeast(0))
-      .Field("prefetch", static_cast<int S::*>(&B::prefetch), "batches loaded ahead at most", AtLeast(1));
+      .Field("prefetch", static_cast<int S::*>(&B::prefetch), "batches loaded ahead at most",
+             AtLeast(1));
 }
 
 }  // namespace kiln::data

@@ -46,7 +46,8 @@ class DataModule {
   // saying why; a module without raw inputs says so with Unimplemented.
   virtual absl::Status PrepareRawInputs() { return absl::OkStatus(); }
   virtual absl::StatusOr<Example> RawExample(std::string_view /*raw*/) const {
-    return absl::UnimplementedError("this data module does not take raw inputs (image, text or audio bytes)");
+    return absl::UnimplementedError(
+        "this data module does not take raw inputs (image, text or audio bytes)");
   }
 
   // The device the trainer runs on, set before Setup (data.on_device keeps a module's data

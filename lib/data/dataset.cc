@@ -1,12 +1,11 @@
 #include "lib/data/dataset.h"
 
-#include "lib/core/error_text.h"
-
 #include <cstdlib>
 #include <numeric>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/error_text.h"
 
 namespace kiln::data {
 namespace {
@@ -19,8 +18,12 @@ class SubsetDataset : public Dataset {
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override {
     return base_->Get(indices_.at(static_cast<size_t>(index)), rng);
   }
-  std::string Source(int64_t index) const override { return base_->Source(indices_.at(static_cast<size_t>(index))); }
-  int64_t Length(int64_t index) const override { return base_->Length(indices_.at(static_cast<size_t>(index))); }
+  std::string Source(int64_t index) const override {
+    return base_->Source(indices_.at(static_cast<size_t>(index)));
+  }
+  int64_t Length(int64_t index) const override {
+    return base_->Length(indices_.at(static_cast<size_t>(index)));
+  }
   bool deterministic() const override { return base_->deterministic(); }
   std::optional<Example> GetStacked(const std::vector<int64_t>& indices) const override {
     std::vector<int64_t> mapped;
@@ -39,7 +42,8 @@ class SubsetDataset : public Dataset {
 
 class PrecomputedDataset : public Dataset {
  public:
-  PrecomputedDataset(std::shared_ptr<const Dataset> base, torch::Tensor inputs, torch::Tensor targets)
+  PrecomputedDataset(std::shared_ptr<const Dataset> base, torch::Tensor inputs,
+                     torch::Tensor targets)
       : base_(std::move(base)), inputs_(std::move(inputs)), targets_(std::move(targets)) {}
   int64_t size() const override { return inputs_.size(0); }
   absl::StatusOr<Example> Get(int64_t index, SampleRng&) const override {
@@ -53,7 +57,9 @@ class PrecomputedDataset : public Dataset {
     if (!inputs_.is_cpu()) at = at.to(inputs_.device(), /*non_blocking=*/true);
     return Example{inputs_.index_select(0, at), targets_.index_select(0, at)};
   }
-  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override { return base_->Encoded(index); }
+  absl::StatusOr<EncodedSample> Encoded(int64_t index) const override {
+    return base_->Encoded(index);
+  }
 
  private:
   std::shared_ptr<const Dataset> base_;
@@ -70,10 +76,12 @@ torch::Device TrainingGpu() {
   if (!torch::cuda::is_available()) return torch::kCPU;
   const char* local_rank = std::getenv("LOCAL_RANK");
   int index = local_rank != nullptr ? std::atoi(local_rank) : 0;
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index % torch::cuda::device_count()));
+  return torch::Device(torch::kCUDA,
+                       static_cast<c10::DeviceIndex>(index % torch::cuda::device_count()));
 }
 
-absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes,
+absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base,
+                                                           int64_t max_bytes,
                                                            torch::Device device) {
   int64_t n = base->size();
   if (n == 0 || !base->deterministic()) return base;
@@ -85,12 +93,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
       example = base->Get(i, rng);
     } catch (const std::exception& e) {
       std::string what = e.what();
-      return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", i, ": ", ErrorLine(what)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load sample ", i, ": ", ErrorLine(what)));
     }
     if (!example.ok()) return example.status();
     if (i == 0) {
-      int64_t bytes = n * (example->input.numel() * static_cast<int64_t>(example->input.element_size()) +
-                           example->target.numel() * static_cast<int64_t>(example->target.element_size()));
+      int64_t bytes =
+          n * (example->input.numel() * static_cast<int64_t>(example->input.element_size()) +
+               example->target.numel() * static_cast<int64_t>(example->target.element_size()));
       if (bytes > max_bytes) return base;
       std::vector<int64_t> shape = {n};
       for (int64_t d : example->input.sizes()) shape.push_back(d);
@@ -100,8 +110,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
       targets = torch::empty(shape, example->target.options());
     }
     // Samples of another shape cannot be stacked (Collate would refuse them batch by batch).
-    if (example->input.sizes() != inputs.sizes().slice(1) || example->target.sizes() != targets.sizes().slice(1) ||
-        example->input.scalar_type() != inputs.scalar_type() || example->target.scalar_type() != targets.scalar_type()) {
+    if (example->input.sizes() != inputs.sizes().slice(1) ||
+        example->target.sizes() != targets.sizes().slice(1) ||
+        example->input.scalar_type() != inputs.scalar_type() ||
+        example->target.scalar_type() != targets.scalar_type()) {
       return base;
     }
     inputs[i].copy_(example->input);
@@ -111,10 +123,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const
     inputs = inputs.to(device);
     targets = targets.to(device);
   }
-  return std::shared_ptr<const Dataset>(std::make_shared<PrecomputedDataset>(std::move(base), inputs, targets));
+  return std::shared_ptr<const Dataset>(
+      std::make_shared<PrecomputedDataset>(std::move(base), inputs, targets));
 }
 
-std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction, int64_t seed) {
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction,
+                                                                  int64_t seed) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 engine(MixSeed(static_cast<uint64_t>(seed), 0x53504c4954ULL));

@@ -22,7 +22,6 @@ struct Example {
   torch::Tensor target;  // e.g. an int64 class index (0-d)
 };
 
-
 class Sampler;
 
 // One epoch of a dataset read as a stream (shards): Get hands out the examples the stream has read.
@@ -50,7 +49,9 @@ class Dataset {
   // The examples at `indices` already stacked (input [B, ...], target [B, ...]), exactly what
   // Get one by one then Collate would give, when the dataset can gather them in one go; nullopt:
   // it cannot (the loader then Gets and collates them).
-  virtual std::optional<Example> GetStacked(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
+  virtual std::optional<Example> GetStacked(const std::vector<int64_t>& /*indices*/) const {
+    return std::nullopt;
+  }
   // Example `index` as the files it came from (the image file's bytes, a PNG of an in-memory
   // image, the label as text), what `kiln shard` writes; Unimplemented when the dataset cannot.
   // `index` runs over [0, encoded_size()): the samples, or for a dataset whose examples are cut
@@ -63,16 +64,16 @@ class Dataset {
   // A dataset read as a stream (shards) orders its own epochs: the order of `rank` of
   // `world_size` (every rank the same count), shuffled from (seed, epoch) or in storage order.
   // Null: the dataset is random-access (Get), ordered by the usual samplers.
-  virtual std::shared_ptr<Sampler> StreamSampler(bool /*shuffle*/, uint64_t /*seed*/, int64_t /*rank*/,
-                                                 int64_t /*world_size*/) const {
+  virtual std::shared_ptr<Sampler> StreamSampler(bool /*shuffle*/, uint64_t /*seed*/,
+                                                 int64_t /*rank*/, int64_t /*world_size*/) const {
     return nullptr;
   }
   // Starts reading `epoch` as `sampler` (this dataset's StreamSampler) orders it, for the samples
   // at positions >= `first` of `order`, reading at most `ahead` samples beyond those asked for.
   // Null: Get serves.
-  virtual absl::StatusOr<std::unique_ptr<EpochSource>> OpenEpoch(const Sampler& /*sampler*/, int64_t /*epoch*/,
-                                                                 const std::vector<int64_t>& /*order*/,
-                                                                 size_t /*first*/, size_t /*ahead*/) const {
+  virtual absl::StatusOr<std::unique_ptr<EpochSource>> OpenEpoch(
+      const Sampler& /*sampler*/, int64_t /*epoch*/, const std::vector<int64_t>& /*order*/,
+      size_t /*first*/, size_t /*ahead*/) const {
     return std::unique_ptr<EpochSource>();
   }
 };
@@ -85,7 +86,8 @@ std::shared_ptr<Dataset> Subset(std::shared_ptr<const Dataset> base, std::vector
 // itself when it is not deterministic, is empty, or its stacked inputs and targets would take
 // more than `max_bytes`. Source and Length still ask `base`. The stacked tensors live on `device`
 // (data.on_device: a batch is then an index_select on the GPU).
-absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base, int64_t max_bytes,
+absl::StatusOr<std::shared_ptr<const Dataset>> Precomputed(std::shared_ptr<const Dataset> base,
+                                                           int64_t max_bytes,
                                                            torch::Device device = torch::kCPU);
 
 // The GPU this process trains on: LOCAL_RANK's (modulo the GPUs there are), the first without
@@ -95,6 +97,7 @@ torch::Device TrainingGpu();
 
 // A seeded shuffle of 0..n-1 cut into {train, val}, val holding floor(n * val_fraction) indices;
 // the same (n, val_fraction, seed) always gives the same split.
-std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction, int64_t seed);
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RandomSplit(int64_t n, double val_fraction,
+                                                                  int64_t seed);
 
 }  // namespace kiln::data

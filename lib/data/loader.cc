@@ -1,5 +1,4 @@
 #include "lib/data/loader.h"
-#include "lib/core/error_text.h"
 
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/error_text.h"
 #include "lib/core/status_macros.h"
 
 namespace kiln::data {
@@ -24,9 +24,9 @@ absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& in
   const std::vector<int64_t> shape = examples[0].input.sizes().vec();
   for (auto& e : examples) {
     if (e.input.sizes().vec() != shape) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot batch inputs of different shapes: ",
-                                                     c10::str(shape), " and ",
-                                                     c10::str(e.input.sizes())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot batch inputs of different shapes: ", c10::str(shape), " and ",
+                       c10::str(e.input.sizes())));
     }
     inputs.push_back(std::move(e.input));
     targets.push_back(std::move(e.target));
@@ -59,7 +59,8 @@ torch::Tensor DataLoader::InputBuffer(c10::IntArrayRef sizes, c10::ScalarType ty
   }
   torch::Tensor fresh = torch::empty(sizes, torch::TensorOptions().dtype(type));
   // At most the batches that can be in flight at once, plus the one being consumed.
-  if (buffers_.size() < static_cast<size_t>(options_.prefetch + options_.num_workers + 2)) buffers_.push_back(fresh);
+  if (buffers_.size() < static_cast<size_t>(options_.prefetch + options_.num_workers + 2))
+    buffers_.push_back(fresh);
   return fresh;
 }
 
@@ -72,11 +73,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<S
 
 int64_t DataLoader::num_batches() const {
   int64_t n = static_cast<int64_t>(sampler_->EpochOrder(0).size());
-  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+  return options_.drop_last ? n / options_.batch_size
+                            : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
-absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch, int64_t index,
-                                            EpochSource* source) const {
+absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, int64_t epoch,
+                                            int64_t index, EpochSource* source) const {
   size_t begin = static_cast<size_t>(index * options_.batch_size);
   size_t end = std::min(order.size(), begin + static_cast<size_t>(options_.batch_size));
   // A precomputed dataset gathers the batch in one go (the same tensors Get + Collate give).
@@ -110,18 +112,19 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
       examples.push_back(*std::move(example));
     } catch (const std::exception& e) {
       std::string what = e.what();
-      return absl::InvalidArgumentError(absl::StrCat("cannot load sample ", order[i], ": ",
-                                                     ErrorLine(what)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load sample ", order[i], ": ", ErrorLine(what)));
     }
   }
   if (examples.empty()) {
     return absl::DataLossError(absl::StrCat("batch ", index, " of epoch ", epoch, ": all ", skipped,
                                             " of its samples were skipped as corrupt"));
   }
-  auto batch = options_.collate ? options_.collate(examples)
-                                : Collate(examples, [this](c10::IntArrayRef sizes, c10::ScalarType type) {
-                                    return InputBuffer(sizes, type);
-                                  });
+  auto batch = options_.collate
+                   ? options_.collate(examples)
+                   : Collate(examples, [this](c10::IntArrayRef sizes, c10::ScalarType type) {
+                       return InputBuffer(sizes, type);
+                     });
   if (!batch.ok()) return batch.status();
   batch->epoch = epoch;
   batch->index = index;
@@ -173,17 +176,21 @@ class BoundedQueue {
 
 }  // namespace
 
-absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const Consumer& consume) const {
+absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last,
+                             const Consumer& consume) const {
   std::vector<int64_t> order = sampler_->EpochOrder(epoch);
   if (options_.batch_order) order = options_.batch_order(std::move(order), epoch, *dataset_);
-  if (options_.drop_last) order.resize(order.size() - order.size() % static_cast<size_t>(options_.batch_size));
+  if (options_.drop_last)
+    order.resize(order.size() - order.size() % static_cast<size_t>(options_.batch_size));
   last = std::min(last, num_batches());
   if (first >= last) return absl::OkStatus();
   // A stream (shards) is read from where batch `first` starts, a bounded distance ahead.
   auto batch_size = static_cast<size_t>(options_.batch_size);
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<EpochSource> source,
-                        dataset_->OpenEpoch(*sampler_, epoch, order, static_cast<size_t>(first) * batch_size,
-                                            static_cast<size_t>(options_.prefetch + 1 + options_.num_workers) * batch_size));
+  KILN_ASSIGN_OR_RETURN(
+      std::unique_ptr<EpochSource> source,
+      dataset_->OpenEpoch(
+          *sampler_, epoch, order, static_cast<size_t>(first) * batch_size,
+          static_cast<size_t>(options_.prefetch + 1 + options_.num_workers) * batch_size));
 
   if (options_.num_workers <= 0) {
     for (int64_t b = first; b < last; ++b) {
@@ -213,7 +220,8 @@ absl::Status DataLoader::Run(int64_t epoch, int64_t first, int64_t last, const C
                                             return next++;
                                           }) &
               tbb::make_filter<int64_t, absl::StatusOr<Batch>>(
-                  tbb::filter_mode::parallel, [&](int64_t b) { return LoadBatch(order, epoch, b, source.get()); }) &
+                  tbb::filter_mode::parallel,
+                  [&](int64_t b) { return LoadBatch(order, epoch, b, source.get()); }) &
               tbb::make_filter<absl::StatusOr<Batch>, void>(tbb::filter_mode::serial_in_order,
                                                             [&](absl::StatusOr<Batch> batch) {
                                                               if (failed) return;

@@ -17,9 +17,10 @@ absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad) {
   for (const auto& e : examples) {
     if (e.input.dim() < 1 || e.input.dim() != first.dim() ||
         e.input.sizes().slice(1) != first.sizes().slice(1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "padding collation needs sequences [T, ...] with one trailing shape, got inputs of shape ",
-          c10::str(first.sizes()), " and ", c10::str(e.input.sizes())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("padding collation needs sequences [T, ...] with one trailing shape, got "
+                       "inputs of shape ",
+                       c10::str(first.sizes()), " and ", c10::str(e.input.sizes())));
     }
     longest = std::max(longest, e.input.size(0));
   }

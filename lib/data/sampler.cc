@@ -52,7 +52,8 @@ class Distributed : public Sampler {
     size_t per_rank = (all.size() + static_cast<size_t>(world_) - 1) / static_cast<size_t>(world_);
     std::vector<int64_t> mine;
     for (size_t i = 0; i < per_rank; ++i) {
-      mine.push_back(all[(i * static_cast<size_t>(world_) + static_cast<size_t>(rank_)) % all.size()]);
+      mine.push_back(
+          all[(i * static_cast<size_t>(world_) + static_cast<size_t>(rank_)) % all.size()]);
     }
     return mine;
   }
@@ -64,18 +65,22 @@ class Distributed : public Sampler {
 
 }  // namespace
 
-std::shared_ptr<Sampler> SequentialSampler(int64_t size) { return std::make_shared<Sequential>(size); }
+std::shared_ptr<Sampler> SequentialSampler(int64_t size) {
+  return std::make_shared<Sequential>(size);
+}
 std::shared_ptr<Sampler> RandomSampler(int64_t size, uint64_t seed) {
   return std::make_shared<Random>(size, seed);
 }
-std::shared_ptr<Sampler> DistributedSampler(std::shared_ptr<Sampler> base, int64_t rank, int64_t world_size) {
+std::shared_ptr<Sampler> DistributedSampler(std::shared_ptr<Sampler> base, int64_t rank,
+                                            int64_t world_size) {
   return std::make_shared<Distributed>(std::move(base), rank, world_size);
 }
 
-std::shared_ptr<Sampler> SamplerFor(const Dataset& dataset, bool shuffle, uint64_t seed, int64_t rank,
-                                    int64_t world_size) {
+std::shared_ptr<Sampler> SamplerFor(const Dataset& dataset, bool shuffle, uint64_t seed,
+                                    int64_t rank, int64_t world_size) {
   if (auto own = dataset.StreamSampler(shuffle, seed, rank, world_size)) return own;
-  std::shared_ptr<Sampler> sampler = shuffle ? RandomSampler(dataset.size(), seed) : SequentialSampler(dataset.size());
+  std::shared_ptr<Sampler> sampler =
+      shuffle ? RandomSampler(dataset.size(), seed) : SequentialSampler(dataset.size());
   return world_size > 1 ? DistributedSampler(std::move(sampler), rank, world_size) : sampler;
 }
 

@@ -46,15 +46,19 @@ bool TransformPipeline::deterministic() const {
   return true;
 }
 
-torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const { return ApplyFrom(0, std::move(image), rng); }
+torch::Tensor TransformPipeline::Apply(torch::Tensor image, SampleRng& rng) const {
+  return ApplyFrom(0, std::move(image), rng);
+}
 
-size_t TransformPipeline::FoldFrom(size_t first, Transform::PixelMap& map, int64_t channels, SampleRng& rng) const {
+size_t TransformPipeline::FoldFrom(size_t first, Transform::PixelMap& map, int64_t channels,
+                                   SampleRng& rng) const {
   size_t i = first;
   while (i < steps_.size() && steps_[i]->FoldInto(map, channels, rng)) ++i;
   return i;
 }
 
-torch::Tensor TransformPipeline::ApplyFrom(size_t first, torch::Tensor image, SampleRng& rng) const {
+torch::Tensor TransformPipeline::ApplyFrom(size_t first, torch::Tensor image,
+                                           SampleRng& rng) const {
   for (size_t i = first; i < steps_.size(); ++i) image = steps_[i]->Apply(std::move(image), rng);
   return image;
 }

@@ -31,7 +31,8 @@ class Transform {
   // When this transform is a crop then a resize (random_resized_crop), the crop it takes of an
   // image of `height` x `width`, drawing from `rng` exactly as Apply does, so that an image
   // decoder can do the work (decode only the crop, scaled down while decoding); nullopt: it is not.
-  virtual std::optional<CropResize> PlanCropResize(int64_t /*height*/, int64_t /*width*/, SampleRng& /*rng*/) const {
+  virtual std::optional<CropResize> PlanCropResize(int64_t /*height*/, int64_t /*width*/,
+                                                   SampleRng& /*rng*/) const {
     return std::nullopt;
   }
 
@@ -44,23 +45,27 @@ class Transform {
   };
   // When this transform is such per-pixel work on a `channels`-channel image, adds it to `map`
   // (drawing from `rng` exactly as Apply does) and returns true; false: it is not, nothing drawn.
-  virtual bool FoldInto(PixelMap& /*map*/, int64_t /*channels*/, SampleRng& /*rng*/) const { return false; }
+  virtual bool FoldInto(PixelMap& /*map*/, int64_t /*channels*/, SampleRng& /*rng*/) const {
+    return false;
+  }
 };
 
 // Transforms applied in order.
 class TransformPipeline {
  public:
   TransformPipeline() = default;
-  explicit TransformPipeline(std::vector<std::shared_ptr<Transform>> steps) : steps_(std::move(steps)) {}
+  explicit TransformPipeline(std::vector<std::shared_ptr<Transform>> steps)
+      : steps_(std::move(steps)) {}
   // Builds the pipeline from a config list of `_target_` nodes (null or absent: no steps).
-  static absl::StatusOr<TransformPipeline> FromConfig(const config::Config& parent, const std::string& key);
+  static absl::StatusOr<TransformPipeline> FromConfig(const config::Config& parent,
+                                                      const std::string& key);
   // The same from the list itself (null: no steps).
   static absl::StatusOr<TransformPipeline> FromList(const config::Config& list);
   torch::Tensor Apply(torch::Tensor image, SampleRng& rng) const;
   // Steps `first`.. only (the first having been done by the decoder).
   torch::Tensor ApplyFrom(size_t first, torch::Tensor image, SampleRng& rng) const;
-  // Folds steps `first`.. into `map` while they are per-pixel work (Transform::FoldInto); returns the
-  // index of the first step not folded.
+  // Folds steps `first`.. into `map` while they are per-pixel work (Transform::FoldInto); returns
+  // the index of the first step not folded.
   size_t FoldFrom(size_t first, Transform::PixelMap& map, int64_t channels, SampleRng& rng) const;
   // The first step, or null.
   const Transform* front() const { return steps_.empty() ? nullptr : steps_.front().get(); }

@@ -1,9 +1,8 @@
 #include "lib/distributed/data_parallel.h"
 
-#include <torch/csrc/distributed/c10d/reducer.hpp>
-
 #include <algorithm>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,8 +10,8 @@
 
 namespace kiln::distributed {
 
-DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb,
-                           bool find_unused_parameters)
+DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
+                           double bucket_cap_mb, bool find_unused_parameters)
     : group_(std::move(group)), module_(module) {
   std::vector<at::Tensor> params;
   std::unordered_map<size_t, std::string> names;
@@ -32,12 +31,12 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Modul
       std::vector<bool>(params.size(), false)));
   std::reverse(buckets.begin(), buckets.end());
   num_buckets_ = buckets.size();
-  reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), group_->group(),
-                                             std::vector<bool>(params.size(), false), bucket_bytes,
-                                             find_unused_parameters, /*gradient_as_bucket_view=*/false,
-                                             std::move(names), first_bucket_bytes,
-                                             /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
-                                             /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  reducer_ = std::make_unique<c10d::Reducer>(
+      params, std::move(buckets), group_->group(), std::vector<bool>(params.size(), false),
+      bucket_bytes, find_unused_parameters, /*gradient_as_bucket_view=*/false, std::move(names),
+      first_bucket_bytes,
+      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+      /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
 }
 
 DataParallel::~DataParallel() = default;
@@ -82,10 +81,11 @@ absl::Status DataParallel::PrepareSyncedBackward(const torch::Tensor& loss) {
       }
     }
     if (!unused.empty() || message.find("not used in producing loss") != std::string::npos) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data parallel: the loss does not use every parameter",
-          unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
-          ", and the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data parallel: the loss does not use every parameter",
+                       unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
+                       ", and the gradient reduction waits for them; set "
+                       "trainer.ddp_find_unused_parameters=true"));
     }
     return absl::InternalError(absl::StrCat("data parallel: ", ErrorLine(message)));
   }

@@ -13,8 +13,8 @@ absl::StatusOr<int> ReadInt(const GetEnv& get, const std::string& name, int fall
   if (text.empty()) return fallback;
   int value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < min) {
-    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", text,
-                                                   "' is not an integer >= ", min));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "='", text, "' is not an integer >= ", min));
   }
   return value;
 }
@@ -37,7 +37,8 @@ absl::StatusOr<std::string> FirstSlurmHost(const std::string& nodelist) {
   }
   std::string first = nodelist.substr(0, end);
   if (first.empty()) return absl::InvalidArgumentError("SLURM_NODELIST is empty");
-  // Each bracket "[07-09,12]" becomes its first number, leading zeros kept: "n[07-09]-g[1-2]" -> "n07-g1".
+  // Each bracket "[07-09,12]" becomes its first number, leading zeros kept: "n[07-09]-g[1-2]" ->
+  // "n07-g1".
   std::string host;
   for (size_t i = 0; i < first.size(); ++i) {
     if (first[i] != '[') {
@@ -46,7 +47,8 @@ absl::StatusOr<std::string> FirstSlurmHost(const std::string& nodelist) {
     }
     size_t close = first.find(']', i);
     if (close == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("SLURM_NODELIST='", nodelist, "' has an unclosed '['"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SLURM_NODELIST='", nodelist, "' has an unclosed '['"));
     }
     std::string range = first.substr(i + 1, close - i - 1);
     host += range.substr(0, range.find_first_of(",-"));
@@ -95,13 +97,15 @@ absl::StatusOr<Environment> ReadEnvironment(const GetEnv& get) {
     return env;
   }
   if (env.rank >= env.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", env.rank, " is outside the world of ", env.world_size, " processes (", env.source, " environment)"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", env.rank, " is outside the world of ",
+                                                   env.world_size, " processes (", env.source,
+                                                   " environment)"));
   }
   if (std::string addr = get("MASTER_ADDR"); !addr.empty()) env.master_addr = addr;
   auto port = ReadInt(get, "MASTER_PORT", env.master_port, 1);
   if (!port.ok()) return port.status();
-  if (*port > 65535) return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT=", *port, " is not a TCP port"));
+  if (*port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT=", *port, " is not a TCP port"));
   env.master_port = *port;
   return env;
 }

@@ -24,26 +24,31 @@ std::string FirstLine(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
-bool IsLoopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environment& env,
-                                                                   const ProcessGroupOptions& options) {
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
+    const Environment& env, const ProcessGroupOptions& options) {
   auto group = std::make_shared<ProcessGroup>();
   group->rank_ = env.rank;
   group->world_size_ = env.world_size;
   // auto, as Lightning: NCCL for ranks that train on CUDA, Gloo for the CPU.
-  std::string backend = options.backend == "auto" ? (options.cuda ? "nccl" : "gloo") : options.backend;
+  std::string backend =
+      options.backend == "auto" ? (options.cuda ? "nccl" : "gloo") : options.backend;
 #if !KILN_WITH_CUDA
   if (backend == "nccl") {
     return absl::UnimplementedError(
-        "process_group_backend=nccl: this kiln was built without CUDA, which offers gloo only (CPU)");
+        "process_group_backend=nccl: this kiln was built without CUDA, which offers gloo only "
+        "(CPU)");
   }
 #endif
   if (backend == "nccl" && !options.cuda) {
     return absl::FailedPreconditionError(
-        "process_group_backend=nccl reduces CUDA tensors: it needs trainer.accelerator=cuda (or auto) and a GPU");
+        "process_group_backend=nccl reduces CUDA tensors: it needs trainer.accelerator=cuda (or "
+        "auto) and a GPU");
   }
   group->backend_ = backend;
   try {
@@ -55,8 +60,9 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
     store_options.timeout = options.timeout;
     group->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": rendezvous at ", env.master_addr, ":",
-                                               env.master_port, " failed: ", FirstLine(e)));
+    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": rendezvous at ",
+                                               env.master_addr, ":", env.master_port,
+                                               " failed: ", FirstLine(e)));
   }
   try {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
@@ -71,21 +77,24 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(const Environ
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("kiln/default_pg", group->store_);
     // As torch.distributed.init_process_group: a ProcessGroup that dispatches CPU tensors to its
     // Gloo backend.
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, gloo_options);
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size,
+                                                            gloo_options);
     group->group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, env.rank, env.world_size);
     group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     group->group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
 #if KILN_WITH_CUDA
     // Gloo also takes CUDA tensors (staged through the host), as torch.distributed's "gloo" does:
     // ranks that share a GPU, or a machine without NCCL.
-    if (backend == "gloo") group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    if (backend == "gloo")
+      group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
     // With NCCL, CUDA tensors go to it (gradients, weights, metrics on the device) and CPU ones
     // still to Gloo, as torch.distributed's "cpu:gloo,cuda:nccl".
     if (backend == "nccl") {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = options.timeout;
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", group->store_);
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size, nccl_options);
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size,
+                                                              nccl_options);
       group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
     }
@@ -101,8 +110,9 @@ absl::Status ProcessGroup::Guard(const std::string& what, const std::function<vo
   try {
     fn();
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rank ", rank_, " of ", world_size_, ": ", what,
-                                               " failed; another worker has probably stopped: ", FirstLine(e)));
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank_, " of ", world_size_, ": ", what,
+                     " failed; another worker has probably stopped: ", FirstLine(e)));
   }
   return absl::OkStatus();
 }
@@ -128,7 +138,8 @@ absl::Status ProcessGroup::Broadcast(std::vector<torch::Tensor> tensors) {
   });
 }
 
-absl::StatusOr<std::string> ProcessGroup::ShareFromRankZero(const std::string& key, const std::string& value) {
+absl::StatusOr<std::string> ProcessGroup::ShareFromRankZero(const std::string& key,
+                                                            const std::string& value) {
   std::string shared;
   auto status = Guard(absl::StrCat("sharing '", key, "'"), [&] {
     std::string full = "kiln/share/" + key;

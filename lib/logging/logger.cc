@@ -25,7 +25,8 @@ const char* LevelName(LogLevel level) {
 std::string Timestamp() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm local{};
   localtime_r(&t, &local);
   char buf[32];
@@ -62,12 +63,14 @@ void Logger::CloseFile() {
 
 void Logger::set_console_sink(std::function<void(const std::string&)> sink) {
   std::lock_guard<std::mutex> lock(mu_);
-  sink_ = sink ? std::make_shared<const std::function<void(const std::string&)>>(std::move(sink)) : nullptr;
+  sink_ = sink ? std::make_shared<const std::function<void(const std::string&)>>(std::move(sink))
+               : nullptr;
 }
 
 void Logger::Log(LogLevel level, const std::string& message) {
   if (level < level_) return;
-  std::string line = absl::StrCat("[", Timestamp(), "][kiln][", LevelName(level), "] - ", message, "\n");
+  std::string line =
+      absl::StrCat("[", Timestamp(), "][kiln][", LevelName(level), "] - ", message, "\n");
   std::vector<std::string> console;
   std::shared_ptr<const std::function<void(const std::string&)>> sink;
   {
@@ -97,16 +100,22 @@ void Logger::Log(LogLevel level, const std::string& message) {
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
   std::string upper = absl::AsciiStrToUpper(text);
-  if (upper == "DEBUG") *level = LogLevel::kDebug;
-  else if (upper == "INFO") *level = LogLevel::kInfo;
-  else if (upper == "WARNING" || upper == "WARN") *level = LogLevel::kWarning;
-  else if (upper == "ERROR") *level = LogLevel::kError;
-  else return false;
+  if (upper == "DEBUG")
+    *level = LogLevel::kDebug;
+  else if (upper == "INFO")
+    *level = LogLevel::kInfo;
+  else if (upper == "WARNING" || upper == "WARN")
+    *level = LogLevel::kWarning;
+  else if (upper == "ERROR")
+    *level = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
 void RateLimitedLog::Log(const std::string& message) {
-  double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   int64_t held_back = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -119,7 +128,8 @@ void RateLimitedLog::Log(const std::string& message) {
     held_back_ = 0;
   }
   Logger::Instance().Log(level_, held_back == 0 ? message
-                                                : absl::StrCat(message, " (and ", held_back, " more like it since the last)"));
+                                                : absl::StrCat(message, " (and ", held_back,
+                                                               " more like it since the last)"));
 }
 
 }  // namespace kiln

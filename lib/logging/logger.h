@@ -49,7 +49,8 @@ class Logger {
 // the next line logged says how many there were.
 class RateLimitedLog {
  public:
-  RateLimitedLog(LogLevel level, double interval_seconds) : level_(level), interval_(interval_seconds) {}
+  RateLimitedLog(LogLevel level, double interval_seconds)
+      : level_(level), interval_(interval_seconds) {}
   void Log(const std::string& message);
 
  private:

@@ -1,7 +1,5 @@
 #include "lib/registry/options.h"
 
-#include "lib/config/secrets.h"
-
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/config/override.h"
+#include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
 
@@ -63,9 +62,11 @@ OptionSchema& OptionSchema::Float(std::string name, double value, std::string do
   return Push({std::move(name), OptionType::kFloat, Node::Float(value), std::move(doc), false});
 }
 OptionSchema& OptionSchema::String(std::string name, std::string value, std::string doc) {
-  return Push({std::move(name), OptionType::kString, Node::String(std::move(value)), std::move(doc), false});
+  return Push({std::move(name), OptionType::kString, Node::String(std::move(value)), std::move(doc),
+               false});
 }
-OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text, std::string doc) {
+OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text,
+                              std::string doc) {
   auto parsed = config::ParseOverrideValue(default_text);
   OptionSpec spec;
   spec.name = std::move(name);
@@ -102,7 +103,8 @@ bool Matches(OptionType type, const Node& value) {
   switch (type) {
     case OptionType::kBool: return value.kind() == NodeKind::kBool;
     case OptionType::kInt: return value.kind() == NodeKind::kInt;
-    case OptionType::kFloat: return value.kind() == NodeKind::kFloat || value.kind() == NodeKind::kInt;
+    case OptionType::kFloat:
+      return value.kind() == NodeKind::kFloat || value.kind() == NodeKind::kInt;
     case OptionType::kString: return value.kind() == NodeKind::kString;
     case OptionType::kList: return value.is_list();
     case OptionType::kMap: return value.is_map();
@@ -134,8 +136,8 @@ absl::Status OptionContext::Refuse(const std::string& name, const std::string& w
 absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string& key,
                                             const std::string& component) const {
   if (!node.is_map()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a mapping of options for ",
-                                                   component, Where(node)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", key, "' must be a mapping of options for ", component, Where(node)));
   }
   auto full = [&](const std::string& name) { return key.empty() ? name : key + "." + name; };
   std::vector<std::string> names;
@@ -149,17 +151,19 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
     }
     const OptionSpec* spec = Find(name);
     if (spec == nullptr) {
-      std::string known = names.empty() ? "it takes no options" : "known: " + absl::StrJoin(names, ", ");
-      // A typed key (`on:` is the bool key True, `1:` the int key 1, as in Hydra) is shown as Python
-      // shows it.
+      std::string known =
+          names.empty() ? "it takes no options" : "known: " + absl::StrJoin(names, ", ");
+      // A typed key (`on:` is the bool key True, `1:` the int key 1, as in Hydra) is shown as
+      // Python shows it.
       const std::string text = config::KeyText(name);
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", full(text), "' for ", component,
-                                                     config::DidYouMean(text, names), Where(*value),
-                                                     "; ", known));
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", full(text), "' for ",
+                                                     component, config::DidYouMean(text, names),
+                                                     Where(*value), "; ", known));
     }
     if (value->is_missing()) {
       return absl::InvalidArgumentError(absl::StrCat("missing mandatory value '", full(name), "'",
-                                                     Where(*value), "; set it, e.g. ", full(name), "=VALUE"));
+                                                     Where(*value), "; set it, e.g. ", full(name),
+                                                     "=VALUE"));
     }
     if (spec->type == OptionType::kInt && value->is_big_int()) {
       return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component,
@@ -169,8 +173,8 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
     bool null_ok = value->is_null() && (spec->nullable || spec->type == OptionType::kAny);
     if (!null_ok && !Matches(spec->type, *value)) {
       return absl::InvalidArgumentError(absl::StrCat("option '", full(name), "' of ", component,
-                                                     " must be ", OptionTypeName(spec->type), ", got ",
-                                                     config::KindName(value->kind()), " ",
+                                                     " must be ", OptionTypeName(spec->type),
+                                                     ", got ", config::KindName(value->kind()), " ",
                                                      config::ScalarToYaml(*value), Where(*value)));
     }
     if (spec->check && !(value->is_null() && spec->nullable) && !spec->check.accepts(*value)) {
@@ -195,8 +199,9 @@ absl::StatusOr<NodePtr> OptionSchema::Apply(const Node& node, const std::string&
   for (const auto& spec : options_) {
     if (out->Contains(spec.name)) continue;
     if (spec.default_value == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("option '", full(spec.name), "' of ", component,
-                                                     " is required (", spec.doc, ")", Where(node)));
+      return absl::InvalidArgumentError(absl::StrCat("option '", full(spec.name), "' of ",
+                                                     component, " is required (", spec.doc, ")",
+                                                     Where(node)));
     }
     out->Set(spec.name, spec.default_value->Clone());
   }
@@ -230,7 +235,9 @@ Options& Options::Set(const std::string& key, const std::vector<std::string>& va
   return Put(key, list);
 }
 
-Options& Options::Set(const std::string& key, const Options& nested) { return Put(key, nested.node_->Clone()); }
+Options& Options::Set(const std::string& key, const Options& nested) {
+  return Put(key, nested.node_->Clone());
+}
 
 Options& Options::Set(const std::string& key, const std::vector<Options>& list) {
   NodePtr items = Node::List();
@@ -251,24 +258,28 @@ std::string FormatNumber(double v) {
 OptionCheck OneOf(std::vector<std::string> values) {
   std::string what = "one of: " + absl::StrJoin(values, ", ");
   return {what, [values = std::move(values)](const Node& n) {
-            return n.kind() == NodeKind::kString && std::find(values.begin(), values.end(), n.as_string()) != values.end();
+            return n.kind() == NodeKind::kString &&
+                   std::find(values.begin(), values.end(), n.as_string()) != values.end();
           }};
 }
 
 OptionCheck InRange(double low, double high) {
-  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), "]"), [low, high](const Node& n) {
+  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), "]"),
+          [low, high](const Node& n) {
             return IsNumber(n) && config::NumberValue(n) >= low && config::NumberValue(n) <= high;
           }};
 }
 
 OptionCheck InHalfOpenRange(double low, double high) {
-  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), ")"), [low, high](const Node& n) {
+  return {absl::StrCat("in [", FormatNumber(low), ", ", FormatNumber(high), ")"),
+          [low, high](const Node& n) {
             return IsNumber(n) && config::NumberValue(n) >= low && config::NumberValue(n) < high;
           }};
 }
 
 OptionCheck AtLeast(double low) {
-  return {absl::StrCat("at least ", FormatNumber(low)), [low](const Node& n) { return IsNumber(n) && config::NumberValue(n) >= low; }};
+  return {absl::StrCat("at least ", FormatNumber(low)),
+          [low](const Node& n) { return IsNumber(n) && config::NumberValue(n) >= low; }};
 }
 
 OptionCheck GreaterThan(double low) {
@@ -288,7 +299,8 @@ OptionCheck NonEmpty() {
 OptionCheck FileExists() {
   return {"the path of an existing file", [](const Node& n) {
             struct stat st;
-            return n.kind() == NodeKind::kString && ::stat(n.as_string().c_str(), &st) == 0 && S_ISREG(st.st_mode);
+            return n.kind() == NodeKind::kString && ::stat(n.as_string().c_str(), &st) == 0 &&
+                   S_ISREG(st.st_mode);
           }};
 }
 

@@ -23,19 +23,19 @@ const char* OptionTypeName(OptionType type);
 // `AtLeast(1)`, `GreaterThan(0)`, `NonEmpty()`, `FileExists()`, `Each(AtLeast(0))`. A value that
 // fails it is refused, like a wrong type, with OptionValueError's one message.
 struct OptionCheck {
-  std::string what;                                   // "one of: max, min", "in [0, 1]"
+  std::string what;  // "one of: max, min", "in [0, 1]"
   // Sees null only where null is not an accepted value (a non-nullable option of type any).
   std::function<bool(const config::Node&)> accepts;
   bool each = false;  // asked of every item of a list; a failing item is named KEY.N (Each)
   explicit operator bool() const { return static_cast<bool>(accepts); }
 };
 OptionCheck OneOf(std::vector<std::string> values);
-OptionCheck InRange(double low, double high);  // low <= value <= high
+OptionCheck InRange(double low, double high);          // low <= value <= high
 OptionCheck InHalfOpenRange(double low, double high);  // low <= value < high
 OptionCheck AtLeast(double low);
 OptionCheck GreaterThan(double low);
-OptionCheck NonEmpty();    // a string or list with something in it
-OptionCheck FileExists();  // a string naming a regular file
+OptionCheck NonEmpty();              // a string or list with something in it
+OptionCheck FileExists();            // a string naming a regular file
 OptionCheck Each(OptionCheck item);  // every item of a list passes `item`
 
 // The one message for an option whose value is refused: "option 'KEY' of COMPONENT must be WHAT,
@@ -49,18 +49,18 @@ struct OptionSpec {
   OptionType type = OptionType::kAny;
   config::NodePtr default_value;  // nullptr: the option is required
   std::string doc;
-  bool nullable = false;          // null is an accepted value
-  OptionCheck check;              // empty: any value of the type
-  OptionCheck item_check;         // asked of each item of a list value (Each); empty: none
-  bool secret = false;            // a credential: *** wherever kiln stores or prints a config
+  bool nullable = false;   // null is an accepted value
+  OptionCheck check;       // empty: any value of the type
+  OptionCheck item_check;  // asked of each item of a list value (Each); empty: none
+  bool secret = false;     // a credential: *** wherever kiln stores or prints a config
 };
 // A declaration whose default is given as override text ("1.0", "null", "[32, 64]"); a null
 // default makes null an accepted value.
-OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text, std::string doc);
+OptionSpec OptionSpecFromText(std::string name, OptionType type, const std::string& default_text,
+                              std::string doc);
 // The type of an enum option with these names: string, or any when a name reads as another
 // scalar (precision's "32").
 OptionType EnumOptionType(const std::vector<std::string>& names);
-
 
 class OptionSchema {
  public:
@@ -70,7 +70,8 @@ class OptionSchema {
   OptionSchema& Float(std::string name, double value, std::string doc);
   OptionSchema& String(std::string name, std::string value, std::string doc);
   // A default given as YAML/override text ("[32, 64]", "null", "{a: 1}"); null makes it nullable.
-  OptionSchema& Add(std::string name, OptionType type, const std::string& default_text, std::string doc);
+  OptionSchema& Add(std::string name, OptionType type, const std::string& default_text,
+                    std::string doc);
   // The whole declaration at once (OptionBinding uses it).
   OptionSchema& Add(OptionSpec spec) { return Push(std::move(spec)); }
 
@@ -106,9 +107,15 @@ class Options {
   Options& Set(const std::string& key, bool value) { return Put(key, config::Node::Bool(value)); }
   Options& Set(const std::string& key, int value) { return Put(key, config::Node::Int(value)); }
   Options& Set(const std::string& key, int64_t value) { return Put(key, config::Node::Int(value)); }
-  Options& Set(const std::string& key, double value) { return Put(key, config::Node::Float(value)); }
-  Options& Set(const std::string& key, const char* value) { return Put(key, config::Node::String(value)); }
-  Options& Set(const std::string& key, const std::string& value) { return Put(key, config::Node::String(value)); }
+  Options& Set(const std::string& key, double value) {
+    return Put(key, config::Node::Float(value));
+  }
+  Options& Set(const std::string& key, const char* value) {
+    return Put(key, config::Node::String(value));
+  }
+  Options& Set(const std::string& key, const std::string& value) {
+    return Put(key, config::Node::String(value));
+  }
   Options& Set(const std::string& key, std::initializer_list<int64_t> values);
   Options& Set(const std::string& key, const std::vector<int64_t>& values);
   Options& Set(const std::string& key, const std::vector<double>& values);
@@ -319,8 +326,8 @@ class OptionBinding {
   // `default_text` is the default as override text ("1.0", "null", "false"); a null default
   // makes null an accepted value, which `read` then receives too.
   template <typename F>
-  OptionBinding& Parsed(std::string name, F S::*field, OptionType type, const std::string& default_text,
-                        std::string doc, std::string what,
+  OptionBinding& Parsed(std::string name, F S::*field, OptionType type,
+                        const std::string& default_text, std::string doc, std::string what,
                         std::function<std::optional<F>(const config::Node&)> read) {
     OptionSpec spec = OptionSpecFromText(std::move(name), type, default_text, std::move(doc));
     spec.check = {std::move(what), [read](const config::Node& n) { return read(n).has_value(); }};
@@ -343,8 +350,8 @@ class OptionBinding {
       names.push_back(value_name);
       if (default_name.empty() && value == S().*field) default_name = value_name;
     }
-    return Parsed<E>(std::move(name), field, EnumOptionType(names), default_name, std::move(doc), OneOf(names).what,
-                     [values](const config::Node& n) -> std::optional<E> {
+    return Parsed<E>(std::move(name), field, EnumOptionType(names), default_name, std::move(doc),
+                     OneOf(names).what, [values](const config::Node& n) -> std::optional<E> {
                        if (n.is_null() || !n.is_scalar()) return std::nullopt;
                        std::string text = config::PythonStr(n);
                        for (const auto& [value_name, value] : values) {
@@ -390,8 +397,9 @@ class OptionBinding {
       OptionCheck typed{Traits::kWhat, &Traits::Accepts};
       if (spec.check) {
         OptionCheck extra = spec.check;
-        spec.check = {typed.what + " (" + extra.what + ")",
-                      [typed, extra](const config::Node& n) { return typed.accepts(n) && extra.accepts(n); }};
+        spec.check = {typed.what + " (" + extra.what + ")", [typed, extra](const config::Node& n) {
+                        return typed.accepts(n) && extra.accepts(n);
+                      }};
       } else {
         spec.check = typed;
       }

@@ -57,8 +57,10 @@ class Registrar {
   };
 
   template <typename T>
-  void Add(std::string name, std::string doc, OptionSchema options, typename Registry<T>::Factory factory) {
-    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
+  void Add(std::string name, std::string doc, OptionSchema options,
+           typename Registry<T>::Factory factory) {
+    auto [info, stored] =
+        Registry<T>::Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
     pending_.push_back({std::move(info), std::move(stored)});
   }
 
@@ -72,9 +74,12 @@ class Registrar {
     if constexpr (std::is_invocable_v<F, const S&, const OptionContext&>) {
       factory = Build(std::move(build));
     } else {
-      factory = Build([build = std::move(build)](const S& options, const OptionContext&) { return build(options); });
+      factory = Build([build = std::move(build)](const S& options, const OptionContext&) {
+        return build(options);
+      });
     }
-    auto [info, stored] = Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(factory));
+    auto [info, stored] =
+        Registry<T>::Entry(std::move(name), std::move(doc), binding, std::move(factory));
     pending_.push_back({std::move(info), std::move(stored)});
   }
 
@@ -84,7 +89,9 @@ class Registrar {
   }
 
   const std::vector<Pending>& pending() const { return pending_; }
-  const std::vector<std::pair<std::string, config::ResolverFn>>& resolvers() const { return resolvers_; }
+  const std::vector<std::pair<std::string, config::ResolverFn>>& resolvers() const {
+    return resolvers_;
+  }
 
  private:
   std::vector<Pending> pending_;
@@ -113,7 +120,8 @@ struct KilnPluginInfo {
   const char* name;
   const char* version;
   void (*register_components)(kiln::Registrar&);
-  const char* config_dir;  // joins the config search path; relative to the library's folder; "" for none
+  const char*
+      config_dir;  // joins the config search path; relative to the library's folder; "" for none
 };
 
 typedef KilnPluginInfo (*KilnGetPluginInfoFn)();
@@ -125,13 +133,17 @@ typedef KilnPluginInfo (*KilnGetPluginInfoFn)();
 #define KILN_PLUGIN_ENTRY "kilnGetPluginInfo"
 
 // Declares the plugin: name, version, register function, config folder (or "").
-#define KILN_PLUGIN(NAME, VERSION, REGISTER_FN, CONFIG_DIR)                                          \
-  extern "C" __attribute__((visibility("default"), used, section(KILN_PLUGIN_SECTION)))            \
-  const KilnPluginManifest kiln_plugin_manifest = {KILN_PLUGIN_MAGIC, ::kiln::kPluginAbiVersion,    \
-                                                   KILN_VERSION_STRING, KILN_PLUGIN_TORCH_VERSION,  \
-                                                   NAME, VERSION, CONFIG_DIR};                      \
-  extern "C" __attribute__((visibility("default"))) KilnPluginInfo kilnGetPluginInfo() {           \
-    const KilnPluginManifest& m = kiln_plugin_manifest;                                             \
-    return KilnPluginInfo{m.abi_version, m.kiln_version, m.torch_version, m.name,                   \
-                          m.version,     &REGISTER_FN,   m.config_dir};                             \
+#define KILN_PLUGIN(NAME, VERSION, REGISTER_FN, CONFIG_DIR)                              \
+  extern "C" __attribute__((visibility("default"), used, section(KILN_PLUGIN_SECTION)))  \
+  const KilnPluginManifest kiln_plugin_manifest = {KILN_PLUGIN_MAGIC,                    \
+                                                   ::kiln::kPluginAbiVersion,            \
+                                                   KILN_VERSION_STRING,                  \
+                                                   KILN_PLUGIN_TORCH_VERSION,            \
+                                                   NAME,                                 \
+                                                   VERSION,                              \
+                                                   CONFIG_DIR};                          \
+  extern "C" __attribute__((visibility("default"))) KilnPluginInfo kilnGetPluginInfo() { \
+    const KilnPluginManifest& m = kiln_plugin_manifest;                                  \
+    return KilnPluginInfo{m.abi_version, m.kiln_version, m.torch_version, m.name,        \
+                          m.version,     &REGISTER_FN,   m.config_dir};                  \
   }

@@ -42,7 +42,9 @@ std::string MajorMinor(const std::string& version) {
   return version.substr(0, second);
 }
 
-std::string FixedString(const char* field, size_t size) { return std::string(field, strnlen(field, size)); }
+std::string FixedString(const char* field, size_t size) {
+  return std::string(field, strnlen(field, size));
+}
 
 // The contents of one ELF section, read with bounds checks (the file may be anything).
 // NotFound when the file is an ELF object without that section.
@@ -61,17 +63,21 @@ absl::StatusOr<std::string> ReadElfSection(const std::string& path, const std::s
   Elf64_Ehdr header;
   if (!read_at(0, &header, sizeof(header)) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
       header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB ||
-      header.e_type != ET_DYN || header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shstrndx >= header.e_shnum) {
+      header.e_type != ET_DYN || header.e_shentsize != sizeof(Elf64_Shdr) ||
+      header.e_shstrndx >= header.e_shnum) {
     return not_library;
   }
   std::vector<Elf64_Shdr> sections(header.e_shnum);
-  if (!read_at(header.e_shoff, sections.data(), sizeof(Elf64_Shdr) * sections.size())) return not_library;
+  if (!read_at(header.e_shoff, sections.data(), sizeof(Elf64_Shdr) * sections.size()))
+    return not_library;
   const Elf64_Shdr& names = sections[header.e_shstrndx];
   if (names.sh_size > (1u << 20)) return not_library;
   std::string name_table(names.sh_size, '\0');
   if (!read_at(names.sh_offset, name_table.data(), names.sh_size)) return not_library;
   for (const Elf64_Shdr& s : sections) {
-    if (s.sh_name >= name_table.size() || std::strcmp(name_table.c_str() + s.sh_name, section.c_str()) != 0) continue;
+    if (s.sh_name >= name_table.size() ||
+        std::strcmp(name_table.c_str() + s.sh_name, section.c_str()) != 0)
+      continue;
     if (s.sh_type == SHT_NOBITS || s.sh_size > (1u << 16)) return not_library;
     std::string bytes(s.sh_size, '\0');
     if (!read_at(s.sh_offset, bytes.data(), s.sh_size)) return not_library;
@@ -83,20 +89,21 @@ absl::StatusOr<std::string> ReadElfSection(const std::string& path, const std::s
 absl::Status CheckCompatible(const PluginManifest& m) {
   std::string who = absl::StrCat("plugin '", m.name, "' (", m.path, ")");
   if (m.abi_version != kPluginAbiVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(who, " was built for plugin ABI ", m.abi_version,
-                                                      "; this kiln loads ABI ", kPluginAbiVersion,
-                                                      ": rebuild the plugin against kiln ", KILN_VERSION_STRING));
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, " was built for plugin ABI ", m.abi_version, "; this kiln loads ABI ",
+                     kPluginAbiVersion, ": rebuild the plugin against kiln ", KILN_VERSION_STRING));
   }
   if (MajorMinor(m.kiln_version) != MajorMinor(KILN_VERSION_STRING)) {
-    return absl::FailedPreconditionError(absl::StrCat(who, " was built against kiln ", m.kiln_version,
-                                                      "; this is kiln ", KILN_VERSION_STRING, ": rebuild the plugin"));
+    return absl::FailedPreconditionError(absl::StrCat(who, " was built against kiln ",
+                                                      m.kiln_version, "; this is kiln ",
+                                                      KILN_VERSION_STRING, ": rebuild the plugin"));
   }
   if (!m.torch_version.empty() && m.torch_version != KILN_TORCH_VERSION_STRING) {
     std::string ours = std::string(KILN_TORCH_VERSION_STRING).empty()
                            ? std::string("this kiln was built without LibTorch")
                            : absl::StrCat("this kiln uses LibTorch ", KILN_TORCH_VERSION_STRING);
-    return absl::FailedPreconditionError(absl::StrCat(who, " was built against LibTorch ", m.torch_version, "; ",
-                                                      ours, ": rebuild the plugin"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " was built against LibTorch ", m.torch_version, "; ", ours, ": rebuild the plugin"));
   }
   return absl::OkStatus();
 }
@@ -118,26 +125,27 @@ absl::Status Commit(const PluginManifest& m, const Registrar& registrar) {
   std::set<std::pair<std::string, std::string>> seen;
   for (const auto& p : registrar.pending()) {
     if (const RegistryHub::Entry* existing = hub.Find(p.info.kind, p.info.name)) {
-      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path, ") registers ", p.info.kind,
-                                                   " '", p.info.name, "', which ", existing->info.origin,
-                                                   " already provides: give it another name"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "plugin '", m.name, "' (", m.path, ") registers ", p.info.kind, " '", p.info.name,
+          "', which ", existing->info.origin, " already provides: give it another name"));
     }
     if (!seen.insert({p.info.kind, p.info.name}).second) {
-      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path, ") registers ", p.info.kind,
-                                                   " '", p.info.name, "' twice"));
+      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path,
+                                                   ") registers ", p.info.kind, " '", p.info.name,
+                                                   "' twice"));
     }
   }
   config::ResolverRegistry& resolvers = config::ResolverRegistry::Default();
   std::set<std::string> seen_resolvers;
   for (const auto& [name, fn] : registrar.resolvers()) {
     if (resolvers.Contains(name)) {
-      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path, ") registers config resolver '",
-                                                   name, "', which ", resolvers.OriginOf(name),
-                                                   " already provides: give it another name"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "plugin '", m.name, "' (", m.path, ") registers config resolver '", name, "', which ",
+          resolvers.OriginOf(name), " already provides: give it another name"));
     }
     if (!seen_resolvers.insert(name).second) {
-      return absl::AlreadyExistsError(absl::StrCat("plugin '", m.name, "' (", m.path,
-                                                   ") registers config resolver '", name, "' twice"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "plugin '", m.name, "' (", m.path, ") registers config resolver '", name, "' twice"));
     }
   }
   std::string previous = hub.current_origin();
@@ -146,14 +154,17 @@ absl::Status Commit(const PluginManifest& m, const Registrar& registrar) {
   for (const auto& p : registrar.pending()) {
     status.Update(hub.Add(p.info, p.factory));
   }
-  for (const auto& [name, fn] : registrar.resolvers()) status.Update(resolvers.Add(name, fn, m.Origin()));
+  for (const auto& [name, fn] : registrar.resolvers())
+    status.Update(resolvers.Add(name, fn, m.Origin()));
   hub.set_current_origin(previous);
   return status;
 }
 
 }  // namespace
 
-std::string PluginManifest::Origin() const { return absl::StrCat("plugin ", name, " ", version, " (", path, ")"); }
+std::string PluginManifest::Origin() const {
+  return absl::StrCat("plugin ", name, " ", version, " (", path, ")");
+}
 
 absl::StatusOr<PluginManifest> InspectPlugin(const std::string& path) {
   if (!IsRegularFile(path)) {
@@ -163,18 +174,20 @@ absl::StatusOr<PluginManifest> InspectPlugin(const std::string& path) {
   m.path = Canonical(path);
   auto bytes = ReadElfSection(m.path, KILN_PLUGIN_SECTION);
   if (absl::IsNotFound(bytes.status()) && bytes.status().message() == KILN_PLUGIN_SECTION) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plugin '", path, "' is not a kiln plugin: it has no ", KILN_PLUGIN_SECTION,
-        " manifest (declare it with KILN_PLUGIN and build it with kiln_add_plugin)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plugin '", path, "' is not a kiln plugin: it has no ", KILN_PLUGIN_SECTION,
+                     " manifest (declare it with KILN_PLUGIN and build it with kiln_add_plugin)"));
   }
   if (!bytes.ok()) return bytes.status();
   KilnPluginManifest raw;
   if (bytes->size() < sizeof(raw)) {
-    return absl::InvalidArgumentError(absl::StrCat("plugin '", path, "' has a truncated kiln manifest"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plugin '", path, "' has a truncated kiln manifest"));
   }
   std::memcpy(&raw, bytes->data(), sizeof(raw));
   if (FixedString(raw.magic, sizeof(raw.magic)) != KILN_PLUGIN_MAGIC) {
-    return absl::InvalidArgumentError(absl::StrCat("plugin '", path, "' has a corrupt kiln manifest"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plugin '", path, "' has a corrupt kiln manifest"));
   }
   m.abi_version = raw.abi_version;
   m.kiln_version = FixedString(raw.kiln_version, sizeof(raw.kiln_version));
@@ -186,8 +199,9 @@ absl::StatusOr<PluginManifest> InspectPlugin(const std::string& path) {
   if (!config_dir.empty()) {
     if (config_dir[0] != '/') config_dir = absl::StrCat(Dirname(m.path), "/", config_dir);
     if (!IsDirectory(config_dir)) {
-      return absl::NotFoundError(absl::StrCat("plugin '", m.name, "' (", m.path, "): its config folder ",
-                                              config_dir, " does not exist"));
+      return absl::NotFoundError(absl::StrCat("plugin '", m.name, "' (", m.path,
+                                              "): its config folder ", config_dir,
+                                              " does not exist"));
     }
     m.config_dir = Canonical(config_dir);
   }
@@ -206,31 +220,34 @@ absl::StatusOr<PluginManifest> LoadPlugin(const PluginManifest& m) {
   if (auto it = state.by_path.find(m.path); it != state.by_path.end()) return it->second;
   for (const auto& [other_path, other] : state.by_path) {
     if (other.name == m.name) {
-      return absl::AlreadyExistsError(absl::StrCat("two plugins are named '", m.name, "': ", other_path, " and ",
-                                                   m.path, "; load only one"));
+      return absl::AlreadyExistsError(absl::StrCat("two plugins are named '", m.name, "': ",
+                                                   other_path, " and ", m.path, "; load only one"));
     }
   }
   auto handle = OpenLibraryAs(m.path, m.Origin(), RTLD_LOCAL);
   if (!handle.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("plugin '", m.name, "': ", handle.status().message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("plugin '", m.name, "': ", handle.status().message()));
   }
   // Never dlclose: the registered factories point into the library.
   auto entry = reinterpret_cast<KilnGetPluginInfoFn>(::dlsym(*handle, KILN_PLUGIN_ENTRY));
   if (entry == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("plugin '", m.path, "' is not a kiln plugin: it exports no ",
+    return absl::InvalidArgumentError(absl::StrCat("plugin '", m.path,
+                                                   "' is not a kiln plugin: it exports no ",
                                                    KILN_PLUGIN_ENTRY, " function"));
   }
   KilnPluginInfo info = entry();
   if (info.abi_version != kPluginAbiVersion || info.name == nullptr || m.name != info.name) {
-    return absl::FailedPreconditionError(absl::StrCat("plugin '", m.path,
-                                                      "': its entry function disagrees with its manifest; rebuild it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plugin '", m.path, "': its entry function disagrees with its manifest; rebuild it"));
   }
   Registrar registrar;
   if (info.register_components != nullptr) {
     try {
       info.register_components(registrar);
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("plugin '", m.name, "' failed while registering: ", e.what()));
+      return absl::InternalError(
+          absl::StrCat("plugin '", m.name, "' failed while registering: ", e.what()));
     }
   }
   if (auto status = Commit(m, registrar); !status.ok()) return status;
@@ -253,7 +270,8 @@ absl::StatusOr<std::vector<std::string>> PluginsOnPath(const std::string& path_l
     std::string entry(piece);
     if (!IsDirectory(entry)) {
       if (!IsRegularFile(entry)) {
-        return absl::NotFoundError(absl::StrCat("KILN_PLUGIN_PATH names '", entry, "', which does not exist"));
+        return absl::NotFoundError(
+            absl::StrCat("KILN_PLUGIN_PATH names '", entry, "', which does not exist"));
       }
       out.push_back(entry);
       continue;
@@ -275,13 +293,15 @@ absl::StatusOr<std::vector<std::string>> PluginsOnPath(const std::string& path_l
   return out;
 }
 
-absl::StatusOr<std::string> ResolvePluginReference(const std::string& reference, const std::string& installed_dir) {
+absl::StatusOr<std::string> ResolvePluginReference(const std::string& reference,
+                                                   const std::string& installed_dir) {
   if (reference.empty()) return absl::InvalidArgumentError("an empty plugin name");
-  if (reference.find('/') != std::string::npos || absl::EndsWith(reference, ".so")) return reference;
+  if (reference.find('/') != std::string::npos || absl::EndsWith(reference, ".so"))
+    return reference;
   std::string installed = absl::StrCat(installed_dir, "/lib", reference, ".so");
   if (IsRegularFile(installed)) return installed;
-  return absl::NotFoundError(absl::StrCat("plugin '", reference, "' is neither a path nor installed (looked for ",
-                                          installed, ")"));
+  return absl::NotFoundError(absl::StrCat(
+      "plugin '", reference, "' is neither a path nor installed (looked for ", installed, ")"));
 }
 
 }  // namespace kiln

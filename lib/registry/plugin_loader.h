@@ -44,6 +44,7 @@ absl::StatusOr<std::vector<std::string>> PluginsOnPath(const std::string& path_l
 
 // A plugin named in a `plugins:` list or by --plugin: a path (relative to the working
 // directory), or the bare name of a plugin installed in `installed_dir` (lib<name>.so).
-absl::StatusOr<std::string> ResolvePluginReference(const std::string& reference, const std::string& installed_dir);
+absl::StatusOr<std::string> ResolvePluginReference(const std::string& reference,
+                                                   const std::string& installed_dir);
 
 }  // namespace kiln

@@ -19,9 +19,9 @@ absl::Status RegistryHub::Add(ComponentInfo info, std::shared_ptr<void> factory)
   auto& kind = kinds_[info.kind];
   auto it = kind.find(info.name);
   if (it != kind.end()) {
-    return absl::AlreadyExistsError(absl::StrCat(info.kind, " '", info.name, "' is already registered by ",
-                                                 it->second.info.origin, "; ", current_origin_,
-                                                 " cannot register it again (choose another name)"));
+    return absl::AlreadyExistsError(absl::StrCat(
+        info.kind, " '", info.name, "' is already registered by ", it->second.info.origin, "; ",
+        current_origin_, " cannot register it again (choose another name)"));
   }
   info.origin = current_origin_;
   std::string name = info.name;
@@ -29,7 +29,8 @@ absl::Status RegistryHub::Add(ComponentInfo info, std::shared_ptr<void> factory)
   return absl::OkStatus();
 }
 
-const RegistryHub::Entry* RegistryHub::Find(const std::string& kind, const std::string& name) const {
+const RegistryHub::Entry* RegistryHub::Find(const std::string& kind,
+                                            const std::string& name) const {
   auto k = kinds_.find(kind);
   if (k == kinds_.end()) return nullptr;
   auto it = k->second.find(name);

@@ -68,7 +68,8 @@ class Registry {
 
   // What the hub stores for one component of this kind.
   static std::pair<ComponentInfo, std::shared_ptr<void>> Entry(std::string name, std::string doc,
-                                                               OptionSchema options, Factory factory) {
+                                                               OptionSchema options,
+                                                               Factory factory) {
     ComponentInfo info;
     info.kind = T::kKind;
     info.name = std::move(name);
@@ -112,7 +113,8 @@ class Registry {
   }
 
   absl::Status Register(std::string name, std::string doc, OptionSchema options, Factory factory) {
-    auto [info, stored] = Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
+    auto [info, stored] =
+        Entry(std::move(name), std::move(doc), std::move(options), std::move(factory));
     return RegistryHub::Instance().Add(std::move(info), std::move(stored));
   }
 
@@ -124,20 +126,22 @@ class Registry {
   absl::StatusOr<std::shared_ptr<T>> Instantiate(const config::Config& node) const {
     auto target = node.Get<std::string>("_target_");
     if (!target.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", node.prefix().empty() ? std::string("config") : node.prefix(), "' needs a _target_ naming a ",
-          T::kKind, ": ", target.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", node.prefix().empty() ? std::string("config") : node.prefix(),
+                       "' needs a _target_ naming a ", T::kKind, ": ", target.status().message()));
     }
     return Instantiate(*target, node);
   }
 
   // Builds component `name` from options written in C++.
-  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name, const Options& options) const {
+  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name,
+                                                 const Options& options) const {
     return Instantiate(name, options.config());
   }
 
   // Builds component `name` with the options in `node` (keys starting with '_' are ignored).
-  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name, const config::Config& node) const {
+  absl::StatusOr<std::shared_ptr<T>> Instantiate(const std::string& name,
+                                                 const config::Config& node) const {
     const RegistryHub::Entry* entry = RegistryHub::Instance().Find(T::kKind, name);
     if (entry == nullptr) {
       std::string where = node.WhereSet("_target_");

@@ -1,5 +1,6 @@
 #include "lib/report/dashboard.h"
 
+#include <httplib.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,13 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/run/internal/http_thread_pool.h"
+#include "lib/core/exit_code.h"
 #include "lib/report/report_command.h"
 #include "lib/report/report_page.h"
 #include "lib/report/run_reader.h"
-#include "lib/core/exit_code.h"
-
-#include <httplib.h>
+#include "lib/run/internal/http_thread_pool.h"
 
 namespace kiln::app::report {
 namespace {
@@ -54,8 +53,6 @@ ServedFile ResolveServedFile(const std::string& root, const std::string& url_pat
   if (::stat(real.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {404, ""};
   return {200, real};
 }
-
-
 
 namespace {
 

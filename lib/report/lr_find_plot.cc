@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/core/files.h"
 #include "lib/report/page_json.h"
 #include "lib/report/report_page.h"
 #include "lib/run/internal/spawn.h"
-#include "lib/core/files.h"
 
 namespace kiln::app::report {
 namespace {

@@ -7,10 +7,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/report/report_page.h"
-#include "lib/report/run_reader.h"
 #include "lib/core/exit_code.h"
 #include "lib/core/files.h"
+#include "lib/report/report_page.h"
+#include "lib/report/run_reader.h"
 
 namespace kiln::app::report {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "lib/report/page_json.h"
 #include "lib/config/json.h"
+#include "lib/report/page_json.h"
 
 namespace kiln::app::report {
 

@@ -18,12 +18,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/sweep/optuna/study.h"
-#include "lib/sweep/sweep_ledger.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
+#include "lib/sweep/optuna/study.h"
+#include "lib/sweep/sweep_ledger.h"
 
 namespace kiln::app::report {
 namespace {
@@ -313,15 +313,12 @@ void ReadSearchSpace(const Node& root, const NodePtr& sweeper, Sweep* sweep) {
           p.high = b;
         }
         break;
-      case config::SweepKind::kRange:
-        p.kind = "range";
-        break;
+      case config::SweepKind::kRange: p.kind = "range"; break;
       case config::SweepKind::kChoice:
         p.kind = "choice";
         for (const auto& c : s.choices) p.choices.push_back(config::OverrideValueToString(c));
         break;
-      default:
-        p.kind = "glob";
+      default: p.kind = "glob";
     }
     sweep->space.push_back(std::move(p));
   }
@@ -390,7 +387,8 @@ void ReadOptunaSummary(const fs::path& dir, Sweep* sweep) {
 bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
   auto record = ReadStudyRecord(dir.string());
   if (!record.ok()) {
-    if (!absl::IsNotFound(record.status())) sweep->notes.push_back(std::string(record.status().message()));
+    if (!absl::IsNotFound(record.status()))
+      sweep->notes.push_back(std::string(record.status().message()));
     return false;
   }
   sweep->objectives = record->objectives;
@@ -398,7 +396,8 @@ bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
   auto trials = ReadStudyTrials(dir.string(), *record);
   if (!trials.ok()) {
     sweep->notes.push_back(absl::StrCat("could not read the study '", record->study_name, "' (",
-                                        trials.status().message(), "); trial states are from summary.csv"));
+                                        trials.status().message(),
+                                        "); trial states are from summary.csv"));
     return false;
   }
   for (const auto& s : *trials) {

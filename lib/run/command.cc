@@ -46,7 +46,8 @@ std::string DefaultConfigPath() {
   char canonical[4096];
   if (::realpath(installed.c_str(), canonical) != nullptr) return canonical;
   Dl_info info;
-  if (::dladdr(reinterpret_cast<void*>(&DefaultConfigPath), &info) != 0 && info.dli_fname != nullptr) {
+  if (::dladdr(reinterpret_cast<void*>(&DefaultConfigPath), &info) != 0 &&
+      info.dli_fname != nullptr) {
     std::string library = info.dli_fname;
     std::string beside = library.substr(0, library.rfind('/') + 1) + "../share/kiln/configs";
     if (::realpath(beside.c_str(), canonical) != nullptr) return canonical;
@@ -63,10 +64,8 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kOutOfRange:
-      return kExitUsage;
-    default:
-      return kExitFailure;
+    case absl::StatusCode::kOutOfRange: return kExitUsage;
+    default: return kExitFailure;
   }
 }
 

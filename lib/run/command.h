@@ -1,6 +1,6 @@
-// The command seam: a command (`train`, `serve`, ...) is a function of the job's resolved config and
-// run folder, registered by the layer that implements it; the `kiln` program (lib/app) finds it by
-// name. Also what every layer needs from the program around it: exit codes for a status, the
+// The command seam: a command (`train`, `serve`, ...) is a function of the job's resolved config
+// and run folder, registered by the layer that implements it; the `kiln` program (lib/app) finds it
+// by name. Also what every layer needs from the program around it: exit codes for a status, the
 // one-line error report, kiln's version and its config folder.
 #pragma once
 
@@ -17,8 +17,8 @@ namespace kiln::app {
 // What a command's job gets: the resolved config and where to write.
 struct JobContext {
   std::string command;
-  std::string subcommand;             // `kiln tune lr_find`: lr_find
-  config::Config cfg;                 // the job config, interpolations resolved
+  std::string subcommand;  // `kiln tune lr_find`: lr_find
+  config::Config cfg;      // the job config, interpolations resolved
   const config::ComposeResult* composed = nullptr;
   std::string output_dir;
 };

@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "lib/config/secrets.h"
-#include "lib/core/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
+#include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/files.h"
 
 namespace kiln::app {
 
@@ -23,20 +23,24 @@ using config::NodePtr;
 
 namespace {
 
-absl::StatusOr<std::string> ResolveHydraString(const config::ComposeResult& composed, const std::string& key) {
+absl::StatusOr<std::string> ResolveHydraString(const config::ComposeResult& composed,
+                                               const std::string& key) {
   config::Interpolator interpolator(composed.root);
   auto value = interpolator.Select("hydra." + key, {"hydra"}, /*resolve=*/true);
   if (!value.ok()) return value.status();
-  if (*value == nullptr || !(*value)->is_scalar() || (*value)->is_null() || (*value)->is_missing()) {
-    return absl::InvalidArgumentError(absl::StrCat("hydra.", key, " must be a path, got ",
-                                                   *value == nullptr ? "nothing" : config::ScalarToYaml(**value)));
+  if (*value == nullptr || !(*value)->is_scalar() || (*value)->is_null() ||
+      (*value)->is_missing()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hydra.", key, " must be a path, got ",
+                     *value == nullptr ? "nothing" : config::ScalarToYaml(**value)));
   }
   return config::PythonStr(**value);
 }
 
 }  // namespace
 
-absl::StatusOr<RunDir> PlanRunDir(config::ComposeResult& composed, int job_num, const std::string& sweep_dir) {
+absl::StatusOr<RunDir> PlanRunDir(config::ComposeResult& composed, int job_num,
+                                  const std::string& sweep_dir) {
   Node& hydra = *composed.hydra;
   if (job_num >= 0) {
     config::SetPath(hydra, "job.num", Node::Int(job_num));
@@ -86,12 +90,15 @@ absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& ru
   hydra_file->Set("hydra", config::RedactHydraSecrets(*composed.hydra));
   NodePtr overrides = Node::List();
   for (const auto& o : composed.overrides) {
-    if (o.key_or_group.rfind("hydra", 0) != 0) overrides->Append(Node::String(config::RedactOverride(o.input_line)));
+    if (o.key_or_group.rfind("hydra", 0) != 0)
+      overrides->Append(Node::String(config::RedactOverride(o.input_line)));
   }
-  for (const auto& [name, node] : {std::pair<const char*, NodePtr>{"config.yaml", config::RedactSecrets(*composed.job)},
-                                   {"hydra.yaml", hydra_file},
-                                   {"overrides.yaml", overrides}}) {
-    if (auto st = WriteFileAtomically(absl::StrCat(meta, "/", name), config::ToYaml(*node)); !st.ok()) {
+  for (const auto& [name, node] :
+       {std::pair<const char*, NodePtr>{"config.yaml", config::RedactSecrets(*composed.job)},
+        {"hydra.yaml", hydra_file},
+        {"overrides.yaml", overrides}}) {
+    if (auto st = WriteFileAtomically(absl::StrCat(meta, "/", name), config::ToYaml(*node));
+        !st.ok()) {
       return st;
     }
   }

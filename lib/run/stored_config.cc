@@ -9,9 +9,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/config/merge.h"
+#include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
-#include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::app {
@@ -57,7 +57,8 @@ NodePtr RunHydraConfig(const std::string& run_dir) {
 // (`kiln average ... out=DIR/a.ckpt` run in DIR) holds that command's config.
 bool TrainedThere(const NodePtr& hydra) {
   NodePtr name = hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "job", "name"});
-  return name == nullptr || name->kind() != config::NodeKind::kString || name->as_string() == "train";
+  return name == nullptr || name->kind() != config::NodeKind::kString ||
+         name->as_string() == "train";
 }
 
 // The run a checkpoint file belongs to: the folder holding it, or that folder's parent
@@ -70,7 +71,9 @@ std::string RunOfCheckpoint(const std::string& ckpt) {
   return "";
 }
 
-bool IsHydraKey(const std::string& key) { return key == "hydra" || key.rfind("hydra.", 0) == 0 || key.rfind("hydra/", 0) == 0; }
+bool IsHydraKey(const std::string& key) {
+  return key == "hydra" || key.rfind("hydra.", 0) == 0 || key.rfind("hydra/", 0) == 0;
+}
 
 void ErasePath(Node& root, const std::string& dotted) {
   std::vector<std::string> path = absl::StrSplit(dotted, '.');
@@ -87,7 +90,8 @@ void ErasePath(Node& root, const std::string& dotted) {
 // node away when the group was deleted).
 // A group the command line sets to the option the run chose (`experiment=spam_bow` repeated from
 // the training command) is in the stored config already, with the run's changes to it.
-bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_choices, const Override& o) {
+bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_choices,
+                     const Override& o) {
   if (run_choices == nullptr) return false;
   NodePtr chosen = run_choices->Find(o.GroupKey());
   if (chosen == nullptr) return false;
@@ -101,7 +105,8 @@ bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_c
 
 // The run's choice of option for every config group (hydra.runtime.choices), or null.
 NodePtr RunChoices(const NodePtr& hydra) {
-  NodePtr choices = hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "runtime", "choices"});
+  NodePtr choices =
+      hydra == nullptr ? nullptr : config::SelectPath(hydra, {"hydra", "runtime", "choices"});
   return choices != nullptr && choices->is_map() ? choices : nullptr;
 }
 
@@ -117,7 +122,8 @@ absl::StatusOr<std::set<std::string>> ApplyGroupOverrides(const config::ComposeR
     changed.insert(o.GroupKey());
     std::vector<std::string> packages;
     for (const auto& item : composed.defaults.defaults) {
-      if (item.override_key.has_value() && *item.override_key == o.GroupKey()) packages.push_back(item.package);
+      if (item.override_key.has_value() && *item.override_key == o.GroupKey())
+        packages.push_back(item.package);
     }
     if (packages.empty()) {
       for (const auto& item : composed.defaults.defaults) {
@@ -130,8 +136,11 @@ absl::StatusOr<std::set<std::string>> ApplyGroupOverrides(const config::ComposeR
     for (const std::string& package : packages) {
       if (package.empty() || package == "_global_") {
         return absl::InvalidArgumentError(absl::StrCat(
-            "'", o.input_line, "' changes the whole config, so it cannot apply on top of the config stored in ",
-            run_dir, " (the run chose another); start from the defaults instead (stored_config=false) and pass ",
+            "'", o.input_line,
+            "' changes the whole config, so it cannot apply on top of the config stored in ",
+            run_dir,
+            " (the run chose another); start from the defaults instead (stored_config=false) and "
+            "pass ",
             "the run's overrides again"));
       }
       NodePtr fresh = config::SelectPath(composed.job, absl::StrSplit(package, '.'));
@@ -169,9 +178,10 @@ absl::StatusOr<std::string> RunCheckpoint(const std::string& run_dir, const std:
     recorded = std::string(absl::StripAsciiWhitespace(recorded));
   }
   if (recorded.empty()) {
-    return absl::NotFoundError(absl::StrCat("ckpt_path=best: ", run_dir, " recorded no best checkpoint (",
-                                            dir, "/best_model_path.txt; a run without a monitored "
-                                            "model_checkpoint keeps none): pass ckpt_path=FILE or last"));
+    return absl::NotFoundError(
+        absl::StrCat("ckpt_path=best: ", run_dir, " recorded no best checkpoint (", dir,
+                     "/best_model_path.txt; a run without a monitored "
+                     "model_checkpoint keeps none): pass ckpt_path=FILE or last"));
   }
   // Recorded as the run saw it (a path relative to where it was started, perhaps): the same
   // name in RUN/checkpoints is that file wherever RUN is now.
@@ -180,19 +190,21 @@ absl::StatusOr<std::string> RunCheckpoint(const std::string& run_dir, const std:
 }
 
 bool StartsFromATrainedModel(const std::string& command) {
-  return command == "test" || command == "validate" || command == "predict" || command == "export" ||
-         command == "serve";
+  return command == "test" || command == "validate" || command == "predict" ||
+         command == "export" || command == "serve";
 }
 
 absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& composed) {
   NodePtr off = composed.job->Find("stored_config");
-  if (off != nullptr && off->kind() == config::NodeKind::kBool && !off->as_bool()) return std::string();
+  if (off != nullptr && off->kind() == config::NodeKind::kBool && !off->as_bool())
+    return std::string();
   const Override* run_override = CommandLineOverride(composed, "run_dir");
   const Override* ckpt_override = CommandLineOverride(composed, "ckpt_path");
   std::string run_dir = run_override ? StringValue(composed, "run_dir") : "";
   std::string ckpt = ckpt_override ? StringValue(composed, "ckpt_path") : "";
   if (run_override != nullptr) {
-    if (run_dir.empty()) return absl::InvalidArgumentError("run_dir must name a run directory (run_dir=PATH)");
+    if (run_dir.empty())
+      return absl::InvalidArgumentError("run_dir must name a run directory (run_dir=PATH)");
     while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
     if (!IsRegularFile(StoredConfigFile(run_dir))) {
       return absl::NotFoundError(absl::StrCat("run_dir=", run_dir, ": not a kiln run directory (",
@@ -200,18 +212,22 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
     }
     const std::string which = ckpt.empty() ? "last" : ckpt;
     KILN_ASSIGN_OR_RETURN(ckpt, RunCheckpoint(run_dir, which));
-    if (which == "best") Logger::Instance().Info(absl::StrCat("ckpt_path=best: ", run_dir, "'s best checkpoint, ", ckpt));
+    if (which == "best")
+      Logger::Instance().Info(
+          absl::StrCat("ckpt_path=best: ", run_dir, "'s best checkpoint, ", ckpt));
   } else if (!ckpt.empty() && ckpt != "last" && ckpt != "best" && IsRegularFile(ckpt)) {
     run_dir = RunOfCheckpoint(ckpt);
   }
   if (run_dir.empty()) return std::string();
   NodePtr run_hydra = RunHydraConfig(run_dir);
-  if (run_override == nullptr && !TrainedThere(run_hydra)) return std::string();  // as outside any run
+  if (run_override == nullptr && !TrainedThere(run_hydra))
+    return std::string();  // as outside any run
 
   std::string file = StoredConfigFile(run_dir);
   KILN_ASSIGN_OR_RETURN(NodePtr stored, config::LoadYamlFile(file));
   if (stored == nullptr || !stored->is_map()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": the run's stored config is not a mapping"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": the run's stored config is not a mapping"));
   }
   NodePtr job = stored->Clone();
   job->Erase("hydra");
@@ -223,10 +239,11 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
     if (key == "serve" || value->is_scalar() || value->is_null()) job->Set(key, value->Clone());
   }
   NodePtr run_choices = RunChoices(run_hydra);
-  KILN_ASSIGN_OR_RETURN(std::set<std::string> changed, ApplyGroupOverrides(composed, run_choices, run_dir, *job));
+  KILN_ASSIGN_OR_RETURN(std::set<std::string> changed,
+                        ApplyGroupOverrides(composed, run_choices, run_dir, *job));
   for (const Override& o : composed.defaults.config_overrides) {
-    if (o.key_or_group == "run_dir" || o.key_or_group == "ckpt_path" || o.key_or_group == "stored_config" ||
-        IsHydraKey(o.key_or_group)) {
+    if (o.key_or_group == "run_dir" || o.key_or_group == "ckpt_path" ||
+        o.key_or_group == "stored_config" || IsHydraKey(o.key_or_group)) {
       continue;
     }
     // The run itself may have been trained with the same `+key=value`: on top of its config,
@@ -235,18 +252,21 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
     if (on_top.is_add()) on_top.type = config::OverrideType::kForceAdd;
     absl::Status st = config::ApplyConfigOverride(*job, on_top);
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat(st.message(), " (on top of the config stored in ", file, ")"));
+      return absl::Status(
+          st.code(), absl::StrCat(st.message(), " (on top of the config stored in ", file, ")"));
     }
   }
   job->Set("ckpt_path", Node::String(ckpt));
   job->Set("run_dir", Node::String(run_dir));
   composed.job = job;
-  if (run_choices != nullptr) config::SetPath(*composed.hydra, "runtime.choices", Choices(composed, run_choices, changed));
+  if (run_choices != nullptr)
+    config::SetPath(*composed.hydra, "runtime.choices", Choices(composed, run_choices, changed));
   NodePtr root = Node::Map();
   for (const auto& [key, value] : job->entries()) root->Set(key, value);
   root->Set("hydra", composed.hydra);
   composed.root = root;
-  Logger::Instance().Info(absl::StrCat("the job config is ", file, " with the command line's overrides"));
+  Logger::Instance().Info(
+      absl::StrCat("the job config is ", file, " with the command line's overrides"));
   return run_dir;
 }
 

@@ -1,6 +1,7 @@
 // A run knows its config: the commands that start from a trained model (test, validate, predict,
-// export, serve) take the job config of the run that trained it, as Lightning's load_from_checkpoint
-// restores hyperparameters, instead of the defaults plus whatever the user remembers to repeat.
+// export, serve) take the job config of the run that trained it, as Lightning's
+// load_from_checkpoint restores hyperparameters, instead of the defaults plus whatever the user
+// remembers to repeat.
 //
 //   kiln export ckpt_path=RUN/checkpoints/last.ckpt       # the run's model, data, task ...
 //   kiln test run_dir=RUN data.test_images=other.gz       # RUN's last checkpoint, another test set
@@ -11,7 +12,8 @@
 // a config group override (`model=cnn`) replaces that group's node with the group's config,
 // unless it repeats the run's own choice (`experiment=spam_bow` as in the training command),
 // which the stored config holds already; another choice for a group of the global package
-// (`experiment=...`) is refused: `stored_config=false` starts from the defaults as before. Torch-free: `--cfg job` shows the result at once.
+// (`experiment=...`) is refused: `stored_config=false` starts from the defaults as before.
+// Torch-free: `--cfg job` shows the result at once.
 #pragma once
 
 #include <string>

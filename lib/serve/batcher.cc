@@ -52,7 +52,8 @@ void Batcher::Run() {
     // Wait for a full batch, at most until the oldest request's delay is over (not when
     // stopping: what is queued runs at once).
     auto deadline = queue_.front().queued + delay;
-    wake_.wait_until(lock, deadline, [this] { return stopping_ || queued_inputs_ >= options_.max_batch; });
+    wake_.wait_until(lock, deadline,
+                     [this] { return stopping_ || queued_inputs_ >= options_.max_batch; });
     std::vector<Request> batch;
     int64_t inputs = 0;
     // A request's inputs stay together; a request larger than max_batch runs alone.

@@ -22,7 +22,7 @@ namespace kiln::serve {
 struct BatcherOptions {
   int64_t max_batch = 64;   // inputs per forward pass at most (1: no batching)
   double max_delay_ms = 0;  // how long the oldest request may wait for others (0: not at all)
-  int64_t max_queue = 256;    // requests waiting at most
+  int64_t max_queue = 256;  // requests waiting at most
 };
 
 // The answers to one request, in its inputs' order, and the size of the batch it ran in.

@@ -26,12 +26,14 @@ bool WaitFor(int sock, short events, std::chrono::milliseconds timeout) {
 }
 
 // Waits until `sock` has data (true) or `timeout` passed (false).
-bool WaitReadable(int sock, std::chrono::milliseconds timeout) { return WaitFor(sock, POLLIN, timeout); }
+bool WaitReadable(int sock, std::chrono::milliseconds timeout) {
+  return WaitFor(sock, POLLIN, timeout);
+}
 
 void IpAndPort(const sockaddr_storage& address, socklen_t length, std::string& ip, int& port) {
   char host[NI_MAXHOST];
-  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, host, sizeof(host), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, host, sizeof(host),
+                    nullptr, 0, NI_NUMERICHOST) == 0) {
     ip = host;
   }
   if (address.ss_family == AF_INET) {
@@ -49,19 +51,25 @@ class DeadlineStream : public httplib::Stream {
       : sock_(sock), timeouts_(timeouts), deadline_(Clock::now() + timeouts.request_read) {}
 
   bool is_readable() const override {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     if (left.count() <= 0) return false;
-    return WaitReadable(sock_, std::min(left, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.read)));
+    return WaitReadable(
+        sock_,
+        std::min(left, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.read)));
   }
   bool is_writable() const override {
-    return WaitFor(sock_, POLLOUT, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write));
+    return WaitFor(sock_, POLLOUT,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write));
   }
   ssize_t read(char* ptr, size_t size) override {
     size = std::min(size, static_cast<size_t>(std::numeric_limits<ssize_t>::max()));
     if (offset_ < filled_) return Take(ptr, size);
     if (!is_readable()) return -1;
     offset_ = filled_ = 0;
-    if (size < sizeof(buffer_)) {  // small reads (httplib reads headers byte by byte) go through the buffer
+    if (size <
+        sizeof(
+            buffer_)) {  // small reads (httplib reads headers byte by byte) go through the buffer
       ssize_t n = Receive(buffer_, sizeof(buffer_));
       if (n <= 0) return n;
       filled_ = static_cast<size_t>(n);
@@ -80,12 +88,14 @@ class DeadlineStream : public httplib::Stream {
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
-    if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&address), &length) == 0) IpAndPort(address, length, ip, port);
+    if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+      IpAndPort(address, length, ip, port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
-    if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&address), &length) == 0) IpAndPort(address, length, ip, port);
+    if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+      IpAndPort(address, length, ip, port);
   }
   socket_t socket() const override { return sock_; }
 
@@ -134,14 +144,19 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   int port = 0;
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&address), &length) == 0) IpAndPort(address, length, ip, port);
+  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    IpAndPort(address, length, ip, port);
   if (!Admit(ip)) {
     // Answered before reading anything: the client's request is not looked at.
-    const std::string body = "{\"error\": \"too many connections from " + ip + " (serve.max_connections_per_client=" +
-                             std::to_string(timeouts_.max_per_client) + ")\"}\n";
-    const std::string answer = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                               "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    if (WaitFor(sock, POLLOUT, std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write))) {
+    const std::string body =
+        "{\"error\": \"too many connections from " + ip +
+        " (serve.max_connections_per_client=" + std::to_string(timeouts_.max_per_client) + ")\"}\n";
+    const std::string answer =
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (WaitFor(sock, POLLOUT,
+                std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.write))) {
       ssize_t sent = 0;
       do {
         sent = ::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL);
@@ -155,7 +170,8 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   // sends one within the keep-alive timeout, and fewer than keep_alive_max_count were answered.
   bool ret = false;
   for (size_t count = timeouts_.keep_alive_max_count;
-       svr_sock_ != INVALID_SOCKET && count > 0 && WaitReadable(sock, timeouts_.keep_alive); --count) {
+       svr_sock_ != INVALID_SOCKET && count > 0 && WaitReadable(sock, timeouts_.keep_alive);
+       --count) {
     DeadlineStream stream(sock, timeouts_);  // the request's time runs from its first byte
     bool connection_closed = false;
     ret = process_request(stream, count == 1, connection_closed, nullptr);

@@ -21,12 +21,12 @@
 namespace kiln::serve {
 
 struct HttpTimeouts {
-  std::chrono::microseconds read{5'000'000};              // a silent client, per read
-  std::chrono::microseconds write{10'000'000};            // a client that does not read, per write
-  std::chrono::microseconds request_read{60'000'000};     // one whole request
-  std::chrono::milliseconds keep_alive{5'000};            // waiting for a connection's next request
-  size_t keep_alive_max_count = 1000;                     // requests per connection
-  size_t max_per_client = 32;                             // open connections per client address (0: any)
+  std::chrono::microseconds read{5'000'000};           // a silent client, per read
+  std::chrono::microseconds write{10'000'000};         // a client that does not read, per write
+  std::chrono::microseconds request_read{60'000'000};  // one whole request
+  std::chrono::milliseconds keep_alive{5'000};         // waiting for a connection's next request
+  size_t keep_alive_max_count = 1000;                  // requests per connection
+  size_t max_per_client = 32;  // open connections per client address (0: any)
 };
 
 class HttpServer : public httplib::Server {

@@ -3,7 +3,8 @@
 //
 //   POST /v1/predict   JSON {"inputs": [...]} / {"input": ...} (a string is a text or a prompt,
 //                      {"b64": "..."} a file's bytes), a multipart form (each file part one input),
-//                      or any other body as one input's raw bytes (image/png, audio/wav, text/plain)
+//                      or any other body as one input's raw bytes (image/png, audio/wav,
+//                      text/plain)
 //   GET  /healthz      200 while the process runs
 //   GET  /readyz       200 once the model is loaded and warmed up, 503 before
 //   GET  /metrics      Prometheus text: requests by code, latency and batch-size histograms, queue
@@ -39,16 +40,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "lib/run/command.h"
-#include "lib/run/internal/http_thread_pool.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/options.h"
+#include "lib/run/command.h"
+#include "lib/run/internal/http_thread_pool.h"
 #include "lib/serve/batcher.h"
 #include "lib/serve/http_server.h"
 #include "lib/serve/request_inputs.h"
-#include "lib/serve/serve_options.h"
 #include "lib/serve/serve_metrics.h"
+#include "lib/serve/serve_options.h"
 #include "lib/trainer/prediction_json.h"
 #include "lib/trainer/predictor.h"
 #include "lib/trainer/process_settings.h"
@@ -56,8 +57,9 @@
 namespace kiln::serve {
 namespace {
 
-
-bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "::1" || host == "localhost";
+}
 
 // When the request this worker thread handles was read (httplib runs a request's routing and its
 // logger on one thread, and tells the logger no start time).
@@ -122,8 +124,7 @@ int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kUnimplemented:  // a prompt to a classifier, an input to a generator
       return 400;
-    default:
-      return 500;
+    default: return 500;
   }
 }
 
@@ -136,9 +137,11 @@ class AccessLog {
       stdout_ = true;
       return absl::OkStatus();
     }
-    std::string path = !where->empty() && (*where)[0] == '/' ? *where : absl::StrCat(run_dir, "/", *where);
+    std::string path =
+        !where->empty() && (*where)[0] == '/' ? *where : absl::StrCat(run_dir, "/", *where);
     file_.open(path, std::ios::app);
-    if (!file_) return absl::InvalidArgumentError(absl::StrCat("serve.access_log: cannot open ", path));
+    if (!file_)
+      return absl::InvalidArgumentError(absl::StrCat("serve.access_log: cannot open ", path));
     return absl::OkStatus();
   }
   void Write(const httplib::Request& req, const httplib::Response& res, double seconds) {
@@ -185,8 +188,10 @@ struct ServeSetup {
 
 absl::StatusOr<ServeSetup> ReadSetup(const config::Config& cfg) {
   ServeSetup setup;
-  config::NodePtr node = cfg.Has("serve") ? cfg.Get<config::NodePtr>("serve").value() : config::Node::Map();
-  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, ServeBinding().schema().Apply(*node, "serve", "command 'serve'"));
+  config::NodePtr node =
+      cfg.Has("serve") ? cfg.Get<config::NodePtr>("serve").value() : config::Node::Map();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
+                        ServeBinding().schema().Apply(*node, "serve", "command 'serve'"));
   setup.o = ServeBinding().Fill(config::Config(filled, "serve"));
   const ServeOptions& o = setup.o;
   setup.token = o.token.value_or("");
@@ -195,18 +200,22 @@ absl::StatusOr<ServeSetup> ReadSetup(const config::Config& cfg) {
     if (env != nullptr) setup.token = env;
   }
   if (!IsLoopback(o.host) && setup.token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("serve.host=", o.host,
-                                                   " is not loopback: set a bearer token (serve.token=... or "
-                                                   "KILN_SERVE_TOKEN) so that not anyone who reaches it can use it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("serve.host=", o.host,
+                     " is not loopback: set a bearer token (serve.token=... or "
+                     "KILN_SERVE_TOKEN) so that not anyone who reaches it can use it"));
   }
   if (!cfg.Has("ckpt_path") || cfg.Get<config::NodePtr>("ckpt_path").value()->is_null()) {
-    return absl::InvalidArgumentError("kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt or run_dir=RUN");
+    return absl::InvalidArgumentError(
+        "kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt or run_dir=RUN");
   }
   KILN_ASSIGN_OR_RETURN(setup.ckpt, cfg.Get<std::string>("ckpt_path"));
   if (o.warmup_input.has_value()) {
     std::ifstream in(*o.warmup_input, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("serve.warmup_input: cannot read ", *o.warmup_input));
-    setup.warmup = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in)
+      return absl::NotFoundError(absl::StrCat("serve.warmup_input: cannot read ", *o.warmup_input));
+    setup.warmup =
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   return setup;
 }
@@ -233,7 +242,8 @@ class ModelSlot {
     }
     BatcherOptions batching{o.max_batch, o.max_delay_ms, o.max_queue};
     std::lock_guard<std::mutex> lock(mu_);
-    batcher_ = std::make_unique<Batcher>(*predictor_, batching, [this](int64_t n) { metrics_.CountBatch(n); });
+    batcher_ = std::make_unique<Batcher>(*predictor_, batching,
+                                         [this](int64_t n) { metrics_.CountBatch(n); });
     ready_.store(true);
     return absl::OkStatus();
   }
@@ -270,7 +280,8 @@ class ModelSlot {
 
 // POST /v1/predict: the inputs decoded and prepared in the request's thread, then one place in
 // the batcher's queue, then the answer as JSON.
-void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& req,
+             httplib::Response& res) {
   auto fail = [&res](int status, const std::string& message) {
     res.status = status;
     res.set_content(ErrorJson(message), "application/json");
@@ -294,7 +305,8 @@ void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& re
       absl::StatusOr<data::Example> example = predictor.Prepare((*inputs)[i]);
       if (!example.ok()) {
         std::string where = inputs->size() > 1 ? absl::StrCat("inputs[", i, "]: ") : "";
-        return fail(HttpStatusOf(example.status()), absl::StrCat(where, example.status().message()));
+        return fail(HttpStatusOf(example.status()),
+                    absl::StrCat(where, example.status().message()));
       }
       work.examples.push_back(*std::move(example));
     }
@@ -305,9 +317,11 @@ void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& re
     res.set_header("Retry-After", "1");
     return fail(503, "the queue is full; try again shortly");
   }
-  if (future->wait_for(std::chrono::milliseconds(o.request_timeout_ms)) != std::future_status::ready) {
+  if (future->wait_for(std::chrono::milliseconds(o.request_timeout_ms)) !=
+      std::future_status::ready) {
     abandoned->store(true);
-    return fail(504, absl::StrCat("no answer within serve.request_timeout_ms=", o.request_timeout_ms));
+    return fail(504,
+                absl::StrCat("no answer within serve.request_timeout_ms=", o.request_timeout_ms));
   }
   BatchAnswer answer = future->get();
   res.set_header("X-Kiln-Batch-Size", std::to_string(answer.batch_size));
@@ -324,7 +338,8 @@ void ConfigureConnections(HttpServer& server, const ServeOptions& o, const HttpT
     return NicedThreadPool(static_cast<size_t>(n), static_cast<int>(nice));
   };
   server.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
-  // HttpServer runs the connections with `timeouts`; httplib also sets them on each accepted socket.
+  // HttpServer runs the connections with `timeouts`; httplib also sets them on each accepted
+  // socket.
   server.set_read_timeout(timeouts.read);
   server.set_write_timeout(timeouts.write);
   // Small answers go out at once (with Nagle's algorithm, the client's delayed ACK adds ~40 ms).
@@ -341,18 +356,24 @@ void ConfigureConnections(HttpServer& server, const ServeOptions& o, const HttpT
 
 // The endpoints, the bearer-token check before them, the error bodies of what httplib answers
 // itself, and the per-request metrics and access log after them.
-void AddRoutes(HttpServer& server, ModelSlot& model, const ServeSetup& setup, AccessLog& access_log) {
+void AddRoutes(HttpServer& server, ModelSlot& model, const ServeSetup& setup,
+               AccessLog& access_log) {
   server.set_pre_routing_handler([&setup](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     const std::string& token = setup.token;
-    if (token.empty() || req.path == "/healthz" || req.path == "/readyz") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + token) return httplib::Server::HandlerResponse::Unhandled;
+    if (token.empty() || req.path == "/healthz" || req.path == "/readyz")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + token)
+      return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(ErrorJson("missing or wrong bearer token (Authorization: Bearer TOKEN)"), "application/json");
+    res.set_content(ErrorJson("missing or wrong bearer token (Authorization: Bearer TOKEN)"),
+                    "application/json");
     return httplib::Server::HandlerResponse::Handled;
   });
-  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
   server.Get("/readyz", [&model](const httplib::Request&, httplib::Response& res) {
     bool ready = model.ready();
     res.status = ready ? 200 : 503;
@@ -370,17 +391,18 @@ void AddRoutes(HttpServer& server, ModelSlot& model, const ServeSetup& setup, Ac
     std::string message =
         res.status == 413   ? "the request body is larger than serve.max_body_bytes"
         : res.status == 404 ? absl::StrCat("no such endpoint: ", req.method, " ", req.path)
-        : res.status == 400
-            ? "the request could not be read (malformed HTTP, a client silent for "
-              "serve.read_timeout_s, or a request not sent whole within "
-              "serve.request_read_timeout_s)"
-            : absl::StrCat("HTTP ", res.status);
+        : res.status == 400 ? "the request could not be read (malformed HTTP, a client silent for "
+                              "serve.read_timeout_s, or a request not sent whole within "
+                              "serve.request_read_timeout_s)"
+                            : absl::StrCat("HTTP ", res.status);
     res.set_content(ErrorJson(message), "application/json");
   });
-  server.set_logger([&model, &access_log](const httplib::Request& req, const httplib::Response& res) {
+  server.set_logger([&model, &access_log](const httplib::Request& req,
+                                          const httplib::Response& res) {
     double seconds = 0;  // a request httplib refused before routing (413) took no time of ours
     if (t_request_start.has_value()) {
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t_request_start).count();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t_request_start)
+                    .count();
       t_request_start.reset();
     }
     model.metrics().CountRequest(res.status, seconds);
@@ -396,9 +418,12 @@ absl::StatusOr<int> Bind(HttpServer& server, const ServeOptions& o, const int& l
   } else if (!server.bind_to_port(o.host.c_str(), port)) {
     port = -1;
   }
-  if (port < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " (in use?)"));
+  if (port < 0)
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", o.host, ":", o.port, " (in use?)"));
   if (listen_socket >= 0 && ::listen(listen_socket, SOMAXCONN) != 0) {
-    return absl::InternalError(absl::StrCat("cannot raise the listen backlog: ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot raise the listen backlog: ", std::strerror(errno)));
   }
   return port;
 }
@@ -427,7 +452,8 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   ModelSlot model;
   HttpTimeouts timeouts;
   timeouts.read = std::chrono::microseconds(static_cast<int64_t>(o.read_timeout_s * 1e6));
-  timeouts.request_read = std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
+  timeouts.request_read =
+      std::chrono::microseconds(static_cast<int64_t>(o.request_read_timeout_s * 1e6));
   timeouts.max_per_client = static_cast<size_t>(o.max_connections_per_client);
   HttpServer server(timeouts);
   int listen_socket = -1;
@@ -443,16 +469,17 @@ absl::Status ServeCommand(app::JobContext& ctx) {
   });
   // httplib's stop() does nothing before the listener runs: a model that fails to load at once
   // would otherwise stop nothing and leave listen_after_bind() waiting forever.
-  while (!server.is_running() && !listener_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!server.is_running() && !listener_done.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::printf("kiln serve: listening on http://%s:%d (model loading)\n", o.host.c_str(), port);
   std::fflush(stdout);
 
   // The model loads while /healthz already answers; /readyz says ready after the warm-up.
   absl::Status status = model.Load(ctx.cfg, setup);
   if (status.ok()) {
-    Logger::Instance().Info(absl::StrCat("serving ", model.predictor().model_name(), " from ", setup.ckpt,
-                                         " on http://", o.host, ":", port, " (max_batch ", o.max_batch,
-                                         ", max_delay_ms ", o.max_delay_ms, ")"));
+    Logger::Instance().Info(absl::StrCat(
+        "serving ", model.predictor().model_name(), " from ", setup.ckpt, " on http://", o.host,
+        ":", port, " (max_batch ", o.max_batch, ", max_delay_ms ", o.max_delay_ms, ")"));
     std::printf("kiln serve: ready on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
     WaitForStopSignal();

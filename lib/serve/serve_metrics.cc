@@ -4,7 +4,8 @@
 
 namespace kiln::serve {
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::Observe(double value) {
   size_t bucket = 0;
@@ -23,8 +24,8 @@ std::string Histogram::Text(const std::string& name) const {
     cumulative += counts_[i];
     absl::StrAppend(&out, name, "_bucket{le=\"", bounds_[i], "\"} ", cumulative, "\n");
   }
-  absl::StrAppend(&out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", sum_, "\n", name, "_count ",
-                  count_, "\n");
+  absl::StrAppend(&out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", sum_, "\n",
+                  name, "_count ", count_, "\n");
   return out;
 }
 
@@ -44,19 +45,21 @@ std::string ServeMetrics::Text(int64_t queue_depth) const {
       "# TYPE kiln_requests_total counter\n";
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [status, n] : requests_) absl::StrAppend(&out, "kiln_requests_total{code=\"", status, "\"} ", n, "\n");
+    for (const auto& [status, n] : requests_)
+      absl::StrAppend(&out, "kiln_requests_total{code=\"", status, "\"} ", n, "\n");
   }
-  absl::StrAppend(&out,
-                  "# HELP kiln_request_duration_seconds Time from a request's arrival to its answer.\n"
-                  "# TYPE kiln_request_duration_seconds histogram\n",
-                  latency_.Text("kiln_request_duration_seconds"),
-                  "# HELP kiln_batch_size Inputs per batch (those that fail preprocessing included).\n"
-                  "# TYPE kiln_batch_size histogram\n",
-                  batch_sizes_.Text("kiln_batch_size"),
-                  "# HELP kiln_queue_depth Requests waiting for a batch.\n"
-                  "# TYPE kiln_queue_depth gauge\n"
-                  "kiln_queue_depth ",
-                  queue_depth, "\n");
+  absl::StrAppend(
+      &out,
+      "# HELP kiln_request_duration_seconds Time from a request's arrival to its answer.\n"
+      "# TYPE kiln_request_duration_seconds histogram\n",
+      latency_.Text("kiln_request_duration_seconds"),
+      "# HELP kiln_batch_size Inputs per batch (those that fail preprocessing included).\n"
+      "# TYPE kiln_batch_size histogram\n",
+      batch_sizes_.Text("kiln_batch_size"),
+      "# HELP kiln_queue_depth Requests waiting for a batch.\n"
+      "# TYPE kiln_queue_depth gauge\n"
+      "kiln_queue_depth ",
+      queue_depth, "\n");
   return out;
 }
 

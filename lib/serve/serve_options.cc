@@ -10,10 +10,11 @@ const OptionBinding<ServeOptions>& ServeBinding() {
                  NonEmpty())
           .Field("port", &O::port, "TCP port (0: any free port, printed at start)",
                  InRange(0, 65535))
-          .Field("token", &O::token,
-                 "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none; shown as *** in "
-                 "stored and printed configs, and a command line is visible to other users: prefer "
-                 "$KILN_SERVE_TOKEN)")
+          .Field(
+              "token", &O::token,
+              "bearer token clients must send (null: $KILN_SERVE_TOKEN, or none; shown as *** in "
+              "stored and printed configs, and a command line is visible to other users: prefer "
+              "$KILN_SERVE_TOKEN)")
           .Secret()
           .Field("max_batch", &O::max_batch, "inputs per forward pass at most (1: no batching)",
                  AtLeast(1))
@@ -59,7 +60,8 @@ const OptionBinding<ServeOptions>& ServeBinding() {
 namespace {
 
 // serve.token is stored and printed as *** (`.hydra/`, --cfg, --info) by every kiln command, so
-// this declaration lives in kiln_core, which every kiln loads: libkiln_serve loads for serving only.
+// this declaration lives in kiln_core, which every kiln loads: libkiln_serve loads for serving
+// only.
 const bool kServeSecretsRegistered = [] {
   RegisterSecretOptions("serve", ServeBinding().schema());
   return true;

@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/sweep/sweeper.h"
-#include "lib/config/sweep.h"
 #include "lib/config/override.h"
+#include "lib/config/sweep.h"
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
+#include "lib/sweep/sweeper.h"
 
 namespace kiln::app {
 namespace {
@@ -22,7 +22,8 @@ class BasicSweeper : public Sweeper {
   absl::Status Sweep(SweepSession& session) override {
     auto jobs = config::PlanSweep(params_, session.arguments(), session.repository());
     if (!jobs.ok()) return jobs.status();
-    size_t batch = max_batch_size_.has_value() ? static_cast<size_t>(*max_batch_size_) : jobs->size();
+    size_t batch =
+        max_batch_size_.has_value() ? static_cast<size_t>(*max_batch_size_) : jobs->size();
     absl::Status failed;
     for (size_t start = 0; start < jobs->size(); start += batch) {
       size_t end = std::min(jobs->size(), start + batch);
@@ -47,7 +48,8 @@ struct BasicSweeperOptions {
   config::NodePtr params;                 // null or {key: sweep}
 };
 
-KILN_REGISTER_BOUND(Sweeper, "basic", "Hydra's basic sweeper: every combination of the sweeps, in command-line order",
+KILN_REGISTER_BOUND(Sweeper, "basic",
+                    "Hydra's basic sweeper: every combination of the sweeps, in command-line order",
                     OptionBinding<BasicSweeperOptions>()
                         .Field("max_batch_size", &BasicSweeperOptions::max_batch_size,
                                "jobs launched at once (null: all)", AtLeast(1))

@@ -1,7 +1,5 @@
 #include "lib/sweep/launcher.h"
 
-#include "lib/run/internal/spawn.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,11 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/run/command.h"
 #include "lib/core/status_macros.h"
 #include "lib/core/stop_signals.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/run/command.h"
+#include "lib/run/internal/spawn.h"
 
 namespace kiln::app {
 // Run in-process (or handed to a scheduler) inside Start; WaitAny then returns it.
@@ -42,8 +41,8 @@ namespace {
 
 absl::Status Summarize(const std::vector<std::string>& failures, size_t total) {
   if (failures.empty()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(failures.size(), " of ", total, " jobs failed: ",
-                                          absl::StrJoin(failures, "; ")));
+  return absl::InternalError(absl::StrCat(failures.size(), " of ", total,
+                                          " jobs failed: ", absl::StrJoin(failures, "; ")));
 }
 
 class BasicLauncher : public Launcher {
@@ -53,7 +52,8 @@ class BasicLauncher : public Launcher {
     std::vector<std::string> failures;
     for (const auto& job : jobs) {
       if (StopSignals::Received() != 0) break;  // RunSweep says what was left
-      Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+      Logger::Instance().Info(
+          absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
       absl::Status status = context.run(job);
       if (status.ok()) continue;
       failures.push_back(absl::StrCat("job #", job.index, ": ", status.message()));
@@ -63,7 +63,8 @@ class BasicLauncher : public Launcher {
   }
 
   absl::Status Start(const SweepJob& job, const LaunchContext& context) override {
-    Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+    Logger::Instance().Info(
+        absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
     absl::Status status = context.run(job);
     finished_.push_back({job.index, status, ExitCodeFor(status)});
     return absl::OkStatus();
@@ -85,7 +86,8 @@ class LocalLauncher : public Launcher {
   int slots() const override { return n_jobs_; }
 
   absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) override {
-    Logger::Instance().Info(absl::StrCat("Launching ", jobs.size(), " jobs, ", n_jobs_, " at a time"));
+    Logger::Instance().Info(
+        absl::StrCat("Launching ", jobs.size(), " jobs, ", n_jobs_, " at a time"));
     std::vector<std::string> failures;
     size_t next = 0;
     bool stop = false;
@@ -109,7 +111,8 @@ class LocalLauncher : public Launcher {
   }
 
   absl::Status Start(const SweepJob& job, const LaunchContext& context) override {
-    Logger::Instance().Info(absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
+    Logger::Instance().Info(
+        absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
     // A job outlives neither a killed sweep nor a sweep that exits on an error: it checkpoints
     // and stops, as on any SIGTERM.
     SpawnOptions spawn;
@@ -128,7 +131,8 @@ class LocalLauncher : public Launcher {
       // get too) goes to every running job once: each stops after its step with a checkpoint.
       if (int signal = StopSignals::Received(); signal != 0 && !forwarded_) {
         forwarded_ = true;
-        for (const auto& [job_pid, index] : running_) ::kill(job_pid, signal == SIGUSR1 ? SIGUSR1 : SIGTERM);
+        for (const auto& [job_pid, index] : running_)
+          ::kill(job_pid, signal == SIGUSR1 ? SIGUSR1 : SIGTERM);
       }
       int wstatus = 0;
       pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
@@ -145,8 +149,9 @@ class LocalLauncher : public Launcher {
       FinishedJob done{it->second, absl::OkStatus(), ExitCodeOf(wstatus)};
       running_.erase(it);
       if (done.exit_code != 0) {
-        done.status = absl::InternalError(absl::StrCat("job #", done.index, " ", DescribeExit(wstatus), " (see ",
-                                                       context.sweep_dir, "/", done.index, ")"));
+        done.status =
+            absl::InternalError(absl::StrCat("job #", done.index, " ", DescribeExit(wstatus),
+                                             " (see ", context.sweep_dir, "/", done.index, ")"));
       }
       return done;
     }
@@ -162,14 +167,18 @@ struct LocalLauncherOptions {
   int64_t n_jobs = -1;
 };
 
-KILN_REGISTER_BOUND(Launcher, "local", "Runs up to n_jobs jobs at once, each in a kiln process of its own",
+KILN_REGISTER_BOUND(Launcher, "local",
+                    "Runs up to n_jobs jobs at once, each in a kiln process of its own",
                     OptionBinding<LocalLauncherOptions>().Field(
                         "n_jobs", &LocalLauncherOptions::n_jobs, "jobs at once; -1: one per core",
-                        OptionCheck{"-1 or at least 1", [](const config::Node& n) {
-                                      return n.kind() == config::NodeKind::kInt && (n.as_int() == -1 || n.as_int() >= 1);
+                        OptionCheck{"-1 or at least 1",
+                                    [](const config::Node& n) {
+                                      return n.kind() == config::NodeKind::kInt &&
+                                             (n.as_int() == -1 || n.as_int() >= 1);
                                     }}),
                     [](const LocalLauncherOptions& o) -> absl::StatusOr<std::shared_ptr<Launcher>> {
-                      int64_t n = o.n_jobs == -1 ? std::max(1u, std::thread::hardware_concurrency()) : o.n_jobs;
+                      int64_t n = o.n_jobs == -1 ? std::max(1u, std::thread::hardware_concurrency())
+                                                 : o.n_jobs;
                       return std::make_shared<LocalLauncher>(static_cast<int>(n));
                     });
 

@@ -37,15 +37,18 @@ struct FinishedJob {
 
 // Why a launcher of 0 slots cannot serve a sweeper that starts jobs one at a time.
 inline constexpr char kCannotStartOneAtATime[] =
-    "this launcher hands jobs to a scheduler and does not wait for them, so a sweeper that starts each job "
-    "after the previous ones (optuna) cannot use it; use hydra/launcher=local or basic, and share the study "
+    "this launcher hands jobs to a scheduler and does not wait for them, so a sweeper that starts "
+    "each job "
+    "after the previous ones (optuna) cannot use it; use hydra/launcher=local or basic, and share "
+    "the study "
     "between hosts through hydra.sweeper.storage instead";
 
 class Launcher {
  public:
   static constexpr const char* kKind = "launcher";
   virtual ~Launcher() = default;
-  // Runs the jobs; returns an error naming the failed jobs (all of them, or the first with fail_fast).
+  // Runs the jobs; returns an error naming the failed jobs (all of them, or the first with
+  // fail_fast).
   virtual absl::Status Launch(const std::vector<SweepJob>& jobs, const LaunchContext& context) = 0;
   // False for launchers that hand the jobs to a scheduler and return before they finish (slurm).
   virtual bool waits() const { return true; }

@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "lib/sweep/launcher.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/sweep/launcher.h"
 
 namespace kiln::app {
 namespace {
@@ -60,8 +60,9 @@ class SlurmLauncher : public Launcher {
     std::string script = "#!/bin/bash\n";
     auto directive = [&](const std::string& d) { absl::StrAppend(&script, "#SBATCH ", d, "\n"); };
     directive("--job-name=" + o_.job_name);
-    directive(absl::StrCat("--array=0-", jobs.size() - 1,
-                           o_.array_parallelism > 0 ? absl::StrCat("%", o_.array_parallelism) : ""));
+    directive(
+        absl::StrCat("--array=0-", jobs.size() - 1,
+                     o_.array_parallelism > 0 ? absl::StrCat("%", o_.array_parallelism) : ""));
     directive("--output=" + dir + "/%A_%a.out");
     if (!o_.partition.empty()) directive("--partition=" + o_.partition);
     if (!o_.time.empty()) directive("--time=" + o_.time);
@@ -74,7 +75,8 @@ class SlurmLauncher : public Launcher {
     absl::StrAppend(&script,
                     "# One sweep job per array task: line SLURM_ARRAY_TASK_ID+1 of commands.txt.\n"
                     "set -uo pipefail\n"
-                    "line=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" ", ShellQuote(dir + "/commands.txt"), ")\n",
+                    "line=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" ",
+                    ShellQuote(dir + "/commands.txt"), ")\n",
                     "rc=0\n"
                     "eval \"$line\" || rc=$?\n");
     if (o_.requeue) {
@@ -89,8 +91,8 @@ class SlurmLauncher : public Launcher {
     KILN_RETURN_IF_ERROR(WriteFileAtomically(path, script));
     ::chmod(path.c_str(), 0755);
     if (!o_.submit) {
-      Logger::Instance().Info(absl::StrCat("wrote ", path, " for ", jobs.size(), " jobs; submit it with: ", o_.sbatch,
-                                           " ", path));
+      Logger::Instance().Info(absl::StrCat("wrote ", path, " for ", jobs.size(),
+                                           " jobs; submit it with: ", o_.sbatch, " ", path));
       return absl::OkStatus();
     }
     std::string command = absl::StrCat(o_.sbatch, " --parsable ", ShellQuote(path), " 2>&1");
@@ -102,12 +104,13 @@ class SlurmLauncher : public Launcher {
     int rc = ::pclose(pipe);
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
     if (rc != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(o_.sbatch, " failed (", out.empty() ? "no output" : out,
-                                                        "); the script is ", path,
-                                                        "; launcher.submit=false only writes it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(o_.sbatch, " failed (", out.empty() ? "no output" : out, "); the script is ",
+                       path, "; launcher.submit=false only writes it"));
     }
-    Logger::Instance().Info(absl::StrCat("submitted ", jobs.size(), " jobs as SLURM array job ", out, " (", path,
-                                         "); run the same sweep again once they are done for its summary"));
+    Logger::Instance().Info(
+        absl::StrCat("submitted ", jobs.size(), " jobs as SLURM array job ", out, " (", path,
+                     "); run the same sweep again once they are done for its summary"));
     return absl::OkStatus();
   }
 

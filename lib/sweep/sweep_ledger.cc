@@ -14,10 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/csv.h"
-#include "lib/core/files.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
+#include "lib/core/csv.h"
+#include "lib/core/files.h"
 
 namespace kiln::app {
 namespace {
@@ -41,13 +41,14 @@ absl::StatusOr<std::vector<LedgerEntry>> ReadLedger(const std::string& sweep_dir
   std::string line;
   while (std::getline(in, line)) {
     auto node = config::ParseYaml(line, LedgerPath(sweep_dir));
-    if (!node.ok() || !(*node)->is_list() || (*node)->size() != 1 || !(*node)->items()[0]->is_map()) continue;
+    if (!node.ok() || !(*node)->is_list() || (*node)->size() != 1 || !(*node)->items()[0]->is_map())
+      continue;
     const NodePtr& m = (*node)->items()[0];
     LedgerEntry e;
     NodePtr job = m->Find("job"), status = m->Find("status"), seconds = m->Find("seconds"),
             overrides = m->Find("overrides"), message = m->Find("message"), dir = m->Find("dir");
-    if (!job || job->kind() != NodeKind::kInt || !status || status->kind() != NodeKind::kString || !overrides ||
-        !overrides->is_list()) {
+    if (!job || job->kind() != NodeKind::kInt || !status || status->kind() != NodeKind::kString ||
+        !overrides || !overrides->is_list()) {
       continue;
     }
     e.job = job->as_int();
@@ -64,12 +65,14 @@ absl::StatusOr<std::vector<LedgerEntry>> ReadLedger(const std::string& sweep_dir
 absl::Status AppendLedger(const std::string& sweep_dir, const LedgerEntry& e) {
   std::vector<std::string> overrides;
   for (const auto& o : e.overrides) overrides.push_back(Quote(o));
-  std::string line =
-      absl::StrFormat("- {job: %d, status: %s, seconds: %.3f, overrides: [%s], dir: %s, message: %s}\n", e.job, e.status,
-                      e.seconds, absl::StrJoin(overrides, ", "), Quote(e.dir), Quote(e.message));
+  std::string line = absl::StrFormat(
+      "- {job: %d, status: %s, seconds: %.3f, overrides: [%s], dir: %s, message: %s}\n", e.job,
+      e.status, e.seconds, absl::StrJoin(overrides, ", "), Quote(e.dir), Quote(e.message));
   // One write with O_APPEND: lines from jobs running in parallel never interleave.
   int fd = ::open(LedgerPath(sweep_dir).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", LedgerPath(sweep_dir), ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(
+        absl::StrCat("cannot write ", LedgerPath(sweep_dir), ": ", std::strerror(errno)));
   ssize_t written = ::write(fd, line.data(), line.size());
   ::fsync(fd);
   ::close(fd);
@@ -113,7 +116,8 @@ absl::StatusOr<std::string> WriteSweepSummary(const std::string& sweep_dir,
     if (!node.ok() || !(*node)->is_map()) continue;
     for (const auto& [key, value] : (*node)->entries()) {
       if (value->kind() != NodeKind::kFloat && value->kind() != NodeKind::kInt) continue;
-      double v = value->kind() == NodeKind::kFloat ? value->as_float() : static_cast<double>(value->as_int());
+      double v = value->kind() == NodeKind::kFloat ? value->as_float()
+                                                   : static_cast<double>(value->as_int());
       metrics[i][key] = absl::StrFormat("%.4f", v);
       names.insert(key);
     }
@@ -123,9 +127,10 @@ absl::StatusOr<std::string> WriteSweepSummary(const std::string& sweep_dir,
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto it = latest.find(static_cast<int64_t>(i));
-    std::vector<std::string> row = {absl::StrCat(i), it == latest.end() ? "missing" : it->second.status,
-                                    it == latest.end() ? "" : absl::StrFormat("%.1f", it->second.seconds),
-                                    absl::StrJoin(JobIdentity(jobs[i]), " ")};
+    std::vector<std::string> row = {
+        absl::StrCat(i), it == latest.end() ? "missing" : it->second.status,
+        it == latest.end() ? "" : absl::StrFormat("%.1f", it->second.seconds),
+        absl::StrJoin(JobIdentity(jobs[i]), " ")};
     for (const auto& n : names) row.push_back(metrics[i].count(n) ? metrics[i][n] : "");
     rows.push_back(std::move(row));
   }

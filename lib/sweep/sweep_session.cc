@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "lib/sweep/sweep_ledger.h"
 #include "lib/core/directory_lock.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/core/stop_signals.h"
 #include "lib/logging/logger.h"
+#include "lib/sweep/sweep_ledger.h"
 
 namespace kiln::app {
 namespace {
@@ -32,11 +32,13 @@ class Session : public SweepSession {
     if (setup_.dry_run) {
       for (const auto& job : jobs) {
         setup_.print(absl::StrCat(absl::StrJoin(job, " "), "\n"));
-        result.jobs.push_back({next_index_++, job, absl::UnavailableError("not run (--dry-run)"), ""});
+        result.jobs.push_back(
+            {next_index_++, job, absl::UnavailableError("not run (--dry-run)"), ""});
       }
       return result;
     }
-    if (StopSignals::Received() != 0) return absl::CancelledError("the sweep is stopping: no new job");
+    if (StopSignals::Received() != 0)
+      return absl::CancelledError("the sweep is stopping: no new job");
     KILN_RETURN_IF_ERROR(Prepare());
     std::vector<SweepJob> pending;
     size_t first = next_index_;
@@ -46,8 +48,9 @@ class Session : public SweepSession {
       if (it != done_.end() && JobIdentity(it->second.overrides) != JobIdentity(overrides)) {
         return absl::FailedPreconditionError(absl::StrCat(
             setup_.sweep_dir, "/ledger.yaml records job ", index, " as '",
-            absl::StrJoin(JobIdentity(it->second.overrides), " "), "', but this sweep's job ", index, " is '",
-            absl::StrJoin(JobIdentity(overrides), " "), "': it holds another sweep; choose another hydra.sweep.dir"));
+            absl::StrJoin(JobIdentity(it->second.overrides), " "), "', but this sweep's job ",
+            index, " is '", absl::StrJoin(JobIdentity(overrides), " "),
+            "': it holds another sweep; choose another hydra.sweep.dir"));
       }
       if (it == done_.end() || it->second.status != "ok") pending.push_back({index, overrides});
       all_jobs_.push_back(overrides);
@@ -80,7 +83,8 @@ class Session : public SweepSession {
 
   absl::Status Start(size_t index, const std::vector<std::string>& overrides) override {
     if (setup_.dry_run) return absl::FailedPreconditionError("no job starts under --dry-run");
-    if (StopSignals::Received() != 0) return absl::CancelledError("the sweep is stopping: no new job");
+    if (StopSignals::Received() != 0)
+      return absl::CancelledError("the sweep is stopping: no new job");
     KILN_RETURN_IF_ERROR(Prepare());
     started_[index] = overrides;
     return setup_.launcher->Start({index, overrides}, setup_.context);
@@ -126,8 +130,10 @@ class Session : public SweepSession {
     KILN_RETURN_IF_ERROR(MakeDirs(setup_.sweep_dir));
     // One sweep at a time in a folder (its jobs lock their own subfolders); held until the
     // session ends, after the summary.
-    KILN_ASSIGN_OR_RETURN(lock_, DirectoryLock::Acquire(setup_.sweep_dir, "sweep directory (hydra.sweep.dir)"));
-    KILN_RETURN_IF_ERROR(WriteFileAtomically(setup_.sweep_dir + "/multirun.yaml", setup_.multirun_yaml));
+    KILN_ASSIGN_OR_RETURN(
+        lock_, DirectoryLock::Acquire(setup_.sweep_dir, "sweep directory (hydra.sweep.dir)"));
+    KILN_RETURN_IF_ERROR(
+        WriteFileAtomically(setup_.sweep_dir + "/multirun.yaml", setup_.multirun_yaml));
     auto ledger = ReadLedger(setup_.sweep_dir);
     if (!ledger.ok()) return ledger.status();
     done_ = LatestByJob(*ledger);
@@ -139,8 +145,8 @@ class Session : public SweepSession {
   DirectoryLock lock_;
   bool prepared_ = false;
   size_t next_index_ = 0;
-  std::map<int64_t, LedgerEntry> done_;          // the ledger as the sweep found it
-  std::vector<std::vector<std::string>> all_jobs_;  // every job launched, by index
+  std::map<int64_t, LedgerEntry> done_;                 // the ledger as the sweep found it
+  std::vector<std::vector<std::string>> all_jobs_;      // every job launched, by index
   std::map<size_t, std::vector<std::string>> started_;  // jobs started one at a time, still running
 };
 

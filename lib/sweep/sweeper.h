@@ -1,9 +1,10 @@
 // Sweepers decide which jobs a multirun runs; launchers run them (Hydra's split). A sweeper
 // gets a SweepSession and asks it to launch batches of jobs, each a list of overrides; it may
 // plan everything up front (`basic`, the grid) or ask for jobs one batch at a time from what
-// earlier batches returned; or start jobs one at a time, each as a slot frees (Optuna). The session owns the sweep folder,
-// the ledger that lets a re-run skip the jobs already done, the launcher and the summary.
-// Plugins register more sweepers under the same kind (`registrar.Add<kiln::app::Sweeper>`).
+// earlier batches returned; or start jobs one at a time, each as a slot frees (Optuna). The session
+// owns the sweep folder, the ledger that lets a re-run skip the jobs already done, the launcher and
+// the summary. Plugins register more sweepers under the same kind
+// (`registrar.Add<kiln::app::Sweeper>`).
 #pragma once
 
 #include <string>
@@ -23,7 +24,7 @@ struct JobResult {
   std::vector<std::string> overrides;  // the job's own overrides
   // ok; the job's error; or kUnavailable while a scheduler (slurm) has not run it yet.
   absl::Status status;
-  std::string dir;  // the job's output directory ("" when it did not get one)
+  std::string dir;    // the job's output directory ("" when it did not get one)
   int exit_code = 0;  // how the job's process ended (Start/WaitAny only)
 };
 

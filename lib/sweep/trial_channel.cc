@@ -11,12 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/sweep/optuna/helper.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
+#include "lib/sweep/optuna/helper.h"
 
 namespace kiln::app {
 
@@ -24,7 +24,9 @@ using config::JsonString;
 using config::NodeToJson;
 namespace {
 
-std::string AnswerPath(const std::string& dir, int64_t k) { return absl::StrCat(dir, "/answer.", k); }
+std::string AnswerPath(const std::string& dir, int64_t k) {
+  return absl::StrCat(dir, "/answer.", k);
+}
 
 }  // namespace
 
@@ -33,13 +35,14 @@ TrialChannel::TrialChannel(std::string dir, bool pruning, double answer_timeout_
 
 absl::StatusOr<bool> TrialChannel::Report(const TrialReport& report) {
   KILN_RETURN_IF_ERROR(MakeDirs(dir_));
-  // JSON, which the sweeper reads as YAML (numbers it takes for strings, 1e-05 or NaN, are read back
-  // with ReplyNumber).
-  std::string line = absl::StrCat("{\"stage\": ", JsonString(report.stage), ", \"step\": ", report.step,
-                                  ", \"metrics\": {");
+  // JSON, which the sweeper reads as YAML (numbers it takes for strings, 1e-05 or NaN, are read
+  // back with ReplyNumber).
+  std::string line = absl::StrCat("{\"stage\": ", JsonString(report.stage),
+                                  ", \"step\": ", report.step, ", \"metrics\": {");
   bool first = true;
   for (const auto& [name, value] : report.metrics) {
-    absl::StrAppend(&line, first ? "" : ", ", JsonString(name), ": ", NodeToJson(*config::Node::Float(value)));
+    absl::StrAppend(&line, first ? "" : ", ", JsonString(name), ": ",
+                    NodeToJson(*config::Node::Float(value)));
     first = false;
   }
   line += "}}\n";
@@ -51,12 +54,14 @@ absl::StatusOr<bool> TrialChannel::Report(const TrialReport& report) {
   }
   int64_t k = reports_++;
   if (!pruning_ || report.stage != "val") return false;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_timeout_s_);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_timeout_s_);
   std::string path = AnswerPath(dir_, k);
   while (::access(path.c_str(), F_OK) != 0) {
     if (std::chrono::steady_clock::now() > deadline) {
-      Logger::Instance().Warning(absl::StrCat("no answer from the sweeper to report ", k, " in ", answer_timeout_s_,
-                                              " s (", dir_, "); the trial goes on unpruned"));
+      Logger::Instance().Warning(absl::StrCat("no answer from the sweeper to report ", k, " in ",
+                                              answer_timeout_s_, " s (", dir_,
+                                              "); the trial goes on unpruned"));
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -80,7 +85,8 @@ absl::StatusOr<std::vector<TrialReport>> ReadTrialReports(const std::string& dir
     KILN_ASSIGN_OR_RETURN(config::NodePtr node, config::ParseYaml(line, dir + "/reports.jsonl"));
     TrialReport r;
     if (auto stage = node->Find("stage")) r.stage = stage->as_string();
-    if (auto step = node->Find("step"); step && step->kind() == config::NodeKind::kInt) r.step = step->as_int();
+    if (auto step = node->Find("step"); step && step->kind() == config::NodeKind::kInt)
+      r.step = step->as_int();
     if (auto metrics = node->Find("metrics"); metrics && metrics->is_map()) {
       for (const auto& [name, value] : metrics->entries()) {
         if (value->is_scalar() && !value->is_null()) r.metrics[name] = ReplyNumber(*value);

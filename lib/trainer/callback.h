@@ -37,7 +37,9 @@ class Callback {
   virtual absl::Status OnTrainEpochStart(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnTrainEpochEnd(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnTrainBatchStart(Trainer&, const data::Batch&) { return absl::OkStatus(); }
-  virtual absl::Status OnTrainBatchEnd(Trainer&, const data::Batch&, double /*loss*/) { return absl::OkStatus(); }
+  virtual absl::Status OnTrainBatchEnd(Trainer&, const data::Batch&, double /*loss*/) {
+    return absl::OkStatus();
+  }
   virtual absl::Status OnBeforeOptimizerStep(Trainer&) { return absl::OkStatus(); }
   virtual absl::Status OnValidationStart(Trainer&) { return absl::OkStatus(); }
   // `metrics`: the validation epoch means ("val/loss", "val/acc", ...).

@@ -1,10 +1,9 @@
 #include "lib/trainer/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <caffe2/serialize/inline_container.h>
 
 #include <cerrno>
 #include <cstring>
@@ -52,26 +51,78 @@ bool PickleLengthsFit(const uint8_t* p, size_t n) {
     bool ok = true;
     switch (op) {
       case '.': return true;  // STOP
-      case '(': case '0': case '1': case '2': case 'N': case ')': case ']': case '}': case 'a':
-      case 'e': case 'l': case 'd': case 's': case 'u': case 't': case 'R': case 'b': case 'o':
-      case 'Q': case 0x81: case 0x85: case 0x86: case 0x87: case 0x88: case 0x89: case 0x90:
-      case 0x91: case 0x92: case 0x93: case 0x94: case 0x97: case 0x98:
-        break;
-      case 0x80: case 'K': case 'h': case 'q': case 0x82: ok = take(1); break;
-      case 'M': case 0x83: ok = take(2); break;
-      case 'J': case 'j': case 0x84: ok = take(4); break;
-      case 'r': {  // LONG_BINPUT: the unpickler grows its memo to the id; kiln's pickler counts from 0
+      case '(':
+      case '0':
+      case '1':
+      case '2':
+      case 'N':
+      case ')':
+      case ']':
+      case '}':
+      case 'a':
+      case 'e':
+      case 'l':
+      case 'd':
+      case 's':
+      case 'u':
+      case 't':
+      case 'R':
+      case 'b':
+      case 'o':
+      case 'Q':
+      case 0x81:
+      case 0x85:
+      case 0x86:
+      case 0x87:
+      case 0x88:
+      case 0x89:
+      case 0x90:
+      case 0x91:
+      case 0x92:
+      case 0x93:
+      case 0x94:
+      case 0x97:
+      case 0x98: break;
+      case 0x80:
+      case 'K':
+      case 'h':
+      case 'q':
+      case 0x82: ok = take(1); break;
+      case 'M':
+      case 0x83: ok = take(2); break;
+      case 'J':
+      case 'j':
+      case 0x84: ok = take(4); break;
+      case 'r': {  // LONG_BINPUT: the unpickler grows its memo to the id; kiln's pickler counts
+                   // from 0
         uint64_t id = 0;
         for (size_t k = 0; k < 4 && i + k < n; ++k) id |= uint64_t{p[i + k]} << (8 * k);
         ok = id <= n && take(4);
         break;
       }
-      case 'G': case 0x95: ok = take(8); break;
-      case 0x8c: case 'C': case 'U': case 0x8a: ok = claimed(1); break;
-      case 'X': case 'B': case 'T': case 0x8b: ok = claimed(4); break;
-      case 0x8d: case 0x8e: case 0x96: ok = claimed(8); break;
-      case 'c': case 'i': ok = lines(2); break;
-      case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g': case 'p': ok = lines(1); break;
+      case 'G':
+      case 0x95: ok = take(8); break;
+      case 0x8c:
+      case 'C':
+      case 'U':
+      case 0x8a: ok = claimed(1); break;
+      case 'X':
+      case 'B':
+      case 'T':
+      case 0x8b: ok = claimed(4); break;
+      case 0x8d:
+      case 0x8e:
+      case 0x96: ok = claimed(8); break;
+      case 'c':
+      case 'i': ok = lines(2); break;
+      case 'I':
+      case 'L':
+      case 'F':
+      case 'S':
+      case 'V':
+      case 'P':
+      case 'g':
+      case 'p': ok = lines(1); break;
       default: return true;
     }
     if (!ok) return false;
@@ -118,13 +169,16 @@ absl::Status WriteCheckpoint(const std::string& path,
   });
 }
 
-absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive, torch::Device device) {
+absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive,
+                            torch::Device device) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
+  if (::stat(path.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
   // LibTorch's loader throws c10::Error, and torch::jit::ErrorReport (a std::exception, not a
   // c10::Error) for a type it cannot parse in a corrupt archive.
   const auto corrupt = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
   };
   c10::IValue format;
   bool has_format = false;
@@ -136,12 +190,13 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
     return corrupt();
   }
   if (!has_format || !format.isInt()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
   }
   if (format.toInt() > kCheckpointFormat) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": written by a newer kiln (checkpoint format ",
-                                                      format.toInt(), ", this build reads up to ",
-                                                      kCheckpointFormat, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": written by a newer kiln (checkpoint format ", format.toInt(),
+                     ", this build reads up to ", kCheckpointFormat, ")"));
   }
   return absl::OkStatus();
 }
@@ -158,8 +213,10 @@ void WriteCheckpointMeta(torch::serialize::OutputArchive& archive, const std::st
 namespace {
 
 // Writes "model/I" per tensor and "model/names", one name a line, as `each` hands them over.
-void WriteNamed(torch::serialize::OutputArchive& archive,
-                const std::function<void(const std::function<void(const std::string&, const torch::Tensor&)>&)>& each) {
+void WriteNamed(
+    torch::serialize::OutputArchive& archive,
+    const std::function<void(const std::function<void(const std::string&, const torch::Tensor&)>&)>&
+        each) {
   std::string names;
   int64_t i = 0;
   each([&](const std::string& name, const torch::Tensor& t) {
@@ -181,14 +238,15 @@ void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive&
   });
 }
 
-void WriteModelState(const std::map<std::string, torch::Tensor>& state, torch::serialize::OutputArchive& archive) {
+void WriteModelState(const std::map<std::string, torch::Tensor>& state,
+                     torch::serialize::OutputArchive& archive) {
   WriteNamed(archive, [&](const auto& put) {
     for (const auto& [name, t] : state) put(name, t);
   });
 }
 
-absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
-                                                                   const std::string& path) {
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
+    torch::serialize::InputArchive& archive, const std::string& path) {
   c10::IValue names;
   std::map<std::string, torch::Tensor> state;
   try {  // a corrupt archive can throw from a read (see ReadCheckpoint)
@@ -199,28 +257,31 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::seria
     for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
       torch::Tensor t;
       if (!archive.try_read(absl::StrCat("model/", i++), t)) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": truncated model weights at '", name, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": truncated model weights at '", name, "'"));
       }
       state[std::string(name)] = t;
     }
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt model weights in the checkpoint"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": corrupt model weights in the checkpoint"));
   }
   return state;
 }
 
-absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
-                            const std::string& path) {
+absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
+                            torch::nn::Module& module, const std::string& path) {
   torch::NoGradGuard no_grad;
   auto copy = [&](const std::string& name, torch::Tensor& target) -> absl::Status {
     auto it = state.find(name);
     if (it == state.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
     }
     if (it->second.sizes() != target.sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of another model: '", name, "' is ",
-                                                     c10::str(it->second.sizes()), " there and ",
-                                                     c10::str(target.sizes()), " here"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": checkpoint of another model: '", name, "' is ", c10::str(it->second.sizes()),
+          " there and ", c10::str(target.sizes()), " here"));
     }
     target.copy_(it->second);
     return absl::OkStatus();

@@ -28,13 +28,14 @@ void WriteCheckpointMeta(torch::serialize::OutputArchive& archive, const std::st
 // A module's parameters and buffers under their PyTorch names ("conv1.weight", "bn1.running_mean").
 void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive);
 // Named tensors stored as WriteModelState stores a module's.
-void WriteModelState(const std::map<std::string, torch::Tensor>& state, torch::serialize::OutputArchive& archive);
+void WriteModelState(const std::map<std::string, torch::Tensor>& state,
+                     torch::serialize::OutputArchive& archive);
 // name -> tensor as stored by WriteModelState; an error names the file when there is none.
-absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(torch::serialize::InputArchive& archive,
-                                                                   const std::string& path);
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
+    torch::serialize::InputArchive& archive, const std::string& path);
 // Copies `state` into the module; every parameter and buffer must be there with its shape.
-absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
-                            const std::string& path);
+absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
+                            torch::nn::Module& module, const std::string& path);
 
 // The checkpoint format version; readers refuse newer ones.
 inline constexpr int64_t kCheckpointFormat = 1;

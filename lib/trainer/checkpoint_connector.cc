@@ -29,7 +29,8 @@ namespace {
 
 // The archive keys of the callbacks' states: "callbacks/" + state_key, made safe for an archive
 // name (letters, digits, '_', '/'); a second callback with the same key gets "_2", and so on.
-std::vector<std::string> CallbackStateKeys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+std::vector<std::string> CallbackStateKeys(
+    const std::vector<std::shared_ptr<Callback>>& callbacks) {
   std::vector<std::string> keys;
   std::map<std::string, int> seen;
   for (const auto& c : callbacks) {
@@ -53,13 +54,15 @@ std::vector<std::pair<const char*, int64_t*>> Counters(LoopPosition& loop) {
 }
 
 // Refuses a checkpoint written for another model, then loads its weights.
-absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchive& archive, Task& task,
-                           const std::string& model_name) {
+absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchive& archive,
+                           Task& task, const std::string& model_name) {
   c10::IValue stored_name;
-  if (!model_name.empty() && archive.try_read("meta/model", stored_name) && stored_name.isString() &&
-      !stored_name.toStringRef().empty() && stored_name.toStringRef() != model_name) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint of model '", stored_name.toStringRef(),
-                                                   "', but the config builds model '", model_name, "'"));
+  if (!model_name.empty() && archive.try_read("meta/model", stored_name) &&
+      stored_name.isString() && !stored_name.toStringRef().empty() &&
+      stored_name.toStringRef() != model_name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": checkpoint of model '", stored_name.toStringRef(),
+                     "', but the config builds model '", model_name, "'"));
   }
   KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
   return LoadModelState(state, task.module(), path);
@@ -67,7 +70,8 @@ absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchi
 
 }  // namespace
 
-absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, const LoopPosition& position) {
+absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
+                               const LoopPosition& position) {
   LoopPosition loop = position;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
     WriteCheckpointMeta(archive, parts.model_name, parts.config_yaml);
@@ -108,10 +112,10 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, c
   });
 }
 
-absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const FitParts& parts,
-                                                  const std::function<void(torch::nn::Module&)>& place_module,
-                                                  const std::function<absl::Status()>& callbacks_restored,
-                                                  int64_t batch_size) {
+absl::StatusOr<LoopPosition> RestoreFitCheckpoint(
+    const std::string& path, const FitParts& parts,
+    const std::function<void(torch::nn::Module&)>& place_module,
+    const std::function<absl::Status()>& callbacks_restored, int64_t batch_size) {
   torch::serialize::InputArchive archive;
   KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
   KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *parts.task, parts.model_name));
@@ -146,9 +150,11 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
       KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &on_device, parameters[0].device()));
       optimizer_archive = &on_device;
     }
-    if (parts.optimizer != nullptr && optimizer_archive->try_read("optimizer", opt)) parts.optimizer->load(opt);
+    if (parts.optimizer != nullptr && optimizer_archive->try_read("optimizer", opt))
+      parts.optimizer->load(opt);
     torch::serialize::InputArchive sched;
-    if (parts.scheduler != nullptr && archive.try_read("scheduler", sched)) parts.scheduler->Load(sched);
+    if (parts.scheduler != nullptr && archive.try_read("scheduler", sched))
+      parts.scheduler->Load(sched);
     if (parts.scaler != nullptr) parts.scaler->Load(archive);
     c10::IValue v;
     for (const auto& [key, counter] : Counters(loop)) {
@@ -168,13 +174,14 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const
       generator.set_state(rng);
     }
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot resume from this checkpoint: ",
-                                                   e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot resume from this checkpoint: ", e.what_without_backtrace()));
   }
   return loop;
 }
 
-absl::Status LoadCheckpointWeights(const std::string& path, Task& task, const std::string& model_name) {
+absl::Status LoadCheckpointWeights(const std::string& path, Task& task,
+                                   const std::string& model_name) {
   torch::serialize::InputArchive archive;
   KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
   return LoadSameModel(path, archive, task, model_name);

@@ -40,19 +40,21 @@ struct FitParts {
   std::string config_yaml;  // the resolved job config, kept for the record
 };
 
-absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts, const LoopPosition& loop);
+absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
+                               const LoopPosition& loop);
 
 // Restores `parts` from `path` and returns the saved position. `place_module` runs after the
 // weights load and before the optimizer's state does (it finds the parameters on their device);
 // `callbacks_restored` runs after the callbacks' states load, before the optimizer's and the
 // scheduler's (Callback::OnLoadCheckpoint).
 // A checkpoint without a batch size (older ones) counts in `batch_size`.
-absl::StatusOr<LoopPosition> RestoreFitCheckpoint(const std::string& path, const FitParts& parts,
-                                                  const std::function<void(torch::nn::Module&)>& place_module,
-                                                  const std::function<absl::Status()>& callbacks_restored,
-                                                  int64_t batch_size);
+absl::StatusOr<LoopPosition> RestoreFitCheckpoint(
+    const std::string& path, const FitParts& parts,
+    const std::function<void(torch::nn::Module&)>& place_module,
+    const std::function<absl::Status()>& callbacks_restored, int64_t batch_size);
 
 // Only the weights, into `task`'s model (evaluation, export, testing the best checkpoint).
-absl::Status LoadCheckpointWeights(const std::string& path, Task& task, const std::string& model_name);
+absl::Status LoadCheckpointWeights(const std::string& path, Task& task,
+                                   const std::string& model_name);
 
 }  // namespace kiln

@@ -4,7 +4,8 @@ namespace kiln {
 
 GradScaler::GradScaler(torch::Device device, Options options)
     : options_(options),
-      scale_(torch::full({1}, options.init_scale, torch::TensorOptions(torch::kFloat32).device(device))),
+      scale_(torch::full({1}, options.init_scale,
+                         torch::TensorOptions(torch::kFloat32).device(device))),
       growth_tracker_(torch::zeros({1}, torch::TensorOptions(torch::kInt32).device(device))),
       found_inf_(torch::zeros({1}, torch::TensorOptions(torch::kFloat32).device(device))) {}
 
@@ -29,15 +30,16 @@ bool GradScaler::UnscaleAndCheck(const std::vector<torch::Tensor>& parameters) {
     }
     if (!placed) groups.push_back({g});
   }
-  for (auto& group : groups) at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
+  for (auto& group : groups)
+    at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
   bool found = found_inf_.item<float>() > 0;
   if (found) ++skipped_;
   return found;
 }
 
 void GradScaler::Update() {
-  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
-                         options_.growth_interval);
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor,
+                         options_.backoff_factor, options_.growth_interval);
 }
 
 void GradScaler::Save(torch::serialize::OutputArchive& archive) const {
@@ -47,7 +49,9 @@ void GradScaler::Save(torch::serialize::OutputArchive& archive) const {
 
 bool GradScaler::Load(torch::serialize::InputArchive& archive) {
   torch::Tensor scale, tracker;
-  if (!archive.try_read("scaler/scale", scale) || !archive.try_read("scaler/growth_tracker", tracker)) return false;
+  if (!archive.try_read("scaler/scale", scale) ||
+      !archive.try_read("scaler/growth_tracker", tracker))
+    return false;
   torch::NoGradGuard no_grad;
   scale_.copy_(scale.reshape({1}));
   growth_tracker_.copy_(tracker.reshape({1}));

@@ -30,7 +30,8 @@ void FitProgress::Restore(const LoopPosition& loop) {
   elapsed_before = loop.elapsed_seconds;
 }
 
-CallbackConnector::CallbackConnector(std::vector<std::shared_ptr<Callback>> callbacks, PhaseProfiler& profiler)
+CallbackConnector::CallbackConnector(std::vector<std::shared_ptr<Callback>> callbacks,
+                                     PhaseProfiler& profiler)
     : profiler_(profiler) {
   for (auto& c : callbacks) {
     if (!c->runs_last()) callbacks_.push_back(c);
@@ -50,10 +51,12 @@ void CallbackConnector::OnException(Trainer& trainer, const absl::Status& status
   for (auto& c : callbacks_) c->OnException(trainer, status);
 }
 
-LoggerConnector::LoggerConnector(std::vector<std::shared_ptr<MetricsLogger>> loggers, PhaseProfiler& profiler)
+LoggerConnector::LoggerConnector(std::vector<std::shared_ptr<MetricsLogger>> loggers,
+                                 PhaseProfiler& profiler)
     : loggers_(std::move(loggers)), profiler_(profiler) {}
 
-void LoggerConnector::Log(const std::map<std::string, double>& metrics, int64_t step, bool global_zero) {
+void LoggerConnector::Log(const std::map<std::string, double>& metrics, int64_t step,
+                          bool global_zero) {
   if (!global_zero) return;
   PhaseProfiler::Scope timed(profiler_, PhaseProfiler::kLogging);
   ForEach([&](MetricsLogger& logger) { return logger.LogMetrics(metrics, step); });
@@ -75,19 +78,22 @@ void LoggerConnector::ForEach(const std::function<absl::Status(MetricsLogger&)>&
 
 absl::StatusOr<std::shared_ptr<const data::Dataset>> SetUpSplit(
     data::DataModule& data, data::Stage stage, torch::Device device,
-    const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which, const std::string& missing) {
+    const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which,
+    const std::string& missing) {
   data.set_device(device);
   KILN_RETURN_IF_ERROR(data.PrepareData());
   KILN_RETURN_IF_ERROR(data.Setup(stage));
   std::shared_ptr<const data::Dataset> dataset = which(data);
-  if (!dataset) return absl::FailedPreconditionError(absl::StrCat("the data module has no ", missing));
+  if (!dataset)
+    return absl::FailedPreconditionError(absl::StrCat("the data module has no ", missing));
   return dataset;
 }
 
 std::unique_ptr<data::DataLoader> InOrderLoader(std::shared_ptr<const data::Dataset> dataset,
                                                 const data::DataModule& data) {
   auto sampler = data::SamplerFor(*dataset, /*shuffle=*/false, 0);
-  return std::make_unique<data::DataLoader>(std::move(dataset), std::move(sampler), data.loader_options());
+  return std::make_unique<data::DataLoader>(std::move(dataset), std::move(sampler),
+                                            data.loader_options());
 }
 
 void LoopContext::Log(const std::map<std::string, double>& metrics) const {

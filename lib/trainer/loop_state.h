@@ -39,25 +39,26 @@ struct FitInputs {
   std::shared_ptr<Scheduler> scheduler;  // may be null
   std::string ckpt_path;                 // "", "last", or a file
   uint64_t seed = 0;
-  std::string config_yaml;               // the resolved job config, stored in checkpoints
-  std::string model_name;                // e.g. "cnn", checked when resuming
+  std::string config_yaml;  // the resolved job config, stored in checkpoints
+  std::string model_name;   // e.g. "cnn", checked when resuming
 };
 
 // The fit's progress (Lightning's progress objects): the counters the loops advance and a
 // checkpoint keeps (LoopPosition).
 struct FitProgress {
-  int64_t global_step = 0;     // optimizer steps taken
+  int64_t global_step = 0;  // optimizer steps taken
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;  // batches of the current epoch done
   int64_t micro_batches = 0;
-  int64_t samples = 0;         // over all ranks
-  int64_t train_batches = 0;   // per epoch
-  int64_t batch_size = 0;      // per rank
-  double elapsed_before = 0;   // wall time of earlier runs of a resumed fit
+  int64_t samples = 0;        // over all ranks
+  int64_t train_batches = 0;  // per epoch
+  int64_t batch_size = 0;     // per rank
+  double elapsed_before = 0;  // wall time of earlier runs of a resumed fit
   std::chrono::steady_clock::time_point start;
 
   double elapsed_seconds() const {
-    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return elapsed_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // What a checkpoint keeps of it, with the fit's seed and world size, and the way back (the
   // batch size stays this run's: the fit loop adapts the position to it).
@@ -70,7 +71,7 @@ struct StopState {
   bool requested = false;  // at the end of this epoch
   bool now = false;        // after this optimizer step
   std::string reason;
-  int signal = 0;          // the signal every rank agreed to stop for
+  int signal = 0;              // the signal every rank agreed to stop for
   bool deferred_said = false;  // a stop-now before min_epochs was logged (once a fit)
 };
 
@@ -83,7 +84,7 @@ struct FitState {
   bool scheduler_paused = false;
   bool checkpointing = true;
   std::string checkpoint_dir;
-  data::DataLoader* train_loader = nullptr;     // while fitting
+  data::DataLoader* train_loader = nullptr;       // while fitting
   std::unique_ptr<OperatorTrace> operator_trace;  // trainer.profiler=advanced, during fit
 };
 
@@ -123,14 +124,16 @@ class LoggerConnector {
   MetricLog train_log_;
 };
 
-// The data side of every loop (Lightning's data connector): `data` told the device, prepared and set up for
-// `stage`, and the split `which` gives, or FailedPrecondition naming `missing` ("training
-// split", ...).
+// The data side of every loop (Lightning's data connector): `data` told the device, prepared and
+// set up for `stage`, and the split `which` gives, or FailedPrecondition naming `missing`
+// ("training split", ...).
 absl::StatusOr<std::shared_ptr<const data::Dataset>> SetUpSplit(
     data::DataModule& data, data::Stage stage, torch::Device device,
-    const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which, const std::string& missing);
+    const std::function<std::shared_ptr<const data::Dataset>(data::DataModule&)>& which,
+    const std::string& missing);
 // A loader over `dataset` in its order (evaluation and prediction), with the module's options.
-std::unique_ptr<data::DataLoader> InOrderLoader(std::shared_ptr<const data::Dataset> dataset, const data::DataModule& data);
+std::unique_ptr<data::DataLoader> InOrderLoader(std::shared_ptr<const data::Dataset> dataset,
+                                                const data::DataModule& data);
 
 // The loops' handle: the Trainer's public face (what callbacks are handed) and the parts the
 // loops work with.

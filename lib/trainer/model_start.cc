@@ -16,10 +16,14 @@ const OptionBinding<ModelStartOptions>& ModelStartBinding() {
   using O = ModelStartOptions;
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
-          .Field("init_from", &O::init_from, "start from these weights: a safetensors file or a kiln checkpoint")
-          .Field("init_ignore", &O::init_ignore, "globs of model names not to load (a new head: [fc2.*])")
-          .Node("init_map", &O::init_map, OptionType::kMap, "prefix renames from the file's names to the model's")
-          .Field("init_strict", &O::init_strict, "every model entry not ignored must be in the file")
+          .Field("init_from", &O::init_from,
+                 "start from these weights: a safetensors file or a kiln checkpoint")
+          .Field("init_ignore", &O::init_ignore,
+                 "globs of model names not to load (a new head: [fc2.*])")
+          .Node("init_map", &O::init_map, OptionType::kMap,
+                "prefix renames from the file's names to the model's")
+          .Field("init_strict", &O::init_strict,
+                 "every model entry not ignored must be in the file")
           .Field("freeze", &O::freeze, "globs of parameters never trained"));
   return *binding;
 }
@@ -41,13 +45,16 @@ absl::StatusOr<ModelStart> ReadModelStart(const config::Config& cfg) {
     }
   }
   if (mine->size() == 0) return start;
-  std::string component = absl::StrCat("model '", cfg.Get<std::string>("model._target_").value_or("?"), "'");
-  KILN_ASSIGN_OR_RETURN(config::NodePtr filled, ModelStartBinding().schema().Apply(*mine, "model", component));
+  std::string component =
+      absl::StrCat("model '", cfg.Get<std::string>("model._target_").value_or("?"), "'");
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
+                        ModelStartBinding().schema().Apply(*mine, "model", component));
   start.options = ModelStartBinding().Fill(config::Config(filled, "model"));
   if (start.options.init_map && !start.options.init_map->is_null()) {
     for (const auto& [from, to] : start.options.init_map->entries()) {
       if (!to->is_scalar() || to->is_null()) {
-        return OptionValueError("model.init_map", component, "a mapping of file prefix: model prefix", *start.options.init_map);
+        return OptionValueError("model.init_map", component,
+                                "a mapping of file prefix: model prefix", *start.options.init_map);
       }
     }
   }
@@ -63,28 +70,34 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
     spec.ignore = o.init_ignore;
     spec.strict = o.init_strict;
     if (o.init_map && !o.init_map->is_null()) {
-      for (const auto& [from, to] : o.init_map->entries()) spec.rename.emplace_back(from, config::PythonStr(*to));
+      for (const auto& [from, to] : o.init_map->entries())
+        spec.rename.emplace_back(from, config::PythonStr(*to));
     }
     KILN_ASSIGN_OR_RETURN(auto weights, ReadPretrainedWeights(spec.path));
     KILN_ASSIGN_OR_RETURN(WeightLoadReport report, LoadPretrainedWeights(weights, module, spec));
-    Logger::Instance().Info(absl::StrCat("model weights from ", spec.path, ": ", report.Count("loaded"), " loaded, ",
-                                         report.Count("ignored"), " ignored, ", report.Count("missing"), " missing, ",
-                                         report.Count("mismatched"), " mismatched, ", report.Count("unused"),
-                                         " unused\n", report.Table()));
+    Logger::Instance().Info(
+        absl::StrCat("model weights from ", spec.path, ": ", report.Count("loaded"), " loaded, ",
+                     report.Count("ignored"), " ignored, ", report.Count("missing"), " missing, ",
+                     report.Count("mismatched"), " mismatched, ", report.Count("unused"),
+                     " unused\n", report.Table()));
   } else if (!o.init_ignore.empty() || (o.init_map && !o.init_map->is_null())) {
     // A from-scratch baseline of a fine-tuning recipe sets only model.init_from=null.
-    Logger::Instance().Warning("model.init_ignore and model.init_map do nothing without model.init_from");
+    Logger::Instance().Warning(
+        "model.init_ignore and model.init_map do nothing without model.init_from");
   }
   if (o.freeze.empty()) return absl::OkStatus();
-  KILN_ASSIGN_OR_RETURN(std::vector<std::string> frozen, ParametersMatching(module, o.freeze, "model.freeze"));
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> frozen,
+                        ParametersMatching(module, o.freeze, "model.freeze"));
   SetTrainable(module, frozen, false);
   if (fit && !AnyTrainable(module)) {
-    return absl::InvalidArgumentError(absl::StrCat("model.freeze: [", absl::StrJoin(o.freeze, ", "),
-                                                   "] freezes every parameter of the model; nothing would train"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.freeze: [", absl::StrJoin(o.freeze, ", "),
+                     "] freezes every parameter of the model; nothing would train"));
   }
   Logger::Instance().Info(absl::StrCat("model.freeze: ", frozen.size(), " parameters frozen"));
   auto norms = BatchNormsWithin(module, frozen);
-  if (fit && !norms.empty()) callbacks->push_back(std::make_shared<FrozenBatchNormsInEval>(std::move(norms)));
+  if (fit && !norms.empty())
+    callbacks->push_back(std::make_shared<FrozenBatchNormsInEval>(std::move(norms)));
   return absl::OkStatus();
 }
 

@@ -23,14 +23,14 @@ struct PrecisionChoice {
   bool fp16 = false;          // 16-mixed: under float16 autocast, with dynamic loss scaling
   bool bf16_weights = false;  // bf16-true: weights, gradients and optimizer state in bf16 too
   std::string error;          // non-empty: the run cannot go on this way (one line)
-  std::string log;      // one line for the training log: what runs and why ("" for plain 32)
-  bool warning = false; // log is a warning (bf16 requested where it is emulated)
+  std::string log;            // one line for the training log: what runs and why ("" for plain 32)
+  bool warning = false;       // log is a warning (bf16 requested where it is emulated)
 };
 
 // `cpu`: the model runs on the CPU, where `cpu_flags` say whether bf16 is fast; otherwise on a GPU,
 // where `gpu_bf16` says whether it has bf16 units (compute capability 8.0 or newer): without them
 // bf16 is refused in one line.
-PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu, const std::string& cpu_flags,
-                                 bool gpu_bf16 = false);
+PrecisionChoice ResolvePrecision(TrainerOptions::Precision requested, bool cpu,
+                                 const std::string& cpu_flags, bool gpu_bf16 = false);
 
 }  // namespace kiln

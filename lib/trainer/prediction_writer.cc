@@ -9,18 +9,20 @@
 
 namespace kiln {
 
-absl::StatusOr<std::vector<PredictionRecord>> ClassProbabilityRecords(const torch::Tensor& probabilities,
-                                                                      const std::vector<std::string>& class_names) {
+absl::StatusOr<std::vector<PredictionRecord>> ClassProbabilityRecords(
+    const torch::Tensor& probabilities, const std::vector<std::string>& class_names) {
   if (probabilities.dim() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "kiln predict expects class probabilities [batch, classes] from the task, got ", c10::str(probabilities.sizes())));
+        "kiln predict expects class probabilities [batch, classes] from the task, got ",
+        c10::str(probabilities.sizes())));
   }
   auto [probability, index] = probabilities.to(torch::kFloat64).max(1);
   std::vector<PredictionRecord> records;
   for (int64_t i = 0; i < probabilities.size(0); ++i) {
     int64_t c = index[i].item<int64_t>();
-    std::string name = c < static_cast<int64_t>(class_names.size()) ? class_names[static_cast<size_t>(c)]
-                                                                     : std::to_string(c);
+    std::string name = c < static_cast<int64_t>(class_names.size())
+                           ? class_names[static_cast<size_t>(c)]
+                           : std::to_string(c);
     PredictionRecord record;
     record.fields = {{"class_index", config::Node::Int(c)},
                      {"class", config::Node::String(name)},
@@ -50,7 +52,8 @@ struct WriterOptions {
 class CsvWriter : public PredictionWriter {
  public:
   explicit CsvWriter(std::string file) : file_(std::move(file)) {}
-  absl::StatusOr<std::string> Write(const std::string& output_dir, const std::vector<PredictionRecord>& records) override {
+  absl::StatusOr<std::string> Write(const std::string& output_dir,
+                                    const std::vector<PredictionRecord>& records) override {
     std::string csv = "path";
     if (!records.empty()) {
       for (const auto& [name, value] : records[0].fields) absl::StrAppend(&csv, ",", name);
@@ -74,7 +77,8 @@ class CsvWriter : public PredictionWriter {
 class JsonlWriter : public PredictionWriter {
  public:
   explicit JsonlWriter(std::string file) : file_(std::move(file)) {}
-  absl::StatusOr<std::string> Write(const std::string& output_dir, const std::vector<PredictionRecord>& records) override {
+  absl::StatusOr<std::string> Write(const std::string& output_dir,
+                                    const std::vector<PredictionRecord>& records) override {
     std::string text;
     for (const auto& r : records) {
       nlohmann::ordered_json line;
@@ -98,14 +102,17 @@ struct JsonlOptions : WriterOptions {
   JsonlOptions() { file = "predictions.jsonl"; }
 };
 
-KILN_REGISTER_BOUND(PredictionWriter, "csv", "Writes predictions as CSV, one row per input (path first)",
-                    OptionBinding<CsvOptions>().Field("file", static_cast<std::string CsvOptions::*>(&WriterOptions::file),
-                                                      "file name in the run directory", NonEmpty()),
+KILN_REGISTER_BOUND(PredictionWriter, "csv",
+                    "Writes predictions as CSV, one row per input (path first)",
+                    OptionBinding<CsvOptions>().Field(
+                        "file", static_cast<std::string CsvOptions::*>(&WriterOptions::file),
+                        "file name in the run directory", NonEmpty()),
                     [](const CsvOptions& o) -> absl::StatusOr<std::shared_ptr<PredictionWriter>> {
                       return std::make_shared<CsvWriter>(o.file);
                     });
 
-KILN_REGISTER_BOUND(PredictionWriter, "jsonl", "Writes predictions as JSON Lines, one object per input",
+KILN_REGISTER_BOUND(PredictionWriter, "jsonl",
+                    "Writes predictions as JSON Lines, one object per input",
                     OptionBinding<JsonlOptions>().Field(
                         "file", static_cast<std::string JsonlOptions::*>(&WriterOptions::file),
                         "file name in the run directory", NonEmpty()),

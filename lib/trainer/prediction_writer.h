@@ -35,7 +35,7 @@ class PredictionWriter {
 
 // The records of class probabilities [batch, classes]: class_index, class (its name when
 // `class_names` has one per class), probability.
-absl::StatusOr<std::vector<PredictionRecord>> ClassProbabilityRecords(const torch::Tensor& probabilities,
-                                                                      const std::vector<std::string>& class_names);
+absl::StatusOr<std::vector<PredictionRecord>> ClassProbabilityRecords(
+    const torch::Tensor& probabilities, const std::vector<std::string>& class_names);
 
 }  // namespace kiln

@@ -9,12 +9,12 @@
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/data/sampler.h"
-#include "lib/registry/registry.h"
 #include "lib/logging/logger.h"
-#include "lib/trainer/process_settings.h"
+#include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/model_start.h"
+#include "lib/trainer/process_settings.h"
 #include "lib/trainer/safetensors.h"
 #include "lib/trainer/torchscript.h"
 
@@ -27,7 +27,8 @@ absl::StatusOr<config::NodePtr> CheckpointConfig(const std::string& path) {
   KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
   c10::IValue yaml;
   if (!archive.try_read("meta/config", yaml) || !yaml.isString() || yaml.toStringRef().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the checkpoint holds no config (meta/config)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the checkpoint holds no config (meta/config)"));
   }
   return config::ParseYaml(yaml.toStringRef(), path + " (meta/config)");
 }
@@ -44,20 +45,24 @@ struct Located {
 absl::StatusOr<Located> Locate(const std::string& path) {
   Located found;
   if (IsDirectory(path)) {
-    if (IsRegularFile(path + "/model.safetensors") && IsRegularFile(path + "/config.yaml")) {  // kiln export
+    if (IsRegularFile(path + "/model.safetensors") &&
+        IsRegularFile(path + "/config.yaml")) {  // kiln export
       found.weights = path + "/model.safetensors";
       KILN_ASSIGN_OR_RETURN(found.job, config::LoadYamlFile(path + "/config.yaml"));
       return found;
     }
     if (!IsRegularFile(path + "/checkpoints/last.ckpt")) {
-      return absl::NotFoundError(absl::StrCat(path, ": neither a run directory (no checkpoints/last.ckpt) nor an "
-                                              "export folder (model.safetensors and config.yaml)"));
+      return absl::NotFoundError(
+          absl::StrCat(path,
+                       ": neither a run directory (no checkpoints/last.ckpt) nor an "
+                       "export folder (model.safetensors and config.yaml)"));
     }
     found.weights = path + "/checkpoints/last.ckpt";
   } else if (IsRegularFile(path)) {
     found.weights = path;
   } else {
-    return absl::NotFoundError(absl::StrCat(path, ": no such run directory, checkpoint or export folder"));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": no such run directory, checkpoint or export folder"));
   }
   KILN_ASSIGN_OR_RETURN(found.job, CheckpointConfig(found.weights));
   return found;
@@ -65,7 +70,8 @@ absl::StatusOr<Located> Locate(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& path, const PredictorOptions& options) {
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& path,
+                                                           const PredictorOptions& options) {
   KILN_ASSIGN_OR_RETURN(Located found, Locate(path));
   if (found.job == nullptr || !found.job->is_map()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the stored config is not a mapping"));
@@ -107,7 +113,8 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
     } else if (*options.device == "auto") {
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kAuto;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("the predictor's device must be cpu, cuda or auto, not '", *options.device, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the predictor's device must be cpu, cuda or auto, not '", *options.device, "'"));
     }
   }
   p->strategy_ = std::make_unique<Strategy>(p->trainer_options_);
@@ -119,7 +126,8 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   if (!p->generates_) {
     KILN_RETURN_IF_ERROR(p->data_->PrepareRawInputs());
     p->collate_ = p->data_->loader_options().collate;
-    if (!p->collate_) p->collate_ = [](std::vector<data::Example>& examples) { return data::Collate(examples); };
+    if (!p->collate_)
+      p->collate_ = [](std::vector<data::Example>& examples) { return data::Collate(examples); };
     p->class_names_ = p->data_->class_names();
   }
   if (options.quantize.has_value()) KILN_RETURN_IF_ERROR(p->Quantize(*options.quantize));
@@ -178,7 +186,8 @@ absl::StatusOr<Prediction> Predictor::Predict(std::string_view input) const {
   return std::move(answers[0]);
 }
 
-std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(const std::vector<std::string_view>& inputs) const {
+std::vector<absl::StatusOr<Prediction>> Predictor::PredictBatch(
+    const std::vector<std::string_view>& inputs) const {
   std::vector<absl::StatusOr<Prediction>> answers(inputs.size(),
                                                   absl::UnknownError("not predicted"));
   std::vector<data::Example> examples;
@@ -230,18 +239,20 @@ std::vector<absl::StatusOr<Prediction>> Predictor::PredictPrepared(
   return answers;
 }
 
-absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(std::vector<data::Example>& examples) const {
+absl::StatusOr<std::vector<Prediction>> Predictor::ForwardTogether(
+    std::vector<data::Example>& examples) const {
   data::Batch batch;
   try {
     KILN_ASSIGN_OR_RETURN(batch, collate_(examples));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
   }
   return ForwardBatch(batch, class_names_);
 }
 
-absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(data::Batch& batch,
-                                                                const std::vector<std::string>& class_names) const {
+absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(
+    data::Batch& batch, const std::vector<std::string>& class_names) const {
   const int64_t n = batch.size();
   torch::Tensor output;
   std::vector<PredictionRecord> records;
@@ -261,26 +272,34 @@ absl::StatusOr<std::vector<Prediction>> Predictor::ForwardBatch(data::Batch& bat
     };
     absl::StatusOr<torch::Tensor> out =
         quantized_.has_value() ? QuantizedPrediction(batch.input) : task_->PredictStep(batch);
-    if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", out.status().message()));
+    if (!out.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model cannot take this input: ", out.status().message()));
     output = out->to(torch::kCPU);
     KILN_ASSIGN_OR_RETURN(records, task_->PredictionRecords(output, class_names));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model cannot take this input: ", FirstLine(e.what())));
   }
   if (static_cast<int64_t>(records.size()) != n) {
-    return absl::InternalError(absl::StrCat("the task made ", records.size(), " predictions of ", n, " inputs"));
+    return absl::InternalError(
+        absl::StrCat("the task made ", records.size(), " predictions of ", n, " inputs"));
   }
   // Every class's probability: the output as float64 once, each answer its row.
   torch::Tensor probabilities;
-  if (output.dim() == 2 && output.is_floating_point()) probabilities = output.to(torch::kFloat64).contiguous();
+  if (output.dim() == 2 && output.is_floating_point())
+    probabilities = output.to(torch::kFloat64).contiguous();
   std::vector<Prediction> answers(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     Prediction& p = answers[static_cast<size_t>(i)];
     p.fields = std::move(records[static_cast<size_t>(i)].fields);
     for (const auto& [key, value] : p.fields) {
-      if (key == "class_index" && value->kind() == config::NodeKind::kInt) p.class_index = value->as_int();
-      if (key == "class" && value->kind() == config::NodeKind::kString) p.label = value->as_string();
-      if (key == "probability" && value->kind() == config::NodeKind::kFloat) p.probability = value->as_float();
+      if (key == "class_index" && value->kind() == config::NodeKind::kInt)
+        p.class_index = value->as_int();
+      if (key == "class" && value->kind() == config::NodeKind::kString)
+        p.label = value->as_string();
+      if (key == "probability" && value->kind() == config::NodeKind::kFloat)
+        p.probability = value->as_float();
       if (key == "text" && value->kind() == config::NodeKind::kString) p.text = value->as_string();
     }
     if (p.class_index >= 0 && probabilities.defined()) {
@@ -302,14 +321,16 @@ absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
   if (!split) return absl::FailedPreconditionError("the data module has no prediction inputs");
   // The names as the module has them once set up for prediction (an image folder's sub-folders).
   const std::vector<std::string> class_names = data_->class_names();
-  data::DataLoader loader(split, data::SamplerFor(*split, /*shuffle=*/false, 0), data_->loader_options());
+  data::DataLoader loader(split, data::SamplerFor(*split, /*shuffle=*/false, 0),
+                          data_->loader_options());
   const int64_t batches = trainer_options_.limit_predict_batches.Of(loader.num_batches());
   std::vector<Prediction> answers;
   Logger::Instance().Info(absl::StrCat("predicting: ", batches, " batches"));
   int64_t done = 0;
   KILN_RETURN_IF_ERROR(loader.Run(0, 0, batches, [&](data::Batch& batch) -> absl::StatusOr<bool> {
-    KILN_RETURN_IF_ERROR(CheckStopSignal(
-        absl::StrCat("while predicting (after ", done++, " of ", batches, " batches); no predictions were written")));
+    KILN_RETURN_IF_ERROR(
+        CheckStopSignal(absl::StrCat("while predicting (after ", done++, " of ", batches,
+                                     " batches); no predictions were written")));
     KILN_ASSIGN_OR_RETURN(std::vector<Prediction> batch_answers, ForwardBatch(batch, class_names));
     for (Prediction& answer : batch_answers) {
       const int64_t row = static_cast<int64_t>(answers.size());
@@ -322,17 +343,21 @@ absl::StatusOr<std::vector<Prediction>> Predictor::PredictSplit() const {
   return answers;
 }
 
-absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const { return GenerateAfter(&prompt); }
+absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const {
+  return GenerateAfter(&prompt);
+}
 
 absl::StatusOr<std::string> Predictor::Generate() const { return GenerateAfter(nullptr); }
 
 absl::StatusOr<std::string> Predictor::GenerateAfter(const std::string* prompt) const {
-  if (!generates_) return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");
+  if (!generates_)
+    return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");
   std::lock_guard<std::mutex> lock(forward_mutex_);
   try {
     if (prompt != nullptr) return task_->GenerateFrom(*prompt);
     KILN_ASSIGN_OR_RETURN(std::optional<std::string> text, task_->Generate());
-    if (!text.has_value()) return absl::UnimplementedError("the task has no prompt of its own to continue");
+    if (!text.has_value())
+      return absl::UnimplementedError("the task has no prompt of its own to continue");
     return *std::move(text);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot generate: ", FirstLine(e.what())));

@@ -73,7 +73,7 @@ class Predictor {
   // evaluation pipeline needs is read as the run named it (a text tokenizer is fitted on the
   // training texts again, as `kiln predict` does).
   static absl::StatusOr<std::unique_ptr<Predictor>> Load(const std::string& path,
-                                                        const PredictorOptions& options = {});
+                                                         const PredictorOptions& options = {});
   // From a resolved job config and the file holding the weights (a kiln checkpoint or a
   // safetensors file with PyTorch names); `options.overrides` are not applied (the config is
   // taken as it is).
@@ -85,7 +85,8 @@ class Predictor {
   absl::StatusOr<Prediction> Predict(std::string_view input) const;
   // Several inputs in one forward pass (the same answers as one at a time, up to float rounding);
   // each answer has its own status, so a bad input fails alone.
-  std::vector<absl::StatusOr<Prediction>> PredictBatch(const std::vector<std::string_view>& inputs) const;
+  std::vector<absl::StatusOr<Prediction>> PredictBatch(
+      const std::vector<std::string_view>& inputs) const;
   // PredictBatch in two steps, for a caller that gathers inputs from several threads (`kiln
   // serve`): Prepare decodes and preprocesses one input in the calling thread (no lock is taken);
   // PredictPrepared runs prepared examples through the model together.
@@ -120,11 +121,12 @@ class Predictor {
   Predictor() = default;
   // Generate's work: after `prompt`, or after the task's own prompt when it is null.
   absl::StatusOr<std::string> GenerateAfter(const std::string* prompt) const;
-  absl::StatusOr<std::vector<Prediction>> ForwardTogether(std::vector<data::Example>& examples) const;
+  absl::StatusOr<std::vector<Prediction>> ForwardTogether(
+      std::vector<data::Example>& examples) const;
   // A collated batch through the model (or its quantized forward) into answers; the one forward
   // path of the Predict* methods and PredictSplit.
-  absl::StatusOr<std::vector<Prediction>> ForwardBatch(data::Batch& batch,
-                                                       const std::vector<std::string>& class_names) const;
+  absl::StatusOr<std::vector<Prediction>> ForwardBatch(
+      data::Batch& batch, const std::vector<std::string>& class_names) const;
 
   config::Config job_;
   std::string model_name_, weights_;

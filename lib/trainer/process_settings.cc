@@ -1,5 +1,8 @@
 #include "lib/trainer/process_settings.h"
 
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
@@ -10,10 +13,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-
-#include <ATen/Context.h>
-#include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #if KILN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -67,7 +66,8 @@ std::string BlasKernelsNote() {
   std::string blas = at::hasMKL() ? "MKL" : "";
   using CoreName = char* (*)();
   auto core_name = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (blas.empty() && core_name != nullptr && core_name() != nullptr) blas = absl::StrCat("OpenBLAS ", core_name());
+  if (blas.empty() && core_name != nullptr && core_name() != nullptr)
+    blas = absl::StrCat("OpenBLAS ", core_name());
   std::string capability = at::get_cpu_capability();
   return absl::StrCat(" (", blas.empty() ? "" : absl::StrCat(blas, ", "), capability, " kernels)");
 }
@@ -75,14 +75,15 @@ std::string BlasKernelsNote() {
 std::string CudaDeviceNote(const c10::Device& device) {
 #if KILN_WITH_CUDA
   if (!device.is_cuda()) return "";
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);
+  const cudaDeviceProp* prop =
+      at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   auto version = [](int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); };
-  return absl::StrCat(" (", prop->name, ", compute capability ", prop->major, ".", prop->minor, ", driver ",
-                      version(driver), ", CUDA ", version(runtime), ", cuDNN ", at::detail::getCUDAHooks().versionCuDNN(),
-                      ")");
+  return absl::StrCat(" (", prop->name, ", compute capability ", prop->major, ".", prop->minor,
+                      ", driver ", version(driver), ", CUDA ", version(runtime), ", cuDNN ",
+                      at::detail::getCUDAHooks().versionCuDNN(), ")");
 #else
   (void)device;
   return "";

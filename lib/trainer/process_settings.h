@@ -3,7 +3,8 @@
 //   - glibc malloc keeping freed memory for reuse (mmap threshold 32 MiB, no trimming of its own;
 //     ReturnFreedMemory gives it back at points the caller chooses),
 //   - float32 matmul precision (TF32 on CUDA) and cuDNN's benchmark mode,
-//   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop; lib/core/stop_signals.h).
+//   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop;
+//   lib/core/stop_signals.h).
 // The Trainer applies them when it fits, evaluates or predicts; library users get them too, and
 // a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.
 #pragma once
@@ -25,7 +26,8 @@ void ReturnFreedMemory();
 
 // " (MKL, AVX512 kernels)": LibTorch's BLAS (MKL in PyPI's wheel; OpenBLAS with the kernel set it
 // picked, from OPENBLAS_CORETYPE or the CPU, in a build that uses it) and the CPU capability its
-// own kernels dispatch to (ATen's, as torch.backends.cpu.get_cpu_capability()): for the training log.
+// own kernels dispatch to (ATen's, as torch.backends.cpu.get_cpu_capability()): for the training
+// log.
 std::string BlasKernelsNote();
 
 // " (NVIDIA H100 80GB HBM3, compute capability 9.0, driver 13.0, CUDA 13.0, cuDNN 91900)" for a

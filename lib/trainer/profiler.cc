@@ -52,7 +52,8 @@ PhaseProfiler::Scope::~Scope() {
 
 void PhaseProfiler::Push(Phase phase) {
   auto now = Clock::now();
-  if (!stack_.empty()) seconds_[stack_.back()] += std::chrono::duration<double>(now - since_).count();
+  if (!stack_.empty())
+    seconds_[stack_.back()] += std::chrono::duration<double>(now - since_).count();
   stack_.push_back(phase);
   ++calls_[phase];
   since_ = now;
@@ -73,17 +74,20 @@ void PhaseProfiler::Add(Phase phase, double seconds, int64_t calls) {
 
 std::vector<std::string> PhaseProfiler::Report(double total_seconds) const {
   std::vector<std::string> lines;
-  lines.push_back(absl::StrFormat("%-12s %8s %10s %10s %7s", "phase", "calls", "total s", "mean ms", "share"));
+  lines.push_back(
+      absl::StrFormat("%-12s %8s %10s %10s %7s", "phase", "calls", "total s", "mean ms", "share"));
   double measured = 0;
   const double total = std::max(total_seconds, 1e-9);
   for (int p = 0; p < kPhases; ++p) {
     measured += seconds_[p];
     if (calls_[p] == 0) continue;
-    lines.push_back(absl::StrFormat("%-12s %8d %10.3f %10.3f %6.1f%%", Name(static_cast<Phase>(p)), calls_[p],
-                                    seconds_[p], 1000 * seconds_[p] / calls_[p], 100 * seconds_[p] / total));
+    lines.push_back(absl::StrFormat("%-12s %8d %10.3f %10.3f %6.1f%%", Name(static_cast<Phase>(p)),
+                                    calls_[p], seconds_[p], 1000 * seconds_[p] / calls_[p],
+                                    100 * seconds_[p] / total));
   }
   const double other = std::max(0.0, total_seconds - measured);
-  lines.push_back(absl::StrFormat("%-12s %8s %10.3f %10s %6.1f%%", "other", "", other, "", 100 * other / total));
+  lines.push_back(absl::StrFormat("%-12s %8s %10.3f %10s %6.1f%%", "other", "", other, "",
+                                  100 * other / total));
   lines.push_back(absl::StrFormat("%-12s %8s %10.3f", "fit", "", total_seconds));
   return lines;
 }

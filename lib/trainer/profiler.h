@@ -1,9 +1,9 @@
 // trainer.profiler (Lightning's names). `simple`: wall time per phase of training (data, forward,
 // backward, optimizer, callbacks, logging, validation), each phase counting its own time only (a
 // callback run inside the optimizer step counts as callbacks), as a table at the end of fit.
-// `advanced`: LibTorch's operator profiler (the legacy, kineto-less one of torch::autograd::profiler)
-// over a window of training batches, written as a Chrome trace JSON that chrome://tracing and
-// ui.perfetto.dev open.
+// `advanced`: LibTorch's operator profiler (the legacy, kineto-less one of
+// torch::autograd::profiler) over a window of training batches, written as a Chrome trace JSON that
+// chrome://tracing and ui.perfetto.dev open.
 #pragma once
 
 #include <array>

@@ -13,9 +13,10 @@ namespace {
 
 const std::vector<std::pair<std::string, torch::ScalarType>>& DtypeNames() {
   static const auto* names = new std::vector<std::pair<std::string, torch::ScalarType>>{
-      {"F32", torch::kFloat32}, {"F64", torch::kFloat64}, {"F16", torch::kFloat16}, {"BF16", torch::kBFloat16},
-      {"I64", torch::kInt64},   {"I32", torch::kInt32},   {"I16", torch::kInt16},   {"I8", torch::kInt8},
-      {"U8", torch::kUInt8},    {"BOOL", torch::kBool}};
+      {"F32", torch::kFloat32},   {"F64", torch::kFloat64}, {"F16", torch::kFloat16},
+      {"BF16", torch::kBFloat16}, {"I64", torch::kInt64},   {"I32", torch::kInt32},
+      {"I16", torch::kInt16},     {"I8", torch::kInt8},     {"U8", torch::kUInt8},
+      {"BOOL", torch::kBool}};
   return *names;
 }
 
@@ -28,7 +29,8 @@ std::vector<std::pair<std::string, torch::Tensor>> StateDict(torch::nn::Module& 
   return state;
 }
 
-absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -42,17 +44,21 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pa
     }
     if (dtype.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": cannot store '", name, "' of type ",
-                                                     c10::toString(t.scalar_type()), " in safetensors"));
+                                                     c10::toString(t.scalar_type()),
+                                                     " in safetensors"));
     }
     size_t begin = data.size();
     data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
-    header[name] = {{"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {begin, data.size()}}};
+    header[name] = {
+        {"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {begin, data.size()}}};
   }
   std::string json = header.dump();
-  json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the reference writer does
+  json.append((8 - json.size() % 8) % 8,
+              ' ');  // keeps the data 8-byte aligned, as the reference writer does
   uint64_t n = json.size();
   std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    file[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   file += json;
   file += data;
   return WriteFileAtomically(path, file);
@@ -65,20 +71,24 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
   buffer << in.rdbuf();
   std::string bytes = buffer.str();
   auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid safetensors file (", what, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a valid safetensors file (", what, ")"));
   };
   if (bytes.size() < 8) return bad("too short");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   if (n > bytes.size() - 8) return bad("header longer than the file");
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json header =
+      nlohmann::json::parse(bytes.substr(8, n), nullptr, /*allow_exceptions=*/false);
   if (!header.is_object()) return bad("header is not a JSON object");
   const char* data = bytes.data() + 8 + n;
   size_t data_size = bytes.size() - 8 - n;
   std::map<std::string, torch::Tensor> tensors;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
-    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
+        !info.contains("data_offsets")) {
       return bad(absl::StrCat("entry '", name, "' lacks dtype, shape or data_offsets"));
     }
     torch::ScalarType type = torch::kFloat32;
@@ -103,7 +113,8 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
       if (__builtin_mul_overflow(nbytes, d.get<uint64_t>(), &nbytes)) nbytes = UINT64_MAX;
     }
     const auto& offsets = info["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned()) {
       return bad(absl::StrCat("bad data_offsets of '", name, "'"));
     }
     uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();

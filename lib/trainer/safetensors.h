@@ -14,7 +14,8 @@
 namespace kiln {
 
 // Writes tensors (any of F32, F64, F16, BF16, I64, I32, I16, I8, U8, BOOL) atomically.
-absl::Status WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 // Reads every tensor; a malformed file is a one-line error naming it.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path);

@@ -37,11 +37,13 @@ int Strategy::ConfigureProcess() const {
 absl::Status Strategy::SelectDevice() {
   bool cuda = torch::cuda::is_available();
   if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
-    return absl::FailedPreconditionError("trainer.accelerator=cuda, but no CUDA device is available");
+    return absl::FailedPreconditionError(
+        "trainer.accelerator=cuda, but no CUDA device is available");
   }
   if (options_.devices_listed && !cuda) {
     return absl::FailedPreconditionError(
-        "trainer.devices lists GPU ids, but no CUDA device is available: give a count (trainer.devices=N)");
+        "trainer.devices lists GPU ids, but no CUDA device is available: give a count "
+        "(trainer.devices=N)");
   }
   device_ = torch::Device(torch::kCPU);
   if (options_.accelerator != TrainerOptions::Accelerator::kCpu && cuda) {
@@ -79,7 +81,8 @@ namespace {
 // NHWC strides even where contiguous() would keep NCHW ones: with one channel both orders are
 // "contiguous", and the convolution then picks NCHW and converts back and forth.
 torch::Tensor ToChannelsLast(const torch::Tensor& t) {
-  return torch::empty_like(t, t.options().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(t);
+  return torch::empty_like(t, t.options().memory_format(torch::MemoryFormat::ChannelsLast))
+      .copy_(t);
 }
 }  // namespace
 
@@ -120,26 +123,31 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   }
   data_parallel_ = MakeDataParallel(module);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
-  // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing overlapped.
+  // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing
+  // overlapped.
   int64_t numel = 0;
   for (const auto& p : module.parameters()) numel += p.numel();
   torch::Tensor probe = torch::zeros(
-      {numel}, torch::TensorOptions(torch::kFloat32).device(CollectiveDevice(group_->backend(), device_)));
+      {numel},
+      torch::TensorOptions(torch::kFloat32).device(CollectiveDevice(group_->backend(), device_)));
   KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
   constexpr int kRounds = 5;
   auto begin = std::chrono::steady_clock::now();
   for (int i = 0; i < kRounds; ++i) KILN_RETURN_IF_ERROR(group_->AllReduce(probe));
   double allreduce_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() / kRounds;
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+      kRounds;
   Logger::Instance().Info(absl::StrFormat(
-      "data parallel: %d ranks over %s; %d gradient buckets (cap %g MB); one all-reduce of all %.2f MB of "
+      "data parallel: %d ranks over %s; %d gradient buckets (cap %g MB); one all-reduce of all "
+      "%.2f MB of "
       "gradients takes %.2f ms",
       world_size(), group_->backend(), data_parallel_->num_buckets(), options_.ddp_bucket_cap_mb,
       static_cast<double>(numel) * 4 / (1024.0 * 1024.0), allreduce_ms));
   return absl::OkStatus();
 }
 
-std::shared_ptr<distributed::DataParallel> Strategy::MakeDataParallel(torch::nn::Module& module) const {
+std::shared_ptr<distributed::DataParallel> Strategy::MakeDataParallel(
+    torch::nn::Module& module) const {
   return std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
                                                      options_.ddp_find_unused_parameters);
 }
@@ -150,8 +158,9 @@ absl::Status Strategy::TrainedParametersChanged(torch::nn::Module& module) {
   // parameters are still every rank's alike: frozen ones were not stepped.
   data_parallel_.reset();
   data_parallel_ = MakeDataParallel(module);
-  Logger::Instance().Info(absl::StrFormat("data parallel: the trained parameters changed; %d gradient buckets now",
-                                          data_parallel_->num_buckets()));
+  Logger::Instance().Info(
+      absl::StrFormat("data parallel: the trained parameters changed; %d gradient buckets now",
+                      data_parallel_->num_buckets()));
   return absl::OkStatus();
 }
 
@@ -207,14 +216,17 @@ absl::Status Strategy::AverageOverRanks(std::map<std::string, double>& means) {
   torch::Tensor sums = torch::tensor(values, torch::kFloat64);
   KILN_RETURN_IF_ERROR(AllReduce(sums, /*max=*/false));
   size_t i = 0;
-  for (auto& [name, value] : means) value = sums[static_cast<int64_t>(i++)].item<double>() / world_size();
+  for (auto& [name, value] : means)
+    value = sums[static_cast<int64_t>(i++)].item<double>() / world_size();
   return absl::OkStatus();
 }
 
 absl::Status Strategy::Barrier() { return distributed() ? group_->Barrier() : absl::OkStatus(); }
 
 AutocastScope::AutocastScope(const Strategy& strategy)
-    : enabled_(strategy.autocast()), device_(strategy.device().type()), dtype_(strategy.autocast_dtype()) {
+    : enabled_(strategy.autocast()),
+      device_(strategy.device().type()),
+      dtype_(strategy.autocast_dtype()) {
   if (enabled_) compat::SetAutocast(device_, true, dtype_);
 }
 

@@ -27,7 +27,9 @@ class Strategy {
   explicit Strategy(const TrainerOptions& options) : options_(options) {}
   ~Strategy();
 
-  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) { group_ = std::move(group); }
+  void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
+    group_ = std::move(group);
+  }
   int global_rank() const;
   int world_size() const;
   bool distributed() const { return world_size() > 1; }

@@ -50,12 +50,13 @@ class Task {
   virtual absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& /*batch*/) {
     return absl::UnimplementedError("its training step reads values on the host");
   }
-  virtual absl::Status LogTrainingStep(const data::Batch& /*batch*/, const TrainingOutputs& /*outputs*/,
-                                       MetricLog& /*log*/) {
+  virtual absl::Status LogTrainingStep(const data::Batch& /*batch*/,
+                                       const TrainingOutputs& /*outputs*/, MetricLog& /*log*/) {
     return absl::UnimplementedError("its training step reads values on the host");
   }
   // Logs metrics named "<stage>/..." (stage: "val" or "test") for one evaluation batch.
-  virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage, MetricLog& log) = 0;
+  virtual absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
+                                      MetricLog& log) = 0;
   // At the end of an evaluation epoch: the values of the task's metric objects over the whole
   // epoch, their state first summed over ranks with `sum_over_ranks` (torchmetrics' sync and
   // compute). The trainer adds them to the epoch means of what the steps logged.
@@ -77,8 +78,8 @@ class Task {
   // each record's source). By default the output is class probabilities [batch, classes]:
   // class_index, class, probability. A task whose predictions are texts (speech recognition)
   // returns {text}.
-  virtual absl::StatusOr<std::vector<PredictionRecord>> PredictionRecords(const torch::Tensor& output,
-                                                                          const std::vector<std::string>& class_names) {
+  virtual absl::StatusOr<std::vector<PredictionRecord>> PredictionRecords(
+      const torch::Tensor& output, const std::vector<std::string>& class_names) {
     return ClassProbabilityRecords(output, class_names);
   }
 
@@ -88,9 +89,12 @@ class Task {
 
   // A task that answers `kiln predict` itself (a language model generating text) returns the text
   // to print and keep; nullopt means the usual batch predictions.
-  virtual absl::StatusOr<std::optional<std::string>> Generate() { return std::optional<std::string>(); }
+  virtual absl::StatusOr<std::optional<std::string>> Generate() {
+    return std::optional<std::string>();
+  }
   // Such a task's text after a prompt given at inference time (kiln::Predictor, `kiln serve`),
-  // sampled with the task's own generation options. Unimplemented for a task that does not generate.
+  // sampled with the task's own generation options. Unimplemented for a task that does not
+  // generate.
   virtual absl::StatusOr<std::string> GenerateFrom(const std::string& /*prompt*/) {
     return absl::UnimplementedError("this task does not generate text");
   }
@@ -98,8 +102,8 @@ class Task {
   // After a test run: writes what the task gathered (a confusion matrix, transcripts) into
   // `output_dir` and returns any metrics derived from it that EvaluationEnd did not.
   // `class_names` names the classes by index when the data module knows them.
-  virtual absl::StatusOr<std::map<std::string, double>> TestReport(const std::string& /*output_dir*/,
-                                                                  const std::vector<std::string>& /*class_names*/) {
+  virtual absl::StatusOr<std::map<std::string, double>> TestReport(
+      const std::string& /*output_dir*/, const std::vector<std::string>& /*class_names*/) {
     return std::map<std::string, double>();
   }
 };

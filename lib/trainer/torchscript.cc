@@ -26,7 +26,8 @@ namespace {
 std::string TypeName(const std::string& cpp_name) {
   std::string name = cpp_name;
   if (size_t colons = name.rfind("::"); colons != std::string::npos) name = name.substr(colons + 2);
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0)
+    name.resize(name.size() - 4);
   std::string out;
   for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "Module" + out;
@@ -37,9 +38,12 @@ std::string TypeName(const std::string& cpp_name) {
 // the tracer records reads of them as attribute reads (prim::GetAttr), not as constants.
 torch::jit::Module Mirror(const torch::nn::Module& module, const std::string& type_name,
                           const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
-  torch::jit::Module out(c10::QualifiedName("__torch__.kiln." + type_name), cu, /*shouldMangle=*/true);
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) out.register_parameter(p.key(), p.value(), false);
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) out.register_buffer(b.key(), b.value());
+  torch::jit::Module out(c10::QualifiedName("__torch__.kiln." + type_name), cu,
+                         /*shouldMangle=*/true);
+  for (const auto& p : module.named_parameters(/*recurse=*/false))
+    out.register_parameter(p.key(), p.value(), false);
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    out.register_buffer(b.key(), b.value());
   for (const auto& child : module.named_children()) {
     out.register_module(child.key(), Mirror(*child.value(), TypeName(child.value()->name()), cu));
   }
@@ -53,7 +57,8 @@ std::optional<torch::Tensor> AttributeTensor(torch::jit::Module& root, torch::ji
     path.push_back(value->node()->s(c10::attr::name));
     value = value->node()->input(0);
   }
-  if (path.empty() || value->node()->kind() != c10::prim::Param || value->offset() != 0) return std::nullopt;
+  if (path.empty() || value->node()->kind() != c10::prim::Param || value->offset() != 0)
+    return std::nullopt;
   torch::jit::Module m = root;
   for (size_t i = path.size() - 1; i > 0; --i) m = m.attr(path[i]).toModule();
   c10::IValue leaf = m.attr(path[0]);
@@ -64,7 +69,8 @@ std::optional<torch::Tensor> AttributeTensor(torch::jit::Module& root, torch::ji
 }  // namespace
 
 absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const TensorFn& forward,
-                                              const torch::Tensor& example, const std::string& class_name) {
+                                              const torch::Tensor& example,
+                                              const std::string& class_name) {
   model.eval();
   torch::NoGradGuard no_grad;
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
@@ -72,16 +78,20 @@ absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const Te
   std::shared_ptr<torch::jit::Graph> graph;
   try {
     auto result = torch::jit::tracer::trace(
-        {example}, [&](torch::jit::Stack inputs) -> torch::jit::Stack { return {forward(inputs[0].toTensor())}; },
-        [](const torch::autograd::Variable&) { return std::string(); }, /*strict=*/true, /*force_outplace=*/false,
-        &traced, {"input"});
+        {example},
+        [&](torch::jit::Stack inputs) -> torch::jit::Stack {
+          return {forward(inputs[0].toTensor())};
+        },
+        [](const torch::autograd::Variable&) { return std::string(); }, /*strict=*/true,
+        /*force_outplace=*/false, &traced, {"input"});
     graph = result.first->graph;
     // LibTorch's C++ Linear runs as t + addmm, or matmul (+ add_): back to aten::linear, as a
     // Python trace records it (ONNX Gemm/MatMul either way; dynamic quantization needs it).
     torch::jit::FuseLinear(graph);
   } catch (const std::exception& e) {
     torch::jit::tracer::abandon();
-    return absl::FailedPreconditionError(absl::StrCat("model '", class_name, "' does not trace: ", ErrorLine(e.what())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", class_name, "' does not trace: ", ErrorLine(e.what())));
   }
   auto fn = traced._ivalue()->compilation_unit()->create_function(
       c10::QualifiedName(*traced.type()->name(), "forward"), graph);
@@ -91,30 +101,33 @@ absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const Te
 }
 
 absl::Status CheckTraceAgrees(torch::jit::Module& traced, const TensorFn& forward,
-                              const std::vector<torch::Tensor>& inputs, double tolerance, const std::string& what) {
+                              const std::vector<torch::Tensor>& inputs, double tolerance,
+                              const std::string& what) {
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& input : inputs) {
     torch::Tensor expected = forward(input), got;
     try {
       got = traced.forward({input}).toTensor();
     } catch (const std::exception& e) {
-      return absl::FailedPreconditionError(absl::StrCat(what,
-                                                        " does not trace with a dynamic batch size: the trace fails at "
-                                                        "batch size ",
-                                                        input.size(0), " (", ErrorLine(e.what()), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what,
+                       " does not trace with a dynamic batch size: the trace fails at "
+                       "batch size ",
+                       input.size(0), " (", ErrorLine(e.what()), ")"));
     }
     if (!got.sizes().equals(expected.sizes())) {
-      return absl::FailedPreconditionError(absl::StrCat(what, " does not trace with a dynamic batch size: at batch size ",
-                                                        input.size(0), " the trace outputs ", c10::str(got.sizes()),
-                                                        ", the model ", c10::str(expected.sizes())));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " does not trace with a dynamic batch size: at batch size ",
+                       input.size(0), " the trace outputs ", c10::str(got.sizes()), ", the model ",
+                       c10::str(expected.sizes())));
     }
     double diff = (got - expected).abs().max().item<double>();
     double scale = expected.abs().max().item<double>();
     if (!(diff <= tolerance * (1.0 + scale))) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("%s does not trace with a dynamic batch size: at batch size %d the trace differs from "
-                          "the model by %.3g (its forward bakes a size into the graph)",
-                          what, input.size(0), diff));
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s does not trace with a dynamic batch size: at batch size %d the trace differs from "
+          "the model by %.3g (its forward bakes a size into the graph)",
+          what, input.size(0), diff));
     }
   }
   return absl::OkStatus();
@@ -132,9 +145,12 @@ absl::Status SaveModule(const torch::jit::Module& module, const std::string& pat
 
 std::string SelectQuantizedEngine() {
   const auto& engines = at::globalContext().supportedQEngines();
-  auto has = [&](at::QEngine e) { return std::find(engines.begin(), engines.end(), e) != engines.end(); };
-  for (auto [engine, name] : {std::pair{at::QEngine::FBGEMM, "fbgemm"}, std::pair{at::QEngine::ONEDNN, "onednn"},
-                              std::pair{at::QEngine::QNNPACK, "qnnpack"}}) {
+  auto has = [&](at::QEngine e) {
+    return std::find(engines.begin(), engines.end(), e) != engines.end();
+  };
+  for (auto [engine, name] :
+       {std::pair{at::QEngine::FBGEMM, "fbgemm"}, std::pair{at::QEngine::ONEDNN, "onednn"},
+        std::pair{at::QEngine::QNNPACK, "qnnpack"}}) {
     if (has(engine)) {
       at::globalContext().setQEngine(engine);
       return name;
@@ -145,7 +161,9 @@ std::string SelectQuantizedEngine() {
 
 absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced) {
   std::string engine = SelectQuantizedEngine();
-  if (engine.empty()) return absl::FailedPreconditionError("quantize=dynamic_int8: this LibTorch has no quantized engine");
+  if (engine.empty())
+    return absl::FailedPreconditionError(
+        "quantize=dynamic_int8: this LibTorch has no quantized engine");
   torch::NoGradGuard no_grad;
   std::shared_ptr<torch::jit::Graph> graph = traced.get_method("forward").graph();
   torch::jit::Value* self = graph->inputs()[0];
@@ -158,7 +176,8 @@ absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced) {
   int quantized = 0;
   for (torch::jit::Node* node : linears) {
     std::optional<torch::Tensor> weight = AttributeTensor(traced, node->input(1));
-    if (!weight.has_value() || weight->dim() != 2 || weight->scalar_type() != torch::kFloat32) continue;
+    if (!weight.has_value() || weight->dim() != 2 || weight->scalar_type() != torch::kFloat32)
+      continue;
     std::optional<torch::Tensor> bias;
     if (!node->input(2)->type()->cast<c10::NoneType>()) {
       bias = AttributeTensor(traced, node->input(2));
@@ -168,7 +187,8 @@ absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced) {
     torch::Tensor w = weight->detach().contiguous();
     double scale = std::max(w.abs().max().item<double>() / 127.0, 1e-12);
     torch::Tensor qweight = torch::quantize_per_tensor(w, scale, 0, torch::kQInt8);
-    torch::jit::Stack stack{qweight, bias.has_value() ? c10::IValue(bias->detach().contiguous()) : c10::IValue()};
+    torch::jit::Stack stack{
+        qweight, bias.has_value() ? c10::IValue(bias->detach().contiguous()) : c10::IValue()};
     prepack.callBoxed(&stack);
     c10::IValue packed = stack.at(0);
     std::string name = absl::StrCat("_packed_params_", quantized);
@@ -182,7 +202,8 @@ absl::StatusOr<int> QuantizeDynamicInt8(torch::jit::Module& traced) {
     ++quantized;
   }
   if (quantized == 0) {
-    return absl::FailedPreconditionError("quantize=dynamic_int8: the model has no Linear layer to quantize");
+    return absl::FailedPreconditionError(
+        "quantize=dynamic_int8: the model has no Linear layer to quantize");
   }
   torch::jit::EliminateDeadCode(graph);
   // A method that already ran keeps its optimized plan of the old graph: the module is written

@@ -27,13 +27,16 @@ using TensorFn = std::function<torch::Tensor(const torch::Tensor&)>;
 // [B, ...] with the model in eval mode and no autograd. `class_name` names the root module's type
 // (`__torch__.kiln.NAME`).
 absl::StatusOr<torch::jit::Module> TraceModel(torch::nn::Module& model, const TensorFn& forward,
-                                              const torch::Tensor& example, const std::string& class_name);
+                                              const torch::Tensor& example,
+                                              const std::string& class_name);
 
-// The traced module against the model on each of `inputs` (batches of other sizes than the trace's):
-// an error naming the batch size and the largest difference when an output differs by more than
-// `tolerance` (absolute, plus the same relative) or the traced module fails. `what` names the model.
+// The traced module against the model on each of `inputs` (batches of other sizes than the
+// trace's): an error naming the batch size and the largest difference when an output differs by
+// more than `tolerance` (absolute, plus the same relative) or the traced module fails. `what` names
+// the model.
 absl::Status CheckTraceAgrees(torch::jit::Module& traced, const TensorFn& forward,
-                              const std::vector<torch::Tensor>& inputs, double tolerance, const std::string& what);
+                              const std::vector<torch::Tensor>& inputs, double tolerance,
+                              const std::string& what);
 
 // Writes `module` to `path` (atomically) as torch.jit.save does.
 absl::Status SaveModule(const torch::jit::Module& module, const std::string& path);

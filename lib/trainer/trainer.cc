@@ -6,11 +6,11 @@
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
-#include "lib/trainer/process_settings.h"
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/internal/evaluation_loop.h"
 #include "lib/trainer/internal/fit_loop.h"
 #include "lib/trainer/internal/predict_loop.h"
+#include "lib/trainer/process_settings.h"
 
 namespace kiln {
 
@@ -29,7 +29,8 @@ void Trainer::RequestStopNow(const std::string& reason) {
   if (state_.progress.epoch < options_.min_epochs) {
     // Said once: a Timer with interval=step asks at every step.
     if (!state_.stop.deferred_said) {
-      Logger::Instance().Info(absl::StrCat("not stopping before min_epochs=", options_.min_epochs, " (", reason, ")"));
+      Logger::Instance().Info(
+          absl::StrCat("not stopping before min_epochs=", options_.min_epochs, " (", reason, ")"));
       state_.stop.deferred_said = true;
     }
     return;
@@ -44,9 +45,10 @@ void Trainer::RequestStop(const std::string& reason) {
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
-  if (!is_global_zero()) return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
-  absl::Status saved =
-      SaveFitCheckpoint(path, Context().Parts(), state_.progress.Position(state_.inputs.seed, world_size()));
+  if (!is_global_zero())
+    return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
+  absl::Status saved = SaveFitCheckpoint(
+      path, Context().Parts(), state_.progress.Position(state_.inputs.seed, world_size()));
   return saved.ok() ? saved : CheckpointWriteFailed(path, saved);
 }
 
@@ -70,7 +72,8 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
   torch::optim::Optimizer* optimizer = state_.optimizer.get();
   const FitInputs& inputs = state_.inputs;
   if (optimizer == nullptr || inputs.optimizer == nullptr) {
-    return absl::FailedPreconditionError("parameter groups can only be added while fitting, after the optimizer is built");
+    return absl::FailedPreconditionError(
+        "parameter groups can only be added while fitting, after the optimizer is built");
   }
   std::set<std::string> wanted(names.begin(), names.end());
   NamedParameters params;
@@ -86,26 +89,30 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
     std::unique_ptr<torch::optim::OptimizerOptions> options = group.options().clone();
     double base_lr = options->get_lr() * lr_factor;
     options->set_lr(base_lr);
-    optimizer->add_param_group(torch::optim::OptimizerParamGroup(group.params(), std::move(options)));
+    optimizer->add_param_group(
+        torch::optim::OptimizerParamGroup(group.params(), std::move(options)));
     if (inputs.scheduler) inputs.scheduler->OnParamGroupAdded(base_lr);
-    Logger::Instance().Info(absl::StrCat("optimizer: added a group of ", group.params().size(), " parameters at lr ",
-                                         optimizer->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
+    Logger::Instance().Info(
+        absl::StrCat("optimizer: added a group of ", group.params().size(), " parameters at lr ",
+                     optimizer->param_groups().back().options().get_lr(), " (base ", base_lr, ")"));
   }
   return strategy_.TrainedParametersChanged(inputs.task->module());
 }
 
 absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn) {
-  if (state_.train_loader == nullptr) return absl::FailedPreconditionError("no training data outside fit");
+  if (state_.train_loader == nullptr)
+    return absl::FailedPreconditionError("no training data outside fit");
   return state_.train_loader->Run(state_.progress.epoch, 0, state_.progress.train_batches,
                                   [&](data::Batch& batch) -> absl::StatusOr<bool> {
-    batch.input = strategy_.InputToDevice(batch.input);
-    batch.target = strategy_.ToDevice(batch.target);
-    KILN_RETURN_IF_ERROR(fn(batch));
-    return true;
-  });
+                                    batch.input = strategy_.InputToDevice(batch.input);
+                                    batch.target = strategy_.ToDevice(batch.target);
+                                    KILN_RETURN_IF_ERROR(fn(batch));
+                                    return true;
+                                  });
 }
 
-absl::Status Trainer::LoadWeights(const std::string& path, Task& task, const std::string& model_name) {
+absl::Status Trainer::LoadWeights(const std::string& path, Task& task,
+                                  const std::string& model_name) {
   return LoadCheckpointWeights(path, task, model_name);
 }
 
@@ -115,7 +122,8 @@ absl::Status Trainer::Fit(const FitInputs& inputs) {
   return status;
 }
 
-absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm, data::Stage stage) {
+absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm,
+                                                                data::Stage stage) {
   StopSignals stop_signals;  // SIGINT/SIGTERM end it between batches, nothing written
   state_.inputs.task = &task;
   state_.progress.start = std::chrono::steady_clock::now();
@@ -125,7 +133,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
   bool test = stage == data::Stage::kTest;
   KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
                                      dm, stage, strategy_.device(),
-                                     [test](data::DataModule& d) { return test ? d.test_dataset() : d.val_dataset(); },
+                                     [test](data::DataModule& d) {
+                                       return test ? d.test_dataset() : d.val_dataset();
+                                     },
                                      test ? "test split" : "validation split"));
   std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
   return EvaluationLoop(Context(), *loader, test ? "test" : "val").Evaluate();
@@ -136,9 +146,10 @@ absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::Da
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   task.module().eval();
-  KILN_ASSIGN_OR_RETURN(auto ds, SetUpSplit(
-                                     dm, data::Stage::kPredict, strategy_.device(),
-                                     [](data::DataModule& d) { return d.predict_dataset(); }, "prediction inputs"));
+  KILN_ASSIGN_OR_RETURN(
+      auto ds, SetUpSplit(
+                   dm, data::Stage::kPredict, strategy_.device(),
+                   [](data::DataModule& d) { return d.predict_dataset(); }, "prediction inputs"));
   std::unique_ptr<data::DataLoader> loader = InOrderLoader(std::move(ds), dm);
   return PredictLoop(Context(), *loader).Run();
 }

@@ -25,9 +25,9 @@
 #include "lib/trainer/checkpoint_connector.h"
 #include "lib/trainer/loop_state.h"
 #include "lib/trainer/optimization.h"
+#include "lib/trainer/profiler.h"
 #include "lib/trainer/strategy.h"
 #include "lib/trainer/task.h"
-#include "lib/trainer/profiler.h"
 #include "lib/trainer/trainer_options.h"
 
 namespace kiln {
@@ -47,11 +47,13 @@ class Trainer {
   }
   absl::Status Fit(const FitInputs& inputs);
   // Evaluates on the validation ("val") or test ("test") split; returns the epoch means.
-  absl::StatusOr<std::map<std::string, double>> Evaluate(Task& task, data::DataModule& data, data::Stage stage);
+  absl::StatusOr<std::map<std::string, double>> Evaluate(Task& task, data::DataModule& data,
+                                                         data::Stage stage);
   absl::StatusOr<std::vector<torch::Tensor>> Predict(Task& task, data::DataModule& data);
 
   // Loads a checkpoint's model weights into `task` (for validate/test/predict/export).
-  static absl::Status LoadWeights(const std::string& path, Task& task, const std::string& model_name);
+  static absl::Status LoadWeights(const std::string& path, Task& task,
+                                  const std::string& model_name);
 
   // --- read by callbacks ---
   const TrainerOptions& options() const { return options_; }
@@ -68,7 +70,9 @@ class Trainer {
   int64_t train_batches_per_epoch() const { return state_.progress.train_batches; }
   // Batches of the current epoch done so far (train_batches_per_epoch() at the epoch's end).
   int64_t batch_in_epoch() const { return state_.progress.batch_in_epoch; }
-  const std::map<std::string, double>& callback_metrics() const { return logging_.callback_metrics(); }
+  const std::map<std::string, double>& callback_metrics() const {
+    return logging_.callback_metrics();
+  }
   torch::optim::Optimizer* optimizer() const { return state_.optimizer.get(); }
   Task* task() const { return state_.inputs.task; }
   bool checkpointing_enabled() const { return state_.checkpointing && options_.fast_dev_run == 0; }
@@ -106,7 +110,9 @@ class Trainer {
 
  private:
   // What the loops are handed: this Trainer's public face and its parts.
-  LoopContext Context() { return {*this, options_, strategy_, profiler_, callbacks_, logging_, state_}; }
+  LoopContext Context() {
+    return {*this, options_, strategy_, profiler_, callbacks_, logging_, state_};
+  }
 
   TrainerOptions options_;
   PhaseProfiler profiler_{options_.profiler == TrainerOptions::ProfilerKind::kSimple};

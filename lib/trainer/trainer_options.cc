@@ -42,8 +42,10 @@ constexpr const char* kLimit = "a fraction in [0, 1] (float) or a number of batc
 // Seconds (a number >= 0) or "DD:HH:MM:SS"; null: no limit.
 std::optional<std::optional<double>> ReadSeconds(const Node& node) {
   if (node.is_null()) return std::optional<double>();
-  if (node.kind() == NodeKind::kInt && node.as_int() >= 0) return std::optional<double>(node.as_int());
-  if (node.kind() == NodeKind::kFloat && node.as_float() >= 0) return std::optional<double>(node.as_float());
+  if (node.kind() == NodeKind::kInt && node.as_int() >= 0)
+    return std::optional<double>(node.as_int());
+  if (node.kind() == NodeKind::kFloat && node.as_float() >= 0)
+    return std::optional<double>(node.as_float());
   if (node.kind() != NodeKind::kString) return std::nullopt;
   std::vector<std::string> parts = absl::StrSplit(node.as_string(), ':');
   if (parts.size() != 4) return std::nullopt;
@@ -76,11 +78,13 @@ std::optional<TrainerOptions::ProfilerKind> ReadProfiler(const Node& node) {
 
 // trainer.devices: a count >= 1, or a list of distinct GPU ids >= 0 (its length).
 std::optional<int64_t> ReadDevices(const Node& node) {
-  if (node.kind() == NodeKind::kInt) return node.as_int() >= 1 ? std::optional<int64_t>(node.as_int()) : std::nullopt;
+  if (node.kind() == NodeKind::kInt)
+    return node.as_int() >= 1 ? std::optional<int64_t>(node.as_int()) : std::nullopt;
   if (!node.is_list() || node.items().empty()) return std::nullopt;
   std::set<int64_t> ids;
   for (const auto& item : node.items()) {
-    if (item->kind() != NodeKind::kInt || item->as_int() < 0 || !ids.insert(item->as_int()).second) return std::nullopt;
+    if (item->kind() != NodeKind::kInt || item->as_int() < 0 || !ids.insert(item->as_int()).second)
+      return std::nullopt;
   }
   return static_cast<int64_t>(ids.size());
 }
@@ -220,14 +224,16 @@ OptionBinding<TrainerOptions> MakeBinding() {
 }  // namespace
 
 const OptionBinding<TrainerOptions>& TrainerOptions::Binding() {
-  static const OptionBinding<TrainerOptions>* binding = new OptionBinding<TrainerOptions>(MakeBinding());
+  static const OptionBinding<TrainerOptions>* binding =
+      new OptionBinding<TrainerOptions>(MakeBinding());
   return *binding;
 }
 
 const OptionSchema& TrainerOptions::Schema() { return Binding().schema(); }
 
 absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& trainer) {
-  KILN_ASSIGN_OR_RETURN(config::NodePtr applied, Schema().Apply(*trainer.node(), trainer.prefix(), "the trainer"));
+  KILN_ASSIGN_OR_RETURN(config::NodePtr applied,
+                        Schema().Apply(*trainer.node(), trainer.prefix(), "the trainer"));
   TrainerOptions options = Binding().Fill(config::Config(applied, trainer.prefix()));
   config::NodePtr devices = applied->Find("devices");
   options.devices_listed = devices != nullptr && devices->is_list();
@@ -235,7 +241,8 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
     // The words `kiln` says before starting workers (lib/app/application.cc, UseListedGpus).
     const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
     return absl::InvalidArgumentError(absl::StrCat(key, "devices lists GPU ids, but ", key,
-                                                   "accelerator=cpu: give a count (", key, "devices=", options.devices, ")"));
+                                                   "accelerator=cpu: give a count (", key,
+                                                   "devices=", options.devices, ")"));
   }
   return options;
 }

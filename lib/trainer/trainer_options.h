@@ -22,15 +22,15 @@ struct BatchLimit {
 
 struct TrainerOptions {
   int64_t max_epochs = 10;
-  int64_t max_steps = -1;                 // optimizer steps; -1: no limit
-  std::optional<double> max_time;         // seconds
+  int64_t max_steps = -1;          // optimizer steps; -1: no limit
+  std::optional<double> max_time;  // seconds
   int64_t min_epochs = 0;
   BatchLimit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
-  BatchLimit val_check_interval;          // fraction of an epoch or a batch count
+  BatchLimit val_check_interval;  // fraction of an epoch or a batch count
   int64_t check_val_every_n_epoch = 1;
   int64_t num_sanity_val_steps = 2;
-  int64_t fast_dev_run = 0;               // >0: that many batches of each stage, one epoch, no checkpoints
-  int64_t overfit_batches = 0;            // >0: train and validate on the first N training batches
+  int64_t fast_dev_run = 0;     // >0: that many batches of each stage, one epoch, no checkpoints
+  int64_t overfit_batches = 0;  // >0: train and validate on the first N training batches
   int64_t accumulate_grad_batches = 1;
   std::optional<double> gradient_clip_val;
   enum class ClipAlgorithm { kNorm, kValue };
@@ -54,7 +54,7 @@ struct TrainerOptions {
   enum class Accelerator { kAuto, kCpu, kCuda };
   Accelerator accelerator = Accelerator::kAuto;
   bool deterministic = false;
-  int num_threads = 0;                    // 0: every core
+  int num_threads = 0;  // 0: every core
   int64_t log_every_n_steps = 50;
   bool enable_progress_bar = true;
   std::string default_root_dir = ".";
@@ -69,21 +69,22 @@ struct TrainerOptions {
   // float32 matmuls: "highest" (float32), "high" (TF32 on CUDA), "medium" (bf16 allowed), as
   // torch.set_float32_matmul_precision; process-wide.
   std::string matmul_precision = "highest";
-  bool cudnn_benchmark = false;           // cuDNN tries its algorithms per shape and keeps the fastest
+  bool cudnn_benchmark = false;  // cuDNN tries its algorithms per shape and keeps the fastest
   // The training step captured as CUDA graphs after warm-up and replayed (docs/gpu.md#cuda-graphs).
   bool cuda_graphs = false;
   // Data parallel (one process per device; see lib/distributed).
-  int64_t devices = 1;                    // processes per node that `kiln train` starts
+  int64_t devices = 1;  // processes per node that `kiln train` starts
   // trainer.devices was a list of GPU ids (Lightning's devices=[0, 2]): `kiln` made them the
   // visible GPUs (CUDA_VISIBLE_DEVICES), one per process; they need a GPU.
   bool devices_listed = false;
-  int64_t num_nodes = 1;                  // nodes; each runs `kiln train` with NODE_RANK set
-  double ddp_bucket_cap_mb = 25;          // gradient bucket size, as DDP's bucket_cap_mb
+  int64_t num_nodes = 1;          // nodes; each runs `kiln train` with NODE_RANK set
+  double ddp_bucket_cap_mb = 25;  // gradient bucket size, as DDP's bucket_cap_mb
   // DDP's find_unused_parameters: after each forward, the parameters the loss does not depend on
   // are marked ready (their gradient reduced as zero) instead of being waited for.
   bool ddp_find_unused_parameters = false;
-  double ddp_timeout = 1800;              // seconds a rendezvous or collective may wait for a peer
-  std::string process_group_backend = "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
+  double ddp_timeout = 1800;  // seconds a rendezvous or collective may wait for a peer
+  std::string process_group_backend =
+      "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 
   static const OptionBinding<TrainerOptions>& Binding();
   static const OptionSchema& Schema();

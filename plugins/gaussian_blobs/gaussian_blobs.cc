@@ -15,7 +15,8 @@ using kiln::data::Stage;
 
 class TensorDataset : public Dataset {
  public:
-  TensorDataset(torch::Tensor points, torch::Tensor labels) : points_(std::move(points)), labels_(std::move(labels)) {}
+  TensorDataset(torch::Tensor points, torch::Tensor labels)
+      : points_(std::move(points)), labels_(std::move(labels)) {}
   int64_t size() const override { return points_.size(0); }
   absl::StatusOr<Example> Get(int64_t index, SampleRng&) const override {
     return Example{points_[index], labels_[index]};
@@ -44,11 +45,13 @@ class GaussianBlobs : public kiln::data::DataModule {
 
   absl::Status Setup(Stage) override {
     if (train_) return absl::OkStatus();
-    torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(static_cast<uint64_t>(o_.seed));
+    torch::Generator gen =
+        torch::make_generator<torch::CPUGeneratorImpl>(static_cast<uint64_t>(o_.seed));
     torch::Tensor centers = torch::randn({o_.num_classes, o_.dims}, gen) * 3.0;
     auto draw = [&](int64_t n) {
       torch::Tensor labels = torch::randint(o_.num_classes, {n}, gen, torch::kLong);
-      torch::Tensor points = centers.index_select(0, labels) + torch::randn({n, o_.dims}, gen) * o_.spread;
+      torch::Tensor points =
+          centers.index_select(0, labels) + torch::randn({n, o_.dims}, gen) * o_.spread;
       return std::make_shared<TensorDataset>(points, labels);
     };
     train_ = draw(o_.train_size);
@@ -87,7 +90,8 @@ void Register(kiln::Registrar& registrar) {
           .Field("test_size", &O::test_size, "test points", kiln::AtLeast(1))
           .Field("seed", &O::seed, "seed of the centers and points")
           .Field("batch_size", &O::batch_size, "examples per batch", kiln::AtLeast(1))
-          .Field("num_workers", &O::num_workers, "loader threads (0: on the training thread)", kiln::AtLeast(0)),
+          .Field("num_workers", &O::num_workers, "loader threads (0: on the training thread)",
+                 kiln::AtLeast(0)),
       [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::data::DataModule>> {
         return std::make_shared<GaussianBlobs>(o);
       });

@@ -2,16 +2,17 @@
 // norm of the gradients; every `every_n_steps` steps it records (step, norm) and at the end of
 // fit writes them to a CSV file and logs the largest and the mean.
 //   kiln train --plugin PATH/libgrad_norm_monitor.so callbacks=grad_norm
-#include <cmath>
-#include <fstream>
-#include <vector>
-
-#include "absl/strings/str_format.h"
 #include <kiln/core.h>
 #include <kiln/logging.h>
 #include <kiln/plugin.h>
 #include <kiln/registry.h>
 #include <kiln/trainer.h>
+
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_format.h"
 
 namespace {
 
@@ -26,7 +27,8 @@ class GradNormMonitor : public kiln::Callback {
     if (step % every_n_steps_ != 0) return absl::OkStatus();
     double sum_sq = 0;
     for (const auto& p : trainer.task()->module().parameters()) {
-      if (p.grad().defined()) sum_sq += p.grad().detach().to(torch::kDouble).pow(2).sum().item<double>();
+      if (p.grad().defined())
+        sum_sq += p.grad().detach().to(torch::kDouble).pow(2).sum().item<double>();
     }
     rows_.push_back({step, std::sqrt(sum_sq)});
     return absl::OkStatus();
@@ -42,8 +44,9 @@ class GradNormMonitor : public kiln::Callback {
     }
     if (auto status = kiln::WriteFileAtomically(filename_, csv); !status.ok()) return status;
     if (!rows_.empty()) {
-      kiln::Logger::Instance().Info(absl::StrFormat("gradient norm over %d steps: max %.4g, mean %.4g (%s)",
-                                                    rows_.size(), max, sum / rows_.size(), filename_));
+      kiln::Logger::Instance().Info(
+          absl::StrFormat("gradient norm over %d steps: max %.4g, mean %.4g (%s)", rows_.size(),
+                          max, sum / rows_.size(), filename_));
     }
     return absl::OkStatus();
   }
@@ -62,10 +65,13 @@ struct GradNormMonitorOptions {
 void Register(kiln::Registrar& registrar) {
   using O = GradNormMonitorOptions;
   registrar.Add<kiln::Callback>(
-      "grad_norm_monitor", "Records the global gradient norm before optimizer steps (plugin example)",
+      "grad_norm_monitor",
+      "Records the global gradient norm before optimizer steps (plugin example)",
       kiln::OptionBinding<O>()
-          .Required("filename", &O::filename, "CSV file written at the end of fit", kiln::NonEmpty())
-          .Field("every_n_steps", &O::every_n_steps, "record every n-th optimizer step", kiln::AtLeast(1)),
+          .Required("filename", &O::filename, "CSV file written at the end of fit",
+                    kiln::NonEmpty())
+          .Field("every_n_steps", &O::every_n_steps, "record every n-th optimizer step",
+                 kiln::AtLeast(1)),
       [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::Callback>> {
         return std::make_shared<GradNormMonitor>(o.filename, o.every_n_steps);
       });

@@ -9,8 +9,10 @@ namespace {
 class TinyConvNet : public kiln::Model {
  public:
   TinyConvNet(int64_t in_channels, int64_t width, int64_t num_classes) {
-    conv1_ = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, width, 3).padding(1)));
-    conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(width, 2 * width, 3).padding(1)));
+    conv1_ = register_module(
+        "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, width, 3).padding(1)));
+    conv2_ = register_module(
+        "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(width, 2 * width, 3).padding(1)));
     head_ = register_module("head", torch::nn::Linear(2 * width, num_classes));
   }
 
@@ -39,7 +41,8 @@ void Register(kiln::Registrar& registrar) {
       "tiny_convnet", "Two conv layers, global average pooling, a linear head (plugin example)",
       kiln::OptionBinding<O>()
           .Field("in_channels", &O::in_channels, "channels of the input images", kiln::AtLeast(1))
-          .Field("width", &O::width, "channels of the first convolution (the second has twice as many)",
+          .Field("width", &O::width,
+                 "channels of the first convolution (the second has twice as many)",
                  kiln::AtLeast(1))
           .Required("num_classes", &O::num_classes, "number of outputs", kiln::AtLeast(1)),
       [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::Model>> {

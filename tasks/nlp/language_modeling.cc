@@ -65,7 +65,8 @@ class LanguageModeling : public Task {
     return TrainingOutputs{loss, logits.detach()};
   }
 
-  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs, MetricLog& log) override {
+  absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
+                               MetricLog& log) override {
     double tokens = Tokens(batch);
     if (tokens <= 0) return absl::OkStatus();
     log.Log("train/loss", outputs.loss.item<double>(), tokens);
@@ -98,19 +99,22 @@ class LanguageModeling : public Task {
   }
 
   absl::StatusOr<std::optional<std::string>> Generate() override {
-    return Continue(generation_.prompt,
-                    "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call me'");
+    return Continue(
+        generation_.prompt,
+        "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call me'");
   }
 
   absl::StatusOr<std::string> GenerateFrom(const std::string& prompt) override {
-    KILN_ASSIGN_OR_RETURN(std::optional<std::string> text,
-                          Continue(prompt, "the prompt is empty or has no tokens; give the text to continue"));
+    KILN_ASSIGN_OR_RETURN(
+        std::optional<std::string> text,
+        Continue(prompt, "the prompt is empty or has no tokens; give the text to continue"));
     return *text;
   }
 
  private:
   // The prompt and what the model samples after it (temperature, top_k, seed, max_tokens).
-  absl::StatusOr<std::optional<std::string>> Continue(const std::string& prompt, const char* empty_message) {
+  absl::StatusOr<std::optional<std::string>> Continue(const std::string& prompt,
+                                                      const char* empty_message) {
     KILN_RETURN_IF_ERROR(binding_.Check());
     const text::Tokenizer& tok = binding_.tokenizer();
     std::vector<int64_t> ids = tok.Encode(prompt);
@@ -207,8 +211,8 @@ KILN_REGISTER_BOUND(
                "kiln predict: tokens to generate at most (stops early at </s>)", AtLeast(0))
         .Field("temperature", &GenerationOptions::temperature,
                "kiln predict: sampling temperature (0: always the most likely token)", AtLeast(0))
-        .Field("top_k", &GenerationOptions::top_k, "kiln predict: sample among the k most likely tokens (0: all)",
-               AtLeast(0))
+        .Field("top_k", &GenerationOptions::top_k,
+               "kiln predict: sample among the k most likely tokens (0: all)", AtLeast(0))
         .Field("seed", &GenerationOptions::seed, "kiln predict: seed of the sampling")
         .Node("metrics", &GenerationOptions::metrics, OptionType::kMap, kMetricsOptionDoc),
     [](const GenerationOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {

@@ -50,7 +50,8 @@ absl::Status TokenizerBinding::Check() const {
   if (!tokenizer_)
     return absl::FailedPreconditionError("the task was not connected to its data module");
   torch::Tensor buffer = Buffer();
-  const std::pair<const void*, int64_t> seen{buffer.data_ptr(), static_cast<int64_t>(buffer._version())};
+  const std::pair<const void*, int64_t> seen{buffer.data_ptr(),
+                                             static_cast<int64_t>(buffer._version())};
   std::lock_guard<std::mutex> lock(checked_mu_);
   if (checked_ == seen) return absl::OkStatus();
   auto b = buffer.to(torch::kCPU);

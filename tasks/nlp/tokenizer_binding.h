@@ -45,7 +45,7 @@ class TokenizerBinding {
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   text::TextDataModule* data_ = nullptr;
   int64_t fingerprint_ = 0, vocab_ = 0;
-  TokenIds model_ids_;       // what the model declares (size <= 0: not checked)
+  TokenIds model_ids_;  // what the model declares (size <= 0: not checked)
   std::string model_name_;
   // The buffer as last checked and found to match: its storage and version.
   mutable std::mutex checked_mu_;

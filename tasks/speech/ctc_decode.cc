@@ -38,8 +38,8 @@ std::vector<int64_t> CtcGreedyDecode(const torch::Tensor& log_probs, int64_t bla
   return out;
 }
 
-std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank,
-                                   int64_t beam_size, const LmFusion& fusion) {
+std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank, int64_t beam_size,
+                                   const LmFusion& fusion) {
   torch::Tensor lp = log_probs.to(torch::kCPU, torch::kFloat64).contiguous();
   const int64_t frames = lp.size(0), classes = lp.size(1);
   const double* p = lp.data_ptr<double>();
@@ -85,8 +85,9 @@ std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank
     }
     beams.assign(next.begin(), next.end());
     const size_t keep = std::min(beams.size(), static_cast<size_t>(beam_size));
-    std::partial_sort(beams.begin(), beams.begin() + static_cast<std::ptrdiff_t>(keep), beams.end(),
-                      [](const auto& a, const auto& b) { return a.second.rank() > b.second.rank(); });
+    std::partial_sort(
+        beams.begin(), beams.begin() + static_cast<std::ptrdiff_t>(keep), beams.end(),
+        [](const auto& a, const auto& b) { return a.second.rank() > b.second.rank(); });
     beams.resize(keep);
   }
   if (fusion.lm) {  // the end of the sentence is scored too

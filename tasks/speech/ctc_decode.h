@@ -29,7 +29,7 @@ struct LmFusion {
 
 // Prefix beam search. Per frame only the `beam_size` most likely classes (and the blank) are
 // extended. Returns the label sequence of the best rank found (with no LM, the most probable).
-std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank,
-                                   int64_t beam_size, const LmFusion& fusion = {});
+std::vector<int64_t> CtcBeamSearch(const torch::Tensor& log_probs, int64_t blank, int64_t beam_size,
+                                   const LmFusion& fusion = {});
 
 }  // namespace kiln::speech

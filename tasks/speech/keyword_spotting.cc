@@ -21,7 +21,8 @@ struct KeywordSpottingOptions : ClassificationOptions {
 
 class KeywordSpotting : public ClassificationTask {
  public:
-  explicit KeywordSpotting(const KeywordSpottingOptions& o) : ClassificationTask(o), fillers_(o.filler_classes) {}
+  explicit KeywordSpotting(const KeywordSpottingOptions& o)
+      : ClassificationTask(o), fillers_(o.filler_classes) {}
 
  protected:
   // The class names must match num_classes and hold the filler classes.
@@ -32,7 +33,8 @@ class KeywordSpotting : public ClassificationTask {
     KILN_RETURN_IF_ERROR(CheckClassNames(names, "classes"));
     for (const std::string& f : fillers_) {
       if (std::find(names.begin(), names.end(), f) == names.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("task.filler_classes names '", f, "', which is not a class (",
+        return absl::InvalidArgumentError(absl::StrCat("task.filler_classes names '", f,
+                                                       "', which is not a class (",
                                                        absl::StrJoin(names, ", "), ")"));
       }
     }
@@ -41,9 +43,9 @@ class KeywordSpotting : public ClassificationTask {
 
   absl::StatusOr<torch::Tensor> Forward(const data::Batch& batch) override {
     if (batch.input.dim() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat("keyword_spotting expects features [batch, frames, features], got ",
-                                                     c10::str(batch.input.sizes()),
-                                                     " (use an audio data module: audio_folder)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("keyword_spotting expects features [batch, frames, features], got ",
+                       c10::str(batch.input.sizes()), " (use an audio data module: audio_folder)"));
     }
     return model().forward(batch.input);
   }

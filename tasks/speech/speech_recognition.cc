@@ -30,9 +30,9 @@ constexpr int64_t kBlank = text::SpecialTokens::kPad;
 enum class Decoder { kGreedy, kBeam };
 
 struct LmOptions {
-  int64_t order = 0;  // 0: no LM
+  int64_t order = 0;             // 0: no LM
   double weight = 0, bonus = 0;  // read from the options, whose defaults are in the schema
-  std::string text;  // more LM sentences, one per line ("": the transcripts only)
+  std::string text;              // more LM sentences, one per line ("": the transcripts only)
 };
 
 class SpeechRecognition : public Task {
@@ -50,8 +50,7 @@ class SpeechRecognition : public Task {
       return absl::InvalidArgumentError(
           absl::StrCat("speech_recognition needs a sequence model that takes the frames' lengths "
                        "(conv_bilstm); model '",
-                       binding_.model_name(),
-                       "' is not one"));
+                       binding_.model_name(), "' is not one"));
     }
     return metrics_.Build(metrics_node_, "task.metrics", MetricSetup{});
   }
@@ -75,9 +74,8 @@ class SpeechRecognition : public Task {
         for (auto& line : lines) texts.push_back(std::move(line.text));
       }
       const text::Tokenizer& tok = binding_.tokenizer();
-      lm_ = std::make_unique<speech::NgramLm>(static_cast<int>(lm_options_.order),
-                                              tok.vocab_size(), text::SpecialTokens::kBos,
-                                              text::SpecialTokens::kEos);
+      lm_ = std::make_unique<speech::NgramLm>(static_cast<int>(lm_options_.order), tok.vocab_size(),
+                                              text::SpecialTokens::kBos, text::SpecialTokens::kEos);
       for (const auto& ids : tok.EncodeAll(texts)) lm_->Add(ids);
       Logger::Instance().Info(absl::StrCat(
           "decoding LM: ", lm_options_.order, "-gram over token ids from ", transcripts,
@@ -145,7 +143,8 @@ class SpeechRecognition : public Task {
     for (const auto& d : decoded) longest = std::max(longest, d.size());
     std::vector<int64_t> flat(decoded.size() * longest, -1);
     for (size_t i = 0; i < decoded.size(); ++i)
-      std::copy(decoded[i].begin(), decoded[i].end(), flat.begin() + static_cast<std::ptrdiff_t>(i * longest));
+      std::copy(decoded[i].begin(), decoded[i].end(),
+                flat.begin() + static_cast<std::ptrdiff_t>(i * longest));
     return torch::tensor(flat, torch::kInt64).view({batch.size(), static_cast<int64_t>(longest)});
   }
 
@@ -183,10 +182,11 @@ class SpeechRecognition : public Task {
                        batch.size(), "; speech_recognition needs [batch, frames, classes]"));
     }
     if (logits.size(2) < binding_.tokenizer().vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the model has ", logits.size(2), " outputs per frame but the tokenizer ",
-          binding_.tokenizer().vocab_size(), " ids; set model.num_classes: "
-          "${data.tokenizer.vocab_size}"));
+      return absl::InvalidArgumentError(absl::StrCat("the model has ", logits.size(2),
+                                                     " outputs per frame but the tokenizer ",
+                                                     binding_.tokenizer().vocab_size(),
+                                                     " ids; set model.num_classes: "
+                                                     "${data.tokenizer.vocab_size}"));
     }
     return Output{torch::log_softmax(logits.to(torch::kFloat32), 2), lengths.to(torch::kCPU)};
   }
@@ -223,7 +223,7 @@ class SpeechRecognition : public Task {
   int64_t beam_size_;
   LmOptions lm_options_;
   std::unique_ptr<speech::NgramLm> lm_;  // when lm_order > 0
-  std::string transcripts_;  // test_transcripts.tsv rows
+  std::string transcripts_;              // test_transcripts.tsv rows
   config::NodePtr metrics_node_;
   MetricCollection metrics_;
   TokenizerBinding binding_;
@@ -254,21 +254,24 @@ KILN_REGISTER_BOUND(
                "the training transcripts when the task connects (0: no LM)",
                InRange(0, 20))
         .Field("lm_weight", &SR::lm_weight, "the LM's weight in shallow fusion", AtLeast(0))
-        .Field("lm_bonus", &SR::lm_bonus, "score added per emitted token (offsets the LM's short bias)")
+        .Field("lm_bonus", &SR::lm_bonus,
+               "score added per emitted token (offsets the LM's short bias)")
         .Field("lm_text", &SR::lm_text,
                "a text file whose lines (one sentence each, normalized like the transcripts) "
                "train the LM too, besides the training transcripts (\"\": transcripts only)")
         .Node("metrics", &SR::metrics, OptionType::kMap, kMetricsOptionDoc),
     [](const SR& o, const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Task>> {
       if (!o.lm_text.empty() && o.lm_order == 0) {
-        return context.Refuse("lm_text", "empty without an LM (set " + context.FullKey("lm_order") + " above 0)");
+        return context.Refuse(
+            "lm_text", "empty without an LM (set " + context.FullKey("lm_order") + " above 0)");
       }
       if (o.lm_order > 0 && o.decoder != Decoder::kBeam) {
-        return context.Refuse("lm_order", "0 with decoder: greedy (the LM is fused into the beam search)");
+        return context.Refuse("lm_order",
+                              "0 with decoder: greedy (the LM is fused into the beam search)");
       }
-      return std::make_shared<SpeechRecognition>(o.decoder, o.beam_size,
-                                                 LmOptions{o.lm_order, o.lm_weight, o.lm_bonus, o.lm_text},
-                                                 o.metrics);
+      return std::make_shared<SpeechRecognition>(
+          o.decoder, o.beam_size, LmOptions{o.lm_order, o.lm_weight, o.lm_bonus, o.lm_text},
+          o.metrics);
     });
 
 }  // namespace

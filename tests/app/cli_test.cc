@@ -115,7 +115,8 @@ TEST_F(CliTest, RunWritesHydraRunDirectoryWithoutChangingWorkingDirectory) {
   std::string day = OnlyChild(dir_.path() + "/outputs");
   std::string run = OnlyChild(day);
   EXPECT_EQ(List(run), (std::vector<std::string>{".hydra", "compose.log"}));
-  EXPECT_EQ(List(run + "/.hydra"), (std::vector<std::string>{"config.yaml", "hydra.yaml", "overrides.yaml"}));
+  EXPECT_EQ(List(run + "/.hydra"),
+            (std::vector<std::string>{"config.yaml", "hydra.yaml", "overrides.yaml"}));
   auto cfg = Yaml(ReadFile(run + "/.hydra/config.yaml"));
   EXPECT_EQ(cfg->Find("seed")->as_int(), 11);
   EXPECT_EQ(cfg->Find("run_name")->as_string(), "${model.name}_${seed}");  // recorded unresolved
@@ -126,7 +127,8 @@ TEST_F(CliTest, RunWritesHydraRunDirectoryWithoutChangingWorkingDirectory) {
   std::string relative = run.substr(dir_.path().size() + 1);
   EXPECT_EQ(hydra->Find("runtime")->Find("output_dir")->as_string(), relative);
   EXPECT_EQ(hydra->Find("runtime")->Find("cwd")->as_string(), dir_.path());
-  EXPECT_NE(ReadFile(run + "/compose.log").find("config recorded in " + relative), std::string::npos);
+  EXPECT_NE(ReadFile(run + "/compose.log").find("config recorded in " + relative),
+            std::string::npos);
   // The job's printed (resolved) config goes to stdout.
   EXPECT_EQ(Yaml(r.out)->Find("run_name")->as_string(), "cnn_11");
 }
@@ -166,7 +168,8 @@ TEST_F(CliTest, MultirunWritesOneNumberedDirectoryPerJob) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // .kiln.lock: the sweep's lock (docs/reliability.md), free once the sweep ended.
   EXPECT_EQ(List(dir_.path() + "/sweep"),
-            (std::vector<std::string>{".kiln.lock", "0", "1", "ledger.yaml", "multirun.yaml", "summary.csv"}));
+            (std::vector<std::string>{".kiln.lock", "0", "1", "ledger.yaml", "multirun.yaml",
+                                      "summary.csv"}));
   for (auto [num, model] : {std::pair<const char*, const char*>{"0", "cnn"}, {"1", "mlp"}}) {
     std::string job = dir_.path() + "/sweep/" + num;
     auto cfg = Yaml(ReadFile(job + "/.hydra/config.yaml"));
@@ -182,7 +185,8 @@ TEST_F(CliTest, SweepSubdirCanUseOverrideDirname) {
                  "hydra.sweep.subdir=${hydra.job.override_dirname}"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(List(dir_.path() + "/s"),
-            (std::vector<std::string>{".kiln.lock", "ledger.yaml", "multirun.yaml", "seed=1", "seed=2", "summary.csv"}));
+            (std::vector<std::string>{".kiln.lock", "ledger.yaml", "multirun.yaml", "seed=1",
+                                      "seed=2", "summary.csv"}));
 }
 
 TEST_F(CliTest, HelpListsGroupsOptionsAndConfig) {
@@ -205,7 +209,8 @@ TEST_F(CliTest, InfoProvenanceNamesFileLineAndOverride) {
   };
   EXPECT_NE(line_of("seed: 9").find("command line 'seed=9'"), std::string::npos) << r.out;
   EXPECT_NE(line_of("trainer.max_epochs: 3").find("conf/train.yaml:6"), std::string::npos) << r.out;
-  EXPECT_NE(line_of("model.channels.1: 64").find("conf/model/cnn.yaml:2"), std::string::npos) << r.out;
+  EXPECT_NE(line_of("model.channels.1: 64").find("conf/model/cnn.yaml:2"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTest, InfoShowsDefaultsTreeAndSearchPath) {
@@ -213,7 +218,8 @@ TEST_F(CliTest, InfoShowsDefaultsTreeAndSearchPath) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("  model: cnn"), std::string::npos) << r.out;
   r = Kiln({"train", "--info", "searchpath"});
-  EXPECT_NE(r.out.find("provider=main, path=file://" + dir_.path() + "/conf"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("provider=main, path=file://" + dir_.path() + "/conf"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTest, ListShowsRegisteredComponents) {
@@ -261,7 +267,7 @@ TEST_F(CliTest, AMistypedCommandListsEveryCommandThatHelpLists) {
 struct BadInput {
   std::string name;
   std::vector<std::string> args;
-  std::string file;      // written under conf/ before running, when not empty
+  std::string file;  // written under conf/ before running, when not empty
   std::string contents;
   std::vector<std::string> mentions;
 };
@@ -278,34 +284,79 @@ TEST_P(CliBadInputTest, OneLineExitTwoNoOutputs) {
   EXPECT_TRUE(absl::StartsWith(r.err, "kiln: error: ")) << r.err;
   EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
   EXPECT_EQ(r.err.find("terminate called"), std::string::npos);
-  for (const auto& m : bad.mentions) EXPECT_NE(r.err.find(m), std::string::npos) << "'" << m << "' not in: " << r.err;
+  for (const auto& m : bad.mentions)
+    EXPECT_NE(r.err.find(m), std::string::npos) << "'" << m << "' not in: " << r.err;
   EXPECT_FALSE(FileExists(dir_.path() + "/outputs"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliBadInputTest,
     ::testing::Values(
-        BadInput{"MalformedYaml", {"train", "--cfg", "job"}, "train.yaml", "a: [1, 2\nb: 3\n", {"conf/train.yaml:2:"}},
-        BadInput{"UnknownKey", {"compose", "trainer.max_epoch=3"}, "", "", {"trainer.max_epoch", "did you mean 'trainer.max_epochs'"}},
-        BadInput{"UnknownOption", {"compose", "model=transfomer"}, "", "", {"transfomer", "cnn, mlp"}},
-        BadInput{"UnknownGroup", {"compose", "modle=cnn"}, "", "", {"modle", "did you mean 'model'"}},
+        BadInput{"MalformedYaml",
+                 {"train", "--cfg", "job"},
+                 "train.yaml",
+                 "a: [1, 2\nb: 3\n",
+                 {"conf/train.yaml:2:"}},
+        BadInput{"UnknownKey",
+                 {"compose", "trainer.max_epoch=3"},
+                 "",
+                 "",
+                 {"trainer.max_epoch", "did you mean 'trainer.max_epochs'"}},
+        BadInput{
+            "UnknownOption", {"compose", "model=transfomer"}, "", "", {"transfomer", "cnn, mlp"}},
+        BadInput{
+            "UnknownGroup", {"compose", "modle=cnn"}, "", "", {"modle", "did you mean 'model'"}},
         BadInput{"BadOverrideSyntax", {"compose", "seed=[1,2"}, "", "", {"seed=[1,2", "column"}},
-        BadInput{"SweepWithoutMultirun", {"compose", "seed=1,2"}, "", "", {"Ambiguous", "--multirun"}},
-        BadInput{"InterpolationToMissingKey", {"compose"}, "model/cnn.yaml", "name: ${nope.x}\n", {"nope.x"}},
-        BadInput{"InterpolationCycle", {"compose"}, "model/cnn.yaml", "a: ${.b}\nb: ${.a}\n", {"cycle"}},
-        BadInput{"InterpolationToMandatoryValue", {"compose"}, "model/cnn.yaml", "depth: ???\nlayers: ${.depth}\n", {"model.depth", "???"}},
-        BadInput{"UnknownConfigName", {"train", "--cfg", "job", "--config-name", "trian"}, "", "", {"trian", "did you mean 'train'"}},
-        BadInput{"UnknownFlag", {"train", "--cfgg", "job"}, "", "", {"--cfgg", "did you mean '--cfg'"}},
+        BadInput{
+            "SweepWithoutMultirun", {"compose", "seed=1,2"}, "", "", {"Ambiguous", "--multirun"}},
+        BadInput{"InterpolationToMissingKey",
+                 {"compose"},
+                 "model/cnn.yaml",
+                 "name: ${nope.x}\n",
+                 {"nope.x"}},
+        BadInput{
+            "InterpolationCycle", {"compose"}, "model/cnn.yaml", "a: ${.b}\nb: ${.a}\n", {"cycle"}},
+        BadInput{"InterpolationToMandatoryValue",
+                 {"compose"},
+                 "model/cnn.yaml",
+                 "depth: ???\nlayers: ${.depth}\n",
+                 {"model.depth", "???"}},
+        BadInput{"UnknownConfigName",
+                 {"train", "--cfg", "job", "--config-name", "trian"},
+                 "",
+                 "",
+                 {"trian", "did you mean 'train'"}},
+        BadInput{
+            "UnknownFlag", {"train", "--cfgg", "job"}, "", "", {"--cfgg", "did you mean '--cfg'"}},
         BadInput{"UnknownCommand", {"trian"}, "", "", {"trian", "did you mean 'train'"}},
-        BadInput{"BadCfgValue", {"train", "--cfg", "jobs"}, "", "", {"--cfg takes job, hydra or all"}},
+        BadInput{
+            "BadCfgValue", {"train", "--cfg", "jobs"}, "", "", {"--cfg takes job, hydra or all"}},
         BadInput{"UnknownComponentKind", {"list", "modle"}, "", "", {"modle"}},
-        BadInput{"DuplicateGroupInDefaults", {"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - model: cnn\n  - model: mlp\n",
+        BadInput{"DuplicateGroupInDefaults",
+                 {"train", "--cfg", "job"},
+                 "train.yaml",
+                 "defaults:\n  - model: cnn\n  - model: mlp\n",
                  {"Multiple values for model"}},
-        BadInput{"DuplicateSelf", {"train", "--cfg", "job"}, "train.yaml", "defaults:\n  - _self_\n  - _self_\n",
+        BadInput{"DuplicateSelf",
+                 {"train", "--cfg", "job"},
+                 "train.yaml",
+                 "defaults:\n  - _self_\n  - _self_\n",
                  {"Duplicate _self_", "conf/train.yaml:3"}},
-        BadInput{"DefaultsNotAList", {"train", "--cfg", "job"}, "train.yaml", "defaults: 3\n", {"'defaults' must be a list"}},
-        BadInput{"TopLevelNotAMapping", {"train", "--cfg", "job"}, "train.yaml", "- 1\n- 2\n", {"mapping"}},
-        BadInput{"IntervalInBasicSweeper", {"train", "-m", "--dry-run", "seed=interval(0,1)"}, "", "", {"interval"}}),
+        BadInput{"DefaultsNotAList",
+                 {"train", "--cfg", "job"},
+                 "train.yaml",
+                 "defaults: 3\n",
+                 {"'defaults' must be a list"}},
+        BadInput{"TopLevelNotAMapping",
+                 {"train", "--cfg", "job"},
+                 "train.yaml",
+                 "- 1\n- 2\n",
+                 {"mapping"}},
+        BadInput{"IntervalInBasicSweeper",
+                 {"train", "-m", "--dry-run", "seed=interval(0,1)"},
+                 "",
+                 "",
+                 {"interval"}}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 }  // namespace

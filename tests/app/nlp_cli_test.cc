@@ -129,20 +129,23 @@ TEST_F(NlpCliTest, OverridesOfARunsOwnKeysNeedNoPlus) {
   EXPECT_NE(csv.find("buy cheap pills now,1,spam,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("meeting notes for the team,0,ham,"), std::string::npos) << csv;
 
-  auto typo = RunProcess({KILN_BINARY, "predict", "run_dir=" + run, "data.predikt=" + d + "/new.txt",
-                          "hydra.run.dir=" + d + "/typo"});
+  auto typo = RunProcess({KILN_BINARY, "predict", "run_dir=" + run,
+                          "data.predikt=" + d + "/new.txt", "hydra.run.dir=" + d + "/typo"});
   EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_EQ(ErrorLine(typo.err),
-            "kiln: error: Could not override 'data.predikt': no such key in the config (did you mean "
-            "'data.predict'?). To append to your config use +data.predikt=" + d +
-                "/new.txt (on top of the config stored in " + run + "/.hydra/config.yaml)")
+  EXPECT_EQ(
+      ErrorLine(typo.err),
+      "kiln: error: Could not override 'data.predikt': no such key in the config (did you mean "
+      "'data.predict'?). To append to your config use +data.predikt=" +
+          d + "/new.txt (on top of the config stored in " + run + "/.hydra/config.yaml)")
       << typo.err;
-  auto no_run = RunProcess({KILN_BINARY, "predict", "data.predict=" + d + "/new.txt",
-                            "hydra.run.dir=" + d + "/no_run"});
+  auto no_run = RunProcess(
+      {KILN_BINARY, "predict", "data.predict=" + d + "/new.txt", "hydra.run.dir=" + d + "/no_run"});
   EXPECT_EQ(no_run.exit_code, 2);
-  EXPECT_EQ(ErrorLine(no_run.err),
-            "kiln: error: Could not override 'data.predict': no such key in the config. To append to "
-            "your config use +data.predict=" + d + "/new.txt")
+  EXPECT_EQ(
+      ErrorLine(no_run.err),
+      "kiln: error: Could not override 'data.predict': no such key in the config. To append to "
+      "your config use +data.predict=" +
+          d + "/new.txt")
       << no_run.err;
 }
 
@@ -233,11 +236,13 @@ TEST_F(NlpCliTest, TokenizerThatDoesNotMatchTheCheckpointIsRefused) {
   EXPECT_NE(ErrorLine(t.err).find("trained with another tokenizer"), std::string::npos) << t.err;
   // Resuming training from it is refused too (the check reads the buffer again once a checkpoint
   // is loaded into it, though it skips the read at every step while nothing changes).
-  auto resumed = Lm("train", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt", "trainer.max_steps=8",
-                              "test=false", "data.train=[" + dir_.path() + "/other.txt]",
-                              "hydra.run.dir=" + dir_.path() + "/lm_resumed"});
+  auto resumed = Lm(
+      "train", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt",
+                "trainer.max_steps=8", "test=false", "data.train=[" + dir_.path() + "/other.txt]",
+                "hydra.run.dir=" + dir_.path() + "/lm_resumed"});
   EXPECT_NE(resumed.exit_code, 0);
-  EXPECT_NE(ErrorLine(resumed.err).find("trained with another tokenizer"), std::string::npos) << resumed.err;
+  EXPECT_NE(ErrorLine(resumed.err).find("trained with another tokenizer"), std::string::npos)
+      << resumed.err;
   // Another vocab_size is another embedding shape.
   auto v = Lm("test", {"ckpt_path=" + dir_.path() + "/lm_train/checkpoints/last.ckpt",
                        "data.tokenizer.vocab_size=64"});

@@ -7,14 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <chrono>
+#include <csignal>
 #include <cstring>
-#include <iostream>
-#include <random>
 #include <filesystem>
+#include <iostream>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +27,25 @@
 
 namespace kiln {
 namespace {
+
+// `kiln train -m` of the blobs experiment, two epochs of 40,000 samples per job, on the local
+// launcher two jobs at a time, one job per data.seed in `seeds`.
+std::vector<std::string> BlobsSweepOfTwoEpochs(const std::string& sweep_dir,
+                                               const std::string& seeds) {
+  return {KILN_BINARY,
+          "train",
+          "-m",
+          "--plugin",
+          BLOBS_PLUGIN,
+          "experiment=blobs",
+          "trainer.num_threads=1",
+          "data.train_size=40000",
+          "trainer.max_epochs=2",
+          "hydra/launcher=local",
+          "hydra.launcher.n_jobs=2",
+          "hydra.sweep.dir=" + sweep_dir,
+          "data.seed=" + seeds};
+}
 
 using testing::FileExists;
 using testing::ReadFile;
@@ -387,9 +405,10 @@ TEST_P(StopSignal, StopsBetweenBatchesWithNothingWritten) {
   auto trained = RunProcess(Train(run, {"trainer.max_epochs=1", "test=false"}));
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   std::string out = dir.path() + "/" + c.command, err = dir.path() + "/stderr";
-  pid_t pid = StartWithStderrTo({KILN_BINARY, c.command, "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "data.val_size=2000000",
-                                 "data.test_size=2000000", "data.batch_size=1", "hydra.run.dir=" + out},
-                                err);
+  pid_t pid = StartWithStderrTo(
+      {KILN_BINARY, c.command, "--plugin", BLOBS_PLUGIN, "run_dir=" + run, "data.val_size=2000000",
+       "data.test_size=2000000", "data.batch_size=1", "hydra.run.dir=" + out},
+      err);
   ASSERT_GT(pid, 0);
   // The command's handlers are in place once it logs the batches it is about to run.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -406,19 +425,21 @@ TEST_P(StopSignal, StopsBetweenBatchesWithNothingWritten) {
   std::string text = ReadFile(err);
   auto errors = Lines(text, "kiln: error: ");
   ASSERT_EQ(errors.size(), 1u) << text;
-  EXPECT_TRUE(absl::StrContains(errors[0], absl::StrCat("stopped by ", c.signal == SIGINT ? "SIGINT" : "SIGTERM", " ",
-                                                        c.doing)))
+  EXPECT_TRUE(absl::StrContains(
+      errors[0],
+      absl::StrCat("stopped by ", c.signal == SIGINT ? "SIGINT" : "SIGTERM", " ", c.doing)))
       << errors[0];
   EXPECT_FALSE(FileExists(out + "/" + c.output)) << c.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Commands, StopSignal,
-    ::testing::Values(StopCase{"validate", "validating: 2000000 batches", "while evaluating the validation split",
-                               "val_metrics.yaml", SIGINT},
-                      StopCase{"test", "testing: 2000000 batches", "while evaluating the test split", "test_metrics.yaml",
-                               SIGTERM},
-                      StopCase{"predict", "predicting: 2000000 batches", "while predicting", "predictions.csv", SIGINT}),
+    ::testing::Values(StopCase{"validate", "validating: 2000000 batches",
+                               "while evaluating the validation split", "val_metrics.yaml", SIGINT},
+                      StopCase{"test", "testing: 2000000 batches",
+                               "while evaluating the test split", "test_metrics.yaml", SIGTERM},
+                      StopCase{"predict", "predicting: 2000000 batches", "while predicting",
+                               "predictions.csv", SIGINT}),
     [](const auto& info) { return info.param.command; });
 
 // The tensors of a safetensors file (its header without __metadata__, which names the source
@@ -446,10 +467,15 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
   // 50 epochs of 100 steps and 300 validation batches: about 15 s unbroken on this machine, longer
   // than the 54 attempts advance it (an attempt starts up in about half a second, and a kill
   // before a rename advances nothing).
-  const std::vector<std::string> job = {
-      "data.train_size=6400",  "data.val_size=19200", "data.batch_size=64", "model.hidden=[512,512]",
-      "trainer.max_epochs=50", "+callbacks.model_checkpoint.every_n_train_steps=20",
-      "callbacks.model_checkpoint.monitor=''", "callbacks.model_checkpoint.save_top_k=0", "test=false"};
+  const std::vector<std::string> job = {"data.train_size=6400",
+                                        "data.val_size=19200",
+                                        "data.batch_size=64",
+                                        "model.hidden=[512,512]",
+                                        "trainer.max_epochs=50",
+                                        "+callbacks.model_checkpoint.every_n_train_steps=20",
+                                        "callbacks.model_checkpoint.monitor=''",
+                                        "callbacks.model_checkpoint.save_top_k=0",
+                                        "test=false"};
   const std::string reference = dir.path() + "/reference", run = dir.path() + "/killed";
   auto r = RunProcess(Train(reference, job));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -463,8 +489,9 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     const int delay_ms = std::uniform_int_distribution<int>(200, 1500)(rng);
     std::vector<std::string> argv = {"/usr/bin/env"};
     if (mode != 0) {
-      for (const auto& [name, value] : FaultEnv(Fault{"", "rename", mode == 1 ? "KILL" : "KILL_AFTER", ""},
-                                                "/checkpoints/", k - 1)) {
+      for (const auto& [name, value] :
+           FaultEnv(Fault{"", "rename", mode == 1 ? "KILL" : "KILL_AFTER", ""}, "/checkpoints/",
+                    k - 1)) {
         argv.push_back(name + "=" + value);
       }
     }
@@ -477,7 +504,8 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     if (mode == 0) {
       auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
       pid_t reaped = 0;
-      while (std::chrono::steady_clock::now() < until && (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
+      while (std::chrono::steady_clock::now() < until &&
+             (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       if (reaped != pid) {
@@ -497,7 +525,8 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     (mode == 0 ? timed : mode == 1 ? before_rename : after_rename)++;
     // Killed in validation: this attempt's log ends with the epoch's last training batch (the
     // progress line "100/100"), before the epoch's summary line that validation ends with.
-    std::string added = FileExists(log) ? ReadFile(log).substr(std::min(log_before, ReadFile(log).size())) : "";
+    std::string added =
+        FileExists(log) ? ReadFile(log).substr(std::min(log_before, ReadFile(log).size())) : "";
     auto lines = absl::StrSplit(absl::StripTrailingAsciiWhitespace(added), '\n');
     std::string last;
     for (absl::string_view line : lines) last = std::string(line);
@@ -513,13 +542,16 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
     }());
     ASSERT_EQ(rest.exit_code, 0) << rest.err;
   }
-  // The temporary files of the checkpoint writes that were killed are gone (the next run removes them).
-  for (const auto& [name, bytes] : Files(run + "/checkpoints")) EXPECT_FALSE(absl::StrContains(name, ".tmp.")) << name;
+  // The temporary files of the checkpoint writes that were killed are gone (the next run removes
+  // them).
+  for (const auto& [name, bytes] : Files(run + "/checkpoints"))
+    EXPECT_FALSE(absl::StrContains(name, ".tmp.")) << name;
   EXPECT_GE(before_rename, 1);
   EXPECT_GE(after_rename, 1);
   EXPECT_GE(in_validation, 1) << "no kill landed in validation";
-  std::cout << "kill loop: " << kills << " kills (" << timed << " timed, " << before_rename << " before a rename, "
-            << after_rename << " after one; " << in_validation << " in validation), seed 20261126\n";
+  std::cout << "kill loop: " << kills << " kills (" << timed << " timed, " << before_rename
+            << " before a rename, " << after_rename << " after one; " << in_validation
+            << " in validation), seed 20261126\n";
   for (const std::string& which : {reference, run}) {
     auto exported = RunProcess({KILN_BINARY, "export", "--plugin", BLOBS_PLUGIN, "run_dir=" + which,
                                 "hydra.run.dir=" + which + "/export"});
@@ -527,7 +559,8 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
   }
   std::string a = SafetensorsTensors(reference + "/export/model.safetensors");
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == SafetensorsTensors(run + "/export/model.safetensors")) << "the parameters differ";
+  EXPECT_TRUE(a == SafetensorsTensors(run + "/export/model.safetensors"))
+      << "the parameters differ";
 }
 
 // A local sweep (32 jobs, 2 at a time) killed 20 times at random moments (seeded): half the time
@@ -539,10 +572,7 @@ TEST(KillLoop, FiftyFourKillsResumeToBitwiseTheSameParameters) {
 TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
   TempDir dir;
   auto sweep_argv = [](const std::string& sweep_dir) {
-    return std::vector<std::string>{KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
-                                    "trainer.num_threads=1", "data.train_size=40000", "trainer.max_epochs=2",
-                                    "hydra/launcher=local", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep_dir,
-                                    "data.seed=range(0,32)"};
+    return BlobsSweepOfTwoEpochs(sweep_dir, "range(0,32)");
   };
   const std::string reference = dir.path() + "/reference", sweep = dir.path() + "/killed";
   auto r = RunProcess(sweep_argv(reference));
@@ -558,7 +588,8 @@ TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
     int status = 0;
     pid_t reaped = 0;
-    while (std::chrono::steady_clock::now() < until && (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
+    while (std::chrono::steady_clock::now() < until &&
+           (reaped = ::waitpid(pid, &status, WNOHANG)) == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (reaped == pid) {
@@ -577,14 +608,17 @@ TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
          !testing::ProcessesInGroup(pid).empty() && std::chrono::steady_clock::now() < deadline;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    const std::string ledger = FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "";
+    const std::string ledger =
+        FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "";
     std::vector<absl::string_view> lines = absl::StrSplit(ledger, '\n');
     if (!lines.empty()) lines.pop_back();  // after the last newline: nothing, or a line cut short
     std::map<int, int> ok;
     for (absl::string_view line : lines) {
       int job = -1;
       ASSERT_TRUE(absl::StartsWith(line, "- {job: ")) << "attempt " << attempt << ": " << line;
-      ASSERT_TRUE(absl::SimpleAtoi(line.substr(8, line.find(',') - 8), &job) && job >= 0 && job < 32) << line;
+      ASSERT_TRUE(absl::SimpleAtoi(line.substr(8, line.find(',') - 8), &job) && job >= 0 &&
+                  job < 32)
+          << line;
       const bool is_ok = absl::StrContains(line, ", status: ok,");
       ASSERT_TRUE(is_ok || absl::StrContains(line, ", status: failed,")) << line;
       if (is_ok) {
@@ -594,13 +628,16 @@ TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
     }
   }
   EXPECT_GE(kills, 20) << "the sweep finished after " << kills << " kills";
-  const size_t done_while_killed = Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "", "status: ok").size();
+  const size_t done_while_killed =
+      Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "",
+            "status: ok")
+          .size();
   if (!finished) {
     auto rest = RunProcess(sweep_argv(sweep));
     ASSERT_EQ(rest.exit_code, 0) << rest.err;
   }
-  std::cout << "sweep kill loop: " << kills << " kills (" << group_kills << " of the whole group), " << done_while_killed
-            << " of 32 jobs done by then, seed 1126\n";
+  std::cout << "sweep kill loop: " << kills << " kills (" << group_kills << " of the whole group), "
+            << done_while_killed << " of 32 jobs done by then, seed 1126\n";
   const std::string ledger = ReadFile(sweep + "/ledger.yaml");
   for (int job = 0; job < 32; ++job) {
     const std::string metrics = "/" + std::to_string(job) + "/test_metrics.yaml";
@@ -616,14 +653,13 @@ TEST(KillLoop, LocalSweepKilledTwentyTimesKeepsItsLedgerConsistent) {
 TEST(StopSignal, ASweepStopsItsJobsAndSaysHowToFinish) {
   TempDir dir;
   const std::string sweep = dir.path() + "/sweep", err = dir.path() + "/stderr";
-  const std::vector<std::string> argv = {KILN_BINARY, "train", "-m", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
-                                         "trainer.num_threads=1", "data.train_size=40000", "trainer.max_epochs=2",
-                                         "hydra/launcher=local", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=" + sweep,
-                                         "data.seed=range(0,8)"};
+  const std::vector<std::string> argv = BlobsSweepOfTwoEpochs(sweep, "range(0,8)");
   pid_t pid = StartWithStderrTo(argv, err);
   ASSERT_GT(pid, 0);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "", "status: ok").empty() &&
+  while (Lines(FileExists(sweep + "/ledger.yaml") ? ReadFile(sweep + "/ledger.yaml") : "",
+               "status: ok")
+             .empty() &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -640,9 +676,11 @@ TEST(StopSignal, ASweepStopsItsJobsAndSaysHowToFinish) {
   ASSERT_EQ(errors.size(), 1u) << text;
   for (const auto& line : Lines(text, "kiln: error: ")) {
     EXPECT_TRUE(line == errors[0] || absl::StrContains(line, "interrupted by SIGTERM at epoch") ||
-                absl::StrContains(line, "stopped by SIGTERM while evaluating the test split")) << line;
+                absl::StrContains(line, "stopped by SIGTERM while evaluating the test split"))
+        << line;
   }
-  EXPECT_TRUE(absl::StrContains(errors[0], "done; run the same command again for the rest")) << errors[0];
+  EXPECT_TRUE(absl::StrContains(errors[0], "done; run the same command again for the rest"))
+      << errors[0];
   EXPECT_TRUE(testing::ProcessesInGroup(pid).empty()) << "a job outlived the sweep";
   const size_t done = Lines(ReadFile(sweep + "/ledger.yaml"), "status: ok").size();
   EXPECT_TRUE(absl::StrContains(errors[0], absl::StrCat("with ", done, " job(s)"))) << errors[0];

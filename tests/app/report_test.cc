@@ -381,11 +381,13 @@ TEST_F(ReportTest, RealGridSweepAndOptunaStudyOfTheBinary) {
 
   // The trials come from the study that study.yaml names; without it, the page says so and
   // shows summary.csv's trials.
-  ASSERT_EQ(std::rename((dir.path() + "/study/optuna.db").c_str(), (dir.path() + "/away.db").c_str()), 0);
+  ASSERT_EQ(
+      std::rename((dir.path() + "/study/optuna.db").c_str(), (dir.path() + "/away.db").c_str()), 0);
   result = RunProcess({KILN_BINARY, "report", dir.path() + "/study", "-o", page});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::string html = ReadFile(page);
-  EXPECT_TRUE(absl::StrContains(html, "could not read the study 'compose' (no study database at " + dir.path() +
+  EXPECT_TRUE(absl::StrContains(html, "could not read the study 'compose' (no study database at " +
+                                          dir.path() +
                                           "/study/optuna.db); trial states are from summary.csv"));
   EXPECT_TRUE(absl::StrContains(html, "\"number\":5,\"state\":\"COMPLETE\""));
 }

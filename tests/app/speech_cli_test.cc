@@ -186,7 +186,9 @@ void WriteSpokenText(const std::string& path, const std::string& text) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const int rate = 16000;
   std::vector<float> samples(static_cast<size_t>(0.1 * rate), 0.0f);
-  auto quiet = [&](double seconds) { samples.resize(samples.size() + static_cast<size_t>(seconds * rate), 0.0f); };
+  auto quiet = [&](double seconds) {
+    samples.resize(samples.size() + static_cast<size_t>(seconds * rate), 0.0f);
+  };
   for (char c : text) {
     if (c == ' ') {
       quiet(0.2);
@@ -213,13 +215,15 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
     state = state * 1664525u + 1013904223u;
     return (state >> 16) % n;
   };
-  for (const auto& [split, count] : std::vector<std::pair<std::string, int>>{{"train", 64}, {"val", 8}, {"test", 8}}) {
+  for (const auto& [split, count] :
+       std::vector<std::pair<std::string, int>>{{"train", 64}, {"val", 8}, {"test", 8}}) {
     std::string manifest;
     for (int i = 0; i < count; ++i) {
       std::string text;
       for (uint32_t w = 0, words = 2 + next(2); w < words; ++w) {
         if (w > 0) text += ' ';
-        for (uint32_t k = 0, len = 1 + next(3); k < len; ++k) text += static_cast<char>('a' + next(3));
+        for (uint32_t k = 0, len = 1 + next(3); k < len; ++k)
+          text += static_cast<char>('a' + next(3));
       }
       std::string wav = split + "/" + std::to_string(i) + ".wav";
       WriteSpokenText(Path("speech/" + wav), text);
@@ -230,15 +234,23 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
   // More LM text (task.lm_text), in the transcripts' alphabet.
   dir_.Write("speech/lm.txt", "abc cab\nba ca\n\nc a b\n");
   auto ctc = [&](const std::string& command, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {KILN_BINARY, command, "experiment=sentences_ctc",
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     command,
+                                     "experiment=sentences_ctc",
                                      "data.train=" + Path("speech/train.jsonl"),
                                      "data.val=" + Path("speech/val.jsonl"),
                                      "data.test=" + Path("speech/test.jsonl"),
-                                     "data.batch_size=8", "data.waveform_transforms=null",
-                                     "data.feature_transforms=null", "model.channels=8",
-                                     "model.hidden=48", "model.layers=1", "model.dropout=0.0",
-                                     "optimizer.lr=0.01", "scheduler.warmup_steps=5",
-                                     "trainer.max_epochs=80", "trainer.max_time=null",
+                                     "data.batch_size=8",
+                                     "data.waveform_transforms=null",
+                                     "data.feature_transforms=null",
+                                     "model.channels=8",
+                                     "model.hidden=48",
+                                     "model.layers=1",
+                                     "model.dropout=0.0",
+                                     "optimizer.lr=0.01",
+                                     "scheduler.warmup_steps=5",
+                                     "trainer.max_epochs=80",
+                                     "trainer.max_time=null",
                                      "callbacks.early_stopping.patience=80",
                                      "trainer.num_threads=1",
                                      "task.lm_text=" + Path("speech/lm.txt"),
@@ -271,20 +283,24 @@ TEST_F(SpeechCliTest, CtcRecognizerTrainsReportsCerAndWerAndTranscribesWavFiles)
   EXPECT_NE(ErrorLine(missing.err).find(Path("speech/none.txt")), std::string::npos) << missing.err;
   auto negative = ctc("validate", {last, "task.lm_weight=-0.5"});
   EXPECT_NE(negative.exit_code, 0);
-  EXPECT_NE(ErrorLine(negative.err).find("option 'task.lm_weight' of task 'speech_recognition' must be at least 0, got -0.5"),
-            std::string::npos)
+  EXPECT_NE(
+      ErrorLine(negative.err)
+          .find(
+              "option 'task.lm_weight' of task 'speech_recognition' must be at least 0, got -0.5"),
+      std::string::npos)
       << negative.err;
   auto no_lm = ctc("validate", {last, "task.lm_order=0"});
   EXPECT_NE(no_lm.exit_code, 0);
-  EXPECT_NE(ErrorLine(no_lm.err).find("option 'task.lm_text' of task 'speech_recognition' must be empty without an LM (set task.lm_order above 0)"),
+  EXPECT_NE(ErrorLine(no_lm.err).find("option 'task.lm_text' of task 'speech_recognition' must be "
+                                      "empty without an LM (set task.lm_order above 0)"),
             std::string::npos)
       << no_lm.err;
 
   // Fewer outputs than the tokenizer has ids: one line naming the model's own option.
-  auto small = RunProcess({KILN_BINARY, "train", "experiment=sentences_ctc",
-                           "data.train=" + Path("speech/train.jsonl"), "data.val=null",
-                           "data.test=null", "model.num_classes=4",
-                           "hydra.run.dir=" + Path("ctc_small")});
+  auto small =
+      RunProcess({KILN_BINARY, "train", "experiment=sentences_ctc",
+                  "data.train=" + Path("speech/train.jsonl"), "data.val=null", "data.test=null",
+                  "model.num_classes=4", "hydra.run.dir=" + Path("ctc_small")});
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(ErrorLine(small.err).find("exceeds the model's num_classes (4); set "
                                       "model.num_classes: ${data.tokenizer.vocab_size}"),

@@ -33,8 +33,9 @@ using testing::TempDir;
 using testing::TestAccuracy;
 using testing::WriteIdx;
 
-void WriteData(const std::string& dir, int n_train = 512) { testing::WriteBrightnessBands(dir, n_train); }
-
+void WriteData(const std::string& dir, int n_train = 512) {
+  testing::WriteBrightnessBands(dir, n_train);
+}
 
 class TrainCliTest : public ::testing::Test {
  protected:
@@ -44,9 +45,15 @@ class TrainCliTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {KILN_BINARY, "train", "data.root=" + dir_.path() + "/data", "model=mlp",
-                                     "trainer.max_epochs=2", "data.batch_size=32", "hydra.run.dir=" + dir_.path() + "/run",
-                                     "trainer.num_threads=1", "callbacks.early_stopping=null"};
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     "train",
+                                     "data.root=" + dir_.path() + "/data",
+                                     "model=mlp",
+                                     "trainer.max_epochs=2",
+                                     "data.batch_size=32",
+                                     "hydra.run.dir=" + dir_.path() + "/run",
+                                     "trainer.num_threads=1",
+                                     "callbacks.early_stopping=null"};
     for (auto& e : extra) {
       if (e == "test" || e == "validate" || e == "export" || e == "predict") {
         argv[1] = e;
@@ -62,7 +69,9 @@ class TrainCliTest : public ::testing::Test {
     return argv;
   }
 
-  testing::ProcessResult Kiln(std::vector<std::string> extra) { return RunProcess(Args(std::move(extra))); }
+  testing::ProcessResult Kiln(std::vector<std::string> extra) {
+    return RunProcess(Args(std::move(extra)));
+  }
 
   TempDir dir_;
 };
@@ -73,25 +82,36 @@ TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
   auto r = Kiln({"scheduler=null", "trainer.max_epochs=1", "test=false"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string run = dir_.path() + "/run";
-  auto e = Kiln({"export", "run_dir=" + run, "format=torchscript", "hydra.run.dir=" + dir_.path() + "/ts"});
+  auto e = Kiln(
+      {"export", "run_dir=" + run, "format=torchscript", "hydra.run.dir=" + dir_.path() + "/ts"});
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(e.out, dir_.path() + "/ts/model.pt\n");
   std::string info = testing::ReadFile(dir_.path() + "/ts/model.json");
-  for (const char* part : {"\"model\": \"mlp\"", "\"dtype\": \"float32\"", "\"quantization\": null", "\"mean\": [", "\"normalize\""}) {
+  for (const char* part : {"\"model\": \"mlp\"", "\"dtype\": \"float32\"", "\"quantization\": null",
+                           "\"mean\": [", "\"normalize\""}) {
     EXPECT_NE(info.find(part), std::string::npos) << part << "\n" << info;
   }
-  EXPECT_NE(info.find("\"shape\": [\n      -1,\n      1,\n      28,\n      28\n    ]"), std::string::npos) << info;
-  auto q = Kiln({"export", "run_dir=" + run, "format=torchscript", "quantize=dynamic_int8", "hydra.run.dir=" + dir_.path() + "/int8"});
+  EXPECT_NE(info.find("\"shape\": [\n      -1,\n      1,\n      28,\n      28\n    ]"),
+            std::string::npos)
+      << info;
+  auto q = Kiln({"export", "run_dir=" + run, "format=torchscript", "quantize=dynamic_int8",
+                 "hydra.run.dir=" + dir_.path() + "/int8"});
   ASSERT_EQ(q.exit_code, 0) << q.err;
-  EXPECT_NE(testing::ReadFile(dir_.path() + "/int8/model.json").find("\"linear_layers\": 3"), std::string::npos);
-  auto bad = Kiln({"export", "run_dir=" + run, "quantize=dynamic_int8", "hydra.run.dir=" + dir_.path() + "/bad"});
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/int8/model.json").find("\"linear_layers\": 3"),
+            std::string::npos);
+  auto bad = Kiln({"export", "run_dir=" + run, "quantize=dynamic_int8",
+                   "hydra.run.dir=" + dir_.path() + "/bad"});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("\nkiln: error: kiln export: quantize=dynamic_int8 needs format=torchscript\n"), std::string::npos)
+  EXPECT_NE(
+      bad.err.find("\nkiln: error: kiln export: quantize=dynamic_int8 needs format=torchscript\n"),
+      std::string::npos)
       << bad.err;
-  auto unknown = Kiln({"export", "run_dir=" + run, "format=onnx", "hydra.run.dir=" + dir_.path() + "/bad2"});
+  auto unknown =
+      Kiln({"export", "run_dir=" + run, "format=onnx", "hydra.run.dir=" + dir_.path() + "/bad2"});
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find("\nkiln: error: option 'format' of command 'export' must be one of: safetensors, "
-                             "torchscript, got onnx (set at command line 'format=onnx')\n"),
+  EXPECT_NE(unknown.err.find(
+                "\nkiln: error: option 'format' of command 'export' must be one of: safetensors, "
+                "torchscript, got onnx (set at command line 'format=onnx')\n"),
             std::string::npos)
       << unknown.err;
   if (RunProcess({KILN_PYTHON_EXE, "-c", "import torch"}).exit_code != 0) {
@@ -99,7 +119,8 @@ TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
   }
   for (const char* dir : {"/ts", "/int8"}) {
     auto py = RunProcess({KILN_PYTHON_EXE, "-c",
-                          "import sys, torch; m = torch.jit.load(sys.argv[1]); print(tuple(m(torch.zeros(5, 1, 28, 28)).shape))",
+                          "import sys, torch; m = torch.jit.load(sys.argv[1]); "
+                          "print(tuple(m(torch.zeros(5, 1, 28, 28)).shape))",
                           dir_.path() + dir + "/model.pt"});
     EXPECT_EQ(py.exit_code, 0) << py.err;
     EXPECT_EQ(py.out, "(5, 10)\n") << dir;
@@ -123,10 +144,13 @@ TEST_F(TrainCliTest, PredictHonoursLimitPredictBatches) {
   std::vector<std::string> every = Lines("all");
   ASSERT_EQ(every.size(), 1u + 128u);  // the header, then the 128 test images (4 batches of 32)
   EXPECT_EQ(every[1].rfind("0,", 0), 0u) << every[1];  // IDX images are named by their number
-  for (const char* limit : {"trainer.limit_predict_batches=2", "trainer.limit_predict_batches=0.5"}) {
-    auto some = Kiln({"predict", "run_dir=" + run, limit, "hydra.run.dir=" + dir_.path() + "/some"});
+  for (const char* limit :
+       {"trainer.limit_predict_batches=2", "trainer.limit_predict_batches=0.5"}) {
+    auto some =
+        Kiln({"predict", "run_dir=" + run, limit, "hydra.run.dir=" + dir_.path() + "/some"});
     ASSERT_EQ(some.exit_code, 0) << some.err;
-    EXPECT_EQ(Lines("some"), std::vector<std::string>(every.begin(), every.begin() + 1 + 64)) << limit;
+    EXPECT_EQ(Lines("some"), std::vector<std::string>(every.begin(), every.begin() + 1 + 64))
+        << limit;
   }
 }
 
@@ -164,26 +188,34 @@ TEST_F(TrainCliTest, TrainsTestsAndWritesTheRunDirectory) {
   EXPECT_NE(testing::ReadFile(run + "/test_per_class_accuracy.csv")
                 .find("class,support,correct,accuracy\nT-shirt/top,43,"),
             std::string::npos);
-  auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  auto t = Kiln({"test", "ckpt_path=" + run + "/checkpoints/last.ckpt",
+                 "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(t.out), TestAccuracy(results)) << t.out;
-  auto e = Kiln({"export", "ckpt_path=" + run + "/checkpoints/last.ckpt", "hydra.run.dir=" + dir_.path() + "/export"});
+  auto e = Kiln({"export", "ckpt_path=" + run + "/checkpoints/last.ckpt",
+                 "hydra.run.dir=" + dir_.path() + "/export"});
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(e.out, dir_.path() + "/export/model.safetensors\n");
   std::string weights = testing::ReadFile(dir_.path() + "/export/model.safetensors");
   EXPECT_NE(weights.find("\"layers.0.weight\""), std::string::npos);  // PyTorch names in the header
-  EXPECT_NE(testing::ReadFile(dir_.path() + "/export/config.yaml").find("_target_: mlp"), std::string::npos);
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/export/config.yaml").find("_target_: mlp"),
+            std::string::npos);
   // Fine-tuning starts from exported weights: with no training at all, the test accuracy is the
   // exported model's.
-  auto init = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "trainer.max_epochs=0",
-                    "scheduler=null", "callbacks.model_checkpoint=null", "hydra.run.dir=" + dir_.path() + "/init"});
+  auto init = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors",
+                    "trainer.max_epochs=0", "scheduler=null", "callbacks.model_checkpoint=null",
+                    "hydra.run.dir=" + dir_.path() + "/init"});
   ASSERT_EQ(init.exit_code, 0) << init.err;
-  EXPECT_DOUBLE_EQ(TestAccuracy(testing::ReadFile(dir_.path() + "/init/test_metrics.yaml")), TestAccuracy(results));
-  auto wrong = Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "model=cnn", "trainer.max_epochs=0", "scheduler=null",
-                     "hydra.run.dir=" + dir_.path() + "/wrong"});
+  EXPECT_DOUBLE_EQ(TestAccuracy(testing::ReadFile(dir_.path() + "/init/test_metrics.yaml")),
+                   TestAccuracy(results));
+  auto wrong =
+      Kiln({"+model.init_from=" + dir_.path() + "/export/model.safetensors", "model=cnn",
+            "trainer.max_epochs=0", "scheduler=null", "hydra.run.dir=" + dir_.path() + "/wrong"});
   EXPECT_EQ(wrong.exit_code, 2);
-  EXPECT_NE(wrong.err.find("model.safetensors: checkpoint of another model: none of the model's names is in it"),
-            std::string::npos)
+  EXPECT_NE(
+      wrong.err.find(
+          "model.safetensors: checkpoint of another model: none of the model's names is in it"),
+      std::string::npos)
       << wrong.err;
 }
 
@@ -194,10 +226,12 @@ struct BadTrainInput {
 };
 void PrintTo(const BadTrainInput& b, std::ostream* os) { *os << b.name; }
 
-class TrainBadInputTest : public TrainCliTest, public ::testing::WithParamInterface<BadTrainInput> {};
+class TrainBadInputTest : public TrainCliTest,
+                          public ::testing::WithParamInterface<BadTrainInput> {};
 
 TEST_P(TrainBadInputTest, OneLineNonZeroExitNothingWritten) {
-  WriteIdx(dir_.path() + "/data/short-images.gz", {512, 28, 28}, std::vector<uint8_t>(512 * 784), true, 1000);
+  WriteIdx(dir_.path() + "/data/short-images.gz", {512, 28, 28}, std::vector<uint8_t>(512 * 784),
+           true, 1000);
   WriteIdx(dir_.path() + "/data/not-idx.gz", {4}, {1, 2, 3, 4});
   std::ofstream(dir_.path() + "/bad.ckpt") << "garbage";
   auto args = GetParam().args;
@@ -424,15 +458,22 @@ TEST_F(TrainCliTest, TuneNeedsAKnownSubcommandAndApplyBelongsToTune) {
 // of the pretraining's last three checkpoints tests like any checkpoint, and refuses averaging
 // checkpoints of different models.
 TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) {
-  auto pre = Kiln({"trainer.max_epochs=4", "test=false", "scheduler=null", "callbacks.model_checkpoint.save_top_k=-1"});
+  auto pre = Kiln({"trainer.max_epochs=4", "test=false", "scheduler=null",
+                   "callbacks.model_checkpoint.save_top_k=-1"});
   ASSERT_EQ(pre.exit_code, 0) << pre.err;
   std::string run = dir_.path() + "/run";
-  std::vector<std::string> tune = {"+model.init_from=" + run + "/checkpoints/last.ckpt", "task.num_classes=2",
-                                   "task.metrics.acc_top5=null", "+data.classes=[2,1]", "+data.samples_per_class=100",
-                                   "scheduler=null", "trainer.max_epochs=5", "optimizer.lr=0.01",
-                                   "hydra.run.dir=" + dir_.path() + "/tune",
-                                   "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],"
-                                   "unfreeze_at_epoch:1}"};
+  std::vector<std::string> tune = {
+      "+model.init_from=" + run + "/checkpoints/last.ckpt",
+      "task.num_classes=2",
+      "task.metrics.acc_top5=null",
+      "+data.classes=[2,1]",
+      "+data.samples_per_class=100",
+      "scheduler=null",
+      "trainer.max_epochs=5",
+      "optimizer.lr=0.01",
+      "hydra.run.dir=" + dir_.path() + "/tune",
+      "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],"
+      "unfreeze_at_epoch:1}"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = tune;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -440,39 +481,56 @@ TEST_F(TrainCliTest, FineTunesANewHeadOnACheckpointsBodyAndAveragesCheckpoints) 
   };
   auto mismatch = with({});
   EXPECT_EQ(mismatch.exit_code, 2);
-  EXPECT_NE(mismatch.err.find("/last.ckpt: 'head.weight' is [10, 256] there and [2, 256] in the model; to keep the "
-                              "model's, list it in model.init_ignore (e.g. model.init_ignore=[head.*])"),
-            std::string::npos)
+  EXPECT_NE(
+      mismatch.err.find(
+          "/last.ckpt: 'head.weight' is [10, 256] there and [2, 256] in the model; to keep the "
+          "model's, list it in model.init_ignore (e.g. model.init_ignore=[head.*])"),
+      std::string::npos)
       << mismatch.err;
   auto typo = with({"+model.init_ignore=[haed.*]"});
   EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_NE(typo.err.find("model.init_ignore: 'haed.*' matches no name in the model or in"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("model.init_ignore: 'haed.*' matches no name in the model or in"),
+            std::string::npos)
+      << typo.err;
   auto everything = with({"+model.init_ignore=[head.*]", "+model.freeze=[*]"});
   EXPECT_EQ(everything.exit_code, 2);
-  EXPECT_NE(everything.err.find("model.freeze: [*] freezes every parameter of the model; nothing would train"),
+  EXPECT_NE(everything.err.find(
+                "model.freeze: [*] freezes every parameter of the model; nothing would train"),
             std::string::npos)
       << everything.err;
   auto tuned = with({"+model.init_ignore=[head.*]"});
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
-  EXPECT_NE(tuned.err.find("4 loaded, 2 ignored, 0 missing, 0 mismatched, 0 unused"), std::string::npos) << tuned.err;
-  EXPECT_NE(tuned.err.find("backbone_finetuning: unfreezing 4 parameters at epoch 1"), std::string::npos) << tuned.err;
-  EXPECT_GE(TestAccuracy(testing::ReadFile(dir_.path() + "/tune/test_metrics.yaml")), 0);  // tested on the 2 classes
+  EXPECT_NE(tuned.err.find("4 loaded, 2 ignored, 0 missing, 0 mismatched, 0 unused"),
+            std::string::npos)
+      << tuned.err;
+  EXPECT_NE(tuned.err.find("backbone_finetuning: unfreezing 4 parameters at epoch 1"),
+            std::string::npos)
+      << tuned.err;
+  EXPECT_GE(TestAccuracy(testing::ReadFile(dir_.path() + "/tune/test_metrics.yaml")),
+            0);  // tested on the 2 classes
   EXPECT_NE(
       testing::ReadFile(dir_.path() + "/tune/test_per_class_accuracy.csv").find("\nPullover,"),
       std::string::npos);
 
-  auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run, "hydra.run.dir=" + dir_.path() + "/avg"});
+  auto average = RunProcess({KILN_BINARY, "average", "last_n=3", "run_dir=" + run,
+                             "hydra.run.dir=" + dir_.path() + "/avg"});
   ASSERT_EQ(average.exit_code, 0) << average.err;
-  EXPECT_EQ(average.out, run + "/checkpoints/averaged.ckpt\n");  // in the run, beside its checkpoints
-  auto tested = Kiln({"test", "ckpt_path=" + run + "/checkpoints/averaged.ckpt", "hydra.run.dir=" + dir_.path() + "/eval"});
+  EXPECT_EQ(average.out,
+            run + "/checkpoints/averaged.ckpt\n");  // in the run, beside its checkpoints
+  auto tested = Kiln({"test", "ckpt_path=" + run + "/checkpoints/averaged.ckpt",
+                      "hydra.run.dir=" + dir_.path() + "/eval"});
   ASSERT_EQ(tested.exit_code, 0) << tested.err;
-  EXPECT_NE(tested.err.find("the job config is " + run + "/.hydra/config.yaml"), std::string::npos) << tested.err;
+  EXPECT_NE(tested.err.find("the job config is " + run + "/.hydra/config.yaml"), std::string::npos)
+      << tested.err;
   EXPECT_GE(TestAccuracy(tested.out), 0) << tested.out;
-  auto different = RunProcess({KILN_BINARY, "average",
-                               "ckpt=[" + run + "/checkpoints/last.ckpt," + dir_.path() + "/tune/checkpoints/last.ckpt]",
-                               "hydra.run.dir=" + dir_.path() + "/avg2"});
+  auto different = RunProcess(
+      {KILN_BINARY, "average",
+       "ckpt=[" + run + "/checkpoints/last.ckpt," + dir_.path() + "/tune/checkpoints/last.ckpt]",
+       "hydra.run.dir=" + dir_.path() + "/avg2"});
   EXPECT_EQ(different.exit_code, 2);
-  EXPECT_NE(different.err.find("hold different models: 'head.bias' is [10] and [2]"), std::string::npos) << different.err;
+  EXPECT_NE(different.err.find("hold different models: 'head.bias' is [10] and [2]"),
+            std::string::npos)
+      << different.err;
 }
 
 // Optimizer parameter groups and layer-wise lr decay from the command line: metrics.csv has the
@@ -529,7 +587,9 @@ TEST_F(TrainCliTest, CheckpointOfAnotherModelIsRefused) {
   auto t = Kiln({"test", "model=cnn", "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt",
                  "hydra.run.dir=" + dir_.path() + "/eval"});
   EXPECT_EQ(t.exit_code, 2);
-  EXPECT_NE(t.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"),
+            std::string::npos)
+      << t.err;
 }
 
 // A checkpoint knows its config: test, validate, predict and export start from the config of the
@@ -544,7 +604,8 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
     return RunProcess(args);
   };
   // The way it worked before: every training override repeated.
-  auto repeated = Kiln({"test", "ckpt_path=" + ckpt, "model.hidden=[24]", "hydra.run.dir=" + dir_.path() + "/t0"});
+  auto repeated = Kiln(
+      {"test", "ckpt_path=" + ckpt, "model.hidden=[24]", "hydra.run.dir=" + dir_.path() + "/t0"});
   ASSERT_EQ(repeated.exit_code, 0) << repeated.err;
   ASSERT_GT(TestAccuracy(repeated.out), 0) << repeated.out;
   // Now the checkpoint alone (the defaults would build a cnn on /usr/share/datasets).
@@ -562,7 +623,9 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
   std::string exported = testing::ReadFile(dir_.path() + "/export/config.yaml");
   EXPECT_NE(exported.find("_target_: mlp"), std::string::npos) << exported;
   EXPECT_NE(exported.find("root: " + dir_.path() + "/data"), std::string::npos) << exported;
-  EXPECT_NE(testing::ReadFile(dir_.path() + "/export/model.safetensors").find("\"layers.0.weight\""), std::string::npos);
+  EXPECT_NE(
+      testing::ReadFile(dir_.path() + "/export/model.safetensors").find("\"layers.0.weight\""),
+      std::string::npos);
   // --cfg job shows the config the command will run: the run's, the command line on top.
   auto shown = only({"test", "ckpt_path=" + ckpt, "trainer.limit_test_batches=2", "--cfg", "job"});
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
@@ -570,8 +633,9 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
   EXPECT_NE(shown.out.find("limit_test_batches: 2"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("- 24"), std::string::npos) << shown.out;
   // An override on top: test on the 512 training images instead of the 128 test images.
-  auto other = only({"test", "ckpt_path=" + ckpt, "data.test_images=train-images-idx3-ubyte.gz",
-                     "data.test_labels=train-labels-idx1-ubyte.gz", "hydra.run.dir=" + dir_.path() + "/t3"});
+  auto other =
+      only({"test", "ckpt_path=" + ckpt, "data.test_images=train-images-idx3-ubyte.gz",
+            "data.test_labels=train-labels-idx1-ubyte.gz", "hydra.run.dir=" + dir_.path() + "/t3"});
   ASSERT_EQ(other.exit_code, 0) << other.err;
   std::string matrix = testing::ReadFile(dir_.path() + "/t3/test_confusion_matrix.csv");
   int64_t total = 0;
@@ -583,10 +647,12 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
   EXPECT_EQ(total, 512) << matrix;
   // stored_config=false starts from the defaults, as before: the checkpoint's model is not the
   // default one.
-  auto defaults = only({"test", "ckpt_path=" + ckpt, "stored_config=false", "data.root=" + dir_.path() + "/data",
-                        "hydra.run.dir=" + dir_.path() + "/t4"});
+  auto defaults =
+      only({"test", "ckpt_path=" + ckpt, "stored_config=false",
+            "data.root=" + dir_.path() + "/data", "hydra.run.dir=" + dir_.path() + "/t4"});
   EXPECT_EQ(defaults.exit_code, 2);
-  EXPECT_NE(defaults.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
+  EXPECT_NE(defaults.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"),
+            std::string::npos)
       << defaults.err;
   // A checkpoint outside any run directory works as before: the command line says everything.
   std::filesystem::copy_file(ckpt, dir_.path() + "/moved.ckpt");
@@ -594,10 +660,11 @@ TEST_F(TrainCliTest, CommandsStartFromTheConfigOfTheRunThatTrainedTheCheckpoint)
                      "hydra.run.dir=" + dir_.path() + "/t5"});
   ASSERT_EQ(moved.exit_code, 0) << moved.err;
   EXPECT_DOUBLE_EQ(TestAccuracy(moved.out), TestAccuracy(repeated.out)) << moved.out;
-  auto alone = only({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt", "data.root=" + dir_.path() + "/data",
-                     "hydra.run.dir=" + dir_.path() + "/t6"});
+  auto alone = only({"test", "ckpt_path=" + dir_.path() + "/moved.ckpt",
+                     "data.root=" + dir_.path() + "/data", "hydra.run.dir=" + dir_.path() + "/t6"});
   EXPECT_EQ(alone.exit_code, 2);
-  EXPECT_NE(alone.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"), std::string::npos)
+  EXPECT_NE(alone.err.find("checkpoint of model 'mlp', but the config builds model 'cnn'"),
+            std::string::npos)
       << alone.err;
 }
 
@@ -617,8 +684,10 @@ TEST_F(TrainCliTest, TestingARunsBestCheckpointGivesTheFitsTestMetrics) {
   std::string best = testing::ReadFile(dir_.path() + "/moved/checkpoints/best_model_path.txt");
   std::string name = best.substr(best.find_last_of('/') + 1);
   name.erase(name.find_last_not_of("\n") + 1);
-  EXPECT_NE(t.err.find("ckpt_path=best: " + dir_.path() + "/moved's best checkpoint, " + dir_.path() + "/moved/checkpoints/" + name),
-            std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("ckpt_path=best: " + dir_.path() + "/moved's best checkpoint, " +
+                       dir_.path() + "/moved/checkpoints/" + name),
+            std::string::npos)
+      << t.err;
 }
 
 TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
@@ -635,12 +704,17 @@ TEST_F(TrainCliTest, AMissingOrBrokenRunOrCheckpointIsOneLine) {
     std::string mention;
   };
   for (const Case& c : std::vector<Case>{
-           {{"test", "run_dir=" + dir_.path() + "/notarun"}, "run_dir=" + dir_.path() + "/notarun: not a kiln run directory"},
+           {{"test", "run_dir=" + dir_.path() + "/notarun"},
+            "run_dir=" + dir_.path() + "/notarun: not a kiln run directory"},
            {{"test", "run_dir=" + dir_.path() + "/nowhere"}, "not a kiln run directory"},
-           {{"export", "ckpt_path=" + dir_.path() + "/badrun/checkpoints/last.ckpt"}, dir_.path() + "/badrun/.hydra/config.yaml"},
-           {{"export", "ckpt_path=" + run + "/checkpoints/none.ckpt"}, "none.ckpt: no such checkpoint"},
-           {{"test", "ckpt_path=" + run + "/checkpoints/broken.ckpt"}, "broken.ckpt: not a readable kiln checkpoint"},
-           {{"test", "run_dir=" + dir_.path() + "/nobest", "ckpt_path=best"}, "/nobest recorded no best checkpoint"},
+           {{"export", "ckpt_path=" + dir_.path() + "/badrun/checkpoints/last.ckpt"},
+            dir_.path() + "/badrun/.hydra/config.yaml"},
+           {{"export", "ckpt_path=" + run + "/checkpoints/none.ckpt"},
+            "none.ckpt: no such checkpoint"},
+           {{"test", "ckpt_path=" + run + "/checkpoints/broken.ckpt"},
+            "broken.ckpt: not a readable kiln checkpoint"},
+           {{"test", "run_dir=" + dir_.path() + "/nobest", "ckpt_path=best"},
+            "/nobest recorded no best checkpoint"},
            {{"test", "ckpt_path=" + run + "/checkpoints/last.ckpt", "experiment=fashion_mnist"},
             "'experiment=fashion_mnist' changes the whole config"},
        }) {
@@ -674,8 +748,8 @@ TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
   };
   EXPECT_EQ(error_line(fit.err), "kiln: error: " + refused + "\n") << fit.err;
   for (const char* command : {"test", "validate"}) {
-    auto e = Kiln({command, "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt", "trainer.accelerator=cuda",
-                   "hydra.run.dir=" + dir_.path() + "/eval"});
+    auto e = Kiln({command, "ckpt_path=" + dir_.path() + "/run/checkpoints/last.ckpt",
+                   "trainer.accelerator=cuda", "hydra.run.dir=" + dir_.path() + "/eval"});
     EXPECT_EQ(e.exit_code, 2) << command;
     EXPECT_EQ(error_line(e.err), "kiln: error: " + refused + "\n") << command << ": " << e.err;
   }
@@ -685,9 +759,13 @@ TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
 // host memory, said in one warning (they once went to the GPU anyway where there was one, and
 // each batch came back to the CPU).
 TEST_F(TrainCliTest, DataOnDeviceFollowsTheTrainersDevice) {
-  auto r = Kiln({"trainer.max_epochs=1", "test=false", "trainer.accelerator=cpu", "data.on_device=true"});
+  auto r = Kiln(
+      {"trainer.max_epochs=1", "test=false", "trainer.accelerator=cpu", "data.on_device=true"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("data.on_device=true: this process runs on the CPU, so the data stay in host memory"), std::string::npos)
+  EXPECT_NE(
+      r.err.find(
+          "data.on_device=true: this process runs on the CPU, so the data stay in host memory"),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("training on cpu"), std::string::npos) << r.err;
 }
@@ -703,8 +781,9 @@ TEST_F(TrainCliTest, AKilnWithoutItsLibrariesNamesTheMissingOne) {
   argv[0] = copy;
   auto r = RunProcess(argv);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("kiln: error: " + dir_.path() +
-                       "/copy/bin/../lib/libkiln_engine.so is missing: this kiln was built with LibTorch"),
+  EXPECT_NE(r.err.find(
+                "kiln: error: " + dir_.path() +
+                "/copy/bin/../lib/libkiln_engine.so is missing: this kiln was built with LibTorch"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -745,8 +824,9 @@ TEST_F(TrainCliTest, SigtermExitsWith143AndLeavesAResumableCheckpoint) {
 TEST_F(TrainCliTest, Kill9DuringCheckpointWritesNeverBreaksTheLastCheckpoint) {
   // A checkpoint every optimizer step, killed at varying moments: last.ckpt is always whole.
   for (int attempt = 0; attempt < 4; ++attempt) {
-    pid_t pid = Spawn(Args({"trainer.max_epochs=50", "+callbacks.model_checkpoint.every_n_train_steps=1",
-                            "callbacks.model_checkpoint.save_top_k=0"}));
+    pid_t pid =
+        Spawn(Args({"trainer.max_epochs=50", "+callbacks.model_checkpoint.every_n_train_steps=1",
+                    "callbacks.model_checkpoint.save_top_k=0"}));
     std::this_thread::sleep_for(std::chrono::milliseconds(1500 + 137 * attempt));
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -762,21 +842,28 @@ void WriteBmp(const std::string& path, int w, int h, uint8_t v) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   int row = (3 * w + 3) / 4 * 4;
   uint32_t size = 54 + static_cast<uint32_t>(row * h);
-  auto u32 = [](uint32_t x) { return std::string{char(x), char(x >> 8), char(x >> 16), char(x >> 24)}; };
-  std::string bytes = "BM" + u32(size) + u32(0) + u32(54) + u32(40) + u32(static_cast<uint32_t>(w)) +
-                      u32(static_cast<uint32_t>(h)) + std::string{1, 0, 24, 0} + u32(0) + u32(static_cast<uint32_t>(row * h)) +
+  auto u32 = [](uint32_t x) {
+    return std::string{char(x), char(x >> 8), char(x >> 16), char(x >> 24)};
+  };
+  std::string bytes = "BM" + u32(size) + u32(0) + u32(54) + u32(40) +
+                      u32(static_cast<uint32_t>(w)) + u32(static_cast<uint32_t>(h)) +
+                      std::string{1, 0, 24, 0} + u32(0) + u32(static_cast<uint32_t>(row * h)) +
                       u32(2835) + u32(2835) + u32(0) + u32(0);
-  for (int y = 0; y < h; ++y) bytes += std::string(static_cast<size_t>(3 * w), static_cast<char>(v)) + std::string(static_cast<size_t>(row - 3 * w), 0);
+  for (int y = 0; y < h; ++y)
+    bytes += std::string(static_cast<size_t>(3 * w), static_cast<char>(v)) +
+             std::string(static_cast<size_t>(row - 3 * w), 0);
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
 // Class folders dark/, light/, mid/ of 12x12 gray images: the class is a brightness band.
 void WriteImageFolder(const std::string& root, int per_class) {
   std::mt19937 rng(5);
-  const std::vector<std::pair<std::string, int>> classes = {{"dark", 20}, {"light", 200}, {"mid", 110}};
+  const std::vector<std::pair<std::string, int>> classes = {
+      {"dark", 20}, {"light", 200}, {"mid", 110}};
   for (const auto& [name, base] : classes) {
     for (int i = 0; i < per_class; ++i) {
-      WriteBmp(root + "/" + name + "/img" + std::to_string(i) + ".bmp", 12, 12, static_cast<uint8_t>(base + rng() % 30));
+      WriteBmp(root + "/" + name + "/img" + std::to_string(i) + ".bmp", 12, 12,
+               static_cast<uint8_t>(base + rng() % 30));
     }
   }
 }
@@ -788,9 +875,13 @@ class ImageFolderCliTest : public TrainCliTest {
     WriteImageFolder(dir_.path() + "/images/test", 10);
   }
   testing::ProcessResult KilnImages(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"data=image_folder", "data.root=" + dir_.path() + "/images/train",
-                                     "data.test_root=" + dir_.path() + "/images/test", "data.size=28",
-                                     "data.grayscale=true", "data.transforms=null", "data.batch_size=16",
+    std::vector<std::string> args = {"data=image_folder",
+                                     "data.root=" + dir_.path() + "/images/train",
+                                     "data.test_root=" + dir_.path() + "/images/test",
+                                     "data.size=28",
+                                     "data.grayscale=true",
+                                     "data.transforms=null",
+                                     "data.batch_size=16",
                                      "task.num_classes=3"};
     args.insert(args.end(), extra.begin(), extra.end());
     return Kiln(args);
@@ -809,7 +900,8 @@ TEST_F(ImageFolderCliTest, TrainsTestsWithNamedClassesAndPredicts) {
   EXPECT_NE(r.err.find("test accuracy per class: dark "), std::string::npos) << r.err;
 
   // predict over the test folder: a row per image with its folder's class for nearly all.
-  auto p = KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt", "data.root=" + dir_.path() + "/images/test",
+  auto p = KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt",
+                       "data.root=" + dir_.path() + "/images/test",
                        "hydra.run.dir=" + dir_.path() + "/predict"});
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_EQ(p.out, dir_.path() + "/predict/predictions.csv\n");
@@ -834,8 +926,10 @@ TEST_F(ImageFolderCliTest, TrainsTestsWithNamedClassesAndPredicts) {
   EXPECT_GE(right, 27);
 
   // The same predictions through the jsonl writer: one object per image, the same rows as the CSV.
-  auto j = KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt", "data.root=" + dir_.path() + "/images/test",
-                       "hydra.run.dir=" + dir_.path() + "/predict_jsonl", "+prediction_writer=jsonl"});
+  auto j =
+      KilnImages({"predict", "ckpt_path=" + run + "/checkpoints/last.ckpt",
+                  "data.root=" + dir_.path() + "/images/test",
+                  "hydra.run.dir=" + dir_.path() + "/predict_jsonl", "+prediction_writer=jsonl"});
   ASSERT_EQ(j.exit_code, 0) << j.err;
   EXPECT_EQ(j.out, dir_.path() + "/predict_jsonl/predictions.jsonl\n");
   std::ifstream jsonl(dir_.path() + "/predict_jsonl/predictions.jsonl");
@@ -848,8 +942,8 @@ TEST_F(ImageFolderCliTest, TrainsTestsWithNamedClassesAndPredicts) {
     std::stringstream row(line);
     for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
     ASSERT_EQ(cells.size(), 4u) << line;
-    EXPECT_EQ(json, "{\"path\":\"" + cells[0] + "\",\"class_index\":" + cells[1] + ",\"class\":\"" + cells[2] +
-                        "\",\"probability\":" + json.substr(json.rfind(':') + 1))
+    EXPECT_EQ(json, "{\"path\":\"" + cells[0] + "\",\"class_index\":" + cells[1] + ",\"class\":\"" +
+                        cells[2] + "\",\"probability\":" + json.substr(json.rfind(':') + 1))
         << json;
     EXPECT_NEAR(std::stod(json.substr(json.rfind(':') + 1)), std::stod(cells[3]), 1e-6) << json;
   }
@@ -874,7 +968,8 @@ TEST_F(ImageFolderCliTest, CorruptImageEndsPredictWithOneLineNamingTheFile) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string broken = dir_.path() + "/images/test/mid/broken.bmp";
   std::ofstream(broken) << "BM this is not a bitmap";
-  auto p = KilnImages({"predict", "run_dir=" + dir_.path() + "/run", "data.root=" + dir_.path() + "/images/test",
+  auto p = KilnImages({"predict", "run_dir=" + dir_.path() + "/run",
+                       "data.root=" + dir_.path() + "/images/test",
                        "hydra.run.dir=" + dir_.path() + "/predict"});
   EXPECT_EQ(p.exit_code, 2) << p.err;
   std::string last_line = p.err.substr(p.err.rfind("kiln: error: "));
@@ -886,7 +981,8 @@ TEST_F(ImageFolderCliTest, CorruptImageEndsPredictWithOneLineNamingTheFile) {
 TEST_F(ImageFolderCliTest, PredictNeedsACheckpoint) {
   auto r = KilnImages({"predict"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("kiln predict needs a checkpoint: ckpt_path=PATH"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kiln predict needs a checkpoint: ckpt_path=PATH"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace

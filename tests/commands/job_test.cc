@@ -1,6 +1,6 @@
 // kiln::Job, the library's "config in, trained model out": the same overrides through Job::Compose
-// and through `kiln train` give bitwise-equal weights; Test() writes test_metrics.yaml; bad input is
-// a status with kiln's message, never a crash.
+// and through `kiln train` give bitwise-equal weights; Test() writes test_metrics.yaml; bad input
+// is a status with kiln's message, never a crash.
 #include "lib/commands/job.h"
 
 #include <gtest/gtest.h>
@@ -22,9 +22,15 @@ using testing::TempDir;
 const char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
 
 std::vector<std::string> SmallRun(const std::string& dir) {
-  return {"model=mlp",          "model.hidden=[16]",           "trainer.max_steps=30",
-          "trainer.num_threads=1", "trainer.limit_val_batches=2", "trainer.num_sanity_val_steps=0",
-          "test=false",         "seed=3",                      "hydra.run.dir=" + dir};
+  return {"model=mlp",
+          "model.hidden=[16]",
+          "trainer.max_steps=30",
+          "trainer.num_threads=1",
+          "trainer.limit_val_batches=2",
+          "trainer.num_sanity_val_steps=0",
+          "test=false",
+          "seed=3",
+          "hydra.run.dir=" + dir};
 }
 
 // The weights of a run's last.ckpt, loaded through a Job built for evaluation.
@@ -42,7 +48,8 @@ std::vector<torch::Tensor> Weights(const std::string& run_dir) {
 
 TEST(Job, ComposeFitAndTestMatchKilnTrainBitwise) {
   if (!FileExists(std::string(kFashionMnist) + "/t10k-labels-idx1-ubyte.gz")) {
-    GTEST_SKIP() << kFashionMnist << " is not there (scripts/install_deps.sh fetches Fashion-MNIST)";
+    GTEST_SKIP() << kFashionMnist
+                 << " is not there (scripts/install_deps.sh fetches Fashion-MNIST)";
   }
   TempDir dir;
   auto job = Job::Compose({SmallRun(dir.path() + "/library")});
@@ -70,15 +77,19 @@ TEST(Job, BadInputIsAStatusWithKilnsMessage) {
   auto typo = Job::Compose({{"trainer.max_stepz=3", "hydra.run.dir=" + dir.path() + "/typo"}});
   ASSERT_FALSE(typo.ok());
   EXPECT_TRUE(absl::StrContains(typo.status().message(), "max_stepz")) << typo.status();
-  EXPECT_TRUE(absl::StrContains(typo.status().message(), "max_steps")) << typo.status();  // did you mean
-  EXPECT_FALSE(FileExists(dir.path() + "/typo")) << "nothing is written for a config that does not compose";
+  EXPECT_TRUE(absl::StrContains(typo.status().message(), "max_steps"))
+      << typo.status();  // did you mean
+  EXPECT_FALSE(FileExists(dir.path() + "/typo"))
+      << "nothing is written for a config that does not compose";
 
-  auto missing = Job::Compose({{"model=mlp", "hydra.run.dir=" + dir.path() + "/eval"}}, Job::Purpose::kEvaluate);
+  auto missing = Job::Compose({{"model=mlp", "hydra.run.dir=" + dir.path() + "/eval"}},
+                              Job::Purpose::kEvaluate);
   ASSERT_TRUE(missing.ok()) << missing.status();
   auto fit = (*missing)->Fit();
   EXPECT_EQ(fit.code(), absl::StatusCode::kFailedPrecondition) << fit;
   auto none = (*missing)->LoadCheckpoint("");
-  EXPECT_TRUE(absl::StrContains(none.status().message(), "needs a checkpoint: ckpt_path=PATH")) << none.status();
+  EXPECT_TRUE(absl::StrContains(none.status().message(), "needs a checkpoint: ckpt_path=PATH"))
+      << none.status();
   auto absent = (*missing)->LoadCheckpoint(dir.path() + "/no.ckpt");
   EXPECT_FALSE(absent.ok());
   EXPECT_TRUE(absl::StrContains(absent.status().message(), "no.ckpt")) << absent.status();

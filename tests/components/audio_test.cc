@@ -350,7 +350,8 @@ TEST(AudioManifest, SortaGradWithoutBucketingSortsOnlyTheFirstEpochs) {
     return InstantiateOk<data::DataModule>(
         "_target_: audio_manifest\ntrain: " + dir.path() +
             "/train.jsonl\nval_fraction: 0.0\nbatch_size: 4\nbucket_by_length: false\n"
-            "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: 20}\n" + extra,
+            "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: 20}\n" +
+            extra,
         "data");
   };
   auto dm = make("sortagrad_epochs: 2\n");

@@ -157,8 +157,7 @@ TEST(ConvBiLstm, BadOptionsAreNamed) {
   auto bad = kiln::testing::Instantiate<Model>(
       "_target_: conv_bilstm\nfeatures: 20\ntime_strides: [2, 0]\nnum_classes: 6\n", "model");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("model.time_strides"), std::string::npos)
-      << bad.status();
+  EXPECT_NE(bad.status().message().find("model.time_strides"), std::string::npos) << bad.status();
 }
 
 }  // namespace ctc_test

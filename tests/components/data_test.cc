@@ -13,10 +13,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tests/components/instantiate.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/registry/registry.h"
+#include "tests/components/instantiate.h"
 #include "tests/support/process.h"
 
 namespace kiln::data {
@@ -26,7 +26,9 @@ absl::StatusOr<std::shared_ptr<DataModule>> Build(const std::string& yaml) {
   return testing::Instantiate<DataModule>(yaml, "data");
 }
 
-std::shared_ptr<DataModule> BuildOk(const std::string& yaml) { return testing::InstantiateOk<DataModule>(yaml, "data"); }
+std::shared_ptr<DataModule> BuildOk(const std::string& yaml) {
+  return testing::InstantiateOk<DataModule>(yaml, "data");
+}
 
 Example GetOk(const Dataset& ds, int64_t i) {
   SampleRng rng(0, 0, i);
@@ -39,7 +41,8 @@ Example GetOk(const Dataset& ds, int64_t i) {
 cv::Mat Pattern(int seed) {
   cv::Mat m(4, 5, CV_8UC3);
   for (int y = 0; y < 4; ++y) {
-    for (int x = 0; x < 5; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(10 * y + x, 100 + seed, 200 + seed);
+    for (int x = 0; x < 5; ++x)
+      m.at<cv::Vec3b>(y, x) = cv::Vec3b(10 * y + x, 100 + seed, 200 + seed);
   }
   return m;
 }
@@ -51,7 +54,8 @@ void WriteImage(const std::string& path, const cv::Mat& image) {
   std::vector<int> params;
   if (ext == ".webp") params = {cv::IMWRITE_WEBP_QUALITY, 101};  // above 100: lossless
   ASSERT_TRUE(cv::imencode(ext, image, bytes, params)) << path;
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 class ImageFolderTest : public ::testing::Test {
@@ -82,7 +86,8 @@ TEST_F(ImageFolderTest, ClassesAreSortedFoldersAndPixelsAreRgb) {
   ASSERT_TRUE(dm->Setup(Stage::kPredict).ok());
   auto ds = dm->predict_dataset();
   ASSERT_EQ(ds->size(), 6);  // notes.txt is not an image
-  std::vector<std::string> expected = {"ant/e.png", "ant/f.jpg", "cat/c.PNG", "cat/d.webp", "dog/a.png", "dog/nested/b.bmp"};
+  std::vector<std::string> expected = {"ant/e.png",  "ant/f.jpg", "cat/c.PNG",
+                                       "cat/d.webp", "dog/a.png", "dog/nested/b.bmp"};
   std::vector<int64_t> labels = {0, 0, 1, 1, 2, 2};
   std::vector<int> seeds = {5, 6, 3, 4, 1, 2};
   for (int64_t i = 0; i < 6; ++i) {
@@ -93,14 +98,16 @@ TEST_F(ImageFolderTest, ClassesAreSortedFoldersAndPixelsAreRgb) {
     if (expected[static_cast<size_t>(i)].find(".jpg") != std::string::npos) continue;  // lossy
     // Channel 0 is red: the BGR Mat's third value, scaled to [0, 1].
     int seed = seeds[static_cast<size_t>(i)];
-    EXPECT_FLOAT_EQ(e.input[0][2][3].item<float>(), (200.0f + seed) / 255.0f) << expected[static_cast<size_t>(i)];
+    EXPECT_FLOAT_EQ(e.input[0][2][3].item<float>(), (200.0f + seed) / 255.0f)
+        << expected[static_cast<size_t>(i)];
     EXPECT_FLOAT_EQ(e.input[1][2][3].item<float>(), (100.0f + seed) / 255.0f);
     EXPECT_FLOAT_EQ(e.input[2][2][3].item<float>(), 23.0f / 255.0f);
   }
 }
 
 TEST_F(ImageFolderTest, ResizeGrayscaleAndTransforms) {
-  auto dm = BuildOk(Yaml("size: [8, 10]\ngrayscale: true\ntransforms:\n  eval: [{_target_: to_tensor}]\n"));
+  auto dm = BuildOk(
+      Yaml("size: [8, 10]\ngrayscale: true\ntransforms:\n  eval: [{_target_: to_tensor}]\n"));
   ASSERT_TRUE(dm->PrepareData().ok());
   ASSERT_TRUE(dm->Setup(Stage::kPredict).ok());
   Example e = GetOk(*dm->predict_dataset(), 0);
@@ -115,13 +122,15 @@ TEST_F(ImageFolderTest, ResizeGrayscaleAndTransforms) {
 
 TEST_F(ImageFolderTest, SplitIsSeededDisjointAndComplete) {
   auto sources = [&](int seed) {
-    auto dm = BuildOk("_target_: image_folder\nroot: " + root_ + "\nval_fraction: 0.5\nsplit_seed: " +
-                      std::to_string(seed) + "\n");
+    auto dm = BuildOk("_target_: image_folder\nroot: " + root_ +
+                      "\nval_fraction: 0.5\nsplit_seed: " + std::to_string(seed) + "\n");
     EXPECT_TRUE(dm->PrepareData().ok());
     EXPECT_TRUE(dm->Setup(Stage::kFit).ok());
     std::vector<std::string> train, val;
-    for (int64_t i = 0; i < dm->train_dataset()->size(); ++i) train.push_back(dm->train_dataset()->Source(i));
-    for (int64_t i = 0; i < dm->val_dataset()->size(); ++i) val.push_back(dm->val_dataset()->Source(i));
+    for (int64_t i = 0; i < dm->train_dataset()->size(); ++i)
+      train.push_back(dm->train_dataset()->Source(i));
+    for (int64_t i = 0; i < dm->val_dataset()->size(); ++i)
+      val.push_back(dm->val_dataset()->Source(i));
     return std::make_pair(train, val);
   };
   auto [train, val] = sources(1);
@@ -160,7 +169,9 @@ TEST_F(ImageFolderTest, CorruptImageErrorNamesTheFile) {
   auto e = ds->Get(2, rng);
   ASSERT_FALSE(e.ok());
   // libpng's own words after the file's name (kiln decodes PNGs with libpng, image_ops.cc).
-  EXPECT_EQ(e.status().message().substr(0, root_.size() + 36), root_ + "/cat/broken.png: cannot decode PNG: ") << e.status();
+  EXPECT_EQ(e.status().message().substr(0, root_.size() + 36),
+            root_ + "/cat/broken.png: cannot decode PNG: ")
+      << e.status();
 }
 
 TEST_F(ImageFolderTest, BadLayoutsAreNamed) {
@@ -199,11 +210,13 @@ class CifarTest : public ::testing::Test {
 
 TEST_F(CifarTest, Cifar10RecordsBecomeChwImagesAndLabels) {
   for (int b = 1; b <= 5; ++b) {
-    Write("data_batch_" + std::to_string(b) + ".bin", CifarRecord({uint8_t(b)}, uint8_t(b)) + CifarRecord({9}, 7));
+    Write("data_batch_" + std::to_string(b) + ".bin",
+          CifarRecord({uint8_t(b)}, uint8_t(b)) + CifarRecord({9}, 7));
   }
   Write("test_batch.bin", CifarRecord({3}, 11) + CifarRecord({4}, 12) + CifarRecord({5}, 13));
   std::string names;
-  for (auto n : {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}) {
+  for (auto n :
+       {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}) {
     names += std::string(n) + "\n";
   }
   Write("batches.meta.txt", names + "\n");
@@ -232,22 +245,27 @@ TEST_F(CifarTest, Cifar100FineAndCoarseLabels) {
     auto dm = BuildOk(Yaml("variant: cifar100\nlabel: " + label + "\nval_fraction: 0\n"));
     ASSERT_TRUE(dm->Setup(Stage::kFit).ok());
     std::set<int64_t> labels;
-    for (int64_t i = 0; i < 2; ++i) labels.insert(GetOk(*dm->train_dataset(), i).target.item<int64_t>());
+    for (int64_t i = 0; i < 2; ++i)
+      labels.insert(GetOk(*dm->train_dataset(), i).target.item<int64_t>());
     EXPECT_EQ(labels.count(expected), 1u) << label;
   }
 }
 
 TEST_F(CifarTest, TruncatedOrWrongFilesAreNamed) {
-  for (int b = 1; b <= 5; ++b) Write("data_batch_" + std::to_string(b) + ".bin", CifarRecord({1}, 0));
+  for (int b = 1; b <= 5; ++b)
+    Write("data_batch_" + std::to_string(b) + ".bin", CifarRecord({1}, 0));
   Write("data_batch_3.bin", CifarRecord({1}, 0).substr(0, 3000));
   auto dm = BuildOk(Yaml());
   auto st = dm->Setup(Stage::kFit);
-  EXPECT_EQ(st.message(), dir_.path() + "/data_batch_3.bin: truncated or not a CIFAR file: 3000 bytes is not a whole "
-                                        "number of 3073-byte records");
+  EXPECT_EQ(st.message(),
+            dir_.path() +
+                "/data_batch_3.bin: truncated or not a CIFAR file: 3000 bytes is not a whole "
+                "number of 3073-byte records");
   Write("data_batch_3.bin", CifarRecord({12}, 0));
   st = dm->Setup(Stage::kFit);
-  EXPECT_NE(st.message().find("data_batch_3.bin: record 0 has label 12, but 10 classes are expected"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("data_batch_3.bin: record 0 has label 12, but 10 classes are expected"),
+      std::string::npos)
       << st;
   st = dm->Setup(Stage::kTest);
   EXPECT_EQ(st.message(), dir_.path() + "/test_batch.bin: no such file");
@@ -272,7 +290,8 @@ class ClassSubsetTest : public CifarTest {
   void SetUp() override {
     for (int b = 1; b <= 5; ++b) {
       std::string batch;
-      for (uint8_t label = 0; label < 10; ++label) batch += CifarRecord({label}, static_cast<uint8_t>(b * 10 + label));
+      for (uint8_t label = 0; label < 10; ++label)
+        batch += CifarRecord({label}, static_cast<uint8_t>(b * 10 + label));
       Write("data_batch_" + std::to_string(b) + ".bin", batch);
     }
     std::string test, names;
@@ -288,7 +307,8 @@ class ClassSubsetTest : public CifarTest {
     std::vector<std::pair<int64_t, int>> out;
     for (int64_t i = 0; i < ds.size(); ++i) {
       Example e = GetOk(ds, i);
-      out.emplace_back(e.target.item<int64_t>(), static_cast<int>(std::lround(e.input[0][0][0].item<float>() * 255)));
+      out.emplace_back(e.target.item<int64_t>(),
+                       static_cast<int>(std::lround(e.input[0][0][0].item<float>() * 255)));
     }
     return out;
   }
@@ -309,7 +329,8 @@ TEST_F(ClassSubsetTest, ClassesAreKeptRelabelledAndNamedInOrder) {
 
 TEST_F(ClassSubsetTest, SamplesPerClassIsASeededDrawFromTheTrainingSplit) {
   auto draw = [&](int seed) {
-    auto dm = BuildOk(Yaml(absl::StrCat("val_fraction: 0.2\nclasses: [7, 3]\nsamples_per_class: 2\nsamples_seed: ", seed, "\n")));
+    auto dm = BuildOk(Yaml(absl::StrCat(
+        "val_fraction: 0.2\nclasses: [7, 3]\nsamples_per_class: 2\nsamples_seed: ", seed, "\n")));
     EXPECT_TRUE(dm->Setup(Stage::kFit).ok());
     return std::make_pair(Contents(*dm->train_dataset()), dm->val_dataset()->size());
   };
@@ -331,7 +352,8 @@ TEST_F(ClassSubsetTest, SamplesPerClassIsASeededDrawFromTheTrainingSplit) {
 TEST_F(ClassSubsetTest, PrecomputedSplitsGiveTheSameBatchesBitwise) {
   const std::string transforms =
       "transforms:\n"
-      "  train: [{_target_: to_tensor}, {_target_: normalize, mean: [0.49, 0.48, 0.45], std: [0.25, 0.24, 0.26]}]\n"
+      "  train: [{_target_: to_tensor}, {_target_: normalize, mean: [0.49, 0.48, 0.45], std: "
+      "[0.25, 0.24, 0.26]}]\n"
       "  eval: [{_target_: to_tensor}, {_target_: center_crop, size: 30}]\n";
   auto batches = [&](const std::string& extra, bool expect_stacked) {
     auto dm = BuildOk(Yaml("val_fraction: 0.2\n" + transforms + extra));
@@ -344,10 +366,13 @@ TEST_F(ClassSubsetTest, PrecomputedSplitsGiveTheSameBatchesBitwise) {
       options.seed = 5;
       DataLoader loader(ds, RandomSampler(ds->size(), 11), options);
       for (int64_t epoch = 0; epoch < 2; ++epoch) {
-        EXPECT_TRUE(loader.Run(epoch, 0, loader.num_batches(), [&](Batch& b) -> absl::StatusOr<bool> {
-          out.push_back(b);
-          return true;
-        }).ok());
+        EXPECT_TRUE(loader
+                        .Run(epoch, 0, loader.num_batches(),
+                             [&](Batch& b) -> absl::StatusOr<bool> {
+                               out.push_back(b);
+                               return true;
+                             })
+                        .ok());
       }
     }
     return out;
@@ -365,20 +390,24 @@ TEST_F(ClassSubsetTest, PrecomputedSplitsGiveTheSameBatchesBitwise) {
     }
   }
   // A random transform keeps the per-sample path.
-  auto random = BuildOk(Yaml("transforms:\n  train: [{_target_: to_tensor}, {_target_: horizontal_flip}]\n"));
+  auto random =
+      BuildOk(Yaml("transforms:\n  train: [{_target_: to_tensor}, {_target_: horizontal_flip}]\n"));
   ASSERT_TRUE(random->Setup(Stage::kFit).ok());
   EXPECT_FALSE(random->train_dataset()->GetStacked({0}).has_value());
-  EXPECT_TRUE(random->val_dataset()->GetStacked({0}).has_value());  // no eval transforms: to float only
+  EXPECT_TRUE(
+      random->val_dataset()->GetStacked({0}).has_value());  // no eval transforms: to float only
 }
 
 TEST_F(ClassSubsetTest, BadSubsetsAreNamed) {
   auto twice = Build(Yaml("classes: [3, 3]\n"));
   ASSERT_FALSE(twice.ok());
-  EXPECT_NE(std::string(twice.status().message()).find("option 'data.classes' of datamodule 'cifar' must be distinct labels"),
+  EXPECT_NE(std::string(twice.status().message())
+                .find("option 'data.classes' of datamodule 'cifar' must be distinct labels"),
             std::string::npos)
       << twice.status();
   auto absent = BuildOk(Yaml("val_fraction: 0\nclasses: [3, 12]\n"));
-  EXPECT_EQ(std::string(absent->Setup(Stage::kFit).message()), "data.classes: no training sample has label 12");
+  EXPECT_EQ(std::string(absent->Setup(Stage::kFit).message()),
+            "data.classes: no training sample has label 12");
   auto few = BuildOk(Yaml("val_fraction: 0\nclasses: [3]\nsamples_per_class: 6\n"));
   EXPECT_EQ(std::string(few->Setup(Stage::kFit).message()),
             "data.samples_per_class=6 but class 3 has only 5 training samples");
@@ -387,14 +416,17 @@ TEST_F(ClassSubsetTest, BadSubsetsAreNamed) {
 // batch_size, num_workers and prefetch are declared once (lib/data/batching_options.h): every data
 // module refuses the same bad values with the same message, before it reads any file.
 TEST(BatchingOptions, EveryDataModuleChecksThemAlike) {
-  const std::vector<std::pair<std::string, int>> bad = {{"batch_size", 0}, {"num_workers", -1}, {"prefetch", 0}};
+  const std::vector<std::pair<std::string, int>> bad = {
+      {"batch_size", 0}, {"num_workers", -1}, {"prefetch", 0}};
   int modules = 0;
   for (const auto& name : RegistryHub::Instance().Names(DataModule::kKind)) {
     for (const auto& [option, value] : bad) {
       auto made = Registry<DataModule>::Get().Instantiate(name, Options().Set(option, value));
       ASSERT_FALSE(made.ok()) << name << " took " << option << "=" << value;
-      EXPECT_TRUE(absl::StrContains(made.status().message(), option)) << name << ": " << made.status();
-      EXPECT_TRUE(absl::StrContains(made.status().message(), value == -1 ? "at least 0" : "at least 1"))
+      EXPECT_TRUE(absl::StrContains(made.status().message(), option))
+          << name << ": " << made.status();
+      EXPECT_TRUE(
+          absl::StrContains(made.status().message(), value == -1 ? "at least 0" : "at least 1"))
           << name << ": " << made.status();
     }
     ++modules;

@@ -211,7 +211,8 @@ TEST(TensorBoardLogger, EventFileReadsBackWithValidCrcsAndValues) {
   EXPECT_EQ(events[0].file_version, "brain.Event:2");
   EXPECT_GT(events[0].wall_time, 1.6e9);
   EXPECT_EQ(events[1].step, 7);
-  EXPECT_EQ(events[1].scalars, (std::map<std::string, float>{{"lr", 0.001f}, {"train/loss", 0.25f}}));
+  EXPECT_EQ(events[1].scalars,
+            (std::map<std::string, float>{{"lr", 0.001f}, {"train/loss", 0.25f}}));
   EXPECT_EQ(events[2].step, 300);
   EXPECT_EQ(events[2].scalars.at("val/acc"), 0.875f);
   EXPECT_EQ(events[3].scalars.at("test/acc"), 0.5f);
@@ -219,16 +220,19 @@ TEST(TensorBoardLogger, EventFileReadsBackWithValidCrcsAndValues) {
 
 TEST(TensorBoardLogger, PythonTensorboardReadsTheFile) {
   auto probe = testing::RunProcess({KILN_PYTHON_EXE, "-c", "import tensorboard"});
-  if (probe.exit_code != 0) GTEST_SKIP() << "Python's tensorboard package is not installed; checked by hand-decoding only";
+  if (probe.exit_code != 0)
+    GTEST_SKIP() << "Python's tensorboard package is not installed; checked by hand-decoding only";
   testing::TempDir dir;
   auto logger = BuildLogger("_target_: tensorboard\nsave_dir: " + dir.path() + "\n");
   ASSERT_TRUE(logger->LogMetrics({{"train/loss", 0.25}}, 7).ok());
   ASSERT_TRUE(logger->Finish().ok());
   auto r = testing::RunProcess(
       {KILN_PYTHON_EXE, "-c",
-       "import sys\nfrom tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+       "import sys\nfrom tensorboard.backend.event_processing.event_file_loader import "
+       "EventFileLoader\n"
        "for e in EventFileLoader(sys.argv[1]).Load():\n"
-       "  for v in e.summary.value: print(e.step, v.tag, v.tensor.float_val[0] if v.HasField('tensor') else v.simple_value)\n",
+       "  for v in e.summary.value: print(e.step, v.tag, v.tensor.float_val[0] if "
+       "v.HasField('tensor') else v.simple_value)\n",
        OnlyFile(dir.path())});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "7 train/loss 0.25\n");

@@ -59,13 +59,14 @@ TEST(Metric, ForwardGivesTheBatchValueAndKeepsAccumulating) {
   auto first = (*acc)->Forward(FiveRows(), {});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_DOUBLE_EQ(first->at(""), 0.6);
-  auto second =
-      (*acc)->Forward(Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0}, torch::kInt64)), {});
+  auto second = (*acc)->Forward(
+      Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0}, torch::kInt64)), {});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_DOUBLE_EQ(second->at(""), 1.0);
   EXPECT_DOUBLE_EQ((*acc)->Compute({})->at(""), 4.0 / 6);
   // A batch it refuses leaves the state as it was.
-  MetricBatch wrong = Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0, 1}, torch::kInt64));
+  MetricBatch wrong =
+      Scores(torch::tensor({{1.f, 0.f, 0.f}}), torch::tensor({0, 1}, torch::kInt64));
   EXPECT_FALSE((*acc)->Forward(wrong, {}).ok());
   EXPECT_EQ((*acc)->StateDict().at("total").item<int64_t>(), 6);
   EXPECT_DOUBLE_EQ((*acc)->Compute({})->at(""), 4.0 / 6);

@@ -94,34 +94,40 @@ TEST(Cnn, InputTooSmallForPoolingIsRefused) {
 }
 
 TEST(Vit, ShapesTorchvisionNamesAndParameterCount) {
-  auto model = Build("_target_: vit\nimage_size: 16\npatch_size: 4\nin_channels: 3\ndim: 32\ndepth: 2\nheads: 4\n"
-                     "mlp_dim: 64\nnum_classes: 10\n");
+  auto model = Build(
+      "_target_: vit\nimage_size: 16\npatch_size: 4\nin_channels: 3\ndim: 32\ndepth: 2\nheads: 4\n"
+      "mlp_dim: 64\nnum_classes: 10\n");
   ASSERT_TRUE(model.ok()) << model.status();
   torch::Tensor out = (*model)->forward(torch::randn({5, 3, 16, 16}));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{5, 10}));
   auto params = (*model)->named_parameters();
-  for (const char* name : {"conv_proj.weight", "class_token", "encoder.pos_embedding",
-                           "encoder.layers.encoder_layer_1.self_attention.in_proj_weight",
-                           "encoder.layers.encoder_layer_1.self_attention.out_proj.weight",
-                           "encoder.layers.encoder_layer_0.ln_1.weight", "encoder.layers.encoder_layer_0.mlp.0.weight",
-                           "encoder.layers.encoder_layer_0.mlp.3.bias", "encoder.ln.bias", "heads.head.weight"}) {
+  for (const char* name :
+       {"conv_proj.weight", "class_token", "encoder.pos_embedding",
+        "encoder.layers.encoder_layer_1.self_attention.in_proj_weight",
+        "encoder.layers.encoder_layer_1.self_attention.out_proj.weight",
+        "encoder.layers.encoder_layer_0.ln_1.weight", "encoder.layers.encoder_layer_0.mlp.0.weight",
+        "encoder.layers.encoder_layer_0.mlp.3.bias", "encoder.ln.bias", "heads.head.weight"}) {
     EXPECT_TRUE(params.contains(name)) << name;
   }
-  EXPECT_EQ(params["encoder.pos_embedding"].sizes(), (std::vector<int64_t>{1, 17, 32}));  // 16 patches + class
+  EXPECT_EQ(params["encoder.pos_embedding"].sizes(),
+            (std::vector<int64_t>{1, 17, 32}));  // 16 patches + class
   // patch conv 3*16*32+32, class token 32, positions 17*32; per block: 2 LayerNorms 4*32,
   // attention 3*32*32+3*32 + 32*32+32, MLP 32*64+64 + 64*32+32; final LayerNorm 64; head 32*10+10.
   int64_t block = 4 * 32 + (3 * 32 * 32 + 3 * 32 + 32 * 32 + 32) + (32 * 64 + 64 + 64 * 32 + 32);
-  EXPECT_EQ(ParameterCount(**model), 3 * 16 * 32 + 32 + 32 + 17 * 32 + 2 * block + 64 + 32 * 10 + 10);
+  EXPECT_EQ(ParameterCount(**model),
+            3 * 16 * 32 + 32 + 32 + 17 * 32 + 2 * block + 64 + 32 * 10 + 10);
 }
 
 TEST(Vit, TrainsAFewStepsOnAFixedBatch) {
   torch::manual_seed(0);
-  auto model = Build("_target_: vit\nimage_size: 8\npatch_size: 4\nin_channels: 1\ndim: 16\ndepth: 1\nheads: 2\n"
-                     "mlp_dim: 32\nnum_classes: 2\n");
+  auto model = Build(
+      "_target_: vit\nimage_size: 8\npatch_size: 4\nin_channels: 1\ndim: 16\ndepth: 1\nheads: 2\n"
+      "mlp_dim: 32\nnum_classes: 2\n");
   ASSERT_TRUE(model.ok()) << model.status();
   // Two classes told apart by brightness.
   torch::Tensor labels = torch::arange(16) % 2;
-  torch::Tensor images = torch::rand({16, 1, 8, 8}) * 0.5 + labels.view({-1, 1, 1, 1}).to(torch::kFloat32) * 0.5;
+  torch::Tensor images =
+      torch::rand({16, 1, 8, 8}) * 0.5 + labels.view({-1, 1, 1, 1}).to(torch::kFloat32) * 0.5;
   torch::optim::AdamW optimizer((*model)->parameters(), torch::optim::AdamWOptions(3e-3));
   double first = 0, last = 0;
   for (int step = 0; step < 30; ++step) {
@@ -148,13 +154,15 @@ TEST(Vit, BadShapesAreNamed) {
       std::string(patch.status().message())
           .find("option 'model.patch_size' of model 'vit' must be a divisor of image_size (30)"),
       std::string::npos);
-  auto model = Build("_target_: vit\nimage_size: 8\ndim: 8\ndepth: 1\nheads: 2\nmlp_dim: 8\nnum_classes: 2\n");
+  auto model = Build(
+      "_target_: vit\nimage_size: 8\ndim: 8\ndepth: 1\nheads: 2\nmlp_dim: 8\nnum_classes: 2\n");
   ASSERT_TRUE(model.ok());
   try {
     (*model)->forward(torch::randn({1, 3, 16, 16}));
     ADD_FAILURE() << "a 16x16 input to an 8x8 vit must be refused";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find("vit expects images [batch, 3, 8, 8]"), std::string::npos);
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("vit expects images [batch, 3, 8, 8]"),
+              std::string::npos);
   }
 }
 

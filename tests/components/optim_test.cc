@@ -143,14 +143,17 @@ template <typename Fused, typename Torch, typename Options>
 void ExpectFusedMatchesTorch(bool amsgrad) {
   auto make_params = [] {
     torch::manual_seed(3);
-    return std::vector<torch::Tensor>{torch::randn({5, 3}).requires_grad_(), torch::randn({7}).requires_grad_()};
+    return std::vector<torch::Tensor>{torch::randn({5, 3}).requires_grad_(),
+                                      torch::randn({7}).requires_grad_()};
   };
   auto groups_of = [&](const std::vector<torch::Tensor>& p) {
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(std::vector<torch::Tensor>{p[0]},
-                        std::make_unique<Options>(Options(1e-2).weight_decay(0.1).amsgrad(amsgrad)));
-    groups.emplace_back(std::vector<torch::Tensor>{p[1]},
-                        std::make_unique<Options>(Options(3e-2).weight_decay(0.0).amsgrad(amsgrad)));
+    groups.emplace_back(
+        std::vector<torch::Tensor>{p[0]},
+        std::make_unique<Options>(Options(1e-2).weight_decay(0.1).amsgrad(amsgrad)));
+    groups.emplace_back(
+        std::vector<torch::Tensor>{p[1]},
+        std::make_unique<Options>(Options(3e-2).weight_decay(0.0).amsgrad(amsgrad)));
     return groups;
   };
   auto fused_params = make_params(), torch_params = make_params();
@@ -166,7 +169,8 @@ void ExpectFusedMatchesTorch(bool amsgrad) {
     step(fused, fused_params, i);
     step(reference, torch_params, i);
     for (size_t j = 0; j < fused_params.size(); ++j) {
-      EXPECT_TRUE(torch::allclose(fused_params[j], torch_params[j], 1e-5, 1e-6)) << "step " << i << " param " << j;
+      EXPECT_TRUE(torch::allclose(fused_params[j], torch_params[j], 1e-5, 1e-6))
+          << "step " << i << " param " << j;
     }
   }
   // Save at step 6, load into a new optimizer over copies, take two more steps on both.
@@ -177,7 +181,8 @@ void ExpectFusedMatchesTorch(bool amsgrad) {
     step(fused, fused_params, i);
     step(resumed, resumed_params, i);
   }
-  for (size_t j = 0; j < fused_params.size(); ++j) EXPECT_TRUE(torch::equal(fused_params[j], resumed_params[j])) << j;
+  for (size_t j = 0; j < fused_params.size(); ++j)
+    EXPECT_TRUE(torch::equal(fused_params[j], resumed_params[j])) << j;
 }
 
 TEST(FusedAdam, StepsAsTorchsAdamWAndResumesBitwise) {
@@ -198,13 +203,16 @@ TEST(FusedAdam, StepsAsTorchsAdamAndResumesBitwise) {
 TEST(FusedAdam, CapturableStepsFollowThePlainOnes) {
   auto make_params = [] {
     torch::manual_seed(5);
-    return std::vector<torch::Tensor>{torch::randn({4, 3}).requires_grad_(), torch::randn({6}).requires_grad_()};
+    return std::vector<torch::Tensor>{torch::randn({4, 3}).requires_grad_(),
+                                      torch::randn({6}).requires_grad_()};
   };
   auto groups_of = [](const std::vector<torch::Tensor>& p) {
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(std::vector<torch::Tensor>{p[0]}, std::make_unique<torch::optim::AdamWOptions>(1e-2));
+    groups.emplace_back(std::vector<torch::Tensor>{p[0]},
+                        std::make_unique<torch::optim::AdamWOptions>(1e-2));
     groups.emplace_back(std::vector<torch::Tensor>{p[1]},
-                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(3e-2).weight_decay(0)));
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(3e-2).weight_decay(0)));
     return groups;
   };
   auto plain_params = make_params(), captured_params = make_params();
@@ -242,7 +250,8 @@ TEST(FusedAdam, CapturableStepsFollowThePlainOnes) {
     EXPECT_TRUE(torch::allclose(plain_params[j], captured_params[j], 1e-6, 1e-7)) << j;
   }
   for (const auto& p : captured_params) {
-    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*captured.state().at(p.unsafeGetTensorImpl()));
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(
+        *captured.state().at(p.unsafeGetTensorImpl()));
     EXPECT_EQ(state.step(), 8);
   }
   // The state goes on in a plain optimizer (a checkpoint resumed without graphs).
@@ -250,7 +259,8 @@ TEST(FusedAdam, CapturableStepsFollowThePlainOnes) {
   FusedAdamW resumed(groups_of(resumed_params), torch::optim::AdamWOptions(1e-2));
   resumed.param_groups()[0].options().set_lr(4e-3);
   CopyState(captured, resumed);
-  for (auto [o, params] : {std::pair{&plain, &plain_params}, std::pair{&resumed, &resumed_params}}) {
+  for (auto [o, params] :
+       {std::pair{&plain, &plain_params}, std::pair{&resumed, &resumed_params}}) {
     o->zero_grad();
     grads(*params, 8);
     o->step();
@@ -262,8 +272,10 @@ TEST(FusedAdam, CapturableStepsFollowThePlainOnes) {
 
 TEST(FusedAdam, TheRegisteredOptimizersAreTheFusedOnes) {
   TinyNet net;
-  EXPECT_NE(dynamic_cast<FusedAdamW*>(CreateOver("_target_: adamw\nlr: 1e-3\n", Named(net)).get()), nullptr);
-  EXPECT_NE(dynamic_cast<FusedAdam*>(CreateOver("_target_: adam\nlr: 1e-3\n", Named(net)).get()), nullptr);
+  EXPECT_NE(dynamic_cast<FusedAdamW*>(CreateOver("_target_: adamw\nlr: 1e-3\n", Named(net)).get()),
+            nullptr);
+  EXPECT_NE(dynamic_cast<FusedAdam*>(CreateOver("_target_: adam\nlr: 1e-3\n", Named(net)).get()),
+            nullptr);
 }
 
 TEST(AdamW, DefaultsAndExplicitOptions) {

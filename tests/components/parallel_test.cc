@@ -128,9 +128,8 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
         [](const torch::Tensor& qkv) { return CausalAttention(qkv, 4); },
         torch::randn({4, 70, 3 * 32}).to(dtype));
   }
-  torch::Tensor x = torch::randn({8, 32, 28, 28})
-                        .contiguous(at::MemoryFormat::ChannelsLast)
-                        .to(torch::kBFloat16);
+  torch::Tensor x =
+      torch::randn({8, 32, 28, 28}).contiguous(at::MemoryFormat::ChannelsLast).to(torch::kBFloat16);
   torch::nn::BatchNorm2d bn(32);
   if (!BatchNormPoolReluIsFused(x, bn)) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
   auto block = [&](const torch::Tensor& input) {

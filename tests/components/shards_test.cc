@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <opencv2/imgcodecs.hpp>
 #include <map>
+#include <opencv2/imgcodecs.hpp>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -43,8 +43,9 @@ std::string Jpeg(int height, int width, int seed) {
   cv::Mat image(height, width, CV_8UC3);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
-      image.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<uint8_t>((x * 3 + seed) % 256), static_cast<uint8_t>((y * 5) % 256),
-                                            static_cast<uint8_t>(((x + y) * 2 + seed * 7) % 256));
+      image.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<uint8_t>((x * 3 + seed) % 256), static_cast<uint8_t>((y * 5) % 256),
+                    static_cast<uint8_t>(((x + y) * 2 + seed * 7) % 256));
     }
   }
   std::vector<uint8_t> bytes;
@@ -52,7 +53,8 @@ std::string Jpeg(int height, int width, int seed) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-// `shards` shards of `per_shard` samples, sample n = KEY %06d with an 8x8 PNG of value n and label n % 3.
+// `shards` shards of `per_shard` samples, sample n = KEY %06d with an 8x8 PNG of value n and label
+// n % 3.
 std::vector<std::string> WriteShards(const std::string& dir, int shards, int per_shard) {
   std::vector<std::string> paths;
   int n = 0;
@@ -61,7 +63,10 @@ std::vector<std::string> WriteShards(const std::string& dir, int shards, int per
     auto writer = ShardWriter::Create(path);
     EXPECT_TRUE(writer.ok()) << writer.status();
     for (int i = 0; i < per_shard; ++i, ++n) {
-      EXPECT_TRUE((*writer)->Add(absl::StrFormat("%06d", n), {{"png", Png(n % 250)}, {"cls", std::to_string(n % 3)}}).ok());
+      EXPECT_TRUE((*writer)
+                      ->Add(absl::StrFormat("%06d", n),
+                            {{"png", Png(n % 250)}, {"cls", std::to_string(n % 3)}})
+                      .ok());
     }
     EXPECT_TRUE((*writer)->Close().ok());
     paths.push_back(path);
@@ -72,7 +77,8 @@ std::vector<std::string> WriteShards(const std::string& dir, int shards, int per
 TEST(Shards, BraceExpansionAsWebDataset) {
   auto a = ExpandBraces("d/train-{000..003}.tar");
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(*a, (std::vector<std::string>{"d/train-000.tar", "d/train-001.tar", "d/train-002.tar", "d/train-003.tar"}));
+  EXPECT_EQ(*a, (std::vector<std::string>{"d/train-000.tar", "d/train-001.tar", "d/train-002.tar",
+                                          "d/train-003.tar"}));
   auto b = ExpandBraces("{x,y}-{8..10}");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, (std::vector<std::string>{"x-8", "x-9", "x-10", "y-8", "y-9", "y-10"}));
@@ -91,7 +97,8 @@ TEST(Shards, WritesAndReadsBackKeysAndBytesReproducibly) {
   for (const char* name : {"/a.tar", "/b.tar"}) {
     auto writer = ShardWriter::Create(dir.path() + name);
     ASSERT_TRUE(writer.ok());
-    ASSERT_TRUE((*writer)->Add("k0", {{"jpg", std::string("\xff\xd8\xff rest", 8)}, {"cls", "2"}}).ok());
+    ASSERT_TRUE(
+        (*writer)->Add("k0", {{"jpg", std::string("\xff\xd8\xff rest", 8)}, {"cls", "2"}}).ok());
     ASSERT_TRUE((*writer)->Add("k1", {{"txt", "hello"}, {"json", "{}"}}).ok());
     auto sum = (*writer)->Close();
     ASSERT_TRUE(sum.ok()) << sum.status();
@@ -171,7 +178,8 @@ TEST(Shards, OrderIsAPureFunctionOfSeedAndEpochAndTheBufferBoundsLookAhead) {
   std::vector<int64_t> read = order.ReadOrder(0), deliver = order.EpochOrder(0);
   std::map<int64_t, int64_t> read_at;
   for (size_t p = 0; p < read.size(); ++p) read_at[read[p]] = static_cast<int64_t>(p);
-  for (size_t e = 0; e < deliver.size(); ++e) EXPECT_LE(read_at[deliver[e]], static_cast<int64_t>(e) + 16);
+  for (size_t e = 0; e < deliver.size(); ++e)
+    EXPECT_LE(read_at[deliver[e]], static_cast<int64_t>(e) + 16);
   // Unshuffled: storage order.
   std::vector<int64_t> storage = ShardOrder(counts, false, 11, 0, 1, 16).EpochOrder(7);
   for (size_t i = 0; i < storage.size(); ++i) EXPECT_EQ(storage[i], static_cast<int64_t>(i));
@@ -184,23 +192,25 @@ std::shared_ptr<ShardDataset> KeyDataset(const std::string& spec, int64_t buffer
   return std::make_shared<ShardDataset>(
       *set,
       [](const ShardSample& s, const std::string&, SampleRng& rng) -> absl::StatusOr<Example> {
-        return Example{torch::tensor({static_cast<double>(rng.Uniform())}), torch::tensor(static_cast<int64_t>(std::stoll(s.key)))};
+        return Example{torch::tensor({static_cast<double>(rng.Uniform())}),
+                       torch::tensor(static_cast<int64_t>(std::stoll(s.key)))};
       },
       buffer);
 }
 
-std::vector<Batch> Batches(const std::shared_ptr<ShardDataset>& ds, int64_t rank, int64_t world, int workers,
-                           int64_t first = 0, int64_t epoch = 0) {
+std::vector<Batch> Batches(const std::shared_ptr<ShardDataset>& ds, int64_t rank, int64_t world,
+                           int workers, int64_t first = 0, int64_t epoch = 0) {
   LoaderOptions options;
   options.batch_size = 7;
   options.num_workers = workers;
   options.seed = 3;
   DataLoader loader(ds, SamplerFor(*ds, /*shuffle=*/true, 3, rank, world), options);
   std::vector<Batch> out;
-  absl::Status status = loader.Run(epoch, first, loader.num_batches(), [&](Batch& b) -> absl::StatusOr<bool> {
-    out.push_back(b);
-    return true;
-  });
+  absl::Status status =
+      loader.Run(epoch, first, loader.num_batches(), [&](Batch& b) -> absl::StatusOr<bool> {
+        out.push_back(b);
+        return true;
+      });
   EXPECT_TRUE(status.ok()) << status;
   return out;
 }
@@ -234,7 +244,8 @@ TEST(Shards, BatchesDoNotDependOnThreadsAndAResumeSkipsExactlyTheBatchesDone) {
   ASSERT_EQ(resumed.size(), serial.size() - 3);
   for (size_t b = 0; b < serial.size(); ++b) {
     EXPECT_TRUE(torch::equal(serial[b].target, threaded[b].target)) << b;
-    EXPECT_TRUE(torch::equal(serial[b].input, threaded[b].input)) << b;  // per-sample randomness too
+    EXPECT_TRUE(torch::equal(serial[b].input, threaded[b].input))
+        << b;  // per-sample randomness too
     if (b >= 3) {
       EXPECT_TRUE(torch::equal(serial[b].target, resumed[b - 3].target)) << b;
       EXPECT_TRUE(torch::equal(serial[b].input, resumed[b - 3].input)) << b;
@@ -243,9 +254,11 @@ TEST(Shards, BatchesDoNotDependOnThreadsAndAResumeSkipsExactlyTheBatchesDone) {
 }
 
 // Training data module over files in `dir`, with `extra` options.
-absl::StatusOr<std::shared_ptr<DataModule>> ShardsModule(const std::string& spec, const std::string& extra = "") {
+absl::StatusOr<std::shared_ptr<DataModule>> ShardsModule(const std::string& spec,
+                                                         const std::string& extra = "") {
   return testing::Instantiate<DataModule>(
-      absl::StrCat("_target_: shards\ntrain_shards: '", spec, "'\nbatch_size: 4\nnum_workers: 2\ngrayscale: true\n", extra),
+      absl::StrCat("_target_: shards\ntrain_shards: '", spec,
+                   "'\nbatch_size: 4\nnum_workers: 2\ngrayscale: true\n", extra),
       "data");
 }
 
@@ -272,10 +285,13 @@ TEST(Shards, ImagesAndLabelsDecodeAsTheModuleSays) {
   options.num_workers = 0;
   DataLoader loader(ds, SamplerFor(*ds, false, 0), options);
   std::vector<Batch> batches;
-  ASSERT_TRUE(loader.Run(0, 0, 3, [&](Batch& b) -> absl::StatusOr<bool> {
-    batches.push_back(b);
-    return true;
-  }).ok());
+  ASSERT_TRUE(loader
+                  .Run(0, 0, 3,
+                       [&](Batch& b) -> absl::StatusOr<bool> {
+                         batches.push_back(b);
+                         return true;
+                       })
+                  .ok());
   ASSERT_EQ(batches.size(), 3u);
   // Sample 5: value 5, pixel (0, 0) 250, label 2; no transforms: float in [0, 1].
   const Batch& b = batches[1];
@@ -296,7 +312,8 @@ TEST(Shards, JpegCropPathKeepsTheCropBoxAndPixelsWithinRounding) {
   ASSERT_TRUE(size.ok());
   EXPECT_EQ(*size, (std::pair<int64_t, int64_t>{300, 400}));
   // A crop at full scale (no resize) is the crop of the full decode, up to libjpeg's chroma
-  // upsampling at the crop's edges (it decodes from the edge of the iMCU rows and columns it keeps).
+  // upsampling at the crop's edges (it decodes from the edge of the iMCU rows and columns it
+  // keeps).
   auto crop = DecodeJpegCrop(jpeg, {40, 64, 100, 120, 100, 120}, false, "x.jpg");
   ASSERT_TRUE(crop.ok()) << crop.status();
   auto full = DecodeImageBytes(jpeg, {}, "x.jpg");
@@ -305,9 +322,11 @@ TEST(Shards, JpegCropPathKeepsTheCropBoxAndPixelsWithinRounding) {
   torch::Tensor diff = (crop->to(torch::kInt32) - expected.to(torch::kInt32)).abs();
   EXPECT_LT(diff.to(torch::kFloat32).mean().item<float>(), 0.5f);
   // Away from the edges the pixels are the full decode's.
-  EXPECT_TRUE(torch::equal(crop->slice(0, 16, 84).slice(1, 16, 104), expected.slice(0, 16, 84).slice(1, 16, 104).contiguous()))
+  EXPECT_TRUE(torch::equal(crop->slice(0, 16, 84).slice(1, 16, 104),
+                           expected.slice(0, 16, 84).slice(1, 16, 104).contiguous()))
       << "max diff inside " << diff.slice(0, 16, 84).slice(1, 16, 104).max();
-  // A crop scaled down while decoding (300x400 -> 64x64: 1/4) stays close to resizing the full decode.
+  // A crop scaled down while decoding (300x400 -> 64x64: 1/4) stays close to resizing the full
+  // decode.
   auto small = DecodeJpegCrop(jpeg, {0, 0, 300, 400, 64, 64}, false, "x.jpg");
   ASSERT_TRUE(small.ok());
   torch::Tensor reference = ResizeBilinear(full->to(torch::kFloat32), 64, 64).permute({1, 2, 0});
@@ -320,12 +339,16 @@ TEST(Shards, JpegCropPathKeepsTheCropBoxAndPixelsWithinRounding) {
   map.shift = {-1.0f, 0.0f, 0.25f};
   torch::Tensor mapped = MapPixels(*crop, map);
   torch::Tensor chw = crop->permute({2, 0, 1}).flip({2}).to(torch::kFloat32) / 255.0;
-  torch::Tensor want = chw * torch::tensor({2.0f, 1.0f, 0.5f}).view({3, 1, 1}) + torch::tensor({-1.0f, 0.0f, 0.25f}).view({3, 1, 1});
+  torch::Tensor want = chw * torch::tensor({2.0f, 1.0f, 0.5f}).view({3, 1, 1}) +
+                       torch::tensor({-1.0f, 0.0f, 0.25f}).view({3, 1, 1});
   EXPECT_TRUE(torch::allclose(mapped, want, 1e-5, 1e-5));
   // Corrupt bytes after a JPEG header: one line naming the image.
   std::string broken = jpeg.substr(0, 600);
-  auto bad = DecodeJpegCrop(broken + std::string(50, '\0'), {0, 0, 300, 400, 64, 64}, false, "shard s.tar: sample k.jpg");
-  if (!bad.ok()) EXPECT_TRUE(absl::StrContains(bad.status().message(), "shard s.tar: sample k.jpg")) << bad.status();
+  auto bad = DecodeJpegCrop(broken + std::string(50, '\0'), {0, 0, 300, 400, 64, 64}, false,
+                            "shard s.tar: sample k.jpg");
+  if (!bad.ok())
+    EXPECT_TRUE(absl::StrContains(bad.status().message(), "shard s.tar: sample k.jpg"))
+        << bad.status();
 }
 
 TEST(Shards, BadShardsAreOneLineNamingTheShard) {
@@ -358,7 +381,8 @@ TEST(Shards, BadShardsAreOneLineNamingTheShard) {
     EXPECT_TRUE(absl::StrContains(status.message(), want)) << status;
   }
   // An index that promises more samples than its shard holds.
-  dir.Write("short.index.json", absl::StrCat("{\"shards\": [{\"url\": \"train-000000.tar\", \"samples\": 9}]}"));
+  dir.Write("short.index.json",
+            absl::StrCat("{\"shards\": [{\"url\": \"train-000000.tar\", \"samples\": 9}]}"));
   {
     auto dm = ShardsModule(dir.path() + "/short.index.json", "shuffle_buffer: 1\n");
     ASSERT_TRUE(dm.ok());
@@ -366,14 +390,19 @@ TEST(Shards, BadShardsAreOneLineNamingTheShard) {
     ASSERT_FALSE(status.ok());
     EXPECT_TRUE(absl::StrContains(status.message(), "holds 5 samples, its index says 9")) << status;
   }
-  // A sample without a label and one whose image is corrupt: fail naming shard and key, or skip and count.
+  // A sample without a label and one whose image is corrupt: fail naming shard and key, or skip and
+  // count.
   std::string odd = dir.path() + "/odd-000000.tar";
   {
     auto writer = ShardWriter::Create(odd);
     ASSERT_TRUE(writer.ok());
-    for (int i = 0; i < 6; ++i) ASSERT_TRUE((*writer)->Add(absl::StrFormat("s%d", i), {{"png", Png(i)}, {"cls", "1"}}).ok());
+    for (int i = 0; i < 6; ++i)
+      ASSERT_TRUE((*writer)->Add(absl::StrFormat("s%d", i), {{"png", Png(i)}, {"cls", "1"}}).ok());
     ASSERT_TRUE((*writer)->Add("nolabel", {{"png", Png(9)}}).ok());
-    ASSERT_TRUE((*writer)->Add("broken", {{"jpg", std::string("\xff\xd8\xff\xe0 not really", 15)}, {"cls", "0"}}).ok());
+    ASSERT_TRUE(
+        (*writer)
+            ->Add("broken", {{"jpg", std::string("\xff\xd8\xff\xe0 not really", 15)}, {"cls", "0"}})
+            .ok());
     ASSERT_TRUE((*writer)->Close().ok());
   }
   {
@@ -381,7 +410,8 @@ TEST(Shards, BadShardsAreOneLineNamingTheShard) {
     ASSERT_TRUE(dm.ok());
     absl::Status status = RunEpoch(**dm);
     ASSERT_FALSE(status.ok());
-    EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("shard ", odd, ": sample "))) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("shard ", odd, ": sample ")))
+        << status;
     EXPECT_TRUE(absl::StrContains(status.message(), "has no label (.cls)") ||
                 absl::StrContains(status.message(), "broken.jpg"))
         << status;
@@ -402,8 +432,9 @@ TEST(Shards, LabelledTextFromItsShardsIsTheSameDataSet) {
   testing::TempDir dir;
   std::string train, val;
   for (int i = 0; i < 30; ++i) {
-    std::string line = absl::StrFormat("{\"text\": \"message %d says %s\", \"label\": \"%s\"}\n", i,
-                                       i % 3 ? "hello there" : "win money now", i % 3 ? "ham" : "spam");
+    std::string line =
+        absl::StrFormat("{\"text\": \"message %d says %s\", \"label\": \"%s\"}\n", i,
+                        i % 3 ? "hello there" : "win money now", i % 3 ? "ham" : "spam");
     (i < 24 ? train : val) += line;
   }
   dir.Write("train.jsonl", train);
@@ -418,7 +449,8 @@ TEST(Shards, LabelledTextFromItsShardsIsTheSameDataSet) {
     return *dm;
   };
   auto files = module(dir.path() + "/train.jsonl", dir.path() + "/val.jsonl");
-  for (const auto& [split, ds] : std::vector<std::pair<std::string, std::shared_ptr<const Dataset>>>{
+  for (const auto& [split, ds] :
+       std::vector<std::pair<std::string, std::shared_ptr<const Dataset>>>{
            {"train", files->train_dataset()}, {"val", files->val_dataset()}}) {
     auto writer = ShardWriter::Create(absl::StrCat(dir.path(), "/", split, "-000000.tar"));
     ASSERT_TRUE(writer.ok());
@@ -460,8 +492,10 @@ TEST(Shards, AudioManifestFromItsShardsGivesTheSameExamples) {
   dir.Write("train.jsonl", manifest);
   auto module = [&](const std::string& train) {
     auto dm = testing::Instantiate<DataModule>(
-        absl::StrCat("_target_: audio_manifest\ntrain: '", train, "'\nval_fraction: 0.0\nbatch_size: 2\n",
-                     "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: 20}\nnormalize: global\n"),
+        absl::StrCat("_target_: audio_manifest\ntrain: '", train,
+                     "'\nval_fraction: 0.0\nbatch_size: 2\n",
+                     "tokenizer: {_target_: char}\nfeatures: {_target_: log_mel, n_mels: "
+                     "20}\nnormalize: global\n"),
         "data");
     EXPECT_TRUE(dm.ok()) << dm.status();
     absl::Status setup = (*dm)->Setup(Stage::kFit);
@@ -575,7 +609,9 @@ TEST(Shards, TextCorpusFromItsShardsIsTheSameStream) {
     ASSERT_TRUE((*writer)->Close().ok());
   }
   auto bad = testing::Instantiate<DataModule>(
-      absl::StrCat("_target_: text_corpus\ntrain: ['", dir.path(), "/bad-000000.tar']\ntokenizer: {_target_: char}\n"), "data");
+      absl::StrCat("_target_: text_corpus\ntrain: ['", dir.path(),
+                   "/bad-000000.tar']\ntokenizer: {_target_: char}\n"),
+      "data");
   ASSERT_TRUE(bad.ok()) << bad.status();
   absl::Status status = (*bad)->Setup(Stage::kFit);
   EXPECT_FALSE(status.ok());
@@ -593,8 +629,12 @@ TEST(Shards, AudioFolderFromItsShardsGivesTheSameExamples) {
       std::filesystem::create_directories(absl::StrCat(dir.path(), "/", split, "/", classes[c]));
       for (int i = 0; i < 3; ++i) {
         torch::Tensor t = torch::arange(0, 16000, torch::kFloat32) / 16000.0;
-        torch::Tensor wave = 0.2 * torch::sin(2 * M_PI * (150.0 + 100 * c + 13 * i + (split == "val" ? 5 : 0)) * t);
-        ASSERT_TRUE(audio::WriteWav(absl::StrCat(dir.path(), "/", split, "/", classes[c], "/", i, ".wav"), wave, 16000).ok());
+        torch::Tensor wave =
+            0.2 * torch::sin(2 * M_PI * (150.0 + 100 * c + 13 * i + (split == "val" ? 5 : 0)) * t);
+        ASSERT_TRUE(
+            audio::WriteWav(absl::StrCat(dir.path(), "/", split, "/", classes[c], "/", i, ".wav"),
+                            wave, 16000)
+                .ok());
       }
     }
   }
@@ -602,7 +642,8 @@ TEST(Shards, AudioFolderFromItsShardsGivesTheSameExamples) {
     auto dm = testing::Instantiate<DataModule>(
         absl::StrCat("_target_: audio_folder\ntrain: '", train, "'\nval: '", val,
                      "'\nbatch_size: 2\nfeatures: {_target_: log_mel, n_mels: 20}\n",
-                     "waveform_transforms: [{_target_: time_shift, max_seconds: 0.1, sample_rate: 16000}]\n"),
+                     "waveform_transforms: [{_target_: time_shift, max_seconds: 0.1, sample_rate: "
+                     "16000}]\n"),
         "data");
     EXPECT_TRUE(dm.ok()) << dm.status();
     absl::Status setup = (*dm)->Setup(Stage::kFit);
@@ -633,14 +674,15 @@ TEST(Shards, AudioFolderFromItsShardsGivesTheSameExamples) {
     ASSERT_TRUE((*writer)->Close().ok());
   }
   auto odd = testing::Instantiate<DataModule>(
-      absl::StrCat("_target_: audio_folder\ntrain: '", dir.path(), "/train.index.json'\nval: '", dir.path(),
-                   "/odd-000000.tar'\nfeatures: {_target_: log_mel, n_mels: 20}\n"),
+      absl::StrCat("_target_: audio_folder\ntrain: '", dir.path(), "/train.index.json'\nval: '",
+                   dir.path(), "/odd-000000.tar'\nfeatures: {_target_: log_mel, n_mels: 20}\n"),
       "data");
   ASSERT_TRUE(odd.ok()) << odd.status();
   absl::Status status = (*odd)->Setup(Stage::kFit);
   EXPECT_FALSE(status.ok());
   EXPECT_TRUE(absl::StrContains(status.message(), "odd-000000.tar")) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "clip9.cls: '7' is not a class index in [0, 3)")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "clip9.cls: '7' is not a class index in [0, 3)"))
+      << status;
 }
 
 // A member whose header claims 8 GB in a tiny shard (what the shard reader's fuzzer found: the
@@ -666,14 +708,16 @@ TEST(Shards, AMemberClaimingMoreBytesThanTheShardHoldsIsTruncated) {
   ASSERT_TRUE(reader.ok());
   auto sample = (*reader)->Next();
   ASSERT_FALSE(sample.ok());
-  EXPECT_TRUE(absl::StrContains(sample.status().message(), "truncated or corrupt tar at k.txt")) << sample.status();
+  EXPECT_TRUE(absl::StrContains(sample.status().message(), "truncated or corrupt tar at k.txt"))
+      << sample.status();
 }
 
 TEST(Shards, VerifyRefusesAShardThatDiffersFromItsIndex) {
   testing::TempDir dir;
   auto paths = WriteShards(dir.path(), 1, 4);
   ShardSet set;
-  set.shards.push_back({paths[0], 4, static_cast<int64_t>(std::filesystem::file_size(paths[0])), *FileSha256(paths[0])});
+  set.shards.push_back({paths[0], 4, static_cast<int64_t>(std::filesystem::file_size(paths[0])),
+                        *FileSha256(paths[0])});
   dir.Write("train.index.json", IndexJson(set, dir.path()));
   auto reread = OpenShardSet(dir.path() + "/train.index.json", "data.train_shards");
   ASSERT_TRUE(reread.ok()) << reread.status();

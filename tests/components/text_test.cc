@@ -230,7 +230,6 @@ TEST(BucketByLength, KeepsEverySampleGroupsLengthsAndIsDeterministic) {
   EXPECT_EQ(std::vector<int64_t>(a.end() - 3, a.end()).size(), 3u);
 }
 
-
 TEST(BucketByLength, SortaGradEpochsGoShortestFirstThenBucket) {
   std::vector<int64_t> lengths = {5, 3, 9, 3, 1, 7, 2, 8, 6, 4, 3, 0};
   LengthDataset ds(lengths);
@@ -293,7 +292,8 @@ TEST(TextDataModules, LabelledTextTruncatesOnTheConfiguredSide) {
     for (int64_t i = 0; i < dm->train_dataset()->size(); ++i) {
       torch::Tensor input = dm->train_dataset()->Get(i, rng)->input;
       if (input.numel() > 2)  // the long text
-        return std::vector<int64_t>(input.data_ptr<int64_t>(), input.data_ptr<int64_t>() + input.numel());
+        return std::vector<int64_t>(input.data_ptr<int64_t>(),
+                                    input.data_ptr<int64_t>() + input.numel());
     }
     return std::vector<int64_t>();
   };
@@ -524,16 +524,17 @@ TEST(TextModels, DeclareTheirTokenIdsAndPositions) {
     int64_t positions;
   };
   const std::vector<Case> cases = {
-      {"_target_: gpt\nvocab_size: 40\nblock_size: 8\ndim: 16\ndepth: 1\nheads: 2\nmlp_dim: 32\n", 40,
-       "vocab_size", 8},
+      {"_target_: gpt\nvocab_size: 40\nblock_size: 8\ndim: 16\ndepth: 1\nheads: 2\nmlp_dim: 32\n",
+       40, "vocab_size", 8},
       {"_target_: lstm_lm\nvocab_size: 30\ndim: 8\nhidden: 8\n", 30, "vocab_size", 0},
-      {"_target_: lstm_classifier\nvocab_size: 31\nnum_classes: 3\ndim: 8\nhidden: 8\n", 31, "vocab_size", 0},
+      {"_target_: lstm_classifier\nvocab_size: 31\nnum_classes: 3\ndim: 8\nhidden: 8\n", 31,
+       "vocab_size", 0},
       {"_target_: bag_of_embeddings\nvocab_size: 32\nnum_classes: 3\n", 32, "vocab_size", 0},
       {"_target_: transformer_classifier\nvocab_size: 33\nnum_classes: 3\nmax_length: 12\ndim: 16\n"
        "depth: 1\nheads: 2\nmlp_dim: 32\n",
        33, "vocab_size", 0},  // longer inputs are cut, so any length goes in
-      {"_target_: conv_bilstm\nfeatures: 8\nchannels: 4\nhidden: 8\nlayers: 1\nnum_classes: 29\n", 29,
-       "num_classes", 0},
+      {"_target_: conv_bilstm\nfeatures: 8\nchannels: 4\nhidden: 8\nlayers: 1\nnum_classes: 29\n",
+       29, "num_classes", 0},
       {"_target_: mlp\nin_features: 4\nhidden: [4]\nnum_classes: 2\n", 0, "", 0},
   };
   for (const auto& c : cases) {
@@ -568,17 +569,23 @@ TEST(FusedAttention, EqualsTheCpuPathsCausalPaddedAndPlain) {
   SelfAttention attention(d, heads, 0.0);
   torch::Tensor x = torch::randn({b, t, d});
   torch::Tensor tokens = torch::randint(1, 50, {b, t}, torch::kInt64);
-  tokens.index_put_({1, torch::indexing::Slice(6, torch::indexing::None)}, 0);  // padding at the end of row 1
+  tokens.index_put_({1, torch::indexing::Slice(6, torch::indexing::None)},
+                    0);  // padding at the end of row 1
   torch::Tensor padding = PaddingBias(tokens, x.options());
-  for (const AttentionMask& mask : {AttentionMask{true, {}}, AttentionMask{true, padding}, AttentionMask{false, padding}}) {
-    SCOPED_TRACE(std::string(mask.causal ? "causal" : "plain") + (mask.bias.defined() ? " + padding" : ""));
+  for (const AttentionMask& mask :
+       {AttentionMask{true, {}}, AttentionMask{true, padding}, AttentionMask{false, padding}}) {
+    SCOPED_TRACE(std::string(mask.causal ? "causal" : "plain") +
+                 (mask.bias.defined() ? " + padding" : ""));
     torch::Tensor in1 = x.clone().requires_grad_(true), in2 = x.clone().requires_grad_(true);
     torch::Tensor expected = attention->forward(in1, mask);
-    torch::Tensor got = attention->c_proj->forward(FusedAttention(attention->c_attn->forward(in2), heads, mask, 0.0));
-    // Rows whose every key is masked are nan in both; the padded queries of a causal padded row are not.
+    torch::Tensor got = attention->c_proj->forward(
+        FusedAttention(attention->c_attn->forward(in2), heads, mask, 0.0));
+    // Rows whose every key is masked are nan in both; the padded queries of a causal padded row are
+    // not.
     torch::Tensor finite = torch::isfinite(expected);
     EXPECT_TRUE(torch::equal(finite, torch::isfinite(got)));
-    EXPECT_TRUE(torch::allclose(got.masked_select(finite), expected.masked_select(finite), 1e-5, 1e-6));
+    EXPECT_TRUE(
+        torch::allclose(got.masked_select(finite), expected.masked_select(finite), 1e-5, 1e-6));
     torch::Tensor weight = torch::randn_like(expected).masked_fill(~finite, 0);
     (expected.nan_to_num() * weight).sum().backward();
     (got.nan_to_num() * weight).sum().backward();

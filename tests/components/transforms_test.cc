@@ -2,17 +2,17 @@
 // the centre-crop fallback, exact brightness/contrast/saturation/hue arithmetic on uint8), and
 // determinism from (seed, epoch, index) alone.
 #include <gtest/gtest.h>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 #include <png.h>
 #include <torch/torch.h>
 
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 #include <random>
 #include <set>
 
-#include "tests/components/instantiate.h"
 #include "components/vision/image_ops.h"
 #include "lib/data/transform.h"
+#include "tests/components/instantiate.h"
 
 namespace kiln::data {
 namespace transforms_test {
@@ -21,7 +21,9 @@ absl::StatusOr<std::shared_ptr<Transform>> Build(const std::string& yaml) {
   return testing::Instantiate<Transform>(yaml, "t");
 }
 
-std::shared_ptr<Transform> BuildOk(const std::string& yaml) { return testing::InstantiateOk<Transform>(yaml, "t"); }
+std::shared_ptr<Transform> BuildOk(const std::string& yaml) {
+  return testing::InstantiateOk<Transform>(yaml, "t");
+}
 
 torch::Tensor ApplyTo(const Transform& t, const torch::Tensor& image, int64_t index = 0) {
   SampleRng rng(42, 1, index);
@@ -77,7 +79,9 @@ TEST(RandomResizedCrop, BadOptionsAreNamed) {
 }
 
 torch::Tensor Rgb(std::vector<uint8_t> values, int64_t h, int64_t w) {
-  return torch::tensor(std::vector<int64_t>(values.begin(), values.end()), torch::kInt64).to(torch::kUInt8).view({3, h, w});
+  return torch::tensor(std::vector<int64_t>(values.begin(), values.end()), torch::kInt64)
+      .to(torch::kUInt8)
+      .view({3, h, w});
 }
 
 TEST(ColorJitter, BrightnessFactorIsAppliedExactly) {
@@ -111,7 +115,8 @@ TEST(ColorJitter, SaturationZeroGivesGrayAndHueHalfTurnsRedToCyan) {
   EXPECT_TRUE(torch::equal(ApplyTo(*hue, Rgb({255, 0, 0}, 1, 1)), Rgb({0, 255, 255}, 1, 1)));
   // A third of a turn: red -> green -> blue.
   auto third = BuildOk("_target_: color_jitter\nhue: [0.33333334, 0.33333334]\n");
-  EXPECT_TRUE(torch::equal(ApplyTo(*third, Rgb({255, 0, 0}, 1, 1)), Rgb({0, 255, 0}, 1, 1))) << ApplyTo(*third, Rgb({255, 0, 0}, 1, 1));
+  EXPECT_TRUE(torch::equal(ApplyTo(*third, Rgb({255, 0, 0}, 1, 1)), Rgb({0, 255, 0}, 1, 1)))
+      << ApplyTo(*third, Rgb({255, 0, 0}, 1, 1));
   // Grayscale images have no saturation or hue to change.
   torch::Tensor one_channel = torch::full({1, 2, 2}, 77, torch::kUInt8);
   EXPECT_TRUE(torch::equal(ApplyTo(*gray, one_channel), one_channel));
@@ -119,7 +124,8 @@ TEST(ColorJitter, SaturationZeroGivesGrayAndHueHalfTurnsRedToCyan) {
 }
 
 TEST(ColorJitter, FactorsStayInRangeAndDependOnlyOnTheSample) {
-  auto t = BuildOk("_target_: color_jitter\nbrightness: 0.4\ncontrast: 0.4\nsaturation: 0.4\nhue: 0.1\n");
+  auto t = BuildOk(
+      "_target_: color_jitter\nbrightness: 0.4\ncontrast: 0.4\nsaturation: 0.4\nhue: 0.1\n");
   torch::manual_seed(1);
   torch::Tensor image = torch::randint(0, 256, {3, 6, 6}, torch::kUInt8);
   torch::Tensor a = ApplyTo(*t, image, 5);
@@ -161,16 +167,22 @@ namespace transforms_test {
 TEST(DecodeImageBytes, RefusesOtherFormatsAndHeadersClaimingMoreThanTheLimit) {
   // fuzz/regressions/image_decode/opencv_pbm_2gb: "P4", width 15555, height 52255.
   const std::string pbm(
-      "P4\n15555\xd3" "52255\xd3" "522\nP4\xba\n2\n\nP4\n2\n7\xfd" "0\n\xff\xff\xff\xff/", 40);
+      "P4\n15555\xd3"
+      "52255\xd3"
+      "522\nP4\xba\n2\n\nP4\n2\n7\xfd"
+      "0\n\xff\xff\xff\xff/",
+      40);
   auto refused = DecodeImageBytes(pbm, {}, "tiny.pbm");
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().message(), "tiny.pbm: cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)");
+  EXPECT_EQ(refused.status().message(),
+            "tiny.pbm: cannot decode image (corrupt, truncated, or not PNG, JPEG, BMP or WebP)");
   // fuzz/regressions/image_decode/gdcm_assert_abort: zeros with "DICM" where DICOM puts it.
   std::string dicom(133, '\0');
   dicom.replace(128, 4, "DICM");
   EXPECT_FALSE(DecodeImageBytes(dicom, {}, "scan.dcm").ok());
   // A PNG whose IHDR claims 20000 x 20000.
-  std::string png = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\rIHDR", 8) + std::string("\0\0N\x20\0\0N\x20", 8) + std::string(9, '\0');
+  std::string png = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\rIHDR", 8) +
+                    std::string("\0\0N\x20\0\0N\x20", 8) + std::string(9, '\0');
   EXPECT_EQ(ClaimedImageSize(png), std::make_pair(int64_t{20000}, int64_t{20000}));
   EXPECT_FALSE(DecodeImageBytes(png, {}, "big.png").ok());
   // 0xffffffff x 0xffffffff: the comparison must not overflow (UBSan found the product did;
@@ -178,7 +190,8 @@ TEST(DecodeImageBytes, RefusesOtherFormatsAndHeadersClaimingMoreThanTheLimit) {
   std::string huge = "\x89PNG\r\n\x1a\n" + std::string("\0\0\0\rIHDR", 8) + std::string(40, '\xff');
   auto huge_refused = DecodeImageBytes(huge, {}, "huge.png");
   ASSERT_FALSE(huge_refused.ok());
-  EXPECT_NE(huge_refused.status().message().find("4294967295 x 4294967295 pixels, more than kiln decodes"),
+  EXPECT_NE(huge_refused.status().message().find(
+                "4294967295 x 4294967295 pixels, more than kiln decodes"),
             std::string::npos)
       << huge_refused.status();
   // A real image of each kind still decodes, and its header says its size.
@@ -208,29 +221,40 @@ std::string WritePng(const PngSpec& spec, int width, int height, unsigned seed) 
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
   png_set_write_fn(
-      png, &out, [](png_structp p, png_bytep data, size_t n) { static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<char*>(data), n); },
+      png, &out,
+      [](png_structp p, png_bytep data, size_t n) {
+        static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<char*>(data), n);
+      },
       [](png_structp) {});
   png_set_IHDR(png, info, width, height, spec.bit_depth, spec.color_type,
-               spec.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+               spec.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   std::mt19937 rng(seed);
-  const size_t entries = spec.bit_depth < 4 ? size_t{1} << spec.bit_depth : 16;  // what the indices reach
+  const size_t entries =
+      spec.bit_depth < 4 ? size_t{1} << spec.bit_depth : 16;  // what the indices reach
   std::vector<png_color> palette(entries);
   std::vector<png_byte> alpha(entries);
   for (size_t i = 0; i < palette.size(); ++i) {
-    palette[i] = {static_cast<png_byte>(rng()), static_cast<png_byte>(rng()), static_cast<png_byte>(rng())};
+    palette[i] = {static_cast<png_byte>(rng()), static_cast<png_byte>(rng()),
+                  static_cast<png_byte>(rng())};
     alpha[i] = static_cast<png_byte>(rng());
   }
   png_color_16 transparent{};
   transparent.gray = 1;
   transparent.red = 3;
-  if (spec.color_type == PNG_COLOR_TYPE_PALETTE) png_set_PLTE(png, info, palette.data(), static_cast<int>(palette.size()));
+  if (spec.color_type == PNG_COLOR_TYPE_PALETTE)
+    png_set_PLTE(png, info, palette.data(), static_cast<int>(palette.size()));
   if (spec.transparency) {
-    png_set_tRNS(png, info, alpha.data(), spec.color_type == PNG_COLOR_TYPE_PALETTE ? static_cast<int>(entries) : 0, &transparent);
+    png_set_tRNS(png, info, alpha.data(),
+                 spec.color_type == PNG_COLOR_TYPE_PALETTE ? static_cast<int>(entries) : 0,
+                 &transparent);
   }
   png_write_info(png, info);
   png_set_interlace_handling(png);
-  const int samples = spec.color_type == PNG_COLOR_TYPE_RGB_ALPHA ? 4 : spec.color_type == PNG_COLOR_TYPE_RGB ? 3
-                      : spec.color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2 : 1;
+  const int samples = spec.color_type == PNG_COLOR_TYPE_RGB_ALPHA    ? 4
+                      : spec.color_type == PNG_COLOR_TYPE_RGB        ? 3
+                      : spec.color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
+                                                                     : 1;
   const size_t row_bytes = (static_cast<size_t>(width) * samples * spec.bit_depth + 7) / 8;
   std::vector<std::vector<png_byte>> rows(height, std::vector<png_byte>(row_bytes));
   for (auto& row : rows) {
@@ -281,8 +305,10 @@ TEST(DecodeImageBytes, PngPixelsAreOpenCvsBitForBit) {
       options.grayscale = grayscale;
       auto decoded = DecodeImageBytes(bytes, options, spec.name);
       ASSERT_TRUE(decoded.ok()) << decoded.status();
-      torch::Tensor want = torch::from_blob(expected.data, {expected.rows, expected.cols, expected.channels()}, torch::kUInt8)
-                               .permute({2, 0, 1});
+      torch::Tensor want =
+          torch::from_blob(expected.data, {expected.rows, expected.cols, expected.channels()},
+                           torch::kUInt8)
+              .permute({2, 0, 1});
       EXPECT_TRUE(torch::equal(*decoded, want));
     }
   }
@@ -298,15 +324,22 @@ TEST(DecodeImageBytes, BadPngsAreAStatusAndOneRateLimitedLogLine) {
   ::testing::internal::CaptureStderr();
   auto first = DecodeImageBytes(truncated, {}, "upload.png");
   std::vector<absl::Status> more;
-  for (int i = 0; i < 5; ++i) more.push_back(DecodeImageBytes(i % 2 ? corrupt : truncated, {}, "upload.png").status());
+  for (int i = 0; i < 5; ++i)
+    more.push_back(DecodeImageBytes(i % 2 ? corrupt : truncated, {}, "upload.png").status());
   std::string err = ::testing::internal::GetCapturedStderr();
   ASSERT_FALSE(first.ok());
-  EXPECT_EQ(first.status().message(), "upload.png: cannot decode PNG: the file ends before the image does (truncated)");
+  EXPECT_EQ(first.status().message(),
+            "upload.png: cannot decode PNG: the file ends before the image does (truncated)");
   for (const auto& st : more) EXPECT_FALSE(st.ok());
-  EXPECT_NE(more[0].message().find("upload.png: cannot decode PNG: "), std::string::npos) << more[0];
+  EXPECT_NE(more[0].message().find("upload.png: cannot decode PNG: "), std::string::npos)
+      << more[0];
   EXPECT_EQ(err.find("libpng"), std::string::npos) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_NE(err.find("][kiln][WARNING] - upload.png: cannot decode PNG: the file ends before the image does"), std::string::npos) << err;
+  EXPECT_NE(
+      err.find(
+          "][kiln][WARNING] - upload.png: cannot decode PNG: the file ends before the image does"),
+      std::string::npos)
+      << err;
 }
 
 }  // namespace transforms_test

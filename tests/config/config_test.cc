@@ -485,12 +485,18 @@ TEST(Secrets, AreRedactedInCopiesOfConfigsAndOverrides) {
   RegisterSecretKey("tracker.password");
   std::vector<std::string> keys = SecretKeys();
   EXPECT_EQ(std::count(keys.begin(), keys.end(), "tracker.password"), 1);
-  auto parsed = ParseYaml("tracker:\n  user: me\n  password: hunter2\nother: {password: fine}\n", "t.yaml");
+  auto parsed =
+      ParseYaml("tracker:\n  user: me\n  password: hunter2\nother: {password: fine}\n", "t.yaml");
   ASSERT_TRUE(parsed.ok());
-  (*parsed)->Find("tracker")->Find("password")->set_source(Source::Override("tracker.password=hunter2"));
+  (*parsed)
+      ->Find("tracker")
+      ->Find("password")
+      ->set_source(Source::Override("tracker.password=hunter2"));
   NodePtr redacted = RedactSecrets(**parsed);
-  EXPECT_EQ(ToYaml(*redacted), "tracker:\n  user: me\n  password: '***'\nother:\n  password: fine\n");
-  EXPECT_EQ(redacted->Find("tracker")->Find("password")->source().Describe(), "command line 'tracker.password=***'");
+  EXPECT_EQ(ToYaml(*redacted),
+            "tracker:\n  user: me\n  password: '***'\nother:\n  password: fine\n");
+  EXPECT_EQ(redacted->Find("tracker")->Find("password")->source().Describe(),
+            "command line 'tracker.password=***'");
   EXPECT_EQ((*parsed)->Find("tracker")->Find("password")->as_string(), "hunter2");
   auto no_value = ParseYaml("tracker: {password: null}\n", "t.yaml");
   EXPECT_TRUE(RedactSecrets(**no_value)->Find("tracker")->Find("password")->is_null());
@@ -499,7 +505,8 @@ TEST(Secrets, AreRedactedInCopiesOfConfigsAndOverrides) {
   EXPECT_EQ(RedactOverride("tracker.user=me"), "tracker.user=me");
   EXPECT_EQ(RedactOverride("~tracker.password"), "~tracker.password");
   auto hydra = ParseYaml("overrides:\n  task: [tracker.password=hunter2, seed=1]\n", "h.yaml");
-  EXPECT_EQ(ToYaml(*RedactHydraSecrets(**hydra)), "overrides:\n  task:\n  - tracker.password=***\n  - seed=1\n");
+  EXPECT_EQ(ToYaml(*RedactHydraSecrets(**hydra)),
+            "overrides:\n  task:\n  - tracker.password=***\n  - seed=1\n");
 }
 
 }  // namespace config_test

@@ -85,8 +85,8 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
   }
 
   testing::ProcessResult Kiln(bool resolve) {
-    std::vector<std::string> argv = {KILN_BINARY, "train", "--config-path", dir_ + "/conf", "--config-name",
-                                     config_name_, "--cfg", "job"};
+    std::vector<std::string> argv = {KILN_BINARY,     "train",      "--config-path", dir_ + "/conf",
+                                     "--config-name", config_name_, "--cfg",         "job"};
     if (resolve) argv.push_back("--resolve");
     for (const auto& o : overrides_) argv.push_back(o);
     return RunProcess(argv, env_);
@@ -97,8 +97,9 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
     auto got = ParseYaml(r.out, "<kiln output>");
     ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.out;
     NodePtr expected = Load(expected_file);
-    EXPECT_TRUE(DeepEqual(**got, *expected)) << "kiln printed:\n" << r.out << "expected (" << expected_file
-                                             << "):\n" << ToYaml(*expected);
+    EXPECT_TRUE(DeepEqual(**got, *expected)) << "kiln printed:\n"
+                                             << r.out << "expected (" << expected_file << "):\n"
+                                             << ToYaml(*expected);
     // Hydra quotes every string a YAML 1.1 reader would retype (`'2024-01-05'`, `'yes'`); so
     // must kiln, for readers other than its own.
     auto kiln_quoted = QuotedScalarPaths(r.out);
@@ -112,7 +113,8 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
   void ExpectRefusal(const testing::ProcessResult& r) {
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line expected:\n" << r.err;
-    for (const auto& word : mentions_) EXPECT_NE(r.err.find(word), std::string::npos) << "missing '" << word << "' in: " << r.err;
+    for (const auto& word : mentions_)
+      EXPECT_NE(r.err.find(word), std::string::npos) << "missing '" << word << "' in: " << r.err;
   }
 
   // A job line's overrides: split at spaces outside quotes (Hydra joins them with spaces).
@@ -158,8 +160,9 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
       }
       overrides.push_back(*o);
     }
-    ConfigRepository repo(FileExists(dir_ + "/conf") ? std::vector<SearchPathEntry>{{"main", dir_ + "/conf"}}
-                                                      : std::vector<SearchPathEntry>{});
+    ConfigRepository repo(FileExists(dir_ + "/conf")
+                              ? std::vector<SearchPathEntry>{{"main", dir_ + "/conf"}}
+                              : std::vector<SearchPathEntry>{});
     absl::StatusOr<std::vector<std::vector<std::string>>> jobs =
         failed.ok() ? PlanSweep({}, overrides, repo) : failed;
     if (!FileExists(dir_ + "/sweep.txt")) {  // Hydra refused to plan it: so must kiln
@@ -171,7 +174,8 @@ class Conformance : public ::testing::TestWithParam<CaseRef> {
       return;
     }
     ASSERT_TRUE(jobs.ok()) << jobs.status();
-    std::vector<std::string> lines = absl::StrSplit(ReadFile(dir_ + "/sweep.txt"), '\n', absl::SkipEmpty());
+    std::vector<std::string> lines =
+        absl::StrSplit(ReadFile(dir_ + "/sweep.txt"), '\n', absl::SkipEmpty());
     ASSERT_EQ(jobs->size(), lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
       std::vector<std::string> want = SplitJobLine(lines[i]);

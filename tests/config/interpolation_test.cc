@@ -370,7 +370,8 @@ TEST(Resolvers, ArgumentsSplitWhereTheGrammarReadsThem) {
   ResolverRegistry registry;
   registry.Register("show", [](const ResolverCall& call) -> absl::StatusOr<NodePtr> {
     std::vector<std::string> parts;
-    for (const auto& arg : call.args) parts.push_back(absl::StrCat(KindName(arg->kind()), "=", PythonStr(*arg)));
+    for (const auto& arg : call.args)
+      parts.push_back(absl::StrCat(KindName(arg->kind()), "=", PythonStr(*arg)));
     return Node::String(absl::StrCat(parts.size(), ":", absl::StrJoin(parts, "|")));
   });
   Interpolator interpolator(Yaml("which: show\nx: 5\n"
@@ -400,12 +401,14 @@ TEST(Resolvers, LoadMoreOnceRefuseSecondRegistrationAndNameAFailedLoad) {
   ASSERT_TRUE(registry.Add("one", one, "plugin a").ok());
   absl::Status again = registry.Add("one", one, "plugin b");
   EXPECT_EQ(again.message(),
-            "config resolver 'one' is already registered by plugin a; plugin b cannot register it again: give it "
+            "config resolver 'one' is already registered by plugin a; plugin b cannot register it "
+            "again: give it "
             "another name");
   int loads = 0;
   registry.set_load_more([&] {
     ++loads;
-    return registry.Add("two", [](const ResolverCall&) -> absl::StatusOr<NodePtr> { return Node::Int(2); });
+    return registry.Add(
+        "two", [](const ResolverCall&) -> absl::StatusOr<NodePtr> { return Node::Int(2); });
   });
   Interpolator interpolator(Yaml("a: ${two:}\nb: ${two:}\n"), registry);
   auto resolved = interpolator.ResolveAll();
@@ -414,11 +417,15 @@ TEST(Resolvers, LoadMoreOnceRefuseSecondRegistrationAndNameAFailedLoad) {
   EXPECT_EQ(loads, 1);
 
   ResolverRegistry broken;
-  broken.set_load_more([] { return absl::FailedPreconditionError("plugin 'x' (x.so): undefined symbol f"); });
+  broken.set_load_more(
+      [] { return absl::FailedPreconditionError("plugin 'x' (x.so): undefined symbol f"); });
   Interpolator failing(Yaml("v: ${three:}\n"), broken);
   auto st = failing.ResolveAll().status();
   EXPECT_THAT(Message(st), HasSubstr("unknown resolver 'three'"));
-  EXPECT_THAT(Message(st), HasSubstr("the plugins that may provide it did not load: plugin 'x' (x.so): undefined symbol f"));
+  EXPECT_THAT(
+      Message(st),
+      HasSubstr(
+          "the plugins that may provide it did not load: plugin 'x' (x.so): undefined symbol f"));
 }
 
 TEST(Resolvers, ResolverResultInsideAString) {

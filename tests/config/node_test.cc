@@ -96,7 +96,8 @@ TEST(BigInt, TypedKeysMatchEqualNumbersExactly) {
   EXPECT_TRUE(KeysMatch(key, TypedKey(*Node::Float(18446744073709551616.0))));
   EXPECT_FALSE(KeysMatch(TypedKey(*Node::Integer("18446744073709551617")),
                          TypedKey(*Node::Float(18446744073709551616.0))));
-  EXPECT_FALSE(KeysMatch(TypedKey(*Node::Int(9007199254740993)), TypedKey(*Node::Float(9007199254740992.0))));
+  EXPECT_FALSE(KeysMatch(TypedKey(*Node::Int(9007199254740993)),
+                         TypedKey(*Node::Float(9007199254740992.0))));
   EXPECT_TRUE(KeysMatch(TypedKey(*Node::Int(-3)), TypedKey(*Node::Float(-3.0))));
   EXPECT_FALSE(KeysMatch(key, "18446744073709551616"));
 }

@@ -3,8 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/config/typed_value_checks.h"
-
 #include <cmath>
 #include <limits>
 #include <string>
@@ -13,6 +11,7 @@
 #include "lib/config/node.h"
 #include "lib/config/repository.h"
 #include "lib/config/sweep.h"
+#include "tests/config/typed_value_checks.h"
 
 namespace kiln::config {
 namespace override_test {
@@ -178,7 +177,8 @@ TEST(OverrideValues, IntsBeyondInt64StayInts) {
   ASSERT_TRUE(list->is_list());
   EXPECT_EQ(list->items()[0]->int_text(), "18446744073709551616");
   EXPECT_EQ(NodeToOverrideString(*Value("-99999999999999999999")), "-99999999999999999999");
-  EXPECT_THAT(std::string(ParseError("x=range(0,99999999999999999999)").message()), HasSubstr("int64"));
+  EXPECT_THAT(std::string(ParseError("x=range(0,99999999999999999999)").message()),
+              HasSubstr("int64"));
 }
 
 TEST(OverrideValues, Floats) {

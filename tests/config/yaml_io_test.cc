@@ -119,7 +119,8 @@ TEST(YamlScalarTyping, IntsBeyondInt64StayInts) {
   ExpectBigInt("-9223372036854775809", "-9223372036854775809");
   ExpectBigInt("+18_446_744_073_709_551_616", "18446744073709551616");
   ExpectBigInt("0x1FFFFFFFFFFFFFFFF", "36893488147419103231");
-  ExpectBigInt("-0b11111111111111111111111111111111111111111111111111111111111111111", "-36893488147419103231");
+  ExpectBigInt("-0b11111111111111111111111111111111111111111111111111111111111111111",
+               "-36893488147419103231");
   ExpectBigInt("01777777777777777777777", "18446744073709551615");
   ExpectBigInt("2562047788015215:30:8", "9223372036854775808");
   ExpectBigInt("12345678901234567890:0", "740740734074074073400");
@@ -128,9 +129,11 @@ TEST(YamlScalarTyping, IntsBeyondInt64StayInts) {
 }
 
 TEST(YamlScalarTyping, BigIntsPrintAndReadBack) {
-  NodePtr root = MustParse("a: 18446744073709551616\nb: [-99999999999999999999]\n18446744073709551616: key\n");
+  NodePtr root =
+      MustParse("a: 18446744073709551616\nb: [-99999999999999999999]\n18446744073709551616: key\n");
   std::string text = ToYaml(*root);
-  EXPECT_EQ(text, "a: 18446744073709551616\nb:\n- -99999999999999999999\n18446744073709551616: key\n");
+  EXPECT_EQ(text,
+            "a: 18446744073709551616\nb:\n- -99999999999999999999\n18446744073709551616: key\n");
   EXPECT_TRUE(DeepEqual(*MustParse(text), *root));
   EXPECT_FALSE(DeepEqual(*Value("18446744073709551616"), *Value("18446744073709551617")));
   EXPECT_FALSE(DeepEqual(*Value("18446744073709551616"), *Value("'18446744073709551616'")));
@@ -140,10 +143,14 @@ TEST(YamlScalarTyping, BigIntsPrintAndReadBack) {
 // on a mapping, a list or a scalar; the standard tags are read.
 TEST(YamlTags, UnknownTagsAreRefusedWithTheirPlace) {
   for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
-           {"model: !model {name: cnn}\n", "test.yaml:1:8: could not determine a constructor for the tag '!model'"},
-           {"l: !layers [1, 2]\n", "test.yaml:1:4: could not determine a constructor for the tag '!layers'"},
-           {"a: 1\nport: !port 3306\n", "test.yaml:2:7: could not determine a constructor for the tag '!port'"},
-           {"t: !!python/tuple [1, 2]\n", "could not determine a constructor for the tag 'tag:yaml.org,2002:python/tuple'"}}) {
+           {"model: !model {name: cnn}\n",
+            "test.yaml:1:8: could not determine a constructor for the tag '!model'"},
+           {"l: !layers [1, 2]\n",
+            "test.yaml:1:4: could not determine a constructor for the tag '!layers'"},
+           {"a: 1\nport: !port 3306\n",
+            "test.yaml:2:7: could not determine a constructor for the tag '!port'"},
+           {"t: !!python/tuple [1, 2]\n",
+            "could not determine a constructor for the tag 'tag:yaml.org,2002:python/tuple'"}}) {
     auto parsed = ParseYaml(text, "test.yaml");
     ASSERT_FALSE(parsed.ok()) << text;
     EXPECT_THAT(Message(parsed.status()), HasSubstr(where)) << text;
@@ -679,17 +686,21 @@ TEST(YamlRoundTrip, Int64Extremes) {
 }
 
 // Overlong UTF-8 forms, surrogates and code points beyond U+10FFFF are refused as Python's decoder
-// refuses them (the compose fuzzer found E0 80 8A, an overlong newline, read as a key's first byte).
+// refuses them (the compose fuzzer found E0 80 8A, an overlong newline, read as a key's first
+// byte).
 TEST(YamlCharacters, InvalidUtf8FormsAreRefusedWithTheirPlace) {
-  for (std::string bad : {std::string("a:\n\xe0\x80\x8a\tb: 1\n"), std::string("a: \xed\xa0\x80\n"),
-                          std::string("a: \xf0\x80\x80\x80\n"), std::string("a: \xf4\x90\x80\x80\n")}) {
+  for (std::string bad :
+       {std::string("a:\n\xe0\x80\x8a\tb: 1\n"), std::string("a: \xed\xa0\x80\n"),
+        std::string("a: \xf0\x80\x80\x80\n"), std::string("a: \xf4\x90\x80\x80\n")}) {
     auto parsed = ParseYaml(bad, "bad.yaml");
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_NE(parsed.status().message().find("bad.yaml:"), std::string::npos) << parsed.status();
-    EXPECT_NE(parsed.status().message().find("invalid UTF-8 (byte 0x"), std::string::npos) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("invalid UTF-8 (byte 0x"), std::string::npos)
+        << parsed.status();
   }
-  for (std::string good : {std::string("a: \xe0\xa0\x80\n"), std::string("a: \xed\x9f\xbf\n"),
-                           std::string("a: \xf0\x90\x80\x80\n"), std::string("a: \xf4\x8f\xbf\xbf\n")}) {
+  for (std::string good :
+       {std::string("a: \xe0\xa0\x80\n"), std::string("a: \xed\x9f\xbf\n"),
+        std::string("a: \xf0\x90\x80\x80\n"), std::string("a: \xf4\x8f\xbf\xbf\n")}) {
     EXPECT_TRUE(ParseYaml(good, "good.yaml").ok()) << good;
   }
 }
@@ -697,19 +708,24 @@ TEST(YamlCharacters, InvalidUtf8FormsAreRefusedWithTheirPlace) {
 // A quoted scalar that runs into the end of the file: yaml-cpp ends it there, PyYAML (so Hydra)
 // refuses it ("while scanning a quoted scalar ... found unexpected end of stream").
 TEST(YamlQuotes, AQuoteNotClosedBeforeTheEndIsRefusedWhereItStarts) {
-  for (const auto& [bad, column] : std::vector<std::pair<std::string, int>>{
-           {"a: \"abc\n", 4}, {"b: 'abc\n", 4}, {"x: 1\nc: \"ab\\\"\n", 4}, {"d: 'it''s\n", 4},
-           {"\"key: 1\n", 1}}) {
+  for (const auto& [bad, column] :
+       std::vector<std::pair<std::string, int>>{{"a: \"abc\n", 4},
+                                                {"b: 'abc\n", 4},
+                                                {"x: 1\nc: \"ab\\\"\n", 4},
+                                                {"d: 'it''s\n", 4},
+                                                {"\"key: 1\n", 1}}) {
     auto parsed = ParseYaml(bad, "quote.yaml");
     ASSERT_FALSE(parsed.ok()) << bad;
     const int line = bad.rfind('\n', bad.size() - 2) == std::string::npos ? 1 : 2;
     EXPECT_EQ(std::string(parsed.status().message()),
               absl::StrCat("quote.yaml:", line, ":", column,
-                           ": invalid YAML: the quoted scalar that starts here is not closed before the end of the file"))
+                           ": invalid YAML: the quoted scalar that starts here is not closed "
+                           "before the end of the file"))
         << bad;
   }
-  for (const std::string good : {"a: \"abc\"\n", "b: 'it''s'\n", "c: \"a\\\"b\"\n", "d: \"multi\n  line\"\n",
-                                 "e: {k: 'v'}\n", "f: \"\"\n", "g: ''\n"}) {
+  for (const std::string good :
+       {"a: \"abc\"\n", "b: 'it''s'\n", "c: \"a\\\"b\"\n", "d: \"multi\n  line\"\n",
+        "e: {k: 'v'}\n", "f: \"\"\n", "g: ''\n"}) {
     EXPECT_TRUE(ParseYaml(good, "good.yaml").ok()) << good;
   }
 }

@@ -1,7 +1,7 @@
 // kiln on a CUDA GPU, as a user runs it (`ctest -L cuda`): training and its log, bf16 on the GPU,
 // checkpoints that move GPU -> CPU -> GPU, `kiln test` and `kiln predict` on the GPU equal to the
-// CPU's, CUDA graphs equal to eager mode, and data parallel with two processes on one GPU. Every test skips, with the reason,
-// where there is no GPU (CI), so the file builds and runs everywhere.
+// CPU's, CUDA graphs equal to eager mode, and data parallel with two processes on one GPU. Every
+// test skips, with the reason, where there is no GPU (CI), so the file builds and runs everywhere.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -23,7 +23,6 @@ using testing::RunProcess;
 using testing::TempDir;
 using testing::TestAccuracy;
 
-
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -34,9 +33,15 @@ class CudaTest : public ::testing::Test {
 
   // `kiln train` of the CNN on the brightness bands, into RUN (a folder under the test's).
   testing::ProcessResult Train(const std::string& run, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {KILN_BINARY, "train", "data.root=" + dir_.path() + "/data", "model=cnn",
-                                     "scheduler=null", "trainer.max_epochs=3", "data.batch_size=32",
-                                     "hydra.run.dir=" + dir_.path() + "/" + run, "trainer.num_threads=2",
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     "train",
+                                     "data.root=" + dir_.path() + "/data",
+                                     "model=cnn",
+                                     "scheduler=null",
+                                     "trainer.max_epochs=3",
+                                     "data.batch_size=32",
+                                     "hydra.run.dir=" + dir_.path() + "/" + run,
+                                     "trainer.num_threads=2",
                                      "callbacks.early_stopping=null"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunProcess(argv);
@@ -45,7 +50,9 @@ class CudaTest : public ::testing::Test {
     args.insert(args.begin(), KILN_BINARY);
     return RunProcess(args);
   }
-  double Accuracy(const std::string& run) { return TestAccuracy(testing::ReadFile(dir_.path() + "/" + run + "/test_metrics.yaml")); }
+  double Accuracy(const std::string& run) {
+    return TestAccuracy(testing::ReadFile(dir_.path() + "/" + run + "/test_metrics.yaml"));
+  }
 
   // predictions.csv of a `kiln predict` run: each row's class index and probability.
   std::vector<std::pair<int, double>> Predictions(const std::string& run) {
@@ -92,7 +99,9 @@ TEST_F(CudaTest, TrainsOnTheGpuAndSaysWhichOne) {
 TEST_F(CudaTest, MixedPrecisionTrainsOnTheGpu) {
   auto mixed = Train("mixed", {"trainer.accelerator=cuda", "trainer.precision=bf16-mixed"});
   ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
-  EXPECT_NE(mixed.err.find("precision bf16-mixed (the GPU computes bf16 natively)"), std::string::npos) << mixed.err;
+  EXPECT_NE(mixed.err.find("precision bf16-mixed (the GPU computes bf16 natively)"),
+            std::string::npos)
+      << mixed.err;
   EXPECT_GE(Accuracy("mixed"), 0.9) << mixed.err;
   auto pure = Train("true", {"trainer.accelerator=cuda", "trainer.precision=bf16-true"});
   ASSERT_EQ(pure.exit_code, 0) << pure.err;
@@ -100,11 +109,13 @@ TEST_F(CudaTest, MixedPrecisionTrainsOnTheGpu) {
   // 16-mixed: float16 autocast with loss scaling.
   auto half = Train("half", {"trainer.accelerator=cuda", "trainer.precision=16-mixed"});
   ASSERT_EQ(half.exit_code, 0) << half.err;
-  EXPECT_NE(half.err.find("precision 16-mixed (float16 autocast, dynamic loss scaling"), std::string::npos) << half.err;
+  EXPECT_NE(half.err.find("precision 16-mixed (float16 autocast, dynamic loss scaling"),
+            std::string::npos)
+      << half.err;
   EXPECT_GE(Accuracy("half"), 0.9) << half.err;
   // TF32 and cuDNN's benchmark mode are options; the run is the same job.
-  auto tf32 = Train("tf32", {"trainer.accelerator=cuda", "trainer.matmul_precision=high", "trainer.cudnn_benchmark=true",
-                             "trainer.max_epochs=2"});
+  auto tf32 = Train("tf32", {"trainer.accelerator=cuda", "trainer.matmul_precision=high",
+                             "trainer.cudnn_benchmark=true", "trainer.max_epochs=2"});
   ASSERT_EQ(tf32.exit_code, 0) << tf32.err;
   EXPECT_GE(Accuracy("tf32"), 0.9) << tf32.err;
 }
@@ -121,12 +132,14 @@ TEST_F(CudaTest, CheckpointsMoveFromGpuToCpuAndBack) {
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   std::string ckpt = dir_.path() + "/gpu/checkpoints/last.ckpt";
   ASSERT_TRUE(FileExists(ckpt));
-  auto cpu = Train("cpu", {"trainer.accelerator=cpu", "trainer.max_epochs=2", "test=false", "ckpt_path=" + ckpt});
+  auto cpu = Train("cpu", {"trainer.accelerator=cpu", "trainer.max_epochs=2", "test=false",
+                           "ckpt_path=" + ckpt});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   EXPECT_NE(cpu.err.find("training on cpu"), std::string::npos) << cpu.err;
   std::string ckpt2 = dir_.path() + "/cpu/checkpoints/last.ckpt";
   ASSERT_TRUE(FileExists(ckpt2));
-  auto back = Train("back", {"trainer.accelerator=cuda", "trainer.max_epochs=3", "ckpt_path=" + ckpt2});
+  auto back =
+      Train("back", {"trainer.accelerator=cuda", "trainer.max_epochs=3", "ckpt_path=" + ckpt2});
   ASSERT_EQ(back.exit_code, 0) << back.err;
   EXPECT_NE(back.err.find("training on cuda"), std::string::npos) << back.err;
   EXPECT_GE(Accuracy("back"), 0.9) << back.err;
@@ -142,7 +155,8 @@ TEST_F(CudaTest, TestAndPredictOnTheGpuEqualTheCpu) {
     auto t = Kiln({"test", "ckpt_path=" + ckpt, std::string("trainer.accelerator=") + device,
                    "hydra.run.dir=" + dir_.path() + "/test_" + device});
     ASSERT_EQ(t.exit_code, 0) << t.err;
-    auto p = Kiln({"predict", "run_dir=" + dir_.path() + "/run", std::string("trainer.accelerator=") + device,
+    auto p = Kiln({"predict", "run_dir=" + dir_.path() + "/run",
+                   std::string("trainer.accelerator=") + device,
                    "hydra.run.dir=" + dir_.path() + "/predict_" + device});
     ASSERT_EQ(p.exit_code, 0) << p.err;
   }
@@ -169,8 +183,10 @@ TEST_F(CudaTest, CudaGraphsTrainAsEagerMode) {
   };
   int round = 0;
   for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{}, {"trainer.gradient_clip_val=0.5", "scheduler=cosine", "trainer.precision=bf16-mixed"}}) {
-    const std::string eager_run = "eager" + std::to_string(round), graph_run = "graphs" + std::to_string(round),
+       {std::vector<std::string>{},
+        {"trainer.gradient_clip_val=0.5", "scheduler=cosine", "trainer.precision=bf16-mixed"}}) {
+    const std::string eager_run = "eager" + std::to_string(round),
+                      graph_run = "graphs" + std::to_string(round),
                       resumed_run = "resumed" + std::to_string(round);
     ++round;
     std::vector<std::string> eager_args = {"trainer.accelerator=cuda", "seed=11"}, graph_args;
@@ -181,23 +197,30 @@ TEST_F(CudaTest, CudaGraphsTrainAsEagerMode) {
     ASSERT_EQ(eager.exit_code, 0) << eager.err;
     auto graphs = Train(graph_run, graph_args);
     ASSERT_EQ(graphs.exit_code, 0) << graphs.err;
-    EXPECT_NE(graphs.err.find("trainer.cuda_graphs: the training step captured after 3 warm-up steps"), std::string::npos)
+    EXPECT_NE(
+        graphs.err.find("trainer.cuda_graphs: the training step captured after 3 warm-up steps"),
+        std::string::npos)
         << graphs.err;
     EXPECT_NEAR(value(graph_run, "test/loss"), value(eager_run, "test/loss"), 0.01) << graphs.err;
     EXPECT_NEAR(Accuracy(graph_run), Accuracy(eager_run), 0.02) << graphs.err;
     EXPECT_GE(Accuracy(graph_run), 0.9) << graphs.err;
     // Its checkpoint resumes without graphs (the optimizer's step counts kept on the host too).
-    auto resumed = Train(resumed_run, {"trainer.accelerator=cuda", "trainer.max_epochs=4",
-                                     "ckpt_path=" + dir_.path() + "/" + graph_run + "/checkpoints/last.ckpt"});
+    auto resumed = Train(resumed_run,
+                         {"trainer.accelerator=cuda", "trainer.max_epochs=4",
+                          "ckpt_path=" + dir_.path() + "/" + graph_run + "/checkpoints/last.ckpt"});
     ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
     EXPECT_GE(Accuracy(resumed_run), 0.9) << resumed.err;
   }
-  auto half = Train("half", {"trainer.accelerator=cuda", "trainer.cuda_graphs=true", "trainer.precision=16-mixed"});
+  auto half = Train("half", {"trainer.accelerator=cuda", "trainer.cuda_graphs=true",
+                             "trainer.precision=16-mixed"});
   EXPECT_NE(half.exit_code, 0);
-  EXPECT_NE(half.err.find("trainer.cuda_graphs=true does not capture 16-mixed"), std::string::npos) << half.err;
-  auto sgd = Train("sgd", {"trainer.accelerator=cuda", "trainer.cuda_graphs=true", "optimizer=sgd"});
+  EXPECT_NE(half.err.find("trainer.cuda_graphs=true does not capture 16-mixed"), std::string::npos)
+      << half.err;
+  auto sgd =
+      Train("sgd", {"trainer.accelerator=cuda", "trainer.cuda_graphs=true", "optimizer=sgd"});
   EXPECT_NE(sgd.exit_code, 0);
-  EXPECT_NE(sgd.err.find("trainer.cuda_graphs=true needs an optimizer whose step runs on the device alone"),
+  EXPECT_NE(sgd.err.find(
+                "trainer.cuda_graphs=true needs an optimizer whose step runs on the device alone"),
             std::string::npos)
       << sgd.err;
 }
@@ -205,16 +228,19 @@ TEST_F(CudaTest, CudaGraphsTrainAsEagerMode) {
 // Two processes share one GPU over Gloo; NCCL, which needs a GPU per process, is refused in one
 // line where there are fewer GPUs than processes, and trains where there are enough.
 TEST_F(CudaTest, DataParallelOnTheGpu) {
-  auto gloo = Train("gloo", {"trainer.accelerator=cuda", "trainer.devices=2", "trainer.process_group_backend=gloo"});
+  auto gloo = Train("gloo", {"trainer.accelerator=cuda", "trainer.devices=2",
+                             "trainer.process_group_backend=gloo"});
   ASSERT_EQ(gloo.exit_code, 0) << gloo.err;
   EXPECT_GE(Accuracy("gloo"), 0.9) << gloo.err;
-  auto nccl = Train("nccl", {"trainer.accelerator=cuda", "trainer.devices=2", "trainer.process_group_backend=nccl"});
+  auto nccl = Train("nccl", {"trainer.accelerator=cuda", "trainer.devices=2",
+                             "trainer.process_group_backend=nccl"});
   if (torch::cuda::device_count() >= 2) {
     ASSERT_EQ(nccl.exit_code, 0) << nccl.err;
     EXPECT_GE(Accuracy("nccl"), 0.9) << nccl.err;
   } else {
     EXPECT_NE(nccl.exit_code, 0);
-    EXPECT_NE(nccl.err.find("process_group_backend=nccl needs a GPU per process: 2 processes on this machine, 1 GPU"),
+    EXPECT_NE(nccl.err.find("process_group_backend=nccl needs a GPU per process: 2 processes on "
+                            "this machine, 1 GPU"),
               std::string::npos)
         << nccl.err;
   }

@@ -27,10 +27,19 @@ using testing::RunProcess;
 
 // A deterministic blobs run (no dropout, no checkpoint callback, 2 threads shared by the workers).
 std::vector<std::string> Blobs(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> argv = {KILN_BINARY, "train", "--plugin", BLOBS_PLUGIN, "experiment=blobs",
-                                   "hydra.run.dir=" + dir, "model.dropout=0.0", "trainer.deterministic=true",
-                                   "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
-                                   "trainer.max_epochs=5", "data.num_workers=0", "test=false"};
+  std::vector<std::string> argv = {KILN_BINARY,
+                                   "train",
+                                   "--plugin",
+                                   BLOBS_PLUGIN,
+                                   "experiment=blobs",
+                                   "hydra.run.dir=" + dir,
+                                   "model.dropout=0.0",
+                                   "trainer.deterministic=true",
+                                   "trainer.enable_progress_bar=false",
+                                   "trainer.num_sanity_val_steps=0",
+                                   "trainer.max_epochs=5",
+                                   "data.num_workers=0",
+                                   "test=false"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -63,7 +72,8 @@ double MaxRelativeDifference(const std::string& a_ckpt, const std::string& b_ckp
       ADD_FAILURE() << "missing " << name;
       continue;
     }
-    double rel = (it->second - tensor).norm().item<double>() / std::max(tensor.norm().item<double>(), 1e-12);
+    double rel =
+        (it->second - tensor).norm().item<double>() / std::max(tensor.norm().item<double>(), 1e-12);
     worst = std::max(worst, rel);
   }
   return worst;
@@ -72,9 +82,11 @@ double MaxRelativeDifference(const std::string& a_ckpt, const std::string& b_ckp
 TEST(DataParallel, TwoWorkersOfBatch64ReachTheParametersOfOneWorkerOfBatch128) {
   testing::TempDir dir;
   std::string one = dir.path() + "/one", two = dir.path() + "/two";
-  auto single = RunProcess(Blobs(one, {"data.batch_size=128", "trainer.max_steps=50", "trainer.num_threads=2"}));
+  auto single = RunProcess(
+      Blobs(one, {"data.batch_size=128", "trainer.max_steps=50", "trainer.num_threads=2"}));
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  auto parallel = RunProcess(Blobs(two, {"data.batch_size=64", "trainer.max_steps=50", "trainer.devices=2"}));
+  auto parallel =
+      RunProcess(Blobs(two, {"data.batch_size=64", "trainer.max_steps=50", "trainer.devices=2"}));
   ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
   // One run directory with one log, written by rank 0; rank 1's output in rank_1.log.
   EXPECT_TRUE(FileExists(two + "/.hydra/config.yaml"));
@@ -96,11 +108,11 @@ TEST(DataParallel, TwoWorkersOfBatch64ReachTheParametersOfOneWorkerOfBatch128) {
 
   // Resumed at one worker of batch 128 from the two workers' step 50 (mid-epoch 1), both runs
   // continue to step 60 alike.
-  auto resumed = RunProcess(Blobs(two, {"data.batch_size=128", "trainer.max_steps=60", "trainer.num_threads=2",
-                                        "ckpt_path=last"}));
+  auto resumed = RunProcess(Blobs(two, {"data.batch_size=128", "trainer.max_steps=60",
+                                        "trainer.num_threads=2", "ckpt_path=last"}));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  auto straight = RunProcess(Blobs(one, {"data.batch_size=128", "trainer.max_steps=60", "trainer.num_threads=2",
-                                         "ckpt_path=last"}));
+  auto straight = RunProcess(Blobs(one, {"data.batch_size=128", "trainer.max_steps=60",
+                                         "trainer.num_threads=2", "ckpt_path=last"}));
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
   EXPECT_EQ(Counter(b, "loop/global_step"), 60);
   EXPECT_EQ(Counter(b, "loop/batch_in_epoch"), Counter(a, "loop/batch_in_epoch"));
@@ -114,23 +126,29 @@ TEST(DataParallel, TwoWorkersOfBatch64ReachTheParametersOfOneWorkerOfBatch128) {
 TEST(DataParallel, UnusedParametersAreRefusedOrFoundAsDdpDoes) {
   testing::TempDir dir;
   auto with_model = [&](const std::string& run, std::vector<std::string> extra) {
-    std::vector<std::string> argv = Blobs(dir.path() + "/" + run, {"--plugin", UNUSED_HEAD_PLUGIN,
-                                                                   "model._target_=unused_head_mlp"});
+    std::vector<std::string> argv = Blobs(
+        dir.path() + "/" + run, {"--plugin", UNUSED_HEAD_PLUGIN, "model._target_=unused_head_mlp"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunProcess(argv);
   };
-  auto refused = with_model("refused", {"data.batch_size=64", "trainer.max_steps=5", "trainer.devices=2"});
+  auto refused =
+      with_model("refused", {"data.batch_size=64", "trainer.max_steps=5", "trainer.devices=2"});
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("data parallel: the loss does not use every parameter (spare.weight, spare.bias), and "
-                             "the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.err.find(
+          "data parallel: the loss does not use every parameter (spare.weight, spare.bias), and "
+          "the gradient reduction waits for them; set trainer.ddp_find_unused_parameters=true"),
+      std::string::npos)
       << refused.err;
-  auto found = with_model("found", {"data.batch_size=64", "trainer.max_steps=20", "trainer.devices=2",
-                                    "trainer.ddp_find_unused_parameters=true"});
+  auto found =
+      with_model("found", {"data.batch_size=64", "trainer.max_steps=20", "trainer.devices=2",
+                           "trainer.ddp_find_unused_parameters=true"});
   ASSERT_EQ(found.exit_code, 0) << found.err;
-  auto single = with_model("single", {"data.batch_size=128", "trainer.max_steps=20", "trainer.num_threads=2"});
+  auto single = with_model(
+      "single", {"data.batch_size=128", "trainer.max_steps=20", "trainer.num_threads=2"});
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  auto a = Weights(dir.path() + "/found/checkpoints/last.ckpt"), b = Weights(dir.path() + "/single/checkpoints/last.ckpt");
+  auto a = Weights(dir.path() + "/found/checkpoints/last.ckpt"),
+       b = Weights(dir.path() + "/single/checkpoints/last.ckpt");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : b) {
     ASSERT_TRUE(a.count(name)) << name;
@@ -145,8 +163,10 @@ TEST(DataParallel, UnusedParametersAreRefusedOrFoundAsDdpDoes) {
 TEST(DataParallel, BackboneFinetuningUnfreezesIntoTheGradientReduction) {
   testing::TempDir dir;
   std::vector<std::string> finetune = {
-      "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],unfreeze_at_epoch:1,lr_factor:0.5}",
-      "trainer.max_epochs=3", "+callbacks.model_checkpoint={_target_:model_checkpoint,save_top_k:-1}"};
+      "+callbacks.backbone_finetuning={_target_:backbone_finetuning,params:[layers.*],unfreeze_at_"
+      "epoch:1,lr_factor:0.5}",
+      "trainer.max_epochs=3",
+      "+callbacks.model_checkpoint={_target_:model_checkpoint,save_top_k:-1}"};
   auto run = [&](const std::string& name, std::vector<std::string> extra) {
     extra.insert(extra.end(), finetune.begin(), finetune.end());
     return RunProcess(Blobs(dir.path() + "/" + name, extra));
@@ -156,9 +176,11 @@ TEST(DataParallel, BackboneFinetuningUnfreezesIntoTheGradientReduction) {
   auto single = run("one", {"data.batch_size=128", "trainer.num_threads=2"});
   ASSERT_EQ(single.exit_code, 0) << single.err;
   std::string log = ReadFile(dir.path() + "/two/train.log");
-  EXPECT_NE(log.find("backbone_finetuning: unfreezing 2 parameters at epoch 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("backbone_finetuning: unfreezing 2 parameters at epoch 1"), std::string::npos)
+      << log;
   EXPECT_NE(log.find("data parallel: the trained parameters changed"), std::string::npos) << log;
-  EXPECT_LT(MaxRelativeDifference(dir.path() + "/two/checkpoints/last.ckpt", dir.path() + "/one/checkpoints/last.ckpt"),
+  EXPECT_LT(MaxRelativeDifference(dir.path() + "/two/checkpoints/last.ckpt",
+                                  dir.path() + "/one/checkpoints/last.ckpt"),
             1e-5);
   // The first epoch's checkpoint: the backbone as it started; the last: trained since.
   std::vector<std::string> epoch0;
@@ -168,7 +190,8 @@ TEST(DataParallel, BackboneFinetuningUnfreezesIntoTheGradientReduction) {
   ASSERT_EQ(epoch0.size(), 1u);
   auto before = Weights(epoch0[0]), after = Weights(dir.path() + "/two/checkpoints/last.ckpt");
   ASSERT_TRUE(before.count("layers.0.weight") && after.count("layers.0.weight"));
-  EXPECT_GT((after["layers.0.weight"] - before["layers.0.weight"]).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((after["layers.0.weight"] - before["layers.0.weight"]).abs().max().item<double>(),
+            1e-4);
 }
 
 // trainer.devices as Lightning's list of GPU ids: one process per id, on that GPU. What cannot
@@ -181,9 +204,11 @@ TEST(DataParallel, AListOfGpuIdsIsCheckedBeforeTraining) {
   };
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"trainer.devices=[0,1]", "trainer.accelerator=cpu"},
-       "trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count (trainer.devices=2)"},
+       "trainer.devices lists GPU ids, but trainer.accelerator=cpu: give a count "
+       "(trainer.devices=2)"},
       {{"trainer.devices=[1,1]"}, "trainer.devices lists GPU 1 twice"},
-      {{"trainer.devices=[-1]"}, "trainer.devices lists GPU ids, and '-1' is not one (an int >= 0)"},
+      {{"trainer.devices=[-1]"},
+       "trainer.devices lists GPU ids, and '-1' is not one (an int >= 0)"},
       {{"trainer.devices=[]"}, "trainer.devices is an empty list: give a count or GPU ids"},
   };
   for (const auto& [extra, message] : cases) {
@@ -194,13 +219,17 @@ TEST(DataParallel, AListOfGpuIdsIsCheckedBeforeTraining) {
   if (!torch::cuda::is_available()) {
     auto r = run({"trainer.devices=[0]"});
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.err.find("trainer.devices lists GPU ids, but no CUDA device is available"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("trainer.devices lists GPU ids, but no CUDA device is available"),
+              std::string::npos)
+        << r.err;
   }
   ::setenv("CUDA_VISIBLE_DEVICES", "5,6", 1);
   auto beyond = run({"trainer.devices=[2]"});
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(beyond.exit_code, 2);
-  EXPECT_NE(beyond.err.find("trainer.devices lists GPU 2, but CUDA_VISIBLE_DEVICES=5,6 makes 2 visible"), std::string::npos)
+  EXPECT_NE(
+      beyond.err.find("trainer.devices lists GPU 2, but CUDA_VISIBLE_DEVICES=5,6 makes 2 visible"),
+      std::string::npos)
       << beyond.err;
 }
 
@@ -212,22 +241,30 @@ TEST(DataParallel, BucketedReductionWithAccumulationMatchesOneProcess) {
   auto single = RunProcess(Blobs(one, {"data.batch_size=64", "trainer.accumulate_grad_batches=2",
                                        "trainer.max_steps=10", "trainer.num_threads=2"}));
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  auto parallel = RunProcess(Blobs(two, {"data.batch_size=32", "trainer.accumulate_grad_batches=2",
-                                         "trainer.max_steps=10", "trainer.devices=2", "trainer.ddp_bucket_cap_mb=0.001"}));
+  auto parallel = RunProcess(
+      Blobs(two, {"data.batch_size=32", "trainer.accumulate_grad_batches=2", "trainer.max_steps=10",
+                  "trainer.devices=2", "trainer.ddp_bucket_cap_mb=0.001"}));
   ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
-  EXPECT_NE(ReadFile(two + "/train.log").find("2 gradient buckets (cap 0.001 MB)"), std::string::npos) << ReadFile(two + "/train.log");
-  EXPECT_LT(MaxRelativeDifference(two + "/checkpoints/last.ckpt", one + "/checkpoints/last.ckpt"), 1e-5);
+  EXPECT_NE(ReadFile(two + "/train.log").find("2 gradient buckets (cap 0.001 MB)"),
+            std::string::npos)
+      << ReadFile(two + "/train.log");
+  EXPECT_LT(MaxRelativeDifference(two + "/checkpoints/last.ckpt", one + "/checkpoints/last.ckpt"),
+            1e-5);
 }
 
 // torchrun starts every rank itself; each composes its own config (a timestamped run directory
-// could differ by a second). Rank 0's config and run directory win; rank 1 writes nothing of its own.
+// could differ by a second). Rank 0's config and run directory win; rank 1 writes nothing of its
+// own.
 TEST(DataParallel, TorchrunStyleRanksShareRankZerosRunDirectory) {
   testing::TempDir dir;
   std::string port = std::to_string(20000 + getpid() % 20000);
   auto run = [&](int rank, const std::string& run_dir) {
-    return RunProcess(Blobs(run_dir, {"data.batch_size=64", "trainer.max_steps=5", "trainer.num_threads=1"}),
-                      {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                       {"MASTER_PORT", port}});
+    return RunProcess(
+        Blobs(run_dir, {"data.batch_size=64", "trainer.max_steps=5", "trainer.num_threads=1"}),
+        {{"RANK", std::to_string(rank)},
+         {"WORLD_SIZE", "2"},
+         {"MASTER_ADDR", "127.0.0.1"},
+         {"MASTER_PORT", port}});
   };
   testing::ProcessResult r1;
   std::thread second([&] { r1 = run(1, dir.path() + "/rank1_dir"); });
@@ -247,9 +284,10 @@ TEST(DataParallel, TwoNodesStartTheirWorkersAndShareNodeZerosRunDirectory) {
   testing::TempDir dir;
   std::string port = std::to_string(20000 + (getpid() + 7) % 20000);
   auto node = [&](int rank, const std::string& run_dir) {
-    return RunProcess(Blobs(run_dir, {"data.batch_size=64", "trainer.max_steps=5", "trainer.num_nodes=2",
-                                      "trainer.num_threads=1"}),
-                      {{"NODE_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+    return RunProcess(
+        Blobs(run_dir, {"data.batch_size=64", "trainer.max_steps=5", "trainer.num_nodes=2",
+                        "trainer.num_threads=1"}),
+        {{"NODE_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
   };
   testing::ProcessResult n1;
   std::thread second([&] { n1 = node(1, dir.path() + "/node1_dir"); });
@@ -263,7 +301,8 @@ TEST(DataParallel, TwoNodesStartTheirWorkersAndShareNodeZerosRunDirectory) {
   // Without the rendezvous variables the refusal says what to set.
   auto alone = RunProcess(Blobs(dir.path() + "/x", {"trainer.num_nodes=2"}), {{"NODE_RANK", ""}});
   EXPECT_EQ(alone.exit_code, 2);
-  EXPECT_NE(alone.err.find("start kiln on every node with NODE_RANK"), std::string::npos) << alone.err;
+  EXPECT_NE(alone.err.find("start kiln on every node with NODE_RANK"), std::string::npos)
+      << alone.err;
   EXPECT_FALSE(FileExists(dir.path() + "/x")) << "the refusal wrote a run directory";
 }
 
@@ -275,7 +314,8 @@ pid_t WorkerPid(pid_t parent, int rank) {
     pid_t pid;
     while (in >> pid) {
       std::string env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
-      if (env.find(absl::StrCat(std::string(1, '\0'), "RANK=", rank, std::string(1, '\0'))) != std::string::npos) {
+      if (env.find(absl::StrCat(std::string(1, '\0'), "RANK=", rank, std::string(1, '\0'))) !=
+          std::string::npos) {
         return pid;
       }
     }
@@ -300,7 +340,8 @@ pid_t Start(std::vector<std::string> argv, const std::string& err_file) {
 
 // Waits until rank 0 reports that it trains (at most a minute).
 void WaitUntilTraining(const std::string& run_dir) {
-  for (int i = 0; i < 600 && ReadFile(run_dir + "/train.log").find("training on") == std::string::npos; ++i) {
+  for (int i = 0;
+       i < 600 && ReadFile(run_dir + "/train.log").find("training on") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -309,7 +350,8 @@ void WaitUntilTraining(const std::string& run_dir) {
 int WaitForExit(pid_t pid, int seconds) {
   int status = 0;
   for (int i = 0; i < seconds * 10; ++i) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   kill(pid, SIGKILL);
@@ -320,8 +362,8 @@ int WaitForExit(pid_t pid, int seconds) {
 TEST(DataParallel, AWorkerThatDiesStopsTheOthersWithAMessageNamingIt) {
   testing::TempDir dir;
   std::string run_dir = dir.path() + "/run", err_file = dir.path() + "/stderr.txt";
-  pid_t parent = Start(Blobs(run_dir, {"data.batch_size=8", "trainer.max_epochs=50", "trainer.devices=2",
-                                       "trainer.ddp_timeout=60"}),
+  pid_t parent = Start(Blobs(run_dir, {"data.batch_size=8", "trainer.max_epochs=50",
+                                       "trainer.devices=2", "trainer.ddp_timeout=60"}),
                        err_file);
   ASSERT_GT(parent, 0);
   WaitUntilTraining(run_dir);
@@ -332,7 +374,9 @@ TEST(DataParallel, AWorkerThatDiesStopsTheOthersWithAMessageNamingIt) {
   // At most 2 minutes, far below what a hang would take (ddp_timeout, then the 30 s grace).
   EXPECT_EQ(WaitForExit(parent, 120), 128 + SIGKILL);
   std::string err = ReadFile(err_file);
-  EXPECT_NE(err.find("kiln: error: worker rank 1 of 2 was killed by signal 9 (SIGKILL)"), std::string::npos) << err;
+  EXPECT_NE(err.find("kiln: error: worker rank 1 of 2 was killed by signal 9 (SIGKILL)"),
+            std::string::npos)
+      << err;
   // Rank 0 noticed by itself (the connection closed), not because it was terminated.
   EXPECT_NE(err.find("another worker has probably stopped"), std::string::npos) << err;
 }
@@ -344,8 +388,8 @@ TEST(DataParallel, SigtermStopsAllWorkersWithACheckpointThatResumes) {
   std::string run_dir = dir.path() + "/run", err_file = dir.path() + "/stderr.txt";
   // One schedule for every run (it is planned from max_steps); 400 ends mid-epoch (63 steps an
   // epoch: 4000 samples, 2 x 32), so each run leaves a last.ckpt to compare.
-  std::vector<std::string> common = {"data.batch_size=32", "trainer.devices=2", "trainer.max_steps=400",
-                                     "trainer.max_epochs=20"};
+  std::vector<std::string> common = {"data.batch_size=32", "trainer.devices=2",
+                                     "trainer.max_steps=400", "trainer.max_epochs=20"};
   pid_t parent = Start(Blobs(run_dir, common), err_file);
   ASSERT_GT(parent, 0);
   WaitUntilTraining(run_dir);
@@ -354,7 +398,8 @@ TEST(DataParallel, SigtermStopsAllWorkersWithACheckpointThatResumes) {
   EXPECT_EQ(WaitForExit(parent, 120), 128 + SIGTERM);
   std::string err = ReadFile(err_file);
   EXPECT_NE(err.find("kiln: error: interrupted by SIGTERM"), std::string::npos) << err;
-  EXPECT_EQ(err.find("worker rank"), std::string::npos) << "rank 0 reports the interruption alone: " << err;
+  EXPECT_EQ(err.find("worker rank"), std::string::npos)
+      << "rank 0 reports the interruption alone: " << err;
   std::string ckpt = run_dir + "/checkpoints/last.ckpt";
   ASSERT_TRUE(FileExists(ckpt));
   int64_t stopped_at = Counter(ckpt, "loop/global_step");

@@ -25,8 +25,11 @@ TEST(DistributedEnvironment, NothingSetIsOneProcess) {
 }
 
 TEST(DistributedEnvironment, TorchrunVariables) {
-  auto env = ReadEnvironment(From({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                   {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29511"}}));
+  auto env = ReadEnvironment(From({{"RANK", "3"},
+                                   {"WORLD_SIZE", "4"},
+                                   {"LOCAL_RANK", "1"},
+                                   {"MASTER_ADDR", "10.1.2.3"},
+                                   {"MASTER_PORT", "29511"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_TRUE(env->distributed());
   EXPECT_EQ(env->rank, 3);
@@ -35,29 +38,36 @@ TEST(DistributedEnvironment, TorchrunVariables) {
   EXPECT_EQ(env->master_addr, "10.1.2.3");
   EXPECT_EQ(env->master_port, 29511);
   EXPECT_EQ(env->source, "torchrun");
-  auto own = ReadEnvironment(From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"KILN_LOCAL_WORKERS", "1"}}));
+  auto own =
+      ReadEnvironment(From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"KILN_LOCAL_WORKERS", "1"}}));
   ASSERT_TRUE(own.ok());
   EXPECT_EQ(own->source, "kiln");
 }
 
 TEST(DistributedEnvironment, SlurmVariablesWithTheFirstNodeAsMaster) {
-  auto env = ReadEnvironment(From({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                   {"SLURM_NODELIST", "gpu[007-010,12],cpu1"}, {"SLURM_JOB_ID", "4242117"}}));
+  auto env = ReadEnvironment(From({{"SLURM_PROCID", "5"},
+                                   {"SLURM_NTASKS", "8"},
+                                   {"SLURM_LOCALID", "1"},
+                                   {"SLURM_NODELIST", "gpu[007-010,12],cpu1"},
+                                   {"SLURM_JOB_ID", "4242117"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->source, "slurm");
   EXPECT_EQ(env->rank, 5);
   EXPECT_EQ(env->world_size, 8);
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->master_addr, "gpu007");
-  EXPECT_EQ(env->master_port, 15000 + 2117);  // Lightning's rule: 15000 + the job id's last 4 digits
+  EXPECT_EQ(env->master_port,
+            15000 + 2117);  // Lightning's rule: 15000 + the job id's last 4 digits
 }
 
 TEST(DistributedEnvironment, TorchrunWinsOverSlurmAndOneSlurmTaskIsOneProcess) {
-  auto both = ReadEnvironment(From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}));
+  auto both = ReadEnvironment(
+      From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}));
   ASSERT_TRUE(both.ok());
   EXPECT_EQ(both->source, "torchrun");
   EXPECT_EQ(both->world_size, 2);
-  auto one = ReadEnvironment(From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NODELIST", "n1"}}));
+  auto one = ReadEnvironment(
+      From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NODELIST", "n1"}}));
   ASSERT_TRUE(one.ok());
   EXPECT_FALSE(one->distributed());
 }
@@ -65,10 +75,12 @@ TEST(DistributedEnvironment, TorchrunWinsOverSlurmAndOneSlurmTaskIsOneProcess) {
 TEST(DistributedEnvironment, MalformedValuesNameTheVariable) {
   auto bad_rank = ReadEnvironment(From({{"RANK", "x"}, {"WORLD_SIZE", "2"}}));
   ASSERT_FALSE(bad_rank.ok());
-  EXPECT_NE(std::string(bad_rank.status().message()).find("RANK='x'"), std::string::npos) << bad_rank.status();
+  EXPECT_NE(std::string(bad_rank.status().message()).find("RANK='x'"), std::string::npos)
+      << bad_rank.status();
   auto outside = ReadEnvironment(From({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
   ASSERT_FALSE(outside.ok());
-  EXPECT_NE(std::string(outside.status().message()).find("rank 2 is outside the world of 2"), std::string::npos);
+  EXPECT_NE(std::string(outside.status().message()).find("rank 2 is outside the world of 2"),
+            std::string::npos);
   auto port = ReadEnvironment(From({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}));
   ASSERT_FALSE(port.ok());
   EXPECT_NE(std::string(port.status().message()).find("MASTER_PORT=70000"), std::string::npos);

@@ -1,15 +1,15 @@
 // Test plugin: registers a launcher named like a built-in one.
-#include "lib/sweep/launcher.h"
 #include "lib/registry/plugin.h"
+#include "lib/sweep/launcher.h"
 
 namespace {
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::app::Launcher>("basic", "A second 'basic' (test plugin)", kiln::OptionSchema(),
-                                     [](const kiln::config::Config&)
-                                         -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
-                                       return absl::UnimplementedError("never built");
-                                     });
+  registrar.Add<kiln::app::Launcher>(
+      "basic", "A second 'basic' (test plugin)", kiln::OptionSchema(),
+      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+        return absl::UnimplementedError("never built");
+      });
 }
 
 }  // namespace

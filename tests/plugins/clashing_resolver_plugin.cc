@@ -4,9 +4,10 @@
 namespace {
 
 void Register(kiln::Registrar& registrar) {
-  registrar.AddResolver("oc.env", [](const kiln::config::ResolverCall&) -> absl::StatusOr<kiln::config::NodePtr> {
-    return kiln::config::Node::String("replaced");
-  });
+  registrar.AddResolver(
+      "oc.env", [](const kiln::config::ResolverCall&) -> absl::StatusOr<kiln::config::NodePtr> {
+        return kiln::config::Node::String("replaced");
+      });
 }
 
 }  // namespace

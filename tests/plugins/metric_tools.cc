@@ -1,12 +1,12 @@
 // Test plugin: a metric, used from a config by plugin_test.
 //   +task.metrics.err={_target_: error_rate}   -> val/err, test/err: the share of rows predicted
 //                                                  wrong over the epoch (1 - accuracy)
+#include <kiln/plugin.h>
+#include <kiln/trainer.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <kiln/plugin.h>
-#include <kiln/trainer.h>
 
 namespace {
 

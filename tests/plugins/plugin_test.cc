@@ -19,7 +19,9 @@ using testing::ProcessResult;
 using testing::RunProcess;
 using testing::TempDir;
 
-std::string TestPlugin(const std::string& name) { return std::string(TEST_PLUGIN_DIR) + "/lib" + name + ".so"; }
+std::string TestPlugin(const std::string& name) {
+  return std::string(TEST_PLUGIN_DIR) + "/lib" + name + ".so";
+}
 std::string ExamplePlugin(const std::string& name) {
   return std::string(EXAMPLE_PLUGIN_DIR) + "/lib" + name + ".so";
 }
@@ -67,19 +69,21 @@ TEST_F(PluginTest, ListShowsPluginComponentsWithTheirOrigin) {
   auto r = Kiln({"list", "launcher", "--plugin", TestPlugin("reverse_launcher")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "  basic  [built-in]")) << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "  reverse  [plugin reverse_launcher 1.0.0 (" + TestPlugin("reverse_launcher") +
+  EXPECT_TRUE(absl::StrContains(r.out, "  reverse  [plugin reverse_launcher 1.0.0 (" +
+                                           TestPlugin("reverse_launcher") +
                                            ")]  Runs the jobs last to first"))
       << r.out;
 }
 
 TEST_F(PluginTest, ConfigFolderJoinsTheSearchPathWithoutLoadingTheLibrary) {
-  auto r = Kiln({"compose", "--config-path", conf(), "--cfg", "job", "--plugin", TestPlugin("reverse_launcher"),
-                 "+extra=from_plugin"});
+  auto r = Kiln({"compose", "--config-path", conf(), "--cfg", "job", "--plugin",
+                 TestPlugin("reverse_launcher"), "+extra=from_plugin"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "x: 1\nextra:\n  origin: reverse_launcher plugin\n");
   auto info = Kiln({"compose", "--config-path", conf(), "--info", "searchpath", "--plugin",
                     TestPlugin("reverse_launcher")});
-  EXPECT_TRUE(absl::StrContains(info.out, "provider=plugin reverse_launcher, path=file://")) << info.out;
+  EXPECT_TRUE(absl::StrContains(info.out, "provider=plugin reverse_launcher, path=file://"))
+      << info.out;
   // Without the plugin there is no such group, so Hydra's grammar reads a plain value.
   auto without = Kiln({"compose", "--config-path", conf(), "--cfg", "job", "+extra=from_plugin"});
   ASSERT_EQ(without.exit_code, 0) << without.err;
@@ -87,8 +91,9 @@ TEST_F(PluginTest, ConfigFolderJoinsTheSearchPathWithoutLoadingTheLibrary) {
 }
 
 TEST_F(PluginTest, PluginLauncherRunsAMultirun) {
-  auto r = Kiln({"compose", "-m", "--config-path", conf(), "--plugin", TestPlugin("reverse_launcher"),
-                 "hydra.launcher._target_=reverse", "hydra.sweep.dir=" + dir_.path() + "/sweep", "x=1,2,3"});
+  auto r = Kiln({"compose", "-m", "--config-path", conf(), "--plugin",
+                 TestPlugin("reverse_launcher"), "hydra.launcher._target_=reverse",
+                 "hydra.sweep.dir=" + dir_.path() + "/sweep", "x=1,2,3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "x: 3\nx: 2\nx: 1\n");
 }
@@ -98,11 +103,12 @@ TEST_F(PluginTest, PluginLauncherRunsAMultirun) {
 // resolver; the sweep machinery keeps the folder, ledger and summary as for the grid.
 TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
   dir_.Write("conf/doubling.yaml",
-             "defaults:\n  - override hydra/sweeper: doubling\n  - _self_\nx: 1\ntwice: ${sweep_tools.twice:${x}}\n");
+             "defaults:\n  - override hydra/sweeper: doubling\n  - _self_\nx: 1\ntwice: "
+             "${sweep_tools.twice:${x}}\n");
   const std::string plugin = TestPlugin("sweep_tools");
   const std::string sweep = dir_.path() + "/sweep";
-  auto resolved = Kiln({"compose", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin, "--cfg",
-                        "job", "--resolve", "x=21"});
+  auto resolved = Kiln({"compose", "--config-path", conf(), "--config-name", "doubling", "--plugin",
+                        plugin, "--cfg", "job", "--resolve", "x=21"});
   ASSERT_EQ(resolved.exit_code, 0) << resolved.err;
   EXPECT_EQ(resolved.out, "x: 21\ntwice: 42\n");
 
@@ -111,13 +117,13 @@ TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
   EXPECT_TRUE(absl::StrContains(list.out, "  basic  [built-in]")) << list.out;
   EXPECT_TRUE(absl::StrContains(list.out, "  doubling  [plugin sweep_tools 1.0.0")) << list.out;
 
-  auto plan = Kiln({"compose", "-m", "--dry-run", "--config-path", conf(), "--config-name", "doubling", "--plugin",
-                    plugin, "hydra.sweeper.start=3"});
+  auto plan = Kiln({"compose", "-m", "--dry-run", "--config-path", conf(), "--config-name",
+                    "doubling", "--plugin", plugin, "hydra.sweeper.start=3"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(plan.out, "x=3\nx=6\nx=12\n");
 
-  auto r = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
-                 "hydra.sweep.dir=" + sweep});
+  auto r = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin",
+                 plugin, "hydra.sweep.dir=" + sweep});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "x: 1\ntwice: 2\nx: 2\ntwice: 4\nx: 4\ntwice: 8\n");
   for (int job = 0; job < 3; ++job) {
@@ -131,39 +137,41 @@ TEST_F(PluginTest, PluginResolverAndSweeperRunFromAConfig) {
   EXPECT_TRUE(absl::StrContains(csv, "2,ok,")) << csv;
 
   // Run again into the same folder: every job is in the ledger, none runs again.
-  auto again = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
-                     "hydra.sweep.dir=" + sweep});
+  auto again = Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling",
+                     "--plugin", plugin, "hydra.sweep.dir=" + sweep});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(again.out, "");
   EXPECT_TRUE(absl::StrContains(again.err, "1 of 1 jobs are done, running 0")) << again.err;
 
   // The sweeper's options are declared once and checked like any component's.
-  ExpectRefused(Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling", "--plugin", plugin,
-                      "hydra.sweep.dir=" + sweep, "hydra.sweeper.start=0"}),
+  ExpectRefused(Kiln({"compose", "-m", "--config-path", conf(), "--config-name", "doubling",
+                      "--plugin", plugin, "hydra.sweep.dir=" + sweep, "hydra.sweeper.start=0"}),
                 "option 'hydra.sweeper.start' of sweeper 'doubling' must be at least 1, got 0");
 }
 
 TEST_F(PluginTest, ASecondRegistrationOfAResolverIsRefused) {
-  ExpectRefused(Kiln({"list", "--plugin", TestPlugin("clashing_resolver_plugin")}),
-                "registers config resolver 'oc.env', which built-in already provides: give it another name");
+  ExpectRefused(
+      Kiln({"list", "--plugin", TestPlugin("clashing_resolver_plugin")}),
+      "registers config resolver 'oc.env', which built-in already provides: give it another name");
 }
 
 TEST_F(PluginTest, PluginsKeyInThePrimaryConfigAndOnTheCommandLine) {
   dir_.Write("conf/with_plugins.yaml", "plugins: [" + TestPlugin("reverse_launcher") + "]\ny: 2\n");
-  auto r = Kiln({"compose", "--config-path", conf(), "--config-name", "with_plugins", "--cfg", "job",
-                 "+extra=from_plugin"});
+  auto r = Kiln({"compose", "--config-path", conf(), "--config-name", "with_plugins", "--cfg",
+                 "job", "+extra=from_plugin"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "origin: reverse_launcher plugin")) << r.out;
   auto override = Kiln({"compose", "--config-path", conf(), "--cfg", "job",
                         "+plugins=[" + TestPlugin("reverse_launcher") + "]", "+extra=from_plugin"});
   ASSERT_EQ(override.exit_code, 0) << override.err;
   // A bare name means an installed plugin (<prefix>/lib/kiln/plugins; the build tree's examples).
-  auto installed = Kiln({"compose", "--config-path", conf(), "--cfg", "job", "+plugins=[tiny_convnet]",
-                         "+model=tiny_convnet", "+task.num_classes=3"});
+  auto installed = Kiln({"compose", "--config-path", conf(), "--cfg", "job",
+                         "+plugins=[tiny_convnet]", "+model=tiny_convnet", "+task.num_classes=3"});
   ASSERT_EQ(installed.exit_code, 0) << installed.err;
   EXPECT_TRUE(absl::StrContains(installed.out, "_target_: tiny_convnet")) << installed.out;
-  ExpectRefused(Kiln({"compose", "--config-path", conf(), "--cfg", "job", "+plugins=[no_such_plugin]"}),
-                "plugin 'no_such_plugin' is neither a path nor installed");
+  ExpectRefused(
+      Kiln({"compose", "--config-path", conf(), "--cfg", "job", "+plugins=[no_such_plugin]"}),
+      "plugin 'no_such_plugin' is neither a path nor installed");
   ExpectRefused(Kiln({"compose", "--config-path", conf(), "--cfg", "job", "+plugins=[[1]]"}),
                 "'plugins' (override +plugins=[[1]]) must list plugin paths or names");
 }
@@ -172,18 +180,22 @@ TEST_F(PluginTest, KilnPluginPathLoadsEveryPluginInAFolder) {
   dir_.Write("plugins/README", "not a library\n");
   CopyReverseLauncher(dir_, "plugins", "libreverse_launcher.so");
   Copy(TestPlugin("not_a_plugin"), dir_.path() + "/plugins/libnot_a_plugin.so");
-  auto r = Kiln({"list", "launcher"}, {{"KILN_PLUGIN_PATH", "/nonexistent-but-empty-is-skipped::" + dir_.path() + "/plugins"}});
-  ExpectRefused(r, "KILN_PLUGIN_PATH names '/nonexistent-but-empty-is-skipped', which does not exist");
+  auto r = Kiln(
+      {"list", "launcher"},
+      {{"KILN_PLUGIN_PATH", "/nonexistent-but-empty-is-skipped::" + dir_.path() + "/plugins"}});
+  ExpectRefused(r,
+                "KILN_PLUGIN_PATH names '/nonexistent-but-empty-is-skipped', which does not exist");
   r = Kiln({"list", "launcher"}, {{"KILN_PLUGIN_PATH", dir_.path() + "/plugins"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "  reverse  [plugin reverse_launcher 1.0.0")) << r.out;
 }
 
 TEST_F(PluginTest, ExamplePluginsTrainFromConfig) {
-  auto r = Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin", ExamplePlugin("grad_norm_monitor"),
-                 "experiment=blobs", "callbacks=grad_norm", "callbacks.model_checkpoint=null",
-                 "callbacks.early_stopping=null", "callbacks.grad_norm_monitor.every_n_steps=5",
-                 "trainer.num_threads=1", "hydra.run.dir=" + dir_.path() + "/run"});
+  auto r = Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin",
+                 ExamplePlugin("grad_norm_monitor"), "experiment=blobs", "callbacks=grad_norm",
+                 "callbacks.model_checkpoint=null", "callbacks.early_stopping=null",
+                 "callbacks.grad_norm_monitor.every_n_steps=5", "trainer.num_threads=1",
+                 "hydra.run.dir=" + dir_.path() + "/run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string metrics = testing::ReadFile(dir_.path() + "/run/test_metrics.yaml");
   size_t at = metrics.find("test/acc: ");
@@ -202,12 +214,13 @@ TEST_F(PluginTest, ExamplePluginOptionsAreCheckedByTheirDeclaration) {
                       "data.batch_size=0", "hydra.run.dir=" + dir_.path() + "/run"}),
                 "option 'data.batch_size' of datamodule 'gaussian_blobs' must be at least 1, got 0 "
                 "(set at command line 'data.batch_size=0')");
-  ExpectRefused(Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin",
-                      ExamplePlugin("grad_norm_monitor"), "experiment=blobs", "callbacks=grad_norm",
-                      "callbacks.grad_norm_monitor.every_n_steps=0",
-                      "hydra.run.dir=" + dir_.path() + "/run"}),
-                "option 'callbacks.grad_norm_monitor.every_n_steps' of callback 'grad_norm_monitor' "
-                "must be at least 1, got 0");
+  ExpectRefused(
+      Kiln({"train", "--plugin", ExamplePlugin("gaussian_blobs"), "--plugin",
+            ExamplePlugin("grad_norm_monitor"), "experiment=blobs", "callbacks=grad_norm",
+            "callbacks.grad_norm_monitor.every_n_steps=0",
+            "hydra.run.dir=" + dir_.path() + "/run"}),
+      "option 'callbacks.grad_norm_monitor.every_n_steps' of callback 'grad_norm_monitor' "
+      "must be at least 1, got 0");
   auto listed = Kiln({"list", "model", "--plugin", ExamplePlugin("tiny_convnet")});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_TRUE(absl::StrContains(listed.out, "width")) << listed.out;
@@ -237,8 +250,9 @@ TEST_F(PluginTest, PluginMetricIsUsedFromTheConfig) {
 }
 
 TEST_F(PluginTest, MissingFile) {
-  ExpectRefused(Kiln({"compose", "--config-path", conf(), "--plugin", dir_.path() + "/libnothing.so"}),
-                "/libnothing.so': no such file");
+  ExpectRefused(
+      Kiln({"compose", "--config-path", conf(), "--plugin", dir_.path() + "/libnothing.so"}),
+      "/libnothing.so': no such file");
 }
 
 TEST_F(PluginTest, NotAKilnPlugin) {
@@ -250,9 +264,10 @@ TEST_F(PluginTest, NotAKilnPlugin) {
 }
 
 TEST_F(PluginTest, BuiltForAnotherAbi) {
-  ExpectRefused(Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("other_abi_plugin")}),
-                "plugin 'other_abi_plugin' (" + TestPlugin("other_abi_plugin") +
-                    ") was built for plugin ABI 99; this kiln loads ABI 2");
+  ExpectRefused(
+      Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("other_abi_plugin")}),
+      "plugin 'other_abi_plugin' (" + TestPlugin("other_abi_plugin") +
+          ") was built for plugin ABI 99; this kiln loads ABI 2");
 }
 
 TEST_F(PluginTest, BuiltAgainstAnotherKiln) {
@@ -274,13 +289,15 @@ TEST_F(PluginTest, RegistersANameThatExists) {
 
 TEST_F(PluginTest, TwoPluginsWithOneName) {
   CopyReverseLauncher(dir_, "copy", "libcopy.so");
-  ExpectRefused(Kiln({"list", "--plugin", TestPlugin("reverse_launcher"), "--plugin", dir_.path() + "/copy/libcopy.so"}),
+  ExpectRefused(Kiln({"list", "--plugin", TestPlugin("reverse_launcher"), "--plugin",
+                      dir_.path() + "/copy/libcopy.so"}),
                 "two plugins are named 'reverse_launcher'");
 }
 
 TEST_F(PluginTest, ConfigFolderMissing) {
-  ExpectRefused(Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("missing_configs_plugin")}),
-                "its config folder " + std::string(TEST_PLUGIN_DIR) + "/no-such-configs does not exist");
+  ExpectRefused(
+      Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("missing_configs_plugin")}),
+      "its config folder " + std::string(TEST_PLUGIN_DIR) + "/no-such-configs does not exist");
 }
 
 TEST_F(PluginTest, ComponentsDocIsUpToDate) {

@@ -1,14 +1,15 @@
 // Test plugin: a launcher that runs a multirun's jobs last to first, and a config folder.
 #include <memory>
 
-#include "lib/sweep/launcher.h"
 #include "lib/registry/plugin.h"
+#include "lib/sweep/launcher.h"
 
 namespace {
 
 class ReverseLauncher : public kiln::app::Launcher {
  public:
-  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs, const kiln::app::LaunchContext& context) override {
+  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs,
+                      const kiln::app::LaunchContext& context) override {
     for (size_t i = jobs.size(); i-- > 0;) {
       if (auto status = context.run(jobs[i]); !status.ok()) return status;
     }
@@ -17,11 +18,11 @@ class ReverseLauncher : public kiln::app::Launcher {
 };
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::app::Launcher>("reverse", "Runs the jobs last to first (test plugin)", kiln::OptionSchema(),
-                                     [](const kiln::config::Config&)
-                                         -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
-                                       return std::make_shared<ReverseLauncher>();
-                                     });
+  registrar.Add<kiln::app::Launcher>(
+      "reverse", "Runs the jobs last to first (test plugin)", kiln::OptionSchema(),
+      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+        return std::make_shared<ReverseLauncher>();
+      });
 }
 
 }  // namespace

@@ -4,9 +4,10 @@
 //                               first failed job or after max_jobs (a sweeper that asks for each
 //                               job after seeing the previous one's result, as an optimizer does)
 //   hydra/launcher=quadratic -> runs each job of an Optuna sweep as a trial whose val/loss is
-//                               (x - 0.3)^2 + (y + 1)^2 + 1/step at steps 1..steps, reported through
-//                               the trial channel (so pruning works), up to `slots` trials at once on
-//                               threads; `nan=true` in a job reports NaN, `fail=true` fails it
+//                               (x - 0.3)^2 + (y + 1)^2 + 1/step at steps 1..steps, reported
+//                               through the trial channel (so pruning works), up to `slots` trials
+//                               at once on threads; `nan=true` in a job reports NaN, `fail=true`
+//                               fails it
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -16,13 +17,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/config/override.h"
+#include "lib/core/exit_code.h"
+#include "lib/registry/plugin.h"
 #include "lib/sweep/launcher.h"
 #include "lib/sweep/sweep_ledger.h"
 #include "lib/sweep/sweeper.h"
 #include "lib/sweep/trial_channel.h"
-#include "lib/config/override.h"
-#include "lib/core/exit_code.h"
-#include "lib/registry/plugin.h"
 
 namespace {
 
@@ -76,12 +77,14 @@ class QuadraticLauncher : public kiln::app::Launcher {
 
   int slots() const override { return static_cast<int>(o_.slots); }
 
-  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs, const kiln::app::LaunchContext& context) override {
+  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs,
+                      const kiln::app::LaunchContext& context) override {
     for (const auto& job : jobs) KILN_RETURN_IF_ERROR(Run(job, context));
     return absl::OkStatus();
   }
 
-  absl::Status Start(const kiln::app::SweepJob& job, const kiln::app::LaunchContext& context) override {
+  absl::Status Start(const kiln::app::SweepJob& job,
+                     const kiln::app::LaunchContext& context) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++running_;
     threads_.emplace_back([this, job, context] {
@@ -114,7 +117,9 @@ class QuadraticLauncher : public kiln::app::Launcher {
       auto o = kiln::config::ParseOverride(text);
       if (!o.ok() || !o->has_value || o->is_sweep()) continue;
       const kiln::config::Node& v = *o->value.node;
-      auto number = [&] { return v.kind() == NodeKind::kInt ? static_cast<double>(v.as_int()) : v.as_float(); };
+      auto number = [&] {
+        return v.kind() == NodeKind::kInt ? static_cast<double>(v.as_int()) : v.as_float();
+      };
       if (o->key_or_group == "x") x = number();
       if (o->key_or_group == "y") y = number();
       if (o->key_or_group == "nan") nan = v.as_bool();
@@ -143,9 +148,12 @@ class QuadraticLauncher : public kiln::app::Launcher {
       double value = nan ? std::nan("") : f + 1.0 / static_cast<double>(step);
       auto prune = trial.Report({"val", step, {{"val/loss", value}, {"val/x", x}}});
       if (!prune.ok()) return record(prune.status());
-      if (*prune) return record(kiln::WithExitCode(absl::AbortedError("pruned"), kiln::app::kExitTrialPruned));
+      if (*prune)
+        return record(
+            kiln::WithExitCode(absl::AbortedError("pruned"), kiln::app::kExitTrialPruned));
     }
-    KILN_RETURN_IF_ERROR(trial.Report({"test", o_.steps, {{"test/loss", nan ? std::nan("") : f}}}).status());
+    KILN_RETURN_IF_ERROR(
+        trial.Report({"test", o_.steps, {{"test/loss", nan ? std::nan("") : f}}}).status());
     return record(absl::OkStatus());
   }
 

@@ -17,7 +17,9 @@ class UnusedHeadMlp : public kiln::Model {
     spare_ = register_module("spare", torch::nn::Linear(hidden, num_classes));
   }
 
-  torch::Tensor forward(torch::Tensor x) override { return head_->forward(torch::relu(fc_->forward(x))); }
+  torch::Tensor forward(torch::Tensor x) override {
+    return head_->forward(torch::relu(fc_->forward(x)));
+  }
 
  private:
   torch::nn::Linear fc_{nullptr}, head_{nullptr}, spare_{nullptr};
@@ -39,7 +41,8 @@ void Register(kiln::Registrar& registrar) {
           .Required("num_classes", &Options::num_classes, "outputs", kiln::AtLeast(1))
           .Field("dropout", &Options::dropout, "unused"),
       [](const Options& o) -> absl::StatusOr<std::shared_ptr<kiln::Model>> {
-        return std::make_shared<UnusedHeadMlp>(o.in_features, o.hidden.empty() ? 32 : o.hidden[0], o.num_classes);
+        return std::make_shared<UnusedHeadMlp>(o.in_features, o.hidden.empty() ? 32 : o.hidden[0],
+                                               o.num_classes);
       });
 }
 

@@ -90,13 +90,17 @@ TEST(Registry, WrongTypeNamesKeyAndLine) {
 
 // 2**64 is an int in a config (Python's), but no int option holds it: refused where it was set.
 TEST(Registry, IntBeyond64BitsIsRefusedForAnIntOptionAndTakenForAFloatOne) {
-  auto w = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: 18446744073709551616\n"));
+  auto w =
+      Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: 18446744073709551616\n"));
   ASSERT_FALSE(w.ok());
   std::string m(w.status().message());
-  EXPECT_NE(m.find("option 'model.teeth' of widget 'gear' must be an integer within 64 bits, got 18446744073709551616"),
-            std::string::npos) << m;
+  EXPECT_NE(m.find("option 'model.teeth' of widget 'gear' must be an integer within 64 bits, got "
+                   "18446744073709551616"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("widget.yaml:2"), std::string::npos) << m;
-  auto f = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: 1\nratio: 18446744073709551616\n"));
+  auto f = Registry<Widget>::Get().Instantiate(
+      Parse("_target_: gear\nteeth: 1\nratio: 18446744073709551616\n"));
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_DOUBLE_EQ((*f)->ratio, 18446744073709551616.0);
 }
@@ -104,25 +108,27 @@ TEST(Registry, IntBeyond64BitsIsRefusedForAnIntOptionAndTakenForAFloatOne) {
 TEST(Registry, MissingRequiredOptionIsNamed) {
   auto w = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\n"));
   ASSERT_FALSE(w.ok());
-  EXPECT_NE(std::string(w.status().message()).find("option 'model.teeth' of widget 'gear' is required"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(w.status().message()).find("option 'model.teeth' of widget 'gear' is required"),
+      std::string::npos)
       << w.status();
 }
 
 TEST(Registry, MandatoryPlaceholderIsReported) {
   auto w = Registry<Widget>::Get().Instantiate(Parse("_target_: gear\nteeth: ???\n"));
   ASSERT_FALSE(w.ok());
-  EXPECT_NE(std::string(w.status().message()).find("missing mandatory value 'model.teeth'"), std::string::npos)
+  EXPECT_NE(std::string(w.status().message()).find("missing mandatory value 'model.teeth'"),
+            std::string::npos)
       << w.status();
 }
 
 TEST(Registry, DuplicateNameIsRefused) {
-  auto st = Registry<Widget>::Get().Register("gear", "again", OptionSchema(),
-                                             [](const config::Config&) -> absl::StatusOr<std::shared_ptr<Widget>> {
-                                               return nullptr;
-                                             });
+  auto st = Registry<Widget>::Get().Register(
+      "gear", "again", OptionSchema(),
+      [](const config::Config&) -> absl::StatusOr<std::shared_ptr<Widget>> { return nullptr; });
   EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(std::string(st.message()).find("widget 'gear' is already registered"), std::string::npos);
+  EXPECT_NE(std::string(st.message()).find("widget 'gear' is already registered"),
+            std::string::npos);
 }
 
 TEST(Registry, HubListsKindsNamesAndOrigins) {
@@ -154,20 +160,21 @@ struct SprocketOptions {
   std::vector<std::string> tags = {"a"};
 };
 
-KILN_REGISTER_BOUND(Sprocket, "sprocket", "A bound widget for tests",
-                    OptionBinding<SprocketOptions>()
-                        .Field("mode", &SprocketOptions::mode, "fast or slow", OneOf({"fast", "slow"}))
-                        .Field("teeth", &SprocketOptions::teeth, "teeth", AtLeast(3))
-                        .Field("ratio", &SprocketOptions::ratio, "ratio", InRange(0, 1))
-                        .Field("limit", &SprocketOptions::limit, "limit (null: none)", GreaterThan(0))
-                        .Field("tags", &SprocketOptions::tags, "tags", NonEmpty()),
-                    [](const SprocketOptions& o) -> absl::StatusOr<std::shared_ptr<Sprocket>> {
-                      auto w = std::make_shared<Sprocket>();
-                      w->name = o.mode + "/" + (o.limit ? std::to_string(*o.limit) : "none") + "/" + o.tags.back();
-                      w->teeth = o.teeth;
-                      w->ratio = o.ratio;
-                      return w;
-                    });
+KILN_REGISTER_BOUND(
+    Sprocket, "sprocket", "A bound widget for tests",
+    OptionBinding<SprocketOptions>()
+        .Field("mode", &SprocketOptions::mode, "fast or slow", OneOf({"fast", "slow"}))
+        .Field("teeth", &SprocketOptions::teeth, "teeth", AtLeast(3))
+        .Field("ratio", &SprocketOptions::ratio, "ratio", InRange(0, 1))
+        .Field("limit", &SprocketOptions::limit, "limit (null: none)", GreaterThan(0))
+        .Field("tags", &SprocketOptions::tags, "tags", NonEmpty()),
+    [](const SprocketOptions& o) -> absl::StatusOr<std::shared_ptr<Sprocket>> {
+      auto w = std::make_shared<Sprocket>();
+      w->name = o.mode + "/" + (o.limit ? std::to_string(*o.limit) : "none") + "/" + o.tags.back();
+      w->teeth = o.teeth;
+      w->ratio = o.ratio;
+      return w;
+    });
 
 TEST(OptionBinding, FillsTheStructWithDefaultsAndGivenValues) {
   auto w = Registry<Sprocket>::Get().Instantiate(Parse("_target_: sprocket\n"));
@@ -189,20 +196,36 @@ TEST(OptionBinding, EachCheckRefusesWithOneMessageFormat) {
     const char* message;
   };
   for (const Case& c : std::vector<Case>{
-           {"mode: medium", "option 'model.mode' of sprocket_kind 'sprocket' must be one of: fast, slow, got medium (set at widget.yaml:2"},
-           {"teeth: 2", "option 'model.teeth' of sprocket_kind 'sprocket' must be at least 3, got 2 (set at widget.yaml:2"},
-           {"ratio: 1.5", "option 'model.ratio' of sprocket_kind 'sprocket' must be in [0, 1], got 1.5 (set at widget.yaml:2"},
-           {"limit: 0", "option 'model.limit' of sprocket_kind 'sprocket' must be greater than 0, got 0 (set at widget.yaml:2"},
-           {"tags: []", "option 'model.tags' of sprocket_kind 'sprocket' must be a list of strings (non-empty), got [] (set at widget.yaml:2"},
-           {"tags: [1]", "option 'model.tags' of sprocket_kind 'sprocket' must be a list of strings (non-empty), got [1] (set at widget.yaml:2"},
-           {"teeth: many", "option 'model.teeth' of sprocket_kind 'sprocket' must be int, got string many (set at widget.yaml:2"},
+           {"mode: medium",
+            "option 'model.mode' of sprocket_kind 'sprocket' must be one of: fast, slow, got "
+            "medium (set at widget.yaml:2"},
+           {"teeth: 2",
+            "option 'model.teeth' of sprocket_kind 'sprocket' must be at least 3, got 2 (set at "
+            "widget.yaml:2"},
+           {"ratio: 1.5",
+            "option 'model.ratio' of sprocket_kind 'sprocket' must be in [0, 1], got 1.5 (set at "
+            "widget.yaml:2"},
+           {"limit: 0",
+            "option 'model.limit' of sprocket_kind 'sprocket' must be greater than 0, got 0 (set "
+            "at widget.yaml:2"},
+           {"tags: []",
+            "option 'model.tags' of sprocket_kind 'sprocket' must be a list of strings "
+            "(non-empty), got [] (set at widget.yaml:2"},
+           {"tags: [1]",
+            "option 'model.tags' of sprocket_kind 'sprocket' must be a list of strings "
+            "(non-empty), got [1] (set at widget.yaml:2"},
+           {"teeth: many",
+            "option 'model.teeth' of sprocket_kind 'sprocket' must be int, got string many (set at "
+            "widget.yaml:2"},
        }) {
-    auto w = Registry<Sprocket>::Get().Instantiate(Parse(std::string("_target_: sprocket\n") + c.yaml + "\n"));
+    auto w = Registry<Sprocket>::Get().Instantiate(
+        Parse(std::string("_target_: sprocket\n") + c.yaml + "\n"));
     ASSERT_FALSE(w.ok()) << c.yaml;
     EXPECT_EQ(std::string(w.status().message()).rfind(c.message, 0), 0u) << w.status().message();
   }
   // null is accepted by an optional field, and its check is not asked.
-  EXPECT_TRUE(Registry<Sprocket>::Get().Instantiate(Parse("_target_: sprocket\nlimit: null\n")).ok());
+  EXPECT_TRUE(
+      Registry<Sprocket>::Get().Instantiate(Parse("_target_: sprocket\nlimit: null\n")).ok());
 }
 
 // Lists of numbers, pairs, nested parts and a check of two options at once, as components use them.
@@ -322,8 +345,11 @@ TEST(BuiltinHydraConfigs, LauncherAndSweeperConfigsMatchTheirDeclarations) {
     std::string kind;
     if (name.rfind("hydra/launcher/", 0) == 0) kind = "launcher";
     if (name.rfind("hydra/sweeper/", 0) == 0) kind = "sweeper";
-    // A component's config is hydra/KIND/NAME; deeper ones are its groups' (hydra/sweeper/sampler/tpe).
-    if (kind.empty() || name.find('/', std::string("hydra/" + kind + "/").size()) != std::string::npos) continue;
+    // A component's config is hydra/KIND/NAME; deeper ones are its groups'
+    // (hydra/sweeper/sampler/tpe).
+    if (kind.empty() ||
+        name.find('/', std::string("hydra/" + kind + "/").size()) != std::string::npos)
+      continue;
     auto node = config::ParseYaml(text, name + ".yaml");
     ASSERT_TRUE(node.ok()) << node.status();
     config::NodePtr target = (*node)->Find("_target_");
@@ -341,7 +367,8 @@ TEST(BuiltinHydraConfigs, LauncherAndSweeperConfigsMatchTheirDeclarations) {
       }
       keys.insert(key);
       const OptionSpec* spec = entry->info.options.Find(key);
-      ASSERT_NE(spec, nullptr) << name << ": '" << key << "' is not an option of " << kind << " " << target->as_string();
+      ASSERT_NE(spec, nullptr) << name << ": '" << key << "' is not an option of " << kind << " "
+                               << target->as_string();
       ASSERT_NE(spec->default_value, nullptr) << name << ": " << key;
       EXPECT_TRUE(config::DeepEqual(*value, *spec->default_value))
           << name << ": " << key << " is " << config::ToYaml(*value) << " in the YAML, declared "

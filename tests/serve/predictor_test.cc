@@ -27,7 +27,8 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   testing::TinyModel model = testing::TrainTinyModel(KILN_BINARY, dir.path(), 6);
   ASSERT_EQ(model.kiln_predict.size(), 6u);
   testing::ProcessResult exported =
-      testing::RunProcess({KILN_BINARY, "export", "run_dir=" + model.run_dir, "hydra.run.dir=" + dir.path() + "/export"});
+      testing::RunProcess({KILN_BINARY, "export", "run_dir=" + model.run_dir,
+                           "hydra.run.dir=" + dir.path() + "/export"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   std::vector<std::string> images;
   for (const auto& path : model.pngs) images.push_back(ReadFile(path));
@@ -41,8 +42,10 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
     for (size_t i = 0; i < images.size(); ++i) {
       auto answer = (*predictor)->Predict(images[i]);
       ASSERT_TRUE(answer.ok()) << answer.status();
-      EXPECT_EQ(answer->class_index, model.kiln_predict[i]["class_index"].get<int64_t>()) << path << " image " << i;
-      EXPECT_NEAR(answer->probability, model.kiln_predict[i]["probability"].get<double>(), 1e-5) << path;
+      EXPECT_EQ(answer->class_index, model.kiln_predict[i]["class_index"].get<int64_t>())
+          << path << " image " << i;
+      EXPECT_NEAR(answer->probability, model.kiln_predict[i]["probability"].get<double>(), 1e-5)
+          << path;
       ASSERT_EQ(answer->probabilities.size(), 10u);
       double sum = 0;
       for (double p : answer->probabilities) sum += p;
@@ -51,7 +54,8 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   }
 
   // PredictorOptions::device (`kiln serve`'s serve.device) in place of the run's accelerator: cpu
-  // answers as above; cuda where there is no GPU, and a name that is no device, are one clear error.
+  // answers as above; cuda where there is no GPU, and a name that is no device, are one clear
+  // error.
   PredictorOptions on_cpu;
   on_cpu.device = "cpu";
   auto cpu = Predictor::Load(model.run_dir, on_cpu);
@@ -64,13 +68,15 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
     on_gpu.device = "cuda";
     auto gpu = Predictor::Load(model.run_dir, on_gpu);
     EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(gpu.status().message().find("no CUDA device is available"), std::string::npos) << gpu.status();
+    EXPECT_NE(gpu.status().message().find("no CUDA device is available"), std::string::npos)
+        << gpu.status();
   }
   PredictorOptions tpu;
   tpu.device = "tpu";
   auto unknown_device = Predictor::Load(model.run_dir, tpu);
   EXPECT_EQ(unknown_device.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(unknown_device.status().message().find("must be cpu, cuda or auto, not 'tpu'"), std::string::npos)
+  EXPECT_NE(unknown_device.status().message().find("must be cpu, cuda or auto, not 'tpu'"),
+            std::string::npos)
       << unknown_device.status();
 
   auto predictor = Predictor::Load(model.run_dir);
@@ -81,7 +87,8 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   auto answers = p.PredictBatch(batch);
   ASSERT_EQ(answers.size(), 4u);
   EXPECT_EQ(answers[1].status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(answers[1].status().message().find("cannot decode image"), std::string::npos) << answers[1].status();
+  EXPECT_NE(answers[1].status().message().find("cannot decode image"), std::string::npos)
+      << answers[1].status();
   for (size_t k : {0, 2, 3}) {
     ASSERT_TRUE(answers[k].ok()) << answers[k].status();
     size_t image = k == 0 ? 0 : k - 1;
@@ -93,7 +100,8 @@ TEST(PredictorTest, RunCheckpointAndExportAnswerAsKilnPredict) {
   cv::imencode(".png", cv::Mat(40, 40, CV_8UC1, cv::Scalar(7)), big);
   auto odd = p.Predict(std::string(big.begin(), big.end()));
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(odd.status().message().find("the model cannot take this input"), std::string::npos) << odd.status();
+  EXPECT_NE(odd.status().message().find("the model cannot take this input"), std::string::npos)
+      << odd.status();
   EXPECT_EQ(p.Generate("hello").status().code(), absl::StatusCode::kUnimplemented);
 
   // Four threads at once, each many times: every answer equals the single caller's.
@@ -140,7 +148,8 @@ TEST(PredictorTest, PredictionSplitAnswersAreKilnPredictsFile) {
   EXPECT_EQ((*answers)[9999].source, "9999");
   EXPECT_EQ((*answers)[0].probabilities.size(), 10u);
   dir.Write("mine/.keep", "");
-  EXPECT_TRUE(JsonlOf(*answers, dir.path() + "/mine") == kiln_predict) << "the Predictor's answers differ from kiln predict's file";
+  EXPECT_TRUE(JsonlOf(*answers, dir.path() + "/mine") == kiln_predict)
+      << "the Predictor's answers differ from kiln predict's file";
 
   PredictorOptions limited;
   limited.overrides = {"trainer.limit_predict_batches=3", "data.batch_size=5"};
@@ -223,7 +232,8 @@ TEST(PredictorTest, WhatIsNotAModelIsOneClearError) {
   testing::TempDir dir;
   auto missing = Predictor::Load(dir.path() + "/nothing");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("no such run directory, checkpoint or export folder"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("no such run directory, checkpoint or export folder"),
+            std::string::npos);
   auto empty = Predictor::Load(dir.path());
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kNotFound);
   dir.Write("junk.ckpt", "not a checkpoint");

@@ -3,12 +3,12 @@
 // multipart, from concurrent clients, so batches form), bad requests answered 4xx with a message,
 // the bearer token, /metrics and the access log; a full queue answered 503 with Retry-After; and
 // SIGTERM answering what is queued, then exit 0.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,9 +42,10 @@ using testing::TempDir;
 // A `kiln serve` process; killed by the destructor if the test did not stop it.
 class Server {
  public:
-  Server(const std::string& dir, const std::string& run_dir, std::vector<std::string> options) : port_(testing::FreeLoopbackPort()) {
-    std::vector<std::string> argv = {KILN_BINARY, "serve", "run_dir=" + run_dir, "serve.port=" + std::to_string(port_),
-                                     "hydra.run.dir=" + dir};
+  Server(const std::string& dir, const std::string& run_dir, std::vector<std::string> options)
+      : port_(testing::FreeLoopbackPort()) {
+    std::vector<std::string> argv = {KILN_BINARY, "serve", "run_dir=" + run_dir,
+                                     "serve.port=" + std::to_string(port_), "hydra.run.dir=" + dir};
     argv.insert(argv.end(), options.begin(), options.end());
     pid_ = testing::StartInOwnGroup(argv);
   }
@@ -101,7 +102,8 @@ std::optional<std::string> DripUntilClosed(int port, const std::string& head, in
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return std::nullopt;
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
+    return std::nullopt;
   ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
   std::string reply;
   for (int i = 0; i < max_seconds * 5; ++i) {
@@ -126,7 +128,8 @@ std::optional<std::string> DripUntilClosed(int port, const std::string& head, in
 std::map<int, int> ThreadNiceness(pid_t pid) {
   std::map<int, int> out;
   std::error_code error;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
     std::string stat = ReadFile(task.path().string() + "/stat");
     size_t end = stat.rfind(')');
     if (end == std::string::npos) continue;
@@ -136,7 +139,9 @@ std::map<int, int> ThreadNiceness(pid_t pid) {
   return out;
 }
 
-nlohmann::json Json(const httplib::Result& res) { return nlohmann::json::parse(res->body, nullptr, false); }
+nlohmann::json Json(const httplib::Result& res) {
+  return nlohmann::json::parse(res->body, nullptr, false);
+}
 
 // The answer equals kiln predict's row: the same class, and probabilities equal up to the float
 // rounding of another batch composition.
@@ -144,7 +149,8 @@ void ExpectSameAnswer(const nlohmann::json& served, const nlohmann::json& predic
                       const std::string& what, size_t classes = 10) {
   EXPECT_EQ(served["class_index"], predicted["class_index"]) << what;
   EXPECT_EQ(served["class"], predicted["class"]) << what;
-  EXPECT_NEAR(served["probability"].get<double>(), predicted["probability"].get<double>(), 1e-5) << what;
+  EXPECT_NEAR(served["probability"].get<double>(), predicted["probability"].get<double>(), 1e-5)
+      << what;
   ASSERT_EQ(served["probabilities"].size(), classes) << what;
   EXPECT_NEAR(served["probabilities"][predicted["class_index"].get<int>()].get<double>(),
               predicted["probability"].get<double>(), 1e-5)
@@ -153,7 +159,8 @@ void ExpectSameAnswer(const nlohmann::json& served, const nlohmann::json& predic
 
 int MetricValue(const std::string& metrics, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (absl::StartsWith(line, name + " ")) return std::stoi(std::string(line.substr(name.size() + 1)));
+    if (absl::StartsWith(line, name + " "))
+      return std::stoi(std::string(line.substr(name.size() + 1)));
   }
   return -1;
 }
@@ -182,18 +189,21 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
     nlohmann::json body = Json(res);
     EXPECT_EQ(body["model"], "mlp");
     ASSERT_EQ(body["predictions"].size(), 1u);
-    ExpectSameAnswer(body["predictions"][0], model.kiln_predict[static_cast<size_t>(i)], absl::StrCat("image ", i));
+    ExpectSameAnswer(body["predictions"][0], model.kiln_predict[static_cast<size_t>(i)],
+                     absl::StrCat("image ", i));
   }
   auto client = server.Client("s3cret");
   // JSON with base64 images, three in one request.
-  nlohmann::json request = {{"inputs", {{{"b64", absl::Base64Escape(png[3])}},
-                                        {{"b64", absl::Base64Escape(png[4])}},
-                                        {{"b64", absl::Base64Escape(png[5])}}}}};
+  nlohmann::json request = {{"inputs",
+                             {{{"b64", absl::Base64Escape(png[3])}},
+                              {{"b64", absl::Base64Escape(png[4])}},
+                              {{"b64", absl::Base64Escape(png[5])}}}}};
   auto res = client->Post("/v1/predict", request.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   ASSERT_EQ(Json(res)["predictions"].size(), 3u);
-  for (int i = 0; i < 3; ++i) ExpectSameAnswer(Json(res)["predictions"][i], model.kiln_predict[3 + i], "json");
+  for (int i = 0; i < 3; ++i)
+    ExpectSameAnswer(Json(res)["predictions"][i], model.kiln_predict[3 + i], "json");
   // A multipart form with two files, answered in order.
   httplib::MultipartFormDataItems form = {{"file", png[6], "img6.png", "image/png"},
                                           {"file", png[7], "img7.png", "image/png"}};
@@ -215,11 +225,13 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
       {"{\"inputs\": [", "application/json", 400, "malformed JSON"},
       {"{\"inputs\": [5]}", "application/json", 400, "inputs[0] must be a string"},
       {"{\"inputs\": \"x\"}", "application/json", 400, "\"inputs\" must be a list"},
-      {"{\"inputs\": [{\"b64\": \"***\"}]}", "application/json", 400, "inputs[0].b64 is not valid base64"},
+      {"{\"inputs\": [{\"b64\": \"***\"}]}", "application/json", 400,
+       "inputs[0].b64 is not valid base64"},
       {"{\"wrong\": 1}", "application/json", 400, "with \"inputs\""},
       {"this is not an image", "image/png", 400, "cannot decode image"},
       {not_png, "image/png", 400, "cannot decode image"},
-      {png[0].substr(0, png[0].size() / 2), "image/png", 400, "cannot decode PNG: the file ends before the image does"},
+      {png[0].substr(0, png[0].size() / 2), "image/png", 400,
+       "cannot decode PNG: the file ends before the image does"},
       {std::string(300000, 'x'), "image/png", 413, "larger than serve.max_body_bytes"},
   };
   for (const Bad& b : bad) {
@@ -257,7 +269,8 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
 
   EXPECT_EQ(server.Terminate(), 0);
   // One JSON line per request: the 10 predictions, the 9 refused, 2 unauthorized, 2 more, metrics.
-  std::vector<std::string> lines = absl::StrSplit(ReadFile(dir.path() + "/serve/access.jsonl"), '\n', absl::SkipEmpty());
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(dir.path() + "/serve/access.jsonl"), '\n', absl::SkipEmpty());
   int predict_200 = 0, with_error = 0;
   for (const auto& line : lines) {
     nlohmann::json entry = nlohmann::json::parse(line);
@@ -279,9 +292,11 @@ TEST(ServeTest, AnswersAsKilnPredictDoesAndRefusesBadRequestsWithAMessage) {
     EXPECT_EQ(text.find("s3cret"), std::string::npos) << entry.path() << " holds the token";
     if (entry.path().extension() == ".log") log += text;
   }
-  EXPECT_TRUE(absl::StrContains(ReadFile(dir.path() + "/serve/.hydra/overrides.yaml"), "serve.token=***"));
+  EXPECT_TRUE(
+      absl::StrContains(ReadFile(dir.path() + "/serve/.hydra/overrides.yaml"), "serve.token=***"));
   EXPECT_TRUE(absl::StrContains(log, "][kiln][WARNING] - ")) << log;
-  EXPECT_TRUE(absl::StrContains(log, "cannot decode PNG: the file ends before the image does")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "cannot decode PNG: the file ends before the image does"))
+      << log;
   EXPECT_FALSE(absl::StrContains(log, "libpng")) << log;
 }
 
@@ -296,7 +311,8 @@ TEST(ServeTest, AFullQueueIs503AndSigtermAnswersWhatIsQueuedThenExitsZero) {
   std::vector<std::future<httplib::Result>> queued;
   for (int i = 0; i < 2; ++i) {
     queued.push_back(std::async(std::launch::async, [&, i] {
-      return server.Client()->Post("/v1/predict", ReadFile(model.pngs[static_cast<size_t>(i)]), "image/png");
+      return server.Client()->Post("/v1/predict", ReadFile(model.pngs[static_cast<size_t>(i)]),
+                                   "image/png");
     }));
   }
   auto client = server.Client();
@@ -318,7 +334,8 @@ TEST(ServeTest, AFullQueueIs503AndSigtermAnswersWhatIsQueuedThenExitsZero) {
     httplib::Result answer = queued[static_cast<size_t>(i)].get();
     ASSERT_TRUE(answer) << "queued request " << i << " got no answer";
     ASSERT_EQ(answer->status, 200) << answer->body;
-    ExpectSameAnswer(Json(answer)["predictions"][0], model.kiln_predict[static_cast<size_t>(i)], "queued");
+    ExpectSameAnswer(Json(answer)["predictions"][0], model.kiln_predict[static_cast<size_t>(i)],
+                     "queued");
   }
 }
 
@@ -470,9 +487,9 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
        "model.ngram_buckets=64", "trainer.max_epochs=2", "trainer.num_threads=1", "test=false",
        "hydra.run.dir=" + d + "/run"});
   ASSERT_EQ(train.exit_code, 0) << train.err;
-  auto predict = testing::RunProcess(
-      {KILN_BINARY, "predict", "run_dir=" + d + "/run", "data.predict=" + d + "/new.txt",
-       "+prediction_writer=jsonl", "hydra.run.dir=" + d + "/predict"});
+  auto predict = testing::RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/run",
+                                      "data.predict=" + d + "/new.txt", "+prediction_writer=jsonl",
+                                      "hydra.run.dir=" + d + "/predict"});
   ASSERT_EQ(predict.exit_code, 0) << predict.err;
   std::vector<nlohmann::json> expected = PredictRows(d + "/predict/predictions.jsonl");
   ASSERT_EQ(expected.size(), texts.size());
@@ -495,7 +512,8 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   const int base = niceness[server.pid()];
   int lowered = 0;
   for (const auto& [tid, nice] : niceness) {
-    EXPECT_TRUE(nice == base || nice == std::min(19, base + 7)) << "thread " << tid << " at nice " << nice;
+    EXPECT_TRUE(nice == base || nice == std::min(19, base + 7))
+        << "thread " << tid << " at nice " << nice;
     lowered += nice == std::min(19, base + 7) && nice != base;
   }
   EXPECT_GE(lowered, 1) << "no connection thread lowered its priority";
@@ -509,12 +527,13 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   // Clients that send their headers or their body one byte at a time, each byte inside
   // serve.read_timeout_s, get 400 and are disconnected after serve.request_read_timeout_s (well
   // before the 30 s they would go on for); the server answers others meanwhile.
-  const std::vector<std::string> drips = {
-      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nX-Slow: ",
-      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"};
+  const std::vector<std::string> drips = {"POST /v1/predict HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+                                          "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                          "text/plain\r\nContent-Length: 100000\r\n\r\n"};
   std::vector<std::future<std::optional<std::string>>> dripping;
   for (const std::string& head : drips)
-    dripping.push_back(std::async(std::launch::async, [&, head] { return DripUntilClosed(server.port(), head, 30); }));
+    dripping.push_back(std::async(std::launch::async,
+                                  [&, head] { return DripUntilClosed(server.port(), head, 30); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   res = server.Client()->Post("/v1/predict", texts[0], "text/plain");
   ASSERT_TRUE(res);

@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
-
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,8 +18,8 @@ namespace kiln::testing {
 
 struct TinyModel {
   std::string run_dir;
-  std::vector<std::string> pngs;              // test images 0..n-1
-  std::vector<nlohmann::json> kiln_predict;   // predictions.jsonl rows, by test image
+  std::vector<std::string> pngs;             // test images 0..n-1
+  std::vector<nlohmann::json> kiln_predict;  // predictions.jsonl rows, by test image
 };
 
 inline std::string FashionMnist() {
@@ -33,9 +32,10 @@ inline std::string FashionMnist() {
 inline TinyModel TrainTinyModel(const std::string& kiln, const std::string& dir, int images) {
   TinyModel model;
   model.run_dir = dir + "/run";
-  ProcessResult train = RunProcess({kiln, "train", "model=mlp", "model.hidden=[16]", "trainer.max_steps=20",
-                                    "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "test=false",
-                                    "data.root=" + FashionMnist(), "hydra.run.dir=" + model.run_dir});
+  ProcessResult train =
+      RunProcess({kiln, "train", "model=mlp", "model.hidden=[16]", "trainer.max_steps=20",
+                  "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "test=false",
+                  "data.root=" + FashionMnist(), "hydra.run.dir=" + model.run_dir});
   if (train.exit_code != 0) {
     ADD_FAILURE() << "kiln train failed: " << train.err;
     return model;
@@ -55,8 +55,9 @@ inline TinyModel TrainTinyModel(const std::string& kiln, const std::string& dir,
     model.pngs.push_back(path);
   }
   gzclose(file);
-  ProcessResult predict = RunProcess({kiln, "predict", "run_dir=" + model.run_dir, "+prediction_writer=jsonl",
-                                      "hydra.run.dir=" + dir + "/predict"});
+  ProcessResult predict =
+      RunProcess({kiln, "predict", "run_dir=" + model.run_dir, "+prediction_writer=jsonl",
+                  "hydra.run.dir=" + dir + "/predict"});
   if (predict.exit_code != 0) {
     ADD_FAILURE() << "kiln predict failed: " << predict.err;
     return model;

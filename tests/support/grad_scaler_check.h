@@ -21,9 +21,14 @@ inline void CheckGradScaler(const torch::Device& device) {
   options.growth_interval = 3;
   GradScaler scaler(device, options);
   EXPECT_EQ(scaler.scale(), 65536.0);
-  auto w = torch::tensor({1.5f, -2.0f, 0.25f}, torch::TensorOptions().device(device).requires_grad(true));
-  auto h = torch::tensor({3.0f}, torch::TensorOptions().device(device).dtype(torch::kHalf).requires_grad(true));
-  scaler.Scale((w * torch::tensor({1.0f, 2.0f, 3.0f}, device)).sum() + h.sum().to(torch::kFloat32) * 0.25).backward();
+  auto w = torch::tensor({1.5f, -2.0f, 0.25f},
+                         torch::TensorOptions().device(device).requires_grad(true));
+  auto h = torch::tensor(
+      {3.0f}, torch::TensorOptions().device(device).dtype(torch::kHalf).requires_grad(true));
+  scaler
+      .Scale((w * torch::tensor({1.0f, 2.0f, 3.0f}, device)).sum() +
+             h.sum().to(torch::kFloat32) * 0.25)
+      .backward();
   EXPECT_TRUE(torch::equal(w.grad().cpu(), torch::tensor({65536.0f, 131072.0f, 196608.0f})));
   EXPECT_FALSE(scaler.UnscaleAndCheck({w, h}));
   EXPECT_TRUE(torch::equal(w.grad().cpu(), torch::tensor({1.0f, 2.0f, 3.0f})));

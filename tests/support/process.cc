@@ -55,7 +55,9 @@ pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& c
   if (pid == 0) {
     setpgid(0, 0);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
-    if (freopen("/dev/null", "w", stdout) == nullptr || freopen("/dev/null", "w", stderr) == nullptr) _exit(127);
+    if (freopen("/dev/null", "w", stdout) == nullptr ||
+        freopen("/dev/null", "w", stderr) == nullptr)
+      _exit(127);
     std::vector<char*> args = ExecArgs(argv);
     execv(args[0], args.data());
     _exit(127);
@@ -71,14 +73,16 @@ std::vector<pid_t> ProcessesInGroup(pid_t group) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(entry.path() / "stat");
     std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses, so parse after the last ')'.
+    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses, so parse after the last
+    // ')'.
     size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream fields(stat.substr(close + 1));
     char state = 0;
     long ppid = 0, pgrp = 0;
     if (!(fields >> state >> ppid >> pgrp)) continue;
-    if (pgrp == group && state != 'Z' && state != 'X') found.push_back(static_cast<pid_t>(std::stol(name)));
+    if (pgrp == group && state != 'Z' && state != 'X')
+      found.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return found;
 }
@@ -95,8 +99,8 @@ std::vector<pid_t> KillLeaderAndWaitForGroup(pid_t pid, int seconds) {
   return left;
 }
 
-ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                         const std::string& cwd) {
+ProcessResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env, const std::string& cwd) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
   pid_t pid = fork();

@@ -2,13 +2,14 @@
 // docs/architecture.md says (SignTask below, its whole code) and a new metric (PredictedOne),
 // registered, built from a config that lists the metrics, stepped on a batch whose logits are
 // known; its options are checked by the shared declaration.
+#include "tasks/classification_task.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "absl/strings/match.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
-#include "tasks/classification_task.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -86,7 +87,8 @@ config::Config Yaml(const std::string& text) {
 }
 
 absl::StatusOr<std::shared_ptr<Task>> BuildTask(const std::string& task_yaml) {
-  config::Config job = Yaml("task:\n" + task_yaml + "model:\n  _target_: mlp\n  in_features: 4\n  hidden: []\n"
+  config::Config job = Yaml("task:\n" + task_yaml +
+                            "model:\n  _target_: mlp\n  in_features: 4\n  hidden: []\n"
                             "  num_classes: 2\n");
   auto task_cfg = job.Sub("task");
   if (!task_cfg.ok()) return task_cfg.status();
@@ -115,7 +117,8 @@ TEST(ClassificationTask, ANewTaskGetsLossTheListedMetricsAndTheTestReport) {
   params[0].copy_(torch::tensor({{-1.f, -1.f, -1.f, -1.f}, {1.f, 1.f, 1.f, 1.f}}));
   params[1].zero_();
   data::Batch batch;
-  batch.input = torch::tensor({{1.f, 0.f, 0.f, 0.f}, {-1.f, 0.f, 0.f, 0.f}, {2.f, 0.f, 0.f, 0.f}, {-3.f, 0.f, 0.f, 0.f}});
+  batch.input = torch::tensor(
+      {{1.f, 0.f, 0.f, 0.f}, {-1.f, 0.f, 0.f, 0.f}, {2.f, 0.f, 0.f, 0.f}, {-3.f, 0.f, 0.f, 0.f}});
   batch.target = torch::tensor({1, 0, 0, 0}, torch::kInt64);  // the third row is predicted wrong
   MetricLog log;
   ASSERT_TRUE((*task)->EvaluationStep(batch, "test", log).ok());
@@ -148,7 +151,8 @@ TEST(ClassificationTask, ANewTaskGetsLossTheListedMetricsAndTheTestReport) {
   ASSERT_TRUE(probabilities.ok());
   EXPECT_TRUE(torch::allclose(*probabilities, torch::softmax(logits, 1)));
   batch.input = torch::zeros({2, 3});
-  EXPECT_EQ((*task)->PredictStep(batch).status().message(), "sign_test expects inputs [batch, task.features]");
+  EXPECT_EQ((*task)->PredictStep(batch).status().message(),
+            "sign_test expects inputs [batch, task.features]");
 }
 
 // The loss is task.loss, a component; without one, cross-entropy with task.label_smoothing.
@@ -184,20 +188,25 @@ TEST(ClassificationTask, TheLossIsAComponentWithLabelSmoothingByDefault) {
 }
 
 TEST(ClassificationTask, SharedOptionsAreCheckedOnceForEveryTask) {
-  for (const char* target : {"sign_test", "image_classification", "text_classification", "keyword_spotting"}) {
+  for (const char* target :
+       {"sign_test", "image_classification", "text_classification", "keyword_spotting"}) {
     auto one = BuildTask(std::string("  _target_: ") + target + "\n  num_classes: 1\n");
     ASSERT_FALSE(one.ok()) << target;
     EXPECT_TRUE(absl::StrContains(one.status().message(), "option 'task.num_classes' of task '" +
-                                                              std::string(target) + "' must be at least 2, got 1"))
+                                                              std::string(target) +
+                                                              "' must be at least 2, got 1"))
         << one.status();
-    auto smoothing = BuildTask(std::string("  _target_: ") + target + "\n  num_classes: 2\n  label_smoothing: 1\n");
+    auto smoothing = BuildTask(std::string("  _target_: ") + target +
+                               "\n  num_classes: 2\n  label_smoothing: 1\n");
     ASSERT_FALSE(smoothing.ok()) << target;
-    EXPECT_TRUE(absl::StrContains(smoothing.status().message(), "must be in [0, 1), got 1 (set at job.yaml:"))
+    EXPECT_TRUE(absl::StrContains(smoothing.status().message(),
+                                  "must be in [0, 1), got 1 (set at job.yaml:"))
         << smoothing.status();
     auto missing = BuildTask(std::string("  _target_: ") + target + "\n");
     ASSERT_FALSE(missing.ok()) << target;
-    EXPECT_TRUE(absl::StrContains(missing.status().message(), "option 'task.num_classes' of task '" +
-                                                                  std::string(target) + "' is required"))
+    EXPECT_TRUE(absl::StrContains(
+        missing.status().message(),
+        "option 'task.num_classes' of task '" + std::string(target) + "' is required"))
         << missing.status();
   }
   // A wrong model is named with the model's output and the task's class count.

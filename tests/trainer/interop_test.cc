@@ -28,7 +28,8 @@ class Interop : public ::testing::Test {
  protected:
   void SetUp() override {
     auto probe = testing::RunProcess({kPython, "-c", "import torch, torchvision"});
-    if (probe.exit_code != 0) GTEST_SKIP() << "Python torch/torchvision not installed: " << probe.err;
+    if (probe.exit_code != 0)
+      GTEST_SKIP() << "Python torch/torchvision not installed: " << probe.err;
     torch::manual_seed(5);
     input_ = torch::randn({2, 3, 64, 64});
     ASSERT_TRUE(WriteSafetensors(dir_.path() + "/input.safetensors", {{"input", input_}}).ok());
@@ -81,8 +82,9 @@ TEST(Safetensors, MalformedFileIsRefusedWithItsName) {
   dir.Write("bad.safetensors", std::string("\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ", 24));
   auto read = ReadSafetensors(dir.path() + "/bad.safetensors");
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(std::string(read.status().message()).find("bad.safetensors: not a valid safetensors file"),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(read.status().message()).find("bad.safetensors: not a valid safetensors file"),
+      std::string::npos);
 }
 
 }  // namespace interop_test

@@ -55,40 +55,70 @@ struct Family {
 
 torch::Tensor Tokens(int64_t b, int64_t t, int64_t padded_tail) {
   torch::Tensor ids = torch::randint(5, 40, {b, t}, torch::kInt64);
-  if (padded_tail > 0) ids.narrow(1, t - padded_tail, padded_tail).index_put_({torch::indexing::Slice(0, b / 2)}, 0);
+  if (padded_tail > 0)
+    ids.narrow(1, t - padded_tail, padded_tail).index_put_({torch::indexing::Slice(0, b / 2)}, 0);
   return ids;
 }
 
 std::vector<Family> Families() {
   return {
-      {"cnn", "_target_: cnn\nin_channels: 1\nchannels: [8, 16]\ninput_size: 16\nhidden: 32\nnum_classes: 5\n",
-       [] { return torch::randn({8, 1, 16, 16}); }, 5},
+      {"cnn",
+       "_target_: cnn\nin_channels: 1\nchannels: [8, 16]\ninput_size: 16\nhidden: 32\nnum_classes: "
+       "5\n",
+       [] {
+         return torch::randn({8, 1, 16, 16});
+       },
+       5},
       {"resnet18", "_target_: resnet\ndepth: 18\nin_channels: 3\nnum_classes: 5\n",
-       [] { return torch::randn({16, 3, 64, 64}); }, 5, 0.9},
-      {"vit", "_target_: vit\nimage_size: 16\npatch_size: 4\nin_channels: 3\ndim: 32\ndepth: 2\nheads: 4\nmlp_dim: 64\n"
-              "num_classes: 5\n",
-       [] { return torch::randn({4, 3, 16, 16}); }, 5},
+       [] {
+         return torch::randn({16, 3, 64, 64});
+       },
+       5, 0.9},
+      {"vit",
+       "_target_: vit\nimage_size: 16\npatch_size: 4\nin_channels: 3\ndim: 32\ndepth: 2\nheads: "
+       "4\nmlp_dim: 64\n"
+       "num_classes: 5\n",
+       [] {
+         return torch::randn({4, 3, 16, 16});
+       },
+       5},
       {"mlp", "_target_: mlp\nin_features: 64\nhidden: [32, 32]\nnum_classes: 5\n",
-       [] { return torch::randn({8, 1, 8, 8}); }, 5},
-      {"gpt", "_target_: gpt\nvocab_size: 40\nblock_size: 32\ndim: 32\ndepth: 2\nheads: 4\nmlp_dim: 64\n",
+       [] {
+         return torch::randn({8, 1, 8, 8});
+       },
+       5},
+      {"gpt",
+       "_target_: gpt\nvocab_size: 40\nblock_size: 32\ndim: 32\ndepth: 2\nheads: 4\nmlp_dim: 64\n",
        [] { return Tokens(4, 32, 0); }, 40},
       {"transformer_classifier",
-       "_target_: transformer_classifier\nvocab_size: 40\nnum_classes: 5\nmax_length: 32\ndim: 32\ndepth: 2\n"
+       "_target_: transformer_classifier\nvocab_size: 40\nnum_classes: 5\nmax_length: 32\ndim: "
+       "32\ndepth: 2\n"
        "heads: 4\nmlp_dim: 64\ndropout: 0.0\n",
        [] { return Tokens(4, 24, 6); }, 5},
       {"lstm_classifier",
-       "_target_: lstm_classifier\nvocab_size: 40\nnum_classes: 5\ndim: 16\nhidden: 32\nlayers: 1\ndropout: 0.0\n",
+       "_target_: lstm_classifier\nvocab_size: 40\nnum_classes: 5\ndim: 16\nhidden: 32\nlayers: "
+       "1\ndropout: 0.0\n",
        [] { return Tokens(4, 20, 5); }, 5},
-      {"lstm_lm", "_target_: lstm_lm\nvocab_size: 40\ndim: 32\nhidden: 32\nlayers: 2\ndropout: 0.0\ntie_weights: true\n",
+      {"lstm_lm",
+       "_target_: lstm_lm\nvocab_size: 40\ndim: 32\nhidden: 32\nlayers: 2\ndropout: "
+       "0.0\ntie_weights: true\n",
        [] { return Tokens(4, 20, 0); }, 40},
       {"ds_cnn", "_target_: ds_cnn\nchannels: 16\nblocks: 2\nnum_classes: 5\ndropout: 0.0\n",
-       [] { return torch::randn({4, 40, 20}); }, 5},
+       [] {
+         return torch::randn({4, 40, 20});
+       },
+       5},
       {"conv_bilstm",
-       "_target_: conv_bilstm\nfeatures: 20\nchannels: 8\ntime_strides: [2, 1]\nhidden: 16\nlayers: 2\ndropout: 0.0\n"
+       "_target_: conv_bilstm\nfeatures: 20\nchannels: 8\ntime_strides: [2, 1]\nhidden: "
+       "16\nlayers: 2\ndropout: 0.0\n"
        "num_classes: 6\n",
-       [] { return torch::randn({4, 30, 20}); }, 6},
+       [] {
+         return torch::randn({4, 30, 20});
+       },
+       6},
       {"bag_of_embeddings",
-       "_target_: bag_of_embeddings\nvocab_size: 40\nnum_classes: 5\ndim: 16\nhidden: 16\nngram_buckets: 32\n",
+       "_target_: bag_of_embeddings\nvocab_size: 40\nnum_classes: 5\ndim: 16\nhidden: "
+       "16\nngram_buckets: 32\n",
        [] { return Tokens(4, 20, 5); }, 5},
   };
 }
@@ -100,7 +130,8 @@ struct Step {
   std::vector<torch::Tensor> grads;
 };
 
-Step RunStep(Model& model, const torch::Tensor& input, const torch::Tensor& target, const Strategy& strategy) {
+Step RunStep(Model& model, const torch::Tensor& input, const torch::Tensor& target,
+             const Strategy& strategy) {
   model.zero_grad();
   Step s;
   {
@@ -147,7 +178,8 @@ void ExpectEveryFamilyMatchesFloat32(TrainerOptions::Precision precision) {
     {
       torch::NoGradGuard no_grad;
       torch::Tensor logits = model->forward(input);
-      target = torch::randint(0, family.classes, logits.sizes().slice(0, logits.dim() - 1), torch::kInt64);
+      target = torch::randint(0, family.classes, logits.sizes().slice(0, logits.dim() - 1),
+                              torch::kInt64);
     }
     Step a = RunStep(*model, input, target, fp32);
     if (bf16_true) {
@@ -175,7 +207,8 @@ void ExpectEveryFamilyMatchesFloat32(TrainerOptions::Precision precision) {
     }
     for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), weights);
     torch::Tensor ga = torch::cat(flat_a), gb = torch::cat(flat_b);
-    const double cosine = (ga * gb).sum().item<double>() / (ga.norm().item<double>() * gb.norm().item<double>());
+    const double cosine =
+        (ga * gb).sum().item<double>() / (ga.norm().item<double>() * gb.norm().item<double>());
     const double norm_ratio = gb.norm().item<double>() / ga.norm().item<double>();
     EXPECT_GT(cosine, family.min_cosine);
     EXPECT_NEAR(norm_ratio, 1.0, 0.05);
@@ -228,7 +261,8 @@ TEST(Bf16Mixed, FusedGeluComputesBf16InFloat32AndRoundsOnce) {
 // bf16-rounded inputs: outputs and gradients within bf16's rounding of the probabilities and the
 // results (a few bf16 steps, 2^-8 relative each, on values of order 1).
 TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
-  std::printf("bf16 attention kernel: %s\n", CausalAttentionHasBf16Kernel() ? "oneDNN" : "float32 between casts");
+  std::printf("bf16 attention kernel: %s\n",
+              CausalAttentionHasBf16Kernel() ? "oneDNN" : "float32 between casts");
   torch::manual_seed(9);
   for (int64_t t : {7, 32, 70}) {
     torch::Tensor qkv16 = torch::randn({2, t, 3 * 16}).to(torch::kBFloat16).requires_grad_();
@@ -242,10 +276,12 @@ TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
     y16.backward(g.to(torch::kBFloat16));
     y32.backward(g.to(torch::kBFloat16).to(torch::kFloat32));
     ASSERT_EQ(qkv16.grad().scalar_type(), torch::kBFloat16);
-    const double g_err = (qkv16.grad().to(torch::kFloat32) - qkv32.grad()).abs().max().item<double>();
+    const double g_err =
+        (qkv16.grad().to(torch::kFloat32) - qkv32.grad()).abs().max().item<double>();
     const double g_max = qkv32.grad().abs().max().item<double>();
     EXPECT_LT(g_err, 0.03 * g_max) << t;
-    std::printf("T %3ld: max |y error| %.4f, max |gradient error| %.4f of %.3f\n", static_cast<long>(t), y_err, g_err, g_max);
+    std::printf("T %3ld: max |y error| %.4f, max |gradient error| %.4f of %.3f\n",
+                static_cast<long>(t), y_err, g_err, g_max);
   }
 }
 
@@ -255,7 +291,8 @@ TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
 // output and the gradients are float32's within bf16 rounding, and outside autocast bitwise.
 TEST(Bf16Mixed, LstmsRunUnderAutocastOnEveryCpu) {
   const bool bf16 = CpuAutocastRunsBf16Lstm();
-  std::printf("oneDNN bf16 LSTM on this CPU: %s\n", bf16 ? "yes" : "no (the LSTM runs in float32 under autocast)");
+  std::printf("oneDNN bf16 LSTM on this CPU: %s\n",
+              bf16 ? "yes" : "no (the LSTM runs in float32 under autocast)");
   torch::manual_seed(13);
   torch::nn::LSTM lstm(torch::nn::LSTMOptions(6, 8).batch_first(true));
   torch::Tensor x = torch::randn({3, 5, 6});
@@ -272,7 +309,8 @@ TEST(Bf16Mixed, LstmsRunUnderAutocastOnEveryCpu) {
     }
     compat::SetCpuAutocast(false, at::kBFloat16);
     if (!y.defined()) return std::make_pair(std::vector<torch::Tensor>{}, error);
-    auto grads = torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()}, {xi, lstm->parameters()[0]});
+    auto grads =
+        torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()}, {xi, lstm->parameters()[0]});
     grads.insert(grads.begin(), y);
     return std::make_pair(grads, error);  // y, dx, dweight_ih
   };
@@ -316,18 +354,21 @@ TEST(Bf16Mixed, AutocastLinearFusesTheBiasAndKeepsFloat32Bitwise) {
     torch::Tensor xi = x.clone().requires_grad_();
     torch::Tensor y = layer->forward(xi);
     compat::SetCpuAutocast(false, at::kBFloat16);
-    auto grads = torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()}, {xi, layer->weight, layer->bias});
+    auto grads = torch::autograd::grad({(y.to(torch::kFloat32) * g).sum()},
+                                       {xi, layer->weight, layer->bias});
     grads.insert(grads.begin(), y);
     return grads;  // y, dx, dweight, dbias
   };
   auto fused32 = run(fused, false), plain32 = run(plain, false);
-  for (size_t i = 0; i < fused32.size(); ++i) EXPECT_TRUE(torch::equal(fused32[i], plain32[i])) << i;
+  for (size_t i = 0; i < fused32.size(); ++i)
+    EXPECT_TRUE(torch::equal(fused32[i], plain32[i])) << i;
 
   auto fused16 = run(fused, true), plain16 = run(plain, true);
   ASSERT_EQ(fused16[0].scalar_type(), torch::kBFloat16);
   ASSERT_EQ(plain16[0].scalar_type(), torch::kBFloat16);
   const double scale = plain32[0].abs().max().item<double>();
-  const double y_err = (fused16[0].to(torch::kFloat32) - plain16[0].to(torch::kFloat32)).abs().max().item<double>();
+  const double y_err =
+      (fused16[0].to(torch::kFloat32) - plain16[0].to(torch::kFloat32)).abs().max().item<double>();
   EXPECT_LE(y_err, scale / 128) << "scale " << scale;
   // And both near float32's.
   EXPECT_LE((fused16[0].to(torch::kFloat32) - plain32[0]).abs().max().item<double>(), scale / 64);
@@ -343,12 +384,15 @@ TEST(PrecisionAuto, PicksFloat32WithoutTheCpuFlagAndBf16WithIt) {
   PrecisionChoice none = ResolvePrecision(P::kAuto, true, "fpu sse2 avx2 fma avx512f");
   EXPECT_FALSE(none.bf16);
   EXPECT_FALSE(none.warning);
-  EXPECT_NE(none.log.find("precision 32 (trainer.precision=auto: the CPU has neither avx512_bf16 nor amx_bf16"),
-            std::string::npos)
+  EXPECT_NE(
+      none.log.find(
+          "precision 32 (trainer.precision=auto: the CPU has neither avx512_bf16 nor amx_bf16"),
+      std::string::npos)
       << none.log;
   PrecisionChoice avx = ResolvePrecision(P::kAuto, true, "fpu avx512f avx512_bf16 avx512_vnni");
   EXPECT_TRUE(avx.bf16);
-  EXPECT_NE(avx.log.find("precision bf16-mixed (trainer.precision=auto: the CPU has avx512_bf16"), std::string::npos)
+  EXPECT_NE(avx.log.find("precision bf16-mixed (trainer.precision=auto: the CPU has avx512_bf16"),
+            std::string::npos)
       << avx.log;
   EXPECT_TRUE(ResolvePrecision(P::kAuto, true, "amx_tile amx_bf16").bf16);
   // A flag is a whole word: avx512_bf16x is not avx512_bf16.
@@ -357,7 +401,8 @@ TEST(PrecisionAuto, PicksFloat32WithoutTheCpuFlagAndBf16WithIt) {
   EXPECT_FALSE(ResolvePrecision(P::kAuto, false, "avx512_bf16", /*gpu_bf16=*/false).bf16);
   PrecisionChoice ampere = ResolvePrecision(P::kAuto, false, "", /*gpu_bf16=*/true);
   EXPECT_TRUE(ampere.bf16);
-  EXPECT_NE(ampere.log.find("precision bf16-mixed (trainer.precision=auto: the GPU computes bf16 natively"),
+  EXPECT_NE(ampere.log.find(
+                "precision bf16-mixed (trainer.precision=auto: the GPU computes bf16 natively"),
             std::string::npos)
       << ampere.log;
   EXPECT_FALSE(ResolvePrecision(P::k32, true, "avx512_bf16").bf16);
@@ -377,11 +422,13 @@ TEST(PrecisionAuto, PicksFloat32WithoutTheCpuFlagAndBf16WithIt) {
   EXPECT_TRUE(fp16_cpu.fp16 && fp16_cpu.warning);
   // bf16-mixed and bf16-true on a GPU with bf16 units; refused in one line on an older one.
   PrecisionChoice gpu_true = ResolvePrecision(P::kBf16True, false, "", /*gpu_bf16=*/true);
-  EXPECT_TRUE(gpu_true.bf16 && gpu_true.bf16_weights && gpu_true.error.empty() && !gpu_true.warning);
+  EXPECT_TRUE(gpu_true.bf16 && gpu_true.bf16_weights && gpu_true.error.empty() &&
+              !gpu_true.warning);
   EXPECT_TRUE(ResolvePrecision(P::kBf16Mixed, false, "", /*gpu_bf16=*/true).bf16);
-  EXPECT_EQ(ResolvePrecision(P::kBf16True, false, "avx512_bf16", /*gpu_bf16=*/false).error,
-            "trainer.precision=bf16-true needs a GPU of compute capability 8.0 or newer (Ampere, Hopper, "
-            "...); use precision 32 on this one");
+  EXPECT_EQ(
+      ResolvePrecision(P::kBf16True, false, "avx512_bf16", /*gpu_bf16=*/false).error,
+      "trainer.precision=bf16-true needs a GPU of compute capability 8.0 or newer (Ampere, Hopper, "
+      "...); use precision 32 on this one");
   EXPECT_FALSE(ResolvePrecision(P::kBf16Mixed, false, "", /*gpu_bf16=*/false).error.empty());
 }
 
@@ -396,7 +443,10 @@ TEST(GradScaler, UnscalesSkipsOnInfBacksOffGrowsAndCheckpoints) {
 // torch.set_float32_matmul_precision and torch.backends.cudnn.benchmark set), through the strategy.
 TEST(MathModes, TheStrategySetsMatmulPrecisionAndCudnnBenchmark) {
   auto options = TrainerOptions::FromConfig(config::Config(
-      config::ParseYaml("matmul_precision: high\ncudnn_benchmark: true\naccelerator: cpu\n", "trainer").value(), "trainer"));
+      config::ParseYaml("matmul_precision: high\ncudnn_benchmark: true\naccelerator: cpu\n",
+                        "trainer")
+          .value(),
+      "trainer"));
   ASSERT_TRUE(options.ok()) << options.status();
   Strategy strategy(*options);
   ASSERT_TRUE(strategy.SelectDevice().ok());
@@ -405,9 +455,11 @@ TEST(MathModes, TheStrategySetsMatmulPrecisionAndCudnnBenchmark) {
   SetMathModes("highest", false);
   EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGHEST);
   EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
-  auto refused = TrainerOptions::FromConfig(config::Config(config::ParseYaml("matmul_precision: fast\n", "trainer").value(), "trainer"));
+  auto refused = TrainerOptions::FromConfig(
+      config::Config(config::ParseYaml("matmul_precision: fast\n", "trainer").value(), "trainer"));
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(std::string(refused.status().message()).find("matmul_precision"), std::string::npos) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("matmul_precision"), std::string::npos)
+      << refused.status();
 }
 
 // KILN_CPU_FLAGS stands in for /proc/cpuinfo, and the strategy follows it.

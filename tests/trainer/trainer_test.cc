@@ -11,11 +11,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "components/models/model.h"
+#include "components/vision/image_ops.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/exit_code.h"
-#include "absl/strings/str_format.h"
-#include "components/vision/image_ops.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/shards/tar_shard.h"
 #include "lib/data/transform.h"
@@ -43,8 +43,10 @@ class SyntheticImages : public data::DataModule {
     torch::manual_seed(7);
     images_ = torch::rand({96, 1, 8, 8});
     labels_ = torch::randint(0, 3, {96}, torch::kInt64);
-    auto crop = Registry<data::Transform>::Get().Instantiate(Yaml("_target_: random_crop\nsize: 8\npadding: 1\n", "t"));
-    auto flip = Registry<data::Transform>::Get().Instantiate(Yaml("_target_: horizontal_flip\n", "t"));
+    auto crop = Registry<data::Transform>::Get().Instantiate(
+        Yaml("_target_: random_crop\nsize: 8\npadding: 1\n", "t"));
+    auto flip =
+        Registry<data::Transform>::Get().Instantiate(Yaml("_target_: horizontal_flip\n", "t"));
     if (!crop.ok() || !flip.ok()) return absl::InternalError("transforms");
     pipeline_ = data::TransformPipeline({*crop, *flip});
     auto self = this;
@@ -77,7 +79,8 @@ class SyntheticImages : public data::DataModule {
   std::shared_ptr<const data::Dataset> train_;
 };
 
-constexpr char kMlp[] = "_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n";
+constexpr char kMlp[] =
+    "_target_: mlp\nin_features: 64\nhidden: [32]\nnum_classes: 3\ndropout: 0.3\n";
 
 // A training metric whose value over an epoch (the batches counted) differs from the mean of its
 // per-batch values (always 1): it tells an epoch value over the accumulated state from a mean.
@@ -118,7 +121,8 @@ class Classifier : public Task {
     if (!m.ok()) return m.status();
     model_ = *m;
     if (!count_batches_) return absl::OkStatus();
-    auto metrics = config::ParseYaml("batches: {_target_: batch_count_test, stages: [train]}\n", "task.metrics");
+    auto metrics = config::ParseYaml("batches: {_target_: batch_count_test, stages: [train]}\n",
+                                     "task.metrics");
     if (!metrics.ok()) return metrics.status();
     return metrics_.Build(*metrics, "task.metrics", MetricSetup{3});
   }
@@ -133,20 +137,24 @@ class Classifier : public Task {
     if (whole_step_) return Task::TrainingLoss(b);
     return Forward(b);
   }
-  absl::Status LogTrainingStep(const data::Batch& b, const TrainingOutputs& outputs, MetricLog& log) override {
+  absl::Status LogTrainingStep(const data::Batch& b, const TrainingOutputs& outputs,
+                               MetricLog& log) override {
     if (whole_step_) return Task::LogTrainingStep(b, outputs, log);
     return Log(b, outputs, log);
   }
   absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(const SumOverRanks& sum) override {
     return metrics_.Compute("train", sum);
   }
-  absl::Status EvaluationStep(const data::Batch& b, const std::string& stage, MetricLog& log) override {
+  absl::Status EvaluationStep(const data::Batch& b, const std::string& stage,
+                              MetricLog& log) override {
     auto logits = model_->forward(b.input);
     log.Log(stage + "/acc", logits.argmax(1).eq(b.target).to(torch::kFloat).mean().item<double>(),
             static_cast<double>(b.size()));
     return absl::OkStatus();
   }
-  absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& b) override { return model_->forward(b.input); }
+  absl::StatusOr<torch::Tensor> PredictStep(const data::Batch& b) override {
+    return model_->forward(b.input);
+  }
 
  private:
   TrainingOutputs Forward(const data::Batch& b) {
@@ -206,9 +214,10 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
                 const std::string& optimizer_yaml = "_target_: adamw\nlr: 0.01\n",
                 data::DataModule* data_module = nullptr, bool whole_step = false) {
   RunResult result;
-  auto options = TrainerOptions::FromConfig(Yaml(trainer_yaml + "default_root_dir: " + root +
-                                                     "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
-                                                 "trainer"));
+  auto options = TrainerOptions::FromConfig(
+      Yaml(trainer_yaml + "default_root_dir: " + root +
+               "\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n",
+           "trainer"));
   EXPECT_TRUE(options.ok()) << options.status();
   torch::manual_seed(1);
   Classifier task(poison, model_yaml, count_batches, /*poison_batch=*/2, whole_step);
@@ -236,14 +245,16 @@ RunResult Train(const std::string& root, const std::string& trainer_yaml, int wo
   result.steps = trainer.global_step();
   result.profile = trainer.profiler();
   if (trainer.optimizer() != nullptr) {
-    for (const auto& group : trainer.optimizer()->param_groups()) result.group_lrs.push_back(group.options().get_lr());
+    for (const auto& group : trainer.optimizer()->param_groups())
+      result.group_lrs.push_back(group.options().get_lr());
   }
   return result;
 }
 
 void ExpectBitwiseEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << " differs";
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << " differs";
 }
 
 const char kThreeEpochs[] = "max_epochs: 3\nlog_every_n_steps: 1\n";
@@ -263,7 +274,8 @@ const char kSmallCnn8[] =
 TEST(CudaGraphs, ClippingOnTheDeviceEqualsTorchs) {
   for (double max_norm : {0.5, 100.0}) {  // scaled down, and left as it is
     torch::manual_seed(9);
-    std::vector<torch::Tensor> mine{torch::randn({4, 5}), torch::randn({3}), torch::randn({2})}, theirs;
+    std::vector<torch::Tensor> mine{torch::randn({4, 5}), torch::randn({3}), torch::randn({2})},
+        theirs;
     for (auto& p : mine) {
       p.requires_grad_();
       p.mutable_grad() = torch::randn_like(p) * 3;
@@ -274,7 +286,8 @@ TEST(CudaGraphs, ClippingOnTheDeviceEqualsTorchs) {
     theirs[2].mutable_grad() = torch::Tensor();
     ClipGradientsOnDevice(mine, max_norm, /*by_norm=*/true);
     torch::nn::utils::clip_grad_norm_(theirs, max_norm);
-    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::allclose(mine[i].grad(), theirs[i].grad(), 1e-6, 1e-7)) << max_norm;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_TRUE(torch::allclose(mine[i].grad(), theirs[i].grad(), 1e-6, 1e-7)) << max_norm;
     EXPECT_FALSE(mine[2].grad().defined());
     if (max_norm > 10) EXPECT_TRUE(torch::equal(mine[0].grad(), theirs[0].grad()));
     ClipGradientsOnDevice(mine, 0.25, /*by_norm=*/false);
@@ -288,15 +301,20 @@ TEST(Trainer, ChannelsLastTrainsTheSameModelInNhwcOrder) {
   for (bool channels_last : {false, true}) {
     testing::TempDir dir;
     auto options = TrainerOptions::FromConfig(Yaml(
-        absl::StrCat("max_epochs: 1\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n"
-                     "limit_val_batches: 0\ndefault_root_dir: ", dir.path(), "\nchannels_last: ", channels_last ? "true" : "false", "\n"),
+        absl::StrCat(
+            "max_epochs: 1\nnum_threads: 1\nenable_progress_bar: false\nnum_sanity_val_steps: 0\n"
+            "limit_val_batches: 0\ndefault_root_dir: ",
+            dir.path(), "\nchannels_last: ", channels_last ? "true" : "false", "\n"),
         "trainer"));
     ASSERT_TRUE(options.ok()) << options.status();
     torch::manual_seed(1);
-    Classifier task(false, "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: 16\nnum_classes: 3\n");
+    Classifier task(false,
+                    "_target_: cnn\nin_channels: 1\nchannels: [4, 8]\ninput_size: 8\nhidden: "
+                    "16\nnum_classes: 3\n");
     ASSERT_TRUE(task.Build(config::Config()).ok());
     SyntheticImages data(0);
-    auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(Yaml("_target_: sgd\nlr: 0.05\n", "optimizer"));
+    auto optimizer = Registry<OptimizerFactory>::Get().Instantiate(
+        Yaml("_target_: sgd\nlr: 0.05\n", "optimizer"));
     ASSERT_TRUE(optimizer.ok());
     Trainer trainer(*options, {}, {});
     FitInputs in;
@@ -348,10 +366,11 @@ TEST(TrainerResume, StepCheckpointMidEpochResumesAfterItsBatchBitwiseEqual) {
   testing::TempDir a, b, c;
   RunResult full = Train(a.path(), kThreeEpochs, 2, "");
   ASSERT_TRUE(full.status.ok()) << full.status;
-  auto every4 = Registry<Callback>::Get().Instantiate(Yaml(
-      absl::StrCat("_target_: model_checkpoint\ndirpath: ", b.path(), "/steps\nmonitor: ''\nsave_top_k: 0\n",
-                   "save_last: true\nevery_n_train_steps: 4\n"),
-      "callbacks.model_checkpoint"));
+  auto every4 = Registry<Callback>::Get().Instantiate(
+      Yaml(absl::StrCat("_target_: model_checkpoint\ndirpath: ", b.path(),
+                        "/steps\nmonitor: ''\nsave_top_k: 0\n",
+                        "save_last: true\nevery_n_train_steps: 4\n"),
+           "callbacks.model_checkpoint"));
   ASSERT_TRUE(every4.ok()) << every4.status();
   RunResult saving = Train(b.path(), kThreeEpochs, 2, "", {*every4});
   ASSERT_TRUE(saving.status.ok()) << saving.status;
@@ -368,10 +387,11 @@ TEST(TrainerResume, StepCheckpointMidEpochResumesAfterItsBatchBitwiseEqual) {
 // ones are ranked by the latest validation, so a best checkpoint exists at the end.
 TEST(TrainerResume, StepCheckpointsBeforeTheFirstValidationGoToLastOnly) {
   testing::TempDir a;
-  auto every4 = Registry<Callback>::Get().Instantiate(Yaml(
-      absl::StrCat("_target_: model_checkpoint\ndirpath: ", a.path(), "/steps\nmonitor: val/acc\nmode: max\n",
-                   "save_top_k: 1\nfilename: 'step={step}'\nevery_n_train_steps: 4\n"),
-      "callbacks.model_checkpoint"));
+  auto every4 = Registry<Callback>::Get().Instantiate(
+      Yaml(absl::StrCat("_target_: model_checkpoint\ndirpath: ", a.path(),
+                        "/steps\nmonitor: val/acc\nmode: max\n",
+                        "save_top_k: 1\nfilename: 'step={step}'\nevery_n_train_steps: 4\n"),
+           "callbacks.model_checkpoint"));
   ASSERT_TRUE(every4.ok()) << every4.status();
   RunResult run = Train(a.path(), kThreeEpochs, 2, "", {*every4});
   ASSERT_TRUE(run.status.ok()) << run.status;
@@ -390,7 +410,8 @@ TEST(ModelCheckpoint, WithoutDirpathOrMonitorKeepsTheLatestInTheRunsFolder) {
   for (int k : {1, 2}) {
     testing::TempDir a;
     auto keeper = Registry<Callback>::Get().Instantiate(
-        Yaml(absl::StrCat("_target_: model_checkpoint\nsave_top_k: ", k, "\n"), "callbacks.model_checkpoint"));
+        Yaml(absl::StrCat("_target_: model_checkpoint\nsave_top_k: ", k, "\n"),
+             "callbacks.model_checkpoint"));
     ASSERT_TRUE(keeper.ok()) << keeper.status();
     RunResult run = Train(a.path(), kThreeEpochs, 2, "", {*keeper});
     ASSERT_TRUE(run.status.ok()) << run.status;
@@ -410,35 +431,42 @@ TEST(TrainerResume, ShardsResumeMidEpochBitwiseEqual) {
   torch::manual_seed(3);
   torch::Tensor images = torch::randint(0, 256, {100, 8, 8}, torch::kUInt8);
   for (int s = 0; s < 10; ++s) {
-    auto writer = data::shards::ShardWriter::Create(absl::StrFormat("%s/train-%06d.tar", shards.path(), s));
+    auto writer =
+        data::shards::ShardWriter::Create(absl::StrFormat("%s/train-%06d.tar", shards.path(), s));
     ASSERT_TRUE(writer.ok());
     for (int i = s * 10; i < s * 10 + 10; ++i) {
       auto png = data::EncodePng(images[i].unsqueeze(0).contiguous());
       ASSERT_TRUE(png.ok()) << png.status();
-      ASSERT_TRUE((*writer)->Add(absl::StrFormat("%06d", i), {{"png", *png}, {"cls", std::to_string(i % 3)}}).ok());
+      ASSERT_TRUE(
+          (*writer)
+              ->Add(absl::StrFormat("%06d", i), {{"png", *png}, {"cls", std::to_string(i % 3)}})
+              .ok());
     }
     ASSERT_TRUE((*writer)->Close().ok());
   }
   auto module = [&](int workers) {
     auto dm = Registry<data::DataModule>::Get().Instantiate(Yaml(
-        absl::StrCat("_target_: shards\ntrain_shards: ", shards.path(), "/train-{000000..000009}.tar\nval_shards: ",
-                     shards.path(), "/train-00000[0-1].tar\ngrayscale: true\nbatch_size: 16\nshuffle_buffer: 20\n",
+        absl::StrCat("_target_: shards\ntrain_shards: ", shards.path(),
+                     "/train-{000000..000009}.tar\nval_shards: ", shards.path(),
+                     "/train-00000[0-1].tar\ngrayscale: true\nbatch_size: 16\nshuffle_buffer: 20\n",
                      "num_workers: ", workers, "\ntransforms: {train: [{_target_: to_tensor}, ",
-                     "{_target_: random_crop, size: 8, padding: 1}, {_target_: horizontal_flip}], eval: [{_target_: to_tensor}]}\n"),
+                     "{_target_: random_crop, size: 8, padding: 1}, {_target_: horizontal_flip}], "
+                     "eval: [{_target_: to_tensor}]}\n"),
         "data"));
     EXPECT_TRUE(dm.ok()) << dm.status();
     return *dm;
   };
   auto full_data = module(2), first_data = module(2), resumed_data = module(0);
-  RunResult full = Train(a.path(), kThreeEpochs, 2, "", {}, false, {}, kMlp, false, "_target_: adamw\nlr: 0.01\n", full_data.get());
+  RunResult full = Train(a.path(), kThreeEpochs, 2, "", {}, false, {}, kMlp, false,
+                         "_target_: adamw\nlr: 0.01\n", full_data.get());
   ASSERT_TRUE(full.status.ok()) << full.status.message();
   EXPECT_EQ(full.steps, 21);  // 100 samples / 16 = 7 batches, 3 epochs
-  RunResult first = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 10\n", 2, "", {}, false, {}, kMlp, false,
-                          "_target_: adamw\nlr: 0.01\n", first_data.get());
+  RunResult first = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 10\n", 2, "", {}, false,
+                          {}, kMlp, false, "_target_: adamw\nlr: 0.01\n", first_data.get());
   ASSERT_TRUE(first.status.ok()) << first.status;
   EXPECT_EQ(first.steps, 10);
-  RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last", {}, false, {}, kMlp, false, "_target_: adamw\nlr: 0.01\n",
-                            resumed_data.get());
+  RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last", {}, false, {}, kMlp, false,
+                            "_target_: adamw\nlr: 0.01\n", resumed_data.get());
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
   EXPECT_EQ(resumed.steps, 21);
   ExpectBitwiseEqual(full.params, resumed.params);
@@ -448,10 +476,12 @@ TEST(TrainerResume, SigtermMidEpochWritesCheckpointAndResumesBitwiseEqualWithOth
   testing::TempDir a, b;
   RunResult full = Train(a.path(), kThreeEpochs, 2, "");
   ASSERT_TRUE(full.status.ok()) << full.status.message();
-  RunResult interrupted = Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(10)});
+  RunResult interrupted =
+      Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(10)});
   ASSERT_FALSE(interrupted.status.ok());
   EXPECT_EQ(RequestedExitCode(interrupted.status), 128 + SIGTERM);
-  EXPECT_NE(std::string(interrupted.status.message()).find("SIGTERM"), std::string::npos) << interrupted.status;
+  EXPECT_NE(std::string(interrupted.status.message()).find("SIGTERM"), std::string::npos)
+      << interrupted.status;
   EXPECT_EQ(interrupted.steps, 10);
   // Resume with the loader on the training thread instead of two workers.
   RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last");
@@ -530,7 +560,8 @@ TEST(TrainerResume, SixteenMixedScalesTheLossAndResumesBitwiseEqual) {
 // composition): a run stopped at step 9 resumes to the same bits as an uninterrupted one (the
 // kernel's sums run over fixed blocks in a fixed order, whatever the threads).
 TEST(TrainerResume, Bf16MixedFusedCnnBlockResumesBitwiseEqual) {
-  const std::string bf16 = std::string(kThreeEpochs) + "precision: bf16-mixed\nchannels_last: true\n";
+  const std::string bf16 =
+      std::string(kThreeEpochs) + "precision: bf16-mixed\nchannels_last: true\n";
   testing::TempDir a, b;
   RunResult full = Train(a.path(), bf16, 2, "", {}, false, {}, kSmallCnn8);
   ASSERT_TRUE(full.status.ok()) << full.status.message();
@@ -592,14 +623,16 @@ TEST(Profiler, SimpleTimesEveryPhaseOfEveryBatch) {
   ASSERT_TRUE(run.status.ok()) << run.status;
   const PhaseProfiler& p = run.profile;
   ASSERT_TRUE(p.enabled());
-  for (auto phase : {PhaseProfiler::kData, PhaseProfiler::kForward, PhaseProfiler::kBackward, PhaseProfiler::kOptimizer}) {
+  for (auto phase : {PhaseProfiler::kData, PhaseProfiler::kForward, PhaseProfiler::kBackward,
+                     PhaseProfiler::kOptimizer}) {
     EXPECT_EQ(p.calls(phase), 18) << PhaseProfiler::Name(phase);
     EXPECT_GT(p.seconds(phase), 0) << PhaseProfiler::Name(phase);
   }
   EXPECT_EQ(p.calls(PhaseProfiler::kValidation), 3);  // once per epoch
   EXPECT_GT(p.calls(PhaseProfiler::kLogging), 18);    // every step (log_every_n_steps: 1) and epoch
   double sum = 0;
-  for (int phase = 0; phase < PhaseProfiler::kPhases; ++phase) sum += p.seconds(static_cast<PhaseProfiler::Phase>(phase));
+  for (int phase = 0; phase < PhaseProfiler::kPhases; ++phase)
+    sum += p.seconds(static_cast<PhaseProfiler::Phase>(phase));
   std::vector<std::string> table = p.Report(sum * 1.25);
   ASSERT_EQ(table.size(), 2 + 7 + 1u);  // header, 7 phases, other, fit
   EXPECT_NE(table[2].find("forward"), std::string::npos) << table[2];
@@ -643,7 +676,8 @@ TEST(Profiler, AdvancedWritesAChromeTraceOfOperators) {
   EXPECT_EQ(names.count("process_name"), 1u);
   EXPECT_EQ(names.count("thread_name"), 1u);
   EXPECT_EQ(names.count("aten::addmm"), 1u);  // the forward pass
-  EXPECT_EQ(names.count("autograd::engine::evaluate_function: AddmmBackward0"), 1u);  // the backward
+  EXPECT_EQ(names.count("autograd::engine::evaluate_function: AddmmBackward0"),
+            1u);                                      // the backward
   EXPECT_EQ(names.count("aten::_fused_adamw_"), 1u);  // AdamW's step (ATen's fused kernel)
 }
 
@@ -678,10 +712,13 @@ TEST(TrainerResume, SigusrOnePreemptionCheckpointsAndResumesBitwiseEqual) {
   testing::TempDir a, b;
   RunResult full = Train(a.path(), kThreeEpochs, 2, "");
   ASSERT_TRUE(full.status.ok()) << full.status.message();
-  RunResult preempted = Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(7, SIGUSR1)});
+  RunResult preempted =
+      Train(b.path(), kThreeEpochs, 2, "", {std::make_shared<SigtermAfter>(7, SIGUSR1)});
   ASSERT_FALSE(preempted.status.ok());
   EXPECT_EQ(RequestedExitCode(preempted.status), 128 + SIGUSR1);
-  EXPECT_NE(std::string(preempted.status.message()).find("interrupted by SIGUSR1 at epoch 1, step 7"), std::string::npos)
+  EXPECT_NE(
+      std::string(preempted.status.message()).find("interrupted by SIGUSR1 at epoch 1, step 7"),
+      std::string::npos)
       << preempted.status;
   RunResult resumed = Train(b.path(), kThreeEpochs, 2, "last");
   ASSERT_TRUE(resumed.status.ok()) << resumed.status.message();
@@ -716,7 +753,8 @@ class BatchCounter : public Callback {
 TEST(TrainerResume, CallbackStateFollowsItsStateKeyWhenCallbacksChange) {
   testing::TempDir dir;
   auto counter = std::make_shared<BatchCounter>("a");
-  RunResult first = Train(dir.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 2, "", {counter});
+  RunResult first =
+      Train(dir.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 2, "", {counter});
   ASSERT_TRUE(first.status.ok()) << first.status;
   EXPECT_EQ(counter->count(), 9);
   auto added = std::make_shared<BatchCounter>("b");
@@ -729,7 +767,8 @@ TEST(TrainerResume, CallbackStateFollowsItsStateKeyWhenCallbacksChange) {
 }
 
 std::shared_ptr<Callback> BackboneFinetuning(const std::string& options) {
-  auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: backbone_finetuning\n" + options, "callbacks.bf"));
+  auto c = Registry<Callback>::Get().Instantiate(
+      Yaml("_target_: backbone_finetuning\n" + options, "callbacks.bf"));
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *c : nullptr;
 }
@@ -744,8 +783,10 @@ class Snapshots : public Callback {
  private:
   absl::Status Take(Trainer& t) {
     std::map<std::string, torch::Tensor> state;
-    for (const auto& p : t.task()->module().named_parameters()) state[p.key()] = p.value().detach().clone();
-    for (const auto& b : t.task()->module().named_buffers()) state[b.key()] = b.value().detach().clone();
+    for (const auto& p : t.task()->module().named_parameters())
+      state[p.key()] = p.value().detach().clone();
+    for (const auto& b : t.task()->module().named_buffers())
+      state[b.key()] = b.value().detach().clone();
     taken.push_back(std::move(state));
     return absl::OkStatus();
   }
@@ -757,19 +798,23 @@ class Snapshots : public Callback {
 TEST(BackboneFinetuning, FrozenParametersStayBitwiseUnchangedUntilTheUnfreezeEpoch) {
   testing::TempDir dir;
   auto snapshots = std::make_shared<Snapshots>();
-  RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
-                      {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n"), snapshots},
-                      false, {}, kSmallCnn);
+  RunResult r =
+      Train(dir.path(), kThreeEpochs, 0, "",
+            {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n"),
+             snapshots},
+            false, {}, kSmallCnn);
   ASSERT_TRUE(r.status.ok()) << r.status;
   ASSERT_EQ(snapshots->taken.size(), 4u);  // start, epochs 0..2
   const auto& start = snapshots->taken[0];
   for (const auto& [name, t] : start) {
     bool backbone = name.rfind("conv", 0) == 0 || name.rfind("bn", 0) == 0;
     for (size_t epoch = 1; epoch <= 2; ++epoch) {
-      EXPECT_EQ(torch::equal(snapshots->taken[epoch].at(name), t), backbone) << name << " after epoch " << epoch - 1;
+      EXPECT_EQ(torch::equal(snapshots->taken[epoch].at(name), t), backbone)
+          << name << " after epoch " << epoch - 1;
     }
     if (backbone && name.find("num_batches") == std::string::npos) {
-      EXPECT_FALSE(torch::equal(snapshots->taken[3].at(name), t)) << name << " did not train after unfreezing";
+      EXPECT_FALSE(torch::equal(snapshots->taken[3].at(name), t))
+          << name << " did not train after unfreezing";
     }
   }
   ASSERT_EQ(r.group_lrs.size(), 2u);
@@ -780,12 +825,17 @@ TEST(BackboneFinetuning, FrozenParametersStayBitwiseUnchangedUntilTheUnfreezeEpo
 TEST(BackboneFinetuning, BatchNormLayersTrainWithTrainBn) {
   testing::TempDir dir;
   auto snapshots = std::make_shared<Snapshots>();
-  RunResult r = Train(dir.path(), "max_epochs: 1\n", 0, "",
-                      {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\n"), snapshots}, false, {}, kSmallCnn);
+  RunResult r =
+      Train(dir.path(), "max_epochs: 1\n", 0, "",
+            {BackboneFinetuning("params: [conv*, bn*]\nunfreeze_at_epoch: 2\n"), snapshots}, false,
+            {}, kSmallCnn);
   ASSERT_TRUE(r.status.ok()) << r.status;
-  EXPECT_TRUE(torch::equal(snapshots->taken[1].at("conv1.weight"), snapshots->taken[0].at("conv1.weight")));
-  EXPECT_FALSE(torch::equal(snapshots->taken[1].at("bn1.weight"), snapshots->taken[0].at("bn1.weight")));
-  EXPECT_FALSE(torch::equal(snapshots->taken[1].at("bn1.running_mean"), snapshots->taken[0].at("bn1.running_mean")));
+  EXPECT_TRUE(
+      torch::equal(snapshots->taken[1].at("conv1.weight"), snapshots->taken[0].at("conv1.weight")));
+  EXPECT_FALSE(
+      torch::equal(snapshots->taken[1].at("bn1.weight"), snapshots->taken[0].at("bn1.weight")));
+  EXPECT_FALSE(torch::equal(snapshots->taken[1].at("bn1.running_mean"),
+                            snapshots->taken[0].at("bn1.running_mean")));
 }
 
 // Interrupted in the frozen phase (step 4, epoch 0) or after the unfreezing (step 15, epoch 2),
@@ -793,7 +843,8 @@ TEST(BackboneFinetuning, BatchNormLayersTrainWithTrainBn) {
 TEST(BackboneFinetuning, ResumeInEitherPhaseIsBitwiseExact) {
   const std::string options = "params: [conv*, bn*]\nunfreeze_at_epoch: 2\ntrain_bn: false\n";
   testing::TempDir a;
-  RunResult full = Train(a.path(), kThreeEpochs, 0, "", {BackboneFinetuning(options)}, false, {}, kSmallCnn);
+  RunResult full =
+      Train(a.path(), kThreeEpochs, 0, "", {BackboneFinetuning(options)}, false, {}, kSmallCnn);
   ASSERT_TRUE(full.status.ok()) << full.status;
   for (int stop : {4, 15}) {
     testing::TempDir b;
@@ -801,7 +852,8 @@ TEST(BackboneFinetuning, ResumeInEitherPhaseIsBitwiseExact) {
                             {BackboneFinetuning(options)}, false, {}, kSmallCnn);
     ASSERT_TRUE(first.status.ok()) << first.status;
     ASSERT_EQ(first.steps, stop);
-    RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {BackboneFinetuning(options)}, false, {}, kSmallCnn);
+    RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {BackboneFinetuning(options)},
+                              false, {}, kSmallCnn);
     ASSERT_TRUE(resumed.status.ok()) << resumed.status;
     EXPECT_EQ(resumed.steps, 18);
     ExpectBitwiseEqual(full.params, resumed.params);
@@ -811,15 +863,19 @@ TEST(BackboneFinetuning, ResumeInEitherPhaseIsBitwiseExact) {
 
 TEST(BackboneFinetuning, GlobsThatFreezeEverythingOrMatchNothingAreRefused) {
   testing::TempDir dir;
-  RunResult all = Train(dir.path(), kThreeEpochs, 0, "", {BackboneFinetuning("params: ['*']\nunfreeze_at_epoch: 1\ntrain_bn: false\n")},
-                        false, {}, kSmallCnn);
+  RunResult all =
+      Train(dir.path(), kThreeEpochs, 0, "",
+            {BackboneFinetuning("params: ['*']\nunfreeze_at_epoch: 1\ntrain_bn: false\n")}, false,
+            {}, kSmallCnn);
   ASSERT_FALSE(all.status.ok());
   EXPECT_EQ(std::string(all.status.message()),
-            "callbacks.bf.params: [*] freezes every parameter of the model until epoch 1; nothing would train");
-  RunResult none = Train(dir.path(), kThreeEpochs, 0, "", {BackboneFinetuning("params: [backbone.*]\n")}, false, {},
-                         kSmallCnn);
+            "callbacks.bf.params: [*] freezes every parameter of the model until epoch 1; nothing "
+            "would train");
+  RunResult none = Train(dir.path(), kThreeEpochs, 0, "",
+                         {BackboneFinetuning("params: [backbone.*]\n")}, false, {}, kSmallCnn);
   ASSERT_FALSE(none.status.ok());
-  EXPECT_NE(std::string(none.status.message()).find("callbacks.bf.params: 'backbone.*' matches no parameter of the model"),
+  EXPECT_NE(std::string(none.status.message())
+                .find("callbacks.bf.params: 'backbone.*' matches no parameter of the model"),
             std::string::npos)
       << none.status;
 }
@@ -890,7 +946,8 @@ TEST(ParamGroups, BackboneFinetuningAddsTheBackboneInItsGroups) {
 }
 
 std::shared_ptr<Callback> WeightAveraging(const std::string& options) {
-  auto c = Registry<Callback>::Get().Instantiate(Yaml("_target_: weight_averaging\n" + options, "callbacks.wa"));
+  auto c = Registry<Callback>::Get().Instantiate(
+      Yaml("_target_: weight_averaging\n" + options, "callbacks.wa"));
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *c : nullptr;
 }
@@ -905,7 +962,8 @@ class StepSnapshots : public Callback {
  private:
   absl::Status Take(Trainer& t) {
     taken.emplace_back();
-    for (const auto& p : t.task()->module().parameters()) taken.back().push_back(p.detach().clone());
+    for (const auto& p : t.task()->module().parameters())
+      taken.back().push_back(p.detach().clone());
     return absl::OkStatus();
   }
 };
@@ -927,10 +985,12 @@ TEST(WeightAveraging, EmaIsTheHandComputedAverageAndTheCheckpointsModel) {
   ASSERT_EQ(avg.size(), r.params.size());
   for (size_t i = 0; i < avg.size(); ++i) {
     EXPECT_TRUE(torch::allclose(r.params[i], avg[i], 1e-5, 1e-6)) << "parameter " << i;
-    EXPECT_FALSE(torch::allclose(r.params[i], steps->taken[18][i], 1e-5, 1e-6)) << "parameter " << i;
+    EXPECT_FALSE(torch::allclose(r.params[i], steps->taken[18][i], 1e-5, 1e-6))
+        << "parameter " << i;
   }
   testing::TempDir b;
-  RunResult stopped = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 0, "", {WeightAveraging("decay: 0.9\n")});
+  RunResult stopped = Train(b.path(), std::string(kThreeEpochs) + "max_steps: 9\n", 0, "",
+                            {WeightAveraging("decay: 0.9\n")});
   ASSERT_TRUE(stopped.status.ok()) << stopped.status;
   torch::serialize::InputArchive archive;
   ASSERT_TRUE(ReadCheckpoint(b.path() + "/checkpoints/last.ckpt", &archive).ok());
@@ -952,7 +1012,8 @@ TEST(WeightAveraging, ResumeIsBitwiseExact) {
     ASSERT_TRUE(full.status.ok()) << full.status;
     for (int stop : {9, 15}) {
       testing::TempDir b;
-      RunResult first = Train(b.path(), absl::StrCat(kThreeEpochs, "max_steps: ", stop, "\n"), 0, "", {WeightAveraging(options)});
+      RunResult first = Train(b.path(), absl::StrCat(kThreeEpochs, "max_steps: ", stop, "\n"), 0,
+                              "", {WeightAveraging(options)});
       ASSERT_TRUE(first.status.ok()) << first.status;
       RunResult resumed = Train(b.path(), kThreeEpochs, 0, "last", {WeightAveraging(options)});
       ASSERT_TRUE(resumed.status.ok()) << resumed.status;
@@ -968,15 +1029,19 @@ TEST(WeightAveraging, ResumeIsBitwiseExact) {
 TEST(WeightAveraging, SwaAveragesEpochEndsAndAnnealsTheLr) {
   testing::TempDir dir;
   auto snapshots = std::make_shared<Snapshots>();
-  RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
-                      {snapshots, WeightAveraging("mode: swa\nswa_epoch_start: 1\nswa_lrs: 0.002\nannealing_epochs: 1\n"
-                                                  "annealing_strategy: linear\n")});
+  RunResult r =
+      Train(dir.path(), kThreeEpochs, 0, "",
+            {snapshots,
+             WeightAveraging("mode: swa\nswa_epoch_start: 1\nswa_lrs: 0.002\nannealing_epochs: 1\n"
+                             "annealing_strategy: linear\n")});
   ASSERT_TRUE(r.status.ok()) << r.status;
   ASSERT_EQ(snapshots->taken.size(), 4u);
   for (size_t i = 0; i < r.names.size(); ++i) {
-    torch::Tensor mean = (snapshots->taken[2].at(r.names[i]) + snapshots->taken[3].at(r.names[i])) / 2;
+    torch::Tensor mean =
+        (snapshots->taken[2].at(r.names[i]) + snapshots->taken[3].at(r.names[i])) / 2;
     EXPECT_TRUE(torch::allclose(r.params[i], mean, 1e-5, 1e-6)) << r.names[i];
-    EXPECT_FALSE(torch::allclose(r.params[i], snapshots->taken[3].at(r.names[i]), 1e-5, 1e-6)) << r.names[i];
+    EXPECT_FALSE(torch::allclose(r.params[i], snapshots->taken[3].at(r.names[i]), 1e-5, 1e-6))
+        << r.names[i];
   }
   ASSERT_EQ(r.group_lrs.size(), 1u);
   EXPECT_DOUBLE_EQ(r.group_lrs[0], 0.002);
@@ -984,10 +1049,12 @@ TEST(WeightAveraging, SwaAveragesEpochEndsAndAnnealsTheLr) {
 
 TEST(WeightAveraging, SwaStartingAfterTheLastEpochIsRefused) {
   testing::TempDir dir;
-  RunResult r = Train(dir.path(), kThreeEpochs, 0, "", {WeightAveraging("mode: swa\nswa_epoch_start: 3\n")});
+  RunResult r =
+      Train(dir.path(), kThreeEpochs, 0, "", {WeightAveraging("mode: swa\nswa_epoch_start: 3\n")});
   ASSERT_FALSE(r.status.ok());
   EXPECT_EQ(std::string(r.status.message()),
-            "callbacks.wa.swa_epoch_start: 3 is not before trainer.max_epochs=3; SWA would average nothing");
+            "callbacks.wa.swa_epoch_start: 3 is not before trainer.max_epochs=3; SWA would average "
+            "nothing");
 }
 
 // update_bn: after SWA on the CNN, the BatchNorm statistics are the ones of one pass over the
@@ -996,7 +1063,8 @@ TEST(WeightAveraging, SwaUpdateBnRecomputesBatchNormStatistics) {
   // The model's state once every fit-end callback before it has run.
   struct AtFitEnd : Callback {
     absl::Status OnFitEnd(Trainer& t) override {
-      for (const auto& b : t.task()->module().named_buffers()) state[b.key()] = b.value().detach().clone();
+      for (const auto& b : t.task()->module().named_buffers())
+        state[b.key()] = b.value().detach().clone();
       return absl::OkStatus();
     }
     std::map<std::string, torch::Tensor> state;
@@ -1006,15 +1074,18 @@ TEST(WeightAveraging, SwaUpdateBnRecomputesBatchNormStatistics) {
     auto snapshots = std::make_shared<Snapshots>();
     auto end = std::make_shared<AtFitEnd>();
     RunResult r = Train(dir.path(), kThreeEpochs, 0, "",
-                        {snapshots, WeightAveraging(absl::StrCat("mode: swa\nswa_epoch_start: 1\nupdate_bn: ",
-                                                                 update_bn ? "true" : "false", "\n")),
+                        {snapshots,
+                         WeightAveraging(absl::StrCat("mode: swa\nswa_epoch_start: 1\nupdate_bn: ",
+                                                      update_bn ? "true" : "false", "\n")),
                          end},
                         false, {}, kSmallCnn);
     ASSERT_TRUE(r.status.ok()) << r.status;
     // Without update_bn the statistics are the last training step's; with it, recomputed.
-    EXPECT_EQ(torch::equal(end->state.at("bn1.running_mean"), snapshots->taken.back().at("bn1.running_mean")),
+    EXPECT_EQ(torch::equal(end->state.at("bn1.running_mean"),
+                           snapshots->taken.back().at("bn1.running_mean")),
               !update_bn);
-    EXPECT_EQ(torch::equal(end->state.at("bn2.running_var"), snapshots->taken.back().at("bn2.running_var")),
+    EXPECT_EQ(torch::equal(end->state.at("bn2.running_var"),
+                           snapshots->taken.back().at("bn2.running_var")),
               !update_bn);
   }
 }
@@ -1048,8 +1119,9 @@ TEST(Trainer, NanLossCanBeSkipped) {
   std::vector<std::vector<torch::Tensor>> params;
   for (bool whole_step : {false, true}) {
     testing::TempDir dir;
-    RunResult r = Train(dir.path(), std::string(kThreeEpochs) + "on_nonfinite_loss: skip\n", 2, "", {}, true, {}, kMlp,
-                        false, "_target_: adamw\nlr: 0.01\n", nullptr, whole_step);
+    RunResult r =
+        Train(dir.path(), std::string(kThreeEpochs) + "on_nonfinite_loss: skip\n", 2, "", {}, true,
+              {}, kMlp, false, "_target_: adamw\nlr: 0.01\n", nullptr, whole_step);
     ASSERT_TRUE(r.status.ok()) << r.status;
     EXPECT_EQ(r.steps, 15);  // batch 2 of each epoch skipped
     for (const auto& p : r.params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>()) << whole_step;
@@ -1088,10 +1160,11 @@ TEST(Trainer, GradientClippingBoundsEachStepsUpdate) {
     const double clip = algorithm == "norm" ? 1e-3 : 1e-4;
     testing::TempDir dir;
     auto updates = std::make_shared<StepUpdates>();
-    RunResult r = Train(dir.path(),
-                        absl::StrCat("max_epochs: 1\nmax_steps: 4\ngradient_clip_val: ", clip,
-                                     "\ngradient_clip_algorithm: ", algorithm, "\n"),
-                        0, "", {updates}, false, {}, kMlp, false, "_target_: sgd\nlr: 0.5\nmomentum: 0\n");
+    RunResult r =
+        Train(dir.path(),
+              absl::StrCat("max_epochs: 1\nmax_steps: 4\ngradient_clip_val: ", clip,
+                           "\ngradient_clip_algorithm: ", algorithm, "\n"),
+              0, "", {updates}, false, {}, kMlp, false, "_target_: sgd\nlr: 0.5\nmomentum: 0\n");
     ASSERT_TRUE(r.status.ok()) << r.status;
     ASSERT_EQ(updates->lrs.size(), 4u);
     ASSERT_EQ(updates->params.size(), 5u);
@@ -1117,7 +1190,8 @@ TEST(Trainer, CorruptOrForeignCheckpointIsRefused) {
   dir.Write("checkpoints/last.ckpt", "not a checkpoint at all");
   RunResult r = Train(dir.path(), kThreeEpochs, 2, "last");
   ASSERT_FALSE(r.status.ok());
-  EXPECT_NE(std::string(r.status.message()).find("last.ckpt: not a readable kiln checkpoint"), std::string::npos)
+  EXPECT_NE(std::string(r.status.message()).find("last.ckpt: not a readable kiln checkpoint"),
+            std::string::npos)
       << r.status;
   // A checkpoint of another model: same format, other parameter shapes.
   testing::TempDir other;
@@ -1131,7 +1205,8 @@ TEST(Trainer, CorruptOrForeignCheckpointIsRefused) {
   ASSERT_TRUE(status.ok());
   auto loaded = Trainer::LoadWeights(other.path() + "/x.ckpt", task, "mlp");
   ASSERT_FALSE(loaded.ok());
-  EXPECT_NE(std::string(loaded.message()).find("checkpoint of another model"), std::string::npos) << loaded;
+  EXPECT_NE(std::string(loaded.message()).find("checkpoint of another model"), std::string::npos)
+      << loaded;
 }
 
 TEST(DataLoader, AnExceptionInALoaderThreadBecomesAnErrorNamingTheSample) {
@@ -1162,27 +1237,35 @@ TEST(DataLoader, AnExceptionFromTheConsumerStopsTheLoaderCleanly) {
   SyntheticImages data(2);
   ASSERT_TRUE(data.Setup(data::Stage::kFit).ok());
   data::DataLoader loader(data.train_dataset(), data::SequentialSampler(96), data.loader_options());
-  EXPECT_THROW((void)loader.Run(0, 0, 6, [](data::Batch&) -> absl::StatusOr<bool> { throw std::runtime_error("x"); }),
-               std::runtime_error);
+  EXPECT_THROW(
+      (void)loader.Run(0, 0, 6,
+                       [](data::Batch&) -> absl::StatusOr<bool> { throw std::runtime_error("x"); }),
+      std::runtime_error);
 }
 
 TEST(TrainerOptions, UnknownKeyAndBadValuesAreNamed) {
   auto bad = TrainerOptions::FromConfig(Yaml("max_epoch: 3\n", "trainer"));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("unknown option 'trainer.max_epoch'"), std::string::npos);
-  EXPECT_NE(std::string(bad.status().message()).find("did you mean 'max_epochs'"), std::string::npos);
+  EXPECT_NE(std::string(bad.status().message()).find("unknown option 'trainer.max_epoch'"),
+            std::string::npos);
+  EXPECT_NE(std::string(bad.status().message()).find("did you mean 'max_epochs'"),
+            std::string::npos);
   auto clip = TrainerOptions::FromConfig(Yaml("gradient_clip_algorithm: l3\n", "trainer"));
   ASSERT_FALSE(clip.ok());
-  EXPECT_NE(std::string(clip.status().message()).find("trainer.gradient_clip_algorithm"), std::string::npos);
+  EXPECT_NE(std::string(clip.status().message()).find("trainer.gradient_clip_algorithm"),
+            std::string::npos);
   auto profiler = TrainerOptions::FromConfig(Yaml("profiler: fancy\n", "trainer"));
   ASSERT_FALSE(profiler.ok());
-  EXPECT_NE(std::string(profiler.status().message()).find("option 'trainer.profiler' of the trainer must be null, simple or advanced, got fancy"),
+  EXPECT_NE(std::string(profiler.status().message())
+                .find("option 'trainer.profiler' of the trainer must be null, simple or advanced, "
+                      "got fancy"),
             std::string::npos)
       << profiler.status();
   auto precision = TrainerOptions::FromConfig(Yaml("precision: bf17\n", "trainer"));
   ASSERT_FALSE(precision.ok());
   EXPECT_NE(std::string(precision.status().message()).find("trainer.precision"), std::string::npos);
-  auto limit = TrainerOptions::FromConfig(Yaml("limit_train_batches: 10\nmax_time: 00:00:01:30\n", "trainer"));
+  auto limit = TrainerOptions::FromConfig(
+      Yaml("limit_train_batches: 10\nmax_time: 00:00:01:30\n", "trainer"));
   ASSERT_TRUE(limit.ok()) << limit.status();
   EXPECT_EQ(limit->limit_train_batches.Of(100), 10);
   EXPECT_DOUBLE_EQ(*limit->max_time, 90.0);
@@ -1215,7 +1298,8 @@ std::shared_ptr<Callback> BuildCallback(const std::string& yaml) {
 TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
   testing::TempDir dir;
   auto steps = std::make_shared<RecordingLogger>();
-  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\n")}, false, {steps});
+  auto r = Train(dir.path(), kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\n")}, false,
+                 {steps});
   ASSERT_TRUE(r.status.ok()) << r.status;
   // 96 samples in batches of 16: 6 steps an epoch. The trainer's own "lr" is the first group's.
   auto monitored = steps->Values("lr-AdamW");
@@ -1225,13 +1309,14 @@ TEST(LearningRateMonitor, LogsTheScheduledRateAfterEveryStepOrEpoch) {
   EXPECT_LT(monitored.front().second, monitored[2].second);  // warming up
   EXPECT_LT(monitored.back().second, monitored[3].second);   // decaying
   auto epochs = std::make_shared<RecordingLogger>();
-  r = Train(dir.path() + "/e", kThreeEpochs, 0, "", {BuildCallback("_target_: lr_monitor\nlogging_interval: epoch\n")},
-            false, {epochs});
+  r = Train(dir.path() + "/e", kThreeEpochs, 0, "",
+            {BuildCallback("_target_: lr_monitor\nlogging_interval: epoch\n")}, false, {epochs});
   ASSERT_TRUE(r.status.ok()) << r.status;
   auto per_epoch = epochs->Values("lr-AdamW");
   ASSERT_EQ(per_epoch.size(), 3u);
   EXPECT_EQ(per_epoch[1], monitored[11]);  // after step 12
-  auto bad = Registry<Callback>::Get().Instantiate(Yaml("_target_: lr_monitor\nlogging_interval: batch\n", "callbacks.lr"));
+  auto bad = Registry<Callback>::Get().Instantiate(
+      Yaml("_target_: lr_monitor\nlogging_interval: batch\n", "callbacks.lr"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message())
                 .find("option 'callbacks.lr.logging_interval' of callback 'lr_monitor' must be one "
@@ -1264,7 +1349,8 @@ TEST(LearningRateMonitor, LogsEveryParameterGroup) {
 TEST(TrainingEpochLoop, TrainingMetricsComputeOverTheWholeEpoch) {
   testing::TempDir dir;
   auto logger = std::make_shared<RecordingLogger>();
-  auto r = Train(dir.path(), kThreeEpochs, 0, "", {}, false, {logger}, kMlp, /*count_batches=*/true);
+  auto r =
+      Train(dir.path(), kThreeEpochs, 0, "", {}, false, {logger}, kMlp, /*count_batches=*/true);
   ASSERT_TRUE(r.status.ok()) << r.status;
   auto steps = logger->Values("train/batches");
   ASSERT_EQ(steps.size(), 18u);  // 6 steps an epoch, each logged
@@ -1291,7 +1377,8 @@ TEST(Trainer, EvaluateAndPredictSelectTheDeviceAsFitDoes) {
   auto predicted = trainer.Predict(task, data);
   EXPECT_EQ(predicted.status().message(), refused);
   // accelerator=auto falls back to the CPU.
-  auto automatic = TrainerOptions::FromConfig(Yaml("accelerator: auto\nnum_threads: 1\n", "trainer"));
+  auto automatic =
+      TrainerOptions::FromConfig(Yaml("accelerator: auto\nnum_threads: 1\n", "trainer"));
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   Trainer cpu(*automatic, {}, {});
   auto metrics = cpu.Evaluate(task, data, data::Stage::kValidate);
@@ -1304,7 +1391,8 @@ TEST(Trainer, EvaluateAndPredictSelectTheDeviceAsFitDoes) {
 TEST(Strategy, CollectivesRunOnTheCpuForGlooAndOnTheDeviceForNccl) {
   torch::Device cuda(torch::kCUDA, 0);
   EXPECT_EQ(Strategy::CollectiveDevice("gloo", cuda), torch::Device(torch::kCPU));
-  EXPECT_EQ(Strategy::CollectiveDevice("gloo", torch::Device(torch::kCPU)), torch::Device(torch::kCPU));
+  EXPECT_EQ(Strategy::CollectiveDevice("gloo", torch::Device(torch::kCPU)),
+            torch::Device(torch::kCPU));
   EXPECT_EQ(Strategy::CollectiveDevice("nccl", cuda), cuda);
 }
 
@@ -1312,14 +1400,16 @@ TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   testing::TempDir dir;
   auto logger = std::make_shared<RecordingLogger>();
   auto r = Train(dir.path(), kThreeEpochs, 0, "",
-                 {BuildCallback("_target_: timer\nduration: {seconds: 0.001}\ninterval: epoch\n")}, false, {logger});
+                 {BuildCallback("_target_: timer\nduration: {seconds: 0.001}\ninterval: epoch\n")},
+                 false, {logger});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.steps, 6);  // one epoch of three
   auto elapsed = logger->Values("time/elapsed_seconds");
   ASSERT_EQ(elapsed.size(), 1u);
   EXPECT_GT(elapsed[0].second, 0.0);
   // A long duration lets all three epochs run.
-  r = Train(dir.path() + "/long", kThreeEpochs, 0, "", {BuildCallback("_target_: timer\nduration: \"00:01:00:00\"\n")});
+  r = Train(dir.path() + "/long", kThreeEpochs, 0, "",
+            {BuildCallback("_target_: timer\nduration: \"00:01:00:00\"\n")});
   EXPECT_EQ(r.steps, 18);
   // interval: step (the default) stops after the first step past the limit, mid-epoch, with a
   // resumable checkpoint.
@@ -1328,10 +1418,14 @@ TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.steps, 1);
   EXPECT_TRUE(testing::FileExists(dir.path() + "/step/checkpoints/last.ckpt"));
-  for (const char* bad : {"interval: batch\nduration: {hours: 1}", "duration: \"01:00\"", "duration: {hours: -1}", "duration: {weeks: 1}", "duration: \"00:00:00:00\""}) {
-    auto timer = Registry<Callback>::Get().Instantiate(Yaml(std::string("_target_: timer\n") + bad + "\n", "callbacks.timer"));
+  for (const char* bad :
+       {"interval: batch\nduration: {hours: 1}", "duration: \"01:00\"", "duration: {hours: -1}",
+        "duration: {weeks: 1}", "duration: \"00:00:00:00\""}) {
+    auto timer = Registry<Callback>::Get().Instantiate(
+        Yaml(std::string("_target_: timer\n") + bad + "\n", "callbacks.timer"));
     ASSERT_FALSE(timer.ok()) << bad;
-    EXPECT_NE(std::string(timer.status().message()).find("'callbacks.timer."), std::string::npos) << timer.status();
+    EXPECT_NE(std::string(timer.status().message()).find("'callbacks.timer."), std::string::npos)
+        << timer.status();
   }
 }
 
@@ -1341,8 +1435,9 @@ TEST(Timer, StopsAtTheEndOfTheEpochPastTheDurationAndLogsElapsedTime) {
 // or at each step. Six steps an epoch; without min_epochs the step timer stops after one step.
 TEST(Trainer, MinEpochsHoldsOffStopRequests) {
   testing::TempDir dir;
-  auto r = Train(dir.path() + "/epoch", std::string(kThreeEpochs) + "min_epochs: 2\n", 0, "",
-                 {BuildCallback("_target_: timer\nduration: {seconds: 0.000001}\ninterval: epoch\n")});
+  auto r =
+      Train(dir.path() + "/epoch", std::string(kThreeEpochs) + "min_epochs: 2\n", 0, "",
+            {BuildCallback("_target_: timer\nduration: {seconds: 0.000001}\ninterval: epoch\n")});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.steps, 12);
   r = Train(dir.path() + "/step", std::string(kThreeEpochs) + "min_epochs: 2\n", 0, "",

@@ -1,15 +1,16 @@
 // Config composition through the library: compose kiln's installed `train` config with
 // Hydra overrides (exactly what `kiln train --cfg job ...` does), then instantiate the model
 // and the optimizer the config names, and print what was built.
-//   compose_instantiate CONFIG_DIR [overrides...]      e.g.  compose_instantiate $KILN_CONFIG_DIR model=mlp
-#include <cstdio>
-#include <string>
-#include <vector>
-
+//   compose_instantiate CONFIG_DIR [overrides...]      e.g.  compose_instantiate $KILN_CONFIG_DIR
+//   model=mlp
 #include <kiln/config.h>
 #include <kiln/models.h>
 #include <kiln/registry.h>
 #include <kiln/trainer.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
@@ -39,17 +40,20 @@ int main(int argc, char** argv) {
   int64_t count = 0;
   for (const auto& p : (*model)->parameters()) count += p.numel();
   auto target = model_cfg->Get<std::string>("_target_");
-  std::printf("built model '%s' with %lld parameters\n", target->c_str(), static_cast<long long>(count));
+  std::printf("built model '%s' with %lld parameters\n", target->c_str(),
+              static_cast<long long>(count));
 
   auto optimizer_cfg = cfg.Sub("optimizer");
   if (!optimizer_cfg.ok()) return Fail(optimizer_cfg.status());
   auto factory = kiln::Registry<kiln::OptimizerFactory>::Get().Instantiate(*optimizer_cfg);
   if (!factory.ok()) return Fail(factory.status());
   kiln::NamedParameters params;
-  for (const auto& item : (*model)->named_parameters()) params.emplace_back(item.key(), item.value());
+  for (const auto& item : (*model)->named_parameters())
+    params.emplace_back(item.key(), item.value());
   auto optimizer = (*factory)->Create(params);
   if (!optimizer.ok()) return Fail(optimizer.status());
   std::printf("built optimizer '%s' with %zu parameter groups\n",
-              optimizer_cfg->Get<std::string>("_target_")->c_str(), (*optimizer)->param_groups().size());
+              optimizer_cfg->Get<std::string>("_target_")->c_str(),
+              (*optimizer)->param_groups().size());
   return 0;
 }

@@ -1,11 +1,11 @@
 // "Config in, trained model out" from C++: kiln::Job composes the config as `kiln train` does
 // (the same overrides), trains, and tests.
 //   train_job [overrides...]      e.g.  train_job model=mlp trainer.max_epochs=1
-#include <cstdio>
-#include <vector>
-
 #include <kiln/core.h>
 #include <kiln/job.h>
+
+#include <cstdio>
+#include <vector>
 
 absl::Status Train(const std::vector<std::string>& overrides) {
   KILN_ASSIGN_OR_RETURN(auto job, kiln::Job::Compose({overrides}));

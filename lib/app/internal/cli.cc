@@ -23,7 +23,9 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
        "serve.port=N"},
       {"tune", "find a learning rate before training: kiln tune lr_find [--apply] [overrides...]"},
       {"average", "average the weights of checkpoints: ckpt=[A,B,...] or last_n=N run_dir=DIR"},
-      {"shard", "write the data module's splits as WebDataset tar shards: shard.out=DIR shard.max_size=256MB"},
+      {"shard",
+       "write the data module's splits as WebDataset tar shards: shard.out=DIR "
+       "shard.max_size=256MB"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
       {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},
@@ -47,10 +49,14 @@ std::string Usage() {
       "usage: kiln COMMAND [--config-path DIR] [--config-name NAME] [--config-dir DIR]\n"
       "                    [--cfg job|hydra|all] [--resolve] [--package PKG]\n"
       "                    [--info [defaults|defaults-tree|config|searchpath|provenance]]\n"
-      "                    [-m|--multirun] [--dry-run] [--fail-fast] [--plugin PATH]... [--help] [overrides...]\n\ncommands:\n";
-  for (const auto& [name, doc] : KnownCommands()) absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
-  out += "\n`kiln COMMAND --help` lists the config groups and the composed config.\n"
-         "Plugins: --plugin PATH, a `plugins: [...]` list in the primary config, or KILN_PLUGIN_PATH.\n";
+      "                    [-m|--multirun] [--dry-run] [--fail-fast] [--plugin PATH]... [--help] "
+      "[overrides...]\n\ncommands:\n";
+  for (const auto& [name, doc] : KnownCommands())
+    absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
+  out +=
+      "\n`kiln COMMAND --help` lists the config groups and the composed config.\n"
+      "Plugins: --plugin PATH, a `plugins: [...]` list in the primary config, or "
+      "KILN_PLUGIN_PATH.\n";
   return out;
 }
 
@@ -99,8 +105,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       if (!v.ok()) return v.status();
       cl.package = *v;
     } else if (a == "--info" || a == "-i") {
-      static const std::vector<std::string> kSections = {"defaults", "defaults-tree", "config",
-                                                         "searchpath", "provenance", "all"};
+      static const std::vector<std::string> kSections = {"defaults",   "defaults-tree", "config",
+                                                         "searchpath", "provenance",    "all"};
       cl.info = "";
       if (i + 1 < args.size()) {
         for (const auto& s : kSections) {
@@ -158,7 +164,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       known |= name == cl.command;
     }
     if (!known) {
-      return fail(absl::StrCat("unknown command '", cl.command, "'", config::DidYouMean(cl.command, names),
+      return fail(absl::StrCat("unknown command '", cl.command, "'",
+                               config::DidYouMean(cl.command, names),
                                "; commands: ", absl::StrJoin(names, ", ")));
     }
   }

@@ -18,17 +18,18 @@ struct CommandLine {
   std::optional<std::string> config_path;
   std::optional<std::string> config_name;
   std::vector<std::string> config_dirs;
-  std::optional<std::string> cfg;      // job | hydra | all
+  std::optional<std::string> cfg;  // job | hydra | all
   bool resolve = false;
   std::optional<std::string> package;
-  std::optional<std::string> info;     // "" means every section
+  std::optional<std::string> info;  // "" means every section
   bool multirun = false;
   bool dry_run = false;
   bool help = false;
   std::vector<std::string> plugins;  // --plugin PATH, in order
   bool markdown = false;             // `kiln list --markdown`: docs/components.md
   bool fail_fast = false;            // -m: stop launching after the first failed job
-  // Internal: run job N of the sweep in SWEEP_DIR in this process (the `local` launcher's children).
+  // Internal: run job N of the sweep in SWEEP_DIR in this process (the `local` launcher's
+  // children).
   std::optional<int> multirun_job;
   std::optional<std::string> sweep_dir;
   // Internal: a data-parallel worker started by `trainer.devices=N`; runs the job whose resolved

@@ -12,9 +12,13 @@
 
 namespace kiln::data::shards {
 
-ShardOrder::ShardOrder(std::vector<int64_t> counts, bool shuffle, uint64_t seed, int64_t rank, int64_t world_size,
-                       int64_t buffer)
-    : counts_(std::move(counts)), shuffle_(shuffle), seed_(seed), rank_(rank), world_(std::max<int64_t>(1, world_size)),
+ShardOrder::ShardOrder(std::vector<int64_t> counts, bool shuffle, uint64_t seed, int64_t rank,
+                       int64_t world_size, int64_t buffer)
+    : counts_(std::move(counts)),
+      shuffle_(shuffle),
+      seed_(seed),
+      rank_(rank),
+      world_(std::max<int64_t>(1, world_size)),
       buffer_(std::max<int64_t>(1, buffer)) {
   for (int64_t count : counts_) {
     starts_.push_back(total_);
@@ -36,7 +40,8 @@ std::vector<int64_t> ShardOrder::ReadOrder(int64_t epoch) const {
   if (shuffle_) {
     // Fisher-Yates with our own draws (std::shuffle differs between standard libraries).
     std::mt19937_64 engine(MixSeed(seed_, static_cast<uint64_t>(epoch), 0x5348415244ULL));
-    for (size_t i = shard_order.size(); i > 1; --i) std::swap(shard_order[i - 1], shard_order[engine() % i]);
+    for (size_t i = shard_order.size(); i > 1; --i)
+      std::swap(shard_order[i - 1], shard_order[engine() % i]);
   }
   std::vector<int64_t> read;
   if (total_ == 0) return read;
@@ -48,7 +53,8 @@ std::vector<int64_t> ShardOrder::ReadOrder(int64_t epoch) const {
     for (int64_t j = 0; j < counts_[s]; ++j) stream.push_back(starts_[s] + j);
   }
   read.reserve(static_cast<size_t>(per_rank));
-  for (int64_t p = rank_ * per_rank; p < (rank_ + 1) * per_rank; ++p) read.push_back(stream[static_cast<size_t>(p % total_)]);
+  for (int64_t p = rank_ * per_rank; p < (rank_ + 1) * per_rank; ++p)
+    read.push_back(stream[static_cast<size_t>(p % total_)]);
   return read;
 }
 
@@ -57,7 +63,8 @@ std::vector<int64_t> ShardOrder::EpochOrder(int64_t epoch) const {
   if (!shuffle_) return read;
   // WebDataset's shuffle buffer: once full, each sample read replaces one drawn at random, which
   // goes out; at the end of the stream the rest go out in random order.
-  std::mt19937_64 engine(MixSeed(seed_, static_cast<uint64_t>(epoch), 0x4255464652ULL + static_cast<uint64_t>(rank_)));
+  std::mt19937_64 engine(
+      MixSeed(seed_, static_cast<uint64_t>(epoch), 0x4255464652ULL + static_cast<uint64_t>(rank_)));
   std::vector<int64_t> out, pool;
   out.reserve(read.size());
   pool.reserve(static_cast<size_t>(buffer_));
@@ -87,8 +94,12 @@ namespace {
 class ShardEpochSource : public EpochSource {
  public:
   ShardEpochSource(const ShardSet& set, const ShardOrder& order, const ShardSampleDecoder& decode,
-                   std::vector<int64_t> read, const std::vector<int64_t>& deliver, size_t first, size_t ahead)
-      : set_(set), order_(order), decode_(decode), read_(std::move(read)),
+                   std::vector<int64_t> read, const std::vector<int64_t>& deliver, size_t first,
+                   size_t ahead)
+      : set_(set),
+        order_(order),
+        decode_(decode),
+        read_(std::move(read)),
         slack_(static_cast<int64_t>(ahead) + order.buffer() + 1) {
     for (size_t p = first; p < deliver.size(); ++p) {
       int64_t id = deliver[p];
@@ -114,7 +125,8 @@ class ShardEpochSource : public EpochSource {
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto wanted = wanted_.find(index);
-      if (wanted == wanted_.end()) return absl::InternalError(absl::StrCat("shard sample ", index, " is not in this epoch"));
+      if (wanted == wanted_.end())
+        return absl::InternalError(absl::StrCat("shard sample ", index, " is not in this epoch"));
       if (wanted->second.position > asked_) {
         asked_ = wanted->second.position;
         more_.notify_all();
@@ -183,8 +195,9 @@ class ShardEpochSource : public EpochSource {
       for (; next_in_shard <= position; ++next_in_shard) {
         KILN_ASSIGN_OR_RETURN(sample, reader->Next(/*keep=*/next_in_shard == position));
         if (!sample) {
-          return absl::DataLossError(absl::StrCat("shard ", set_.shards[shard].url, ": holds ", next_in_shard,
-                                                  " samples, its index says ", set_.shards[shard].samples));
+          return absl::DataLossError(absl::StrCat("shard ", set_.shards[shard].url, ": holds ",
+                                                  next_in_shard, " samples, its index says ",
+                                                  set_.shards[shard].samples));
         }
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -218,23 +231,26 @@ ShardDataset::ShardDataset(ShardSet set, ShardSampleDecoder decode, int64_t shuf
 
 absl::StatusOr<Example> ShardDataset::Get(int64_t, SampleRng&) const {
   return absl::FailedPreconditionError(
-      "shards are read in order, not by index: this use (overfit_batches, a subset) needs a data module "
+      "shards are read in order, not by index: this use (overfit_batches, a subset) needs a data "
+      "module "
       "with random access");
 }
 
-std::shared_ptr<Sampler> ShardDataset::StreamSampler(bool shuffle, uint64_t seed, int64_t rank, int64_t world_size) const {
+std::shared_ptr<Sampler> ShardDataset::StreamSampler(bool shuffle, uint64_t seed, int64_t rank,
+                                                     int64_t world_size) const {
   return std::make_shared<ShardOrder>(counts_, shuffle, seed, rank, world_size, shuffle_buffer_);
 }
 
-absl::StatusOr<std::unique_ptr<EpochSource>> ShardDataset::OpenEpoch(const Sampler& sampler, int64_t epoch,
-                                                                     const std::vector<int64_t>& order, size_t first,
-                                                                     size_t ahead) const {
+absl::StatusOr<std::unique_ptr<EpochSource>> ShardDataset::OpenEpoch(
+    const Sampler& sampler, int64_t epoch, const std::vector<int64_t>& order, size_t first,
+    size_t ahead) const {
   const auto* shard_order = dynamic_cast<const ShardOrder*>(&sampler);
   if (shard_order == nullptr) {
-    return absl::FailedPreconditionError("shards are read in their own order (ShardDataset::StreamSampler)");
+    return absl::FailedPreconditionError(
+        "shards are read in their own order (ShardDataset::StreamSampler)");
   }
-  return std::unique_ptr<EpochSource>(
-      new ShardEpochSource(set_, *shard_order, decode_, shard_order->ReadOrder(epoch), order, first, ahead));
+  return std::unique_ptr<EpochSource>(new ShardEpochSource(
+      set_, *shard_order, decode_, shard_order->ReadOrder(epoch), order, first, ahead));
 }
 
 }  // namespace kiln::data::shards

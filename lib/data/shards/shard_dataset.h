@@ -26,8 +26,8 @@ namespace kiln::data::shards {
 // The order of one rank's epochs over shards with `counts` samples each.
 class ShardOrder : public Sampler {
  public:
-  ShardOrder(std::vector<int64_t> counts, bool shuffle, uint64_t seed, int64_t rank, int64_t world_size,
-             int64_t buffer);
+  ShardOrder(std::vector<int64_t> counts, bool shuffle, uint64_t seed, int64_t rank,
+             int64_t world_size, int64_t buffer);
   // Sample ids (shard by shard, in index order, from 0) in the order the loader delivers them.
   std::vector<int64_t> EpochOrder(int64_t epoch) const override;
   // The ids in the order this rank reads them from its shards.
@@ -46,7 +46,8 @@ class ShardOrder : public Sampler {
 
 // Turns one sample's files into an example; `url` names its shard in errors. Runs on the loader's
 // threads, several at once.
-using ShardSampleDecoder = std::function<absl::StatusOr<Example>(const ShardSample&, const std::string& url, SampleRng&)>;
+using ShardSampleDecoder =
+    std::function<absl::StatusOr<Example>(const ShardSample&, const std::string& url, SampleRng&)>;
 
 class ShardDataset : public Dataset {
  public:
@@ -54,10 +55,11 @@ class ShardDataset : public Dataset {
   int64_t size() const override { return set_.samples(); }
   // Shards are read in order: random access is refused with a line saying so.
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) const override;
-  std::shared_ptr<Sampler> StreamSampler(bool shuffle, uint64_t seed, int64_t rank, int64_t world_size) const override;
+  std::shared_ptr<Sampler> StreamSampler(bool shuffle, uint64_t seed, int64_t rank,
+                                         int64_t world_size) const override;
   absl::StatusOr<std::unique_ptr<EpochSource>> OpenEpoch(const Sampler& sampler, int64_t epoch,
-                                                         const std::vector<int64_t>& order, size_t first,
-                                                         size_t ahead) const override;
+                                                         const std::vector<int64_t>& order,
+                                                         size_t first, size_t ahead) const override;
   const ShardSet& shard_set() const { return set_; }
 
  private:

@@ -28,7 +28,8 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern
   size_t open = pattern.find('{');
   if (open == std::string::npos) return std::vector<std::string>{pattern};
   size_t close = pattern.find('}', open);
-  if (close == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("'", pattern, "': unclosed {"));
+  if (close == std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat("'", pattern, "': unclosed {"));
   std::string body = pattern.substr(open + 1, close - open - 1);
   std::string head = pattern.substr(0, open);
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> tails, ExpandBraces(pattern.substr(close + 1)));
@@ -37,10 +38,14 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern
   if (dots != std::string::npos && body.find(',') == std::string::npos) {
     std::string low_text = body.substr(0, dots), high_text = body.substr(dots + 2);
     int64_t low = 0, high = 0;
-    if (!absl::SimpleAtoi(low_text, &low) || !absl::SimpleAtoi(high_text, &high) || low < 0 || high < low) {
-      return absl::InvalidArgumentError(absl::StrCat("'", pattern, "': {", body, "} is not a range LOW..HIGH of numbers"));
+    if (!absl::SimpleAtoi(low_text, &low) || !absl::SimpleAtoi(high_text, &high) || low < 0 ||
+        high < low) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", pattern, "': {", body, "} is not a range LOW..HIGH of numbers"));
     }
-    if (high - low >= 10'000'000) return absl::InvalidArgumentError(absl::StrCat("'", pattern, "': {", body, "} is too long a range"));
+    if (high - low >= 10'000'000)
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", pattern, "': {", body, "} is too long a range"));
     size_t width = low_text.size() > 1 && low_text[0] == '0' ? low_text.size() : 0;
     for (int64_t i = low; i <= high; ++i) {
       std::string number = std::to_string(i);
@@ -70,23 +75,28 @@ absl::StatusOr<ShardSet> ReadIndex(const std::string& path, const std::string& o
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(option, ": ", path, ": not a shard index (", why, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, ": ", path, ": not a shard index (", why, ")"));
   };
   if (json.is_discarded() || !json.is_object()) return bad("not a JSON object");
   if (!json.contains("shards") || !json["shards"].is_array()) return bad("no 'shards' list");
   ShardSet set;
   std::string dir = Dirname(path);
   for (const auto& entry : json["shards"]) {
-    if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string() || !entry.contains("samples") ||
-        !entry["samples"].is_number_integer() || entry["samples"].get<int64_t>() < 0) {
+    if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string() ||
+        !entry.contains("samples") || !entry["samples"].is_number_integer() ||
+        entry["samples"].get<int64_t>() < 0) {
       return bad("each shard needs a url and a sample count");
     }
     ShardInfo info;
     info.url = entry["url"].get<std::string>();
-    if (!absl::StartsWith(info.url, "pipe:") && !absl::StartsWith(info.url, "/")) info.url = absl::StrCat(dir, "/", info.url);
+    if (!absl::StartsWith(info.url, "pipe:") && !absl::StartsWith(info.url, "/"))
+      info.url = absl::StrCat(dir, "/", info.url);
     info.samples = entry["samples"].get<int64_t>();
-    if (entry.contains("bytes") && entry["bytes"].is_number_integer()) info.bytes = entry["bytes"].get<int64_t>();
-    if (entry.contains("sha256") && entry["sha256"].is_string()) info.sha256 = entry["sha256"].get<std::string>();
+    if (entry.contains("bytes") && entry["bytes"].is_number_integer())
+      info.bytes = entry["bytes"].get<int64_t>();
+    if (entry.contains("sha256") && entry["sha256"].is_string())
+      info.sha256 = entry["sha256"].get<std::string>();
     set.shards.push_back(std::move(info));
   }
   if (json.contains("classes") && json["classes"].is_array()) {
@@ -100,14 +110,16 @@ absl::StatusOr<ShardSet> ReadIndex(const std::string& path, const std::string& o
 
 // The shards `spec` names; with `count`, each shard without an index is read once for its sample
 // count (what exact epochs need; a reader of everything in order does not).
-absl::StatusOr<ShardSet> ResolveShards(const std::string& spec, const std::string& option, bool count) {
+absl::StatusOr<ShardSet> ResolveShards(const std::string& spec, const std::string& option,
+                                       bool count) {
   if (spec.empty()) return absl::InvalidArgumentError(absl::StrCat(option, ": empty"));
   ShardSet set;
   if (absl::EndsWith(spec, ".json") && !absl::StartsWith(spec, "pipe:")) {
     KILN_ASSIGN_OR_RETURN(set, ReadIndex(spec, option));
   } else {
     auto expanded = ExpandBraces(spec);
-    if (!expanded.ok()) return absl::InvalidArgumentError(absl::StrCat(option, ": ", expanded.status().message()));
+    if (!expanded.ok())
+      return absl::InvalidArgumentError(absl::StrCat(option, ": ", expanded.status().message()));
     for (const auto& url : *expanded) {
       if (absl::StartsWith(url, "pipe:") || url.find_first_of("*?[") == std::string::npos) {
         set.shards.push_back({url});
@@ -119,25 +131,30 @@ absl::StatusOr<ShardSet> ResolveShards(const std::string& spec, const std::strin
         for (size_t i = 0; i < found.gl_pathc; ++i) set.shards.push_back({found.gl_pathv[i]});
       }
       globfree(&found);
-      if (rc != 0) return absl::NotFoundError(absl::StrCat(option, ": '", url, "' matches no file"));
+      if (rc != 0)
+        return absl::NotFoundError(absl::StrCat(option, ": '", url, "' matches no file"));
     }
     // Counted once, reading headers only (pipes are read through).
     for (auto& shard : set.shards) {
       if (!absl::StartsWith(shard.url, "pipe:")) {
         struct stat st;
-        if (::stat(shard.url.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(option, ": shard ", shard.url, ": no such file"));
+        if (::stat(shard.url.c_str(), &st) != 0)
+          return absl::NotFoundError(absl::StrCat(option, ": shard ", shard.url, ": no such file"));
       }
       if (count) {
         KILN_ASSIGN_OR_RETURN(shard.samples, CountSamples(shard.url));
       }
     }
     if (count) {
-      Logger::Instance().Info(absl::StrCat(option, ": counted ", set.samples(), " samples in ", set.shards.size(),
+      Logger::Instance().Info(absl::StrCat(option, ": counted ", set.samples(), " samples in ",
+                                           set.shards.size(),
                                            " shards (no index given; `kiln shard` writes one)"));
     }
   }
-  if (set.shards.empty()) return absl::NotFoundError(absl::StrCat(option, ": '", spec, "' names no shards"));
-  if (count && set.samples() == 0) return absl::InvalidArgumentError(absl::StrCat(option, ": '", spec, "' holds no samples"));
+  if (set.shards.empty())
+    return absl::NotFoundError(absl::StrCat(option, ": '", spec, "' names no shards"));
+  if (count && set.samples() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(option, ": '", spec, "' holds no samples"));
   return set;
 }
 
@@ -147,8 +164,9 @@ absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string
   return ResolveShards(spec, option, /*count=*/true);
 }
 
-absl::Status ForEachShardSample(const std::string& spec,
-                                const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit) {
+absl::Status ForEachShardSample(
+    const std::string& spec,
+    const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit) {
   // Read once, in order: no count first (a pipe: shard would be fetched twice).
   KILN_ASSIGN_OR_RETURN(ShardSet set, ResolveShards(spec, spec, /*count=*/false));
   for (const auto& shard : set.shards) {
@@ -156,15 +174,16 @@ absl::Status ForEachShardSample(const std::string& spec,
     while (true) {
       KILN_ASSIGN_OR_RETURN(std::optional<ShardSample> sample, reader->Next());
       if (!sample) break;
-      KILN_RETURN_IF_ERROR(visit(*sample, absl::StrCat("shard ", shard.url, ": sample ", sample->key)));
+      KILN_RETURN_IF_ERROR(
+          visit(*sample, absl::StrCat("shard ", shard.url, ": sample ", sample->key)));
     }
   }
   return absl::OkStatus();
 }
 
 bool LooksLikeShardSpec(const std::string& spec) {
-  return absl::StartsWith(spec, "pipe:") || absl::EndsWith(spec, ".tar") || absl::EndsWith(spec, ".index.json") ||
-         absl::StrContains(spec, "{");
+  return absl::StartsWith(spec, "pipe:") || absl::EndsWith(spec, ".tar") ||
+         absl::EndsWith(spec, ".index.json") || absl::StrContains(spec, "{");
 }
 
 std::string IndexJson(const ShardSet& set, const std::string& dir) {
@@ -177,7 +196,9 @@ std::string IndexJson(const ShardSet& set, const std::string& dir) {
   std::string prefix = dir.empty() ? "" : absl::StrCat(dir, "/");
   for (const auto& shard : set.shards) {
     nlohmann::ordered_json entry;
-    entry["url"] = !prefix.empty() && absl::StartsWith(shard.url, prefix) ? shard.url.substr(prefix.size()) : shard.url;
+    entry["url"] = !prefix.empty() && absl::StartsWith(shard.url, prefix)
+                       ? shard.url.substr(prefix.size())
+                       : shard.url;
     entry["samples"] = shard.samples;
     entry["bytes"] = shard.bytes;
     entry["sha256"] = shard.sha256;
@@ -191,13 +212,17 @@ absl::Status VerifyShardSet(const ShardSet& set) {
   for (const auto& shard : set.shards) {
     if (absl::StartsWith(shard.url, "pipe:")) continue;
     struct stat st;
-    if (::stat(shard.url.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("shard ", shard.url, ": no such file"));
+    if (::stat(shard.url.c_str(), &st) != 0)
+      return absl::NotFoundError(absl::StrCat("shard ", shard.url, ": no such file"));
     if (shard.bytes >= 0 && st.st_size != shard.bytes) {
-      return absl::DataLossError(absl::StrCat("shard ", shard.url, ": ", st.st_size, " bytes, the index says ", shard.bytes));
+      return absl::DataLossError(absl::StrCat("shard ", shard.url, ": ", st.st_size,
+                                              " bytes, the index says ", shard.bytes));
     }
     if (!shard.sha256.empty()) {
       KILN_ASSIGN_OR_RETURN(std::string sum, FileSha256(shard.url));
-      if (sum != shard.sha256) return absl::DataLossError(absl::StrCat("shard ", shard.url, ": SHA-256 differs from the index"));
+      if (sum != shard.sha256)
+        return absl::DataLossError(
+            absl::StrCat("shard ", shard.url, ": SHA-256 differs from the index"));
     }
   }
   return absl::OkStatus();

@@ -14,10 +14,10 @@ namespace kiln::data::shards {
 struct ShardSample;
 
 struct ShardInfo {
-  std::string url;      // a local path or pipe:CMD
+  std::string url;  // a local path or pipe:CMD
   int64_t samples = 0;
-  int64_t bytes = -1;   // -1: unknown
-  std::string sha256;   // "": unknown
+  int64_t bytes = -1;  // -1: unknown
+  std::string sha256;  // "": unknown
 };
 
 // The index `kiln shard` writes beside a split's shards (SPLIT.index.json): the shards in order
@@ -41,8 +41,9 @@ absl::StatusOr<ShardSet> OpenShardSet(const std::string& spec, const std::string
 // Reads every sample of `spec`'s shards (OpenShardSet's spec) in storage order, handing each to
 // `visit` with the place that names it in messages ("shard URL: sample KEY"); stops at the first
 // error. For the modules that read a split whole into memory (labelled_text, audio_manifest).
-absl::Status ForEachShardSample(const std::string& spec,
-                                const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit);
+absl::Status ForEachShardSample(
+    const std::string& spec,
+    const std::function<absl::Status(ShardSample& sample, const std::string& where)>& visit);
 
 // True when a data file setting names shards rather than a file: pipe:CMD, *.tar, *.index.json, or
 // a {..} range (what labelled_text and audio_manifest take as shards).

@@ -38,7 +38,8 @@ std::pair<std::string, std::string> SplitKeyExt(std::string_view name) {
   size_t base = slash == std::string_view::npos ? 0 : slash + 1;
   size_t dot = name.find('.', base);
   if (dot == std::string_view::npos) return {std::string(name), ""};
-  return {std::string(name.substr(0, dot)), absl::AsciiStrToLower(std::string(name.substr(dot + 1)))};
+  return {std::string(name.substr(0, dot)),
+          absl::AsciiStrToLower(std::string(name.substr(dot + 1)))};
 }
 
 const std::string* ShardSample::Find(std::string_view ext) const {
@@ -52,7 +53,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string
   std::unique_ptr<ShardReader> reader(new ShardReader(url));
   if (absl::StartsWith(url, "pipe:")) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat(url, ": cannot make a pipe: ", std::strerror(errno)));
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      return absl::InternalError(absl::StrCat(url, ": cannot make a pipe: ", std::strerror(errno)));
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -64,14 +66,16 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string
     ::close(fds[1]);
     if (rc != 0) {
       ::close(fds[0]);
-      return absl::InternalError(absl::StrCat(url, ": cannot start the command: ", std::strerror(rc)));
+      return absl::InternalError(
+          absl::StrCat(url, ": cannot start the command: ", std::strerror(rc)));
     }
     reader->child_ = pid;
     reader->fd_ = fds[0];
   } else {
     reader->fd_ = ::open(url.c_str(), O_RDONLY | O_CLOEXEC);
     if (reader->fd_ < 0) {
-      return absl::NotFoundError(absl::StrCat("shard ", url, ": cannot open: ", std::strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrCat("shard ", url, ": cannot open: ", std::strerror(errno)));
     }
   }
   reader->archive_ = archive_read_new();
@@ -125,7 +129,8 @@ absl::StatusOr<std::string> ShardReader::MemberData(bool keep, const std::string
   std::string bytes;
   if (!keep) {
     if (archive_read_data_skip(archive_) != ARCHIVE_OK) {
-      return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_), ")"));
+      return Fail(
+          absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_), ")"));
     }
     return bytes;
   }
@@ -134,7 +139,8 @@ absl::StatusOr<std::string> ShardReader::MemberData(bool keep, const std::string
   const int64_t want = std::max<int64_t>(entry_size_, 0);
   size_t have = 0;
   while (static_cast<int64_t>(have) < want) {
-    size_t room = std::min<size_t>(static_cast<size_t>(want) - have, std::max<size_t>(have, size_t{1} << 16));
+    size_t room =
+        std::min<size_t>(static_cast<size_t>(want) - have, std::max<size_t>(have, size_t{1} << 16));
     bytes.resize(have + room);
     la_ssize_t got = archive_read_data(archive_, bytes.data() + have, room);
     if (got <= 0) break;
@@ -142,7 +148,8 @@ absl::StatusOr<std::string> ShardReader::MemberData(bool keep, const std::string
   }
   bytes.resize(have);
   if (static_cast<int64_t>(have) != want) {
-    return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (", ArchiveError(archive_, "short read"), ")"));
+    return Fail(absl::StrCat("truncated or corrupt tar at ", name, " (",
+                             ArchiveError(archive_, "short read"), ")"));
   }
   return bytes;
 }
@@ -168,7 +175,8 @@ absl::StatusOr<std::optional<ShardSample>> ShardReader::Next(bool keep) {
       if (!started) return std::optional<ShardSample>();
       return std::optional<ShardSample>(std::move(sample));
     }
-    if (rc < ARCHIVE_WARN) return Fail(absl::StrCat("truncated or corrupt tar (", ArchiveError(archive_), ")"));
+    if (rc < ARCHIVE_WARN)
+      return Fail(absl::StrCat("truncated or corrupt tar (", ArchiveError(archive_), ")"));
     if (archive_entry_filetype(entry) != AE_IFREG) continue;  // folders, links
     const char* raw_name = archive_entry_pathname(entry);
     std::string name = raw_name ? raw_name : "";
@@ -209,7 +217,8 @@ absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::stri
   writer->archive_ = archive_write_new();
   archive_write_set_format_pax_restricted(writer->archive_);
   if (archive_write_open_filename(writer->archive_, writer->temp_.c_str()) != ARCHIVE_OK) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write shard: ", ArchiveError(writer->archive_)));
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot write shard: ", ArchiveError(writer->archive_)));
   }
   return writer;
 }
@@ -230,8 +239,10 @@ absl::Status ShardWriter::Add(const std::string& key, const EncodedSample& files
     archive_entry_set_mtime(entry, 0, 0);
     int rc = archive_write_header(archive_, entry);
     archive_entry_free(entry);
-    if (rc != ARCHIVE_OK || archive_write_data(archive_, bytes.data(), bytes.size()) != static_cast<la_ssize_t>(bytes.size())) {
-      return absl::DataLossError(absl::StrCat(path_, ": cannot write ", name, ": ", ArchiveError(archive_)));
+    if (rc != ARCHIVE_OK || archive_write_data(archive_, bytes.data(), bytes.size()) !=
+                                static_cast<la_ssize_t>(bytes.size())) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": cannot write ", name, ": ", ArchiveError(archive_)));
     }
     bytes_ += 512 + ((static_cast<int64_t>(bytes.size()) + 511) / 512) * 512;
   }
@@ -248,7 +259,8 @@ absl::StatusOr<std::string> ShardWriter::Close() {
   bool synced = fd >= 0 && ::fsync(fd) == 0;
   if (fd >= 0) ::close(fd);
   if (!synced || std::rename(temp_.c_str(), path_.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path_, ": cannot finish shard: ", std::strerror(errno)));
+    return absl::DataLossError(
+        absl::StrCat(path_, ": cannot finish shard: ", std::strerror(errno)));
   }
   closed_ = true;
   return FileSha256(path_);
@@ -256,12 +268,14 @@ absl::StatusOr<std::string> ShardWriter::Close() {
 
 absl::StatusOr<std::string> FileSha256(const std::string& path) {
   FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  if (file == nullptr)
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   std::vector<char> buffer(1 << 20);
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), file)) > 0) EVP_DigestUpdate(ctx, buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), file)) > 0)
+    EVP_DigestUpdate(ctx, buffer.data(), n);
   bool failed = std::ferror(file) != 0;
   std::fclose(file);
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -18,7 +18,8 @@ std::string MissingTorchHint(const std::string& error) {
   if (error.find("cannot open shared object file") == std::string::npos) return "";
   for (const char* prefix : {"libtorch", "libc10", "libcu", "libnv", "libnccl", "libgomp"}) {
     if (error.find(prefix) != std::string::npos) {
-      return " (LibTorch comes from the project's virtual environment .venv, which is missing or incomplete: "
+      return " (LibTorch comes from the project's virtual environment .venv, which is missing or "
+             "incomplete: "
              "run scripts/setup.sh)";
     }
   }
@@ -33,7 +34,8 @@ absl::Status LoadComponentLibrary(const std::string& path, const std::string& or
   std::lock_guard<std::mutex> lock(mu);
   if (loaded->count(path)) return absl::OkStatus();
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": no such library"));
+  if (::stat(path.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat(path, ": no such library"));
   auto handle = OpenLibraryAs(path, origin, RTLD_GLOBAL);
   if (!handle.ok()) return handle.status();
   loaded->insert(path);  // never dlclose: registered factories point into it
@@ -50,7 +52,8 @@ absl::StatusOr<void*> OpenLibraryAs(const std::string& path, const std::string& 
   if (handle == nullptr) {
     const char* error = ::dlerror();
     std::string message = error != nullptr ? error : "unknown error";
-    return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", message, MissingTorchHint(message)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load ", path, ": ", message, MissingTorchHint(message)));
   }
   return handle;
 }

@@ -2,8 +2,8 @@
 // Server::new_task_queue, in place of httplib's own ThreadPool.
 //
 // Why not httplib::ThreadPool: PyPI's libtorch_cpu carries a copy of cpp-httplib of another version
-// and exports the vtable of its ThreadPool worker thread (std::thread::_State_impl<...worker>). In a
-// process that has loaded LibTorch, a ThreadPool built here starts threads that run that copy's
+// and exports the vtable of its ThreadPool worker thread (std::thread::_State_impl<...worker>). In
+// a process that has loaded LibTorch, a ThreadPool built here starts threads that run that copy's
 // worker over this version's ThreadPool, and the server never answers. The types below are kiln's
 // own, so nothing of theirs can be bound to LibTorch's copy.
 #pragma once

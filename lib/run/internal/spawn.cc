@@ -32,7 +32,8 @@ bool StopWithParent() {
   return ::getppid() == parent;  // the parent may have died before prctl
 }
 
-absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOptions& options) {
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const SpawnOptions& options) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -60,7 +61,8 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv, const S
   pid_t pid = 0;
   int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
   return pid;
 }
 
@@ -68,7 +70,8 @@ std::string DescribeExit(int wait_status) {
   if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
   int signal = WTERMSIG(wait_status);
   const char* name = sigabbrev_np(signal);
-  return absl::StrCat("was killed by signal ", signal, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+  return absl::StrCat("was killed by signal ", signal,
+                      name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
 }
 
 int ExitCodeOf(int wait_status) {

@@ -1,4 +1,5 @@
-// Starting child `kiln` processes (sweep jobs, data-parallel workers) and describing how they ended.
+// Starting child `kiln` processes (sweep jobs, data-parallel workers) and describing how they
+// ended.
 #pragma once
 
 #include <sys/types.h>
@@ -21,7 +22,8 @@ struct SpawnOptions {
 };
 
 // Starts argv[0] with stdin from /dev/null.
-absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv, const SpawnOptions& options = {});
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const SpawnOptions& options = {});
 
 // In a child started with stop_with_parent: asks Linux for SIGTERM when the parent dies, and
 // returns false when the parent is already gone (the child should not start its work). Else true.

@@ -16,10 +16,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "lib/run/internal/spawn.h"
 #include "lib/core/exit_code.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
+#include "lib/run/internal/spawn.h"
 
 namespace kiln::app {
 namespace {
@@ -38,7 +38,8 @@ absl::StatusOr<int> FreePort() {
   int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("finding a free port: ", std::strerror(errno)));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("finding a free port: ", std::strerror(errno)));
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
@@ -49,13 +50,16 @@ absl::StatusOr<int> NodeRank(int num_nodes) {
   if (num_nodes <= 1) return 0;
   std::string node = ProcessEnv("NODE_RANK");
   if (node.empty() || ProcessEnv("MASTER_ADDR").empty() || ProcessEnv("MASTER_PORT").empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer.num_nodes=", num_nodes, ": start kiln on every node with NODE_RANK (0..", num_nodes - 1,
-        "), MASTER_ADDR and MASTER_PORT (node 0's address and a free port) set, or use torchrun or SLURM"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer.num_nodes=", num_nodes,
+                     ": start kiln on every node with NODE_RANK (0..", num_nodes - 1,
+                     "), MASTER_ADDR and MASTER_PORT (node 0's address and a free port) set, or "
+                     "use torchrun or SLURM"));
   }
   int node_rank = 0;
   if (!absl::SimpleAtoi(node, &node_rank) || node_rank < 0 || node_rank >= num_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat("NODE_RANK='", node, "' is not in 0..", num_nodes - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NODE_RANK='", node, "' is not in 0..", num_nodes - 1));
   }
   return node_rank;
 }
@@ -74,15 +78,18 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
     if (!free_port.ok()) return free_port.status();
     port = *free_port;
   } else if (!absl::SimpleAtoi(port_text, &port)) {
-    return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT='", port_text, "' is not a port number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT='", port_text, "' is not a port number"));
   }
   int world = options.devices * options.num_nodes;
-  Logger::Instance().Info(absl::StrCat("starting ", options.devices, " workers (ranks ", node_rank * options.devices,
-                                       "..", (node_rank + 1) * options.devices - 1, " of ", world, "), rendezvous at ",
-                                       master_addr, ":", port));
+  Logger::Instance().Info(absl::StrCat("starting ", options.devices, " workers (ranks ",
+                                       node_rank * options.devices, "..",
+                                       (node_rank + 1) * options.devices - 1, " of ", world,
+                                       "), rendezvous at ", master_addr, ":", port));
 
   // Signals for the workers (SIGTERM from a scheduler, SIGUSR1 before preemption) are passed on.
-  struct sigaction forward {}, old_int {}, old_term {}, old_usr1 {};
+  struct sigaction forward {
+  }, old_int{}, old_term{}, old_usr1{};
   forward.sa_handler = RememberSignal;
   sigemptyset(&forward.sa_mask);
   g_forward_signal.store(0);
@@ -177,10 +184,10 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
   const std::string prefix = "kiln: error: ";
   if (cause.rfind(prefix, 0) == 0) cause = cause.substr(prefix.size());
   return WithExitCode(
-      absl::AbortedError(absl::StrCat("worker rank ", first_failed_rank, " of ", world, " ",
-                                      DescribeExit(first_failed_status),
-                                      cause.empty() || !WIFEXITED(first_failed_status) ? "" : absl::StrCat(": ", cause),
-                                      " (", log, ")")),
+      absl::AbortedError(absl::StrCat(
+          "worker rank ", first_failed_rank, " of ", world, " ", DescribeExit(first_failed_status),
+          cause.empty() || !WIFEXITED(first_failed_status) ? "" : absl::StrCat(": ", cause), " (",
+          log, ")")),
       code);
 }
 

@@ -13,12 +13,12 @@
 namespace kiln::app {
 
 struct LocalWorkersOptions {
-  int devices = 1;                 // workers on this node
+  int devices = 1;  // workers on this node
   int num_nodes = 1;
-  std::vector<std::string> argv;   // the command line each worker runs (kiln ... --worker-of=DIR)
-  std::string output_dir;          // the run directory
-  std::string log_file;            // the job's log, written by rank 0
-  double grace_seconds = 30;       // after the first failure, before the rest are terminated
+  std::vector<std::string> argv;  // the command line each worker runs (kiln ... --worker-of=DIR)
+  std::string output_dir;         // the run directory
+  std::string log_file;           // the job's log, written by rank 0
+  double grace_seconds = 30;      // after the first failure, before the rest are terminated
 };
 
 // This node's rank among `num_nodes` (NODE_RANK), checking that MASTER_ADDR and MASTER_PORT are

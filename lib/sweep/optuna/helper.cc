@@ -21,10 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/run/internal/spawn.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/status_macros.h"
+#include "lib/run/internal/spawn.h"
 
 extern char** environ;
 
@@ -42,7 +42,6 @@ constexpr char kInstall[] = "pip install optuna (kiln's .venv: scripts/setup_ven
 
 }  // namespace
 
-
 double ReplyNumber(const config::Node& node) {
   switch (node.kind()) {
     case config::NodeKind::kInt: return config::NumberValue(node);
@@ -59,7 +58,7 @@ const config::Node& Field(const config::NodePtr& reply, const std::string& key) 
 }
 
 absl::StatusOr<std::unique_ptr<OptunaHelper>> OptunaHelper::Start(const std::string& python,
-                                                                 const std::string& log_file) {
+                                                                  const std::string& log_file) {
   auto start = std::chrono::steady_clock::now();
   std::unique_ptr<OptunaHelper> h(new OptunaHelper());
   h->python_ = python;
@@ -74,7 +73,8 @@ absl::StatusOr<std::unique_ptr<OptunaHelper>> OptunaHelper::Start(const std::str
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_addopen(&actions, 2, log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
   std::vector<std::string> argv = {python, "-u", "-c", kHelperScript};
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
@@ -87,9 +87,9 @@ absl::StatusOr<std::unique_ptr<OptunaHelper>> OptunaHelper::Start(const std::str
   if (rc != 0) {
     ::close(in_pipe[1]);
     ::close(out_pipe[0]);
-    return absl::FailedPreconditionError(absl::StrCat("cannot start Python for the optuna sweeper (",
-                                                      "hydra.sweeper.python=", python, "): ", std::strerror(rc),
-                                                      "; install Optuna with: ", kInstall));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot start Python for the optuna sweeper (", "hydra.sweeper.python=", python,
+        "): ", std::strerror(rc), "; install Optuna with: ", kInstall));
   }
   h->pid_ = pid;
   h->to_ = in_pipe[1];
@@ -98,13 +98,15 @@ absl::StatusOr<std::unique_ptr<OptunaHelper>> OptunaHelper::Start(const std::str
   auto hello = h->Call("");
   if (!hello.ok()) {
     if (absl::StrContains(hello.status().message(), "optuna-missing")) {
-      return absl::FailedPreconditionError(absl::StrCat("Optuna is not installed for ", python,
-                                                        " (hydra.sweeper.python); install it with: ", kInstall));
+      return absl::FailedPreconditionError(
+          absl::StrCat("Optuna is not installed for ", python,
+                       " (hydra.sweeper.python); install it with: ", kInstall));
     }
     return hello.status();
   }
   if (auto v = (*hello)->Find("optuna")) h->version_ = v->as_string();
-  h->start_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  h->start_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return h;
 }
 
@@ -117,10 +119,11 @@ OptunaHelper::~OptunaHelper() {
 absl::Status OptunaHelper::Died(const std::string& doing) {
   dead_ = true;
   std::string last = LastLineOf(log_file_);
-  return absl::UnavailableError(absl::StrCat("the Optuna helper (", python_, ", pid ", pid_, ") ended while ", doing,
-                                             last.empty() ? "" : absl::StrCat(" (", last, ")"),
-                                             "; the study keeps every trial told so far: run the same command "
-                                             "again to resume it"));
+  return absl::UnavailableError(
+      absl::StrCat("the Optuna helper (", python_, ", pid ", pid_, ") ended while ", doing,
+                   last.empty() ? "" : absl::StrCat(" (", last, ")"),
+                   "; the study keeps every trial told so far: run the same command "
+                   "again to resume it"));
 }
 
 absl::StatusOr<config::NodePtr> OptunaHelper::Call(const std::string& request) {
@@ -146,7 +149,8 @@ absl::StatusOr<config::NodePtr> OptunaHelper::Call(const std::string& request) {
   }
   std::string reply = buffer_.substr(0, newline);
   buffer_.erase(0, newline + 1);
-  KILN_ASSIGN_OR_RETURN(config::NodePtr node, config::ParseYaml(reply, "the Optuna helper's reply"));
+  KILN_ASSIGN_OR_RETURN(config::NodePtr node,
+                        config::ParseYaml(reply, "the Optuna helper's reply"));
   if (auto error = node->Find("error")) {
     std::string message = node->Find("message") ? node->Find("message")->as_string() : "";
     if (error->as_string() == "bad-input") return absl::InvalidArgumentError(message);

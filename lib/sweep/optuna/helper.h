@@ -19,7 +19,8 @@ class OptunaHelper {
   ~OptunaHelper();
   // Starts `python` on the helper script; its standard error goes to `log_file`. Optuna missing
   // for that Python is one FailedPrecondition line saying how to install it.
-  static absl::StatusOr<std::unique_ptr<OptunaHelper>> Start(const std::string& python, const std::string& log_file);
+  static absl::StatusOr<std::unique_ptr<OptunaHelper>> Start(const std::string& python,
+                                                             const std::string& log_file);
   // Sends one request (a JSON object) and returns the reply; a reply {"error": ...} becomes an
   // InvalidArgument (bad input) or Internal error with its message.
   absl::StatusOr<config::NodePtr> Call(const std::string& request);

@@ -10,11 +10,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "lib/sweep/optuna/helper.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
+#include "lib/sweep/optuna/helper.h"
 
 namespace kiln::app {
 namespace {
@@ -34,8 +34,8 @@ std::vector<std::string> StringsOf(const NodePtr& node) {
   if (node == nullptr || !node->is_list()) return out;
   for (const auto& item : node->items()) {
     out.push_back(item->kind() == NodeKind::kString ? item->as_string()
-                  : item->is_scalar()                ? config::ScalarToYaml(*item)
-                                                     : "");
+                  : item->is_scalar()               ? config::ScalarToYaml(*item)
+                                                    : "");
   }
   return out;
 }
@@ -75,9 +75,10 @@ absl::Status WriteStudyRecord(const std::string& sweep_dir, const StudyRecord& r
   n->Set("directions", Strings(record.directions));
   n->Set("direction_from", Strings(record.direction_from));
   n->Set("python", Node::String(record.python));
-  return WriteFileAtomically(sweep_dir + "/study.yaml",
-                             absl::StrCat("# The Optuna study of this sweep (kiln report reads its trials from it)\n",
-                                          config::ToYaml(*n)));
+  return WriteFileAtomically(
+      sweep_dir + "/study.yaml",
+      absl::StrCat("# The Optuna study of this sweep (kiln report reads its trials from it)\n",
+                   config::ToYaml(*n)));
 }
 
 absl::StatusOr<StudyRecord> ReadStudyRecord(const std::string& sweep_dir) {
@@ -128,7 +129,8 @@ std::vector<StudyTrial> ParseStudyTrials(const NodePtr& reply, size_t objectives
   return out;
 }
 
-absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep_dir, const StudyRecord& record) {
+absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep_dir,
+                                                        const StudyRecord& record) {
   static std::mutex mutex;
   static std::map<std::string, Cached> cache;
   std::string url = StorageUrl(sweep_dir, record);
@@ -142,16 +144,18 @@ absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep
     }
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
-    if (now.size >= 0 && it != cache.end() && it->second.mtime_ns == now.mtime_ns && it->second.size == now.size) {
+    if (now.size >= 0 && it != cache.end() && it->second.mtime_ns == now.mtime_ns &&
+        it->second.size == now.size) {
       return it->second.trials;
     }
   }
   std::string python = record.python.empty() ? DefaultOptunaPython() : record.python;
   KILN_ASSIGN_OR_RETURN(auto helper, OptunaHelper::Start(python, "/dev/null"));
-  KILN_RETURN_IF_ERROR(helper
-                           ->Call(absl::StrCat("{\"op\": \"load\", \"storage\": ", config::JsonString(url),
-                                               ", \"study_name\": ", config::JsonString(record.study_name), "}"))
-                           .status());
+  KILN_RETURN_IF_ERROR(
+      helper
+          ->Call(absl::StrCat("{\"op\": \"load\", \"storage\": ", config::JsonString(url),
+                              ", \"study_name\": ", config::JsonString(record.study_name), "}"))
+          .status());
   KILN_ASSIGN_OR_RETURN(NodePtr reply, helper->Call("{\"op\": \"trials\"}"));
   now.trials = ParseStudyTrials(reply, record.objectives.size());
   if (now.size >= 0) {

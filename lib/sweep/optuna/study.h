@@ -20,9 +20,10 @@ struct StudyRecord {
   bool in_sweep_dir = false;  // storage was null: SWEEP_DIR/optuna.db, wherever the folder is now
   std::string study_name;
   std::vector<std::string> objectives;
-  std::vector<std::string> directions;      // minimize / maximize, one per objective
-  std::vector<std::string> direction_from;  // why, one per objective: "callbacks.model_checkpoint.mode=max"
-  std::string python;                       // hydra.sweeper.python ("": DefaultOptunaPython())
+  std::vector<std::string> directions;  // minimize / maximize, one per objective
+  std::vector<std::string>
+      direction_from;  // why, one per objective: "callbacks.model_checkpoint.mode=max"
+  std::string python;  // hydra.sweeper.python ("": DefaultOptunaPython())
 };
 
 absl::Status WriteStudyRecord(const std::string& sweep_dir, const StudyRecord& record);
@@ -45,7 +46,8 @@ std::vector<StudyTrial> ParseStudyTrials(const config::NodePtr& reply, size_t ob
 // The study's trials now. Starts the helper (Python and Optuna, about a second); for a SQLite
 // study the answer is kept until the file changes, so a dashboard that redraws every few seconds
 // does not start Python each time. An error says why the study could not be read.
-absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep_dir, const StudyRecord& record);
+absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep_dir,
+                                                        const StudyRecord& record);
 
 // The Python the Optuna helper runs on when none is named: $KILN_PYTHON, else the virtual
 // environment kiln was built with (scripts/setup_venv.sh test gives it Optuna), else python3.

@@ -22,7 +22,8 @@
 
 namespace kiln {
 
-void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double clip_val, bool by_norm) {
+void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double clip_val,
+                           bool by_norm) {
   std::vector<torch::Tensor> grads;
   for (const auto& p : parameters) {
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -74,7 +75,8 @@ size_t TrainedParameterCount(const torch::optim::Optimizer& optimizer) {
 #if KILN_WITH_CUDA
 
 struct CudaGraphStep::Impl {
-  Impl(const LoopContext& c, CapturableOptimizer* o) : ctx(c), capturable(o), side(at::cuda::getStreamFromPool()) {}
+  Impl(const LoopContext& c, CapturableOptimizer* o)
+      : ctx(c), capturable(o), side(at::cuda::getStreamFromPool()) {}
 
   LoopContext ctx;
   CapturableOptimizer* capturable;
@@ -136,8 +138,9 @@ struct CudaGraphStep::Impl {
 
   void Clip() {
     if (!ctx.options.gradient_clip_val.has_value()) return;
-    ClipGradientsOnDevice(task().module().parameters(), *ctx.options.gradient_clip_val,
-                          ctx.options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm);
+    ClipGradientsOnDevice(
+        task().module().parameters(), *ctx.options.gradient_clip_val,
+        ctx.options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm);
   }
 
   // Captures `work` into `graph` on the side stream; a failure (an operation that reads the host,
@@ -162,9 +165,9 @@ struct CudaGraphStep::Impl {
     }
     at::autocast::set_autocast_cache_enabled(cache);
     if (status.ok()) return status;
-    return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the ", what,
-                                                      " could not be captured as a CUDA graph: ", ErrorLine(std::string(status.message())),
-                                                      " (set trainer.cuda_graphs=false)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer.cuda_graphs=true: the ", what, " could not be captured as a CUDA graph: ",
+        ErrorLine(std::string(status.message())), " (set trainer.cuda_graphs=false)"));
   }
 
   absl::StatusOr<Task::TrainingOutputs> CaptureForwardBackward(const data::Batch& batch) {
@@ -176,16 +179,17 @@ struct CudaGraphStep::Impl {
     }
     forward_backward = std::make_unique<at::cuda::CUDAGraph>();
     Task::TrainingOutputs outputs;
-    absl::Status captured = Capture(*forward_backward, "forward and backward", [&]() -> absl::Status {
-      absl::StatusOr<Task::TrainingOutputs> out;
-      {
-        AutocastScope autocast(ctx.strategy);
-        out = task().TrainingLoss(static_batch);
-      }
-      if (!out.ok()) return out.status();
-      outputs = *out;
-      return ctx.strategy.Backward(outputs.loss, true);
-    });
+    absl::Status captured =
+        Capture(*forward_backward, "forward and backward", [&]() -> absl::Status {
+          absl::StatusOr<Task::TrainingOutputs> out;
+          {
+            AutocastScope autocast(ctx.strategy);
+            out = task().TrainingLoss(static_batch);
+          }
+          if (!out.ok()) return out.status();
+          outputs = *out;
+          return ctx.strategy.Backward(outputs.loss, true);
+        });
     if (!captured.ok()) {
       Drop();
       return captured;
@@ -202,8 +206,9 @@ struct CudaGraphStep::Impl {
   absl::Status CaptureOptimizerStep() {
     c10::cuda::device_synchronize();
     if (absl::Status s = capturable->MakeCapturable(); !s.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true: the optimizer's step cannot be captured: ",
-                                                        s.message(), " (set trainer.cuda_graphs=false)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer.cuda_graphs=true: the optimizer's step cannot be captured: ", s.message(),
+          " (set trainer.cuda_graphs=false)"));
     }
     optimizer_step = std::make_unique<at::cuda::CUDAGraph>();
     capturable->SetCapturing(true);
@@ -217,15 +222,17 @@ struct CudaGraphStep::Impl {
       Drop();
       return captured;
     }
-    Logger::Instance().Info(absl::StrCat("trainer.cuda_graphs: the training step captured after ", eager_steps,
-                                         " warm-up steps, for batches of input ", ShapeOf(static_batch.input),
+    Logger::Instance().Info(absl::StrCat("trainer.cuda_graphs: the training step captured after ",
+                                         eager_steps, " warm-up steps, for batches of input ",
+                                         ShapeOf(static_batch.input),
                                          "; it is replayed from now on"));
     return absl::OkStatus();
   }
 
   absl::StatusOr<Task::TrainingOutputs> ForwardBackward(const data::Batch& batch) {
     if (forward_backward && TrainedParameterCount(optimizer()) != trained_parameters) {
-      Logger::Instance().Info("trainer.cuda_graphs: the trained parameters changed; capturing the step again");
+      Logger::Instance().Info(
+          "trainer.cuda_graphs: the trained parameters changed; capturing the step again");
       optimizer().zero_grad();
       Drop();
     }
@@ -238,9 +245,11 @@ struct CudaGraphStep::Impl {
       std::string shape = ShapeOf(batch.input);
       if (other_shape.has_value() && *other_shape != shape) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "trainer.cuda_graphs=true needs batches of one shape: batch ", batch.index, " of epoch ", batch.epoch,
-            " has input ", shape, ", the step was captured for ", ShapeOf(static_batch.input), " and ", *other_shape,
-            " ran eagerly (set trainer.cuda_graphs=false, or give the data one shape: data.drop_last=true)"));
+            "trainer.cuda_graphs=true needs batches of one shape: batch ", batch.index,
+            " of epoch ", batch.epoch, " has input ", shape, ", the step was captured for ",
+            ShapeOf(static_batch.input), " and ", *other_shape,
+            " ran eagerly (set trainer.cuda_graphs=false, or give the data one shape: "
+            "data.drop_last=true)"));
       }
       other_shape = shape;
       // Eagerly, with gradients of its own; the graph's come back after its optimizer step.
@@ -248,7 +257,8 @@ struct CudaGraphStep::Impl {
       return Eager(batch);
     }
     for (auto member : kBatchTensors) {
-      if ((batch.*member).defined()) (static_batch.*member).copy_(batch.*member, /*non_blocking=*/true);
+      if ((batch.*member).defined())
+        (static_batch.*member).copy_(batch.*member, /*non_blocking=*/true);
     }
     forward_backward->replay();
     replayed = true;
@@ -258,7 +268,8 @@ struct CudaGraphStep::Impl {
   void RestoreGraphGradients() {
     if (!forward_backward) return;
     auto parameters = task().module().parameters();
-    for (size_t i = 0; i < parameters.size() && i < graph_grads.size(); ++i) parameters[i].mutable_grad() = graph_grads[i];
+    for (size_t i = 0; i < parameters.size() && i < graph_grads.size(); ++i)
+      parameters[i].mutable_grad() = graph_grads[i];
   }
 
   absl::Status OptimizerStep() {
@@ -291,16 +302,21 @@ absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::CreateOnGpu(const 
   auto refuse = [](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat("trainer.cuda_graphs=true ", why));
   };
-  if (ctx.strategy.distributed()) return refuse("trains on one GPU: set trainer.devices=1 or trainer.cuda_graphs=false");
+  if (ctx.strategy.distributed())
+    return refuse("trains on one GPU: set trainer.devices=1 or trainer.cuda_graphs=false");
   if (ctx.options.accumulate_grad_batches > 1) {
     return refuse("captures one optimizer step per batch: set trainer.accumulate_grad_batches=1");
   }
   if (ctx.strategy.scaler() != nullptr) {
-    return refuse("does not capture 16-mixed (its loss scaling skips steps on the host): use bf16-mixed or 32");
+    return refuse(
+        "does not capture 16-mixed (its loss scaling skips steps on the host): use bf16-mixed or "
+        "32");
   }
   auto* capturable = dynamic_cast<CapturableOptimizer*>(ctx.state.optimizer.get());
   if (capturable == nullptr) {
-    return refuse("needs an optimizer whose step runs on the device alone (adam, adamw); this one reads host values");
+    return refuse(
+        "needs an optimizer whose step runs on the device alone (adam, adamw); this one reads host "
+        "values");
   }
   return std::unique_ptr<CudaGraphStep>(new CudaGraphStep(std::make_unique<Impl>(ctx, capturable)));
 }
@@ -328,7 +344,8 @@ void CudaGraphStep::SkipOptimizerStep() { impl_->SkipOptimizerStep(); }
 struct CudaGraphStep::Impl {};
 
 absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::CreateOnGpu(const LoopContext&) {
-  return absl::FailedPreconditionError("trainer.cuda_graphs=true: this kiln was built without CUDA");
+  return absl::FailedPreconditionError(
+      "trainer.cuda_graphs=true: this kiln was built without CUDA");
 }
 absl::StatusOr<Task::TrainingOutputs> CudaGraphStep::ForwardBackward(const data::Batch&) {
   return absl::InternalError("built without CUDA");
@@ -340,9 +357,9 @@ void CudaGraphStep::SkipOptimizerStep() {}
 
 absl::StatusOr<std::unique_ptr<CudaGraphStep>> CudaGraphStep::Create(const LoopContext& ctx) {
   if (!ctx.strategy.device().is_cuda()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("trainer.cuda_graphs=true needs a GPU, but the trainer runs on ", ctx.strategy.device().str(),
-                     " (trainer.accelerator=cuda, or trainer.cuda_graphs=false)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer.cuda_graphs=true needs a GPU, but the trainer runs on ",
+        ctx.strategy.device().str(), " (trainer.accelerator=cuda, or trainer.cuda_graphs=false)"));
   }
   return CreateOnGpu(ctx);
 }

@@ -56,6 +56,7 @@ class CudaGraphStep {
 // Gradient clipping by norm or value with device work alone (no host read: capturable), the
 // arithmetic of torch.nn.utils.clip_grad_norm_ / clip_grad_value_. The trainer's one clipping,
 // eager and captured.
-void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double clip_val, bool by_norm);
+void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double clip_val,
+                           bool by_norm);
 
 }  // namespace kiln

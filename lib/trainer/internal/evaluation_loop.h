@@ -12,7 +12,6 @@
 
 namespace kiln {
 
-
 class EvaluationLoop {
  public:
   // `stage` names the metrics: "val" or "test".
@@ -23,7 +22,8 @@ class EvaluationLoop {
   // averaged over ranks, and the task's metrics (Task::EvaluationEnd, state summed over ranks);
   // no callbacks, nothing logged. With `stop_on_signal`, a stop signal (StopSignals) ends it
   // between batches with CheckStopSignal's error (the commands; a fit stops after validating).
-  absl::StatusOr<std::map<std::string, double>> RunBatches(int64_t max_batches, bool stop_on_signal = false);
+  absl::StatusOr<std::map<std::string, double>> RunBatches(int64_t max_batches,
+                                                           bool stop_on_signal = false);
   // Validation inside fit: callbacks around it, values kept as callback metrics and logged.
   absl::Status Validate();
   // The validate/test commands: logged, test callbacks called, printed.

@@ -15,9 +15,9 @@
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/internal/evaluation_loop.h"
+#include "lib/trainer/internal/training_epoch_loop.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/trainer/trainer.h"
-#include "lib/trainer/internal/training_epoch_loop.h"
 
 namespace kiln {
 
@@ -41,10 +41,15 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
 
   KILN_ASSIGN_OR_RETURN(int64_t train_samples, SetupData(inputs));
   ctx_.state.progress.train_batches = options.limit_train_batches.Of(train_loader_->num_batches());
-  if (options.fast_dev_run > 0) ctx_.state.progress.train_batches = std::min(ctx_.state.progress.train_batches, options.fast_dev_run);
-  if (ctx_.state.progress.train_batches <= 0) return absl::FailedPreconditionError("no training batches (check limit_train_batches)");
+  if (options.fast_dev_run > 0)
+    ctx_.state.progress.train_batches =
+        std::min(ctx_.state.progress.train_batches, options.fast_dev_run);
+  if (ctx_.state.progress.train_batches <= 0)
+    return absl::FailedPreconditionError("no training batches (check limit_train_batches)");
   int64_t max_epochs = options.fast_dev_run > 0 ? 1 : options.max_epochs;
-  int64_t steps_per_epoch = (ctx_.state.progress.train_batches + options.accumulate_grad_batches - 1) / options.accumulate_grad_batches;
+  int64_t steps_per_epoch =
+      (ctx_.state.progress.train_batches + options.accumulate_grad_batches - 1) /
+      options.accumulate_grad_batches;
   int64_t total_steps = options.max_steps > 0 ? options.max_steps : steps_per_epoch * max_epochs;
 
   KILN_RETURN_IF_ERROR(strategy.PlaceModule(task.module()));
@@ -57,7 +62,9 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
     model_names.push_back(p.key());
   }
   KILN_ASSIGN_OR_RETURN(ctx_.state.optimizer, inputs.optimizer->Create(params, model_names));
-  if (inputs.scheduler) KILN_RETURN_IF_ERROR(inputs.scheduler->Attach(ctx_.state.optimizer.get(), total_steps, steps_per_epoch));
+  if (inputs.scheduler)
+    KILN_RETURN_IF_ERROR(
+        inputs.scheduler->Attach(ctx_.state.optimizer.get(), total_steps, steps_per_epoch));
 
   StopSignals signals;
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnFitStart(t); }));
@@ -65,13 +72,15 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
     // A run killed while writing a checkpoint leaves its temporary file (never a half checkpoint
     // under the final name); the next run removes it.
     if (int removed = RemoveStaleTemporaryFiles(ctx_.state.checkpoint_dir); removed > 0) {
-      Logger::Instance().Info(absl::StrCat("removed ", removed, " temporary file(s) that an interrupted checkpoint write left in ",
-                                           ctx_.state.checkpoint_dir));
+      Logger::Instance().Info(absl::StrCat(
+          "removed ", removed, " temporary file(s) that an interrupted checkpoint write left in ",
+          ctx_.state.checkpoint_dir));
     }
   }
   KILN_ASSIGN_OR_RETURN(bool resumed, Restore(inputs));
   if (resumed && t.is_global_zero()) {
-    ctx_.logging.ForEach([&](MetricsLogger& logger) { return logger.OnResume(ctx_.state.progress.global_step); });
+    ctx_.logging.ForEach(
+        [&](MetricsLogger& logger) { return logger.OnResume(ctx_.state.progress.global_step); });
   }
   KILN_RETURN_IF_ERROR(strategy.SetupDataParallel(task.module()));
 
@@ -81,11 +90,12 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   }
 
   const bool cuda = strategy.device().is_cuda();
-  Logger::Instance().Info(absl::StrCat("training on ", cuda ? "cuda" : "cpu", " with ", threads, " threads",
-                                       strategy.distributed() ? absl::StrCat(" per rank, ", t.world_size(), " ranks") : "",
-                                       cuda ? CudaDeviceNote(strategy.device()) : BlasKernelsNote(), ": ", train_samples, " samples, ",
-                                       ctx_.state.progress.train_batches, " batches per epoch", strategy.distributed() ? " per rank" : "",
-                                       ", up to ", max_epochs, " epochs"));
+  Logger::Instance().Info(absl::StrCat(
+      "training on ", cuda ? "cuda" : "cpu", " with ", threads, " threads",
+      strategy.distributed() ? absl::StrCat(" per rank, ", t.world_size(), " ranks") : "",
+      cuda ? CudaDeviceNote(strategy.device()) : BlasKernelsNote(), ": ", train_samples,
+      " samples, ", ctx_.state.progress.train_batches, " batches per epoch",
+      strategy.distributed() ? " per rank" : "", ", up to ", max_epochs, " epochs"));
   if (options.profiler == TrainerOptions::ProfilerKind::kAdvanced && t.is_global_zero()) {
     KILN_RETURN_IF_ERROR(MakeDirs(options.default_root_dir));
     ctx_.state.operator_trace = std::make_unique<OperatorTrace>(
@@ -123,26 +133,31 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnFitEnd(t); }));
   KILN_RETURN_IF_ERROR(strategy.Barrier());
   ctx_.logging.ForEach([](MetricsLogger& logger) { return logger.Finish(); });
-  Logger::Instance().Info(absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", ctx_.state.progress.epoch,
-                                          ctx_.state.progress.global_step, ctx_.state.progress.samples, t.elapsed_seconds(),
-                                          ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")"));
+  Logger::Instance().Info(absl::StrFormat(
+      "fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", ctx_.state.progress.epoch,
+      ctx_.state.progress.global_step, ctx_.state.progress.samples, t.elapsed_seconds(),
+      ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")"));
   return absl::OkStatus();
 }
 
 void FitLoop::ReportProfiles() {
   Trainer& t = ctx_.trainer;
   if (ctx_.profiler.enabled() && t.is_global_zero()) {
-    Logger::Instance().Info("simple profiler: wall time per phase of fit (each phase its own time only)");
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx_.state.progress.start).count();
+    Logger::Instance().Info(
+        "simple profiler: wall time per phase of fit (each phase its own time only)");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx_.state.progress.start)
+            .count();
     for (const std::string& line : ctx_.profiler.Report(seconds)) Logger::Instance().Info(line);
   }
   if (ctx_.state.operator_trace) {
     if (ctx_.state.operator_trace->Finish()) {
-      Logger::Instance().Info(absl::StrCat(
-          "advanced profiler: LibTorch's operator profile of training batches ",
-          ctx_.state.operator_trace->first() + 1, "-",
-          ctx_.state.operator_trace->first() + ctx_.state.operator_trace->count(), " of the run in ",
-          ctx_.state.operator_trace->path(), " (open in chrome://tracing or ui.perfetto.dev)"));
+      Logger::Instance().Info(
+          absl::StrCat("advanced profiler: LibTorch's operator profile of training batches ",
+                       ctx_.state.operator_trace->first() + 1, "-",
+                       ctx_.state.operator_trace->first() + ctx_.state.operator_trace->count(),
+                       " of the run in ", ctx_.state.operator_trace->path(),
+                       " (open in chrome://tracing or ui.perfetto.dev)"));
     } else {
       Logger::Instance().Warning(absl::StrCat("advanced profiler: the run trained fewer than ",
                                               ctx_.state.operator_trace->first() + 1,
@@ -156,9 +171,11 @@ absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
   Trainer& t = ctx_.trainer;
   const TrainerOptions& options = ctx_.options;
   data::DataModule& dm = *inputs.data;
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const data::Dataset> train_ds,
-                        SetUpSplit(dm, data::Stage::kFit, ctx_.strategy.device(), [](data::DataModule& d) { return d.train_dataset(); },
-                                   "training split"));
+  KILN_ASSIGN_OR_RETURN(
+      std::shared_ptr<const data::Dataset> train_ds,
+      SetUpSplit(
+          dm, data::Stage::kFit, ctx_.strategy.device(),
+          [](data::DataModule& d) { return d.train_dataset(); }, "training split"));
   data::LoaderOptions lo = dm.loader_options();
   lo.seed = inputs.seed;
   ctx_.state.progress.batch_size = lo.batch_size;
@@ -166,7 +183,8 @@ absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
   bool shuffle = true;
   if (options.overfit_batches > 0) {
     // The same few batches, in order, for training and validation.
-    std::vector<int64_t> first(static_cast<size_t>(std::min(train_ds->size(), options.overfit_batches * lo.batch_size)));
+    std::vector<int64_t> first(
+        static_cast<size_t>(std::min(train_ds->size(), options.overfit_batches * lo.batch_size)));
     std::iota(first.begin(), first.end(), 0);
     train_ds = data::Subset(train_ds, first);
     val_ds = train_ds;
@@ -176,15 +194,16 @@ absl::StatusOr<int64_t> FitLoop::SetupData(const FitInputs& inputs) {
   // position in the epoch's stream).
   int64_t rank = ctx_.strategy.distributed() ? t.global_rank() : 0;
   int64_t world = ctx_.strategy.distributed() ? t.world_size() : 1;
-  std::shared_ptr<data::Sampler> train_sampler = data::SamplerFor(*train_ds, shuffle, inputs.seed, rank, world);
-  std::shared_ptr<data::Sampler> val_sampler = val_ds ? data::SamplerFor(*val_ds, false, inputs.seed, rank, world) : nullptr;
+  std::shared_ptr<data::Sampler> train_sampler =
+      data::SamplerFor(*train_ds, shuffle, inputs.seed, rank, world);
+  std::shared_ptr<data::Sampler> val_sampler =
+      val_ds ? data::SamplerFor(*val_ds, false, inputs.seed, rank, world) : nullptr;
   train_loader_ = std::make_unique<data::DataLoader>(train_ds, train_sampler, lo);
   if (val_ds) {
     val_loader_ = std::make_unique<data::DataLoader>(val_ds, val_sampler, lo);
     validation_ = std::make_unique<EvaluationLoop>(ctx_, *val_loader_, "val");
   }
   return train_ds->size();
-
 }
 
 absl::StatusOr<bool> FitLoop::Restore(const FitInputs& inputs) {
@@ -192,11 +211,13 @@ absl::StatusOr<bool> FitLoop::Restore(const FitInputs& inputs) {
   std::string path = inputs.ckpt_path;
   if (path == "last") path = ctx_.state.checkpoint_dir + "/last.ckpt";
   if (path == "best") {
-    return absl::InvalidArgumentError("ckpt_path=best only applies to validate/test/predict; fit resumes from last or a path");
+    return absl::InvalidArgumentError(
+        "ckpt_path=best only applies to validate/test/predict; fit resumes from last or a path");
   }
   struct stat st;
   if (inputs.ckpt_path == "last" && ::stat(path.c_str(), &st) != 0) {
-    Logger::Instance().Info(absl::StrCat("ckpt_path=last: no checkpoint at ", path, " yet; starting fresh"));
+    Logger::Instance().Info(
+        absl::StrCat("ckpt_path=last: no checkpoint at ", path, " yet; starting fresh"));
     return false;
   }
   KILN_RETURN_IF_ERROR(ResumeFrom(path));
@@ -212,11 +233,13 @@ absl::Status FitLoop::Interrupted(int signal) {
     if (saved.ok()) saved = t.SaveCheckpoint(path);
   }
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
-  return WithExitCode(absl::AbortedError(absl::StrCat(
-                          "interrupted by ", name, " at epoch ", ctx_.state.progress.epoch, ", step ", ctx_.state.progress.global_step,
-                          saved.ok() ? absl::StrCat("; resume with ckpt_path=", path)
-                                     : absl::StrCat("; could not save a checkpoint: ", saved.message()))),
-                      128 + signal);
+  return WithExitCode(
+      absl::AbortedError(absl::StrCat(
+          "interrupted by ", name, " at epoch ", ctx_.state.progress.epoch, ", step ",
+          ctx_.state.progress.global_step,
+          saved.ok() ? absl::StrCat("; resume with ckpt_path=", path)
+                     : absl::StrCat("; could not save a checkpoint: ", saved.message()))),
+      128 + signal);
 }
 
 absl::Status FitLoop::ResumeFrom(const std::string& path) {
@@ -230,29 +253,32 @@ absl::Status FitLoop::ResumeFrom(const std::string& path) {
                                                  ctx_.strategy.PlaceModule(module).IgnoreError();
                                                },
                                                [this, &t] {
-                                                 return ctx_.callbacks.ForEach(
-                                                     [&t](Callback& c) { return c.OnLoadCheckpoint(t); });
+                                                 return ctx_.callbacks.ForEach([&t](Callback& c) {
+                                                   return c.OnLoadCheckpoint(t);
+                                                 });
                                                },
                                                p.batch_size));
   p.Restore(loop);
   KILN_RETURN_IF_ERROR(AdaptPosition(loop.world_size, loop.batch_size, path));
-  Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", p.epoch, ", batch ", p.batch_in_epoch,
-                                       ", step ", p.global_step));
+  Logger::Instance().Info(absl::StrCat("resumed from ", path, " at epoch ", p.epoch, ", batch ",
+                                       p.batch_in_epoch, ", step ", p.global_step));
   return absl::OkStatus();
 }
 
-absl::Status FitLoop::AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path) {
+absl::Status FitLoop::AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size,
+                                    const std::string& path) {
   FitProgress& p = ctx_.state.progress;
   const int64_t world = ctx_.trainer.world_size();
   int64_t per_step = world * p.batch_size;
-  if (saved_world_size * saved_batch_size == per_step || p.batch_in_epoch == 0) return absl::OkStatus();
+  if (saved_world_size * saved_batch_size == per_step || p.batch_in_epoch == 0)
+    return absl::OkStatus();
   // Batch b of every rank covers positions [b*W*B, (b+1)*W*B) of the epoch's order whatever the
   // world size W and batch size B, so a position carries over when the new W*B divides it.
   int64_t samples = p.batch_in_epoch * saved_world_size * saved_batch_size;
   if (samples % per_step != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, " stopped mid-epoch after ", samples, " samples (", saved_world_size, " ranks x batch ",
-        saved_batch_size, "); ", world, " ranks x batch ", p.batch_size,
+        path, " stopped mid-epoch after ", samples, " samples (", saved_world_size,
+        " ranks x batch ", saved_batch_size, "); ", world, " ranks x batch ", p.batch_size,
         " cannot continue from there: choose sizes whose product divides ", samples,
         ", or resume from an end-of-epoch checkpoint"));
   }

@@ -9,11 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
-#include "lib/trainer/loop_state.h"
 #include "lib/trainer/internal/evaluation_loop.h"
+#include "lib/trainer/loop_state.h"
 
 namespace kiln {
-
 
 class FitLoop {
  public:
@@ -34,7 +33,8 @@ class FitLoop {
   // Checkpoint and resume: the state a checkpoint at `path` holds, restored into this fit.
   absl::Status ResumeFrom(const std::string& path);
   // Maps a mid-epoch position written at another world size or batch size to this run's.
-  absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size, const std::string& path);
+  absl::Status AdaptPosition(int64_t saved_world_size, int64_t saved_batch_size,
+                             const std::string& path);
 
   LoopContext ctx_;
   std::unique_ptr<data::DataLoader> train_loader_, val_loader_;

@@ -12,7 +12,6 @@
 
 namespace kiln {
 
-
 class PredictLoop {
  public:
   PredictLoop(LoopContext ctx, data::DataLoader& loader) : ctx_(ctx), loader_(loader) {}

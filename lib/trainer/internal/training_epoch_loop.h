@@ -31,7 +31,8 @@ class TrainingEpochLoop {
   // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step; with
   // trainer.cuda_graphs the step's device work is replayed from CUDA graphs.
   absl::Status Advance(data::Batch& batch, bool last_in_epoch);
-  // Advance for a task without Task::TrainingLoss: its TrainingStep, the loss read before the backward.
+  // Advance for a task without Task::TrainingLoss: its TrainingStep, the loss read before the
+  // backward.
   absl::Status AdvanceWholeStep(data::Batch& batch, bool boundary);
   // The backward of one micro-batch's loss (its share of the step: / accumulate_grad_batches);
   // `boundary` reduces the gradients over ranks.
