@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/exit_code.h"
@@ -11,9 +12,13 @@ namespace kiln {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
-std::atomic<int> g_stop_depth{0};  // StopSignals alive
+std::atomic<int> g_stop_depth{0};       // StopSignals alive
+std::atomic<uint64_t> g_stop_count{0};  // signals received, ever
 
-extern "C" void OnStopSignal(int signal) { g_stop_signal.store(signal); }
+extern "C" void OnStopSignal(int signal) {
+  g_stop_signal.store(signal);
+  g_stop_count.fetch_add(1);
+}
 
 }  // namespace
 
@@ -41,6 +46,8 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::Received() { return g_stop_signal.load(); }
+
+uint64_t StopSignals::Count() { return g_stop_count.load(); }
 
 const char* StopSignalName(int signal) {
   return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1";

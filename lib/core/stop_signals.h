@@ -4,6 +4,7 @@
 // samples, a sweep once its running jobs have stopped.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +21,10 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
   static int Received();
+  // How many stop signals have arrived since the process started: one who passes each signal on
+  // (the trainer.devices launcher to its workers) compares it with the count it last saw, and
+  // Received() is the latest of them.
+  static uint64_t Count();
 
  private:
   struct Saved;

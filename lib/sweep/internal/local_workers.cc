@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,15 +16,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/core/exit_code.h"
+#include "lib/core/stop_signals.h"
 #include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/run/internal/spawn.h"
 
 namespace kiln::app {
 namespace {
-
-std::atomic<int> g_forward_signal{0};
-extern "C" void RememberSignal(int signal) { g_forward_signal.store(signal); }
 
 // A TCP port nobody listens on right now, for rank 0's rendezvous store.
 absl::StatusOr<int> FreePort() {
@@ -87,15 +84,10 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
                                        (node_rank + 1) * options.devices - 1, " of ", world,
                                        "), rendezvous at ", master_addr, ":", port));
 
-  // Signals for the workers (SIGTERM from a scheduler, SIGUSR1 before preemption) are passed on.
-  struct sigaction forward {
-  }, old_int{}, old_term{}, old_usr1{};
-  forward.sa_handler = RememberSignal;
-  sigemptyset(&forward.sa_mask);
-  g_forward_signal.store(0);
-  sigaction(SIGINT, &forward, &old_int);
-  sigaction(SIGTERM, &forward, &old_term);
-  sigaction(SIGUSR1, &forward, &old_usr1);
+  // Signals for the workers (SIGTERM from a scheduler, SIGUSR1 before preemption) are passed on,
+  // each one as it arrives.
+  StopSignals stop_signals;
+  uint64_t signals_forwarded = StopSignals::Count();
 
   std::map<pid_t, int> running;  // pid -> global rank
   absl::Status status;
@@ -127,9 +119,10 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
   std::chrono::steady_clock::time_point deadline;
   bool terminated = false;
   while (!running.empty()) {
-    if (int signal = g_forward_signal.exchange(0); signal != 0) {
+    if (const uint64_t arrived = StopSignals::Count(); arrived != signals_forwarded) {
+      signals_forwarded = arrived;
       forwarded = true;
-      for (const auto& [pid, rank] : running) ::kill(pid, signal);
+      for (const auto& [pid, rank] : running) ::kill(pid, StopSignals::Received());
     }
     int wait_status = 0;
     pid_t pid = ::waitpid(-1, &wait_status, WNOHANG);
@@ -161,9 +154,6 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
                  std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  sigaction(SIGUSR1, &old_usr1, nullptr);
   if (!status.ok()) {
     for (const auto& [pid, rank] : running) ::kill(pid, SIGKILL);
     return status;
