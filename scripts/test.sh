@@ -17,9 +17,8 @@ KILN_DEPS=test KILN_BUILD_TARGET=all bash scripts/setup.sh
 # ASan and UBSan, beside a kiln of the same build that the lsan.* tests run with LeakSanitizer.
 build_fuzz() {
   if [[ ! -f build-fuzz/build.ninja ]]; then
-    # Batches of 32 sources: this tree is built whole far more often than edited file by file.
     CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_UNITY_BATCH_SIZE=32 >/dev/null || return
+      -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF >/dev/null || return
   fi
   ninja -C build-fuzz -j "${KILN_JOBS:-$(nproc)}" fuzzers kiln | grep -v '^\[' || true
 }
