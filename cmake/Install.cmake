@@ -22,7 +22,11 @@ install(TARGETS ${kiln_targets} EXPORT KilnTargets
   LIBRARY DESTINATION lib
   ARCHIVE DESTINATION lib)
 install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
-# The libraries `kiln dashboard` and `kiln serve` load; nothing links them, so they are not exported.
+# The libraries `kiln dashboard` and `kiln serve` load, and kiln's CUDA module (kiln_engine loads
+# it where there is a GPU); nothing links them, so they are not exported.
+if(TARGET kiln_cuda)
+  install(TARGETS kiln_cuda LIBRARY DESTINATION lib)
+endif()
 if(TARGET kiln_dashboard)
   install(TARGETS kiln_dashboard LIBRARY DESTINATION lib)
 endif()

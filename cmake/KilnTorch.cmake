@@ -1,13 +1,14 @@
 # LibTorch from the project's virtual environment: PyPI's torch wheel (scripts/setup_venv.sh), at
 # the version pinned in scripts/python/torch.txt. Sets Torch_FOUND, Torch_VERSION, TORCH_LIBRARIES,
-# TORCH_INCLUDE_DIRS, KILN_TORCH_DIR and KILN_WITH_CUDA.
+# TORCH_INCLUDE_DIRS, KILN_TORCH_DIR, KILN_WITH_CUDA and, with CUDA, KILN_TORCH_CUDA_LIBRARIES.
 #
 #   KILN_TORCH_DIR  the wheel's torch/ folder (default: .venv's site-packages/torch)
 #   KILN_CUDA       AUTO (default): CUDA when CUDA's toolkit is found; ON; OFF
 #
-# With CUDA, the wheel's own TorchConfig.cmake (which needs the toolkit) gives torch, torch_cpu,
-# torch_cuda and c10_cuda. Without it kiln links libtorch_cpu and libc10 alone: a CPU machine then
-# needs none of the CUDA libraries but the runtime and CUPTI that libtorch_cpu itself links.
+# TORCH_LIBRARIES is LibTorch's CPU libraries alone (libtorch_cpu and libc10; a CPU machine needs
+# none of the CUDA libraries but the runtime and CUPTI that libtorch_cpu itself links). With CUDA,
+# the wheel's own TorchConfig.cmake (which needs the toolkit) gives KILN_TORCH_CUDA_LIBRARIES
+# (torch, torch_cuda, c10_cuda), which only kiln's CUDA module links.
 # Also included by the installed KilnConfig.cmake, with KILN_TORCH_DIR and KILN_CUDA recorded.
 include_guard(GLOBAL)
 
@@ -97,16 +98,22 @@ if(KILN_WITH_CUDA)
   set(CMAKE_FIND_USE_CMAKE_SYSTEM_PATH FALSE)
   find_package(Torch REQUIRED CONFIG PATHS ${KILN_TORCH_DIR}/share/cmake/Torch NO_DEFAULT_PATH)
   unset(CMAKE_FIND_USE_CMAKE_SYSTEM_PATH)
-else()
-  if(NOT TARGET kiln_torch_cpu)
-    add_library(kiln_torch_cpu INTERFACE IMPORTED)
-    set_target_properties(kiln_torch_cpu PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}"
-      # What the wheel's torch_cpu target declares (c10d with Gloo is in libtorch_cpu).
-      INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1;USE_DISTRIBUTED;USE_C10D_GLOO;USE_RPC;USE_TENSORPIPE"
-      INTERFACE_LINK_LIBRARIES "${KILN_TORCH_DIR}/lib/libtorch_cpu.so;${KILN_TORCH_DIR}/lib/libc10.so")
-  endif()
-  set(TORCH_LIBRARIES kiln_torch_cpu)
 endif()
+# kiln's libraries, programs and tests link LibTorch's CPU libraries alone, with and without CUDA:
+# kiln's CUDA code is a module of its own, libkiln_cuda (lib/trainer/internal/cuda_module.h), which
+# links the whole of LibTorch (KILN_TORCH_CUDA_LIBRARIES) and is loaded where a GPU can be used.
+# Loading LibTorch's CUDA libraries costs a process 0.2-0.4 s of start-up on any machine.
+if(NOT TARGET kiln_torch_cpu)
+  add_library(kiln_torch_cpu INTERFACE IMPORTED)
+  set_target_properties(kiln_torch_cpu PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}"
+    # What the wheel's torch_cpu target declares (c10d with Gloo is in libtorch_cpu).
+    INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1;USE_DISTRIBUTED;USE_C10D_GLOO;USE_RPC;USE_TENSORPIPE"
+    INTERFACE_LINK_LIBRARIES "${KILN_TORCH_DIR}/lib/libtorch_cpu.so;${KILN_TORCH_DIR}/lib/libc10.so")
+endif()
+if(KILN_WITH_CUDA)
+  set(KILN_TORCH_CUDA_LIBRARIES ${TORCH_LIBRARIES})
+endif()
+set(TORCH_LIBRARIES kiln_torch_cpu)
 set(Torch_FOUND TRUE)
 message(STATUS "kiln: LibTorch ${Torch_VERSION} from ${KILN_TORCH_DIR} (CUDA: ${KILN_WITH_CUDA})")

@@ -4,18 +4,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
-#if KILN_WITH_CUDA
-// The wheel's libtorch_cuda holds ProcessGroupNCCL; its header declares it under USE_C10D_NCCL.
-#ifndef USE_C10D_NCCL
-#define USE_C10D_NCCL
-#endif
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "absl/strings/str_cat.h"
+#include "lib/distributed/internal/nccl_backend.h"
 
 namespace kiln::distributed {
 namespace {
+
+NcclBackendMaker nccl_backend_maker =
+    nullptr;  // constant-initialized: set from static initializers
 
 // The first line of a c10d/Gloo message, without LibTorch's C++ backtrace.
 std::string FirstLine(const std::exception& e) {
@@ -30,6 +27,9 @@ bool IsLoopback(const std::string& addr) {
 
 }  // namespace
 
+NcclBackendMaker GetNcclBackendMaker() { return nccl_backend_maker; }
+void SetNcclBackendMaker(NcclBackendMaker maker) { nccl_backend_maker = maker; }
+
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
     const Environment& env, const ProcessGroupOptions& options) {
   auto group = std::make_shared<ProcessGroup>();
@@ -38,13 +38,11 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
   // auto, as Lightning: NCCL for ranks that train on CUDA, Gloo for the CPU.
   std::string backend =
       options.backend == "auto" ? (options.cuda ? "nccl" : "gloo") : options.backend;
-#if !KILN_WITH_CUDA
-  if (backend == "nccl") {
+  if (backend == "nccl" && nccl_backend_maker == nullptr) {
     return absl::UnimplementedError(
-        "process_group_backend=nccl: this kiln was built without CUDA, which offers gloo only "
-        "(CPU)");
+        "process_group_backend=nccl: this process has no CUDA (kiln's CUDA module is not loaded: "
+        "no CUDA driver here, or a kiln built without CUDA), which leaves gloo only (CPU)");
   }
-#endif
   if (backend == "nccl" && !options.cuda) {
     return absl::FailedPreconditionError(
         "process_group_backend=nccl reduces CUDA tensors: it needs trainer.accelerator=cuda (or "
@@ -82,7 +80,6 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
     group->group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, env.rank, env.world_size);
     group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     group->group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-#if KILN_WITH_CUDA
     // Gloo also takes CUDA tensors (staged through the host), as torch.distributed's "gloo" does:
     // ranks that share a GPU, or a machine without NCCL.
     if (backend == "gloo")
@@ -90,15 +87,11 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
     // With NCCL, CUDA tensors go to it (gradients, weights, metrics on the device) and CPU ones
     // still to Gloo, as torch.distributed's "cpu:gloo,cuda:nccl".
     if (backend == "nccl") {
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = options.timeout;
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", group->store_);
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size,
-                                                              nccl_options);
+      auto nccl = nccl_backend_maker(nccl_store, env.rank, env.world_size, options.timeout);
       group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
     }
-#endif
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the ", backend,
                                                " process group: ", FirstLine(e)));

@@ -13,6 +13,7 @@
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/internal/cuda_module.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/trainer/safetensors.h"
@@ -106,8 +107,8 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCpu;
     } else if (*options.device == "cuda") {
       if (!torch::cuda::is_available()) {
-        return absl::FailedPreconditionError(
-            "the predictor's device is cuda (serve.device=cuda), but no CUDA device is available");
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the predictor's device is cuda (serve.device=cuda), but ", NoCudaDeviceAvailable()));
       }
       p->trainer_options_.accelerator = TrainerOptions::Accelerator::kCuda;
     } else if (*options.device == "auto") {

@@ -13,13 +13,9 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-#if KILN_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <cuda_runtime_api.h>
-#endif
 
 #include "absl/strings/str_cat.h"
+#include "lib/trainer/internal/cuda_module.h"
 
 namespace kiln {
 
@@ -73,39 +69,18 @@ std::string BlasKernelsNote() {
 }
 
 std::string CudaDeviceNote(const c10::Device& device) {
-#if KILN_WITH_CUDA
-  if (!device.is_cuda()) return "";
-  const cudaDeviceProp* prop =
-      at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);
-  int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  auto version = [](int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); };
-  return absl::StrCat(" (", prop->name, ", compute capability ", prop->major, ".", prop->minor,
-                      ", driver ", version(driver), ", CUDA ", version(runtime), ", cuDNN ",
-                      at::detail::getCUDAHooks().versionCuDNN(), ")");
-#else
-  (void)device;
-  return "";
-#endif
+  const CudaModuleHooks* cuda = GetCudaModuleHooks();
+  return cuda != nullptr && device.is_cuda() ? cuda->device_note(device) : "";
 }
 
 bool CudaHasBf16(const c10::Device& device) {
-#if KILN_WITH_CUDA
-  if (!device.is_cuda()) return false;
-  return at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->major >= 8;
-#else
-  (void)device;
-  return false;
-#endif
+  const CudaModuleHooks* cuda = GetCudaModuleHooks();
+  return cuda != nullptr && device.is_cuda() && cuda->has_bf16(device);
 }
 
 void UseCudaDevice(const c10::Device& device) {
-#if KILN_WITH_CUDA
-  if (device.is_cuda() && device.has_index()) c10::cuda::set_device(device.index());
-#else
-  (void)device;
-#endif
+  const CudaModuleHooks* cuda = GetCudaModuleHooks();
+  if (cuda != nullptr && device.is_cuda() && device.has_index()) cuda->use_device(device);
 }
 
 void SetMathModes(const std::string& matmul_precision, bool cudnn_benchmark) {

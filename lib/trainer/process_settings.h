@@ -9,6 +9,8 @@
 // a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <string>
 
 #include "lib/core/stop_signals.h"  // StopSignals, CheckStopSignal (the trainer's users take them from here)

@@ -14,6 +14,7 @@
 #include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
+#include "lib/trainer/internal/cuda_module.h"
 #include "lib/trainer/precision.h"
 #include "lib/trainer/process_settings.h"
 
@@ -38,7 +39,7 @@ absl::Status Strategy::SelectDevice() {
   bool cuda = torch::cuda::is_available();
   if (options_.accelerator == TrainerOptions::Accelerator::kCuda && !cuda) {
     return absl::FailedPreconditionError(
-        "trainer.accelerator=cuda, but no CUDA device is available");
+        absl::StrCat("trainer.accelerator=cuda, but ", NoCudaDeviceAvailable()));
   }
   if (options_.devices_listed && !cuda) {
     return absl::FailedPreconditionError(

@@ -2,6 +2,7 @@
 // writes: bad inputs end in one line and a non-zero exit with nothing half-written; SIGTERM stops
 // with 143 and a resumable checkpoint; kill -9 in the middle of checkpoint writes never leaves a
 // broken last.ckpt; tests write a confusion matrix; predict writes predictions.csv.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -739,7 +740,11 @@ TEST_F(TrainCliTest, AcceleratorCudaWithoutADeviceIsRefusedByEveryCommand) {
   auto r = Kiln({"trainer.max_epochs=1", "test=false"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   if (r.err.find("training on cuda") != std::string::npos) GTEST_SKIP() << "this machine has CUDA";
-  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  // And why, where this machine has no CUDA driver: kiln did not load its CUDA module.
+  const bool driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;
+  const std::string refused =
+      std::string("trainer.accelerator=cuda, but no CUDA device is available") +
+      (driver ? "" : ": no CUDA driver (libcuda.so.1) on this machine");
   auto fit = Kiln({"trainer.accelerator=cuda", "hydra.run.dir=" + dir_.path() + "/cuda"});
   EXPECT_EQ(fit.exit_code, 2);
   auto error_line = [](const std::string& err) {

@@ -23,6 +23,7 @@
 #include "lib/registry/registry.h"
 #include "lib/trainer/checkpoint.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
+#include "lib/trainer/internal/cuda_module.h"
 #include "lib/trainer/lr_finder.h"
 #include "lib/trainer/metric_collection.h"
 #include "tests/support/process.h"
@@ -309,7 +310,10 @@ TEST(Trainer, EvaluateAndPredictSelectTheDeviceAsFitDoes) {
   ASSERT_TRUE(task.Build(config::Config()).ok());
   SyntheticImages data(0);
   Trainer trainer(*options, {}, {});
-  const std::string refused = "trainer.accelerator=cuda, but no CUDA device is available";
+  const std::string refused =
+      "trainer.accelerator=cuda, but " + NoCudaDeviceAvailable();  // and why (cuda_module.h)
+  EXPECT_TRUE(
+      absl::StartsWith(refused, "trainer.accelerator=cuda, but no CUDA device is available"));
   auto evaluated = trainer.Evaluate(task, data, data::Stage::kValidate);
   EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(evaluated.status().message(), refused);

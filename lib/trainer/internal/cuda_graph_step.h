@@ -11,6 +11,9 @@
 // captured ones (an epoch's smaller last batch) runs eagerly; a second such shape is refused in
 // one line, since the shapes then vary. A change of the trained parameters (backbone_finetuning
 // unfreezing) drops the graphs, and the step is captured again after warm-up.
+//
+// The graphs themselves are CUDA code: they live in libkiln_cuda (cuda_graph_step_gpu.cc), which
+// sets the maker of its Impl as it loads (lib/trainer/internal/cuda_module.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -26,6 +29,8 @@
 #include "lib/trainer/task.h"
 
 namespace kiln {
+
+class CapturableOptimizer;
 
 class CudaGraphStep {
  public:
@@ -45,13 +50,28 @@ class CudaGraphStep {
   // The step is skipped (a non-finite loss): the gradients are dropped.
   void SkipOptimizerStep();
 
+  // What libkiln_cuda implements: the three calls above.
+  struct Impl {
+    virtual ~Impl() = default;
+    virtual absl::StatusOr<Task::TrainingOutputs> ForwardBackward(const data::Batch& batch) = 0;
+    virtual absl::Status OptimizerStep() = 0;
+    virtual void SkipOptimizerStep() = 0;
+  };
+  using ImplMaker = std::unique_ptr<Impl> (*)(const LoopContext& ctx,
+                                              CapturableOptimizer* optimizer);
+  // libkiln_cuda's, set as it loads; null without it.
+  static void SetImplMaker(ImplMaker maker);
+
  private:
-  struct Impl;
-  // Create's checks past the device's (the build's CUDA, the fit's terms).
+  // Create's checks past the device's (the CUDA module, the fit's terms).
   static absl::StatusOr<std::unique_ptr<CudaGraphStep>> CreateOnGpu(const LoopContext& ctx);
   explicit CudaGraphStep(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// libkiln_cuda's Impl maker (cuda_graph_step_gpu.cc).
+std::unique_ptr<CudaGraphStep::Impl> MakeCudaGraphStepImpl(const LoopContext& ctx,
+                                                           CapturableOptimizer* optimizer);
 
 // Gradient clipping by norm or value with device work alone (no host read: capturable), the
 // arithmetic of torch.nn.utils.clip_grad_norm_ / clip_grad_value_. The trainer's one clipping,
