@@ -34,19 +34,15 @@ if(TARGET kiln_serve)
   install(TARGETS kiln_serve LIBRARY DESTINATION lib)
 endif()
 
-# The public headers: include/kiln/*.h, included as <kiln/trainer.h>. The headers they include
-# keep their source layout under include/kiln/ ("lib/trainer/trainer.h"); headers in an
-# `internal/` folder are not installed (abseil's rule): how `kiln` spawns processes
-# (lib/run/internal), starts workers (lib/sweep/internal), loads engine libraries
-# (lib/registry/internal), parses its own command line (lib/app/internal) and runs the training
-# loops (lib/trainer/internal; the Trainer is their face). tests/install
-# checks that every installed header's includes are installed too.
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln/ DESTINATION include/kiln FILES_MATCHING PATTERN "*.h")
-foreach(dir lib components tasks)
-  install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION include/kiln/${dir}
-          FILES_MATCHING PATTERN "*.h"
-          PATTERN "internal" EXCLUDE)
-endforeach()
+# The public headers: include/kiln/*.h, included as <kiln/trainer.h>, and the headers they include,
+# transitively, keeping their source layout under include/kiln/ ("lib/trainer/trainer.h"). Nothing
+# else is installed: a header is public because the face includes it, not because it is in the
+# tree (no `internal/` header is: abseil's rule). The closure is taken as `cmake --install` runs
+# (cmake/PublicHeaders.cmake), so it follows the sources without a reconfigure.
+# tests/install/public_headers.txt holds the list the install test expects: a header that becomes
+# public through an include added to a public one fails the test until the list says so.
+install(CODE "include(${CMAKE_SOURCE_DIR}/cmake/PublicHeaders.cmake)
+kiln_install_public_headers(\"${CMAKE_SOURCE_DIR}\" \"\${CMAKE_INSTALL_PREFIX}/include/kiln\")")
 install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)
 

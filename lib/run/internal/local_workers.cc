@@ -1,4 +1,4 @@
-#include "lib/sweep/internal/local_workers.h"
+#include "lib/run/internal/local_workers.h"
 
 #include <netinet/in.h>
 #include <signal.h>
