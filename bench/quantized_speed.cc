@@ -17,7 +17,7 @@
 #include "lib/data/datamodule.h"
 #include "lib/data/sampler.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/torchscript.h"
+#include "lib/weights/torchscript.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
-// libFuzzer target: kiln checkpoints (lib/trainer/checkpoint.cc: ReadCheckpoint checks the archive
+// libFuzzer target: kiln checkpoints (lib/weights/checkpoint.cc: ReadCheckpoint checks the archive
 // and its header, ReadModelState reads the model's tensors), as `--resume`, `--weights` and
 // `kiln export` take them from outside.
 #include <cstdlib>
 
 #include "fuzz/fuzz_input.h"
-#include "lib/trainer/checkpoint.h"
+#include "lib/weights/checkpoint.h"
 
 // Seeds: checkpoints as kiln writes them (meta, then a model's weights; and one without weights).
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

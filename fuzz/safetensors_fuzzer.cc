@@ -1,9 +1,9 @@
-// libFuzzer target: safetensors files (ReadSafetensors in lib/trainer/safetensors.cc: pretrained
+// libFuzzer target: safetensors files (ReadSafetensors in lib/weights/safetensors.cc: pretrained
 // weights from outside, `kiln export` output read back): the JSON header and every tensor.
 #include <cstdlib>
 
 #include "fuzz/fuzz_input.h"
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/safetensors.h"
 
 // Seeds: files as kiln's writer writes them (several dtypes, metadata, an empty tensor).
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

@@ -24,8 +24,8 @@
 #include "absl/strings/str_format.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/trainer.h"
+#include "lib/weights/checkpoint.h"
 
 namespace kiln {
 namespace {

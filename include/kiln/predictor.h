@@ -4,4 +4,4 @@
 // headers it includes are installed with it.
 #pragma once
 
-#include "lib/trainer/predictor.h"
+#include "lib/inference/predictor.h"

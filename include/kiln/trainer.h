@@ -5,13 +5,13 @@
 #pragma once
 
 #include "lib/trainer/callback.h"
-#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/loss.h"
 #include "lib/trainer/metric.h"
 #include "lib/trainer/metric_collection.h"
 #include "lib/trainer/metric_log.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/prediction_writer.h"
-#include "lib/trainer/safetensors.h"
 #include "lib/trainer/task.h"
 #include "lib/trainer/trainer.h"
+#include "lib/weights/checkpoint.h"
+#include "lib/weights/safetensors.h"

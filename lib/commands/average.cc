@@ -9,7 +9,7 @@
 #include "lib/core/files.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
-#include "lib/trainer/checkpoint_average.h"
+#include "lib/weights/checkpoint_average.h"
 
 namespace kiln {
 namespace {

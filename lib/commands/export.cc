@@ -16,8 +16,8 @@
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/trainer/process_settings.h"
-#include "lib/trainer/safetensors.h"
-#include "lib/trainer/torchscript.h"
+#include "lib/weights/safetensors.h"
+#include "lib/weights/torchscript.h"
 
 namespace kiln {
 namespace {

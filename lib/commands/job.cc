@@ -11,8 +11,8 @@
 #include "lib/run/command.h"
 #include "lib/run/run_dir.h"
 #include "lib/run/stored_config.h"
-#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/model_start.h"
+#include "lib/weights/checkpoint.h"
 
 namespace kiln {
 

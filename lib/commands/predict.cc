@@ -5,10 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/commands/job.h"
 #include "lib/core/files.h"
+#include "lib/inference/predictor.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/trainer/prediction_writer.h"
-#include "lib/trainer/predictor.h"
 #include "lib/trainer/process_settings.h"
 
 namespace kiln {

@@ -10,7 +10,7 @@
 #include "lib/logging/logger.h"
 #include "lib/report/lr_find_plot.h"
 #include "lib/run/command.h"
-#include "lib/trainer/lr_finder.h"
+#include "lib/tuner/lr_finder.h"
 
 namespace kiln {
 namespace {

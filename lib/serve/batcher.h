@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/trainer/predictor.h"
+#include "lib/inference/predictor.h"
 
 namespace kiln::serve {
 

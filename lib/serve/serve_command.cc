@@ -41,6 +41,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/core/status_macros.h"
+#include "lib/inference/predictor.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/options.h"
 #include "lib/run/command.h"
@@ -51,7 +52,6 @@
 #include "lib/serve/serve_metrics.h"
 #include "lib/serve/serve_options.h"
 #include "lib/trainer/prediction_json.h"
-#include "lib/trainer/predictor.h"
 #include "lib/trainer/process_settings.h"
 
 namespace kiln::serve {

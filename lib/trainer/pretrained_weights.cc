@@ -7,8 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/core/status_macros.h"
-#include "lib/trainer/checkpoint.h"
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/checkpoint.h"
+#include "lib/weights/safetensors.h"
 
 namespace kiln {
 namespace {

@@ -6,7 +6,8 @@
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
-#include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/connectors/checkpoint_connector.h"
+#include "lib/trainer/connectors/loop_state.h"
 #include "lib/trainer/internal/evaluation_loop.h"
 #include "lib/trainer/internal/fit_loop.h"
 #include "lib/trainer/internal/predict_loop.h"
@@ -14,41 +15,80 @@
 
 namespace kiln {
 
+// The loops' side of the Trainer: the connectors and the fit's state.
+struct TrainerParts {
+  TrainerParts(std::vector<std::shared_ptr<Callback>> callbacks,
+               std::vector<std::shared_ptr<MetricsLogger>> loggers, PhaseProfiler& profiler)
+      : callbacks(std::move(callbacks), profiler), logging(std::move(loggers), profiler) {}
+
+  CallbackConnector callbacks;
+  LoggerConnector logging;
+  FitState state;
+};
+
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
                  std::vector<std::shared_ptr<MetricsLogger>> loggers)
     : options_(std::move(options)),
-      callbacks_(std::move(callbacks), profiler_),
-      logging_(std::move(loggers), profiler_) {
-  state_.checkpoint_dir = options_.default_root_dir + "/checkpoints";
+      parts_(std::make_unique<TrainerParts>(std::move(callbacks), std::move(loggers), profiler_)) {
+  parts_->state.checkpoint_dir = options_.default_root_dir + "/checkpoints";
 }
+
+Trainer::~Trainer() = default;
+
+LoopContext Trainer::Context() {
+  return {*this, options_, strategy_, profiler_, parts_->callbacks, parts_->logging, parts_->state};
+}
+
+int64_t Trainer::global_step() const { return parts_->state.progress.global_step; }
+int64_t Trainer::current_epoch() const { return parts_->state.progress.epoch; }
+int64_t Trainer::micro_batches() const { return parts_->state.progress.micro_batches; }
+int64_t Trainer::samples_seen() const { return parts_->state.progress.samples; }
+double Trainer::elapsed_seconds() const { return parts_->state.progress.elapsed_seconds(); }
+int64_t Trainer::train_batches_per_epoch() const { return parts_->state.progress.train_batches; }
+int64_t Trainer::batch_in_epoch() const { return parts_->state.progress.batch_in_epoch; }
+const std::map<std::string, double>& Trainer::callback_metrics() const {
+  return parts_->logging.callback_metrics();
+}
+torch::optim::Optimizer* Trainer::optimizer() const { return parts_->state.optimizer.get(); }
+Task* Trainer::task() const { return parts_->state.inputs.task; }
+bool Trainer::checkpointing_enabled() const {
+  return parts_->state.checkpointing && options_.fast_dev_run == 0;
+}
+void Trainer::set_checkpointing_enabled(bool enabled) { parts_->state.checkpointing = enabled; }
+void Trainer::set_checkpoint_dir(std::string dir) { parts_->state.checkpoint_dir = std::move(dir); }
+const std::string& Trainer::checkpoint_dir() const { return parts_->state.checkpoint_dir; }
+void Trainer::LogMetrics(const std::map<std::string, double>& metrics) { Context().Log(metrics); }
+void Trainer::PauseScheduler(bool paused) { parts_->state.scheduler_paused = paused; }
+bool Trainer::scheduler_paused() const { return parts_->state.scheduler_paused; }
 
 int Trainer::global_rank() const { return strategy_.global_rank(); }
 int Trainer::world_size() const { return strategy_.world_size(); }
 
 void Trainer::RequestStopNow(const std::string& reason) {
-  if (state_.progress.epoch < options_.min_epochs) {
+  if (parts_->state.progress.epoch < options_.min_epochs) {
     // Said once: a Timer with interval=step asks at every step.
-    if (!state_.stop.deferred_said) {
+    if (!parts_->state.stop.deferred_said) {
       Logger::Instance().Info(
           absl::StrCat("not stopping before min_epochs=", options_.min_epochs, " (", reason, ")"));
-      state_.stop.deferred_said = true;
+      parts_->state.stop.deferred_said = true;
     }
     return;
   }
-  state_.stop.now = true;
+  parts_->state.stop.now = true;
   RequestStop(reason);
 }
 
 void Trainer::RequestStop(const std::string& reason) {
-  state_.stop.requested = true;
-  state_.stop.reason = reason;
+  parts_->state.stop.requested = true;
+  parts_->state.stop.reason = reason;
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   if (!is_global_zero())
     return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
-  absl::Status saved = SaveFitCheckpoint(
-      path, Context().Parts(), state_.progress.Position(state_.inputs.seed, world_size()));
+  absl::Status saved =
+      SaveFitCheckpoint(path, Context().Parts(),
+                        parts_->state.progress.Position(parts_->state.inputs.seed, world_size()));
   return saved.ok() ? saved : CheckpointWriteFailed(path, saved);
 }
 
@@ -59,7 +99,7 @@ absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl:
     Logger::Instance().Warning(
         absl::StrCat("checkpoint not saved: ", error.message(), "; ", kept,
                      "; training goes on without checkpoints (trainer.on_save_error=continue)"));
-    state_.checkpointing = false;
+    parts_->state.checkpointing = false;
     return absl::OkStatus();
   }
   return absl::Status(error.code(),
@@ -69,8 +109,8 @@ absl::Status Trainer::CheckpointWriteFailed(const std::string& path, const absl:
 }
 
 absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, double lr_factor) {
-  torch::optim::Optimizer* optimizer = state_.optimizer.get();
-  const FitInputs& inputs = state_.inputs;
+  torch::optim::Optimizer* optimizer = parts_->state.optimizer.get();
+  const FitInputs& inputs = parts_->state.inputs;
   if (optimizer == nullptr || inputs.optimizer == nullptr) {
     return absl::FailedPreconditionError(
         "parameter groups can only be added while fitting, after the optimizer is built");
@@ -100,15 +140,16 @@ absl::Status Trainer::AddParamGroups(const std::vector<std::string>& names, doub
 }
 
 absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn) {
-  if (state_.train_loader == nullptr)
+  if (parts_->state.train_loader == nullptr)
     return absl::FailedPreconditionError("no training data outside fit");
-  return state_.train_loader->Run(state_.progress.epoch, 0, state_.progress.train_batches,
-                                  [&](data::Batch& batch) -> absl::StatusOr<bool> {
-                                    batch.input = strategy_.InputToDevice(batch.input);
-                                    batch.target = strategy_.ToDevice(batch.target);
-                                    KILN_RETURN_IF_ERROR(fn(batch));
-                                    return true;
-                                  });
+  return parts_->state.train_loader->Run(parts_->state.progress.epoch, 0,
+                                         parts_->state.progress.train_batches,
+                                         [&](data::Batch& batch) -> absl::StatusOr<bool> {
+                                           batch.input = strategy_.InputToDevice(batch.input);
+                                           batch.target = strategy_.ToDevice(batch.target);
+                                           KILN_RETURN_IF_ERROR(fn(batch));
+                                           return true;
+                                         });
 }
 
 absl::Status Trainer::LoadWeights(const std::string& path, Task& task,
@@ -118,15 +159,15 @@ absl::Status Trainer::LoadWeights(const std::string& path, Task& task,
 
 absl::Status Trainer::Fit(const FitInputs& inputs) {
   absl::Status status = FitLoop(Context()).Run(inputs);
-  state_.train_loader = nullptr;  // the fit loop's, gone with it
+  parts_->state.train_loader = nullptr;  // the fit loop's, gone with it
   return status;
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data::DataModule& dm,
                                                                 data::Stage stage) {
   StopSignals stop_signals;  // SIGINT/SIGTERM end it between batches, nothing written
-  state_.inputs.task = &task;
-  state_.progress.start = std::chrono::steady_clock::now();
+  parts_->state.inputs.task = &task;
+  parts_->state.progress.start = std::chrono::steady_clock::now();
   strategy_.ConfigureProcess();
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
@@ -142,7 +183,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(Task& task, data
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> Trainer::Predict(Task& task, data::DataModule& dm) {
-  state_.inputs.task = &task;
+  parts_->state.inputs.task = &task;
   KILN_RETURN_IF_ERROR(strategy_.SelectDevice());
   KILN_RETURN_IF_ERROR(strategy_.PlaceModule(task.module()));
   task.module().eval();

@@ -3,9 +3,9 @@
 // internal/training_epoch_loop.h, internal/evaluation_loop.h); Evaluate() validates or tests,
 // Predict() runs the model (internal/predict_loop.h). The Trainer keeps its options, the
 // callbacks and loggers (through their connectors), the strategy (device, precision, data
-// parallelism: strategy.h) and the fit's state (loop_state.h: progress counters, stop requests,
-// the optimizer), and hands the loops a LoopContext; what a checkpoint holds is the checkpoint
-// connector's (checkpoint_connector.h).
+// parallelism: strategy.h) and the fit's state (connectors/loop_state.h: progress counters, stop
+// requests, the optimizer), and hands the loops a LoopContext; what a checkpoint holds is the
+// checkpoint connector's (connectors/checkpoint_connector.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -22,8 +22,7 @@
 #include "lib/core/exit_code.h"
 #include "lib/data/datamodule.h"
 #include "lib/trainer/callback.h"
-#include "lib/trainer/checkpoint_connector.h"
-#include "lib/trainer/loop_state.h"
+#include "lib/trainer/fit_inputs.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/profiler.h"
 #include "lib/trainer/strategy.h"
@@ -32,12 +31,16 @@
 
 namespace kiln {
 
+struct LoopContext;
+struct TrainerParts;
+
 class Trainer {
  public:
   Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks,
           std::vector<std::shared_ptr<MetricsLogger>> loggers);
   Trainer(const Trainer&) = delete;  // the strategy refers to the options
   Trainer& operator=(const Trainer&) = delete;
+  ~Trainer();
 
   // Trains data-parallel over `group` (one process per rank, see lib/distributed): each rank
   // reads its shard of the data, gradients are averaged, metrics are reduced, rank 0 logs and
@@ -62,27 +65,25 @@ class Trainer {
   int global_rank() const;
   int world_size() const;
   bool is_global_zero() const { return global_rank() == 0; }
-  int64_t global_step() const { return state_.progress.global_step; }  // optimizer steps taken
-  int64_t current_epoch() const { return state_.progress.epoch; }
-  int64_t micro_batches() const { return state_.progress.micro_batches; }
-  int64_t samples_seen() const { return state_.progress.samples; }  // over all ranks
-  double elapsed_seconds() const { return state_.progress.elapsed_seconds(); }
-  int64_t train_batches_per_epoch() const { return state_.progress.train_batches; }
+  int64_t global_step() const;  // optimizer steps taken
+  int64_t current_epoch() const;
+  int64_t micro_batches() const;
+  int64_t samples_seen() const;  // over all ranks
+  double elapsed_seconds() const;
+  int64_t train_batches_per_epoch() const;
   // Batches of the current epoch done so far (train_batches_per_epoch() at the epoch's end).
-  int64_t batch_in_epoch() const { return state_.progress.batch_in_epoch; }
-  const std::map<std::string, double>& callback_metrics() const {
-    return logging_.callback_metrics();
-  }
-  torch::optim::Optimizer* optimizer() const { return state_.optimizer.get(); }
-  Task* task() const { return state_.inputs.task; }
-  bool checkpointing_enabled() const { return state_.checkpointing && options_.fast_dev_run == 0; }
+  int64_t batch_in_epoch() const;
+  const std::map<std::string, double>& callback_metrics() const;
+  torch::optim::Optimizer* optimizer() const;
+  Task* task() const;
+  bool checkpointing_enabled() const;
   // A fit that must leave no checkpoint behind (lr_find's sweep): not even max_steps' last.ckpt.
-  void set_checkpointing_enabled(bool enabled) { state_.checkpointing = enabled; }
+  void set_checkpointing_enabled(bool enabled);
   // Where `ckpt_path=last` looks and interruption checkpoints go; ModelCheckpoint sets it.
-  void set_checkpoint_dir(std::string dir) { state_.checkpoint_dir = std::move(dir); }
-  const std::string& checkpoint_dir() const { return state_.checkpoint_dir; }
+  void set_checkpoint_dir(std::string dir);
+  const std::string& checkpoint_dir() const;
   // Sends metrics to every logger at the current optimizer step (LearningRateMonitor, Timer).
-  void LogMetrics(const std::map<std::string, double>& metrics) { Context().Log(metrics); }
+  void LogMetrics(const std::map<std::string, double>& metrics);
   // Asks the loop to stop at the end of this epoch (EarlyStopping); honours min_epochs.
   void RequestStop(const std::string& reason);
   // Asks the loop to stop after the current optimizer step (Timer with interval=step); writes a
@@ -102,24 +103,21 @@ class Trainer {
   absl::Status AddParamGroups(const std::vector<std::string>& names, double lr_factor);
   // Stops (or restarts) the scheduler's steps: a callback that sets the lrs itself from then on
   // (weight_averaging's swa). Not in checkpoints: the callback pauses it again when resuming.
-  void PauseScheduler(bool paused) { state_.scheduler_paused = paused; }
-  bool scheduler_paused() const { return state_.scheduler_paused; }
+  void PauseScheduler(bool paused);
+  bool scheduler_paused() const;
   // Runs `fn` on each batch of one pass over the training data (the current epoch's order and
   // augmentations, on the device), outside training: weight_averaging's update_bn pass.
   absl::Status ForEachTrainingBatch(const std::function<absl::Status(data::Batch&)>& fn);
 
  private:
   // What the loops are handed: this Trainer's public face and its parts.
-  LoopContext Context() {
-    return {*this, options_, strategy_, profiler_, callbacks_, logging_, state_};
-  }
+  LoopContext Context();
 
   TrainerOptions options_;
   PhaseProfiler profiler_{options_.profiler == TrainerOptions::ProfilerKind::kSimple};
-  CallbackConnector callbacks_;
-  LoggerConnector logging_;
   Strategy strategy_{options_};
-  FitState state_;
+  // The connectors and the fit's state (connectors/loop_state.h): the loops' side, not the face.
+  std::unique_ptr<TrainerParts> parts_;
 };
 
 }  // namespace kiln

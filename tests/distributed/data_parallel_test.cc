@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "lib/trainer/checkpoint.h"
+#include "lib/weights/checkpoint.h"
 #include "tests/support/process.h"
 
 namespace kiln {

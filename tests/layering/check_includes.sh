@@ -2,13 +2,15 @@
 # The include rule: a module includes only modules at its own level or below, never one above.
 #
 #   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/run < lib/sweep
-#     < lib/report < lib/data < lib/trainer < lib/commands < lib/serve  <  components/  <  tasks/
-#     <  plugins/  <  entrypoints/, lib/app
+#     < lib/report < lib/data < lib/weights < lib/trainer < lib/tuner < lib/inference
+#     < lib/commands < lib/serve  <  components/  <  tasks/  <  plugins/  <  entrypoints/, lib/app
 #
 # Modules are ranked by purpose. lib/run (the command seam, run folders, stored configs), lib/sweep
 # (sweepers, launchers, Optuna) and lib/report (kiln report and dashboard) never load LibTorch, so
 # `kiln` composes, plans sweeps and reports in milliseconds; the engine (lib/data .. lib/serve)
-# registers its commands through lib/run. lib/app, the command-line shell, is at the top: nothing
+# registers its commands through lib/run. Inside the engine, as Lightning's packages: the weights'
+# files (checkpoints, safetensors, TorchScript, averaging) below the trainer, the tuner (the
+# learning-rate finder) and inference (the Predictor) above it. lib/app, the command-line shell, is at the top: nothing
 # but the entrypoint includes it. The torch-free modules (lib/core except torch_compat.h,
 # lib/config, lib/logging, lib/registry, lib/run, lib/sweep, lib/report, lib/app) must not include
 # LibTorch headers at all. The public headers <kiln/...> (include/kiln/) sit above everything:
@@ -29,9 +31,9 @@ awk '
     return parts[1] == "lib" ? parts[1] "/" parts[2] : parts[1]
   }
   BEGIN {
-    split("lib/core lib/config lib/logging lib/registry lib/distributed lib/run lib/sweep lib/report lib/data lib/trainer lib/commands lib/serve", low, " ")
+    n = split("lib/core lib/config lib/logging lib/registry lib/distributed lib/run lib/sweep lib/report lib/data lib/weights lib/trainer lib/tuner lib/inference lib/commands lib/serve", low, " ")
     for (i in low) rank[low[i]] = i + 0
-    rank["components"] = 13; rank["tasks"] = 14; rank["plugins"] = 15; rank["entrypoints"] = 16; rank["lib/app"] = 16
+    rank["components"] = n + 1; rank["tasks"] = n + 2; rank["plugins"] = n + 3; rank["entrypoints"] = n + 4; rank["lib/app"] = n + 4
     split("lib/core lib/config lib/logging lib/registry lib/run lib/sweep lib/report lib/app", free, " ")
     for (i in free) torch_free[free[i]] = 1
     violations = 0

@@ -3,7 +3,7 @@
 // a batch answers as inputs one at a time, a bad input failing alone; concurrent callers get the
 // same answers as one caller; the prediction split's answers are `kiln predict`'s file, byte for
 // byte.
-#include "lib/trainer/predictor.h"
+#include "lib/inference/predictor.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>

@@ -21,11 +21,11 @@
 #include "lib/data/shards/tar_shard.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
-#include "lib/trainer/lr_finder.h"
 #include "lib/trainer/metric_collection.h"
 #include "lib/trainer/trainer.h"
+#include "lib/tuner/lr_finder.h"
+#include "lib/weights/checkpoint.h"
 #include "tests/support/process.h"
 
 namespace kiln::fit_fixture {

@@ -7,8 +7,8 @@
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/checkpoint.h"
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/checkpoint.h"
+#include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
 namespace kiln {

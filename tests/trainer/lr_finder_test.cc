@@ -1,6 +1,6 @@
 // The learning-rate finder: the sweep restores the model bitwise and the fit after it is the fit
 // without it, one loss per optimizer step with accumulation, divergence, bad options.
-#include "lib/trainer/lr_finder.h"
+#include "lib/tuner/lr_finder.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,10 +19,10 @@
 #include "lib/data/shards/tar_shard.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/checkpoint.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
 #include "lib/trainer/metric_collection.h"
 #include "lib/trainer/trainer.h"
+#include "lib/weights/checkpoint.h"
 #include "tests/support/process.h"
 #include "tests/trainer/fit_fixture.h"
 

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "lib/trainer/checkpoint.h"
-#include "lib/trainer/checkpoint_average.h"
 #include "lib/trainer/freezing.h"
 #include "lib/trainer/pretrained_weights.h"
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/checkpoint.h"
+#include "lib/weights/checkpoint_average.h"
+#include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
 namespace kiln {

@@ -5,7 +5,7 @@
 // onnx is installed in the .venv). Models that cannot trace with a dynamic batch size are refused
 // in one line. Dynamic int8 quantization swaps every Linear for quantized::linear_dynamic. The
 // Python parts are skipped, with a message, only when Python torch is absent.
-#include "lib/trainer/torchscript.h"
+#include "lib/weights/torchscript.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>
@@ -17,7 +17,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
 namespace kiln {

@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
-#include "lib/trainer/loop_state.h"
+#include "lib/trainer/connectors/loop_state.h"
 #include "lib/trainer/task.h"
 
 namespace kiln {

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
-#include "lib/trainer/loop_state.h"
+#include "lib/trainer/connectors/loop_state.h"
 
 namespace kiln {
 

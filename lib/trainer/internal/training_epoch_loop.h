@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/connectors/loop_state.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
-#include "lib/trainer/loop_state.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/connectors/checkpoint_connector.h"
 
 #include <cxxabi.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"
-#include "lib/trainer/checkpoint.h"
+#include "lib/weights/checkpoint.h"
 
 namespace kiln {
 

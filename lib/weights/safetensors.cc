@@ -1,4 +1,4 @@
-#include "lib/trainer/safetensors.h"
+#include "lib/weights/safetensors.h"
 
 #include <cstring>
 #include <fstream>

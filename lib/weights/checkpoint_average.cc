@@ -1,4 +1,4 @@
-#include "lib/trainer/checkpoint_average.h"
+#include "lib/weights/checkpoint_average.h"
 
 #include <dirent.h>
 
@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"
-#include "lib/trainer/checkpoint.h"
+#include "lib/weights/checkpoint.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,7 @@
 // What the loops (internal/fit_loop.h, ...) share while a fit, an evaluation or a prediction runs,
 // and the connectors through which they reach callbacks, loggers and the data: Lightning's
-// progress objects and trainer connectors. The Trainer holds them and hands the loops a
+// progress objects and trainer connectors (trainer/connectors/). The Trainer holds them behind
+// its face (trainer.h does not include this header, which is not installed) and hands the loops a
 // LoopContext; callbacks and commands read them through the Trainer's public accessors. No loop
 // is the Trainer's friend.
 #pragma once
@@ -20,7 +21,8 @@
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/trainer/callback.h"
-#include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/connectors/checkpoint_connector.h"
+#include "lib/trainer/fit_inputs.h"
 #include "lib/trainer/metric_log.h"
 #include "lib/trainer/optimization.h"
 #include "lib/trainer/profiler.h"
@@ -31,17 +33,6 @@
 namespace kiln {
 
 class Trainer;
-
-struct FitInputs {
-  Task* task = nullptr;
-  data::DataModule* data = nullptr;
-  std::shared_ptr<OptimizerFactory> optimizer;
-  std::shared_ptr<Scheduler> scheduler;  // may be null
-  std::string ckpt_path;                 // "", "last", or a file
-  uint64_t seed = 0;
-  std::string config_yaml;  // the resolved job config, stored in checkpoints
-  std::string model_name;   // e.g. "cnn", checked when resuming
-};
 
 // The fit's progress (Lightning's progress objects): the counters the loops advance and a
 // checkpoint keeps (LoopPosition).

@@ -1,4 +1,4 @@
-#include "lib/trainer/loop_state.h"
+#include "lib/trainer/connectors/loop_state.h"
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/status_macros.h"

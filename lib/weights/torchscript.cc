@@ -1,4 +1,4 @@
-#include "lib/trainer/torchscript.h"
+#include "lib/weights/torchscript.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/frontend/tracer.h>

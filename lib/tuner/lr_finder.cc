@@ -1,4 +1,4 @@
-#include "lib/trainer/lr_finder.h"
+#include "lib/tuner/lr_finder.h"
 
 #include <chrono>
 #include <cmath>

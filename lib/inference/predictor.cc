@@ -1,4 +1,4 @@
-#include "lib/trainer/predictor.h"
+#include "lib/inference/predictor.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -11,13 +11,13 @@
 #include "lib/data/sampler.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/checkpoint.h"
-#include "lib/trainer/checkpoint_connector.h"
+#include "lib/trainer/connectors/checkpoint_connector.h"
 #include "lib/trainer/internal/cuda_module.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/process_settings.h"
-#include "lib/trainer/safetensors.h"
-#include "lib/trainer/torchscript.h"
+#include "lib/weights/checkpoint.h"
+#include "lib/weights/safetensors.h"
+#include "lib/weights/torchscript.h"
 
 namespace kiln {
 namespace {

@@ -1,4 +1,4 @@
-#include "lib/trainer/checkpoint.h"
+#include "lib/weights/checkpoint.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
