@@ -11,8 +11,8 @@
 namespace kiln::distributed {
 namespace {
 
-NcclBackendMaker nccl_backend_maker =
-    nullptr;  // constant-initialized: set from static initializers
+// Constant-initialized: libkiln_cuda's static initializers set it.
+NcclBackendMaker nccl_backend_maker = nullptr;
 
 // The first line of a c10d/Gloo message, without LibTorch's C++ backtrace.
 std::string FirstLine(const std::exception& e) {

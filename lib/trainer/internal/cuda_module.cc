@@ -13,14 +13,10 @@ namespace {
 
 const CudaModuleHooks* cuda_module_hooks = nullptr;  // constant-initialized: set by the module
 
-struct CudaModuleState {
-  bool loaded = false;
-  std::string note;
-};
-
-CudaModuleState& TheCudaModuleState() {
-  static CudaModuleState* state = new CudaModuleState();
-  return *state;
+// Why the module is not loaded ("" when it is): whether it is, is whether it registered its hooks.
+std::string& CudaModuleAbsence() {
+  static std::string* note = new std::string();
+  return *note;
 }
 
 // The folder kiln_engine was loaded from; the module is beside it (a build's lib/, an installed
@@ -36,8 +32,7 @@ std::string EngineLibraryDir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-CudaModuleState LoadCudaModule() {
-  CudaModuleState state;
+std::string LoadCudaModule() {
   const char* setting = std::getenv("KILN_LOAD_CUDA");
   std::string mode = setting != nullptr ? setting : "";
   if (mode != "" && mode != "0" && mode != "1" && mode != "auto") {
@@ -45,47 +40,40 @@ CudaModuleState LoadCudaModule() {
                  mode.c_str());
     mode = "auto";
   }
-  if (mode == "0") {
-    state.note = "KILN_LOAD_CUDA=0";
-    return state;
-  }
+  if (mode == "0") return "KILN_LOAD_CUDA=0";
 #if !KILN_WITH_CUDA
-  state.note = "this kiln was built without CUDA";
-  if (mode == "1")
-    std::fprintf(stderr, "kiln: warning: KILN_LOAD_CUDA=1, but %s\n", state.note.c_str());
-  return state;
+  const std::string note = "this kiln was built without CUDA";
+  if (mode == "1") std::fprintf(stderr, "kiln: warning: KILN_LOAD_CUDA=1, but %s\n", note.c_str());
+  return note;
 #else
   // CUDA's driver: what LibTorch's CUDA needs to see a GPU. Kept loaded (LibTorch uses it).
   if (mode != "1" && ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) == nullptr) {
-    state.note = "no CUDA driver (libcuda.so.1) on this machine";
-    return state;
+    return "no CUDA driver (libcuda.so.1) on this machine";
   }
   std::string path = EngineLibraryDir() + "/libkiln_cuda.so";
   if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     const char* error = ::dlerror();
-    state.note =
+    std::string note =
         absl::StrCat("kiln's CUDA module could not be loaded: ", error != nullptr ? error : path);
-    std::fprintf(stderr, "kiln: warning: %s; kiln runs on the CPU\n", state.note.c_str());
-    return state;
+    std::fprintf(stderr, "kiln: warning: %s; kiln runs on the CPU\n", note.c_str());
+    return note;
   }
-  state.loaded = cuda_module_hooks != nullptr;
-  if (!state.loaded) state.note = absl::StrCat(path, " registered nothing");
-  return state;
+  return cuda_module_hooks != nullptr ? "" : absl::StrCat(path, " registered nothing");
 #endif
 }
 
 // As kiln_engine loads (before main, or inside the dlopen that loads it): before anything asks
 // LibTorch about CUDA.
 [[maybe_unused]] const bool kCudaModuleLoadAttempted = [] {
-  TheCudaModuleState() = LoadCudaModule();
+  CudaModuleAbsence() = LoadCudaModule();
   return true;
 }();
 
 }  // namespace
 
-bool CudaModuleLoaded() { return TheCudaModuleState().loaded; }
+bool CudaModuleLoaded() { return cuda_module_hooks != nullptr; }
 
-std::string CudaModuleNote() { return TheCudaModuleState().note; }
+std::string CudaModuleNote() { return CudaModuleAbsence(); }
 
 std::string NoCudaDeviceAvailable() {
   std::string note = CudaModuleNote();
