@@ -59,6 +59,7 @@ class ClassificationTask : public Task {
   }
   absl::Status Connect(data::DataModule& data) final;
   absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) final;
+  bool splits_training_step() const final { return true; }
   absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) final;
   absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
                                MetricLog& log) final;

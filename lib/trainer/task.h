@@ -38,15 +38,18 @@ class Task {
   // Returns the loss to minimize; logs "train/..." metrics.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const data::Batch& batch, MetricLog& log) = 0;
 
-  // The training step in two halves, for trainer.cuda_graphs: TrainingLoss is device work alone
-  // (the forward and the loss, no read of a value on the host: it is captured into a CUDA graph and
-  // replayed), and LogTrainingStep logs and updates the training metrics from its outputs after
-  // each replay. A task that has them makes TrainingStep their composition. Unimplemented (the
-  // default): the task's step reads values on the host, and cuda_graphs is refused for it.
+  // The training step in two halves: TrainingLoss is device work alone (the forward and the loss,
+  // no read of a value on the host), and LogTrainingStep logs and updates the training metrics
+  // from its outputs. A task that has them says so in splits_training_step() and makes
+  // TrainingStep their composition; the trainer then reads the loss once, after the backward (a
+  // GPU runs the whole step meanwhile), and trainer.cuda_graphs can capture TrainingLoss into a
+  // CUDA graph and replay it. A task that does not (its step reads values on the host) keeps the
+  // defaults: the trainer calls TrainingStep, and cuda_graphs is refused for it.
   struct TrainingOutputs {
     torch::Tensor loss;   // the scalar to minimize
     torch::Tensor preds;  // what the training metrics see (logits), outside autograd
   };
+  virtual bool splits_training_step() const { return false; }
   virtual absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& /*batch*/) {
     return absl::UnimplementedError("its training step reads values on the host");
   }

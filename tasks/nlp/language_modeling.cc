@@ -58,6 +58,7 @@ class LanguageModeling : public Task {
     return outputs.loss;
   }
 
+  bool splits_training_step() const override { return true; }
   absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));

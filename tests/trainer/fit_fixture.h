@@ -128,13 +128,10 @@ class Classifier : public Task {
     if (!st.ok()) return st;
     return outputs.loss;
   }
-  absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& b) override {
-    if (whole_step_) return Task::TrainingLoss(b);
-    return Forward(b);
-  }
+  bool splits_training_step() const override { return !whole_step_; }
+  absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& b) override { return Forward(b); }
   absl::Status LogTrainingStep(const data::Batch& b, const TrainingOutputs& outputs,
                                MetricLog& log) override {
-    if (whole_step_) return Task::LogTrainingStep(b, outputs, log);
     return Log(b, outputs, log);
   }
   absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(const SumOverRanks& sum) override {

@@ -25,34 +25,52 @@ FitLoop::FitLoop(LoopContext ctx) : ctx_(ctx) {}
 FitLoop::~FitLoop() = default;
 
 absl::Status FitLoop::Run(const FitInputs& inputs) {
-  Trainer& t = ctx_.trainer;
+  KILN_ASSIGN_OR_RETURN(Plan plan, Setup(inputs));
+  KILN_RETURN_IF_ERROR(ConfigureOptimizers(inputs, plan));
+  // From here a signal ends the fit at a step boundary, with a checkpoint.
+  StopSignals signals;
+  KILN_ASSIGN_OR_RETURN(bool resumed, Start(inputs));
+  if (validation_ && ctx_.options.num_sanity_val_steps > 0 && !resumed &&
+      ctx_.options.fast_dev_run == 0) {
+    // A few validation batches first, so a broken validation step fails before hours of training.
+    KILN_RETURN_IF_ERROR(validation_->RunBatches(ctx_.options.num_sanity_val_steps).status());
+  }
+  KILN_RETURN_IF_ERROR(Announce(plan));
+  return Finish(RunEpochs(plan.max_epochs));
+}
+
+absl::StatusOr<FitLoop::Plan> FitLoop::Setup(const FitInputs& inputs) {
   const TrainerOptions& options = ctx_.options;
   Strategy& strategy = ctx_.strategy;
   ctx_.state.inputs = inputs;
-  Task& task = *inputs.task;
   ctx_.state.progress.start = std::chrono::steady_clock::now();
   // A stop asked for in an earlier fit of this trainer (early stopping) does not end this one.
   ctx_.state.stop = StopState{};
 
-  int threads = strategy.ConfigureProcess();
+  Plan plan;
+  plan.threads = strategy.ConfigureProcess();
   at::globalContext().setDeterministicAlgorithms(options.deterministic, /*warn_only=*/false);
   torch::manual_seed(inputs.seed);
   KILN_RETURN_IF_ERROR(strategy.SelectDevice());
 
-  KILN_ASSIGN_OR_RETURN(int64_t train_samples, SetupData(inputs));
-  ctx_.state.progress.train_batches = options.limit_train_batches.Of(train_loader_->num_batches());
-  if (options.fast_dev_run > 0)
-    ctx_.state.progress.train_batches =
-        std::min(ctx_.state.progress.train_batches, options.fast_dev_run);
-  if (ctx_.state.progress.train_batches <= 0)
+  KILN_ASSIGN_OR_RETURN(plan.train_samples, SetupData(inputs));
+  int64_t& train_batches = ctx_.state.progress.train_batches;
+  train_batches = options.limit_train_batches.Of(train_loader_->num_batches());
+  if (options.fast_dev_run > 0) train_batches = std::min(train_batches, options.fast_dev_run);
+  if (train_batches <= 0)
     return absl::FailedPreconditionError("no training batches (check limit_train_batches)");
-  int64_t max_epochs = options.fast_dev_run > 0 ? 1 : options.max_epochs;
-  int64_t steps_per_epoch =
-      (ctx_.state.progress.train_batches + options.accumulate_grad_batches - 1) /
-      options.accumulate_grad_batches;
-  int64_t total_steps = options.max_steps > 0 ? options.max_steps : steps_per_epoch * max_epochs;
+  plan.max_epochs = options.fast_dev_run > 0 ? 1 : options.max_epochs;
+  plan.steps_per_epoch =
+      (train_batches + options.accumulate_grad_batches - 1) / options.accumulate_grad_batches;
+  plan.total_steps =
+      options.max_steps > 0 ? options.max_steps : plan.steps_per_epoch * plan.max_epochs;
+  return plan;
+}
 
-  KILN_RETURN_IF_ERROR(strategy.PlaceModule(task.module()));
+absl::Status FitLoop::ConfigureOptimizers(const FitInputs& inputs, const Plan& plan) {
+  Trainer& t = ctx_.trainer;
+  Task& task = *inputs.task;
+  KILN_RETURN_IF_ERROR(ctx_.strategy.PlaceModule(task.module()));
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnSetup(t); }));
   // Frozen parameters (model.freeze, backbone_finetuning) stay out of the optimizer.
   NamedParameters params;
@@ -62,11 +80,15 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
     model_names.push_back(p.key());
   }
   KILN_ASSIGN_OR_RETURN(ctx_.state.optimizer, inputs.optimizer->Create(params, model_names));
-  if (inputs.scheduler)
-    KILN_RETURN_IF_ERROR(
-        inputs.scheduler->Attach(ctx_.state.optimizer.get(), total_steps, steps_per_epoch));
+  if (inputs.scheduler) {
+    KILN_RETURN_IF_ERROR(inputs.scheduler->Attach(ctx_.state.optimizer.get(), plan.total_steps,
+                                                  plan.steps_per_epoch));
+  }
+  return absl::OkStatus();
+}
 
-  StopSignals signals;
+absl::StatusOr<bool> FitLoop::Start(const FitInputs& inputs) {
+  Trainer& t = ctx_.trainer;
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnFitStart(t); }));
   if (t.is_global_zero()) {
     // A run killed while writing a checkpoint leaves its temporary file (never a half checkpoint
@@ -82,61 +104,68 @@ absl::Status FitLoop::Run(const FitInputs& inputs) {
     ctx_.logging.ForEach(
         [&](MetricsLogger& logger) { return logger.OnResume(ctx_.state.progress.global_step); });
   }
-  KILN_RETURN_IF_ERROR(strategy.SetupDataParallel(task.module()));
+  KILN_RETURN_IF_ERROR(ctx_.strategy.SetupDataParallel(inputs.task->module()));
+  return resumed;
+}
 
-  if (validation_ && options.num_sanity_val_steps > 0 && !resumed && options.fast_dev_run == 0) {
-    // A few validation batches first, so a broken validation step fails before hours of training.
-    KILN_RETURN_IF_ERROR(validation_->RunBatches(options.num_sanity_val_steps).status());
-  }
-
+absl::Status FitLoop::Announce(const Plan& plan) {
+  Trainer& t = ctx_.trainer;
+  const TrainerOptions& options = ctx_.options;
+  Strategy& strategy = ctx_.strategy;
   const bool cuda = strategy.device().is_cuda();
   Logger::Instance().Info(absl::StrCat(
-      "training on ", cuda ? "cuda" : "cpu", " with ", threads, " threads",
+      "training on ", cuda ? "cuda" : "cpu", " with ", plan.threads, " threads",
       strategy.distributed() ? absl::StrCat(" per rank, ", t.world_size(), " ranks") : "",
-      cuda ? CudaDeviceNote(strategy.device()) : BlasKernelsNote(), ": ", train_samples,
+      cuda ? CudaDeviceNote(strategy.device()) : BlasKernelsNote(), ": ", plan.train_samples,
       " samples, ", ctx_.state.progress.train_batches, " batches per epoch",
-      strategy.distributed() ? " per rank" : "", ", up to ", max_epochs, " epochs"));
+      strategy.distributed() ? " per rank" : "", ", up to ", plan.max_epochs, " epochs"));
   if (options.profiler == TrainerOptions::ProfilerKind::kAdvanced && t.is_global_zero()) {
     KILN_RETURN_IF_ERROR(MakeDirs(options.default_root_dir));
     ctx_.state.operator_trace = std::make_unique<OperatorTrace>(
         options.default_root_dir + "/profile.trace.json",
         options.profiler_wait + options.profiler_warmup, options.profiler_active);
   }
+  return absl::OkStatus();
+}
+
+absl::Status FitLoop::RunEpochs(int64_t max_epochs) {
+  const TrainerOptions& options = ctx_.options;
   ctx_.state.train_loader = train_loader_.get();
   TrainingEpochLoop epoch_loop(ctx_, *train_loader_, validation_.get());
-  absl::Status status;
   while (ctx_.state.progress.epoch < max_epochs && !ctx_.state.stop.requested) {
     if (options.max_steps > 0 && ctx_.state.progress.global_step >= options.max_steps) break;
-    auto out_of_time = strategy.AnyRank(ctx_.OutOfTime());
-    if (!out_of_time.ok()) {
-      status = out_of_time.status();
-      break;
-    }
-    if (*out_of_time) {
+    KILN_ASSIGN_OR_RETURN(bool out_of_time, ctx_.strategy.AnyRank(ctx_.OutOfTime()));
+    if (out_of_time) {
       Logger::Instance().Info("max_time reached");
       break;
     }
     auto stopped_inside = epoch_loop.Run();
     ReturnFreedMemory();
-    if (!stopped_inside.ok()) status = stopped_inside.status();
-    if (!stopped_inside.ok() || *stopped_inside) break;
+    KILN_RETURN_IF_ERROR(stopped_inside.status());
+    if (*stopped_inside) break;
   }
+  return absl::OkStatus();
+}
+
+absl::Status FitLoop::Finish(absl::Status status) {
+  Trainer& t = ctx_.trainer;
   // Alone, a signal that came after the last step still stops with a checkpoint; with several
   // ranks only the signal they agreed on at a step boundary counts, so all of them end alike.
   ReportProfiles();
-  int signal = strategy.distributed() ? ctx_.state.stop.signal : StopSignals::Received();
+  int signal = ctx_.strategy.distributed() ? ctx_.state.stop.signal : StopSignals::Received();
   if (status.ok() && signal != 0) status = Interrupted(signal);
   if (!status.ok()) {
     ctx_.callbacks.OnException(t, status);
     return status;
   }
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnFitEnd(t); }));
-  KILN_RETURN_IF_ERROR(strategy.Barrier());
+  KILN_RETURN_IF_ERROR(ctx_.strategy.Barrier());
   ctx_.logging.ForEach([](MetricsLogger& logger) { return logger.Finish(); });
-  Logger::Instance().Info(absl::StrFormat(
-      "fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", ctx_.state.progress.epoch,
-      ctx_.state.progress.global_step, ctx_.state.progress.samples, t.elapsed_seconds(),
-      ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")"));
+  const FitProgress& p = ctx_.state.progress;
+  Logger::Instance().Info(
+      absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", p.epoch,
+                      p.global_step, p.samples, t.elapsed_seconds(),
+                      ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")"));
   return absl::OkStatus();
 }
 

@@ -18,9 +18,34 @@ class FitLoop {
  public:
   explicit FitLoop(LoopContext ctx);
   ~FitLoop();
+  // The fit in Lightning's order: Setup, ConfigureOptimizers, Start (with resuming), the sanity
+  // check, Announce, RunEpochs, Finish.
   absl::Status Run(const FitInputs& inputs);
 
  private:
+  // What Setup works out for the phases after it.
+  struct Plan {
+    int threads = 1;            // per rank
+    int64_t train_samples = 0;  // in the training split
+    int64_t max_epochs = 0;
+    int64_t steps_per_epoch = 0;
+    int64_t total_steps = 0;  // what the scheduler plans for
+  };
+  // The process (threads, determinism, the seed), the device, the data and the batch counts.
+  absl::StatusOr<Plan> Setup(const FitInputs& inputs);
+  // The module on its device, the callbacks' OnSetup, the optimizer over the trainable
+  // parameters (frozen ones stay out) and the scheduler.
+  absl::Status ConfigureOptimizers(const FitInputs& inputs, const Plan& plan);
+  // The callbacks' OnFitStart, stale temporary files removed, resuming from a checkpoint, data
+  // parallelism set up; true when the fit resumed.
+  absl::StatusOr<bool> Start(const FitInputs& inputs);
+  // The fit's log line (device, threads, sizes) and the advanced profiler's trace.
+  absl::Status Announce(const Plan& plan);
+  // Training epochs until max_epochs, max_steps, max_time or a stop request.
+  absl::Status RunEpochs(int64_t max_epochs);
+  // After the loop: the profiles, a signal's interruption checkpoint, and the fit-end callbacks
+  // and loggers (or OnException when `status` failed).
+  absl::Status Finish(absl::Status status);
   // The training loader (shuffled, sharded over ranks) and the validation loop, if the data has
   // a validation split; returns the training split's size.
   absl::StatusOr<int64_t> SetupData(const FitInputs& inputs);

@@ -22,8 +22,8 @@ absl::StatusOr<bool> TrainingEpochLoop::Run() {
   const TrainerOptions& options = ctx_.options;
   Task& task = *ctx_.state.inputs.task;
   task.module().train();
-  if (options.cuda_graphs && graph_ == nullptr) {
-    KILN_ASSIGN_OR_RETURN(graph_, CudaGraphStep::Create(ctx_));
+  if (step_ == nullptr) {
+    KILN_ASSIGN_OR_RETURN(step_, AutomaticOptimization::Choose(ctx_));
   }
   if (ctx_.state.progress.batch_in_epoch == 0) ctx_.logging.train_log().ResetEpoch();
   KILN_RETURN_IF_ERROR(ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainEpochStart(t); }));
@@ -137,163 +137,15 @@ absl::Status TrainingEpochLoop::EndEpoch(double seconds, int64_t samples_at_star
 
 absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) {
   Trainer& t = ctx_.trainer;
-  const TrainerOptions& options = ctx_.options;
   Strategy& strategy = ctx_.strategy;
-  Task& task = *ctx_.state.inputs.task;
   batch.input = strategy.InputToDevice(batch.input);
   batch.target = strategy.ToDevice(batch.target);
   KILN_RETURN_IF_ERROR(
       ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchStart(t, batch); }));
   KILN_RETURN_IF_ERROR(strategy.BeforeTrainingForward());
-  const bool boundary = (batch.index + 1) % options.accumulate_grad_batches == 0 || last_in_epoch;
-  // The forward, the loss and the backward are queued before the host reads anything: the loss is
-  // read once, after the backward (a GPU runs the whole step's work meanwhile), and a non-finite
-  // one drops the gradients it left (skip) or stops before the optimizer step.
-  absl::StatusOr<Task::TrainingOutputs> outputs;
-  if (graph_ != nullptr) {
-    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
-    outputs = graph_->ForwardBackward(batch);
-    if (absl::IsUnimplemented(outputs.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "trainer.cuda_graphs=true: the task cannot be captured: ", outputs.status().message(),
-          " (set trainer.cuda_graphs=false)"));
-    }
-  } else {
-    {
-      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
-      AutocastScope autocast(strategy);
-      outputs = task.TrainingLoss(batch);
-    }
-    // A task whose step reads values on the host (no TrainingLoss) takes the whole step at once.
-    if (absl::IsUnimplemented(outputs.status())) return AdvanceWholeStep(batch, boundary);
-    if (outputs.ok()) KILN_RETURN_IF_ERROR(Backward(outputs->loss, boundary));
-  }
-  if (!outputs.ok()) return outputs.status();
-  double loss_value = outputs->loss.item<double>();
-  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
-  auto log_step = [&] { return task.LogTrainingStep(batch, *outputs, ctx_.logging.train_log()); };
-  if (skip) {
-    if (graph_ != nullptr) {
-      graph_->SkipOptimizerStep();
-    } else {
-      ctx_.state.optimizer->zero_grad();
-    }
-    return log_step();
-  }
-  if (graph_ != nullptr) {
-    {
-      PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
-      KILN_RETURN_IF_ERROR(
-          ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
-      KILN_RETURN_IF_ERROR(graph_->OptimizerStep());
-    }
-    // The optimizer's graph is launched before the task's metrics are logged: they read the step's
-    // outputs, which the optimizer step leaves alone, so the host's work on them overlaps the
-    // GPU's.
-    KILN_RETURN_IF_ERROR(log_step());
-    AfterOptimizerStep();
-  } else {
-    // Lightning's order: what the training step logs is there before on_before_optimizer_step.
-    KILN_RETURN_IF_ERROR(log_step());
-    if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
-  }
-  return EndBatch(batch, loss_value);
-}
-
-absl::Status TrainingEpochLoop::AdvanceWholeStep(data::Batch& batch, bool boundary) {
-  absl::StatusOr<torch::Tensor> loss;
-  {
-    PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kForward);
-    AutocastScope autocast(ctx_.strategy);
-    loss = ctx_.state.inputs.task->TrainingStep(batch, ctx_.logging.train_log());
-  }
-  if (!loss.ok()) return loss.status();
-  double loss_value = loss->item<double>();
-  KILN_ASSIGN_OR_RETURN(bool skip, CountAndCheckLoss(batch, loss_value));
-  if (skip) {
-    ctx_.state.optimizer->zero_grad();
-    return absl::OkStatus();
-  }
-  KILN_RETURN_IF_ERROR(Backward(*loss, boundary));
-  if (boundary) KILN_RETURN_IF_ERROR(OptimizerStep());
-  return EndBatch(batch, loss_value);
-}
-
-absl::Status TrainingEpochLoop::Backward(const torch::Tensor& loss, bool boundary) {
-  PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kBackward);
-  // Each micro-batch's share of an accumulated step.
-  return ctx_.strategy.Backward(loss / static_cast<double>(ctx_.options.accumulate_grad_batches),
-                                boundary);
-}
-
-absl::Status TrainingEpochLoop::EndBatch(const data::Batch& batch, double loss_value) {
-  Trainer& t = ctx_.trainer;
-  // This batch is done before the callbacks see it: a checkpoint they save (model_checkpoint's
-  // every_n_train_steps) resumes after it, not with it again.
-  ctx_.state.progress.batch_in_epoch = batch.index + 1;
-  return ctx_.callbacks.ForEach(
-      [&](Callback& c) { return c.OnTrainBatchEnd(t, batch, loss_value); });
-}
-
-absl::StatusOr<bool> TrainingEpochLoop::CountAndCheckLoss(const data::Batch& batch,
-                                                          double& loss_value) {
-  const TrainerOptions& options = ctx_.options;
-  // Every rank skips or stops on a non-finite loss together, or their collectives would pair up
-  // wrongly.
-  KILN_ASSIGN_OR_RETURN(bool nonfinite, ctx_.strategy.AnyRank(!std::isfinite(loss_value)));
-  if (nonfinite && std::isfinite(loss_value)) loss_value = std::nan("");
-  ++ctx_.state.progress.micro_batches;
-  ctx_.state.progress.samples += batch.size() * ctx_.trainer.world_size();
-  if (std::isfinite(loss_value)) return false;
-  std::string where = absl::StrCat("epoch ", ctx_.state.progress.epoch, ", batch ", batch.index,
-                                   ", step ", ctx_.state.progress.global_step);
-  if (options.on_nonfinite_loss == TrainerOptions::NonFiniteLoss::kStop) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the loss is ", loss_value, " at ", where,
-                     "; stopped without writing a checkpoint (lower the learning rate, or set "
-                     "trainer.on_nonfinite_loss=skip)"));
-  }
-  Logger::Instance().Warning(absl::StrCat("skipping a step with loss ", loss_value, " at ", where));
-  return true;
-}
-
-absl::Status TrainingEpochLoop::OptimizerStep() {
-  Trainer& t = ctx_.trainer;
-  PhaseProfiler::Scope timed(ctx_.profiler, PhaseProfiler::kOptimizer);
-  const TrainerOptions& options = ctx_.options;
-  // 16-mixed: the gradients unscaled first (callbacks and clipping see their true values), and a
-  // step whose gradients hold inf or nan skipped, as torch.amp.GradScaler.step; the scale follows.
-  GradScaler* scaler = ctx_.strategy.scaler();
-  const bool skip =
-      scaler != nullptr && scaler->UnscaleAndCheck(ctx_.state.inputs.task->module().parameters());
-  KILN_RETURN_IF_ERROR(
-      ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
-  if (options.gradient_clip_val.has_value() && !skip) {
-    // On the device, as the graphs clip: torch's C++ clip_grad_norm_ would read the norm on the
-    // host.
-    ClipGradientsOnDevice(ctx_.state.inputs.task->module().parameters(), *options.gradient_clip_val,
-                          options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm);
-  }
-  if (!skip) ctx_.state.optimizer->step();
-  if (scaler != nullptr) scaler->Update();
-  ctx_.state.optimizer->zero_grad();
-  AfterOptimizerStep();
-  return absl::OkStatus();
-}
-
-void TrainingEpochLoop::AfterOptimizerStep() {
-  const TrainerOptions& options = ctx_.options;
-  ++ctx_.state.progress.global_step;
-  Scheduler* scheduler = ctx_.state.inputs.scheduler.get();
-  if (scheduler && !ctx_.state.scheduler_paused &&
-      scheduler->interval() == Scheduler::Interval::kStep)
-    scheduler->Step(std::nan(""));
-  if (ctx_.state.progress.global_step % options.log_every_n_steps == 0) {
-    std::map<std::string, double> metrics = ctx_.logging.train_log().last();
-    metrics["lr"] = ctx_.state.optimizer->param_groups()[0].options().get_lr();
-    metrics["epoch"] = static_cast<double>(ctx_.state.progress.epoch);
-    ctx_.Log(metrics);
-  }
+  const bool boundary =
+      (batch.index + 1) % ctx_.options.accumulate_grad_batches == 0 || last_in_epoch;
+  return step_->Advance(batch, boundary);
 }
 
 absl::StatusOr<bool> TrainingEpochLoop::StopAfterThisStep() {

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "lib/data/loader.h"
 #include "lib/trainer/connectors/loop_state.h"
-#include "lib/trainer/internal/cuda_graph_step.h"
+#include "lib/trainer/internal/training_step.h"
 
 namespace kiln {
 
@@ -28,23 +28,9 @@ class TrainingEpochLoop {
   absl::StatusOr<bool> Run();
 
  private:
-  // One micro-batch: forward, backward, and at an accumulation boundary the optimizer step; with
-  // trainer.cuda_graphs the step's device work is replayed from CUDA graphs.
+  // One micro-batch: to the device, the callbacks' OnTrainBatchStart, then the fit's step protocol
+  // (forward, backward, and at an accumulation boundary the optimizer step).
   absl::Status Advance(data::Batch& batch, bool last_in_epoch);
-  // Advance for a task without Task::TrainingLoss: its TrainingStep, the loss read before the
-  // backward.
-  absl::Status AdvanceWholeStep(data::Batch& batch, bool boundary);
-  // The backward of one micro-batch's loss (its share of the step: / accumulate_grad_batches);
-  // `boundary` reduces the gradients over ranks.
-  absl::Status Backward(const torch::Tensor& loss, bool boundary);
-  // The batch counted as done, then the callbacks' OnTrainBatchEnd.
-  absl::Status EndBatch(const data::Batch& batch, double loss_value);
-  // The loss read on the host: counts the batch, and for a non-finite loss stops (an error) or
-  // says to skip the step (true).
-  absl::StatusOr<bool> CountAndCheckLoss(const data::Batch& batch, double& loss_value);
-  absl::Status OptimizerStep();
-  // After each optimizer step: the step count, a per-step scheduler step, the step's log.
-  void AfterOptimizerStep();
   // Agrees with the other ranks on whether to stop after this optimizer step.
   absl::StatusOr<bool> StopAfterThisStep();
   absl::Status EndEpoch(double seconds, int64_t samples_at_start);
@@ -53,7 +39,7 @@ class TrainingEpochLoop {
   int64_t skipped_steps_logged_ = 0;  // 16-mixed: optimizer steps skipped, as last logged
   data::DataLoader& loader_;
   EvaluationLoop* validation_;
-  std::unique_ptr<CudaGraphStep> graph_;  // trainer.cuda_graphs, made at the first epoch
+  std::unique_ptr<AutomaticOptimization> step_;  // chosen at the first epoch
 };
 
 }  // namespace kiln
