@@ -19,9 +19,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/app/internal/cli.h"
+#include "lib/config/defaults_list.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/provenance.h"
+#include "lib/config/repository.h"
 #include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
@@ -615,12 +617,12 @@ class Application {
     }
     if (want("defaults-tree")) {
       absl::StrAppend(&out, "Defaults Tree\n*************\n",
-                      config::FormatDefaultsTree(*composed.defaults.tree), "\n");
+                      config::FormatDefaultsTree(*composed.defaults->tree), "\n");
     }
     if (want("defaults")) {
       absl::StrAppend(&out, "Defaults List\n*************\n");
       size_t w1 = 11, w2 = 7;
-      for (const auto& d : composed.defaults.defaults) {
+      for (const auto& d : composed.defaults->defaults) {
         w1 = std::max(w1, d.config_path.size());
         w2 = std::max(w2, d.package.size());
       }
@@ -629,7 +631,7 @@ class Application {
                             std::string(w2 - b.size(), ' '), " | ", c, "\n");
       };
       absl::StrAppend(&out, row("Config path", "Package", "Parent"));
-      for (const auto& d : composed.defaults.defaults) {
+      for (const auto& d : composed.defaults->defaults) {
         absl::StrAppend(&out, row(d.config_path, d.package, d.parent.value_or("")));
       }
       absl::StrAppend(&out, "\n");

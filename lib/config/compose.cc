@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/defaults_list.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
+#include "lib/config/repository.h"
 #include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 
@@ -212,7 +214,7 @@ absl::StatusOr<ComposeResult> Compose(const ComposeOptions& options, ConfigRepos
   for (const auto& [k, v] : root->entries()) {
     if (k != "hydra") result.job->Set(k, v);
   }
-  result.defaults = *std::move(defaults);
+  result.defaults = std::make_shared<const DefaultsList>(*std::move(defaults));
   result.overrides = *std::move(parsed);
   result.configured_mode = mode_set;
   return result;

@@ -2,16 +2,20 @@
 // and the `hydra` node (run dirs, choices, overrides) that the launcher and tools read.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/config/defaults_list.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
-#include "lib/config/repository.h"
+#include "lib/config/search_path.h"
 
 namespace kiln::config {
+
+// Hydra's internals, not part of the installed API (lib/config/defaults_list.h, repository.h).
+struct DefaultsList;
+class ConfigRepository;
 
 struct ComposeOptions {
   // Folders searched for configs, in order (the primary config folder first).
@@ -32,7 +36,9 @@ struct ComposeResult {
   NodePtr root;   // everything, `hydra` included
   NodePtr job;    // the job's config: root without `hydra`
   NodePtr hydra;  // the `hydra` node
-  DefaultsList defaults;
+  // The resolved defaults list (choices, config overrides, the defaults tree): for kiln's own
+  // commands, which include lib/config/defaults_list.h.
+  std::shared_ptr<const DefaultsList> defaults;
   std::vector<Override> overrides;  // the parsed command-line overrides, in order
   // hydra.mode as the config set it ("RUN", "MULTIRUN", or "" when unset) before composition
   // wrote the mode it composed in; Hydra runs a config that sets MULTIRUN as a multirun.

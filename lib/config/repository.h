@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "lib/config/default_element.h"
 #include "lib/config/node.h"
+#include "lib/config/search_path.h"
 
 namespace kiln::config {
 
@@ -24,11 +25,6 @@ struct LoadedConfig {
   bool has_defaults_list = false;
   std::vector<DefaultElement> defaults;
   std::optional<std::string> package_header;
-};
-
-struct SearchPathEntry {
-  std::string provider;  // "kiln" (built-in hydra configs), "main", "command-line", "plugin:NAME"
-  std::string path;      // a folder, or "pkg://kiln.hydra" for the built-ins
 };
 
 class ConfigRepository {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lib/config/repository.h"
 
 namespace kiln::config {
 namespace {

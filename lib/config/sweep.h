@@ -8,9 +8,10 @@
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
-#include "lib/config/repository.h"
 
 namespace kiln::config {
+
+class ConfigRepository;  // lib/config/repository.h, not installed
 
 // hydra.sweeper.params: `key: sweep` entries in override syntax (`lr: 0.1,0.01`); null: none.
 absl::StatusOr<std::vector<Override>> ParseSweepParams(const NodePtr& params);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/defaults_list.h"
 #include "lib/config/merge.h"
 #include "lib/config/yaml_io.h"
 #include "lib/core/files.h"
@@ -32,7 +33,7 @@ std::string StoredConfigFile(const std::string& run_dir) { return run_dir + "/.h
 // The value the command line gave `key` (the last override of it), if it is a plain string.
 const Override* CommandLineOverride(const config::ComposeResult& composed, const std::string& key) {
   const Override* found = nullptr;
-  for (const Override& o : composed.defaults.config_overrides) {
+  for (const Override& o : composed.defaults->config_overrides) {
     if (o.key_or_group == key && !o.is_delete()) found = &o;
   }
   return found;
@@ -95,7 +96,7 @@ bool RunChoseTheSame(const config::ComposeResult& composed, const NodePtr& run_c
   if (run_choices == nullptr) return false;
   NodePtr chosen = run_choices->Find(o.GroupKey());
   if (chosen == nullptr) return false;
-  for (const auto& [key, option] : composed.defaults.choices) {
+  for (const auto& [key, option] : composed.defaults->choices) {
     if (key != o.GroupKey()) continue;
     if (!option.has_value()) return chosen->is_null();
     return chosen->kind() == config::NodeKind::kString && chosen->as_string() == *option;
@@ -115,18 +116,18 @@ absl::StatusOr<std::set<std::string>> ApplyGroupOverrides(const config::ComposeR
                                                           const NodePtr& run_choices,
                                                           const std::string& run_dir, Node& job) {
   std::set<std::string> config_lines, changed;
-  for (const Override& o : composed.defaults.config_overrides) config_lines.insert(o.input_line);
+  for (const Override& o : composed.defaults->config_overrides) config_lines.insert(o.input_line);
   for (const Override& o : composed.overrides) {
     if (config_lines.count(o.input_line) > 0 || IsHydraKey(o.key_or_group)) continue;
     if (RunChoseTheSame(composed, run_choices, o)) continue;
     changed.insert(o.GroupKey());
     std::vector<std::string> packages;
-    for (const auto& item : composed.defaults.defaults) {
+    for (const auto& item : composed.defaults->defaults) {
       if (item.override_key.has_value() && *item.override_key == o.GroupKey())
         packages.push_back(item.package);
     }
     if (packages.empty()) {
-      for (const auto& item : composed.defaults.defaults) {
+      for (const auto& item : composed.defaults->defaults) {
         if (item.config_path.rfind(o.key_or_group + "/", 0) == 0) packages.push_back(item.package);
       }
     }
@@ -159,7 +160,7 @@ absl::StatusOr<std::set<std::string>> ApplyGroupOverrides(const config::ComposeR
 NodePtr Choices(const config::ComposeResult& composed, const NodePtr& run_choices,
                 const std::set<std::string>& changed) {
   NodePtr choices = run_choices->Clone();
-  for (const auto& [key, option] : composed.defaults.choices) {
+  for (const auto& [key, option] : composed.defaults->choices) {
     if (changed.count(key) == 0 && !IsHydraKey(key)) continue;
     choices->Set(key, option.has_value() ? Node::String(*option) : Node::Null());
   }
@@ -241,7 +242,7 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   NodePtr run_choices = RunChoices(run_hydra);
   KILN_ASSIGN_OR_RETURN(std::set<std::string> changed,
                         ApplyGroupOverrides(composed, run_choices, run_dir, *job));
-  for (const Override& o : composed.defaults.config_overrides) {
+  for (const Override& o : composed.defaults->config_overrides) {
     if (o.key_or_group == "run_dir" || o.key_or_group == "ckpt_path" ||
         o.key_or_group == "stored_config" || IsHydraKey(o.key_or_group)) {
       continue;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/repository.h"
 #include "lib/core/directory_lock.h"
 #include "lib/core/files.h"
 #include "lib/core/status_macros.h"

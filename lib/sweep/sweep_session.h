@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/config/repository.h"
 #include "lib/sweep/launcher.h"
 #include "lib/sweep/sweeper.h"
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/config/defaults_list.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/node.h"
@@ -79,7 +80,7 @@ class ComposeTest : public ::testing::Test {
   // The order in which non-hydra configs are merged.
   std::vector<std::string> MergeOrder(const ComposeResult& result) {
     std::vector<std::string> out;
-    for (const auto& d : result.defaults.defaults) {
+    for (const auto& d : result.defaults->defaults) {
       if (d.config_path.rfind("hydra/", 0) == 0) continue;
       out.push_back(d.config_path);
     }
