@@ -43,7 +43,7 @@ endif()
 # public through an include added to a public one fails the test until the list says so.
 install(CODE "include(${CMAKE_SOURCE_DIR}/cmake/PublicHeaders.cmake)
 kiln_install_public_headers(\"${CMAKE_SOURCE_DIR}\" \"\${CMAKE_INSTALL_PREFIX}/include/kiln\")")
-install(FILES ${KILN_GENERATED_INCLUDE}/lib/core/version.h DESTINATION include/kiln/lib/core)
+install(FILES ${KILN_GENERATED_INCLUDE}/lib/base/version.h DESTINATION include/kiln/lib/base)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION share/kiln/configs)
 
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/KilnConfig.cmake.in

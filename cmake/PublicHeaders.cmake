@@ -16,7 +16,7 @@ function(kiln_public_headers source out)
     endif()
     list(APPEND seen ${header})
     if(NOT EXISTS ${source}/${header})
-      continue()  # generated (lib/core/version.h): installed by a rule of its own
+      continue()  # generated (lib/base/version.h): installed by a rule of its own
     endif()
     file(STRINGS ${source}/${header} includes
          REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](lib|components|tasks|kiln)/[^\">]*[\">]")

@@ -6,11 +6,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::fuzz::WriteScratchFile("ledger.yaml", data, size);
   const std::string& dir = kiln::fuzz::ScratchDir();
-  auto entries = kiln::app::ReadLedger(dir);
+  auto entries = kiln::sweep::ReadLedger(dir);
   if (!entries.ok()) return 0;
-  auto latest = kiln::app::LatestByJob(*entries);
+  auto latest = kiln::sweep::LatestByJob(*entries);
   if (latest.size() > entries->size()) __builtin_trap();
-  auto summary = kiln::app::WriteSweepSummary(dir, {{"a=1"}, {"a=2"}, {}, {"b=x", "c=y"}});
+  auto summary = kiln::sweep::WriteSweepSummary(dir, {{"a=1"}, {"a=2"}, {}, {"b=x", "c=y"}});
   (void)summary;
   return 0;
 }

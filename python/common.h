@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "lib/core/error_text.h"
+#include "lib/base/error_text.h"
 
 namespace kiln::python {
 

@@ -25,11 +25,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/models/model.h"
+#include "lib/base/error_text.h"
+#include "lib/base/files.h"
 #include "lib/commands/job.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/error_text.h"
-#include "lib/core/files.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
 #include "lib/data/sampler.h"
@@ -597,7 +597,7 @@ PYBIND11_MODULE(_kiln, m) {
       py::set_error(error, e.what());
     }
   });
-  m.attr("__version__") = kiln::app::Version();
+  m.attr("__version__") = kiln::run::Version();
   // kiln's log lines go to Python's sys.stderr, which a notebook shows (the process's stderr it
   // does not); until Python exits, then to stderr again.
   kiln::Logger::Instance().set_console_sink([](const std::string& line) {
@@ -618,12 +618,12 @@ PYBIND11_MODULE(_kiln, m) {
         py::arg("overrides") = std::vector<std::string>{}, py::arg("config_dir") = "",
         "The config `kiln train OVERRIDES` runs, composed with Hydra 1.3's semantics and resolved, "
         "as dicts.");
-  m.def("default_config_dir", &kiln::app::DefaultConfigPath, "kiln's own configs folder.");
+  m.def("default_config_dir", &kiln::run::DefaultConfigPath, "kiln's own configs folder.");
   m.def(
       "report_html",
       [](const std::vector<std::string>& paths, const std::string& page_dir,
          const std::string& title) {
-        namespace report = kiln::app::report;
+        namespace report = kiln::report;
         if (!report::HaveChartingLibrary()) {
           throw kiln::python::StatusError(
               "this kiln was built without uPlot, the charting library of kiln report: run "

@@ -15,7 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln::audio {
 namespace {

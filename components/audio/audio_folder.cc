@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/audio/audio_data.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/padding.h"
 #include "lib/data/shards/shard_set.h"

@@ -12,7 +12,7 @@
 #include "components/audio/audio_file.h"
 #include "components/audio/manifest_file.h"
 #include "components/text/text_data_module.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/padding.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/logging/logger.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::audio {

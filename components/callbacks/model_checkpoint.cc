@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"

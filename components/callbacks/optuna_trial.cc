@@ -5,7 +5,7 @@
 // kept) and the job exits with code 3 (kExitTrialPruned), which tells a pruned trial from a failed
 // one.
 #include "absl/strings/str_cat.h"
-#include "lib/core/exit_code.h"
+#include "lib/base/exit_code.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/sweep/trial_channel.h"
@@ -35,7 +35,7 @@ class OptunaTrial : public Callback {
       pruned_step_ = trainer.global_step();
       std::string why = absl::StrCat("the Optuna study pruned this trial at step ", pruned_step_);
       Logger::Instance().Info(absl::StrCat(why, "; the fit stops after this step (exit code ",
-                                           app::kExitTrialPruned, ")"));
+                                           sweep::kExitTrialPruned, ")"));
       // At once, as Optuna's own pruning callbacks stop a trial: a trial of one epoch that
       // validates four times is pruned at the first validation that falls below the median.
       trainer.RequestStopNow(why);
@@ -52,11 +52,11 @@ class OptunaTrial : public Callback {
     if (pruned_step_ < 0) return absl::OkStatus();
     return WithExitCode(
         absl::AbortedError(absl::StrCat("trial pruned by the Optuna study at step ", pruned_step_)),
-        app::kExitTrialPruned);
+        sweep::kExitTrialPruned);
   }
 
  private:
-  app::TrialChannel channel_;
+  sweep::TrialChannel channel_;
   int64_t pruned_step_ = -1;
 };
 

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln {
 

@@ -3,7 +3,7 @@
 // occurs, logged as ENTRY/NAME), or their mean (macro). The file to copy for a new metric.
 #include "absl/strings/str_cat.h"
 #include "components/metrics/classification.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::metrics {

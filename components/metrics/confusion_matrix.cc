@@ -5,8 +5,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/metrics/classification.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 

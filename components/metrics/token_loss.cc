@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "components/metrics/classification.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::metrics {

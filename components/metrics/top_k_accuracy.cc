@@ -1,7 +1,7 @@
 // top_k_accuracy: the share of rows whose true class is among the k highest scores. Nothing is
 // logged when k is not below the number of classes (every row would count).
 #include "components/metrics/classification.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::metrics {

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "lib/core/torch_compat.h"
+#include "lib/base/torch_compat.h"
 
 namespace kiln {
 

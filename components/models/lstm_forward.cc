@@ -4,7 +4,7 @@
 
 #include <exception>
 
-#include "lib/core/torch_compat.h"
+#include "lib/base/torch_compat.h"
 
 namespace kiln {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "components/models/model.h"
-#include "lib/core/error_text.h"
+#include "lib/base/error_text.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

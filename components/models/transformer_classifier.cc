@@ -3,7 +3,7 @@
 // prepends) or the mean of the real tokens, and a linear head. Input [B, T] ids (0 = padding).
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

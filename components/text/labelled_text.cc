@@ -9,7 +9,7 @@
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
 #include "components/text/utf8.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/padding.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"

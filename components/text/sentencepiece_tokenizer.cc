@@ -16,8 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "components/text/sentencepiece_backend.h"
 #include "components/text/tokenizer.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 

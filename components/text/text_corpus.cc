@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::text {

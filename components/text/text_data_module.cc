@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::text {

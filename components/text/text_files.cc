@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/text/utf8.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/data/shards/tar_shard.h"
 

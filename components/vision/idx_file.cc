@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/vision/file_bytes.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln::data {
 namespace {

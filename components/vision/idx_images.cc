@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "components/vision/idx_file.h"
 #include "components/vision/image_data_module.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::data {

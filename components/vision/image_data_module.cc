@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/vision/image_ops.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::data {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "components/common/option_values.h"
 #include "components/vision/image_ops.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/batching_options.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/shards/shard_dataset.h"

@@ -1,9 +1,6 @@
-// <kiln/core.h>: status macros (KILN_RETURN_IF_ERROR, KILN_ASSIGN_OR_RETURN), file helpers
-// (MakeDirs, WriteFileAtomically), exit codes, kiln's version. Abseil only. Part of kiln's public
-// API (docs/library.md); the headers it includes are installed with it.
+// <kiln/core.h>: the name <kiln/base.h> had in kiln 0.1.0 and before (the folder lib/core is now
+// lib/base, as its target Kiln::base). Kept for plugins written against it until the version after
+// 0.1.0 (docs/plugins.md); include <kiln/base.h>.
 #pragma once
 
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
-#include "lib/core/version.h"
+#include <kiln/base.h>

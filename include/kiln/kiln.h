@@ -2,8 +2,8 @@
 // Part of kiln's public API (docs/library.md); the headers it includes are installed with it.
 #pragma once
 
+#include <kiln/base.h>
 #include <kiln/config.h>
-#include <kiln/core.h>
 #include <kiln/data.h>
 #include <kiln/distributed.h>
 #include <kiln/job.h>

@@ -19,6 +19,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/app/internal/cli.h"
+#include "lib/base/directory_lock.h"
+#include "lib/base/error_text.h"
+#include "lib/base/exit_code.h"
+#include "lib/base/files.h"
+#include "lib/base/version.h"
 #include "lib/config/defaults_list.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
@@ -27,18 +32,13 @@
 #include "lib/config/secrets.h"
 #include "lib/config/suggest.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/directory_lock.h"
-#include "lib/core/error_text.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
-#include "lib/core/version.h"
-#include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/component_listing.h"
 #include "lib/registry/internal/module_loader.h"
 #include "lib/registry/plugin_loader.h"
 #include "lib/registry/registry.h"
 #include "lib/report/report_command.h"
+#include "lib/run/environment.h"
 #include "lib/run/internal/local_workers.h"
 #include "lib/run/internal/spawn.h"
 #include "lib/run/run_dir.h"
@@ -55,13 +55,13 @@ using config::Node;
 using config::NodePtr;
 
 // `compose`: a job that only composes, records and prints its config.
-absl::Status ComposeCommand(JobContext& job);
+absl::Status ComposeCommand(run::JobContext& job);
 const bool kComposeRegistered = [] {
-  RegisterCommand("compose", ComposeCommand);
+  run::RegisterCommand("compose", ComposeCommand);
   return true;
 }();
 
-absl::Status ComposeCommand(JobContext& job) {
+absl::Status ComposeCommand(run::JobContext& job) {
   std::string yaml = config::ToYaml(*config::RedactSecrets(*job.cfg.node()));
   std::fwrite(yaml.data(), 1, yaml.size(), stdout);
   std::fflush(stdout);
@@ -77,7 +77,7 @@ void Print(const std::string& text) {
 
 // One of kiln's own libraries, next to libkiln_core in the build tree and in an installed prefix.
 std::string BuiltinLibraryPath(const std::string& name) {
-  return absl::StrCat(ExecutableDir(), "/../lib/lib", name, ".so");
+  return absl::StrCat(run::ExecutableDir(), "/../lib/lib", name, ".so");
 }
 
 // kiln's LibTorch layers; for `kiln serve` also libkiln_serve (cpp-httplib, which links OpenSSL
@@ -127,15 +127,16 @@ int RunDashboard(const std::vector<std::string>& args) {
   Main main =
       handle.ok() ? reinterpret_cast<Main>(::dlsym(*handle, "kiln_dashboard_main")) : nullptr;
   if (main == nullptr) {
-    ReportError(handle.ok() ? absl::InternalError(absl::StrCat(path, " has no kiln_dashboard_main"))
-                            : handle.status());
+    run::ReportError(handle.ok()
+                         ? absl::InternalError(absl::StrCat(path, " has no kiln_dashboard_main"))
+                         : handle.status());
     return kExitFailure;
   }
   return main(&args);
 }
 
 // Where `plugins: [name]` finds installed plugins: <prefix>/lib/kiln/plugins.
-std::string InstalledPluginDir() { return ExecutableDir() + "/../lib/kiln/plugins"; }
+std::string InstalledPluginDir() { return run::ExecutableDir() + "/../lib/kiln/plugins"; }
 
 // A `plugins:` value: a path or a list of them.
 absl::Status AppendPluginNames(const Node& value, const std::string& where,
@@ -170,10 +171,10 @@ class Application {
     }
     options_.config_name = cl_.config_name.value_or(DefaultConfigName(cl_.command));
     options_.job_name = cl_.command;
-    options_.version = Version();
+    options_.version = run::Version();
     options_.multirun = cl_.multirun;
     std::string main_path =
-        cl_.config_path.has_value() ? AbsolutePath(*cl_.config_path) : DefaultConfigPath();
+        cl_.config_path.has_value() ? AbsolutePath(*cl_.config_path) : run::DefaultConfigPath();
     if (!IsDirectory(main_path)) {
       return absl::NotFoundError(absl::StrCat("config path '", cl_.config_path.value_or(main_path),
                                               "' is not a directory (--config-path)"));
@@ -217,12 +218,12 @@ class Application {
       // `kiln predict run_dir=RUN data.predict=FILE`: the key may be the run's own and absent
       // from the defaults (another dataset's config); the overrides then go on the stored
       // config only, and where there is no run to start from the defaults' error stands.
-      if (!StartsFromATrainedModel(cl_.command)) return composed.status();
+      if (!run::StartsFromATrainedModel(cl_.command)) return composed.status();
       config::ComposeOptions lenient = options_;
       lenient.defer_missing_keys = true;
       auto retry = config::Compose(lenient, *repo_);
       if (!retry.ok()) return composed.status();
-      auto run = StartFromStoredConfig(*retry);
+      auto run = run::StartFromStoredConfig(*retry);
       if (!run.ok()) return run.status();
       if (run->empty()) return composed.status();
       composed = std::move(retry);
@@ -249,8 +250,8 @@ class Application {
   // test, validate, predict, export: the job config of the run that trained the checkpoint
   // (stored_config.h), the command line on top.
   absl::Status UseStoredConfig(config::ComposeResult& composed) {
-    if (!StartsFromATrainedModel(cl_.command)) return absl::OkStatus();
-    return StartFromStoredConfig(composed).status();
+    if (!run::StartsFromATrainedModel(cl_.command)) return absl::OkStatus();
+    return run::StartFromStoredConfig(composed).status();
   }
 
   // Runs one job; a job of a sweep records its outcome in the sweep's ledger.
@@ -259,7 +260,7 @@ class Application {
     auto start = std::chrono::steady_clock::now();
     absl::Status status = RunJobInDir(composed, job_num, sweep_dir);
     if (job_num >= 0) {
-      LedgerEntry entry;
+      sweep::LedgerEntry entry;
       entry.job = job_num;
       entry.status = status.ok() ? "ok" : "failed";
       entry.seconds =
@@ -267,7 +268,7 @@ class Application {
       entry.overrides = job_overrides;
       entry.message = std::string(status.message());
       entry.dir = last_output_dir_;
-      if (auto st = AppendLedger(sweep_dir, entry); !st.ok() && status.ok()) return st;
+      if (auto st = sweep::AppendLedger(sweep_dir, entry); !st.ok() && status.ok()) return st;
     }
     return status;
   }
@@ -277,12 +278,12 @@ class Application {
   absl::Status RunJobInDir(config::ComposeResult& composed, int job_num,
                            const std::string& sweep_dir) {
     last_output_dir_.clear();
-    auto run = PlanRunDir(composed, job_num, sweep_dir);
+    auto run = run::PlanRunDir(composed, job_num, sweep_dir);
     if (!run.ok()) return run.status();
     last_output_dir_ = run->output_dir;
     auto resolved = config::ResolveJob(composed);
     if (!resolved.ok()) return resolved.status();
-    auto env = distributed::ReadEnvironment();
+    auto env = run::ReadEnvironment();
     if (!env.ok()) return env.status();
     if (env->rank != 0) return RunAsLaterRank(composed, *resolved, *run);
     if (!env->distributed()) {
@@ -301,7 +302,7 @@ class Application {
   // A rank > 0 under torchrun or SLURM: rank 0 owns the run directory and the log, and hands this
   // rank its config and folder when training starts.
   absl::Status RunAsLaterRank(config::ComposeResult& composed, const NodePtr& resolved,
-                              const RunDir& run) {
+                              const run::RunDir& run) {
     Logger::Instance().set_level(LogLevel::kWarning);
     if (auto st = LoadLibraries(); !st.ok()) return st;
     return RunCommand(config::Config(resolved), &composed, run.output_dir);
@@ -373,17 +374,17 @@ class Application {
   // `kiln train trainer.devices=N` (or num_nodes > 1) started by hand: this process starts the
   // node's workers and waits for them.
   absl::Status RunWorkersOfThisNode(config::ComposeResult& composed, const Node& resolved,
-                                    const RunDir& run, int job_num, const Spread& spread) {
+                                    const run::RunDir& run, int job_num, const Spread& spread) {
     // Node 0 owns the run directory; another node's workers join it when training starts, and
     // meanwhile read their config (and write their logs) in a folder of this node's own.
     // A missing NODE_RANK is refused here, before anything is written.
-    auto node_rank = NodeRank(spread.nodes);
+    auto node_rank = run::NodeRank(spread.nodes);
     if (!node_rank.ok()) return node_rank.status();
     if (*node_rank > 0) {
       char scratch[] = "/tmp/kiln-node-XXXXXX";
       if (::mkdtemp(scratch) == nullptr)
         return absl::InternalError("cannot create a folder in /tmp");
-      RunDir local = run;
+      run::RunDir local = run;
       local.output_dir = scratch;
       local.log_file.clear();
       if (auto st = MakeDirs(local.output_dir + "/.hydra"); !st.ok()) return st;
@@ -392,17 +393,17 @@ class Application {
     // This process holds the run's lock for its workers, which it outlives.
     auto lock = LockRunDir(run, job_num);
     if (!lock.ok()) return lock.status();
-    if (auto st = WriteRunDir(composed, run); !st.ok()) return st;
+    if (auto st = run::WriteRunDir(composed, run); !st.ok()) return st;
     return RunWorkers(resolved, run, spread.devices, spread.nodes);
   }
 
   // The common case: the run directory locked (train, tune) and written, the log opened, and the
   // command run here.
   absl::Status RunInThisProcess(config::ComposeResult& composed, const NodePtr& resolved,
-                                const RunDir& run, int job_num) {
+                                const run::RunDir& run, int job_num) {
     auto lock = LockRunDir(run, job_num);
     if (!lock.ok()) return lock.status();
-    if (auto st = WriteRunDir(composed, run); !st.ok()) return st;
+    if (auto st = run::WriteRunDir(composed, run); !st.ok()) return st;
     if (NodePtr chdir = config::SelectPath(composed.hydra, {"job", "chdir"});
         chdir && chdir->kind() == config::NodeKind::kBool && chdir->as_bool()) {
       Logger::Instance().Warning(
@@ -423,7 +424,7 @@ class Application {
   // time may (a second run into it, or a second resume of its checkpoint, is refused naming the
   // first one's pid). The commands that only read a run (validate, test, predict, export) take no
   // lock. Taken before the `.hydra` files are written, so a refused run overwrites nothing.
-  absl::StatusOr<DirectoryLock> LockRunDir(const RunDir& run, int job_num) {
+  absl::StatusOr<DirectoryLock> LockRunDir(const run::RunDir& run, int job_num) {
     if (cl_.command != "train" && cl_.command != "tune") return DirectoryLock();
     if (auto st = MakeDirs(run.output_dir); !st.ok()) return st;
     return DirectoryLock::Acquire(run.output_dir, job_num >= 0
@@ -433,10 +434,10 @@ class Application {
 
   // The parent of `trainer.devices=N` workers: hands them the resolved config through the run
   // directory and waits.
-  absl::Status RunWorkers(const Node& resolved, const RunDir& run, int devices, int nodes) {
+  absl::Status RunWorkers(const Node& resolved, const run::RunDir& run, int devices, int nodes) {
     std::string handed = run.output_dir + "/.hydra/resolved.yaml";
     if (auto st = WriteFileAtomically(handed, config::ToYaml(resolved)); !st.ok()) return st;
-    LocalWorkersOptions options;
+    run::LocalWorkersOptions options;
     options.devices = devices;
     options.num_nodes = nodes;
     options.output_dir = run.output_dir;
@@ -445,17 +446,17 @@ class Application {
     options.argv = SelfCommandLine();
     options.argv.push_back(absl::StrCat("--worker-of=", AbsolutePath(run.output_dir)));
     options.argv.insert(options.argv.end(), cl_.overrides.begin(), cl_.overrides.end());
-    return RunLocalWorkers(options);
+    return run::RunLocalWorkers(options);
   }
 
   // One worker of RunWorkers: the job config it was handed, in the parent's run directory.
   absl::Status RunWorker(const std::string& dir) {
-    auto env = distributed::ReadEnvironment();
+    auto env = run::ReadEnvironment();
     if (!env.ok()) return env.status();
     auto resolved = config::LoadYamlFile(dir + "/.hydra/resolved.yaml");
     if (!resolved.ok()) return resolved.status();
     if (env->rank == 0) {
-      if (std::string log = distributed::ProcessEnv("KILN_WORKER_LOG"); !log.empty()) {
+      if (std::string log = run::ProcessEnv("KILN_WORKER_LOG"); !log.empty()) {
         if (auto st = Logger::Instance().OpenFile(log); !st.ok()) return st;
       }
     } else {
@@ -469,14 +470,14 @@ class Application {
 
   absl::Status RunCommand(config::Config cfg, const config::ComposeResult* composed,
                           const std::string& output_dir) {
-    JobContext job;
+    run::JobContext job;
     job.command = cl_.command;
     job.subcommand = cl_.subcommand;
     job.cfg = std::move(cfg);
     job.composed = composed;
     job.output_dir = output_dir;
     absl::Status status;
-    const CommandFn* found = FindCommand(cl_.command);
+    const run::CommandFn* found = run::FindCommand(cl_.command);
     if (found != nullptr) {
       // Components call LibTorch, which throws (a model that does not fit the data's shape, ...):
       // one line with the message, never a stack trace.
@@ -507,9 +508,9 @@ class Application {
     }
     auto sweeper_cfg = config::Config(first.hydra, "hydra").Sub("sweeper");
     if (!sweeper_cfg.ok()) return sweeper_cfg.status();
-    auto sweeper = Registry<Sweeper>::Get().Instantiate(*sweeper_cfg);
+    auto sweeper = Registry<sweep::Sweeper>::Get().Instantiate(*sweeper_cfg);
     if (!sweeper.ok()) return sweeper.status();
-    SweepSetup setup;
+    sweep::SweepSetup setup;
     setup.arguments = first.overrides;
     setup.config = first.root;
     setup.repo = repo_.get();
@@ -527,11 +528,11 @@ class Application {
       setup.multirun_yaml = config::ToYaml(*first.root);
       auto launcher_cfg = config::Config(first.hydra, "hydra").Sub("launcher");
       if (!launcher_cfg.ok()) return launcher_cfg.status();
-      auto launcher = Registry<Launcher>::Get().Instantiate(*launcher_cfg);
+      auto launcher = Registry<sweep::Launcher>::Get().Instantiate(*launcher_cfg);
       if (!launcher.ok()) return launcher.status();
       setup.launcher = *launcher;
       std::string sweep_dir = setup.sweep_dir;
-      setup.context.run = [this, sweep_dir](const SweepJob& job) -> absl::Status {
+      setup.context.run = [this, sweep_dir](const sweep::SweepJob& job) -> absl::Status {
         config::ComposeOptions job_options = options_;
         job_options.overrides = job.overrides;
         auto composed = config::Compose(job_options, *repo_);
@@ -539,7 +540,7 @@ class Application {
         if (auto st = UseStoredConfig(*composed); !st.ok()) return st;
         return RunJob(*composed, static_cast<int>(job.index), sweep_dir, job.overrides);
       };
-      setup.context.command = [this, sweep_dir](const SweepJob& job) {
+      setup.context.command = [this, sweep_dir](const sweep::SweepJob& job) {
         std::vector<std::string> argv = SelfCommandLine();
         argv.push_back(absl::StrCat("--multirun-job=", job.index));
         argv.push_back(absl::StrCat("--sweep-dir=", AbsolutePath(sweep_dir)));
@@ -547,13 +548,13 @@ class Application {
         return argv;
       };
     }
-    return RunSweep(**sweeper, std::move(setup));
+    return sweep::RunSweep(**sweeper, std::move(setup));
   }
 
   // The command line that runs this command again in another process (a sweep's job, a
   // data-parallel worker): the same config folders and plugins; the caller adds the rest.
   std::vector<std::string> SelfCommandLine() const {
-    std::vector<std::string> argv = {ExecutablePath(), cl_.command};
+    std::vector<std::string> argv = {run::ExecutablePath(), cl_.command};
     if (!cl_.subcommand.empty()) argv.push_back(cl_.subcommand);
     argv.insert(argv.end(), {"--config-path", options_.search_path[0].path, "--config-name",
                              options_.config_name});
@@ -786,7 +787,7 @@ int RunApplication(const std::vector<std::string>& args) {
   // Past a file size limit (ulimit -f, prlimit --fsize) a write then fails with EFBIG, which kiln
   // reports as it does a full disk, instead of SIGXFSZ killing the process in the middle of it.
   ::signal(SIGXFSZ, SIG_IGN);
-  if (!StopWithParent()) {
+  if (!run::StopWithParent()) {
     std::fprintf(stderr,
                  "kiln: error: the process that started this one has ended; not starting\n");
     return kExitFailure;
@@ -797,7 +798,7 @@ int RunApplication(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "dashboard") return RunDashboard({args.begin() + 1, args.end()});
   auto cl = ParseCommandLine(args);
   if (!cl.ok()) {
-    ReportError(cl.status());
+    run::ReportError(cl.status());
     std::fprintf(stderr, "Run 'kiln --help' for usage.\n");
     return kExitUsage;
   }
@@ -812,8 +813,8 @@ int RunApplication(const std::vector<std::string>& args) {
   Application app(*std::move(cl));
   absl::Status status = app.Run();
   if (!status.ok()) {
-    ReportError(status);
-    return ExitCodeFor(status);
+    run::ReportError(status);
+    return run::ExitCodeFor(status);
   }
   return kExitOk;
 }

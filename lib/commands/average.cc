@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/files.h"
 #include "lib/commands/command_options.h"
-#include "lib/core/files.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/weights/checkpoint_average.h"
@@ -22,7 +22,7 @@ struct AverageOptions {
   std::optional<std::string> out;
 };
 
-absl::Status AverageCommand(app::JobContext& ctx) {
+absl::Status AverageCommand(run::JobContext& ctx) {
   using O = AverageOptions;
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
@@ -60,7 +60,7 @@ absl::Status AverageCommand(app::JobContext& ctx) {
 }
 
 const bool kAverageRegistered = [] {
-  app::RegisterCommand("average", AverageCommand);
+  run::RegisterCommand("average", AverageCommand);
   return true;
 }();
 

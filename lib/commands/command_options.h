@@ -6,8 +6,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/config.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/options.h"
 
 namespace kiln {

@@ -11,7 +11,7 @@
 namespace kiln {
 namespace {
 
-absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
+absl::Status EvaluateCommand(run::JobContext& ctx, data::Stage stage) {
   StopSignals stop_signals;  // SIGINT/SIGTERM: exit 130/143 between batches, no metrics written
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job,
                         Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
@@ -28,11 +28,11 @@ absl::Status EvaluateCommand(app::JobContext& ctx, data::Stage stage) {
 }
 
 const bool kEvaluateRegistered = [] {
-  app::RegisterCommand("validate", [](app::JobContext& ctx) {
+  run::RegisterCommand("validate", [](run::JobContext& ctx) {
     return EvaluateCommand(ctx, data::Stage::kValidate);
   });
-  app::RegisterCommand(
-      "test", [](app::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
+  run::RegisterCommand(
+      "test", [](run::JobContext& ctx) { return EvaluateCommand(ctx, data::Stage::kTest); });
   return true;
 }();
 

@@ -7,12 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/files.h"
 #include "lib/commands/command_options.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/files.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/trainer/process_settings.h"
@@ -50,7 +50,7 @@ nlohmann::json ConfigJson(const config::Config& cfg, const std::string& key) {
 
 // `export format=torchscript`: model.pt (traced; quantized with quantize=dynamic_int8) and
 // model.json (its input, output and preprocessing) in the run directory.
-absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptions& o,
+absl::Status ExportTorchScript(run::JobContext& ctx, Job& job, const ExportOptions& o,
                                const std::string& source) {
   TensorFn forward = job.task().ModelForward();
   if (forward == nullptr) {
@@ -138,7 +138,7 @@ absl::Status ExportTorchScript(app::JobContext& ctx, Job& job, const ExportOptio
 
 // `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config;
 // or, format=torchscript, the traced model.
-absl::Status ExportCommand(app::JobContext& ctx) {
+absl::Status ExportCommand(run::JobContext& ctx) {
   // SIGINT/SIGTERM before the files are written stop it (130/143) with nothing written; the
   // writes themselves (each atomic, milliseconds) then finish.
   StopSignals stop_signals;
@@ -167,7 +167,7 @@ absl::Status ExportCommand(app::JobContext& ctx) {
 }
 
 const bool kExportRegistered = [] {
-  app::RegisterCommand("export", ExportCommand);
+  run::RegisterCommand("export", ExportCommand);
   return true;
 }();
 

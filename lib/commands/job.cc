@@ -1,11 +1,11 @@
 #include "lib/commands/job.h"
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/directory_lock.h"
+#include "lib/base/files.h"
 #include "lib/config/compose.h"
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/directory_lock.h"
-#include "lib/core/files.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
@@ -110,16 +110,16 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
 absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request, bool from_run) {
   config::ComposeOptions options;
   options.search_path.push_back(
-      {"main", request.config_dir.empty() ? app::DefaultConfigPath() : request.config_dir});
+      {"main", request.config_dir.empty() ? run::DefaultConfigPath() : request.config_dir});
   options.config_name = request.config_name;
   options.overrides = request.overrides;
   options.job_name = request.config_name;
-  options.version = app::Version();
+  options.version = run::Version();
   ComposedJob job;
   KILN_ASSIGN_OR_RETURN(config::ComposeResult composed, config::Compose(options));
-  if (from_run) KILN_RETURN_IF_ERROR(app::StartFromStoredConfig(composed).status());
+  if (from_run) KILN_RETURN_IF_ERROR(run::StartFromStoredConfig(composed).status());
   job.composed = std::make_shared<config::ComposeResult>(std::move(composed));
-  KILN_ASSIGN_OR_RETURN(app::RunDir run, app::PlanRunDir(*job.composed, /*job_num=*/-1, ""));
+  KILN_ASSIGN_OR_RETURN(run::RunDir run, run::PlanRunDir(*job.composed, /*job_num=*/-1, ""));
   job.output_dir = run.output_dir;
   job.log_file = run.log_file;
   KILN_ASSIGN_OR_RETURN(config::NodePtr resolved, config::ResolveJob(*job.composed));
@@ -128,9 +128,9 @@ absl::StatusOr<ComposedJob> ComposeJob(const JobRequest& request, bool from_run)
 }
 
 absl::Status WriteRunFolder(const ComposedJob& job) {
-  app::RunDir run;
+  run::RunDir run;
   run.output_dir = job.output_dir;
-  return app::WriteRunDir(*job.composed, run);
+  return run::WriteRunDir(*job.composed, run);
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Compose(const JobRequest& request, Purpose purpose) {
@@ -277,7 +277,7 @@ absl::StatusOr<std::string> Job::LoadCheckpoint(const std::string& which,
                                                 const std::string& command) {
   std::string path;
   if (!evaluated_run_.empty() && (which == "best" || which == "last")) {
-    KILN_ASSIGN_OR_RETURN(path, app::RunCheckpoint(evaluated_run_, which));
+    KILN_ASSIGN_OR_RETURN(path, run::RunCheckpoint(evaluated_run_, which));
   } else {
     KILN_ASSIGN_OR_RETURN(
         path, EvaluationCheckpoint(command, which, checkpoint_keeper_, checkpoint_dir_));

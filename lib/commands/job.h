@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/directory_lock.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/compose.h"
 #include "lib/config/config.h"
-#include "lib/core/directory_lock.h"
-#include "lib/core/status_macros.h"
 #include "lib/data/datamodule.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"

@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/files.h"
 #include "lib/commands/job.h"
-#include "lib/core/files.h"
 #include "lib/inference/predictor.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
@@ -16,7 +16,7 @@ namespace {
 
 // The checkpoint of a command that loads its model through kiln::Predictor (predict), found
 // without building the job: `last` and `best` ask the checkpoint keeper among the callbacks.
-absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx,
+absl::StatusOr<std::string> CheckpointToLoad(const run::JobContext& ctx,
                                              const TrainerOptions& options) {
   std::string ckpt_path;
   if (!IsNull(ctx.cfg, "ckpt_path")) {
@@ -35,7 +35,7 @@ absl::StatusOr<std::string> CheckpointToLoad(const app::JobContext& ctx,
 // (Predictor::PredictSplit); a record per input, written by the prediction writer
 // (`+prediction_writer=jsonl`; csv by default). For a task that generates (a language model), the
 // text after the task's prompt on stdout and in generated.txt.
-absl::Status PredictCommand(app::JobContext& ctx) {
+absl::Status PredictCommand(run::JobContext& ctx) {
   StopSignals stop_signals;  // SIGINT/SIGTERM: exit 130/143, nothing written
   KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
   KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
@@ -80,7 +80,7 @@ absl::Status PredictCommand(app::JobContext& ctx) {
 }
 
 const bool kPredictRegistered = [] {
-  app::RegisterCommand("predict", PredictCommand);
+  run::RegisterCommand("predict", PredictCommand);
   return true;
 }();
 

@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "lib/base/exit_code.h"
+#include "lib/base/files.h"
 #include "lib/commands/job.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/data/shards/tar_shard.h"
 #include "lib/logging/logger.h"
@@ -149,7 +149,7 @@ absl::Status WriteSplit(const data::Dataset& dataset, const std::string& split,
   return absl::OkStatus();
 }
 
-absl::Status ShardCommand(app::JobContext& ctx) {
+absl::Status ShardCommand(run::JobContext& ctx) {
   StopSignals stop_signals;
   KILN_ASSIGN_OR_RETURN(ShardOptions o, ReadOptions(ctx.cfg));
   KILN_ASSIGN_OR_RETURN(int64_t max_bytes, ParseSize(o.max_size));
@@ -187,7 +187,7 @@ absl::Status ShardCommand(app::JobContext& ctx) {
 }
 
 const bool kShardRegistered = [] {
-  app::RegisterCommand("shard", ShardCommand);
+  run::RegisterCommand("shard", ShardCommand);
   return true;
 }();
 

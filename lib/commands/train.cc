@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/commands/job.h"
 #include "lib/config/yaml_io.h"
-#include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
+#include "lib/run/environment.h"
 
 namespace kiln {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 // Joins the data-parallel group this process belongs to (torchrun, SLURM, or `trainer.devices`),
 // then takes rank 0's config and run directory, so every rank trains the same job in one folder.
 absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(
-    app::JobContext& ctx, const distributed::Environment& env) {
+    run::JobContext& ctx, const run::Environment& env) {
   KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, ctx.cfg.Sub("trainer"));
   KILN_ASSIGN_OR_RETURN(TrainerOptions options, TrainerOptions::FromConfig(trainer_cfg));
   distributed::ProcessGroupOptions group_options;
@@ -32,7 +32,7 @@ absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(
     // on this machine are known from LOCAL_WORLD_SIZE (kiln's launcher and torchrun set it);
     // without it NCCL itself judges.
     int64_t gpus = torch::cuda::device_count();
-    std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+    std::string local = run::ProcessEnv("LOCAL_WORLD_SIZE");
     int64_t local_ranks = local.empty() ? 0 : std::atoll(local.c_str());
     if (local_ranks > gpus) {
       if (options.process_group_backend == "nccl") {
@@ -57,8 +57,8 @@ absl::StatusOr<std::shared_ptr<distributed::ProcessGroup>> JoinProcessGroup(
   return group;
 }
 
-absl::Status TrainCommand(app::JobContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
+absl::Status TrainCommand(run::JobContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(run::Environment env, run::ReadEnvironment());
   std::shared_ptr<distributed::ProcessGroup> group;
   if (env.distributed()) {
     KILN_ASSIGN_OR_RETURN(group, JoinProcessGroup(ctx, env));
@@ -69,7 +69,7 @@ absl::Status TrainCommand(app::JobContext& ctx) {
 }
 
 const bool kTrainRegistered = [] {
-  app::RegisterCommand("train", TrainCommand);
+  run::RegisterCommand("train", TrainCommand);
   return true;
 }();
 

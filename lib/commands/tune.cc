@@ -6,10 +6,10 @@
 #include "absl/strings/str_format.h"
 #include "lib/commands/job.h"
 #include "lib/config/json.h"
-#include "lib/distributed/environment.h"
 #include "lib/logging/logger.h"
 #include "lib/report/lr_find_plot.h"
 #include "lib/run/command.h"
+#include "lib/run/environment.h"
 #include "lib/tuner/lr_finder.h"
 
 namespace kiln {
@@ -18,9 +18,9 @@ namespace {
 // `tune lr_find`: the learning-rate finder on the job `train` would run (lr_finder.h), its curve
 // in lr_find.csv and lr_find.png; with tuner.lr_find.apply (--apply) that job is then trained, in
 // the same run directory, with the suggestion as optimizer.lr.
-absl::Status TuneCommand(app::JobContext& ctx) {
+absl::Status TuneCommand(run::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(LrFindOptions o, LrFindOptions::FromConfig(ctx.cfg));
-  KILN_ASSIGN_OR_RETURN(distributed::Environment env, distributed::ReadEnvironment());
+  KILN_ASSIGN_OR_RETURN(run::Environment env, run::ReadEnvironment());
   if (env.distributed()) {
     return absl::FailedPreconditionError(absl::StrCat("kiln tune runs in one process, not as rank ",
                                                       env.rank, " of ", env.world_size, " (",
@@ -42,11 +42,11 @@ absl::Status TuneCommand(app::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(LrFindResult result,
                         FindLearningRate(job->options(), job->fit_inputs(), o));
   KILN_RETURN_IF_ERROR(WriteLrFindCsv(ctx.output_dir, result));
-  app::report::LrCurve curve{result.lrs, result.losses, result.smoothed, result.suggestion,
-                             o.mode == "exponential"};
+  report::LrCurve curve{result.lrs, result.losses, result.smoothed, result.suggestion,
+                        o.mode == "exponential"};
   std::string title = absl::StrCat("lr_find: ", ctx.cfg.Get<std::string>("name").value_or("kiln"));
-  KILN_ASSIGN_OR_RETURN(app::report::PlotFiles plot,
-                        app::report::WriteLrFindPlot(ctx.output_dir, curve, title));
+  KILN_ASSIGN_OR_RETURN(report::PlotFiles plot,
+                        report::WriteLrFindPlot(ctx.output_dir, curve, title));
   if (!plot.note.empty()) Logger::Instance().Warning(plot.note);
   if (!result.suggestion.has_value()) {
     return absl::FailedPreconditionError(
@@ -85,7 +85,7 @@ absl::Status TuneCommand(app::JobContext& ctx) {
 }
 
 const bool kTuneRegistered = [] {
-  app::RegisterCommand("tune", TuneCommand);
+  run::RegisterCommand("tune", TuneCommand);
   return true;
 }();
 

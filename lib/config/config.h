@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/node.h"
-#include "lib/core/status_macros.h"
 
 namespace kiln::config {
 

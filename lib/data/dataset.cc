@@ -5,7 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/error_text.h"
+#include "lib/base/error_text.h"
 
 namespace kiln::data {
 namespace {

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/error_text.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/error_text.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln::data {
 

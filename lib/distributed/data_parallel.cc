@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/core/error_text.h"
+#include "lib/base/error_text.h"
 
 namespace kiln::distributed {
 

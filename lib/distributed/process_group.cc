@@ -31,7 +31,7 @@ NcclBackendMaker GetNcclBackendMaker() { return nccl_backend_maker; }
 void SetNcclBackendMaker(NcclBackendMaker maker) { nccl_backend_maker = maker; }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
-    const Environment& env, const ProcessGroupOptions& options) {
+    const run::Environment& env, const ProcessGroupOptions& options) {
   auto group = std::make_shared<ProcessGroup>();
   group->rank_ = env.rank;
   group->world_size_ = env.world_size;
@@ -64,7 +64,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
   }
   try {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    std::string interface = ProcessEnv("GLOO_SOCKET_IFNAME");
+    std::string interface = run::ProcessEnv("GLOO_SOCKET_IFNAME");
     if (!interface.empty()) {
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
     } else if (IsLoopback(env.master_addr)) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/distributed/environment.h"
+#include "lib/run/environment.h"
 
 namespace kiln::distributed {
 
@@ -27,7 +27,7 @@ class ProcessGroup {
  public:
   // Rendezvous at MASTER_ADDR:MASTER_PORT through a c10d TCPStore (rank 0 hosts it), then builds
   // the group. GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch.
-  static absl::StatusOr<std::shared_ptr<ProcessGroup>> Create(const Environment& env,
+  static absl::StatusOr<std::shared_ptr<ProcessGroup>> Create(const run::Environment& env,
                                                               const ProcessGroupOptions& options);
 
   int rank() const { return rank_; }

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/base/version.h"
 #include "lib/config/interpolation.h"
-#include "lib/core/version.h"
 #include "lib/registry/registry.h"
 
 // The LibTorch version a plugin is built against; "" for a plugin that does not use LibTorch.

@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 #include "lib/registry/internal/module_loader.h"
 #include "lib/registry/plugin.h"
 #include "lib/registry/registry.h"

@@ -16,13 +16,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/exit_code.h"
+#include "lib/base/exit_code.h"
 #include "lib/report/report_command.h"
 #include "lib/report/report_page.h"
 #include "lib/report/run_reader.h"
 #include "lib/run/internal/http_thread_pool.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 namespace {
 
 constexpr char kUsage[] =
@@ -206,9 +206,9 @@ int RunDashboardCommand(const std::vector<std::string>& args) {
   return listened ? kExitOk : kExitFailure;
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report
 
 // The entry `kiln` finds with dlsym after loading this library for `kiln dashboard`.
 extern "C" int kiln_dashboard_main(const std::vector<std::string>* args) {
-  return kiln::app::report::RunDashboardCommand(*args);
+  return kiln::report::RunDashboardCommand(*args);
 }

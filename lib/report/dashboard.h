@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 // Runs the command with the arguments after `dashboard`; returns the exit code. It lives in
 // libkiln_dashboard (built when cpp-httplib is there), which `kiln` loads for this command only
@@ -23,4 +23,4 @@ struct ServedFile {
 };
 ServedFile ResolveServedFile(const std::string& root, const std::string& url_path);
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

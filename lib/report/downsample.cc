@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 double BucketWidth(double max_step, int64_t buckets) {
   if (buckets <= 0 || !(max_step > 0)) return 1;
@@ -37,4 +37,4 @@ Series Downsample(const Series& series, double width, int64_t max_buckets) {
   return out;
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 struct Series {
   std::vector<double> steps;
@@ -25,4 +25,4 @@ double BucketWidth(double max_step, int64_t buckets);
 // width line up. NaN values are dropped when thinning.
 Series Downsample(const Series& series, double width, int64_t max_buckets);
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -12,12 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 #include "lib/report/page_json.h"
 #include "lib/report/report_page.h"
 #include "lib/run/internal/spawn.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 namespace {
 
 const char kLrFindTemplate[] =
@@ -76,23 +76,23 @@ absl::Status ScreenshotPage(const std::string& chromium, const std::string& page
     return absl::InternalError("cannot create a folder in /tmp for Chromium");
   std::string log = std::string(profile) + "/chromium.log";
   std::remove(png.c_str());
-  SpawnOptions options;
+  run::SpawnOptions options;
   options.output_file = log;
   absl::StatusOr<pid_t> pid =
-      SpawnProcess({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    absl::StrCat("--user-data-dir=", profile, "/profile"),
-                    absl::StrCat("--window-size=", width, ",", height), "--screenshot=" + png,
-                    "file://" + std::filesystem::absolute(page).string()},
-                   options);
+      run::SpawnProcess({chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                         "--hide-scrollbars", absl::StrCat("--user-data-dir=", profile, "/profile"),
+                         absl::StrCat("--window-size=", width, ",", height), "--screenshot=" + png,
+                         "file://" + std::filesystem::absolute(page).string()},
+                        options);
   absl::Status status = pid.status();
   if (pid.ok()) {
     int wait_status = 0;
     while (::waitpid(*pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
     struct stat st;
-    if (ExitCodeOf(wait_status) != 0 || ::stat(png.c_str(), &st) != 0 || st.st_size == 0) {
-      status = absl::InternalError(absl::StrCat(chromium, " ", DescribeExit(wait_status),
-                                                " without a picture: ", LastLineOf(log)));
+    if (run::ExitCodeOf(wait_status) != 0 || ::stat(png.c_str(), &st) != 0 || st.st_size == 0) {
+      status = absl::InternalError(absl::StrCat(chromium, " ", run::DescribeExit(wait_status),
+                                                " without a picture: ", run::LastLineOf(log)));
     }
   }
   std::error_code ignored;
@@ -128,4 +128,4 @@ absl::StatusOr<PlotFiles> WriteLrFindPlot(const std::string& dir, const LrCurve&
   return files;
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 struct LrCurve {
   std::vector<double> lrs, losses, smoothed;
@@ -41,4 +41,4 @@ std::string FindChromium();
 absl::Status ScreenshotPage(const std::string& chromium, const std::string& page,
                             const std::string& png, int width, int height);
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

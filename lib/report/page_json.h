@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "lib/config/json.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 // A compact JSON writer: numbers with the digits a chart needs, strings safe inside <script>.
 class PageJson {
@@ -89,4 +89,4 @@ inline std::string HtmlText(const std::string& text) {
   return absl::StrReplaceAll(text, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}});
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

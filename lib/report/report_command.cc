@@ -7,12 +7,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
+#include "lib/base/exit_code.h"
+#include "lib/base/files.h"
 #include "lib/report/report_page.h"
 #include "lib/report/run_reader.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -88,4 +88,4 @@ int RunReportCommand(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 // Runs the command with the arguments after `report`; returns the exit code (2 for bad input,
 // with one line on stderr).
@@ -15,4 +15,4 @@ int RunReportCommand(const std::vector<std::string>& args);
 // for this command and `kiln dashboard`.
 int FailWithMessage(const std::string& message);
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -13,7 +13,7 @@
 #include "lib/config/json.h"
 #include "lib/report/page_json.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 using config::JsonString;
 using config::NodeToJson;
@@ -206,4 +206,4 @@ std::string ReportHtml(const Collection& c, const std::string& page_dir, const s
                                          {"{{DATA}}", ReportJson(c, page_dir)}});
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

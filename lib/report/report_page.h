@@ -7,7 +7,7 @@
 
 #include "lib/report/run_reader.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 // How many buckets a curve is thinned to for display (two points each at most); see downsample.h.
 inline constexpr int64_t kDisplayBuckets = 400;
@@ -29,4 +29,4 @@ const char* UplotCss();
 // ran).
 bool HaveChartingLibrary();
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

@@ -25,7 +25,7 @@
 #include "lib/sweep/optuna/study.h"
 #include "lib/sweep/sweep_ledger.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -385,7 +385,7 @@ void ReadOptunaSummary(const fs::path& dir, Sweep* sweep) {
 // trial, those of other processes sharing the study included. False when the sweep has no
 // study.yaml; when the study cannot be read, a note says why and the caller reads summary.csv.
 bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
-  auto record = ReadStudyRecord(dir.string());
+  auto record = sweep::ReadStudyRecord(dir.string());
   if (!record.ok()) {
     if (!absl::IsNotFound(record.status()))
       sweep->notes.push_back(std::string(record.status().message()));
@@ -393,7 +393,7 @@ bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
   }
   sweep->objectives = record->objectives;
   sweep->directions = record->directions;
-  auto trials = ReadStudyTrials(dir.string(), *record);
+  auto trials = sweep::ReadStudyTrials(dir.string(), *record);
   if (!trials.ok()) {
     sweep->notes.push_back(absl::StrCat("could not read the study '", record->study_name, "' (",
                                         trials.status().message(),
@@ -415,17 +415,17 @@ bool ReadOptunaStudy(const fs::path& dir, Sweep* sweep) {
 
 // A grid sweep's ledger.yaml: the last entry of each job.
 void ReadLedgerTrials(const fs::path& dir, Sweep* sweep) {
-  auto entries = ReadLedger(dir.string());
+  auto entries = sweep::ReadLedger(dir.string());
   if (!entries.ok()) {
     sweep->notes.push_back(absl::StrCat("ledger.yaml: ", entries.status().message(), "; skipped"));
     return;
   }
-  for (const auto& [job, e] : LatestByJob(*entries)) {
+  for (const auto& [job, e] : sweep::LatestByJob(*entries)) {
     Trial t;
     t.number = job;
     t.state = e.status;
     t.seconds = e.seconds;
-    for (const auto& o : JobIdentity(e.overrides)) {
+    for (const auto& o : sweep::JobIdentity(e.overrides)) {
       size_t eq = o.find('=');
       if (eq != std::string::npos)
         t.params[std::string(absl::StripPrefix(o.substr(0, eq), "+"))] = o.substr(eq + 1);
@@ -675,4 +675,4 @@ absl::StatusOr<Collection> ReadRuns(const std::vector<std::string>& paths) {
   return c;
 }
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

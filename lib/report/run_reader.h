@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "lib/report/downsample.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 
 struct Table {  // a small CSV: confusion matrix, per-class metrics
   std::string name;
@@ -85,4 +85,4 @@ absl::StatusOr<Collection> ReadRuns(const std::vector<std::string>& paths);
 // One run directory; `name` is how the report calls it.
 Run ReadRun(const std::string& dir, const std::string& name);
 
-}  // namespace kiln::app::report
+}  // namespace kiln::report

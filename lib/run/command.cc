@@ -8,9 +8,9 @@
 #include <map>
 
 #include "absl/strings/str_replace.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 
-namespace kiln::app {
+namespace kiln::run {
 namespace {
 
 std::map<std::string, CommandFn>& Commands() {
@@ -75,4 +75,4 @@ void ReportError(const absl::Status& status) {
   std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::run

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "lib/base/exit_code.h"
 #include "lib/config/compose.h"
 #include "lib/config/config.h"
-#include "lib/core/exit_code.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 // What a command's job gets: the resolved config and where to write.
 struct JobContext {
@@ -43,4 +43,14 @@ std::string Version();
 std::string ExecutablePath();
 std::string ExecutableDir();
 
+}  // namespace kiln::run
+
+// The names these had in kiln::app until 0.1.0, for plugins built against them; removed in the next
+// version (docs/plugins.md).
+namespace kiln::app {
+using run::CommandFn;
+using run::ExitCodeFor;
+using run::JobContext;
+using run::RegisterCommand;
+using run::ReportError;
 }  // namespace kiln::app

@@ -10,13 +10,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/merge.h"
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/files.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 using config::Node;
 using config::NodePtr;
@@ -105,4 +105,4 @@ absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& ru
   return absl::OkStatus();
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::run

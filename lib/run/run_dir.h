@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/compose.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 struct RunDir {
   std::string output_dir;
@@ -23,4 +23,4 @@ absl::StatusOr<RunDir> PlanRunDir(config::ComposeResult& composed, int job_num,
 // Creates the directory and writes the `.hydra` files.
 absl::Status WriteRunDir(const config::ComposeResult& composed, const RunDir& run);
 
-}  // namespace kiln::app
+}  // namespace kiln::run

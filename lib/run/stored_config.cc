@@ -8,14 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/defaults_list.h"
 #include "lib/config/merge.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 
-namespace kiln::app {
+namespace kiln::run {
 namespace {
 
 using config::Node;
@@ -271,4 +271,4 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
   return run_dir;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::run

@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/compose.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 // The commands that read a stored config.
 bool StartsFromATrainedModel(const std::string& command);
@@ -40,4 +40,4 @@ absl::StatusOr<std::string> StartFromStoredConfig(config::ComposeResult& compose
 // Lightning's trainer.test(ckpt_path="best"), for a finished run: NotFound when RUN kept no best.
 absl::StatusOr<std::string> RunCheckpoint(const std::string& run_dir, const std::string& which);
 
-}  // namespace kiln::app
+}  // namespace kiln::run

@@ -40,7 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/inference/predictor.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/options.h"
@@ -442,7 +442,7 @@ void WaitForStopSignal() {
   }
 }
 
-absl::Status ServeCommand(app::JobContext& ctx) {
+absl::Status ServeCommand(run::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ServeSetup setup, ReadSetup(ctx.cfg));
   const ServeOptions& o = setup.o;
   AccessLog access_log;
@@ -495,7 +495,7 @@ absl::Status ServeCommand(app::JobContext& ctx) {
 }
 
 const bool kRegistered = [] {
-  app::RegisterCommand("serve", ServeCommand);
+  run::RegisterCommand("serve", ServeCommand);
   return true;
 }();
 

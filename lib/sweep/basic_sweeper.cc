@@ -5,13 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 #include "lib/sweep/sweeper.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 class BasicSweeper : public Sweeper {
@@ -61,4 +61,4 @@ KILN_REGISTER_BOUND(Sweeper, "basic",
                     });
 
 }  // namespace
-}  // namespace kiln::app
+}  // namespace kiln::sweep

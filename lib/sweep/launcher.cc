@@ -14,19 +14,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/core/status_macros.h"
-#include "lib/core/stop_signals.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/stop_signals.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/run/command.h"
 #include "lib/run/internal/spawn.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 // Run in-process (or handed to a scheduler) inside Start; WaitAny then returns it.
 absl::Status Launcher::Start(const SweepJob& job, const LaunchContext& context) {
   if (!waits()) return absl::FailedPreconditionError(kCannotStartOneAtATime);
   absl::Status status = Launch({job}, context);
-  finished_.push_back({job.index, status, ExitCodeFor(status)});
+  finished_.push_back({job.index, status, run::ExitCodeFor(status)});
   return absl::OkStatus();
 }
 
@@ -66,7 +66,7 @@ class BasicLauncher : public Launcher {
     Logger::Instance().Info(
         absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
     absl::Status status = context.run(job);
-    finished_.push_back({job.index, status, ExitCodeFor(status)});
+    finished_.push_back({job.index, status, run::ExitCodeFor(status)});
     return absl::OkStatus();
   }
 };
@@ -115,9 +115,9 @@ class LocalLauncher : public Launcher {
         absl::StrCat("\t#", job.index, " : ", absl::StrJoin(job.overrides, " ")));
     // A job outlives neither a killed sweep nor a sweep that exits on an error: it checkpoints
     // and stops, as on any SIGTERM.
-    SpawnOptions spawn;
+    run::SpawnOptions spawn;
     spawn.stop_with_parent = true;
-    auto pid = SpawnProcess(context.command(job), spawn);
+    auto pid = run::SpawnProcess(context.command(job), spawn);
     if (!pid.ok()) return pid.status();
     running_[*pid] = job.index;
     return absl::OkStatus();
@@ -146,11 +146,11 @@ class LocalLauncher : public Launcher {
       }
       auto it = running_.find(pid);
       if (it == running_.end()) continue;
-      FinishedJob done{it->second, absl::OkStatus(), ExitCodeOf(wstatus)};
+      FinishedJob done{it->second, absl::OkStatus(), run::ExitCodeOf(wstatus)};
       running_.erase(it);
       if (done.exit_code != 0) {
         done.status =
-            absl::InternalError(absl::StrCat("job #", done.index, " ", DescribeExit(wstatus),
+            absl::InternalError(absl::StrCat("job #", done.index, " ", run::DescribeExit(wstatus),
                                              " (see ", context.sweep_dir, "/", done.index, ")"));
       }
       return done;
@@ -183,4 +183,4 @@ KILN_REGISTER_BOUND(Launcher, "local",
                     });
 
 }  // namespace
-}  // namespace kiln::app
+}  // namespace kiln::sweep

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 struct SweepJob {
   size_t index = 0;                    // the job's number in the sweep (its folder name)
@@ -66,4 +66,13 @@ class Launcher {
   std::deque<FinishedJob> finished_;  // ended jobs that WaitAny has not returned yet
 };
 
+}  // namespace kiln::sweep
+
+// The names these had in kiln::app until 0.1.0, for plugins built against them; removed in the next
+// version (docs/plugins.md).
+namespace kiln::app {
+using sweep::FinishedJob;
+using sweep::LaunchContext;
+using sweep::Launcher;
+using sweep::SweepJob;
 }  // namespace kiln::app

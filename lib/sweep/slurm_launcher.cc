@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/sweep/launcher.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 std::string ShellQuote(const std::string& s) {
@@ -144,4 +144,4 @@ KILN_REGISTER_BOUND(
     });
 
 }  // namespace
-}  // namespace kiln::app
+}  // namespace kiln::sweep

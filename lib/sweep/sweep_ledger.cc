@@ -14,12 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/csv.h"
+#include "lib/base/files.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/csv.h"
-#include "lib/core/files.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 using config::NodeKind;
@@ -161,4 +161,4 @@ absl::StatusOr<std::string> WriteSweepSummary(const std::string& sweep_dir,
   return table;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

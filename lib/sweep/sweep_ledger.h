@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 struct LedgerEntry {
   int64_t job = -1;
@@ -39,4 +39,4 @@ std::map<int64_t, LedgerEntry> LatestByJob(const std::vector<LedgerEntry>& entri
 absl::StatusOr<std::string> WriteSweepSummary(const std::string& sweep_dir,
                                               const std::vector<std::vector<std::string>>& jobs);
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

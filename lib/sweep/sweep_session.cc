@@ -6,15 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/directory_lock.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/stop_signals.h"
 #include "lib/config/repository.h"
-#include "lib/core/directory_lock.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
-#include "lib/core/stop_signals.h"
 #include "lib/logging/logger.h"
 #include "lib/sweep/sweep_ledger.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 class Session : public SweepSession {
@@ -173,4 +173,4 @@ absl::Status RunSweep(Sweeper& sweeper, SweepSetup setup) {
   return status.ok() ? summary : status;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

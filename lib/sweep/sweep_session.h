@@ -14,7 +14,7 @@
 #include "lib/sweep/launcher.h"
 #include "lib/sweep/sweeper.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 struct SweepSetup {
   std::vector<config::Override> arguments;  // the command line's overrides
@@ -34,4 +34,4 @@ struct SweepSetup {
 // waits for its jobs).
 absl::Status RunSweep(Sweeper& sweeper, SweepSetup setup);
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

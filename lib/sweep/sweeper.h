@@ -4,7 +4,7 @@
 // earlier batches returned; or start jobs one at a time, each as a slot frees (Optuna). The session
 // owns the sweep folder, the ledger that lets a re-run skip the jobs already done, the launcher and
 // the summary. Plugins register more sweepers under the same kind
-// (`registrar.Add<kiln::app::Sweeper>`).
+// (`registrar.Add<kiln::sweep::Sweeper>`).
 #pragma once
 
 #include <string>
@@ -16,7 +16,7 @@
 #include "lib/config/override.h"
 #include "lib/config/repository.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 // A launched job as its ledger entry records it.
 struct JobResult {
@@ -74,4 +74,13 @@ class Sweeper {
   virtual absl::Status Sweep(SweepSession& session) = 0;
 };
 
+}  // namespace kiln::sweep
+
+// The names these had in kiln::app until 0.1.0, for plugins built against them; removed in the next
+// version (docs/plugins.md).
+namespace kiln::app {
+using sweep::BatchResult;
+using sweep::JobResult;
+using sweep::Sweeper;
+using sweep::SweepSession;
 }  // namespace kiln::app

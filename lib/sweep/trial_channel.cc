@@ -11,14 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/sweep/optuna/helper.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 using config::JsonString;
 using config::NodeToJson;
@@ -106,4 +106,4 @@ std::string TrialChannelOverride(const std::string& dir, bool pruning) {
                       "',pruning:", pruning ? "true" : "false", "}");
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

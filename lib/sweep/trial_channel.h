@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 // The exit code of a trial its study pruned (1 is a failure, 2 a user mistake).
 inline constexpr int kExitTrialPruned = 3;
@@ -47,4 +47,4 @@ absl::Status AnswerTrialReport(const std::string& dir, int64_t k, bool prune);
 // The override that adds the reporting callback to a trial's job.
 std::string TrialChannelOverride(const std::string& dir, bool pruning);
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

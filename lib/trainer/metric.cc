@@ -1,7 +1,7 @@
 #include "lib/trainer/metric.h"
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln {
 

@@ -3,8 +3,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/config.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/csv.h"
-#include "lib/core/files.h"
+#include "lib/base/csv.h"
+#include "lib/base/files.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/prediction_json.h"
 

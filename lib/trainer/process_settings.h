@@ -4,7 +4,7 @@
 //     ReturnFreedMemory gives it back at points the caller chooses),
 //   - float32 matmul precision (TF32 on CUDA) and cuDNN's benchmark mode,
 //   - handlers for SIGINT, SIGTERM and SIGUSR1 while a fit runs (a graceful stop;
-//   lib/core/stop_signals.h).
+//   lib/base/stop_signals.h).
 // The Trainer applies them when it fits, evaluates or predicts; library users get them too, and
 // a user's GLIBC_TUNABLES for malloc wins. docs/training.md ("Memory") says why.
 #pragma once
@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "lib/core/stop_signals.h"  // StopSignals, CheckStopSignal (the trainer's users take them from here)
+#include "lib/base/stop_signals.h"  // StopSignals, CheckStopSignal (the trainer's users take them from here)
 
 namespace kiln {
 

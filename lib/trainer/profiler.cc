@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 
 namespace kiln {
 

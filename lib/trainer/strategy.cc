@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/status_macros.h"
-#include "lib/core/torch_compat.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/torch_compat.h"
 #include "lib/data/dataset.h"
 #include "lib/distributed/data_parallel.h"
-#include "lib/distributed/environment.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
+#include "lib/run/environment.h"
 #include "lib/trainer/internal/cuda_module.h"
 #include "lib/trainer/precision.h"
 #include "lib/trainer/process_settings.h"
@@ -29,7 +29,7 @@ int Strategy::ConfigureProcess() const {
   int local_workers = 1;
   if (distributed()) {
     local_workers = world_size();
-    std::string local = distributed::ProcessEnv("LOCAL_WORLD_SIZE");
+    std::string local = run::ProcessEnv("LOCAL_WORLD_SIZE");
     if (!local.empty()) local_workers = std::max(1, std::atoi(local.c_str()));
   }
   return kiln::ConfigureProcess(options_.num_threads, local_workers);

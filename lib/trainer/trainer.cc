@@ -3,8 +3,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/connectors/checkpoint_connector.h"
 #include "lib/trainer/connectors/loop_state.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/core/exit_code.h"
+#include "lib/base/exit_code.h"
 #include "lib/data/datamodule.h"
 #include "lib/trainer/callback.h"
 #include "lib/trainer/fit_inputs.h"

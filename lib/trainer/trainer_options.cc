@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln {
 

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/node.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 
 namespace kiln {

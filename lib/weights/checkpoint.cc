@@ -11,9 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lib/core/error_text.h"
-#include "lib/core/files.h"
-#include "lib/core/torch_compat.h"
+#include "lib/base/error_text.h"
+#include "lib/base/files.h"
+#include "lib/base/torch_compat.h"
 
 namespace kiln {
 namespace {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 
 namespace kiln {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/error_text.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/error_text.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/loader.h"
 #include "lib/data/sampler.h"
 

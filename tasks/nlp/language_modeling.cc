@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/models/model.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/metric_collection.h"

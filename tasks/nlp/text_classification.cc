@@ -2,7 +2,7 @@
 // configured (cross-entropy, accuracy; at test time a confusion matrix, per-class accuracy and
 // macro-F1). What texts add to ClassificationTask: the model takes its vocabulary from the
 // data's tokenizer, and the labels are known once the training split is read.
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 #include "tasks/classification_task.h"
 #include "tasks/nlp/tokenizer_binding.h"

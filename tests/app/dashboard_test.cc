@@ -151,14 +151,14 @@ TEST(DashboardFiles, ResolvesOnlyRegularFilesInsideTheRoot) {
   ASSERT_NE(::realpath((dir.path() + "/root").c_str(), real), nullptr);
   std::string root = real;
   ASSERT_EQ(::symlink((dir.path() + "/elsewhere.txt").c_str(), (root + "/out.txt").c_str()), 0);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "a/b.txt").status, 200);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "a/b.txt").path, root + "/a/b.txt");
-  EXPECT_EQ(app::report::ResolveServedFile(root, "a/../a/b.txt").status, 403);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "..\\elsewhere.txt").status, 403);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "out.txt").status, 403);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "a").status, 404);
-  EXPECT_EQ(app::report::ResolveServedFile(root, "missing").status, 404);
-  EXPECT_EQ(app::report::ResolveServedFile(root, std::string("a/b.txt\0x", 9)).status, 403);
+  EXPECT_EQ(report::ResolveServedFile(root, "a/b.txt").status, 200);
+  EXPECT_EQ(report::ResolveServedFile(root, "a/b.txt").path, root + "/a/b.txt");
+  EXPECT_EQ(report::ResolveServedFile(root, "a/../a/b.txt").status, 403);
+  EXPECT_EQ(report::ResolveServedFile(root, "..\\elsewhere.txt").status, 403);
+  EXPECT_EQ(report::ResolveServedFile(root, "out.txt").status, 403);
+  EXPECT_EQ(report::ResolveServedFile(root, "a").status, 404);
+  EXPECT_EQ(report::ResolveServedFile(root, "missing").status, 404);
+  EXPECT_EQ(report::ResolveServedFile(root, std::string("a/b.txt\0x", 9)).status, 403);
 }
 
 TEST(DashboardInput, BadArgumentsAreOneLineAndExitCode2) {

@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/core/directory_lock.h"
+#include "lib/base/directory_lock.h"
 #include "tests/support/process.h"
 
 namespace kiln {

@@ -7,7 +7,7 @@
 
 #include "lib/report/downsample.h"
 
-namespace kiln::app::report {
+namespace kiln::report {
 namespace {
 
 Series Ramp(int n, int first_step = 0) {
@@ -61,4 +61,4 @@ TEST(Downsample, NotANumberIsDroppedWhenThinning) {
 }
 
 }  // namespace
-}  // namespace kiln::app::report
+}  // namespace kiln::report

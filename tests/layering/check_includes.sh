@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The include rule: a module includes only modules at its own level or below, never one above.
 #
-#   lib/core < lib/config < lib/logging < lib/registry < lib/distributed < lib/run < lib/sweep
-#     < lib/report < lib/data < lib/weights < lib/trainer < lib/tuner < lib/inference
+#   lib/base < lib/config < lib/logging < lib/registry < lib/run < lib/sweep < lib/report
+#     < lib/distributed < lib/data < lib/weights < lib/trainer < lib/tuner < lib/inference
 #     < lib/commands < lib/serve  <  components/  <  tasks/  <  plugins/  <  entrypoints/, lib/app
 #
 # Modules are ranked by purpose. lib/run (the command seam, run folders, stored configs), lib/sweep
 # (sweepers, launchers, Optuna) and lib/report (kiln report and dashboard) never load LibTorch, so
-# `kiln` composes, plans sweeps and reports in milliseconds; the engine (lib/data .. lib/serve)
+# `kiln` composes, plans sweeps and reports in milliseconds; the engine (lib/distributed .. lib/serve)
 # registers its commands through lib/run. Inside the engine, as Lightning's packages: the weights'
 # files (checkpoints, safetensors, TorchScript, averaging) below the trainer, the tuner (the
 # learning-rate finder) and inference (the Predictor) above it. lib/app, the command-line shell, is at the top: nothing
-# but the entrypoint includes it. The torch-free modules (lib/core except torch_compat.h,
+# but the entrypoint includes it. The torch-free modules (lib/base except torch_compat.h,
 # lib/config, lib/logging, lib/registry, lib/run, lib/sweep, lib/report, lib/app) must not include
 # LibTorch headers at all. The public headers <kiln/...> (include/kiln/) sit above everything:
 # only plugins, examples and users include them.
@@ -31,10 +31,10 @@ awk '
     return parts[1] == "lib" ? parts[1] "/" parts[2] : parts[1]
   }
   BEGIN {
-    n = split("lib/core lib/config lib/logging lib/registry lib/distributed lib/run lib/sweep lib/report lib/data lib/weights lib/trainer lib/tuner lib/inference lib/commands lib/serve", low, " ")
+    n = split("lib/base lib/config lib/logging lib/registry lib/run lib/sweep lib/report lib/distributed lib/data lib/weights lib/trainer lib/tuner lib/inference lib/commands lib/serve", low, " ")
     for (i in low) rank[low[i]] = i + 0
     rank["components"] = n + 1; rank["tasks"] = n + 2; rank["plugins"] = n + 3; rank["entrypoints"] = n + 4; rank["lib/app"] = n + 4
-    split("lib/core lib/config lib/logging lib/registry lib/run lib/sweep lib/report lib/app", free, " ")
+    split("lib/base lib/config lib/logging lib/registry lib/run lib/sweep lib/report lib/app", free, " ")
     for (i in free) torch_free[free[i]] = 1
     violations = 0
   }
@@ -57,7 +57,7 @@ awk '
   }
   /^[ \t]*#[ \t]*include[ \t]*[<"](torch|ATen|c10)\// {
     # A header may include LibTorch under `#if __has_include(...)` (plugin.h reads its version).
-    if ((from in torch_free) && FILENAME != "lib/core/torch_compat.h" && previous !~ /__has_include/) {
+    if ((from in torch_free) && FILENAME != "lib/base/torch_compat.h" && previous !~ /__has_include/) {
       printf "%s:%d: %s must not use LibTorch, but includes %s\n", FILENAME, FNR, from, $0
       violations++
     }

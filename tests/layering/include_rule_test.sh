@@ -9,13 +9,13 @@ check="$here/check_includes.sh"
 
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-mkdir -p "$tree/lib/config" "$tree/lib/trainer" "$tree/lib/core" "$tree/components/models" \
+mkdir -p "$tree/lib/config" "$tree/lib/trainer" "$tree/lib/base" "$tree/components/models" \
   "$tree/lib/weights" "$tree/lib/tuner" "$tree/lib/inference"
 printf '#include "lib/trainer/trainer.h"\n' >"$tree/lib/config/node.cc"
-printf '#include <torch/torch.h>\n#include "lib/core/files.h"\n' >"$tree/lib/config/yaml_io.cc"
+printf '#include <torch/torch.h>\n#include "lib/base/files.h"\n' >"$tree/lib/config/yaml_io.cc"
 printf '#include "lib/config/node.h"\n#include "components/models/mlp.h"\n' >"$tree/lib/trainer/trainer.cc"
 printf '#include "lib/trainer/trainer.h"\n' >"$tree/components/models/mlp.cc"
-printf '#include <torch/torch.h>\n' >"$tree/lib/core/torch_compat.h"
+printf '#include <torch/torch.h>\n' >"$tree/lib/base/torch_compat.h"
 # The engine's ranks: weights < trainer < tuner < inference.
 printf '#include "lib/trainer/task.h"\n' >"$tree/lib/weights/checkpoint.cc"
 printf '#include "lib/weights/checkpoint.h"\n#include "lib/inference/predictor.h"\n' >"$tree/lib/tuner/lr_finder.cc"

@@ -5,9 +5,9 @@
 namespace {
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::app::Launcher>(
+  registrar.Add<kiln::sweep::Launcher>(
       "basic", "A second 'basic' (test plugin)", kiln::OptionSchema(),
-      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::sweep::Launcher>> {
         return absl::UnimplementedError("never built");
       });
 }

@@ -6,10 +6,10 @@
 
 namespace {
 
-class ReverseLauncher : public kiln::app::Launcher {
+class ReverseLauncher : public kiln::sweep::Launcher {
  public:
-  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs,
-                      const kiln::app::LaunchContext& context) override {
+  absl::Status Launch(const std::vector<kiln::sweep::SweepJob>& jobs,
+                      const kiln::sweep::LaunchContext& context) override {
     for (size_t i = jobs.size(); i-- > 0;) {
       if (auto status = context.run(jobs[i]); !status.ok()) return status;
     }
@@ -18,9 +18,9 @@ class ReverseLauncher : public kiln::app::Launcher {
 };
 
 void Register(kiln::Registrar& registrar) {
-  registrar.Add<kiln::app::Launcher>(
+  registrar.Add<kiln::sweep::Launcher>(
       "reverse", "Runs the jobs last to first (test plugin)", kiln::OptionSchema(),
-      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+      [](const kiln::config::Config&) -> absl::StatusOr<std::shared_ptr<kiln::sweep::Launcher>> {
         return std::make_shared<ReverseLauncher>();
       });
 }

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/exit_code.h"
 #include "lib/config/override.h"
-#include "lib/core/exit_code.h"
 #include "lib/registry/plugin.h"
 #include "lib/sweep/launcher.h"
 #include "lib/sweep/sweep_ledger.h"
@@ -44,11 +44,11 @@ struct DoublingOptions {
   int64_t max_jobs = 3;
 };
 
-class DoublingSweeper : public kiln::app::Sweeper {
+class DoublingSweeper : public kiln::sweep::Sweeper {
  public:
   explicit DoublingSweeper(DoublingOptions o) : o_(std::move(o)) {}
 
-  absl::Status Sweep(kiln::app::SweepSession& session) override {
+  absl::Status Sweep(kiln::sweep::SweepSession& session) override {
     int64_t value = o_.start;
     for (int64_t n = 0; n < o_.max_jobs; ++n, value *= 2) {
       auto batch = session.Launch({{absl::StrCat(o_.key, "=", value)}});
@@ -68,7 +68,7 @@ struct QuadraticOptions {
   int64_t slots = 1;
 };
 
-class QuadraticLauncher : public kiln::app::Launcher {
+class QuadraticLauncher : public kiln::sweep::Launcher {
  public:
   explicit QuadraticLauncher(QuadraticOptions o) : o_(o) {}
   ~QuadraticLauncher() override {
@@ -77,14 +77,14 @@ class QuadraticLauncher : public kiln::app::Launcher {
 
   int slots() const override { return static_cast<int>(o_.slots); }
 
-  absl::Status Launch(const std::vector<kiln::app::SweepJob>& jobs,
-                      const kiln::app::LaunchContext& context) override {
+  absl::Status Launch(const std::vector<kiln::sweep::SweepJob>& jobs,
+                      const kiln::sweep::LaunchContext& context) override {
     for (const auto& job : jobs) KILN_RETURN_IF_ERROR(Run(job, context));
     return absl::OkStatus();
   }
 
-  absl::Status Start(const kiln::app::SweepJob& job,
-                     const kiln::app::LaunchContext& context) override {
+  absl::Status Start(const kiln::sweep::SweepJob& job,
+                     const kiln::sweep::LaunchContext& context) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++running_;
     threads_.emplace_back([this, job, context] {
@@ -97,18 +97,18 @@ class QuadraticLauncher : public kiln::app::Launcher {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<kiln::app::FinishedJob> WaitAny(const kiln::app::LaunchContext&) override {
+  absl::StatusOr<kiln::sweep::FinishedJob> WaitAny(const kiln::sweep::LaunchContext&) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (running_ == 0) return absl::FailedPreconditionError("no job is running");
     done_.wait(lock, [this] { return !finished_.empty(); });
     --running_;
-    kiln::app::FinishedJob job = finished_.front();
+    kiln::sweep::FinishedJob job = finished_.front();
     finished_.pop_front();
     return job;
   }
 
  private:
-  absl::Status Run(const kiln::app::SweepJob& job, const kiln::app::LaunchContext& context) {
+  absl::Status Run(const kiln::sweep::SweepJob& job, const kiln::sweep::LaunchContext& context) {
     double x = 0, y = 0;
     bool nan = false, fail = false;
     std::string channel;
@@ -131,17 +131,17 @@ class QuadraticLauncher : public kiln::app::Launcher {
     }
     std::string dir = absl::StrCat(context.sweep_dir, "/", job.index);
     auto record = [&](const absl::Status& status) {
-      kiln::app::LedgerEntry entry;
+      kiln::sweep::LedgerEntry entry;
       entry.job = static_cast<int64_t>(job.index);
       entry.status = status.ok() ? "ok" : "failed";
       entry.overrides = job.overrides;
       entry.message = std::string(status.message());
       entry.dir = dir;
-      (void)kiln::app::AppendLedger(context.sweep_dir, entry);
+      (void)kiln::sweep::AppendLedger(context.sweep_dir, entry);
       return status;
     };
     if (fail) return record(absl::InternalError("this trial fails (fail=true)"));
-    kiln::app::TrialChannel trial(channel, pruning);
+    kiln::sweep::TrialChannel trial(channel, pruning);
     double f = (x - 0.3) * (x - 0.3) + (y + 1) * (y + 1);
     for (int64_t step = 1; step <= o_.steps; ++step) {
       std::this_thread::sleep_for(std::chrono::duration<double>(o_.step_seconds));
@@ -150,7 +150,7 @@ class QuadraticLauncher : public kiln::app::Launcher {
       if (!prune.ok()) return record(prune.status());
       if (*prune)
         return record(
-            kiln::WithExitCode(absl::AbortedError("pruned"), kiln::app::kExitTrialPruned));
+            kiln::WithExitCode(absl::AbortedError("pruned"), kiln::sweep::kExitTrialPruned));
     }
     KILN_RETURN_IF_ERROR(
         trial.Report({"test", o_.steps, {{"test/loss", nan ? std::nan("") : f}}}).status());
@@ -161,30 +161,30 @@ class QuadraticLauncher : public kiln::app::Launcher {
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<std::thread> threads_;
-  std::deque<kiln::app::FinishedJob> finished_;
+  std::deque<kiln::sweep::FinishedJob> finished_;
   int running_ = 0;
 };
 
 void Register(kiln::Registrar& registrar) {
   registrar.AddResolver("sweep_tools.twice", Twice);
   using O = DoublingOptions;
-  registrar.Add<kiln::app::Sweeper>(
+  registrar.Add<kiln::sweep::Sweeper>(
       "doubling", "Doubles one key from job to job (test plugin)",
       kiln::OptionBinding<O>()
           .Field("key", &O::key, "the key to sweep", kiln::NonEmpty())
           .Field("start", &O::start, "its first value", kiln::AtLeast(1))
           .Field("max_jobs", &O::max_jobs, "jobs at most", kiln::AtLeast(1)),
-      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Sweeper>> {
+      [](const O& o) -> absl::StatusOr<std::shared_ptr<kiln::sweep::Sweeper>> {
         return std::make_shared<DoublingSweeper>(o);
       });
   using Q = QuadraticOptions;
-  registrar.Add<kiln::app::Launcher>(
+  registrar.Add<kiln::sweep::Launcher>(
       "quadratic", "Runs Optuna trials of a known quadratic objective (test plugin)",
       kiln::OptionBinding<Q>()
           .Field("steps", &Q::steps, "validations per trial", kiln::AtLeast(1))
           .Field("step_seconds", &Q::step_seconds, "sleep before each validation", kiln::AtLeast(0))
           .Field("slots", &Q::slots, "trials at once", kiln::AtLeast(1)),
-      [](const Q& o) -> absl::StatusOr<std::shared_ptr<kiln::app::Launcher>> {
+      [](const Q& o) -> absl::StatusOr<std::shared_ptr<kiln::sweep::Launcher>> {
         return std::make_shared<QuadraticLauncher>(o);
       });
 }

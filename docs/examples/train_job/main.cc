@@ -1,7 +1,7 @@
 // "Config in, trained model out" from C++: kiln::Job composes the config as `kiln train` does
 // (the same overrides), trains, and tests.
 //   train_job [overrides...]      e.g.  train_job model=mlp trainer.max_epochs=1
-#include <kiln/core.h>
+#include <kiln/base.h>
 #include <kiln/job.h>
 
 #include <cstdio>

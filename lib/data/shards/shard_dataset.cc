@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/sample_rng.h"
 
 namespace kiln::data::shards {

@@ -18,7 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 
 extern char** environ;
 

@@ -15,13 +15,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/stop_signals.h"
-#include "lib/distributed/environment.h"
+#include "lib/base/exit_code.h"
+#include "lib/base/stop_signals.h"
 #include "lib/logging/logger.h"
+#include "lib/run/environment.h"
 #include "lib/run/internal/spawn.h"
 
-namespace kiln::app {
+namespace kiln::run {
 namespace {
 
 // A TCP port nobody listens on right now, for rank 0's rendezvous store.
@@ -43,7 +43,7 @@ absl::StatusOr<int> FreePort() {
 }  // namespace
 
 absl::StatusOr<int> NodeRank(int num_nodes) {
-  using distributed::ProcessEnv;
+  using run::ProcessEnv;
   if (num_nodes <= 1) return 0;
   std::string node = ProcessEnv("NODE_RANK");
   if (node.empty() || ProcessEnv("MASTER_ADDR").empty() || ProcessEnv("MASTER_PORT").empty()) {
@@ -62,7 +62,7 @@ absl::StatusOr<int> NodeRank(int num_nodes) {
 }
 
 absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
-  using distributed::ProcessEnv;
+  using run::ProcessEnv;
   auto node_rank_or = NodeRank(options.num_nodes);
   if (!node_rank_or.ok()) return node_rank_or.status();
   int node_rank = *node_rank_or;
@@ -181,4 +181,4 @@ absl::Status RunLocalWorkers(const LocalWorkersOptions& options) {
       code);
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::run

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 struct LocalWorkersOptions {
   int devices = 1;  // workers on this node
@@ -30,4 +30,4 @@ absl::StatusOr<int> NodeRank(int num_nodes);
 // reported its error, the status is marked as reported.
 absl::Status RunLocalWorkers(const LocalWorkersOptions& options);
 
-}  // namespace kiln::app
+}  // namespace kiln::run

@@ -16,7 +16,7 @@
 
 extern char** environ;
 
-namespace kiln::app {
+namespace kiln::run {
 
 namespace {
 // Set in a child's environment by SpawnProcess(stop_with_parent): the parent's pid.
@@ -87,4 +87,4 @@ std::string LastLineOf(const std::string& path) {
   return last;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::run

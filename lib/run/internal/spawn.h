@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::app {
+namespace kiln::run {
 
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or replacing in) this process's environment
@@ -36,4 +36,4 @@ int ExitCodeOf(int wait_status);
 // The last line of a child's log file that is not blank (what it said when it failed), or "".
 std::string LastLineOf(const std::string& path);
 
-}  // namespace kiln::app
+}  // namespace kiln::run

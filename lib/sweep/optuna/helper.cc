@@ -21,14 +21,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/status_macros.h"
 #include "lib/run/internal/spawn.h"
 
 extern char** environ;
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 using config::JsonString;
 using config::NodeToJson;
@@ -118,7 +118,7 @@ OptunaHelper::~OptunaHelper() {
 
 absl::Status OptunaHelper::Died(const std::string& doing) {
   dead_ = true;
-  std::string last = LastLineOf(log_file_);
+  std::string last = run::LastLineOf(log_file_);
   return absl::UnavailableError(
       absl::StrCat("the Optuna helper (", python_, ", pid ", pid_, ") ended while ", doing,
                    last.empty() ? "" : absl::StrCat(" (", last, ")"),
@@ -159,4 +159,4 @@ absl::StatusOr<config::NodePtr> OptunaHelper::Call(const std::string& request) {
   return node;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

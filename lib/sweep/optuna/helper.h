@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 class OptunaHelper {
  public:
@@ -44,4 +44,4 @@ double ReplyNumber(const config::Node& node);
 // A field of a reply, or a null node when the reply lacks it (so a broken reply cannot crash kiln).
 const config::Node& Field(const config::NodePtr& reply, const std::string& key);
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

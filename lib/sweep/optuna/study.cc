@@ -10,13 +10,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/json.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
 #include "lib/sweep/optuna/helper.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 using config::Node;
@@ -165,4 +165,4 @@ absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep
   return now.trials;
 }
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 
 struct StudyRecord {
   std::string storage;        // a database URL
@@ -53,4 +53,4 @@ absl::StatusOr<std::vector<StudyTrial>> ReadStudyTrials(const std::string& sweep
 // environment kiln was built with (scripts/setup_venv.sh test gives it Optuna), else python3.
 std::string DefaultOptunaPython();
 
-}  // namespace kiln::app
+}  // namespace kiln::sweep

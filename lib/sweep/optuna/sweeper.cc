@@ -27,14 +27,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/csv.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/json.h"
 #include "lib/config/merge.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/csv.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/sweep/launcher.h"
@@ -42,7 +42,7 @@
 #include "lib/sweep/optuna/study.h"
 #include "lib/sweep/trial_channel.h"
 
-namespace kiln::app {
+namespace kiln::sweep {
 namespace {
 
 using config::JsonString;
@@ -940,4 +940,4 @@ KILN_REGISTER_BOUND(Sweeper, "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.
                     "Hydra's name for the optuna sweeper", OptunaBinding(), MakeOptuna);
 
 }  // namespace
-}  // namespace kiln::app
+}  // namespace kiln::sweep

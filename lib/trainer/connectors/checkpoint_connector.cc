@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/weights/checkpoint.h"
 
 namespace kiln {

@@ -1,7 +1,7 @@
 #include "lib/trainer/connectors/loop_state.h"
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/data/sampler.h"
 #include "lib/logging/logger.h"
 

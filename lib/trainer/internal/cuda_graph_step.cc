@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/error_text.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/error_text.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/capturable_optimizer.h"
 #include "lib/trainer/internal/cuda_module.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/trainer/trainer.h"

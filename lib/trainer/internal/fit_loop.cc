@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/exit_code.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/exit_code.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/internal/evaluation_loop.h"
 #include "lib/trainer/internal/training_epoch_loop.h"

@@ -1,6 +1,6 @@
 #include "lib/trainer/internal/predict_loop.h"
 
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/trainer/trainer.h"
 
 namespace kiln {

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/core/files.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/internal/evaluation_loop.h"
 #include "lib/trainer/process_settings.h"

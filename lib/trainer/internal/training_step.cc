@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/status_macros.h"
+#include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
 #include "lib/trainer/trainer.h"

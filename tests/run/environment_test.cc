@@ -1,11 +1,11 @@
 // Reading a process's place in a distributed run from torchrun's and SLURM's variables.
-#include "lib/distributed/environment.h"
+#include "lib/run/environment.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-namespace kiln::distributed {
+namespace kiln::run {
 namespace {
 
 GetEnv From(std::map<std::string, std::string> vars) {
@@ -15,7 +15,7 @@ GetEnv From(std::map<std::string, std::string> vars) {
   };
 }
 
-TEST(DistributedEnvironment, NothingSetIsOneProcess) {
+TEST(WorkerEnvironment, NothingSetIsOneProcess) {
   auto env = ReadEnvironment(From({}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_FALSE(env->distributed());
@@ -24,7 +24,7 @@ TEST(DistributedEnvironment, NothingSetIsOneProcess) {
   EXPECT_EQ(env->source, "single");
 }
 
-TEST(DistributedEnvironment, TorchrunVariables) {
+TEST(WorkerEnvironment, TorchrunVariables) {
   auto env = ReadEnvironment(From({{"RANK", "3"},
                                    {"WORLD_SIZE", "4"},
                                    {"LOCAL_RANK", "1"},
@@ -44,7 +44,7 @@ TEST(DistributedEnvironment, TorchrunVariables) {
   EXPECT_EQ(own->source, "kiln");
 }
 
-TEST(DistributedEnvironment, SlurmVariablesWithTheFirstNodeAsMaster) {
+TEST(WorkerEnvironment, SlurmVariablesWithTheFirstNodeAsMaster) {
   auto env = ReadEnvironment(From({{"SLURM_PROCID", "5"},
                                    {"SLURM_NTASKS", "8"},
                                    {"SLURM_LOCALID", "1"},
@@ -60,7 +60,7 @@ TEST(DistributedEnvironment, SlurmVariablesWithTheFirstNodeAsMaster) {
             15000 + 2117);  // Lightning's rule: 15000 + the job id's last 4 digits
 }
 
-TEST(DistributedEnvironment, TorchrunWinsOverSlurmAndOneSlurmTaskIsOneProcess) {
+TEST(WorkerEnvironment, TorchrunWinsOverSlurmAndOneSlurmTaskIsOneProcess) {
   auto both = ReadEnvironment(
       From({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}));
   ASSERT_TRUE(both.ok());
@@ -72,7 +72,7 @@ TEST(DistributedEnvironment, TorchrunWinsOverSlurmAndOneSlurmTaskIsOneProcess) {
   EXPECT_FALSE(one->distributed());
 }
 
-TEST(DistributedEnvironment, MalformedValuesNameTheVariable) {
+TEST(WorkerEnvironment, MalformedValuesNameTheVariable) {
   auto bad_rank = ReadEnvironment(From({{"RANK", "x"}, {"WORLD_SIZE", "2"}}));
   ASSERT_FALSE(bad_rank.ok());
   EXPECT_NE(std::string(bad_rank.status().message()).find("RANK='x'"), std::string::npos)
@@ -86,7 +86,7 @@ TEST(DistributedEnvironment, MalformedValuesNameTheVariable) {
   EXPECT_NE(std::string(port.status().message()).find("MASTER_PORT=70000"), std::string::npos);
 }
 
-TEST(DistributedEnvironment, SlurmNodeLists) {
+TEST(WorkerEnvironment, SlurmNodeLists) {
   EXPECT_EQ(FirstSlurmHost("node1").value(), "node1");
   EXPECT_EQ(FirstSlurmHost("node1,node2").value(), "node1");
   EXPECT_EQ(FirstSlurmHost("rack[3-4]-n[01-02]").value(), "rack3-n01");
@@ -96,4 +96,4 @@ TEST(DistributedEnvironment, SlurmNodeLists) {
 }
 
 }  // namespace
-}  // namespace kiln::distributed
+}  // namespace kiln::run

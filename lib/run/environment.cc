@@ -1,11 +1,11 @@
-#include "lib/distributed/environment.h"
+#include "lib/run/environment.h"
 
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace kiln::distributed {
+namespace kiln::run {
 namespace {
 
 absl::StatusOr<int> ReadInt(const GetEnv& get, const std::string& name, int fallback, int min) {
@@ -110,4 +110,4 @@ absl::StatusOr<Environment> ReadEnvironment(const GetEnv& get) {
   return env;
 }
 
-}  // namespace kiln::distributed
+}  // namespace kiln::run

@@ -14,8 +14,8 @@
 #include <functional>
 
 #include "components/models/model.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/yaml_io.h"
-#include "lib/core/status_macros.h"
 #include "lib/registry/registry.h"
 #include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
@@ -24,7 +24,7 @@ namespace kiln {
 namespace torchscript_test {
 
 const char kPython[] = KILN_PYTHON_EXE;
-const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchscript_interop.py";
+const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/weights/torchscript_interop.py";
 
 struct Case {
   std::string name;

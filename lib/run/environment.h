@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::distributed {
+namespace kiln::run {
 
 struct Environment {
   int rank = 0;
@@ -33,4 +33,4 @@ absl::StatusOr<Environment> ReadEnvironment(const GetEnv& get = ProcessEnv);
 // The first host of a SLURM node list: "node[07-09,12],gpu1" -> "node07".
 absl::StatusOr<std::string> FirstSlurmHost(const std::string& nodelist);
 
-}  // namespace kiln::distributed
+}  // namespace kiln::run

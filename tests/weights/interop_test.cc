@@ -15,7 +15,7 @@ namespace kiln {
 namespace interop_test {
 
 const char kPython[] = KILN_PYTHON_EXE;
-const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/trainer/torchvision_interop.py";
+const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/weights/torchvision_interop.py";
 
 std::shared_ptr<Model> Resnet18() {
   auto node = config::ParseYaml("_target_: resnet\ndepth: 18\nnum_classes: 10\n", "model.yaml");

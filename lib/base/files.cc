@@ -1,4 +1,4 @@
-#include "lib/core/files.h"
+#include "lib/base/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "lib/core/directory_lock.h"
+#include "lib/base/directory_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

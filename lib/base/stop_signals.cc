@@ -1,4 +1,4 @@
-#include "lib/core/stop_signals.h"
+#include "lib/base/stop_signals.h"
 
 #include <signal.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "lib/core/exit_code.h"
+#include "lib/base/exit_code.h"
 
 namespace kiln {
 namespace {
