@@ -20,12 +20,12 @@ class Nothing(kiln.Callback):
 
 def run(callbacks):
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = kiln.Trainer(overrides=["model=mlp", "model.hidden=[16]", "data.batch_size=8", "trainer.num_threads=1",
+        job = kiln.Job(overrides=["model=mlp", "model.hidden=[16]", "data.batch_size=8", "trainer.num_threads=1",
                                           "trainer.max_steps=%d" % steps, "trainer.limit_val_batches=0",
                                           "trainer.num_sanity_val_steps=0", "test=false", "callbacks=none",
                                           "hydra.run.dir=" + tmp + "/run"], callbacks=callbacks)
         t0 = time.perf_counter()
-        trainer.fit()
+        job.fit()
         return time.perf_counter() - t0
 
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "components/audio/features.h"
 #include "components/text/tokenizer.h"
-#include "lib/core/error_text.h"
+#include "lib/base/error_text.h"
 #include "lib/data/sample_rng.h"
 #include "lib/data/transform.h"
 #include "lib/registry/registry.h"
@@ -315,10 +315,10 @@ void BindComponents(py::module_& m) {
       .def_property_readonly("vocab_size", &PyTokenizer::vocab_size)
       .def("__repr__", &PyTokenizer::Describe);
   py::class_<PyNativeCallback>(m, "NativeCallback",
-                               "A kiln callback, for kiln.fit(callbacks=[...]) or kiln.Trainer.")
+                               "A kiln callback, for kiln.fit(callbacks=[...]) or kiln.Job.")
       .def("__repr__", [](const PyNativeCallback& c) { return "<kiln callback " + c.name + ">"; });
   py::class_<PyNativeLogger>(m, "NativeLogger",
-                             "A kiln logger, for kiln.fit(loggers=[...]) or kiln.Trainer.")
+                             "A kiln logger, for kiln.fit(loggers=[...]) or kiln.Job.")
       .def("__repr__", [](const PyNativeLogger& l) { return "<kiln logger " + l.name + ">"; });
   py::class_<PyFeatures>(m, "AudioFeatures",
                          "A kiln feature extractor: features(waveform) is [frames, num_features].")

@@ -647,7 +647,7 @@ PYBIND11_MODULE(_kiln, m) {
       py::arg("path"),
       "A YAML file read as kiln reads configs (YAML 1.1 scalars, Hydra's typed keys).");
   // What a Python callback's hooks get as `trainer`: the loop's counters and a way to stop it.
-  py::class_<kiln::Trainer>(m, "LoopState")
+  py::class_<kiln::Trainer>(m, "Trainer")
       .def_property_readonly("global_step", &kiln::Trainer::global_step)
       .def_property_readonly("current_epoch", &kiln::Trainer::current_epoch)
       .def_property_readonly("train_batches_per_epoch", &kiln::Trainer::train_batches_per_epoch)

@@ -8,6 +8,8 @@ training loop, on the torch of this environment.
 Errors in a config, an override or a file raise kiln.KilnError (a ValueError) with kiln's one-line
 message (file:line, did-you-mean). docs/python.md says more.
 """
+import abc as _abc
+import warnings as _warnings
 from typing import Dict, Optional, Sequence
 
 # torch first: its libraries (LibTorch, libtorch_python) are kiln's, and once loaded they are the
@@ -38,29 +40,51 @@ except ModuleNotFoundError as _missing:
     raise ImportError("kiln's extension kiln._kiln is not built in %s: run scripts/setup.sh (it builds it where "
                       "python3-dev is installed), or ninja -C build kiln_python" % _os.path.dirname(__file__)) from None
 
-from ._kiln import DataModule, KilnError, Job, LoopState, __version__, default_config_dir, load_yaml
+from ._kiln import DataModule, KilnError, __version__, default_config_dir, load_yaml
+from ._kiln import Job as _NativeJob
+from ._kiln import Trainer as _NativeTrainer
 from ._kiln import Predictor as _Predictor
 from ._kiln import report_html as _report_html
 from ._kiln import Model, NativeCallback, NativeLogger, instantiate
 from ._kiln import compose as _compose
 
-__all__ = ["Callback", "KilnError", "LoopState", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "instantiate", "read_run", "report",
+__all__ = ["Callback", "Job", "KilnError", "Predictor", "ProgressBar", "Trainer", "compose", "data_module", "fit", "instantiate", "read_run", "report",
            "__version__"]
+
+
+class Trainer(metaclass=_abc.ABCMeta):
+    """kiln's loop (C++ kiln::Trainer), as a callback's hooks get it: global_step, current_epoch,
+    train_batches_per_epoch, max_epochs, max_steps, callback_metrics, request_stop(reason). kiln makes
+    it; a job (kiln.Job) has one.
+
+    In kiln 0.1.0 and before, this name was the job itself: kiln.Trainer(overrides=...) and
+    kiln.Trainer(cfg) still make a kiln.Job, with a DeprecationWarning, until the version after 0.1.0."""
+
+    def __new__(cls, *args, **kwargs):
+        _warnings.warn("kiln.Trainer(...) is now kiln.Job(...) (kiln.Trainer is the loop a callback gets, as "
+                       "in C++); this alias is removed after kiln 0.1.0", DeprecationWarning,
+                       stacklevel=2)
+        return Job(*args, **kwargs)
+
+
+Trainer.register(_NativeTrainer)
+# The loop's old Python name, for callbacks annotated with it; removed in the next version.
+LoopState = _NativeTrainer
 
 
 class Callback:
     """A callback in Python, called from kiln's loop at Lightning's hooks. Override the hooks you need;
-    `trainer` is a kiln.LoopState (global_step, current_epoch, callback_metrics, request_stop()).
+    `trainer` is a kiln.Trainer (global_step, current_epoch, callback_metrics, request_stop()).
     An exception stops the run and is raised from the kiln call (fit, test, ...) as it was."""
 
-    def on_fit_start(self, trainer: LoopState) -> None: ...
-    def on_fit_end(self, trainer: LoopState) -> None: ...
-    def on_train_epoch_start(self, trainer: LoopState) -> None: ...
-    def on_train_epoch_end(self, trainer: LoopState) -> None: ...
-    def on_train_batch_end(self, trainer: LoopState, loss: float) -> None: ...
-    def on_validation_start(self, trainer: LoopState) -> None: ...
-    def on_validation_end(self, trainer: LoopState, metrics: Dict[str, float]) -> None: ...
-    def on_test_end(self, trainer: LoopState, metrics: Dict[str, float]) -> None: ...
+    def on_fit_start(self, trainer: Trainer) -> None: ...
+    def on_fit_end(self, trainer: Trainer) -> None: ...
+    def on_train_epoch_start(self, trainer: Trainer) -> None: ...
+    def on_train_epoch_end(self, trainer: Trainer) -> None: ...
+    def on_train_batch_end(self, trainer: Trainer, loss: float) -> None: ...
+    def on_validation_start(self, trainer: Trainer) -> None: ...
+    def on_validation_end(self, trainer: Trainer, metrics: Dict[str, float]) -> None: ...
+    def on_test_end(self, trainer: Trainer, metrics: Dict[str, float]) -> None: ...
 
 
 _HOOKS = [name for name in vars(Callback) if name.startswith("on_")]
@@ -127,16 +151,17 @@ def compose(config_name: str = "train", overrides: Sequence[str] = (), config_di
     return _compose(config_name, _overrides(overrides), config_dir or "")
 
 
-class Trainer:
-    """kiln's trainer on a job: `Trainer(overrides=[...])` composes as `kiln train` does (the run folder
-    and its .hydra files are written), `Trainer(cfg)` takes a composed config (a dict from
-    kiln.compose, perhaps changed) and writes into cfg["paths"]["output_dir"] (or output_dir)."""
+class Job:
+    """A training job (C++ kiln::Job): `Job(overrides=[...])` composes as `kiln train` does (the run
+    folder and its .hydra files are written), `Job(cfg)` takes a composed config (a dict from
+    kiln.compose, perhaps changed) and writes into cfg["paths"]["output_dir"] (or output_dir). Then
+    fit(), validate(), test(), predict(), as Lightning's Trainer."""
 
     def __init__(self, cfg: Optional[dict] = None, *, overrides: Sequence[str] = (), output_dir: Optional[str] = None,
                  config_name: str = "train", config_dir: Optional[str] = None, evaluate: bool = False,
                  callbacks: Sequence[Callback] = (), loggers: Sequence = (), model=None):
         if cfg is not None and overrides:
-            raise ValueError("kiln.Trainer takes a config or overrides, not both")
+            raise ValueError("kiln.Job takes a config or overrides, not both")
         if model is not None:
             # Your own torch.nn.Module: scripted, saved in the run folder and named as the config's model.
             if cfg is None:
@@ -145,13 +170,13 @@ class Trainer:
             output_dir = output_dir or cfg["paths"]["output_dir"]
             cfg["model"] = {"_target_": "torchscript", "path": _save_model(model, output_dir)}
         if cfg is None:
-            self._job = Job.from_overrides(_overrides(overrides), config_name, config_dir or "", evaluate)
+            self._job = _NativeJob.from_overrides(_overrides(overrides), config_name, config_dir or "", evaluate)
         else:
             if output_dir is None:
                 output_dir = (cfg.get("paths") or {}).get("output_dir") or (cfg.get("trainer") or {}).get("default_root_dir")
             if not output_dir:
-                raise ValueError("kiln.Trainer(cfg): the config has no paths.output_dir; pass output_dir=")
-            self._job = Job.from_dict(cfg, str(output_dir), evaluate)
+                raise ValueError("kiln.Job(cfg): the config has no paths.output_dir; pass output_dir=")
+            self._job = _NativeJob.from_dict(cfg, str(output_dir), evaluate)
         _add_callbacks(self._job, callbacks, loggers)
 
     @property
@@ -197,9 +222,9 @@ def fit(overrides: Sequence[str] = (), config_name: str = "train", config_dir: O
     model= trains your own torch.nn.Module (TorchScript) instead of the config's model. callbacks= and
     loggers= add to the config's: kiln.Callback subclasses, or kiln components from kiln.instantiate."""
     callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
-    trainer = Trainer(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks,
-                      loggers=loggers, model=model)
-    return trainer._job.fit_then_test()
+    job = Job(overrides=overrides, config_name=config_name, config_dir=config_dir, callbacks=callbacks,
+              loggers=loggers, model=model)
+    return job._job.fit_then_test()
 
 
 def data_module(cfg: dict, seed: int = 0) -> DataModule:
@@ -230,7 +255,7 @@ def _read_metrics(run_dir: str, as_frame: bool = False):
 
 def read_run(run_dir: str, as_frame: bool = False) -> dict:
     """A finished (or running) run folder as Python objects: its resolved config
-    (.hydra/config.yaml), its metrics (metrics.csv, as for Trainer.metrics) and its test metrics."""
+    (.hydra/config.yaml), its metrics (metrics.csv, as for Job.metrics) and its test metrics."""
     import os
     if not os.path.isdir(os.path.join(run_dir, ".hydra")):
         raise KilnError("%s is not a kiln run folder (no .hydra/)" % run_dir)

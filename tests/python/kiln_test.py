@@ -50,12 +50,12 @@ class FirstCommand(unittest.TestCase):
 @unittest.skipUnless(have_fashion(), FASHION + " is not there")
 class EvaluateARun(unittest.TestCase):
     def test_run_dir_means_the_runs_config_and_checkpoints(self):
-        """kiln.Trainer(overrides=["run_dir=R"], evaluate=True): R's stored config (not the defaults),
+        """kiln.Job(overrides=["run_dir=R"], evaluate=True): R's stored config (not the defaults),
         R's best checkpoint, and exactly the test metrics kiln.fit reported for it."""
         with tempfile.TemporaryDirectory() as tmp:
             fitted = kiln.fit(small_run(tmp + "/run") + ["optimizer.lr=0.003", "trainer.limit_train_batches=10"])  # 3 epochs
             self.assertIn("test/acc", fitted)
-            evaluate = kiln.Trainer(overrides=["run_dir=" + tmp + "/run", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
+            evaluate = kiln.Job(overrides=["run_dir=" + tmp + "/run", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
             self.assertEqual(evaluate.config["optimizer"]["lr"], 0.003)
             self.assertEqual(evaluate.config["model"]["hidden"], [16])
             best = evaluate.load_checkpoint("best")
@@ -239,7 +239,7 @@ class Fit(unittest.TestCase):
 
     def test_metrics_and_runs_read_back(self):
         with tempfile.TemporaryDirectory() as tmp:
-            trainer = kiln.Trainer(overrides=small_run(tmp + "/run") + ["trainer.log_every_n_steps=10",
+            trainer = kiln.Job(overrides=small_run(tmp + "/run") + ["trainer.log_every_n_steps=10",
                                                                          "trainer.val_check_interval=15"])
             trainer.fit()
             rows = trainer.metrics()
@@ -309,25 +309,25 @@ class Fit(unittest.TestCase):
     def test_a_training_job_locks_its_run_directory(self):
         import gc
         with tempfile.TemporaryDirectory() as tmp:
-            first = kiln.Trainer(overrides=small_run(tmp + "/run"))
+            first = kiln.Job(overrides=small_run(tmp + "/run"))
             with self.assertRaisesRegex(kiln.KilnError, r"is in use: another kiln process \(pid %d\) holds its lock"
                                         % os.getpid()):
-                kiln.Trainer(overrides=small_run(tmp + "/run"))
+                kiln.Job(overrides=small_run(tmp + "/run"))
             cli = subprocess.run([KILN, "train"] + small_run(tmp + "/run"), capture_output=True, text=True)
             self.assertEqual(cli.returncode, 2, cli.stderr)
             self.assertIn("is in use", cli.stderr)
-            evaluating = kiln.Trainer(overrides=small_run(tmp + "/run"), evaluate=True)  # reads only: no lock
+            evaluating = kiln.Job(overrides=small_run(tmp + "/run"), evaluate=True)  # reads only: no lock
             del first, evaluating
             gc.collect()
-            again = kiln.Trainer(overrides=small_run(tmp + "/run"))  # released with the job
-            # A job built from a dict (kiln.Trainer(cfg)) locks its folder too, before it writes there.
+            again = kiln.Job(overrides=small_run(tmp + "/run"))  # released with the job
+            # A job built from a dict (kiln.Job(cfg)) locks its folder too, before it writes there.
             cfg = kiln.compose(overrides=small_run(tmp + "/run"))
             with self.assertRaisesRegex(kiln.KilnError, r"is in use: another kiln process \(pid %d\) holds its lock"
                                         % os.getpid()):
-                kiln.Trainer(cfg)
+                kiln.Job(cfg)
             del again
             gc.collect()
-            from_dict = kiln.Trainer(cfg)
+            from_dict = kiln.Job(cfg)
             cli = subprocess.run([KILN, "train"] + small_run(tmp + "/run"), capture_output=True, text=True)
             self.assertEqual(cli.returncode, 2, cli.stderr)
             del from_dict
@@ -336,7 +336,7 @@ class Fit(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = kiln.compose(overrides=small_run(tmp + "/run") + ["test=false"])
             cfg["trainer"]["max_steps"] = 10
-            trainer = kiln.Trainer(cfg)
+            trainer = kiln.Job(cfg)
             self.assertEqual(trainer.output_dir, tmp + "/run")
             ticks = []
             stop = threading.Event()
@@ -359,12 +359,12 @@ class Fit(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             with self.assertRaises(kiln.KilnError):
                 kiln.fit(["trainer.max_epochs=-1", "hydra.run.dir=" + tmp + "/bad"])
-            evaluate = kiln.Trainer(overrides=["model=mlp", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
+            evaluate = kiln.Job(overrides=["model=mlp", "hydra.run.dir=" + tmp + "/eval"], evaluate=True)
             with self.assertRaises(kiln.KilnError) as caught:
                 evaluate.load_checkpoint(tmp + "/missing.ckpt")
             self.assertIn("missing.ckpt", str(caught.exception))
             with self.assertRaises(kiln.KilnError):
-                kiln.Trainer({"trainer": {"max_steps": object()}}, output_dir=tmp + "/x")
+                kiln.Job({"trainer": {"max_steps": object()}}, output_dir=tmp + "/x")
 
 
 @unittest.skipUnless(have_fashion(), FASHION + " is not there")
@@ -403,10 +403,32 @@ class Callbacks(unittest.TestCase):
 
         stop = StopAtFive()
         with tempfile.TemporaryDirectory() as tmp:
-            trainer = kiln.Trainer(overrides=small_run(tmp + "/run"), callbacks=[stop])
-            trainer.fit()
+            job = kiln.Job(overrides=small_run(tmp + "/run"), callbacks=[stop])
+            job.fit()
             self.assertTrue(os.path.exists(tmp + "/run/checkpoints/last.ckpt"))
         self.assertEqual(stop.ended_at, 5)
+
+    def test_a_callbacks_trainer_is_a_kiln_trainer_and_the_old_constructor_makes_a_job(self):
+        # One name per unit, as in C++: kiln.Job is kiln::Job, kiln.Trainer is the loop (kiln::Trainer)
+        # a callback gets. kiln.Trainer(overrides=...) was the job until 0.1.0: it still makes one.
+        class Seen(kiln.Callback):
+            def on_fit_start(self, trainer):
+                self.trainer_type = type(trainer)
+                self.is_trainer = isinstance(trainer, kiln.Trainer)
+                self.is_loop_state = isinstance(trainer, kiln.LoopState)
+
+        seen = Seen()
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertWarns(DeprecationWarning) as warned:
+                overrides = [o for o in small_run(tmp + "/run") if not o.startswith("trainer.max_steps=")]
+                job = kiln.Trainer(overrides=overrides + ["trainer.max_steps=2"], callbacks=[seen])
+            self.assertIn("kiln.Job", str(warned.warning))
+            self.assertIsInstance(job, kiln.Job)
+            job.fit()
+        self.assertTrue(seen.is_trainer)
+        self.assertTrue(seen.is_loop_state)
+        self.assertEqual(seen.trainer_type.__name__, "Trainer")
+        self.assertNotIsInstance(job, kiln.Trainer)
 
     def test_an_exception_stops_the_run_and_surfaces_with_its_traceback(self):
         class Broken(kiln.Callback):
@@ -429,7 +451,7 @@ class Callbacks(unittest.TestCase):
             tb = tb.tb_next
         self.assertIn("on_train_batch_end", frames)
         with self.assertRaises(TypeError):
-            kiln.Trainer(overrides=["model=mlp"], callbacks=[object()])
+            kiln.Job(overrides=["model=mlp"], callbacks=[object()])
 
 
 @unittest.skipUnless(have_fashion(), FASHION + " is not there")
@@ -521,7 +543,7 @@ class Predict(unittest.TestCase):
     def test_predictor_answers_as_kiln_predict_does(self):
         import json
         with tempfile.TemporaryDirectory() as tmp:
-            trainer = kiln.Trainer(overrides=small_run(tmp + "/run") + ["test=false"])
+            trainer = kiln.Job(overrides=small_run(tmp + "/run") + ["test=false"])
             trainer.fit()
             from_trainer = trainer.predict()
             subprocess.run([KILN, "predict", "run_dir=" + tmp + "/run", "+prediction_writer=jsonl",
