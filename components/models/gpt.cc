@@ -1,11 +1,21 @@
 // A GPT-style decoder language model (Radford et al. 2019; nanoGPT's layout and parameter names):
 // token and learned position embeddings, pre-LayerNorm blocks with causal self-attention, a final
 // LayerNorm, and an output layer tied to the token embedding. Input [B, T] ids -> [B, T, vocab].
+// `gpt2` is the same model built from a Hugging Face GPT-2 folder (config.json and its weights).
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "lib/base/status_macros.h"
+#include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/pretrained_weights.h"
 
 namespace kiln {
 namespace {
@@ -56,6 +66,100 @@ KILN_REGISTER_BOUND(
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
       return std::make_shared<Gpt>(o, o.tie_weights);
+    });
+
+// GPT-2's config.json as kiln's options; refuses, in one line, what kiln's blocks do not compute
+// (another activation, cross-attention, per-layer attention scaling, another LayerNorm epsilon).
+absl::StatusOr<std::pair<TextTransformerOptions, bool>> Gpt2Architecture(const HfConfig& c) {
+  if (c.model_type() != "gpt2")
+    return c.Refuse("model_type", "model=gpt2 reads GPT-2 checkpoints (model_type gpt2)");
+  TextTransformerOptions o;
+  KILN_ASSIGN_OR_RETURN(o.vocab_size, c.Int("vocab_size"));
+  KILN_ASSIGN_OR_RETURN(o.positions, c.Int("n_positions"));
+  KILN_ASSIGN_OR_RETURN(o.dim, c.Int("n_embd"));
+  KILN_ASSIGN_OR_RETURN(o.depth, c.Int("n_layer"));
+  KILN_ASSIGN_OR_RETURN(o.heads, c.Int("n_head"));
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> inner, c.OptionalInt("n_inner"));
+  o.mlp_dim = inner.value_or(4 * o.dim);
+  KILN_ASSIGN_OR_RETURN(std::optional<double> dropout, c.OptionalFloat("resid_pdrop"));
+  o.dropout = dropout.value_or(0.1);
+  if (o.vocab_size < 1 || o.positions < 1 || o.dim < 1 || o.depth < 1 || o.heads < 1 ||
+      o.dim % o.heads != 0 || o.mlp_dim < 1) {
+    return c.Refuse(
+        "n_embd",
+        absl::StrCat("sizes must be positive and n_embd a multiple of n_head (", o.heads, ")"));
+  }
+  if (std::string act = c.String("activation_function", "gelu_new");
+      act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    return c.Refuse("activation_function", "kiln's GPT-2 blocks compute gelu_new (tanh GELU)");
+  }
+  KILN_ASSIGN_OR_RETURN(std::optional<double> eps, c.OptionalFloat("layer_norm_epsilon"));
+  if (eps && std::abs(*eps - 1e-5) > 1e-12)
+    return c.Refuse("layer_norm_epsilon", "kiln's GPT-2 blocks use LayerNorm's 1e-05");
+  for (const char* unsupported :
+       {"add_cross_attention", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
+    if (c.Bool(unsupported, false)) return c.Refuse(unsupported, "kiln's GPT-2 does not do this");
+  }
+  if (!c.Bool("scale_attn_weights", true))
+    return c.Refuse("scale_attn_weights", "kiln's GPT-2 scales attention by 1/sqrt(head size)");
+  return std::make_pair(o, c.Bool("tie_word_embeddings", true));
+}
+
+// A GPT-2 checkpoint's tensors under kiln's names: the `transformer.` prefix added where the
+// file has none (GPT2Model rather than GPT2LMHeadModel), Conv1D weights ([in, out]) transposed
+// into Linear's [out, in], the tied head dropped (the embedding is the head), and the causal-mask
+// buffers of older files (attn.bias, attn.masked_bias) left out.
+std::map<std::string, torch::Tensor> Gpt2State(std::map<std::string, torch::Tensor> file,
+                                               bool tied) {
+  std::map<std::string, torch::Tensor> state;
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (auto& [name, tensor] : file) {
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+    if (name == "lm_head.weight" && tied) continue;
+    std::string kiln_name = name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0
+                                ? name
+                                : "transformer." + name;
+    const bool conv1d =
+        tensor.dim() == 2 &&
+        (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||
+         ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_proj.weight"));
+    state[kiln_name] = conv1d ? tensor.t().contiguous() : tensor;
+  }
+  return state;
+}
+
+struct Gpt2Options {
+  std::string pretrained;
+};
+
+KILN_REGISTER_BOUND(
+    Model, "gpt2",
+    "GPT-2 from a Hugging Face folder (config.json, model.safetensors): kiln's gpt with its sizes "
+    "and weights",
+    OptionBinding<Gpt2Options>().Required(
+        "pretrained", &Gpt2Options::pretrained,
+        "folder save_pretrained wrote: config.json and model.safetensors (or a sharded index)",
+        NonEmpty()),
+    [](const Gpt2Options& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(o.pretrained));
+      KILN_ASSIGN_OR_RETURN(auto options, Gpt2Architecture(hf));
+      auto model = std::make_shared<Gpt>(options.first, options.second);
+      KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
+      WeightLoadSpec spec;
+      spec.path = o.pretrained;
+      spec.option = "model.pretrained";
+      KILN_ASSIGN_OR_RETURN(
+          WeightLoadReport report,
+          LoadPretrainedWeights(Gpt2State(std::move(file), options.second), *model, spec));
+      Logger::Instance().Info(absl::StrCat(
+          "model.pretrained ", o.pretrained, ": gpt2, ", options.first.depth, " layers, dim ",
+          options.first.dim, ", vocab ", options.first.vocab_size, "; ", report.Count("loaded"),
+          " loaded, ", report.Count("missing"), " missing, ", report.Count("unused"), " unused"));
+      if (report.Count("unused") > 0) Logger::Instance().Info(report.Table());
+      return std::shared_ptr<Model>(model);
     });
 
 }  // namespace

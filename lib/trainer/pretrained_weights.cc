@@ -78,7 +78,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadPretrainedWeights(
 absl::StatusOr<WeightLoadReport> LoadPretrainedWeights(
     const std::map<std::string, torch::Tensor>& state, torch::nn::Module& module,
     const WeightLoadSpec& spec) {
-  const std::string where = absl::StrCat("model.init_from ", spec.path);
+  const std::string where = absl::StrCat(spec.option, " ", spec.path);
   // The file's names as the model calls them: the longest matching prefix of init_map renamed.
   std::map<std::string, std::string> to_file;  // model name -> file name
   std::set<std::string> used_prefixes;

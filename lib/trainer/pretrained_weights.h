@@ -21,7 +21,8 @@ struct WeightLoadSpec {
   std::string path;                                         // what `state` was read from
   std::vector<std::string> ignore;                          // globs over the model's names
   std::vector<std::pair<std::string, std::string>> rename;  // file prefix -> model prefix
-  bool strict = true;  // every model entry that is not ignored must be loaded
+  bool strict = true;                      // every model entry that is not ignored must be loaded
+  std::string option = "model.init_from";  // what the messages name as the source's option
 };
 
 // What a load did, entry by entry (parameters and buffers), for the log table.

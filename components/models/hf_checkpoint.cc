@@ -1,0 +1,143 @@
+#include "components/models/hf_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+#include "lib/config/yaml_io.h"
+#include "lib/weights/safetensors.h"
+
+namespace kiln {
+namespace {
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string Describe(const config::Node& node) {
+  switch (node.kind()) {
+    case config::NodeKind::kNull: return "null";
+    case config::NodeKind::kBool: return node.as_bool() ? "true" : "false";
+    case config::NodeKind::kInt: return node.int_text();
+    case config::NodeKind::kFloat: return absl::StrCat(node.as_float());
+    case config::NodeKind::kString: return absl::StrCat("\"", node.as_string(), "\"");
+    default: return node.is_map() ? "a mapping" : "a list";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<HfConfig> HfConfig::Read(const std::string& dir) {
+  HfConfig c;
+  c.path_ = dir + "/config.json";
+  if (!IsFile(c.path_)) {
+    return absl::NotFoundError(absl::StrCat(
+        dir, " holds no config.json: a pretrained model is a folder that save_pretrained wrote"));
+  }
+  // JSON is YAML's flow style; kiln's YAML reader gives each line's position for messages.
+  KILN_ASSIGN_OR_RETURN(c.root_, config::LoadYamlFile(c.path_));
+  if (c.root_ == nullptr || !c.root_->is_map())
+    return absl::InvalidArgumentError(absl::StrCat(c.path_, ": not a JSON object"));
+  c.model_type_ = c.String("model_type", "");
+  if (c.model_type_.empty())
+    return absl::InvalidArgumentError(absl::StrCat(c.path_, ": no model_type"));
+  return c;
+}
+
+absl::StatusOr<std::optional<double>> HfConfig::OptionalFloat(const std::string& key) const {
+  config::NodePtr node = root_->Find(key);
+  if (node == nullptr || node->is_null()) return std::optional<double>();
+  double value = 0;
+  switch (node->kind()) {
+    case config::NodeKind::kInt: return static_cast<double>(node->as_int());
+    case config::NodeKind::kFloat: return node->as_float();
+    case config::NodeKind::kString:
+      // YAML 1.1 reads JSON's 1e-05 (no dot) as a string.
+      if (absl::SimpleAtod(node->as_string(), &value) && std::isfinite(value)) return value;
+      break;
+    default: break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path_, ": ", key, " is ", Describe(*node), ", not a number"));
+}
+
+absl::StatusOr<std::optional<int64_t>> HfConfig::OptionalInt(const std::string& key) const {
+  config::NodePtr node = root_->Find(key);
+  if (node == nullptr || node->is_null()) return std::optional<int64_t>();
+  if (node->kind() == config::NodeKind::kInt && !node->is_big_int()) return node->as_int();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path_, ": ", key, " is ", Describe(*node), ", not an integer"));
+}
+
+absl::StatusOr<int64_t> HfConfig::Int(const std::string& key) const {
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> value, OptionalInt(key));
+  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", key));
+  return *value;
+}
+
+absl::StatusOr<double> HfConfig::Float(const std::string& key) const {
+  KILN_ASSIGN_OR_RETURN(std::optional<double> value, OptionalFloat(key));
+  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", key));
+  return *value;
+}
+
+bool HfConfig::Bool(const std::string& key, bool fallback) const {
+  config::NodePtr node = root_->Find(key);
+  return node != nullptr && node->kind() == config::NodeKind::kBool ? node->as_bool() : fallback;
+}
+
+std::string HfConfig::String(const std::string& key, const std::string& fallback) const {
+  config::NodePtr node = root_->Find(key);
+  return node != nullptr && node->kind() == config::NodeKind::kString ? node->as_string()
+                                                                      : fallback;
+}
+
+absl::Status HfConfig::Refuse(const std::string& key, const std::string& what) const {
+  config::NodePtr node = root_->Find(key);
+  return absl::InvalidArgumentError(absl::StrCat(
+      path_, ": ", key, " is ", node == nullptr ? "not set" : Describe(*node), "; ", what));
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::string& dir) {
+  const std::string single = dir + "/model.safetensors";
+  if (IsFile(single)) return ReadSafetensors(single);
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (!IsFile(index)) {
+    return absl::NotFoundError(absl::StrCat(
+        dir,
+        " holds neither model.safetensors nor model.safetensors.index.json (kiln reads "
+        "safetensors weights, not pytorch_model.bin: save_pretrained writes them by default)"));
+  }
+  KILN_ASSIGN_OR_RETURN(config::NodePtr root, config::LoadYamlFile(index));
+  config::NodePtr map = root && root->is_map() ? root->Find("weight_map") : nullptr;
+  if (map == nullptr || !map->is_map())
+    return absl::InvalidArgumentError(absl::StrCat(index, ": no weight_map object"));
+  std::set<std::string> shards;
+  for (const auto& [name, file] : map->entries()) {
+    if (file->kind() != config::NodeKind::kString ||
+        file->as_string().find('/') != std::string::npos)
+      return absl::InvalidArgumentError(
+          absl::StrCat(index, ": weight_map.", name, " is not a file name in the folder"));
+    shards.insert(file->as_string());
+  }
+  std::map<std::string, torch::Tensor> all;
+  for (const std::string& shard : shards) {
+    KILN_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(dir + "/" + shard));
+    for (auto& [name, tensor] : tensors) all[name] = std::move(tensor);
+  }
+  for (const auto& [name, file] : map->entries()) {
+    if (all.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index, ": ", name, " is not in ", file->as_string()));
+    }
+  }
+  return all;
+}
+
+}  // namespace kiln

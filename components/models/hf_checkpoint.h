@@ -1,0 +1,44 @@
+// A model folder in the Hugging Face layout (what `save_pretrained` writes): config.json, and the
+// weights in model.safetensors or in shards listed by model.safetensors.index.json. The families
+// that read one (gpt2, ...) take their architecture from HfConfig and their weights from
+// ReadHfWeights, renamed into kiln's names by the family.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/config/node.h"
+
+namespace kiln {
+
+// config.json, read with its folder's name for messages.
+class HfConfig {
+ public:
+  static absl::StatusOr<HfConfig> Read(const std::string& dir);
+
+  // model_type ("gpt2", "llama", ...).
+  const std::string& model_type() const { return model_type_; }
+  // A number the file must have (an integer for Int), or one line naming the file and the key.
+  absl::StatusOr<int64_t> Int(const std::string& key) const;
+  absl::StatusOr<double> Float(const std::string& key) const;
+  // The value when the key is there and not null.
+  absl::StatusOr<std::optional<int64_t>> OptionalInt(const std::string& key) const;
+  absl::StatusOr<std::optional<double>> OptionalFloat(const std::string& key) const;
+  bool Bool(const std::string& key, bool fallback) const;
+  std::string String(const std::string& key, const std::string& fallback) const;
+  // "DIR/config.json: KEY is VALUE; WHAT": for a value the family cannot take.
+  absl::Status Refuse(const std::string& key, const std::string& what) const;
+
+ private:
+  std::string path_, model_type_;
+  config::NodePtr root_;
+};
+
+// Every tensor of the folder's weights: model.safetensors, or the shards its index names.
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::string& dir);
+
+}  // namespace kiln
