@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
@@ -16,14 +17,15 @@
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/pretrained_weights.h"
+#include "lib/weights/hf_export.h"
+#include "lib/weights/safetensors.h"
 
 namespace kiln {
 namespace {
 
 class Gpt : public Model {
  public:
-  Gpt(const TextTransformerOptions& o, bool tie_weights)
-      : tie_weights_(tie_weights), vocab_size_(o.vocab_size), positions_(o.positions) {
+  Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights), options_(o) {
     transformer = register_module("transformer", TextTransformer(o));
     if (!tie_weights) {
       lm_head = register_module(
@@ -37,15 +39,17 @@ class Gpt : public Model {
     // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
     return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
   }
-  TokenIds token_ids() const override { return {vocab_size_, "vocab_size"}; }
-  int64_t max_positions() const override { return positions_; }
+  TokenIds token_ids() const override { return {options_.vocab_size, "vocab_size"}; }
+  int64_t max_positions() const override { return options_.positions; }
+  const TextTransformerOptions& options() const { return options_; }
+  bool tie_weights() const { return tie_weights_; }
 
   TextTransformer transformer{nullptr};
   torch::nn::Linear lm_head{nullptr};
 
  private:
   bool tie_weights_;
-  int64_t vocab_size_, positions_;
+  TextTransformerOptions options_;
 };
 
 struct GptOptions : TextTransformerOptions {
@@ -105,6 +109,16 @@ absl::StatusOr<std::pair<TextTransformerOptions, bool>> Gpt2Architecture(const H
   return std::make_pair(o, c.Bool("tie_word_embeddings", true));
 }
 
+// GPT-2 keeps these weights as Conv1D ([in, out]); kiln's as Linear ([out, in]).
+bool IsGpt2Conv1dWeight(const std::string& name, const torch::Tensor& tensor) {
+  auto ends_with = [&name](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return tensor.dim() == 2 && (ends_with("attn.c_attn.weight") || ends_with("attn.c_proj.weight") ||
+                               ends_with("mlp.c_fc.weight") || ends_with("mlp.c_proj.weight"));
+}
+
 // A GPT-2 checkpoint's tensors under kiln's names: the `transformer.` prefix added where the
 // file has none (GPT2Model rather than GPT2LMHeadModel), Conv1D weights ([in, out]) transposed
 // into Linear's [out, in], the tied head dropped (the embedding is the head), and the causal-mask
@@ -121,11 +135,7 @@ std::map<std::string, torch::Tensor> Gpt2State(std::map<std::string, torch::Tens
     std::string kiln_name = name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0
                                 ? name
                                 : "transformer." + name;
-    const bool conv1d =
-        tensor.dim() == 2 &&
-        (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||
-         ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_proj.weight"));
-    state[kiln_name] = conv1d ? tensor.t().contiguous() : tensor;
+    state[kiln_name] = IsGpt2Conv1dWeight(name, tensor) ? tensor.t().contiguous() : tensor;
   }
   return state;
 }
@@ -161,6 +171,52 @@ KILN_REGISTER_BOUND(
       if (report.Count("unused") > 0) Logger::Instance().Info(report.Table());
       return std::shared_ptr<Model>(model);
     });
+
+// kiln's gpt (or gpt2) as a Hugging Face GPT-2 folder: GPT2LMHeadModel's config and names, the
+// Linear weights transposed back into Conv1D's [in, out]. kiln's one dropout is each of GPT-2's.
+absl::StatusOr<HfFolder> Gpt2Folder(torch::nn::Module& module) {
+  auto* gpt = dynamic_cast<Gpt*>(&module);
+  if (gpt == nullptr) return absl::InternalError("format=hf: the module is not kiln's gpt");
+  const TextTransformerOptions& o = gpt->options();
+  HfFolder folder;
+  folder.config_json = absl::StrFormat(
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": %d,\n"
+      "  \"activation_function\": \"gelu_new\",\n"
+      "  \"resid_pdrop\": %.17g,\n"
+      "  \"embd_pdrop\": %.17g,\n"
+      "  \"attn_pdrop\": %.17g,\n"
+      "  \"layer_norm_epsilon\": 1e-05,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"scale_attn_weights\": true,\n"
+      "  \"tie_word_embeddings\": %s,\n"
+      "  \"bos_token_id\": null,\n"
+      "  \"eos_token_id\": null,\n"
+      "  \"dtype\": \"float32\"\n"
+      "}\n",
+      o.vocab_size, o.positions, o.dim, o.depth, o.heads, o.mlp_dim, o.dropout, o.dropout,
+      o.dropout, gpt->tie_weights() ? "true" : "false");
+  for (auto& [name, tensor] : StateDict(module)) {
+    // kiln's own buffers on the model (the tokenizer's fingerprint) are not GPT-2's.
+    if (name.rfind("transformer.", 0) != 0 && name.rfind("lm_head.", 0) != 0) continue;
+    torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
+    folder.tensors.emplace_back(name, IsGpt2Conv1dWeight(name, t) ? t.t().contiguous() : t);
+  }
+  return folder;
+}
+
+const bool kGpt2Exporters = [] {
+  RegisterHfExporter("gpt", Gpt2Folder);
+  RegisterHfExporter("gpt2", Gpt2Folder);
+  return true;
+}();
 
 }  // namespace
 }  // namespace kiln

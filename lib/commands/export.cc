@@ -1,5 +1,6 @@
-// `kiln export`: a checkpoint's weights as safetensors under PyTorch names, or the traced model as
-// TorchScript (format=torchscript, quantize=dynamic_int8), with what a server needs to run it.
+// `kiln export`: a checkpoint's weights as safetensors under PyTorch names, the traced model as
+// TorchScript (format=torchscript, quantize=dynamic_int8) with what a server needs to run it, or
+// a Hugging Face folder that transformers' from_pretrained loads (format=hf).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "lib/base/files.h"
 #include "lib/commands/command_options.h"
 #include "lib/commands/job.h"
@@ -16,6 +18,7 @@
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/trainer/process_settings.h"
+#include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
 #include "lib/weights/torchscript.h"
 
@@ -33,8 +36,10 @@ const OptionBinding<ExportOptions>& ExportBinding() {
   using O = ExportOptions;
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
-          .Field("format", &O::format, "safetensors (weights) or torchscript (a traced model.pt)",
-                 OneOf({"safetensors", "torchscript"}))
+          .Field("format", &O::format,
+                 "safetensors (weights), torchscript (a traced model.pt) or hf (a Hugging Face "
+                 "folder: config.json, model.safetensors)",
+                 OneOf({"safetensors", "torchscript", "hf"}))
           .Field("quantize", &O::quantize, "torchscript: dynamic_int8 (int8 Linear layers) or null",
                  OneOf({"dynamic_int8"}))
           .Field("length", &O::length,
@@ -136,6 +141,27 @@ absl::Status ExportTorchScript(run::JobContext& ctx, Job& job, const ExportOptio
   return absl::OkStatus();
 }
 
+// `export format=hf`: the model in the run directory as a Hugging Face folder, for the model
+// families that register an exporter (lib/weights/hf_export.h).
+absl::Status ExportHf(run::JobContext& ctx, Job& job, const std::string& source) {
+  const HfExporter* exporter = FindHfExporter(job.model_name());
+  if (exporter == nullptr) {
+    std::vector<std::string> names = HfExportableModels();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kiln export format=hf: model '", job.model_name(),
+        "' has no Hugging Face layout in kiln; these do: ", absl::StrJoin(names, ", ")));
+  }
+  KILN_ASSIGN_OR_RETURN(HfFolder folder, (*exporter)(job.task().module()));
+  KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
+  KILN_RETURN_IF_ERROR(WriteHfFolder(folder, ctx.output_dir));
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(
+      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  Logger::Instance().Info(absl::StrCat("exported ", source, " as a Hugging Face folder: ",
+                                       ctx.output_dir, "/config.json and model.safetensors"));
+  std::printf("%s\n", ctx.output_dir.c_str());
+  return absl::OkStatus();
+}
+
 // `export`: the checkpoint's weights as safetensors under PyTorch names, with the resolved config;
 // or, format=torchscript, the traced model.
 absl::Status ExportCommand(run::JobContext& ctx) {
@@ -151,6 +177,7 @@ absl::Status ExportCommand(run::JobContext& ctx) {
                         Job::FromConfig(ctx.cfg, ctx.output_dir, Job::Purpose::kEvaluate));
   KILN_ASSIGN_OR_RETURN(std::string path, job->LoadCheckpoint(job->ckpt_path(), ctx.command));
   if (o.format == "torchscript") return ExportTorchScript(ctx, *job, o, path);
+  if (o.format == "hf") return ExportHf(ctx, *job, path);
   std::string weights = ctx.output_dir + "/model.safetensors";
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job->task().module()),

@@ -184,6 +184,39 @@ TEST_F(NlpCliTest, LanguageModelTrainsInBf16TrueAndItsCheckpointLoadsInFloat32) 
   EXPECT_EQ(g.out.rfind("Call me", 0), 0u) << g.out;
 }
 
+// `kiln export format=hf` after kiln trained a GPT: a folder transformers' AutoModelForCausalLM
+// loads with nothing missing or left over (tests/components/hf_models_test.cc checks the logits);
+// a model with no Hugging Face layout in kiln is refused in one line, nothing written.
+TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
+  auto probe = RunProcess({KILN_PYTHON_EXE, "-c", "import transformers"});
+  if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
+  const std::string d = dir_.path();
+  ASSERT_EQ(
+      Lm("train", {"test=false", "trainer.max_steps=4", "hydra.run.dir=" + d + "/gpt"}).exit_code,
+      0);
+  auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/gpt", "format=hf",
+                       "hydra.run.dir=" + d + "/gpt_hf"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  std::string config = ReadFile(d + "/gpt_hf/config.json");
+  EXPECT_NE(config.find("\"model_type\": \"gpt2\""), std::string::npos) << config;
+  EXPECT_NE(config.find("\"n_embd\": 16,"), std::string::npos) << config;
+  auto loaded = RunProcess({KILN_PYTHON_EXE,
+                            std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py",
+                            d + "/gpt_hf"});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_NE(loaded.out.find("GPT2LMHeadModel"), std::string::npos) << loaded.out;
+
+  ASSERT_EQ(Classify("train", {"test=false", "trainer.max_epochs=1"}).exit_code, 0);
+  auto refused = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/run_train", "format=hf",
+                             "hydra.run.dir=" + d + "/bag_hf"});
+  EXPECT_EQ(refused.exit_code, 2);  // a usage error
+  EXPECT_NE(refused.err.find("kiln export format=hf: model 'bag_of_embeddings' has no Hugging Face "
+                             "layout in kiln; these do: gpt, gpt2"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::ifstream(d + "/bag_hf/config.json").good());
+}
+
 TEST_F(NlpCliTest, EmptyFileIsOneLine) {
   dir_.Write("spam/train.jsonl", "");
   auto r = Classify("train", {});

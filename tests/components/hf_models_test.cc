@@ -7,10 +7,12 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
+#include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
@@ -19,6 +21,8 @@ namespace hf_models_test {
 
 const char kPython[] = KILN_PYTHON_EXE;
 const std::string kScript = std::string(KILN_SOURCE_DIR) + "/tests/components/hf/make_models.py";
+const std::string kCheckExport =
+    std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py";
 
 absl::StatusOr<std::shared_ptr<Model>> Pretrained(const std::string& family,
                                                   const std::string& dir) {
@@ -76,6 +80,48 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsTiedUntiedAndInShards) {
   std::ifstream index(dir_->path() + "/sharded/model/model.safetensors.index.json");
   EXPECT_TRUE(index.good()) << "transformers wrote one file; the shard size is too large";
   ExpectSameLogits("gpt2", "sharded");
+}
+
+absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
+  auto node = config::ParseYaml(yaml, "model.yaml");
+  if (!node.ok()) return node.status();
+  return Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+}
+
+// kiln's own gpt, random, written by its exporter (what `kiln export format=hf` writes):
+// transformers loads it with nothing missing or left over, and its logits are kiln's, tied and
+// untied.
+TEST(HfExport, KilnsGptLoadsInTransformersWithKilnsLogits) {
+  auto probe = testing::RunProcess({kPython, "-c", "import transformers"});
+  if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
+  testing::TempDir tmp;
+  std::vector<std::shared_ptr<Model>> models;
+  std::vector<std::string> argv = {kPython, kCheckExport};
+  for (const char* tie : {"true", "false"}) {
+    torch::manual_seed(7);
+    auto model = Instantiate(std::string("_target_: gpt\nvocab_size: 41\nblock_size: 16\ndim: 16\n"
+                                         "depth: 2\nheads: 2\nmlp_dim: 24\ntie_weights: ") +
+                             tie + "\n");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const HfExporter* exporter = FindHfExporter("gpt");
+    ASSERT_NE(exporter, nullptr);
+    auto folder = (*exporter)(**model);
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    const std::string dir = tmp.path() + "/export_tied_" + tie;
+    ASSERT_TRUE(WriteHfFolder(*folder, dir).ok());
+    models.push_back(*model);
+    argv.push_back(dir);
+  }
+  auto checked = testing::RunProcess(argv);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  for (size_t i = 0; i < models.size(); ++i) {
+    auto reference = ReadSafetensors(argv[2 + i] + "/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    models[i]->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor logits = models[i]->forward(reference->at("ids"));
+    EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5) << argv[2 + i];
+  }
 }
 
 TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {
