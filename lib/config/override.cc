@@ -294,13 +294,15 @@ class OverrideParser {
       SkipWs();
       size_t key_start = pos_;
       std::string key;
-      bool plain = true;  // no escapes: may be a bool, int or float key
+      bool plain = true;       // no escapes: may be a bool, int or float key
+      size_t escaped_end = 0;  // the key's length after its last escaped character
       while (!AtEnd() && Peek() != ':' && Peek() != ',' && Peek() != '}') {
         char c = Peek();
         if (c == '\\' && pos_ + 1 < s_.size() && IsEscapable(s_[pos_ + 1])) {
           key += s_[pos_ + 1];
           pos_ += 2;
           plain = false;
+          escaped_end = key.size();
           continue;
         }
         if (!IsAscii(c)) return FailNonAscii();
@@ -310,7 +312,8 @@ class OverrideParser {
         key += c;
         ++pos_;
       }
-      while (!key.empty() && IsWs(key.back())) key.pop_back();
+      // Trailing whitespace is dropped, escaped whitespace kept: Hydra's {x\ :1} has the key "x ".
+      while (key.size() > escaped_end && IsWs(key.back())) key.pop_back();
       if (key.empty()) {
         pos_ = key_start;
         return Fail("missing dictionary key");
