@@ -1,7 +1,7 @@
 """What transformers makes of folders kiln exported (kiln export format=hf): each DIR loads with
 AutoModelForCausalLM.from_pretrained, with no missing, unexpected or mismatched tensor, and its
-logits on ids drawn from seed 5 go to DIR/transformers_logits.safetensors (ids, logits), in eval
-mode and float32. One process for every folder: importing transformers takes seconds.
+logits on 8 rows of ids drawn from seed 5 go to DIR/transformers_logits.safetensors (ids,
+logits), in eval mode and float32. One process for every folder: importing transformers takes seconds.
 
   check_export.py DIR...
 """
@@ -21,7 +21,7 @@ def main():
             sys.exit("%s: %s" % (folder, problems))
         model.eval()
         length = min(11, model.config.n_positions)
-        ids = torch.randint(0, model.config.vocab_size, (2, length), generator=torch.Generator().manual_seed(5))
+        ids = torch.randint(0, model.config.vocab_size, (8, length), generator=torch.Generator().manual_seed(5))
         with torch.no_grad():
             logits = model(input_ids=ids).logits
         save_file({"ids": ids.contiguous(), "logits": logits.contiguous()},

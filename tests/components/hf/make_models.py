@@ -1,7 +1,7 @@
 """Hugging Face checkpoints for kiln's interop tests, made by transformers itself: tiny random
 models of a family, each save_pretrained()ed into DIR/VARIANT/model (config.json,
-model.safetensors) with its logits on fixed ids in DIR/VARIANT/logits.safetensors (ids, logits),
-in eval mode and float32. One process makes every variant: importing transformers takes seconds.
+model.safetensors) with its logits on 8 rows of fixed ids in DIR/VARIANT/logits.safetensors
+(ids, logits), in eval mode and float32. One process makes every variant: importing transformers takes seconds.
 
   make_models.py FAMILY DIR
 
@@ -33,7 +33,7 @@ def main():
         model.eval()
         model.save_pretrained(os.path.join(out, how, "model"),
                               **({"max_shard_size": "20KB"} if how == "sharded" else {}))
-        ids = torch.randint(0, vocab, (2, 11), generator=torch.Generator().manual_seed(3))
+        ids = torch.randint(0, vocab, (8, 11), generator=torch.Generator().manual_seed(3))
         with torch.no_grad():
             logits = model(input_ids=ids).logits
         save_file({"ids": ids.contiguous(), "logits": logits.contiguous()},
