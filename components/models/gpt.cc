@@ -8,15 +8,14 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "lib/base/status_macros.h"
-#include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
-#include "lib/trainer/pretrained_weights.h"
 #include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
 
@@ -111,12 +110,10 @@ absl::StatusOr<std::pair<TextTransformerOptions, bool>> Gpt2Architecture(const H
 
 // GPT-2 keeps these weights as Conv1D ([in, out]); kiln's as Linear ([out, in]).
 bool IsGpt2Conv1dWeight(const std::string& name, const torch::Tensor& tensor) {
-  auto ends_with = [&name](const std::string& tail) {
-    return name.size() >= tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return tensor.dim() == 2 && (ends_with("attn.c_attn.weight") || ends_with("attn.c_proj.weight") ||
-                               ends_with("mlp.c_fc.weight") || ends_with("mlp.c_proj.weight"));
+  return tensor.dim() == 2 &&
+         (absl::EndsWith(name, "attn.c_attn.weight") ||
+          absl::EndsWith(name, "attn.c_proj.weight") || absl::EndsWith(name, "mlp.c_fc.weight") ||
+          absl::EndsWith(name, "mlp.c_proj.weight"));
 }
 
 // A GPT-2 checkpoint's tensors under kiln's names: the `transformer.` prefix added where the
@@ -126,15 +123,13 @@ bool IsGpt2Conv1dWeight(const std::string& name, const torch::Tensor& tensor) {
 std::map<std::string, torch::Tensor> Gpt2State(std::map<std::string, torch::Tensor> file,
                                                bool tied) {
   std::map<std::string, torch::Tensor> state;
-  auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   for (auto& [name, tensor] : file) {
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+    if (absl::EndsWith(name, ".attn.bias") || absl::EndsWith(name, ".attn.masked_bias")) continue;
     if (name == "lm_head.weight" && tied) continue;
-    std::string kiln_name = name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0
-                                ? name
-                                : "transformer." + name;
+    std::string kiln_name =
+        absl::StartsWith(name, "transformer.") || absl::StartsWith(name, "lm_head.")
+            ? name
+            : "transformer." + name;
     state[kiln_name] = IsGpt2Conv1dWeight(name, tensor) ? tensor.t().contiguous() : tensor;
   }
   return state;
@@ -158,17 +153,10 @@ KILN_REGISTER_BOUND(
       KILN_ASSIGN_OR_RETURN(auto options, Gpt2Architecture(hf));
       auto model = std::make_shared<Gpt>(options.first, options.second);
       KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
-      WeightLoadSpec spec;
-      spec.path = o.pretrained;
-      spec.option = "model.pretrained";
-      KILN_ASSIGN_OR_RETURN(
-          WeightLoadReport report,
-          LoadPretrainedWeights(Gpt2State(std::move(file), options.second), *model, spec));
-      Logger::Instance().Info(absl::StrCat(
-          "model.pretrained ", o.pretrained, ": gpt2, ", options.first.depth, " layers, dim ",
-          options.first.dim, ", vocab ", options.first.vocab_size, "; ", report.Count("loaded"),
-          " loaded, ", report.Count("missing"), " missing, ", report.Count("unused"), " unused"));
-      if (report.Count("unused") > 0) Logger::Instance().Info(report.Table());
+      KILN_RETURN_IF_ERROR(
+          LoadHfState(Gpt2State(std::move(file), options.second), *model, o.pretrained,
+                      absl::StrCat("gpt2, ", options.first.depth, " layers, dim ",
+                                   options.first.dim, ", vocab ", options.first.vocab_size)));
       return std::shared_ptr<Model>(model);
     });
 
@@ -205,7 +193,7 @@ absl::StatusOr<HfFolder> Gpt2Folder(torch::nn::Module& module) {
       o.dropout, gpt->tie_weights() ? "true" : "false");
   for (auto& [name, tensor] : StateDict(module)) {
     // kiln's own buffers on the model (the tokenizer's fingerprint) are not GPT-2's.
-    if (name.rfind("transformer.", 0) != 0 && name.rfind("lm_head.", 0) != 0) continue;
+    if (!absl::StartsWith(name, "transformer.") && !absl::StartsWith(name, "lm_head.")) continue;
     torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
     folder.tensors.emplace_back(name, IsGpt2Conv1dWeight(name, t) ? t.t().contiguous() : t);
   }

@@ -1,24 +1,19 @@
 #include "components/models/hf_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <cmath>
 #include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/files.h"
 #include "lib/base/status_macros.h"
 #include "lib/config/yaml_io.h"
+#include "lib/logging/logger.h"
 #include "lib/weights/safetensors.h"
 
 namespace kiln {
 namespace {
-
-bool IsFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 std::string Describe(const config::Node& node) {
   switch (node.kind()) {
@@ -36,7 +31,7 @@ std::string Describe(const config::Node& node) {
 absl::StatusOr<HfConfig> HfConfig::Read(const std::string& dir) {
   HfConfig c;
   c.path_ = dir + "/config.json";
-  if (!IsFile(c.path_)) {
+  if (!IsRegularFile(c.path_)) {
     return absl::NotFoundError(absl::StrCat(
         dir, " holds no config.json: a pretrained model is a folder that save_pretrained wrote"));
   }
@@ -64,7 +59,7 @@ absl::StatusOr<std::optional<double>> HfConfig::OptionalFloat(const std::string&
     default: break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": ", key, " is ", Describe(*node), ", not a number"));
+      absl::StrCat(Where(key), " is ", Describe(*node), ", not a number"));
 }
 
 absl::StatusOr<std::optional<int64_t>> HfConfig::OptionalInt(const std::string& key) const {
@@ -72,18 +67,18 @@ absl::StatusOr<std::optional<int64_t>> HfConfig::OptionalInt(const std::string& 
   if (node == nullptr || node->is_null()) return std::optional<int64_t>();
   if (node->kind() == config::NodeKind::kInt && !node->is_big_int()) return node->as_int();
   return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": ", key, " is ", Describe(*node), ", not an integer"));
+      absl::StrCat(Where(key), " is ", Describe(*node), ", not an integer"));
 }
 
 absl::StatusOr<int64_t> HfConfig::Int(const std::string& key) const {
   KILN_ASSIGN_OR_RETURN(std::optional<int64_t> value, OptionalInt(key));
-  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", key));
+  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", prefix_, key));
   return *value;
 }
 
 absl::StatusOr<double> HfConfig::Float(const std::string& key) const {
   KILN_ASSIGN_OR_RETURN(std::optional<double> value, OptionalFloat(key));
-  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", key));
+  if (!value) return absl::InvalidArgumentError(absl::StrCat(path_, ": no ", prefix_, key));
   return *value;
 }
 
@@ -100,15 +95,42 @@ std::string HfConfig::String(const std::string& key, const std::string& fallback
 
 absl::Status HfConfig::Refuse(const std::string& key, const std::string& what) const {
   config::NodePtr node = root_->Find(key);
-  return absl::InvalidArgumentError(absl::StrCat(
-      path_, ": ", key, " is ", node == nullptr ? "not set" : Describe(*node), "; ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat(Where(key), " is ", node == nullptr ? "not set" : Describe(*node), "; ", what));
+}
+
+absl::StatusOr<std::optional<HfConfig>> HfConfig::Object(const std::string& key) const {
+  config::NodePtr node = root_->Find(key);
+  if (node == nullptr || node->is_null()) return std::optional<HfConfig>();
+  if (!node->is_map())
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(key), " is ", Describe(*node), ", not an object"));
+  HfConfig inner = *this;
+  inner.root_ = node;
+  inner.prefix_ = prefix_ + key + ".";
+  return std::optional<HfConfig>(std::move(inner));
+}
+
+absl::StatusOr<std::vector<std::string>> HfConfig::Strings(const std::string& key) const {
+  config::NodePtr node = root_->Find(key);
+  std::vector<std::string> strings;
+  if (node == nullptr || node->is_null()) return strings;
+  if (node->is_list()) {
+    for (const config::NodePtr& item : node->items()) {
+      if (item->kind() != config::NodeKind::kString) break;
+      strings.push_back(item->as_string());
+    }
+    if (strings.size() == node->items().size()) return strings;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(Where(key), " is ", Describe(*node), ", not a list of strings"));
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::string& dir) {
   const std::string single = dir + "/model.safetensors";
-  if (IsFile(single)) return ReadSafetensors(single);
+  if (IsRegularFile(single)) return ReadSafetensors(single);
   const std::string index = dir + "/model.safetensors.index.json";
-  if (!IsFile(index)) {
+  if (!IsRegularFile(index)) {
     return absl::NotFoundError(absl::StrCat(
         dir,
         " holds neither model.safetensors nor model.safetensors.index.json (kiln reads "
@@ -138,6 +160,20 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::st
     }
   }
   return all;
+}
+
+absl::Status LoadHfState(const std::map<std::string, torch::Tensor>& state,
+                         torch::nn::Module& model, const std::string& dir,
+                         const std::string& summary) {
+  WeightLoadSpec spec;
+  spec.path = dir;
+  spec.option = "model.pretrained";
+  KILN_ASSIGN_OR_RETURN(WeightLoadReport report, LoadPretrainedWeights(state, model, spec));
+  Logger::Instance().Info(absl::StrCat("model.pretrained ", dir, ": ", summary, "; ",
+                                       report.Count("loaded"), " loaded, ", report.Count("missing"),
+                                       " missing, ", report.Count("unused"), " unused"));
+  if (report.Count("unused") > 0) Logger::Instance().Info(report.Table());
+  return absl::OkStatus();
 }
 
 }  // namespace kiln

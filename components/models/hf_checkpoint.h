@@ -9,9 +9,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
+#include "lib/trainer/pretrained_weights.h"
 
 namespace kiln {
 
@@ -32,13 +34,27 @@ class HfConfig {
   std::string String(const std::string& key, const std::string& fallback) const;
   // "DIR/config.json: KEY is VALUE; WHAT": for a value the family cannot take.
   absl::Status Refuse(const std::string& key, const std::string& what) const;
+  // The object under `key` (rope_parameters), whose messages name "KEY.INNER"; none when the key
+  // is missing or null; an error when it is something else.
+  absl::StatusOr<std::optional<HfConfig>> Object(const std::string& key) const;
+  // The strings of a list (layer_types); empty when the key is missing.
+  absl::StatusOr<std::vector<std::string>> Strings(const std::string& key) const;
 
  private:
-  std::string path_, model_type_;
+  std::string Where(const std::string& key) const { return path_ + ": " + prefix_ + key; }
+
+  std::string path_, model_type_, prefix_;
   config::NodePtr root_;
 };
 
 // Every tensor of the folder's weights: model.safetensors, or the shards its index names.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::string& dir);
+
+// Copies `state` (the folder's tensors under the model's names) into `model`, strictly, and logs
+// "model.pretrained DIR: SUMMARY; N loaded, N missing, N unused" (with the table when the file
+// has tensors the model does not use). A missing tensor or another shape is refused in one line.
+absl::Status LoadHfState(const std::map<std::string, torch::Tensor>& state,
+                         torch::nn::Module& model, const std::string& dir,
+                         const std::string& summary);
 
 }  // namespace kiln

@@ -4,11 +4,16 @@
 // field, an unknown label, another tokenizer than the checkpoint's) ends in one line naming what
 // and where, with a non-zero exit.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "components/models/model.h"
+#include "lib/config/yaml_io.h"
+#include "lib/registry/registry.h"
+#include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -69,11 +74,12 @@ class NlpCliTest : public ::testing::Test {
     return RunProcess(argv);
   }
 
-  testing::ProcessResult Lm(const std::string& command, std::vector<std::string> extra) {
+  testing::ProcessResult Lm(const std::string& command, std::vector<std::string> extra,
+                            const std::string& experiment = "mobydick_gpt") {
     std::string d = dir_.path();
     std::vector<std::string> argv = {KILN_BINARY,
                                      command,
-                                     "experiment=mobydick_gpt",
+                                     "experiment=" + experiment,
                                      "data.train=[" + d + "/book/train.txt]",
                                      "data.val=[" + d + "/book/val.txt]",
                                      "data.test=[" + d + "/book/test.txt]",
@@ -184,34 +190,70 @@ TEST_F(NlpCliTest, LanguageModelTrainsInBf16TrueAndItsCheckpointLoadsInFloat32) 
   EXPECT_EQ(g.out.rfind("Call me", 0), 0u) << g.out;
 }
 
-// `kiln export format=hf` after kiln trained a GPT: a folder transformers' AutoModelForCausalLM
-// loads with nothing missing or left over (tests/components/hf_models_test.cc checks the logits);
-// a model with no Hugging Face layout in kiln is refused in one line, nothing written.
+// `kiln export format=hf` after 20 kiln training steps of a GPT and of a Llama: folders
+// transformers' AutoModelForCausalLM loads with nothing missing or left over, whose tensors are
+// the trained ones bit for bit (kiln's own format=safetensors export), and on whose logits kiln
+// and transformers agree within 1e-5; a model with no Hugging Face layout in kiln is refused in
+// one line, nothing written.
 TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   auto probe = RunProcess({KILN_PYTHON_EXE, "-c", "import transformers"});
   if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
   const std::string d = dir_.path();
-  ASSERT_EQ(
-      Lm("train", {"test=false", "trainer.max_steps=4", "hydra.run.dir=" + d + "/gpt"}).exit_code,
-      0);
-  auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/gpt", "format=hf",
-                       "hydra.run.dir=" + d + "/gpt_hf"});
-  ASSERT_EQ(e.exit_code, 0) << e.err;
+  std::vector<std::string> check = {
+      KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py"};
+  for (const std::string family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    std::vector<std::string> options = {"test=false", "trainer.max_steps=20",
+                                        "hydra.run.dir=" + d + "/" + family};
+    if (family == "llama") options.insert(options.end(), {"model.kv_heads=1", "model.mlp_dim=24"});
+    auto trained = Lm("train", options, "mobydick_" + family);
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    for (const std::string format : {"hf", "safetensors"}) {
+      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/" + family, "format=" + format,
+                           "hydra.run.dir=" + d + "/" + family + "_" + format});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+    }
+    check.push_back(d + "/" + family + "_hf");
+  }
   std::string config = ReadFile(d + "/gpt_hf/config.json");
   EXPECT_NE(config.find("\"model_type\": \"gpt2\""), std::string::npos) << config;
   EXPECT_NE(config.find("\"n_embd\": 16,"), std::string::npos) << config;
-  auto loaded = RunProcess({KILN_PYTHON_EXE,
-                            std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py",
-                            d + "/gpt_hf"});
+  auto loaded = RunProcess(check);
   ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
   EXPECT_NE(loaded.out.find("GPT2LMHeadModel"), std::string::npos) << loaded.out;
+  EXPECT_NE(loaded.out.find("LlamaForCausalLM"), std::string::npos) << loaded.out;
+  // Each folder read back into kiln (model=gpt2 or llama, pretrained=FOLDER) holds the trained
+  // tensors bit for bit (kiln's own format=safetensors export of the run), and gives the logits
+  // transformers gave from it.
+  for (const std::string family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    const std::string folder = d + "/" + family + "_hf";
+    auto node = config::ParseYaml(
+        "_target_: " + (family == "gpt" ? "gpt2" : family) + "\npretrained: '" + folder + "'\n",
+        "model.yaml");
+    ASSERT_TRUE(node.ok());
+    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto trained = ReadSafetensors(d + "/" + family + "_safetensors/model.safetensors");
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    for (const auto& [name, tensor] : StateDict(**model)) {
+      ASSERT_EQ(trained->count(name), 1u) << name;
+      EXPECT_TRUE(torch::equal(tensor, trained->at(name))) << name;
+    }
+    auto reference = ReadSafetensors(folder + "/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*model)->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor logits = (*model)->forward(reference->at("ids"));
+    EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
+  }
 
   ASSERT_EQ(Classify("train", {"test=false", "trainer.max_epochs=1"}).exit_code, 0);
   auto refused = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/run_train", "format=hf",
                              "hydra.run.dir=" + d + "/bag_hf"});
   EXPECT_EQ(refused.exit_code, 2);  // a usage error
   EXPECT_NE(refused.err.find("kiln export format=hf: model 'bag_of_embeddings' has no Hugging Face "
-                             "layout in kiln; these do: gpt, gpt2"),
+                             "layout in kiln; these do: gpt, gpt2, llama"),
             std::string::npos)
       << refused.err;
   EXPECT_FALSE(std::ifstream(d + "/bag_hf/config.json").good());

@@ -20,7 +20,8 @@ def main():
         if problems:
             sys.exit("%s: %s" % (folder, problems))
         model.eval()
-        length = min(11, model.config.n_positions)
+        config = model.config
+        length = min(11, getattr(config, "n_positions", None) or config.max_position_embeddings)
         ids = torch.randint(0, model.config.vocab_size, (8, length), generator=torch.Generator().manual_seed(5))
         with torch.no_grad():
             logits = model(input_ids=ids).logits

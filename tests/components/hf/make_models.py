@@ -5,8 +5,12 @@ model.safetensors) with its logits on 8 rows of fixed ids in DIR/VARIANT/logits.
 
   make_models.py FAMILY DIR
 
-Variants: tied (the output layer is the embedding), untied, sharded (tied, in shards of 20 kB
-with model.safetensors.index.json). Families: gpt2.
+Families and their variants:
+  gpt2: tied (the output layer is the embedding), untied, sharded (tied, in shards of 20 kB with
+        model.safetensors.index.json);
+  llama: tied (grouped-query attention, Llama 3's rope scaling, attention and MLP biases), untied
+         (old-style rope_theta/rope_scaling keys: linear scaling), mistral (a sliding window
+         shorter than the rows), qwen2 (bias on q, k and v; untied), sharded (tied).
 """
 import os
 import sys
@@ -22,20 +26,82 @@ def gpt2(tied):
     return GPT2LMHeadModel(config), config.vocab_size
 
 
+def llama(how):
+    import transformers as t
+    sizes = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                 bos_token_id=1, eos_token_id=2, initializer_range=0.2)
+    if how == "mistral":
+        config = t.MistralConfig(sliding_window=4, tie_word_embeddings=False, **sizes)
+        return t.MistralForCausalLM(config), 97
+    if how == "qwen2":
+        config = t.Qwen2Config(tie_word_embeddings=False, **sizes)
+        return t.Qwen2ForCausalLM(config), 97
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    config = t.LlamaConfig(tie_word_embeddings=how != "untied", attention_bias=how == "tied",
+                           mlp_bias=how == "tied", rope_parameters=rope, **sizes)
+    return t.LlamaForCausalLM(config), 97
+
+
+def old_style_rope(folder):
+    """config.json as transformers 4 wrote it: rope_theta and rope_scaling at the top level."""
+    import json
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.pop("rope_parameters")
+    config["rope_theta"] = 10000.0
+    config["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def assert_moves(model, ids, logits, what, **change):
+    """The same weights under a config with `change` give logits more than 1e-3 away: what the
+    change turns off is something kiln's test can see."""
+    other = type(model)(type(model.config)(**dict(model.config.to_dict(), **change)))
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        moved = (other.eval()(input_ids=ids).logits - logits).abs().max().item()
+    assert moved > 1e-3, f"{what} moves the logits by only {moved}"
+    print(f"{what} moves the logits by {moved:.3g}")
+
+
+FAMILIES = {
+    "gpt2": ("tied", "untied", "sharded"),
+    "llama": ("tied", "untied", "mistral", "qwen2", "sharded"),
+}
+
+
 def main():
     family, out = sys.argv[1], sys.argv[2]
-    for how in ("tied", "untied", "sharded"):
+    for how in FAMILIES[family]:
         torch.manual_seed(11)
-        model, vocab = {"gpt2": gpt2}[family](how != "untied")
+        if family == "gpt2":
+            model, vocab = gpt2(how != "untied")
+        else:
+            model, vocab = llama(how)
         if how == "untied":  # a head that differs from the embedding, so a mix-up shows
             with torch.no_grad():
                 model.lm_head.weight.normal_(0.0, 0.05)
         model.eval()
         model.save_pretrained(os.path.join(out, how, "model"),
                               **({"max_shard_size": "20KB"} if how == "sharded" else {}))
+        if how == "untied" and family == "llama":
+            # Rewritten as transformers 4 wrote it, then read back by transformers: the reference
+            # logits are what transformers computes from that file.
+            old_style_rope(os.path.join(out, how, "model"))
+            model = type(model).from_pretrained(os.path.join(out, how, "model")).eval()
         ids = torch.randint(0, vocab, (8, 11), generator=torch.Generator().manual_seed(3))
         with torch.no_grad():
             logits = model(input_ids=ids).logits
+        if family == "llama" and how == "tied":
+            # The test can see the rope scaling: without it the logits move.
+            plain = {"rope_type": "default", "rope_theta": model.config.rope_parameters["rope_theta"]}
+            assert_moves(model, ids, logits, "rope scaling", rope_parameters=plain)
+        if how == "mistral":  # and the window: attending to the whole past moves the logits
+            assert_moves(model, ids, logits, "the sliding window", sliding_window=None)
         save_file({"ids": ids.contiguous(), "logits": logits.contiguous()},
                   os.path.join(out, how, "logits.safetensors"))
 

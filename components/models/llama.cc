@@ -1,0 +1,565 @@
+// The Llama family of decoder language models (Touvron et al. 2023), in Hugging Face's layout and
+// parameter names (LlamaForCausalLM: model.embed_tokens, model.layers.N.{self_attn,mlp,
+// input_layernorm,post_attention_layernorm}, model.norm, lm_head): rotary position embeddings
+// (with Llama 3's and linear rope scaling), RMSNorm, SwiGLU, grouped-query attention, a tied or
+// untied output layer. The same component reads Mistral (sliding-window attention) and Qwen2 (bias
+// on q, k and v) folders, whose layers are Llama's. Input [B, T] ids -> [B, T, vocab].
+//
+// `model.pretrained=DIR` builds it from a folder that save_pretrained wrote: the sizes from its
+// config.json, the weights from its safetensors. Without it the sizes are options and the
+// weights are drawn as transformers draws them (N(0, initializer_range), RMSNorm weights 1).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "components/models/autocast_linear.h"
+#include "components/models/hf_checkpoint.h"
+#include "components/models/model.h"
+#include "lib/base/status_macros.h"
+#include "lib/registry/registry.h"
+#include "lib/weights/hf_export.h"
+#include "lib/weights/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace kiln {
+namespace {
+
+// How the rotary frequencies are stretched for contexts longer than pretraining's (config.json's
+// rope_parameters, or rope_scaling in files older than transformers 5).
+struct RopeScaling {
+  std::string type = "default";  // default, linear, llama3
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max_positions = 0;
+};
+
+// Everything that shapes a Llama-family model, as config.json says it.
+struct LlamaArchitecture {
+  std::string model_type = "llama";  // llama, mistral, qwen2: what export writes back
+  int64_t vocab_size = 0, dim = 256, depth = 4, heads = 4, kv_heads = 4, head_dim = 64,
+          mlp_dim = 688, max_positions = 2048;
+  double rope_theta = 10000, rms_norm_eps = 1e-6, attention_dropout = 0, initializer_range = 0.02;
+  bool tie_weights = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+  RopeScaling rope;
+  std::vector<int64_t> windows;  // per layer: 0 attends to the whole past, W to the last W keys
+  std::optional<int64_t> bos_token_id, eos_token_id;
+};
+
+// Hugging Face's RMSNorm: in float32 whatever the input's dtype, the weight applied after the
+// cast back.
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+    weight = register_parameter("weight", torch::ones({dim}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x.to(torch::kFloat32);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * h.to(x.scalar_type());
+  }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// [.., hd] -> [.., hd] with the halves swapped and the second negated (the "rotate half" form
+// of RoPE that Hugging Face's checkpoints are laid out for).
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+// The rotary inverse frequencies [head_dim / 2], in float32 by transformers' own formulas.
+torch::Tensor InverseFrequencies(const LlamaArchitecture& a) {
+  torch::Tensor exponents =
+      torch::arange(0, a.head_dim, 2, torch::kInt64).to(torch::kFloat32) / a.head_dim;
+  torch::Tensor inv = torch::pow(a.rope_theta, exponents).reciprocal();
+  const RopeScaling& s = a.rope;
+  if (s.type == "linear") return inv / s.factor;
+  if (s.type != "llama3") return inv;
+  const double old_context = static_cast<double>(s.original_max_positions);
+  const double low_wavelen = old_context / s.low_freq_factor;
+  const double high_wavelen = old_context / s.high_freq_factor;
+  torch::Tensor wavelen = inv.reciprocal() * (2 * M_PI);
+  torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv / s.factor, inv);
+  torch::Tensor smooth = (wavelen.reciprocal() * old_context - s.low_freq_factor) /
+                         (s.high_freq_factor - s.low_freq_factor);
+  torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  torch::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const LlamaArchitecture& a)
+      : heads_(a.heads),
+        kv_heads_(a.kv_heads),
+        head_dim_(a.head_dim),
+        dropout_(a.attention_dropout) {
+    auto linear = [](int64_t in, int64_t out, bool bias) {
+      return AutocastLinear(torch::nn::LinearOptions(in, out).bias(bias));
+    };
+    q_proj = register_module("q_proj", linear(a.dim, a.heads * a.head_dim, a.qkv_bias));
+    k_proj = register_module("k_proj", linear(a.dim, a.kv_heads * a.head_dim, a.qkv_bias));
+    v_proj = register_module("v_proj", linear(a.dim, a.kv_heads * a.head_dim, a.qkv_bias));
+    o_proj = register_module("o_proj", linear(a.heads * a.head_dim, a.dim, a.o_bias));
+  }
+
+  // x [B, T, D]; cos and sin [T, head_dim] in x's dtype; window 0 or the keys each query sees.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        int64_t window) {
+    const int64_t batch = x.size(0), length = x.size(1);
+    auto heads = [&](const torch::Tensor& t, int64_t n) {
+      return t.view({batch, length, n, head_dim_}).transpose(1, 2);
+    };
+    torch::Tensor q = heads(q_proj->forward(x), heads_);
+    torch::Tensor k = heads(k_proj->forward(x), kv_heads_);
+    torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+    if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads query heads in turn
+      k = k.repeat_interleave(heads_ / kv_heads_, 1);
+      v = v.repeat_interleave(heads_ / kv_heads_, 1);
+    }
+    std::optional<torch::Tensor> mask;
+    bool causal = true;
+    if (window > 0 && length > window) {  // Mistral: query i sees keys i - window < j <= i
+      torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
+      torch::Tensor j = i.view({1, length});
+      torch::Tensor allowed = (j <= i).logical_and(j > i - window);
+      mask = torch::zeros({length, length}, q.options())
+                 .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+      causal = false;
+    }
+    torch::Tensor y = at::scaled_dot_product_attention(
+        q, k, v, mask, is_training() ? dropout_ : 0.0, causal, 1.0 / std::sqrt(head_dim_));
+    return o_proj->forward(y.transpose(1, 2).reshape({batch, length, heads_ * head_dim_}));
+  }
+
+  AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  double dropout_;
+};
+TORCH_MODULE(LlamaAttention);
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class LlamaMlpImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMlpImpl(const LlamaArchitecture& a) {
+    auto options = [&](int64_t in, int64_t out) {
+      return torch::nn::LinearOptions(in, out).bias(a.mlp_bias);
+    };
+    gate_proj = register_module("gate_proj", AutocastLinear(options(a.dim, a.mlp_dim)));
+    up_proj = register_module("up_proj", AutocastLinear(options(a.dim, a.mlp_dim)));
+    down_proj = register_module("down_proj", AutocastLinear(options(a.mlp_dim, a.dim)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  }
+  AutocastLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+class LlamaLayerImpl : public torch::nn::Module {
+ public:
+  LlamaLayerImpl(const LlamaArchitecture& a, int64_t window) : window_(window) {
+    self_attn = register_module("self_attn", LlamaAttention(a));
+    mlp = register_module("mlp", LlamaMlp(a));
+    input_layernorm = register_module("input_layernorm", RmsNorm(a.dim, a.rms_norm_eps));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", RmsNorm(a.dim, a.rms_norm_eps));
+  }
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, window_);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+  LlamaAttention self_attn{nullptr};
+  LlamaMlp mlp{nullptr};
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+
+ private:
+  int64_t window_;
+};
+TORCH_MODULE(LlamaLayer);
+
+// LlamaModel: embeddings, layers, final norm; forward(ids [B, T]) -> hidden states [B, T, D].
+class LlamaBodyImpl : public torch::nn::Module {
+ public:
+  explicit LlamaBodyImpl(const LlamaArchitecture& a) : inv_freq_(InverseFrequencies(a)) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.dim));
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int64_t i = 0; i < a.depth; ++i) {
+      layers_.push_back(LlamaLayer(a, a.windows.empty() ? 0 : a.windows[i]));
+      layers->push_back(layers_.back());
+    }
+    norm = register_module("norm", RmsNorm(a.dim, a.rms_norm_eps));
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    torch::Tensor x = embed_tokens->forward(ids);
+    // Positions 0..T-1, their angles in float32, cos and sin cast to the activations' dtype.
+    torch::Tensor inv = inv_freq_.to(ids.device());
+    torch::Tensor positions = torch::arange(ids.size(1), inv.options());
+    torch::Tensor angles = torch::outer(positions, inv);
+    angles = torch::cat({angles, angles}, -1);
+    torch::Tensor cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
+    for (LlamaLayer& layer : layers_) x = layer->forward(x, cos, sin);
+    return norm->forward(x);
+  }
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+
+ private:
+  torch::Tensor inv_freq_;  // not a buffer: Hugging Face's files do not hold it
+  std::vector<LlamaLayer> layers_;
+};
+TORCH_MODULE(LlamaBody);
+
+class Llama : public Model {
+ public:
+  explicit Llama(const LlamaArchitecture& a) : a_(a) {
+    model = register_module("model", LlamaBody(a));
+    if (!a.tie_weights) {
+      lm_head = register_module(
+          "lm_head", AutocastLinear(torch::nn::LinearOptions(a.dim, a.vocab_size).bias(false)));
+    }
+    // transformers' _init_weights: N(0, initializer_range) for every matrix, zero biases; the
+    // RMSNorm weights stay 1.
+    torch::NoGradGuard no_grad;
+    for (auto& item : named_parameters()) {
+      if (item.value().dim() == 2) {
+        item.value().normal_(0.0, a.initializer_range);
+      } else if (item.key().find("norm") == std::string::npos) {
+        item.value().zero_();
+      }
+    }
+  }
+  torch::Tensor forward(torch::Tensor input) override {
+    torch::Tensor x = model->forward(input);
+    return a_.tie_weights ? torch::linear(x, model->embed_tokens->weight) : lm_head->forward(x);
+  }
+  TokenIds token_ids() const override { return {a_.vocab_size, "vocab_size"}; }
+  int64_t max_positions() const override { return a_.max_positions; }
+  const LlamaArchitecture& architecture() const { return a_; }
+
+  LlamaBody model{nullptr};
+  AutocastLinear lm_head{nullptr};
+
+ private:
+  LlamaArchitecture a_;
+};
+
+// config.json (llama, mistral or qwen2) as a LlamaArchitecture; what kiln's layers do not compute
+// (another activation, a rope scaling other than linear and llama3, a partial rotary factor,
+// tensor-parallel pretraining slices) is refused in one line.
+absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
+  LlamaArchitecture a;
+  a.model_type = c.model_type();
+  if (a.model_type != "llama" && a.model_type != "mistral" && a.model_type != "qwen2") {
+    return c.Refuse("model_type",
+                    "model=llama reads Llama, Mistral and Qwen2 checkpoints (model_type llama, "
+                    "mistral or qwen2)");
+  }
+  KILN_ASSIGN_OR_RETURN(a.vocab_size, c.Int("vocab_size"));
+  KILN_ASSIGN_OR_RETURN(a.dim, c.Int("hidden_size"));
+  KILN_ASSIGN_OR_RETURN(a.depth, c.Int("num_hidden_layers"));
+  KILN_ASSIGN_OR_RETURN(a.heads, c.Int("num_attention_heads"));
+  KILN_ASSIGN_OR_RETURN(a.mlp_dim, c.Int("intermediate_size"));
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> kv, c.OptionalInt("num_key_value_heads"));
+  a.kv_heads = kv.value_or(a.heads);
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, c.OptionalInt("head_dim"));
+  a.head_dim = head_dim.value_or(a.heads > 0 ? a.dim / a.heads : 0);
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> positions, c.OptionalInt("max_position_embeddings"));
+  a.max_positions = positions.value_or(2048);
+  KILN_ASSIGN_OR_RETURN(std::optional<double> eps, c.OptionalFloat("rms_norm_eps"));
+  a.rms_norm_eps = eps.value_or(1e-6);
+  KILN_ASSIGN_OR_RETURN(std::optional<double> dropout, c.OptionalFloat("attention_dropout"));
+  a.attention_dropout = dropout.value_or(0.0);
+  KILN_ASSIGN_OR_RETURN(std::optional<double> init, c.OptionalFloat("initializer_range"));
+  a.initializer_range = init.value_or(0.02);
+  a.tie_weights = c.Bool("tie_word_embeddings", false);
+  KILN_ASSIGN_OR_RETURN(a.bos_token_id, c.OptionalInt("bos_token_id"));
+  KILN_ASSIGN_OR_RETURN(a.eos_token_id, c.OptionalInt("eos_token_id"));
+  if (a.model_type == "qwen2") {
+    a.qkv_bias = true;  // Qwen2's q, k and v have biases, its o_proj none; config.json says neither
+  } else if (a.model_type == "llama") {
+    a.qkv_bias = a.o_bias = c.Bool("attention_bias", false);
+    a.mlp_bias = c.Bool("mlp_bias", false);
+  }
+  if (a.vocab_size < 1 || a.dim < 1 || a.depth < 1 || a.heads < 1 || a.kv_heads < 1 ||
+      a.head_dim < 1 || a.head_dim % 2 != 0 || a.mlp_dim < 1 || a.heads % a.kv_heads != 0) {
+    return c.Refuse("num_key_value_heads",
+                    "sizes must be positive, num_attention_heads a multiple of "
+                    "num_key_value_heads, and the head size even");
+  }
+  if (std::string act = c.String("hidden_act", "silu"); act != "silu")
+    return c.Refuse("hidden_act", "kiln's Llama layers compute SwiGLU with silu");
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> tp, c.OptionalInt("pretraining_tp"));
+  if (tp.value_or(1) != 1)
+    return c.Refuse("pretraining_tp", "kiln computes each projection whole (pretraining_tp 1)");
+
+  // Rope: transformers 5 writes rope_parameters (theta inside); older files rope_theta and
+  // rope_scaling (with `type` or `rope_type`).
+  KILN_ASSIGN_OR_RETURN(std::optional<HfConfig> rope, c.Object("rope_parameters"));
+  std::optional<HfConfig> scaling;
+  if (rope) {
+    scaling = rope;
+  } else {
+    KILN_ASSIGN_OR_RETURN(scaling, c.Object("rope_scaling"));
+  }
+  const HfConfig& theta_from = rope ? *rope : c;
+  KILN_ASSIGN_OR_RETURN(std::optional<double> theta, theta_from.OptionalFloat("rope_theta"));
+  a.rope_theta = theta.value_or(10000.0);
+  if (scaling) {
+    const std::string type_key = scaling->String("rope_type", "").empty() ? "type" : "rope_type";
+    a.rope.type = scaling->String(type_key, "default");
+    if (a.rope.type != "default" && a.rope.type != "linear" && a.rope.type != "llama3")
+      return scaling->Refuse(type_key, "kiln computes rope types default, linear and llama3");
+    KILN_ASSIGN_OR_RETURN(std::optional<double> partial,
+                          scaling->OptionalFloat("partial_rotary_factor"));
+    if (partial.value_or(1.0) != 1.0)
+      return scaling->Refuse("partial_rotary_factor", "kiln rotates the whole head");
+    if (a.rope.type != "default") {
+      KILN_ASSIGN_OR_RETURN(a.rope.factor, scaling->Float("factor"));
+    }
+    if (a.rope.type == "llama3") {
+      KILN_ASSIGN_OR_RETURN(a.rope.low_freq_factor, scaling->Float("low_freq_factor"));
+      KILN_ASSIGN_OR_RETURN(a.rope.high_freq_factor, scaling->Float("high_freq_factor"));
+      KILN_ASSIGN_OR_RETURN(a.rope.original_max_positions,
+                            scaling->Int("original_max_position_embeddings"));
+      if (a.rope.high_freq_factor <= a.rope.low_freq_factor || a.rope.low_freq_factor <= 0)
+        return scaling->Refuse("high_freq_factor", "must exceed low_freq_factor, both positive");
+    }
+    if (a.rope.factor <= 0) return scaling->Refuse("factor", "must be positive");
+  }
+
+  // Sliding windows: Mistral's on every layer; Qwen2's on the layers layer_types marks (when
+  // use_sliding_window is true).
+  KILN_ASSIGN_OR_RETURN(std::optional<int64_t> window, c.OptionalInt("sliding_window"));
+  if (window && *window < 1) return c.Refuse("sliding_window", "must be positive or null");
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> types, c.Strings("layer_types"));
+  if (!types.empty() && static_cast<int64_t>(types.size()) != a.depth)
+    return c.Refuse("layer_types", absl::StrCat("must name each of the ", a.depth, " layers"));
+  a.windows.assign(a.depth, 0);
+  for (int64_t i = 0; i < a.depth; ++i) {
+    bool sliding = a.model_type == "mistral";
+    if (!types.empty()) {
+      if (types[i] != "full_attention" && types[i] != "sliding_attention")
+        return c.Refuse("layer_types", "kiln's layers are full_attention or sliding_attention");
+      sliding = types[i] == "sliding_attention";
+    }
+    if (a.model_type == "qwen2" && !c.Bool("use_sliding_window", false)) sliding = false;
+    if (sliding && window) a.windows[i] = *window;
+  }
+  return a;
+}
+
+// The Llama options: with `pretrained` the folder gives every size (an option also written must
+// say the same); without it the options do, with these defaults.
+struct LlamaOptions {
+  std::string pretrained;
+  std::optional<int64_t> vocab_size, dim, depth, heads, kv_heads, head_dim, mlp_dim, max_positions;
+  std::optional<double> rope_theta, rms_norm_eps, dropout;
+  std::optional<bool> tie_weights;
+};
+
+// The architecture the options describe: config.json's, checked against any size also given, or
+// the options' own.
+absl::StatusOr<LlamaArchitecture> Architecture(const LlamaOptions& o,
+                                               const OptionContext& context) {
+  struct Size {
+    const char* option;
+    const std::optional<int64_t>& value;
+    int64_t LlamaArchitecture::*field;
+    const char* hf_key;
+  };
+  const std::vector<Size> sizes = {
+      {"vocab_size", o.vocab_size, &LlamaArchitecture::vocab_size, "vocab_size"},
+      {"dim", o.dim, &LlamaArchitecture::dim, "hidden_size"},
+      {"depth", o.depth, &LlamaArchitecture::depth, "num_hidden_layers"},
+      {"heads", o.heads, &LlamaArchitecture::heads, "num_attention_heads"},
+      {"kv_heads", o.kv_heads, &LlamaArchitecture::kv_heads, "num_key_value_heads"},
+      {"head_dim", o.head_dim, &LlamaArchitecture::head_dim, "head_dim"},
+      {"mlp_dim", o.mlp_dim, &LlamaArchitecture::mlp_dim, "intermediate_size"},
+      {"max_positions", o.max_positions, &LlamaArchitecture::max_positions,
+       "max_position_embeddings"}};
+  if (!o.pretrained.empty()) {
+    KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(o.pretrained));
+    KILN_ASSIGN_OR_RETURN(LlamaArchitecture a, ReadArchitecture(hf));
+    for (const Size& s : sizes) {
+      if (s.value && *s.value != a.*s.field) {
+        return context.Refuse(
+            s.option, absl::StrCat(a.*s.field, " as ", o.pretrained, "/config.json's ", s.hf_key,
+                                   " says (or leave it unset)"));
+      }
+    }
+    if (o.tie_weights && *o.tie_weights != a.tie_weights)
+      return context.Refuse("tie_weights",
+                            absl::StrCat(a.tie_weights ? "true" : "false", " as ", o.pretrained,
+                                         "/config.json's tie_word_embeddings says"));
+    if (o.rope_theta && *o.rope_theta != a.rope_theta)
+      return context.Refuse("rope_theta",
+                            absl::StrCat(a.rope_theta, " as ", o.pretrained, "/config.json says"));
+    if (o.rms_norm_eps && *o.rms_norm_eps != a.rms_norm_eps)
+      return context.Refuse(
+          "rms_norm_eps", absl::StrCat(a.rms_norm_eps, " as ", o.pretrained, "/config.json says"));
+    if (o.dropout) a.attention_dropout = *o.dropout;  // a training choice, not the checkpoint's
+    return a;
+  }
+  LlamaArchitecture a;
+  if (!o.vocab_size)
+    return context.Refuse("vocab_size",
+                          "set (the tokenizer's vocab_size) unless model.pretrained "
+                          "names a Hugging Face folder");
+  for (const Size& s : sizes) {
+    if (s.value) a.*s.field = *s.value;
+  }
+  if (!o.head_dim) {
+    if (a.dim % a.heads != 0)
+      return context.Refuse(
+          "dim", absl::StrCat("a multiple of heads (", a.heads, ") unless head_dim is set"));
+    a.head_dim = a.dim / a.heads;
+  }
+  if (!o.kv_heads) a.kv_heads = a.heads;
+  a.rope_theta = o.rope_theta.value_or(a.rope_theta);
+  a.rms_norm_eps = o.rms_norm_eps.value_or(a.rms_norm_eps);
+  a.attention_dropout = o.dropout.value_or(0.0);
+  a.tie_weights = o.tie_weights.value_or(false);
+  a.windows.assign(a.depth, 0);
+  if (a.heads % a.kv_heads != 0)
+    return context.Refuse("kv_heads", absl::StrCat("a divisor of heads (", a.heads, ")"));
+  if (a.head_dim % 2 != 0 || a.head_dim < 2)
+    return context.Refuse("head_dim", "even (rotary embeddings turn pairs); dim / heads if unset");
+  return a;
+}
+
+std::string Describe(const LlamaArchitecture& a) {
+  return absl::StrCat(a.model_type, ", ", a.depth, " layers, dim ", a.dim, ", ", a.heads,
+                      " heads (", a.kv_heads, " key/value), vocab ", a.vocab_size, ", rope ",
+                      a.rope.type);
+}
+
+KILN_REGISTER_BOUND(
+    Model, "llama",
+    "Llama-family decoder LM (Llama, Mistral, Qwen2): RoPE, RMSNorm, SwiGLU, grouped-query "
+    "attention; Hugging Face's names; from a folder (pretrained) or from the sizes",
+    OptionBinding<LlamaOptions>()
+        .Field("pretrained", &LlamaOptions::pretrained,
+               "folder save_pretrained wrote (config.json, model.safetensors or a sharded index): "
+               "the sizes and weights come from it; empty: from the options below")
+        .Field("vocab_size", &LlamaOptions::vocab_size,
+               "token ids are below it (the tokenizer's vocab_size)", AtLeast(1))
+        .Field("dim", &LlamaOptions::dim, "hidden size (256 when unset)", AtLeast(1))
+        .Field("depth", &LlamaOptions::depth, "decoder layers (4 when unset)", AtLeast(1))
+        .Field("heads", &LlamaOptions::heads, "query heads (4 when unset)", AtLeast(1))
+        .Field("kv_heads", &LlamaOptions::kv_heads,
+               "key/value heads, a divisor of heads (grouped-query attention; heads when unset)",
+               AtLeast(1))
+        .Field("head_dim", &LlamaOptions::head_dim, "size of each head (dim / heads when unset)",
+               AtLeast(2))
+        .Field("mlp_dim", &LlamaOptions::mlp_dim, "SwiGLU hidden width (688 when unset)",
+               AtLeast(1))
+        .Field("max_positions", &LlamaOptions::max_positions, "longest context (2048 when unset)",
+               AtLeast(1))
+        .Field("rope_theta", &LlamaOptions::rope_theta, "rotary base (10000 when unset)",
+               GreaterThan(0))
+        .Field("rms_norm_eps", &LlamaOptions::rms_norm_eps, "RMSNorm epsilon (1e-6 when unset)",
+               GreaterThan(0))
+        .Field("dropout", &LlamaOptions::dropout,
+               "dropout on the attention weights (the folder's attention_dropout when unset)",
+               InHalfOpenRange(0, 1))
+        .Field("tie_weights", &LlamaOptions::tie_weights,
+               "the output layer reuses the token embedding (false when unset)"),
+    [](const LlamaOptions& o,
+       const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
+      KILN_ASSIGN_OR_RETURN(LlamaArchitecture a, Architecture(o, context));
+      auto model = std::make_shared<Llama>(a);
+      if (!o.pretrained.empty()) {
+        KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
+        if (a.tie_weights) file.erase("lm_head.weight");  // saved beside a tied head by some
+        KILN_RETURN_IF_ERROR(LoadHfState(file, *model, o.pretrained, Describe(a)));
+      }
+      return std::shared_ptr<Model>(model);
+    });
+
+// A Llama-family model as a Hugging Face folder: config.json for its model_type, the tensors
+// under the names they already have.
+absl::StatusOr<HfFolder> LlamaFolder(torch::nn::Module& module) {
+  auto* llama = dynamic_cast<Llama*>(&module);
+  if (llama == nullptr) return absl::InternalError("format=hf: the module is not kiln's llama");
+  const LlamaArchitecture& a = llama->architecture();
+  static const std::map<std::string, std::string> kArchitectures = {
+      {"llama", "LlamaForCausalLM"},
+      {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"}};
+  nlohmann::ordered_json c;
+  c["architectures"] = {kArchitectures.at(a.model_type)};
+  c["model_type"] = a.model_type;
+  c["vocab_size"] = a.vocab_size;
+  c["hidden_size"] = a.dim;
+  c["num_hidden_layers"] = a.depth;
+  c["num_attention_heads"] = a.heads;
+  c["num_key_value_heads"] = a.kv_heads;
+  c["head_dim"] = a.head_dim;
+  c["intermediate_size"] = a.mlp_dim;
+  c["max_position_embeddings"] = a.max_positions;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = a.rms_norm_eps;
+  c["attention_dropout"] = a.attention_dropout;
+  c["initializer_range"] = a.initializer_range;
+  c["tie_word_embeddings"] = a.tie_weights;
+  nlohmann::ordered_json rope = {{"rope_theta", a.rope_theta}, {"rope_type", a.rope.type}};
+  if (a.rope.type != "default") rope["factor"] = a.rope.factor;
+  if (a.rope.type == "llama3") {
+    rope["low_freq_factor"] = a.rope.low_freq_factor;
+    rope["high_freq_factor"] = a.rope.high_freq_factor;
+    rope["original_max_position_embeddings"] = a.rope.original_max_positions;
+  }
+  c["rope_parameters"] = rope;
+  if (a.model_type == "llama") {
+    c["attention_bias"] = a.qkv_bias;
+    c["mlp_bias"] = a.mlp_bias;
+  }
+  int64_t window = 0;
+  std::vector<std::string> types;
+  for (int64_t w : a.windows) {
+    window = std::max(window, w);
+    types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+  }
+  if (a.model_type == "mistral")
+    c["sliding_window"] = window > 0 ? nlohmann::json(window) : nullptr;
+  if (a.model_type == "qwen2") {
+    c["use_sliding_window"] = window > 0;
+    c["sliding_window"] = window > 0 ? nlohmann::json(window) : nullptr;
+    c["layer_types"] = types;
+  }
+  c["bos_token_id"] = a.bos_token_id ? nlohmann::json(*a.bos_token_id) : nullptr;
+  c["eos_token_id"] = a.eos_token_id ? nlohmann::json(*a.eos_token_id) : nullptr;
+  c["dtype"] = "float32";
+  HfFolder folder;
+  folder.config_json = c.dump(2) + "\n";
+  for (auto& [name, tensor] : StateDict(module)) {
+    if (!absl::StartsWith(name, "model.") && !absl::StartsWith(name, "lm_head.")) continue;
+    folder.tensors.emplace_back(name, tensor.detach().to(torch::kCPU, torch::kFloat32));
+  }
+  return folder;
+}
+
+const bool kLlamaExporter = [] {
+  RegisterHfExporter("llama", LlamaFolder);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln
