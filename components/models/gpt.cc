@@ -22,7 +22,7 @@
 namespace kiln {
 namespace {
 
-class Gpt : public Model {
+class Gpt : public CausalLm {
  public:
   Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights), options_(o) {
     transformer = register_module("transformer", TextTransformer(o));
@@ -34,10 +34,13 @@ class Gpt : public Model {
   }
 
   torch::Tensor forward(torch::Tensor input) override {
-    torch::Tensor x = transformer->forward(input, AttentionMask{/*causal=*/true, {}});
-    // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
-    return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
+    return Head(transformer->forward(input, AttentionMask{/*causal=*/true, {}}));
   }
+  torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
+                               KvCache& cache) override {
+    return Head(transformer->forward_cached(ids, positions, cache));
+  }
+  bool learned_positions() const override { return true; }
   TokenIds token_ids() const override { return {options_.vocab_size, "vocab_size"}; }
   int64_t max_positions() const override { return options_.positions; }
   const TextTransformerOptions& options() const { return options_; }
@@ -47,6 +50,10 @@ class Gpt : public Model {
   torch::nn::Linear lm_head{nullptr};
 
  private:
+  // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
+  torch::Tensor Head(const torch::Tensor& x) {
+    return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
+  }
   bool tie_weights_;
   TextTransformerOptions options_;
 };

@@ -15,12 +15,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/models/autocast_linear.h"
+#include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
@@ -117,6 +119,35 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // x [B, T, D]; cos and sin [T, head_dim] in x's dtype; window 0 or the keys each query sees.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         int64_t window) {
+    auto [q, k, v] = Project(x, cos, sin);
+    const int64_t length = x.size(1);
+    if (window > 0 && length > window) {  // Mistral: query i sees keys i - window < j <= i
+      torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
+      torch::Tensor j = i.view({1, length});
+      torch::Tensor allowed = (j <= i).logical_and(j > i - window);
+      return Attend(
+          x, q, k, v,
+          torch::zeros({length, length}, q.options())
+              .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()));
+    }
+    return Attend(x, q, k, v, std::nullopt);
+  }
+  // Generation: x [B, t, D] after the cache's positions; cos and sin [B, 1, t, head_dim]; `bias`
+  // the cache's attention mask for this layer.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, KvCache& cache, size_t layer,
+                               const torch::Tensor& bias) {
+    auto [q, k, v] = Project(x, cos, sin);
+    auto [keys, values] = cache.Append(layer, k, v);
+    return Attend(x, q, keys, values, bias);
+  }
+  AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  // q [B, heads, T, hd], k and v [B, kv_heads, T, hd], q and k rotated.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x,
+                                                                  const torch::Tensor& cos,
+                                                                  const torch::Tensor& sin) {
     const int64_t batch = x.size(0), length = x.size(1);
     auto heads = [&](const torch::Tensor& t, int64_t n) {
       return t.view({batch, length, n, head_dim_}).transpose(1, 2);
@@ -124,30 +155,21 @@ class LlamaAttentionImpl : public torch::nn::Module {
     torch::Tensor q = heads(q_proj->forward(x), heads_);
     torch::Tensor k = heads(k_proj->forward(x), kv_heads_);
     torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
+    return {q * cos + RotateHalf(q) * sin, k * cos + RotateHalf(k) * sin, v};
+  }
+  // The queries' attention over keys and values (causal when there is no mask), through o_proj.
+  torch::Tensor Attend(const torch::Tensor& x, const torch::Tensor& q, torch::Tensor k,
+                       torch::Tensor v, const std::optional<torch::Tensor>& mask) {
     if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads query heads in turn
       k = k.repeat_interleave(heads_ / kv_heads_, 1);
       v = v.repeat_interleave(heads_ / kv_heads_, 1);
     }
-    std::optional<torch::Tensor> mask;
-    bool causal = true;
-    if (window > 0 && length > window) {  // Mistral: query i sees keys i - window < j <= i
-      torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
-      torch::Tensor j = i.view({1, length});
-      torch::Tensor allowed = (j <= i).logical_and(j > i - window);
-      mask = torch::zeros({length, length}, q.options())
-                 .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-      causal = false;
-    }
     torch::Tensor y = at::scaled_dot_product_attention(
-        q, k, v, mask, is_training() ? dropout_ : 0.0, causal, 1.0 / std::sqrt(head_dim_));
-    return o_proj->forward(y.transpose(1, 2).reshape({batch, length, heads_ * head_dim_}));
+        q, k, v, mask, is_training() ? dropout_ : 0.0, /*is_causal=*/!mask.has_value(),
+        1.0 / std::sqrt(head_dim_));
+    return o_proj->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), heads_ * head_dim_}));
   }
 
-  AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-
- private:
   int64_t heads_, kv_heads_, head_dim_;
   double dropout_;
 };
@@ -184,6 +206,12 @@ class LlamaLayerImpl : public torch::nn::Module {
     x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, window_);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
+  torch::Tensor forward_cached(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                               KvCache& cache, size_t index, const torch::Tensor& bias) {
+    x = x + self_attn->forward_cached(input_layernorm->forward(x), cos, sin, cache, index, bias);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+  int64_t window() const { return window_; }
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -207,13 +235,24 @@ class LlamaBodyImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& ids) {
     torch::Tensor x = embed_tokens->forward(ids);
-    // Positions 0..T-1, their angles in float32, cos and sin cast to the activations' dtype.
-    torch::Tensor inv = inv_freq_.to(ids.device());
-    torch::Tensor positions = torch::arange(ids.size(1), inv.options());
-    torch::Tensor angles = torch::outer(positions, inv);
-    angles = torch::cat({angles, angles}, -1);
-    torch::Tensor cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
+    // Positions 0..T-1: cos and sin [T, head_dim].
+    auto [cos, sin] = Rotations(
+        torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
     for (LlamaLayer& layer : layers_) x = layer->forward(x, cos, sin);
+    return norm->forward(x);
+  }
+  torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
+                               KvCache& cache) {
+    torch::Tensor x = embed_tokens->forward(ids);
+    auto [cos, sin] = Rotations(positions, x.scalar_type());  // [B, t, hd]
+    cos = cos.unsqueeze(1);
+    sin = sin.unsqueeze(1);
+    std::map<int64_t, torch::Tensor> biases;  // one mask per window size
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const int64_t window = layers_[i]->window();
+      if (biases.count(window) == 0) biases[window] = cache.AttentionBias(x.scalar_type(), window);
+      x = layers_[i]->forward_cached(x, cos, sin, cache, i, biases[window]);
+    }
     return norm->forward(x);
   }
   torch::nn::Embedding embed_tokens{nullptr};
@@ -221,12 +260,22 @@ class LlamaBodyImpl : public torch::nn::Module {
   RmsNorm norm{nullptr};
 
  private:
+  // cos and sin of the rotary angles of `positions` (any shape): [..., head_dim], the angles in
+  // float32 as transformers computes them, the results cast to `dtype`.
+  std::pair<torch::Tensor, torch::Tensor> Rotations(const torch::Tensor& positions,
+                                                    torch::ScalarType dtype) const {
+    torch::Tensor inv = inv_freq_.to(positions.device());
+    torch::Tensor angles = positions.to(torch::kFloat32).unsqueeze(-1) * inv;
+    angles = torch::cat({angles, angles}, -1);
+    return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  }
+
   torch::Tensor inv_freq_;  // not a buffer: Hugging Face's files do not hold it
   std::vector<LlamaLayer> layers_;
 };
 TORCH_MODULE(LlamaBody);
 
-class Llama : public Model {
+class Llama : public CausalLm {
  public:
   explicit Llama(const LlamaArchitecture& a) : a_(a) {
     model = register_module("model", LlamaBody(a));
@@ -245,9 +294,10 @@ class Llama : public Model {
       }
     }
   }
-  torch::Tensor forward(torch::Tensor input) override {
-    torch::Tensor x = model->forward(input);
-    return a_.tie_weights ? torch::linear(x, model->embed_tokens->weight) : lm_head->forward(x);
+  torch::Tensor forward(torch::Tensor input) override { return Head(model->forward(input)); }
+  torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
+                               KvCache& cache) override {
+    return Head(model->forward_cached(ids, positions, cache));
   }
   TokenIds token_ids() const override { return {a_.vocab_size, "vocab_size"}; }
   int64_t max_positions() const override { return a_.max_positions; }
@@ -257,6 +307,9 @@ class Llama : public Model {
   AutocastLinear lm_head{nullptr};
 
  private:
+  torch::Tensor Head(const torch::Tensor& x) {
+    return a_.tie_weights ? torch::linear(x, model->embed_tokens->weight) : lm_head->forward(x);
+  }
   LlamaArchitecture a_;
 };
 

@@ -65,6 +65,16 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
   return c_proj->forward(y);
 }
 
+torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KvCache& cache,
+                                                size_t layer, const torch::Tensor& bias) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+  // [B, t, 3, H, hd] -> q, k, v as [B, H, t, hd].
+  torch::Tensor q4 = c_attn->forward(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
+  auto [keys, values] = cache.Append(layer, q4[1], q4[2]);
+  torch::Tensor y = at::scaled_dot_product_attention(q4[0], keys, values, bias);
+  return c_proj->forward(y.transpose(1, 2).reshape({b, t, d}));
+}
+
 torch::Tensor FusedAttention(const torch::Tensor& qkv, int64_t heads, const AttentionMask& mask,
                              double dropout) {
   const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
@@ -105,6 +115,12 @@ torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const AttentionMask
   return x + m;
 }
 
+torch::Tensor TransformerBlockImpl::forward_cached(torch::Tensor x, KvCache& cache, size_t layer,
+                                                   const torch::Tensor& bias) {
+  x = x + attn->forward_cached(ln_1->forward(x), cache, layer, bias);
+  return x + mlp->forward(ln_2->forward(x));
+}
+
 TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o) {
   wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.dim));
   wpe = register_module("wpe", torch::nn::Embedding(o.positions, o.dim));
@@ -125,6 +141,14 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const At
   torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
   if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
   for (auto& block : blocks_) x = block->forward(x, mask);
+  return ln_f->forward(x);
+}
+
+torch::Tensor TextTransformerImpl::forward_cached(const torch::Tensor& tokens,
+                                                  const torch::Tensor& positions, KvCache& cache) {
+  torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
+  torch::Tensor bias = cache.AttentionBias(x.scalar_type());
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache, i, bias);
   return ln_f->forward(x);
 }
 

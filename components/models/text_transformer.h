@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "components/models/autocast_linear.h"
+#include "components/models/generation.h"
 #include "lib/registry/options.h"
 
 namespace kiln {
@@ -26,6 +27,10 @@ class SelfAttentionImpl : public torch::nn::Module {
   // x [B, T, D] -> [B, T, D]. A causal mask alone runs as one fused kernel on CPU float32
   // (components/models/causal_attention.h) unless attention dropout is active.
   torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask);
+  // Generation: x [B, t, D] after the cache's positions, attending through `bias` (the cache's
+  // mask); this layer's keys and values go into the cache at `layer`.
+  torch::Tensor forward_cached(const torch::Tensor& x, KvCache& cache, size_t layer,
+                               const torch::Tensor& bias);
 
   AutocastLinear c_attn{nullptr}, c_proj{nullptr};
 
@@ -39,6 +44,8 @@ class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim, double dropout);
   torch::Tensor forward(torch::Tensor x, const AttentionMask& mask);
+  torch::Tensor forward_cached(torch::Tensor x, KvCache& cache, size_t layer,
+                               const torch::Tensor& bias);
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
@@ -60,6 +67,9 @@ class TextTransformerImpl : public torch::nn::Module {
  public:
   explicit TextTransformerImpl(const TextTransformerOptions& o);
   torch::Tensor forward(const torch::Tensor& tokens, const AttentionMask& mask);
+  // Generation (causal): tokens [B, t] at `positions` [B, t], after the cache's positions.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, const torch::Tensor& positions,
+                               KvCache& cache);
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "components/models/generation.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
@@ -43,6 +44,39 @@ void ExpectSameLogitsAsTransformers(const std::vector<std::shared_ptr<Model>>& m
     torch::NoGradGuard no_grad;
     torch::Tensor logits = models[i]->forward(reference->at("ids"));
     EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5) << argv[2 + i];
+  }
+}
+
+// transformers' greedy generation in `dir`/generated.safetensors (make_models.py's
+// greedy_reference) equals kiln's Generate on the same prompts, token for token, each row ending
+// at `eos` where transformers' did.
+void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
+  auto reference = ReadSafetensors(dir + "/generated.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto* lm = dynamic_cast<CausalLm*>(&model);
+  ASSERT_NE(lm, nullptr);
+  const torch::Tensor& ids = reference->at("ids");
+  const torch::Tensor& mask = reference->at("mask");
+  const torch::Tensor& out = reference->at("out");
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(ids.size(0)));
+  for (int64_t r = 0; r < ids.size(0); ++r) {
+    for (int64_t i = 0; i < ids.size(1); ++i) {
+      if (mask[r][i].item<int64_t>() == 1) prompts[r].push_back(ids[r][i].item<int64_t>());
+    }
+  }
+  SamplingOptions options;
+  options.max_new_tokens = out.size(1);
+  options.eos_token_ids = {eos};
+  model.eval();
+  std::vector<std::vector<int64_t>> generated = Generate(*lm, prompts, options);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    std::vector<int64_t> expected;
+    for (int64_t i = 0; i < out.size(1); ++i) {
+      const int64_t id = out[static_cast<int64_t>(r)][i].item<int64_t>();
+      if (id == eos) break;
+      expected.push_back(id);
+    }
+    EXPECT_EQ(generated[r], expected) << dir << " row " << r;
   }
 }
 
@@ -86,7 +120,9 @@ class HfModels : public ::testing::Test {
 TEST_F(HfModels, Gpt2GivesTransformersLogitsTiedUntiedAndInShards) {
   ASSERT_NO_FATAL_FAILURE(Make("gpt2"));
   if (IsSkipped()) return;
-  ExpectSameLogits("gpt2", "tied");
+  std::shared_ptr<Model> tied = ExpectSameLogits("gpt2", "tied");
+  ASSERT_NE(tied, nullptr);
+  ExpectSameGreedy(*tied, dir_->path() + "/tied", 96);
   ExpectSameLogits("gpt2", "untied");
   std::ifstream index(dir_->path() + "/sharded/model/model.safetensors.index.json");
   EXPECT_TRUE(index.good()) << "transformers wrote one file; the shard size is too large";
@@ -104,9 +140,11 @@ TEST_F(HfModels, LlamaMistralAndQwen2GiveTransformersLogitsAndExportBack) {
   std::vector<std::string> argv = {kPython, kCheckExport};
   const HfExporter* exporter = FindHfExporter("llama");
   ASSERT_NE(exporter, nullptr);
-  for (const char* how : {"tied", "untied", "mistral", "qwen2", "sharded"}) {
+  for (const std::string how : {"tied", "untied", "mistral", "qwen2", "sharded"}) {
     std::shared_ptr<Model> model = ExpectSameLogits("llama", how);
     if (model == nullptr) continue;
+    if (how == "tied" || how == "mistral" || how == "qwen2")
+      ExpectSameGreedy(*model, dir_->path() + "/" + how, 2);
     auto folder = (*exporter)(*model);
     ASSERT_TRUE(folder.ok()) << folder.status();
     argv.push_back(dir_->path() + "/export_" + how);
@@ -119,6 +157,33 @@ TEST_F(HfModels, LlamaMistralAndQwen2GiveTransformersLogitsAndExportBack) {
   for (const char* family : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
     EXPECT_NE(checked.out.find(family), std::string::npos) << checked.out;
   ExpectSameLogitsAsTransformers(models, argv);
+
+  // The sampling processors on fixed scores equal transformers' (make_models.py's
+  // processors_reference): repetition penalty, temperature, top-k, top-p, alone and chained.
+  auto processors = ReadSafetensors(dir_->path() + "/processors.safetensors");
+  ASSERT_TRUE(processors.ok()) << processors.status();
+  struct Case {
+    const char* name;
+    double penalty, temperature;
+    int64_t top_k;
+    double top_p;
+  };
+  for (const Case& c :
+       {Case{"rp1.3", 1.3, 0, 0, 1}, Case{"t0.7_k5", 1, 0.7, 5, 1}, Case{"t1_p0.8", 1, 1, 0, 0.8},
+        Case{"rp1.2_t0.9_k10_p0.9", 1.2, 0.9, 10, 0.9}}) {
+    SamplingOptions o;
+    o.repetition_penalty = c.penalty;
+    o.temperature = c.temperature;
+    o.top_k = c.top_k;
+    o.top_p = c.top_p;
+    torch::Tensor got = ProcessLogits(processors->at("scores"), processors->at("seen"), o);
+    const torch::Tensor& want = processors->at(c.name);
+    EXPECT_TRUE(torch::equal(torch::isinf(got), torch::isinf(want))) << c.name;
+    torch::Tensor finite = torch::isfinite(want);
+    EXPECT_LT((got.masked_select(finite) - want.masked_select(finite)).abs().max().item<double>(),
+              1e-6)
+        << c.name;
+  }
 }
 
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
@@ -162,6 +227,65 @@ TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
   auto checked = testing::RunProcess(argv);
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
   ExpectSameLogitsAsTransformers(models, argv);
+}
+
+// The cache gives the logits a full forward gives: prompts of different lengths padded on the
+// left, then three tokens one at a time, for kiln's gpt (learned positions) and llama (rotary,
+// grouped-query attention). Mistral's sliding window is checked by generation against
+// transformers (HfModels.LlamaMistralAndQwen2...).
+TEST(Generation, CachedLogitsEqualTheFullForwardWithLeftPadding) {
+  for (const std::string yaml :
+       {"_target_: gpt\nvocab_size: 41\nblock_size: 32\ndim: 16\ndepth: 2\nheads: 2\n"
+        "mlp_dim: 24\n",
+        "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 2\nheads: 4\nkv_heads: 2\n"
+        "mlp_dim: 24\n"}) {
+    torch::manual_seed(3);
+    auto model = Instantiate(yaml);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto* lm = dynamic_cast<CausalLm*>(model->get());
+    ASSERT_NE(lm, nullptr);
+    lm->eval();
+    torch::NoGradGuard no_grad;
+    const std::vector<std::vector<int64_t>> rows = {{5, 9, 2, 7, 30, 11}, {3, 8}, {40, 1, 17, 6}};
+    const std::vector<int64_t> more = {12, 4, 33};
+    // [3, 6] left-padded prompts, then three steps of one token.
+    torch::Tensor ids = torch::zeros({3, 6}, torch::kInt64);
+    torch::Tensor real = torch::zeros({3, 6}, torch::kBool);
+    torch::Tensor positions = torch::zeros({3, 6}, torch::kInt64);
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto& row = rows[r];
+      for (size_t i = 0; i < row.size(); ++i) {
+        const int64_t at = 6 - static_cast<int64_t>(row.size()) + static_cast<int64_t>(i);
+        ids[r][at] = row[i];
+        real[r][at] = true;
+        positions[r][at] = static_cast<int64_t>(i);
+      }
+    }
+    KvCache cache(0);
+    cache.Extend(real);
+    torch::Tensor logits = lm->forward_cached(ids, positions, cache);
+    std::vector<torch::Tensor> steps;
+    torch::Tensor last = positions.narrow(1, 5, 1);
+    for (int64_t id : more) {
+      last = last + 1;
+      cache.Extend(torch::ones({3, 1}, torch::kBool));
+      steps.push_back(lm->forward_cached(torch::full({3, 1}, id, torch::kInt64), last, cache));
+    }
+    for (int64_t r = 0; r < 3; ++r) {
+      std::vector<int64_t> whole = rows[r];
+      whole.insert(whole.end(), more.begin(), more.end());
+      torch::Tensor full = lm->forward(torch::tensor(whole).unsqueeze(0))[0];
+      const int64_t n = static_cast<int64_t>(rows[r].size());
+      EXPECT_LT((logits[r].narrow(0, 6 - n, n) - full.narrow(0, 0, n)).abs().max().item<double>(),
+                1e-5)
+          << yaml << " row " << r;
+      for (size_t s = 0; s < steps.size(); ++s) {
+        EXPECT_LT((steps[s][r][0] - full[n + static_cast<int64_t>(s)]).abs().max().item<double>(),
+                  1e-5)
+            << yaml << " row " << r << " step " << s;
+      }
+    }
+  }
 }
 
 TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {

@@ -68,6 +68,55 @@ def assert_moves(model, ids, logits, what, **change):
     print(f"{what} moves the logits by {moved:.3g}")
 
 
+def greedy_reference(model, folder):
+    """transformers' greedy generate of N tokens (40, or what fits in GPT-2's positions) after 4
+    prompts of different lengths, padded on the left, stopping at the model's eos id:
+    DIR/generated.safetensors (ids [4, P] with 0 in the padding, mask [4, P], out [4, N] with 0
+    after a row's eos)."""
+    gen = torch.Generator().manual_seed(17)
+    lengths = (3, 7, 1, 5)
+    longest = max(lengths)
+    ids = torch.zeros(len(lengths), longest, dtype=torch.long)
+    mask = torch.zeros(len(lengths), longest, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, longest - n:] = torch.randint(3, model.config.vocab_size, (n,), generator=gen)
+        mask[row, longest - n:] = 1
+    positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    new = min(40, positions - longest)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                             do_sample=False, pad_token_id=0)
+    out = out[:, longest:]
+    out = torch.nn.functional.pad(out, (0, new - out.shape[1]))
+    save_file({"ids": ids, "mask": mask, "out": out.contiguous()},
+              os.path.join(folder, "generated.safetensors"))
+
+
+def processors_reference(out):
+    """transformers' logits processors on fixed scores: DIR/processors.safetensors (scores,
+    seen, and one output per option set, named as the test reads them)."""
+    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
+                              TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+    gen = torch.Generator().manual_seed(23)
+    scores = torch.randn(3, 50, generator=gen) * 3
+    seen = torch.randint(0, 50, (3, 6), generator=gen)
+    cases = {"rp1.3": (1.3, None, None, None), "t0.7_k5": (None, 0.7, 5, None),
+             "t1_p0.8": (None, 1.0, None, 0.8), "rp1.2_t0.9_k10_p0.9": (1.2, 0.9, 10, 0.9)}
+    tensors = {"scores": scores, "seen": seen}
+    for name, (rp, t, k, p) in cases.items():
+        chain = LogitsProcessorList()
+        if rp:
+            chain.append(RepetitionPenaltyLogitsProcessor(rp))
+        if t:
+            chain.append(TemperatureLogitsWarper(t))
+        if k:
+            chain.append(TopKLogitsWarper(k))
+        if p:
+            chain.append(TopPLogitsWarper(p))
+        tensors[name] = chain(seen, scores.clone()).contiguous()
+    save_file(tensors, os.path.join(out, "processors.safetensors"))
+
+
 FAMILIES = {
     "gpt2": ("tied", "untied", "sharded"),
     "llama": ("tied", "untied", "mistral", "qwen2", "sharded"),
@@ -104,6 +153,9 @@ def main():
             assert_moves(model, ids, logits, "the sliding window", sliding_window=None)
         save_file({"ids": ids.contiguous(), "logits": logits.contiguous()},
                   os.path.join(out, how, "logits.safetensors"))
+        if how in ("tied", "mistral", "qwen2"):
+            greedy_reference(model, os.path.join(out, how))
+    processors_reference(out)
 
 
 if __name__ == "__main__":
