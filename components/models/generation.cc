@@ -55,6 +55,7 @@ torch::Tensor Seen(const std::vector<std::vector<int64_t>>& rows) {
 }  // namespace
 
 void KvCache::Extend(const torch::Tensor& real) {
+  if (!padded_) padded_ = !real.all().item<bool>();
   real_ = real_.defined() ? torch::cat({real_, real}, 1) : real;
   added_ = real.size(1);
   length_ += added_;
@@ -88,16 +89,26 @@ std::pair<torch::Tensor, torch::Tensor> KvCache::Append(size_t layer, const torc
   return {keys, values};
 }
 
-torch::Tensor KvCache::AttentionBias(torch::ScalarType dtype, int64_t window) const {
+KvCache::Mask KvCache::AttentionMask(torch::ScalarType dtype, int64_t window) const {
+  if (!padded_ && (window <= 0 || window >= length_) && (added_ == 1 || added_ == length_))
+    return {std::nullopt, added_ > 1};
   const auto index = torch::TensorOptions().dtype(torch::kInt64).device(real_.device());
   torch::Tensor query = torch::arange(length_ - added_, length_, index).view({added_, 1});
   torch::Tensor key = torch::arange(length_, index).view({1, length_});
   torch::Tensor allowed = key.le(query).unsqueeze(0).logical_and(real_.unsqueeze(1));
   allowed = allowed.logical_or(key.eq(query).unsqueeze(0));
   if (window > 0) allowed = allowed.logical_and(key.gt(query - window).unsqueeze(0));
-  return torch::zeros({real_.size(0), 1, added_, length_},
-                      torch::TensorOptions().dtype(dtype).device(real_.device()))
-      .masked_fill(allowed.logical_not().unsqueeze(1), kNegInf);
+  return {torch::zeros({real_.size(0), 1, added_, length_},
+                       torch::TensorOptions().dtype(dtype).device(real_.device()))
+              .masked_fill(allowed.logical_not().unsqueeze(1), kNegInf),
+          false};
+}
+
+torch::Tensor RecomputingLm::forward_cached(const torch::Tensor& ids, const torch::Tensor&,
+                                            KvCache& cache) {
+  const bool fresh = cache.length() == cache.added();  // a new cache: the history starts again
+  history_ = fresh || !history_.defined() ? ids : torch::cat({history_, ids}, 1);
+  return model_->forward(history_).narrow(1, history_.size(1) - ids.size(1), ids.size(1));
 }
 
 torch::Tensor ProcessLogits(torch::Tensor logits, const torch::Tensor& seen,
@@ -132,12 +143,18 @@ std::vector<std::vector<int64_t>> Generate(CausalLm& model,
   std::vector<std::vector<int64_t>> sequences = prompts, generated(b);
   std::vector<bool> done(b, false);
   if (b == 0 || o.max_new_tokens <= 0) return generated;
-  const torch::Device device = model.parameters().front().device();
+  const auto parameters = model.parameters();
+  const torch::Device device =
+      parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
   at::Generator generator = at::detail::createCPUGenerator(o.seed);
-  const int64_t limit = model.learned_positions() ? model.max_positions() : 0;
+  int64_t limit = o.context;
+  if (model.learned_positions() && model.max_positions() > 0 &&
+      (limit <= 0 || limit > model.max_positions()))
+    limit = model.max_positions();
 
   std::optional<KvCache> cache;
   torch::Tensor positions;  // [B, 1]: the newest token's position in each row
+  int64_t furthest = 0;     // the largest of them
   // The cache from scratch on each row's last tokens (all of them, or as many as 3/4 of the
   // positions a learned-position model has): the logits after each row's last token.
   auto prefill = [&]() {
@@ -153,6 +170,7 @@ std::vector<std::vector<int64_t>> Generate(CausalLm& model,
     cache.emplace(padded.ids.size(1) + o.max_new_tokens);
     cache->Extend(padded.real.to(device));
     positions = padded.positions.narrow(1, padded.ids.size(1) - 1, 1).to(device);
+    furthest = positions.max().item<int64_t>();
     return model.forward_cached(padded.ids.to(device), padded.positions.to(device), *cache)
         .select(1, -1);
   };
@@ -162,9 +180,11 @@ std::vector<std::vector<int64_t>> Generate(CausalLm& model,
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     torch::Tensor scores = last.to(torch::kCPU, torch::kFloat32);
     if (never.defined()) scores.index_fill_(1, never, kNegInf);
-    torch::Tensor seen;
-    if (o.repetition_penalty != 1.0) seen = Seen(sequences);
-    scores = ProcessLogits(scores, seen, o);
+    if (o.repetition_penalty != 1.0 || o.temperature > 0) {
+      torch::Tensor seen;
+      if (o.repetition_penalty != 1.0) seen = Seen(sequences);
+      scores = ProcessLogits(scores, seen, o);
+    }
     torch::Tensor next = o.temperature <= 0
                              ? scores.argmax(1)
                              : torch::multinomial(scores.softmax(1), 1, false, generator).view(-1);
@@ -184,7 +204,7 @@ std::vector<std::vector<int64_t>> Generate(CausalLm& model,
     }
     if (all_done || step + 1 == o.max_new_tokens) break;
     positions = positions + 1;
-    if (limit > 0 && positions.max().item<int64_t>() >= limit) {
+    if (limit > 0 && ++furthest >= limit) {
       last = prefill();
       continue;
     }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -40,13 +41,19 @@ class KvCache {
   int64_t added() const { return added_; }
   // [B, length()] bool.
   const torch::Tensor& real() const { return real_; }
-  // The additive mask [B, 1, added(), length()] in `dtype`: each new query sees the real keys at
-  // or before it (itself always, so that a padding query has one key), and with `window` > 0
-  // only the last `window` positions.
-  torch::Tensor AttentionBias(torch::ScalarType dtype, int64_t window = 0) const;
+  // What the new queries may attend to: each sees the real keys at or before it (itself always,
+  // so that a padding query has one key), and with `window` > 0 only the last `window` positions.
+  // Without padding or a window that matters, no mask (every key for one new query, causal for a
+  // cache's first positions); else the additive mask [B, 1, added(), length()] in `dtype`.
+  struct Mask {
+    std::optional<torch::Tensor> bias;
+    bool causal = false;
+  };
+  Mask AttentionMask(torch::ScalarType dtype, int64_t window = 0) const;
 
  private:
   int64_t capacity_ = 0, length_ = 0, added_ = 0;
+  bool padded_ = false;  // some position is left padding
   torch::Tensor real_;
   std::vector<torch::Tensor> keys_, values_;  // [B, heads, capacity or length, head_dim]
 };
@@ -64,6 +71,23 @@ class CausalLm : public Model {
   virtual bool learned_positions() const { return false; }
 };
 
+// A model without a cache (an LSTM language model) seen as a CausalLm: each call runs the model
+// over every token so far again (as many as the cache has, left padding included) and returns the
+// newest positions' logits.
+class RecomputingLm : public CausalLm {
+ public:
+  explicit RecomputingLm(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  torch::Tensor forward(torch::Tensor input) override { return model_->forward(input); }
+  torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
+                               KvCache& cache) override;
+  TokenIds token_ids() const override { return model_->token_ids(); }
+  int64_t max_positions() const override { return model_->max_positions(); }
+
+ private:
+  std::shared_ptr<Model> model_;
+  torch::Tensor history_;  // [B, cache.length()]
+};
+
 struct SamplingOptions {
   int64_t max_new_tokens = 64;
   double temperature = 0.0;  // 0: greedy
@@ -74,6 +98,9 @@ struct SamplingOptions {
   std::vector<int64_t> never;          // ids never produced (padding, specials)
   uint64_t seed = 0;
   int64_t pad_token_id = 0;  // what fills the left padding
+  // The longest context the model sees (0: the model's positions if they are learned, else no
+  // limit): a row that outgrows it starts the cache again from its last 3/4 of it.
+  int64_t context = 0;
 };
 
 // Called after each new token of a row with the row's generated ids so far: true ends the row

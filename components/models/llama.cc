@@ -125,21 +125,21 @@ class LlamaAttentionImpl : public torch::nn::Module {
       torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
       torch::Tensor j = i.view({1, length});
       torch::Tensor allowed = (j <= i).logical_and(j > i - window);
-      return Attend(
-          x, q, k, v,
-          torch::zeros({length, length}, q.options())
-              .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()));
+      KvCache::Mask mask;
+      mask.bias = torch::zeros({length, length}, q.options())
+                      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+      return Attend(x, q, k, v, mask);
     }
-    return Attend(x, q, k, v, std::nullopt);
+    return Attend(x, q, k, v, KvCache::Mask{std::nullopt, /*causal=*/true});
   }
-  // Generation: x [B, t, D] after the cache's positions; cos and sin [B, 1, t, head_dim]; `bias`
-  // the cache's attention mask for this layer.
+  // Generation: x [B, t, D] after the cache's positions; cos and sin [B, 1, t, head_dim]; `mask`
+  // the cache's for this layer.
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin, KvCache& cache, size_t layer,
-                               const torch::Tensor& bias) {
+                               const KvCache::Mask& mask) {
     auto [q, k, v] = Project(x, cos, sin);
     auto [keys, values] = cache.Append(layer, k, v);
-    return Attend(x, q, keys, values, bias);
+    return Attend(x, q, keys, values, mask);
   }
   AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
@@ -157,16 +157,13 @@ class LlamaAttentionImpl : public torch::nn::Module {
     torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
     return {q * cos + RotateHalf(q) * sin, k * cos + RotateHalf(k) * sin, v};
   }
-  // The queries' attention over keys and values (causal when there is no mask), through o_proj.
-  torch::Tensor Attend(const torch::Tensor& x, const torch::Tensor& q, torch::Tensor k,
-                       torch::Tensor v, const std::optional<torch::Tensor>& mask) {
-    if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads query heads in turn
-      k = k.repeat_interleave(heads_ / kv_heads_, 1);
-      v = v.repeat_interleave(heads_ / kv_heads_, 1);
-    }
+  // The queries' attention over keys and values, through o_proj. Each key/value head serves
+  // heads / kv_heads query heads in turn (SDPA's grouped-query attention).
+  torch::Tensor Attend(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v, const KvCache::Mask& mask) {
     torch::Tensor y = at::scaled_dot_product_attention(
-        q, k, v, mask, is_training() ? dropout_ : 0.0, /*is_causal=*/!mask.has_value(),
-        1.0 / std::sqrt(head_dim_));
+        q, k, v, mask.bias, is_training() ? dropout_ : 0.0, mask.causal, 1.0 / std::sqrt(head_dim_),
+        /*enable_gqa=*/kv_heads_ != heads_);
     return o_proj->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), heads_ * head_dim_}));
   }
 
@@ -207,8 +204,8 @@ class LlamaLayerImpl : public torch::nn::Module {
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
   torch::Tensor forward_cached(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
-                               KvCache& cache, size_t index, const torch::Tensor& bias) {
-    x = x + self_attn->forward_cached(input_layernorm->forward(x), cos, sin, cache, index, bias);
+                               KvCache& cache, size_t index, const KvCache::Mask& mask) {
+    x = x + self_attn->forward_cached(input_layernorm->forward(x), cos, sin, cache, index, mask);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
   int64_t window() const { return window_; }
@@ -247,11 +244,11 @@ class LlamaBodyImpl : public torch::nn::Module {
     auto [cos, sin] = Rotations(positions, x.scalar_type());  // [B, t, hd]
     cos = cos.unsqueeze(1);
     sin = sin.unsqueeze(1);
-    std::map<int64_t, torch::Tensor> biases;  // one mask per window size
+    std::map<int64_t, KvCache::Mask> masks;  // one per window size
     for (size_t i = 0; i < layers_.size(); ++i) {
       const int64_t window = layers_[i]->window();
-      if (biases.count(window) == 0) biases[window] = cache.AttentionBias(x.scalar_type(), window);
-      x = layers_[i]->forward_cached(x, cos, sin, cache, i, biases[window]);
+      if (masks.count(window) == 0) masks[window] = cache.AttentionMask(x.scalar_type(), window);
+      x = layers_[i]->forward_cached(x, cos, sin, cache, i, masks[window]);
     }
     return norm->forward(x);
   }

@@ -66,12 +66,13 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Attention
 }
 
 torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KvCache& cache,
-                                                size_t layer, const torch::Tensor& bias) {
+                                                size_t layer, const KvCache::Mask& mask) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
   // [B, t, 3, H, hd] -> q, k, v as [B, H, t, hd].
   torch::Tensor q4 = c_attn->forward(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
   auto [keys, values] = cache.Append(layer, q4[1], q4[2]);
-  torch::Tensor y = at::scaled_dot_product_attention(q4[0], keys, values, bias);
+  torch::Tensor y =
+      at::scaled_dot_product_attention(q4[0], keys, values, mask.bias, 0.0, mask.causal);
   return c_proj->forward(y.transpose(1, 2).reshape({b, t, d}));
 }
 
@@ -116,8 +117,8 @@ torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const AttentionMask
 }
 
 torch::Tensor TransformerBlockImpl::forward_cached(torch::Tensor x, KvCache& cache, size_t layer,
-                                                   const torch::Tensor& bias) {
-  x = x + attn->forward_cached(ln_1->forward(x), cache, layer, bias);
+                                                   const KvCache::Mask& mask) {
+  x = x + attn->forward_cached(ln_1->forward(x), cache, layer, mask);
   return x + mlp->forward(ln_2->forward(x));
 }
 
@@ -147,8 +148,8 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const At
 torch::Tensor TextTransformerImpl::forward_cached(const torch::Tensor& tokens,
                                                   const torch::Tensor& positions, KvCache& cache) {
   torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
-  torch::Tensor bias = cache.AttentionBias(x.scalar_type());
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache, i, bias);
+  KvCache::Mask mask = cache.AttentionMask(x.scalar_type());
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache, i, mask);
   return ln_f->forward(x);
 }
 

@@ -27,10 +27,10 @@ class SelfAttentionImpl : public torch::nn::Module {
   // x [B, T, D] -> [B, T, D]. A causal mask alone runs as one fused kernel on CPU float32
   // (components/models/causal_attention.h) unless attention dropout is active.
   torch::Tensor forward(const torch::Tensor& x, const AttentionMask& mask);
-  // Generation: x [B, t, D] after the cache's positions, attending through `bias` (the cache's
-  // mask); this layer's keys and values go into the cache at `layer`.
+  // Generation: x [B, t, D] after the cache's positions, attending as `mask` (the cache's) says;
+  // this layer's keys and values go into the cache at `layer`.
   torch::Tensor forward_cached(const torch::Tensor& x, KvCache& cache, size_t layer,
-                               const torch::Tensor& bias);
+                               const KvCache::Mask& mask);
 
   AutocastLinear c_attn{nullptr}, c_proj{nullptr};
 
@@ -45,7 +45,7 @@ class TransformerBlockImpl : public torch::nn::Module {
   TransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_dim, double dropout);
   torch::Tensor forward(torch::Tensor x, const AttentionMask& mask);
   torch::Tensor forward_cached(torch::Tensor x, KvCache& cache, size_t layer,
-                               const torch::Tensor& bias);
+                               const KvCache::Mask& mask);
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};

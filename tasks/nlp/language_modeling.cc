@@ -2,11 +2,19 @@
 // cross-entropy over the real (non-padding) targets. Training and evaluation log the loss and the
 // metrics the config lists (configs/task/language_modeling.yaml: perplexity and bits per
 // character, the summed token loss over the split's characters, comparable across tokenizers),
-// in training for each batch and over the epoch. `kiln predict` generates text
-// from a prompt (temperature, top-k, seed).
+// in training for each batch and over the epoch. `kiln predict` generates text from a prompt
+// (temperature, top-k, top-p, repetition penalty, stop strings, seed): with the key/value cache
+// for the decoder models that have one (components/models/generation.h), else by running the
+// whole context again for each token.
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "components/models/generation.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
 #include "lib/logging/logger.h"
@@ -23,6 +31,9 @@ struct GenerationOptions {
   int64_t max_tokens = 200;
   double temperature = 1.0;
   int64_t top_k = 0;
+  double top_p = 1.0;
+  double repetition_penalty = 1.0;
+  std::vector<std::string> stop;
   int64_t seed = 0;
   config::NodePtr metrics;  // task.metrics (null: the defaults)
 };
@@ -122,41 +133,46 @@ class LanguageModeling : public Task {
     if (ids.empty()) return absl::InvalidArgumentError(empty_message);
     torch::NoGradGuard no_grad;
     model_->eval();
-    at::Generator generator =
-        at::detail::createCPUGenerator(static_cast<uint64_t>(generation_.seed));
-    const size_t prompt_tokens = ids.size();
-    for (int64_t i = 0; i < generation_.max_tokens; ++i) {
-      size_t start = ids.size() > static_cast<size_t>(context_)
-                         ? ids.size() - static_cast<size_t>(context_)
-                         : 0;
-      torch::Tensor context =
-          torch::tensor(
-              std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end()),
-              torch::kInt64)
-              .unsqueeze(0);
-      torch::Tensor logits = model_->forward(context).select(1, -1).squeeze(0).to(torch::kFloat32);
-      // Never sample padding or the other specials but </s> and <unk>.
-      logits.index_fill_(0,
-                         torch::tensor({text::SpecialTokens::kPad, text::SpecialTokens::kBos,
-                                        text::SpecialTokens::kCls}),
-                         -std::numeric_limits<float>::infinity());
-      int64_t next;
-      if (generation_.temperature <= 0) {
-        next = logits.argmax().item<int64_t>();
-      } else {
-        logits = logits / generation_.temperature;
-        if (generation_.top_k > 0 && generation_.top_k < logits.size(0)) {
-          double kth = std::get<0>(logits.topk(generation_.top_k)).min().item<double>();
-          logits.masked_fill_(logits < kth, -std::numeric_limits<float>::infinity());
-        }
-        next = torch::multinomial(torch::softmax(logits, 0), 1, false, generator).item<int64_t>();
-      }
-      if (next == text::SpecialTokens::kEos) break;
-      ids.push_back(next);
+    // The decoder models continue from their key/value cache; the others run again over the
+    // context for each token.
+    std::shared_ptr<CausalLm> lm = std::dynamic_pointer_cast<CausalLm>(model_);
+    if (lm == nullptr) lm = std::make_shared<RecomputingLm>(model_);
+    return Sample(*lm, tok, ids);
+  }
+
+  // The prompt `ids` and what the model samples after it, cut before the first stop string.
+  std::optional<std::string> Sample(CausalLm& lm, const text::Tokenizer& tok,
+                                    const std::vector<int64_t>& ids) {
+    SamplingOptions o;
+    o.max_new_tokens = generation_.max_tokens;
+    o.temperature = generation_.temperature;
+    o.top_k = generation_.top_k;
+    o.top_p = generation_.top_p;
+    o.repetition_penalty = generation_.repetition_penalty;
+    o.eos_token_ids = {text::SpecialTokens::kEos};
+    // Never padding or the other specials but </s> and <unk>.
+    o.never = {text::SpecialTokens::kPad, text::SpecialTokens::kBos, text::SpecialTokens::kCls};
+    o.seed = static_cast<uint64_t>(generation_.seed);
+    o.pad_token_id = text::SpecialTokens::kPad;
+    o.context = context_;
+    const std::vector<std::string>& stops = generation_.stop;
+    auto stopped = [&](const std::string& text) {
+      size_t first = std::string::npos;
+      for (const std::string& s : stops) first = std::min(first, text.find(s));
+      return first;
+    };
+    StopCheck stop;
+    if (!stops.empty()) {
+      stop = [&](size_t, const std::vector<int64_t>& generated) {
+        return stopped(tok.Decode(generated)) != std::string::npos;
+      };
     }
-    Logger::Instance().Info(absl::StrCat("generated ", ids.size() - prompt_tokens,
-                                         " tokens after a prompt of ", prompt_tokens));
-    return std::optional<std::string>(tok.Decode(ids));
+    std::vector<int64_t> generated = kiln::Generate(lm, {ids}, o, stop).front();
+    std::string continuation = tok.Decode(generated);
+    if (size_t at = stopped(continuation); at != std::string::npos) continuation.resize(at);
+    Logger::Instance().Info(
+        absl::StrCat("generated ", generated.size(), " tokens after a prompt of ", ids.size()));
+    return tok.Decode(ids) + continuation;
   }
 
   absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch) {
@@ -214,6 +230,16 @@ KILN_REGISTER_BOUND(
                "kiln predict: sampling temperature (0: always the most likely token)", AtLeast(0))
         .Field("top_k", &GenerationOptions::top_k,
                "kiln predict: sample among the k most likely tokens (0: all)", AtLeast(0))
+        .Field("top_p", &GenerationOptions::top_p,
+               "kiln predict: sample among the most likely tokens whose probabilities sum to p "
+               "(nucleus sampling; 1: all)",
+               InRange(0, 1))
+        .Field("repetition_penalty", &GenerationOptions::repetition_penalty,
+               "kiln predict: divide the scores of tokens already seen by it (negative ones "
+               "multiplied; 1: none), as transformers does",
+               GreaterThan(0))
+        .Field("stop", &GenerationOptions::stop,
+               "kiln predict: strings that end the text (cut before the first one)")
         .Field("seed", &GenerationOptions::seed, "kiln predict: seed of the sampling")
         .Node("metrics", &GenerationOptions::metrics, OptionType::kMap, kMetricsOptionDoc),
     [](const GenerationOptions& o) -> absl::StatusOr<std::shared_ptr<Task>> {

@@ -174,6 +174,33 @@ TEST_F(NlpCliTest, LanguageModelReportsBitsPerCharacterAndGenerates) {
                               "task.max_tokens=20", "task.seed=3",
                               "hydra.run.dir=" + dir_.path() + "/lm_again"});
   EXPECT_EQ(again.out, g.out);  // the seed decides the sample
+
+  // Greedy, then the same with a stop string taken from its continuation: the text ends before
+  // the stop string's first appearance. top_p and repetition_penalty sample; a top_p above 1 is
+  // refused in one line.
+  const std::string ckpt = "ckpt_path=" + run + "/checkpoints/last.ckpt";
+  auto greedy =
+      Lm("predict", {ckpt, "task.prompt=Call me", "task.max_tokens=30", "task.temperature=0",
+                     "hydra.run.dir=" + dir_.path() + "/lm_greedy"});
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  const std::string continuation = greedy.out.substr(std::string("Call me").size());
+  ASSERT_GE(continuation.size(), 4u) << greedy.out;
+  const std::string stop(1, continuation[2]);
+  auto stopped =
+      Lm("predict", {ckpt, "task.prompt=Call me", "task.max_tokens=30", "task.temperature=0",
+                     "task.stop=['" + stop + "']", "hydra.run.dir=" + dir_.path() + "/lm_stop"});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_EQ(stopped.out, "Call me" + continuation.substr(0, continuation.find(stop)) + "\n")
+      << "stop '" << stop << "' after " << greedy.out;
+  auto nucleus =
+      Lm("predict", {ckpt, "task.prompt=Call me", "task.max_tokens=10", "task.top_p=0.5",
+                     "task.repetition_penalty=1.3", "hydra.run.dir=" + dir_.path() + "/lm_top_p"});
+  ASSERT_EQ(nucleus.exit_code, 0) << nucleus.err;
+  EXPECT_EQ(nucleus.out.rfind("Call me", 0), 0u) << nucleus.out;
+  auto refused = Lm("predict", {ckpt, "task.prompt=Call me", "task.top_p=1.5",
+                                "hydra.run.dir=" + dir_.path() + "/lm_bad"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(ErrorLine(refused.err).find("top_p"), std::string::npos) << refused.err;
 }
 
 // bf16-true converts only floating tensors: the model's int64 tokenizer fingerprint survives, so
