@@ -5,21 +5,69 @@
 // copied to float32 and back around the add, and the bias gradient comes back through two more
 // casts. Outside autocast the forward is LibTorch's own, so float32 (and bf16-true) results are
 // unchanged.
+//
+// It can carry a LoRA adapter (lib/trainer/lora.h): lora_A and lora_B beside the frozen weight, the
+// output W x + b + (alpha / r) B A dropout(x), as PEFT's lora.Linear computes it.
 #pragma once
 
 #include <torch/torch.h>
 
 #include "lib/base/torch_compat.h"
+#include "lib/trainer/lora.h"
 
 namespace kiln {
 
-class AutocastLinearImpl : public torch::nn::LinearImpl {
+class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
-    if (compat::AutocastEnabled()) return torch::linear(input, weight, bias);
-    return torch::nn::LinearImpl::forward(input);
+    torch::Tensor y = compat::AutocastEnabled() ? torch::linear(input, weight, bias)
+                                                : torch::nn::LinearImpl::forward(input);
+    if (!lora_A) return y;
+    torch::Tensor x =
+        lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
+    return y + lora_B->forward(lora_A->forward(x)) * (lora_alpha_ / static_cast<double>(lora_r_));
   }
+
+  void AddLora(int64_t r, double alpha, double dropout) override {
+    lora_r_ = r;
+    lora_alpha_ = alpha;
+    lora_dropout_ = dropout;
+    const auto& o = options;
+    // lora_A: nn.Linear's own initialization (Kaiming uniform), as PEFT's default; lora_B: zeros.
+    lora_A = register_module(
+        "lora_A", torch::nn::Linear(torch::nn::LinearOptions(o.in_features(), r).bias(false)));
+    lora_B = register_module(
+        "lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, o.out_features()).bias(false)));
+    torch::NoGradGuard no_grad;
+    lora_B->weight.zero_();
+    lora_A->to(weight.device(), weight.scalar_type());
+    lora_B->to(weight.device(), weight.scalar_type());
+  }
+  bool has_lora() const override { return static_cast<bool>(lora_A); }
+  torch::Tensor MergedWeight() const override {
+    if (!lora_A) return weight;
+    return weight + torch::matmul(lora_B->weight, lora_A->weight) *
+                        (lora_alpha_ / static_cast<double>(lora_r_));
+  }
+  void MergeLora() override {
+    if (!lora_A) return;
+    torch::NoGradGuard no_grad;
+    weight.copy_(MergedWeight());
+    unregister_module("lora_A");
+    unregister_module("lora_B");
+    lora_A = nullptr;
+    lora_B = nullptr;
+  }
+  int64_t lora_r() const override { return lora_r_; }
+  double lora_alpha() const override { return lora_alpha_; }
+  double lora_dropout() const override { return lora_dropout_; }
+
+  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+
+ private:
+  int64_t lora_r_ = 0;
+  double lora_alpha_ = 0, lora_dropout_ = 0;
 };
 TORCH_MODULE(AutocastLinear);
 

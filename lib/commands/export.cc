@@ -17,6 +17,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
+#include "lib/trainer/lora.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
@@ -37,15 +38,22 @@ const OptionBinding<ExportOptions>& ExportBinding() {
   static const auto* binding = new OptionBinding<O>(
       OptionBinding<O>()
           .Field("format", &O::format,
-                 "safetensors (weights), torchscript (a traced model.pt) or hf (a Hugging Face "
-                 "folder: config.json, model.safetensors)",
-                 OneOf({"safetensors", "torchscript", "hf"}))
+                 "safetensors (weights), torchscript (a traced model.pt), hf (a Hugging Face "
+                 "folder: config.json, model.safetensors; LoRA adapters merged in) or peft (the "
+                 "LoRA adapters alone, as PEFT saves them)",
+                 OneOf({"safetensors", "torchscript", "hf", "peft"}))
           .Field("quantize", &O::quantize, "torchscript: dynamic_int8 (int8 Linear layers) or null",
                  OneOf({"dynamic_int8"}))
           .Field("length", &O::length,
                  "torchscript: the token length a text model is traced at (null: data.max_length)",
                  GreaterThan(0)));
   return *binding;
+}
+
+// The job's resolved config beside what an export wrote, secrets redacted.
+absl::Status WriteExportConfig(const run::JobContext& ctx) {
+  return WriteFileAtomically(ctx.output_dir + "/config.yaml",
+                             config::ToYaml(*config::RedactSecrets(*ctx.cfg.node())));
 }
 
 nlohmann::json ConfigJson(const config::Config& cfg, const std::string& key) {
@@ -132,8 +140,7 @@ absl::Status ExportTorchScript(run::JobContext& ctx, Job& job, const ExportOptio
                                          " per row (pad with 0 at the end, or cut)");
   }
   KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/model.json", info.dump(2) + "\n"));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(
-      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
   Logger::Instance().Info(absl::StrCat("exported ", source, " to ", file, " (TorchScript, input ",
                                        c10::str(example.sizes()), " with any batch size) and ",
                                        ctx.output_dir, "/model.json"));
@@ -151,13 +158,38 @@ absl::Status ExportHf(run::JobContext& ctx, Job& job, const std::string& source)
         "kiln export format=hf: model '", job.model_name(),
         "' has no Hugging Face layout in kiln; these do: ", absl::StrJoin(names, ", ")));
   }
+  if (HasLora(job.task().module())) {
+    MergeLora(job.task().module());
+    Logger::Instance().Info(
+        "format=hf: the LoRA adapters are merged into their layers' weights "
+        "(format=peft writes them alone)");
+  }
   KILN_ASSIGN_OR_RETURN(HfFolder folder, (*exporter)(job.task().module()));
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteHfFolder(folder, ctx.output_dir));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(
-      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
   Logger::Instance().Info(absl::StrCat("exported ", source, " as a Hugging Face folder: ",
                                        ctx.output_dir, "/config.json and model.safetensors"));
+  std::printf("%s\n", ctx.output_dir.c_str());
+  return absl::OkStatus();
+}
+
+// `export format=peft`: the LoRA adapters alone in PEFT's format (adapter_config.json,
+// adapter_model.safetensors), for PeftModel.from_pretrained on the base model.
+absl::Status ExportPeft(run::JobContext& ctx, Job& job, const std::string& source) {
+  if (!HasLora(job.task().module())) {
+    return absl::FailedPreconditionError(
+        "kiln export format=peft: the run's model has no LoRA adapters (model.lora)");
+  }
+  // GPT-2's layers are Conv1D in transformers: PEFT marks their adapters fan_in_fan_out.
+  const bool conv1d = job.model_name() == "gpt" || job.model_name() == "gpt2";
+  const std::string base = ctx.cfg.Get<std::string>("model.pretrained").value_or("");
+  KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
+  KILN_RETURN_IF_ERROR(WritePeftAdapter(job.task().module(), base, conv1d, ctx.output_dir));
+  KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
+  Logger::Instance().Info(absl::StrCat("exported the LoRA adapters of ", source,
+                                       " in PEFT's format: ", ctx.output_dir,
+                                       "/adapter_config.json and adapter_model.safetensors"));
   std::printf("%s\n", ctx.output_dir.c_str());
   return absl::OkStatus();
 }
@@ -178,6 +210,7 @@ absl::Status ExportCommand(run::JobContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string path, job->LoadCheckpoint(job->ckpt_path(), ctx.command));
   if (o.format == "torchscript") return ExportTorchScript(ctx, *job, o, path);
   if (o.format == "hf") return ExportHf(ctx, *job, path);
+  if (o.format == "peft") return ExportPeft(ctx, *job, path);
   std::string weights = ctx.output_dir + "/model.safetensors";
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteSafetensors(weights, StateDict(job->task().module()),
@@ -185,8 +218,7 @@ absl::Status ExportCommand(run::JobContext& ctx) {
                                          {"kiln_version", KILN_VERSION},
                                          {"model", job->model_name()},
                                          {"source", path}}));
-  KILN_RETURN_IF_ERROR(WriteFileAtomically(
-      ctx.output_dir + "/config.yaml", config::ToYaml(*config::RedactSecrets(*ctx.cfg.node()))));
+  KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
   Logger::Instance().Info(
       absl::StrCat("exported ", path, " to ", weights, " and ", ctx.output_dir, "/config.yaml"));
   std::printf("%s\n", weights.c_str());

@@ -7,6 +7,7 @@
 #include "lib/registry/options.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/freezing.h"
+#include "lib/trainer/lora.h"
 #include "lib/trainer/pretrained_weights.h"
 
 namespace kiln {
@@ -44,6 +45,11 @@ absl::StatusOr<ModelStart> ReadModelStart(const config::Config& cfg) {
       model_copy->Erase(spec.name);
     }
   }
+  // model.lora (lib/trainer/lora.h) is read by BuildModelParts, not by the model.
+  if (model->Find("lora")) {
+    model_copy->Erase("lora");
+    start.build_cfg = config::Config(copy, cfg.prefix());
+  }
   if (mine->size() == 0) return start;
   std::string component =
       absl::StrCat("model '", cfg.Get<std::string>("model._target_").value_or("?"), "'");
@@ -69,6 +75,8 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
     spec.path = *o.init_from;
     spec.ignore = o.init_ignore;
     spec.strict = o.init_strict;
+    // LoRA adapters (model.lora) start as their own initialization, not from the base's file.
+    if (HasLora(module)) spec.ignore.insert(spec.ignore.end(), {"*.lora_A.*", "*.lora_B.*"});
     if (o.init_map && !o.init_map->is_null()) {
       for (const auto& [from, to] : o.init_map->entries())
         spec.rename.emplace_back(from, config::PythonStr(*to));
@@ -110,6 +118,10 @@ absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg) {
   KILN_ASSIGN_OR_RETURN(ModelStart start, ReadModelStart(cfg));
   parts.start = start.options;
   KILN_RETURN_IF_ERROR(parts.task->Build(start.build_cfg));
+  KILN_ASSIGN_OR_RETURN(std::optional<LoraOptions> lora, ReadLoraOptions(cfg));
+  if (lora) {
+    KILN_RETURN_IF_ERROR(AddLora(parts.task->module(), *lora).status());
+  }
   parts.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));
   KILN_ASSIGN_OR_RETURN(parts.data, Registry<data::DataModule>::Get().Instantiate(data_cfg));

@@ -275,6 +275,57 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
   }
 
+  // LoRA on the exported Llama as a pretrained base: 10 steps train the adapters alone; format=peft
+  // writes them for peft, format=hf merges them. transformers with peft (base + kiln's adapter)
+  // gives the logits kiln gives from the merged folder, and the merged folder differs from the
+  // base only in the adapted layers.
+  const std::string base = d + "/llama_hf";
+  auto lora = Lm("train",
+                 {"test=false", "trainer.max_steps=10", "model.pretrained=" + base,
+                  "model.kv_heads=1", "model.mlp_dim=24",  // the base's sizes, as trained above
+                  "model.lora={r:4,alpha:8,target_modules:[q_proj,v_proj]}", "optimizer.lr=0.05",
+                  "hydra.run.dir=" + d + "/lora"},
+                 "mobydick_llama");
+  ASSERT_EQ(lora.exit_code, 0) << lora.err;
+  EXPECT_NE(lora.err.find("model.lora: adapters of rank 4 on 2 layers"), std::string::npos)
+      << lora.err;
+  for (const std::string format : {"peft", "hf"}) {
+    auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora", "format=" + format,
+                         "hydra.run.dir=" + d + "/lora_" + format});
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+  }
+  EXPECT_NE(ReadFile(d + "/lora_peft/adapter_config.json").find("\"peft_type\": \"LORA\""),
+            std::string::npos);
+  auto peft = RunProcess({KILN_PYTHON_EXE,
+                          std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
+                          d + "/lora_peft"});
+  ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  {
+    auto node = config::ParseYaml("_target_: llama\npretrained: '" + d + "/lora_hf'\n", "m.yaml");
+    ASSERT_TRUE(node.ok());
+    auto merged = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    auto reference = ReadSafetensors(d + "/lora_peft/peft_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*merged)->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor logits = (*merged)->forward(reference->at("ids"));
+    EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
+    auto before = ReadSafetensors(base + "/model.safetensors");
+    auto after = ReadSafetensors(d + "/lora_hf/model.safetensors");
+    ASSERT_TRUE(before.ok() && after.ok());
+    for (const auto& [name, tensor] : *after) {
+      const bool adapted =
+          name.find("q_proj") != std::string::npos || name.find("v_proj") != std::string::npos;
+      EXPECT_EQ(torch::equal(tensor, before->at(name)), !adapted) << name;
+    }
+  }
+  auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
+                                 "hydra.run.dir=" + d + "/no_peft"});
+  EXPECT_NE(no_adapters.exit_code, 0);
+  EXPECT_NE(no_adapters.err.find("has no LoRA adapters (model.lora)"), std::string::npos)
+      << no_adapters.err;
+
   ASSERT_EQ(Classify("train", {"test=false", "trainer.max_epochs=1"}).exit_code, 0);
   auto refused = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/run_train", "format=hf",
                              "hydra.run.dir=" + d + "/bag_hf"});

@@ -112,7 +112,7 @@ TEST_F(TrainCliTest, ExportsTorchScriptAndItsInt8Twin) {
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find(
                 "\nkiln: error: option 'format' of command 'export' must be one of: safetensors, "
-                "torchscript, hf, got onnx (set at command line 'format=onnx')\n"),
+                "torchscript, hf, peft, got onnx (set at command line 'format=onnx')\n"),
             std::string::npos)
       << unknown.err;
   if (RunProcess({KILN_PYTHON_EXE, "-c", "import torch"}).exit_code != 0) {

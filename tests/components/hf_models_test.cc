@@ -13,6 +13,7 @@
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/lora.h"
 #include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
@@ -195,6 +196,77 @@ absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
 // kiln's own gpt, random, written by its exporter (what `kiln export format=hf` writes):
 // transformers loads it with nothing missing or left over, and its logits are kiln's, tied and
 // untied.
+// LoRA adapters both ways with peft on a Llama folder: kiln's adapter (written in PEFT's format)
+// loads with PeftModel.from_pretrained and gives kiln's logits; an adapter peft made and saved
+// loads into kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights
+// keeps the logits and leaves no adapter tensor. Only the adapters train.
+TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
+  ASSERT_NO_FATAL_FAILURE(Make("llama"));
+  if (IsSkipped()) return;
+  const std::string base = dir_->path() + "/untied/model";
+  auto model = Pretrained("llama", base);
+  ASSERT_TRUE(model.ok()) << model.status();
+  LoraOptions options;
+  options.r = 4;
+  options.alpha = 8;
+  options.target_modules = {"q_proj", "v_proj"};
+  auto adapted = AddLora(**model, options);
+  ASSERT_TRUE(adapted.ok()) << adapted.status();
+  EXPECT_EQ(adapted->size(), 4u);  // 2 layers x (q_proj, v_proj)
+  int64_t trained = 0;
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(4);
+    for (auto& p : (*model)->named_parameters()) {
+      if (p.value().requires_grad()) {
+        EXPECT_NE(p.key().find(".lora_"), std::string::npos) << p.key();
+        ++trained;
+      }
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.3);
+    }
+  }
+  EXPECT_EQ(trained, 8);
+  const std::string kiln_adapter = dir_->path() + "/kiln_adapter";
+  ASSERT_TRUE(WritePeftAdapter(**model, base, /*fan_in_fan_out=*/false, kiln_adapter).ok());
+  const std::string peft_adapter = dir_->path() + "/peft_adapter";
+  auto checked = testing::RunProcess(
+      {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
+       kiln_adapter, peft_adapter});
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  auto logits_of = [](Model& m, const torch::Tensor& ids) {
+    m.eval();
+    torch::NoGradGuard no_grad;
+    return m.forward(ids);
+  };
+  auto reference = ReadSafetensors(kiln_adapter + "/peft_logits.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const torch::Tensor ids = reference->at("ids");
+  torch::Tensor adapted_logits = logits_of(**model, ids);
+  EXPECT_LT((adapted_logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
+
+  MergeLora(**model);
+  EXPECT_FALSE(HasLora(**model));
+  for (const auto& [name, tensor] : StateDict(**model))
+    EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+  EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
+
+  auto from_peft = Pretrained("llama", base);
+  ASSERT_TRUE(from_peft.ok()) << from_peft.status();
+  LoraOptions from;
+  from.from = peft_adapter;
+  ASSERT_TRUE(AddLora(**from_peft, from).ok());
+  auto peft_reference = ReadSafetensors(peft_adapter + "/peft_logits.safetensors");
+  ASSERT_TRUE(peft_reference.ok()) << peft_reference.status();
+  torch::Tensor peft_logits = logits_of(**from_peft, peft_reference->at("ids"));
+  EXPECT_LT((peft_logits - peft_reference->at("logits")).abs().max().item<double>(), 1e-5);
+  auto plain = Pretrained("llama", base);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT(
+      (logits_of(**plain, peft_reference->at("ids")) - peft_logits).abs().max().item<double>(),
+      1e-3)
+      << "peft's adapter changes nothing: the comparison would pass without it";
+}
+
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
   auto probe = testing::RunProcess({kPython, "-c", "import transformers"});
   if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
@@ -286,6 +358,30 @@ TEST(Generation, CachedLogitsEqualTheFullForwardWithLeftPadding) {
       }
     }
   }
+}
+
+TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
+  auto model = Instantiate("_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 1\nheads: 2\n");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto refused = [&](LoraOptions o, const std::string& expected) {
+    auto added = AddLora(**model, o);
+    ASSERT_FALSE(added.ok());
+    EXPECT_NE(std::string(added.status().message()).find(expected), std::string::npos)
+        << added.status();
+  };
+  LoraOptions o;
+  o.target_modules = {"q_proj", "w_q"};
+  refused(o, "model.lora.target_modules: 'w_q' names no layer of the model");
+  o.target_modules = {"input_layernorm"};
+  refused(o, "model.layers.0.input_layernorm is not a layer that can carry an adapter");
+  testing::TempDir dir;
+  o.from = dir.path();
+  refused(o, "holds no adapter_config.json");
+  std::ofstream(dir.path() + "/adapter_config.json")
+      << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
+         "\"target_modules\": [\"q_proj\"]}";
+  refused(o, "use_dora is true");
+  EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
 }
 
 TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {

@@ -1,0 +1,240 @@
+#include "lib/trainer/lora.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
+#include "lib/config/yaml_io.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/options.h"
+#include "lib/weights/safetensors.h"
+
+namespace kiln {
+namespace {
+
+constexpr char kPrefix[] = "base_model.model.";
+
+const OptionBinding<LoraOptions>& LoraBinding() {
+  static const auto* binding = new OptionBinding<LoraOptions>(
+      OptionBinding<LoraOptions>()
+          .Field("r", &LoraOptions::r, "rank of the adapters", AtLeast(1))
+          .Field("alpha", &LoraOptions::alpha, "the adapters' output is scaled by alpha / r",
+                 GreaterThan(0))
+          .Field("dropout", &LoraOptions::dropout, "dropout on the adapters' input",
+                 InHalfOpenRange(0, 1))
+          .Field("target_modules", &LoraOptions::target_modules,
+                 "last names of the layers that get adapters (q_proj, v_proj, c_attn, ...)")
+          .Field("from", &LoraOptions::from,
+                 "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
+                 "adapters, instead of new ones"));
+  return *binding;
+}
+
+// The layers of `model` whose last name is in `targets`, by full name.
+std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
+    torch::nn::Module& model, const std::vector<std::string>& targets) {
+  std::vector<std::pair<std::string, torch::nn::Module*>> found;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    std::vector<std::string> parts = absl::StrSplit(item.key(), '.');
+    if (std::find(targets.begin(), targets.end(), parts.back()) != targets.end())
+      found.emplace_back(item.key(), item.value().get());
+  }
+  return found;
+}
+
+// adapter_config.json's r, lora_alpha, lora_dropout and target_modules.
+absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
+  const std::string path = dir + "/adapter_config.json";
+  if (!IsRegularFile(path)) {
+    return absl::NotFoundError(absl::StrCat("model.lora.from: ", dir,
+                                            " holds no adapter_config.json (a folder PEFT's "
+                                            "save_pretrained wrote)"));
+  }
+  KILN_ASSIGN_OR_RETURN(config::NodePtr root, config::LoadYamlFile(path));
+  if (root == nullptr || !root->is_map())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  auto text = [&](const char* key) -> std::string {
+    config::NodePtr n = root->Find(key);
+    return n && n->is_scalar() && !n->is_null() ? config::PythonStr(*n) : "";
+  };
+  if (text("peft_type") != "LORA")
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": peft_type is '", text("peft_type"), "'; kiln reads LORA adapters"));
+  for (const char* unsupported : {"use_dora", "use_rslora"}) {
+    if (text(unsupported) == "True" || text(unsupported) == "true")
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", unsupported, " is true; kiln's adapters are plain LoRA"));
+  }
+  if (std::string bias = text("bias"); !bias.empty() && bias != "none")
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bias is '", bias, "'; kiln's adapters train no biases"));
+  auto number = [&](const char* key, double* out) -> absl::Status {
+    config::NodePtr n = root->Find(key);
+    if (n == nullptr ||
+        !(n->kind() == config::NodeKind::kInt || n->kind() == config::NodeKind::kFloat))
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not a number"));
+    *out = n->kind() == config::NodeKind::kInt ? static_cast<double>(n->as_int()) : n->as_float();
+    return absl::OkStatus();
+  };
+  double r = 0;
+  KILN_RETURN_IF_ERROR(number("r", &r));
+  KILN_RETURN_IF_ERROR(number("lora_alpha", &o->alpha));
+  if (root->Find("lora_dropout")) KILN_RETURN_IF_ERROR(number("lora_dropout", &o->dropout));
+  o->r = static_cast<int64_t>(r);
+  config::NodePtr targets = root->Find("target_modules");
+  o->target_modules.clear();
+  if (targets && targets->is_list()) {
+    for (const auto& t : targets->items()) o->target_modules.push_back(config::PythonStr(*t));
+  } else if (targets && targets->kind() == config::NodeKind::kString) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": target_modules is a regular expression; kiln reads a list of layer names"));
+  }
+  if (o->r < 1 || o->target_modules.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": r must be positive and target_modules a non-empty list"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config& job) {
+  if (!job.Has("model.lora")) return std::optional<LoraOptions>();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr node, job.Get<config::NodePtr>("model.lora"));
+  if (node == nullptr || node->is_null()) return std::optional<LoraOptions>();
+  KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
+                        LoraBinding().schema().Apply(*node, "model.lora", "model.lora"));
+  LoraOptions o = LoraBinding().Fill(config::Config(filled, "model.lora"));
+  if (o.from.empty() && o.target_modules.empty()) {
+    return absl::InvalidArgumentError(
+        "model.lora.target_modules: name the layers that get adapters (e.g. [q_proj, v_proj]), "
+        "or give model.lora.from=DIR");
+  }
+  return std::optional<LoraOptions>(o);
+}
+
+absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraOptions o) {
+  std::map<std::string, torch::Tensor> file;
+  if (!o.from.empty()) {
+    KILN_RETURN_IF_ERROR(ReadAdapterConfig(o.from, &o));
+    const std::string weights = o.from + "/adapter_model.safetensors";
+    if (!IsRegularFile(weights)) {
+      return absl::NotFoundError(
+          absl::StrCat("model.lora.from: ", o.from, " holds no adapter_model.safetensors"));
+    }
+    KILN_ASSIGN_OR_RETURN(file, ReadSafetensors(weights));
+  }
+  auto targets = Targets(model, o.target_modules);
+  std::set<std::string> matched;
+  std::vector<std::string> names;
+  for (auto& [name, module] : targets) {
+    auto* layer = dynamic_cast<LoraLayer*>(module);
+    if (layer == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.lora.target_modules: ", name,
+                       " is not a layer that can carry an adapter (kiln's "
+                       "Linear layers can)"));
+    }
+    names.push_back(name);
+    matched.insert(name.substr(name.rfind('.') + 1));
+  }
+  for (const std::string& t : o.target_modules) {
+    if (matched.count(t) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.lora.target_modules: '", t, "' names no layer of the model"));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  for (auto& [name, module] : targets)
+    dynamic_cast<LoraLayer*>(module)->AddLora(o.r, o.alpha, o.dropout);
+  if (!o.from.empty()) {
+    // PEFT's names: base_model.model.NAME.lora_A.weight (older files: ...lora_A.default.weight).
+    int64_t loaded = 0;
+    for (auto& item : model.named_parameters()) {
+      if (!absl::StrContains(item.key(), ".lora_")) continue;
+      std::string key = kPrefix + item.key();
+      auto it = file.find(key);
+      if (it == file.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.lora.from: ", o.from, "/adapter_model.safetensors has no ", key));
+      }
+      if (it->second.sizes() != item.value().sizes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.lora.from: ", key, " is ", c10::str(it->second.sizes()),
+                         " in the file and ", c10::str(item.value().sizes()), " in the model"));
+      }
+      item.value().copy_(it->second);
+      ++loaded;
+    }
+    Logger::Instance().Info(absl::StrCat("model.lora.from ", o.from, ": ", loaded,
+                                         " adapter tensors, r ", o.r, ", alpha ", o.alpha));
+  }
+  int64_t trained = 0, total = 0;
+  for (const auto& p : model.parameters()) {
+    total += p.numel();
+    if (p.requires_grad()) trained += p.numel();
+  }
+  Logger::Instance().Info(absl::StrCat("model.lora: adapters of rank ", o.r, " on ", names.size(),
+                                       " layers; ", trained, " of ", total, " parameters train"));
+  return names;
+}
+
+bool HasLora(torch::nn::Module& model) {
+  for (const auto& m : model.modules()) {
+    auto* layer = dynamic_cast<LoraLayer*>(m.get());
+    if (layer != nullptr && layer->has_lora()) return true;
+  }
+  return false;
+}
+
+absl::Status WritePeftAdapter(torch::nn::Module& model, const std::string& base_model,
+                              bool fan_in_fan_out, const std::string& dir) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::set<std::string> targets;
+  const LoraLayer* first = nullptr;
+  for (const auto& item : model.named_modules("", false)) {
+    auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+    if (layer == nullptr || !layer->has_lora()) continue;
+    if (first == nullptr) first = layer;
+    targets.insert(item.key().substr(item.key().rfind('.') + 1));
+    for (const auto& p : item.value()->named_parameters()) {
+      if (absl::StrContains(p.key(), "lora_"))
+        tensors.emplace_back(kPrefix + item.key() + "." + p.key(),
+                             p.value().detach().to(torch::kCPU, torch::kFloat32));
+    }
+  }
+  if (first == nullptr) return absl::FailedPreconditionError("the model has no LoRA adapters");
+  KILN_RETURN_IF_ERROR(MakeDirs(dir));
+  std::vector<std::string> quoted;
+  for (const std::string& t : targets) quoted.push_back(absl::StrCat("\"", t, "\""));
+  const std::string config = absl::StrCat(
+      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": ", first->lora_r(),
+      ",\n  \"lora_alpha\": ", first->lora_alpha(),
+      ",\n  \"lora_dropout\": ", first->lora_dropout(), ",\n  \"target_modules\": [",
+      absl::StrJoin(quoted, ", "),
+      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", fan_in_fan_out ? "true" : "false",
+      ",\n  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"init_lora_weights\": true,\n"
+      "  \"inference_mode\": true,\n  \"modules_to_save\": null,\n"
+      "  \"base_model_name_or_path\": \"",
+      absl::StrReplaceAll(base_model, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"\n}\n");
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/adapter_config.json", config));
+  return WriteSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+}
+
+void MergeLora(torch::nn::Module& model) {
+  for (const auto& m : model.modules()) {
+    auto* layer = dynamic_cast<LoraLayer*>(m.get());
+    if (layer != nullptr && layer->has_lora()) layer->MergeLora();
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,69 @@
+// Low-rank adaptation (LoRA; Hu et al. 2021) as PEFT does it: beside a frozen weight W of each
+// targeted layer, two trained matrices A [r, in] and B [out, r], the layer's output
+// W x + (alpha / r) B A dropout(x). A starts as nn.Linear's own initialization (Kaiming uniform)
+// and B as zeros, so training starts from the base model. Every other parameter is frozen, so
+// only the adapters reach the optimizer.
+//
+// `model.lora: {r, alpha, dropout, target_modules}` adds adapters to the layers whose last name
+// is in target_modules (q_proj, v_proj, c_attn, ...); `model.lora.from=DIR` reads an adapter PEFT
+// saved (adapter_config.json, adapter_model.safetensors) instead. The adapter is written back in
+// PEFT's format (WritePeftAdapter) or merged into W (MergeLora) for a plain export.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+
+namespace kiln {
+
+struct LoraOptions {
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules;
+  std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
+};
+
+// A layer that can carry an adapter (kiln's Linear layers: components/models/autocast_linear.h).
+class LoraLayer {
+ public:
+  virtual ~LoraLayer() = default;
+  // Registers lora_A and lora_B (PEFT's names) as submodules.
+  virtual void AddLora(int64_t r, double alpha, double dropout) = 0;
+  virtual bool has_lora() const = 0;
+  // W + (alpha / r) B A: the weight the adapted layer computes with.
+  virtual torch::Tensor MergedWeight() const = 0;
+  // Adds the adapter's product to W and drops the adapter.
+  virtual void MergeLora() = 0;
+  virtual int64_t lora_r() const = 0;
+  virtual double lora_alpha() const = 0;
+  virtual double lora_dropout() const = 0;
+};
+
+// model.lora read from a job config (none when the key is absent or null).
+absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config& job);
+
+// Adds adapters to `model`'s targeted layers and freezes the rest; returns the adapted layers'
+// names. Refused in one line: a target that names no layer, or a layer that cannot carry one.
+// With `from`, the adapter's config and tensors come from that folder.
+absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraOptions options);
+
+// Whether any layer of `model` carries an adapter.
+bool HasLora(torch::nn::Module& model);
+
+// Writes the adapters in PEFT's format into `dir`: adapter_config.json (`base_model` as
+// base_model_name_or_path; `fan_in_fan_out` for GPT-2's Conv1D layers) and
+// adapter_model.safetensors (base_model.model.NAME.lora_A.weight, ...).
+absl::Status WritePeftAdapter(torch::nn::Module& model, const std::string& base_model,
+                              bool fan_in_fan_out, const std::string& dir);
+
+// Adds each adapter's product to its weight and removes the adapters: a plain model again.
+void MergeLora(torch::nn::Module& model);
+
+}  // namespace kiln
