@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "components/models/generation.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
@@ -81,6 +82,77 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
   }
 }
 
+// LoRA adapters both ways with peft on the folder `base` of `family`, on `targets` (each
+// matching `layers` layers): kiln's adapter (written in PEFT's format) loads with
+// PeftModel.from_pretrained and gives kiln's logits; an adapter peft made and saved loads into
+// kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights keeps the
+// logits and leaves no adapter tensor. Only the adapters train.
+void ExpectLoraBothWays(const std::string& family, const std::string& base,
+                        const std::vector<std::string>& targets, size_t layers,
+                        const std::string& scratch) {
+  auto model = Pretrained(family, base);
+  ASSERT_TRUE(model.ok()) << model.status();
+  LoraOptions options;
+  options.r = 4;
+  options.alpha = 8;
+  options.target_modules = targets;
+  auto adapted = AddLora(**model, options);
+  ASSERT_TRUE(adapted.ok()) << adapted.status();
+  EXPECT_EQ(adapted->size(), layers);
+  size_t trained = 0;
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(4);
+    for (auto& p : (*model)->named_parameters()) {
+      if (p.value().requires_grad()) {
+        EXPECT_NE(p.key().find(".lora_"), std::string::npos) << p.key();
+        ++trained;
+      }
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.3);
+    }
+  }
+  EXPECT_EQ(trained, 2 * layers);
+  const std::string kiln_adapter = scratch + "/kiln_adapter";
+  ASSERT_TRUE(WritePeftAdapter(**model, base, family == "gpt2", kiln_adapter).ok());
+  const std::string peft_adapter = scratch + "/peft_adapter";
+  auto checked = testing::RunProcess(
+      {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
+       kiln_adapter, peft_adapter, absl::StrJoin(targets, ",")});
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  auto logits_of = [](Model& m, const torch::Tensor& ids) {
+    m.eval();
+    torch::NoGradGuard no_grad;
+    return m.forward(ids);
+  };
+  auto reference = ReadSafetensors(kiln_adapter + "/peft_logits.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const torch::Tensor ids = reference->at("ids");
+  torch::Tensor adapted_logits = logits_of(**model, ids);
+  EXPECT_LT((adapted_logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
+
+  MergeLora(**model);
+  EXPECT_FALSE(HasLora(**model));
+  for (const auto& [name, tensor] : StateDict(**model))
+    EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+  EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
+
+  auto from_peft = Pretrained(family, base);
+  ASSERT_TRUE(from_peft.ok()) << from_peft.status();
+  LoraOptions from;
+  from.from = peft_adapter;
+  ASSERT_TRUE(AddLora(**from_peft, from).ok());
+  auto peft_reference = ReadSafetensors(peft_adapter + "/peft_logits.safetensors");
+  ASSERT_TRUE(peft_reference.ok()) << peft_reference.status();
+  torch::Tensor peft_logits = logits_of(**from_peft, peft_reference->at("ids"));
+  EXPECT_LT((peft_logits - peft_reference->at("logits")).abs().max().item<double>(), 1e-5);
+  auto plain = Pretrained(family, base);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT(
+      (logits_of(**plain, peft_reference->at("ids")) - peft_logits).abs().max().item<double>(),
+      1e-3)
+      << "peft's adapter changes nothing: the comparison would pass without it";
+}
+
 class HfModels : public ::testing::Test {
  protected:
   static void TearDownTestSuite() {
@@ -118,7 +190,7 @@ class HfModels : public ::testing::Test {
 
 // One test per family for all its variants: ctest runs each test in a process of its own, and
 // each would import transformers again.
-TEST_F(HfModels, Gpt2GivesTransformersLogitsTiedUntiedAndInShards) {
+TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers) {
   ASSERT_NO_FATAL_FAILURE(Make("gpt2"));
   if (IsSkipped()) return;
   std::shared_ptr<Model> tied = ExpectSameLogits("gpt2", "tied");
@@ -128,6 +200,8 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsTiedUntiedAndInShards) {
   std::ifstream index(dir_->path() + "/sharded/model/model.safetensors.index.json");
   EXPECT_TRUE(index.good()) << "transformers wrote one file; the shard size is too large";
   ExpectSameLogits("gpt2", "sharded");
+  // LoRA on GPT-2's fused attention input (Conv1D in transformers: fan_in_fan_out).
+  ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path());
 }
 
 // Llama (grouped-query attention, Llama 3's rope scaling, biases; transformers 4's rope keys
@@ -196,75 +270,11 @@ absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
 // kiln's own gpt, random, written by its exporter (what `kiln export format=hf` writes):
 // transformers loads it with nothing missing or left over, and its logits are kiln's, tied and
 // untied.
-// LoRA adapters both ways with peft on a Llama folder: kiln's adapter (written in PEFT's format)
-// loads with PeftModel.from_pretrained and gives kiln's logits; an adapter peft made and saved
-// loads into kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights
-// keeps the logits and leaves no adapter tensor. Only the adapters train.
 TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   ASSERT_NO_FATAL_FAILURE(Make("llama"));
   if (IsSkipped()) return;
-  const std::string base = dir_->path() + "/untied/model";
-  auto model = Pretrained("llama", base);
-  ASSERT_TRUE(model.ok()) << model.status();
-  LoraOptions options;
-  options.r = 4;
-  options.alpha = 8;
-  options.target_modules = {"q_proj", "v_proj"};
-  auto adapted = AddLora(**model, options);
-  ASSERT_TRUE(adapted.ok()) << adapted.status();
-  EXPECT_EQ(adapted->size(), 4u);  // 2 layers x (q_proj, v_proj)
-  int64_t trained = 0;
-  {
-    torch::NoGradGuard no_grad;
-    torch::manual_seed(4);
-    for (auto& p : (*model)->named_parameters()) {
-      if (p.value().requires_grad()) {
-        EXPECT_NE(p.key().find(".lora_"), std::string::npos) << p.key();
-        ++trained;
-      }
-      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.3);
-    }
-  }
-  EXPECT_EQ(trained, 8);
-  const std::string kiln_adapter = dir_->path() + "/kiln_adapter";
-  ASSERT_TRUE(WritePeftAdapter(**model, base, /*fan_in_fan_out=*/false, kiln_adapter).ok());
-  const std::string peft_adapter = dir_->path() + "/peft_adapter";
-  auto checked = testing::RunProcess(
-      {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
-       kiln_adapter, peft_adapter});
-  ASSERT_EQ(checked.exit_code, 0) << checked.err;
-  auto logits_of = [](Model& m, const torch::Tensor& ids) {
-    m.eval();
-    torch::NoGradGuard no_grad;
-    return m.forward(ids);
-  };
-  auto reference = ReadSafetensors(kiln_adapter + "/peft_logits.safetensors");
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  const torch::Tensor ids = reference->at("ids");
-  torch::Tensor adapted_logits = logits_of(**model, ids);
-  EXPECT_LT((adapted_logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
-
-  MergeLora(**model);
-  EXPECT_FALSE(HasLora(**model));
-  for (const auto& [name, tensor] : StateDict(**model))
-    EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
-  EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
-
-  auto from_peft = Pretrained("llama", base);
-  ASSERT_TRUE(from_peft.ok()) << from_peft.status();
-  LoraOptions from;
-  from.from = peft_adapter;
-  ASSERT_TRUE(AddLora(**from_peft, from).ok());
-  auto peft_reference = ReadSafetensors(peft_adapter + "/peft_logits.safetensors");
-  ASSERT_TRUE(peft_reference.ok()) << peft_reference.status();
-  torch::Tensor peft_logits = logits_of(**from_peft, peft_reference->at("ids"));
-  EXPECT_LT((peft_logits - peft_reference->at("logits")).abs().max().item<double>(), 1e-5);
-  auto plain = Pretrained("llama", base);
-  ASSERT_TRUE(plain.ok());
-  EXPECT_GT(
-      (logits_of(**plain, peft_reference->at("ids")) - peft_logits).abs().max().item<double>(),
-      1e-3)
-      << "peft's adapter changes nothing: the comparison would pass without it";
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj", "v_proj"}, 4,
+                     dir_->path());
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {

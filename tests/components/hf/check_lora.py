@@ -1,12 +1,12 @@
-"""LoRA adapters between kiln and peft, both ways, on the Llama folder BASE (make_models.py's):
+"""LoRA adapters between kiln and peft, both ways, on a folder BASE (make_models.py's):
   - KILN_ADAPTER (kiln wrote it): PeftModel.from_pretrained(base, KILN_ADAPTER) must load every
     adapter tensor; its logits on 8 rows of ids go to KILN_ADAPTER/peft_logits.safetensors;
-  - PEFT_ADAPTER: peft makes an adapter of its own (r 4, alpha 8 on q_proj and v_proj, lora_B drawn
-    at random rather than zero, so it changes the logits) and save_pretrained()s it there, with
-    its logits in PEFT_ADAPTER/peft_logits.safetensors.
+  - PEFT_ADAPTER: peft makes an adapter of its own (r 4, alpha 8 on the comma-separated TARGETS,
+    lora_B drawn at random rather than zero, so it changes the logits) and save_pretrained()s it
+    there, with its logits in PEFT_ADAPTER/peft_logits.safetensors.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS]
 """
 import os
 import sys
@@ -36,8 +36,9 @@ def main():
         return
     peft_adapter = sys.argv[3]
     torch.manual_seed(9)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
-                        init_lora_weights=False, task_type="CAUSAL_LM")
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=sys.argv[4].split(","), lora_dropout=0.0,
+                        init_lora_weights=False, task_type="CAUSAL_LM",
+                        fan_in_fan_out=AutoModelForCausalLM.from_pretrained(base).config.model_type == "gpt2")
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
     model.save_pretrained(peft_adapter)
     logits(model, peft_adapter)
