@@ -61,7 +61,11 @@ class Gpt : public CausalLm {
 struct GptOptions : TextTransformerOptions {
   GptOptions() : TextTransformerOptions{0, 256, 256, 4, 4, 1024, 0.0} {}
   bool tie_weights = true;
+  bool activation_checkpointing = false;
 };
+
+constexpr char kCheckpointingDoc[] =
+    "recompute each block's activations in the backward: less memory, one more forward";
 
 KILN_REGISTER_BOUND(
     Model, "gpt",
@@ -71,11 +75,15 @@ KILN_REGISTER_BOUND(
                                   static_cast<int64_t GptOptions::*>(&GptOptions::positions),
                                   "longest context (learned positions)", AtLeast(1)))
         .Field("tie_weights", &GptOptions::tie_weights,
-               "the output layer reuses the token embedding"),
+               "the output layer reuses the token embedding")
+        .Field("activation_checkpointing", &GptOptions::activation_checkpointing,
+               kCheckpointingDoc),
     [](const GptOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_RETURN_IF_ERROR(CheckTextTransformerOptions(o, context));
-      return std::make_shared<Gpt>(o, o.tie_weights);
+      auto model = std::make_shared<Gpt>(o, o.tie_weights);
+      model->transformer->activation_checkpointing = o.activation_checkpointing;
+      return std::shared_ptr<Model>(model);
     });
 
 // GPT-2's config.json as kiln's options; refuses, in one line, what kiln's blocks do not compute
@@ -144,21 +152,26 @@ std::map<std::string, torch::Tensor> Gpt2State(std::map<std::string, torch::Tens
 
 struct Gpt2Options {
   std::string pretrained;
+  bool activation_checkpointing = false;
 };
 
 KILN_REGISTER_BOUND(
     Model, "gpt2",
     "GPT-2 from a Hugging Face folder (config.json, model.safetensors): kiln's gpt with its sizes "
     "and weights",
-    OptionBinding<Gpt2Options>().Required(
-        "pretrained", &Gpt2Options::pretrained,
-        "folder save_pretrained wrote: config.json and model.safetensors (or a sharded index)",
-        NonEmpty()),
+    OptionBinding<Gpt2Options>()
+        .Required(
+            "pretrained", &Gpt2Options::pretrained,
+            "folder save_pretrained wrote: config.json and model.safetensors (or a sharded index)",
+            NonEmpty())
+        .Field("activation_checkpointing", &Gpt2Options::activation_checkpointing,
+               kCheckpointingDoc),
     [](const Gpt2Options& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(o.pretrained));
       KILN_ASSIGN_OR_RETURN(auto options, Gpt2Architecture(hf));
       auto model = std::make_shared<Gpt>(options.first, options.second);
+      model->transformer->activation_checkpointing = o.activation_checkpointing;
       KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
       KILN_RETURN_IF_ERROR(
           LoadHfState(Gpt2State(std::move(file), options.second), *model, o.pretrained,

@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/models/autocast_linear.h"
+#include "components/models/checkpointing.h"
 #include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
@@ -235,7 +236,17 @@ class LlamaBodyImpl : public torch::nn::Module {
     // Positions 0..T-1: cos and sin [T, head_dim].
     auto [cos, sin] = Rotations(
         torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
-    for (LlamaLayer& layer : layers_) x = layer->forward(x, cos, sin);
+    for (LlamaLayer& layer : layers_) {
+      if (activation_checkpointing && is_training()) {
+        x = Checkpointed(
+            [layer, cos, sin](const torch::Tensor& in) mutable {
+              return layer->forward(in, cos, sin);
+            },
+            x);
+      } else {
+        x = layer->forward(x, cos, sin);
+      }
+    }
     return norm->forward(x);
   }
   torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
@@ -255,6 +266,8 @@ class LlamaBodyImpl : public torch::nn::Module {
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RmsNorm norm{nullptr};
+  // Each layer's activations recomputed in the backward (components/models/checkpointing.h).
+  bool activation_checkpointing = false;
 
  private:
   // cos and sin of the rotary angles of `positions` (any shape): [..., head_dim], the angles in
@@ -422,6 +435,7 @@ struct LlamaOptions {
   std::optional<int64_t> vocab_size, dim, depth, heads, kv_heads, head_dim, mlp_dim, max_positions;
   std::optional<double> rope_theta, rms_norm_eps, dropout;
   std::optional<bool> tie_weights;
+  bool activation_checkpointing = false;
 };
 
 // The architecture the options describe: config.json's, checked against any size also given, or
@@ -530,11 +544,15 @@ KILN_REGISTER_BOUND(
                "dropout on the attention weights (the folder's attention_dropout when unset)",
                InHalfOpenRange(0, 1))
         .Field("tie_weights", &LlamaOptions::tie_weights,
-               "the output layer reuses the token embedding (false when unset)"),
+               "the output layer reuses the token embedding (false when unset)")
+        .Field("activation_checkpointing", &LlamaOptions::activation_checkpointing,
+               "recompute each layer's activations in the backward: less memory, one more "
+               "forward"),
     [](const LlamaOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(LlamaArchitecture a, Architecture(o, context));
       auto model = std::make_shared<Llama>(a);
+      model->model->activation_checkpointing = o.activation_checkpointing;
       if (!o.pretrained.empty()) {
         KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
         if (a.tie_weights) file.erase("lm_head.weight");  // saved beside a tied head by some

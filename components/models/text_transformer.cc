@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "components/models/causal_attention.h"
+#include "components/models/checkpointing.h"
 #include "components/models/gelu_tanh.h"
 
 namespace kiln {
@@ -141,7 +142,14 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const At
       torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
   torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
   if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
-  for (auto& block : blocks_) x = block->forward(x, mask);
+  for (auto& block : blocks_) {
+    if (activation_checkpointing && is_training()) {
+      x = Checkpointed(
+          [block, mask](const torch::Tensor& in) mutable { return block->forward(in, mask); }, x);
+    } else {
+      x = block->forward(x, mask);
+    }
+  }
   return ln_f->forward(x);
 }
 

@@ -74,6 +74,8 @@ class TextTransformerImpl : public torch::nn::Module {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
+  // Each block's activations recomputed in the backward (components/models/checkpointing.h).
+  bool activation_checkpointing = false;
 
  private:
   TextTransformerOptions o_;

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -365,6 +366,54 @@ TEST(Generation, CachedLogitsEqualTheFullForwardWithLeftPadding) {
         EXPECT_LT((steps[s][r][0] - full[n + static_cast<int64_t>(s)]).abs().max().item<double>(),
                   1e-5)
             << yaml << " row " << r << " step " << s;
+      }
+    }
+  }
+}
+
+// activation_checkpointing recomputes each block in the backward: the gradients equal those of
+// the plain backward, with dropout (the recompute draws the same masks) and under LoRA (frozen
+// embeddings: the blocks' input needs no gradient, their adapters do).
+TEST(ActivationCheckpointing, GivesThePlainBackwardsGradients) {
+  const std::vector<std::string> models = {
+      "_target_: gpt\nvocab_size: 41\nblock_size: 16\ndim: 16\ndepth: 3\nheads: 2\n"
+      "mlp_dim: 24\ndropout: 0.1\n",
+      "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 3\nheads: 4\nkv_heads: 2\n"
+      "mlp_dim: 24\ndropout: 0.1\n"};
+  for (const std::string& yaml : models) {
+    for (bool lora : {false, true}) {
+      std::map<std::string, torch::Tensor> grads[2];
+      for (int checkpointing = 0; checkpointing < 2; ++checkpointing) {
+        torch::manual_seed(5);
+        auto model = Instantiate(
+            yaml + "activation_checkpointing: " + (checkpointing ? "true" : "false") + "\n");
+        ASSERT_TRUE(model.ok()) << model.status();
+        if (lora) {
+          LoraOptions o;
+          o.r = 2;
+          o.target_modules = {yaml.find("gpt") != std::string::npos ? "c_attn" : "v_proj"};
+          ASSERT_TRUE(AddLora(**model, o).ok());
+          torch::NoGradGuard no_grad;
+          for (auto& p : (*model)->named_parameters()) {
+            if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.1);
+          }
+        }
+        (*model)->train();
+        torch::manual_seed(6);
+        torch::Tensor ids = torch::randint(1, 41, {4, 12}, torch::kInt64);
+        torch::Tensor logits = (*model)->forward(ids);
+        torch::nn::functional::cross_entropy(logits.reshape({-1, 41}), ids.reshape({-1}))
+            .backward();
+        for (const auto& p : (*model)->named_parameters()) {
+          if (p.value().requires_grad()) grads[checkpointing][p.key()] = p.value().grad();
+        }
+      }
+      ASSERT_EQ(grads[0].size(), grads[1].size());
+      ASSERT_FALSE(grads[0].empty());
+      for (const auto& [name, grad] : grads[0]) {
+        ASSERT_TRUE(grads[1][name].defined()) << name;
+        EXPECT_LT((grad - grads[1][name]).abs().max().item<double>(), 1e-6)
+            << yaml << " lora " << lora << " " << name;
       }
     }
   }
