@@ -42,6 +42,7 @@ struct MlflowLoggerOptions {
   int64_t max_queue = 10000;
   double timeout = 10;
   double flush_timeout = 30;
+  double batch_interval = 1;
 };
 
 KILN_REGISTER_BOUND(
@@ -63,7 +64,10 @@ KILN_REGISTER_BOUND(
         .Field("timeout", &MlflowLoggerOptions::timeout, "seconds for one request",
                GreaterThan(0.0))
         .Field("flush_timeout", &MlflowLoggerOptions::flush_timeout,
-               "seconds the job's end waits for unsent records", AtLeast(0.0)),
+               "seconds the job's end waits for unsent records", AtLeast(0.0))
+        .Field("batch_interval", &MlflowLoggerOptions::batch_interval,
+               "seconds between two metrics requests, at least (sooner when 1000 values wait)",
+               AtLeast(0.0)),
     [](const MlflowLoggerOptions& o) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
       mlflow::TrackerOptions options;
       options.tracking_uri = o.tracking_uri;
@@ -73,6 +77,7 @@ KILN_REGISTER_BOUND(
       options.max_queue = o.max_queue;
       options.timeout = o.timeout;
       options.flush_timeout = o.flush_timeout;
+      options.batch_interval = o.batch_interval;
       KILN_ASSIGN_OR_RETURN(auto tracker, mlflow::Tracker::Start(options));
       return std::make_shared<MlflowLogger>(std::move(tracker));
     });

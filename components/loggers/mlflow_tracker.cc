@@ -355,6 +355,9 @@ void Tracker::SaveRunFile() {
 
 void Tracker::SendLoop() {
   double backoff = 0.5;
+  const auto batch_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(options_.batch_interval * 1000));
+  auto last_metrics_sent = std::chrono::steady_clock::now() - batch_interval;
   std::deque<nlohmann::json> batch;
   while (true) {
     {
@@ -366,6 +369,13 @@ void Tracker::SendLoop() {
           return stop_ || !queue_.empty() || IsRegularFile(pending_path_) || gave_up_;
         });
         if (stop_ || gave_up_) return;
+        // Metrics go at most once per batch_interval (unless a full batch waits, or the job is
+        // ending): a run logging every step costs the server a request a second, not one a step.
+        if (queue_.front().contains("metrics") && !ending_) {
+          cv_.wait_until(lock, last_metrics_sent + batch_interval,
+                         [&] { return stop_ || ending_ || queue_.size() >= kMetricsPerBatch; });
+          if (stop_) return;
+        }
         if (IsRegularFile(pending_path_))
           LoadSpilledLocked(static_cast<size_t>(options_.max_queue));
         if (queue_.empty()) continue;
@@ -404,6 +414,7 @@ void Tracker::SendLoop() {
         Logger::Instance().Info(absl::StrCat("mlflow: the server at ", client_.uri(),
                                              " answers again; sending what waited"));
       }
+      if (batch.front().contains("metrics")) last_metrics_sent = std::chrono::steady_clock::now();
       batch.clear();
       backoff = 0.5;
       continue;

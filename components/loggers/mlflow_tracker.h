@@ -31,6 +31,7 @@ struct TrackerOptions {
   double timeout = 10;        // seconds for one request
   double flush_timeout = 30;  // seconds the job's end waits for the queue to drain
   double max_backoff = 30;    // seconds between two tries, at most
+  double batch_interval = 1;  // seconds between two metrics requests, at least (unless 1000 wait)
 };
 
 class Tracker {
