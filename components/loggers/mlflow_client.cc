@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/sweep/trial_channel.h"
 
 namespace kiln::mlflow {
 namespace {
@@ -32,7 +33,7 @@ std::string ServerMessage(const std::string& body) {
 }  // namespace
 
 std::string RunStatusFor(int requested_exit_code, bool ok) {
-  if (requested_exit_code > 128) return "KILLED";
+  if (requested_exit_code > 128 || requested_exit_code == sweep::kExitTrialPruned) return "KILLED";
   return ok ? "FINISHED" : "FAILED";
 }
 

@@ -50,7 +50,8 @@ class Client {
 };
 
 // MLflow's run statuses for how a job ended: FINISHED for OK, KILLED for a stop signal (a status
-// carrying exit code 128 + N), FAILED for anything else.
+// carrying exit code 128 + N) or an Optuna trial its pruner stopped (exit code 3), FAILED for
+// anything else.
 std::string RunStatusFor(int requested_exit_code, bool ok);
 
 }  // namespace kiln::mlflow

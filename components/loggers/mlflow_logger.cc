@@ -7,6 +7,7 @@
 #include "components/loggers/mlflow_tracker.h"
 #include "lib/base/exit_code.h"
 #include "lib/registry/registry.h"
+#include "lib/sweep/trial_channel.h"
 #include "lib/trainer/callback.h"
 
 namespace kiln {
@@ -27,7 +28,10 @@ class MlflowLogger : public MetricsLogger {
   }
 
   void OnJobEnd(const absl::Status& outcome) override {
-    tracker_->End(mlflow::RunStatusFor(RequestedExitCode(outcome), outcome.ok()));
+    int code = RequestedExitCode(outcome);
+    std::map<std::string, std::string> tags;
+    if (code == sweep::kExitTrialPruned) tags["kiln.trial_state"] = "PRUNED";
+    tracker_->End(mlflow::RunStatusFor(code, outcome.ok()), tags);
   }
 
  private:

@@ -1,6 +1,8 @@
 #include "components/loggers/mlflow_tracker.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/files.h"
+#include "lib/config/merge.h"
 #include "lib/config/node.h"
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
@@ -189,12 +192,65 @@ nlohmann::json OpenRecord(const TrackerOptions& options) {
   };
   std::string commit = CommandOutput("git rev-parse HEAD 2>/dev/null");
   if (commit.size() == 40) tags.emplace_back("mlflow.source.git.commit", commit);
+  // A job of a sweep (hydra.mode MULTIRUN) is a nested run of the sweep's parent run; the sweep's
+  // folder is the one its jobs' folders are in (hydra.sweep.subdir: the job's number).
+  std::string sweep_dir;
+  auto hydra = config::LoadYamlFile(options.run_dir + "/.hydra/hydra.yaml");
+  if (hydra.ok()) {
+    config::NodePtr mode = config::SelectPath(*hydra, {"hydra", "mode"});
+    config::NodePtr num = config::SelectPath(*hydra, {"hydra", "job", "num"});
+    if (mode && mode->kind() == config::NodeKind::kString && mode->as_string() == "MULTIRUN") {
+      std::string dir = AbsolutePath(options.run_dir);
+      while (!dir.empty() && dir.back() == '/') dir.pop_back();
+      sweep_dir = dir.substr(0, dir.find_last_of('/'));
+      if (num && num->kind() == config::NodeKind::kInt)
+        tags.emplace_back("kiln.sweep_job", std::to_string(num->as_int()));
+    }
+  }
   return {{"open",
            {{"run_name", run_name},
             {"start_time", NowMs()},
             {"tags", KeyValues(tags, kMaxTagValueLength)},
             {"params", KeyValues(params, kMaxParamValueLength)},
-            {"long_values", long_values}}}};
+            {"long_values", long_values},
+            {"sweep_dir", sweep_dir}}}};
+}
+
+// The sweep's parent run: created by the first of its jobs to get here (under a lock on
+// SWEEP/mlflow/parent.lock, since a sweep's jobs may start together), its id kept in
+// SWEEP/mlflow/parent.json for the others.
+absl::StatusOr<std::string> ParentRun(Client& client, const std::string& experiment_id,
+                                      const std::string& sweep_dir) {
+  KILN_RETURN_IF_ERROR(MakeDirs(sweep_dir + "/mlflow"));
+  std::string lock_path = sweep_dir + "/mlflow/parent.lock";
+  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", lock_path));
+  ::flock(fd, LOCK_EX);
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{fd};
+  std::string file = sweep_dir + "/mlflow/parent.json";
+  auto known = nlohmann::json::parse(ReadWholeFile(file).value_or(""), nullptr, false);
+  if (known.is_object() && known.value("tracking_uri", "") == client.uri() &&
+      known.value("experiment_id", "") == experiment_id)
+    return known.value("run_id", "");
+  std::vector<std::pair<std::string, std::string>> tags = {
+      {"mlflow.runName", sweep_dir},    {"mlflow.source.name", run::ExecutablePath()},
+      {"mlflow.source.type", "LOCAL"},  {"mlflow.user", UserName()},
+      {"kiln.version", run::Version()}, {"kiln.host", HostName()},
+      {"kiln.sweep_dir", sweep_dir},
+  };
+  KILN_ASSIGN_OR_RETURN(
+      auto created, client.Post("runs/create", {{"experiment_id", experiment_id},
+                                                {"run_name", sweep_dir},
+                                                {"start_time", NowMs()},
+                                                {"tags", KeyValues(tags, kMaxTagValueLength)}}));
+  std::string id = created["run"]["info"].value("run_id", "");
+  nlohmann::json record = {
+      {"tracking_uri", client.uri()}, {"experiment_id", experiment_id}, {"run_id", id}};
+  KILN_RETURN_IF_ERROR(WriteFileAtomically(file, record.dump(2) + "\n"));
+  return id;
 }
 
 }  // namespace
@@ -279,14 +335,14 @@ void Tracker::LogMetrics(const std::map<std::string, double>& metrics, int64_t s
   Enqueue({{"metrics", std::move(values)}});
 }
 
-void Tracker::End(const std::string& status) {
+void Tracker::End(const std::string& status, const std::map<std::string, std::string>& tags) {
   auto files = nlohmann::json::array();
   for (const std::string name : {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                                  "test_metrics.yaml", "val_metrics.yaml", "report.html"}) {
     if (IsRegularFile(options_.run_dir + "/" + name)) files.push_back({name, name});
   }
   Enqueue({{"artifacts", files}});
-  Enqueue({{"end", {{"status", status}, {"end_time", NowMs()}}}});
+  Enqueue({{"end", {{"status", status}, {"end_time", NowMs()}, {"tags", tags}}}});
   std::unique_lock<std::mutex> lock(mu_);
   ending_ = true;
   cv_.notify_all();
@@ -454,11 +510,25 @@ absl::Status Tracker::Send(const std::deque<nlohmann::json>& batch) {
   } else if (first.contains("artifacts")) {
     st = SendArtifacts(first["artifacts"]);
   } else if (first.contains("end")) {
+    nlohmann::json tags = first["end"].value("tags", nlohmann::json::object());
+    for (const auto& [key, value] : tags.items()) {
+      KILN_RETURN_IF_ERROR(
+          client_.Post("runs/set-tag", {{"run_id", run_id_}, {"key", key}, {"value", value}})
+              .status());
+    }
     st = client_
              .Post("runs/update", {{"run_id", run_id_},
                                    {"status", first["end"].value("status", "FINISHED")},
                                    {"end_time", first["end"].value("end_time", NowMs())}})
              .status();
+    // A sweep's parent run ends as its last job does.
+    if (st.ok() && !parent_id_.empty()) {
+      st = client_
+               .Post("runs/update", {{"run_id", parent_id_},
+                                     {"status", "FINISHED"},
+                                     {"end_time", first["end"].value("end_time", NowMs())}})
+               .status();
+    }
   }
   if (st.ok() || Retryable(st) || absl::IsPermissionDenied(st)) return st;
   // The server refused this record (a value MLflow does not take): dropped, said a few times.
@@ -485,10 +555,16 @@ absl::Status Tracker::SendOpen(const nlohmann::json& open) {
   if (resume && !run_id_.empty()) {
     return client_.Post("runs/update", {{"run_id", run_id_}, {"status", "RUNNING"}}).status();
   }
+  nlohmann::json tags = open["tags"];
+  std::string sweep_dir = open.value("sweep_dir", "");
+  if (!sweep_dir.empty()) {
+    KILN_ASSIGN_OR_RETURN(parent_id_, ParentRun(client_, experiment_id_, sweep_dir));
+    tags.push_back({{"key", "mlflow.parentRunId"}, {"value", parent_id_}});
+  }
   auto created = client_.Post("runs/create", {{"experiment_id", experiment_id_},
                                               {"run_name", open.value("run_name", "")},
                                               {"start_time", open.value("start_time", NowMs())},
-                                              {"tags", open["tags"]}});
+                                              {"tags", tags}});
   if (!created.ok()) return created.status();
   const auto& info = (*created)["run"]["info"];
   run_id_ = info.value("run_id", "");

@@ -46,9 +46,9 @@ class Tracker {
   void Resume();
   // Never blocks on the network.
   void LogMetrics(const std::map<std::string, double>& metrics, int64_t step);
-  // Sends the run's artifacts and ends it with `status` (FINISHED, FAILED, KILLED), waiting at most
-  // flush_timeout for the queue; what is left stays in RUN/mlflow/pending.jsonl.
-  void End(const std::string& status);
+  // Sends the run's artifacts and ends it with `status` (FINISHED, FAILED, KILLED) and `tags`,
+  // waiting at most flush_timeout for the queue; what is left stays in RUN/mlflow/pending.jsonl.
+  void End(const std::string& status, const std::map<std::string, std::string>& tags = {});
 
  private:
   friend absl::Status SyncRunFolder(const std::string& run_dir, const std::string& tracking_uri,
@@ -81,6 +81,7 @@ class Tracker {
 
   // The sending thread's own.
   std::string experiment_id_, run_id_, artifact_root_;
+  std::string parent_id_;  // a sweep job's parent run
   bool warned_down_ = false, gave_up_ = false;
   int refusals_warned_ = 0;
 };

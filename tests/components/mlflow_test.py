@@ -7,7 +7,8 @@ process (importing mlflow takes seconds). Two groups, one ctest test each:
 
   round_trip  every metric value and step equals metrics.csv, every param the composed config
               (.hydra/config.yaml), the artifacts are byte-equal, the tags are there; SIGTERM ends
-              the run KILLED and `ckpt_path=last` continues the same run to FINISHED.
+              the run KILLED and `ckpt_path=last` continues the same run to FINISHED; an Optuna
+              sweep of 6 trials is one parent run with 6 nested runs.
   faults      the server killed in the middle of a run and started again: the run finishes and
               every record arrives; an unreachable server is one warning and training goes on,
               then `kiln mlflow-sync` sends the run; a URI that is not MLflow and rejected
@@ -203,6 +204,30 @@ def round_trip(tmp, server, client):
     steps = [m.step for m in client.get_metric_history(rid, "train/loss")]
     check(max(steps) == stopped_at + 5 and stopped_at in steps, f"steps {steps}")
     print(f"SIGTERM at step {stopped_at}: KILLED; resumed to FINISHED in the same run")
+
+    # 3. An Optuna sweep of 6 trials: one parent run, 6 nested runs with their params and objective.
+    sweep = os.path.join(tmp, "sweep")
+    r = kiln(["train", "hparams_search=fashion_mnist_optuna", "experiment=fashion_mnist", "logger=[csv,mlflow]",
+              "hydra.sweeper.n_trials=6", "trainer.limit_train_batches=6", "trainer.limit_val_batches=2",
+              "trainer.val_check_interval=1.0", "hydra.sweep.dir=" + sweep,
+              "logger.mlflow.tracking_uri=" + server.uri, "logger.mlflow.experiment_name=sweep"], cwd=tmp)
+    check(r.returncode == 0, f"sweep failed: {r.stderr[-2000:]}")
+    with open(os.path.join(sweep, "mlflow", "parent.json")) as f:
+        parent = json.load(f)["run_id"]
+    experiment = client.get_experiment_by_name("sweep").experiment_id
+    runs = client.search_runs([experiment])
+    children = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == parent]
+    check(len(runs) == 7 and len(children) == 6, f"{len(runs)} runs, {len(children)} nested")
+    check(client.get_run(parent).info.status == "FINISHED", "parent status")
+    for child in children:
+        job = child.data.tags["kiln.sweep_job"]
+        with open(os.path.join(sweep, job, ".hydra", "config.yaml")) as f:
+            check(child.data.params == flatten(yaml.safe_load(f)), f"job {job}'s params")
+        check(child.data.params["optimizer.lr"] and "val/acc" in child.data.metrics, f"job {job}")
+        pruned = child.data.tags.get("kiln.trial_state") == "PRUNED"
+        check(child.info.status == ("KILLED" if pruned else "FINISHED"), f"job {job}: {child.info.status}")
+    print(f"Optuna sweep: parent {parent} with 6 nested runs "
+          f"({sum(c.data.tags.get('kiln.trial_state') == 'PRUNED' for c in children)} pruned: KILLED)")
 
 
 class NotMlflow(http.server.BaseHTTPRequestHandler):
