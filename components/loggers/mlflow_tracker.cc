@@ -336,6 +336,24 @@ void Tracker::LogMetrics(const std::map<std::string, double>& metrics, int64_t s
 }
 
 void Tracker::End(const std::string& status, const std::map<std::string, std::string>& tags) {
+  bool logged_nothing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    logged_nothing = !opened_ && !resume_ && status == "FINISHED";
+  }
+  if (logged_nothing) {
+    // A job that logged nothing and ended well (kiln export, kiln predict) makes no MLflow run;
+    // what an earlier process of this folder left is sent, or stays for kiln mlflow-sync.
+    std::unique_lock<std::mutex> lock(mu_);
+    ending_ = true;
+    cv_.notify_all();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(options_.flush_timeout * 1000));
+    cv_.wait_until(lock, deadline, [&] {
+      return (queue_.empty() && !busy_ && !IsRegularFile(pending_path_)) || gave_up_;
+    });
+    return;
+  }
   auto files = nlohmann::json::array();
   for (const std::string name : {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                                  "test_metrics.yaml", "val_metrics.yaml", "report.html"}) {

@@ -176,6 +176,10 @@ def round_trip(tmp, server, client):
             check(a.read() == b.read(), f"artifact {name} differs")
     check(not os.path.exists(os.path.join(run_dir, "mlflow", "pending.jsonl")), "pending left")
     print(f"round trip: {n_metrics} metric values, {len(params)} params, 4 artifacts equal")
+    # kiln export with the run's stored config (its mlflow logger) logs nothing: no MLflow run.
+    r = kiln(["export", "run_dir=" + run_dir, "hydra.run.dir=" + os.path.join(tmp, "export")], cwd=tmp)
+    check(r.returncode == 0, f"kiln export failed: {r.stderr[-2000:]}")
+    check(len(client.search_runs([run.info.experiment_id])) == 1, "kiln export made an MLflow run")
 
     # 2. SIGTERM ends the run KILLED; ckpt_path=last continues the same run to FINISHED.
     run_dir = os.path.join(tmp, "stopped")
