@@ -32,6 +32,14 @@ std::string ServerMessage(const std::string& body) {
 
 }  // namespace
 
+std::string ProxiedArtifactRoot(const std::string& artifact_uri) {
+  constexpr char kProxied[] = "mlflow-artifacts:/";
+  if (!absl::StartsWith(artifact_uri, kProxied)) return "";
+  std::string root = artifact_uri.substr(sizeof(kProxied) - 1);
+  while (!root.empty() && root.front() == '/') root.erase(0, 1);
+  return root;
+}
+
 std::string RunStatusFor(int requested_exit_code, bool ok) {
   if (requested_exit_code > 128 || requested_exit_code == sweep::kExitTrialPruned) return "KILLED";
   return ok ? "FINISHED" : "FAILED";

@@ -49,6 +49,11 @@ class Client {
   std::string token_, user_, password_;  // from the environment; "" when unset
 };
 
+// A run's artifact URI as PutArtifact takes it ("mlflow-artifacts:/1/ID/artifacts" ->
+// "1/ID/artifacts"); "" for a URI the artifact proxy does not serve (a server started without
+// --serve-artifacts stores them where kiln cannot write).
+std::string ProxiedArtifactRoot(const std::string& artifact_uri);
+
 // MLflow's run statuses for how a job ended: FINISHED for OK, KILLED for a stop signal (a status
 // carrying exit code 128 + N) or an Optuna trial its pruner stopped (exit code 3), FAILED for
 // anything else.

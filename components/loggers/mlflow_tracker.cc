@@ -602,8 +602,8 @@ absl::Status Tracker::SendOpen(const nlohmann::json& open) {
 }
 
 absl::Status Tracker::SendArtifacts(const nlohmann::json& files) {
-  constexpr char kProxied[] = "mlflow-artifacts:/";
-  if (artifact_root_.rfind(kProxied, 0) != 0) {
+  std::string root = ProxiedArtifactRoot(artifact_root_);
+  if (root.empty()) {
     if (refusals_warned_++ < 3) {
       Logger::Instance().Warning(
           absl::StrCat("mlflow: the server stores this run's artifacts at ", artifact_root_,
@@ -611,8 +611,6 @@ absl::Status Tracker::SendArtifacts(const nlohmann::json& files) {
     }
     return absl::OkStatus();
   }
-  std::string root = artifact_root_.substr(sizeof(kProxied) - 1);
-  while (!root.empty() && root.front() == '/') root.erase(0, 1);
   for (const auto& file : files) {
     std::string local = file[0].get<std::string>(), as = file[1].get<std::string>();
     auto bytes = ReadWholeFile(options_.run_dir + "/" + local);

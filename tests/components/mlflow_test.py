@@ -8,7 +8,8 @@ process (importing mlflow takes seconds). Two groups, one ctest test each:
   round_trip  every metric value and step equals metrics.csv, every param the composed config
               (.hydra/config.yaml), the artifacts are byte-equal, the tags are there; SIGTERM ends
               the run KILLED and `ckpt_path=last` continues the same run to FINISHED; an Optuna
-              sweep of 6 trials is one parent run with 6 nested runs.
+              sweep of 6 trials is one parent run with 6 nested runs; kiln mlflow-register makes
+              kiln export's files a registered model's version.
   faults      the server killed in the middle of a run and started again: the run finishes and
               every record arrives; an unreachable server is one warning and training goes on,
               then `kiln mlflow-sync` sends the run; a URI that is not MLflow and rejected
@@ -180,6 +181,17 @@ def round_trip(tmp, server, client):
     r = kiln(["export", "run_dir=" + run_dir, "hydra.run.dir=" + os.path.join(tmp, "export")], cwd=tmp)
     check(r.returncode == 0, f"kiln export failed: {r.stderr[-2000:]}")
     check(len(client.search_runs([run.info.experiment_id])) == 1, "kiln export made an MLflow run")
+    # kiln mlflow-register: the export's files are the run's model/ artifacts and a model version.
+    export = os.path.join(tmp, "export")
+    r = kiln(["mlflow-register", "run_dir=" + run_dir, "model_dir=" + export, "name=fmnist cnn"], cwd=tmp)
+    check(r.returncode == 0 and r.stdout.strip() == "fmnist cnn 1", f"mlflow-register: {r.stdout} {r.stderr[-2000:]}")
+    versions = client.search_model_versions("name='fmnist cnn'")
+    check(len(versions) == 1 and versions[0].run_id == run.info.run_id, f"versions {versions}")
+    local = client.download_artifacts(run.info.run_id, "model", os.path.join(tmp, "model"))
+    for name in ["model.safetensors", "config.yaml"]:
+        with open(os.path.join(export, name), "rb") as a, open(os.path.join(local, name), "rb") as b:
+            check(a.read() == b.read(), f"registered {name} differs")
+    print("kiln export made no run; kiln mlflow-register made version 1 of 'fmnist cnn'")
 
     # 2. SIGTERM ends the run KILLED; ckpt_path=last continues the same run to FINISHED.
     run_dir = os.path.join(tmp, "stopped")

@@ -29,6 +29,9 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"mlflow-sync",
        "send to MLflow what a run logged while its server was away: kiln mlflow-sync "
        "run_dir=RUN"},
+      {"mlflow-register",
+       "register what kiln export wrote in MLflow's model registry: kiln mlflow-register "
+       "run_dir=RUN model_dir=DIR name=NAME"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
       {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},
@@ -45,6 +48,7 @@ std::vector<std::string> KnownSubcommands(const std::string& command) {
 std::string DefaultConfigName(const std::string& command) {
   if (command == "average" || command == "serve" || command == "tune") return command;
   if (command == "mlflow-sync") return "mlflow_sync";
+  if (command == "mlflow-register") return "mlflow_register";
   return "train";
 }
 
