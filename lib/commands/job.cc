@@ -1,8 +1,11 @@
 #include "lib/commands/job.h"
 
+#include <exception>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/directory_lock.h"
 #include "lib/base/files.h"
+#include "lib/base/stop_signals.h"
 #include "lib/config/compose.h"
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
@@ -168,6 +171,20 @@ Job::LogFileScope::~LogFileScope() {
   if (entered_ && --job_.log_file_users_ == 0) Logger::Instance().CloseFile();
 }
 
+Job::~Job() {
+  absl::Status outcome = outcome_;
+  if (outcome.ok() && std::uncaught_exceptions() > 0)
+    outcome = absl::InternalError("the job ended with an exception");
+  if (outcome.ok() && StopSignals::Received() != 0)
+    outcome =
+        WithExitCode(absl::AbortedError("stopped by a signal"), 128 + StopSignals::Received());
+  for (const auto& logger : loggers_) logger->OnJobEnd(outcome);
+}
+
+void Job::Record(const absl::Status& status) {
+  if (outcome_.ok() && !status.ok()) outcome_ = status;
+}
+
 void Job::set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
   group_ = std::move(group);
   // Only rank 0 logs (its loggers see the whole job's metrics).
@@ -230,10 +247,18 @@ absl::Status Job::Fit() {
         "this job was built for evaluation (Job::Purpose::kEvaluate): it has no "
         "optimizer to fit with");
   }
-  return trainer().Fit(fit_inputs());
+  absl::Status fitted = trainer().Fit(fit_inputs());
+  Record(fitted);
+  return fitted;
 }
 
 absl::StatusOr<std::map<std::string, double>> Job::Test() {
+  auto metrics = TestOnce();
+  Record(metrics.status());
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> Job::TestOnce() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
   KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kTest));
@@ -248,13 +273,23 @@ absl::StatusOr<std::map<std::string, double>> Job::Test() {
 absl::StatusOr<std::map<std::string, double>> Job::Validate() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
-  KILN_ASSIGN_OR_RETURN(auto metrics, trainer().Evaluate(*task_, *data_, data::Stage::kValidate));
-  KILN_RETURN_IF_ERROR(
-      WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(metrics)));
+  auto metrics = trainer().Evaluate(*task_, *data_, data::Stage::kValidate);
+  if (metrics.ok()) {
+    absl::Status written =
+        WriteFileAtomically(output_dir_ + "/val_metrics.yaml", MetricsYaml(*metrics));
+    if (!written.ok()) metrics = written;
+  }
+  Record(metrics.status());
   return metrics;
 }
 
 absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
+  auto metrics = FitThenTestOnce();
+  Record(metrics.status());
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> Job::FitThenTestOnce() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
   KILN_RETURN_IF_ERROR(Fit());

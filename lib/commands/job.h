@@ -72,6 +72,11 @@ class Job {
   // hydra.run.dir with its .hydra/ files), then builds the job.
   static absl::StatusOr<std::unique_ptr<Job>> Compose(const JobRequest& request,
                                                       Purpose purpose = Purpose::kFit);
+  // Tells the loggers how the job ended (MetricsLogger::OnJobEnd): the first failure of Fit, Test,
+  // Validate or FitThenTest, a stop signal, an exception on its way, or OK.
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
 
   // Trains (Trainer::Fit): epochs, validation, checkpoints, resume from ckpt_path.
   absl::Status Fit();
@@ -115,6 +120,10 @@ class Job {
 
  private:
   Job() = default;
+  // Keeps the first failure as the job's outcome.
+  void Record(const absl::Status& status);
+  absl::StatusOr<std::map<std::string, double>> TestOnce();
+  absl::StatusOr<std::map<std::string, double>> FitThenTestOnce();
   // While a job that Compose made fits, tests or validates, kiln's log lines also go to its run's
   // log file, as `kiln train` writes them (the command line opens the file itself). Nested calls
   // (FitThenTest) keep it open until the outermost one ends.
@@ -150,6 +159,7 @@ class Job {
   std::string log_file_;
   int log_file_users_ = 0;
   DirectoryLock run_lock_;  // held by a job that Compose made to train
+  absl::Status outcome_;    // the first failure, for the loggers at the end
 };
 
 // The checkpoint a command starts from: `ckpt_path` as a file, `last` or `best` (what `keeper`

@@ -100,6 +100,10 @@ class MetricsLogger {
   // writing one file per run keeps what the earlier run logged up to that step.
   virtual absl::Status OnResume(int64_t /*step*/) { return absl::OkStatus(); }
   virtual absl::Status Finish() { return absl::OkStatus(); }
+  // The job that owns the logger is over (kiln::Job, as it is destroyed): `outcome` is OK, or the
+  // error or stop signal (a status carrying exit code 128 + N) that ended it. A tracker ends its
+  // run here (after Finish: `kiln train` tests after fitting).
+  virtual void OnJobEnd(const absl::Status& /*outcome*/) {}
 };
 
 }  // namespace kiln

@@ -26,6 +26,12 @@ const std::vector<std::pair<std::string, std::string>>& KnownCommands() {
       {"shard",
        "write the data module's splits as WebDataset tar shards: shard.out=DIR "
        "shard.max_size=256MB"},
+      {"mlflow-sync",
+       "send to MLflow what a run logged while its server was away: kiln mlflow-sync "
+       "run_dir=RUN"},
+      {"mlflow-register",
+       "register what kiln export wrote in MLflow's model registry: kiln mlflow-register "
+       "run_dir=RUN model_dir=DIR name=NAME"},
       {"compose", "compose the config, record it in a run directory and print it"},
       {"list", "list registered components and their options: kiln list [KIND] [--markdown]"},
       {"report", "write an HTML page of runs and sweeps: kiln report PATH... [-o report.html]"},
@@ -41,6 +47,8 @@ std::vector<std::string> KnownSubcommands(const std::string& command) {
 
 std::string DefaultConfigName(const std::string& command) {
   if (command == "average" || command == "serve" || command == "tune") return command;
+  if (command == "mlflow-sync") return "mlflow_sync";
+  if (command == "mlflow-register") return "mlflow_register";
   return "train";
 }
 
@@ -52,7 +60,8 @@ std::string Usage() {
       "                    [-m|--multirun] [--dry-run] [--fail-fast] [--plugin PATH]... [--help] "
       "[overrides...]\n\ncommands:\n";
   for (const auto& [name, doc] : KnownCommands())
-    absl::StrAppend(&out, "  ", name, std::string(10 - name.size(), ' '), doc, "\n");
+    absl::StrAppend(&out, "  ", name, std::string(name.size() < 10 ? 10 - name.size() : 1, ' '),
+                    doc, "\n");
   out +=
       "\n`kiln COMMAND --help` lists the config groups and the composed config.\n"
       "Plugins: --plugin PATH, a `plugins: [...]` list in the primary config, or "
