@@ -445,7 +445,8 @@ void Tracker::SendLoop() {
         if (stop_ || gave_up_) return;
         // Metrics go at most once per batch_interval (unless a full batch waits, or the job is
         // ending): a run logging every step costs the server a request a second, not one a step.
-        if (queue_.front().contains("metrics") && !ending_) {
+        // (The wait may end with the queue empty and records only in the pending file.)
+        if (!queue_.empty() && queue_.front().contains("metrics") && !ending_) {
           cv_.wait_until(lock, last_metrics_sent + batch_interval,
                          [&] { return stop_ || ending_ || queue_.size() >= kMetricsPerBatch; });
           if (stop_) return;
