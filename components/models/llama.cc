@@ -233,8 +233,10 @@ class LlamaBodyImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& ids) {
     torch::Tensor x = embed_tokens->forward(ids);
-    // Positions 0..T-1: cos and sin [T, head_dim].
-    auto [cos, sin] = Rotations(
+    // Positions 0..T-1: cos and sin [T, head_dim]. (Plain variables, not a structured binding:
+    // the checkpointing lambda captures them, which clang 14 refuses for bindings.)
+    torch::Tensor cos, sin;
+    std::tie(cos, sin) = Rotations(
         torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
     for (LlamaLayer& layer : layers_) {
       if (activation_checkpointing && is_training()) {
