@@ -27,6 +27,7 @@
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/registry/registry.h"
 #include "lib/weights/hf_export.h"
 #include "lib/weights/safetensors.h"
@@ -220,7 +221,7 @@ class LlamaLayerImpl : public torch::nn::Module {
 TORCH_MODULE(LlamaLayer);
 
 // LlamaModel: embeddings, layers, final norm; forward(ids [B, T]) -> hidden states [B, T, D].
-class LlamaBodyImpl : public torch::nn::Module {
+class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnits {
  public:
   explicit LlamaBodyImpl(const LlamaArchitecture& a) : inv_freq_(InverseFrequencies(a)) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.dim));
@@ -238,18 +239,27 @@ class LlamaBodyImpl : public torch::nn::Module {
     torch::Tensor cos, sin;
     std::tie(cos, sin) = Rotations(
         torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
+    const bool recompute = activation_checkpointing && is_training();
     for (LlamaLayer& layer : layers_) {
-      if (activation_checkpointing && is_training()) {
-        x = Checkpointed(
-            [layer, cos, sin](const torch::Tensor& in) mutable {
-              return layer->forward(in, cos, sin);
-            },
-            x);
-      } else {
-        x = layer->forward(x, cos, sin);
-      }
+      x = distributed::RunUnit(
+          *layer,
+          [&](const torch::Tensor& in) {
+            if (!recompute) return layer->forward(in, cos, sin);
+            return Checkpointed(
+                [layer, cos, sin](const torch::Tensor& again) mutable {
+                  return layer->forward(again, cos, sin);
+                },
+                in);
+          },
+          x);
     }
     return norm->forward(x);
+  }
+  // trainer.strategy=fsdp shards it layer by layer.
+  std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() const override {
+    std::vector<std::shared_ptr<torch::nn::Module>> units;
+    for (const auto& layer : layers_) units.push_back(layer.ptr());
+    return units;
   }
   torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
                                KvCache& cache) {

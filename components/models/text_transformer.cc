@@ -143,14 +143,26 @@ torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const At
   torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
   if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
   for (auto& block : blocks_) {
-    if (activation_checkpointing && is_training()) {
-      x = Checkpointed(
-          [block, mask](const torch::Tensor& in) mutable { return block->forward(in, mask); }, x);
-    } else {
-      x = block->forward(x, mask);
-    }
+    const bool recompute = activation_checkpointing && is_training();
+    x = distributed::RunUnit(
+        *block,
+        [&](const torch::Tensor& in) {
+          if (!recompute) return block->forward(in, mask);
+          return Checkpointed(
+              [block, mask](const torch::Tensor& again) mutable {
+                return block->forward(again, mask);
+              },
+              in);
+        },
+        x);
   }
   return ln_f->forward(x);
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> TextTransformerImpl::sharding_units() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
+  for (const auto& block : blocks_) units.push_back(block.ptr());
+  return units;
 }
 
 torch::Tensor TextTransformerImpl::forward_cached(const torch::Tensor& tokens,

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "components/models/autocast_linear.h"
 #include "components/models/generation.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/registry/options.h"
 
 namespace kiln {
@@ -63,9 +64,11 @@ struct TextTransformerOptions {
   double dropout = 0.0;
 };
 
-class TextTransformerImpl : public torch::nn::Module {
+class TextTransformerImpl : public torch::nn::Module, public distributed::ShardingUnits {
  public:
   explicit TextTransformerImpl(const TextTransformerOptions& o);
+  // trainer.strategy=fsdp shards it block by block.
+  std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() const override;
   torch::Tensor forward(const torch::Tensor& tokens, const AttentionMask& mask);
   // Generation (causal): tokens [B, t] at `positions` [B, t], after the cache's positions.
   torch::Tensor forward_cached(const torch::Tensor& tokens, const torch::Tensor& positions,

@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/error_text.h"
 #include "lib/base/status_macros.h"
 #include "lib/base/torch_compat.h"
 #include "lib/data/dataset.h"
 #include "lib/distributed/data_parallel.h"
+#include "lib/distributed/fully_sharded.h"
 #include "lib/distributed/process_group.h"
 #include "lib/logging/logger.h"
 #include "lib/run/environment.h"
@@ -115,6 +119,10 @@ absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
 }
 
 absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
+  if (options_.strategy == TrainerOptions::StrategyKind::kFsdp &&
+      options_.fsdp_sharding_strategy != TrainerOptions::Sharding::kNoShard) {
+    return SetupSharding(module);
+  }
   if (!distributed()) return absl::OkStatus();
   if (bf16_weights_) {
     return absl::FailedPreconditionError(
@@ -147,6 +155,116 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   return absl::OkStatus();
 }
 
+absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
+  if (options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kHybridShard &&
+      options_.num_nodes > 1) {
+    return absl::UnimplementedError(
+        "trainer.fsdp_sharding_strategy=HYBRID_SHARD over several nodes is not supported yet; "
+        "use FULL_SHARD (on one node HYBRID_SHARD is FULL_SHARD)");
+  }
+  if (options_.cuda_graphs) {
+    return absl::FailedPreconditionError(
+        "trainer.cuda_graphs does not compose with trainer.strategy=fsdp (the step's "
+        "collectives change the parameters' storage); use one or the other");
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
+  if (options_.fsdp_auto_wrap_policy == "blocks") {
+    bool found = false;
+    for (const auto& m : module.modules(/*include_self=*/true)) {
+      if (const auto* provider = dynamic_cast<const distributed::ShardingUnits*>(m.get())) {
+        units = provider->sharding_units();
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(
+          "trainer.fsdp_auto_wrap_policy=blocks: this model has no blocks that fsdp can gather "
+          "one at a time (gpt, gpt2 and llama have); set trainer.fsdp_auto_wrap_policy=none to "
+          "shard it as one unit");
+    }
+  }
+  distributed::FullyShardedOptions sharding;
+  sharding.reshard_after_forward =
+      options_.fsdp_sharding_strategy != TrainerOptions::Sharding::kShardGradOp;
+  // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
+  std::random_device entropy;
+  std::string run = absl::StrFormat("%08x%08x", entropy(), entropy());
+  if (group_) {
+    KILN_ASSIGN_OR_RETURN(run, group_->ShareFromRankZero("fsdp_run", run));
+  }
+  sharded_run_ = run;
+  KILN_ASSIGN_OR_RETURN(
+      sharded_, distributed::FullyShardedDataParallel::Create(group_, module, units, sharding));
+  distributed::ShardedMemory m = sharded_->memory();
+  auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  const char* name = options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kShardGradOp
+                         ? "SHARD_GRAD_OP"
+                         : "FULL_SHARD";
+  Logger::Instance().Info(absl::StrFormat(
+      "fsdp: %s over %d rank(s)%s, %d units and the root; parameters %.2f MB whole, %.2f MB on "
+      "each rank, the largest unit %.2f MB when gathered",
+      name, world_size(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
+      mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes)));
+  return absl::OkStatus();
+}
+
+namespace {
+// The state tensors of `param` in the optimizers kiln has (torch's, and kiln's fused Adam(W) that
+// keeps torch's state types); nullopt when the optimizer holds state of a kind it does not know.
+std::optional<std::vector<torch::Tensor*>> StateTensors(torch::optim::Optimizer& optimizer,
+                                                        const torch::Tensor& param) {
+  auto it = optimizer.state().find(param.unsafeGetTensorImpl());
+  if (it == optimizer.state().end()) return std::vector<torch::Tensor*>{};
+  torch::optim::OptimizerParamState* state = it->second.get();
+  if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(state))
+    return std::vector<torch::Tensor*>{&s->exp_avg(), &s->exp_avg_sq(), &s->max_exp_avg_sq()};
+  if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state))
+    return std::vector<torch::Tensor*>{&s->exp_avg(), &s->exp_avg_sq(), &s->max_exp_avg_sq()};
+  if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(state))
+    return std::vector<torch::Tensor*>{&s->momentum_buffer()};
+  if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(state))
+    return std::vector<torch::Tensor*>{&s->sum()};
+  if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(state))
+    return std::vector<torch::Tensor*>{&s->square_avg(), &s->momentum_buffer(), &s->grad_avg()};
+  return std::nullopt;
+}
+}  // namespace
+
+absl::Status Strategy::ShardOptimizerState(torch::optim::Optimizer& optimizer) {
+  if (!sharded_) return absl::OkStatus();
+  bool unknown = false;
+  sharded_->ShardState([&](const torch::Tensor& param) {
+    auto tensors = StateTensors(optimizer, param);
+    if (!tensors) unknown = true;
+    return tensors.value_or(std::vector<torch::Tensor*>{});
+  });
+  if (unknown) {
+    return absl::UnimplementedError(
+        "trainer.strategy=fsdp: the optimizer's state is of a kind kiln cannot cut into pieces "
+        "(adam, adamw, sgd, adagrad and rmsprop it can); resume this checkpoint with "
+        "trainer.strategy=ddp");
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::vector<int64_t>> Strategy::sharded_shapes() const {
+  return sharded_ ? sharded_->whole_shapes() : std::map<std::string, std::vector<int64_t>>{};
+}
+
+absl::Status Strategy::BeforeEvaluationForward() {
+  return sharded_ ? sharded_->BeforeForward(/*training=*/false) : absl::OkStatus();
+}
+
+absl::Status Strategy::AfterEvaluation() {
+  return sharded_ ? sharded_->Reshard() : absl::OkStatus();
+}
+
+absl::Status Strategy::ClipShardedGradNorm(double max_norm) {
+  if (!sharded_) return absl::OkStatus();
+  return sharded_->ClipGradNorm(max_norm).status();
+}
+
 std::shared_ptr<distributed::DataParallel> Strategy::MakeDataParallel(
     torch::nn::Module& module) const {
   return std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
@@ -166,12 +284,30 @@ absl::Status Strategy::TrainedParametersChanged(torch::nn::Module& module) {
 }
 
 absl::Status Strategy::BeforeTrainingForward() {
+  if (sharded_) return sharded_->BeforeForward(/*training=*/true);
   return data_parallel_ ? data_parallel_->BroadcastBuffers() : absl::OkStatus();
 }
 
 absl::Status Strategy::Backward(const torch::Tensor& loss, bool sync) {
   // 16-mixed: the gradients come out multiplied by the loss scale (unscaled before the step).
   torch::Tensor scaled = scaler_ != nullptr ? scaler_->Scale(loss) : loss;
+  if (sharded_) {
+    // Each unit's gradients are reduce-scattered from the backward's hooks; what is left (the
+    // root, parameters the loss did not use) after it.
+    auto run = [&]() -> absl::Status {
+      try {
+        scaled.backward();
+        return absl::OkStatus();
+      } catch (const c10::Error& e) {
+        return absl::InternalError(
+            absl::StrCat("fsdp: backward: ", ErrorLine(e.what_without_backtrace())));
+      }
+    };
+    KILN_RETURN_IF_ERROR(group_ ? group_->Guard("backward with fsdp's gradient reduce-scatter",
+                                                [&] { scaled.backward(); })
+                                : run());
+    return sharded_->FinishBackward();
+  }
   if (!data_parallel_) {
     scaled.backward();
     return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/trainer/grad_scaler.h"
@@ -19,6 +20,7 @@ namespace kiln {
 
 namespace distributed {
 class DataParallel;
+class FullyShardedDataParallel;
 class ProcessGroup;
 }  // namespace distributed
 
@@ -70,8 +72,26 @@ class Strategy {
   // reduction is set up anew over those that now require a gradient, so every rank averages
   // theirs too. Nothing to do alone, or before SetupDataParallel (it takes them then).
   absl::Status TrainedParametersChanged(torch::nn::Module& module);
-  // Before each forward pass of training: buffers (BatchNorm statistics) from rank 0.
+  // Before each forward pass of training: buffers (BatchNorm statistics) from rank 0; with fsdp,
+  // the root's parameters whole.
   absl::Status BeforeTrainingForward();
+  // fsdp: before each forward of evaluation or prediction (the root's parameters whole), and after
+  // the last (every parameter back to its piece). Nothing to do otherwise.
+  absl::Status BeforeEvaluationForward();
+  absl::Status AfterEvaluation();
+  // trainer.strategy=fsdp is sharding the model: its parameters hold this rank's pieces between
+  // steps (lib/distributed/fully_sharded.h).
+  bool sharded() const { return sharded_ != nullptr; }
+  // Gradient clipping by norm over all the pieces of all ranks (fsdp).
+  absl::Status ClipShardedGradNorm(double max_norm);
+  // fsdp: the optimizer's state, restored whole from a checkpoint before the model was sharded,
+  // cut to this rank's pieces (after SetupDataParallel). Optimizers whose state kiln does not know
+  // are refused in one line when they hold state.
+  absl::Status ShardOptimizerState(torch::optim::Optimizer& optimizer);
+  // fsdp: what a sharded checkpoint's meta.json says of the model and run (the run's id is rank
+  // 0's, the same on every rank).
+  std::map<std::string, std::vector<int64_t>> sharded_shapes() const;
+  const std::string& sharded_run() const { return sharded_run_; }
   // The backward pass of `loss`; with several ranks the step's last backward (`sync`) averages
   // the gradients summed over micro-batches over the ranks.
   absl::Status Backward(const torch::Tensor& loss, bool sync);
@@ -105,6 +125,10 @@ class Strategy {
   bool precision_logged_ = false;
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;
+  std::shared_ptr<distributed::FullyShardedDataParallel> sharded_;
+  std::string sharded_run_;
+  // Shards the module (trainer.strategy=fsdp): the units from the auto-wrap policy.
+  absl::Status SetupSharding(torch::nn::Module& module);
 };
 
 // Autocast on the strategy's device (CPU or CUDA) for its lifetime when the strategy chose mixed

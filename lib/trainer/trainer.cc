@@ -1,5 +1,6 @@
 #include "lib/trainer/trainer.h"
 
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "lib/trainer/internal/fit_loop.h"
 #include "lib/trainer/internal/predict_loop.h"
 #include "lib/trainer/process_settings.h"
+#include "lib/weights/sharded_checkpoint.h"
 
 namespace kiln {
 
@@ -83,7 +85,74 @@ void Trainer::RequestStop(const std::string& reason) {
   parts_->state.stop.reason = reason;
 }
 
+absl::Status Trainer::SaveShardedCheckpoint(const std::string& path) {
+  // Every rank writes its piece into PATH.partial; rank 0 then describes them and puts the folder
+  // in place of the previous one (which stays whole until then).
+  const std::string staging = path + ".partial", previous = path + ".previous";
+  absl::Status made = absl::OkStatus();
+  if (is_global_zero()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(staging, ignored);
+    made = MakeDirs(staging);
+  }
+  KILN_ASSIGN_OR_RETURN(bool failed, strategy_.AnyRank(!made.ok()));
+  if (failed)
+    return CheckpointWriteFailed(
+        path, made.ok() ? absl::InternalError("rank 0 could not make " + staging) : made);
+  FitParts parts = Context().Parts();
+  ShardedCheckpointMeta meta;
+  meta.world_size = world_size();
+  meta.run = strategy_.sharded_run();
+  meta.step = parts_->state.progress.global_step;
+  meta.shapes = strategy_.sharded_shapes();
+  // The optimizer's parameters by name, in its groups' order: how the pieces of its state are
+  // matched up across ranks.
+  std::map<const void*, std::string> names;
+  for (const auto& p : parts_->state.inputs.task->module().named_parameters())
+    names[p.value().unsafeGetTensorImpl()] = p.key();
+  std::vector<std::string> optimizer_params;
+  if (parts.optimizer != nullptr) {
+    for (const auto& group : parts.optimizer->param_groups()) {
+      for (const auto& p : group.params())
+        optimizer_params.push_back(names[p.unsafeGetTensorImpl()]);
+    }
+  }
+  absl::Status saved = SaveFitCheckpoint(
+      absl::StrCat(staging, "/", ShardFileName(global_rank(), world_size())), parts,
+      parts_->state.progress.Position(parts_->state.inputs.seed, world_size()),
+      [&](torch::serialize::OutputArchive& archive) {
+        WriteShardKeys(archive, meta, global_rank(), optimizer_params);
+      });
+  KILN_ASSIGN_OR_RETURN(failed, strategy_.AnyRank(!saved.ok()));
+  absl::Status placed = absl::OkStatus();
+  if (!failed && is_global_zero()) {
+    placed = WriteShardedCheckpointMeta(staging, meta);
+    std::error_code error;
+    if (placed.ok()) {
+      std::filesystem::remove_all(previous, error);
+      if (std::filesystem::exists(path)) std::filesystem::rename(path, previous, error);
+      if (!error) std::filesystem::rename(staging, path, error);
+      if (error) {
+        placed = absl::InternalError(
+            absl::StrCat("cannot put ", staging, " in place: ", error.message()));
+      } else {
+        std::filesystem::remove_all(previous, error);
+      }
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(bool misplaced, strategy_.AnyRank(!placed.ok()));
+  if (failed || misplaced) {
+    absl::Status why = !saved.ok() ? saved
+                       : !placed.ok()
+                           ? placed
+                           : absl::InternalError("another rank could not write its piece");
+    return CheckpointWriteFailed(path, why);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
+  if (strategy_.sharded()) return SaveShardedCheckpoint(path);
   if (!is_global_zero())
     return absl::OkStatus();  // the ranks hold the same state; rank 0 writes it
   absl::Status saved =

@@ -92,6 +92,8 @@ class Trainer {
   // Writes the full training state. A failed write leaves what `path` held whole (a temporary
   // file is renamed into place) and is handed to CheckpointWriteFailed.
   absl::Status SaveCheckpoint(const std::string& path);
+  // trainer.strategy=fsdp: every rank writes its piece (lib/weights/sharded_checkpoint.h).
+  absl::Status SaveShardedCheckpoint(const std::string& path);
   // A checkpoint file (or the bookkeeping beside it) at `path` could not be written:
   // trainer.on_save_error=stop returns the error, one line that ends the fit;
   // continue logs it as one warning and returns OK, and the fit goes on without checkpoints

@@ -184,6 +184,24 @@ OptionBinding<TrainerOptions> MakeBinding() {
              "(zero) gradients do not hold up the reduction (DDP's find_unused_parameters)")
       .Field("ddp_timeout", &TrainerOptions::ddp_timeout,
              "data parallel: seconds to wait for other workers before giving up", GreaterThan(0))
+      .Enum("strategy", &TrainerOptions::strategy,
+            {{"auto", TrainerOptions::StrategyKind::kAuto},
+             {"ddp", TrainerOptions::StrategyKind::kDdp},
+             {"fsdp", TrainerOptions::StrategyKind::kFsdp}},
+            "auto or ddp (data parallel: each worker holds the whole model), or fsdp (the "
+            "parameters, gradients and optimizer state sharded across the workers)")
+      .Enum("fsdp_sharding_strategy", &TrainerOptions::fsdp_sharding_strategy,
+            {{"FULL_SHARD", TrainerOptions::Sharding::kFullShard},
+             {"SHARD_GRAD_OP", TrainerOptions::Sharding::kShardGradOp},
+             {"NO_SHARD", TrainerOptions::Sharding::kNoShard},
+             {"HYBRID_SHARD", TrainerOptions::Sharding::kHybridShard}},
+            "fsdp: FULL_SHARD (parameters, gradients, optimizer state), SHARD_GRAD_OP "
+            "(gradients and optimizer state), NO_SHARD (as ddp) or HYBRID_SHARD (full within a "
+            "node, replicated across nodes)")
+      .Field("fsdp_auto_wrap_policy", &TrainerOptions::fsdp_auto_wrap_policy,
+             "fsdp: the units gathered one at a time: blocks (each transformer block) or none "
+             "(the whole model as one unit)",
+             OneOf({"blocks", "none"}))
       .Field("process_group_backend", &TrainerOptions::process_group_backend,
              "data parallel: gloo (CPU), nccl (CUDA) or auto", OneOf({"auto", "gloo", "nccl"}))
       .Field("deterministic", &TrainerOptions::deterministic, "use deterministic algorithms only")

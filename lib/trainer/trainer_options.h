@@ -83,6 +83,16 @@ struct TrainerOptions {
   // are marked ready (their gradient reduced as zero) instead of being waited for.
   bool ddp_find_unused_parameters = false;
   double ddp_timeout = 1800;  // seconds a rendezvous or collective may wait for a peer
+  // Lightning's strategy: auto and ddp are data parallel (every worker holds the whole model),
+  // fsdp shards it (lib/distributed/fully_sharded.h).
+  enum class StrategyKind { kAuto, kDdp, kFsdp };
+  StrategyKind strategy = StrategyKind::kAuto;
+  // FSDP's sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (data parallel), HYBRID_SHARD
+  // (full sharding within a node; one node here, so FULL_SHARD).
+  enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+  Sharding fsdp_sharding_strategy = Sharding::kFullShard;
+  // Units: each transformer block (blocks), or the whole model as one (none).
+  std::string fsdp_auto_wrap_policy = "blocks";
   std::string process_group_backend =
       "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 

@@ -14,6 +14,7 @@
 #include "lib/base/error_text.h"
 #include "lib/base/files.h"
 #include "lib/base/torch_compat.h"
+#include "lib/weights/sharded_checkpoint.h"
 
 namespace kiln {
 namespace {
@@ -174,6 +175,12 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint"));
+  // trainer.strategy=fsdp writes a folder of pieces: read as the whole checkpoint they make.
+  if (S_ISDIR(st.st_mode)) {
+    if (IsShardedCheckpoint(path)) return ReadShardedCheckpoint(path, archive, device);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a folder without meta.json, not a checkpoint (nor a sharded one)"));
+  }
   // LibTorch's loader throws c10::Error, and torch::jit::ErrorReport (a std::exception, not a
   // c10::Error) for a type it cannot parse in a corrupt archive.
   const auto corrupt = [&] {

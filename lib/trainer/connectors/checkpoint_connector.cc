@@ -71,10 +71,12 @@ absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchi
 }  // namespace
 
 absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
-                               const LoopPosition& position) {
+                               const LoopPosition& position,
+                               const std::function<void(torch::serialize::OutputArchive&)>& extra) {
   LoopPosition loop = position;
   return WriteCheckpoint(path, [&](torch::serialize::OutputArchive& archive) {
     WriteCheckpointMeta(archive, parts.model_name, parts.config_yaml);
+    if (extra) extra(archive);
     std::map<std::string, torch::Tensor> replaced;
     for (const auto& c : *parts.callbacks) {
       replaced = c->CheckpointModelState();

@@ -40,8 +40,10 @@ struct FitParts {
   std::string config_yaml;  // the resolved job config, kept for the record
 };
 
-absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
-                               const LoopPosition& loop);
+// `extra` adds keys of its own (a sharded checkpoint's piece says whose it is).
+absl::Status SaveFitCheckpoint(
+    const std::string& path, const FitParts& parts, const LoopPosition& loop,
+    const std::function<void(torch::serialize::OutputArchive&)>& extra = nullptr);
 
 // Restores `parts` from `path` and returns the saved position. `place_module` runs after the
 // weights load and before the optimizer's state does (it finds the parameters on their device);

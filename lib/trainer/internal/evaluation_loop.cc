@@ -37,10 +37,12 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
         ++done;
         batch.input = strategy.InputToDevice(batch.input);
         batch.target = strategy.ToDevice(batch.target);
+        KILN_RETURN_IF_ERROR(ctx_.strategy.BeforeEvaluationForward());
         AutocastScope autocast(strategy);
         KILN_RETURN_IF_ERROR(task.EvaluationStep(batch, stage_, log));
         return true;
       }));
+  KILN_RETURN_IF_ERROR(ctx_.strategy.AfterEvaluation());
   auto metrics = log.EpochMeans();
   KILN_RETURN_IF_ERROR(ctx_.strategy.AverageOverRanks(metrics));
   // The task's metric objects: their state summed over ranks, then computed.

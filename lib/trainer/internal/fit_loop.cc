@@ -105,6 +105,9 @@ absl::StatusOr<bool> FitLoop::Start(const FitInputs& inputs) {
         [&](MetricsLogger& logger) { return logger.OnResume(ctx_.state.progress.global_step); });
   }
   KILN_RETURN_IF_ERROR(ctx_.strategy.SetupDataParallel(inputs.task->module()));
+  // fsdp: a resumed optimizer's state came whole, as the model's weights did; now they are pieces.
+  if (ctx_.state.optimizer)
+    KILN_RETURN_IF_ERROR(ctx_.strategy.ShardOptimizerState(*ctx_.state.optimizer));
   return resumed;
 }
 

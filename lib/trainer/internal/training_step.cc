@@ -176,7 +176,11 @@ absl::Status AutomaticOptimization::OptimizerStep() {
       scaler != nullptr && scaler->UnscaleAndCheck(ctx_.state.inputs.task->module().parameters());
   KILN_RETURN_IF_ERROR(
       ctx_.callbacks.ForEach([&](Callback& c) { return c.OnBeforeOptimizerStep(t); }));
-  if (options.gradient_clip_val.has_value() && !skip) {
+  const bool norm_clip = options.gradient_clip_algorithm == TrainerOptions::ClipAlgorithm::kNorm;
+  if (options.gradient_clip_val.has_value() && !skip && norm_clip && ctx_.strategy.sharded()) {
+    // fsdp: the norm of the whole gradient, over every rank's pieces.
+    KILN_RETURN_IF_ERROR(ctx_.strategy.ClipShardedGradNorm(*options.gradient_clip_val));
+  } else if (options.gradient_clip_val.has_value() && !skip) {
     // On the device, as the graphs clip: torch's C++ clip_grad_norm_ would read the norm on the
     // host.
     ClipGradientsOnDevice(ctx_.state.inputs.task->module().parameters(), *options.gradient_clip_val,

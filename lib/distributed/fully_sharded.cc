@@ -1,0 +1,425 @@
+#include "lib/distributed/fully_sharded.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <cmath>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/error_text.h"
+#include "lib/base/status_macros.h"
+
+namespace kiln::distributed {
+
+struct FullyShardedDataParallel::UnitParam {
+  torch::Tensor param;  // the module's tensor: its data is `shard`, or a view of `full`
+  std::string name;
+  std::vector<int64_t> shape;  // whole
+  int64_t rows = 1, row_numel = 1, rows_per_rank = 1;
+  int64_t offset = 0;   // in the unit's flat piece, elements
+  torch::Tensor shard;  // [rows_per_rank, ...]: this rank's rows, zero-padded
+  torch::Tensor stash;  // the piece's gradient from earlier micro-steps
+  int64_t shard_numel() const { return rows_per_rank * row_numel; }
+};
+
+struct FullyShardedDataParallel::Unit {
+  using Param = UnitParam;
+  const torch::nn::Module* module = nullptr;  // null: the root
+  std::string name;
+  std::vector<Param> params;
+  int64_t shard_numel = 0;
+  // [world * shard_numel], each parameter contiguous in it; its storage is freed while sharded.
+  torch::Tensor full;
+  bool gathered = false;
+  int pending = 0;  // gradients still to come in this backward
+  bool backward_expected = false;
+  // An all-gather on the way (a prefetch): its buffers live until it is waited for.
+  c10::intrusive_ptr<c10d::Work> work;
+  torch::Tensor send, recv;
+  size_t index = 0;
+};
+
+namespace {
+
+// The storage under `t` takes `nbytes` (0 frees it). Tensors saved for the backward keep pointing
+// at this storage, so a unit's buffer can be freed after its forward and refilled before its
+// backward.
+void ResizeStorage(const torch::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == nbytes) return;
+  if (nbytes == 0) {
+    storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  } else {
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  }
+  storage->set_nbytes(nbytes);
+}
+
+// After the last gradient of a unit's parameter is accumulated.
+class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit GradReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  void operator()(const torch::autograd::Variable&) override { ready_(); }
+
+ private:
+  std::function<void()> ready_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParallel::Create(
+    std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
+    const std::vector<std::shared_ptr<torch::nn::Module>>& units,
+    const FullyShardedOptions& options) {
+  std::unique_ptr<FullyShardedDataParallel> fsdp(new FullyShardedDataParallel());
+  fsdp->group_ = group;
+  fsdp->options_ = options;
+  fsdp->rank_ = group ? group->rank() : 0;
+  fsdp->world_ = group ? group->world_size() : 1;
+  if (group) {
+    // Rank 0's values everywhere first, as data parallel starts (the models must match).
+    std::vector<torch::Tensor> states;
+    for (const auto& p : module.parameters()) states.push_back(p.detach());
+    KILN_RETURN_IF_ERROR(fsdp->Guard("comparing the model across workers", [&] {
+      c10d::verify_params_across_processes(group->group(), states, std::nullopt);
+    }));
+    for (const auto& b : module.buffers()) states.push_back(b.detach());
+    KILN_RETURN_IF_ERROR(group->Broadcast(states));
+  }
+
+  // Which unit each parameter belongs to: the units' own, the rest the root's.
+  std::unordered_map<const c10::TensorImpl*, size_t> owner;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const auto& p : units[u]->parameters()) {
+      auto [it, fresh] = owner.emplace(p.unsafeGetTensorImpl(), u);
+      if (!fresh && it->second != u) {
+        return absl::InvalidArgumentError(
+            "trainer.strategy=fsdp: a parameter is shared by two sharding units (tied weights "
+            "across blocks); such a model cannot be sharded per block");
+      }
+    }
+  }
+  for (size_t u = 0; u <= units.size(); ++u) {
+    auto unit = std::make_unique<Unit>();
+    unit->module = u < units.size() ? units[u].get() : nullptr;
+    unit->index = u;
+    fsdp->units_.push_back(std::move(unit));
+  }
+  for (const auto& item : module.named_parameters()) {
+    auto it = owner.find(item.value().unsafeGetTensorImpl());
+    Unit& unit = *fsdp->units_[it == owner.end() ? units.size() : it->second];
+    Unit::Param p;
+    p.param = item.value();
+    p.name = item.key();
+    p.shape = p.param.sizes().vec();
+    p.rows = p.param.dim() == 0 ? 1 : p.param.size(0);
+    p.row_numel = p.rows == 0 ? 0 : p.param.numel() / p.rows;
+    p.rows_per_rank = (p.rows + fsdp->world_ - 1) / fsdp->world_;
+    p.offset = unit.shard_numel;
+    unit.shard_numel += p.shard_numel();
+    if (unit.name.empty()) unit.name = item.key().substr(0, item.key().rfind('.'));
+    if (!unit.params.empty() && unit.params[0].param.scalar_type() != p.param.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer.strategy=fsdp: ", p.name, " is ", c10::toString(p.param.scalar_type()), " and ",
+          unit.params[0].name, " ", c10::toString(unit.params[0].param.scalar_type()),
+          "; the parameters of one sharding unit must share a dtype"));
+    }
+    unit.params.push_back(std::move(p));
+  }
+  torch::NoGradGuard no_grad;
+  FullyShardedDataParallel* self = fsdp.get();
+  for (auto& unit_ptr : fsdp->units_) {
+    Unit& unit = *unit_ptr;
+    if (unit.params.empty()) continue;
+    unit.full = torch::empty({fsdp->world_ * unit.shard_numel},
+                             unit.params[0].param.options().requires_grad(false));
+    ResizeStorage(unit.full, 0);
+    for (Unit::Param& p : unit.params) {
+      p.shard = fsdp->Piece(p, p.param.detach());
+      p.param.set_data(p.shard);
+      if (p.param.requires_grad()) {
+        Unit* u = &unit;
+        torch::autograd::impl::set_post_acc_grad_hooks(
+            p.param, std::make_unique<GradReadyHook>([self, u] { self->GradReady(*u); }));
+      }
+    }
+    if (unit.module != nullptr) SetUnitHooks(unit.module, self);
+  }
+  return fsdp;
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  for (auto& unit : units_) {
+    if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
+    for (auto& p : unit->params) {
+      if (p.param.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(p.param, nullptr);
+    }
+  }
+}
+
+absl::Status FullyShardedDataParallel::Guard(const std::string& what,
+                                             const std::function<void()>& fn) {
+  if (group_) return group_->Guard(absl::StrCat("fsdp: ", what), fn);
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("fsdp: ", what, ": ", ErrorLine(e.what_without_backtrace())));
+  }
+}
+
+FullyShardedDataParallel::Unit* FullyShardedDataParallel::Find(const torch::nn::Module& module) {
+  for (auto& unit : units_) {
+    if (unit->module == &module) return unit.get();
+  }
+  return nullptr;
+}
+
+torch::Tensor FullyShardedDataParallel::Piece(const UnitParam& p,
+                                              const torch::Tensor& whole) const {
+  std::vector<int64_t> shape = p.shape;
+  if (shape.empty()) shape.push_back(1);
+  shape[0] = p.rows_per_rank;
+  torch::Tensor flat = whole.reshape({-1});
+  torch::Tensor piece = torch::zeros(shape, whole.options().requires_grad(false));
+  const int64_t begin = std::min(p.rows, rank_ * p.rows_per_rank) * p.row_numel;
+  const int64_t end = std::min(p.rows, (rank_ + 1) * p.rows_per_rank) * p.row_numel;
+  if (end > begin)
+    piece.view({-1}).narrow(0, 0, end - begin).copy_(flat.narrow(0, begin, end - begin));
+  return piece;
+}
+
+void FullyShardedDataParallel::StartGather(Unit& unit) {
+  if (unit.gathered || unit.work || unit.params.empty()) return;
+  torch::NoGradGuard no_grad;
+  unit.send = torch::empty({unit.shard_numel}, unit.full.options());
+  for (const Unit::Param& p : unit.params) {
+    unit.send.narrow(0, p.offset, p.shard_numel()).copy_(p.shard.reshape({-1}));
+  }
+  if (world_ == 1) {
+    unit.recv = unit.send;
+    return;
+  }
+  unit.recv = torch::empty({world_ * unit.shard_numel}, unit.full.options());
+  unit.work = group_->group()->_allgather_base(unit.recv, unit.send);
+}
+
+void FullyShardedDataParallel::Gather(Unit& unit) {
+  if (unit.gathered || unit.params.empty()) return;
+  StartGather(unit);
+  if (unit.work) {
+    unit.work->wait();
+    unit.work.reset();
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t elem = static_cast<int64_t>(unit.full.element_size());
+  ResizeStorage(unit.full, static_cast<size_t>(world_ * unit.shard_numel * elem));
+  torch::Tensor pieces = unit.recv.view({world_, unit.shard_numel});
+  for (Unit::Param& p : unit.params) {
+    const int64_t k = p.shard_numel();
+    torch::Tensor region = unit.full.narrow(0, world_ * p.offset, world_ * k);
+    // Writing through `full` leaves alone the version counters of the tensors the forward saved
+    // (the parameters and their views): the values are the same ones again.
+    region.view({world_, k}).view({world_, k}).copy_(pieces.narrow(1, p.offset, k));
+    p.param.set_data(region.narrow(0, 0, p.rows * p.row_numel).view(p.shape));
+  }
+  unit.send = torch::Tensor();
+  unit.recv = torch::Tensor();
+  unit.gathered = true;
+}
+
+void FullyShardedDataParallel::ReshardUnit(Unit& unit) {
+  if (!unit.gathered) return;
+  for (Unit::Param& p : unit.params) p.param.set_data(p.shard);
+  ResizeStorage(unit.full, 0);
+  unit.gathered = false;
+}
+
+void FullyShardedDataParallel::BeforeForward(const torch::nn::Module& module) {
+  Unit* unit = Find(module);
+  if (unit == nullptr) return;
+  Gather(*unit);
+  // The next unit's all-gather runs while this one computes.
+  if (unit->index + 1 < units_.size() - 1) StartGather(*units_[unit->index + 1]);
+}
+
+void FullyShardedDataParallel::AfterForward(const torch::nn::Module& module,
+                                            const torch::Tensor& output) {
+  Unit* unit = Find(module);
+  if (unit == nullptr) return;
+  if (!training_forward_ || !torch::GradMode::is_enabled() || !output.requires_grad()) {
+    ReshardUnit(*unit);
+    return;
+  }
+  unit->backward_expected = true;
+  unit->pending = 0;
+  for (const Unit::Param& p : unit->params) unit->pending += p.param.requires_grad() ? 1 : 0;
+  if (options_.reshard_after_forward) ReshardUnit(*unit);
+  output.register_hook([this, unit](const torch::Tensor&) { PreBackward(*unit); });
+}
+
+void FullyShardedDataParallel::PreBackward(Unit& unit) {
+  Gather(unit);
+  // The unit before this one is the backward's next: its gather goes out now.
+  if (unit.index > 0 && unit.module != nullptr) StartGather(*units_[unit.index - 1]);
+  for (Unit::Param& p : unit.params) {
+    if (p.param.grad().defined()) {
+      p.stash = p.param.grad();
+      p.param.mutable_grad() = torch::Tensor();
+    }
+  }
+}
+
+void FullyShardedDataParallel::GradReady(Unit& unit) {
+  if (unit.pending > 0 && --unit.pending == 0) ReduceScatter(unit);
+}
+
+void FullyShardedDataParallel::ReduceScatter(Unit& unit) {
+  torch::NoGradGuard no_grad;
+  unit.pending = 0;
+  unit.backward_expected = false;
+  torch::TensorOptions options = unit.full.options();
+  torch::Tensor in = torch::empty({world_ * unit.shard_numel}, options);
+  torch::Tensor pieces = in.view({world_, unit.shard_numel});
+  for (Unit::Param& p : unit.params) {
+    const int64_t k = p.shard_numel();
+    torch::Tensor grad = p.param.grad();
+    torch::Tensor padded = torch::zeros({world_ * k}, options);
+    if (grad.defined()) padded.narrow(0, 0, p.rows * p.row_numel).copy_(grad.reshape({-1}));
+    pieces.narrow(1, p.offset, k).copy_(padded.view({world_, k}));
+  }
+  torch::Tensor out = in;
+  if (world_ > 1) {
+    out = torch::empty({unit.shard_numel}, options);
+    group_->group()->_reduce_scatter_base(out, in)->wait();
+    out.div_(world_);
+  }
+  ReshardUnit(unit);
+  for (Unit::Param& p : unit.params) {
+    if (!p.param.requires_grad()) continue;
+    torch::Tensor piece = out.narrow(0, p.offset, p.shard_numel()).view(p.shard.sizes());
+    if (p.stash.defined()) {
+      p.param.mutable_grad() = p.stash.add_(piece);
+      p.stash = torch::Tensor();
+    } else {
+      p.param.mutable_grad() = piece.clone();  // its own tensor: optimizers detach_() gradients
+    }
+  }
+}
+
+absl::Status FullyShardedDataParallel::BeforeForward(bool training) {
+  training_forward_ = training && torch::GradMode::is_enabled();
+  Unit& root = *units_.back();
+  return Guard("gathering the root's parameters", [&] {
+    Gather(root);
+    if (units_.size() > 1) StartGather(*units_[0]);
+    if (!training_forward_) return;
+    root.backward_expected = true;
+    root.pending = 0;
+    for (Unit::Param& p : root.params) {
+      root.pending += p.param.requires_grad() ? 1 : 0;
+      if (p.param.grad().defined()) {
+        p.stash = p.param.grad();
+        p.param.mutable_grad() = torch::Tensor();
+      }
+    }
+  });
+}
+
+absl::Status FullyShardedDataParallel::FinishBackward() {
+  return Guard("reducing the gradients", [&] {
+    // Every rank runs the same graph, so the same units are left, in the same order.
+    for (auto& unit : units_) {
+      if (unit->backward_expected) ReduceScatter(*unit);
+    }
+    training_forward_ = false;
+    DropPrefetches();
+  });
+}
+
+void FullyShardedDataParallel::DropPrefetches() {
+  // A prefetch no forward or backward used (it would hold the values from before the step).
+  for (auto& unit : units_) {
+    if (unit->work) {
+      unit->work->wait();
+      unit->work.reset();
+    }
+    unit->send = unit->recv = torch::Tensor();
+    ReshardUnit(*unit);
+  }
+}
+
+absl::Status FullyShardedDataParallel::Reshard() {
+  return Guard("finishing the gathers", [&] { DropPrefetches(); });
+}
+
+absl::Status FullyShardedDataParallel::GatherAll() {
+  return Guard("gathering the whole model", [&] {
+    for (auto& unit : units_) Gather(*unit);
+  });
+}
+
+absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (auto& unit : units_) {
+    for (auto& p : unit->params) {
+      if (p.param.grad().defined()) grads.push_back(p.param.grad());
+    }
+  }
+  if (grads.empty()) return 0.0;
+  // The padding's gradients are zero, so the pieces' squares sum to the whole model's.
+  torch::Tensor squares = torch::zeros({1}, grads[0].options().dtype(torch::kFloat32));
+  for (const auto& g : grads) squares += g.to(torch::kFloat32).pow(2).sum();
+  torch::Tensor on_wire = squares.to(torch::kCPU);
+  if (group_ && group_->backend() == "nccl") on_wire = squares;
+  if (group_) KILN_RETURN_IF_ERROR(group_->AllReduce(on_wire));
+  double norm = std::sqrt(on_wire.item<double>());
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return norm;
+}
+
+std::map<std::string, std::vector<int64_t>> FullyShardedDataParallel::whole_shapes() const {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& unit : units_) {
+    for (const auto& p : unit->params) shapes[p.name] = p.shape;
+  }
+  return shapes;
+}
+
+void FullyShardedDataParallel::ShardState(
+    const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of) {
+  torch::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    for (auto& p : unit->params) {
+      for (torch::Tensor* t : state_of(p.param)) {
+        if (t == nullptr || !t->defined() || t->sizes().vec() != p.shape) continue;
+        *t = Piece(p, *t);
+      }
+    }
+  }
+}
+
+ShardedMemory FullyShardedDataParallel::memory() const {
+  ShardedMemory m;
+  for (const auto& unit : units_) {
+    if (unit->params.empty()) continue;
+    const int64_t elem = static_cast<int64_t>(unit->full.element_size());
+    int64_t whole = 0;
+    for (const auto& p : unit->params) whole += p.rows * p.row_numel * elem;
+    m.full_parameter_bytes += whole;
+    m.shard_parameter_bytes += unit->shard_numel * elem;
+    m.largest_unit_bytes = std::max(m.largest_unit_bytes, unit->shard_numel * world_ * elem);
+    if (unit->module != nullptr) ++m.units;
+  }
+  return m;
+}
+
+}  // namespace kiln::distributed

@@ -1,0 +1,112 @@
+// Fully sharded data parallelism (ZeRO stages 2 and 3; PyTorch's FSDP2 `fully_shard`) on a
+// ProcessGroup. Each parameter is split into world-size equal pieces along its first dimension
+// (zero-padded), and between steps every rank holds only its piece: the module's own parameter
+// tensors then hold that piece, so the optimizer steps, and keeps its state for, 1/N of the model,
+// and anything that walks module.parameters() between steps sees the shards.
+//
+// The model is cut into units (a transformer's blocks, see sharding_units.h) plus the root (every
+// parameter in no unit). Before a unit's forward, its pieces are all-gathered into one buffer and
+// the parameters point into it; FULL_SHARD frees the buffer after the forward and gathers it again
+// when the backward reaches the unit, SHARD_GRAD_OP keeps it until the unit's backward is done.
+// The unit's gradients are reduce-scattered (averaged) as soon as the last of them is accumulated,
+// so each rank keeps only its piece's gradient; the root is gathered before the model's forward
+// and reduced at the end of the backward. While a unit computes, the next one's all-gather is
+// already on the wire (Gloo's threads, or NCCL's stream).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/distributed/process_group.h"
+#include "lib/distributed/sharding_units.h"
+
+namespace kiln::distributed {
+
+struct FullyShardedOptions {
+  // FULL_SHARD: parameters, gradients and optimizer state sharded; SHARD_GRAD_OP: gradients and
+  // optimizer state (parameters gathered from a unit's forward to the end of its backward).
+  bool reshard_after_forward = true;
+};
+
+// What one rank holds between steps, in bytes.
+struct ShardedMemory {
+  int64_t full_parameter_bytes = 0;   // the whole model's parameters
+  int64_t shard_parameter_bytes = 0;  // this rank's pieces (padding included)
+  int64_t largest_unit_bytes = 0;     // the largest gathered unit (root included)
+  int64_t units = 0;                  // units, root not counted
+};
+
+class FullyShardedDataParallel : public UnitHooks {
+ public:
+  // Shards `module` over `group` (null: one process, world size 1): rank 0's parameters and buffers
+  // first go to every rank, then each parameter keeps this rank's piece. `units` are submodules of
+  // `module` that run through RunUnit.
+  static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
+      std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
+      const std::vector<std::shared_ptr<torch::nn::Module>>& units,
+      const FullyShardedOptions& options);
+  ~FullyShardedDataParallel() override;
+
+  // Before a forward (training, evaluation or prediction): the root's parameters whole. In
+  // training, the gradients accumulated so far (micro-steps) are put aside until the backward's
+  // own are reduced and added to them.
+  absl::Status BeforeForward(bool training);
+  // After the backward: units whose gradients did not all arrive (parameters the loss did not
+  // use) reduce now, as does the root; every parameter is back to its piece.
+  absl::Status FinishBackward();
+  // After evaluation or prediction: every parameter back to its piece.
+  absl::Status Reshard();
+  // Gradient clipping by the norm of all gradients over all ranks (each holding pieces);
+  // returns that norm.
+  absl::StatusOr<double> ClipGradNorm(double max_norm);
+  // Every parameter whole on every rank until Reshard (a consolidated checkpoint, export): a
+  // collective, every rank calls it.
+  absl::Status GatherAll();
+
+  ShardedMemory memory() const;
+  // Each parameter's whole shape, by name (a sharded checkpoint's description).
+  std::map<std::string, std::vector<int64_t>> whole_shapes() const;
+  // Optimizer state made for the whole parameters (restored from a checkpoint before sharding) cut
+  // to this rank's pieces: `state_of(param)` lists the state tensors of a parameter (empty when it
+  // has none yet); each one with the parameter's whole shape is replaced by its piece.
+  void ShardState(const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of);
+  int world_size() const { return world_; }
+
+  void BeforeForward(const torch::nn::Module& unit) override;
+  void AfterForward(const torch::nn::Module& unit, const torch::Tensor& output) override;
+
+  struct Unit;
+  struct UnitParam;
+
+ private:
+  FullyShardedDataParallel() = default;
+  // Starts the unit's all-gather (a prefetch) unless it is gathered or on the way.
+  void StartGather(Unit& unit);
+  // The unit's parameters whole: waits for its all-gather (starting it if need be).
+  void Gather(Unit& unit);
+  void ReduceScatter(Unit& unit);
+  void ReshardUnit(Unit& unit);
+  // This rank's rows of `whole` (a parameter's whole value), zero-padded to the piece's shape.
+  torch::Tensor Piece(const UnitParam& p, const torch::Tensor& whole) const;
+  void PreBackward(Unit& unit);
+  // Waits for the all-gathers still on the way and leaves every unit sharded.
+  void DropPrefetches();
+  void GradReady(Unit& unit);
+  Unit* Find(const torch::nn::Module& module);
+  // Runs a collective and turns a peer's failure into an exception that Guard-ed callers report.
+  absl::Status Guard(const std::string& what, const std::function<void()>& fn);
+
+  std::shared_ptr<ProcessGroup> group_;
+  FullyShardedOptions options_;
+  int rank_ = 0, world_ = 1;
+  std::vector<std::unique_ptr<Unit>> units_;  // units in forward order, then the root
+  bool training_forward_ = false;
+};
+
+}  // namespace kiln::distributed
