@@ -134,8 +134,12 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
   for (auto& unit_ptr : fsdp->units_) {
     Unit& unit = *unit_ptr;
     if (unit.params.empty()) continue;
-    unit.full = torch::empty({fsdp->world_ * unit.shard_numel},
-                             unit.params[0].param.options().requires_grad(false));
+    torch::TensorOptions whole = unit.params[0].param.options().requires_grad(false);
+    // Mixed precision: floating parameters gathered (and computed with) in the gather dtype; their
+    // pieces, the gradients' reduction and the optimizer stay in the parameters' own.
+    if (options.gather_dtype.has_value() && whole.dtype().isScalarType(torch::kFloat32))
+      whole = whole.dtype(*options.gather_dtype);
+    unit.full = torch::empty({fsdp->world_ * unit.shard_numel}, whole);
     ResizeStorage(unit.full, 0);
     for (Unit::Param& p : unit.params) {
       p.shard = fsdp->Piece(p, p.param.detach());
@@ -282,26 +286,49 @@ void FullyShardedDataParallel::ReduceScatter(Unit& unit) {
   torch::NoGradGuard no_grad;
   unit.pending = 0;
   unit.backward_expected = false;
-  torch::TensorOptions options = unit.full.options();
+  torch::TensorOptions options = unit.params[0].shard.options();
   torch::Tensor in = torch::empty({world_ * unit.shard_numel}, options);
   torch::Tensor pieces = in.view({world_, unit.shard_numel});
   for (Unit::Param& p : unit.params) {
     const int64_t k = p.shard_numel();
     torch::Tensor grad = p.param.grad();
-    torch::Tensor padded = torch::zeros({world_ * k}, options);
-    if (grad.defined()) padded.narrow(0, 0, p.rows * p.row_numel).copy_(grad.reshape({-1}));
-    pieces.narrow(1, p.offset, k).copy_(padded.view({world_, k}));
-  }
-  torch::Tensor out = in;
-  if (world_ > 1) {
-    out = torch::empty({unit.shard_numel}, options);
-    group_->group()->_reduce_scatter_base(out, in)->wait();
-    out.div_(world_);
+    torch::Tensor slot = pieces.narrow(1, p.offset, k);
+    if (!grad.defined()) {
+      slot.zero_();
+    } else if (p.rows == p.rows_per_rank * world_) {
+      slot.copy_(grad.reshape({world_, k}));
+    } else {
+      torch::Tensor padded = torch::zeros({world_ * k}, options);
+      padded.narrow(0, 0, p.rows * p.row_numel).copy_(grad.reshape({-1}));
+      slot.copy_(padded.view({world_, k}));
+    }
+    p.param.mutable_grad() = torch::Tensor();  // the whole gradient goes; its piece comes back
   }
   ReshardUnit(unit);
+  // One reduce-scatter in flight at a time: the previous unit's completes before this one's goes
+  // out, and this one's runs while the backward computes the next unit.
+  FinishReduce();
+  reducing_.unit = &unit;
+  reducing_.in = in;
+  if (world_ > 1) {
+    reducing_.out = torch::empty({unit.shard_numel}, options);
+    reducing_.work = group_->group()->_reduce_scatter_base(reducing_.out, reducing_.in);
+  } else {
+    reducing_.out = in;
+  }
+}
+
+void FullyShardedDataParallel::FinishReduce() {
+  if (reducing_.unit == nullptr) return;
+  torch::NoGradGuard no_grad;
+  Unit& unit = *reducing_.unit;
+  if (reducing_.work) {
+    reducing_.work->wait();
+    reducing_.out.div_(world_);
+  }
   for (Unit::Param& p : unit.params) {
     if (!p.param.requires_grad()) continue;
-    torch::Tensor piece = out.narrow(0, p.offset, p.shard_numel()).view(p.shard.sizes());
+    torch::Tensor piece = reducing_.out.narrow(0, p.offset, p.shard_numel()).view(p.shard.sizes());
     if (p.stash.defined()) {
       p.param.mutable_grad() = p.stash.add_(piece);
       p.stash = torch::Tensor();
@@ -309,6 +336,7 @@ void FullyShardedDataParallel::ReduceScatter(Unit& unit) {
       p.param.mutable_grad() = piece.clone();  // its own tensor: optimizers detach_() gradients
     }
   }
+  reducing_ = Reducing();
 }
 
 absl::Status FullyShardedDataParallel::BeforeForward(bool training) {
@@ -336,6 +364,7 @@ absl::Status FullyShardedDataParallel::FinishBackward() {
     for (auto& unit : units_) {
       if (unit->backward_expected) ReduceScatter(*unit);
     }
+    FinishReduce();
     training_forward_ = false;
     DropPrefetches();
   });
@@ -361,6 +390,26 @@ absl::Status FullyShardedDataParallel::GatherAll() {
   return Guard("gathering the whole model", [&] {
     for (auto& unit : units_) Gather(*unit);
   });
+}
+
+absl::Status FullyShardedDataParallel::Unshard() {
+  KILN_RETURN_IF_ERROR(Reshard());
+  KILN_RETURN_IF_ERROR(GatherAll());
+  torch::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
+    for (auto& p : unit->params) {
+      if (p.param.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(p.param, nullptr);
+      // Whole tensors of their own, in the parameters' dtype (a bf16 gather is not kept).
+      p.param.set_data(p.param.detach().to(p.shard.scalar_type()).clone());
+      p.param.mutable_grad() = torch::Tensor();
+      p.shard = p.stash = torch::Tensor();
+    }
+    unit->gathered = false;
+    unit->full = torch::Tensor();
+  }
+  units_.clear();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(double max_norm) {
@@ -411,12 +460,13 @@ ShardedMemory FullyShardedDataParallel::memory() const {
   ShardedMemory m;
   for (const auto& unit : units_) {
     if (unit->params.empty()) continue;
-    const int64_t elem = static_cast<int64_t>(unit->full.element_size());
+    const int64_t elem = static_cast<int64_t>(unit->params[0].shard.element_size());
+    const int64_t gathered = static_cast<int64_t>(unit->full.element_size());
     int64_t whole = 0;
     for (const auto& p : unit->params) whole += p.rows * p.row_numel * elem;
     m.full_parameter_bytes += whole;
     m.shard_parameter_bytes += unit->shard_numel * elem;
-    m.largest_unit_bytes = std::max(m.largest_unit_bytes, unit->shard_numel * world_ * elem);
+    m.largest_unit_bytes = std::max(m.largest_unit_bytes, unit->shard_numel * world_ * gathered);
     if (unit->module != nullptr) ++m.units;
   }
   return m;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct FullyShardedOptions {
   // FULL_SHARD: parameters, gradients and optimizer state sharded; SHARD_GRAD_OP: gradients and
   // optimizer state (parameters gathered from a unit's forward to the end of its backward).
   bool reshard_after_forward = true;
+  // Mixed precision: float32 parameters gathered in this dtype (bf16), so the units compute with
+  // it; gradients are reduced, and the optimizer steps, in float32.
+  std::optional<at::ScalarType> gather_dtype;
 };
 
 // What one rank holds between steps, in bytes.
@@ -69,6 +73,10 @@ class FullyShardedDataParallel : public UnitHooks {
   // collective, every rank calls it.
   absl::Status GatherAll();
 
+  // The end of sharding: every parameter whole on every rank from now on, the hooks removed (after
+  // fit: testing, prediction and export see the whole model). A collective.
+  absl::Status Unshard();
+
   ShardedMemory memory() const;
   // Each parameter's whole shape, by name (a sharded checkpoint's description).
   std::map<std::string, std::vector<int64_t>> whole_shapes() const;
@@ -98,6 +106,8 @@ class FullyShardedDataParallel : public UnitHooks {
   // Waits for the all-gathers still on the way and leaves every unit sharded.
   void DropPrefetches();
   void GradReady(Unit& unit);
+  // Waits for the reduce-scatter in flight and hands its unit's pieces their gradients.
+  void FinishReduce();
   Unit* Find(const torch::nn::Module& module);
   // Runs a collective and turns a peer's failure into an exception that Guard-ed callers report.
   absl::Status Guard(const std::string& what, const std::function<void()>& fn);
@@ -107,6 +117,11 @@ class FullyShardedDataParallel : public UnitHooks {
   int rank_ = 0, world_ = 1;
   std::vector<std::unique_ptr<Unit>> units_;  // units in forward order, then the root
   bool training_forward_ = false;
+  struct Reducing {
+    Unit* unit = nullptr;
+    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor in, out;
+  } reducing_;
 };
 
 }  // namespace kiln::distributed

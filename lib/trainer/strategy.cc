@@ -187,6 +187,9 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   distributed::FullyShardedOptions sharding;
   sharding.reshard_after_forward =
       options_.fsdp_sharding_strategy != TrainerOptions::Sharding::kShardGradOp;
+  // bf16-mixed: the parameters travel and compute in bf16, as Lightning's FSDP mixed precision;
+  // gradients reduce in float32 into float32 pieces.
+  if (bf16_autocast_ && !bf16_weights_) sharding.gather_dtype = at::kBFloat16;
   // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
   std::random_device entropy;
   std::string run = absl::StrFormat("%08x%08x", entropy(), entropy());
@@ -203,9 +206,10 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
                          : "FULL_SHARD";
   Logger::Instance().Info(absl::StrFormat(
       "fsdp: %s over %d rank(s)%s, %d units and the root; parameters %.2f MB whole, %.2f MB on "
-      "each rank, the largest unit %.2f MB when gathered",
+      "each rank, the largest unit %.2f MB when gathered%s",
       name, world_size(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
-      mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes)));
+      mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes),
+      sharding.gather_dtype ? " (in bf16; gradients reduced in float32)" : ""));
   return absl::OkStatus();
 }
 
@@ -248,8 +252,30 @@ absl::Status Strategy::ShardOptimizerState(torch::optim::Optimizer& optimizer) {
   return absl::OkStatus();
 }
 
+ModelStateBytes Strategy::ModelState(torch::nn::Module& module,
+                                     torch::optim::Optimizer& optimizer) {
+  ModelStateBytes bytes;
+  for (const auto& p : module.parameters()) {
+    const int64_t n = p.numel() * static_cast<int64_t>(p.element_size());
+    bytes.parameters += n;
+    if (p.requires_grad()) bytes.parameters_trained += n;
+    for (torch::Tensor* t : StateTensors(optimizer, p).value_or(std::vector<torch::Tensor*>{})) {
+      if (t != nullptr && t->defined())
+        bytes.optimizer += t->numel() * static_cast<int64_t>(t->element_size());
+    }
+  }
+  return bytes;
+}
+
 std::map<std::string, std::vector<int64_t>> Strategy::sharded_shapes() const {
   return sharded_ ? sharded_->whole_shapes() : std::map<std::string, std::vector<int64_t>>{};
+}
+
+absl::Status Strategy::EndSharding() {
+  if (!sharded_) return absl::OkStatus();
+  KILN_RETURN_IF_ERROR(sharded_->Unshard());
+  sharded_.reset();
+  return absl::OkStatus();
 }
 
 absl::Status Strategy::BeforeEvaluationForward() {

@@ -24,6 +24,12 @@ class FullyShardedDataParallel;
 class ProcessGroup;
 }  // namespace distributed
 
+// Bytes of what a rank keeps of the model between steps: its parameters (with fsdp, its pieces),
+// those of them that train (their gradients are as large), and the optimizer's state for them.
+struct ModelStateBytes {
+  int64_t parameters = 0, parameters_trained = 0, optimizer = 0;
+};
+
 class Strategy {
  public:
   explicit Strategy(const TrainerOptions& options) : options_(options) {}
@@ -82,6 +88,9 @@ class Strategy {
   // trainer.strategy=fsdp is sharding the model: its parameters hold this rank's pieces between
   // steps (lib/distributed/fully_sharded.h).
   bool sharded() const { return sharded_ != nullptr; }
+  // After fit: the model whole on every rank again (testing, prediction and export read it as
+  // they read any model). Nothing to do without fsdp.
+  absl::Status EndSharding();
   // Gradient clipping by norm over all the pieces of all ranks (fsdp).
   absl::Status ClipShardedGradNorm(double max_norm);
   // fsdp: the optimizer's state, restored whole from a checkpoint before the model was sharded,
@@ -91,6 +100,8 @@ class Strategy {
   // fsdp: what a sharded checkpoint's meta.json says of the model and run (the run's id is rank
   // 0's, the same on every rank).
   std::map<std::string, std::vector<int64_t>> sharded_shapes() const;
+  // What this rank holds of `module` and `optimizer` between steps.
+  static ModelStateBytes ModelState(torch::nn::Module& module, torch::optim::Optimizer& optimizer);
   const std::string& sharded_run() const { return sharded_run_; }
   // The backward pass of `loss`; with several ranks the step's last backward (`sync`) averages
   // the gradients summed over micro-batches over the ranks.

@@ -172,6 +172,22 @@ TEST_F(FullyShardedTest, LlamaShardsWithActivationCheckpointingToDataParallelsLo
   EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 1e-5);
 }
 
+TEST_F(FullyShardedTest, Bf16MixedGathersInBf16ReducesInFloat32AndTestsAfterFit) {
+  auto reference = Train("ddp", 2, 8, 30, {"trainer.strategy=ddp", "trainer.precision=bf16-mixed"});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  // test=true: after fit the model is whole again and rank 0 tests the best checkpoint (a sharded
+  // one, read whole).
+  auto sharded = Train("fsdp", 2, 8, 30,
+                       {"trainer.strategy=fsdp", "trainer.precision=bf16-mixed", "test=true"});
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  std::string log = ReadFile(Run("fsdp") + "/train.log");
+  EXPECT_NE(log.find("(in bf16; gradients reduced in float32)"), std::string::npos) << log;
+  // bf16 rounds the weights' copies as autocast does, but LayerNorm's weights too: close, not
+  // equal.
+  EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 5e-3);
+  EXPECT_NE(ReadFile(Run("fsdp") + "/test_metrics.yaml").find("test/loss"), std::string::npos);
+}
+
 TEST_F(FullyShardedTest, ShardedCheckpointsResumeFromFourToTwoToOneWorker) {
   // The same 16 sequences make each step at every world size, so the weights follow one curve.
   // The learning rate warms up through all 30 steps: it depends on the step only, not on

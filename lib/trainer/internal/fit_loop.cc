@@ -1,5 +1,6 @@
 #include "lib/trainer/internal/fit_loop.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -165,11 +166,23 @@ absl::Status FitLoop::Finish(absl::Status status) {
   KILN_RETURN_IF_ERROR(ctx_.strategy.Barrier());
   ctx_.logging.ForEach([](MetricsLogger& logger) { return logger.Finish(); });
   const FitProgress& p = ctx_.state.progress;
-  Logger::Instance().Info(
-      absl::StrFormat("fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s", p.epoch,
-                      p.global_step, p.samples, t.elapsed_seconds(),
-                      ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")"));
-  return absl::OkStatus();
+  struct rusage usage;
+  ::getrusage(RUSAGE_SELF, &usage);
+  Logger::Instance().Info(absl::StrFormat(
+      "fit done: %d epochs, %d optimizer steps, %d samples in %.1f s%s; peak resident memory %d MB",
+      p.epoch, p.global_step, p.samples, t.elapsed_seconds(),
+      ctx_.state.stop.reason.empty() ? "" : " (" + ctx_.state.stop.reason + ")",
+      static_cast<int64_t>(usage.ru_maxrss / 1024)));
+  // What this rank keeps of the model (with fsdp, its pieces): every rank says it in its log.
+  if (ctx_.state.optimizer) {
+    ModelStateBytes bytes =
+        ctx_.strategy.ModelState(ctx_.state.inputs.task->module(), *ctx_.state.optimizer);
+    auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+    Logger::Instance().Info(absl::StrFormat(
+        "model state on this rank: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB",
+        mb(bytes.parameters), mb(bytes.parameters_trained), mb(bytes.optimizer)));
+  }
+  return ctx_.strategy.EndSharding();
 }
 
 void FitLoop::ReportProfiles() {

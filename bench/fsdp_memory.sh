@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A model too large for data parallel under a per-worker memory limit trains under the same limit
+# with trainer.strategy=fsdp. The limit is the shell's `ulimit -v` (RLIMIT_AS: the address space
+# each process may map, inherited by the workers kiln starts), LIMIT_MB per process. The model is
+# the GPT of experiment=mobydick_gpt made large (DIM, DEPTH; about 12 * DEPTH * DIM^2 parameters,
+# float32, AdamW): with data parallel every worker holds parameters, gradients and AdamW's two
+# moments whole (16 bytes a parameter); with FULL_SHARD over WORLD workers, 1/WORLD of each plus
+# one gathered block. Each run trains STEPS steps. Prints each run's exit status, the last line of
+# its error if it failed, and every rank's "model state on this rank" and peak memory lines.
+#   bench/fsdp_memory.sh                        # DIM=1024 DEPTH=8 WORLD=2 LIMIT_MB=3000 STEPS=3
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+dim=${DIM:-1024} depth=${DEPTH:-8} world=${WORLD:-2} limit=${LIMIT_MB:-3000} steps=${STEPS:-3}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+echo "GPT dim $dim, $depth blocks ($((12 * depth * dim * dim / 1000000))M parameters in the blocks); $world workers; ulimit -v $((limit * 1024)) (${limit} MB) per process"
+for strategy in ddp fsdp; do
+  rc=0
+  (ulimit -v $((limit * 1024)); exec build/bin/kiln train experiment=mobydick_gpt hydra.run.dir="$work/$strategy" \
+    trainer.devices="$world" trainer.strategy="$strategy" trainer.max_steps="$steps" trainer.max_time=null \
+    trainer.precision=32 trainer.limit_val_batches=0 trainer.num_sanity_val_steps=0 test=false callbacks=none \
+    logger=null trainer.enable_progress_bar=false model.dim="$dim" model.depth="$depth" model.heads=16 \
+    model.mlp_dim=$((4 * dim)) data.batch_size=2 data.block_size=64) > "$work/$strategy.out" 2>&1 || rc=$?
+  echo "== $strategy: exit $rc"
+  [[ $rc -eq 0 ]] || grep "error:" "$work/$strategy.out" | tail -1
+  cat "$work/$strategy.out" "$work/$strategy"/rank_*.log 2>/dev/null |
+    grep -E "model state on this rank|peak resident memory|fsdp:" | sed 's/.*INFO\] - /  /' || true
+done
