@@ -27,6 +27,7 @@ table=(
   "jpeg_crop        seed_written          2000"
   "safetensors      seed_written          8000"
   "checkpoint       seed_written          1000"
+  "sharded_checkpoint seed_written        5000"
   "plugin_manifest  seed_plugin_manifest  10000"
   "audio            seed_audio            500"
   "labelled_text    seed_labelled_text    5000"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -200,7 +201,11 @@ class ModelCheckpoint : public Callback, public CheckpointKeeper {
           return maximize_ ? a.first > b.first : a.first < b.first;
         });
         while (save_top_k_ > 0 && static_cast<int64_t>(top_.size()) > save_top_k_) {
-          if (writes) ::unlink(top_.back().second.c_str());
+          if (writes) {
+            // A file, or a folder of pieces (trainer.strategy=fsdp).
+            std::error_code ignored;
+            std::filesystem::remove_all(top_.back().second, ignored);
+          }
           top_.pop_back();
         }
         if (best_path_ != top_.front().second) {

@@ -69,7 +69,8 @@ constexpr char kCheckpointingDoc[] =
 
 KILN_REGISTER_BOUND(
     Model, "gpt",
-    "GPT decoder LM: learned positions, pre-LayerNorm causal self-attention, tied output layer",
+    "GPT decoder LM: learned positions, pre-LayerNorm causal self-attention, tied output layer; "
+    "trainer.strategy=fsdp shards it block by block",
     AddTextTransformerOptions(OptionBinding<GptOptions>().Field(
                                   "block_size",
                                   static_cast<int64_t GptOptions::*>(&GptOptions::positions),
@@ -158,7 +159,7 @@ struct Gpt2Options {
 KILN_REGISTER_BOUND(
     Model, "gpt2",
     "GPT-2 from a Hugging Face folder (config.json, model.safetensors): kiln's gpt with its sizes "
-    "and weights",
+    "and weights; trainer.strategy=fsdp shards it block by block",
     OptionBinding<Gpt2Options>()
         .Required(
             "pretrained", &Gpt2Options::pretrained,

@@ -529,7 +529,8 @@ std::string Describe(const LlamaArchitecture& a) {
 KILN_REGISTER_BOUND(
     Model, "llama",
     "Llama-family decoder LM (Llama, Mistral, Qwen2): RoPE, RMSNorm, SwiGLU, grouped-query "
-    "attention; Hugging Face's names; from a folder (pretrained) or from the sizes",
+    "attention; Hugging Face's names; from a folder (pretrained) or from the sizes; "
+    "trainer.strategy=fsdp shards it layer by layer",
     OptionBinding<LlamaOptions>()
         .Field("pretrained", &LlamaOptions::pretrained,
                "folder save_pretrained wrote (config.json, model.safetensors or a sharded index): "

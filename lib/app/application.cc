@@ -485,8 +485,19 @@ class Application {
         status = (*found)(job);
       } catch (const std::exception& e) {
         std::string what = e.what();
-        status =
-            absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));
+        // LibTorch's allocator out of memory (a limit, or the machine's): say so in words.
+        const size_t oom = what.find("can't allocate memory: you tried to allocate ");
+        if (oom != std::string::npos) {
+          const std::string bytes = what.substr(oom + 45, what.find(' ', oom + 45) - oom - 45);
+          status = absl::ResourceExhaustedError(absl::StrCat(
+              "kiln ", cl_.command, " ran out of memory (an allocation of ", bytes,
+              " bytes failed); a smaller batch, trainer.precision=bf16-mixed, "
+              "model.activation_checkpointing=true or trainer.strategy=fsdp with several "
+              "workers need less"));
+        } else {
+          status =
+              absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));
+        }
       }
     } else {
       Logger::Instance().Warning(

@@ -1,6 +1,6 @@
 #include "lib/distributed/fully_sharded.h"
 
-#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -34,8 +34,8 @@ struct FullyShardedDataParallel::Unit {
   // [world * shard_numel], each parameter contiguous in it; its storage is freed while sharded.
   torch::Tensor full;
   bool gathered = false;
-  int pending = 0;  // gradients still to come in this backward
   bool backward_expected = false;
+  std::function<void()> post_backward;  // what the input's marker calls in the backward
   // An all-gather on the way (a prefetch): its buffers live until it is waited for.
   c10::intrusive_ptr<c10d::Work> work;
   torch::Tensor send, recv;
@@ -58,14 +58,21 @@ void ResizeStorage(const torch::Tensor& t, size_t nbytes) {
   storage->set_nbytes(nbytes);
 }
 
-// After the last gradient of a unit's parameter is accumulated.
-class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  explicit GradReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
-  void operator()(const torch::autograd::Variable&) override { ready_(); }
-
- private:
-  std::function<void()> ready_;
+// Identity in the forward, applied to a unit's input; its backward runs once the gradient of that
+// input is whole, which is after every operation of the unit has run its backward and every
+// gradient of the unit's parameters has been accumulated (AccumulateGrad runs first among the
+// ready nodes). That is when the unit's gradients are reduce-scattered (FSDP2's post-backward).
+struct PostBackwardMarker : public torch::autograd::Function<PostBackwardMarker> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               int64_t callback) {
+    ctx->saved_data["callback"] = callback;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    (*reinterpret_cast<std::function<void()>*>(ctx->saved_data["callback"].toInt()))();
+    return {grads[0], torch::Tensor()};
+  }
 };
 
 }  // namespace
@@ -144,13 +151,12 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     for (Unit::Param& p : unit.params) {
       p.shard = fsdp->Piece(p, p.param.detach());
       p.param.set_data(p.shard);
-      if (p.param.requires_grad()) {
-        Unit* u = &unit;
-        torch::autograd::impl::set_post_acc_grad_hooks(
-            p.param, std::make_unique<GradReadyHook>([self, u] { self->GradReady(*u); }));
-      }
     }
-    if (unit.module != nullptr) SetUnitHooks(unit.module, self);
+    if (unit.module != nullptr) {
+      Unit* u = &unit;
+      unit.post_backward = [self, u] { self->PostBackward(*u); };
+      SetUnitHooks(unit.module, self);
+    }
   }
   return fsdp;
 }
@@ -158,9 +164,6 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   for (auto& unit : units_) {
     if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
-    for (auto& p : unit->params) {
-      if (p.param.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(p.param, nullptr);
-    }
   }
 }
 
@@ -243,12 +246,15 @@ void FullyShardedDataParallel::ReshardUnit(Unit& unit) {
   unit.gathered = false;
 }
 
-void FullyShardedDataParallel::BeforeForward(const torch::nn::Module& module) {
+torch::Tensor FullyShardedDataParallel::BeforeForward(const torch::nn::Module& module,
+                                                      const torch::Tensor& input) {
   Unit* unit = Find(module);
-  if (unit == nullptr) return;
+  if (unit == nullptr) return input;
   Gather(*unit);
   // The next unit's all-gather runs while this one computes.
   if (unit->index + 1 < units_.size() - 1) StartGather(*units_[unit->index + 1]);
+  if (!training_forward_ || !torch::GradMode::is_enabled() || !input.requires_grad()) return input;
+  return PostBackwardMarker::apply(input, reinterpret_cast<int64_t>(&unit->post_backward));
 }
 
 void FullyShardedDataParallel::AfterForward(const torch::nn::Module& module,
@@ -260,8 +266,6 @@ void FullyShardedDataParallel::AfterForward(const torch::nn::Module& module,
     return;
   }
   unit->backward_expected = true;
-  unit->pending = 0;
-  for (const Unit::Param& p : unit->params) unit->pending += p.param.requires_grad() ? 1 : 0;
   if (options_.reshard_after_forward) ReshardUnit(*unit);
   output.register_hook([this, unit](const torch::Tensor&) { PreBackward(*unit); });
 }
@@ -278,13 +282,12 @@ void FullyShardedDataParallel::PreBackward(Unit& unit) {
   }
 }
 
-void FullyShardedDataParallel::GradReady(Unit& unit) {
-  if (unit.pending > 0 && --unit.pending == 0) ReduceScatter(unit);
+void FullyShardedDataParallel::PostBackward(Unit& unit) {
+  if (unit.backward_expected) ReduceScatter(unit);
 }
 
 void FullyShardedDataParallel::ReduceScatter(Unit& unit) {
   torch::NoGradGuard no_grad;
-  unit.pending = 0;
   unit.backward_expected = false;
   torch::TensorOptions options = unit.params[0].shard.options();
   torch::Tensor in = torch::empty({world_ * unit.shard_numel}, options);
@@ -347,9 +350,7 @@ absl::Status FullyShardedDataParallel::BeforeForward(bool training) {
     if (units_.size() > 1) StartGather(*units_[0]);
     if (!training_forward_) return;
     root.backward_expected = true;
-    root.pending = 0;
     for (Unit::Param& p : root.params) {
-      root.pending += p.param.requires_grad() ? 1 : 0;
       if (p.param.grad().defined()) {
         p.stash = p.param.grad();
         p.param.mutable_grad() = torch::Tensor();
@@ -399,7 +400,6 @@ absl::Status FullyShardedDataParallel::Unshard() {
   for (auto& unit : units_) {
     if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
     for (auto& p : unit->params) {
-      if (p.param.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(p.param, nullptr);
       // Whole tensors of their own, in the parameters' dtype (a bf16 gather is not kept).
       p.param.set_data(p.param.detach().to(p.shard.scalar_type()).clone());
       p.param.mutable_grad() = torch::Tensor();

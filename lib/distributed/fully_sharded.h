@@ -86,7 +86,7 @@ class FullyShardedDataParallel : public UnitHooks {
   void ShardState(const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of);
   int world_size() const { return world_; }
 
-  void BeforeForward(const torch::nn::Module& unit) override;
+  torch::Tensor BeforeForward(const torch::nn::Module& unit, const torch::Tensor& input) override;
   void AfterForward(const torch::nn::Module& unit, const torch::Tensor& output) override;
 
   struct Unit;
@@ -105,7 +105,8 @@ class FullyShardedDataParallel : public UnitHooks {
   void PreBackward(Unit& unit);
   // Waits for the all-gathers still on the way and leaves every unit sharded.
   void DropPrefetches();
-  void GradReady(Unit& unit);
+  // The backward is through the unit (the gradient of its input is whole): its gradients are too.
+  void PostBackward(Unit& unit);
   // Waits for the reduce-scatter in flight and hands its unit's pieces their gradients.
   void FinishReduce();
   Unit* Find(const torch::nn::Module& module);

@@ -27,8 +27,7 @@ torch::Tensor RunUnit(const torch::nn::Module& unit,
   auto it = Installed().find(&unit);
   if (it == Installed().end()) return fn(x);
   UnitHooks* hooks = it->second;
-  hooks->BeforeForward(unit);
-  torch::Tensor out = fn(x);
+  torch::Tensor out = fn(hooks->BeforeForward(unit, x));
   hooks->AfterForward(unit, out);
   return out;
 }

@@ -23,8 +23,11 @@ class ShardingUnits {
 class UnitHooks {
  public:
   virtual ~UnitHooks();
-  // Before the unit's forward: its parameters hold their full values afterwards.
-  virtual void BeforeForward(const torch::nn::Module& unit) = 0;
+  // Before the unit's forward: its parameters hold their full values afterwards. Returns the
+  // input the unit computes from (the same values; the hooks may mark it to learn when the
+  // backward is through the unit).
+  virtual torch::Tensor BeforeForward(const torch::nn::Module& unit,
+                                      const torch::Tensor& input) = 0;
   // After it, with its output: what the backward will need of the unit is arranged here.
   virtual void AfterForward(const torch::nn::Module& unit, const torch::Tensor& output) = 0;
 };

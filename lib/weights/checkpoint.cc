@@ -7,12 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/error_text.h"
 #include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/base/torch_compat.h"
 #include "lib/weights/sharded_checkpoint.h"
 
@@ -149,6 +151,22 @@ bool ArchiveClaimsFit(const std::string& path, uint64_t file_size) {
 }  // namespace
 absl::Status WriteCheckpoint(const std::string& path,
                              const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  // A sharded checkpoint (a folder) in the way: the file is written beside it first, then takes
+  // its place, so that a failed write leaves the folder whole.
+  if (IsShardedCheckpoint(path)) {
+    const std::string whole = path + ".whole", previous = path + ".previous";
+    KILN_RETURN_IF_ERROR(WriteCheckpoint(whole, fill));
+    std::error_code error;
+    std::filesystem::remove_all(previous, error);
+    std::filesystem::rename(path, previous, error);
+    if (!error) std::filesystem::rename(whole, path, error);
+    if (error) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": cannot put the checkpoint in place: ", error.message()));
+    }
+    std::filesystem::remove_all(previous, error);
+    return absl::OkStatus();
+  }
   // LibTorch writes through kiln's sink, not to a file of its own: its file writer, failing
   // (a full disk), throws again from its destructor and ends the process.
   return WriteFileAtomically(path, [&](const ByteSink& sink) -> absl::Status {

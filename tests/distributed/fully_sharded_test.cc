@@ -159,6 +159,22 @@ TEST_F(FullyShardedTest, FullAndGradOpShardingTrainTheGptToDataParallelsLosses) 
   }
 }
 
+TEST_F(FullyShardedTest, TheWholeModelAsOneUnitTrainsAnRnnToDataParallelsLosses) {
+  // fsdp_auto_wrap_policy=none: any model, here an LSTM language model with no blocks.
+  const std::vector<std::string> lstm = {"model=lstm_lm", "model.dim=16", "model.hidden=16",
+                                         "~model.depth",  "~model.heads", "~model.mlp_dim"};
+  std::vector<std::string> ddp = lstm, fsdp = lstm;
+  ddp.push_back("trainer.strategy=ddp");
+  fsdp.push_back("trainer.strategy=fsdp");
+  fsdp.push_back("trainer.fsdp_auto_wrap_policy=none");
+  auto reference = Train("ddp", 2, 8, 30, ddp);
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  auto sharded = Train("fsdp", 2, 8, 30, fsdp);
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  EXPECT_NE(ReadFile(Run("fsdp") + "/train.log").find("0 units and the root"), std::string::npos);
+  EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 1e-5);
+}
+
 TEST_F(FullyShardedTest, LlamaShardsWithActivationCheckpointingToDataParallelsLosses) {
   const std::vector<std::string> llama = {"model.kv_heads=1", "model.max_positions=32"};
   auto reference =
@@ -170,6 +186,23 @@ TEST_F(FullyShardedTest, LlamaShardsWithActivationCheckpointingToDataParallelsLo
             "mobydick_llama");
   ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
   EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 1e-5);
+}
+
+TEST_F(FullyShardedTest, LoraOnAFrozenBaseShardsAndItsCheckpointResumesWithDdp) {
+  // Only the adapters train: a unit's backward ends after the last of its trainable parameters
+  // has its gradient (the frozen LayerNorm before them still needs its weights).
+  const std::string lora = "model.lora={r: 4, alpha: 8, target_modules: [c_attn]}";
+  auto reference = Train("ddp", 2, 8, 20, {"trainer.strategy=ddp", lora});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  auto sharded = Train("fsdp", 2, 8, 20, {"trainer.strategy=fsdp", lora});
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 1e-5);
+  // The sharded checkpoint resumes in one process with ddp, whose one-file checkpoint then takes
+  // the folder's place.
+  auto resumed = Train("fsdp", 1, 16, 25, {"trainer.strategy=ddp", lora, "ckpt_path=last"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(Run("fsdp") + "/checkpoints/last.ckpt"));
+  EXPECT_EQ(Losses(Run("fsdp")).size(), 25u);
 }
 
 TEST_F(FullyShardedTest, Bf16MixedGathersInBf16ReducesInFloat32AndTestsAfterFit) {
