@@ -1,9 +1,9 @@
 // mlflow: the run in an MLflow tracking server (logger.mlflow.tracking_uri=http://HOST:PORT): the
 // composed config as params, kiln's version, the git commit, the command line and the host as
-// tags, metrics in batches with their steps and timestamps, .hydra/ and test_metrics.yaml as
-// artifacts, and FINISHED, FAILED or KILLED as the job ends. A thread of its own sends them
-// (mlflow_tracker.h): a server that is away never slows training, and what it missed is sent when
-// it answers, at the end, or by `kiln mlflow-sync run_dir=RUN`.
+// tags, metrics in batches with their steps and timestamps, .hydra/ and test_metrics.yaml (and with
+// log_model the best checkpoint) as artifacts, and FINISHED, FAILED or KILLED as the job ends. A
+// thread of its own sends them (mlflow_tracker.h): a server that is away never slows training, and
+// what it missed is sent when it answers, at the end, or by `kiln mlflow-sync run_dir=RUN`.
 #include "components/loggers/mlflow_tracker.h"
 #include "lib/base/exit_code.h"
 #include "lib/registry/registry.h"
@@ -47,6 +47,7 @@ struct MlflowLoggerOptions {
   double timeout = 10;
   double flush_timeout = 30;
   double batch_interval = 1;
+  bool log_model = false;
 };
 
 KILN_REGISTER_BOUND(
@@ -71,7 +72,10 @@ KILN_REGISTER_BOUND(
                "seconds the job's end waits for unsent records", AtLeast(0.0))
         .Field("batch_interval", &MlflowLoggerOptions::batch_interval,
                "seconds between two metrics requests, at least (sooner when 1000 values wait)",
-               AtLeast(0.0)),
+               AtLeast(0.0))
+        .Field("log_model", &MlflowLoggerOptions::log_model,
+               "at the end, the best checkpoint (else last.ckpt) as an artifact under its path in "
+               "the run folder"),
     [](const MlflowLoggerOptions& o) -> absl::StatusOr<std::shared_ptr<MetricsLogger>> {
       mlflow::TrackerOptions options;
       options.tracking_uri = o.tracking_uri;
@@ -82,6 +86,7 @@ KILN_REGISTER_BOUND(
       options.timeout = o.timeout;
       options.flush_timeout = o.flush_timeout;
       options.batch_interval = o.batch_interval;
+      options.log_model = o.log_model;
       KILN_ASSIGN_OR_RETURN(auto tracker, mlflow::Tracker::Start(options));
       return std::make_shared<MlflowLogger>(std::move(tracker));
     });

@@ -5,9 +5,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -216,25 +218,49 @@ nlohmann::json OpenRecord(const TrackerOptions& options) {
             {"sweep_dir", sweep_dir}}}};
 }
 
-// The sweep's parent run: created by the first of its jobs to get here (under a lock on
-// SWEEP/mlflow/parent.lock, since a sweep's jobs may start together), its id kept in
-// SWEEP/mlflow/parent.json for the others.
+// A lock on SWEEP/mlflow/parent.lock for as long as it lives: a sweep's jobs may start and end
+// together.
+class ParentLock {
+ public:
+  explicit ParentLock(const std::string& sweep_dir)
+      : fd_(::open((sweep_dir + "/mlflow/parent.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC,
+                   0644)) {
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+  }
+  ~ParentLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ParentLock(const ParentLock&) = delete;
+  ParentLock& operator=(const ParentLock&) = delete;
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+// The sweep's parent run: created by the first of its jobs to get here, its id kept in
+// SWEEP/mlflow/parent.json for the others, with the count of its jobs that are running: the
+// parent is RUNNING while one is, FINISHED when the last one ends (ParentJobEnded).
 absl::StatusOr<std::string> ParentRun(Client& client, const std::string& experiment_id,
                                       const std::string& sweep_dir) {
   KILN_RETURN_IF_ERROR(MakeDirs(sweep_dir + "/mlflow"));
-  std::string lock_path = sweep_dir + "/mlflow/parent.lock";
-  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", lock_path));
-  ::flock(fd, LOCK_EX);
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }
-  } unlock{fd};
+  ParentLock lock(sweep_dir);
+  if (!lock.ok()) return absl::InternalError(absl::StrCat("cannot lock ", sweep_dir, "/mlflow"));
   std::string file = sweep_dir + "/mlflow/parent.json";
   auto known = nlohmann::json::parse(ReadWholeFile(file).value_or(""), nullptr, false);
   if (known.is_object() && known.value("tracking_uri", "") == client.uri() &&
-      known.value("experiment_id", "") == experiment_id)
+      known.value("experiment_id", "") == experiment_id) {
+    const int64_t running = known.value("jobs_running", int64_t{0});
+    if (running <= 0) {
+      // A job after the others ended (a sweep's jobs one after another): running again.
+      KILN_RETURN_IF_ERROR(
+          client.Post("runs/update", {{"run_id", known.value("run_id", "")}, {"status", "RUNNING"}})
+              .status());
+    }
+    known["jobs_running"] = std::max<int64_t>(running, 0) + 1;
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(file, known.dump(2) + "\n"));
     return known.value("run_id", "");
+  }
   std::vector<std::pair<std::string, std::string>> tags = {
       {"mlflow.runName", sweep_dir},    {"mlflow.source.name", run::ExecutablePath()},
       {"mlflow.source.type", "LOCAL"},  {"mlflow.user", UserName()},
@@ -247,10 +273,24 @@ absl::StatusOr<std::string> ParentRun(Client& client, const std::string& experim
                                                 {"start_time", NowMs()},
                                                 {"tags", KeyValues(tags, kMaxTagValueLength)}}));
   std::string id = created["run"]["info"].value("run_id", "");
-  nlohmann::json record = {
-      {"tracking_uri", client.uri()}, {"experiment_id", experiment_id}, {"run_id", id}};
+  nlohmann::json record = {{"tracking_uri", client.uri()},
+                           {"experiment_id", experiment_id},
+                           {"run_id", id},
+                           {"jobs_running", 1}};
   KILN_RETURN_IF_ERROR(WriteFileAtomically(file, record.dump(2) + "\n"));
   return id;
+}
+
+// One job of the sweep ended: true when it was the last one running.
+bool ParentJobEnded(const std::string& sweep_dir) {
+  ParentLock lock(sweep_dir);
+  std::string file = sweep_dir + "/mlflow/parent.json";
+  auto known = nlohmann::json::parse(ReadWholeFile(file).value_or(""), nullptr, false);
+  if (!lock.ok() || !known.is_object()) return true;
+  const int64_t running = std::max<int64_t>(known.value("jobs_running", int64_t{1}) - 1, 0);
+  known["jobs_running"] = running;
+  (void)WriteFileAtomically(file, known.dump(2) + "\n");
+  return running == 0;
 }
 
 }  // namespace
@@ -335,6 +375,44 @@ void Tracker::LogMetrics(const std::map<std::string, double>& metrics, int64_t s
   Enqueue({{"metrics", std::move(values)}});
 }
 
+namespace {
+// The run's best checkpoint (the one model_checkpoint recorded in checkpoints/best_model_path.txt,
+// else checkpoints/last.ckpt) as paths under the run folder: the file, or a sharded checkpoint's
+// files. Nothing when it is outside the run folder or missing.
+std::vector<std::string> ModelCheckpointFiles(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path root = fs::weakly_canonical(run_dir, error);
+  std::string chosen = run_dir + "/checkpoints/last.ckpt";
+  if (auto recorded = ReadWholeFile(run_dir + "/checkpoints/best_model_path.txt"); recorded.ok()) {
+    std::string best = recorded->substr(0, recorded->find('\n'));
+    if (!best.empty()) chosen = best;
+  }
+  const fs::path checkpoint = fs::weakly_canonical(chosen, error);
+  std::vector<fs::path> found;
+  if (fs::is_regular_file(checkpoint, error)) {
+    found.push_back(checkpoint);
+  } else if (fs::is_directory(checkpoint, error)) {
+    for (const auto& entry : fs::recursive_directory_iterator(checkpoint, error)) {
+      if (entry.is_regular_file()) found.push_back(entry.path());
+    }
+  }
+  std::vector<std::string> names;
+  for (const fs::path& file : found) {
+    std::string relative = file.lexically_relative(root).string();
+    if (relative.empty() || relative.rfind("..", 0) == 0) continue;
+    names.push_back(relative);
+  }
+  std::sort(names.begin(), names.end());
+  if (names.empty()) {
+    Logger::Instance().Warning(
+        absl::StrCat("mlflow: log_model: no checkpoint of this run to send (", chosen,
+                     " is not in ", run_dir, ")"));
+  }
+  return names;
+}
+}  // namespace
+
 void Tracker::End(const std::string& status, const std::map<std::string, std::string>& tags) {
   bool logged_nothing;
   {
@@ -358,6 +436,10 @@ void Tracker::End(const std::string& status, const std::map<std::string, std::st
   for (const std::string name : {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                                  "test_metrics.yaml", "val_metrics.yaml", "report.html"}) {
     if (IsRegularFile(options_.run_dir + "/" + name)) files.push_back({name, name});
+  }
+  if (options_.log_model) {
+    for (const std::string& name : ModelCheckpointFiles(options_.run_dir))
+      files.push_back({name, name});
   }
   Enqueue({{"artifacts", files}});
   Enqueue({{"end", {{"status", status}, {"end_time", NowMs()}, {"tags", tags}}}});
@@ -540,13 +622,18 @@ absl::Status Tracker::Send(const std::deque<nlohmann::json>& batch) {
                                    {"status", first["end"].value("status", "FINISHED")},
                                    {"end_time", first["end"].value("end_time", NowMs())}})
              .status();
-    // A sweep's parent run ends as its last job does.
+    // A sweep's parent run ends as the last of its running jobs does.
     if (st.ok() && !parent_id_.empty()) {
-      st = client_
-               .Post("runs/update", {{"run_id", parent_id_},
-                                     {"status", "FINISHED"},
-                                     {"end_time", first["end"].value("end_time", NowMs())}})
-               .status();
+      if (!parent_ended_) {
+        parent_ended_ = true;
+        parent_last_ = ParentJobEnded(parent_sweep_dir_);
+      }
+      if (parent_last_)
+        st = client_
+                 .Post("runs/update", {{"run_id", parent_id_},
+                                       {"status", "FINISHED"},
+                                       {"end_time", first["end"].value("end_time", NowMs())}})
+                 .status();
     }
   }
   if (st.ok() || Retryable(st) || absl::IsPermissionDenied(st)) return st;
@@ -577,7 +664,11 @@ absl::Status Tracker::SendOpen(const nlohmann::json& open) {
   nlohmann::json tags = open["tags"];
   std::string sweep_dir = open.value("sweep_dir", "");
   if (!sweep_dir.empty()) {
-    KILN_ASSIGN_OR_RETURN(parent_id_, ParentRun(client_, experiment_id_, sweep_dir));
+    // Counted once, however often the opening is tried.
+    if (parent_id_.empty()) {
+      KILN_ASSIGN_OR_RETURN(parent_id_, ParentRun(client_, experiment_id_, sweep_dir));
+      parent_sweep_dir_ = sweep_dir;
+    }
     tags.push_back({{"key", "mlflow.parentRunId"}, {"value", parent_id_}});
   }
   auto created = client_.Post("runs/create", {{"experiment_id", experiment_id_},

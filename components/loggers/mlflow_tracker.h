@@ -32,6 +32,9 @@ struct TrackerOptions {
   double flush_timeout = 30;  // seconds the job's end waits for the queue to drain
   double max_backoff = 30;    // seconds between two tries, at most
   double batch_interval = 1;  // seconds between two metrics requests, at least (unless 1000 wait)
+  // At the end, the best checkpoint (checkpoints/best_model_path.txt, else last.ckpt) goes too,
+  // under its path in the run folder (Lightning's MLFlowLogger(log_model=True)).
+  bool log_model = false;
 };
 
 class Tracker {
@@ -81,7 +84,10 @@ class Tracker {
 
   // The sending thread's own.
   std::string experiment_id_, run_id_, artifact_root_;
-  std::string parent_id_;  // a sweep job's parent run
+  std::string parent_id_;         // a sweep job's parent run
+  std::string parent_sweep_dir_;  // where the sweep's parent.json is
+  bool parent_ended_ = false;     // this job's end was counted
+  bool parent_last_ = false;      // and it was the last running one: the parent ends
   bool warned_down_ = false, gave_up_ = false;
   int refusals_warned_ = 0;
 };

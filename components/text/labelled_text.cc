@@ -110,11 +110,7 @@ class LabelledText : public TextDataModule {
         KILN_RETURN_IF_ERROR(LoadTrain());
         const std::vector<TextRecord>& train = train_records_;
         if (o_.val.value_or("").empty()) {
-          auto [train_idx, val_idx] =
-              data::RandomSplit(static_cast<int64_t>(train.size()), o_.val_fraction, o_.split_seed);
-          std::vector<TextRecord> t, v;
-          for (int64_t i : train_idx) t.push_back(train[static_cast<size_t>(i)]);
-          for (int64_t i : val_idx) v.push_back(train[static_cast<size_t>(i)]);
+          auto [t, v] = HoldOut(train, o_.val_fraction, o_.split_seed);
           KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, t, true));
           if (!v.empty()) {
             KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, v, true));

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,67 @@ TEST_F(NlpCliTest, LanguageModelReportsBitsPerCharacterAndGenerates) {
                                 "hydra.run.dir=" + dir_.path() + "/lm_bad"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(ErrorLine(refused.err).find("top_p"), std::string::npos) << refused.err;
+}
+
+// Supervised fine-tuning (data=instructions): a GPT learns to answer prompts; the held-out
+// responses' loss falls, the test split reports their bits per character, and generation from a
+// training prompt gives its answer.
+TEST_F(NlpCliTest, LanguageModelFineTunesOnInstructions) {
+  std::string jsonl;
+  const char* words[] = {"red", "blue", "cat", "dog"};
+  for (int i = 0; i < 64; ++i) {
+    std::string a = words[i % 4], b = words[(i / 4) % 4];
+    jsonl += "{\"prompt\": \"join " + a + " " + b + ":\", \"response\": \"" + a + "-" + b + "\"}\n";
+  }
+  dir_.Write("sft/train.jsonl", jsonl);
+  dir_.Write("sft/test.jsonl", "{\"prompt\": \"join cat dog:\", \"response\": \"cat-dog\"}\n");
+  const std::string d = dir_.path();
+  auto r = RunProcess({KILN_BINARY,
+                       "train",
+                       "experiment=mobydick_gpt",
+                       "data=instructions",
+                       "data.train=" + d + "/sft/train.jsonl",
+                       "data.test=" + d + "/sft/test.jsonl",
+                       "data.block_size=24",
+                       "data.batch_size=8",
+                       "model.dim=32",
+                       "model.depth=2",
+                       "model.heads=2",
+                       "model.mlp_dim=64",
+                       "trainer.max_steps=120",
+                       "trainer.max_time=null",
+                       "trainer.val_check_interval=1.0",
+                       "trainer.num_threads=1",
+                       "scheduler.warmup_steps=10",
+                       "optimizer.lr=0.01",
+                       "task.max_tokens=0",
+                       "hydra.run.dir=" + d + "/sft_run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string csv = ReadFile(d + "/sft_run/metrics.csv");
+  std::vector<double> val;
+  std::istringstream lines(csv);
+  std::string header, line;
+  std::getline(lines, header);
+  size_t column = 0;
+  for (size_t at = 0, c = 0; at != std::string::npos; ++c) {
+    size_t next = header.find(',', at);
+    if (header.substr(at, next == std::string::npos ? std::string::npos : next - at) == "val/loss")
+      column = c;
+    at = next == std::string::npos ? next : next + 1;
+  }
+  ASSERT_GT(column, 0u) << header;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> cells;
+    for (size_t at = 0; at != std::string::npos;) {
+      size_t next = line.find(',', at);
+      cells.push_back(line.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      at = next == std::string::npos ? next : next + 1;
+    }
+    if (column < cells.size() && !cells[column].empty()) val.push_back(std::stod(cells[column]));
+  }
+  ASSERT_GE(val.size(), 3u) << csv;
+  EXPECT_LT(val.back(), 0.5 * val.front()) << csv;
+  EXPECT_NE(ReadFile(d + "/sft_run/test_metrics.yaml").find("test/bpc"), std::string::npos);
 }
 
 // bf16-true converts only floating tensors: the model's int64 tokenizer fingerprint survives, so

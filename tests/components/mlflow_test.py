@@ -8,7 +8,8 @@ process (importing mlflow takes seconds). Two groups, one ctest test each:
   round_trip  every metric value and step equals metrics.csv, every param the composed config
               (.hydra/config.yaml), the artifacts are byte-equal, the tags are there; SIGTERM ends
               the run KILLED and `ckpt_path=last` continues the same run to FINISHED; an Optuna
-              sweep of 6 trials is one parent run with 6 nested runs; kiln mlflow-register makes
+              sweep of 6 trials is one parent run with 6 nested runs (RUNNING while one of them
+              runs, FINISHED when the last one ends); kiln mlflow-register makes
               kiln export's files a registered model's version.
   faults      the server killed in the middle of a run and started again: the run finishes and
               every record arrives; an unreachable server is one warning and training goes on,
@@ -151,7 +152,8 @@ def round_trip(tmp, server, client):
     run_dir = os.path.join(tmp, "run")
     r = kiln(["train"] + SHORT + ["trainer.max_steps=12", "hydra.run.dir=" + run_dir,
                                   "logger.mlflow.tracking_uri=" + server.uri,
-                                  "logger.mlflow.experiment_name=round trip"], cwd=tmp)
+                                  "logger.mlflow.experiment_name=round trip",
+                                  "logger.mlflow.log_model=true"], cwd=tmp)
     check(r.returncode == 0, f"kiln train failed: {r.stderr[-2000:]}")
     run = assert_run_matches_folder(client, run_dir)
     check(run.info.status == "FINISHED", f"status {run.info.status}")
@@ -175,8 +177,18 @@ def round_trip(tmp, server, client):
     for name in [".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "test_metrics.yaml"]:
         with open(os.path.join(run_dir, name), "rb") as a, open(os.path.join(local, name), "rb") as b:
             check(a.read() == b.read(), f"artifact {name} differs")
+    # log_model: the best checkpoint (last.ckpt when no validation chose one: 12 steps end before
+    # the first), under its path in the run folder.
+    best = os.path.join("checkpoints", "last.ckpt")
+    recorded = os.path.join(run_dir, "checkpoints", "best_model_path.txt")
+    if os.path.exists(recorded):
+        with open(recorded) as f:
+            best = os.path.relpath(os.path.realpath(f.read().strip()), os.path.realpath(run_dir))
+    check(best.startswith("checkpoints/") and best.endswith(".ckpt"), f"best checkpoint {best}")
+    with open(os.path.join(run_dir, best), "rb") as a, open(os.path.join(local, best), "rb") as b:
+        check(a.read() == b.read(), f"artifact {best} differs")
     check(not os.path.exists(os.path.join(run_dir, "mlflow", "pending.jsonl")), "pending left")
-    print(f"round trip: {n_metrics} metric values, {len(params)} params, 4 artifacts equal")
+    print(f"round trip: {n_metrics} metric values, {len(params)} params, 5 artifacts equal ({best})")
     # kiln export with the run's stored config (its mlflow logger) logs nothing: no MLflow run.
     r = kiln(["export", "run_dir=" + run_dir, "hydra.run.dir=" + os.path.join(tmp, "export")], cwd=tmp)
     check(r.returncode == 0, f"kiln export failed: {r.stderr[-2000:]}")
@@ -235,6 +247,9 @@ def round_trip(tmp, server, client):
     children = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == parent]
     check(len(runs) == 7 and len(children) == 6, f"{len(runs)} runs, {len(children)} nested")
     check(client.get_run(parent).info.status == "FINISHED", "parent status")
+    with open(os.path.join(sweep, "mlflow", "parent.json")) as f:
+        running = json.load(f)["jobs_running"]
+    check(running == 0, f"{running} jobs still counted as running")
     for child in children:
         job = child.data.tags["kiln.sweep_job"]
         with open(os.path.join(sweep, job, ".hydra", "config.yaml")) as f:

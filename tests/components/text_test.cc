@@ -340,6 +340,103 @@ TEST(TextDataModules, TextCorpusBlocksCoverTheEvaluationStreamOnce) {
   EXPECT_EQ(text_dm->block_size(), 4);  // what a language model generates within
 }
 
+// Supervised fine-tuning: the targets of an example are its next tokens with the prompt's
+// predictions masked; the language-modeling loss (cross-entropy ignoring <pad>, as the task
+// computes it) of a padded batch is then the mean of -log p(token) over the response tokens alone,
+// computed here term by term, and equals the examples' losses taken one at a time and weighted by
+// their response tokens.
+TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
+  testing::TempDir dir;
+  dir.Write("sft.jsonl",
+            "{\"prompt\": \"say hi\", \"response\": \"hi\"}\n"
+            "{\"prompt\": \"count\", \"response\": \"one two three\"}\n"
+            "{\"prompt\": \"\", \"response\": \"ok\"}\n");
+  auto dm = InstantiateOk<data::DataModule>(
+      "_target_: instruction_text\ntrain: " + dir.path() +
+          "/sft.jsonl\nval_fraction: 0\nblock_size: 32\ntokenizer: {_target_: char}\n",
+      "data");
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  ASSERT_EQ(dm->train_dataset()->size(), 3);
+  auto* text_dm = dynamic_cast<text::TextDataModule*>(dm.get());
+  auto tok = *text_dm->tokenizer();
+  data::SampleRng rng(0, 0, 0);
+  std::vector<data::Example> examples;
+  std::vector<std::pair<size_t, size_t>> prompt_response;  // token counts
+  const std::vector<std::pair<std::string, std::string>> records = {
+      {"say hi", "hi"}, {"count", "one two three"}, {"", "ok"}};
+  for (int64_t i = 0; i < 3; ++i) {
+    // The split keeps every record (val_fraction 0), in an order of its own: find record i.
+    int64_t index = 0;
+    while (index < 3 &&
+           dm->train_dataset()->Source(index) != dir.path() + "/sft.jsonl:" + std::to_string(i + 1))
+      ++index;
+    ASSERT_LT(index, 3) << i;
+    examples.push_back(*dm->train_dataset()->Get(index, rng));
+    auto [prompt, response] = records[static_cast<size_t>(i)];
+    std::vector<int64_t> p = tok->Encode(prompt), r = tok->Encode(response);
+    // input: <s> prompt response; target: response </s> at the prompt's last position on.
+    std::vector<int64_t> input = {SpecialTokens::kBos}, target(p.size(), SpecialTokens::kPad);
+    input.insert(input.end(), p.begin(), p.end());
+    input.insert(input.end(), r.begin(), r.end());
+    target.insert(target.end(), r.begin(), r.end());
+    target.push_back(SpecialTokens::kEos);
+    EXPECT_TRUE(examples.back().input.equal(torch::tensor(input))) << i;
+    EXPECT_TRUE(examples.back().target.equal(torch::tensor(target))) << i;
+    prompt_response.emplace_back(p.size(), r.size() + 1);
+  }
+  // Characters: one token each, and </s> counts for the end of a response.
+  EXPECT_NEAR(text_dm->tokens_per_char("train"), 1.0, 1e-12);
+
+  torch::manual_seed(0);
+  auto model =
+      InstantiateOk<Model>("_target_: gpt\nvocab_size: " + std::to_string(tok->vocab_size()) +
+                               "\nblock_size: 32\ndim: 16\ndepth: 1\nheads: 2\nmlp_dim: 32\n",
+                           "model");
+  ASSERT_TRUE(model);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto loss_of = [&](std::vector<data::Example> batch_examples) {
+    auto batch = data::PadCollate(batch_examples, SpecialTokens::kPad);
+    EXPECT_TRUE(batch.ok());
+    torch::Tensor logits = model->forward(batch->input);
+    return torch::nn::functional::cross_entropy(
+               logits.reshape({-1, logits.size(2)}), batch->target.reshape({-1}),
+               torch::nn::functional::CrossEntropyFuncOptions().ignore_index(SpecialTokens::kPad))
+        .item<double>();
+  };
+  const double batch_loss = loss_of(examples);
+  // Term by term: the response positions of each example, alone in its own forward.
+  double sum = 0, weighted = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    torch::Tensor logp = torch::log_softmax(model->forward(examples[i].input.unsqueeze(0))[0], -1);
+    const auto [prompt, response] = prompt_response[i];
+    for (size_t t = prompt; t < prompt + response; ++t) {
+      sum -=
+          logp[static_cast<int64_t>(t)][examples[i].target[static_cast<int64_t>(t)].item<int64_t>()]
+              .item<double>();
+      ++count;
+    }
+    weighted += loss_of({examples[i]}) * static_cast<double>(response);
+  }
+  EXPECT_EQ(count, 3 + 14 + 3);
+  EXPECT_NEAR(batch_loss, sum / static_cast<double>(count), 1e-5);
+  EXPECT_NEAR(batch_loss, weighted / static_cast<double>(count), 1e-5);
+
+  // A prompt that leaves no room for its response is refused, naming the record.
+  auto tight = InstantiateOk<data::DataModule>(
+      "_target_: instruction_text\ntrain: " + dir.path() +
+          "/sft.jsonl\nval_fraction: 0\nblock_size: 4\ntokenizer: {_target_: char}\n",
+      "data");
+  absl::Status refused = tight->Setup(data::Stage::kFit);
+  const std::string why(refused.message());
+  EXPECT_TRUE(why.find("sft.jsonl:1: the prompt takes 6 tokens") != std::string::npos ||
+              why.find("sft.jsonl:2: the prompt takes 5 tokens") != std::string::npos)
+      << why;
+  EXPECT_NE(why.find("data.block_size=4 leaves none of the response"), std::string::npos) << why;
+}
+
 std::shared_ptr<Model> BuildModel(const std::string& yaml) {
   return InstantiateOk<Model>(yaml, "model");
 }

@@ -1,0 +1,204 @@
+// `instruction_text`: supervised fine-tuning data for the language_modeling task. Each record of a
+// JSONL, CSV or TSV file holds a prompt and a response (configurable fields, as Alpaca's or
+// torchtune's instruct datasets); an example is <s> prompt response </s>, and the targets at the
+// prompt's positions are <pad>, which the loss ignores, so the loss is the mean cross-entropy of
+// the response tokens (and the </s> that ends them) alone. Examples keep their own lengths, cut to
+// block_size tokens (the model's context; the response's end goes first), and are padded per
+// batch; the held-out split's loss is the responses' loss.
+#include "absl/strings/str_cat.h"
+#include "components/text/text_data_module.h"
+#include "components/text/text_files.h"
+#include "components/text/utf8.h"
+#include "lib/base/status_macros.h"
+#include "lib/data/padding.h"
+#include "lib/logging/logger.h"
+#include "lib/registry/registry.h"
+
+namespace kiln::text {
+namespace {
+
+struct InstructionOptions : TextDataOptions {
+  std::string train;
+  std::optional<std::string> val, test;
+  std::string format = "auto";
+  std::string prompt_field = "prompt";
+  std::string response_field = "response";
+  double val_fraction = 0.1;
+  int64_t split_seed = 1234;
+  int64_t block_size = 512;
+};
+
+// Examples in memory: input <s> prompt response (without the last token), target the next tokens
+// with the prompt's masked.
+class InstructionExamples : public data::Dataset {
+ public:
+  struct Item {
+    std::vector<int64_t> input, target;
+    std::string where;
+  };
+  explicit InstructionExamples(std::vector<Item> items) : items_(std::move(items)) {}
+  int64_t size() const override { return static_cast<int64_t>(items_.size()); }
+  absl::StatusOr<data::Example> Get(int64_t index, data::SampleRng&) const override {
+    const Item& item = items_.at(static_cast<size_t>(index));
+    data::Example e;
+    e.input = torch::tensor(item.input, torch::kInt64);
+    e.target = torch::tensor(item.target, torch::kInt64);
+    return e;
+  }
+  std::string Source(int64_t index) const override {
+    return items_.at(static_cast<size_t>(index)).where;
+  }
+  int64_t Length(int64_t index) const override {
+    return static_cast<int64_t>(items_.at(static_cast<size_t>(index)).input.size());
+  }
+
+ private:
+  std::vector<Item> items_;
+};
+
+class InstructionText : public TextDataModule {
+ public:
+  InstructionText(InstructionOptions o, std::shared_ptr<Tokenizer> tokenizer)
+      : TextDataModule(std::move(tokenizer), o.loader()),
+        o_(std::move(o)),
+        fields_{o_.format, o_.prompt_field, o_.response_field} {}
+
+  absl::Status Setup(data::Stage stage) override {
+    KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
+    mutable_loader().collate = [](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, SpecialTokens::kPad);
+    };
+    if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
+      KILN_RETURN_IF_ERROR(LoadTrain());
+      if (o_.val.value_or("").empty()) {
+        auto [t, v] = HoldOut(train_records_, o_.val_fraction, o_.split_seed);
+        KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, t, "train"));
+        if (!v.empty()) {
+          KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, v, "val"));
+        }
+      } else {
+        KILN_ASSIGN_OR_RETURN(train_, Encode(*tok, train_records_, "train"));
+        KILN_ASSIGN_OR_RETURN(auto val, ReadLabelledTexts(*o_.val, fields_, true));
+        KILN_ASSIGN_OR_RETURN(val_, Encode(*tok, val, "val"));
+      }
+    }
+    if (stage == data::Stage::kTest && !test_ && !o_.test.value_or("").empty()) {
+      KILN_ASSIGN_OR_RETURN(auto test, ReadLabelledTexts(*o_.test, fields_, true));
+      KILN_ASSIGN_OR_RETURN(test_, Encode(*tok, test, "test"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const data::Dataset> train_dataset() const override { return train_; }
+  std::shared_ptr<const data::Dataset> val_dataset() const override { return val_; }
+  std::shared_ptr<const data::Dataset> test_dataset() const override { return test_; }
+  int64_t block_size() const override { return o_.block_size; }
+  // Response tokens (with </s>) per response character: bits per character of the responses.
+  double tokens_per_char(const std::string& split) const override {
+    auto it = response_chars_.find(split);
+    if (it == response_chars_.end() || it->second == 0) return 0;
+    return static_cast<double>(response_tokens_.at(split)) / static_cast<double>(it->second);
+  }
+
+ protected:
+  absl::StatusOr<std::vector<std::string>> TrainingTexts() override {
+    KILN_RETURN_IF_ERROR(LoadTrain());
+    std::vector<std::string> texts;
+    for (const auto& r : train_records_) {
+      texts.push_back(r.text);
+      texts.push_back(r.label);
+    }
+    return texts;
+  }
+  std::string TrainingName() const override { return o_.train; }
+
+ private:
+  absl::Status LoadTrain() {
+    if (train_records_.empty()) {
+      KILN_ASSIGN_OR_RETURN(train_records_, ReadLabelledTexts(o_.train, fields_, true));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<InstructionExamples>> Encode(
+      const Tokenizer& tok, const std::vector<TextRecord>& records, const std::string& split) {
+    std::vector<std::string> prompts, responses;
+    for (const auto& r : records) {
+      prompts.push_back(r.text);
+      responses.push_back(r.label);
+    }
+    std::vector<std::vector<int64_t>> p = tok.EncodeAll(prompts), q = tok.EncodeAll(responses);
+    std::vector<InstructionExamples::Item> items;
+    int64_t cut = 0, tokens = 0, chars = 0;
+    for (size_t i = 0; i < records.size(); ++i) {
+      std::vector<int64_t> seq = {SpecialTokens::kBos};
+      seq.insert(seq.end(), p[i].begin(), p[i].end());
+      const size_t prompt_end = seq.size();  // the first response token's position
+      seq.insert(seq.end(), q[i].begin(), q[i].end());
+      seq.push_back(SpecialTokens::kEos);
+      if (static_cast<int64_t>(seq.size()) > o_.block_size + 1) {
+        seq.resize(static_cast<size_t>(o_.block_size + 1));
+        ++cut;
+      }
+      if (seq.size() <= prompt_end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            records[i].where, ": the prompt takes ", prompt_end - 1,
+            " tokens, and data.block_size=", o_.block_size, " leaves none of the response"));
+      }
+      InstructionExamples::Item item;
+      item.input.assign(seq.begin(), seq.end() - 1);
+      item.target.assign(seq.begin() + 1, seq.end());
+      // Position t predicts token t+1: those that predict the prompt's tokens count nothing.
+      for (size_t t = 0; t + 1 < prompt_end; ++t) item.target[t] = SpecialTokens::kPad;
+      tokens += static_cast<int64_t>(seq.size() - prompt_end);
+      chars += CountCodePoints(records[i].label) + 1;  // </s> stands for the end
+      item.where = records[i].where;
+      items.push_back(std::move(item));
+    }
+    if (cut > 0) {
+      Logger::Instance().Warning(absl::StrCat(split, ": ", cut, " of ", records.size(),
+                                              " examples cut to data.block_size=", o_.block_size,
+                                              " tokens (their responses' ends)"));
+    }
+    response_tokens_[split] = tokens;
+    response_chars_[split] = chars;
+    return std::make_shared<InstructionExamples>(std::move(items));
+  }
+
+  InstructionOptions o_;
+  RecordFields fields_;
+  std::vector<TextRecord> train_records_;
+  std::map<std::string, int64_t> response_tokens_, response_chars_;
+  std::shared_ptr<InstructionExamples> train_, val_, test_;
+};
+
+KILN_REGISTER_BOUND(
+    data::DataModule, "instruction_text",
+    "Supervised fine-tuning data for language_modeling: prompt and response fields of JSONL/CSV/"
+    "TSV records; the loss counts the response tokens only",
+    AddTextDataOptions(
+        OptionBinding<InstructionOptions>()
+            .Required("train", &InstructionOptions::train, "training file (.jsonl, .csv, .tsv)")
+            .Field("val", &InstructionOptions::val, "validation file (null: val_fraction of train)")
+            .Field("test", &InstructionOptions::test, "test file (null: no test split)")
+            .Field("format", &InstructionOptions::format,
+                   "auto (from the extension), jsonl, csv or tsv",
+                   OneOf({"auto", "jsonl", "csv", "tsv"}))
+            .Field("prompt_field", &InstructionOptions::prompt_field,
+                   "the field holding the prompt (the instruction and its input)")
+            .Field("response_field", &InstructionOptions::response_field,
+                   "the field holding the response the model learns to give")
+            .Field("val_fraction", &InstructionOptions::val_fraction,
+                   "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
+            .Field("split_seed", &InstructionOptions::split_seed, "seed of that split")
+            .Field("block_size", &InstructionOptions::block_size,
+                   "tokens per example at most (<s>, prompt, response, </s>; the model's "
+                   "context): longer ones lose their response's end",
+                   AtLeast(1))),
+    [](const InstructionOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
+      KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
+      return std::make_shared<InstructionText>(o, std::move(tokenizer));
+    });
+
+}  // namespace
+}  // namespace kiln::text
