@@ -12,6 +12,9 @@ Seeded: the same (--seed, --rows, --test-rows) always writes the same files, chu
 bounded memory whatever the row count.
 
 Usage: make_clicks_data.py --out DIR [--rows N] [--test-rows N] [--seed S] [--gzip]
+                           [--vocab-scale F]
+--vocab-scale shrinks (or grows) every vocabulary by F (at least 2 values each): a small, quick
+set whose values each occur often enough for a model to come near the ceiling (the tests' use).
 Writes DIR/train.tsv and DIR/test.tsv (.tsv.gz with --gzip) and DIR/teacher.json.
 """
 import argparse
@@ -35,7 +38,7 @@ CHUNK = 100_000
 CLICK_RATE = 0.25
 
 
-def teacher(seed):
+def teacher(seed, vocab):
     """The hidden model: per-value weights (bigger on frequent values, as learnable signal is),
     dense weights, and one pairwise interaction between two features' value embeddings."""
     rng = np.random.default_rng([seed, 0])
@@ -44,18 +47,19 @@ def teacher(seed):
     # so the tail holds some signal (the ceiling stays above what a model learns from few rows).
     scale = rng.uniform(0.03, 0.3, NUM_SPARSE)
     t["sparse_w"] = []
-    for j, v in enumerate(VOCAB):
+    for j, v in enumerate(vocab):
         ranks = np.arange(1, v + 2)  # the last slot is the empty value
         w = rng.normal(0, scale[j], v + 1) * (1.0 + 1.0 / np.sqrt(ranks))
         t["sparse_w"].append(w)
     t["dense_w"] = rng.normal(0, 0.12, NUM_DENSE)
     # An interaction: the dot product of two 4-d value embeddings (features 0 and 6).
-    t["emb_a"] = rng.normal(0, 0.5, (VOCAB[0] + 1, 4))
-    t["emb_b"] = rng.normal(0, 0.5, (VOCAB[6] + 1, 4))
-    t["hashes"] = [rng.choice(2**32, v, replace=False).astype(np.uint64) for v in VOCAB]
+    t["emb_a"] = rng.normal(0, 0.5, (vocab[0] + 1, 4))
+    t["emb_b"] = rng.normal(0, 0.5, (vocab[6] + 1, 4))
+    t["hashes"] = [rng.choice(2**32, v, replace=False).astype(np.uint64) for v in vocab]
+    t["vocab"] = vocab
     # Zipf probabilities of each vocabulary, in a random value order.
     t["probs"] = []
-    for v in VOCAB:
+    for v in vocab:
         p = 1.0 / np.arange(1, v + 1) ** ZIPF_A
         t["probs"].append(np.cumsum(p / p.sum()))
     # The bias that makes the click rate about Criteo's (0.25), found on a sample of its own.
@@ -82,7 +86,7 @@ def draw(t, rng, n):
         dense[:, i] = x
     ids = np.empty((n, NUM_SPARSE), np.int64)
     for j in range(NUM_SPARSE):
-        ids[:, j] = np.minimum(np.searchsorted(t["probs"][j], rng.random(n)), VOCAB[j] - 1)
+        ids[:, j] = np.minimum(np.searchsorted(t["probs"][j], rng.random(n)), t["vocab"][j] - 1)
         if j in SPARSE_WITH_MISSING:
             ids[rng.random(n) < SPARSE_MISSING, j] = -1
     # The teacher sees what the reader will: empty or negative counts as 0, an empty category as
@@ -90,9 +94,9 @@ def draw(t, rng, n):
     counts = np.where(dense > 0, dense, 0)
     logit = np.log1p(counts) @ t["dense_w"] + t["bias"]
     for j in range(NUM_SPARSE):
-        logit += t["sparse_w"][j][np.where(ids[:, j] < 0, VOCAB[j], ids[:, j])]
-    a = t["emb_a"][np.where(ids[:, 0] < 0, VOCAB[0], ids[:, 0])]
-    b = t["emb_b"][np.where(ids[:, 6] < 0, VOCAB[6], ids[:, 6])]
+        logit += t["sparse_w"][j][np.where(ids[:, j] < 0, t["vocab"][j], ids[:, j])]
+    a = t["emb_a"][np.where(ids[:, 0] < 0, t["vocab"][0], ids[:, 0])]
+    b = t["emb_b"][np.where(ids[:, 6] < 0, t["vocab"][6], ids[:, 6])]
     logit += (a * b).sum(1)
     p = 1.0 / (1.0 + np.exp(-logit))
     labels = (rng.random(n) < p).astype(np.int64)
@@ -107,7 +111,7 @@ def lines(t, labels, dense, ids):
         cols.append(c)
     for j in range(NUM_SPARSE):
         hexes = np.array([f"{h:08x}" for h in t["hashes"][j]] + [""], dtype=object)
-        cols.append(hexes[np.where(ids[:, j] < 0, VOCAB[j], ids[:, j])])
+        cols.append(hexes[np.where(ids[:, j] < 0, t["vocab"][j], ids[:, j])])
     return "".join("\t".join(row) + "\n" for row in zip(*cols))
 
 
@@ -146,12 +150,17 @@ def main():
     ap.add_argument("--test-rows", type=int, default=None, help="test rows (default rows / 10)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--gzip", action="store_true", help="write .tsv.gz")
+    ap.add_argument("--vocab-scale", type=float, default=1.0,
+                    help="every vocabulary times this (at least 2 values)")
     a = ap.parse_args()
     test_rows = a.test_rows if a.test_rows is not None else max(1, a.rows // 10)
     if a.rows < 1 or test_rows < 1:
         sys.exit("make_clicks_data: error: --rows and --test-rows must be at least 1")
     os.makedirs(a.out, exist_ok=True)
-    t = teacher(a.seed)
+    if a.vocab_scale <= 0:
+        sys.exit("make_clicks_data: error: --vocab-scale must be positive")
+    vocab = [max(2, int(round(v * a.vocab_scale))) for v in VOCAB]
+    t = teacher(a.seed, vocab)
     ext = ".tsv.gz" if a.gzip else ".tsv"
     train_labels, _ = write_split(t, os.path.join(a.out, "train" + ext), a.seed, 1, a.rows, a.gzip)
     labels, p = write_split(t, os.path.join(a.out, "test" + ext), a.seed, 2, test_rows, a.gzip)
@@ -168,7 +177,7 @@ def main():
         "teacher_test_auc": auc(labels, p) if 0 < labels.sum() < len(labels) else None,
         "teacher_test_log_loss": logloss,
         "teacher_test_normalized_entropy": float(logloss / entropy),
-        "vocabulary_sizes": VOCAB,
+        "vocabulary_sizes": vocab,
         "zipf_exponent": ZIPF_A,
     }
     with open(os.path.join(a.out, "teacher.json"), "w") as f:

@@ -26,12 +26,13 @@ class LineReader {
       if (pos_ == end_) {
         int n = gzread(file_, buffer_, sizeof(buffer_));
         if (n <= 0) {
-          if (n < 0) error_ = true;
           int code = 0;
           const char* message = gzerror(file_, &code);
-          if (code != Z_OK && code != Z_STREAM_END) {
+          if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+            // A damaged or cut stream: its partial last line is not handed out as a line.
             error_ = true;
             message_ = message ? message : "";
+            return false;
           }
           return !line->empty();
         }
