@@ -465,5 +465,43 @@ TEST(ClicksDlrm, TrainsNearTheTeachersAucPredictsAndRefusesABadLine) {
   EXPECT_EQ(refused.err.find("terminate"), std::string::npos) << refused.err;
 }
 
+// The row-wise accumulators and the rest of the optimizer state resume from a checkpoint: one
+// epoch, then a second resumed from last.ckpt, ends where two epochs in one run end.
+TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEnds) {
+  testing::TempDir dir;
+  auto made = testing::RunProcess(
+      {KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/scripts/make_clicks_data.py", "--out",
+       dir.path() + "/clicks", "--rows", "20000", "--test-rows", "100", "--vocab-scale", "0.01"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto train = [&](const std::string& run, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     "train",
+                                     "experiment=clicks_dlrm",
+                                     "paths.data_dir=" + dir.path(),
+                                     "data.num_embeddings_per_feature=3000",
+                                     "hydra.run.dir=" + dir.path() + "/" + run,
+                                     "trainer.enable_progress_bar=false",
+                                     "trainer.num_threads=1",
+                                     "test=false"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = testing::RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.err + r.out;
+  };
+  train("straight", {"trainer.max_epochs=2"});
+  train("resumed", {"trainer.max_epochs=1"});
+  std::string resumed = train("resumed", {"trainer.max_epochs=2", "ckpt_path=last"});
+  EXPECT_NE(resumed.find("resumed from"), std::string::npos) << resumed;
+  // The last line of each metrics.csv: epoch 1's values.
+  auto last_line = [](const std::string& path) {
+    std::string text = testing::ReadFile(path);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text.substr(text.rfind('\n') + 1);
+  };
+  std::string straight_metrics = last_line(dir.path() + "/straight/metrics.csv");
+  EXPECT_NE(straight_metrics.find("0."), std::string::npos);
+  EXPECT_EQ(last_line(dir.path() + "/resumed/metrics.csv"), straight_metrics);
+}
+
 }  // namespace recsys_test
 }  // namespace kiln
