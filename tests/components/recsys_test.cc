@@ -256,6 +256,46 @@ TEST(DlrmModel, OneLogitPerRowAndSparseGradientsOfTheTouchedRows) {
   EXPECT_FALSE(dense->named_parameters()["sparse_arch.t_cat_0.weight"].grad().is_sparse());
 }
 
+// dcn_v2: with every cross layer's W_l and b_l zero, the cross network passes x0 through, so the
+// logit is the top MLP over the bottom MLP's output and the 26 table rows, written out here.
+TEST(DcnV2Model, CrossNetworkOverTheConcatenatedVectors) {
+  auto model = testing::InstantiateOk<Model>(
+      "{_target_: dcn_v2, embedding_dim: 4, num_embeddings_per_feature: 100, "
+      "dense_arch_layer_sizes: [8, 4], over_arch_layer_sizes: [8, 1], dcn_num_layers: 2, "
+      "dcn_low_rank_dim: 3}",
+      "model");
+  ASSERT_NE(model, nullptr);
+  auto params = model->named_parameters();
+  EXPECT_EQ(params["crossnet.V.1.weight"].sizes(), (std::vector<int64_t>{3, 27 * 4}));
+  EXPECT_EQ(params["crossnet.W.1.weight"].sizes(), (std::vector<int64_t>{27 * 4, 3}));
+  EXPECT_EQ(params["over_arch.0.weight"].sizes(), (std::vector<int64_t>{8, 27 * 4}));
+  torch::Tensor input = Batch(5, 100, 2);
+  torch::Tensor out = model->forward(input);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{5}));
+  out.sum().backward();
+  EXPECT_TRUE(params["sparse_arch.t_cat_3.weight"].grad().is_sparse());
+  EXPECT_TRUE(params["crossnet.V.0.weight"].grad().abs().sum().item<double>() > 0);
+  torch::NoGradGuard no_grad;
+  for (const char* name :
+       {"crossnet.W.0.weight", "crossnet.W.0.bias", "crossnet.W.1.weight", "crossnet.W.1.bias"})
+    params[name].zero_();
+  using torch::indexing::Slice;
+  torch::Tensor dense = torch::log1p(input.index({Slice(), Slice(0, 13)}).to(torch::kFloat32));
+  torch::Tensor x =
+      torch::relu(torch::linear(dense, params["dense_arch.0.weight"], params["dense_arch.0.bias"]));
+  x = torch::relu(torch::linear(x, params["dense_arch.2.weight"], params["dense_arch.2.bias"]));
+  std::vector<torch::Tensor> parts{x};
+  for (int j = 0; j < 26; ++j) {
+    parts.push_back(params["sparse_arch.t_cat_" + std::to_string(j) + ".weight"].index_select(
+        0, input.select(1, 13 + j)));
+  }
+  torch::Tensor h = torch::relu(torch::linear(torch::cat(parts, 1), params["over_arch.0.weight"],
+                                              params["over_arch.0.bias"]));
+  torch::Tensor expected =
+      torch::linear(h, params["over_arch.2.weight"], params["over_arch.2.bias"]).squeeze(1);
+  EXPECT_TRUE(torch::allclose(model->forward(input), expected, 1e-5, 1e-6));
+}
+
 std::unique_ptr<torch::optim::Optimizer> RowwiseOver(torch::nn::Module& module,
                                                      const std::string& yaml) {
   auto node = config::ParseYaml(yaml, "optimizer.yaml");
