@@ -20,6 +20,7 @@
 #include "components/recsys/criteo_file.h"
 #include "components/recsys/criteo_line.h"
 #include "lib/config/yaml_io.h"
+#include "lib/inference/predictor.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/metric.h"
 #include "lib/trainer/optimization.h"
@@ -494,6 +495,21 @@ TEST(ClicksDlrm, TrainsNearTheTeachersAucPredictsAndRefusesABadLine) {
     ++rows;
   }
   EXPECT_EQ(rows, 50000);
+
+  // kiln::Predictor (what kiln serve answers with): a raw Criteo line, with or without its label.
+  auto predictor = Predictor::Load(run);
+  ASSERT_TRUE(predictor.ok()) << predictor.status();
+  for (const std::string& input : {Line(), Line().substr(2) + "\n"}) {
+    auto answer = (*predictor)->Predict(input);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    ASSERT_EQ(answer->fields.size(), 1u);
+    EXPECT_EQ(answer->fields[0].first, "probability");
+    double p = answer->fields[0].second->as_float();
+    EXPECT_TRUE(p > 0 && p < 1) << p;
+  }
+  auto wrong = (*predictor)->Predict("1\t2");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("has 2 fields"), std::string::npos) << wrong.status();
 
   dir.Write("bad/clicks/train.tsv", Line() + "\n" + WithField(Line(), 0, "7") + "\n");
   auto refused = testing::RunProcess({KILN_BINARY, "train", "experiment=clicks_dlrm",
