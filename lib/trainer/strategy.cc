@@ -122,6 +122,22 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
         "untested); use bf16-mixed "
         "with several processes");
   }
+  // c10d's reducer all-reduces dense buckets only; sparse table gradients wait for table
+  // sharding (issue 56).
+  for (const auto& item : module.named_modules()) {
+    bool sparse = false;
+    if (const auto* table = item.value()->as<torch::nn::Embedding>()) {
+      sparse = table->options.sparse();
+    } else if (const auto* bag = item.value()->as<torch::nn::EmbeddingBag>()) {
+      sparse = bag->options.sparse();
+    }
+    if (sparse) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer.devices > 1: the model's table ", item.key(),
+          " gives sparse gradients, which data-parallel training does not reduce; train on one "
+          "device, or set model.sparse=false (dense table gradients, all-reduced)"));
+    }
+  }
   data_parallel_ = MakeDataParallel(module);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing
