@@ -4,9 +4,11 @@
 // value per feature: TorchRec's KeyedJaggedTensor with every length 1); its target the float
 // label. Each file is read once into compact rows (156 bytes a row); the validation split is a
 // seeded share of train unless `val` names a file.
+#include <chrono>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "components/recsys/click_data.h"
 #include "components/recsys/criteo_file.h"
 #include "components/recsys/table_sizes.h"
@@ -120,13 +122,16 @@ class CriteoData : public ClickDataModule {
   absl::StatusOr<std::shared_ptr<const data::Dataset>> Read(const std::string& path, bool predict) {
     CriteoReadOptions read = read_;
     read.label_optional = predict;
+    auto start = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(CriteoRows rows, ReadCriteoFile(path, read));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rows.features.size(0) == 0)
       return absl::InvalidArgumentError(absl::StrCat(path, ": no rows"));
     std::string skipped =
         rows.skipped > 0 ? absl::StrCat(", ", rows.skipped, " bad lines skipped") : "";
-    Logger::Instance().Info(
-        absl::StrCat("criteo: ", path, ": ", rows.features.size(0), " rows", skipped));
+    Logger::Instance().Info(absl::StrFormat("criteo: %s: %d rows%s (%.1f s)", path,
+                                            rows.features.size(0), skipped, seconds));
     return std::make_shared<ClickRows>(path, std::move(rows));
   }
 
