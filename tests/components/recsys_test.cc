@@ -22,6 +22,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/inference/predictor.h"
 #include "lib/registry/registry.h"
+#include "lib/trainer/internal/cuda_graph_step.h"
 #include "lib/trainer/metric.h"
 #include "lib/trainer/optimization.h"
 #include "tests/components/instantiate.h"
@@ -388,6 +389,34 @@ TEST(RowwiseAdagradAdam, RowsNoBatchTouchedAreBitwiseUnchangedByTraining) {
     } else {
       EXPECT_FALSE(torch::equal(now, before)) << item.key();
     }
+  }
+}
+
+// trainer.gradient_clip_val on a table's sparse gradient: the same as clipping its dense form
+// (duplicate rows summed first), by norm and by value.
+TEST(RowwiseAdagradAdam, SparseGradientsClipAsTheirDenseForm) {
+  for (bool by_norm : {true, false}) {
+    auto sparse_table = torch::nn::Embedding(torch::nn::EmbeddingOptions(6, 2).sparse(true));
+    auto dense_table = torch::nn::Embedding(torch::nn::EmbeddingOptions(6, 2));
+    auto fc = torch::nn::Linear(2, 1);
+    {
+      torch::NoGradGuard no_grad;
+      dense_table->weight.copy_(sparse_table->weight);
+    }
+    torch::Tensor idx = torch::tensor({1, 4, 1, 1}, torch::kInt64);
+    torch::Tensor c = torch::tensor({{3.0f, -1.0f}, {0.5f, 2.0f}, {1.0f, 1.0f}, {2.0f, 0.0f}});
+    (sparse_table->forward(idx) * c).sum().backward();
+    (dense_table->forward(idx) * c).sum().backward();
+    fc->forward(c).sum().backward();
+    torch::Tensor fc_grad = fc->weight.grad().clone();
+    ClipGradientsOnDevice({sparse_table->weight, fc->weight}, 0.5, by_norm);
+    torch::Tensor clipped_fc = fc->weight.grad().clone();
+    fc->weight.mutable_grad() = fc_grad;
+    ClipGradientsOnDevice({dense_table->weight, fc->weight}, 0.5, by_norm);
+    ASSERT_TRUE(sparse_table->weight.grad().is_sparse());
+    EXPECT_TRUE(torch::allclose(sparse_table->weight.grad().to_dense(), dense_table->weight.grad()))
+        << by_norm;
+    EXPECT_TRUE(torch::allclose(clipped_fc, fc->weight.grad())) << by_norm;
   }
 }
 
