@@ -32,6 +32,7 @@ table=(
   "audio            seed_audio            500"
   "labelled_text    seed_labelled_text    5000"
   "audio_manifest   seed_audio_manifest   5000"
+  "criteo           seed_criteo           50000"
   "sentencepiece_model seed_written       3000"
   "sweep_ledger     seed_sweep_ledger     2000"
   "serve_request    seed_serve_request    20000"
@@ -72,6 +73,18 @@ seed_idx() {
   { printf '\0\0\010\003\0\0\0\002\0\0\0\004\0\0\0\004'; fixed_bytes 32; } > "$1/images.idx3"
   printf '\0\0\010\001\0\0\0\002\007\001' > "$1/labels.idx1"
   gzip -nc "$1/images.idx3" > "$1/images.idx3.gz"
+}
+# Criteo click data: two good lines (one with empty fields, a negative count, upper-case hex), a
+# bad label, a short line, a line without its label; plain and gzip.
+seed_criteo() {
+  local ints hashes good
+  ints=$(printf '\t%s' 1 2 3 4 5 6 7 8 9 10 11 12 13)
+  hashes=$(for i in $(seq 1 26); do printf '\t%08x' "$((i * 2654435761 % 4294967296))"; done)
+  good="1$ints$hashes"
+  { printf '%s\n' "$good"
+    printf '%s\r\n' "$good" | sed 's/^1\t1\t2/0\t\t-2/; s/\t9e3779b1\t3c6ef362/\tDEADBEEF\t/'; } > "$1/good.tsv"
+  { printf '%s\n' "$good" | sed 's/^1/7/'; printf '1\t2\t3\n'; printf '%s\n' "${good#1?}"; } > "$1/bad.tsv"
+  gzip -nc "$1/good.tsv" > "$1/good.tsv.gz"
 }
 # CIFAR: 2 CIFAR-10 records (label, 3072 bytes), 1 CIFAR-100 record (coarse, fine, 3072), gzip.
 seed_cifar() {

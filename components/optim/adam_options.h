@@ -50,14 +50,19 @@ TorchOptions ToTorchOptions(const AdamOptions& o) {
 }
 
 // The factory of torch's Adam or AdamW with these options (and their groups').
+// `make`: as MakeTorchOptimizerFactory's (null: TorchOptimizer's constructor); `binding`: S's
+// declaration when S adds options to Adam's.
 template <typename TorchOptimizer, typename TorchOptions, typename S>
-absl::StatusOr<std::shared_ptr<OptimizerFactory>> MakeAdamFactory(const S& o,
-                                                                  const OptionContext& context) {
+absl::StatusOr<std::shared_ptr<OptimizerFactory>> MakeAdamFactory(
+    const S& o, const OptionContext& context,
+    typename TorchOptimizerFactory<TorchOptimizer, TorchOptions>::Make make = nullptr,
+    const OptionBinding<S>& binding = AdamBinding<S>()) {
   return MakeTorchOptimizerFactory<TorchOptimizer, TorchOptions>(
-      o, context, AdamBinding<S>(),
+      o, context, binding,
       [](const S& group, const std::string&) -> absl::StatusOr<TorchOptions> {
         return ToTorchOptions<TorchOptions>(group);
-      });
+      },
+      std::move(make));
 }
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -20,9 +21,13 @@ namespace kiln {
 template <typename TorchOptimizer, typename TorchOptions>
 class TorchOptimizerFactory : public OptimizerFactory {
  public:
+  // Builds the optimizer from its groups and default options; null: TorchOptimizer's constructor
+  // (an optimizer with options of its own beyond TorchOptions passes a function that adds them).
+  using Make = std::function<std::unique_ptr<torch::optim::Optimizer>(
+      std::vector<torch::optim::OptimizerParamGroup>, const TorchOptions&)>;
   // `options[i]` are the options of plan.specs()[i]: the rest's first.
-  TorchOptimizerFactory(std::vector<TorchOptions> options, ParamGroupPlan plan)
-      : options_(std::move(options)), plan_(std::move(plan)) {}
+  TorchOptimizerFactory(std::vector<TorchOptions> options, ParamGroupPlan plan, Make make = nullptr)
+      : options_(std::move(options)), plan_(std::move(plan)), make_(std::move(make)) {}
 
   absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Create(
       const NamedParameters& params, const std::vector<std::string>& model_names = {}) override {
@@ -47,6 +52,7 @@ class TorchOptimizerFactory : public OptimizerFactory {
           absl::StrCat("optimizer: ", groups.size(), " parameter groups", described));
     }
     try {
+      if (make_ != nullptr) return make_(std::move(groups), options_.front());
       return std::unique_ptr<torch::optim::Optimizer>(
           std::make_unique<TorchOptimizer>(std::move(groups), options_.front()));
     } catch (const c10::Error& e) {
@@ -59,6 +65,7 @@ class TorchOptimizerFactory : public OptimizerFactory {
  private:
   std::vector<TorchOptions> options_;
   ParamGroupPlan plan_;
+  Make make_;
 };
 
 // The factory for an optimizer whose options struct S (deriving from ParamGroupsOptions) is
@@ -66,7 +73,8 @@ class TorchOptimizerFactory : public OptimizerFactory {
 // values, naming the key of the group, e.g. "optimizer.param_groups.1").
 template <typename TorchOptimizer, typename TorchOptions, typename S, typename Convert>
 absl::StatusOr<std::shared_ptr<OptimizerFactory>> MakeTorchOptimizerFactory(
-    const S& o, const OptionContext& context, const OptionBinding<S>& binding, Convert convert) {
+    const S& o, const OptionContext& context, const OptionBinding<S>& binding, Convert convert,
+    typename TorchOptimizerFactory<TorchOptimizer, TorchOptions>::Make make = nullptr) {
   KILN_ASSIGN_OR_RETURN(auto groups, ReadParamGroups(o, context, binding));
   std::vector<TorchOptions> options;
   for (size_t i = 0; i < groups.first.size(); ++i) {
@@ -75,7 +83,7 @@ absl::StatusOr<std::shared_ptr<OptimizerFactory>> MakeTorchOptimizerFactory(
     options.push_back(std::move(converted));
   }
   return std::make_shared<TorchOptimizerFactory<TorchOptimizer, TorchOptions>>(
-      std::move(options), std::move(groups.second));
+      std::move(options), std::move(groups.second), std::move(make));
 }
 
 }  // namespace kiln

@@ -118,6 +118,27 @@ absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
   return absl::OkStatus();
 }
 
+namespace {
+// c10d's reducer all-reduces dense buckets only, and fsdp reduce-scatters dense pieces: sparse
+// table gradients wait for table sharding (issue 56).
+absl::Status RefuseSparseTables(torch::nn::Module& module, const std::string& who) {
+  for (const auto& item : module.named_modules()) {
+    bool sparse = false;
+    if (const auto* table = item.value()->as<torch::nn::Embedding>()) {
+      sparse = table->options.sparse();
+    } else if (const auto* bag = item.value()->as<torch::nn::EmbeddingBag>()) {
+      sparse = bag->options.sparse();
+    }
+    if (sparse) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer.devices > 1: the model's table ", item.key(), " gives sparse gradients, which ",
+          who, "; train on one device, or set model.sparse=false (dense table gradients)"));
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   if (options_.strategy == TrainerOptions::StrategyKind::kFsdp &&
       options_.fsdp_sharding_strategy != TrainerOptions::Sharding::kNoShard) {
@@ -130,6 +151,7 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
         "untested); use bf16-mixed "
         "with several processes");
   }
+  KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "data-parallel training does not reduce"));
   data_parallel_ = MakeDataParallel(module);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing
@@ -156,6 +178,7 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
 }
 
 absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
+  KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "fsdp does not reduce-scatter"));
   if (options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kHybridShard &&
       options_.num_nodes > 1) {
     return absl::UnimplementedError(

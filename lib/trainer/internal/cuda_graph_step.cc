@@ -15,9 +15,13 @@ namespace kiln {
 
 void ClipGradientsOnDevice(const std::vector<torch::Tensor>& parameters, double clip_val,
                            bool by_norm) {
+  // A sparse gradient (an embedding table's touched rows) is clipped through its values, once
+  // coalesced (each row's gradient one value, as the dense gradient's row would be).
   std::vector<torch::Tensor> grads;
   for (const auto& p : parameters) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+    if (!p.grad().defined()) continue;
+    if (p.grad().is_sparse()) p.mutable_grad() = p.grad().coalesce();
+    grads.push_back(p.grad().is_sparse() ? p.grad()._values() : p.grad());
   }
   if (grads.empty()) return;
   torch::NoGradGuard no_grad;
