@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "lib/base/status_macros.h"
+#include "lib/data/dataset.h"
 #include "lib/logging/logger.h"
 
 namespace kiln::text {
@@ -19,6 +20,16 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> TextDataModule::tokenizer() {
     Logger::Instance().Info(absl::StrFormat("%s (%.2f s)", tokenizer_->Describe(), seconds));
   }
   return std::shared_ptr<const Tokenizer>(tokenizer_);
+}
+
+std::pair<std::vector<TextRecord>, std::vector<TextRecord>> HoldOut(
+    const std::vector<TextRecord>& records, double val_fraction, int64_t seed) {
+  auto [train_idx, val_idx] =
+      data::RandomSplit(static_cast<int64_t>(records.size()), val_fraction, seed);
+  std::pair<std::vector<TextRecord>, std::vector<TextRecord>> out;
+  for (int64_t i : train_idx) out.first.push_back(records[static_cast<size_t>(i)]);
+  for (int64_t i : val_idx) out.second.push_back(records[static_cast<size_t>(i)]);
+  return out;
 }
 
 }  // namespace kiln::text

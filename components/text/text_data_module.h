@@ -6,9 +6,11 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "components/text/text_files.h"
 #include "components/text/tokenizer.h"
 #include "lib/config/config.h"
 #include "lib/data/batching_options.h"
@@ -45,6 +47,11 @@ class TextDataModule : public data::DataModule {
   bool fitted_ = false;
   data::LoaderOptions loader_;
 };
+
+// `records` split at random (seed) into the training records and a held-out share
+// (`val_fraction`) for validation, as the modules do when no validation file is given.
+std::pair<std::vector<TextRecord>, std::vector<TextRecord>> HoldOut(
+    const std::vector<TextRecord>& records, double val_fraction, int64_t seed);
 
 // The tokenizer and loader options each text data module declares; its options struct derives
 // from this one.

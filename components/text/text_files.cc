@@ -18,7 +18,6 @@
 #include "absl/strings/str_join.h"
 #include "components/text/utf8.h"
 #include "lib/base/status_macros.h"
-#include "lib/data/dataset.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/data/shards/tar_shard.h"
 
@@ -351,16 +350,6 @@ absl::StatusOr<std::vector<TextRecord>> ReadTextLines(const std::string& path) {
     out.push_back({std::string(text), "", absl::StrCat(name, ":", line)});
     return absl::OkStatus();
   }));
-  return out;
-}
-
-std::pair<std::vector<TextRecord>, std::vector<TextRecord>> HoldOut(
-    const std::vector<TextRecord>& records, double val_fraction, int64_t seed) {
-  auto [train_idx, val_idx] =
-      data::RandomSplit(static_cast<int64_t>(records.size()), val_fraction, seed);
-  std::pair<std::vector<TextRecord>, std::vector<TextRecord>> out;
-  for (int64_t i : train_idx) out.first.push_back(records[static_cast<size_t>(i)]);
-  for (int64_t i : val_idx) out.second.push_back(records[static_cast<size_t>(i)]);
   return out;
 }
 

@@ -3,9 +3,7 @@
 // and one text per line (a file or stdin). Every text is checked to be valid UTF-8.
 #pragma once
 
-#include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,11 +27,6 @@ struct RecordFields {
 absl::StatusOr<std::vector<TextRecord>> ReadLabelledTexts(const std::string& path,
                                                           const RecordFields& fields,
                                                           bool need_label);
-
-// `records` split at random (seed) into the training records and a held-out share
-// (`val_fraction`) for validation, as data modules do when no validation file is given.
-std::pair<std::vector<TextRecord>, std::vector<TextRecord>> HoldOut(
-    const std::vector<TextRecord>& records, double val_fraction, int64_t seed);
 
 // A whole UTF-8 text file; an empty file or invalid UTF-8 (with its line) is an error.
 absl::StatusOr<std::string> ReadPlainText(const std::string& path);
