@@ -44,8 +44,8 @@ void RowwiseAdagradAdam::RowwiseStep(const torch::Tensor& param, const torch::Te
   state.step(state.step() + 1);
   torch::Tensor g = grad.coalesce();
   torch::Tensor rows = g.indices()[0];
+  if (rows.numel() == 0) return;  // no row touched (a sharded table's piece no batch asked of)
   torch::Tensor values = g.values().reshape({rows.size(0), -1});
-  if (rows.numel() == 0) return;
   torch::Tensor accumulator = state.exp_avg_sq();
   accumulator.index_add_(0, rows, values.to(torch::kFloat32).pow(2).mean(1));
   torch::Tensor scale = lr / (accumulator.index_select(0, rows).sqrt() + sparse_eps_);

@@ -3,7 +3,8 @@
 // per categorical feature (sparse_arch); the pairwise dot products of those 27 vectors (the strict
 // upper triangle, as arch_interaction_itself=False) beside the bottom MLP's output; a top MLP
 // (over_arch) to one logit. Tables give sparse gradients (only the rows a batch touched) unless
-// sparse=false; rowwise_adagrad_adam steps them.
+// sparse=false; rowwise_adagrad_adam steps them. With several workers the tables are sharded
+// across them (trainer.table_sharding), the MLPs data-parallel.
 //
 // `dcn_v2`: the same with DCN-v2's cross network (Wang et al. 2021; TorchRec's DLRM_DCN with
 // LowRankCrossNet) in place of the dot interaction: x0 is the 27 vectors concatenated, and each of
@@ -14,6 +15,7 @@
 #include "components/recsys/criteo_line.h"
 #include "components/recsys/table_sizes.h"
 #include "lib/base/status_macros.h"
+#include "lib/distributed/sharded_tables.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::recsys {
@@ -32,7 +34,7 @@ struct DcnV2Options : DlrmOptions {
   int64_t dcn_low_rank_dim = 512;
 };
 
-class Dlrm : public ClickModel {
+class Dlrm : public ClickModel, public distributed::EmbeddingTables {
  public:
   // `cross`: dcn_v2's cross network in place of the dot interaction; null: dlrm.
   Dlrm(const DlrmOptions& o, const DcnV2Options* cross) : sizes_(o.num_embeddings_per_feature) {
@@ -84,17 +86,18 @@ class Dlrm : public ClickModel {
 
   const std::vector<int64_t>& num_embeddings() const override { return sizes_; }
   int64_t num_dense() const override { return kCriteoDense; }
+  std::vector<torch::nn::Embedding> embedding_tables() const override { return tables_; }
 
   torch::Tensor forward(torch::Tensor input) override {
     using torch::indexing::Slice;
     torch::Tensor dense =
         torch::log1p(input.index({Slice(), Slice(0, kCriteoDense)}).to(torch::kFloat32));
     torch::Tensor x = dense_arch_->forward(dense);  // [B, D]
-    std::vector<torch::Tensor> vectors{x};
-    for (size_t j = 0; j < tables_.size(); ++j)
-      vectors.push_back(
-          tables_[j]->forward(input.select(1, kCriteoDense + static_cast<int64_t>(j))));
-    torch::Tensor t = torch::stack(vectors, 1);  // [B, F + 1, D]
+    // The tables' rows [B, F, D]: one lookup each, or, sharded across workers, from the workers
+    // holding them (lib/distributed/sharded_tables.h).
+    torch::Tensor rows = distributed::LookupTables(
+        *this, input.narrow(1, kCriteoDense, static_cast<int64_t>(tables_.size())));
+    torch::Tensor t = torch::cat({x.unsqueeze(1), rows}, 1);  // [B, F + 1, D]
     if (!cross_v_.empty()) {
       torch::Tensor x0 = t.flatten(1), xl = x0;
       for (size_t l = 0; l < cross_v_.size(); ++l)

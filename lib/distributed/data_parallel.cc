@@ -11,12 +11,14 @@
 namespace kiln::distributed {
 
 DataParallel::DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
-                           double bucket_cap_mb, bool find_unused_parameters)
-    : group_(std::move(group)), module_(module) {
+                           double bucket_cap_mb, bool find_unused_parameters,
+                           std::set<const void*> local)
+    : group_(std::move(group)), module_(module), local_(std::move(local)) {
   std::vector<at::Tensor> params;
   std::unordered_map<size_t, std::string> names;
   for (const auto& item : module.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
+    if (!item.value().requires_grad() || local_.count(item.value().unsafeGetTensorImpl()) > 0)
+      continue;
     names[params.size()] = item.key();
     names_.push_back(item.key());
     params.push_back(item.value());
@@ -43,7 +45,9 @@ DataParallel::~DataParallel() = default;
 
 absl::Status DataParallel::SyncModuleStates() {
   std::vector<torch::Tensor> states;
-  for (const auto& p : module_.parameters()) states.push_back(p.detach());
+  for (const auto& p : module_.parameters()) {
+    if (local_.count(p.unsafeGetTensorImpl()) == 0) states.push_back(p.detach());
+  }
   auto status = group_->Guard("comparing the model across workers", [&] {
     c10d::verify_params_across_processes(group_->group(), states, std::nullopt);
   });

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ class DataParallel {
   // `find_unused_parameters` as in DDP: each synced backward first walks the loss's autograd graph
   // and marks the parameters it does not reach as ready, so that the reduction does not wait for
   // gradients that never come (a model whose steps leave some parameters out).
+  // `local`: parameters each rank holds its own piece of (sharded tables, sharded_tables.h),
+  // which are neither compared, broadcast nor reduced.
   DataParallel(std::shared_ptr<ProcessGroup> group, torch::nn::Module& module, double bucket_cap_mb,
-               bool find_unused_parameters = false);
+               bool find_unused_parameters = false, std::set<const void*> local = {});
   ~DataParallel();
 
   // Makes every rank's parameters and buffers equal to rank 0's; checks that the models match.
@@ -46,6 +49,7 @@ class DataParallel {
   std::shared_ptr<ProcessGroup> group_;
   torch::nn::Module& module_;
   std::unique_ptr<c10d::Reducer> reducer_;
+  std::set<const void*> local_;
   std::vector<std::string> names_;  // the reduced parameters' names, in the reducer's order
   size_t num_buckets_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "lib/distributed/data_parallel.h"
 #include "lib/distributed/fully_sharded.h"
 #include "lib/distributed/process_group.h"
+#include "lib/distributed/sharded_tables.h"
 #include "lib/logging/logger.h"
 #include "lib/run/environment.h"
 #include "lib/trainer/internal/cuda_module.h"
@@ -121,7 +123,8 @@ absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
 namespace {
 // c10d's reducer all-reduces dense buckets only, and fsdp reduce-scatters dense pieces: sparse
 // table gradients wait for table sharding (issue 56).
-absl::Status RefuseSparseTables(torch::nn::Module& module, const std::string& who) {
+absl::Status RefuseSparseTables(torch::nn::Module& module, const std::string& where,
+                                const std::string& who) {
   for (const auto& item : module.named_modules()) {
     bool sparse = false;
     if (const auto* table = item.value()->as<torch::nn::Embedding>()) {
@@ -131,8 +134,8 @@ absl::Status RefuseSparseTables(torch::nn::Module& module, const std::string& wh
     }
     if (sparse) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "trainer.devices > 1: the model's table ", item.key(), " gives sparse gradients, which ",
-          who, "; train on one device, or set model.sparse=false (dense table gradients)"));
+          where, ": the model's table ", item.key(), " gives sparse gradients, which ", who,
+          "; train on one device, or set model.sparse=false (dense table gradients)"));
     }
   }
   return absl::OkStatus();
@@ -151,13 +154,21 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
         "untested); use bf16-mixed "
         "with several processes");
   }
-  KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "data-parallel training does not reduce"));
+  KILN_ASSIGN_OR_RETURN(bool tables, SetupTableSharding(module));
+  if (!tables) {
+    KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "trainer.devices > 1",
+                                            "data-parallel training does not reduce"));
+  }
   data_parallel_ = MakeDataParallel(module);
   KILN_RETURN_IF_ERROR(data_parallel_->SyncModuleStates());
   // One blocking all-reduce of a gradient-sized buffer: what a step would pay if nothing
   // overlapped.
+  // (Sharded tables are not all-reduced, and their pieces differ in size between ranks.)
+  const std::set<const void*> local = tables_ ? tables_->parameters() : std::set<const void*>{};
   int64_t numel = 0;
-  for (const auto& p : module.parameters()) numel += p.numel();
+  for (const auto& p : module.parameters()) {
+    if (local.count(p.unsafeGetTensorImpl()) == 0) numel += p.numel();
+  }
   torch::Tensor probe = torch::zeros(
       {numel},
       torch::TensorOptions(torch::kFloat32).device(CollectiveDevice(group_->backend(), device_)));
@@ -177,8 +188,42 @@ absl::Status Strategy::SetupDataParallel(torch::nn::Module& module) {
   return absl::OkStatus();
 }
 
+absl::Status Strategy::ShareShardedRun() {
+  std::random_device entropy;
+  std::string run = absl::StrFormat("%08x%08x", entropy(), entropy());
+  if (group_) {
+    KILN_ASSIGN_OR_RETURN(run, group_->ShareFromRankZero("fsdp_run", run));
+  }
+  sharded_run_ = run;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Strategy::SetupTableSharding(torch::nn::Module& module) {
+  const distributed::EmbeddingTables* owner = nullptr;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    owner = dynamic_cast<const distributed::EmbeddingTables*>(m.get());
+    if (owner != nullptr) break;
+  }
+  if (owner == nullptr) return false;
+  bool sparse = false;
+  for (const auto& table : owner->embedding_tables()) sparse |= table->options.sparse();
+  if (!sparse) return false;  // dense table gradients: all-reduced with the rest
+  const std::string& how = options_.table_sharding;
+  KILN_ASSIGN_OR_RETURN(tables_,
+                        distributed::ShardedTables::Create(
+                            group_, module, *owner,
+                            how == "row_wise"     ? distributed::TableShardingKind::kRowWise
+                            : how == "table_wise" ? distributed::TableShardingKind::kTableWise
+                                                  : distributed::TableShardingKind::kAuto));
+  KILN_RETURN_IF_ERROR(ShareShardedRun());
+  Logger::Instance().Info(tables_->Describe());
+  return true;
+}
+
 absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
-  KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "fsdp does not reduce-scatter"));
+  KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "trainer.strategy=fsdp",
+                                          "fsdp does not reduce-scatter (trainer.strategy=ddp "
+                                          "shards the tables instead)"));
   if (options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kHybridShard &&
       options_.num_nodes > 1) {
     return absl::UnimplementedError(
@@ -213,13 +258,7 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   // bf16-mixed: the parameters travel and compute in bf16, as Lightning's FSDP mixed precision;
   // gradients reduce in float32 into float32 pieces.
   if (bf16_autocast_ && !bf16_weights_) sharding.gather_dtype = at::kBFloat16;
-  // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
-  std::random_device entropy;
-  std::string run = absl::StrFormat("%08x%08x", entropy(), entropy());
-  if (group_) {
-    KILN_ASSIGN_OR_RETURN(run, group_->ShareFromRankZero("fsdp_run", run));
-  }
-  sharded_run_ = run;
+  KILN_RETURN_IF_ERROR(ShareShardedRun());
   KILN_ASSIGN_OR_RETURN(
       sharded_, distributed::FullyShardedDataParallel::Create(group_, module, units, sharding));
   distributed::ShardedMemory m = sharded_->memory();
@@ -259,6 +298,11 @@ std::optional<std::vector<torch::Tensor*>> StateTensors(torch::optim::Optimizer&
 }  // namespace
 
 absl::Status Strategy::ShardOptimizerState(torch::optim::Optimizer& optimizer) {
+  if (tables_) {
+    tables_->ShardState([&](const torch::Tensor& param) {
+      return StateTensors(optimizer, param).value_or(std::vector<torch::Tensor*>{});
+    });
+  }
   if (!sharded_) return absl::OkStatus();
   bool unknown = false;
   sharded_->ShardState([&](const torch::Tensor& param) {
@@ -291,10 +335,19 @@ ModelStateBytes Strategy::ModelState(torch::nn::Module& module,
 }
 
 std::map<std::string, std::vector<int64_t>> Strategy::sharded_shapes() const {
-  return sharded_ ? sharded_->whole_shapes() : std::map<std::string, std::vector<int64_t>>{};
+  std::map<std::string, std::vector<int64_t>> shapes;
+  if (sharded_) shapes = sharded_->whole_shapes();
+  if (tables_) {
+    for (auto& [name, shape] : tables_->whole_shapes()) shapes[name] = shape;
+  }
+  return shapes;
 }
 
 absl::Status Strategy::EndSharding() {
+  if (tables_) {
+    KILN_RETURN_IF_ERROR(tables_->Unshard());
+    tables_.reset();
+  }
   if (!sharded_) return absl::OkStatus();
   KILN_RETURN_IF_ERROR(sharded_->Unshard());
   sharded_.reset();
@@ -316,8 +369,9 @@ absl::Status Strategy::ClipShardedGradNorm(double max_norm) {
 
 std::shared_ptr<distributed::DataParallel> Strategy::MakeDataParallel(
     torch::nn::Module& module) const {
-  return std::make_shared<distributed::DataParallel>(group_, module, options_.ddp_bucket_cap_mb,
-                                                     options_.ddp_find_unused_parameters);
+  return std::make_shared<distributed::DataParallel>(
+      group_, module, options_.ddp_bucket_cap_mb, options_.ddp_find_unused_parameters,
+      tables_ ? tables_->parameters() : std::set<const void*>{});
 }
 
 absl::Status Strategy::TrainedParametersChanged(torch::nn::Module& module) {

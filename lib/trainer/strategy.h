@@ -21,6 +21,7 @@ namespace kiln {
 namespace distributed {
 class DataParallel;
 class FullyShardedDataParallel;
+class ShardedTables;
 class ProcessGroup;
 }  // namespace distributed
 
@@ -87,7 +88,9 @@ class Strategy {
   absl::Status AfterEvaluation();
   // trainer.strategy=fsdp is sharding the model: its parameters hold this rank's pieces between
   // steps (lib/distributed/fully_sharded.h).
-  bool sharded() const { return sharded_ != nullptr; }
+  // Also with sharded embedding tables (several workers and a model with tables): each rank holds
+  // its own piece of them (lib/distributed/sharded_tables.h).
+  bool sharded() const { return sharded_ != nullptr || tables_ != nullptr; }
   // After fit: the model whole on every rank again (testing, prediction and export read it as
   // they read any model). Nothing to do without fsdp.
   absl::Status EndSharding();
@@ -137,7 +140,12 @@ class Strategy {
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;
   std::shared_ptr<distributed::FullyShardedDataParallel> sharded_;
+  std::shared_ptr<distributed::ShardedTables> tables_;
   std::string sharded_run_;
+  // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
+  absl::Status ShareShardedRun();
+  // Shards the tables of a model that has some with sparse gradients; false when it has none.
+  absl::StatusOr<bool> SetupTableSharding(torch::nn::Module& module);
   // Shards the module (trainer.strategy=fsdp): the units from the auto-wrap policy.
   absl::Status SetupSharding(torch::nn::Module& module);
 };

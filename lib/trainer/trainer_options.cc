@@ -202,6 +202,11 @@ OptionBinding<TrainerOptions> MakeBinding() {
              "fsdp: the units gathered one at a time: blocks (each transformer block) or none "
              "(the whole model as one unit)",
              OneOf({"blocks", "none"}))
+      .Field("table_sharding", &TrainerOptions::table_sharding,
+             "several workers: how a model's embedding tables (dlrm, dcn_v2) are sharded "
+             "across them: table_wise (whole tables, balanced), row_wise (every table in row "
+             "blocks) or auto (row-wise for tables larger than an even share, else table-wise)",
+             OneOf({"auto", "table_wise", "row_wise"}))
       .Field("process_group_backend", &TrainerOptions::process_group_backend,
              "data parallel: gloo (CPU), nccl (CUDA) or auto", OneOf({"auto", "gloo", "nccl"}))
       .Field("deterministic", &TrainerOptions::deterministic, "use deterministic algorithms only")

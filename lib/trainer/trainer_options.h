@@ -93,6 +93,9 @@ struct TrainerOptions {
   Sharding fsdp_sharding_strategy = Sharding::kFullShard;
   // Units: each transformer block (blocks), or the whole model as one (none).
   std::string fsdp_auto_wrap_policy = "blocks";
+  // With several workers, the embedding tables of a model that has them (dlrm, dcn_v2) are
+  // sharded across the workers, the rest data-parallel (lib/distributed/sharded_tables.h).
+  std::string table_sharding = "auto";
   std::string process_group_backend =
       "auto";  // auto | gloo | nccl (handed to lib/distributed as is)
 

@@ -28,23 +28,25 @@ std::vector<std::string> Lines(const c10::IValue& v) {
   return out;
 }
 
-int64_t RowsPerRank(int64_t rows, int64_t world) { return (rows + world - 1) / world; }
-
-// The whole tensor from the ranks' pieces when `pieces` are pieces of a parameter of `shape`
-// (dimension 0 split in equal padded parts); otherwise rank 0's tensor as it is.
+// The whole tensor from the ranks' pieces of a parameter of `shape` (or of its optimizer state):
+// the pieces, concatenated along dimension 0 in rank order, cut to the parameter's rows. fsdp's
+// pieces are equal zero-padded parts; a sharded table's are row blocks (row-wise) or the whole
+// table on one rank and empty pieces on the others (table-wise). Pieces that do not make the
+// rows (state that is not per row) are rank 0's as they are.
 torch::Tensor Join(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>* shape) {
   const torch::Tensor& first = pieces[0];
   if (shape == nullptr || first.dim() == 0) return first;
-  const int64_t world = static_cast<int64_t>(pieces.size());
   const int64_t rows = shape->empty() ? 1 : (*shape)[0];
-  std::vector<int64_t> piece_shape = *shape;
-  if (piece_shape.empty()) piece_shape.push_back(1);
-  piece_shape[0] = RowsPerRank(rows, world);
-  if (first.sizes().vec() != piece_shape) return first;
+  int64_t total = 0;
   for (const auto& p : pieces) {
-    if (p.sizes() != first.sizes()) return first;
+    if (p.dim() != first.dim() || p.sizes().slice(1) != first.sizes().slice(1)) return first;
+    total += p.size(0);
   }
-  return torch::cat(pieces, 0).narrow(0, 0, rows).reshape(*shape).contiguous();
+  if (total < rows || first.size(0) == total) return first;
+  torch::Tensor whole = torch::cat(pieces, 0).narrow(0, 0, rows);
+  // A scalar parameter travels as one row.
+  if (shape->empty() && whole.numel() == 1) return whole.reshape({}).contiguous();
+  return whole.contiguous();
 }
 
 struct Sources {

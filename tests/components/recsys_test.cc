@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "components/optim/rowwise_adagrad_adam.h"
 #include "components/recsys/click_data.h"
 #include "components/recsys/click_model.h"
@@ -26,6 +27,7 @@
 #include "lib/trainer/metric.h"
 #include "lib/trainer/optimization.h"
 #include "tests/components/instantiate.h"
+#include "tests/support/checkpoint_weights.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -484,16 +486,22 @@ double NumberAfter(const std::string& text, const std::string& key) {
   return std::stod(m[1].str());
 }
 
+// Writes `dir`/clicks from scripts/make_clicks_data.py's planted teacher; the script's exit code.
+int MakeClicks(const std::string& dir, const std::string& rows, const std::string& test_rows,
+               const std::string& vocab_scale) {
+  auto made = testing::RunProcess(
+      {KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/scripts/make_clicks_data.py", "--out",
+       dir + "/clicks", "--rows", rows, "--test-rows", test_rows, "--vocab-scale", vocab_scale});
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  return made.exit_code;
+}
+
 // The experiment end to end on a small generated set: kiln train reaches near the teacher's AUC
 // (measured: test AUC 0.767 against the teacher's 0.794 on these 300k rows, one epoch), kiln
 // predict gives a probability per line, and a bad line stops training with one line naming it.
 TEST(ClicksDlrm, TrainsNearTheTeachersAucPredictsAndRefusesABadLine) {
   testing::TempDir dir;
-  auto made = testing::RunProcess({KILN_PYTHON_EXE,
-                                   std::string(KILN_SOURCE_DIR) + "/scripts/make_clicks_data.py",
-                                   "--out", dir.path() + "/clicks", "--rows", "300000",
-                                   "--test-rows", "50000", "--vocab-scale", "0.02"});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(MakeClicks(dir.path(), "300000", "50000", "0.02"), 0);
   double teacher =
       NumberAfter(testing::ReadFile(dir.path() + "/clicks/teacher.json"), "teacher_test_auc");
   ASSERT_GT(teacher, 0.75);
@@ -551,14 +559,10 @@ TEST(ClicksDlrm, TrainsNearTheTeachersAucPredictsAndRefusesABadLine) {
 }
 
 // The row-wise accumulators and the rest of the optimizer state resume from a checkpoint: one
-// epoch, then a second resumed from last.ckpt, ends where two epochs in one run end. Two workers
-// are refused.
-TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEndsAndTwoWorkersAreRefused) {
+// epoch, then a second resumed from last.ckpt, ends where two epochs in one run end.
+TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEnds) {
   testing::TempDir dir;
-  auto made = testing::RunProcess(
-      {KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/scripts/make_clicks_data.py", "--out",
-       dir.path() + "/clicks", "--rows", "20000", "--test-rows", "100", "--vocab-scale", "0.01"});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(MakeClicks(dir.path(), "20000", "100", "0.01"), 0);
   auto train = [&](const std::string& run, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {KILN_BINARY,
                                      "train",
@@ -587,17 +591,108 @@ TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEndsAndTwoWorkersAreRefuse
   std::string straight_metrics = last_line(dir.path() + "/straight/metrics.csv");
   EXPECT_NE(straight_metrics.find("0."), std::string::npos);
   EXPECT_EQ(last_line(dir.path() + "/resumed/metrics.csv"), straight_metrics);
+}
 
-  // Data parallel does not reduce sparse table gradients yet: refused in one line, up front.
-  auto parallel =
-      testing::RunProcess({KILN_BINARY, "train", "experiment=clicks_dlrm",
-                           "paths.data_dir=" + dir.path(), "data.num_embeddings_per_feature=3000",
-                           "hydra.run.dir=" + dir.path() + "/parallel", "trainer.devices=2"});
-  EXPECT_NE(parallel.exit_code, 0);
-  EXPECT_NE(parallel.err.find("kiln: error: trainer.devices > 1: the model's table "
-                              "sparse_arch.t_cat_0 gives sparse gradients"),
+// The largest relative difference (by norm) between two models' tensors of the same names.
+double WorstRelativeDifference(const std::map<std::string, torch::Tensor>& a,
+                               const std::map<std::string, torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, t] : b) {
+    auto it = a.find(name);
+    if (it == a.end() || it->second.sizes() != t.sizes()) {
+      ADD_FAILURE() << name << " is missing or of another shape";
+      return 1;
+    }
+    worst = std::max(
+        worst, (it->second - t).norm().item<double>() / std::max(t.norm().item<double>(), 1e-12));
+  }
+  return worst;
+}
+
+// With several workers the tables are sharded across them (table-wise and row-wise, pooled rows
+// exchanged all-to-all on Gloo) and the MLPs are data-parallel: 2 and 4 workers of 512 / N rows
+// each train to the weights and test AUC of one worker of 512 rows, each worker holding about
+// 1 / N of the tables; sharded checkpoints resume 4 -> 2 -> 1 workers on the uninterrupted run's
+// curve.
+TEST(ClicksDlrm, TablesShardedAcrossWorkersTrainAsOneWorkerAndResumeAtAnotherWorldSize) {
+  testing::TempDir dir;
+  ASSERT_EQ(MakeClicks(dir.path(), "12000", "1000", "0.01"), 0);
+  auto train = [&](const std::string& run, int workers, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     "train",
+                                     "experiment=clicks_dlrm",
+                                     "paths.data_dir=" + dir.path(),
+                                     "data.num_embeddings_per_feature=2000",
+                                     "data.batch_size=" + std::to_string(512 / workers),
+                                     "trainer.devices=" + std::to_string(workers),
+                                     "hydra.run.dir=" + dir.path() + "/" + run,
+                                     "trainer.enable_progress_bar=false"};
+    if (workers == 1) argv.push_back("trainer.num_threads=2");
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = testing::RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.err + r.out;
+  };
+  // test/auc from a run's log.
+  auto test_auc = [](const std::string& log) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(log, m, std::regex("test/auc ([0-9.]+)"))) << log;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  const std::string one = train("one", 1, {});
+  const auto whole = testing::CheckpointWeights(dir.path() + "/one/checkpoints/last.ckpt");
+  ASSERT_FALSE(whole.empty());
+  for (int workers : {2, 4}) {
+    for (std::string how : {"table_wise", "row_wise"}) {
+      const std::string run = how + std::to_string(workers);
+      const std::string log = train(run, workers, {"trainer.table_sharding=" + how});
+      // What each rank holds: about 1 / N of the 26 tables of 2000 x 16 floats (3.17 MB).
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(
+          log, m,
+          std::regex("sharded tables: 26 tables over ([0-9]) ranks, ([0-9]+) table-wise and "
+                     "([0-9]+) row-wise; rank 0 holds ([0-9.]+) MB of their ([0-9.]+) MB")))
+          << log;
+      EXPECT_EQ(std::stoi(m[1]), workers);
+      EXPECT_EQ(std::stoi(m[how == "row_wise" ? 3 : 2]), 26);
+      const double held = std::stod(m[4]), all = std::stod(m[5]);
+      EXPECT_NEAR(all, 26 * 2000 * 16 * 4 / (1024.0 * 1024.0), 0.01);
+      // Table-wise, 26 tables of one size make 7 on rank 0 of 4 (13 of 2); row-wise, 500 rows.
+      EXPECT_LE(held, all / workers * (how == "row_wise" ? 1.0 : 28.0 / 26.0) + 0.01) << log;
+      EXPECT_GE(held, all / workers - 0.01) << log;
+      // The checkpoint is a folder of one piece per rank; joined, it is the one-worker model.
+      EXPECT_TRUE(
+          testing::FileExists(absl::StrCat(dir.path(), "/", run, "/checkpoints/last.ckpt/rank-",
+                                           workers - 1, "-of-", workers, ".ckpt")));
+      EXPECT_LT(
+          WorstRelativeDifference(
+              testing::CheckpointWeights(dir.path() + "/" + run + "/checkpoints/last.ckpt"), whole),
+          1e-4)
+          << run;
+      EXPECT_NEAR(test_auc(log), test_auc(one), 0.002) << run;
+    }
+  }
+  // 4 workers row-wise for 8 steps, 2 table-wise to step 16, then 1 to the end (23 steps).
+  train("chain", 4, {"trainer.max_steps=8", "trainer.table_sharding=row_wise", "test=false"});
+  train("chain", 2, {"trainer.max_steps=16", "ckpt_path=last", "test=false"});
+  const std::string last = train("chain", 1, {"ckpt_path=last"});
+  EXPECT_NE(last.find("resumed from"), std::string::npos) << last;
+  EXPECT_LT(WorstRelativeDifference(
+                testing::CheckpointWeights(dir.path() + "/chain/checkpoints/last.ckpt"), whole),
+            1e-4);
+  EXPECT_NEAR(test_auc(last), test_auc(one), 1e-4);
+
+  // fsdp does not shard tables: refused in one line, up front.
+  auto refused = testing::RunProcess(
+      {KILN_BINARY, "train", "experiment=clicks_dlrm", "paths.data_dir=" + dir.path(),
+       "data.num_embeddings_per_feature=2000", "hydra.run.dir=" + dir.path() + "/fsdp",
+       "trainer.devices=2", "trainer.strategy=fsdp"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("kiln: error: trainer.strategy=fsdp: the model's table "
+                             "sparse_arch.t_cat_0 gives sparse gradients"),
             std::string::npos)
-      << parallel.err;
+      << refused.err;
 }
 
 }  // namespace recsys_test

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "lib/weights/checkpoint.h"
+#include "tests/support/checkpoint_weights.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -52,16 +52,6 @@ double WorstRelativeDifference(const std::map<int64_t, double>& a,
   }
   EXPECT_GT(compared, 0);
   return worst;
-}
-
-std::map<std::string, torch::Tensor> Weights(const std::string& ckpt) {
-  torch::serialize::InputArchive archive;
-  absl::Status read = ReadCheckpoint(ckpt, &archive);
-  EXPECT_TRUE(read.ok()) << read;
-  if (!read.ok()) return {};
-  auto state = ReadModelState(archive, ckpt);
-  EXPECT_TRUE(state.ok()) << state.status();
-  return state.ok() ? *state : std::map<std::string, torch::Tensor>{};
 }
 
 class FullyShardedTest : public ::testing::Test {
@@ -238,8 +228,8 @@ TEST_F(FullyShardedTest, ShardedCheckpointsResumeFromFourToTwoToOneWorker) {
   // From step 21 on the chain is a one-worker run: its losses are the uninterrupted run's.
   EXPECT_LT(WorstRelativeDifference(Losses(Run("chain")), Losses(Run("straight")), 20), 1e-5);
   // Both checkpoints read whole (the chain's is one piece now, the straight one's too).
-  auto a = Weights(Run("chain") + "/checkpoints/last.ckpt");
-  auto b = Weights(Run("straight") + "/checkpoints/last.ckpt");
+  auto a = testing::CheckpointWeights(Run("chain") + "/checkpoints/last.ckpt");
+  auto b = testing::CheckpointWeights(Run("straight") + "/checkpoints/last.ckpt");
   ASSERT_FALSE(b.empty());
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : b) {
@@ -257,7 +247,7 @@ TEST_F(FullyShardedTest, ShardedCheckpointsResumeFromFourToTwoToOneWorker) {
   // A sharded checkpoint of 2 read whole: the same parameters as the model, whole shapes.
   auto two_again = Train("two", 2, 8, 10, {"trainer.strategy=fsdp"});
   ASSERT_EQ(two_again.exit_code, 0) << two_again.err;
-  auto whole = Weights(Run("two") + "/checkpoints/last.ckpt");
+  auto whole = testing::CheckpointWeights(Run("two") + "/checkpoints/last.ckpt");
   ASSERT_EQ(whole.size(), b.size());
   for (const auto& [name, tensor] : b) EXPECT_EQ(whole[name].sizes(), tensor.sizes()) << name;
 }

@@ -1,0 +1,294 @@
+#include "lib/distributed/sharded_tables.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kiln::distributed {
+
+EmbeddingTables::~EmbeddingTables() = default;
+
+struct ShardedTables::Table {
+  torch::nn::Embedding module{nullptr};
+  torch::Tensor param;  // the module's weight: this rank's piece while sharded
+  std::string name;
+  int64_t rows = 0;
+  bool row_wise = false;
+  int placed = 0;             // table-wise: the rank holding it
+  int64_t rows_per_rank = 0;  // row-wise: ceil(rows / N)
+  int64_t bytes() const { return rows * param.size(1) * param.element_size(); }
+};
+
+namespace {
+
+std::unordered_map<const EmbeddingTables*, ShardedTables*>& InstalledLookups() {
+  static std::unordered_map<const EmbeddingTables*, ShardedTables*> installed;
+  return installed;
+}
+
+// c10d's variable all-to-all: `in`'s dimension-0 blocks of in_splits go to the ranks in order;
+// `out` receives out_splits from each.
+void AllToAll(c10d::ProcessGroup& group, torch::Tensor& out, torch::Tensor& in,
+              std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
+  group.alltoall_base(out, in, out_splits, in_splits)->wait();
+}
+
+// Rows sent to the ranks that asked for them; the backward sends their gradients back, scaled
+// (1 / N: averaged over ranks, as data parallel averages the dense gradients).
+struct RowsAllToAll : public torch::autograd::Function<RowsAllToAll> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor rows,
+                               int64_t group, std::vector<int64_t> send, std::vector<int64_t> recv,
+                               double scale) {
+    auto* g = reinterpret_cast<c10d::ProcessGroup*>(group);
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    ctx->saved_data["scale"] = scale;
+    const int64_t n = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+    torch::Tensor in = rows.contiguous();
+    torch::Tensor out = torch::empty({n, rows.size(1)}, rows.options());
+    AllToAll(*g, out, in, recv, send);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* g = reinterpret_cast<c10d::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    std::vector<int64_t> recv = ctx->saved_data["recv"].toIntVector();
+    const int64_t n = std::accumulate(send.begin(), send.end(), int64_t{0});
+    torch::Tensor in = (grads[0] * ctx->saved_data["scale"].toDouble()).contiguous();
+    torch::Tensor out = torch::empty({n, in.size(1)}, in.options());
+    AllToAll(*g, out, in, send, recv);
+    return {out, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The permutation that undoes `order` (a permutation of 0..n-1).
+torch::Tensor Inverse(const torch::Tensor& order) {
+  torch::Tensor inverse = torch::empty_like(order);
+  inverse.index_put_({order}, torch::arange(order.size(0), order.options()));
+  return inverse;
+}
+
+std::vector<int64_t> ToVector(const torch::Tensor& t) {
+  torch::Tensor c = t.to(torch::kCPU).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+}  // namespace
+
+torch::Tensor LookupTables(const EmbeddingTables& owner, const torch::Tensor& ids) {
+  auto it = InstalledLookups().find(&owner);
+  if (it != InstalledLookups().end()) return it->second->Lookup(ids);
+  std::vector<torch::nn::Embedding> tables = owner.embedding_tables();
+  std::vector<torch::Tensor> rows;
+  rows.reserve(tables.size());
+  for (size_t j = 0; j < tables.size(); ++j)
+    rows.push_back(tables[j]->forward(ids.select(1, static_cast<int64_t>(j))));
+  return torch::stack(rows, 1);
+}
+
+ShardedTables::ShardedTables(std::shared_ptr<ProcessGroup> group, const EmbeddingTables& owner)
+    : group_(std::move(group)), owner_(owner) {}
+
+ShardedTables::~ShardedTables() {
+  auto it = InstalledLookups().find(&owner_);
+  if (it != InstalledLookups().end() && it->second == this) InstalledLookups().erase(it);
+}
+
+absl::StatusOr<std::unique_ptr<ShardedTables>> ShardedTables::Create(
+    std::shared_ptr<ProcessGroup> group, torch::nn::Module& model, const EmbeddingTables& owner,
+    TableShardingKind kind) {
+  std::unique_ptr<ShardedTables> s(new ShardedTables(group, owner));
+  const int world = group->world_size();
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
+  for (const auto& module : owner.embedding_tables()) {
+    Table t;
+    t.module = module;
+    t.param = module->weight;
+    t.name =
+        names.count(t.param.unsafeGetTensorImpl()) ? names[t.param.unsafeGetTensorImpl()] : "table";
+    t.rows = t.param.size(0);
+    if (s->dim_ == 0) s->dim_ = t.param.size(1);
+    if (t.param.size(1) != s->dim_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sharded tables must share one width: ", t.name, " has ", t.param.size(1),
+                       " columns, the first table ", s->dim_));
+    }
+    s->tables_.push_back(std::move(t));
+  }
+  if (s->tables_.empty()) return absl::InvalidArgumentError("the model has no tables to shard");
+  // The plan: which tables go row-wise, and where each table-wise one goes.
+  int64_t total = 0;
+  for (const Table& t : s->tables_) total += t.bytes();
+  const int64_t share = (total + world - 1) / world;
+  std::vector<size_t> table_wise;
+  for (size_t j = 0; j < s->tables_.size(); ++j) {
+    Table& t = s->tables_[j];
+    t.row_wise = kind == TableShardingKind::kRowWise ||
+                 (kind == TableShardingKind::kAuto && world > 1 && t.bytes() > share);
+    if (t.row_wise) {
+      t.rows_per_rank = (t.rows + world - 1) / world;
+    } else {
+      table_wise.push_back(j);
+    }
+  }
+  // Largest first onto the rank holding the fewest bytes (ties: the lowest rank).
+  std::stable_sort(table_wise.begin(), table_wise.end(), [&](size_t a, size_t b) {
+    return s->tables_[a].bytes() > s->tables_[b].bytes();
+  });
+  std::vector<int64_t> load(static_cast<size_t>(world), 0);
+  for (size_t j : table_wise) {
+    int least = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    s->tables_[j].placed = least;
+    load[static_cast<size_t>(least)] += s->tables_[j].bytes();
+  }
+  std::vector<int64_t> block, placed;
+  for (const Table& t : s->tables_) {
+    block.push_back(t.rows_per_rank);
+    placed.push_back(t.placed);
+  }
+  s->block_ = torch::tensor(block, torch::kInt64);
+  s->placed_ = torch::tensor(placed, torch::kInt64);
+  // Rank 0's whole tables on every rank, then each rank keeps its piece.
+  std::vector<torch::Tensor> whole;
+  for (const Table& t : s->tables_) whole.push_back(t.param.detach());
+  if (world > 1) {
+    absl::Status shared = group->Broadcast(whole);
+    if (!shared.ok()) return shared;
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (Table& t : s->tables_) t.param.set_data(s->Piece(t, t.param.data()));
+  }
+  InstalledLookups()[&owner] = s.get();
+  return s;
+}
+
+torch::Tensor ShardedTables::Piece(const Table& t, const torch::Tensor& whole) const {
+  const int rank = group_->rank();
+  if (!t.row_wise) {
+    return t.placed == rank ? whole.contiguous() : whole.narrow(0, 0, 0).clone();
+  }
+  const int64_t begin = std::min(t.rows, rank * t.rows_per_rank);
+  const int64_t end = std::min(t.rows, begin + t.rows_per_rank);
+  std::vector<int64_t> shape = whole.sizes().vec();
+  shape[0] = t.rows_per_rank;
+  torch::Tensor piece = torch::zeros(shape, whole.options());
+  if (end > begin) piece.narrow(0, 0, end - begin).copy_(whole.narrow(0, begin, end - begin));
+  return piece;
+}
+
+torch::Tensor ShardedTables::Lookup(const torch::Tensor& ids) {
+  const int64_t batch = ids.size(0), features = static_cast<int64_t>(tables_.size());
+  const int world = group_->world_size();
+  torch::Tensor flat = ids.reshape({-1}).to(torch::kInt64);
+  auto index = flat.options();
+  torch::Tensor feature = torch::arange(features, index).repeat({batch});
+  torch::Tensor block = block_.to(flat.device()).index_select(0, feature);
+  torch::Tensor row_wise = block > 0;
+  torch::Tensor divisor = block.clamp_min(1);
+  // Where each (sample, table) row lives, and its row in that rank's piece.
+  torch::Tensor holder = torch::where(row_wise, flat.div(divisor, "floor"),
+                                      placed_.to(flat.device()).index_select(0, feature));
+  torch::Tensor local = torch::where(row_wise, flat.remainder(divisor), flat);
+  torch::Tensor order = std::get<1>(holder.sort(/*stable=*/true, 0, /*descending=*/false));
+  torch::Tensor send_counts = torch::bincount(holder, {}, world);
+  torch::Tensor pairs =
+      torch::stack({feature.index_select(0, order), local.index_select(0, order)}, 1).contiguous();
+  // How many rows each rank asks of this one, then the (table, row) pairs themselves.
+  torch::Tensor recv_counts = torch::empty_like(send_counts);
+  std::vector<int64_t> ones(static_cast<size_t>(world), 1);
+  AllToAll(*group_->group(), recv_counts, send_counts, ones, ones);
+  std::vector<int64_t> send = ToVector(send_counts), recv = ToVector(recv_counts);
+  const int64_t asked = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+  torch::Tensor asked_pairs = torch::empty({asked, 2}, index);
+  AllToAll(*group_->group(), asked_pairs, pairs, recv, send);
+  // This rank's pieces answer: one lookup per table (empty ones too, so every piece takes part in
+  // the backward and gets a gradient, possibly with no rows).
+  torch::Tensor asked_table = asked_pairs.select(1, 0), asked_row = asked_pairs.select(1, 1);
+  std::vector<torch::Tensor> found, positions;
+  for (int64_t j = 0; j < features; ++j) {
+    const Table& t = tables_[static_cast<size_t>(j)];
+    torch::Tensor at = (asked_table == j).nonzero().squeeze(1);
+    found.push_back(torch::embedding(t.param, asked_row.index_select(0, at), /*padding_idx=*/-1,
+                                     /*scale_grad_by_freq=*/false, t.module->options.sparse()));
+    positions.push_back(at);
+  }
+  torch::Tensor answers = torch::cat(found, 0).index_select(0, Inverse(torch::cat(positions, 0)));
+  torch::Tensor rows =
+      RowsAllToAll::apply(answers, reinterpret_cast<int64_t>(group_->group().get()), recv, send,
+                          1.0 / static_cast<double>(world));
+  return rows.index_select(0, Inverse(order)).view({batch, features, dim_});
+}
+
+absl::Status ShardedTables::Unshard() {
+  auto it = InstalledLookups().find(&owner_);
+  if (it != InstalledLookups().end() && it->second == this) InstalledLookups().erase(it);
+  const int rank = group_->rank(), world = group_->world_size();
+  torch::NoGradGuard no_grad;
+  for (Table& t : tables_) {
+    const int64_t padded = t.row_wise ? t.rows_per_rank * world : t.rows;
+    torch::Tensor whole = torch::zeros({padded, dim_}, t.param.options());
+    if (t.row_wise) {
+      whole.narrow(0, rank * t.rows_per_rank, t.rows_per_rank).copy_(t.param.data());
+    } else if (t.placed == rank) {
+      whole.copy_(t.param.data());
+    }
+    absl::Status summed = group_->AllReduce(whole);
+    if (!summed.ok()) return summed;
+    t.param.set_data(whole.narrow(0, 0, t.rows).contiguous());
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::vector<int64_t>> ShardedTables::whole_shapes() const {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Table& t : tables_) shapes[t.name] = {t.rows, dim_};
+  return shapes;
+}
+
+std::set<const void*> ShardedTables::parameters() const {
+  std::set<const void*> out;
+  for (const Table& t : tables_) out.insert(t.param.unsafeGetTensorImpl());
+  return out;
+}
+
+void ShardedTables::ShardState(
+    const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of) {
+  torch::NoGradGuard no_grad;
+  for (const Table& t : tables_) {
+    for (torch::Tensor* s : state_of(t.param)) {
+      if (s != nullptr && s->defined() && s->dim() >= 1 && s->size(0) == t.rows) *s = Piece(t, *s);
+    }
+  }
+}
+
+int64_t ShardedTables::local_bytes() const {
+  int64_t n = 0;
+  for (const Table& t : tables_) n += t.param.numel() * t.param.element_size();
+  return n;
+}
+
+int64_t ShardedTables::whole_bytes() const {
+  int64_t n = 0;
+  for (const Table& t : tables_) n += t.bytes();
+  return n;
+}
+
+std::string ShardedTables::Describe() const {
+  int row_wise = 0;
+  for (const Table& t : tables_) row_wise += t.row_wise ? 1 : 0;
+  auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  return absl::StrFormat(
+      "sharded tables: %d tables over %d ranks, %d table-wise and %d row-wise; rank %d holds "
+      "%.2f MB of their %.2f MB; the rest of the model is data-parallel",
+      tables_.size(), group_->world_size(), tables_.size() - row_wise, row_wise, group_->rank(),
+      mb(local_bytes()), mb(whole_bytes()));
+}
+
+}  // namespace kiln::distributed
