@@ -10,6 +10,8 @@
 // LowRankCrossNet) in place of the dot interaction: x0 is the 27 vectors concatenated, and each of
 // dcn_num_layers layers computes x_{l+1} = x0 * (W_l V_l x_l + b_l) + x_l, V_l of rank
 // dcn_low_rank_dim; the top MLP reads the last x.
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "absl/strings/str_cat.h"
 #include "components/recsys/click_model.h"
 #include "components/recsys/criteo_line.h"
@@ -45,17 +47,18 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
       dense_arch_->push_back(torch::nn::ReLU());
       width = h;
     }
+    // dlrm_s_pytorch.py's initialization: uniform in +-sqrt(1 / rows), drawn per block of rows
+    // from a generator of its own (seeded from the global one, table by table), so that a worker
+    // building only its piece of a table (several workers, sharded_tables.h) gets the rows the
+    // whole table would have.
+    for (size_t j = 0; j < sizes_.size(); ++j)
+      table_seeds_.push_back(torch::randint(int64_t{1} << 62, {1}, torch::kInt64).item<int64_t>());
     auto tables = register_module("sparse_arch", std::make_shared<torch::nn::Module>());
-    for (size_t j = 0; j < sizes_.size(); ++j) {
-      auto table = torch::nn::Embedding(
-          torch::nn::EmbeddingOptions(sizes_[j], o.embedding_dim).sparse(o.sparse));
-      // dlrm_s_pytorch.py's initialization: uniform in +-sqrt(1 / rows).
-      double bound = std::sqrt(1.0 / static_cast<double>(sizes_[j]));
-      torch::NoGradGuard no_grad;
-      table->weight.uniform_(-bound, bound);
-      tables->register_module(absl::StrCat("t_cat_", j), table);
-      tables_.push_back(table);
-    }
+    tables_ = distributed::BuildTables(
+        sizes_, o.embedding_dim, o.sparse,
+        [this](size_t j, int64_t first, torch::Tensor out) { InitRows(j, first, out); });
+    for (size_t j = 0; j < tables_.size(); ++j)
+      tables->register_module(absl::StrCat("t_cat_", j), tables_[j]);
     int64_t vectors = static_cast<int64_t>(sizes_.size()) + 1;
     if (cross == nullptr) {
       torch::Tensor pairs = torch::triu_indices(vectors, vectors, 1);
@@ -87,6 +90,7 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
   const std::vector<int64_t>& num_embeddings() const override { return sizes_; }
   int64_t num_dense() const override { return kCriteoDense; }
   std::vector<torch::nn::Embedding> embedding_tables() const override { return tables_; }
+  std::vector<int64_t> table_rows() const override { return sizes_; }
 
   torch::Tensor forward(torch::Tensor input) override {
     using torch::indexing::Slice;
@@ -110,7 +114,25 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
   }
 
  private:
+  // Rows first..first + out.size(0) of table j, initialized.
+  void InitRows(size_t j, int64_t first, torch::Tensor out) const {
+    constexpr int64_t kBlock = 4096;
+    const double bound = std::sqrt(1.0 / static_cast<double>(sizes_[j]));
+    const int64_t end = first + out.size(0);
+    for (int64_t block = first / kBlock; block * kBlock < end; ++block) {
+      const int64_t begin = block * kBlock, rows = std::min(kBlock, sizes_[j] - begin);
+      auto generator =
+          at::detail::createCPUGenerator(static_cast<uint64_t>(table_seeds_[j]) ^
+                                         (static_cast<uint64_t>(block) * 0x9E3779B97F4A7C15ULL));
+      torch::Tensor values =
+          torch::empty({rows, out.size(1)}, out.options()).uniform_(-bound, bound, generator);
+      const int64_t from = std::max(first, begin), to = std::min(end, begin + rows);
+      out.narrow(0, from - first, to - from).copy_(values.narrow(0, from - begin, to - from));
+    }
+  }
+
   std::vector<int64_t> sizes_;
+  std::vector<int64_t> table_seeds_;
   torch::nn::Sequential dense_arch_{nullptr}, over_arch_{nullptr};
   std::vector<torch::nn::Embedding> tables_;
   torch::Tensor rows_, cols_;                         // dlrm: the pairs

@@ -492,8 +492,9 @@ class Application {
           status = absl::ResourceExhaustedError(absl::StrCat(
               "kiln ", cl_.command, " ran out of memory (an allocation of ", bytes,
               " bytes failed); a smaller batch, trainer.precision=bf16-mixed, "
-              "model.activation_checkpointing=true or trainer.strategy=fsdp with several "
-              "workers need less"));
+              "model.activation_checkpointing=true, trainer.strategy=fsdp with several "
+              "workers, or several workers for a model with embedding tables (sharded across "
+              "them) need less"));
         } else {
           status =
               absl::InternalError(absl::StrCat("kiln ", cl_.command, " failed: ", ErrorLine(what)));

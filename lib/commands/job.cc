@@ -10,8 +10,10 @@
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/process_group.h"
+#include "lib/distributed/sharded_tables.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
+#include "lib/run/environment.h"
 #include "lib/run/run_dir.h"
 #include "lib/run/stored_config.h"
 #include "lib/trainer/model_start.h"
@@ -66,6 +68,26 @@ absl::StatusOr<DirectoryLock> LockToTrain(const std::string& output_dir, Job::Pu
   return DirectoryLock::Acquire(output_dir, "run directory (hydra.run.dir)");
 }
 
+// Where this worker's pieces of sharded tables go (distributed::BuildTables), from the
+// environment's ranks and trainer.table_sharding; none alone, for evaluation, or under fsdp.
+absl::Status PlaceTables(const config::Config& cfg, bool fit) {
+  distributed::SetTablePlacement(std::nullopt);
+  if (!fit) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(run::Environment env, run::ReadEnvironment());
+  KILN_ASSIGN_OR_RETURN(std::string strategy, cfg.GetOr<std::string>("trainer.strategy", "auto"));
+  KILN_ASSIGN_OR_RETURN(std::string how, cfg.GetOr<std::string>("trainer.table_sharding", "auto"));
+  if (!env.distributed() || strategy == "fsdp") return absl::OkStatus();
+  distributed::TablePlacement placement;
+  placement.rank = env.rank;
+  placement.world_size = env.world_size;
+  placement.kind = how == "row_wise"     ? distributed::TableShardingKind::kRowWise
+                   : how == "table_wise" ? distributed::TableShardingKind::kTableWise
+                                         : distributed::TableShardingKind::kAuto;
+  distributed::SetTablePlacement(placement);
+  SetPieceCutter(distributed::CutToPiece);  // a whole checkpoint loads into the pieces
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
@@ -79,6 +101,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
   job->seed_ = static_cast<uint64_t>(seed);
   // The seed is set before anything is built, so weight initialization is reproducible.
   torch::manual_seed(job->seed_);
+  // A worker of a multi-worker fit builds only its pieces of a model's sparse tables.
+  KILN_RETURN_IF_ERROR(PlaceTables(cfg, fit));
   // `model.init_*` and `model.freeze` say how the model starts; they are not model options, so
   // the model is built from the config without them, then started.
   KILN_ASSIGN_OR_RETURN(ModelParts parts, BuildModelParts(cfg));
@@ -292,11 +316,14 @@ absl::StatusOr<std::map<std::string, double>> Job::FitThenTest() {
 absl::StatusOr<std::map<std::string, double>> Job::FitThenTestOnce() {
   LogFileScope log(*this);
   KILN_RETURN_IF_ERROR(log.status());
+  const bool test = cfg_.GetOr<bool>("test", true).value_or(true);
+  // Without a test nothing reads the model whole after fit: sharded tables stay in pieces.
+  trainer().set_whole_model_after_fit(test);
   KILN_RETURN_IF_ERROR(Fit());
   // Rank 0 tests alone, on the whole test split: exact metrics and one confusion matrix.
   if (group_ != nullptr && !group_->is_global_zero()) return std::map<std::string, double>{};
   trainer().set_process_group(nullptr);
-  if (!cfg_.GetOr<bool>("test", true).value_or(true)) return std::map<std::string, double>{};
+  if (!test) return std::map<std::string, double>{};
   // Test the best checkpoint when one was kept, as lightning-hydra-template does.
   std::string best = checkpoint_keeper_ != nullptr ? checkpoint_keeper_->best_model_path() : "";
   if (!best.empty() && trainer().checkpointing_enabled()) {

@@ -1,7 +1,10 @@
 #include "lib/distributed/sharded_tables.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -11,15 +14,81 @@ namespace kiln::distributed {
 
 EmbeddingTables::~EmbeddingTables() = default;
 
-struct ShardedTables::Table {
-  torch::nn::Embedding module{nullptr};
-  torch::Tensor param;  // the module's weight: this rank's piece while sharded
-  std::string name;
+namespace {
+
+// Where one table's rows are, and which of them a rank holds.
+struct Layout {
   int64_t rows = 0;
   bool row_wise = false;
   int placed = 0;             // table-wise: the rank holding it
   int64_t rows_per_rank = 0;  // row-wise: ceil(rows / N)
-  int64_t bytes() const { return rows * param.size(1) * param.element_size(); }
+  int rank = 0;               // the rank this layout's piece is for
+
+  // `whole` (rows first) cut to this rank's piece: a row block, zero-padded (row-wise); the whole
+  // table on its rank and an empty piece elsewhere (table-wise).
+  torch::Tensor Piece(const torch::Tensor& whole) const {
+    if (!row_wise) return placed == rank ? whole.contiguous() : whole.narrow(0, 0, 0).clone();
+    const int64_t begin = std::min(rows, rank * rows_per_rank);
+    const int64_t end = std::min(rows, begin + rows_per_rank);
+    std::vector<int64_t> shape = whole.sizes().vec();
+    shape[0] = rows_per_rank;
+    torch::Tensor piece = torch::zeros(shape, whole.options());
+    if (end > begin) piece.narrow(0, 0, end - begin).copy_(whole.narrow(0, begin, end - begin));
+    return piece;
+  }
+};
+
+// Table-wise tables largest first onto the rank holding the fewest rows; with kAuto, row-wise for
+// a table larger than an even share (the tables share one width, so rows stand for bytes).
+std::vector<Layout> Plan(const std::vector<int64_t>& rows, int world, int rank,
+                         TableShardingKind kind) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  const int64_t share = (total + world - 1) / world;
+  std::vector<Layout> plan(rows.size());
+  std::vector<size_t> table_wise;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    Layout& t = plan[j];
+    t.rows = rows[j];
+    t.rank = rank;
+    t.row_wise = kind == TableShardingKind::kRowWise ||
+                 (kind == TableShardingKind::kAuto && world > 1 && rows[j] > share);
+    if (t.row_wise) {
+      t.rows_per_rank = (t.rows + world - 1) / world;
+    } else {
+      table_wise.push_back(j);
+    }
+  }
+  std::stable_sort(table_wise.begin(), table_wise.end(),
+                   [&](size_t a, size_t b) { return rows[a] > rows[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(world), 0);
+  for (size_t j : table_wise) {
+    int least = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    plan[j].placed = least;
+    load[static_cast<size_t>(least)] += rows[j];
+  }
+  return plan;
+}
+
+// The table pieces of this process, by parameter.
+std::unordered_map<const void*, Layout>& Pieces() {
+  static std::unordered_map<const void*, Layout> pieces;
+  return pieces;
+}
+
+std::optional<TablePlacement>& Placement() {
+  static std::optional<TablePlacement> placement;
+  return placement;
+}
+
+}  // namespace
+
+struct ShardedTables::Table {
+  torch::nn::Embedding module{nullptr};
+  torch::Tensor param;  // the module's weight: this rank's piece while sharded
+  std::string name;
+  Layout layout;
+  int64_t bytes(int64_t dim) const { return layout.rows * dim * param.element_size(); }
 };
 
 namespace {
@@ -97,90 +166,110 @@ ShardedTables::ShardedTables(std::shared_ptr<ProcessGroup> group, const Embeddin
 ShardedTables::~ShardedTables() {
   auto it = InstalledLookups().find(&owner_);
   if (it != InstalledLookups().end() && it->second == this) InstalledLookups().erase(it);
+  for (const Table& t : tables_) Pieces().erase(t.param.unsafeGetTensorImpl());
 }
 
 absl::StatusOr<std::unique_ptr<ShardedTables>> ShardedTables::Create(
     std::shared_ptr<ProcessGroup> group, torch::nn::Module& model, const EmbeddingTables& owner,
     TableShardingKind kind) {
   std::unique_ptr<ShardedTables> s(new ShardedTables(group, owner));
-  const int world = group->world_size();
+  const int world = group->world_size(), rank = group->rank();
   std::unordered_map<const void*, std::string> names;
   for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
-  for (const auto& module : owner.embedding_tables()) {
+  const std::vector<int64_t> rows = owner.table_rows();
+  const std::vector<torch::nn::Embedding> modules = owner.embedding_tables();
+  if (modules.empty()) return absl::InvalidArgumentError("the model has no tables to shard");
+  std::vector<Layout> plan = Plan(rows, world, rank, kind);
+  std::vector<torch::Tensor> whole;  // tables built whole: rank 0's values go to every rank
+  for (size_t j = 0; j < modules.size(); ++j) {
     Table t;
-    t.module = module;
-    t.param = module->weight;
-    t.name =
-        names.count(t.param.unsafeGetTensorImpl()) ? names[t.param.unsafeGetTensorImpl()] : "table";
-    t.rows = t.param.size(0);
+    t.module = modules[j];
+    t.param = t.module->weight;
+    const void* key = t.param.unsafeGetTensorImpl();
+    t.name = names.count(key) ? names[key] : absl::StrCat("table ", j);
+    auto built = Pieces().find(key);
+    t.layout = built != Pieces().end() ? built->second : plan[j];
     if (s->dim_ == 0) s->dim_ = t.param.size(1);
     if (t.param.size(1) != s->dim_) {
       return absl::InvalidArgumentError(
           absl::StrCat("sharded tables must share one width: ", t.name, " has ", t.param.size(1),
                        " columns, the first table ", s->dim_));
     }
+    if (built == Pieces().end()) whole.push_back(t.param.detach());
     s->tables_.push_back(std::move(t));
   }
-  if (s->tables_.empty()) return absl::InvalidArgumentError("the model has no tables to shard");
-  // The plan: which tables go row-wise, and where each table-wise one goes.
-  int64_t total = 0;
-  for (const Table& t : s->tables_) total += t.bytes();
-  const int64_t share = (total + world - 1) / world;
-  std::vector<size_t> table_wise;
-  for (size_t j = 0; j < s->tables_.size(); ++j) {
-    Table& t = s->tables_[j];
-    t.row_wise = kind == TableShardingKind::kRowWise ||
-                 (kind == TableShardingKind::kAuto && world > 1 && t.bytes() > share);
-    if (t.row_wise) {
-      t.rows_per_rank = (t.rows + world - 1) / world;
-    } else {
-      table_wise.push_back(j);
-    }
-  }
-  // Largest first onto the rank holding the fewest bytes (ties: the lowest rank).
-  std::stable_sort(table_wise.begin(), table_wise.end(), [&](size_t a, size_t b) {
-    return s->tables_[a].bytes() > s->tables_[b].bytes();
-  });
-  std::vector<int64_t> load(static_cast<size_t>(world), 0);
-  for (size_t j : table_wise) {
-    int least = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    s->tables_[j].placed = least;
-    load[static_cast<size_t>(least)] += s->tables_[j].bytes();
-  }
-  std::vector<int64_t> block, placed;
-  for (const Table& t : s->tables_) {
-    block.push_back(t.rows_per_rank);
-    placed.push_back(t.placed);
-  }
-  s->block_ = torch::tensor(block, torch::kInt64);
-  s->placed_ = torch::tensor(placed, torch::kInt64);
-  // Rank 0's whole tables on every rank, then each rank keeps its piece.
-  std::vector<torch::Tensor> whole;
-  for (const Table& t : s->tables_) whole.push_back(t.param.detach());
-  if (world > 1) {
+  if (world > 1 && !whole.empty()) {
     absl::Status shared = group->Broadcast(whole);
     if (!shared.ok()) return shared;
   }
+  std::vector<int64_t> block, placed;
   {
     torch::NoGradGuard no_grad;
-    for (Table& t : s->tables_) t.param.set_data(s->Piece(t, t.param.data()));
+    for (Table& t : s->tables_) {
+      const void* key = t.param.unsafeGetTensorImpl();
+      if (Pieces().count(key) == 0) {
+        t.param.set_data(t.layout.Piece(t.param.data()));
+        Pieces()[key] = t.layout;
+      }
+      block.push_back(t.layout.row_wise ? t.layout.rows_per_rank : 0);
+      placed.push_back(t.layout.placed);
+    }
   }
+  s->block_ = torch::tensor(block, torch::kInt64);
+  s->placed_ = torch::tensor(placed, torch::kInt64);
   InstalledLookups()[&owner] = s.get();
   return s;
 }
 
-torch::Tensor ShardedTables::Piece(const Table& t, const torch::Tensor& whole) const {
-  const int rank = group_->rank();
-  if (!t.row_wise) {
-    return t.placed == rank ? whole.contiguous() : whole.narrow(0, 0, 0).clone();
+void SetTablePlacement(std::optional<TablePlacement> placement) { Placement() = placement; }
+
+std::vector<torch::nn::Embedding> BuildTables(
+    const std::vector<int64_t>& rows, int64_t dim, bool sparse,
+    const std::function<void(size_t, int64_t, torch::Tensor)>& init) {
+  const std::optional<TablePlacement>& placement = Placement();
+  const bool pieces = sparse && placement.has_value() && placement->world_size > 1;
+  std::vector<Layout> plan;
+  if (pieces) plan = Plan(rows, placement->world_size, placement->rank, placement->kind);
+  std::vector<torch::nn::Embedding> tables;
+  torch::NoGradGuard no_grad;
+  // Embedding's own initialization draws from the global generator as many numbers as the rows
+  // it holds, which a piece and a whole table would not draw alike; `init` sets the values, so
+  // the draws are undone: the layers built after the tables start the same either way.
+  at::Generator global = at::detail::getDefaultCPUGenerator();
+  struct Restore {
+    at::Generator generator;
+    at::Tensor state;
+    ~Restore() { generator.set_state(state); }
+  } restore{global, global.get_state()};
+  for (size_t j = 0; j < rows.size(); ++j) {
+    if (!pieces) {
+      auto table = torch::nn::Embedding(torch::nn::EmbeddingOptions(rows[j], dim).sparse(sparse));
+      init(j, 0, table->weight);
+      tables.push_back(table);
+      continue;
+    }
+    const Layout& layout = plan[j];
+    int64_t held = 0, first = 0;
+    if (layout.row_wise) {
+      held = layout.rows_per_rank;
+      first = std::min(layout.rows, layout.rank * layout.rows_per_rank);
+    } else if (layout.placed == layout.rank) {
+      held = layout.rows;
+    }
+    auto table = torch::nn::Embedding(torch::nn::EmbeddingOptions(held, dim).sparse(sparse));
+    table->weight.zero_();
+    const int64_t real = std::min(held, layout.rows - first);
+    if (real > 0) init(j, first, table->weight.narrow(0, 0, real));
+    Pieces()[table->weight.unsafeGetTensorImpl()] = layout;
+    tables.push_back(table);
   }
-  const int64_t begin = std::min(t.rows, rank * t.rows_per_rank);
-  const int64_t end = std::min(t.rows, begin + t.rows_per_rank);
-  std::vector<int64_t> shape = whole.sizes().vec();
-  shape[0] = t.rows_per_rank;
-  torch::Tensor piece = torch::zeros(shape, whole.options());
-  if (end > begin) piece.narrow(0, 0, end - begin).copy_(whole.narrow(0, begin, end - begin));
-  return piece;
+  return tables;
+}
+
+torch::Tensor CutToPiece(const torch::Tensor& param, const torch::Tensor& whole) {
+  auto it = Pieces().find(param.unsafeGetTensorImpl());
+  if (it == Pieces().end() || whole.dim() < 1 || whole.size(0) != it->second.rows) return {};
+  return it->second.Piece(whole);
 }
 
 torch::Tensor ShardedTables::Lookup(const torch::Tensor& ids) {
@@ -232,23 +321,25 @@ absl::Status ShardedTables::Unshard() {
   const int rank = group_->rank(), world = group_->world_size();
   torch::NoGradGuard no_grad;
   for (Table& t : tables_) {
-    const int64_t padded = t.row_wise ? t.rows_per_rank * world : t.rows;
+    const Layout& l = t.layout;
+    const int64_t padded = l.row_wise ? l.rows_per_rank * world : l.rows;
     torch::Tensor whole = torch::zeros({padded, dim_}, t.param.options());
-    if (t.row_wise) {
-      whole.narrow(0, rank * t.rows_per_rank, t.rows_per_rank).copy_(t.param.data());
-    } else if (t.placed == rank) {
+    if (l.row_wise) {
+      whole.narrow(0, rank * l.rows_per_rank, l.rows_per_rank).copy_(t.param.data());
+    } else if (l.placed == rank) {
       whole.copy_(t.param.data());
     }
     absl::Status summed = group_->AllReduce(whole);
     if (!summed.ok()) return summed;
-    t.param.set_data(whole.narrow(0, 0, t.rows).contiguous());
+    t.param.set_data(whole.narrow(0, 0, l.rows).contiguous());
+    Pieces().erase(t.param.unsafeGetTensorImpl());
   }
   return absl::OkStatus();
 }
 
 std::map<std::string, std::vector<int64_t>> ShardedTables::whole_shapes() const {
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const Table& t : tables_) shapes[t.name] = {t.rows, dim_};
+  for (const Table& t : tables_) shapes[t.name] = {t.layout.rows, dim_};
   return shapes;
 }
 
@@ -263,7 +354,8 @@ void ShardedTables::ShardState(
   torch::NoGradGuard no_grad;
   for (const Table& t : tables_) {
     for (torch::Tensor* s : state_of(t.param)) {
-      if (s != nullptr && s->defined() && s->dim() >= 1 && s->size(0) == t.rows) *s = Piece(t, *s);
+      if (s != nullptr && s->defined() && s->dim() >= 1 && s->size(0) == t.layout.rows)
+        *s = t.layout.Piece(*s);
     }
   }
 }
@@ -276,13 +368,13 @@ int64_t ShardedTables::local_bytes() const {
 
 int64_t ShardedTables::whole_bytes() const {
   int64_t n = 0;
-  for (const Table& t : tables_) n += t.bytes();
+  for (const Table& t : tables_) n += t.bytes(dim_);
   return n;
 }
 
 std::string ShardedTables::Describe() const {
   int row_wise = 0;
-  for (const Table& t : tables_) row_wise += t.row_wise ? 1 : 0;
+  for (const Table& t : tables_) row_wise += t.layout.row_wise ? 1 : 0;
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   return absl::StrFormat(
       "sharded tables: %d tables over %d ranks, %d table-wise and %d row-wise; rank %d holds "

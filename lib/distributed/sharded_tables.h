@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ class EmbeddingTables {
   virtual ~EmbeddingTables();
   // The tables, in the order of the id columns LookupTables is given.
   virtual std::vector<torch::nn::Embedding> embedding_tables() const = 0;
+  // Their whole rows (a table BuildTables made may hold a piece).
+  virtual std::vector<int64_t> table_rows() const = 0;
 };
 
 // ids int64 [B, F] (column j indexes table j) -> the rows [B, F, dim].
@@ -43,6 +46,29 @@ enum class TableShardingKind {
   kTableWise,  // whole tables, placed to even out the ranks' bytes (largest first)
   kRowWise,    // every table in N row blocks
 };
+
+// Where a worker's tables go: set by each worker of a multi-worker fit before its model is built,
+// so that BuildTables makes only that worker's pieces and no worker ever holds a whole table
+// (tables larger than one worker's memory). Unset (nullopt): whole tables.
+struct TablePlacement {
+  int rank = 0;
+  int world_size = 1;
+  TableShardingKind kind = TableShardingKind::kAuto;
+};
+void SetTablePlacement(std::optional<TablePlacement> placement);
+
+// A model's tables of `rows` x `dim`: whole, or, with a placement set and `sparse`, this worker's
+// pieces (as ShardedTables cuts them). `init(table, first_row, out)` fills `out` with the initial
+// values of the table's rows from first_row on; it must give the same values whether asked for a
+// whole table or a piece.
+std::vector<torch::nn::Embedding> BuildTables(
+    const std::vector<int64_t>& rows, int64_t dim, bool sparse,
+    const std::function<void(size_t, int64_t, torch::Tensor)>& init);
+
+// `whole` (a whole table, or state with one entry per row) cut to the piece that `param` holds,
+// when `param` is a table piece; undefined otherwise. Loading a whole checkpoint into a sharded
+// model goes through it.
+torch::Tensor CutToPiece(const torch::Tensor& param, const torch::Tensor& whole);
 
 class ShardedTables {
  public:
@@ -77,7 +103,6 @@ class ShardedTables {
  private:
   struct Table;
   ShardedTables(std::shared_ptr<ProcessGroup> group, const EmbeddingTables& owner);
-  torch::Tensor Piece(const Table& t, const torch::Tensor& whole) const;
 
   std::shared_ptr<ProcessGroup> group_;
   const EmbeddingTables& owner_;

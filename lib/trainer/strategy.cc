@@ -344,7 +344,7 @@ std::map<std::string, std::vector<int64_t>> Strategy::sharded_shapes() const {
 }
 
 absl::Status Strategy::EndSharding() {
-  if (tables_) {
+  if (tables_ && whole_tables_after_fit_) {
     KILN_RETURN_IF_ERROR(tables_->Unshard());
     tables_.reset();
   }

@@ -94,6 +94,8 @@ class Strategy {
   // After fit: the model whole on every rank again (testing, prediction and export read it as
   // they read any model). Nothing to do without fsdp.
   absl::Status EndSharding();
+  // Sharded tables gathered whole by EndSharding (the default), or left in their pieces.
+  void set_whole_tables_after_fit(bool whole) { whole_tables_after_fit_ = whole; }
   // Gradient clipping by norm over all the pieces of all ranks (fsdp).
   absl::Status ClipShardedGradNorm(double max_norm);
   // fsdp: the optimizer's state, restored whole from a checkpoint before the model was sharded,
@@ -141,6 +143,7 @@ class Strategy {
   std::shared_ptr<distributed::DataParallel> data_parallel_;
   std::shared_ptr<distributed::FullyShardedDataParallel> sharded_;
   std::shared_ptr<distributed::ShardedTables> tables_;
+  bool whole_tables_after_fit_ = true;
   std::string sharded_run_;
   // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
   absl::Status ShareShardedRun();

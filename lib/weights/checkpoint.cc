@@ -294,6 +294,15 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
   return state;
 }
 
+namespace {
+PieceCutter& Cutter() {
+  static PieceCutter cutter;
+  return cutter;
+}
+}  // namespace
+
+void SetPieceCutter(PieceCutter cutter) { Cutter() = std::move(cutter); }
+
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
                             torch::nn::Module& module, const std::string& path) {
   torch::NoGradGuard no_grad;
@@ -304,6 +313,12 @@ absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
           absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
     }
     if (it->second.sizes() != target.sizes()) {
+      // A table this worker holds a piece of (several workers, sharded_tables.h): its rows.
+      torch::Tensor piece = Cutter() ? Cutter()(target, it->second) : torch::Tensor();
+      if (piece.defined() && piece.sizes() == target.sizes()) {
+        target.copy_(piece);
+        return absl::OkStatus();
+      }
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": checkpoint of another model: '", name, "' is ", c10::str(it->second.sizes()),
           " there and ", c10::str(target.sizes()), " here"));

@@ -33,9 +33,16 @@ void WriteModelState(const std::map<std::string, torch::Tensor>& state,
 // name -> tensor as stored by WriteModelState; an error names the file when there is none.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
     torch::serialize::InputArchive& archive, const std::string& path);
-// Copies `state` into the module; every parameter and buffer must be there with its shape.
+// Copies `state` into the module; every parameter and buffer must be there with its shape, or be
+// one that the piece cutter cuts from the whole tensor (a worker's piece of a sharded table).
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
                             torch::nn::Module& module, const std::string& path);
+
+// The piece of `whole` that `param` holds, or an undefined tensor when `param` is not a piece.
+// Several-worker runs install distributed::CutToPiece (sharded_tables.h) here; none by default.
+using PieceCutter =
+    std::function<torch::Tensor(const torch::Tensor& param, const torch::Tensor& whole)>;
+void SetPieceCutter(PieceCutter cutter);
 
 // The checkpoint format version; readers refuse newer ones.
 inline constexpr int64_t kCheckpointFormat = 1;
