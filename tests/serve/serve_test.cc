@@ -387,6 +387,64 @@ std::vector<nlohmann::json> PredictRows(const std::string& path) {
   return rows;
 }
 
+// kiln predict's rows for `input` with the run in `d`/run, written under `d`/predict.
+std::vector<nlohmann::json> KilnPredict(const std::string& d, const std::string& input) {
+  auto predict =
+      testing::RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/run", "data.predict=" + input,
+                           "+prediction_writer=jsonl", "hydra.run.dir=" + d + "/predict"});
+  EXPECT_EQ(predict.exit_code, 0) << predict.err;
+  return PredictRows(d + "/predict/predictions.jsonl");
+}
+
+// A click model (experiment=clicks_dlrm, small) answers raw Criteo lines, as text or JSON, with the
+// probability kiln predict gives the same lines; a line of the wrong shape is 400 with a message.
+TEST(ServeTest, AClickModelAnswersCriteoLinesAsKilnPredict) {
+  TempDir dir;
+  const std::string d = dir.path();
+  auto made = testing::RunProcess(
+      {KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/scripts/make_clicks_data.py", "--out",
+       d + "/clicks", "--rows", "4000", "--test-rows", "20", "--vocab-scale", "0.01"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto train = testing::RunProcess(
+      {KILN_BINARY, "train", "experiment=clicks_dlrm", "paths.data_dir=" + d,
+       "data.num_embeddings_per_feature=500", "trainer.num_threads=1", "test=false",
+       "trainer.enable_progress_bar=false", "hydra.run.dir=" + d + "/run"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(d + "/clicks/test.tsv"), '\n', absl::SkipEmpty());
+  lines.resize(4);
+  dir.Write("new.tsv", absl::StrJoin(lines, "\n") + "\n");
+  std::vector<nlohmann::json> expected = KilnPredict(d, d + "/new.tsv");
+  ASSERT_EQ(expected.size(), lines.size());
+
+  Server server(d + "/serve", d + "/run", {});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  auto client = server.Client();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto res = client->Post("/v1/predict", lines[i], "text/plain");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_NEAR(Json(res)["predictions"][0]["probability"].get<double>(),
+                expected[i]["probability"].get<double>(), 1e-6)
+        << lines[i];
+  }
+  nlohmann::json request = {{"inputs", lines}};
+  auto res = client->Post("/v1/predict", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ASSERT_EQ(Json(res)["predictions"].size(), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_NEAR(Json(res)["predictions"][i]["probability"].get<double>(),
+                expected[i]["probability"].get<double>(), 1e-6);
+  }
+  res = client->Post("/v1/predict", "1\t2\t3", "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("the input line has 3 fields, expected 40"), std::string::npos)
+      << res->body;
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 // A keyword spotter (commands_kws's DS-CNN, tiny) serves WAV bodies as kiln predict labels the same
 // files, from concurrent clients; WAVs whose header lies are 400 with a message.
 TEST(ServeTest, AKeywordSpotterAnswersWavsAsKilnPredictAndRefusesLyingHeaders) {
@@ -487,11 +545,7 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
        "model.ngram_buckets=64", "trainer.max_epochs=2", "trainer.num_threads=1", "test=false",
        "hydra.run.dir=" + d + "/run"});
   ASSERT_EQ(train.exit_code, 0) << train.err;
-  auto predict = testing::RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/run",
-                                      "data.predict=" + d + "/new.txt", "+prediction_writer=jsonl",
-                                      "hydra.run.dir=" + d + "/predict"});
-  ASSERT_EQ(predict.exit_code, 0) << predict.err;
-  std::vector<nlohmann::json> expected = PredictRows(d + "/predict/predictions.jsonl");
+  std::vector<nlohmann::json> expected = KilnPredict(d, d + "/new.txt");
   ASSERT_EQ(expected.size(), texts.size());
 
   Server server(d + "/serve", d + "/run",
