@@ -92,6 +92,10 @@ class FullyShardedDataParallel : public UnitHooks {
   struct Unit;
   struct UnitParam;
 
+  // Runs `fn` (a backward, a collective) and turns what it throws (a peer's failure, a kernel's
+  // error) into a Status that names fsdp, `what` and, with a group, this rank.
+  absl::Status Guard(const std::string& what, const std::function<void()>& fn);
+
  private:
   FullyShardedDataParallel() = default;
   // Starts the unit's all-gather (a prefetch) unless it is gathered or on the way.
@@ -110,8 +114,6 @@ class FullyShardedDataParallel : public UnitHooks {
   // Waits for the reduce-scatter in flight and hands its unit's pieces their gradients.
   void FinishReduce();
   Unit* Find(const torch::nn::Module& module);
-  // Runs a collective and turns a peer's failure into an exception that Guard-ed callers report.
-  absl::Status Guard(const std::string& what, const std::function<void()>& fn);
 
   std::shared_ptr<ProcessGroup> group_;
   FullyShardedOptions options_;

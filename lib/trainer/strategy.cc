@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/base/error_text.h"
 #include "lib/base/status_macros.h"
 #include "lib/base/torch_compat.h"
 #include "lib/data/dataset.h"
@@ -397,18 +396,8 @@ absl::Status Strategy::Backward(const torch::Tensor& loss, bool sync) {
   if (sharded_) {
     // Each unit's gradients are reduce-scattered from the backward's hooks; what is left (the
     // root, parameters the loss did not use) after it.
-    auto run = [&]() -> absl::Status {
-      try {
-        scaled.backward();
-        return absl::OkStatus();
-      } catch (const c10::Error& e) {
-        return absl::InternalError(
-            absl::StrCat("fsdp: backward: ", ErrorLine(e.what_without_backtrace())));
-      }
-    };
-    KILN_RETURN_IF_ERROR(group_ ? group_->Guard("backward with fsdp's gradient reduce-scatter",
-                                                [&] { scaled.backward(); })
-                                : run());
+    KILN_RETURN_IF_ERROR(
+        sharded_->Guard("backward with the gradient reduce-scatter", [&] { scaled.backward(); }));
     return sharded_->FinishBackward();
   }
   if (!data_parallel_) {
