@@ -20,6 +20,13 @@ struct SpecialTokens {
   static const char* Name(int64_t id);
 };
 
+// A tokenizer's special ids, -1 where it has none. kiln's own tokenizers reserve SpecialTokens';
+// a pretrained one (`pretrained`) keeps its model's, which index the pretrained embedding rows.
+struct SpecialIds {
+  int64_t pad = SpecialTokens::kPad, unk = SpecialTokens::kUnk, bos = SpecialTokens::kBos,
+          eos = SpecialTokens::kEos, cls = SpecialTokens::kCls;
+};
+
 // The vocab_size option of every tokenizer: more ids than the special tokens take.
 OptionCheck MoreThanSpecialTokens();
 
@@ -43,6 +50,8 @@ class Tokenizer {
   virtual uint64_t fingerprint() const = 0;
   // One line for logs: kind, vocabulary, where it came from.
   virtual std::string Describe() const = 0;
+  // The ids of its special tokens: SpecialTokens' unless the tokenizer came with its own.
+  virtual SpecialIds special_ids() const { return {}; }
 
   // Encode over many texts in parallel (oneTBB), in order.
   std::vector<std::vector<int64_t>> EncodeAll(const std::vector<std::string>& texts) const;

@@ -1,0 +1,268 @@
+// Hugging Face tokenizers into kiln: tokenizers trained and saved by the `tokenizers` library and
+// transformers (tests/components/hf/make_tokenizers.py) give in kiln the library's ids, with and
+// without special tokens, and its decodes, for every test text (Moby Dick, State of the Union,
+// spam, a Unicode text); a folder kiln cannot read is refused in one line. Skipped, with a
+// message, only where the .venv has no tokenizers/transformers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "components/text/hf_tokenizer.h"
+#include "components/text/tokenizer.h"
+#include "lib/config/yaml_io.h"
+#include "lib/registry/registry.h"
+#include "tests/support/process.h"
+
+namespace kiln {
+namespace hf_tokenizers_test {
+
+using text::HfTokenizer;
+
+const char kPython[] = KILN_PYTHON_EXE;
+const std::string kScript =
+    std::string(KILN_SOURCE_DIR) + "/tests/components/hf/make_tokenizers.py";
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// `ids` from a little before where they first differ from `other`.
+std::string Around(const std::vector<int64_t>& ids, const std::vector<int64_t>& other) {
+  size_t first = 0;
+  while (first < ids.size() && first < other.size() && ids[first] == other[first]) ++first;
+  const size_t from = first > 5 ? first - 5 : 0;
+  return "@" + std::to_string(from) + " " +
+         nlohmann::json(std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                                             ids.begin() + static_cast<std::ptrdiff_t>(
+                                                               std::min(ids.size(), from + 20))))
+             .dump();
+}
+
+// Made once per process (training seven tokenizers takes seconds).
+class HfTokenizers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    auto probe = testing::RunProcess({kPython, "-c", "import tokenizers, transformers"});
+    if (probe.exit_code != 0) {
+      skip_ = "Python tokenizers/transformers not installed: " + probe.err;
+      return;
+    }
+    auto made = testing::RunProcess(
+        {kPython, kScript, dir_->path(), std::string(KILN_SOURCE_DIR) + "/data/text"});
+    if (made.exit_code != 0) {
+      error_ = "make_tokenizers.py failed: " + made.err;
+      return;
+    }
+    texts_ = nlohmann::json::parse(ReadText(dir_->path() + "/texts.json"))
+                 .get<std::vector<std::string>>();
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(error_.empty()) << error_;
+  }
+
+  // Every text of texts.json encodes and decodes in kiln as the library did in `name`.
+  void ExpectSameAsLibrary(const std::string& name) {
+    const std::string folder = dir_->path() + "/" + name;
+    const auto start = std::chrono::steady_clock::now();
+    auto tok = HfTokenizer::LoadFolder(folder);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto ref = nlohmann::json::parse(ReadText(folder + "/reference.json"));
+    EXPECT_EQ((*tok)->vocab_size(), ref["vocab_size"].get<int64_t>());
+    int mismatches = 0;
+    size_t bytes = 0;
+    double encode_s = 0;
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      const std::string& text = texts_[i];
+      bytes += text.size();
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<int64_t> ids = (*tok)->Encode(text, false);
+      encode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::vector<int64_t> ids_special = (*tok)->Encode(text, true);
+      const auto expected = ref["ids"][i].get<std::vector<int64_t>>();
+      const auto expected_special = ref["ids_special"][i].get<std::vector<int64_t>>();
+      bool same = ids == expected && ids_special == expected_special;
+      // Decoding the library's ids, so that a difference shows in decoding alone.
+      const std::string decoded = (*tok)->Decode(expected_special, true);
+      const std::string decoded_special = (*tok)->Decode(expected_special, false);
+      same = same && decoded == ref["decoded"][i].get<std::string>() &&
+             decoded_special == ref["decoded_special"][i].get<std::string>();
+      if (!same && ++mismatches <= 3) {
+        ADD_FAILURE() << name << ": text " << i << " " << nlohmann::json(text.substr(0, 100)).dump()
+                      << "\n  ids      " << Around(ids, expected) << "\n  expected "
+                      << Around(expected, ids) << "\n  special  "
+                      << Around(ids_special, expected_special) << "\n  expected "
+                      << Around(expected_special, ids_special) << "\n  decoded  "
+                      << nlohmann::json(decoded).dump().substr(0, 300) << "\n  expected "
+                      << ref["decoded"][i].dump().substr(0, 300) << "\n  kept     "
+                      << nlohmann::json(decoded_special).dump().substr(0, 300) << "\n  expected "
+                      << ref["decoded_special"][i].dump().substr(0, 300);
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << name << ": of " << texts_.size() << " texts";
+    std::cout << name << ": " << texts_.size() << " texts, " << (*tok)->vocab_size()
+              << " ids; loaded in " << load_s * 1e3 << " ms, encoded "
+              << bytes / 1e6 / std::max(encode_s, 1e-9) << " MB/s\n";
+  }
+
+  static testing::TempDir* dir_;
+  static std::vector<std::string> texts_;
+  static std::string skip_, error_;
+};
+
+testing::TempDir* HfTokenizers::dir_ = nullptr;
+std::vector<std::string> HfTokenizers::texts_;
+std::string HfTokenizers::skip_, HfTokenizers::error_;
+
+TEST_F(HfTokenizers, Gpt2ByteLevelBpe) { ExpectSameAsLibrary("gpt2"); }
+TEST_F(HfTokenizers, Llama3SplitRegexBpe) { ExpectSameAsLibrary("llama3"); }
+TEST_F(HfTokenizers, Qwen2NfcSplitRegexBpe) { ExpectSameAsLibrary("qwen2"); }
+TEST_F(HfTokenizers, BertWordPieceUncased) { ExpectSameAsLibrary("bert"); }
+TEST_F(HfTokenizers, BertWordPieceCased) { ExpectSameAsLibrary("bert_cased"); }
+TEST_F(HfTokenizers, UnigramMetaspace) { ExpectSameAsLibrary("unigram"); }
+TEST_F(HfTokenizers, UnigramMetaspaceFirst) { ExpectSameAsLibrary("unigram_first"); }
+
+// `tokenizer=pretrained tokenizer.path=DIR` through the registry: the folder's own special ids
+// (tokenizer_config.json), lossless round trips, Fit ignoring texts.
+TEST_F(HfTokenizers, PretrainedComponentKeepsTheModelsSpecialIds) {
+  auto build = [&](const std::string& name) {
+    auto node = config::ParseYaml(
+        "_target_: pretrained\npath: '" + dir_->path() + "/" + name + "'\n", "tokenizer.yaml");
+    EXPECT_TRUE(node.ok()) << node.status();
+    auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    EXPECT_TRUE((*tok)->Fit({"ignored"}, "nothing").ok());
+    return *tok;
+  };
+  auto bert = build("bert");
+  text::SpecialIds ids = bert->special_ids();
+  EXPECT_EQ(ids.pad, 0);
+  EXPECT_EQ(ids.unk, 1);
+  EXPECT_EQ(ids.cls, 2);
+  EXPECT_EQ(ids.bos, -1);
+  EXPECT_EQ(ids.eos, -1);
+  EXPECT_EQ(bert->Decode(bert->Encode("call me ishmael.")), "call me ishmael.");
+  EXPECT_NE(bert->Describe().find("WordPiece"), std::string::npos) << bert->Describe();
+
+  auto llama = build("llama3");
+  ids = llama->special_ids();
+  EXPECT_EQ(ids.bos, 0);  // <|begin_of_text|>
+  EXPECT_EQ(ids.eos, 1);  // <|end_of_text|>
+  EXPECT_EQ(ids.pad, -1);
+  const std::string text = "Call me Ishmael.  Some years ago—never mind how long 🐳\n";
+  EXPECT_EQ(llama->Decode(llama->Encode(text)), text);
+  std::vector<int64_t> with_specials = {ids.bos};
+  for (int64_t id : llama->Encode(text)) with_specials.push_back(id);
+  with_specials.push_back(ids.eos);
+  EXPECT_EQ(llama->Decode(with_specials), text);  // specials left out
+  EXPECT_GT(llama->fingerprint(), 0u);
+  EXPECT_NE(llama->fingerprint(), bert->fingerprint());
+  EXPECT_GE(llama->vocab_size(), 6000);
+
+  auto unigram = build("unigram");
+  ids = unigram->special_ids();
+  EXPECT_EQ(ids.pad, 0);
+  EXPECT_EQ(ids.unk, 1);
+  EXPECT_EQ(ids.bos, 2);
+  EXPECT_EQ(ids.eos, 3);
+}
+
+// A folder kiln cannot read: one line naming the file and what is wrong, never a crash.
+TEST_F(HfTokenizers, BadFoldersAreRefusedInOneLine) {
+  testing::TempDir bad;
+  auto refused = [&](const std::string& name, const std::string& json,
+                     const std::string& expected) {
+    const std::string folder = bad.path() + "/" + name;
+    std::filesystem::create_directories(folder);
+    if (!json.empty()) WriteText(folder + "/tokenizer.json", json);
+    auto tok = HfTokenizer::LoadFolder(folder);
+    ASSERT_FALSE(tok.ok()) << name;
+    const std::string message(tok.status().message());
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_NE(message.find(folder), std::string::npos) << message;
+  };
+  refused("empty", "", "holds no tokenizer.json");
+  refused("corrupt", "{\"model\": {\"type\": \"BPE\",\n \"vocab\": {\"a\": 0", "tokenizer.json: ");
+  refused("not_an_object", "[1, 2]", "is not a JSON object");
+  refused("wordlevel", R"({"model": {"type": "WordLevel", "vocab": {}, "unk_token": "x"}})",
+          "model type 'WordLevel' is not one kiln reads (it reads BPE, WordPiece, Unigram)");
+  refused("precompiled",
+          R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": ""},
+              "model": {"type": "Unigram", "vocab": [["a", 0.0]]}})",
+          "normalizer type 'Precompiled' is not one kiln reads");
+  refused("other_regex",
+          R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\w+"},
+              "behavior": "Isolated", "invert": false},
+              "model": {"type": "Unigram", "vocab": [["a", 0.0]]}})",
+          "Split's regex \"\\\\w+\" is not one kiln reads");
+  refused("whitespace_pre", R"({"pre_tokenizer": {"type": "Whitespace"},
+              "model": {"type": "Unigram", "vocab": [["a", 0.0]]}})",
+          "pre_tokenizer type 'Whitespace' is not one kiln reads");
+  refused("bad_merge", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})",
+          "model merge token 'b' is not in the vocabulary");
+  refused("wrong_types", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})",
+          "tokenizer.json: not a tokenizer kiln can read");
+
+  // A corrupt tokenizer_config.json names that file.
+  const std::string folder = bad.path() + "/config";
+  std::filesystem::create_directories(folder);
+  WriteText(folder + "/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})");
+  WriteText(folder + "/tokenizer_config.json", "{\"bos_token\": ");
+  auto tok = HfTokenizer::LoadFolder(folder);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.status().message().find(folder + "/tokenizer_config.json: "), std::string::npos)
+      << tok.status();
+}
+
+// The load and encode speed on a vocabulary of Llama 3's size (128k tokens, 280k merges, a 9 MB
+// tokenizer.json) made up here: a one-line measure, kept well under a second.
+TEST_F(HfTokenizers, LoadsALargeTokenizerJsonQuickly) {
+  // Every string of a..z by length, each merged from its prefix and its last letter.
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+  std::vector<std::string> tokens;
+  for (char c = 'a'; c <= 'z'; ++c) tokens.push_back(std::string(1, c));
+  for (size_t i = 0; tokens.size() < 128000; ++i) {
+    for (char c = 'a'; c <= 'z' && tokens.size() < 128000; ++c) {
+      merges.push_back(nlohmann::json::array({tokens[i], std::string(1, c)}));
+      tokens.push_back(tokens[i] + c);
+    }
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  nlohmann::json root = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+                         {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
+  const std::string text = root.dump();
+  const auto start = std::chrono::steady_clock::now();
+  auto tok = HfTokenizer::FromJson(text, "", "big/tokenizer.json");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 128000);
+  std::cout << "a " << text.size() / 1e6 << " MB tokenizer.json (" << tokens.size() << " tokens, "
+            << merges.size() << " merges) loaded in " << seconds << " s\n";
+  EXPECT_LT(seconds, 5.0);
+}
+
+}  // namespace hf_tokenizers_test
+}  // namespace kiln
