@@ -35,8 +35,20 @@ class PretrainedTokenizer : public Tokenizer {
 
   absl::Status Fit(const std::vector<std::string>&, const std::string&) override {
     const std::string& dir = options_.path;
-    if (!Exists(dir + "/tokenizer.json") && Exists(dir + "/tokenizer.model"))
+    if (!Exists(dir + "/tokenizer.json") && Exists(dir + "/tokenizer.model")) {
+      // fairseq's tokenizers (XLM-R, CamemBERT) shift SentencePiece's ids in transformers' code,
+      // not in the file: read as is, their ids would not be the model's.
+      const std::string config = ReadAll(dir + "/tokenizer_config.json");
+      for (const char* shifted : {"XLMRobertaTokenizer", "CamembertTokenizer"}) {
+        if (config.find(shifted) != std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              dir, "/tokenizer.model: a ", shifted,
+              "'s ids are SentencePiece's shifted by fairseq's offset, which kiln does not "
+              "apply; give the folder the tokenizer.json that transformers saves for it"));
+        }
+      }
       return LoadSentencePiece(dir + "/tokenizer.model");
+    }
     auto hf = HfTokenizer::LoadFolder(dir);
     if (!hf.ok()) return hf.status();
     hf_ = *std::move(hf);

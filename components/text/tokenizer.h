@@ -1,6 +1,7 @@
 // Tokenizers turn text into token ids and back, built by name from the `tokenizer` node of a text
-// data module (Registry<Tokenizer>). Every tokenizer reserves the same special ids — pad 0, unk 1,
-// bos 2, eos 3, cls 4 — so collation, models and tasks rely on them whatever the tokenizer.
+// data module (Registry<Tokenizer>). kiln's tokenizers reserve the same special ids — pad 0, unk 1,
+// bos 2, eos 3, cls 4 — which collation, models and tasks rely on; a pretrained tokenizer keeps
+// its model's (special_ids()).
 #pragma once
 
 #include <cstdint>

@@ -138,6 +138,7 @@ std::string HfTokenizers::skip_, HfTokenizers::error_;
 TEST_F(HfTokenizers, Gpt2ByteLevelBpe) { ExpectSameAsLibrary("gpt2"); }
 TEST_F(HfTokenizers, Llama3SplitRegexBpe) { ExpectSameAsLibrary("llama3"); }
 TEST_F(HfTokenizers, Qwen2NfcSplitRegexBpe) { ExpectSameAsLibrary("qwen2"); }
+TEST_F(HfTokenizers, Llama2ByteFallbackBpe) { ExpectSameAsLibrary("llama2"); }
 TEST_F(HfTokenizers, BertWordPieceUncased) { ExpectSameAsLibrary("bert"); }
 TEST_F(HfTokenizers, BertWordPieceCased) { ExpectSameAsLibrary("bert_cased"); }
 TEST_F(HfTokenizers, UnigramMetaspace) { ExpectSameAsLibrary("unigram"); }
@@ -186,6 +187,54 @@ TEST_F(HfTokenizers, PretrainedComponentKeepsTheModelsSpecialIds) {
   EXPECT_EQ(ids.unk, 1);
   EXPECT_EQ(ids.bos, 2);
   EXPECT_EQ(ids.eos, 3);
+}
+
+// A folder with a SentencePiece tokenizer.model alone (Llama 2, XLM-R) reads through kiln's
+// SentencePiece module: the ids that model gives, its own special ids.
+TEST(PretrainedTokenizer, ReadsASentencePieceModelAlone) {
+  testing::TempDir dir;
+  auto instantiate = [](const std::string& yaml) {
+    auto node = config::ParseYaml(yaml, "tokenizer.yaml");
+    EXPECT_TRUE(node.ok()) << node.status();
+    auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    return *tok;
+  };
+  auto trained = instantiate("_target_: sentencepiece\nvocab_size: 200\ncache_dir: '" + dir.path() +
+                             "/cache'\nnum_threads: 1\n");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 50; ++i) {
+    texts.push_back("Call me Ishmael. Some years ago, never mind how long precisely " +
+                    std::to_string(i) + " whales and ships");
+  }
+  ASSERT_TRUE(trained->Fit(texts, "test texts").ok());
+  std::string model;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/cache")) {
+    model = entry.path().string();
+  }
+  ASSERT_FALSE(model.empty());
+  std::filesystem::create_directories(dir.path() + "/folder");
+  std::filesystem::copy_file(model, dir.path() + "/folder/tokenizer.model");
+
+  auto tok = instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
+  ASSERT_TRUE(tok->Fit({}, "nothing").ok());
+  const std::string text = "Some whales, never mind how long.";
+  EXPECT_EQ(tok->Encode(text), trained->Encode(text));
+  EXPECT_EQ(tok->Decode(tok->Encode(text)), text);
+  const text::SpecialIds ids = tok->special_ids();
+  EXPECT_EQ(ids.pad, 0);
+  EXPECT_EQ(ids.unk, 1);
+  EXPECT_EQ(ids.bos, 2);
+  EXPECT_EQ(ids.eos, 3);
+  EXPECT_EQ(ids.cls, -1);
+  EXPECT_NE(tok->Describe().find("tokenizer.model"), std::string::npos) << tok->Describe();
+
+  // XLM-R's tokenizer.model alone: its ids are shifted in transformers' code, so it is refused.
+  WriteText(dir.path() + "/folder/tokenizer_config.json",
+            R"({"tokenizer_class": "XLMRobertaTokenizer"})");
+  auto xlmr = instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
+  const absl::Status refused = xlmr->Fit({}, "nothing");
+  EXPECT_NE(refused.message().find("fairseq's offset"), std::string::npos) << refused;
 }
 
 // A folder kiln cannot read: one line naming the file and what is wrong, never a crash.

@@ -11,6 +11,8 @@ present) and the Unicode text below, one entry per line. DIR/NAME/ for each toke
               the file ASCII-only (\\u escapes, surrogate pairs for the emoji added token)
   llama3      byte-level BPE, Llama 3's Split regex, ignore_merges, <|begin_of_text|> template
   qwen2       byte-level BPE, NFC, Qwen2's Split regex
+  llama2      BPE without pre-tokenizer: Prepend/Replace normalizers, byte fallback, fused unknowns,
+              Replace/ByteFallback/Fuse/Strip decoders (Llama 2's tokenizer.json)
   bert        WordPiece, BertNormalizer (lowercase, accents stripped), [CLS] A [SEP]
   bert_cased  WordPiece, BertNormalizer without lowercase, BertProcessing
   unigram     Unigram, Metaspace (prepend always), <s> A </s>
@@ -150,6 +152,25 @@ def make(corpus):
                              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
                          normalizer=normalizers.NFC())
     made["qwen2"] = (tok, dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"))
+
+    # Llama 2's tokenizer.json: no pre-tokenizer, spaces made ▁ by the normalizer, byte fallback for
+    # characters outside the vocabulary (the <0xXX> tokens added to the model's vocab below).
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                           normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=120, show_progress=False)
+    tok.train_from_iterator(corpus[:3000], trainer)
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    tok = Tokenizer.from_str(json.dumps(data))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    made["llama2"] = (tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>"))
 
     for name, lowercase in (("bert", True), ("bert_cased", False)):
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
