@@ -52,7 +52,17 @@ std::string Around(const std::vector<int64_t>& ids, const std::vector<int64_t>& 
              .dump();
 }
 
-// Made once per process (training seven tokenizers takes seconds).
+// The tokenizer a `tokenizer` config node builds.
+std::shared_ptr<text::Tokenizer> Instantiate(const std::string& yaml) {
+  auto node = config::ParseYaml(yaml, "tokenizer.yaml");
+  EXPECT_TRUE(node.ok()) << node.status();
+  auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return *tok;
+}
+
+// Made once per process (training eight tokenizers takes half a minute on two cores; ctest runs
+// each test in a process of its own, so the tests that need them are one test).
 class HfTokenizers : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -135,26 +145,20 @@ testing::TempDir* HfTokenizers::dir_ = nullptr;
 std::vector<std::string> HfTokenizers::texts_;
 std::string HfTokenizers::skip_, HfTokenizers::error_;
 
-TEST_F(HfTokenizers, Gpt2ByteLevelBpe) { ExpectSameAsLibrary("gpt2"); }
-TEST_F(HfTokenizers, Llama3SplitRegexBpe) { ExpectSameAsLibrary("llama3"); }
-TEST_F(HfTokenizers, Qwen2NfcSplitRegexBpe) { ExpectSameAsLibrary("qwen2"); }
-TEST_F(HfTokenizers, Llama2ByteFallbackBpe) { ExpectSameAsLibrary("llama2"); }
-TEST_F(HfTokenizers, BertWordPieceUncased) { ExpectSameAsLibrary("bert"); }
-TEST_F(HfTokenizers, BertWordPieceCased) { ExpectSameAsLibrary("bert_cased"); }
-TEST_F(HfTokenizers, UnigramMetaspace) { ExpectSameAsLibrary("unigram"); }
-TEST_F(HfTokenizers, UnigramMetaspaceFirst) { ExpectSameAsLibrary("unigram_first"); }
-
-// `tokenizer=pretrained tokenizer.path=DIR` through the registry: the folder's own special ids
+// GPT-2 (ByteLevel's regex, "a b" merges, \\u escapes), Llama 3 and Qwen2 (Split regexes, NFC),
+// Llama 2 (byte fallback), BERT uncased and cased (WordPiece), Unigram (Metaspace always, first);
+// then `tokenizer=pretrained tokenizer.path=DIR` through the registry: the folder's own special ids
 // (tokenizer_config.json), lossless round trips, Fit ignoring texts.
-TEST_F(HfTokenizers, PretrainedComponentKeepsTheModelsSpecialIds) {
+TEST_F(HfTokenizers, EveryTokenizerGivesTheLibrarysIdsAndSpecialIds) {
+  for (const char* name :
+       {"gpt2", "llama3", "qwen2", "llama2", "bert", "bert_cased", "unigram", "unigram_first"}) {
+    ExpectSameAsLibrary(name);
+  }
+
   auto build = [&](const std::string& name) {
-    auto node = config::ParseYaml(
-        "_target_: pretrained\npath: '" + dir_->path() + "/" + name + "'\n", "tokenizer.yaml");
-    EXPECT_TRUE(node.ok()) << node.status();
-    auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    EXPECT_TRUE((*tok)->Fit({"ignored"}, "nothing").ok());
-    return *tok;
+    auto tok = Instantiate("_target_: pretrained\npath: '" + dir_->path() + "/" + name + "'\n");
+    EXPECT_TRUE(tok->Fit({"ignored"}, "nothing").ok());
+    return tok;
   };
   auto bert = build("bert");
   text::SpecialIds ids = bert->special_ids();
@@ -193,14 +197,7 @@ TEST_F(HfTokenizers, PretrainedComponentKeepsTheModelsSpecialIds) {
 // SentencePiece module: the ids that model gives, its own special ids.
 TEST(PretrainedTokenizer, ReadsASentencePieceModelAlone) {
   testing::TempDir dir;
-  auto instantiate = [](const std::string& yaml) {
-    auto node = config::ParseYaml(yaml, "tokenizer.yaml");
-    EXPECT_TRUE(node.ok()) << node.status();
-    auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    return *tok;
-  };
-  auto trained = instantiate("_target_: sentencepiece\nvocab_size: 200\ncache_dir: '" + dir.path() +
+  auto trained = Instantiate("_target_: sentencepiece\nvocab_size: 200\ncache_dir: '" + dir.path() +
                              "/cache'\nnum_threads: 1\n");
   std::vector<std::string> texts;
   for (int i = 0; i < 50; ++i) {
@@ -216,7 +213,7 @@ TEST(PretrainedTokenizer, ReadsASentencePieceModelAlone) {
   std::filesystem::create_directories(dir.path() + "/folder");
   std::filesystem::copy_file(model, dir.path() + "/folder/tokenizer.model");
 
-  auto tok = instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
+  auto tok = Instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
   ASSERT_TRUE(tok->Fit({}, "nothing").ok());
   const std::string text = "Some whales, never mind how long.";
   EXPECT_EQ(tok->Encode(text), trained->Encode(text));
@@ -232,13 +229,13 @@ TEST(PretrainedTokenizer, ReadsASentencePieceModelAlone) {
   // XLM-R's tokenizer.model alone: its ids are shifted in transformers' code, so it is refused.
   WriteText(dir.path() + "/folder/tokenizer_config.json",
             R"({"tokenizer_class": "XLMRobertaTokenizer"})");
-  auto xlmr = instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
+  auto xlmr = Instantiate("_target_: pretrained\npath: '" + dir.path() + "/folder'\n");
   const absl::Status refused = xlmr->Fit({}, "nothing");
   EXPECT_NE(refused.message().find("fairseq's offset"), std::string::npos) << refused;
 }
 
 // A folder kiln cannot read: one line naming the file and what is wrong, never a crash.
-TEST_F(HfTokenizers, BadFoldersAreRefusedInOneLine) {
+TEST(PretrainedTokenizer, BadFoldersAreRefusedInOneLine) {
   testing::TempDir bad;
   auto refused = [&](const std::string& name, const std::string& json,
                      const std::string& expected) {
@@ -287,7 +284,7 @@ TEST_F(HfTokenizers, BadFoldersAreRefusedInOneLine) {
 
 // The load and encode speed on a vocabulary of Llama 3's size (128k tokens, 280k merges, a 9 MB
 // tokenizer.json) made up here: a one-line measure, kept well under a second.
-TEST_F(HfTokenizers, LoadsALargeTokenizerJsonQuickly) {
+TEST(PretrainedTokenizer, LoadsALargeTokenizerJsonQuickly) {
   // Every string of a..z by length, each merged from its prefix and its last letter.
   nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
   std::vector<std::string> tokens;
