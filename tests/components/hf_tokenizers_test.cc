@@ -17,7 +17,9 @@
 #include "components/text/hf_tokenizer.h"
 #include "components/text/tokenizer.h"
 #include "lib/config/yaml_io.h"
+#include "lib/data/datamodule.h"
 #include "lib/registry/registry.h"
+#include "tests/components/instantiate.h"
 #include "tests/support/process.h"
 
 namespace kiln {
@@ -52,13 +54,8 @@ std::string Around(const std::vector<int64_t>& ids, const std::vector<int64_t>& 
              .dump();
 }
 
-// The tokenizer a `tokenizer` config node builds.
 std::shared_ptr<text::Tokenizer> Instantiate(const std::string& yaml) {
-  auto node = config::ParseYaml(yaml, "tokenizer.yaml");
-  EXPECT_TRUE(node.ok()) << node.status();
-  auto tok = Registry<text::Tokenizer>::Get().Instantiate(config::Config(*node, "tokenizer"));
-  EXPECT_TRUE(tok.ok()) << tok.status();
-  return *tok;
+  return testing::InstantiateOk<text::Tokenizer>(yaml, "tokenizer");
 }
 
 // Made once per process (training eight tokenizers takes half a minute on two cores; ctest runs
@@ -184,6 +181,35 @@ TEST_F(HfTokenizers, EveryTokenizerGivesTheLibrarysIdsAndSpecialIds) {
   EXPECT_GT(llama->fingerprint(), 0u);
   EXPECT_NE(llama->fingerprint(), bert->fingerprint());
   EXPECT_GE(llama->vocab_size(), 6000);
+
+  // text_corpus puts the tokenizer's own </s> between documents: Llama 3's <|end_of_text|>.
+  testing::TempDir corpus;
+  corpus.Write("a.txt", "Call me Ishmael.");
+  corpus.Write("b.txt", "Some years ago.");
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "Call me Ishmael. Some years ago. ";
+  corpus.Write("train.txt", long_text);
+  auto dm = testing::InstantiateOk<data::DataModule>(
+      "_target_: text_corpus\ntrain: [" + corpus.path() + "/train.txt]\nval: [" + corpus.path() +
+          "/a.txt, " + corpus.path() +
+          "/b.txt]\nblock_size: 64\ntokenizer: {_target_: "
+          "pretrained, path: '" +
+          dir_->path() + "/llama3'}\n",
+      "data");
+  ASSERT_TRUE(dm);
+  const absl::Status setup = dm->Setup(data::Stage::kFit);
+  ASSERT_TRUE(setup.ok()) << setup;
+  data::SampleRng rng(0, 0, 0);
+  auto block = dm->val_dataset()->Get(0, rng);
+  ASSERT_TRUE(block.ok()) << block.status();
+  std::vector<int64_t> stream = llama->Encode("Call me Ishmael.");
+  stream.push_back(1);  // <|end_of_text|>
+  for (int64_t id : llama->Encode("Some years ago.")) stream.push_back(id);
+  // The input holds all but the last token (a target only), then padding.
+  const int64_t n = static_cast<int64_t>(stream.size()) - 1;
+  const torch::Tensor input = block->input.narrow(0, 0, n).contiguous();
+  stream.pop_back();
+  EXPECT_EQ(std::vector<int64_t>(input.data_ptr<int64_t>(), input.data_ptr<int64_t>() + n), stream);
 
   auto unigram = build("unigram");
   ids = unigram->special_ids();
