@@ -34,6 +34,7 @@ table=(
   "audio_manifest   seed_audio_manifest   5000"
   "criteo           seed_criteo           50000"
   "sentencepiece_model seed_written       3000"
+  "hf_tokenizer     seed_written          3000"
   "sweep_ledger     seed_sweep_ledger     2000"
   "serve_request    seed_serve_request    20000"
 )

@@ -132,8 +132,9 @@ class TextCorpus : public TextDataModule {
     return documents;
   }
 
-  // One stream of the documents' tokens, </s> between documents; `texts`: the documents of
-  // `files` when already read (the training texts), else empty.
+  // One stream of the documents' tokens, the tokenizer's </s> between documents (kiln's id 3, a
+  // pretrained tokenizer's own; none where it has none); `texts`: the documents of `files` when
+  // already read (the training texts), else empty.
   absl::StatusOr<Split> Tokenize(const Tokenizer& tok, const std::vector<std::string>& files,
                                  std::vector<std::string> texts) {
     if (texts.empty()) {
@@ -142,8 +143,9 @@ class TextCorpus : public TextDataModule {
     Split split;
     std::vector<int64_t> ids;
     std::vector<std::vector<int64_t>> encoded = tok.EncodeAll(texts);
+    const int64_t eos = tok.special_ids().eos;
     for (size_t i = 0; i < texts.size(); ++i) {
-      if (i > 0) ids.push_back(SpecialTokens::kEos);
+      if (i > 0 && eos >= 0) ids.push_back(eos);
       ids.insert(ids.end(), encoded[i].begin(), encoded[i].end());
       split.chars += CountCodePoints(texts[i]);
     }

@@ -56,8 +56,8 @@ std::pair<std::vector<TextRecord>, std::vector<TextRecord>> HoldOut(
 // The tokenizer and loader options each text data module declares; its options struct derives
 // from this one.
 struct TextDataOptions : data::BatchingOptions {
-  config::Config
-      tokenizer;  // {_target_: char|whitespace|sentencepiece, ...}, instantiated by the factory
+  config::Config tokenizer;  // {_target_: char|whitespace|sentencepiece|pretrained, ...},
+                             // instantiated by the factory
 };
 
 // Declares tokenizer, batch_size, num_workers and prefetch on S, after the options `binding`
@@ -67,9 +67,9 @@ OptionBinding<S> AddTextDataOptions(OptionBinding<S> binding) {
   static_assert(std::is_base_of_v<TextDataOptions, S>);
   using T = TextDataOptions;
   return data::AddBatchingOptions(
-      binding.RequiredNode("tokenizer", static_cast<config::Config S::*>(&T::tokenizer),
-                           OptionType::kMap,
-                           "the tokenizer: {_target_: char|whitespace|sentencepiece, ...}"),
+      binding.RequiredNode(
+          "tokenizer", static_cast<config::Config S::*>(&T::tokenizer), OptionType::kMap,
+          "the tokenizer: {_target_: char|whitespace|sentencepiece|pretrained, ...}"),
       "sequences");
 }
 

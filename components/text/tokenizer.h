@@ -1,6 +1,7 @@
 // Tokenizers turn text into token ids and back, built by name from the `tokenizer` node of a text
-// data module (Registry<Tokenizer>). Every tokenizer reserves the same special ids — pad 0, unk 1,
-// bos 2, eos 3, cls 4 — so collation, models and tasks rely on them whatever the tokenizer.
+// data module (Registry<Tokenizer>). kiln's tokenizers reserve the same special ids — pad 0, unk 1,
+// bos 2, eos 3, cls 4 — which collation, models and tasks rely on; a pretrained tokenizer keeps
+// its model's (special_ids()).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,13 @@ struct SpecialTokens {
   static constexpr int64_t kCount = 5;
   // "<pad>", "<unk>", "<s>", "</s>", "<cls>" by id.
   static const char* Name(int64_t id);
+};
+
+// A tokenizer's special ids, -1 where it has none. kiln's own tokenizers reserve SpecialTokens';
+// a pretrained one (`pretrained`) keeps its model's, which index the pretrained embedding rows.
+struct SpecialIds {
+  int64_t pad = SpecialTokens::kPad, unk = SpecialTokens::kUnk, bos = SpecialTokens::kBos,
+          eos = SpecialTokens::kEos, cls = SpecialTokens::kCls;
 };
 
 // The vocab_size option of every tokenizer: more ids than the special tokens take.
@@ -43,6 +51,8 @@ class Tokenizer {
   virtual uint64_t fingerprint() const = 0;
   // One line for logs: kind, vocabulary, where it came from.
   virtual std::string Describe() const = 0;
+  // The ids of its special tokens: SpecialTokens' unless the tokenizer came with its own.
+  virtual SpecialIds special_ids() const { return {}; }
 
   // Encode over many texts in parallel (oneTBB), in order.
   std::vector<std::vector<int64_t>> EncodeAll(const std::vector<std::string>& texts) const;

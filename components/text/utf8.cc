@@ -1,14 +1,13 @@
 #include "components/text/utf8.h"
 
 namespace kiln::text {
-namespace {
 
-// The length of the valid sequence starting at text[i], or 0 when it is invalid (RFC 3629: no
-// overlong forms, no surrogates, nothing above U+10FFFF).
-size_t SequenceLength(std::string_view text, size_t i) {
+size_t Utf8SequenceAt(std::string_view text, size_t i, bool* valid) {
   auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
   unsigned char c = byte(i);
+  *valid = c < 0x80;
   if (c < 0x80) return 1;
+  // RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF.
   size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
   if (c >= 0xC2 && c <= 0xDF) {
@@ -22,14 +21,23 @@ size_t SequenceLength(std::string_view text, size_t i) {
     if (c == 0xF0) lo = 0x90;
     if (c == 0xF4) hi = 0x8F;
   } else {
-    return 0;
+    return 1;
   }
-  if (i + n > text.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  size_t k = 1;
+  for (; k < n && i + k < text.size(); ++k) {
+    if (k == 1 ? (byte(i + 1) < lo || byte(i + 1) > hi) : (byte(i + k) & 0xC0) != 0x80) break;
   }
-  return n;
+  *valid = k == n;
+  return k;
+}
+
+namespace {
+
+// The length of the valid sequence starting at text[i], or 0 when it is invalid.
+size_t SequenceLength(std::string_view text, size_t i) {
+  bool valid = false;
+  const size_t n = Utf8SequenceAt(text, i, &valid);
+  return valid ? n : 0;
 }
 
 }  // namespace
