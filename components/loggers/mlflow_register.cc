@@ -40,10 +40,9 @@ absl::Status MlflowRegisterCommand(run::JobContext& ctx) {
     return absl::InvalidArgumentError(
         "kiln mlflow-register needs run_dir=RUN model_dir=DIR name=NAME");
   }
-  std::ifstream in(*o.run_dir + "/mlflow/run.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto run = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto run = nlohmann::json::parse(
+      ReadFileToString(*o.run_dir + "/mlflow/run.json").value_or(std::string()), nullptr,
+      /*allow_exceptions=*/false);
   std::string run_id = run.is_object() ? run.value("run_id", "") : "";
   std::string root = run.is_object() ? run.value("artifact_root", "") : "";
   if (run_id.empty()) {
@@ -66,10 +65,8 @@ absl::Status MlflowRegisterCommand(run::JobContext& ctx) {
        it.increment(ec)) {
     std::string name = it->path().filename().string();
     if (!it->is_regular_file() || absl::EndsWith(name, ".log") || name[0] == '.') continue;
-    std::ifstream file(it->path(), std::ios::binary);
-    std::stringstream bytes;
-    bytes << file.rdbuf();
-    KILN_RETURN_IF_ERROR(client.PutArtifact(artifact_root, "model/" + name, bytes.str()));
+    KILN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(it->path().string()));
+    KILN_RETURN_IF_ERROR(client.PutArtifact(artifact_root, "model/" + name, bytes));
     ++sent;
   }
   if (ec || sent == 0) {

@@ -158,14 +158,6 @@ nlohmann::json MetricValue(double value) {
   return value;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool Retryable(const absl::Status& status) { return absl::IsUnavailable(status); }
 
 // The run's opening: its name, start time, tags, and the composed config as params; values too
@@ -247,7 +239,7 @@ absl::StatusOr<std::string> ParentRun(Client& client, const std::string& experim
   ParentLock lock(sweep_dir);
   if (!lock.ok()) return absl::InternalError(absl::StrCat("cannot lock ", sweep_dir, "/mlflow"));
   std::string file = sweep_dir + "/mlflow/parent.json";
-  auto known = nlohmann::json::parse(ReadWholeFile(file).value_or(""), nullptr, false);
+  auto known = nlohmann::json::parse(ReadFileToString(file).value_or(""), nullptr, false);
   if (known.is_object() && known.value("tracking_uri", "") == client.uri() &&
       known.value("experiment_id", "") == experiment_id) {
     const int64_t running = known.value("jobs_running", int64_t{0});
@@ -285,7 +277,7 @@ absl::StatusOr<std::string> ParentRun(Client& client, const std::string& experim
 bool ParentJobEnded(const std::string& sweep_dir) {
   ParentLock lock(sweep_dir);
   std::string file = sweep_dir + "/mlflow/parent.json";
-  auto known = nlohmann::json::parse(ReadWholeFile(file).value_or(""), nullptr, false);
+  auto known = nlohmann::json::parse(ReadFileToString(file).value_or(""), nullptr, false);
   if (!lock.ok() || !known.is_object()) return true;
   const int64_t running = std::max<int64_t>(known.value("jobs_running", int64_t{1}) - 1, 0);
   known["jobs_running"] = running;
@@ -384,7 +376,8 @@ std::vector<std::string> ModelCheckpointFiles(const std::string& run_dir) {
   std::error_code error;
   const fs::path root = fs::weakly_canonical(run_dir, error);
   std::string chosen = run_dir + "/checkpoints/last.ckpt";
-  if (auto recorded = ReadWholeFile(run_dir + "/checkpoints/best_model_path.txt"); recorded.ok()) {
+  if (auto recorded = ReadFileToString(run_dir + "/checkpoints/best_model_path.txt");
+      recorded.ok()) {
     std::string best = recorded->substr(0, recorded->find('\n'));
     if (!best.empty()) chosen = best;
   }
@@ -652,7 +645,7 @@ absl::Status Tracker::SendOpen(const nlohmann::json& open) {
   }
   bool resume = open.value("resume", false);
   if (resume && run_id_.empty()) {
-    auto run = nlohmann::json::parse(ReadWholeFile(run_file_).value_or(""), nullptr, false);
+    auto run = nlohmann::json::parse(ReadFileToString(run_file_).value_or(""), nullptr, false);
     if (run.is_object() && run.value("tracking_uri", "") == client_.uri()) {
       run_id_ = run.value("run_id", "");
       artifact_root_ = run.value("artifact_root", "");
@@ -705,7 +698,7 @@ absl::Status Tracker::SendArtifacts(const nlohmann::json& files) {
   }
   for (const auto& file : files) {
     std::string local = file[0].get<std::string>(), as = file[1].get<std::string>();
-    auto bytes = ReadWholeFile(options_.run_dir + "/" + local);
+    auto bytes = ReadFileToString(options_.run_dir + "/" + local);
     if (!bytes.ok()) continue;
     KILN_RETURN_IF_ERROR(client_.PutArtifact(root, as, *bytes));
   }
@@ -721,7 +714,7 @@ absl::Status SyncRunFolder(const std::string& run_dir, const std::string& tracki
         "kiln mlflow-sync: ", run_dir, " has nothing to send (no mlflow/pending.jsonl",
         IsRegularFile(run_file) ? ": its MLflow run is complete)" : ": it did not log to MLflow)"));
   }
-  auto run = nlohmann::json::parse(ReadWholeFile(run_file).value_or(""), nullptr, false);
+  auto run = nlohmann::json::parse(ReadFileToString(run_file).value_or(""), nullptr, false);
   TrackerOptions options;
   options.run_dir = run_dir;
   options.timeout = timeout;

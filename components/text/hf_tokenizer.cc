@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "components/text/unicode.h"
+#include "lib/base/files.h"
 
 namespace kiln::text {
 // Its own namespace: a unity build compiles the text sources as one unit.
@@ -1508,20 +1509,6 @@ struct Pipeline {
   }
 };
 
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
-
-}  // namespace
-
 }  // namespace hf_json
 
 struct HfTokenizer::Impl : hf_json::Pipeline {};
@@ -1539,20 +1526,20 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_v
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::LoadFolder(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
-  if (!hf_json::Exists(path)) {
+  auto text = ReadFileToString(path);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(
         dir,
         " holds no tokenizer.json: a pretrained tokenizer is a folder that the tokenizers "
         "library or transformers' save_pretrained wrote"));
   }
-  auto text = hf_json::ReadFile(path);
   if (!text.ok()) return text.status();
   std::string config;
   const std::string config_path = dir + "/tokenizer_config.json";
-  if (hf_json::Exists(config_path)) {
-    auto c = hf_json::ReadFile(config_path);
-    if (!c.ok()) return c.status();
+  if (auto c = ReadFileToString(config_path); c.ok()) {
     config = *std::move(c);
+  } else if (!absl::IsNotFound(c.status())) {
+    return c.status();
   }
   auto tokenizer = FromJson(*text, config, path);
   if (!tokenizer.ok()) {
@@ -1562,10 +1549,10 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::LoadFolder(const std::
   }
   // special_tokens_map.json names what tokenizer_config.json did not.
   const std::string map_path = dir + "/special_tokens_map.json";
-  if (hf_json::Exists(map_path)) {
-    auto m = hf_json::ReadFile(map_path);
-    if (!m.ok()) return m.status();
+  if (auto m = ReadFileToString(map_path); m.ok()) {
     if (absl::Status s = (*tokenizer)->impl_->LoadSpecialTokensMap(*m, map_path); !s.ok()) return s;
+  } else if (!absl::IsNotFound(m.status())) {
+    return m.status();
   }
   return tokenizer;
 }

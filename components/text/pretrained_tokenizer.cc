@@ -2,13 +2,12 @@
 // tokenizer.json is read natively (hf_tokenizer.h); a folder with only a SentencePiece
 // tokenizer.model (Llama 2, XLM-R) is read through kiln's SentencePiece module, its special ids
 // those the model has. Fit ignores the texts.
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "components/text/hf_tokenizer.h"
 #include "components/text/sentencepiece_backend.h"
 #include "components/text/tokenizer.h"
+#include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
 
 namespace kiln::text {
@@ -20,25 +19,17 @@ struct PretrainedTokenizerOptions {
   std::string path;
 };
 
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class PretrainedTokenizer : public Tokenizer {
  public:
   explicit PretrainedTokenizer(PretrainedTokenizerOptions options) : options_(std::move(options)) {}
 
   absl::Status Fit(const std::vector<std::string>&, const std::string&) override {
     const std::string& dir = options_.path;
-    if (!Exists(dir + "/tokenizer.json") && Exists(dir + "/tokenizer.model")) {
+    if (!IsRegularFile(dir + "/tokenizer.json") && IsRegularFile(dir + "/tokenizer.model")) {
       // fairseq's tokenizers (XLM-R, CamemBERT) shift SentencePiece's ids in transformers' code,
       // not in the file: read as is, their ids would not be the model's.
-      const std::string config = ReadAll(dir + "/tokenizer_config.json");
+      const std::string config =
+          ReadFileToString(dir + "/tokenizer_config.json").value_or(std::string());
       for (const char* shifted : {"XLMRobertaTokenizer", "CamembertTokenizer"}) {
         if (config.find(shifted) != std::string::npos) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -53,7 +44,8 @@ class PretrainedTokenizer : public Tokenizer {
     if (!hf.ok()) return hf.status();
     hf_ = *std::move(hf);
     source_ = dir + "/tokenizer.json";
-    fingerprint_ = StableHash(ReadAll(source_), StableHash("pretrained"));
+    fingerprint_ =
+        StableHash(ReadFileToString(source_).value_or(std::string()), StableHash("pretrained"));
     vocab_size_ = hf_->vocab_size();
     special_ = hf_->special_ids();
     return absl::OkStatus();
@@ -89,7 +81,8 @@ class PretrainedTokenizer : public Tokenizer {
     if (backend == nullptr)
       return absl::FailedPreconditionError(absl::StrCat("pretrained tokenizer: ", error));
     spm_ = backend->make_processor();
-    const std::string serialized = ReadAll(path);
+    std::string serialized;
+    KILN_ASSIGN_OR_RETURN(serialized, ReadFileToString(path));
     error = spm_->Load(serialized);
     if (!error.empty())
       return absl::InvalidArgumentError(absl::StrCat(path, ": not a SentencePiece model: ", error));

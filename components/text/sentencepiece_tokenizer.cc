@@ -36,14 +36,6 @@ struct SentencePieceOptions {
   int64_t num_threads = 0;
 };
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(SentencePieceOptions options) : options_(std::move(options)) {}
@@ -51,7 +43,7 @@ class SentencePieceTokenizer : public Tokenizer {
   absl::Status Fit(const std::vector<std::string>& texts, const std::string& corpus_name) override {
     std::string serialized;
     if (!options_.model_file.value_or("").empty()) {
-      KILN_ASSIGN_OR_RETURN(serialized, ReadAll(*options_.model_file));
+      KILN_ASSIGN_OR_RETURN(serialized, ReadFileToString(*options_.model_file));
       source_ = *options_.model_file;
     } else {
       KILN_ASSIGN_OR_RETURN(serialized, TrainOrLoadCached(texts, corpus_name));
@@ -148,7 +140,7 @@ class SentencePieceTokenizer : public Tokenizer {
     std::string path = absl::StrFormat("%s/spm-%s-%d-%016x.model", options_.cache_dir,
                                        options_.model_type, options_.vocab_size, key);
     source_ = path;
-    if (auto cached = ReadAll(path); cached.ok()) {
+    if (auto cached = ReadFileToString(path); cached.ok()) {
       Logger::Instance().Info(absl::StrCat("sentencepiece: cached model ", path));
       return cached;
     }

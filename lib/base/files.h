@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace kiln {
 
@@ -16,6 +17,9 @@ bool IsDirectory(const std::string& path);
 // `path` made absolute against the working directory (as it is when already absolute, or when the
 // working directory cannot be read).
 std::string AbsolutePath(const std::string& path);
+// The whole of a file's bytes. Fails with "PATH: no such file", "PATH: is a folder, not a file"
+// or "PATH: cannot be read (REASON)".
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Creates a directory and its parents.
 absl::Status MakeDirs(const std::string& path);
 // Writes a file through a temporary name, fsync, a rename and an fsync of its folder. A failure

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/files.h"
 #include "lib/config/interpolation.h"
 #include "lib/config/yaml_io.h"
 
@@ -224,11 +225,9 @@ absl::StatusOr<const LoadedConfig*> ConfigRepository::Load(const std::string& co
     text = BuiltinHydraConfigs().at(name);
     display = *file;
   } else {
-    std::ifstream in(*file, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(*file, ": cannot read config file"));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    text = buffer.str();
+    auto read = ReadFileToString(*file);
+    if (!read.ok()) return read.status();
+    text = *std::move(read);
     display = DisplayPath(*file);
   }
   auto loaded = ParseConfigFile(name, display, text);

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/files.h"
 
 namespace kiln::config {
 namespace {
@@ -897,11 +898,9 @@ absl::StatusOr<NodePtr> ParseYaml(absl::string_view text, const std::string& fil
 }
 
 absl::StatusOr<NodePtr> LoadYamlFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseYaml(buffer.str(), path);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  return ParseYaml(*text, path);
 }
 
 std::string ScalarToYaml(const Node& node) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/base/files.h"
 #include "lib/config/node.h"
 #include "lib/config/override.h"
 #include "lib/config/sweep.h"
@@ -44,11 +45,9 @@ bool IsDir(const fs::path& p) {
 }
 
 std::optional<std::string> ReadText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = ReadFileToString(p.string());
+  if (!text.ok()) return std::nullopt;
+  return *std::move(text);
 }
 
 // One CSV line split into cells (RFC 4180 quoting); the files kiln writes hold no line breaks in

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/files.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln {
 namespace {
@@ -65,11 +66,7 @@ absl::Status WriteSafetensors(const std::string& path,
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string bytes = buffer.str();
+  KILN_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a valid safetensors file (", what, ")"));
