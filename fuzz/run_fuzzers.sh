@@ -150,6 +150,9 @@ seed_serve_request() {
   printf 'POST /v1/predict HTTP/1.1\r\nContent-Type: audio/wav\r\nContent-Length: 4\r\n\r\nRIFF' > "$1/raw"
   printf 'POST /v1/predict HTTP/1.1\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n' > "$1/chunked"
   printf 'GET /healthz HTTP/1.1\r\n\r\n' > "$1/get"
+  body='{"model": "m", "prompt": ["Call me", "It was"], "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "stop": ["\n"], "stream": true, "stream_options": {"include_usage": true}, "n": 1}'
+  printf 'POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    ${#body} "$body" > "$1/completions"
 }
 
 selected=${KILN_FUZZ_TARGETS:-}

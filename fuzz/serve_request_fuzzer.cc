@@ -2,13 +2,17 @@
 // httplib's own request processing (request line, headers, chunked and multipart bodies; kiln's
 // body limit) to the /v1/predict handler, which decodes the inputs as kiln serve does
 // (RequestInputs in lib/serve/request_inputs.cc: multipart parts, JSON texts and base64, raw
-// bodies). The answer is written to a stream that keeps nothing.
+// bodies), and to the /v1/completions handler, which reads OpenAI's completions request
+// (ParseCompletionsRequest in lib/serve/completions.cc) and writes an answer from its prompts. The
+// answer is written to a stream that keeps nothing.
 #include <httplib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "lib/serve/completions.h"
 #include "lib/serve/request_inputs.h"
 
 namespace {
@@ -56,6 +60,25 @@ class FuzzServer : public httplib::Server {
       for (const auto& input : *inputs) total += input.size();
       if (total > req.body.size() + 64) __builtin_trap();  // inputs come from the body
       res.set_content("{}", "application/json");
+    });
+    Post("/v1/completions", [](const httplib::Request& req, httplib::Response& res) {
+      auto call = kiln::serve::ParseCompletionsRequest(req.body);
+      if (!call.ok()) {
+        res.status = 400;
+        res.set_content(kiln::serve::OpenAiErrorJson(std::string(call.status().message()),
+                                                     "invalid_request_error"),
+                        "application/json");
+        return;
+      }
+      if (call->request.prompts.empty()) __builtin_trap();  // a prompt is required
+      // The prompts echoed back as their completions: any bytes through the JSON writers.
+      std::vector<kiln::Completion> done;
+      for (const std::string& prompt : call->request.prompts)
+        done.push_back({prompt, "stop", 1, 1});
+      res.set_content(kiln::serve::CompletionJson("cmpl-x", 0, "m", done) +
+                          kiln::serve::CompletionEvent("cmpl-x", 0, "m", 0, done[0].text, "") +
+                          kiln::serve::UsageEvent("cmpl-x", 0, "m", done),
+                      "application/json");
     });
   }
   bool Process(BytesStream& stream) {

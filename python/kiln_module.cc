@@ -380,10 +380,36 @@ class PyPredictor {
     for (const auto& p : answers) out.append(PredictionDict(p));
     return out;
   }
-  std::string Generate(const std::optional<std::string>& prompt) {
-    return Released("generating failed", [&] {
-      return Take(prompt.has_value() ? predictor_->Generate(*prompt) : predictor_->Generate());
-    });
+  // generate(): the task's own prompt; generate("text", max_new_tokens=..., ...): the prompt and
+  // its continuation; generate(["a", "b"], ...): a list, the prompts generated together.
+  py::object Generate(const py::object& prompt, std::optional<int64_t> max_new_tokens,
+                      std::optional<double> temperature, std::optional<int64_t> top_k,
+                      std::optional<double> top_p, std::optional<double> repetition_penalty,
+                      std::optional<std::vector<std::string>> stop, std::optional<int64_t> seed) {
+    CompletionRequest request;
+    request.max_tokens = max_new_tokens;
+    request.temperature = temperature;
+    request.top_k = top_k;
+    request.top_p = top_p;
+    request.repetition_penalty = repetition_penalty;
+    request.stop = std::move(stop);
+    request.seed = seed;
+    request.echo = true;
+    const bool options = max_new_tokens || temperature || top_k || top_p || repetition_penalty ||
+                         request.stop || seed;
+    if (prompt.is_none()) {
+      if (options) throw py::value_error("generate: give the prompt the options are for");
+      return py::str(Released("generating failed", [&] { return Take(predictor_->Generate()); }));
+    }
+    const bool one = py::isinstance<py::str>(prompt);
+    request.prompts = one ? std::vector<std::string>{prompt.cast<std::string>()}
+                          : prompt.cast<std::vector<std::string>>();
+    std::vector<Completion> done =
+        Released("generating failed", [&] { return Take(predictor_->Complete(request)); });
+    if (one) return py::str(done.front().text);
+    py::list out;
+    for (const Completion& c : done) out.append(py::str(c.text));
+    return out;
   }
   bool generates() const { return predictor_->generates(); }
   std::vector<std::string> ClassNames() const { return predictor_->class_names(); }
@@ -683,7 +709,11 @@ PYBIND11_MODULE(_kiln, m) {
       .def("predict_many", &kiln::python::PyPredictor::PredictMany)
       .def("predict_tensor", &kiln::python::PyPredictor::PredictTensor)
       .def("predict_split", &kiln::python::PyPredictor::PredictSplit)
-      .def("generate", &kiln::python::PyPredictor::Generate, py::arg("prompt") = std::nullopt)
+      .def("generate", &kiln::python::PyPredictor::Generate, py::arg("prompt") = py::none(),
+           py::kw_only(), py::arg("max_new_tokens") = std::nullopt,
+           py::arg("temperature") = std::nullopt, py::arg("top_k") = std::nullopt,
+           py::arg("top_p") = std::nullopt, py::arg("repetition_penalty") = std::nullopt,
+           py::arg("stop") = std::nullopt, py::arg("seed") = std::nullopt)
       .def_property_readonly("generates", &kiln::python::PyPredictor::generates)
       .def_property_readonly("class_names", &kiln::python::PyPredictor::ClassNames);
   py::class_<kiln::python::PyModel>(m, "Model")

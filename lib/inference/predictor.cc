@@ -350,6 +350,18 @@ absl::StatusOr<std::string> Predictor::Generate(const std::string& prompt) const
 
 absl::StatusOr<std::string> Predictor::Generate() const { return GenerateAfter(nullptr); }
 
+absl::StatusOr<std::vector<Completion>> Predictor::Complete(const CompletionRequest& request,
+                                                            const CompletionSink& sink) const {
+  if (!generates_)
+    return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  try {
+    return task_->Complete(request, sink);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot generate: ", FirstLine(e.what())));
+  }
+}
+
 absl::StatusOr<std::string> Predictor::GenerateAfter(const std::string* prompt) const {
   if (!generates_)
     return absl::UnimplementedError("this model does not generate text: give it inputs (Predict)");

@@ -107,6 +107,11 @@ class Predictor {
   absl::StatusOr<std::string> Generate(const std::string& prompt) const;
   // A language model continuing the task's own prompt (task.prompt), as `kiln predict` does.
   absl::StatusOr<std::string> Generate() const;
+  // A language model continuing several prompts together with the request's options over the
+  // task's (what /v1/completions answers); `sink` sees the new text as it comes. A request the
+  // model cannot take is an InvalidArgument status.
+  absl::StatusOr<std::vector<Completion>> Complete(const CompletionRequest& request,
+                                                   const CompletionSink& sink = {}) const;
   // Whether the model answers prompts (Generate) rather than inputs (Predict).
   bool generates() const { return generates_; }
 

@@ -47,6 +47,7 @@
 #include "lib/run/command.h"
 #include "lib/run/internal/http_thread_pool.h"
 #include "lib/serve/batcher.h"
+#include "lib/serve/completions.h"
 #include "lib/serve/http_server.h"
 #include "lib/serve/request_inputs.h"
 #include "lib/serve/serve_metrics.h"
@@ -330,6 +331,64 @@ void Predict(ModelSlot& model, const ServeOptions& o, const httplib::Request& re
   res.set_content(*body, "application/json");
 }
 
+// POST /v1/completions (OpenAI's completions API): the prompts continued in the request's thread
+// (the model taking one request at a time), answered as one JSON object or, with "stream": true,
+// as server-sent events while the tokens come; a client that goes away stops the generation.
+void Completions(ModelSlot& model, const httplib::Request& req, httplib::Response& res) {
+  auto fail = [&res](int status, const std::string& message) {
+    res.status = status;
+    res.set_content(OpenAiErrorJson(message, status == 400   ? "invalid_request_error"
+                                             : status == 503 ? "unavailable"
+                                                             : "server_error"),
+                    "application/json");
+  };
+  if (!model.ready()) {
+    res.set_header("Retry-After", "1");
+    return fail(503, "the model is loading; try again shortly (GET /readyz says when)");
+  }
+  const Predictor& predictor = model.predictor();
+  if (!predictor.generates()) {
+    return fail(400, absl::StrCat("the model ", predictor.model_name(),
+                                  " does not generate text: POST its inputs to /v1/predict"));
+  }
+  absl::StatusOr<CompletionsCall> call = ParseCompletionsRequest(req.body);
+  if (!call.ok()) return fail(400, std::string(call.status().message()));
+  const std::string id = NewCompletionId();
+  const int64_t created = absl::ToUnixSeconds(absl::Now());
+  const std::string name = predictor.model_name();
+  if (!call->stream) {
+    absl::StatusOr<std::vector<Completion>> done = predictor.Complete(call->request);
+    if (!done.ok()) return fail(HttpStatusOf(done.status()), std::string(done.status().message()));
+    model.metrics().CountBatch(static_cast<int64_t>(done->size()));
+    res.set_content(CompletionJson(id, created, name, *done), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [&model, &predictor, call = *std::move(call), id, created, name](
+                               size_t, httplib::DataSink& sink) {
+        auto write = [&sink](const std::string& event) {
+          return sink.is_writable() && sink.write(event.data(), event.size());
+        };
+        absl::StatusOr<std::vector<Completion>> done =
+            predictor.Complete(call.request, [&](size_t index, const std::string& text) {
+              return write(CompletionEvent(id, created, name, index, text, ""));
+            });
+        if (absl::IsCancelled(done.status())) return false;  // the client is gone
+        if (!done.ok()) {
+          write(ErrorEvent(std::string(done.status().message())));
+        } else {
+          model.metrics().CountBatch(static_cast<int64_t>(done->size()));
+          for (size_t i = 0; i < done->size(); ++i)
+            write(CompletionEvent(id, created, name, i, "", (*done)[i].finish_reason));
+          if (call.include_usage) write(UsageEvent(id, created, name, *done));
+        }
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      });
+}
+
 // The server's connection handling: timeouts, body limit, niced worker threads, no Nagle, and
 // the listening socket handed to `listen_socket` (to raise its backlog after the bind).
 void ConfigureConnections(HttpServer& server, const ServeOptions& o, const HttpTimeouts& timeouts,
@@ -384,6 +443,9 @@ void AddRoutes(HttpServer& server, ModelSlot& model, const ServeSetup& setup,
   });
   server.Post("/v1/predict", [&model, &setup](const httplib::Request& req, httplib::Response& res) {
     Predict(model, setup.o, req, res);
+  });
+  server.Post("/v1/completions", [&model](const httplib::Request& req, httplib::Response& res) {
+    Completions(model, req, res);
   });
   // Statuses httplib answers itself (413, 404, 400 of an unparsable request) get a message too.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -16,6 +16,7 @@
 #include "lib/config/config.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/loader.h"
+#include "lib/trainer/completion.h"
 #include "lib/trainer/metric.h"
 #include "lib/trainer/metric_log.h"
 #include "lib/trainer/prediction_writer.h"
@@ -99,6 +100,12 @@ class Task {
   // sampled with the task's own generation options. Unimplemented for a task that does not
   // generate.
   virtual absl::StatusOr<std::string> GenerateFrom(const std::string& /*prompt*/) {
+    return absl::UnimplementedError("this task does not generate text");
+  }
+  // Such a task's continuations of several prompts, generated together, the request's options
+  // over the task's own; `sink` (may be empty) sees the text as it comes.
+  virtual absl::StatusOr<std::vector<Completion>> Complete(const CompletionRequest& /*request*/,
+                                                           const CompletionSink& /*sink*/) {
     return absl::UnimplementedError("this task does not generate text");
   }
 

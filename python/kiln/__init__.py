@@ -293,9 +293,24 @@ class Predictor:
         """The answers for the data module's prediction split, in its order (what `kiln predict` writes)."""
         return self._p.predict_split()
 
-    def generate(self, prompt: Optional[str] = None) -> str:
-        """A language model: `prompt` continued (None: the task's own prompt)."""
-        return self._p.generate(prompt)
+    def generate(self, prompt=None, *, max_new_tokens: Optional[int] = None,
+                 temperature: Optional[float] = None, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
+                 stop: Optional[Sequence[str]] = None, seed: Optional[int] = None):
+        """A language model: `prompt` and its continuation (None: the task's own prompt). A list of
+        prompts is generated together and gives a list. The options are kiln predict's task.* ones
+        (None: the run's own); temperature 0 is greedy; the text ends before the first stop string."""
+        if isinstance(stop, str):
+            stop = [stop]
+        return self._p.generate(prompt if prompt is None or isinstance(prompt, str) else list(prompt),
+                                max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                top_p=top_p, repetition_penalty=repetition_penalty,
+                                stop=None if stop is None else list(stop), seed=seed)
+
+    @property
+    def generates(self) -> bool:
+        """Whether the model continues prompts (generate) rather than answering inputs (predict)."""
+        return self._p.generates
 
     @property
     def class_names(self):

@@ -111,68 +111,162 @@ class LanguageModeling : public Task {
   }
 
   absl::StatusOr<std::optional<std::string>> Generate() override {
-    return Continue(
-        generation_.prompt,
-        "task.prompt is empty or has no tokens; give the text to continue: task.prompt='Call me'");
+    CompletionRequest request;
+    request.prompts = {generation_.prompt};
+    request.echo = true;
+    KILN_ASSIGN_OR_RETURN(
+        std::vector<Completion> done,
+        CompleteWith(request, {},
+                     "task.prompt is empty or has no tokens; give the text to continue: "
+                     "task.prompt='Call me'"));
+    return std::optional<std::string>(std::move(done.front().text));
   }
 
   absl::StatusOr<std::string> GenerateFrom(const std::string& prompt) override {
-    KILN_ASSIGN_OR_RETURN(
-        std::optional<std::string> text,
-        Continue(prompt, "the prompt is empty or has no tokens; give the text to continue"));
-    return *text;
+    CompletionRequest request;
+    request.prompts = {prompt};
+    request.echo = true;
+    KILN_ASSIGN_OR_RETURN(std::vector<Completion> done, Complete(request, {}));
+    return std::move(done.front().text);
+  }
+
+  absl::StatusOr<std::vector<Completion>> Complete(const CompletionRequest& request,
+                                                   const CompletionSink& sink) override {
+    return CompleteWith(request, sink,
+                        "the prompt is empty or has no tokens; give the text to continue");
   }
 
  private:
-  // The prompt and what the model samples after it (temperature, top_k, seed, max_tokens).
-  absl::StatusOr<std::optional<std::string>> Continue(const std::string& prompt,
-                                                      const char* empty_message) {
+  // The task's generation options under the request's own.
+  absl::StatusOr<SamplingOptions> Sampling(const CompletionRequest& r,
+                                           const text::Tokenizer& tok) const {
+    SamplingOptions o;
+    o.max_new_tokens = r.max_tokens.value_or(generation_.max_tokens);
+    o.temperature = r.temperature.value_or(generation_.temperature);
+    o.top_k = r.top_k.value_or(generation_.top_k);
+    o.top_p = r.top_p.value_or(generation_.top_p);
+    o.repetition_penalty = r.repetition_penalty.value_or(generation_.repetition_penalty);
+    o.seed = static_cast<uint64_t>(r.seed.value_or(generation_.seed));
+    if (o.max_new_tokens < 0) return absl::InvalidArgumentError("max_tokens must be at least 0");
+    if (!(o.temperature >= 0)) return absl::InvalidArgumentError("temperature must be at least 0");
+    if (o.top_k < 0) return absl::InvalidArgumentError("top_k must be at least 0 (0: all)");
+    if (!(o.top_p > 0 && o.top_p <= 1))
+      return absl::InvalidArgumentError("top_p must be in (0, 1]");
+    if (!(o.repetition_penalty > 0))
+      return absl::InvalidArgumentError("repetition_penalty must be greater than 0");
+    // The tokenizer's own end of text (kiln's </s>, GPT-2's <|endoftext|>, ...); never padding or
+    // the other specials, but </s> and <unk>.
+    const text::SpecialIds special = tok.special_ids();
+    if (special.eos >= 0) o.eos_token_ids = {special.eos};
+    for (int64_t id : {special.pad, special.bos, special.cls}) {
+      if (id >= 0 && id != special.eos && id != special.unk) o.never.push_back(id);
+    }
+    o.pad_token_id = std::max<int64_t>(special.pad, 0);
+    o.context = context_;
+    return o;
+  }
+
+  // The prompts continued together; each continuation cut before the first stop string.
+  absl::StatusOr<std::vector<Completion>> CompleteWith(const CompletionRequest& request,
+                                                       const CompletionSink& sink,
+                                                       const char* empty_message) {
     KILN_RETURN_IF_ERROR(binding_.Check());
     const text::Tokenizer& tok = binding_.tokenizer();
-    std::vector<int64_t> ids = tok.Encode(prompt);
-    if (ids.empty()) return absl::InvalidArgumentError(empty_message);
+    if (request.prompts.empty()) return absl::InvalidArgumentError("no prompt to continue");
+    std::vector<std::vector<int64_t>> prompts;
+    for (size_t i = 0; i < request.prompts.size(); ++i) {
+      prompts.push_back(tok.Encode(request.prompts[i]));
+      if (prompts.back().empty()) {
+        return absl::InvalidArgumentError(request.prompts.size() > 1
+                                              ? absl::StrCat("prompt[", i, "]: ", empty_message)
+                                              : std::string(empty_message));
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(const SamplingOptions o, Sampling(request, tok));
+    const std::vector<std::string>& stops = request.stop ? *request.stop : generation_.stop;
     torch::NoGradGuard no_grad;
     model_->eval();
     // The decoder models continue from their key/value cache; the others run again over the
     // context for each token.
     std::shared_ptr<CausalLm> lm = std::dynamic_pointer_cast<CausalLm>(model_);
     if (lm == nullptr) lm = std::make_shared<RecomputingLm>(model_);
-    return Sample(*lm, tok, ids);
-  }
 
-  // The prompt `ids` and what the model samples after it, cut before the first stop string.
-  std::optional<std::string> Sample(CausalLm& lm, const text::Tokenizer& tok,
-                                    const std::vector<int64_t>& ids) {
-    SamplingOptions o;
-    o.max_new_tokens = generation_.max_tokens;
-    o.temperature = generation_.temperature;
-    o.top_k = generation_.top_k;
-    o.top_p = generation_.top_p;
-    o.repetition_penalty = generation_.repetition_penalty;
-    o.eos_token_ids = {text::SpecialTokens::kEos};
-    // Never padding or the other specials but </s> and <unk>.
-    o.never = {text::SpecialTokens::kPad, text::SpecialTokens::kBos, text::SpecialTokens::kCls};
-    o.seed = static_cast<uint64_t>(generation_.seed);
-    o.pad_token_id = text::SpecialTokens::kPad;
-    o.context = context_;
-    const std::vector<std::string>& stops = generation_.stop;
-    auto stopped = [&](const std::string& text) {
-      size_t first = std::string::npos;
-      for (const std::string& s : stops) first = std::min(first, text.find(s));
-      return first;
+    std::vector<size_t> sent(prompts.size(), 0);  // bytes of each continuation the sink has
+    bool gone = false;
+    // Hands the sink what `text` adds to what it has, up to `upto` bytes.
+    auto send = [&](size_t row, const std::string& text, size_t upto) {
+      if (!sink || gone || upto <= sent[row]) return;
+      if (!sink(row, text.substr(sent[row], upto - sent[row]))) gone = true;
+      sent[row] = upto;
     };
     StopCheck stop;
-    if (!stops.empty()) {
-      stop = [&](size_t, const std::vector<int64_t>& generated) {
-        return stopped(tok.Decode(generated)) != std::string::npos;
+    if (!stops.empty() || sink) {
+      stop = [&](size_t row, const std::vector<int64_t>& generated) {
+        if (gone) return true;
+        std::string text = tok.Decode(generated);
+        const size_t at = FirstStop(text, stops);
+        if (at != std::string::npos) text.resize(at);
+        send(row, text, at != std::string::npos ? text.size() : SettledLength(text, stops));
+        return gone || at != std::string::npos;
       };
     }
-    std::vector<int64_t> generated = kiln::Generate(lm, {ids}, o, stop).front();
-    std::string continuation = tok.Decode(generated);
-    if (size_t at = stopped(continuation); at != std::string::npos) continuation.resize(at);
-    Logger::Instance().Info(
-        absl::StrCat("generated ", generated.size(), " tokens after a prompt of ", ids.size()));
-    return tok.Decode(ids) + continuation;
+    std::vector<std::vector<int64_t>> generated = kiln::Generate(*lm, prompts, o, stop);
+    if (gone) return absl::CancelledError("generation stopped: the client is gone");
+    std::vector<Completion> out(prompts.size());
+    int64_t tokens = 0;
+    for (size_t row = 0; row < prompts.size(); ++row) {
+      std::string text = tok.Decode(generated[row]);
+      const size_t at = FirstStop(text, stops);
+      if (at != std::string::npos) text.resize(at);
+      send(row, text, text.size());
+      Completion& c = out[row];
+      c.prompt_tokens = static_cast<int64_t>(prompts[row].size());
+      c.completion_tokens = static_cast<int64_t>(generated[row].size());
+      c.finish_reason =
+          at != std::string::npos || c.completion_tokens < o.max_new_tokens ? "stop" : "length";
+      c.text = request.echo ? tok.Decode(prompts[row]) + text : std::move(text);
+      tokens += c.completion_tokens;
+    }
+    if (gone) return absl::CancelledError("generation stopped: the client is gone");
+    Logger::Instance().Info(absl::StrCat("generated ", tokens, " tokens after ", prompts.size(),
+                                         prompts.size() == 1 ? " prompt" : " prompts"));
+    return out;
+  }
+
+  // Where the first stop string begins in `text` (npos: none).
+  static size_t FirstStop(const std::string& text, const std::vector<std::string>& stops) {
+    size_t first = std::string::npos;
+    for (const std::string& s : stops) {
+      if (!s.empty()) first = std::min(first, text.find(s));
+    }
+    return first;
+  }
+
+  // How much of `text` can no longer change: not a tail that could still grow into a stop string,
+  // nor an unfinished UTF-8 character (or the replacement character a byte-level decoder gives
+  // for one).
+  static size_t SettledLength(const std::string& text, const std::vector<std::string>& stops) {
+    size_t n = text.size();
+    for (const std::string& s : stops) {
+      for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); k > 0; --k) {
+        if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+          n = std::min(n, text.size() - k);
+          break;
+        }
+      }
+    }
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    while (n >= 3 && text.compare(n - 3, 3, kReplacement) == 0) n -= 3;
+    // An unfinished UTF-8 sequence at the end: a lead byte with fewer continuation bytes than it
+    // announces.
+    for (size_t back = 1; back <= 3 && back <= n; ++back) {
+      const auto c = static_cast<unsigned char>(text[n - back]);
+      if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (need > back) n -= back;
+      break;
+    }
+    return n;
   }
 
   absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch) {

@@ -576,6 +576,45 @@ class Predict(unittest.TestCase):
                 kiln.Predictor(tmp + "/nowhere")
 
 
+class Generate(unittest.TestCase):
+    def test_a_language_model_generates_as_kiln_predict_does(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(tmp + "/book")
+            with open(tmp + "/book/train.txt", "w") as f:
+                f.write("Call me Ishmael. Some years ago, never mind how long.\n" * 60)
+            with open(tmp + "/book/val.txt", "w") as f:
+                f.write("Call me Ishmael. Some years ago.\n")
+            lm = ["experiment=mobydick_gpt", f"data.train=[{tmp}/book/train.txt]",
+                  f"data.val=[{tmp}/book/val.txt]", f"data.test=[{tmp}/book/val.txt]",
+                  "data.block_size=16", "data.batch_size=8", "model.dim=16", "model.depth=1",
+                  "model.heads=2", "model.mlp_dim=32", "trainer.num_threads=1"]
+            subprocess.run([KILN, "train", *lm, "trainer.max_steps=40", "test=false",
+                            "hydra.run.dir=" + tmp + "/run"], check=True, capture_output=True)
+            cli = subprocess.run([KILN, "predict", *lm, f"ckpt_path={tmp}/run/checkpoints/last.ckpt",
+                                  "task.prompt=Call me", "task.max_tokens=12", "task.temperature=0",
+                                  "hydra.run.dir=" + tmp + "/predict"],
+                                 check=True, capture_output=True, text=True).stdout
+            predictor = kiln.Predictor(tmp + "/run")
+            self.assertTrue(predictor.generates)
+            text = predictor.generate("Call me", max_new_tokens=12, temperature=0)
+            self.assertEqual(text + "\n", cli)
+            # Several prompts together: a list back, in order; sampling with a seed repeats.
+            both = predictor.generate(["Call me", "Some years"], max_new_tokens=6, temperature=0.9,
+                                      top_k=5, seed=3)
+            self.assertEqual(len(both), 2)
+            self.assertTrue(both[0].startswith("Call me") and both[1].startswith("Some years"))
+            self.assertEqual(predictor.generate(["Call me", "Some years"], max_new_tokens=6,
+                                                temperature=0.9, top_k=5, seed=3), both)
+            stop = text[8]
+            self.assertEqual(predictor.generate("Call me", max_new_tokens=12, temperature=0, stop=[stop]),
+                             text[:text.index(stop, 7)])
+            with self.assertRaises(kiln.KilnError) as caught:
+                predictor.generate("Call me", top_p=1.5)
+            self.assertIn("top_p", str(caught.exception))
+            with self.assertRaises(ValueError):
+                predictor.generate(max_new_tokens=3)
+
+
 class PythonMlp(torch.nn.Module):
     """kiln's mlp (hidden [16]) written in Python: the same parameter names."""
 

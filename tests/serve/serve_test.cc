@@ -93,17 +93,26 @@ class Server {
   pid_t pid_ = -1;
 };
 
-// A client that sends `head`, then one more byte of its request every 200 ms (each inside the
-// server's read timeout) for at most `max_seconds`; what the server sent back before it closed
-// the connection, or nullopt if it was still open when the client gave up.
-std::optional<std::string> DripUntilClosed(int port, const std::string& head, int max_seconds) {
+// A socket connected to the loopback address's `port`, or -1.
+int ConnectLoopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
-    return std::nullopt;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A client that sends `head`, then one more byte of its request every 200 ms (each inside the
+// server's read timeout) for at most `max_seconds`; what the server sent back before it closed
+// the connection, or nullopt if it was still open when the client gave up.
+std::optional<std::string> DripUntilClosed(int port, const std::string& head, int max_seconds) {
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return std::nullopt;
   ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
   std::string reply;
   for (int i = 0; i < max_seconds * 5; ++i) {
@@ -445,6 +454,196 @@ TEST(ServeTest, AClickModelAnswersCriteoLinesAsKilnPredict) {
   EXPECT_EQ(server.Terminate(), 0);
 }
 
+// The data lines of a server-sent event stream, in order (without "data: ").
+std::vector<std::string> EventData(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (absl::StartsWith(event, "data: ")) out.emplace_back(event.substr(6));
+  }
+  return out;
+}
+
+// A small language model answers OpenAI's /v1/completions as `kiln predict` generates: whole or
+// streamed (server-sent events whose pieces add up to the whole), with the prompt echoed, several
+// prompts together, stop strings and token counts; requests it cannot take are 400 with OpenAI's
+// error object, and a client that leaves mid-stream leaves the server answering.
+TEST(ServeTest, ALanguageModelAnswersOpenAiCompletionsWholeAndStreamed) {
+  TempDir dir;
+  const std::string d = dir.path();
+  std::string book;
+  for (int i = 0; i < 60; ++i) book += "Call me Ishmael. Some years ago, never mind how long.\n";
+  dir.Write("book/train.txt", book);
+  dir.Write("book/val.txt", "Call me Ishmael. Some years ago.\n");
+  const std::vector<std::string> lm = {"experiment=mobydick_gpt",
+                                       "data.train=[" + d + "/book/train.txt]",
+                                       "data.val=[" + d + "/book/val.txt]",
+                                       "data.test=[" + d + "/book/val.txt]",
+                                       "data.block_size=16",
+                                       "data.batch_size=8",
+                                       "model.dim=16",
+                                       "model.depth=1",
+                                       "model.heads=2",
+                                       "model.mlp_dim=32",
+                                       "trainer.num_threads=1"};
+  auto command = [&](std::vector<std::string> argv, const std::vector<std::string>& more) {
+    argv.insert(argv.end(), lm.begin(), lm.end());
+    argv.insert(argv.end(), more.begin(), more.end());
+    return testing::RunProcess(argv);
+  };
+  auto train = command({KILN_BINARY, "train"},
+                       {"trainer.max_steps=40", "test=false", "trainer.enable_progress_bar=false",
+                        "hydra.run.dir=" + d + "/run"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  auto greedy =
+      command({KILN_BINARY, "predict"},
+              {"ckpt_path=" + d + "/run/checkpoints/last.ckpt", "task.prompt=Call me",
+               "task.max_tokens=12", "task.temperature=0", "hydra.run.dir=" + d + "/predict"});
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  ASSERT_EQ(greedy.out.rfind("Call me", 0), 0u) << greedy.out;
+  const std::string continuation =
+      greedy.out.substr(7, greedy.out.size() - 8);  // without the prompt and kiln's newline
+  ASSERT_GE(continuation.size(), 3u) << greedy.out;
+
+  Server server(d + "/serve", d + "/run", {});
+  ASSERT_TRUE(server.WaitReady()) << "kiln serve did not become ready";
+  auto client = server.Client();
+  auto post = [&](const nlohmann::json& body) {
+    auto res = client->Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    return res;
+  };
+  const nlohmann::json ask = {
+      {"model", "anything"}, {"prompt", "Call me"}, {"max_tokens", 12}, {"temperature", 0}};
+  auto res = post(ask);
+  ASSERT_EQ(res->status, 200) << res->body;
+  nlohmann::json whole = Json(res);
+  EXPECT_EQ(whole["object"], "text_completion");
+  EXPECT_EQ(whole["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  ASSERT_EQ(whole["choices"].size(), 1u);
+  EXPECT_EQ(whole["choices"][0]["text"], continuation);
+  EXPECT_EQ(whole["choices"][0]["index"], 0);
+  const std::string finish = whole["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
+  EXPECT_GT(whole["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_LE(whole["usage"]["completion_tokens"].get<int>(), 12);
+  EXPECT_EQ(
+      whole["usage"]["total_tokens"].get<int>(),
+      whole["usage"]["prompt_tokens"].get<int>() + whole["usage"]["completion_tokens"].get<int>());
+  nlohmann::json echo = ask;
+  echo["echo"] = true;
+  res = post(echo);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json(res)["choices"][0]["text"], "Call me" + continuation);
+
+  // Streamed: the pieces, in order, are the whole text; then each choice's finish_reason, the
+  // usage chunk asked for, and [DONE].
+  nlohmann::json stream = ask;
+  stream["stream"] = true;
+  stream["stream_options"] = {{"include_usage", true}};
+  res = post(stream);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  std::vector<std::string> events = EventData(res->body);
+  ASSERT_GE(events.size(), 4u) << res->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string streamed;
+  size_t pieces = 0;
+  for (size_t i = 0; i + 3 < events.size(); ++i) {
+    nlohmann::json chunk = nlohmann::json::parse(events[i]);
+    EXPECT_EQ(chunk["id"], nlohmann::json::parse(events[0])["id"]);  // one id for the stream
+    ASSERT_EQ(chunk["choices"].size(), 1u) << events[i];
+    EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null()) << events[i];
+    streamed += chunk["choices"][0]["text"].get<std::string>();
+    ++pieces;
+  }
+  EXPECT_EQ(streamed, continuation);
+  EXPECT_GE(pieces, 2u) << "the text came in one piece, not as it was generated";
+  nlohmann::json last = nlohmann::json::parse(events[events.size() - 3]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], finish);
+  nlohmann::json usage = nlohmann::json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+
+  // A stop string taken from the continuation: the text ends before it, finish_reason "stop".
+  const std::string stop(1, continuation[1]);
+  nlohmann::json stopped = ask;
+  stopped["stop"] = stop;
+  res = post(stopped);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json(res)["choices"][0]["text"], continuation.substr(0, continuation.find(stop)));
+  EXPECT_EQ(Json(res)["choices"][0]["finish_reason"], "stop");
+  stopped["stream"] = true;
+  res = post(stopped);
+  ASSERT_EQ(res->status, 200) << res->body;
+  streamed.clear();
+  for (const std::string& e : EventData(res->body)) {
+    if (e == "[DONE]") break;
+    streamed += nlohmann::json::parse(e)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, continuation.substr(0, continuation.find(stop)));
+
+  // Several prompts at once: one choice each, in order; sampling with a seed repeats.
+  nlohmann::json many = {{"prompt", {"Call me", "Some years ago"}},
+                         {"max_tokens", 6},
+                         {"temperature", 0.8},
+                         {"top_p", 0.9},
+                         {"seed", 5}};
+  res = post(many);
+  ASSERT_EQ(res->status, 200) << res->body;
+  nlohmann::json first = Json(res);
+  ASSERT_EQ(first["choices"].size(), 2u);
+  EXPECT_EQ(first["choices"][1]["index"], 1);
+  res = post(many);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json(res)["choices"], first["choices"]);
+
+  // What it cannot take: 400 with OpenAI's error object naming the field.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"prompt": "Call me", "n": 2})", "\"n\" is not supported"},
+      {R"({"prompt": "Call me", "colour": 1})", "unknown field \"colour\""},
+      {R"({"max_tokens": 3})", "\"prompt\" is missing"},
+      {R"({"prompt": [1, 2, 3]})", "token ids"},
+      {R"({"prompt": "Call me", "top_p": 0})", "\"top_p\" must be in (0, 1]"},
+      {R"({"prompt": "Call me", "max_tokens": "ten"})", "\"max_tokens\" must be an integer"},
+      {"{\"prompt\": ", "not JSON"},
+  };
+  for (const auto& [body, message] : bad) {
+    res = client->Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << body;
+    nlohmann::json error = Json(res);
+    ASSERT_TRUE(error.contains("error")) << res->body;
+    EXPECT_NE(error["error"]["message"].get<std::string>().find(message), std::string::npos)
+        << body << " -> " << res->body;
+    EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  }
+
+  // A client that leaves after the first event: the server goes on answering others.
+  {
+    const std::string body = R"({"prompt": "Call me", "max_tokens": 200, "stream": true})";
+    int fd = ConnectLoopback(server.port());
+    ASSERT_GE(fd, 0);
+    const std::string request = absl::StrCat(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: ",
+        body.size(), "\r\n\r\n", body);
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string got;
+    char buffer[512];
+    while (got.find("data: ") == std::string::npos) {
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      got.append(buffer, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    EXPECT_NE(got.find("data: "), std::string::npos) << got;
+  }
+  res = post(ask);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json(res)["choices"][0]["text"], continuation);
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 // A keyword spotter (commands_kws's DS-CNN, tiny) serves WAV bodies as kiln predict labels the same
 // files, from concurrent clients; WAVs whose header lies are 400 with a message.
 TEST(ServeTest, AKeywordSpotterAnswersWavsAsKilnPredictAndRefusesLyingHeaders) {
@@ -571,6 +770,12 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
     lowered += nice == std::min(19, base + 7) && nice != base;
   }
   EXPECT_GE(lowered, 1) << "no connection thread lowered its priority";
+  auto not_lm = client->Post("/v1/completions", R"({"prompt": "buy"})", "application/json");
+  ASSERT_TRUE(not_lm);
+  EXPECT_EQ(not_lm->status, 400);
+  EXPECT_NE(not_lm->body.find("does not generate text: POST its inputs to /v1/predict"),
+            std::string::npos)
+      << not_lm->body;
   nlohmann::json request = {{"inputs", texts}};
   auto res = client->Post("/v1/predict", request.dump(), "application/json");
   ASSERT_TRUE(res);
@@ -604,12 +809,8 @@ TEST(ServeTest, ATextClassifierAnswersTextsAsKilnPredict) {
   std::vector<int> idle;
   std::string refused;
   for (int i = 0; i < 6 && refused.empty(); ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(server.port()));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    int fd = ConnectLoopback(server.port());
+    ASSERT_GE(fd, 0);
     idle.push_back(fd);
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 300) > 0) {
