@@ -46,7 +46,7 @@ struct MlflowLoggerOptions {
   int64_t max_queue = 10000;
   double timeout = 10;
   double flush_timeout = 30;
-  double batch_interval = 1;
+  double batch_interval = 5;
   bool log_model = false;
 };
 

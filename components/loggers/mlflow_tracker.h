@@ -31,7 +31,7 @@ struct TrackerOptions {
   double timeout = 10;        // seconds for one request
   double flush_timeout = 30;  // seconds the job's end waits for the queue to drain
   double max_backoff = 30;    // seconds between two tries, at most
-  double batch_interval = 1;  // seconds between two metrics requests, at least (unless 1000 wait)
+  double batch_interval = 5;  // seconds between two metrics requests, at least (unless 1000 wait)
   // At the end, the best checkpoint (checkpoints/best_model_path.txt, else last.ckpt) goes too,
   // under its path in the run folder (Lightning's MLFlowLogger(log_model=True)).
   bool log_model = false;
