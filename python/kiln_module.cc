@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "lib/base/error_text.h"
 #include "lib/base/files.h"
@@ -330,6 +331,33 @@ py::dict PredictionDict(const Prediction& p) {
   return out;
 }
 
+// A Hugging Face model folder (config.json), not a kiln run or export folder.
+bool IsHfFolder(const std::string& path) {
+  return IsRegularFile(path + "/config.json") && !IsRegularFile(path + "/config.yaml") &&
+         !IsDirectory(path + "/checkpoints");
+}
+
+// A Hugging Face language model folder as `kiln predict experiment=pretrained_lm
+// model=FAMILY model.pretrained=DIR` composes it: the family from config.json's model_type, the
+// weights and the tokenizer from the folder, the overrides on top.
+absl::StatusOr<std::unique_ptr<Predictor>> LoadHfFolder(const std::string& path,
+                                                        const PredictorOptions& options) {
+  KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(path));
+  static const std::map<std::string, std::string> kFamilies = {
+      {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "llama"}, {"gpt2", "gpt2"}};
+  auto family = kFamilies.find(hf.model_type());
+  if (family == kFamilies.end()) {
+    return hf.Refuse("model_type",
+                     "kiln.Predictor generates from the language models kiln reads (llama, "
+                     "mistral, qwen2, gpt2)");
+  }
+  std::vector<std::string> overrides = {"experiment=pretrained_lm", "model=" + family->second,
+                                        "model.pretrained='" + AbsolutePath(path) + "'"};
+  overrides.insert(overrides.end(), options.overrides.begin(), options.overrides.end());
+  KILN_ASSIGN_OR_RETURN(ComposedJob job, ComposeJob(Request(overrides, "train", "")));
+  return Predictor::FromConfig(job.cfg, "", options);
+}
+
 // kiln::Predictor from Python: raw inputs (image or audio bytes, texts) or already-prepared
 // tensors.
 class PyPredictor {
@@ -339,8 +367,9 @@ class PyPredictor {
     PredictorOptions options;
     options.overrides = overrides;
     options.quantize = std::move(quantize);
-    predictor_ = Released("the model cannot be loaded",
-                          [&] { return Take(Predictor::Load(path, options)); });
+    predictor_ = Released("the model cannot be loaded", [&] {
+      return Take(IsHfFolder(path) ? LoadHfFolder(path, options) : Predictor::Load(path, options));
+    });
   }
 
   // One raw input: bytes (an image or audio file's contents) or str (a text).

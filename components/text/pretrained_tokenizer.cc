@@ -51,6 +51,8 @@ class PretrainedTokenizer : public Tokenizer {
     return absl::OkStatus();
   }
 
+  bool LearnsFromTexts() const override { return false; }
+
   std::vector<int64_t> Encode(std::string_view text) const override {
     if (hf_) return hf_->Encode(text, /*add_special_tokens=*/false);
     std::vector<int> ids = spm_->Encode(text);

@@ -77,6 +77,8 @@ class SentencePieceTokenizer : public Tokenizer {
     return absl::OkStatus();
   }
 
+  bool LearnsFromTexts() const override { return options_.model_file.value_or("").empty(); }
+
   std::vector<int64_t> Encode(std::string_view text) const override {
     std::vector<int> ids = processor_->Encode(text);
     return std::vector<int64_t>(ids.begin(), ids.end());

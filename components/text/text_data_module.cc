@@ -11,7 +11,10 @@ namespace kiln::text {
 
 absl::StatusOr<std::shared_ptr<const Tokenizer>> TextDataModule::tokenizer() {
   if (!fitted_) {
-    KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, TrainingTexts());
+    std::vector<std::string> texts;
+    if (tokenizer_->LearnsFromTexts()) {
+      KILN_ASSIGN_OR_RETURN(texts, TrainingTexts());
+    }
     auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(tokenizer_->Fit(texts, TrainingName()));
     double seconds =

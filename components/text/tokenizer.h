@@ -40,6 +40,10 @@ class Tokenizer {
   // `corpus_name` names the texts in messages. Called once before Encode.
   virtual absl::Status Fit(const std::vector<std::string>& texts,
                            const std::string& corpus_name) = 0;
+  // Whether Fit reads the training texts; false for one that comes whole from a file (a
+  // pretrained folder's, a given SentencePiece model), which then needs no training data at all
+  // (`kiln predict model.pretrained=DIR` generates without any).
+  virtual bool LearnsFromTexts() const { return true; }
   // Token ids of `text`, without specials; thread-safe after Fit.
   virtual std::vector<int64_t> Encode(std::string_view text) const = 0;
   // The text of `ids`; special ids are left out.

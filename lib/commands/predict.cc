@@ -21,6 +21,8 @@ absl::StatusOr<std::string> CheckpointToLoad(const run::JobContext& ctx,
   std::string ckpt_path;
   if (!IsNull(ctx.cfg, "ckpt_path")) {
     KILN_ASSIGN_OR_RETURN(ckpt_path, ctx.cfg.Get<std::string>("ckpt_path"));
+  } else if (!ctx.cfg.Get<std::string>("model.pretrained").value_or("").empty()) {
+    return std::string();  // the weights are the pretrained folder's, as the model loads them
   }
   std::vector<std::shared_ptr<Callback>> callbacks;
   if (ckpt_path == "last" || ckpt_path == "best") {
@@ -54,8 +56,8 @@ absl::Status PredictCommand(run::JobContext& ctx) {
     KILN_RETURN_IF_ERROR(CheckStopSignal("while generating; nothing was written"));
     std::string file = ctx.output_dir + "/generated.txt";
     KILN_RETURN_IF_ERROR(WriteFileAtomically(file, generated + "\n"));
-    Logger::Instance().Info(
-        absl::StrCat("generated ", generated.size(), " bytes with ", path, ": ", file));
+    Logger::Instance().Info(absl::StrCat("generated ", generated.size(), " bytes with ",
+                                         predictor->weights(), ": ", file));
     std::printf("%s\n", generated.c_str());
     return absl::OkStatus();
   }
@@ -73,8 +75,8 @@ absl::Status PredictCommand(run::JobContext& ctx) {
   for (Prediction& answer : answers)
     records.push_back({std::move(answer.source), std::move(answer.fields)});
   KILN_ASSIGN_OR_RETURN(std::string file, writer->Write(ctx.output_dir, records));
-  Logger::Instance().Info(
-      absl::StrCat("predicted ", records.size(), " inputs with ", path, ": ", file));
+  Logger::Instance().Info(absl::StrCat("predicted ", records.size(), " inputs with ",
+                                       predictor->weights(), ": ", file));
   std::printf("%s\n", file.c_str());
   return absl::OkStatus();
 }

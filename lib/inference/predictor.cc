@@ -96,7 +96,15 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   p->trainer_options_ = std::move(parts.options);
   p->task_ = std::move(parts.task);
   p->data_ = std::move(parts.data);
-  if (absl::EndsWith(weights, ".safetensors")) {
+  if (weights.empty()) {
+    // The model loaded its weights as it was built (model.pretrained: a Hugging Face folder).
+    auto pretrained = job.Get<std::string>("model.pretrained");
+    if (!pretrained.ok() || pretrained->empty()) {
+      return absl::InvalidArgumentError(
+          "the predictor needs weights: a checkpoint, or model.pretrained=DIR");
+    }
+    p->weights_ = *pretrained;
+  } else if (absl::EndsWith(weights, ".safetensors")) {
     KILN_ASSIGN_OR_RETURN(auto state, ReadSafetensors(weights));
     KILN_RETURN_IF_ERROR(LoadModelState(state, p->task_->module(), weights));
   } else {

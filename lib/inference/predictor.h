@@ -117,7 +117,7 @@ class Predictor {
 
   const std::vector<std::string>& class_names() const { return class_names_; }
   const std::string& model_name() const { return model_name_; }
-  // The file the weights came from.
+  // The file the weights came from (model.pretrained's folder when they are that one's).
   const std::string& weights() const { return weights_; }
   // The resolved config the model was built from.
   const config::Config& config() const { return job_; }

@@ -206,11 +206,15 @@ absl::StatusOr<ServeSetup> ReadSetup(const config::Config& cfg) {
                      " is not loopback: set a bearer token (serve.token=... or "
                      "KILN_SERVE_TOKEN) so that not anyone who reaches it can use it"));
   }
-  if (!cfg.Has("ckpt_path") || cfg.Get<config::NodePtr>("ckpt_path").value()->is_null()) {
+  auto ckpt = cfg.Get<config::NodePtr>("ckpt_path");
+  if (ckpt.ok() && !(*ckpt)->is_null()) {
+    KILN_ASSIGN_OR_RETURN(setup.ckpt, cfg.Get<std::string>("ckpt_path"));
+  } else if (cfg.Get<std::string>("model.pretrained").value_or("").empty()) {
+    // (with model.pretrained=DIR, the weights are that folder's)
     return absl::InvalidArgumentError(
-        "kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt or run_dir=RUN");
+        "kiln serve needs a model: ckpt_path=RUN/checkpoints/NAME.ckpt, run_dir=RUN, or "
+        "model.pretrained=DIR (a Hugging Face folder)");
   }
-  KILN_ASSIGN_OR_RETURN(setup.ckpt, cfg.Get<std::string>("ckpt_path"));
   if (o.warmup_input.has_value()) {
     std::ifstream in(*o.warmup_input, std::ios::binary);
     if (!in)
@@ -539,9 +543,10 @@ absl::Status ServeCommand(run::JobContext& ctx) {
   // The model loads while /healthz already answers; /readyz says ready after the warm-up.
   absl::Status status = model.Load(ctx.cfg, setup);
   if (status.ok()) {
-    Logger::Instance().Info(absl::StrCat(
-        "serving ", model.predictor().model_name(), " from ", setup.ckpt, " on http://", o.host,
-        ":", port, " (max_batch ", o.max_batch, ", max_delay_ms ", o.max_delay_ms, ")"));
+    Logger::Instance().Info(absl::StrCat("serving ", model.predictor().model_name(), " from ",
+                                         model.predictor().weights(), " on http://", o.host, ":",
+                                         port, " (max_batch ", o.max_batch, ", max_delay_ms ",
+                                         o.max_delay_ms, ")"));
     std::printf("kiln serve: ready on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
     WaitForStopSignal();

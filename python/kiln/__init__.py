@@ -271,7 +271,8 @@ def read_run(run_dir: str, as_frame: bool = False) -> dict:
 
 class Predictor:
     """A trained model answering inputs, as `kiln predict` and `kiln serve` do: `path` is a run folder,
-    a kiln checkpoint or a `kiln export` folder. overrides= change the stored config (a moved data
+    a kiln checkpoint, a `kiln export` folder, or a Hugging Face language model folder (config.json,
+    model.safetensors, tokenizer.json: Llama, Mistral, Qwen2, GPT-2), which generates. overrides= change the stored config (a moved data
     folder: ["data.root=/new/place"]); quantize="dynamic_int8" runs Linear layers in int8."""
 
     def __init__(self, path: str, overrides: Sequence[str] = (), quantize: Optional[str] = None):
