@@ -234,13 +234,18 @@ class LabelledText : public TextDataModule {
 
   // A text's tokens cut to max_length (on truncation_side) and framed with the tokenizer's ids:
   // its cls first (add_cls, or a model that pools it), its sep last where the model wants one.
+  // A tokenizer without them (kiln's have no sep) frames with its bos and eos instead.
   absl::StatusOr<std::vector<int64_t>> Framed(const Tokenizer& tok, std::vector<int64_t> t) const {
     const SpecialIds special = tok.special_ids();
     const bool cls = o_.add_cls || frame_cls(), sep = frame_sep();
-    if ((cls && special.cls < 0) || (sep && special.sep < 0)) {
+    const int64_t cls_id = special.cls >= 0 ? special.cls : special.bos;
+    const int64_t sep_id = special.sep >= 0 ? special.sep : special.eos;
+    if ((cls && cls_id < 0) || (sep && sep_id < 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the model frames each text as [cls] text [sep], but the tokenizer (", tok.Describe(),
-          ") has no ", cls && special.cls < 0 ? "cls_token" : "sep_token",
+          "each text is framed with the tokenizer's cls (data.add_cls, or the model) and sep (the "
+          "model), but the tokenizer (",
+          tok.Describe(), ") has no ",
+          cls && cls_id < 0 ? "cls_token (nor bos_token)" : "sep_token (nor eos_token)",
           "; use the model's own tokenizer (tokenizer=pretrained tokenizer.path=DIR)"));
     }
     int64_t budget = o_.max_length - (cls ? 1 : 0) - (sep ? 1 : 0);
@@ -250,8 +255,8 @@ class LabelledText : public TextDataModule {
       else
         t.resize(static_cast<size_t>(budget));
     }
-    if (cls) t.insert(t.begin(), special.cls);
-    if (sep) t.push_back(special.sep);
+    if (cls) t.insert(t.begin(), cls_id);
+    if (sep) t.push_back(sep_id);
     // An all-whitespace text still has one position.
     if (t.empty()) t.push_back(special.unk >= 0 ? special.unk : SpecialTokens::kUnk);
     return t;

@@ -390,6 +390,35 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
     EXPECT_LT(diff, 1e-5);
     std::printf("%s: max |kiln - transformers| after 20 steps = %.3g\n", family.c_str(), diff);
   }
+  // From scratch on kiln's own tokenizer (pad 0; <cls> first and </s> last, as it has no sep):
+  // the export loads in transformers as a BERT with kiln's logits.
+  auto scratch =
+      RunProcess({KILN_BINARY, "train", "task=text_classification", "data=spam", "model=bert",
+                  "model.vocab_size=${data.tokenizer.vocab_size}", "model.dim=16", "model.depth=1",
+                  "model.heads=2", "model.mlp_dim=32", "tokenizer@data.tokenizer=whitespace",
+                  "data.train=" + d + "/spam/train.jsonl", "data.val=" + d + "/spam/val.jsonl",
+                  "data.test=null", "trainer.max_steps=20", "trainer.num_threads=1", "test=false",
+                  "hydra.run.dir=" + d + "/scratch"});
+  ASSERT_EQ(scratch.exit_code, 0) << scratch.err;
+  ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/scratch"));
+  auto scratch_loaded = RunProcess({check[0], check[1], d + "/scratch_hf"});
+  ASSERT_EQ(scratch_loaded.exit_code, 0) << scratch_loaded.err;
+  EXPECT_NE(scratch_loaded.out.find("BertForSequenceClassification"), std::string::npos);
+  {
+    auto node = config::ParseYaml("_target_: bert\npretrained: '" + d + "/scratch_hf'\n", "m.yaml");
+    ASSERT_TRUE(node.ok());
+    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto reference = ReadSafetensors(d + "/scratch_hf/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*model)->eval();
+    torch::NoGradGuard no_grad;
+    EXPECT_LT(((*model)->forward(reference->at("ids")) - reference->at("logits"))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-5);
+  }
   // A tokenizer that pads with another id than the one the model masks is refused in one line.
   auto mismatched = RunProcess(
       {KILN_BINARY, "train", "task=text_classification", "data=spam", "model=bert",
