@@ -20,6 +20,15 @@ MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch) {
 
 absl::Status ClassificationTask::Build(const config::Config& job) {
   KILN_ASSIGN_OR_RETURN(model_, BuildModel(job));
+  // A pretrained head comes with its classes (config.json's id2label).
+  if (std::vector<std::string> names = model_->class_names();
+      !names.empty() && static_cast<int64_t>(names.size()) != options_.num_classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.num_classes is ", options_.num_classes, " but model '",
+                     job.GetOr<std::string>("model._target_", "?").value_or("?"),
+                     "' has a head for ", names.size(), " classes (", absl::StrJoin(names, ", "),
+                     "); set task.num_classes=", names.size()));
+  }
   if (options_.loss && !options_.loss->is_null()) {
     KILN_ASSIGN_OR_RETURN(
         loss_, Registry<Loss>::Get().Instantiate(config::Config(options_.loss, "task.loss")));

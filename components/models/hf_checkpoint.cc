@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/files.h"
@@ -111,6 +112,23 @@ absl::StatusOr<std::optional<HfConfig>> HfConfig::Object(const std::string& key)
   return std::optional<HfConfig>(std::move(inner));
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> HfConfig::StringPairs(
+    const std::string& key) const {
+  config::NodePtr node = root_->Find(key);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  if (node == nullptr || node->is_null()) return pairs;
+  if (!node->is_map())
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(key), " is ", Describe(*node), ", not an object"));
+  for (const auto& [name, value] : node->entries()) {
+    if (value->kind() != config::NodeKind::kString)
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(key + "." + name), " is ", Describe(*value), ", not a string"));
+    pairs.emplace_back(name, value->as_string());
+  }
+  return pairs;
+}
+
 absl::StatusOr<std::vector<std::string>> HfConfig::Strings(const std::string& key) const {
   config::NodePtr node = root_->Find(key);
   std::vector<std::string> strings;
@@ -174,6 +192,31 @@ absl::Status LoadHfState(const std::map<std::string, torch::Tensor>& state,
                                        " missing, ", report.Count("unused"), " unused"));
   if (report.Count("unused") > 0) Logger::Instance().Info(report.Table());
   return absl::OkStatus();
+}
+
+absl::Status CheckSizesBesideFolder(const std::vector<SizeBesideFolder>& sizes,
+                                    const std::string& dir, const OptionContext& context) {
+  for (const SizeBesideFolder& s : sizes) {
+    if (s.value && *s.value != s.in_file) {
+      return context.Refuse(s.option, absl::StrCat(s.in_file, " as ", dir, "/config.json's ",
+                                                   s.hf_key, " says (or leave it unset)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> HfTensors(
+    torch::nn::Module& module, const std::vector<std::string>& prefixes) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (auto& [name, tensor] : StateDict(module)) {
+    for (const std::string& prefix : prefixes) {
+      if (absl::StartsWith(name, prefix)) {
+        tensors.emplace_back(name, tensor.detach().to(torch::kCPU, torch::kFloat32));
+        break;
+      }
+    }
+  }
+  return tensors;
 }
 
 }  // namespace kiln

@@ -9,10 +9,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/config/node.h"
+#include "lib/registry/options.h"
 #include "lib/trainer/pretrained_weights.h"
 
 namespace kiln {
@@ -39,6 +41,10 @@ class HfConfig {
   absl::StatusOr<std::optional<HfConfig>> Object(const std::string& key) const;
   // The strings of a list (layer_types); empty when the key is missing.
   absl::StatusOr<std::vector<std::string>> Strings(const std::string& key) const;
+  // The keys and string values of an object (id2label), in the file's order; empty when the key
+  // is missing or null.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StringPairs(
+      const std::string& key) const;
 
  private:
   std::string Where(const std::string& key) const { return path_ + ": " + prefix_ + key; }
@@ -56,5 +62,22 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::st
 absl::Status LoadHfState(const std::map<std::string, torch::Tensor>& state,
                          torch::nn::Module& model, const std::string& dir,
                          const std::string& summary);
+
+// A size option of a family that reads folders, beside model.pretrained: what the option says
+// (none: unset) and what DIR/config.json says under `hf_key`.
+struct SizeBesideFolder {
+  const char* option;
+  std::optional<int64_t> value;
+  int64_t in_file;
+  const char* hf_key;
+};
+// Refuses, in one line naming the option, the first size set to another value than the folder's.
+absl::Status CheckSizesBesideFolder(const std::vector<SizeBesideFolder>& sizes,
+                                    const std::string& dir, const OptionContext& context);
+
+// The module's tensors whose names start with one of `prefixes` (the family's own, not kiln's
+// buffers such as the tokenizer's fingerprint), in float32 on the CPU: an HfFolder's tensors.
+std::vector<std::pair<std::string, torch::Tensor>> HfTensors(
+    torch::nn::Module& module, const std::vector<std::string>& prefixes);
 
 }  // namespace kiln

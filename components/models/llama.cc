@@ -473,13 +473,9 @@ absl::StatusOr<LlamaArchitecture> Architecture(const LlamaOptions& o,
   if (!o.pretrained.empty()) {
     KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(o.pretrained));
     KILN_ASSIGN_OR_RETURN(LlamaArchitecture a, ReadArchitecture(hf));
-    for (const Size& s : sizes) {
-      if (s.value && *s.value != a.*s.field) {
-        return context.Refuse(
-            s.option, absl::StrCat(a.*s.field, " as ", o.pretrained, "/config.json's ", s.hf_key,
-                                   " says (or leave it unset)"));
-      }
-    }
+    std::vector<SizeBesideFolder> beside;
+    for (const Size& s : sizes) beside.push_back({s.option, s.value, a.*s.field, s.hf_key});
+    KILN_RETURN_IF_ERROR(CheckSizesBesideFolder(beside, o.pretrained, context));
     if (o.tie_weights && *o.tie_weights != a.tie_weights)
       return context.Refuse("tie_weights",
                             absl::StrCat(a.tie_weights ? "true" : "false", " as ", o.pretrained,
@@ -630,10 +626,7 @@ absl::StatusOr<HfFolder> LlamaFolder(torch::nn::Module& module) {
   c["dtype"] = "float32";
   HfFolder folder;
   folder.config_json = c.dump(2) + "\n";
-  for (auto& [name, tensor] : StateDict(module)) {
-    if (!absl::StartsWith(name, "model.") && !absl::StartsWith(name, "lm_head.")) continue;
-    folder.tensors.emplace_back(name, tensor.detach().to(torch::kCPU, torch::kFloat32));
-  }
+  folder.tensors = HfTensors(module, {"model.", "lm_head."});
   return folder;
 }
 

@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -18,6 +20,14 @@ struct TokenIds {
   std::string option;
 };
 
+// How a text classifier over a pretrained tokenizer's ids wants its rows: the tokenizer's cls
+// token first, its sep token last ([CLS] text [SEP] for BERT, <s> text </s> for RoBERTa), padded
+// with `pad`, the id whose positions it masks.
+struct TextFraming {
+  bool cls = false, sep = false;
+  int64_t pad = 0;
+};
+
 class Model : public torch::nn::Module {
  public:
   static constexpr const char* kKind = "model";
@@ -27,6 +37,13 @@ class Model : public torch::nn::Module {
   virtual TokenIds token_ids() const { return {}; }
   // The longest sequence the model takes (learned positions); 0: any length.
   virtual int64_t max_positions() const { return 0; }
+  // The framing its input rows need; none: the data module's own.
+  virtual std::optional<TextFraming> text_framing() const { return std::nullopt; }
+  // The classes its head was made for, by name (a pretrained classifier's id2label); empty: any
+  // number, set by the task's options.
+  virtual std::vector<std::string> class_names() const { return {}; }
+  // The data's names for those classes, in class order (what an export writes as id2label).
+  virtual void set_class_names(const std::vector<std::string>& /*names*/) {}
 };
 
 // A model over padded sequences that needs their real lengths and may shorten them (a CTC

@@ -1454,12 +1454,13 @@ struct Pipeline {
     set(&special.bos, "bos_token");
     set(&special.eos, "eos_token");
     set(&special.cls, "cls_token");
+    set(&special.sep, "sep_token");
   }
 
   absl::Status Load(std::string_view tokenizer_json, std::string_view config_json,
                     const std::string& path) {
     source = path;
-    special = {-1, -1, -1, -1, -1};
+    special = {-1, -1, -1, -1, -1, -1};
     std::string where = source;
     try {
       const json root = json::parse(tokenizer_json);

@@ -98,7 +98,7 @@ class LabelledText : public TextDataModule {
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
     data::LoaderOptions& lo = mutable_loader();
-    SetPadCollate();
+    SetPadCollate(*tok);
     // Bucketing groups similar lengths into batches; predictions keep the input order.
     lo.batch_order = nullptr;
     if (o_.bucket_by_length && stage == data::Stage::kFit) {
@@ -144,7 +144,7 @@ class LabelledText : public TextDataModule {
   // A raw input is a UTF-8 text, tokenized and cut to max_length as the splits are.
   absl::Status PrepareRawInputs() override {
     KILN_ASSIGN_OR_RETURN(raw_tokenizer_, tokenizer());
-    SetPadCollate();
+    SetPadCollate(*raw_tokenizer_);
     return absl::OkStatus();
   }
   absl::StatusOr<data::Example> RawExample(std::string_view raw) const override {
@@ -154,7 +154,8 @@ class LabelledText : public TextDataModule {
       return absl::InvalidArgumentError(
           absl::StrCat("the text is not valid UTF-8 (byte ", bad, ")"));
     }
-    std::vector<int64_t> tokens = Truncated(raw_tokenizer_->Encode(raw));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> tokens,
+                          Framed(*raw_tokenizer_, raw_tokenizer_->Encode(raw)));
     data::Example e;
     e.input = torch::tensor(tokens, torch::kInt64);
     e.target = torch::tensor(int64_t{-1});
@@ -223,30 +224,49 @@ class LabelledText : public TextDataModule {
       sources.push_back(o_.predict.value_or("").empty() ? r.where : Preview(r.text));
     }
     std::vector<std::vector<int64_t>> tokens = tok.EncodeAll(texts);
-    for (auto& t : tokens) t = Truncated(std::move(t));
+    for (auto& t : tokens) {
+      KILN_ASSIGN_OR_RETURN(t, Framed(tok, std::move(t)));
+    }
     return std::make_shared<TokenizedTexts>(std::move(tokens), std::move(labels),
                                             std::move(sources), std::move(texts), labels_,
                                             o_.label_field);
   }
 
-  // A text's tokens cut to max_length (on truncation_side), with <cls> when add_cls.
-  std::vector<int64_t> Truncated(std::vector<int64_t> t) const {
-    int64_t budget = o_.max_length - (o_.add_cls ? 1 : 0);
+  // A text's tokens cut to max_length (on truncation_side) and framed with the tokenizer's ids:
+  // its cls first (add_cls, or a model that pools it), its sep last where the model wants one.
+  // A tokenizer without them (kiln's have no sep) frames with its bos and eos instead.
+  absl::StatusOr<std::vector<int64_t>> Framed(const Tokenizer& tok, std::vector<int64_t> t) const {
+    const SpecialIds special = tok.special_ids();
+    const bool cls = o_.add_cls || frame_cls(), sep = frame_sep();
+    const int64_t cls_id = special.cls >= 0 ? special.cls : special.bos;
+    const int64_t sep_id = special.sep >= 0 ? special.sep : special.eos;
+    if ((cls && cls_id < 0) || (sep && sep_id < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "each text is framed with the tokenizer's cls (data.add_cls, or the model) and sep (the "
+          "model), but the tokenizer (",
+          tok.Describe(), ") has no ",
+          cls && cls_id < 0 ? "cls_token (nor bos_token)" : "sep_token (nor eos_token)",
+          "; use the model's own tokenizer (tokenizer=pretrained tokenizer.path=DIR)"));
+    }
+    int64_t budget = o_.max_length - (cls ? 1 : 0) - (sep ? 1 : 0);
     if (budget > 0 && static_cast<int64_t>(t.size()) > budget) {
       if (o_.truncation_side == "left")
         t.erase(t.begin(), t.end() - budget);
       else
         t.resize(static_cast<size_t>(budget));
     }
-    if (o_.add_cls) t.insert(t.begin(), SpecialTokens::kCls);
-    if (t.empty())
-      t.push_back(SpecialTokens::kUnk);  // an all-whitespace text still has one position
+    if (cls) t.insert(t.begin(), cls_id);
+    if (sep) t.push_back(sep_id);
+    // An all-whitespace text still has one position.
+    if (t.empty()) t.push_back(special.unk >= 0 ? special.unk : SpecialTokens::kUnk);
     return t;
   }
 
-  void SetPadCollate() {
-    mutable_loader().collate = [](std::vector<data::Example>& examples) {
-      return data::PadCollate(examples, SpecialTokens::kPad);
+  // Rows padded with the tokenizer's pad id (kiln's 0; a pretrained tokenizer's own).
+  void SetPadCollate(const Tokenizer& tok) {
+    const int64_t pad = tok.special_ids().pad >= 0 ? tok.special_ids().pad : SpecialTokens::kPad;
+    mutable_loader().collate = [pad](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, pad);
     };
   }
 
@@ -285,12 +305,14 @@ KILN_REGISTER_BOUND(
             .Field("split_seed", &LabelledTextOptions::split_seed,
                    "seed of that split and of the batch shuffle of bucketing")
             .Field("max_length", &LabelledTextOptions::max_length,
-                   "tokens kept per text (with <cls>); 0 keeps all", AtLeast(0))
+                   "tokens kept per text (with <cls> and a model's sep); 0 keeps all", AtLeast(0))
             .Field("truncation_side", &LabelledTextOptions::truncation_side,
                    "where a longer text is cut: right keeps its beginning, left its end",
                    OneOf({"right", "left"}))
             .Field("add_cls", &LabelledTextOptions::add_cls,
-                   "prepend <cls> (for models that pool the first position)")
+                   "prepend the tokenizer's cls (for models that pool the first position; a "
+                   "pretrained bert "
+                   "frames its texts itself)")
             .Field("bucket_by_length", &LabelledTextOptions::bucket_by_length,
                    "training batches of similar lengths (less padding)")
             .Field("bucket_window", &LabelledTextOptions::bucket_window,

@@ -35,16 +35,25 @@ class TextDataModule : public data::DataModule {
   data::LoaderOptions loader_options() const override { return loader_; }
   // The training split's texts (for a task's own statistics, e.g. a decoding language model).
   absl::StatusOr<std::vector<std::string>> training_texts() { return TrainingTexts(); }
+  // Frames every row as the model wants it, before Setup: the tokenizer's cls token first, its
+  // sep token last (a pretrained BERT's [CLS] text [SEP]). Modules that cut a stream ignore it.
+  void set_framing(bool cls, bool sep) {
+    frame_cls_ = cls;
+    frame_sep_ = sep;
+  }
 
  protected:
   // The training texts and a name for them in messages ("data/text/spam/train.jsonl").
   virtual absl::StatusOr<std::vector<std::string>> TrainingTexts() = 0;
   virtual std::string TrainingName() const = 0;
   data::LoaderOptions& mutable_loader() { return loader_; }
+  bool frame_cls() const { return frame_cls_; }
+  bool frame_sep() const { return frame_sep_; }
 
  private:
   std::shared_ptr<Tokenizer> tokenizer_;
   bool fitted_ = false;
+  bool frame_cls_ = false, frame_sep_ = false;
   data::LoaderOptions loader_;
 };
 

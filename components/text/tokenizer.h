@@ -23,9 +23,10 @@ struct SpecialTokens {
 
 // A tokenizer's special ids, -1 where it has none. kiln's own tokenizers reserve SpecialTokens';
 // a pretrained one (`pretrained`) keeps its model's, which index the pretrained embedding rows.
+// sep ends a classified text (BERT's [SEP], RoBERTa's </s>); kiln's tokenizers have none.
 struct SpecialIds {
   int64_t pad = SpecialTokens::kPad, unk = SpecialTokens::kUnk, bos = SpecialTokens::kBos,
-          eos = SpecialTokens::kEos, cls = SpecialTokens::kCls;
+          eos = SpecialTokens::kEos, cls = SpecialTokens::kCls, sep = -1;
 };
 
 // The vocab_size option of every tokenizer: more ids than the special tokens take.

@@ -18,7 +18,11 @@ class TextClassification : public ClassificationTask {
   absl::Status ConnectData(data::DataModule& data) override {
     KILN_RETURN_IF_ERROR(binding_.Connect(data, "text_classification"));
     KILN_RETURN_IF_ERROR(data.Setup(data::Stage::kFit));
-    return CheckClassNames(data.class_names(), "labels");
+    KILN_RETURN_IF_ERROR(CheckClassNames(data.class_names(), "labels"));
+    // A pretrained head's classes are the data's from now on (what export writes as id2label).
+    if (!model().class_names().empty() && !data.class_names().empty())
+      model().set_class_names(data.class_names());
+    return absl::OkStatus();
   }
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job) override {
     return binding_.BuildModel(job);

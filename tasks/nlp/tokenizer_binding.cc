@@ -14,6 +14,7 @@ absl::StatusOr<std::shared_ptr<Model>> TokenizerBinding::BuildModel(const config
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                         Registry<Model>::Get().Instantiate(model_cfg));
   model_ids_ = model->token_ids();
+  framing_ = model->text_framing();
   model_name_ = model_cfg.GetOr<std::string>("_target_", "?").value_or("?");
   model->register_buffer("tokenizer_fingerprint", torch::zeros({2}, torch::kInt64));
   model_ = model.get();
@@ -38,6 +39,19 @@ absl::Status TokenizerBinding::Connect(data::DataModule& data, const std::string
     return absl::InvalidArgumentError(absl::StrCat(
         "the tokenizer's vocab_size (", vocab_, ") exceeds the model's ", model_ids_.option, " (",
         model_ids_.size, "); set model.", model_ids_.option, ": ${data.tokenizer.vocab_size}"));
+  }
+  if (framing_) {
+    const text::SpecialIds special = tokenizer_->special_ids();
+    const int64_t pad = special.pad >= 0 ? special.pad : text::SpecialTokens::kPad;
+    if (pad != framing_->pad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tokenizer pads with id ", pad, " (", tokenizer_->Describe(),
+                       ") but model '", model_name_, "' masks id ", framing_->pad,
+                       " as padding; give both the same folder (model.pretrained and "
+                       "data.tokenizer.path), or set model.pad_token_id=",
+                       pad));
+    }
+    data_->set_framing(framing_->cls, framing_->sep);
   }
   torch::NoGradGuard no_grad;
   torch::Tensor buffer = Buffer();

@@ -24,7 +24,8 @@ class TokenizerBinding {
   // loaded). Connect checks the tokenizer against the ids the model declares (Model::token_ids).
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(const config::Config& job);
   // Takes the tokenizer from a text data module (fitting it if need be), checks that its ids fit
-  // the model's id space, and records it in the buffer.
+  // the model's id space (and its pad id the one the model masks), asks the module for the
+  // framing the model wants (Model::text_framing), and records the tokenizer in the buffer.
   absl::Status Connect(data::DataModule& data, const std::string& task);
   // Whether the buffer (perhaps loaded from a checkpoint) names the connected tokenizer. The
   // buffer is read once per change (its storage and version counter: a load, a move to a device):
@@ -45,7 +46,8 @@ class TokenizerBinding {
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   text::TextDataModule* data_ = nullptr;
   int64_t fingerprint_ = 0, vocab_ = 0;
-  TokenIds model_ids_;  // what the model declares (size <= 0: not checked)
+  TokenIds model_ids_;                  // what the model declares (size <= 0: not checked)
+  std::optional<TextFraming> framing_;  // the rows the model wants (none: the data's own)
   std::string model_name_;
   // The buffer as last checked and found to match: its storage and version.
   mutable std::mutex checked_mu_;

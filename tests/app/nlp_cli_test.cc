@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -73,6 +74,16 @@ class NlpCliTest : public ::testing::Test {
                                      "hydra.run.dir=" + d + "/run_" + command};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunProcess(argv);
+  }
+
+  // `kiln export` of the run in RUN as format=hf and format=safetensors, into RUN_hf and
+  // RUN_safetensors.
+  static void ExportHfAndSafetensors(const std::string& run) {
+    for (const std::string format : {"hf", "safetensors"}) {
+      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + run, "format=" + format,
+                           "hydra.run.dir=" + run + "_" + format});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+    }
   }
 
   testing::ProcessResult Lm(const std::string& command, std::vector<std::string> extra,
@@ -284,6 +295,144 @@ TEST_F(NlpCliTest, LanguageModelTrainsInBf16TrueAndItsCheckpointLoadsInFloat32) 
 // the trained ones bit for bit (kiln's own format=safetensors export), and on whose logits kiln
 // and transformers agree within 1e-5; a model with no Hugging Face layout in kiln is refused in
 // one line, nothing written.
+// BERT, RoBERTa and XLM-RoBERTa classifiers (tiny, random, with tokenizers of their kind, made by
+// transformers and tokenizers: make_models.py bert) fine-tune for 20 steps in text_classification
+// with model=bert model.pretrained=DIR and the folder's tokenizer, the rows framed as the family
+// frames them; `kiln export format=hf` writes a folder that transformers loads as the family's
+// *ForSequenceClassification with the data's labels, and whose logits on padded rows equal kiln's.
+TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
+  auto probe = RunProcess({KILN_PYTHON_EXE, "-c", "import transformers"});
+  if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
+  const std::string d = dir_.path();
+  auto made = RunProcess({KILN_PYTHON_EXE,
+                          std::string(KILN_SOURCE_DIR) + "/tests/components/hf/make_models.py",
+                          "bert", d + "/pretrained"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  dir_.Write("texts.txt",
+             "buy cheap pills now\nmeeting notes for the whale team\nwin a prize\n"
+             "call me ishmael some years ago never mind how long\n");
+  std::vector<std::string> check = {
+      KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py"};
+  for (const std::string family : {"bert", "roberta", "xlm-roberta"}) {
+    SCOPED_TRACE(family);
+    const std::string folder = d + "/pretrained/" + family + "/model";
+    // roberta's head has three labels (negative, neutral, positive): the task takes three.
+    std::vector<std::string> argv = {KILN_BINARY,
+                                     "train",
+                                     "task=text_classification",
+                                     "data=spam",
+                                     "model=bert",
+                                     "model.pretrained=" + folder,
+                                     "tokenizer@data.tokenizer=pretrained",
+                                     "data.tokenizer.path=" + folder,
+                                     "data.train=" + d + "/spam/train.jsonl",
+                                     "data.val=" + d + "/spam/val.jsonl",
+                                     "data.test=null",
+                                     "data.max_length=16",
+                                     "data.batch_size=8",
+                                     "trainer.max_steps=20",
+                                     "trainer.num_threads=1",
+                                     "test=false",
+                                     "hydra.run.dir=" + d + "/" + family};
+    if (family == "roberta")
+      argv.insert(argv.end(), {"data.labels=[ham,spam,other]", "task.num_classes=3"});
+    auto trained = RunProcess(argv);
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/" + family));
+    check.push_back(d + "/" + family + "_hf");
+    // kiln's predictions on texts of different lengths (one batch, padded) are transformers' on
+    // the same texts framed by the folder's own tokenizer ([CLS] A [SEP], <s> A </s>).
+    auto predicted = RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/" + family,
+                                 "data.predict=" + d + "/texts.txt", "data.max_length=38",
+                                 "hydra.run.dir=" + d + "/" + family + "_predict"});
+    ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+    auto same =
+        RunProcess({KILN_PYTHON_EXE,
+                    std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_predictions.py",
+                    d + "/" + family + "_hf", folder, d + "/" + family + "_predict/predictions.csv",
+                    d + "/texts.txt"});
+    EXPECT_EQ(same.exit_code, 0) << same.err;
+    std::printf("%s", same.out.c_str());
+  }
+  std::string config = ReadFile(d + "/roberta_hf/config.json");
+  EXPECT_NE(config.find("\"RobertaForSequenceClassification\""), std::string::npos) << config;
+  EXPECT_NE(config.find("\"2\": \"other\""), std::string::npos) << config;
+  EXPECT_NE(config.find("\"pad_token_id\": 1,"), std::string::npos) << config;
+  auto loaded = RunProcess(check);
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_NE(loaded.out.find("XLMRobertaForSequenceClassification"), std::string::npos)
+      << loaded.out;
+  EXPECT_NE(loaded.out.find("'ham'"), std::string::npos) << loaded.out;
+  for (const std::string family : {"bert", "roberta", "xlm-roberta"}) {
+    SCOPED_TRACE(family);
+    const std::string folder = d + "/" + family + "_hf";
+    auto node = config::ParseYaml("_target_: bert\npretrained: '" + folder + "'\n", "model.yaml");
+    ASSERT_TRUE(node.ok());
+    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    // The folder holds the trained tensors bit for bit, and training moved them.
+    auto trained = ReadSafetensors(d + "/" + family + "_safetensors/model.safetensors");
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    auto original = ReadSafetensors(d + "/pretrained/" + family + "/model/model.safetensors");
+    ASSERT_TRUE(original.ok()) << original.status();
+    for (const auto& [name, tensor] : StateDict(**model)) {
+      ASSERT_EQ(trained->count(name), 1u) << name;
+      EXPECT_TRUE(torch::equal(tensor, trained->at(name))) << name;
+    }
+    const std::string head = family == "bert" ? "classifier.weight" : "classifier.dense.weight";
+    EXPECT_FALSE(torch::equal(trained->at(head), original->at(head)));
+    auto reference = ReadSafetensors(folder + "/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*model)->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor logits = (*model)->forward(reference->at("ids"));
+    const double diff = (logits - reference->at("logits")).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-5);
+    std::printf("%s: max |kiln - transformers| after 20 steps = %.3g\n", family.c_str(), diff);
+  }
+  // From scratch on kiln's own tokenizer (pad 0; <cls> first and </s> last, as it has no sep):
+  // the export loads in transformers as a BERT with kiln's logits.
+  auto scratch =
+      RunProcess({KILN_BINARY, "train", "task=text_classification", "data=spam", "model=bert",
+                  "model.vocab_size=${data.tokenizer.vocab_size}", "model.dim=16", "model.depth=1",
+                  "model.heads=2", "model.mlp_dim=32", "tokenizer@data.tokenizer=whitespace",
+                  "data.train=" + d + "/spam/train.jsonl", "data.val=" + d + "/spam/val.jsonl",
+                  "data.test=null", "trainer.max_steps=20", "trainer.num_threads=1", "test=false",
+                  "hydra.run.dir=" + d + "/scratch"});
+  ASSERT_EQ(scratch.exit_code, 0) << scratch.err;
+  ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/scratch"));
+  auto scratch_loaded = RunProcess({check[0], check[1], d + "/scratch_hf"});
+  ASSERT_EQ(scratch_loaded.exit_code, 0) << scratch_loaded.err;
+  EXPECT_NE(scratch_loaded.out.find("BertForSequenceClassification"), std::string::npos);
+  {
+    auto node = config::ParseYaml("_target_: bert\npretrained: '" + d + "/scratch_hf'\n", "m.yaml");
+    ASSERT_TRUE(node.ok());
+    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto reference = ReadSafetensors(d + "/scratch_hf/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*model)->eval();
+    torch::NoGradGuard no_grad;
+    EXPECT_LT(((*model)->forward(reference->at("ids")) - reference->at("logits"))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-5);
+  }
+  // A tokenizer that pads with another id than the one the model masks is refused in one line.
+  auto mismatched = RunProcess(
+      {KILN_BINARY, "train", "task=text_classification", "data=spam", "model=bert",
+       "model.pretrained=" + d + "/pretrained/bert/model", "tokenizer@data.tokenizer=pretrained",
+       "data.tokenizer.path=" + d + "/pretrained/xlm-roberta/model",
+       "data.train=" + d + "/spam/train.jsonl", "data.val=" + d + "/spam/val.jsonl",
+       "data.test=null", "hydra.run.dir=" + d + "/mismatched"});
+  EXPECT_NE(mismatched.exit_code, 0);
+  EXPECT_NE(ErrorLine(mismatched.err).find("the tokenizer pads with id 1"), std::string::npos)
+      << mismatched.err;
+  EXPECT_NE(ErrorLine(mismatched.err).find("model 'bert' masks id 0"), std::string::npos)
+      << mismatched.err;
+}
+
 TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   auto probe = RunProcess({KILN_PYTHON_EXE, "-c", "import transformers"});
   if (probe.exit_code != 0) GTEST_SKIP() << "Python transformers not installed: " << probe.err;
@@ -297,11 +446,7 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     if (family == "llama") options.insert(options.end(), {"model.kv_heads=1", "model.mlp_dim=24"});
     auto trained = Lm("train", options, "mobydick_" + family);
     ASSERT_EQ(trained.exit_code, 0) << trained.err;
-    for (const std::string format : {"hf", "safetensors"}) {
-      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/" + family, "format=" + format,
-                           "hydra.run.dir=" + d + "/" + family + "_" + format});
-      ASSERT_EQ(e.exit_code, 0) << e.err;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/" + family));
     check.push_back(d + "/" + family + "_hf");
   }
   std::string config = ReadFile(d + "/gpt_hf/config.json");
@@ -393,7 +538,7 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
                              "hydra.run.dir=" + d + "/bag_hf"});
   EXPECT_EQ(refused.exit_code, 2);  // a usage error
   EXPECT_NE(refused.err.find("kiln export format=hf: model 'bag_of_embeddings' has no Hugging Face "
-                             "layout in kiln; these do: gpt, gpt2, llama"),
+                             "layout in kiln; these do: bert, gpt, gpt2, llama"),
             std::string::npos)
       << refused.err;
   EXPECT_FALSE(std::ifstream(d + "/bag_hf/config.json").good());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
@@ -46,7 +47,9 @@ void ExpectSameLogitsAsTransformers(const std::vector<std::shared_ptr<Model>>& m
     models[i]->eval();
     torch::NoGradGuard no_grad;
     torch::Tensor logits = models[i]->forward(reference->at("ids"));
-    EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5) << argv[2 + i];
+    const double diff = (logits - reference->at("logits")).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-5) << argv[2 + i];
+    std::printf("%s: max |kiln - transformers| = %.3g\n", argv[2 + i].c_str(), diff);
   }
 }
 
@@ -262,6 +265,55 @@ TEST_F(HfModels, LlamaMistralAndQwen2GiveTransformersLogitsAndExportBack) {
   }
 }
 
+// BERT, RoBERTa (three labels with names) and XLM-RoBERTa (gelu_new) sequence classifiers through
+// model=bert: on 8 rows of different lengths padded with the pad id, kiln's logits are those
+// transformers gives with the attention mask (make_models.py checks that the mask moves them);
+// each written back by kiln's exporter loads in transformers as its own *ForSequenceClassification
+// with kiln's logits.
+TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
+  ASSERT_NO_FATAL_FAILURE(Make("bert"));
+  if (IsSkipped()) return;
+  std::vector<std::shared_ptr<Model>> models;
+  std::vector<std::string> argv = {kPython, kCheckExport};
+  const HfExporter* exporter = FindHfExporter("bert");
+  ASSERT_NE(exporter, nullptr);
+  for (const std::string how : {"bert", "roberta", "xlm-roberta"}) {
+    SCOPED_TRACE(how);
+    const std::string dir = dir_->path() + "/" + how;
+    auto reference = ReadSafetensors(dir + "/logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto model = Pretrained("bert", dir + "/model");
+    ASSERT_TRUE(model.ok()) << model.status();
+    (*model)->eval();
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor logits = (*model)->forward(reference->at("ids"));
+      const torch::Tensor& expected = reference->at("logits");
+      ASSERT_EQ(logits.sizes(), expected.sizes());
+      const double diff = (logits - expected).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-5);
+      std::printf("%s: max |kiln - transformers| = %.3g\n", how.c_str(), diff);
+    }
+    const std::vector<std::string> labels = (*model)->class_names();
+    EXPECT_EQ(labels.size(), static_cast<size_t>(reference->at("logits").size(1)));
+    if (how == "roberta") {
+      EXPECT_EQ(labels, (std::vector<std::string>{"negative", "neutral", "positive"}));
+    }
+    auto folder = (*exporter)(**model);
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    argv.push_back(dir_->path() + "/export_" + how);
+    ASSERT_TRUE(WriteHfFolder(*folder, argv.back()).ok());
+    models.push_back(*model);
+  }
+  auto checked = testing::RunProcess(argv);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  for (const char* family : {"BertForSequenceClassification", "RobertaForSequenceClassification",
+                             "XLMRobertaForSequenceClassification"})
+    EXPECT_NE(checked.out.find(family), std::string::npos) << checked.out;
+  EXPECT_NE(checked.out.find("'positive'"), std::string::npos) << checked.out;
+  ExpectSameLogitsAsTransformers(models, argv);
+}
+
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
   auto node = config::ParseYaml(yaml, "model.yaml");
   if (!node.ok()) return node.status();
@@ -441,6 +493,39 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
          "\"target_modules\": [\"q_proj\"]}";
   refused(o, "use_dora is true");
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
+}
+
+TEST(HfModelsErrors, WhatModelBertCannotTakeIsOneLine) {
+  testing::TempDir dir;
+  auto expect_refused = [&dir](const std::string& json, const std::string& expected) {
+    std::ofstream(dir.path() + "/config.json") << json;
+    auto model = Pretrained("bert", dir.path());
+    ASSERT_FALSE(model.ok()) << json;
+    const std::string message(model.status().message());
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find(dir.path() + "/config.json"), std::string::npos) << message;
+  };
+  const std::string sizes =
+      "\"vocab_size\": 20, \"hidden_size\": 8, \"num_hidden_layers\": 1, "
+      "\"num_attention_heads\": 2, \"intermediate_size\": 16, \"max_position_embeddings\": 16";
+  // A RoBERTa-style folder whose config says another model_type.
+  expect_refused(
+      "{\"architectures\": [\"RobertaForSequenceClassification\"], "
+      "\"model_type\": \"deberta-v2\", " +
+          sizes + "}",
+      "model_type is \"deberta-v2\"; model=bert reads BERT, RoBERTa and XLM-RoBERTa "
+      "checkpoints (model_type bert, roberta or xlm-roberta)");
+  expect_refused("{\"model_type\": \"roberta\", " + sizes + ", \"hidden_act\": \"silu\"}",
+                 "hidden_act is \"silu\"");
+  expect_refused(
+      "{\"model_type\": \"bert\", " + sizes + ", \"position_embedding_type\": \"relative_key\"}",
+      "position_embedding_type is \"relative_key\"");
+  expect_refused("{\"model_type\": \"roberta\", " + sizes + ", \"pad_token_id\": 20}",
+                 "pad_token_id is 20");
+  expect_refused(
+      "{\"model_type\": \"bert\", " + sizes + ", \"id2label\": {\"0\": \"a\", \"2\": \"b\"}}",
+      "id2label");
 }
 
 TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {

@@ -162,6 +162,7 @@ TEST_F(HfTokenizers, EveryTokenizerGivesTheLibrarysIdsAndSpecialIds) {
   EXPECT_EQ(ids.pad, 0);
   EXPECT_EQ(ids.unk, 1);
   EXPECT_EQ(ids.cls, 2);
+  EXPECT_EQ(ids.sep, 3);  // [SEP]: what a BERT classifier's rows end with
   EXPECT_EQ(ids.bos, -1);
   EXPECT_EQ(ids.eos, -1);
   EXPECT_EQ(bert->Decode(bert->Encode("call me ishmael.")), "call me ishmael.");

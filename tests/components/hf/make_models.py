@@ -11,6 +11,11 @@ Families and their variants:
   llama: tied (grouped-query attention, Llama 3's rope scaling, attention and MLP biases), untied
          (old-style rope_theta/rope_scaling keys: linear scaling), mistral (a sliding window
          shorter than the rows), qwen2 (bias on q, k and v; untied), sharded (tied).
+  bert: bert, roberta, xlm-roberta: *ForSequenceClassification with a tokenizer of their kind
+        trained on a few sentences in the same folder (WordPiece with [CLS] A [SEP]; byte-level
+        BPE and Unigram with <s> A </s>), the model's vocabulary the tokenizer's; the 8 rows
+        of ids have different lengths, padded on the right with the pad id, and transformers
+        sees them with the attention mask (logits.safetensors also holds `mask`).
 """
 import os
 import sys
@@ -117,9 +122,91 @@ def processors_reference(out):
     save_file(tensors, os.path.join(out, "processors.safetensors"))
 
 
+SENTENCES = [
+    "buy cheap pills now offer", "meeting notes for the team", "call me ishmael",
+    "some years ago never mind how long precisely", "the whale is white and the sea is deep",
+    "we meet on monday to discuss the budget", "win a free prize today click here",
+]
+
+
+def bert_tokenizer(kind, folder):
+    """A tokenizer of the family's kind trained on SENTENCES, saved into `folder`; its size."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import trainers
+    from transformers import PreTrainedTokenizerFast
+    corpus = SENTENCES * 3
+    if kind == "bert":
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=120,
+                                                                  special_tokens=specials))
+        tok.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+        names = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                     mask_token="[MASK]")
+    elif kind == "roberta":
+        specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(
+            vocab_size=300, special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+        names = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                     cls_token="<s>", sep_token="</s>", mask_token="<mask>")
+    else:
+        specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        tok.train_from_iterator(corpus, trainers.UnigramTrainer(
+            vocab_size=80, special_tokens=specials, unk_token="<unk>"))
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        names = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                     cls_token="<s>", sep_token="</s>", mask_token="<mask>")
+    PreTrainedTokenizerFast(tokenizer_object=tok, **names).save_pretrained(folder)
+    return tok.get_vocab_size()
+
+
+def bert(kind, folder):
+    """A tiny *ForSequenceClassification of `kind` and its tokenizer in `folder`."""
+    import transformers as t
+    vocab = bert_tokenizer(kind, folder)
+    sizes = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=37, max_position_embeddings=40, initializer_range=0.2)
+    if kind == "bert":
+        config = t.BertConfig(pad_token_id=0, type_vocab_size=2, num_labels=2, **sizes)
+        return t.BertForSequenceClassification(config), 0
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    if kind == "roberta":
+        config = t.RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                                 layer_norm_eps=1e-5, id2label=labels, **sizes)
+        return t.RobertaForSequenceClassification(config), 1
+    config = t.XLMRobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                                layer_norm_eps=1e-5, hidden_act="gelu_new", num_labels=2, **sizes)
+    return t.XLMRobertaForSequenceClassification(config), 1
+
+
+def padded_rows(vocab, pad, gen, length=11):
+    """8 rows of ids (none the pad id) of lengths 11, 3, 7, 1, 9, 5, 11, 2, padded on the right
+    with `pad`, and their attention mask."""
+    lengths = (length, 3, 7, 1, 9, 5, length, 2)
+    ids = torch.full((len(lengths), length), pad, dtype=torch.long)
+    mask = torch.zeros(len(lengths), length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = (torch.randint(0, vocab - 1, (n,), generator=gen) + pad + 1) % vocab
+        mask[row, :n] = 1
+    return ids, mask
+
+
 FAMILIES = {
     "gpt2": ("tied", "untied", "sharded"),
     "llama": ("tied", "untied", "mistral", "qwen2", "sharded"),
+    "bert": ("bert", "roberta", "xlm-roberta"),
 }
 
 
@@ -127,6 +214,21 @@ def main():
     family, out = sys.argv[1], sys.argv[2]
     for how in FAMILIES[family]:
         torch.manual_seed(11)
+        if family == "bert":
+            folder = os.path.join(out, how, "model")
+            model, pad = bert(how, folder)
+            model.eval()
+            model.save_pretrained(folder)
+            ids, mask = padded_rows(model.config.vocab_size, pad, torch.Generator().manual_seed(3))
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask).logits
+                unmasked = model(input_ids=ids).logits
+            # The test can see the padding mask: without it the padded rows' logits move.
+            moved = (unmasked - logits).abs().max().item()
+            assert moved > 1e-3, f"the padding mask moves the logits by only {moved}"
+            save_file({"ids": ids, "mask": mask, "logits": logits.contiguous()},
+                      os.path.join(out, how, "logits.safetensors"))
+            continue
         if family == "gpt2":
             model, vocab = gpt2(how != "untied")
         else:
