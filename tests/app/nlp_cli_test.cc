@@ -341,7 +341,8 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
     ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/" + family));
     check.push_back(d + "/" + family + "_hf");
     // kiln's predictions on texts of different lengths (one batch, padded) are transformers' on
-    // the same texts framed by the folder's own tokenizer ([CLS] A [SEP], <s> A </s>).
+    // the same texts framed by the folder's own tokenizer ([CLS] A [SEP], <s> A </s>), which the
+    // export carries: AutoTokenizer reads it from the exported folder.
     auto predicted = RunProcess({KILN_BINARY, "predict", "run_dir=" + d + "/" + family,
                                  "data.predict=" + d + "/texts.txt", "data.max_length=38",
                                  "hydra.run.dir=" + d + "/" + family + "_predict"});
@@ -349,8 +350,8 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
     auto same =
         RunProcess({KILN_PYTHON_EXE,
                     std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_predictions.py",
-                    d + "/" + family + "_hf", folder, d + "/" + family + "_predict/predictions.csv",
-                    d + "/texts.txt"});
+                    d + "/" + family + "_hf", d + "/" + family + "_hf",
+                    d + "/" + family + "_predict/predictions.csv", d + "/texts.txt"});
     EXPECT_EQ(same.exit_code, 0) << same.err;
     std::printf("%s", same.out.c_str());
   }
