@@ -1,12 +1,26 @@
 #include "tasks/classification_task.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/status_macros.h"
+#include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
 namespace kiln {
 namespace {
+
+// Whether `key` holds the value of the task group's own config file (configs/task/NAME.yaml),
+// not one a user or an experiment wrote; or a trained run's stored config (RUN/.hydra/config.yaml,
+// a checkpoint's meta/config), which training accepted with this model's head.
+bool FromTaskDefaults(const config::Config& job, const std::string& key) {
+  std::string where = job.WhereSet(key);
+  if (absl::StrContains(where, ".hydra/config.yaml") || absl::StrContains(where, "(meta/config)"))
+    return true;
+  if (size_t colon = where.rfind(':'); colon != std::string::npos) where.resize(colon);
+  const std::string target = job.GetOr<std::string>("task._target_", "").value_or("");
+  return !target.empty() && absl::EndsWith(where, "task/" + target + ".yaml");
+}
 
 // What the metrics see of a batch: the logits (outside autograd) and the true classes.
 MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch) {
@@ -20,15 +34,27 @@ MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch) {
 
 absl::Status ClassificationTask::Build(const config::Config& job) {
   KILN_ASSIGN_OR_RETURN(model_, BuildModel(job));
-  // A pretrained head comes with its classes (config.json's id2label).
+  // A pretrained head comes with its classes (config.json's id2label): they decide
+  // task.num_classes unless the user wrote another number.
   if (std::vector<std::string> names = model_->class_names();
       !names.empty() && static_cast<int64_t>(names.size()) != options_.num_classes) {
+    if (FromTaskDefaults(job, "task.num_classes")) {
+      options_.num_classes = static_cast<int64_t>(names.size());
+      Logger::Instance().Info(absl::StrCat("task.num_classes=", names.size(),
+                                           ": the classes of the model's head (",
+                                           absl::StrJoin(names, ", "), ")"));
+      return BuildLossAndMetrics();
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("task.num_classes is ", options_.num_classes, " but model '",
                      job.GetOr<std::string>("model._target_", "?").value_or("?"),
                      "' has a head for ", names.size(), " classes (", absl::StrJoin(names, ", "),
                      "); set task.num_classes=", names.size()));
   }
+  return BuildLossAndMetrics();
+}
+
+absl::Status ClassificationTask::BuildLossAndMetrics() {
   if (options_.loss && !options_.loss->is_null()) {
     KILN_ASSIGN_OR_RETURN(
         loss_, Registry<Loss>::Get().Instantiate(config::Config(options_.loss, "task.loss")));

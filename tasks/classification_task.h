@@ -88,6 +88,8 @@ class ClassificationTask : public Task {
 
   Model& model() { return *model_; }
   int64_t num_classes() const { return options_.num_classes; }
+  // The loss and metrics, once num_classes is known (Build).
+  absl::Status BuildLossAndMetrics();
 
  private:
   absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch);

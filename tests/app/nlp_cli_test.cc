@@ -316,7 +316,8 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
   for (const std::string family : {"bert", "roberta", "xlm-roberta"}) {
     SCOPED_TRACE(family);
     const std::string folder = d + "/pretrained/" + family + "/model";
-    // roberta's head has three labels (negative, neutral, positive): the task takes three.
+    // roberta's head has three labels (negative, neutral, positive): the task takes three from
+    // it (task.num_classes is written nowhere); a number written that disagrees is refused.
     std::vector<std::string> argv = {KILN_BINARY,
                                      "train",
                                      "task=text_classification",
@@ -334,10 +335,23 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
                                      "trainer.num_threads=1",
                                      "test=false",
                                      "hydra.run.dir=" + d + "/" + family};
-    if (family == "roberta")
-      argv.insert(argv.end(), {"data.labels=[ham,spam,other]", "task.num_classes=3"});
+    if (family == "roberta") {
+      argv.push_back("data.labels=[ham,spam,other]");
+      std::vector<std::string> two = argv;
+      two.push_back("task.num_classes=2");
+      auto refused = RunProcess(two);
+      EXPECT_EQ(refused.exit_code, 2);
+      EXPECT_NE(refused.err.find("task.num_classes is 2 but model 'bert' has a head for 3 classes"),
+                std::string::npos)
+          << refused.err;
+    }
     auto trained = RunProcess(argv);
     ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    if (family == "roberta") {
+      EXPECT_NE(trained.err.find("task.num_classes=3: the classes of the model's head"),
+                std::string::npos)
+          << trained.err;
+    }
     ASSERT_NO_FATAL_FAILURE(ExportHfAndSafetensors(d + "/" + family));
     check.push_back(d + "/" + family + "_hf");
     // kiln's predictions on texts of different lengths (one batch, padded) are transformers' on
