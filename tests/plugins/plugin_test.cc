@@ -2,6 +2,7 @@
 // `plugins:` key and KILN_PLUGIN_PATH; their config folders on the search path; their
 // components in `kiln list` with the plugin as origin and usable from configs; and every way a
 // plugin is refused ending in one line and exit code 2.
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -267,7 +268,7 @@ TEST_F(PluginTest, BuiltForAnotherAbi) {
   ExpectRefused(
       Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("other_abi_plugin")}),
       "plugin 'other_abi_plugin' (" + TestPlugin("other_abi_plugin") +
-          ") was built for plugin ABI 99; this kiln loads ABI 2");
+          ") was built for plugin ABI 99; this kiln loads ABI 3");
 }
 
 TEST_F(PluginTest, BuiltAgainstAnotherKiln) {
