@@ -80,9 +80,7 @@ absl::Status PlaceTables(const config::Config& cfg, bool fit) {
   distributed::TablePlacement placement;
   placement.rank = env.rank;
   placement.world_size = env.world_size;
-  placement.kind = how == "row_wise"     ? distributed::TableShardingKind::kRowWise
-                   : how == "table_wise" ? distributed::TableShardingKind::kTableWise
-                                         : distributed::TableShardingKind::kAuto;
+  placement.kind = distributed::TableShardingKindNamed(how);
   distributed::SetTablePlacement(placement);
   SetPieceCutter(distributed::CutToPiece);  // a whole checkpoint loads into the pieces
   return absl::OkStatus();

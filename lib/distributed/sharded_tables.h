@@ -46,6 +46,12 @@ enum class TableShardingKind {
   kTableWise,  // whole tables, placed to even out the ranks' bytes (largest first)
   kRowWise,    // every table in N row blocks
 };
+// trainer.table_sharding's value (auto, table_wise, row_wise; the option's schema has checked it).
+inline TableShardingKind TableShardingKindNamed(const std::string& name) {
+  return name == "row_wise"     ? TableShardingKind::kRowWise
+         : name == "table_wise" ? TableShardingKind::kTableWise
+                                : TableShardingKind::kAuto;
+}
 
 // Where a worker's tables go: set by each worker of a multi-worker fit before its model is built,
 // so that BuildTables makes only that worker's pieces and no worker ever holds a whole table

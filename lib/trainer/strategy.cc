@@ -208,12 +208,9 @@ absl::StatusOr<bool> Strategy::SetupTableSharding(torch::nn::Module& module) {
   for (const auto& table : owner->embedding_tables()) sparse |= table->options.sparse();
   if (!sparse) return false;  // dense table gradients: all-reduced with the rest
   const std::string& how = options_.table_sharding;
-  KILN_ASSIGN_OR_RETURN(tables_,
-                        distributed::ShardedTables::Create(
-                            group_, module, *owner,
-                            how == "row_wise"     ? distributed::TableShardingKind::kRowWise
-                            : how == "table_wise" ? distributed::TableShardingKind::kTableWise
-                                                  : distributed::TableShardingKind::kAuto));
+  KILN_ASSIGN_OR_RETURN(
+      tables_, distributed::ShardedTables::Create(group_, module, *owner,
+                                                  distributed::TableShardingKindNamed(how)));
   KILN_RETURN_IF_ERROR(ShareShardedRun());
   Logger::Instance().Info(tables_->Describe());
   return true;
