@@ -72,6 +72,7 @@ TEST(HfVisionCliTest, VitFineTunesOnFashionMnistAndExportsAFolderThatTransformer
   }
   const std::string config = ReadFile(d + "/run_hf/config.json");
   EXPECT_NE(config.find("\"ViTForImageClassification\""), std::string::npos) << config;
+  // The folder's LABEL_0 .. LABEL_9 are Fashion-MNIST's class names from the fine-tuning on.
   EXPECT_NE(config.find("\"9\": \"Ankle boot\""), std::string::npos) << config;
   auto loaded = RunProcess({KILN_PYTHON_EXE, scripts + "check_export.py", d + "/run_hf"});
   ASSERT_EQ(loaded.exit_code, 0) << loaded.err;

@@ -17,7 +17,7 @@ Families and their variants:
         of ids have different lengths, padded on the right with the pad id, and transformers
         sees them with the attention mask (logits.safetensors also holds `mask`).
   vit: ViTForImageClassification (logits.safetensors holds `pixels` [8, C, H, W] instead of ids):
-       fashion (1 channel, 28x28 in patches of 4, ten labels named as Fashion-MNIST's), rgb (3
+       fashion (1 channel, 28x28 in patches of 4, ten labels LABEL_0 ..), rgb (3
        channels, 16x16, no bias on query/key/value, layer_norm_eps 1e-6, three labels).
 """
 import os
@@ -194,19 +194,14 @@ def bert(kind, folder):
     return t.XLMRobertaForSequenceClassification(config), 1
 
 
-FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
-           "Bag", "Ankle boot"]
-
-
 def vit(how):
-    """A tiny random ViTForImageClassification: `fashion` (Fashion-MNIST's images and labels) or
+    """A tiny random ViTForImageClassification: `fashion` (Fashion-MNIST's images, ten labels) or
     `rgb` (3 channels, qkv_bias False, another epsilon)."""
     import transformers as t
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                  patch_size=4, initializer_range=0.2)
     if how == "fashion":
-        config = t.ViTConfig(image_size=28, num_channels=1,
-                             id2label=dict(enumerate(FASHION)), **sizes)
+        config = t.ViTConfig(image_size=28, num_channels=1, num_labels=10, **sizes)
     else:
         config = t.ViTConfig(image_size=16, num_channels=3, qkv_bias=False, layer_norm_eps=1e-6,
                              id2label={0: "cat", 1: "dog", 2: "bird"}, **sizes)
