@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "components/models/hf_checkpoint.h"
@@ -327,21 +326,7 @@ absl::StatusOr<BertArchitecture> ReadBertArchitecture(const HfConfig& c) {
     if (c.Bool(unsupported, false)) return c.Refuse(unsupported, "kiln's BERT is an encoder");
   }
   // The labels: id2label by id (transformers writes it; num_labels alone in older files).
-  KILN_ASSIGN_OR_RETURN(auto id2label, c.StringPairs("id2label"));
-  if (!id2label.empty()) {
-    a.labels.assign(id2label.size(), "");
-    for (const auto& [id, label] : id2label) {
-      size_t index = 0;
-      if (!absl::SimpleAtoi(id, &index) || index >= id2label.size() || !a.labels[index].empty())
-        return c.Refuse("id2label", "its keys must be the ids 0 .. num_labels - 1, once each");
-      a.labels[index] = label;
-    }
-  } else {
-    KILN_ASSIGN_OR_RETURN(std::optional<int64_t> n, c.OptionalInt("num_labels"));
-    a.labels.clear();
-    for (int64_t i = 0; i < n.value_or(2); ++i) a.labels.push_back(absl::StrCat("LABEL_", i));
-  }
-  if (a.labels.empty()) return c.Refuse("id2label", "a classifier needs at least one label");
+  KILN_ASSIGN_OR_RETURN(a.labels, c.Labels(2));
   if (a.roberta() && a.max_positions <= a.pad_token_id + 1)
     return c.Refuse("max_position_embeddings", "must exceed pad_token_id + 1 (RoBERTa's offset)");
   return a;
@@ -504,14 +489,7 @@ absl::StatusOr<HfFolder> BertFolder(torch::nn::Module& module) {
   c["pad_token_id"] = a.pad_token_id;
   c["bos_token_id"] = a.bos_token_id ? nlohmann::json(*a.bos_token_id) : nullptr;
   c["eos_token_id"] = a.eos_token_id ? nlohmann::json(*a.eos_token_id) : nullptr;
-  nlohmann::ordered_json id2label, label2id;
-  for (size_t i = 0; i < a.labels.size(); ++i) {
-    id2label[std::to_string(i)] = a.labels[i];
-    label2id[a.labels[i]] = i;
-  }
-  c["id2label"] = id2label;
-  c["label2id"] = label2id;
-  c["problem_type"] = "single_label_classification";
+  SetHfLabels(a.labels, c);
   c["dtype"] = "float32";
   HfFolder folder;
   folder.config_json = c.dump(2) + "\n";

@@ -12,6 +12,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/logging/logger.h"
 #include "lib/weights/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace kiln {
 namespace {
@@ -98,6 +99,25 @@ absl::Status HfConfig::Refuse(const std::string& key, const std::string& what) c
   config::NodePtr node = root_->Find(key);
   return absl::InvalidArgumentError(
       absl::StrCat(Where(key), " is ", node == nullptr ? "not set" : Describe(*node), "; ", what));
+}
+
+absl::StatusOr<std::vector<std::string>> HfConfig::Labels(int64_t fallback) const {
+  KILN_ASSIGN_OR_RETURN(auto id2label, StringPairs("id2label"));
+  std::vector<std::string> labels;
+  if (!id2label.empty()) {
+    labels.assign(id2label.size(), "");
+    for (const auto& [id, label] : id2label) {
+      size_t index = 0;
+      if (!absl::SimpleAtoi(id, &index) || index >= id2label.size() || !labels[index].empty())
+        return Refuse("id2label", "its keys must be the ids 0 .. num_labels - 1, once each");
+      labels[index] = label;
+    }
+  } else {
+    KILN_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInt("num_labels"));
+    for (int64_t i = 0; i < n.value_or(fallback); ++i) labels.push_back(absl::StrCat("LABEL_", i));
+  }
+  if (labels.empty()) return Refuse("id2label", "a classifier needs at least one label");
+  return labels;
 }
 
 absl::StatusOr<std::optional<HfConfig>> HfConfig::Object(const std::string& key) const {
@@ -217,6 +237,17 @@ std::vector<std::pair<std::string, torch::Tensor>> HfTensors(
     }
   }
   return tensors;
+}
+
+void SetHfLabels(const std::vector<std::string>& labels, nlohmann::ordered_json& config) {
+  nlohmann::ordered_json id2label, label2id;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    id2label[std::to_string(i)] = labels[i];
+    label2id[labels[i]] = i;
+  }
+  config["id2label"] = id2label;
+  config["label2id"] = label2id;
+  config["problem_type"] = "single_label_classification";
 }
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include "lib/config/node.h"
 #include "lib/registry/options.h"
 #include "lib/trainer/pretrained_weights.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace kiln {
 
@@ -45,6 +46,9 @@ class HfConfig {
   // is missing or null.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StringPairs(
       const std::string& key) const;
+  // A classifier's labels by id: id2label (its keys must be the ids 0 .. n - 1, once each), or
+  // LABEL_0 .. from num_labels (`fallback` when neither is there), at least one.
+  absl::StatusOr<std::vector<std::string>> Labels(int64_t fallback) const;
 
  private:
   std::string Where(const std::string& key) const { return path_ + ": " + prefix_ + key; }
@@ -79,5 +83,9 @@ absl::Status CheckSizesBesideFolder(const std::vector<SizeBesideFolder>& sizes,
 // buffers such as the tokenizer's fingerprint), in float32 on the CPU: an HfFolder's tensors.
 std::vector<std::pair<std::string, torch::Tensor>> HfTensors(
     torch::nn::Module& module, const std::vector<std::string>& prefixes);
+
+// A classifier's config.json entries for `labels` (by id): id2label, label2id and problem_type
+// single_label_classification.
+void SetHfLabels(const std::vector<std::string>& labels, nlohmann::ordered_json& config);
 
 }  // namespace kiln

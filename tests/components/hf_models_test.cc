@@ -46,7 +46,9 @@ void ExpectSameLogitsAsTransformers(const std::vector<std::shared_ptr<Model>>& m
     ASSERT_TRUE(reference.ok()) << reference.status();
     models[i]->eval();
     torch::NoGradGuard no_grad;
-    torch::Tensor logits = models[i]->forward(reference->at("ids"));
+    // An image classifier's reference holds the images it saw (pixels) instead of ids.
+    torch::Tensor logits =
+        models[i]->forward(reference->at(reference->count("pixels") ? "pixels" : "ids"));
     const double diff = (logits - reference->at("logits")).abs().max().item<double>();
     EXPECT_LT(diff, 1e-5) << argv[2 + i];
     std::printf("%s: max |kiln - transformers| = %.3g\n", argv[2 + i].c_str(), diff);
@@ -314,6 +316,84 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
   ExpectSameLogitsAsTransformers(models, argv);
 }
 
+absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml);
+
+// Two ViTForImageClassification folders through model=hf_vit: Fashion-MNIST-shaped (1 channel,
+// 28x28, ten labels) and RGB 16x16 with no query/key/value bias and LayerNorm 1e-6. On
+// 8 images kiln's logits are transformers'; each written back by kiln's exporter, and one built
+// from the sizes, loads in transformers as a ViTForImageClassification with kiln's logits. Images
+// of another size or channel count are refused in one line.
+TEST_F(HfModels, VitClassifiesAsTransformersAndExportsBack) {
+  ASSERT_NO_FATAL_FAILURE(Make("vit"));
+  if (IsSkipped()) return;
+  std::vector<std::shared_ptr<Model>> models;
+  std::vector<std::string> argv = {kPython, kCheckExport};
+  const HfExporter* exporter = FindHfExporter("hf_vit");
+  ASSERT_NE(exporter, nullptr);
+  for (const std::string how : {"fashion", "rgb"}) {
+    SCOPED_TRACE(how);
+    const std::string dir = dir_->path() + "/" + how;
+    auto reference = ReadSafetensors(dir + "/logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto model = Pretrained("hf_vit", dir + "/model");
+    ASSERT_TRUE(model.ok()) << model.status();
+    (*model)->eval();
+    {
+      torch::NoGradGuard no_grad;
+      const torch::Tensor& pixels = reference->at("pixels");
+      ASSERT_EQ(pixels.size(0), 8);
+      torch::Tensor logits = (*model)->forward(pixels);
+      const torch::Tensor& expected = reference->at("logits");
+      ASSERT_EQ(logits.sizes(), expected.sizes());
+      const double diff = (logits - expected).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-5);
+      EXPECT_GT(expected.abs().max().item<double>(), 0.1);  // logits that say something
+      std::printf("vit %s: max |kiln - transformers| = %.3g\n", how.c_str(), diff);
+      // Another size, or another number of channels: one line naming what the model takes.
+      for (const torch::Tensor& wrong : {torch::zeros({2, pixels.size(1), 8, 8}),
+                                         torch::zeros({2, 2, pixels.size(2), pixels.size(3)})}) {
+        try {
+          (*model)->forward(wrong);
+          ADD_FAILURE() << "images " << wrong.sizes() << " were taken";
+        } catch (const c10::Error& e) {
+          const std::string message = e.what_without_backtrace();
+          EXPECT_NE(message.find("hf_vit takes images [batch, " + std::to_string(pixels.size(1)) +
+                                 ", " + std::to_string(pixels.size(2))),
+                    std::string::npos)
+              << message;
+          EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+        }
+      }
+    }
+    if (how == "fashion") {
+      const std::vector<std::string> labels = (*model)->class_names();
+      ASSERT_EQ(labels.size(), 10u);
+      EXPECT_EQ(labels[9], "LABEL_9");
+    }
+    auto folder = (*exporter)(**model);
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    argv.push_back(dir_->path() + "/export_" + how);
+    ASSERT_TRUE(WriteHfFolder(*folder, argv.back()).ok());
+    models.push_back(*model);
+  }
+  // From scratch (the sizes as options, weights drawn as transformers draws them): 2 channels, 8x8.
+  auto scratch = Instantiate(
+      "_target_: hf_vit\nimage_size: 8\npatch_size: 4\nnum_channels: 2\ndim: 8\ndepth: 1\n"
+      "heads: 2\nmlp_dim: 16\nnum_labels: 3\n");
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  auto scratch_folder = (*exporter)(**scratch);
+  ASSERT_TRUE(scratch_folder.ok()) << scratch_folder.status();
+  argv.push_back(dir_->path() + "/export_scratch");
+  ASSERT_TRUE(WriteHfFolder(*scratch_folder, argv.back()).ok());
+  models.push_back(*scratch);
+  auto checked = testing::RunProcess(argv);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("ViTForImageClassification"), std::string::npos) << checked.out;
+  EXPECT_NE(checked.out.find("'LABEL_9'"), std::string::npos) << checked.out;
+  EXPECT_NE(checked.out.find("'bird'"), std::string::npos) << checked.out;
+  ExpectSameLogitsAsTransformers(models, argv);
+}
+
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
   auto node = config::ParseYaml(yaml, "model.yaml");
   if (!node.ok()) return node.status();
@@ -495,16 +575,23 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
 }
 
+// model=FAMILY on `dir` whose config.json is `json`: refused in one line that names the file and
+// says `expected`.
+void ExpectFolderRefused(const std::string& family, const std::string& dir, const std::string& json,
+                         const std::string& expected) {
+  std::ofstream(dir + "/config.json") << json;
+  auto model = Pretrained(family, dir);
+  ASSERT_FALSE(model.ok()) << json;
+  const std::string message(model.status().message());
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find(dir + "/config.json"), std::string::npos) << message;
+}
+
 TEST(HfModelsErrors, WhatModelBertCannotTakeIsOneLine) {
   testing::TempDir dir;
   auto expect_refused = [&dir](const std::string& json, const std::string& expected) {
-    std::ofstream(dir.path() + "/config.json") << json;
-    auto model = Pretrained("bert", dir.path());
-    ASSERT_FALSE(model.ok()) << json;
-    const std::string message(model.status().message());
-    EXPECT_NE(message.find(expected), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    EXPECT_NE(message.find(dir.path() + "/config.json"), std::string::npos) << message;
+    ExpectFolderRefused("bert", dir.path(), json, expected);
   };
   const std::string sizes =
       "\"vocab_size\": 20, \"hidden_size\": 8, \"num_hidden_layers\": 1, "
@@ -526,6 +613,40 @@ TEST(HfModelsErrors, WhatModelBertCannotTakeIsOneLine) {
   expect_refused(
       "{\"model_type\": \"bert\", " + sizes + ", \"id2label\": {\"0\": \"a\", \"2\": \"b\"}}",
       "id2label");
+}
+
+TEST(HfModelsErrors, WhatModelHfVitCannotTakeIsOneLine) {
+  testing::TempDir dir;
+  auto expect_refused = [&dir](const std::string& json, const std::string& expected) {
+    ExpectFolderRefused("hf_vit", dir.path(), json, expected);
+  };
+  const std::string sizes =
+      "\"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+      "\"intermediate_size\": 16, \"image_size\": 16, \"patch_size\": 4";
+  // A DeiT folder: another model_type (distillation token, two heads).
+  expect_refused(
+      "{\"architectures\": [\"DeiTForImageClassification\"], "
+      "\"model_type\": \"deit\", " +
+          sizes + "}",
+      "model_type is \"deit\"; model=hf_vit reads ViT checkpoints (model_type vit)");
+  expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"hidden_act\": \"gelu_new\"}",
+                 "hidden_act is \"gelu_new\"");
+  expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"use_mask_token\": true}",
+                 "use_mask_token is true");
+  expect_refused(
+      "{\"model_type\": \"vit\", \"hidden_size\": 8, \"num_hidden_layers\": 1, "
+      "\"num_attention_heads\": 2, \"intermediate_size\": 16, \"image_size\": 18, "
+      "\"patch_size\": 4}",
+      "patch_size is 4; must divide image_size (18)");
+  // A size option that says otherwise than the folder.
+  std::ofstream(dir.path() + "/config.json") << "{\"model_type\": \"vit\", " + sizes + "}";
+  auto node = config::ParseYaml(
+      "_target_: hf_vit\npretrained: '" + dir.path() + "'\nimage_size: 32\n", "model.yaml");
+  ASSERT_TRUE(node.ok());
+  auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(std::string(model.status().message()).find("image_size"), std::string::npos)
+      << model.status();
 }
 
 TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {

@@ -16,6 +16,9 @@ Families and their variants:
         BPE and Unigram with <s> A </s>), the model's vocabulary the tokenizer's; the 8 rows
         of ids have different lengths, padded on the right with the pad id, and transformers
         sees them with the attention mask (logits.safetensors also holds `mask`).
+  vit: ViTForImageClassification (logits.safetensors holds `pixels` [8, C, H, W] instead of ids):
+       fashion (1 channel, 28x28 in patches of 4, ten labels LABEL_0 ..), rgb (3
+       channels, 16x16, no bias on query/key/value, layer_norm_eps 1e-6, three labels).
 """
 import os
 import sys
@@ -191,6 +194,26 @@ def bert(kind, folder):
     return t.XLMRobertaForSequenceClassification(config), 1
 
 
+def vit(how):
+    """A tiny random ViTForImageClassification: `fashion` (Fashion-MNIST's images, ten labels) or
+    `rgb` (3 channels, qkv_bias False, another epsilon)."""
+    import transformers as t
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 patch_size=4, initializer_range=0.2)
+    if how == "fashion":
+        config = t.ViTConfig(image_size=28, num_channels=1, num_labels=10, **sizes)
+    else:
+        config = t.ViTConfig(image_size=16, num_channels=3, qkv_bias=False, layer_norm_eps=1e-6,
+                             id2label={0: "cat", 1: "dog", 2: "bird"}, **sizes)
+    return t.ViTForImageClassification(config)
+
+
+def images(config, gen):
+    """8 images of the config's channels and size, drawn from `gen` (roughly normalized)."""
+    size = config.image_size
+    return torch.randn(8, config.num_channels, size, size, generator=gen)
+
+
 def padded_rows(vocab, pad, gen, length=11):
     """8 rows of ids (none the pad id) of lengths 11, 3, 7, 1, 9, 5, 11, 2, padded on the right
     with `pad`, and their attention mask."""
@@ -207,6 +230,7 @@ FAMILIES = {
     "gpt2": ("tied", "untied", "sharded"),
     "llama": ("tied", "untied", "mistral", "qwen2", "sharded"),
     "bert": ("bert", "roberta", "xlm-roberta"),
+    "vit": ("fashion", "rgb"),
 }
 
 
@@ -214,6 +238,15 @@ def main():
     family, out = sys.argv[1], sys.argv[2]
     for how in FAMILIES[family]:
         torch.manual_seed(11)
+        if family == "vit":
+            model = vit(how).eval()
+            model.save_pretrained(os.path.join(out, how, "model"))
+            pixels = images(model.config, torch.Generator().manual_seed(3))
+            with torch.no_grad():
+                logits = model(pixel_values=pixels).logits
+            save_file({"pixels": pixels, "logits": logits.contiguous()},
+                      os.path.join(out, how, "logits.safetensors"))
+            continue
         if family == "bert":
             folder = os.path.join(out, how, "model")
             model, pad = bert(how, folder)
