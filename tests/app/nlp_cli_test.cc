@@ -553,7 +553,7 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
                              "hydra.run.dir=" + d + "/bag_hf"});
   EXPECT_EQ(refused.exit_code, 2);  // a usage error
   EXPECT_NE(refused.err.find("kiln export format=hf: model 'bag_of_embeddings' has no Hugging Face "
-                             "layout in kiln; these do: bert, gpt, gpt2, llama"),
+                             "layout in kiln; these do: bert, gpt, gpt2, hf_vit, llama"),
             std::string::npos)
       << refused.err;
   EXPECT_FALSE(std::ifstream(d + "/bag_hf/config.json").good());
