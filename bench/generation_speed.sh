@@ -6,7 +6,9 @@
 # prompts, NEW (default 64) new tokens, batch 1 and 8, float32 (and bf16 where the CPU has
 # AVX-512 BF16), THREADS threads (default 2). ROUNDS rounds (default 3), each running every case
 # on both sides in turn; prints each round's figures and the median ratio per case. The checksums
-# of the generated ids are printed side by side: equal in float32 means the same tokens.
+# of the generated ids are printed side by side: equal in float32 means the same tokens. Each side
+# times CALLS generate calls (default 5) after a warm-up and reports the fastest, so that a
+# stall of this machine in one 60 ms call does not decide the figure.
 #   bench/generation_speed.sh            # after ninja -C build generation_speed
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -12,6 +12,10 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "lib/base/torch_compat.h"
 #include "lib/trainer/lora.h"
 
@@ -70,5 +74,52 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   double lora_alpha_ = 0, lora_dropout_ = 0;
 };
 TORCH_MODULE(AutocastLinear);
+
+// The outputs of several linear layers that read the same input, side by side, from one matrix
+// product: their weights (LoRA merged in) and biases concatenated once and kept until one of them
+// changes (a load, an optimizer step, a cast), which their data pointers and version counters
+// tell. For generation, where each token's products are small and their call overhead is much of
+// the step. Layers whose weights together exceed `max_elements` are not fused (a product that
+// large is dominated by its arithmetic, and the copy would cost their memory again): Forward then
+// returns an undefined tensor and the caller runs the layers one by one.
+class FusedLinears {
+ public:
+  torch::Tensor Forward(const std::vector<AutocastLinearImpl*>& layers, const torch::Tensor& x,
+                        int64_t max_elements) {
+    std::vector<std::pair<const void*, uint32_t>> key;
+    int64_t elements = 0;
+    for (const AutocastLinearImpl* layer : layers) {
+      elements += layer->weight.numel();
+      for (const torch::Tensor* t : {&layer->weight, &layer->bias}) {
+        if (t->defined()) key.emplace_back(t->data_ptr(), t->_version());
+      }
+      if (layer->lora_A) {
+        for (const torch::nn::Linear& lora : {layer->lora_A, layer->lora_B})
+          key.emplace_back(lora->weight.data_ptr(), lora->weight._version());
+      }
+    }
+    if (elements > max_elements) return {};
+    if (key != key_ || !weight_.defined()) {
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> weights, biases;
+      bool any_bias = false;
+      for (const AutocastLinearImpl* layer : layers) {
+        weights.push_back(layer->MergedWeight());
+        any_bias = any_bias || layer->bias.defined();
+        biases.push_back(layer->bias.defined()
+                             ? layer->bias
+                             : torch::zeros({layer->weight.size(0)}, layer->weight.options()));
+      }
+      weight_ = torch::cat(weights, 0);
+      bias_ = any_bias ? torch::cat(biases, 0) : torch::Tensor();
+      key_ = std::move(key);
+    }
+    return torch::linear(x, weight_, bias_);
+  }
+
+ private:
+  std::vector<std::pair<const void*, uint32_t>> key_;
+  torch::Tensor weight_, bias_;
+};
 
 }  // namespace kiln

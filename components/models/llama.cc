@@ -64,6 +64,11 @@ class RmsNormImpl : public torch::nn::Module {
     weight = register_parameter("weight", torch::ones({dim}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
+    if (!torch::GradMode::is_enabled() && x.device().is_cpu() &&
+        x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+        x.is_contiguous()) {
+      return Rows(x);
+    }
     torch::Tensor h = x.to(torch::kFloat32);
     h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
     return weight * h.to(x.scalar_type());
@@ -71,15 +76,87 @@ class RmsNormImpl : public torch::nn::Module {
   torch::Tensor weight;
 
  private:
+  // Without autograd, on float32 CPU rows: the same arithmetic in one pass per row instead of six
+  // kernels (a generation step's norms are small enough that the kernels' calls cost more than
+  // their work). The sum of squares is added in another order than ATen's mean, so results can
+  // differ from the kernels' in the last bit.
+  torch::Tensor Rows(const torch::Tensor& x) const {
+    torch::Tensor out = torch::empty_like(x);
+    const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
+    const float* in = x.data_ptr<float>();
+    const torch::Tensor scale_by = weight.contiguous();
+    const float* w = scale_by.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const float eps = static_cast<float>(eps_);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = in + r * dim;
+      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 8 <= dim; i += 8) {
+        for (int j = 0; j < 8; ++j) partial[j] += row[i + j] * row[i + j];
+      }
+      float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                  ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+      for (; i < dim; ++i) sum += row[i] * row[i];
+      const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+      for (i = 0; i < dim; ++i) o[r * dim + i] = w[i] * (row[i] * scale);
+    }
+    return out;
+  }
   double eps_;
 };
 TORCH_MODULE(RmsNorm);
+
+// Generation computes the projections of a layer's q, k and v (and of its gate and up) in one
+// product when their weights together have at most this many elements (4 MB in float32): below
+// it a token's products are short enough that their call overhead counts.
+constexpr int64_t kFuseAtMost = int64_t{1} << 20;
 
 // [.., hd] -> [.., hd] with the halves swapped and the second negated (the "rotate half" form
 // of RoPE that Hugging Face's checkpoints are laid out for).
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   auto halves = x.chunk(2, -1);
   return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+// x * cos + RotateHalf(x) * sin for x [B, t, n, hd] and cos, sin [B, t, 1, hd]. Without autograd
+// on float32 CPU tensors, one loop with the same roundings as the five kernels (each product
+// rounded, then their sum), so the results are equal bit for bit: a generation step's rotations
+// are small enough that the kernels' calls cost more than their work.
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const bool loop = !torch::GradMode::is_enabled() && x.device().is_cpu() &&
+                    x.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32 &&
+                    sin.scalar_type() == torch::kFloat32 && x.dim() == 4 && cos.dim() == 4 &&
+                    sin.dim() == 4 && cos.size(2) == 1 && sin.size(2) == 1 && x.stride(3) == 1 &&
+                    cos.stride(3) == 1 && sin.stride(3) == 1 && x.size(3) % 2 == 0;
+  if (!loop) return x * cos + RotateHalf(x) * sin;
+  const int64_t b = x.size(0), t = x.size(1), n = x.size(2), hd = x.size(3), half = hd / 2;
+  torch::Tensor out = torch::empty({b, t, n, hd}, x.options());
+  float* o = out.data_ptr<float>();
+  const float* xp = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < t; ++j) {
+      const float* c = cp + i * cos.stride(0) + j * cos.stride(1);
+      const float* s = sp + i * sin.stride(0) + j * sin.stride(1);
+      for (int64_t h = 0; h < n; ++h) {
+        const float* in = xp + i * x.stride(0) + j * x.stride(1) + h * x.stride(2);
+        float* dst = o + ((i * t + j) * n + h) * hd;
+        for (int64_t e = 0; e < half; ++e) {
+          const float a = in[e] * c[e];
+          const float r = -in[e + half] * s[e];
+          dst[e] = a + r;
+        }
+        for (int64_t e = half; e < hd; ++e) {
+          const float a = in[e] * c[e];
+          const float r = in[e - half] * s[e];
+          dst[e] = a + r;
+        }
+      }
+    }
+  }
+  return out;
 }
 
 // The rotary inverse frequencies [head_dim / 2], in float32 by transformers' own formulas.
@@ -139,8 +216,22 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin, KvCache& cache, size_t layer,
                                const KvCache::Mask& mask) {
-    auto [q, k, v] = Project(x, cos, sin);
-    auto [keys, values] = cache.Append(layer, k, v);
+    torch::Tensor qkv = fused_.Forward({q_proj.get(), k_proj.get(), v_proj.get()}, x, kFuseAtMost);
+    if (!qkv.defined()) {
+      auto [q, k, v] = Project(x, cos, sin);
+      auto [keys, values] = cache.Append(layer, k, v);
+      return Attend(x, q, keys, values, mask);
+    }
+    // [B, t, heads + 2 kv_heads, hd]: the queries' and keys' heads rotated in one go.
+    const int64_t batch = x.size(0), length = x.size(1);
+    qkv = qkv.view({batch, length, heads_ + 2 * kv_heads_, head_dim_});
+    torch::Tensor qk = qkv.narrow(2, 0, heads_ + kv_heads_);
+    torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // [B, t, 1, hd]
+    torch::Tensor rotated = Rotate(qk, c, s);
+    auto [keys, values] =
+        cache.Append(layer, rotated.narrow(2, heads_, kv_heads_).transpose(1, 2),
+                     qkv.narrow(2, heads_ + kv_heads_, kv_heads_).transpose(1, 2));
+    torch::Tensor q = rotated.narrow(2, 0, heads_).transpose(1, 2);
     return Attend(x, q, keys, values, mask);
   }
   AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -171,6 +262,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   int64_t heads_, kv_heads_, head_dim_;
   double dropout_;
+  FusedLinears fused_;  // q, k and v in generation
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -188,7 +280,17 @@ class LlamaMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
   }
+  // Generation: gate and up from one product where they are small.
+  torch::Tensor forward_cached(const torch::Tensor& x) {
+    torch::Tensor gate_up = fused_.Forward({gate_proj.get(), up_proj.get()}, x, kFuseAtMost);
+    if (!gate_up.defined()) return forward(x);
+    auto halves = gate_up.chunk(2, -1);
+    return down_proj->forward(torch::silu(halves[0]) * halves[1]);
+  }
   AutocastLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  FusedLinears fused_;
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -208,7 +310,7 @@ class LlamaLayerImpl : public torch::nn::Module {
   torch::Tensor forward_cached(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                                KvCache& cache, size_t index, const KvCache::Mask& mask) {
     x = x + self_attn->forward_cached(input_layernorm->forward(x), cos, sin, cache, index, mask);
-    return x + mlp->forward(post_attention_layernorm->forward(x));
+    return x + mlp->forward_cached(post_attention_layernorm->forward(x));
   }
   int64_t window() const { return window_; }
   LlamaAttention self_attn{nullptr};

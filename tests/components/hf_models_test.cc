@@ -503,6 +503,59 @@ TEST(Generation, CachedLogitsEqualTheFullForwardWithLeftPadding) {
   }
 }
 
+// Generation fuses a small llama's q/k/v and gate/up products (components/models/autocast_linear.h
+// FusedLinears): the fused weights follow every change of the layers' own, an in-place update (an
+// optimizer step) and a LoRA adapter added and trained, so one new token's cached logits always
+// equal a full forward's.
+TEST(Generation, FusedProjectionsFollowTheLayersWeightsAndAdapters) {
+  torch::manual_seed(5);
+  auto model = Instantiate(
+      "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 2\nheads: 4\nkv_heads: 2\nmlp_dim: 24\n");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto* lm = dynamic_cast<CausalLm*>(model->get());
+  ASSERT_NE(lm, nullptr);
+  lm->eval();
+  const std::vector<int64_t> prompt = {5, 9, 2, 7};
+  // The last position's logits from the cache (the prompt, then one token) and from a full
+  // forward of the same five ids.
+  auto both = [&]() {
+    torch::NoGradGuard no_grad;
+    KvCache cache(8);
+    cache.Extend(torch::ones({1, 4}, torch::kBool));
+    lm->forward_cached(torch::tensor(prompt).unsqueeze(0), torch::arange(4).unsqueeze(0), cache);
+    cache.Extend(torch::ones({1, 1}, torch::kBool));
+    torch::Tensor cached =
+        lm->forward_cached(torch::full({1, 1}, 11, torch::kInt64), torch::full({1, 1}, 4), cache);
+    torch::Tensor full = lm->forward(torch::tensor({5, 9, 2, 7, 11}).unsqueeze(0));
+    return std::make_pair(cached[0][0], full[0][4]);
+  };
+  auto [before, full_before] = both();
+  EXPECT_LT((before - full_before).abs().max().item<double>(), 1e-5);
+  auto params = (*model)->named_parameters();
+  {
+    torch::NoGradGuard no_grad;
+    params["model.layers.0.self_attn.k_proj.weight"].mul_(1.5);
+    params["model.layers.1.mlp.up_proj.weight"].add_(0.1);
+  }
+  auto [updated, full_updated] = both();
+  EXPECT_GT((updated - before).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((updated - full_updated).abs().max().item<double>(), 1e-5);
+  LoraOptions lora;
+  lora.r = 2;
+  lora.target_modules = {"v_proj", "gate_proj"};
+  auto adapted = AddLora(**model, lora);
+  ASSERT_TRUE(adapted.ok()) << adapted.status();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : (*model)->named_parameters()) {
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.5);
+    }
+  }
+  auto [with_lora, full_with_lora] = both();
+  EXPECT_GT((with_lora - updated).abs().max().item<double>(), 1e-3);
+  EXPECT_LT((with_lora - full_with_lora).abs().max().item<double>(), 1e-5);
+}
+
 // activation_checkpointing recomputes each block in the backward: the gradients equal those of
 // the plain backward, with dropout (the recompute draws the same masks) and under LoRA (frozen
 // embeddings: the blocks' input needs no gradient, their adapters do).
