@@ -71,6 +71,19 @@ class PretrainedTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return vocab_size_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   SpecialIds special_ids() const override { return special_; }
+  // The folder's own tokenizer files, as they are.
+  absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const override {
+    std::map<std::string, std::string> files;
+    for (const char* name :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+          "tokenizer.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt"}) {
+      absl::StatusOr<std::string> bytes = ReadFileToString(options_.path + "/" + name);
+      if (absl::IsNotFound(bytes.status())) continue;
+      if (!bytes.ok()) return bytes.status();
+      files[name] = *std::move(bytes);
+    }
+    return files;
+  }
   std::string Describe() const override {
     return absl::StrCat("pretrained ", hf_ ? hf_->model_type() : "SentencePiece",
                         " tokenizer: ", vocab_size_, " ids from ", source_);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "absl/strings/ascii.h"
@@ -127,6 +128,48 @@ class CountedVocabulary : public Tokenizer {
 
   int64_t vocab_size() const override { return vocab_size_; }
   uint64_t fingerprint() const override { return fingerprint_; }
+  // A WordLevel tokenizer.json (the specials as added tokens, then the units by id) with this
+  // tokenizer's own splitting, normalizing and joining, and the specials named in
+  // tokenizer_config.json.
+  absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const override {
+    using Json = nlohmann::ordered_json;
+    Json vocab = Json::object(), added = Json::array(), specials = Json::object();
+    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) {
+      vocab[SpecialTokens::Name(id)] = id;
+      added.push_back({{"id", id},
+                       {"content", SpecialTokens::Name(id)},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
+    }
+    for (size_t i = 0; i < units_.size(); ++i) {
+      // A unit spelled like a special (a word "<s>" in the text) keeps the special's id: the
+      // added token matches first in transformers too.
+      if (!vocab.contains(units_[i]))
+        vocab[units_[i]] = static_cast<int64_t>(i) + SpecialTokens::kCount;
+    }
+    const Json tokenizer = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
+        {"normalizer", HfNormalizer()},
+        {"pre_tokenizer", HfPreTokenizer()},
+        {"post_processor", nullptr},
+        {"decoder", HfDecoder()},
+        {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}}};
+    const char* roles[] = {"pad_token", "unk_token", "bos_token", "eos_token", "cls_token"};
+    for (int64_t id = 0; id < SpecialTokens::kCount; ++id)
+      specials[roles[id]] = SpecialTokens::Name(id);
+    Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                   {"clean_up_tokenization_spaces", false}};
+    config.update(specials);
+    return std::map<std::string, std::string>{{"tokenizer.json", tokenizer.dump(2) + "\n"},
+                                              {"tokenizer_config.json", config.dump(2) + "\n"},
+                                              {"special_tokens_map.json", specials.dump(2) + "\n"}};
+  }
   std::string Describe() const override {
     return absl::StrCat(Kind(), " tokenizer: ", units_.size(), " ", UnitName(), " learned from ",
                         corpus_, " (of ", seen_, " distinct) + 5 specials, vocab_size ",
@@ -138,6 +181,10 @@ class CountedVocabulary : public Tokenizer {
   virtual const char* UnitName() const = 0;
   virtual const char* Separator() const = 0;
   virtual std::vector<std::string_view> Split(std::string_view text) const = 0;
+  // tokenizer.json's normalizer, pre_tokenizer and decoder that do what Encode and Decode do.
+  virtual nlohmann::ordered_json HfNormalizer() const { return nullptr; }
+  virtual nlohmann::ordered_json HfPreTokenizer() const = 0;
+  virtual nlohmann::ordered_json HfDecoder() const = 0;
 
  private:
   int64_t vocab_size_, min_frequency_;
@@ -159,6 +206,14 @@ class CharTokenizer : public CountedVocabulary {
   std::vector<std::string_view> Split(std::string_view text) const override {
     return SplitCodePoints(text);
   }
+  // Every code point its own piece ([\s\S]: newlines too), joined with nothing between.
+  nlohmann::ordered_json HfPreTokenizer() const override {
+    return {{"type", "Split"},
+            {"pattern", {{"Regex", "[\\s\\S]"}}},
+            {"behavior", "Isolated"},
+            {"invert", false}};
+  }
+  nlohmann::ordered_json HfDecoder() const override { return {{"type", "Fuse"}}; }
 };
 
 class WhitespaceTokenizer : public CountedVocabulary {
@@ -196,6 +251,26 @@ class WhitespaceTokenizer : public CountedVocabulary {
     }
     return words;
   }
+  // ASCII letters lowercased one by one (not the Unicode Lowercase normalizer: kiln leaves other
+  // letters as they are), words split on the same six ASCII whitespace characters, and joined
+  // with a space (tokenizers' decode without a decoder).
+  nlohmann::ordered_json HfNormalizer() const override {
+    if (!lowercase_) return nullptr;
+    nlohmann::ordered_json replaces = nlohmann::ordered_json::array();
+    for (char c = 'A'; c <= 'Z'; ++c) {
+      replaces.push_back({{"type", "Replace"},
+                          {"pattern", {{"String", std::string(1, c)}}},
+                          {"content", std::string(1, static_cast<char>(c - 'A' + 'a'))}});
+    }
+    return {{"type", "Sequence"}, {"normalizers", replaces}};
+  }
+  nlohmann::ordered_json HfPreTokenizer() const override {
+    return {{"type", "Split"},
+            {"pattern", {{"Regex", "[\\x09-\\x0D\\x20]+"}}},  // \t \n \v \f \r and space
+            {"behavior", "Removed"},
+            {"invert", false}};
+  }
+  nlohmann::ordered_json HfDecoder() const override { return nullptr; }
 
  private:
   bool lowercase_;

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "lib/registry/options.h"
 
 namespace kiln::text {
@@ -58,6 +60,12 @@ class Tokenizer {
   virtual std::string Describe() const = 0;
   // The ids of its special tokens: SpecialTokens' unless the tokenizer came with its own.
   virtual SpecialIds special_ids() const { return {}; }
+  // The files with which transformers' AutoTokenizer.from_pretrained reads this tokenizer, by
+  // name (tokenizer.json, tokenizer_config.json, ...), for `kiln export format=hf`; empty for a
+  // tokenizer that has no Hugging Face form. After Fit.
+  virtual absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const {
+    return std::map<std::string, std::string>();
+  }
 
   // Encode over many texts in parallel (oneTBB), in order.
   std::vector<std::vector<int64_t>> EncodeAll(const std::vector<std::string>& texts) const;

@@ -148,27 +148,8 @@ absl::Status ExportTorchScript(run::JobContext& ctx, Job& job, const ExportOptio
   return absl::OkStatus();
 }
 
-// The files of the run's pretrained tokenizer (`tokenizer=pretrained path=DIR`) copied beside the
-// model, so that AutoTokenizer.from_pretrained reads the export as it read DIR; how many.
-absl::StatusOr<int> CopyTokenizerFiles(const config::Config& cfg, const std::string& dir) {
-  if (cfg.Get<std::string>("data.tokenizer._target_").value_or("") != "pretrained") return 0;
-  KILN_ASSIGN_OR_RETURN(std::string from, cfg.Get<std::string>("data.tokenizer.path"));
-  int copied = 0;
-  for (const char* name :
-       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-        "tokenizer.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt"}) {
-    absl::StatusOr<std::string> bytes = ReadFileToString(from + "/" + name);
-    if (absl::IsNotFound(bytes.status())) continue;
-    if (!bytes.ok()) return bytes.status();
-    KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + name, *bytes));
-    ++copied;
-  }
-  return copied;
-}
-
 // `export format=hf`: the model in the run directory as a Hugging Face folder, for the model
-// families that register an exporter (lib/weights/hf_export.h), with its pretrained tokenizer's
-// files.
+// families that register an exporter (lib/weights/hf_export.h), with its tokenizer's files.
 absl::Status ExportHf(run::JobContext& ctx, Job& job, const std::string& source) {
   const HfExporter* exporter = FindHfExporter(job.model_name());
   if (exporter == nullptr) {
@@ -186,14 +167,27 @@ absl::Status ExportHf(run::JobContext& ctx, Job& job, const std::string& source)
   KILN_ASSIGN_OR_RETURN(HfFolder folder, (*exporter)(job.task().module()));
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WriteHfFolder(folder, ctx.output_dir));
-  KILN_ASSIGN_OR_RETURN(const int tokenizer_files, CopyTokenizerFiles(ctx.cfg, ctx.output_dir));
+  // The tokenizer's files beside the model: a pretrained folder's own, or the tokenizer.json that
+  // kiln writes for its char and whitespace tokenizers.
+  KILN_ASSIGN_OR_RETURN(auto tokenizer_files, job.task().TokenizerFiles());
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : tokenizer_files) {
+    KILN_RETURN_IF_ERROR(WriteFileAtomically(ctx.output_dir + "/" + name, bytes));
+    names.push_back(name);
+  }
   KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
-  Logger::Instance().Info(
-      absl::StrCat("exported ", source, " as a Hugging Face folder: ", ctx.output_dir,
-                   "/config.json and model.safetensors",
-                   tokenizer_files > 0
-                       ? absl::StrCat(", and ", tokenizer_files, " tokenizer files")
-                       : std::string(" (the run's tokenizer is kiln's own: no tokenizer files)")));
+  const std::string tokenizer =
+      ctx.cfg.Get<std::string>("data.tokenizer._target_").value_or(std::string());
+  std::string tokenizer_note;
+  if (!names.empty()) {
+    tokenizer_note = absl::StrCat("; the tokenizer: ", absl::StrJoin(names, ", "));
+  } else if (!tokenizer.empty()) {
+    tokenizer_note = absl::StrCat(" (the ", tokenizer,
+                                  " tokenizer has no Hugging Face form: no tokenizer files)");
+  }
+  Logger::Instance().Info(absl::StrCat("exported ", source,
+                                       " as a Hugging Face folder: ", ctx.output_dir,
+                                       "/config.json and model.safetensors", tokenizer_note));
   std::printf("%s\n", ctx.output_dir.c_str());
   return absl::OkStatus();
 }

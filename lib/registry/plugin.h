@@ -45,8 +45,9 @@ namespace kiln {
 
 // Bumped whenever KilnPluginInfo, KilnPluginManifest or Registrar change incompatibly, or the
 // virtual functions of an interface plugins implement (Task, Model, Callback, Logger, ...) change:
-// 3 for Callback::OnJobEnd and Task::Complete.
-inline constexpr uint32_t kPluginAbiVersion = 3;
+// 3 for Callback::OnJobEnd and Task::Complete; 4 for Task::TokenizerFiles and
+// Tokenizer::HuggingFaceFiles.
+inline constexpr uint32_t kPluginAbiVersion = 4;
 
 // What a plugin's register function adds: components of any kind (models, ..., launchers,
 // sweepers) and config resolvers. The loader adds all of it or, when one name is already

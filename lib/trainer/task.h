@@ -109,6 +109,13 @@ class Task {
     return absl::UnimplementedError("this task does not generate text");
   }
 
+  // The files with which transformers' AutoTokenizer.from_pretrained reads the tokenizer the
+  // model was trained with, by name, for `kiln export format=hf`; empty for a task without one
+  // (or a tokenizer with no Hugging Face form).
+  virtual absl::StatusOr<std::map<std::string, std::string>> TokenizerFiles() const {
+    return std::map<std::string, std::string>();
+  }
+
   // After a test run: writes what the task gathered (a confusion matrix, transcripts) into
   // `output_dir` and returns any metrics derived from it that EvaluationEnd did not.
   // `class_names` names the classes by index when the data module knows them.

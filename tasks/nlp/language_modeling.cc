@@ -69,6 +69,9 @@ class LanguageModeling : public Task {
     return outputs.loss;
   }
 
+  absl::StatusOr<std::map<std::string, std::string>> TokenizerFiles() const override {
+    return binding_.HuggingFaceFiles();
+  }
   bool splits_training_step() const override { return true; }
   absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) override {
     KILN_RETURN_IF_ERROR(binding_.Check());

@@ -31,6 +31,9 @@ class TextClassification : public ClassificationTask {
     KILN_RETURN_IF_ERROR(binding_.Check());
     return model().forward(batch.input);
   }
+  absl::StatusOr<std::map<std::string, std::string>> TokenizerFiles() const override {
+    return binding_.HuggingFaceFiles();
+  }
 
  private:
   TokenizerBinding binding_;

@@ -5,9 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -34,6 +36,12 @@ class TokenizerBinding {
   absl::Status Check() const;
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The connected tokenizer's files for transformers (Tokenizer::HuggingFaceFiles); none before
+  // Connect.
+  absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const {
+    if (!tokenizer_) return std::map<std::string, std::string>();
+    return tokenizer_->HuggingFaceFiles();
+  }
   // The model's registered name (its _target_), for messages.
   const std::string& model_name() const { return model_name_; }
   text::TextDataModule* data() const { return data_; }

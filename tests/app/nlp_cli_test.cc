@@ -497,6 +497,26 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
   }
 
+  // The run's char tokenizer goes into the folder as tokenizer.json: transformers' AutoTokenizer
+  // reads it, and greedy generate from the folder continues a prompt with the text `kiln predict`
+  // gives from the run (end of text </s> = 3; padding, <s> and <cls> never produced, as in kiln).
+  EXPECT_NE(ReadFile(d + "/llama_hf/tokenizer.json").find("\"WordLevel\""), std::string::npos);
+  auto greedy = Lm("predict",
+                   {"ckpt_path=" + d + "/llama/checkpoints/last.ckpt", "model.kv_heads=1",
+                    "model.mlp_dim=24", "task.prompt=Call me", "task.max_tokens=24",
+                    "task.temperature=0", "hydra.run.dir=" + d + "/llama_greedy"},
+                   "mobydick_llama");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_GT(greedy.out.size(), std::string("Call me\n").size() + 4) << greedy.out;
+  auto generated = RunProcess(
+      {KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_generate.py",
+       d + "/llama_hf", "Call me", "24", "3", "0", "2", "4"});
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  const size_t ids_end = generated.out.find('\n');
+  ASSERT_NE(ids_end, std::string::npos) << generated.out;
+  EXPECT_EQ("Call me" + generated.out.substr(ids_end + 1), greedy.out)
+      << "prompt ids " << generated.out.substr(0, ids_end);
+
   // LoRA on the exported Llama as a pretrained base: 10 steps train the adapters alone; format=peft
   // writes them for peft, format=hf merges them. transformers with peft (base + kiln's adapter)
   // gives the logits kiln gives from the merged folder, and the merged folder differs from the

@@ -5,6 +5,7 @@
 // message, only where the .venv has no tokenizers/transformers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,78 @@ class HfTokenizers : public ::testing::Test {
               << bytes / 1e6 / std::max(encode_s, 1e-9) << " MB/s\n";
   }
 
+  // kiln's own tokenizers (char; whitespace, lowercased and not), learned from the first half of
+  // the test texts, write Hugging Face files (Tokenizer::HuggingFaceFiles, what `kiln export
+  // format=hf` puts beside a model): transformers' AutoTokenizer reads them and gives kiln's ids
+  // for every test text (but those that spell a special token), unseen characters and words (<unk>)
+  // included, and kiln's decodes of the texts it knows whole.
+  void ExpectKilnsOwnReadAlikeInTransformers() {
+    const std::vector<std::string> half(
+        texts_.begin(), texts_.begin() + static_cast<std::ptrdiff_t>(texts_.size() / 2));
+    const std::vector<std::string> yamls = {
+        "_target_: char\nvocab_size: 300\n",
+        "_target_: whitespace\nvocab_size: 4000\nmin_frequency: 1\n",
+        "_target_: whitespace\nvocab_size: 4000\nlowercase: false\n"};
+    std::vector<std::shared_ptr<text::Tokenizer>> tokenizers;
+    std::vector<std::string> argv = {
+        kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_kiln_tokenizers.py",
+        dir_->path() + "/texts.json"};
+    for (size_t i = 0; i < yamls.size(); ++i) {
+      auto tokenizer = Instantiate(yamls[i]);
+      ASSERT_TRUE(tokenizer->Fit(half, "the first half").ok());
+      auto files = tokenizer->HuggingFaceFiles();
+      ASSERT_TRUE(files.ok()) << files.status();
+      ASSERT_EQ(files->count("tokenizer.json"), 1u) << yamls[i];
+      const std::string folder = dir_->path() + "/kiln_" + std::to_string(i);
+      std::filesystem::create_directories(folder);
+      for (const auto& [name, bytes] : *files) WriteText(folder + "/" + name, bytes);
+      tokenizers.push_back(tokenizer);
+      argv.push_back(folder);
+    }
+    auto read = testing::RunProcess(argv);
+    ASSERT_EQ(read.exit_code, 0) << read.err;
+    for (size_t t = 0; t < tokenizers.size(); ++t) {
+      SCOPED_TRACE(yamls[t]);
+      const auto ref = nlohmann::json::parse(
+          ReadText(dir_->path() + "/kiln_" + std::to_string(t) + "/transformers.json"));
+      ASSERT_EQ(ref["ids"].size(), texts_.size());
+      int mismatches = 0, unknown = 0, decoded = 0, left_out = 0;
+      for (size_t i = 0; i < texts_.size(); ++i) {
+        // A text that spells a special token ("<s>") gives the special's id in transformers, as
+        // every Hugging Face tokenizer's added tokens do; kiln's tokenizers never make a special
+        // from text. Those texts (3 of the Unicode set's) are left out.
+        bool spells_special = false;
+        for (int64_t id = 0; id < text::SpecialTokens::kCount; ++id)
+          spells_special =
+              spells_special || texts_[i].find(text::SpecialTokens::Name(id)) != std::string::npos;
+        if (spells_special) {
+          ++left_out;
+          continue;
+        }
+        const std::vector<int64_t> ids = tokenizers[t]->Encode(texts_[i]);
+        const auto expected = ref["ids"][i].get<std::vector<int64_t>>();
+        bool same = ids == expected;
+        const bool has_unknown =
+            std::find(ids.begin(), ids.end(), text::SpecialTokens::kUnk) != ids.end();
+        unknown += has_unknown;
+        if (!has_unknown) {
+          same = same && tokenizers[t]->Decode(ids) == ref["decoded"][i].get<std::string>();
+          ++decoded;
+        }
+        if (!same && ++mismatches <= 3) {
+          ADD_FAILURE() << "text " << i << " " << nlohmann::json(texts_[i].substr(0, 100)).dump()
+                        << "\n  kiln         " << Around(ids, expected) << "\n  transformers "
+                        << Around(expected, ids) << "\n  decoded      "
+                        << ref["decoded"][i].dump().substr(0, 200);
+        }
+      }
+      EXPECT_EQ(mismatches, 0) << "of " << texts_.size() << " texts";
+      EXPECT_LE(left_out, 5);
+      EXPECT_GT(unknown, 0);  // the second half has characters or words the first half lacks
+      EXPECT_GT(decoded, 0);
+    }
+  }
+
   static testing::TempDir* dir_;
   static std::vector<std::string> texts_;
   static std::string skip_, error_;
@@ -145,7 +218,8 @@ std::string HfTokenizers::skip_, HfTokenizers::error_;
 // GPT-2 (ByteLevel's regex, "a b" merges, \\u escapes), Llama 3 and Qwen2 (Split regexes, NFC),
 // Llama 2 (byte fallback), BERT uncased and cased (WordPiece), Unigram (Metaspace always, first);
 // then `tokenizer=pretrained tokenizer.path=DIR` through the registry: the folder's own special ids
-// (tokenizer_config.json), lossless round trips, Fit ignoring texts.
+// (tokenizer_config.json), lossless round trips, Fit ignoring texts. Then the other way: kiln's own
+// tokenizers' files read by transformers (in this test, which has the texts already made).
 TEST_F(HfTokenizers, EveryTokenizerGivesTheLibrarysIdsAndSpecialIds) {
   for (const char* name :
        {"gpt2", "llama3", "qwen2", "llama2", "bert", "bert_cased", "unigram", "unigram_first"}) {
@@ -220,6 +294,8 @@ TEST_F(HfTokenizers, EveryTokenizerGivesTheLibrarysIdsAndSpecialIds) {
   EXPECT_EQ(ids.unk, 1);
   EXPECT_EQ(ids.bos, 2);
   EXPECT_EQ(ids.eos, 3);
+
+  ExpectKilnsOwnReadAlikeInTransformers();
 }
 
 // A folder with a SentencePiece tokenizer.model alone (Llama 2, XLM-R) reads through kiln's
