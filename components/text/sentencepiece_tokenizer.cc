@@ -146,12 +146,26 @@ class SentencePieceTokenizer : public Tokenizer {
       Logger::Instance().Info(absl::StrCat("sentencepiece: cached model ", path));
       return cached;
     }
-    // SentencePiece learns from "sentences": the lines of every training text.
+    // SentencePiece learns from "sentences": the lines of every training text. It leaves out a
+    // line longer than max_sentence_length bytes, and so does kiln, before it: SentencePiece's
+    // warning about one would write to a std::cerr that, loaded as its own module
+    // (sentencepiece_backend.h), it cannot use, and crash.
     std::vector<std::string> sentences;
+    int64_t too_long = 0;
     for (const auto& t : texts) {
       for (absl::string_view line : absl::StrSplit(t, '\n', absl::SkipWhitespace())) {
+        if (static_cast<int64_t>(line.size()) > options_.max_sentence_length) {
+          ++too_long;
+          continue;
+        }
         sentences.emplace_back(line);
       }
+    }
+    if (too_long > 0) {
+      Logger::Instance().Warning(
+          absl::StrCat("sentencepiece: ", too_long, " lines of ", corpus_name, " are longer than ",
+                       options_.max_sentence_length,
+                       " bytes (tokenizer.max_sentence_length) and are left out of the training"));
     }
     if (sentences.empty()) {
       return absl::InvalidArgumentError(

@@ -54,6 +54,38 @@ OptionCheck MoreThanSpecialTokens() {
 
 namespace {
 
+// The Hugging Face files of a tokenizer with kiln's special ids (SpecialTokens, 0-4):
+// tokenizer.json with the specials as added tokens and the given `model`, `normalizer`,
+// `pre_tokenizer` and `decoder` (tokenizers' JSON; null where there is none), tokenizer_config.json
+// (PreTrainedTokenizerFast, no clean-up of spaces around punctuation) and special_tokens_map.json.
+std::map<std::string, std::string> HfFilesWithKilnSpecials(
+    const nlohmann::ordered_json& model, const nlohmann::ordered_json& normalizer,
+    const nlohmann::ordered_json& pre_tokenizer, const nlohmann::ordered_json& decoder) {
+  using Json = nlohmann::ordered_json;
+  Json added = Json::array(), specials = Json::object();
+  const char* roles[] = {"pad_token", "unk_token", "bos_token", "eos_token", "cls_token"};
+  for (int64_t id = 0; id < SpecialTokens::kCount; ++id) {
+    added.push_back({{"id", id},
+                     {"content", SpecialTokens::Name(id)},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+    specials[roles[id]] = SpecialTokens::Name(id);
+  }
+  const Json tokenizer = {
+      {"version", "1.0"},          {"truncation", nullptr},    {"padding", nullptr},
+      {"added_tokens", added},     {"normalizer", normalizer}, {"pre_tokenizer", pre_tokenizer},
+      {"post_processor", nullptr}, {"decoder", decoder},       {"model", model}};
+  Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                 {"clean_up_tokenization_spaces", false}};
+  config.update(specials);
+  return {{"tokenizer.json", tokenizer.dump(2) + "\n"},
+          {"tokenizer_config.json", config.dump(2) + "\n"},
+          {"special_tokens_map.json", specials.dump(2) + "\n"}};
+}
+
 // A vocabulary of strings counted in the training texts: the most frequent first (ties in byte
 // order), at most vocab_size - 5 of them, each seen at least min_frequency times.
 class CountedVocabulary : public Tokenizer {
@@ -132,43 +164,17 @@ class CountedVocabulary : public Tokenizer {
   // tokenizer's own splitting, normalizing and joining, and the specials named in
   // tokenizer_config.json.
   absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const override {
-    using Json = nlohmann::ordered_json;
-    Json vocab = Json::object(), added = Json::array(), specials = Json::object();
-    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) {
-      vocab[SpecialTokens::Name(id)] = id;
-      added.push_back({{"id", id},
-                       {"content", SpecialTokens::Name(id)},
-                       {"single_word", false},
-                       {"lstrip", false},
-                       {"rstrip", false},
-                       {"normalized", false},
-                       {"special", true}});
-    }
+    nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) vocab[SpecialTokens::Name(id)] = id;
     for (size_t i = 0; i < units_.size(); ++i) {
       // A unit spelled like a special (a word "<s>" in the text) keeps the special's id: the
       // added token matches first in transformers too.
       if (!vocab.contains(units_[i]))
         vocab[units_[i]] = static_cast<int64_t>(i) + SpecialTokens::kCount;
     }
-    const Json tokenizer = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens", added},
-        {"normalizer", HfNormalizer()},
-        {"pre_tokenizer", HfPreTokenizer()},
-        {"post_processor", nullptr},
-        {"decoder", HfDecoder()},
-        {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}}};
-    const char* roles[] = {"pad_token", "unk_token", "bos_token", "eos_token", "cls_token"};
-    for (int64_t id = 0; id < SpecialTokens::kCount; ++id)
-      specials[roles[id]] = SpecialTokens::Name(id);
-    Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                   {"clean_up_tokenization_spaces", false}};
-    config.update(specials);
-    return std::map<std::string, std::string>{{"tokenizer.json", tokenizer.dump(2) + "\n"},
-                                              {"tokenizer_config.json", config.dump(2) + "\n"},
-                                              {"special_tokens_map.json", specials.dump(2) + "\n"}};
+    return HfFilesWithKilnSpecials(
+        {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}, HfNormalizer(),
+        HfPreTokenizer(), HfDecoder());
   }
   std::string Describe() const override {
     return absl::StrCat(Kind(), " tokenizer: ", units_.size(), " ", UnitName(), " learned from ",

@@ -110,6 +110,24 @@ TEST(SentencePiece, TrainsCachesAndKeepsTheSharedSpecialIds) {
   EXPECT_NE(std::string(missing.message()).find("nope.model"), std::string::npos) << missing;
 }
 
+// A training line longer than max_sentence_length bytes is left out, as SentencePiece itself would,
+// but by kiln and with kiln's warning: SentencePiece's own warning crashed the process (its module
+// cannot write to std::cerr).
+TEST(SentencePiece, LeavesOutLinesLongerThanMaxSentenceLength) {
+  testing::TempDir dir;
+  auto tok = InstantiateOk<Tokenizer>(
+      "_target_: sentencepiece\nvocab_size: 60\nmax_sentence_length: "
+      "200\ncache_dir: " +
+          dir.path() + "\n",
+      "data.tokenizer");
+  std::vector<std::string> texts = Corpus();
+  std::string long_line;
+  while (long_line.size() <= 200) long_line += "a line far longer than the limit ";
+  texts.push_back(long_line + "\n" + long_line);
+  ASSERT_TRUE(tok->Fit(texts, "test").ok());
+  EXPECT_EQ(tok->Decode(tok->Encode("the white whale")), "the white whale");
+}
+
 TEST(Utf8, FindsTheFirstInvalidByte) {
   EXPECT_EQ(text::FindInvalidUtf8("plain ascii"), std::string::npos);
   EXPECT_EQ(text::FindInvalidUtf8("caf\xC3\xA9 \xF0\x9F\x90\xB3"), std::string::npos);
