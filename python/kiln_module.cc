@@ -343,15 +343,13 @@ bool IsHfFolder(const std::string& path) {
 absl::StatusOr<std::unique_ptr<Predictor>> LoadHfFolder(const std::string& path,
                                                         const PredictorOptions& options) {
   KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(path));
-  static const std::map<std::string, std::string> kFamilies = {
-      {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "llama"}, {"gpt2", "gpt2"}};
-  auto family = kFamilies.find(hf.model_type());
-  if (family == kFamilies.end()) {
+  const std::string family = KilnModelFor(hf.model_type());
+  if (family != "llama" && family != "gpt2") {
     return hf.Refuse("model_type",
                      "kiln.Predictor generates from the language models kiln reads (llama, "
                      "mistral, qwen2, gpt2)");
   }
-  std::vector<std::string> overrides = {"experiment=pretrained_lm", "model=" + family->second,
+  std::vector<std::string> overrides = {"experiment=pretrained_lm", "model=" + family,
                                         "model.pretrained='" + AbsolutePath(path) + "'"};
   overrides.insert(overrides.end(), options.overrides.begin(), options.overrides.end());
   KILN_ASSIGN_OR_RETURN(ComposedJob job, ComposeJob(Request(overrides, "train", "")));

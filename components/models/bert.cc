@@ -278,9 +278,9 @@ absl::StatusOr<BertArchitecture> ReadBertArchitecture(const HfConfig& c) {
   BertArchitecture a;
   a.model_type = c.model_type();
   if (a.model_type != "bert" && a.model_type != "roberta" && a.model_type != "xlm-roberta") {
-    return c.Refuse("model_type",
-                    "model=bert reads BERT, RoBERTa and XLM-RoBERTa checkpoints (model_type bert, "
-                    "roberta or xlm-roberta)");
+    return c.RefuseModelType(
+        "model=bert reads BERT, RoBERTa and XLM-RoBERTa checkpoints (model_type bert, "
+        "roberta or xlm-roberta)");
   }
   KILN_ASSIGN_OR_RETURN(a.vocab_size, c.Int("vocab_size"));
   KILN_ASSIGN_OR_RETURN(a.dim, c.Int("hidden_size"));

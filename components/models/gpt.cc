@@ -91,7 +91,7 @@ KILN_REGISTER_BOUND(
 // (another activation, cross-attention, per-layer attention scaling, another LayerNorm epsilon).
 absl::StatusOr<std::pair<TextTransformerOptions, bool>> Gpt2Architecture(const HfConfig& c) {
   if (c.model_type() != "gpt2")
-    return c.Refuse("model_type", "model=gpt2 reads GPT-2 checkpoints (model_type gpt2)");
+    return c.RefuseModelType("model=gpt2 reads GPT-2 checkpoints (model_type gpt2)");
   TextTransformerOptions o;
   KILN_ASSIGN_OR_RETURN(o.vocab_size, c.Int("vocab_size"));
   KILN_ASSIGN_OR_RETURN(o.positions, c.Int("n_positions"));

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lib/base/files.h"
 #include "lib/base/status_macros.h"
 #include "lib/config/yaml_io.h"
@@ -99,6 +100,36 @@ absl::Status HfConfig::Refuse(const std::string& key, const std::string& what) c
   config::NodePtr node = root_->Find(key);
   return absl::InvalidArgumentError(
       absl::StrCat(Where(key), " is ", node == nullptr ? "not set" : Describe(*node), "; ", what));
+}
+
+namespace {
+
+const std::map<std::string, std::string>& ModelsByType() {
+  static const auto* models = new std::map<std::string, std::string>{
+      {"bert", "bert"},   {"gpt2", "gpt2"},    {"llama", "llama"}, {"mistral", "llama"},
+      {"qwen2", "llama"}, {"roberta", "bert"}, {"vit", "hf_vit"},  {"xlm-roberta", "bert"}};
+  return *models;
+}
+
+}  // namespace
+
+std::string KilnModelFor(const std::string& model_type) {
+  auto it = ModelsByType().find(model_type);
+  return it == ModelsByType().end() ? std::string() : it->second;
+}
+
+std::vector<std::string> KilnModelTypes() {
+  std::vector<std::string> types;
+  for (const auto& [type, model] : ModelsByType()) types.push_back(type);
+  return types;
+}
+
+absl::Status HfConfig::RefuseModelType(const std::string& what) const {
+  const std::string model = KilnModelFor(model_type_);
+  return Refuse("model_type", model.empty()
+                                  ? absl::StrCat(what, "; kiln reads the model_types ",
+                                                 absl::StrJoin(KilnModelTypes(), ", "))
+                                  : absl::StrCat(what, "; model=", model, " reads this folder"));
 }
 
 absl::StatusOr<std::vector<std::string>> HfConfig::Labels(int64_t fallback) const {

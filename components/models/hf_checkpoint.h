@@ -37,6 +37,9 @@ class HfConfig {
   std::string String(const std::string& key, const std::string& fallback) const;
   // "DIR/config.json: KEY is VALUE; WHAT": for a value the family cannot take.
   absl::Status Refuse(const std::string& key, const std::string& what) const;
+  // Refuse("model_type", WHAT) for a family that does not read this model_type, saying which
+  // kiln model does (KilnModelFor), or listing the model_types kiln reads.
+  absl::Status RefuseModelType(const std::string& what) const;
   // The object under `key` (rope_parameters), whose messages name "KEY.INNER"; none when the key
   // is missing or null; an error when it is something else.
   absl::StatusOr<std::optional<HfConfig>> Object(const std::string& key) const;
@@ -56,6 +59,13 @@ class HfConfig {
   std::string path_, model_type_, prefix_;
   config::NodePtr root_;
 };
+
+// The kiln model (its registered name) that reads a config.json of `model_type`: llama for llama,
+// mistral and qwen2; gpt2; bert for bert, roberta and xlm-roberta; hf_vit for vit; "" for a
+// model_type kiln has no model for.
+std::string KilnModelFor(const std::string& model_type);
+// The model_types kiln reads, sorted.
+std::vector<std::string> KilnModelTypes();
 
 // Every tensor of the folder's weights: model.safetensors, or the shards its index names.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::string& dir);

@@ -212,7 +212,7 @@ class HfVitClassifier : public Model {
 // refused in one line.
 absl::StatusOr<HfVitArchitecture> ReadHfVitArchitecture(const HfConfig& c) {
   if (c.model_type() != "vit")
-    return c.Refuse("model_type", "model=hf_vit reads ViT checkpoints (model_type vit)");
+    return c.RefuseModelType("model=hf_vit reads ViT checkpoints (model_type vit)");
   HfVitArchitecture a;
   KILN_ASSIGN_OR_RETURN(a.dim, c.Int("hidden_size"));
   KILN_ASSIGN_OR_RETURN(a.depth, c.Int("num_hidden_layers"));

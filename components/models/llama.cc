@@ -444,9 +444,9 @@ absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
   LlamaArchitecture a;
   a.model_type = c.model_type();
   if (a.model_type != "llama" && a.model_type != "mistral" && a.model_type != "qwen2") {
-    return c.Refuse("model_type",
-                    "model=llama reads Llama, Mistral and Qwen2 checkpoints (model_type llama, "
-                    "mistral or qwen2)");
+    return c.RefuseModelType(
+        "model=llama reads Llama, Mistral and Qwen2 checkpoints (model_type llama, "
+        "mistral or qwen2)");
   }
   KILN_ASSIGN_OR_RETURN(a.vocab_size, c.Int("vocab_size"));
   KILN_ASSIGN_OR_RETURN(a.dim, c.Int("hidden_size"));

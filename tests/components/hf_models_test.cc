@@ -655,7 +655,8 @@ TEST(HfModelsErrors, WhatModelBertCannotTakeIsOneLine) {
       "\"model_type\": \"deberta-v2\", " +
           sizes + "}",
       "model_type is \"deberta-v2\"; model=bert reads BERT, RoBERTa and XLM-RoBERTa "
-      "checkpoints (model_type bert, roberta or xlm-roberta)");
+      "checkpoints (model_type bert, roberta or xlm-roberta); kiln reads the model_types bert, "
+      "gpt2, llama, mistral, qwen2, roberta, vit, xlm-roberta");
   expect_refused("{\"model_type\": \"roberta\", " + sizes + ", \"hidden_act\": \"silu\"}",
                  "hidden_act is \"silu\"");
   expect_refused(
@@ -681,7 +682,8 @@ TEST(HfModelsErrors, WhatModelHfVitCannotTakeIsOneLine) {
       "{\"architectures\": [\"DeiTForImageClassification\"], "
       "\"model_type\": \"deit\", " +
           sizes + "}",
-      "model_type is \"deit\"; model=hf_vit reads ViT checkpoints (model_type vit)");
+      "model_type is \"deit\"; model=hf_vit reads ViT checkpoints (model_type vit); kiln reads "
+      "the model_types bert, gpt2, llama, mistral, qwen2, roberta, vit, xlm-roberta");
   expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"hidden_act\": \"gelu_new\"}",
                  "hidden_act is \"gelu_new\"");
   expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"use_mask_token\": true}",
@@ -718,7 +720,9 @@ TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {
            std::to_string(heads);
   };
   expect_refused("", "holds no config.json");
-  expect_refused("{\"model_type\": \"llama\", \"vocab_size\": 8}", "model_type is \"llama\"");
+  expect_refused("{\"model_type\": \"llama\", \"vocab_size\": 8}",
+                 "model_type is \"llama\"; model=gpt2 reads GPT-2 checkpoints (model_type gpt2); "
+                 "model=llama reads this folder");
   expect_refused("{\"model_type\": \"gpt2\", " + sizes(2) + ", \"activation_function\": \"relu\"}",
                  "activation_function is \"relu\"");
   expect_refused("{\"model_type\": \"gpt2\", " + sizes(3) + "}", "multiple of n_head");
@@ -743,7 +747,8 @@ TEST(HfModelsErrors, WhatModelLlamaCannotTakeIsOneLine) {
         << model.status();
   };
   expect_refused("{\"model_type\": \"gpt2\"}",
-                 "model_type is \"gpt2\"; model=llama reads Llama, Mistral and Qwen2");
+                 "model_type is \"gpt2\"; model=llama reads Llama, Mistral and Qwen2 checkpoints "
+                 "(model_type llama, mistral or qwen2); model=gpt2 reads this folder");
   expect_refused("{\"model_type\": \"llama\", " + sizes + ", \"hidden_act\": \"gelu\"}",
                  "hidden_act is \"gelu\"");
   expect_refused("{\"model_type\": \"llama\", " + sizes + ", \"num_key_value_heads\": 3}",
