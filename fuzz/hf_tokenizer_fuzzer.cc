@@ -2,7 +2,8 @@
 // that starts with '{' is a tokenizer.json: read, then used to encode and decode a few texts and
 // every id; any other input is text, encoded and decoded by each of the small tokenizers below
 // (byte-level BPE with GPT-2's and Llama 3's regexes, WordPiece with BertNormalizer, Unigram with
-// Metaspace and byte fallback), which are also the seeds.
+// Metaspace and byte fallback, WordLevel as kiln's own tokenizers export), which are also the
+// seeds.
 #include <string>
 #include <vector>
 
@@ -54,6 +55,18 @@ const char* const kTokenizers[] = {
       "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true, "vocab": [["<unk>", 0.0],
         ["<s>", 0.0], ["</s>", 0.0], ["\u2581", -2.0], ["a", -1.5], ["\u2581a", -1.0],
         ["<0xC3>", -5.0], ["<0xA9>", -5.0], ["b", -3.0], ["ab", -2.5]]}})",
+    // kiln's own whitespace tokenizer as it exports (Tokenizer::HuggingFaceFiles): WordLevel,
+    // ASCII-lowercasing Replace normalizers, Split on ASCII whitespace runs, removed.
+    R"({"added_tokens": [{"id": 0, "content": "<pad>", "special": true, "normalized": false},
+        {"id": 1, "content": "<unk>", "special": true, "normalized": false}],
+      "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"String": "A"}, "content": "a"},
+        {"type": "Replace", "pattern": {"String": "B"}, "content": "b"}]},
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\x09-\\x0D\\x20]+"},
+        "behavior": "Removed", "invert": false},
+      "decoder": null,
+      "model": {"type": "WordLevel", "unk_token": "<unk>",
+        "vocab": {"<pad>": 0, "<unk>": 1, "ab": 2, "a": 3, "c's": 4}}})",
 };
 
 void Exercise(const kiln::text::HfTokenizer& tokenizer, const std::string& text) {

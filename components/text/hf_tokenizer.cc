@@ -145,7 +145,7 @@ std::vector<std::pair<size_t, size_t>> FindAll(const U32& text, const U32& needl
 // ------------------------------------------------------------------------------------------------
 // The known regexes.
 
-enum class KnownPattern { kGpt2, kLlama3, kQwen2 };
+enum class KnownPattern { kGpt2, kLlama3, kQwen2, kEveryChar, kAsciiWhitespace };
 
 const char kGpt2Pattern[] =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -153,6 +153,11 @@ const char kLlama3Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char kQwen2Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// kiln's own tokenizers' (Tokenizer::HuggingFaceFiles): every code point, and runs of \t \n \v
+// \f \r and space.
+const char kEveryCharPattern[] = R"([\s\S])";
+const char kAsciiWhitespacePattern[] = R"([\x09-\x0D\x20]+)";
 
 bool IsOtherChar(char32_t c) {
   return !unicode::IsWhitespace(c) && !unicode::IsLetter(c) && !unicode::IsNumber(c);
@@ -230,6 +235,23 @@ size_t MatchKnownPattern(KnownPattern pattern, const U32& s, size_t i) {
 
 std::vector<std::pair<size_t, size_t>> KnownPatternMatches(KnownPattern pattern, const U32& s) {
   std::vector<std::pair<size_t, size_t>> out;
+  if (pattern == KnownPattern::kEveryChar) {
+    for (size_t i = 0; i < s.size(); ++i) out.emplace_back(i, i + 1);
+    return out;
+  }
+  if (pattern == KnownPattern::kAsciiWhitespace) {
+    auto ascii_space = [](char32_t c) { return c == ' ' || (c >= 0x09 && c <= 0x0D); };
+    for (size_t i = 0; i < s.size();) {
+      if (!ascii_space(s[i])) {
+        ++i;
+        continue;
+      }
+      const size_t end = RunEnd(s, i, ascii_space);
+      out.emplace_back(i, end);
+      i = end;
+    }
+    return out;
+  }
   for (size_t i = 0; i < s.size();) {
     const size_t n = MatchKnownPattern(pattern, s, i);
     out.emplace_back(i, i + n);
@@ -242,8 +264,11 @@ KnownPattern ParseKnownPattern(const std::string& regex) {
   if (regex == kGpt2Pattern) return KnownPattern::kGpt2;
   if (regex == kLlama3Pattern) return KnownPattern::kLlama3;
   if (regex == kQwen2Pattern) return KnownPattern::kQwen2;
+  if (regex == kEveryCharPattern) return KnownPattern::kEveryChar;
+  if (regex == kAsciiWhitespacePattern) return KnownPattern::kAsciiWhitespace;
   Refuse(absl::StrCat("pre_tokenizer Split's regex ", json(regex).dump(),
-                      " is not one kiln reads (it reads the GPT-2, Llama 3 and Qwen2 patterns)"));
+                      " is not one kiln reads (it reads the GPT-2, Llama 3 and Qwen2 patterns, and "
+                      "those of kiln's own char and whitespace tokenizers)"));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -970,6 +995,23 @@ class UnigramModel : public Model {
   bool byte_fallback_ = false;
 };
 
+// WordLevel: each piece whole, or the unknown token (kiln's own char and whitespace tokenizers
+// export as one).
+class WordLevelModel : public Model {
+ public:
+  explicit WordLevelModel(const json& j) {
+    AddVocabObject(j.at("vocab"));
+    unk_id_ = RequireId(j.value("unk_token", std::string("<unk>")), "unk_token");
+  }
+  void Tokenize(const std::string& word, std::vector<int64_t>* ids) const override {
+    const int64_t id = TokenToId(word);
+    ids->push_back(id >= 0 ? id : unk_id_);
+  }
+
+ private:
+  int64_t unk_id_ = -1;
+};
+
 std::unique_ptr<Model> ParseModel(const json& j, std::string* type) {
   if (!j.is_object()) Refuse("model is not an object");
   if (j.contains("type")) {
@@ -984,7 +1026,8 @@ std::unique_ptr<Model> ParseModel(const json& j, std::string* type) {
   if (*type == "BPE") return std::make_unique<BpeModel>(j);
   if (*type == "WordPiece") return std::make_unique<WordPieceModel>(j);
   if (*type == "Unigram") return std::make_unique<UnigramModel>(j);
-  Unsupported("model", *type, "BPE, WordPiece, Unigram");
+  if (*type == "WordLevel") return std::make_unique<WordLevelModel>(j);
+  Unsupported("model", *type, "BPE, WordPiece, Unigram, WordLevel");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -169,6 +169,21 @@ class HfTokenizers : public ::testing::Test {
       const auto ref = nlohmann::json::parse(
           ReadText(dir_->path() + "/kiln_" + std::to_string(t) + "/transformers.json"));
       ASSERT_EQ(ref["ids"].size(), texts_.size());
+      // kiln reads the files back itself (tokenizer=pretrained): the library's ids for every text,
+      // those that spell a special token included.
+      auto reread = HfTokenizer::LoadFolder(dir_->path() + "/kiln_" + std::to_string(t));
+      ASSERT_TRUE(reread.ok()) << reread.status();
+      int reread_mismatches = 0;
+      for (size_t i = 0; i < texts_.size(); ++i) {
+        const auto expected = ref["ids"][i].get<std::vector<int64_t>>();
+        const std::vector<int64_t> ids = (*reread)->Encode(texts_[i], false);
+        if (ids != expected && ++reread_mismatches <= 3) {
+          ADD_FAILURE() << "read back: text " << i << " "
+                        << nlohmann::json(texts_[i].substr(0, 100)).dump() << "\n  kiln         "
+                        << Around(ids, expected) << "\n  transformers " << Around(expected, ids);
+        }
+      }
+      EXPECT_EQ(reread_mismatches, 0);
       int mismatches = 0, unknown = 0, decoded = 0, left_out = 0;
       for (size_t i = 0; i < texts_.size(); ++i) {
         // A text that spells a special token ("<s>") gives the special's id in transformers, as
@@ -358,7 +373,10 @@ TEST(PretrainedTokenizer, BadFoldersAreRefusedInOneLine) {
   refused("corrupt", "{\"model\": {\"type\": \"BPE\",\n \"vocab\": {\"a\": 0", "tokenizer.json: ");
   refused("not_an_object", "[1, 2]", "is not a JSON object");
   refused("wordlevel", R"({"model": {"type": "WordLevel", "vocab": {}, "unk_token": "x"}})",
-          "model type 'WordLevel' is not one kiln reads (it reads BPE, WordPiece, Unigram)");
+          "model unk_token 'x' is not in the vocabulary");
+  refused("charlevel", R"({"model": {"type": "CharLevel", "vocab": {}}})",
+          "model type 'CharLevel' is not one kiln reads (it reads BPE, WordPiece, Unigram, "
+          "WordLevel)");
   refused("precompiled",
           R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": ""},
               "model": {"type": "Unigram", "vocab": [["a", 0.0]]}})",
