@@ -1,10 +1,13 @@
 // `instruction_text`: supervised fine-tuning data for the language_modeling task. Each record of a
 // JSONL, CSV or TSV file holds a prompt and a response (configurable fields, as Alpaca's or
-// torchtune's instruct datasets); an example is <s> prompt response </s>, and the targets at the
-// prompt's positions are <pad>, which the loss ignores, so the loss is the mean cross-entropy of
-// the response tokens (and the </s> that ends them) alone. Examples keep their own lengths, cut to
+// torchtune's instruct datasets); an example is <s> prompt response </s> (the tokenizer's own
+// start and end ids), and the targets at the prompt's positions are SpecialTokens::kIgnore, which
+// the loss skips, so the loss is the mean cross-entropy of the response tokens (and the </s> that
+// ends them) alone. Examples keep their own lengths, cut to
 // block_size tokens (the model's context; the response's end goes first), and are padded per
 // batch; the held-out split's loss is the responses' loss.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
@@ -65,8 +68,11 @@ class InstructionText : public TextDataModule {
 
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
-    mutable_loader().collate = [](std::vector<data::Example>& examples) {
-      return data::PadCollate(examples, SpecialTokens::kPad);
+    // Inputs padded with the tokenizer's pad id (any id would do: padding comes after an
+    // example's tokens and predicts nothing), targets with the ignored target.
+    const int64_t pad = std::max<int64_t>(tok->special_ids().pad, 0);
+    mutable_loader().collate = [pad](std::vector<data::Example>& examples) {
+      return data::PadCollate(examples, pad, SpecialTokens::kIgnore);
     };
     if ((stage == data::Stage::kFit || stage == data::Stage::kValidate) && !train_) {
       KILN_RETURN_IF_ERROR(LoadTrain());
@@ -130,28 +136,35 @@ class InstructionText : public TextDataModule {
     std::vector<std::vector<int64_t>> p = tok.EncodeAll(prompts), q = tok.EncodeAll(responses);
     std::vector<InstructionExamples::Item> items;
     int64_t cut = 0, tokens = 0, chars = 0;
+    // The tokenizer's own start and end of text (kiln's <s> and </s>; a pretrained model's), where
+    // it has them.
+    const SpecialIds special = tok.special_ids();
     for (size_t i = 0; i < records.size(); ++i) {
-      std::vector<int64_t> seq = {SpecialTokens::kBos};
+      std::vector<int64_t> seq;
+      if (special.bos >= 0) seq.push_back(special.bos);
       seq.insert(seq.end(), p[i].begin(), p[i].end());
-      const size_t prompt_end = seq.size();  // the first response token's position
+      // The first response token's position; with no start token, the prompt's first token starts
+      // the sequence, and an empty prompt leaves the response's first token unpredicted.
+      const size_t prompt_end = std::max<size_t>(seq.size(), 1);
       seq.insert(seq.end(), q[i].begin(), q[i].end());
-      seq.push_back(SpecialTokens::kEos);
+      if (special.eos >= 0) seq.push_back(special.eos);
       if (static_cast<int64_t>(seq.size()) > o_.block_size + 1) {
         seq.resize(static_cast<size_t>(o_.block_size + 1));
         ++cut;
       }
       if (seq.size() <= prompt_end) {
         return absl::InvalidArgumentError(absl::StrCat(
-            records[i].where, ": the prompt takes ", prompt_end - 1,
+            records[i].where, ": the prompt takes ", p[i].size(),
             " tokens, and data.block_size=", o_.block_size, " leaves none of the response"));
       }
       InstructionExamples::Item item;
       item.input.assign(seq.begin(), seq.end() - 1);
       item.target.assign(seq.begin() + 1, seq.end());
       // Position t predicts token t+1: those that predict the prompt's tokens count nothing.
-      for (size_t t = 0; t + 1 < prompt_end; ++t) item.target[t] = SpecialTokens::kPad;
+      for (size_t t = 0; t + 1 < prompt_end; ++t) item.target[t] = SpecialTokens::kIgnore;
       tokens += static_cast<int64_t>(seq.size() - prompt_end);
-      chars += CountCodePoints(records[i].label) + 1;  // </s> stands for the end
+      // The end token stands for the end of the response.
+      chars += CountCodePoints(records[i].label) + (special.eos >= 0 ? 1 : 0);
       item.where = records[i].where;
       items.push_back(std::move(item));
     }

@@ -19,6 +19,10 @@ namespace kiln::text {
 struct SpecialTokens {
   static constexpr int64_t kPad = 0, kUnk = 1, kBos = 2, kEos = 3, kCls = 4;
   static constexpr int64_t kCount = 5;
+  // A target that the language model's loss and metrics skip (PyTorch's and transformers'
+  // ignore_index): the predictions of a prompt's tokens, padding. Never a token id, so that a
+  // pretrained tokenizer's id 0 (GPT-2's "!") is learned like any other.
+  static constexpr int64_t kIgnore = -100;
   // "<pad>", "<unk>", "<s>", "</s>", "<cls>" by id.
   static const char* Name(int64_t id);
 };

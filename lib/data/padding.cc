@@ -8,7 +8,8 @@
 
 namespace kiln::data {
 
-absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad) {
+absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad,
+                                 std::optional<int64_t> target_pad) {
   Batch batch;
   if (examples.empty()) return batch;
   const int64_t n = static_cast<int64_t>(examples.size());
@@ -51,7 +52,7 @@ absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad) {
     if (longest_target < 0)
       return absl::InvalidArgumentError(
           "cannot batch targets of different shapes that are not 1-d");
-    batch.target = torch::full({n, longest_target}, pad, torch::kInt64);
+    batch.target = torch::full({n, longest_target}, target_pad.value_or(pad), torch::kInt64);
     for (int64_t i = 0; i < n; ++i) {
       const torch::Tensor& t = targets[static_cast<size_t>(i)];
       if (t.size(0) > 0) batch.target[i].narrow(0, 0, t.size(0)).copy_(t);

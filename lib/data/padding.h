@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,8 +14,10 @@ namespace kiln::data {
 
 // Pads inputs along their first dimension (token ids [T], features [T, F]) to the longest one with
 // `pad`, keeping their dtype: input [B, T, ...], lengths [B], mask [B, T] (true at real positions);
-// targets are stacked when they have one shape, else 1-d targets are padded with `pad`.
-absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad);
+// targets are stacked when they have one shape, else 1-d targets are padded with `target_pad`
+// (`pad` when not given).
+absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad,
+                                 std::optional<int64_t> target_pad = std::nullopt);
 
 // fairseq-style bucketing: cuts `order` into windows of `window_batches` batches, sorts each window
 // by dataset.Length(index), and shuffles the full batches with (seed, epoch); a last partial batch

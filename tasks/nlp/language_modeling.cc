@@ -287,7 +287,8 @@ class LanguageModeling : public Task {
   static torch::Tensor Loss(const torch::Tensor& logits, const data::Batch& batch) {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), batch.target.reshape({-1}),
-        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(text::SpecialTokens::kPad));
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(
+            text::SpecialTokens::kIgnore));
   }
 
   // What the metrics see of a batch: the scores of its real targets, and for bits per character
@@ -297,14 +298,14 @@ class LanguageModeling : public Task {
     MetricBatch scores;
     scores.preds = logits;
     scores.target = batch.target;
-    scores.mask = batch.target.ne(text::SpecialTokens::kPad);
+    scores.mask = batch.target.ne(text::SpecialTokens::kIgnore);
     double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;
     if (per_char > 0) scores.characters = tokens / per_char;
     return scores;
   }
 
   static double Tokens(const data::Batch& batch) {
-    return batch.target.ne(text::SpecialTokens::kPad).sum().item<double>();
+    return batch.target.ne(text::SpecialTokens::kIgnore).sum().item<double>();
   }
 
   GenerationOptions generation_;

@@ -359,10 +359,10 @@ TEST(TextDataModules, TextCorpusBlocksCoverTheEvaluationStreamOnce) {
 }
 
 // Supervised fine-tuning: the targets of an example are its next tokens with the prompt's
-// predictions masked; the language-modeling loss (cross-entropy ignoring <pad>, as the task
-// computes it) of a padded batch is then the mean of -log p(token) over the response tokens alone,
-// computed here term by term, and equals the examples' losses taken one at a time and weighted by
-// their response tokens.
+// predictions masked (SpecialTokens::kIgnore); the language-modeling loss (cross-entropy ignoring
+// them, as the task computes it) of a padded batch is then the mean of -log p(token) over the
+// response tokens alone, computed here term by term, and equals the examples' losses taken one at a
+// time and weighted by their response tokens.
 TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
   testing::TempDir dir;
   dir.Write("sft.jsonl",
@@ -394,7 +394,7 @@ TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
     auto [prompt, response] = records[static_cast<size_t>(i)];
     std::vector<int64_t> p = tok->Encode(prompt), r = tok->Encode(response);
     // input: <s> prompt response; target: response </s> at the prompt's last position on.
-    std::vector<int64_t> input = {SpecialTokens::kBos}, target(p.size(), SpecialTokens::kPad);
+    std::vector<int64_t> input = {SpecialTokens::kBos}, target(p.size(), SpecialTokens::kIgnore);
     input.insert(input.end(), p.begin(), p.end());
     input.insert(input.end(), r.begin(), r.end());
     target.insert(target.end(), r.begin(), r.end());
@@ -415,12 +415,13 @@ TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
   model->eval();
   torch::NoGradGuard no_grad;
   auto loss_of = [&](std::vector<data::Example> batch_examples) {
-    auto batch = data::PadCollate(batch_examples, SpecialTokens::kPad);
+    auto batch = dm->loader_options().collate(batch_examples);
     EXPECT_TRUE(batch.ok());
     torch::Tensor logits = model->forward(batch->input);
     return torch::nn::functional::cross_entropy(
                logits.reshape({-1, logits.size(2)}), batch->target.reshape({-1}),
-               torch::nn::functional::CrossEntropyFuncOptions().ignore_index(SpecialTokens::kPad))
+               torch::nn::functional::CrossEntropyFuncOptions().ignore_index(
+                   SpecialTokens::kIgnore))
         .item<double>();
   };
   const double batch_loss = loss_of(examples);
@@ -453,6 +454,56 @@ TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
               why.find("sft.jsonl:2: the prompt takes 5 tokens") != std::string::npos)
       << why;
   EXPECT_NE(why.find("data.block_size=4 leaves none of the response"), std::string::npos) << why;
+}
+
+// With a pretrained tokenizer an example is framed with the tokenizer's own start and end ids, and
+// a real token whose id is 0 (as GPT-2's "!") is a target like any other: only the prompt's
+// predictions and the padding are SpecialTokens::kIgnore (they were <pad> = 0 before).
+TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
+  testing::TempDir dir;
+  dir.Write("tok/tokenizer.json", R"({"added_tokens": [
+      {"id": 4, "content": "<unk>", "special": true, "normalized": false},
+      {"id": 5, "content": "<s>", "special": true, "normalized": false},
+      {"id": 6, "content": "</s>", "special": true, "normalized": false}],
+    "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\s\\S]"}, "behavior": "Isolated",
+      "invert": false},
+    "decoder": {"type": "Fuse"},
+    "model": {"type": "WordLevel", "unk_token": "<unk>",
+      "vocab": {"!": 0, "a": 1, "b": 2, " ": 3, "<unk>": 4, "<s>": 5, "</s>": 6}}})");
+  dir.Write("tok/tokenizer_config.json",
+            R"({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})");
+  dir.Write("sft.jsonl",
+            "{\"prompt\": \"a!\", \"response\": \"b!\"}\n"
+            "{\"prompt\": \"ab\", \"response\": \"!!!\"}\n");
+  auto dm = InstantiateOk<data::DataModule>("_target_: instruction_text\ntrain: " + dir.path() +
+                                                "/sft.jsonl\nval_fraction: 0\nblock_size: 16\n"
+                                                "tokenizer: {_target_: pretrained, path: '" +
+                                                dir.path() + "/tok'}\n",
+                                            "data");
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  ASSERT_EQ(dm->train_dataset()->size(), 2);
+  data::SampleRng rng(0, 0, 0);
+  const int64_t x = SpecialTokens::kIgnore;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> expected = {
+      {{5, 1, 0, 2, 0}, {x, x, 2, 0, 6}}, {{5, 1, 2, 0, 0, 0}, {x, x, 0, 0, 0, 6}}};
+  std::vector<data::Example> examples(2);
+  for (int64_t index = 0; index < 2; ++index) {
+    const std::string source = dm->train_dataset()->Source(index);
+    const size_t record = source.back() == '1' ? 0 : 1;
+    examples[record] = *dm->train_dataset()->Get(index, rng);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(examples[i].input.equal(torch::tensor(expected[i].first))) << examples[i].input;
+    EXPECT_TRUE(examples[i].target.equal(torch::tensor(expected[i].second))) << examples[i].target;
+  }
+  // Batched: the shorter example's target padded with kIgnore, its input with id 0 (the tokenizer
+  // has no pad token; padding predicts nothing).
+  auto batch = dm->loader_options().collate(examples);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_TRUE(batch->target[0].equal(torch::tensor(std::vector<int64_t>{x, x, 2, 0, 6, x})))
+      << batch->target;
+  EXPECT_EQ(batch->input[0][5].item<int64_t>(), 0);
 }
 
 std::shared_ptr<Model> BuildModel(const std::string& yaml) {
