@@ -64,10 +64,10 @@ class RmsNormImpl : public torch::nn::Module {
     weight = register_parameter("weight", torch::ones({dim}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    if (!torch::GradMode::is_enabled() && x.device().is_cpu() &&
-        x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
-        x.is_contiguous()) {
-      return Rows(x);
+    if (!torch::GradMode::is_enabled() && x.device().is_cpu() && x.is_contiguous() &&
+        weight.scalar_type() == x.scalar_type()) {
+      if (x.scalar_type() == torch::kFloat32) return Rows<float>(x);
+      if (x.scalar_type() == torch::kBFloat16) return Rows<c10::BFloat16>(x);
     }
     torch::Tensor h = x.to(torch::kFloat32);
     h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
@@ -76,30 +76,38 @@ class RmsNormImpl : public torch::nn::Module {
   torch::Tensor weight;
 
  private:
-  // Without autograd, on float32 CPU rows: the same arithmetic in one pass per row instead of six
-  // kernels (a generation step's norms are small enough that the kernels' calls cost more than
-  // their work). The sum of squares is added in another order than ATen's mean, so results can
-  // differ from the kernels' in the last bit.
+  // Without autograd, on float32 or bf16 CPU rows: the same arithmetic in one pass per row instead
+  // of six kernels (a generation step's norms are small enough that the kernels' calls cost more
+  // than their work), the normalized row rounded to T before the weight's product as above. The
+  // sum of squares is added in another order than ATen's mean, so results can differ from the
+  // kernels' in the last bit.
+  template <typename T>
   torch::Tensor Rows(const torch::Tensor& x) const {
     torch::Tensor out = torch::empty_like(x);
     const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
-    const float* in = x.data_ptr<float>();
+    const T* in = x.data_ptr<T>();
     const torch::Tensor scale_by = weight.contiguous();
-    const float* w = scale_by.data_ptr<float>();
-    float* o = out.data_ptr<float>();
+    const T* w = scale_by.data_ptr<T>();
+    T* o = out.data_ptr<T>();
     const float eps = static_cast<float>(eps_);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = in + r * dim;
+      const T* row = in + r * dim;
       float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t i = 0;
       for (; i + 8 <= dim; i += 8) {
-        for (int j = 0; j < 8; ++j) partial[j] += row[i + j] * row[i + j];
+        for (int j = 0; j < 8; ++j) {
+          const float v = static_cast<float>(row[i + j]);
+          partial[j] += v * v;
+        }
       }
       float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
                   ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-      for (; i < dim; ++i) sum += row[i] * row[i];
+      for (; i < dim; ++i) sum += static_cast<float>(row[i]) * static_cast<float>(row[i]);
       const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
-      for (i = 0; i < dim; ++i) o[r * dim + i] = w[i] * (row[i] * scale);
+      for (i = 0; i < dim; ++i) {
+        const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
+        o[r * dim + i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
+      }
     }
     return out;
   }
@@ -120,43 +128,50 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 }
 
 // x * cos + RotateHalf(x) * sin for x [B, t, n, hd] and cos, sin [B, t, 1, hd]. Without autograd
-// on float32 CPU tensors, one loop with the same roundings as the five kernels (each product
-// rounded, then their sum), so the results are equal bit for bit: a generation step's rotations
-// are small enough that the kernels' calls cost more than their work.
-torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const bool loop = !torch::GradMode::is_enabled() && x.device().is_cpu() &&
-                    x.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32 &&
-                    sin.scalar_type() == torch::kFloat32 && x.dim() == 4 && cos.dim() == 4 &&
-                    sin.dim() == 4 && cos.size(2) == 1 && sin.size(2) == 1 && x.stride(3) == 1 &&
-                    cos.stride(3) == 1 && sin.stride(3) == 1 && x.size(3) % 2 == 0;
-  if (!loop) return x * cos + RotateHalf(x) * sin;
+// on float32 or bf16 CPU tensors, one loop with the same roundings as the five kernels (each
+// product rounded to T, then their sum), so the results are equal bit for bit: a generation
+// step's rotations are small enough that the kernels' calls cost more than their work.
+template <typename T>
+torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin) {
   const int64_t b = x.size(0), t = x.size(1), n = x.size(2), hd = x.size(3), half = hd / 2;
   torch::Tensor out = torch::empty({b, t, n, hd}, x.options());
-  float* o = out.data_ptr<float>();
-  const float* xp = x.data_ptr<float>();
-  const float* cp = cos.data_ptr<float>();
-  const float* sp = sin.data_ptr<float>();
+  T* o = out.data_ptr<T>();
+  const T* xp = x.data_ptr<T>();
+  const T* cp = cos.data_ptr<T>();
+  const T* sp = sin.data_ptr<T>();
+  auto rounded = [](float v) { return static_cast<float>(static_cast<T>(v)); };
   for (int64_t i = 0; i < b; ++i) {
     for (int64_t j = 0; j < t; ++j) {
-      const float* c = cp + i * cos.stride(0) + j * cos.stride(1);
-      const float* s = sp + i * sin.stride(0) + j * sin.stride(1);
+      const T* c = cp + i * cos.stride(0) + j * cos.stride(1);
+      const T* s = sp + i * sin.stride(0) + j * sin.stride(1);
       for (int64_t h = 0; h < n; ++h) {
-        const float* in = xp + i * x.stride(0) + j * x.stride(1) + h * x.stride(2);
-        float* dst = o + ((i * t + j) * n + h) * hd;
-        for (int64_t e = 0; e < half; ++e) {
-          const float a = in[e] * c[e];
-          const float r = -in[e + half] * s[e];
-          dst[e] = a + r;
-        }
-        for (int64_t e = half; e < hd; ++e) {
-          const float a = in[e] * c[e];
-          const float r = in[e - half] * s[e];
-          dst[e] = a + r;
+        const T* in = xp + i * x.stride(0) + j * x.stride(1) + h * x.stride(2);
+        T* dst = o + ((i * t + j) * n + h) * hd;
+        for (int64_t e = 0; e < hd; ++e) {
+          const float partner =
+              e < half ? -static_cast<float>(in[e + half]) : static_cast<float>(in[e - half]);
+          const float a = rounded(static_cast<float>(in[e]) * static_cast<float>(c[e]));
+          const float r = rounded(partner * static_cast<float>(s[e]));
+          dst[e] = static_cast<T>(a + r);
         }
       }
     }
   }
   return out;
+}
+
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto dtype = x.scalar_type();
+  const bool loop = !torch::GradMode::is_enabled() && x.device().is_cpu() &&
+                    (dtype == torch::kFloat32 || dtype == torch::kBFloat16) &&
+                    cos.scalar_type() == dtype && sin.scalar_type() == dtype && x.dim() == 4 &&
+                    cos.dim() == 4 && sin.dim() == 4 && cos.size(2) == 1 && sin.size(2) == 1 &&
+                    x.stride(3) == 1 && cos.stride(3) == 1 && sin.stride(3) == 1 &&
+                    x.size(3) % 2 == 0;
+  if (!loop) return x * cos + RotateHalf(x) * sin;
+  return dtype == torch::kFloat32 ? RotateLoop<float>(x, cos, sin)
+                                  : RotateLoop<c10::BFloat16>(x, cos, sin);
 }
 
 // The rotary inverse frequencies [head_dim / 2], in float32 by transformers' own formulas.

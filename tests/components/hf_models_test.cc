@@ -554,6 +554,13 @@ TEST(Generation, FusedProjectionsFollowTheLayersWeightsAndAdapters) {
   auto [with_lora, full_with_lora] = both();
   EXPECT_GT((with_lora - updated).abs().max().item<double>(), 1e-3);
   EXPECT_LT((with_lora - full_with_lora).abs().max().item<double>(), 1e-5);
+  // In bf16 (the one-pass RMSNorm and rotation have bf16 loops): the cached logits are the full
+  // forward's within bf16's rounding, and near float32's.
+  (*model)->to(torch::kBFloat16);
+  auto [bf16, full_bf16] = both();
+  EXPECT_LT((bf16.to(torch::kFloat32) - full_bf16.to(torch::kFloat32)).abs().max().item<double>(),
+            0.05);
+  EXPECT_LT((bf16.to(torch::kFloat32) - with_lora).abs().max().item<double>(), 0.1);
 }
 
 // activation_checkpointing recomputes each block in the backward: the gradients equal those of
