@@ -217,4 +217,19 @@ std::vector<std::vector<int64_t>> Generate(CausalLm& model,
   return generated;
 }
 
+PackedRows Unpack(const torch::Tensor& segments) {
+  const int64_t t = segments.size(1);
+  torch::Tensor index = torch::arange(t, segments.options()).expand_as(segments);
+  // Where each example starts: the first position, and every change of segment.
+  torch::Tensor starts = torch::ones_like(segments, torch::kBool);
+  if (t > 1)
+    starts.narrow(1, 1, t - 1).copy_(segments.narrow(1, 1, t - 1).ne(segments.narrow(1, 0, t - 1)));
+  torch::Tensor start = std::get<0>(torch::where(starts, index, 0).cummax(1));
+  PackedRows rows;
+  rows.positions = index - start;
+  torch::Tensor causal = torch::ones({t, t}, segments.options().dtype(torch::kBool)).tril();
+  rows.allowed = segments.unsqueeze(2).eq(segments.unsqueeze(1)).logical_and(causal).unsqueeze(1);
+  return rows;
+}
+
 }  // namespace kiln

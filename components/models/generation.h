@@ -69,7 +69,24 @@ class CausalLm : public Model {
   // Whether positions past max_positions() have no embedding (learned positions): generation then
   // starts the cache again from the last tokens that fit. Rotary models extrapolate instead.
   virtual bool learned_positions() const { return false; }
+  // Packed rows (data.packing: several examples one after another in a row): ids [B, T] and
+  // segments int64 [B, T], the example of its row each position belongs to (an example's positions
+  // consecutive). Each position attends only to its own example's positions up to itself, and
+  // positions count from each example's start, so every example's logits are those it has alone.
+  // Undefined: the model does not take packed rows.
+  virtual torch::Tensor forward_packed(const torch::Tensor& /*ids*/,
+                                       const torch::Tensor& /*segments*/) {
+    return {};
+  }
 };
+
+// What a packed row's segments [B, T] mean to a model: each position's index within its own
+// example [B, T], and which keys each query may attend to, bool [B, 1, T, T] (those of its own
+// example at or before it).
+struct PackedRows {
+  torch::Tensor positions, allowed;
+};
+PackedRows Unpack(const torch::Tensor& segments);
 
 // A model without a cache (an LSTM language model) seen as a CausalLm: each call runs the model
 // over every token so far again (as many as the cache has, left padding included) and returns the

@@ -3,6 +3,7 @@
 // LayerNorm, and an output layer tied to the token embedding. Input [B, T] ids -> [B, T, vocab].
 // `gpt2` is the same model built from a Hugging Face GPT-2 folder (config.json and its weights).
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +40,15 @@ class Gpt : public CausalLm {
   torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
                                KvCache& cache) override {
     return Head(transformer->forward_cached(ids, positions, cache));
+  }
+  torch::Tensor forward_packed(const torch::Tensor& ids, const torch::Tensor& segments) override {
+    PackedRows rows = Unpack(segments);
+    // The causal part is in `allowed`: an additive mask of its own, [B, 1, T, T].
+    AttentionMask mask{
+        /*causal=*/false,
+        torch::zeros(rows.allowed.sizes(), transformer->wte->weight.options())
+            .masked_fill(rows.allowed.logical_not(), -std::numeric_limits<float>::infinity())};
+    return Head(transformer->forward(ids, mask, rows.positions));
   }
   bool learned_positions() const override { return true; }
   TokenIds token_ids() const override { return {options_.vocab_size, "vocab_size"}; }

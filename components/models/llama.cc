@@ -210,21 +210,25 @@ class LlamaAttentionImpl : public torch::nn::Module {
     o_proj = register_module("o_proj", linear(a.heads * a.head_dim, a.dim, a.o_bias));
   }
 
-  // x [B, T, D]; cos and sin [T, head_dim] in x's dtype; window 0 or the keys each query sees.
+  // x [B, T, D]; cos and sin [T, head_dim] (or [B, 1, T, head_dim]) in x's dtype; window 0 or
+  // the keys each query sees; `packed` undefined (causal) or the keys each query may see, bool
+  // [B, 1, T, T] (packed rows).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        int64_t window) {
+                        int64_t window, const torch::Tensor& packed) {
     auto [q, k, v] = Project(x, cos, sin);
     const int64_t length = x.size(1);
+    torch::Tensor allowed = packed;
     if (window > 0 && length > window) {  // Mistral: query i sees keys i - window < j <= i
       torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
       torch::Tensor j = i.view({1, length});
-      torch::Tensor allowed = (j <= i).logical_and(j > i - window);
-      KvCache::Mask mask;
-      mask.bias = torch::zeros({length, length}, q.options())
-                      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-      return Attend(x, q, k, v, mask);
+      torch::Tensor near = (j <= i).logical_and(j > i - window);
+      allowed = allowed.defined() ? allowed.logical_and(near) : near;
     }
-    return Attend(x, q, k, v, KvCache::Mask{std::nullopt, /*causal=*/true});
+    if (!allowed.defined()) return Attend(x, q, k, v, KvCache::Mask{std::nullopt, /*causal=*/true});
+    KvCache::Mask mask;
+    mask.bias = torch::zeros(allowed.sizes(), q.options())
+                    .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    return Attend(x, q, k, v, mask);
   }
   // Generation: x [B, t, D] after the cache's positions; cos and sin [B, 1, t, head_dim]; `mask`
   // the cache's for this layer.
@@ -318,8 +322,9 @@ class LlamaLayerImpl : public torch::nn::Module {
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(a.dim, a.rms_norm_eps));
   }
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, window_);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& packed) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, window_, packed);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
   torch::Tensor forward_cached(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -349,22 +354,32 @@ class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnit
     }
     norm = register_module("norm", RmsNorm(a.dim, a.rms_norm_eps));
   }
-  torch::Tensor forward(const torch::Tensor& ids) {
+  // `segments` [B, T]: packed rows (CausalLm::forward_packed); undefined: one sequence a row.
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& segments = {}) {
     torch::Tensor x = embed_tokens->forward(ids);
-    // Positions 0..T-1: cos and sin [T, head_dim]. (Plain variables, not a structured binding:
-    // the checkpointing lambda captures them, which clang 14 refuses for bindings.)
-    torch::Tensor cos, sin;
-    std::tie(cos, sin) = Rotations(
-        torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
+    // Positions 0..T-1: cos and sin [T, head_dim]; packed rows' own: [B, 1, T, head_dim]. (Plain
+    // variables, not a structured binding: the checkpointing lambda captures them, which clang 14
+    // refuses for bindings.)
+    torch::Tensor cos, sin, packed;
+    if (segments.defined()) {
+      PackedRows rows = Unpack(segments);
+      std::tie(cos, sin) = Rotations(rows.positions, x.scalar_type());
+      cos = cos.unsqueeze(1);
+      sin = sin.unsqueeze(1);
+      packed = rows.allowed;
+    } else {
+      std::tie(cos, sin) = Rotations(
+          torch::arange(ids.size(1), torch::TensorOptions().device(ids.device())), x.scalar_type());
+    }
     const bool recompute = activation_checkpointing && is_training();
     for (LlamaLayer& layer : layers_) {
       x = distributed::RunUnit(
           *layer,
           [&](const torch::Tensor& in) {
-            if (!recompute) return layer->forward(in, cos, sin);
+            if (!recompute) return layer->forward(in, cos, sin, packed);
             return Checkpointed(
-                [layer, cos, sin](const torch::Tensor& again) mutable {
-                  return layer->forward(again, cos, sin);
+                [layer, cos, sin, packed](const torch::Tensor& again) mutable {
+                  return layer->forward(again, cos, sin, packed);
                 },
                 in);
           },
@@ -434,6 +449,9 @@ class Llama : public CausalLm {
     }
   }
   torch::Tensor forward(torch::Tensor input) override { return Head(model->forward(input)); }
+  torch::Tensor forward_packed(const torch::Tensor& ids, const torch::Tensor& segments) override {
+    return Head(model->forward(ids, segments));
+  }
   torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& positions,
                                KvCache& cache) override {
     return Head(model->forward_cached(ids, positions, cache));

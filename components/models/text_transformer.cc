@@ -134,13 +134,18 @@ TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
 }
 
-torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const AttentionMask& mask) {
+torch::Tensor TextTransformerImpl::forward(const torch::Tensor& tokens, const AttentionMask& mask,
+                                           const torch::Tensor& positions) {
   const int64_t t = tokens.size(1);
   TORCH_CHECK(t <= o_.positions, "a sequence of ", t, " tokens is longer than the model's ",
               o_.positions, " positions");
-  torch::Tensor positions =
-      torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
-  torch::Tensor x = wte->forward(tokens) + wpe->forward(positions);
+  torch::Tensor x =
+      wte->forward(tokens) +
+      wpe->forward(
+          positions.defined()
+              ? positions
+              : torch::arange(t,
+                              torch::TensorOptions().dtype(torch::kInt64).device(tokens.device())));
   if (o_.dropout > 0) x = torch::dropout(x, o_.dropout, is_training());
   for (auto& block : blocks_) {
     const bool recompute = activation_checkpointing && is_training();

@@ -69,7 +69,9 @@ class TextTransformerImpl : public torch::nn::Module, public distributed::Shardi
   explicit TextTransformerImpl(const TextTransformerOptions& o);
   // trainer.strategy=fsdp shards it block by block.
   std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() const override;
-  torch::Tensor forward(const torch::Tensor& tokens, const AttentionMask& mask);
+  // `positions` [B, T] each token's position (packed rows); undefined: 0..T-1.
+  torch::Tensor forward(const torch::Tensor& tokens, const AttentionMask& mask,
+                        const torch::Tensor& positions = {});
   // Generation (causal): tokens [B, t] at `positions` [B, t], after the cache's positions.
   torch::Tensor forward_cached(const torch::Tensor& tokens, const torch::Tensor& positions,
                                KvCache& cache);

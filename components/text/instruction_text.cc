@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "components/text/text_data_module.h"
 #include "components/text/text_files.h"
 #include "components/text/utf8.h"
@@ -29,6 +30,7 @@ struct InstructionOptions : TextDataOptions {
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
   int64_t block_size = 512;
+  bool packing = false;
 };
 
 // Examples in memory: input <s> prompt response (without the last token), target the next tokens
@@ -37,6 +39,7 @@ class InstructionExamples : public data::Dataset {
  public:
   struct Item {
     std::vector<int64_t> input, target;
+    std::vector<int64_t> segments;  // packed: each position's example in the row; else empty
     std::string where;
   };
   explicit InstructionExamples(std::vector<Item> items) : items_(std::move(items)) {}
@@ -46,6 +49,7 @@ class InstructionExamples : public data::Dataset {
     data::Example e;
     e.input = torch::tensor(item.input, torch::kInt64);
     e.target = torch::tensor(item.target, torch::kInt64);
+    if (!item.segments.empty()) e.segments = torch::tensor(item.segments, torch::kInt64);
     return e;
   }
   std::string Source(int64_t index) const override {
@@ -175,7 +179,37 @@ class InstructionText : public TextDataModule {
     }
     response_tokens_[split] = tokens;
     response_chars_[split] = chars;
+    if (o_.packing) items = Pack(std::move(items), split);
     return std::make_shared<InstructionExamples>(std::move(items));
+  }
+
+  // Examples one after another in rows of block_size tokens at most, in their order, each whole (a
+  // row ends where the next example would not fit), as torchtune's PackedDataset packs them.
+  std::vector<InstructionExamples::Item> Pack(std::vector<InstructionExamples::Item> items,
+                                              const std::string& split) const {
+    std::vector<InstructionExamples::Item> rows;
+    int64_t tokens = 0;
+    for (auto& item : items) {
+      tokens += static_cast<int64_t>(item.input.size());
+      if (rows.empty() ||
+          static_cast<int64_t>(rows.back().input.size() + item.input.size()) > o_.block_size) {
+        rows.emplace_back();
+        rows.back().where = item.where;  // the row's first example
+      }
+      InstructionExamples::Item& row = rows.back();
+      const int64_t segment = row.segments.empty() ? 0 : row.segments.back() + 1;
+      row.input.insert(row.input.end(), item.input.begin(), item.input.end());
+      row.target.insert(row.target.end(), item.target.begin(), item.target.end());
+      row.segments.insert(row.segments.end(), item.input.size(), segment);
+    }
+    if (!rows.empty()) {
+      Logger::Instance().Info(absl::StrFormat(
+          "%s: %d examples packed into %d rows of data.block_size=%d tokens (%.1f%% filled)", split,
+          items.size(), rows.size(), o_.block_size,
+          100.0 * static_cast<double>(tokens) /
+              static_cast<double>(static_cast<int64_t>(rows.size()) * o_.block_size)));
+    }
+    return rows;
   }
 
   InstructionOptions o_;
@@ -207,7 +241,10 @@ KILN_REGISTER_BOUND(
             .Field("block_size", &InstructionOptions::block_size,
                    "tokens per example at most (<s>, prompt, response, </s>; the model's "
                    "context): longer ones lose their response's end",
-                   AtLeast(1))),
+                   AtLeast(1))
+            .Field("packing", &InstructionOptions::packing,
+                   "several examples in one row of block_size tokens, each attending to itself "
+                   "alone (gpt, gpt2, llama); false: one example a row, padded per batch")),
     [](const InstructionOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       KILN_ASSIGN_OR_RETURN(auto tokenizer, Registry<Tokenizer>::Get().Instantiate(o.tokenizer));
       return std::make_shared<InstructionText>(o, std::move(tokenizer));

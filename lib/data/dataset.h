@@ -20,6 +20,9 @@ namespace kiln::data {
 struct Example {
   torch::Tensor input;   // e.g. a float image [C, H, W]; undefined: a sample skipped as corrupt
   torch::Tensor target;  // e.g. an int64 class index (0-d)
+  // Several sequences packed one after another into one (data.packing): int64 [T], which of them
+  // each position belongs to (0, 1, ...); undefined for an ordinary example.
+  torch::Tensor segments;
 };
 
 class Sampler;

@@ -18,7 +18,7 @@ namespace kiln::data {
 absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& input_buffer) {
   Batch batch;
   if (examples.empty()) return batch;
-  std::vector<torch::Tensor> inputs, targets;
+  std::vector<torch::Tensor> inputs, targets, segments;
   inputs.reserve(examples.size());
   targets.reserve(examples.size());
   const std::vector<int64_t> shape = examples[0].input.sizes().vec();
@@ -28,8 +28,11 @@ absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& in
           absl::StrCat("cannot batch inputs of different shapes: ", c10::str(shape), " and ",
                        c10::str(e.input.sizes())));
     }
+    if (e.segments.defined() != examples[0].segments.defined())
+      return absl::InvalidArgumentError("cannot batch packed and unpacked sequences together");
     inputs.push_back(std::move(e.input));
     targets.push_back(std::move(e.target));
+    if (e.segments.defined()) segments.push_back(std::move(e.segments));
   }
   if (input_buffer) {
     std::vector<int64_t> sizes = shape;
@@ -40,6 +43,7 @@ absl::StatusOr<Batch> Collate(std::vector<Example>& examples, const BufferFn& in
     batch.input = torch::stack(inputs);
   }
   batch.target = torch::stack(targets);
+  if (!segments.empty()) batch.segments = torch::stack(segments);
   return batch;
 }
 

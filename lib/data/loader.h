@@ -20,6 +20,9 @@ struct Batch {
   torch::Tensor target;   // stacked targets [B, ...]
   torch::Tensor lengths;  // padded sequences (PadCollate): int64 [B] real lengths; else undefined
   torch::Tensor mask;     // padded sequences: bool [B, T], true at real positions; else undefined
+  // packed sequences: int64 [B, T], the sequence of its row each position belongs to (padding -1);
+  // else undefined
+  torch::Tensor segments;
   int64_t epoch = 0;
   int64_t index = 0;  // batch number within the epoch
   int64_t skipped =

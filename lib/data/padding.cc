@@ -15,6 +15,7 @@ absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad,
   const int64_t n = static_cast<int64_t>(examples.size());
   int64_t longest = 0;
   const torch::Tensor& first = examples[0].input;
+  const torch::Tensor& first_segments = examples[0].segments;
   for (const auto& e : examples) {
     if (e.input.dim() < 1 || e.input.dim() != first.dim() ||
         e.input.sizes().slice(1) != first.sizes().slice(1)) {
@@ -40,6 +41,16 @@ absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad,
                                                  examples[0].target.sizes();
   }
   batch.mask = torch::arange(longest).unsqueeze(0) < batch.lengths.unsqueeze(1);
+  if (first_segments.defined()) {
+    batch.segments = torch::full({n, longest}, -1, torch::kInt64);
+    for (int64_t i = 0; i < n; ++i) {
+      const torch::Tensor& s = examples[static_cast<size_t>(i)].segments;
+      if (!s.defined() || s.sizes() != examples[static_cast<size_t>(i)].input.sizes().slice(0, 1))
+        return absl::InvalidArgumentError(
+            "packed sequences need one segment number per position, in every example");
+      if (s.size(0) > 0) batch.segments[i].narrow(0, 0, s.size(0)).copy_(s);
+    }
+  }
   std::vector<torch::Tensor> targets;
   targets.reserve(examples.size());
   for (auto& e : examples) targets.push_back(std::move(e.target));

@@ -15,7 +15,7 @@ namespace kiln::data {
 // Pads inputs along their first dimension (token ids [T], features [T, F]) to the longest one with
 // `pad`, keeping their dtype: input [B, T, ...], lengths [B], mask [B, T] (true at real positions);
 // targets are stacked when they have one shape, else 1-d targets are padded with `target_pad`
-// (`pad` when not given).
+// (`pad` when not given). Packed examples' segments are padded with -1 (a sequence of its own).
 absl::StatusOr<Batch> PadCollate(std::vector<Example>& examples, int64_t pad,
                                  std::optional<int64_t> target_pad = std::nullopt);
 

@@ -98,6 +98,12 @@ torch::Tensor Strategy::InputToDevice(const torch::Tensor& t) const {
   return options_.channels_last && on_device.dim() == 4 ? ToChannelsLast(on_device) : on_device;
 }
 
+void Strategy::BatchToDevice(data::Batch& batch) const {
+  batch.input = InputToDevice(batch.input);
+  if (batch.target.defined()) batch.target = ToDevice(batch.target);
+  if (batch.segments.defined()) batch.segments = ToDevice(batch.segments);
+}
+
 absl::Status Strategy::PlaceModule(torch::nn::Module& module) const {
   module.to(device_);
   torch::NoGradGuard no_grad;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/data/loader.h"
 #include "lib/trainer/grad_scaler.h"
 #include "lib/trainer/trainer_options.h"
 
@@ -71,6 +72,9 @@ class Strategy {
   torch::Tensor ToDevice(const torch::Tensor& t) const;
   // A batch's input on the device, in the configured memory order (and bf16 for bf16-true).
   torch::Tensor InputToDevice(const torch::Tensor& t) const;
+  // A batch on the device: its input as InputToDevice puts it, its targets and the segments of
+  // packed rows as they are.
+  void BatchToDevice(data::Batch& batch) const;
 
   // Sets up gradient reduction and rank 0's weights on every rank, and logs what one blocking
   // all-reduce of all gradients costs. Nothing to do alone.

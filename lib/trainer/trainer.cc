@@ -214,8 +214,7 @@ absl::Status Trainer::ForEachTrainingBatch(const std::function<absl::Status(data
   return parts_->state.train_loader->Run(parts_->state.progress.epoch, 0,
                                          parts_->state.progress.train_batches,
                                          [&](data::Batch& batch) -> absl::StatusOr<bool> {
-                                           batch.input = strategy_.InputToDevice(batch.input);
-                                           batch.target = strategy_.ToDevice(batch.target);
+                                           strategy_.BatchToDevice(batch);
                                            KILN_RETURN_IF_ERROR(fn(batch));
                                            return true;
                                          });

@@ -273,7 +273,19 @@ class LanguageModeling : public Task {
   }
 
   absl::StatusOr<torch::Tensor> Logits(const data::Batch& batch) {
-    torch::Tensor logits = model_->forward(batch.input);
+    torch::Tensor logits;
+    if (batch.segments.defined()) {
+      // Packed rows: the model keeps each example's attention and positions to itself.
+      auto* lm = dynamic_cast<CausalLm*>(model_.get());
+      if (lm != nullptr) logits = lm->forward_packed(batch.input, batch.segments);
+      if (!logits.defined()) {
+        return absl::InvalidArgumentError(
+            "data.packing=true needs a model that keeps packed examples apart (gpt, gpt2, llama); "
+            "set data.packing=false for this one");
+      }
+    } else {
+      logits = model_->forward(batch.input);
+    }
     if (logits.dim() != 3 || logits.size(0) != batch.target.size(0) ||
         logits.size(1) != batch.target.size(1)) {
       return absl::InvalidArgumentError(absl::StrCat(

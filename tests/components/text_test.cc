@@ -10,6 +10,7 @@
 
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
+#include "components/models/generation.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "components/text/text_data_module.h"
@@ -454,6 +455,121 @@ TEST(TextDataModules, InstructionTextLossIsTheResponsesMeanCrossEntropy) {
               why.find("sft.jsonl:2: the prompt takes 5 tokens") != std::string::npos)
       << why;
   EXPECT_NE(why.find("data.block_size=4 leaves none of the response"), std::string::npos) << why;
+}
+
+// data.packing: short examples share rows of block_size tokens, and the models keep each to itself
+// (its own causal attention and positions from 0), so a batch of packed rows gives every example
+// the logits it has alone, and the loss and its gradients of the padded batch of the same examples.
+TEST(TextDataModules, InstructionTextPackedRowsGiveThePaddedBatchsLoss) {
+  // Positions count from each example's start; padding (-1) is a segment of its own.
+  PackedRows unpacked = Unpack(torch::tensor({0, 0, 1, 1, 1, -1}, torch::kInt64).unsqueeze(0));
+  EXPECT_TRUE(unpacked.positions.equal(torch::tensor({{0, 1, 0, 1, 2, 0}}, torch::kInt64)));
+  EXPECT_TRUE(
+      unpacked.allowed[0][0][3].equal(torch::tensor({false, false, true, true, false, false})));
+
+  testing::TempDir dir;
+  dir.Write("sft.jsonl",
+            "{\"prompt\": \"say hi\", \"response\": \"hi\"}\n"
+            "{\"prompt\": \"count\", \"response\": \"one two three\"}\n"
+            "{\"prompt\": \"\", \"response\": \"ok\"}\n"
+            "{\"prompt\": \"q\", \"response\": \"a\"}\n"
+            "{\"prompt\": \"name it\", \"response\": \"kiln\"}\n");
+  auto module = [&](bool packing) {
+    auto dm = InstantiateOk<data::DataModule>(
+        "_target_: instruction_text\ntrain: " + dir.path() +
+            "/sft.jsonl\nval_fraction: 0\nblock_size: 24\npacking: " +
+            (packing ? "true" : "false") + "\ntokenizer: {_target_: char}\n",
+        "data");
+    EXPECT_TRUE(dm && dm->Setup(data::Stage::kFit).ok());
+    return dm;
+  };
+  auto padded = module(false), packed = module(true);
+  ASSERT_TRUE(padded && packed);
+  const int64_t examples = padded->train_dataset()->size(), rows = packed->train_dataset()->size();
+  ASSERT_EQ(examples, 5);
+  ASSERT_LT(rows, examples);
+  data::SampleRng rng(0, 0, 0);
+  auto all = [&](const data::DataModule& dm) {
+    std::vector<data::Example> list;
+    for (int64_t i = 0; i < dm.train_dataset()->size(); ++i)
+      list.push_back(*dm.train_dataset()->Get(i, rng));
+    auto batch = dm.loader_options().collate(list);
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    return *batch;
+  };
+  data::Batch one_each = all(*padded), together = all(*packed);
+  ASSERT_TRUE(together.segments.defined());
+  EXPECT_FALSE(one_each.segments.defined());
+  EXPECT_LE(together.input.size(1), 24);
+  // The rows hold the examples, in order, whole: the same ids and targets.
+  int64_t example = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const torch::Tensor seg = together.segments[r];
+    for (int64_t s = 0; s <= seg.max().item<int64_t>(); ++s, ++example) {
+      torch::Tensor at = seg.eq(s);
+      const int64_t length = one_each.lengths[example].item<int64_t>();
+      ASSERT_EQ(at.sum().item<int64_t>(), length) << r << " " << s;
+      EXPECT_TRUE(
+          together.input[r].masked_select(at).equal(one_each.input[example].narrow(0, 0, length)));
+      EXPECT_TRUE(together.target[r].masked_select(at).equal(
+          one_each.target[example].narrow(0, 0, length)));
+    }
+  }
+  EXPECT_EQ(example, examples);
+
+  auto* text_dm = dynamic_cast<text::TextDataModule*>(padded.get());
+  const std::string vocab = std::to_string((*text_dm->tokenizer())->vocab_size());
+  for (const std::string& config :
+       {"_target_: gpt\nvocab_size: " + vocab +
+            "\nblock_size: 32\ndim: 16\ndepth: 2\nheads: 2\nmlp_dim: 32\n",
+        "_target_: llama\nvocab_size: " + vocab +
+            "\nmax_positions: 32\ndim: 16\ndepth: 2\nheads: 2\nkv_heads: 1\nmlp_dim: 32\n"}) {
+    SCOPED_TRACE(config);
+    torch::manual_seed(0);
+    auto model = InstantiateOk<Model>(config, "model");
+    auto* lm = dynamic_cast<CausalLm*>(model.get());
+    ASSERT_NE(lm, nullptr);
+    auto loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(
+          logits.reshape({-1, logits.size(2)}), target.reshape({-1}),
+          torch::nn::functional::CrossEntropyFuncOptions().ignore_index(SpecialTokens::kIgnore));
+    };
+    auto gradients = [&] {
+      std::vector<torch::Tensor> grads;
+      for (auto& p : model->parameters()) {
+        grads.push_back(p.grad().clone());
+        p.mutable_grad().zero_();
+      }
+      return grads;
+    };
+    torch::Tensor padded_logits = model->forward(one_each.input);
+    torch::Tensor padded_loss = loss(padded_logits, one_each.target);
+    padded_loss.backward();
+    std::vector<torch::Tensor> padded_grads = gradients();
+    torch::Tensor packed_logits = lm->forward_packed(together.input, together.segments);
+    torch::Tensor packed_loss = loss(packed_logits, together.target);
+    packed_loss.backward();
+    std::vector<torch::Tensor> packed_grads = gradients();
+    EXPECT_NEAR(packed_loss.item<double>(), padded_loss.item<double>(), 1e-5);
+    for (size_t i = 0; i < padded_grads.size(); ++i)
+      EXPECT_TRUE(torch::allclose(packed_grads[i], padded_grads[i], 1e-4, 1e-6)) << i;
+    // Position by position: each example's logits in its row are those it has alone.
+    example = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const torch::Tensor seg = together.segments[r];
+      for (int64_t s = 0; s <= seg.max().item<int64_t>(); ++s, ++example) {
+        torch::Tensor at = seg.eq(s).nonzero().squeeze(1);
+        const int64_t length = at.size(0);
+        EXPECT_LT(
+            (packed_logits[r].index_select(0, at) - padded_logits[example].narrow(0, 0, length))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-5)
+            << r << " " << s;
+      }
+    }
+  }
 }
 
 // With a pretrained tokenizer an example is framed with the tokenizer's own start and end ids, and

@@ -35,8 +35,7 @@ absl::StatusOr<std::map<std::string, double>> EvaluationLoop::RunBatches(int64_t
               done, " of ", max_batches, " batches); no metrics were written")));
         }
         ++done;
-        batch.input = strategy.InputToDevice(batch.input);
-        batch.target = strategy.ToDevice(batch.target);
+        strategy.BatchToDevice(batch);
         KILN_RETURN_IF_ERROR(ctx_.strategy.BeforeEvaluationForward());
         AutocastScope autocast(strategy);
         KILN_RETURN_IF_ERROR(task.EvaluationStep(batch, stage_, log));

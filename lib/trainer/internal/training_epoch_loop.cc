@@ -138,8 +138,7 @@ absl::Status TrainingEpochLoop::EndEpoch(double seconds, int64_t samples_at_star
 absl::Status TrainingEpochLoop::Advance(data::Batch& batch, bool last_in_epoch) {
   Trainer& t = ctx_.trainer;
   Strategy& strategy = ctx_.strategy;
-  batch.input = strategy.InputToDevice(batch.input);
-  batch.target = strategy.ToDevice(batch.target);
+  strategy.BatchToDevice(batch);
   KILN_RETURN_IF_ERROR(
       ctx_.callbacks.ForEach([&](Callback& c) { return c.OnTrainBatchStart(t, batch); }));
   KILN_RETURN_IF_ERROR(strategy.BeforeTrainingForward());
