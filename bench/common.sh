@@ -41,6 +41,9 @@ kiln_model_rate() {
     gpt) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=mobydick_gpt trainer.max_steps=-1 trainer.max_time=null \
            trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
            awk '{printf "%.1f", $1 * 128}' ;;
+    llama) KILN=$KILN kiln_epoch_rate "$work/kiln" experiment=mobydick_llama trainer.max_steps=-1 trainer.max_time=null \
+           trainer.limit_train_batches=60 trainer.num_threads="$threads" trainer.precision="$2" |
+           awk '{printf "%.1f", $1 * 128}' ;;
   esac
 }
 # raw_loop_rate MODEL [--bf16]: the same model in the tuned raw PyTorch loop.
@@ -48,5 +51,6 @@ raw_loop_rate() {
   case $1 in
     cnn) python_tuned bench/pytorch_reference.py 20 200 tensors --channels-last ${2:-} ;;
     gpt) python_tuned bench/gpt_reference.py 60 "$threads" 32 128 128 4 4 512 ${2:-} ;;
+    *) echo - ;;  # no raw loop for it
   esac
 }

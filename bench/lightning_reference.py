@@ -4,14 +4,16 @@
        (no per-sample work), channels-last when asked. Prints samples/s.
   gpt: the Moby Dick GPT of bench/gpt_reference.py (random blocks of the character stream, AdamW with
        decay on matrices only, gradient clipping at 1.0 through the Trainer). Prints tokens/s.
+  llama: experiment=mobydick_llama's Llama as transformers' LlamaForCausalLM (dim 128, 4 layers, 4
+       heads, 2 key/value heads, SwiGLU 344, tied embeddings, SDPA attention), trained as the gpt.
 Lightning 2.x's Trainer runs the loop (accelerator cpu, or gpu with --device cuda; one device;
 precision 32-true or bf16-mixed), with nothing else on: no logger, checkpointing, progress bar, model
 summary or sanity check. The timed window is steps WARMUP .. WARMUP+TIMED, measured by a callback at
 batch boundaries (on a GPU after torch.cuda.synchronize() at both ends).
 
-usage: lightning_reference.py cnn|gpt WARMUP TIMED THREADS [--bf16] [--channels-last] [GPT ARGS]
+usage: lightning_reference.py cnn|gpt|llama WARMUP TIMED THREADS [--bf16] [--channels-last] [GPT ARGS]
                               [--device DEVICE] [--matmul-precision highest|high|medium]
-  GPT ARGS: BATCH BLOCK DIM DEPTH HEADS MLP_DIM [TEXT]
+  GPT ARGS: BATCH BLOCK DIM DEPTH HEADS MLP_DIM [TEXT] (llama: 2 key/value heads)
   --device DEVICE: cpu (default) or cuda[:N]. The batches are made in host memory as on the CPU;
       with cuda the DataLoader pins them (pin_memory=True) and Lightning copies them to the GPU
       with non_blocking=True, as kiln's trainer and the raw loops do.
@@ -80,14 +82,24 @@ class CnnModule(pl.LightningModule):
 
 
 class GptModule(pl.LightningModule):
-    def __init__(self, block, dim, depth, heads, mlp_dim, fused):
+    def __init__(self, block, dim, depth, heads, mlp_dim, fused, llama=False):
         super().__init__()
-        self.model = gpt_reference.Gpt(128, block, dim, depth, heads, mlp_dim)
+        if llama:
+            from transformers import LlamaConfig, LlamaForCausalLM
+            config = LlamaConfig(vocab_size=128, hidden_size=dim, num_hidden_layers=depth,
+                                 num_attention_heads=heads, num_key_value_heads=2,
+                                 intermediate_size=mlp_dim, max_position_embeddings=block,
+                                 tie_word_embeddings=True, rms_norm_eps=1e-6,
+                                 attn_implementation="sdpa")
+            self.model = LlamaForCausalLM(config)
+        else:
+            self.model = gpt_reference.Gpt(128, block, dim, depth, heads, mlp_dim)
+        self.llama = llama
         self.fused = fused
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        logits = self.model(x)
+        logits = self.model(input_ids=x).logits if self.llama else self.model(x)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=0)
 
     def configure_optimizers(self):
@@ -128,7 +140,7 @@ def main():
     else:
         batch, block, dim, depth, heads, mlp_dim = map(int, args[4:10])
         path = args[10] if len(args) > 10 else "data/text/mobydick/train.txt"
-        module = GptModule(block, dim, depth, heads, mlp_dim, fused=not bf16)
+        module = GptModule(block, dim, depth, heads, mlp_dim, fused=not bf16, llama=which == "llama")
         make, items, clip = gpt_batches(path, batch, block), batch * block, 1.0
     timer = Timer(warmup, timed, items, device)
     warnings.filterwarnings("ignore")  # "no val_dataloader", "few workers": deliberate here

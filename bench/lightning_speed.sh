@@ -3,6 +3,8 @@
 # (the .venv's, kiln's own LibTorch), for the README's two models, in float32 and bf16-mixed:
 #   cnn: experiment=fashion_mnist (batch 128, channels-last, data in memory; samples/s)
 #   gpt: experiment=mobydick_gpt (batch 32 x 128 characters; tokens/s)
+#   llama: experiment=mobydick_llama (the same batches; tokens/s; against transformers'
+#     LlamaForCausalLM in Lightning; no raw-loop column)
 # Lightning: bench/lightning_reference.py (Trainer, cpu, precision 32-true / bf16-mixed, nothing
 # else on). Raw loop: bench/pytorch_reference.py and bench/gpt_reference.py. Both Python sides run
 # with kiln's allocator settings (bench/common.sh), the same threads and memory format. Each round
@@ -27,11 +29,12 @@ lightning_rate() {
   case $1 in
     cnn) python_tuned bench/lightning_reference.py cnn 20 200 "$threads" --channels-last $(bf16_flag "$2") ;;
     gpt) python_tuned bench/lightning_reference.py gpt 5 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
+    llama) python_tuned bench/lightning_reference.py llama 5 60 "$threads" 32 128 128 4 4 344 $(bf16_flag "$2") ;;
   esac 2>"$work/lightning.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/lightning.err" >&2; exit 1; }
 }
 for model in $models; do
-  unit=samples/s; [[ $model == gpt ]] && unit=tokens/s
+  unit=samples/s; [[ $model != cnn ]] && unit=tokens/s
   for precision in $precisions; do
     echo "== $model $precision ($unit, $threads threads, torch $("$KILN_PYTHON" -c 'import torch; print(torch.__version__)'))"
     header="round kiln lightning raw kiln/lightning kiln/raw"
@@ -42,7 +45,7 @@ for model in $models; do
       k=$(kiln_model_rate "$model" "$precision")
       l=$(lightning_rate "$model" "$precision")
       p=$(raw_loop_rate "$model" $(bf16_flag "$precision"))
-      r_kl+=("$(ratio "$k" "$l")") r_kr+=("$(ratio "$k" "$p")")
+      r_kl+=("$(ratio "$k" "$l")") r_kr+=("$([[ $p == - ]] && echo - || ratio "$k" "$p")")
       line="$r $k $l $p ${r_kl[-1]} ${r_kr[-1]}"
       if [[ -n "${KILN_OLD:-}" ]]; then
         o=$(kiln_model_rate "$model" "$precision" "$KILN_OLD")

@@ -8,6 +8,8 @@
 // `model.pretrained=DIR` builds it from a folder that save_pretrained wrote: the sizes from its
 // config.json, the weights from its safetensors. Without it the sizes are options and the
 // weights are drawn as transformers draws them (N(0, initializer_range), RMSNorm weights 1).
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "components/models/autocast_linear.h"
+#include "components/models/causal_attention.h"
 #include "components/models/checkpointing.h"
 #include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
@@ -215,10 +218,21 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // [B, 1, T, T] (packed rows).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         int64_t window, const torch::Tensor& packed) {
-    auto [q, k, v] = Project(x, cos, sin);
     const int64_t length = x.size(1);
+    const bool windowed = window > 0 && length > window;
+    // bf16 on the CPU (bf16-mixed or bf16-true): kiln's causal kernel, 1.5x the step of SDPA's
+    // CPU flash attention (bench/lora_speed.sh); in float32 SDPA is as fast, without the copies.
+    const bool bf16 = x.scalar_type() == torch::kBFloat16 ||
+                      (at::autocast::is_autocast_enabled(at::kCPU) &&
+                       at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16);
+    if (bf16 && x.is_cpu() && !packed.defined() && !windowed && !(is_training() && dropout_ > 0) &&
+        cos.dim() == 2 && !torch::jit::tracer::isTracing()) {
+      torch::Tensor y = FusedCausal(x, cos, sin);
+      if (y.defined()) return o_proj->forward(y);
+    }
+    auto [q, k, v] = Project(x, cos, sin);
     torch::Tensor allowed = packed;
-    if (window > 0 && length > window) {  // Mistral: query i sees keys i - window < j <= i
+    if (windowed) {  // Mistral: query i sees keys i - window < j <= i
       torch::Tensor i = torch::arange(length, x.options().dtype(torch::kInt64)).unsqueeze(1);
       torch::Tensor j = i.view({1, length});
       torch::Tensor near = (j <= i).logical_and(j > i - window);
@@ -268,6 +282,33 @@ class LlamaAttentionImpl : public torch::nn::Module {
     torch::Tensor k = heads(k_proj->forward(x), kv_heads_);
     torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
     return {q * cos + RotateHalf(q) * sin, k * cos + RotateHalf(k) * sin, v};
+  }
+  // Causal attention over the whole row on the CPU through kiln's kernel (causal_attention.h,
+  // as the GPT's blocks run it): q, k and v side by side in c_attn's layout [B, T, 3 * heads *
+  // hd], q and k rotated, each key/value head repeated for the heads / kv_heads query heads it
+  // serves, all in the projections' dtype (bf16 under autocast, as SDPA's autocast casts them).
+  // Returns [B, T, heads * hd], or undefined where the kernel cannot take them.
+  torch::Tensor FusedCausal(const torch::Tensor& x, const torch::Tensor& cos,
+                            const torch::Tensor& sin) {
+    const int64_t b = x.size(0), t = x.size(1);
+    torch::Tensor v = v_proj->forward(x);
+    torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [T, 1, hd]
+    auto rotated = [&](const torch::Tensor& p, int64_t n) {
+      torch::Tensor h = p.view({b, t, n, head_dim_});
+      return (h * c + RotateHalf(h) * s).to(v.scalar_type());
+    };
+    torch::Tensor q = rotated(q_proj->forward(x), heads_),
+                  k = rotated(k_proj->forward(x), kv_heads_);
+    auto all_heads = [&](const torch::Tensor& kv) {
+      if (kv_heads_ == heads_) return kv.reshape({b, t, heads_ * head_dim_});
+      return kv.view({b, t, kv_heads_, 1, head_dim_})
+          .expand({b, t, kv_heads_, heads_ / kv_heads_, head_dim_})
+          .reshape({b, t, heads_ * head_dim_});
+    };
+    torch::Tensor qkv =
+        torch::cat({q.reshape({b, t, heads_ * head_dim_}), all_heads(k), all_heads(v)}, -1);
+    if (!CausalAttentionSupports(qkv, heads_)) return {};
+    return CausalAttention(qkv, heads_);
   }
   // The queries' attention over keys and values, through o_proj. Each key/value head serves
   // heads / kv_heads query heads in turn (SDPA's grouped-query attention).
