@@ -16,6 +16,7 @@
 #include "lib/run/environment.h"
 #include "lib/run/run_dir.h"
 #include "lib/run/stored_config.h"
+#include "lib/trainer/lora.h"
 #include "lib/trainer/model_start.h"
 #include "lib/weights/checkpoint.h"
 
@@ -251,6 +252,12 @@ FitInputs Job::fit_inputs() const {
   inputs.config_yaml =
       config::ToYaml(*config::RedactSecrets(*cfg_.node()));  // kept in checkpoints: no secrets
   inputs.model_name = model_name_;
+  auto from_file = [&](const char* key) {
+    auto path = cfg_.Get<std::string>(key);
+    return path.ok() && !path->empty();
+  };
+  inputs.adapters_only = task_ != nullptr && HasLora(task_->module()) &&
+                         (from_file("model.pretrained") || from_file("model.init_from"));
   return inputs;
 }
 

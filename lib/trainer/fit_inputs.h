@@ -21,6 +21,9 @@ struct FitInputs {
   uint64_t seed = 0;
   std::string config_yaml;  // the resolved job config, stored in checkpoints
   std::string model_name;   // e.g. "cnn", checked when resuming
+  // LoRA on a base the config loads from a file (model.pretrained, model.init_from): checkpoints
+  // hold the adapters alone (WriteTrainedModelState).
+  bool adapters_only = false;
 };
 
 }  // namespace kiln

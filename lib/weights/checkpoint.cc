@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/error_text.h"
 #include "lib/base/files.h"
@@ -270,6 +271,54 @@ void WriteModelState(const std::map<std::string, torch::Tensor>& state,
   });
 }
 
+void WriteTrainedModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  WriteNamed(archive, [&](const auto& put) {
+    for (const auto& p : module.named_parameters())
+      if (p.value().requires_grad()) put(p.key(), p.value());
+    for (const auto& b : module.named_buffers()) put(b.key(), b.value());
+  });
+  archive.write("meta/frozen_digest", c10::IValue(FrozenDigest(module)));
+}
+
+std::string FrozenDigest(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the names, shapes and bit sums
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xFF;
+      h *= 1099511628211ULL;
+    }
+  };
+  int64_t count = 0;
+  for (const auto& p : module.named_parameters()) {
+    const torch::Tensor& t = p.value();
+    if (t.requires_grad()) continue;
+    ++count;
+    for (char c : p.key()) mix(static_cast<unsigned char>(c));
+    for (int64_t size : t.sizes()) mix(static_cast<uint64_t>(size));
+    // The bits as integers of the element's width, summed exactly in int64 (wrapping): the same
+    // on any thread count, where a floating sum is not.
+    torch::Tensor flat = t.detach().to(torch::kCPU).contiguous().view({-1});
+    const size_t width = flat.element_size();
+    torch::ScalarType bits = width == 8   ? torch::kInt64
+                             : width == 4 ? torch::kInt32
+                             : width == 2 ? torch::kInt16
+                                          : torch::kInt8;
+    mix(static_cast<uint64_t>(flat.view(bits).sum(torch::kInt64).item<int64_t>()));
+  }
+  return absl::StrFormat("%d:%016x", count, h);
+}
+
+std::string StoredFrozenDigest(torch::serialize::InputArchive& archive) {
+  c10::IValue digest;
+  try {
+    if (archive.try_read("meta/frozen_digest", digest) && digest.isString())
+      return digest.toStringRef();
+  } catch (const c10::Error&) {
+  }
+  return "";
+}
+
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
     torch::serialize::InputArchive& archive, const std::string& path) {
   c10::IValue names;
@@ -304,10 +353,20 @@ PieceCutter& Cutter() {
 void SetPieceCutter(PieceCutter cutter) { Cutter() = std::move(cutter); }
 
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
-                            torch::nn::Module& module, const std::string& path) {
+                            torch::nn::Module& module, const std::string& path,
+                            const std::string& frozen_digest) {
   torch::NoGradGuard no_grad;
-  auto copy = [&](const std::string& name, torch::Tensor& target) -> absl::Status {
+  if (!frozen_digest.empty() && FrozenDigest(module) != frozen_digest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": holds LoRA adapters trained beside other frozen weights than those this config loads "
+        "(did the model.pretrained or model.init_from files change?)"));
+  }
+  auto copy = [&](const std::string& name, torch::Tensor& target, bool parameter) -> absl::Status {
     auto it = state.find(name);
+    if (it == state.end() && parameter && !frozen_digest.empty() && !target.requires_grad()) {
+      return absl::OkStatus();  // a frozen base parameter: the config loaded it
+    }
     if (it == state.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
@@ -327,10 +386,10 @@ absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
     return absl::OkStatus();
   };
   for (auto& p : module.named_parameters()) {
-    if (auto st = copy(p.key(), p.value()); !st.ok()) return st;
+    if (auto st = copy(p.key(), p.value(), true); !st.ok()) return st;
   }
   for (auto& b : module.named_buffers()) {
-    if (auto st = copy(b.key(), b.value()); !st.ok()) return st;
+    if (auto st = copy(b.key(), b.value(), false); !st.ok()) return st;
   }
   return absl::OkStatus();
 }

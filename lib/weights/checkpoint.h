@@ -30,13 +30,25 @@ void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive&
 // Named tensors stored as WriteModelState stores a module's.
 void WriteModelState(const std::map<std::string, torch::Tensor>& state,
                      torch::serialize::OutputArchive& archive);
+// LoRA on a base that the config loads from a file (model.pretrained, model.init_from): the
+// trained parameters alone (the adapters) and the buffers, with a digest of the frozen parameters
+// they were trained beside ("meta/frozen_digest"), which LoadModelState checks.
+void WriteTrainedModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive);
+// The frozen parameters' names, shapes and bits, as a short hex string (exact: integer sums of the
+// bits, independent of threads and machines).
+std::string FrozenDigest(torch::nn::Module& module);
+// The digest a WriteTrainedModelState checkpoint holds; "" for a whole model's.
+std::string StoredFrozenDigest(torch::serialize::InputArchive& archive);
 // name -> tensor as stored by WriteModelState; an error names the file when there is none.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
     torch::serialize::InputArchive& archive, const std::string& path);
 // Copies `state` into the module; every parameter and buffer must be there with its shape, or be
 // one that the piece cutter cuts from the whole tensor (a worker's piece of a sharded table).
+// With `frozen_digest` (a WriteTrainedModelState checkpoint's), the frozen parameters may be
+// missing from `state`, and they must be those the checkpoint was trained beside.
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
-                            torch::nn::Module& module, const std::string& path);
+                            torch::nn::Module& module, const std::string& path,
+                            const std::string& frozen_digest = "");
 
 // The piece of `whole` that `param` holds, or an undefined tensor when `param` is not a piece.
 // Several-worker runs install distributed::CutToPiece (sharded_tables.h) here; none by default.

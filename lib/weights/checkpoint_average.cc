@@ -34,8 +34,10 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
     KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
     std::string model = MetaString(archive, "meta/model");
     out.config = MetaString(archive, "meta/config");
+    const std::string digest = StoredFrozenDigest(archive);
     if (i == 0) {
       out.model_name = model;
+      out.frozen_digest = digest;
       for (const auto& [name, t] : state)
         sums[name] = t.is_floating_point() ? t.to(torch::kFloat64) : t.clone();
       out.state = state;
@@ -47,6 +49,8 @@ absl::StatusOr<AveragedWeights> AverageCheckpoints(const std::vector<std::string
     };
     if (model != out.model_name)
       return refuse(absl::StrCat("'", out.model_name, "' and '", model, "'"));
+    if (digest != out.frozen_digest)
+      return refuse("LoRA adapters of different frozen weights, or adapters and a whole model");
     for (const auto& [name, t] : state) {
       auto it = sums.find(name);
       if (it == sums.end()) return refuse(absl::StrCat("'", name, "' is only in the second"));
@@ -114,6 +118,8 @@ absl::Status WriteAveragedCheckpoint(const std::string& path, const AveragedWeig
     WriteCheckpointMeta(archive, averaged.model_name, averaged.config);
     archive.write("meta/averaged_from", c10::IValue(absl::StrJoin(sources, "\n")));
     WriteModelState(averaged.state, archive);
+    if (!averaged.frozen_digest.empty())
+      archive.write("meta/frozen_digest", c10::IValue(averaged.frozen_digest));
   });
 }
 

@@ -15,8 +15,9 @@ namespace kiln {
 
 struct AveragedWeights {
   std::map<std::string, torch::Tensor> state;
-  std::string model_name;  // meta/model of the checkpoints
-  std::string config;      // meta/config of the last one
+  std::string model_name;     // meta/model of the checkpoints
+  std::string config;         // meta/config of the last one
+  std::string frozen_digest;  // LoRA adapters alone: the frozen weights they go with (checkpoint.h)
 };
 
 // Floating-point entries (weights, BatchNorm running means and variances) are averaged in

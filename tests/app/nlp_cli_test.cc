@@ -15,6 +15,7 @@
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
+#include "lib/weights/checkpoint.h"
 #include "lib/weights/safetensors.h"
 #include "tests/support/process.h"
 
@@ -562,6 +563,29 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
       EXPECT_EQ(torch::equal(tensor, before->at(name)), !adapted) << name;
     }
   }
+  // The run's checkpoints hold the adapters alone (the base is the config's model.pretrained),
+  // with the frozen weights' digest: the same adapters against another base are refused.
+  {
+    torch::serialize::InputArchive archive;
+    ASSERT_TRUE(ReadCheckpoint(d + "/lora/checkpoints/last.ckpt", &archive).ok());
+    auto stored = ReadModelState(archive, "last.ckpt");
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    int adapters = 0;  // lora_A and lora_B of the two adapted layers, and kiln's buffer
+    for (const auto& [name, tensor] : *stored) {
+      adapters += name.find(".lora_") != std::string::npos;
+      EXPECT_TRUE(name.find(".lora_") != std::string::npos || name == "tokenizer_fingerprint")
+          << name;
+    }
+    EXPECT_EQ(adapters, 4);
+    EXPECT_FALSE(StoredFrozenDigest(archive).empty());
+  }
+  auto other_base =
+      RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora", "format=hf",
+                  "model.pretrained=" + d + "/lora_hf", "hydra.run.dir=" + d + "/lora_other"});
+  EXPECT_NE(other_base.exit_code, 0);
+  EXPECT_NE(other_base.err.find("holds LoRA adapters trained beside other frozen weights"),
+            std::string::npos)
+      << other_base.err;
   auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
                                  "hydra.run.dir=" + d + "/no_peft"});
   EXPECT_NE(no_adapters.exit_code, 0);

@@ -65,7 +65,7 @@ absl::Status LoadSameModel(const std::string& path, torch::serialize::InputArchi
                      "', but the config builds model '", model_name, "'"));
   }
   KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
-  return LoadModelState(state, task.module(), path);
+  return LoadModelState(state, task.module(), path, StoredFrozenDigest(archive));
 }
 
 }  // namespace
@@ -82,7 +82,9 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
       replaced = c->CheckpointModelState();
       if (!replaced.empty()) break;
     }
-    if (replaced.empty()) {
+    if (replaced.empty() && parts.adapters_only) {
+      WriteTrainedModelState(parts.task->module(), archive);
+    } else if (replaced.empty()) {
       WriteModelState(parts.task->module(), archive);
     } else {
       WriteModelState(replaced, archive);

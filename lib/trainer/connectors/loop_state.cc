@@ -109,6 +109,7 @@ FitParts LoopContext::Parts() const {
   parts.callbacks = &callbacks.callbacks();
   parts.model_name = state.inputs.model_name;
   parts.config_yaml = state.inputs.config_yaml;
+  parts.adapters_only = state.inputs.adapters_only;
   return parts;
 }
 
