@@ -523,6 +523,13 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   // gives the logits kiln gives from the merged folder, and the merged folder differs from the
   // base only in the adapted layers.
   const std::string base = d + "/llama_hf";
+  // kiln test without a checkpoint evaluates a Hugging Face folder as it is.
+  auto evaluated = RunProcess({KILN_BINARY, "test", "experiment=pretrained_lm",
+                               "model.pretrained=" + base, "data.test=[" + d + "/book/test.txt]",
+                               "data.block_size=16", "hydra.run.dir=" + d + "/eval_base"});
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_NE(evaluated.out.find("test/bpc: "), std::string::npos) << evaluated.out;
+  EXPECT_NE(evaluated.err.find("as it is (no ckpt_path)"), std::string::npos) << evaluated.err;
   auto lora = Lm("train",
                  {"test=false", "trainer.max_steps=10", "model.pretrained=" + base,
                   "model.kv_heads=1", "model.mlp_dim=24",  // the base's sizes, as trained above
