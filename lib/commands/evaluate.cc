@@ -1,5 +1,6 @@
 // `kiln validate` and `kiln test`: the job's model from a checkpoint (ckpt_path: a file, last or
-// best; none: model.pretrained's folder as it is), evaluated; the metrics on stdout and in val_metrics.yaml / test_metrics.yaml.
+// best; none: model.pretrained's folder as it is), evaluated; the metrics on stdout and in
+// val_metrics.yaml / test_metrics.yaml.
 #include <cstdio>
 #include <map>
 #include <memory>
