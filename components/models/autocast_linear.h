@@ -25,8 +25,16 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
-    torch::Tensor y = compat::AutocastEnabled() ? torch::linear(input, weight, bias)
-                                                : torch::nn::LinearImpl::forward(input);
+    torch::Tensor y;
+    if (compat::AutocastEnabled()) {
+      y = torch::linear(input, weight, bias);
+    } else if (weight.scalar_type() != input.scalar_type()) {
+      // A frozen base held in bf16 (model.lora.base_dtype): computed in it, returned in the
+      // input's.
+      y = torch::linear(input.to(weight.scalar_type()), weight, bias).to(input.scalar_type());
+    } else {
+      y = torch::nn::LinearImpl::forward(input);
+    }
     if (!lora_A) return y;
     torch::Tensor x =
         lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
@@ -57,7 +65,13 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   void MergeLora() override {
     if (!lora_A) return;
     torch::NoGradGuard no_grad;
-    weight.copy_(MergedWeight());
+    // A bf16 base (model.lora.base_dtype) merges into float32, the adapters' precision.
+    torch::Tensor merged = MergedWeight();
+    if (merged.scalar_type() != weight.scalar_type()) {
+      weight.set_data(merged);
+    } else {
+      weight.copy_(merged);
+    }
     unregister_module("lora_A");
     unregister_module("lora_B");
     lora_A = nullptr;
@@ -89,6 +103,8 @@ class FusedLinears {
     std::vector<std::pair<const void*, uint32_t>> key;
     int64_t elements = 0;
     for (const AutocastLinearImpl* layer : layers) {
+      // A base held in another dtype than the activations: the layers' own forward casts.
+      if (layer->weight.scalar_type() != x.scalar_type() && !compat::AutocastEnabled()) return {};
       elements += layer->weight.numel();
       for (const torch::Tensor* t : {&layer->weight, &layer->bias}) {
         if (t->defined()) key.emplace_back(t->data_ptr(), t->_version());

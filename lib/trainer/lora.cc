@@ -35,7 +35,11 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  "last names of the layers that get adapters (q_proj, v_proj, c_attn, ...)")
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
-                 "adapters, instead of new ones"));
+                 "adapters, instead of new ones")
+          .Field("base_dtype", &LoraOptions::base_dtype,
+                 "dtype of the frozen Linear weights: float32, or bfloat16 (half their memory; "
+                 "the adapters train in float32)",
+                 OneOf({"float32", "bfloat16"})));
   return *binding;
 }
 
@@ -177,6 +181,24 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     }
     Logger::Instance().Info(absl::StrCat("model.lora.from ", o.from, ": ", loaded,
                                          " adapter tensors, r ", o.r, ", alpha ", o.alpha));
+  }
+  if (o.base_dtype == "bfloat16") {
+    // Every frozen Linear weight (the layers that can carry an adapter compute in their weight's
+    // dtype and return the input's), not the adapters, embeddings or norms.
+    int64_t bytes = 0;
+    for (const auto& m : model.modules()) {
+      auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get());
+      if (linear == nullptr || dynamic_cast<LoraLayer*>(m.get()) == nullptr) continue;
+      for (torch::Tensor* t : {&linear->weight, &linear->bias}) {
+        if (!t->defined() || t->scalar_type() == torch::kBFloat16) continue;
+        bytes += t->numel() * 2;
+        t->set_data(t->to(torch::kBFloat16));
+      }
+    }
+    Logger::Instance().Info(
+        absl::StrCat("model.lora.base_dtype=bfloat16: the frozen Linear "
+                     "weights held in bf16, ",
+                     bytes >> 20, " MB saved"));
   }
   int64_t trained = 0, total = 0;
   for (const auto& p : model.parameters()) {

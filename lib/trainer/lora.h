@@ -28,6 +28,9 @@ struct LoraOptions {
   double dropout = 0.0;
   std::vector<std::string> target_modules;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
+  // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
+  // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
+  std::string base_dtype = "float32";
 };
 
 // A layer that can carry an adapter (kiln's Linear layers: components/models/autocast_linear.h).

@@ -563,6 +563,62 @@ TEST(Generation, FusedProjectionsFollowTheLayersWeightsAndAdapters) {
   EXPECT_LT((bf16.to(torch::kFloat32) - with_lora).abs().max().item<double>(), 0.1);
 }
 
+// model.lora.base_dtype=bfloat16: the frozen Linear weights are held in bf16 (half their memory)
+// while the adapters, embeddings and norms stay float32; the layers compute in their weight's dtype
+// and hand back float32, so the logits are the float32 base's within bf16's rounding, only the
+// adapters get (float32) gradients, generation's cache agrees with a full forward, and merging
+// gives float32 weights.
+TEST(Lora, BaseHeldInBf16TrainsFloat32Adapters) {
+  const std::string yaml =
+      "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 2\nheads: 4\nkv_heads: 2\nmlp_dim: 24\n";
+  LoraOptions lora;
+  lora.r = 2;
+  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  auto build = [&](const std::string& dtype) {
+    torch::manual_seed(5);
+    auto model = Instantiate(yaml);
+    EXPECT_TRUE(model.ok()) << model.status();
+    LoraOptions o = lora;
+    o.base_dtype = dtype;
+    EXPECT_TRUE(AddLora(**model, o).ok());
+    torch::manual_seed(6);
+    torch::NoGradGuard no_grad;
+    for (auto& item : (*model)->named_parameters())
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.5);
+    return *model;
+  };
+  auto f32 = build("float32"), half = build("bfloat16");
+  auto params = half->named_parameters();
+  EXPECT_EQ(params["model.layers.0.self_attn.q_proj.weight"].scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(params["model.layers.0.mlp.gate_proj.weight"].scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(params["model.layers.0.self_attn.q_proj.lora_A.weight"].scalar_type(), torch::kFloat32);
+  EXPECT_EQ(params["model.embed_tokens.weight"].scalar_type(), torch::kFloat32);
+  EXPECT_EQ(params["model.norm.weight"].scalar_type(), torch::kFloat32);
+  torch::Tensor ids = torch::tensor({{5, 9, 2, 7, 11, 3}});
+  torch::Tensor want = f32->forward(ids), got = half->forward(ids);
+  EXPECT_EQ(got.scalar_type(), torch::kFloat32);
+  EXPECT_LT((got - want).abs().max().item<double>(), 0.05);
+  EXPECT_GT((got - want).abs().max().item<double>(), 0);  // the base is rounded
+  got.logsumexp(-1).sum().backward();
+  for (auto& item : half->named_parameters()) {
+    const bool adapter = item.key().find(".lora_") != std::string::npos;
+    EXPECT_EQ(item.value().grad().defined(), adapter) << item.key();
+    if (adapter) EXPECT_EQ(item.value().grad().scalar_type(), torch::kFloat32) << item.key();
+  }
+  half->eval();
+  auto* lm = dynamic_cast<CausalLm*>(half.get());
+  torch::NoGradGuard no_grad;
+  KvCache cache(8);
+  cache.Extend(torch::ones({1, 6}, torch::kBool));
+  torch::Tensor cached = lm->forward_cached(ids, torch::arange(6).unsqueeze(0), cache);
+  EXPECT_LT((cached - half->forward(ids)).abs().max().item<double>(), 1e-5);
+  MergeLora(*half);
+  EXPECT_EQ(half->named_parameters()["model.layers.0.self_attn.q_proj.weight"].scalar_type(),
+            torch::kFloat32);
+  // Merged, the adapted layers compute in float32 from inputs no longer rounded to bf16.
+  EXPECT_LT((half->forward(ids) - cached).abs().max().item<double>(), 0.01);
+}
+
 // activation_checkpointing recomputes each block in the backward: the gradients equal those of
 // the plain backward, with dropout (the recompute draws the same masks) and under LoRA (frozen
 // embeddings: the blocks' input needs no gradient, their adapters do).
