@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -164,14 +165,21 @@ class CountedVocabulary : public Tokenizer {
   // tokenizer's own splitting, normalizing and joining, and the specials named in
   // tokenizer_config.json.
   absl::StatusOr<std::map<std::string, std::string>> HuggingFaceFiles() const override {
+    // Appended in id order without ordered_json's lookups (each a linear search: quadratic for a
+    // 30k-word vocabulary); the set keeps the keys unique.
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) vocab[SpecialTokens::Name(id)] = id;
-    for (size_t i = 0; i < units_.size(); ++i) {
-      // A unit spelled like a special (a word "<s>" in the text) keeps the special's id: the
-      // added token matches first in transformers too.
-      if (!vocab.contains(units_[i]))
-        vocab[units_[i]] = static_cast<int64_t>(i) + SpecialTokens::kCount;
-    }
+    auto& entries = static_cast<nlohmann::ordered_json::object_t::Container&>(
+        vocab.get_ref<nlohmann::ordered_json::object_t&>());
+    entries.reserve(units_.size() + SpecialTokens::kCount);
+    std::unordered_set<std::string> seen;
+    auto add = [&](const std::string& unit, int64_t id) {
+      if (seen.insert(unit).second) entries.emplace_back(unit, nlohmann::ordered_json(id));
+    };
+    for (int64_t id = 0; id < SpecialTokens::kCount; ++id) add(SpecialTokens::Name(id), id);
+    // A unit spelled like a special (a word "<s>" in the text) keeps the special's id: the added
+    // token matches first in transformers too.
+    for (size_t i = 0; i < units_.size(); ++i)
+      add(units_[i], static_cast<int64_t>(i) + SpecialTokens::kCount);
     return HfFilesWithKilnSpecials(
         {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}, HfNormalizer(),
         HfPreTokenizer(), HfDecoder());
