@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "components/models/autocast_linear.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
@@ -54,7 +55,7 @@ torch::Tensor BertActivation(const torch::Tensor& x, const std::string& act) {
 class BertResidualOutputImpl : public torch::nn::Module {
  public:
   BertResidualOutputImpl(int64_t in, const BertArchitecture& a) : dropout_(a.dropout) {
-    dense = register_module("dense", torch::nn::Linear(in, a.dim));
+    dense = register_module("dense", AutocastLinear(in, a.dim));
     LayerNorm = register_module(
         "LayerNorm",
         torch::nn::LayerNorm(torch::nn::LayerNormOptions({a.dim}).eps(a.layer_norm_eps)));
@@ -63,7 +64,7 @@ class BertResidualOutputImpl : public torch::nn::Module {
     return LayerNorm->forward(torch::dropout(dense->forward(h), dropout_, is_training()) +
                               residual);
   }
-  torch::nn::Linear dense{nullptr};
+  AutocastLinear dense{nullptr};
   torch::nn::LayerNorm LayerNorm{nullptr};  // NOLINT: Hugging Face's name
 
  private:
@@ -75,9 +76,9 @@ class BertSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit BertSelfAttentionImpl(const BertArchitecture& a)
       : heads_(a.heads), dropout_(a.attention_dropout) {
-    query = register_module("query", torch::nn::Linear(a.dim, a.dim));
-    key = register_module("key", torch::nn::Linear(a.dim, a.dim));
-    value = register_module("value", torch::nn::Linear(a.dim, a.dim));
+    query = register_module("query", AutocastLinear(a.dim, a.dim));
+    key = register_module("key", AutocastLinear(a.dim, a.dim));
+    value = register_module("value", AutocastLinear(a.dim, a.dim));
   }
   // x [B, T, D]; keep [B, 1, 1, T], true where a key is a token (not padding).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& keep) {
@@ -90,7 +91,7 @@ class BertSelfAttentionImpl : public torch::nn::Module {
         is_training() ? dropout_ : 0.0);
     return y.transpose(1, 2).reshape({b, t, d});
   }
-  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  AutocastLinear query{nullptr}, key{nullptr}, value{nullptr};
 
  private:
   int64_t heads_;
@@ -115,10 +116,10 @@ TORCH_MODULE(BertAttention);
 class BertIntermediateImpl : public torch::nn::Module {
  public:
   explicit BertIntermediateImpl(const BertArchitecture& a) : act_(a.hidden_act) {
-    dense = register_module("dense", torch::nn::Linear(a.dim, a.mlp_dim));
+    dense = register_module("dense", AutocastLinear(a.dim, a.mlp_dim));
   }
   torch::Tensor forward(const torch::Tensor& x) { return BertActivation(dense->forward(x), act_); }
-  torch::nn::Linear dense{nullptr};
+  AutocastLinear dense{nullptr};
 
  private:
   std::string act_;
@@ -187,13 +188,13 @@ class BertBodyImpl : public torch::nn::Module {
     encoder = register_module("encoder", BertEncoder(a));
     if (!a.roberta()) {
       pooler = register_module("pooler", std::make_shared<torch::nn::Module>());
-      pooler_dense = pooler->register_module("dense", torch::nn::Linear(a.dim, a.dim));
+      pooler_dense = pooler->register_module("dense", AutocastLinear(a.dim, a.dim));
     }
   }
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
   std::shared_ptr<torch::nn::Module> pooler;
-  torch::nn::Linear pooler_dense{nullptr};
+  AutocastLinear pooler_dense{nullptr};
 };
 TORCH_MODULE(BertBody);
 
@@ -204,10 +205,10 @@ class BertClassifier : public Model {
     body = register_module(a_.roberta() ? "roberta" : "bert", BertBody(a_));
     if (a_.roberta()) {
       auto head = register_module("classifier", std::make_shared<torch::nn::Module>());
-      head_dense = head->register_module("dense", torch::nn::Linear(a_.dim, a_.dim));
-      head_out = head->register_module("out_proj", torch::nn::Linear(a_.dim, labels));
+      head_dense = head->register_module("dense", AutocastLinear(a_.dim, a_.dim));
+      head_out = head->register_module("out_proj", AutocastLinear(a_.dim, labels));
     } else {
-      head_out = register_module("classifier", torch::nn::Linear(a_.dim, labels));
+      head_out = register_module("classifier", AutocastLinear(a_.dim, labels));
     }
     // transformers' _init_weights: N(0, initializer_range) for matrices and embeddings (the pad
     // row of the word embeddings zero), zero biases, LayerNorm weights 1.
@@ -266,7 +267,7 @@ class BertClassifier : public Model {
   const BertArchitecture& architecture() const { return a_; }
 
   BertBody body{nullptr};
-  torch::nn::Linear head_dense{nullptr}, head_out{nullptr};
+  AutocastLinear head_dense{nullptr}, head_out{nullptr};
 
  private:
   BertArchitecture a_;

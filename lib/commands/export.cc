@@ -199,11 +199,17 @@ absl::Status ExportPeft(run::JobContext& ctx, Job& job, const std::string& sourc
     return absl::FailedPreconditionError(
         "kiln export format=peft: the run's model has no LoRA adapters (model.lora)");
   }
+  PeftAdapterInfo info;
+  info.base_model = ctx.cfg.Get<std::string>("model.pretrained").value_or("");
   // GPT-2's layers are Conv1D in transformers: PEFT marks their adapters fan_in_fan_out.
-  const bool conv1d = job.model_name() == "gpt" || job.model_name() == "gpt2";
-  const std::string base = ctx.cfg.Get<std::string>("model.pretrained").value_or("");
+  info.fan_in_fan_out = job.model_name() == "gpt" || job.model_name() == "gpt2";
+  // model=bert is transformers' *ForSequenceClassification: PEFT's SEQ_CLS, which trains and
+  // saves the head whole.
+  if (job.model_name() == "bert") info.task_type = "SEQ_CLS";
+  KILN_ASSIGN_OR_RETURN(std::optional<LoraOptions> lora, ReadLoraOptions(ctx.cfg));
+  if (lora) info.modules_to_save = lora->modules_to_save;
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
-  KILN_RETURN_IF_ERROR(WritePeftAdapter(job.task().module(), base, conv1d, ctx.output_dir));
+  KILN_RETURN_IF_ERROR(WritePeftAdapter(job.task().module(), info, ctx.output_dir));
   KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));
   Logger::Instance().Info(absl::StrCat("exported the LoRA adapters of ", source,
                                        " in PEFT's format: ", ctx.output_dir,

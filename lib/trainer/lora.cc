@@ -33,6 +33,10 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  InHalfOpenRange(0, 1))
           .Field("target_modules", &LoraOptions::target_modules,
                  "last names of the layers that get adapters (q_proj, v_proj, c_attn, ...)")
+          .Field("modules_to_save", &LoraOptions::modules_to_save,
+                 "last names of modules that train whole beside the adapters and are saved "
+                 "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
+                 "always does")
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
                  "adapters, instead of new ones")
@@ -43,13 +47,29 @@ const OptionBinding<LoraOptions>& LoraBinding() {
   return *binding;
 }
 
-// The layers of `model` whose last name is in `targets`, by full name.
+// PEFT's SEQ_CLS task trains these heads whole (PeftModelForSequenceClassification).
+const std::vector<std::string>& ClassifierHeads() {
+  static const auto* heads = new std::vector<std::string>{"classifier", "score"};
+  return *heads;
+}
+
+std::string LastName(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+
+bool Within(const std::string& name, const std::vector<std::string>& modules) {
+  return std::any_of(modules.begin(), modules.end(), [&](const std::string& m) {
+    return name == m || absl::StartsWith(name, m + ".");
+  });
+}
+
+// The layers of `model` whose last name is in `targets`, by full name, outside the modules that
+// train whole (`saved`).
 std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
-    torch::nn::Module& model, const std::vector<std::string>& targets) {
+    torch::nn::Module& model, const std::vector<std::string>& targets,
+    const std::vector<std::string>& saved) {
   std::vector<std::pair<std::string, torch::nn::Module*>> found;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    std::vector<std::string> parts = absl::StrSplit(item.key(), '.');
-    if (std::find(targets.begin(), targets.end(), parts.back()) != targets.end())
+    if (std::find(targets.begin(), targets.end(), LastName(item.key())) != targets.end() &&
+        !Within(item.key(), saved))
       found.emplace_back(item.key(), item.value().get());
   }
   return found;
@@ -102,6 +122,11 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": target_modules is a regular expression; kiln reads a list of layer names"));
   }
+  config::NodePtr saved = root->Find("modules_to_save");
+  o->modules_to_save.clear();
+  if (saved && saved->is_list()) {
+    for (const auto& t : saved->items()) o->modules_to_save.push_back(config::PythonStr(*t));
+  }
   if (o->r < 1 || o->target_modules.empty())
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": r must be positive and target_modules a non-empty list"));
@@ -136,7 +161,19 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     }
     KILN_ASSIGN_OR_RETURN(file, ReadSafetensors(weights));
   }
-  auto targets = Targets(model, o.target_modules);
+  for (const std::string& m : o.modules_to_save) {
+    // PEFT's SEQ_CLS files name both heads; a model has one of them.
+    const bool head =
+        std::find(ClassifierHeads().begin(), ClassifierHeads().end(), m) != ClassifierHeads().end();
+    const auto modules = model.named_modules("", /*include_self=*/false);
+    if (!head && std::none_of(modules.begin(), modules.end(),
+                              [&](const auto& item) { return LastName(item.key()) == m; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.lora.modules_to_save: '", m, "' names no module of the model"));
+    }
+  }
+  const std::vector<std::string> saved = ModulesToSave(model, o.modules_to_save);
+  auto targets = Targets(model, o.target_modules, saved);
   std::set<std::string> matched;
   std::vector<std::string> names;
   for (auto& [name, module] : targets) {
@@ -160,11 +197,15 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (auto& p : model.parameters()) p.set_requires_grad(false);
   for (auto& [name, module] : targets)
     dynamic_cast<LoraLayer*>(module)->AddLora(o.r, o.alpha, o.dropout);
+  for (auto& item : model.named_parameters()) {
+    if (Within(item.key(), saved)) item.value().set_requires_grad(true);
+  }
   if (!o.from.empty()) {
-    // PEFT's names: base_model.model.NAME.lora_A.weight (older files: ...lora_A.default.weight).
+    // PEFT's names: base_model.model.NAME.lora_A.weight, and a saved module's tensors as
+    // base_model.model.NAME.weight.
     int64_t loaded = 0;
     for (auto& item : model.named_parameters()) {
-      if (!absl::StrContains(item.key(), ".lora_")) continue;
+      if (!absl::StrContains(item.key(), ".lora_") && !Within(item.key(), saved)) continue;
       std::string key = kPrefix + item.key();
       auto it = file.find(key);
       if (it == file.end()) {
@@ -188,7 +229,9 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     int64_t bytes = 0;
     for (const auto& m : model.modules()) {
       auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get());
-      if (linear == nullptr || dynamic_cast<LoraLayer*>(m.get()) == nullptr) continue;
+      if (linear == nullptr || dynamic_cast<LoraLayer*>(m.get()) == nullptr ||
+          linear->weight.requires_grad())
+        continue;  // a module trained whole (modules_to_save) keeps float32
       for (torch::Tensor* t : {&linear->weight, &linear->bias}) {
         if (!t->defined() || t->scalar_type() == torch::kBFloat16) continue;
         bytes += t->numel() * 2;
@@ -205,9 +248,24 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     total += p.numel();
     if (p.requires_grad()) trained += p.numel();
   }
-  Logger::Instance().Info(absl::StrCat("model.lora: adapters of rank ", o.r, " on ", names.size(),
-                                       " layers; ", trained, " of ", total, " parameters train"));
+  Logger::Instance().Info(absl::StrCat(
+      "model.lora: adapters of rank ", o.r, " on ", names.size(), " layers",
+      saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"), "; ",
+      trained, " of ", total, " parameters train"));
   return names;
+}
+
+std::vector<std::string> ModulesToSave(torch::nn::Module& model,
+                                       const std::vector<std::string>& modules_to_save) {
+  std::vector<std::string> names = ClassifierHeads();
+  names.insert(names.end(), modules_to_save.begin(), modules_to_save.end());
+  std::vector<std::string> found;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (std::find(names.begin(), names.end(), LastName(item.key())) != names.end() &&
+        !Within(item.key(), found))
+      found.push_back(item.key());
+  }
+  return found;
 }
 
 bool HasLora(torch::nn::Module& model) {
@@ -218,8 +276,8 @@ bool HasLora(torch::nn::Module& model) {
   return false;
 }
 
-absl::Status WritePeftAdapter(torch::nn::Module& model, const std::string& base_model,
-                              bool fan_in_fan_out, const std::string& dir) {
+absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
+                              const std::string& dir) {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<std::string> targets;
   const LoraLayer* first = nullptr;
@@ -235,19 +293,27 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const std::string& base_
     }
   }
   if (first == nullptr) return absl::FailedPreconditionError("the model has no LoRA adapters");
+  const std::vector<std::string> saved = ModulesToSave(model, info.modules_to_save);
+  std::set<std::string> saved_names;
+  for (const auto& p : model.named_parameters()) {
+    if (Within(p.key(), saved))
+      tensors.emplace_back(kPrefix + p.key(), p.value().detach().to(torch::kCPU, torch::kFloat32));
+  }
+  for (const std::string& m : saved) saved_names.insert(absl::StrCat("\"", LastName(m), "\""));
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   std::vector<std::string> quoted;
   for (const std::string& t : targets) quoted.push_back(absl::StrCat("\"", t, "\""));
   const std::string config = absl::StrCat(
-      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": ", first->lora_r(),
-      ",\n  \"lora_alpha\": ", first->lora_alpha(),
+      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"", info.task_type,
+      "\",\n  \"r\": ", first->lora_r(), ",\n  \"lora_alpha\": ", first->lora_alpha(),
       ",\n  \"lora_dropout\": ", first->lora_dropout(), ",\n  \"target_modules\": [",
       absl::StrJoin(quoted, ", "),
-      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", fan_in_fan_out ? "true" : "false",
+      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
       ",\n  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"init_lora_weights\": true,\n"
-      "  \"inference_mode\": true,\n  \"modules_to_save\": null,\n"
-      "  \"base_model_name_or_path\": \"",
-      absl::StrReplaceAll(base_model, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"\n}\n");
+      "  \"inference_mode\": true,\n  \"modules_to_save\": ",
+      saved_names.empty() ? "null" : absl::StrCat("[", absl::StrJoin(saved_names, ", "), "]"),
+      ",\n  \"base_model_name_or_path\": \"",
+      absl::StrReplaceAll(info.base_model, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"\n}\n");
   KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/adapter_config.json", config));
   return WriteSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
 }

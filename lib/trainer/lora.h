@@ -27,6 +27,10 @@ struct LoraOptions {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules;
+  // Last names of modules that train whole beside the adapters and are saved with them (PEFT's
+  // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's
+  // SEQ_CLS task adds it: a head fitted to new labels must train.
+  std::vector<std::string> modules_to_save;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -57,14 +61,27 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
 // With `from`, the adapter's config and tensors come from that folder.
 absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraOptions options);
 
+// The full names of the modules of `model` that train whole beside the adapters:
+// `modules_to_save` and a classifier's head (PEFT's `classifier` and `score`), each by last name.
+std::vector<std::string> ModulesToSave(torch::nn::Module& model,
+                                       const std::vector<std::string>& modules_to_save);
+
 // Whether any layer of `model` carries an adapter.
 bool HasLora(torch::nn::Module& model);
 
-// Writes the adapters in PEFT's format into `dir`: adapter_config.json (`base_model` as
-// base_model_name_or_path; `fan_in_fan_out` for GPT-2's Conv1D layers) and
-// adapter_model.safetensors (base_model.model.NAME.lora_A.weight, ...).
-absl::Status WritePeftAdapter(torch::nn::Module& model, const std::string& base_model,
-                              bool fan_in_fan_out, const std::string& dir);
+// How an adapter folder describes its model (adapter_config.json).
+struct PeftAdapterInfo {
+  std::string base_model;                    // base_model_name_or_path
+  std::string task_type = "CAUSAL_LM";       // PEFT's: CAUSAL_LM, SEQ_CLS
+  bool fan_in_fan_out = false;               // GPT-2's Conv1D layers
+  std::vector<std::string> modules_to_save;  // as LoraOptions
+};
+
+// Writes the adapters in PEFT's format into `dir`: adapter_config.json and
+// adapter_model.safetensors (base_model.model.NAME.lora_A.weight, ...; a saved module's own
+// tensors as base_model.model.NAME.weight, as PEFT writes them).
+absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
+                              const std::string& dir);
 
 // Adds each adapter's product to its weight and removes the adapters: a plain model again.
 void MergeLora(torch::nn::Module& model);

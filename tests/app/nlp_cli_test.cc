@@ -8,10 +8,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/registry/registry.h"
@@ -79,6 +81,36 @@ class NlpCliTest : public ::testing::Test {
 
   // `kiln export` of the run in RUN as format=hf and format=safetensors, into RUN_hf and
   // RUN_safetensors.
+  // peft on the folder `base` with the adapter `run`_peft (kiln export format=peft) gives the
+  // logits of the merged folder `run`_hf (format=hf) read by kiln's `model`, within 1e-5; the
+  // merged folder differs from the base in the weights `trained` names only.
+  static void ExpectPeftGivesTheMergedLogits(
+      const std::string& model, const std::string& base, const std::string& run,
+      const std::function<bool(const std::string&)>& trained) {
+    auto peft = RunProcess({KILN_PYTHON_EXE,
+                            std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py",
+                            base, run + "_peft"});
+    ASSERT_EQ(peft.exit_code, 0) << peft.err;
+    auto node =
+        config::ParseYaml("_target_: " + model + "\npretrained: '" + run + "_hf'\n", "m.yaml");
+    ASSERT_TRUE(node.ok());
+    auto merged = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    auto reference = ReadSafetensors(run + "_peft/peft_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*merged)->eval();
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor logits = (*merged)->forward(reference->at("ids"));
+      EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
+    }
+    auto before = ReadSafetensors(base + "/model.safetensors");
+    auto after = ReadSafetensors(run + "_hf/model.safetensors");
+    ASSERT_TRUE(before.ok() && after.ok());
+    for (const auto& [name, tensor] : *after)
+      EXPECT_EQ(torch::equal(tensor, before->at(name)), !trained(name)) << name;
+  }
+
   static void ExportHfAndSafetensors(const std::string& run) {
     for (const std::string format : {"hf", "safetensors"}) {
       auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + run, "format=" + format,
@@ -314,6 +346,7 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
              "call me ishmael some years ago never mind how long\n");
   std::vector<std::string> check = {
       KILN_PYTHON_EXE, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py"};
+  std::vector<std::string> bert_argv;
   for (const std::string family : {"bert", "roberta", "xlm-roberta"}) {
     SCOPED_TRACE(family);
     const std::string folder = d + "/pretrained/" + family + "/model";
@@ -346,6 +379,7 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
                 std::string::npos)
           << refused.err;
     }
+    if (family == "bert") bert_argv = argv;
     auto trained = RunProcess(argv);
     ASSERT_EQ(trained.exit_code, 0) << trained.err;
     if (family == "roberta") {
@@ -405,6 +439,43 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
     const double diff = (logits - reference->at("logits")).abs().max().item<double>();
     EXPECT_LT(diff, 1e-5);
     std::printf("%s: max |kiln - transformers| after 20 steps = %.3g\n", family.c_str(), diff);
+  }
+  // LoRA on the BERT (query and value), as PEFT's SEQ_CLS task: the head trains whole beside the
+  // adapters and is saved with them. peft reads kiln's adapter folder and gives the logits kiln
+  // gives from the merged export; the checkpoint holds the adapters and the head alone.
+  {
+    const std::string base = d + "/pretrained/bert/model";
+    std::vector<std::string> argv = bert_argv;
+    argv.back() = "hydra.run.dir=" + d + "/bert_lora";
+    argv.insert(argv.end(),
+                {"model.lora={r:4,alpha:8,target_modules:[query,value]}", "optimizer.lr=0.05"});
+    auto lora = RunProcess(argv);
+    ASSERT_EQ(lora.exit_code, 0) << lora.err;
+    EXPECT_NE(lora.err.find("adapters of rank 4 on 4 layers, classifier trained whole"),
+              std::string::npos)
+        << lora.err;
+    for (const std::string format : {"peft", "hf"}) {
+      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/bert_lora", "format=" + format,
+                           "hydra.run.dir=" + d + "/bert_lora_" + format});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+    }
+    const std::string adapter_config = ReadFile(d + "/bert_lora_peft/adapter_config.json");
+    EXPECT_NE(adapter_config.find("\"task_type\": \"SEQ_CLS\""), std::string::npos);
+    EXPECT_NE(adapter_config.find("\"modules_to_save\": [\"classifier\"]"), std::string::npos);
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectPeftGivesTheMergedLogits("bert", base, d + "/bert_lora", [](const std::string& n) {
+          return n.find(".query.weight") != std::string::npos ||
+                 n.find(".value.weight") != std::string::npos || n.rfind("classifier.", 0) == 0;
+        }));
+    torch::serialize::InputArchive archive;
+    ASSERT_TRUE(ReadCheckpoint(d + "/bert_lora/checkpoints/last.ckpt", &archive).ok());
+    auto stored = ReadModelState(archive, "last.ckpt");
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : *stored) names.push_back(name);
+    EXPECT_EQ(names.size(), 8u + 2u + 1u) << absl::StrJoin(names, " ");  // + head, fingerprint
+    EXPECT_EQ(stored->count("classifier.weight"), 1u);
+    EXPECT_EQ(stored->count("bert.pooler.dense.weight"), 0u);
   }
   // From scratch on kiln's own tokenizer (pad 0; <cls> first and </s> last, as it has no sep):
   // the export loads in transformers as a BERT with kiln's logits.
@@ -546,30 +617,10 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   }
   EXPECT_NE(ReadFile(d + "/lora_peft/adapter_config.json").find("\"peft_type\": \"LORA\""),
             std::string::npos);
-  auto peft = RunProcess({KILN_PYTHON_EXE,
-                          std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
-                          d + "/lora_peft"});
-  ASSERT_EQ(peft.exit_code, 0) << peft.err;
-  {
-    auto node = config::ParseYaml("_target_: llama\npretrained: '" + d + "/lora_hf'\n", "m.yaml");
-    ASSERT_TRUE(node.ok());
-    auto merged = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
-    ASSERT_TRUE(merged.ok()) << merged.status();
-    auto reference = ReadSafetensors(d + "/lora_peft/peft_logits.safetensors");
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    (*merged)->eval();
-    torch::NoGradGuard no_grad;
-    torch::Tensor logits = (*merged)->forward(reference->at("ids"));
-    EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
-    auto before = ReadSafetensors(base + "/model.safetensors");
-    auto after = ReadSafetensors(d + "/lora_hf/model.safetensors");
-    ASSERT_TRUE(before.ok() && after.ok());
-    for (const auto& [name, tensor] : *after) {
-      const bool adapted =
-          name.find("q_proj") != std::string::npos || name.find("v_proj") != std::string::npos;
-      EXPECT_EQ(torch::equal(tensor, before->at(name)), !adapted) << name;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectPeftGivesTheMergedLogits("llama", base, d + "/lora", [](const std::string& n) {
+        return n.find("q_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
+      }));
   // The run's checkpoints hold the adapters alone (the base is the config's model.pretrained),
   // with the frozen weights' digest: the same adapters against another base are refused.
   {

@@ -92,10 +92,12 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // matching `layers` layers): kiln's adapter (written in PEFT's format) loads with
 // PeftModel.from_pretrained and gives kiln's logits; an adapter peft made and saved loads into
 // kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights keeps the
-// logits and leaves no adapter tensor. Only the adapters train.
+// logits and leaves no adapter tensor. Only the adapters train, and a classifier's head
+// (`head_tensors` of them), whole, as PEFT's SEQ_CLS task trains it: both sides change it, and
+// the other side's logits show the change loaded.
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
-                        const std::string& scratch) {
+                        const std::string& scratch, size_t head_tensors = 0) {
   auto model = Pretrained(family, base);
   ASSERT_TRUE(model.ok()) << model.status();
   LoraOptions options;
@@ -110,16 +112,21 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
     torch::NoGradGuard no_grad;
     torch::manual_seed(4);
     for (auto& p : (*model)->named_parameters()) {
+      const bool head = p.key().rfind("classifier.", 0) == 0;
       if (p.value().requires_grad()) {
-        EXPECT_NE(p.key().find(".lora_"), std::string::npos) << p.key();
+        EXPECT_TRUE(p.key().find(".lora_") != std::string::npos || head) << p.key();
         ++trained;
       }
-      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.3);
+      if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
     }
   }
-  EXPECT_EQ(trained, 2 * layers);
+  EXPECT_EQ(trained, 2 * layers + head_tensors);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
-  ASSERT_TRUE(WritePeftAdapter(**model, base, family == "gpt2", kiln_adapter).ok());
+  PeftAdapterInfo info;
+  info.base_model = base;
+  info.fan_in_fan_out = family == "gpt2";
+  if (family == "bert") info.task_type = "SEQ_CLS";
+  ASSERT_TRUE(WritePeftAdapter(**model, info, kiln_adapter).ok());
   const std::string peft_adapter = scratch + "/peft_adapter";
   auto checked = testing::RunProcess(
       {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
@@ -314,6 +321,10 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
     EXPECT_NE(checked.out.find(family), std::string::npos) << checked.out;
   EXPECT_NE(checked.out.find("'positive'"), std::string::npos) << checked.out;
   ExpectSameLogitsAsTransformers(models, argv);
+  // LoRA on the encoder's query and value (2 layers), the head (classifier.dense and out_proj,
+  // weights and biases) trained whole and saved with the adapters.
+  ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {"query", "value"}, 4, dir_->path(),
+                     4);
 }
 
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml);

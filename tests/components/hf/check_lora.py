@@ -4,6 +4,9 @@
   - PEFT_ADAPTER: peft makes an adapter of its own (r 4, alpha 8 on the comma-separated TARGETS,
     lora_B drawn at random rather than zero, so it changes the logits) and save_pretrained()s it
     there, with its logits in PEFT_ADAPTER/peft_logits.safetensors.
+A *ForSequenceClassification base is PEFT's SEQ_CLS task: its head trains whole and is saved with
+the adapters (peft's own head is redrawn here too, so that loading it shows in the logits); its
+ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
   check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS]
@@ -15,8 +18,17 @@ import torch
 from safetensors.torch import save_file
 
 
-def logits(model, folder):
-    ids = torch.randint(0, model.config.vocab_size, (8, 11), generator=torch.Generator().manual_seed(5))
+def auto_class(base):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    archs = AutoConfig.from_pretrained(base).architectures or []
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return AutoModelForSequenceClassification, "SEQ_CLS"
+    return AutoModelForCausalLM, "CAUSAL_LM"
+
+
+def logits(model, folder, task):
+    low = model.config.pad_token_id + 1 if task == "SEQ_CLS" else 0
+    ids = torch.randint(low, model.config.vocab_size, (8, 11), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         out = model.eval()(input_ids=ids).logits
     save_file({"ids": ids, "logits": out.contiguous()}, os.path.join(folder, "peft_logits.safetensors"))
@@ -24,24 +36,28 @@ def logits(model, folder):
 
 def main():
     from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM
     base, kiln_adapter = sys.argv[1:3]
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), kiln_adapter)
+    auto, task = auto_class(base)
+    model = PeftModel.from_pretrained(auto.from_pretrained(base), kiln_adapter)
     loaded = [n for n, _ in model.named_parameters() if "lora_B" in n]
     if not loaded or all(float(p.abs().sum()) == 0 for n, p in model.named_parameters() if "lora_B" in n):
         sys.exit("%s: peft loaded no trained lora_B" % kiln_adapter)
-    logits(model, kiln_adapter)
+    logits(model, kiln_adapter, task)
     if len(sys.argv) < 4:
         print("ok: %d adapted layers" % len(loaded))
         return
     peft_adapter = sys.argv[3]
     torch.manual_seed(9)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=sys.argv[4].split(","), lora_dropout=0.0,
-                        init_lora_weights=False, task_type="CAUSAL_LM",
-                        fan_in_fan_out=AutoModelForCausalLM.from_pretrained(base).config.model_type == "gpt2")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
+                        init_lora_weights=False, task_type=task,
+                        fan_in_fan_out=auto.from_pretrained(base).config.model_type == "gpt2")
+    model = get_peft_model(auto.from_pretrained(base), config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "modules_to_save" in name:
+                p.normal_(0, 0.3)
     model.save_pretrained(peft_adapter)
-    logits(model, peft_adapter)
+    logits(model, peft_adapter, task)
     print("ok: %d adapted layers" % len(loaded))
 
 
