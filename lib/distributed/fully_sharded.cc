@@ -95,6 +95,8 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     }));
     for (const auto& b : module.buffers()) states.push_back(b.detach());
     KILN_RETURN_IF_ERROR(group->Broadcast(states));
+    // HYBRID_SHARD: then node 0's values to the other nodes, each rank from its peer there.
+    if (options.replicate_group) KILN_RETURN_IF_ERROR(options.replicate_group->Broadcast(states));
   }
 
   // Which unit each parameter belongs to: the units' own, the rest the root's.
@@ -328,6 +330,13 @@ void FullyShardedDataParallel::FinishReduce() {
   if (reducing_.work) {
     reducing_.work->wait();
     reducing_.out.div_(world_);
+  }
+  if (const auto& replicas = options_.replicate_group; replicas && replicas->world_size() > 1) {
+    // HYBRID_SHARD: the node's average, averaged over the nodes (every rank of a node reduces its
+    // own piece with its peers). What it throws reaches the caller's Guard, as the wait above.
+    std::vector<at::Tensor> tensors{reducing_.out};
+    replicas->group()->allreduce(tensors)->wait();
+    reducing_.out.div_(replicas->world_size());
   }
   for (Unit::Param& p : unit.params) {
     if (!p.param.requires_grad()) continue;

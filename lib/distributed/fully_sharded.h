@@ -36,6 +36,10 @@ struct FullyShardedOptions {
   // Mixed precision: float32 parameters gathered in this dtype (bf16), so the units compute with
   // it; gradients are reduced, and the optimizer steps, in float32.
   std::optional<at::ScalarType> gather_dtype;
+  // HYBRID_SHARD: the group holds the ranks of one node, which share the model between them;
+  // this group holds this rank's peers in the other nodes (the same piece), over which the
+  // reduced pieces of the gradients are averaged again. Null: no replication.
+  std::shared_ptr<ProcessGroup> replicate_group;
 };
 
 // What one rank holds between steps, in bytes.

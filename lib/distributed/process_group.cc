@@ -1,11 +1,13 @@
 #include "lib/distributed/process_group.h"
 
+#include <algorithm>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 #include "lib/distributed/internal/nccl_backend.h"
 
 namespace kiln::distributed {
@@ -49,6 +51,8 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
         "auto) and a GPU");
   }
   group->backend_ = backend;
+  group->options_ = options;
+  group->master_addr_ = env.master_addr;
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
@@ -62,41 +66,65 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Create(
                                                env.master_addr, ":", env.master_port,
                                                " failed: ", FirstLine(e)));
   }
+  KILN_RETURN_IF_ERROR(group->Join("kiln/default_pg", "kiln/nccl"));
+  return group;
+}
+
+absl::Status ProcessGroup::Join(const std::string& prefix, const std::string& nccl_prefix) {
   try {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
     std::string interface = run::ProcessEnv("GLOO_SOCKET_IFNAME");
     if (!interface.empty()) {
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-    } else if (IsLoopback(env.master_addr)) {
+    } else if (IsLoopback(master_addr_)) {
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("kiln/default_pg", group->store_);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
     // As torch.distributed.init_process_group: a ProcessGroup that dispatches CPU tensors to its
     // Gloo backend.
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size,
-                                                            gloo_options);
-    group->group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, env.rank, env.world_size);
-    group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    group->group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    auto gloo =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank_, world_size_, gloo_options);
+    group_ = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank_, world_size_);
+    group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     // Gloo also takes CUDA tensors (staged through the host), as torch.distributed's "gloo" does:
     // ranks that share a GPU, or a machine without NCCL.
-    if (backend == "gloo")
-      group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    if (backend_ == "gloo")
+      group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
     // With NCCL, CUDA tensors go to it (gradients, weights, metrics on the device) and CPU ones
     // still to Gloo, as torch.distributed's "cpu:gloo,cuda:nccl".
-    if (backend == "nccl") {
-      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", group->store_);
-      auto nccl = nccl_backend_maker(nccl_store, env.rank, env.world_size, options.timeout);
-      group->group_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-      group->group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    if (backend_ == "nccl") {
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>(nccl_prefix, store_);
+      auto nccl = nccl_backend_maker(nccl_store, rank_, world_size_, options_.timeout);
+      group_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      group_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rank ", env.rank, ": could not join the ", backend,
-                                               " process group: ", FirstLine(e)));
+    return absl::UnavailableError(absl::StrCat("rank ", rank_, ": could not join the ", backend_,
+                                               " process group ", prefix, ": ", FirstLine(e)));
   }
-  return group;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::Subgroup(const std::vector<int>& ranks,
+                                                                     const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " is not among the ranks of the group '", name, "'"));
+  }
+  auto sub = std::make_shared<ProcessGroup>();
+  sub->rank_ = static_cast<int>(it - ranks.begin());
+  sub->world_size_ = static_cast<int>(ranks.size());
+  sub->backend_ = backend_;
+  sub->options_ = options_;
+  sub->master_addr_ = master_addr_;
+  sub->store_ = store_;
+  sub->name_ = name;
+  KILN_RETURN_IF_ERROR(sub->Join("kiln/group/" + name, "kiln/group/" + name + "/nccl"));
+  return sub;
 }
 
 absl::Status ProcessGroup::Guard(const std::string& what, const std::function<void()>& fn) {
@@ -135,7 +163,7 @@ absl::StatusOr<std::string> ProcessGroup::ShareFromRankZero(const std::string& k
                                                             const std::string& value) {
   std::string shared;
   auto status = Guard(absl::StrCat("sharing '", key, "'"), [&] {
-    std::string full = "kiln/share/" + key;
+    std::string full = absl::StrCat("kiln/share/", name_.empty() ? "" : name_ + "/", key);
     if (rank_ == 0) {
       store_->set(full, std::vector<uint8_t>(value.begin(), value.end()));
       shared = value;

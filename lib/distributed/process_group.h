@@ -30,6 +30,12 @@ class ProcessGroup {
   static absl::StatusOr<std::shared_ptr<ProcessGroup>> Create(const run::Environment& env,
                                                               const ProcessGroupOptions& options);
 
+  // The group of `ranks` (ranks of this group; this rank among them), on the same rendezvous
+  // store under `name`, which names one group of the job (every member passes the same ranks
+  // and name). Its ranks count from 0 in the order given.
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> Subgroup(const std::vector<int>& ranks,
+                                                         const std::string& name);
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   bool is_global_zero() const { return rank_ == 0; }
@@ -48,8 +54,14 @@ class ProcessGroup {
   absl::Status Guard(const std::string& what, const std::function<void()>& fn);
 
  private:
+  // Builds the c10d group (Gloo, and NCCL for CUDA tensors) on the store under `prefix`.
+  absl::Status Join(const std::string& prefix, const std::string& nccl_prefix);
+
   int rank_ = 0, world_size_ = 1;
   std::string backend_;
+  std::string name_;  // "" for the job's group; a subgroup's name
+  std::string master_addr_;
+  ProcessGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
 };

@@ -29,6 +29,8 @@ Strategy::~Strategy() = default;
 
 int Strategy::global_rank() const { return group_ ? group_->rank() : 0; }
 int Strategy::world_size() const { return group_ ? group_->world_size() : 1; }
+int Strategy::piece_count() const { return node_group_ ? node_group_->world_size() : world_size(); }
+int Strategy::piece_index() const { return node_group_ ? node_group_->rank() : global_rank(); }
 
 int Strategy::ConfigureProcess() const {
   int local_workers = 1;
@@ -226,12 +228,6 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   KILN_RETURN_IF_ERROR(RefuseSparseTables(module, "trainer.strategy=fsdp",
                                           "fsdp does not reduce-scatter (trainer.strategy=ddp "
                                           "shards the tables instead)"));
-  if (options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kHybridShard &&
-      options_.num_nodes > 1) {
-    return absl::UnimplementedError(
-        "trainer.fsdp_sharding_strategy=HYBRID_SHARD over several nodes is not supported yet; "
-        "use FULL_SHARD (on one node HYBRID_SHARD is FULL_SHARD)");
-  }
   if (options_.cuda_graphs) {
     return absl::FailedPreconditionError(
         "trainer.cuda_graphs does not compose with trainer.strategy=fsdp (the step's "
@@ -257,21 +253,45 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   distributed::FullyShardedOptions sharding;
   sharding.reshard_after_forward =
       options_.fsdp_sharding_strategy != TrainerOptions::Sharding::kShardGradOp;
+  // HYBRID_SHARD, as Lightning's and FSDP's: full sharding among the ranks of a node, the nodes
+  // replicas of each other (ranks count node by node: node n holds ranks n*D .. n*D+D-1). On one
+  // node it is FULL_SHARD.
+  std::shared_ptr<distributed::ProcessGroup> shard_group = group_;
+  const bool hybrid = options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kHybridShard &&
+                      options_.num_nodes > 1 && group_ != nullptr;
+  if (hybrid) {
+    const int nodes = options_.num_nodes, per_node = world_size() / nodes;
+    if (world_size() % nodes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer.fsdp_sharding_strategy=HYBRID_SHARD: ", world_size(), " ranks on ",
+                       nodes, " nodes are not the same number on each"));
+    }
+    const int node = global_rank() / per_node, local = global_rank() % per_node;
+    std::vector<int> node_ranks, peers;
+    for (int i = 0; i < per_node; ++i) node_ranks.push_back(node * per_node + i);
+    for (int n = 0; n < nodes; ++n) peers.push_back(n * per_node + local);
+    KILN_ASSIGN_OR_RETURN(node_group_,
+                          group_->Subgroup(node_ranks, absl::StrCat("fsdp/node", node)));
+    KILN_ASSIGN_OR_RETURN(sharding.replicate_group,
+                          group_->Subgroup(peers, absl::StrCat("fsdp/peers", local)));
+    shard_group = node_group_;
+  }
   // bf16-mixed: the parameters travel and compute in bf16, as Lightning's FSDP mixed precision;
   // gradients reduce in float32 into float32 pieces.
   if (bf16_autocast_ && !bf16_weights_) sharding.gather_dtype = at::kBFloat16;
   KILN_RETURN_IF_ERROR(ShareShardedRun());
-  KILN_ASSIGN_OR_RETURN(
-      sharded_, distributed::FullyShardedDataParallel::Create(group_, module, units, sharding));
+  KILN_ASSIGN_OR_RETURN(sharded_, distributed::FullyShardedDataParallel::Create(shard_group, module,
+                                                                                units, sharding));
   distributed::ShardedMemory m = sharded_->memory();
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
-  const char* name = options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kShardGradOp
-                         ? "SHARD_GRAD_OP"
-                         : "FULL_SHARD";
+  const std::string name =
+      hybrid ? absl::StrCat("HYBRID_SHARD (each of ", options_.num_nodes, " nodes a replica)")
+      : options_.fsdp_sharding_strategy == TrainerOptions::Sharding::kShardGradOp ? "SHARD_GRAD_OP"
+                                                                                  : "FULL_SHARD";
   Logger::Instance().Info(absl::StrFormat(
       "fsdp: %s over %d rank(s)%s, %d units and the root; parameters %.2f MB whole, %.2f MB on "
       "each rank, the largest unit %.2f MB when gathered%s",
-      name, world_size(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
+      name, piece_count(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
       mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes),
       sharding.gather_dtype ? " (in bf16; gradients reduced in float32)" : ""));
   return absl::OkStatus();

@@ -112,6 +112,12 @@ class Strategy {
   // What this rank holds of `module` and `optimizer` between steps.
   static ModelStateBytes ModelState(torch::nn::Module& module, torch::optim::Optimizer& optimizer);
   const std::string& sharded_run() const { return sharded_run_; }
+  // A sharded checkpoint's pieces: how many, and which one this rank holds. Under HYBRID_SHARD
+  // over several nodes, a node's ranks hold the pieces and the other nodes the same ones again:
+  // only node 0's write theirs (writes_piece).
+  int piece_count() const;
+  int piece_index() const;
+  bool writes_piece() const { return global_rank() == piece_index(); }
   // The backward pass of `loss`; with several ranks the step's last backward (`sync`) averages
   // the gradients summed over micro-batches over the ranks.
   absl::Status Backward(const torch::Tensor& loss, bool sync);
@@ -146,6 +152,8 @@ class Strategy {
   std::shared_ptr<distributed::ProcessGroup> group_;
   std::shared_ptr<distributed::DataParallel> data_parallel_;
   std::shared_ptr<distributed::FullyShardedDataParallel> sharded_;
+  // HYBRID_SHARD over several nodes: this node's ranks (the model is sharded among them).
+  std::shared_ptr<distributed::ProcessGroup> node_group_;
   std::shared_ptr<distributed::ShardedTables> tables_;
   bool whole_tables_after_fit_ = true;
   std::string sharded_run_;

@@ -101,7 +101,7 @@ absl::Status Trainer::SaveShardedCheckpoint(const std::string& path) {
         path, made.ok() ? absl::InternalError("rank 0 could not make " + staging) : made);
   FitParts parts = Context().Parts();
   ShardedCheckpointMeta meta;
-  meta.world_size = world_size();
+  meta.world_size = strategy_.piece_count();
   meta.run = strategy_.sharded_run();
   meta.step = parts_->state.progress.global_step;
   meta.shapes = strategy_.sharded_shapes();
@@ -117,12 +117,15 @@ absl::Status Trainer::SaveShardedCheckpoint(const std::string& path) {
         optimizer_params.push_back(names[p.unsafeGetTensorImpl()]);
     }
   }
-  absl::Status saved = SaveFitCheckpoint(
-      absl::StrCat(staging, "/", ShardFileName(global_rank(), world_size())), parts,
-      parts_->state.progress.Position(parts_->state.inputs.seed, world_size()),
-      [&](torch::serialize::OutputArchive& archive) {
-        WriteShardKeys(archive, meta, global_rank(), optimizer_params);
-      });
+  absl::Status saved = absl::OkStatus();
+  if (strategy_.writes_piece()) {  // HYBRID_SHARD: the other nodes hold the same pieces
+    saved = SaveFitCheckpoint(
+        absl::StrCat(staging, "/", ShardFileName(strategy_.piece_index(), meta.world_size)), parts,
+        parts_->state.progress.Position(parts_->state.inputs.seed, world_size()),
+        [&](torch::serialize::OutputArchive& archive) {
+          WriteShardKeys(archive, meta, strategy_.piece_index(), optimizer_params);
+        });
+  }
   KILN_ASSIGN_OR_RETURN(failed, strategy_.AnyRank(!saved.ok()));
   absl::Status placed = absl::OkStatus();
   if (!failed && is_global_zero()) {

@@ -88,7 +88,7 @@ struct TrainerOptions {
   enum class StrategyKind { kAuto, kDdp, kFsdp };
   StrategyKind strategy = StrategyKind::kAuto;
   // FSDP's sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (data parallel), HYBRID_SHARD
-  // (full sharding within a node; one node here, so FULL_SHARD).
+  // (full sharding within each node, the nodes replicas of each other; on one node FULL_SHARD).
   enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
   Sharding fsdp_sharding_strategy = Sharding::kFullShard;
   // Units: each transformer block (blocks), or the whole model as one (none).

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "tests/support/checkpoint_weights.h"
@@ -77,7 +78,8 @@ class FullyShardedTest : public ::testing::Test {
   // A run of `experiment` at `devices` workers of `batch` sequences each, up to `steps`.
   testing::ProcessResult Train(const std::string& run, int devices, int batch, int steps,
                                std::vector<std::string> extra,
-                               const std::string& experiment = "mobydick_gpt") {
+                               const std::string& experiment = "mobydick_gpt",
+                               const std::map<std::string, std::string>& env = {}) {
     std::string d = dir_.path();
     std::vector<std::string> argv = {KILN_BINARY,
                                      "train",
@@ -112,7 +114,7 @@ class FullyShardedTest : public ::testing::Test {
     }
     if (devices == 1) argv.push_back("trainer.num_threads=2");
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return RunProcess(argv);
+    return RunProcess(argv, env);
   }
 
   std::string Run(const std::string& name) const { return dir_.path() + "/" + name; }
@@ -147,6 +149,55 @@ TEST_F(FullyShardedTest, FullAndGradOpShardingTrainTheGptToDataParallelsLosses) 
                                           "-of-", workers, ".ckpt")));
     }
   }
+}
+
+// HYBRID_SHARD over two "nodes" of two workers on this machine (each started with NODE_RANK, as
+// on a cluster): the model is sharded within a node and the nodes are replicas, so the losses are
+// those of data parallel over the four workers, and the sharded checkpoint holds node 0's two
+// pieces, which resume in one process.
+TEST_F(FullyShardedTest, HybridShardOverTwoNodesTrainsToDataParallelsLosses) {
+  auto reference = Train("ddp", 4, 4, 30, {"trainer.strategy=ddp"});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const std::string port = std::to_string(20000 + (getpid() + 11) % 20000);
+  auto node = [&](int rank) {
+    return Train(
+        rank == 0 ? "hybrid" : "hybrid_node1", 2, 4, 30,
+        {"trainer.strategy=fsdp", "trainer.fsdp_sharding_strategy=HYBRID_SHARD",
+         "trainer.num_nodes=2"},
+        "mobydick_gpt",
+        {{"NODE_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  };
+  testing::ProcessResult second;
+  std::thread other([&] { second = node(1); });
+  auto first = node(0);
+  other.join();
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  std::string log = ReadFile(Run("hybrid") + "/train.log");
+  EXPECT_NE(log.find("fsdp: HYBRID_SHARD (each of 2 nodes a replica) over 2 rank(s) (gloo)"),
+            std::string::npos)
+      << log;
+  EXPECT_LT(WorstRelativeDifference(Losses(Run("hybrid")), Losses(Run("ddp"))), 1e-5);
+  const std::string ckpt = Run("hybrid") + "/checkpoints/last.ckpt";
+  EXPECT_TRUE(FileExists(ckpt + "/rank-1-of-2.ckpt"));
+  EXPECT_FALSE(FileExists(ckpt + "/rank-2-of-4.ckpt"));
+  // Node 0's two pieces make the whole model: data parallel's weights.
+  auto whole = testing::CheckpointWeights(ckpt);
+  auto ddp = testing::CheckpointWeights(Run("ddp") + "/checkpoints/last.ckpt");
+  ASSERT_FALSE(ddp.empty());
+  ASSERT_EQ(whole.size(), ddp.size());
+  for (const auto& [name, tensor] : ddp) {
+    ASSERT_EQ(whole.count(name), 1u) << name;
+    ASSERT_EQ(whole[name].sizes(), tensor.sizes()) << name;
+    if (!tensor.is_floating_point()) continue;
+    EXPECT_LT((whole[name] - tensor).norm().item<double>() /
+                  std::max(tensor.norm().item<double>(), 1e-12),
+              1e-4)
+        << name;
+  }
+  auto resumed = Train("hybrid", 1, 16, 35, {"trainer.strategy=fsdp", "ckpt_path=last"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(Losses(Run("hybrid")).size(), 35u);
 }
 
 TEST_F(FullyShardedTest, TheWholeModelAsOneUnitTrainsAnRnnToDataParallelsLosses) {
