@@ -27,7 +27,9 @@ struct FullyShardedDataParallel::UnitParam {
 
 struct FullyShardedDataParallel::Unit {
   using Param = UnitParam;
-  const torch::nn::Module* module = nullptr;  // null: the root
+  // The unit's modules: a run of blocks, in forward order; none for the root.
+  std::vector<const torch::nn::Module*> modules;
+  bool root() const { return modules.empty(); }
   std::string name;
   std::vector<Param> params;
   int64_t shard_numel = 0;
@@ -79,7 +81,7 @@ struct PostBackwardMarker : public torch::autograd::Function<PostBackwardMarker>
 
 absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParallel::Create(
     std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
-    const std::vector<std::shared_ptr<torch::nn::Module>>& units,
+    const std::vector<std::vector<std::shared_ptr<torch::nn::Module>>>& units,
     const FullyShardedOptions& options) {
   std::unique_ptr<FullyShardedDataParallel> fsdp(new FullyShardedDataParallel());
   fsdp->group_ = group;
@@ -102,18 +104,22 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
   // Which unit each parameter belongs to: the units' own, the rest the root's.
   std::unordered_map<const c10::TensorImpl*, size_t> owner;
   for (size_t u = 0; u < units.size(); ++u) {
-    for (const auto& p : units[u]->parameters()) {
-      auto [it, fresh] = owner.emplace(p.unsafeGetTensorImpl(), u);
-      if (!fresh && it->second != u) {
-        return absl::InvalidArgumentError(
-            "trainer.strategy=fsdp: a parameter is shared by two sharding units (tied weights "
-            "across blocks); such a model cannot be sharded per block");
+    for (const auto& m : units[u]) {
+      for (const auto& p : m->parameters()) {
+        auto [it, fresh] = owner.emplace(p.unsafeGetTensorImpl(), u);
+        if (!fresh && it->second != u) {
+          return absl::InvalidArgumentError(
+              "trainer.strategy=fsdp: a parameter is shared by two sharding units (tied weights "
+              "across blocks); such a model cannot be sharded per block");
+        }
       }
     }
   }
   for (size_t u = 0; u <= units.size(); ++u) {
     auto unit = std::make_unique<Unit>();
-    unit->module = u < units.size() ? units[u].get() : nullptr;
+    if (u < units.size()) {
+      for (const auto& m : units[u]) unit->modules.push_back(m.get());
+    }
     unit->index = u;
     fsdp->units_.push_back(std::move(unit));
   }
@@ -154,10 +160,10 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
       p.shard = fsdp->Piece(p, p.param.detach());
       p.param.set_data(p.shard);
     }
-    if (unit.module != nullptr) {
+    if (!unit.root()) {
       Unit* u = &unit;
       unit.post_backward = [self, u] { self->PostBackward(*u); };
-      SetUnitHooks(unit.module, self);
+      for (const torch::nn::Module* m : unit.modules) SetUnitHooks(m, self);
     }
   }
   return fsdp;
@@ -165,7 +171,7 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   for (auto& unit : units_) {
-    if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
+    for (const torch::nn::Module* m : unit->modules) SetUnitHooks(m, nullptr);
   }
 }
 
@@ -183,7 +189,9 @@ absl::Status FullyShardedDataParallel::Guard(const std::string& what,
 
 FullyShardedDataParallel::Unit* FullyShardedDataParallel::Find(const torch::nn::Module& module) {
   for (auto& unit : units_) {
-    if (unit->module == &module) return unit.get();
+    for (const torch::nn::Module* m : unit->modules) {
+      if (m == &module) return unit.get();
+    }
   }
   return nullptr;
 }
@@ -252,7 +260,9 @@ torch::Tensor FullyShardedDataParallel::BeforeForward(const torch::nn::Module& m
                                                       const torch::Tensor& input) {
   Unit* unit = Find(module);
   if (unit == nullptr) return input;
-  Gather(*unit);
+  Gather(*unit);  // a no-op after the unit's first block
+  // A unit of several blocks: what follows is done once, at its first block's input.
+  if (&module != unit->modules.front()) return input;
   // The next unit's all-gather runs while this one computes.
   if (unit->index + 1 < units_.size() - 1) StartGather(*units_[unit->index + 1]);
   if (!training_forward_ || !torch::GradMode::is_enabled() || !input.requires_grad()) return input;
@@ -262,7 +272,7 @@ torch::Tensor FullyShardedDataParallel::BeforeForward(const torch::nn::Module& m
 void FullyShardedDataParallel::AfterForward(const torch::nn::Module& module,
                                             const torch::Tensor& output) {
   Unit* unit = Find(module);
-  if (unit == nullptr) return;
+  if (unit == nullptr || &module != unit->modules.back()) return;
   if (!training_forward_ || !torch::GradMode::is_enabled() || !output.requires_grad()) {
     ReshardUnit(*unit);
     return;
@@ -275,7 +285,7 @@ void FullyShardedDataParallel::AfterForward(const torch::nn::Module& module,
 void FullyShardedDataParallel::PreBackward(Unit& unit) {
   Gather(unit);
   // The unit before this one is the backward's next: its gather goes out now.
-  if (unit.index > 0 && unit.module != nullptr) StartGather(*units_[unit.index - 1]);
+  if (unit.index > 0 && !unit.root()) StartGather(*units_[unit.index - 1]);
   for (Unit::Param& p : unit.params) {
     if (p.param.grad().defined()) {
       p.stash = p.param.grad();
@@ -407,7 +417,7 @@ absl::Status FullyShardedDataParallel::Unshard() {
   KILN_RETURN_IF_ERROR(GatherAll());
   torch::NoGradGuard no_grad;
   for (auto& unit : units_) {
-    if (unit->module != nullptr) SetUnitHooks(unit->module, nullptr);
+    for (const torch::nn::Module* m : unit->modules) SetUnitHooks(m, nullptr);
     for (auto& p : unit->params) {
       // Whole tensors of their own, in the parameters' dtype (a bf16 gather is not kept).
       p.param.set_data(p.param.detach().to(p.shard.scalar_type()).clone());
@@ -476,7 +486,7 @@ ShardedMemory FullyShardedDataParallel::memory() const {
     m.full_parameter_bytes += whole;
     m.shard_parameter_bytes += unit->shard_numel * elem;
     m.largest_unit_bytes = std::max(m.largest_unit_bytes, unit->shard_numel * world_ * gathered);
-    if (unit->module != nullptr) ++m.units;
+    if (!unit->root()) ++m.units;
   }
   return m;
 }

@@ -53,11 +53,12 @@ struct ShardedMemory {
 class FullyShardedDataParallel : public UnitHooks {
  public:
   // Shards `module` over `group` (null: one process, world size 1): rank 0's parameters and buffers
-  // first go to every rank, then each parameter keeps this rank's piece. `units` are submodules of
-  // `module` that run through RunUnit.
+  // first go to every rank, then each parameter keeps this rank's piece. Each unit is a run of
+  // submodules of `module` that run through RunUnit one after the other (a transformer's blocks,
+  // one or several): gathered at the first one's input, resharded after the last one's output.
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
       std::shared_ptr<ProcessGroup> group, torch::nn::Module& module,
-      const std::vector<std::shared_ptr<torch::nn::Module>>& units,
+      const std::vector<std::vector<std::shared_ptr<torch::nn::Module>>>& units,
       const FullyShardedOptions& options);
   ~FullyShardedDataParallel() override;
 

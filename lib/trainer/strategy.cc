@@ -233,21 +233,42 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
         "trainer.cuda_graphs does not compose with trainer.strategy=fsdp (the step's "
         "collectives change the parameters' storage); use one or the other");
   }
-  std::vector<std::shared_ptr<torch::nn::Module>> units;
-  if (options_.fsdp_auto_wrap_policy == "blocks") {
+  std::vector<std::vector<std::shared_ptr<torch::nn::Module>>> units;
+  const std::string& policy = options_.fsdp_auto_wrap_policy;
+  if (policy == "blocks" || policy == "size") {
+    std::vector<std::shared_ptr<torch::nn::Module>> blocks;
     bool found = false;
     for (const auto& m : module.modules(/*include_self=*/true)) {
       if (const auto* provider = dynamic_cast<const distributed::ShardingUnits*>(m.get())) {
-        units = provider->sharding_units();
+        blocks = provider->sharding_units();
         found = true;
         break;
       }
     }
     if (!found) {
-      return absl::InvalidArgumentError(
-          "trainer.fsdp_auto_wrap_policy=blocks: this model has no blocks that fsdp can gather "
-          "one at a time (gpt, gpt2 and llama have); set trainer.fsdp_auto_wrap_policy=none to "
-          "shard it as one unit");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer.fsdp_auto_wrap_policy=", policy,
+          ": this model has no blocks that fsdp can gather one at a time (gpt, gpt2 and llama "
+          "have); set trainer.fsdp_auto_wrap_policy=none to shard it as one unit"));
+    }
+    if (policy == "blocks") {
+      for (auto& block : blocks) units.push_back({block});
+    } else {
+      // As torch's size_based_auto_wrap_policy over the blocks: consecutive blocks make a unit
+      // once they hold fsdp_min_num_params parameters; the blocks left at the end join the last
+      // unit, or, when no unit fills, stay in the root.
+      std::vector<std::shared_ptr<torch::nn::Module>> run;
+      int64_t count = 0;
+      for (auto& block : blocks) {
+        run.push_back(block);
+        for (const auto& p : block->parameters()) count += p.numel();
+        if (count >= options_.fsdp_min_num_params) {
+          units.push_back(std::move(run));
+          run.clear();
+          count = 0;
+        }
+      }
+      if (!units.empty()) units.back().insert(units.back().end(), run.begin(), run.end());
     }
   }
   distributed::FullyShardedOptions sharding;

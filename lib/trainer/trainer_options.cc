@@ -199,9 +199,14 @@ OptionBinding<TrainerOptions> MakeBinding() {
             "(gradients and optimizer state), NO_SHARD (as ddp) or HYBRID_SHARD (full within a "
             "node, replicated across nodes)")
       .Field("fsdp_auto_wrap_policy", &TrainerOptions::fsdp_auto_wrap_policy,
-             "fsdp: the units gathered one at a time: blocks (each transformer block) or none "
+             "fsdp: the units gathered one at a time: blocks (each transformer block), size "
+             "(runs of consecutive blocks of at least fsdp_min_num_params parameters) or none "
              "(the whole model as one unit)",
-             OneOf({"blocks", "none"}))
+             OneOf({"blocks", "size", "none"}))
+      .Field("fsdp_min_num_params", &TrainerOptions::fsdp_min_num_params,
+             "fsdp_auto_wrap_policy=size: the parameters a unit holds at least (blocks are "
+             "grouped until they reach it)",
+             AtLeast(1))
       .Field("table_sharding", &TrainerOptions::table_sharding,
              "several workers: how a model's embedding tables (dlrm, dcn_v2) are sharded "
              "across them: table_wise (whole tables, balanced), row_wise (every table in row "

@@ -91,8 +91,10 @@ struct TrainerOptions {
   // (full sharding within each node, the nodes replicas of each other; on one node FULL_SHARD).
   enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
   Sharding fsdp_sharding_strategy = Sharding::kFullShard;
-  // Units: each transformer block (blocks), or the whole model as one (none).
+  // Units: each transformer block (blocks), runs of blocks of at least fsdp_min_num_params
+  // parameters (size), or the whole model as one (none).
   std::string fsdp_auto_wrap_policy = "blocks";
+  int64_t fsdp_min_num_params = 100000000;  // torch's size_based_auto_wrap_policy default
   // With several workers, the embedding tables of a model that has them (dlrm, dcn_v2) are
   // sharded across the workers, the rest data-parallel (lib/distributed/sharded_tables.h).
   std::string table_sharding = "auto";

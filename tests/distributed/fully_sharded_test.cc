@@ -200,6 +200,34 @@ TEST_F(FullyShardedTest, HybridShardOverTwoNodesTrainsToDataParallelsLosses) {
   EXPECT_EQ(Losses(Run("hybrid")).size(), 35u);
 }
 
+// fsdp_auto_wrap_policy=size: the GPT's two blocks (about 8.5k parameters each) make one unit at
+// a threshold of 10k, gathered at the first block's input and resharded after the second's output,
+// also with each block recomputed alone in the backward; the losses stay data parallel's. A
+// threshold no run of blocks reaches leaves them in the root.
+TEST_F(FullyShardedTest, SizePolicyGroupsBlocksIntoUnitsWithDataParallelsLosses) {
+  auto reference = Train("ddp", 2, 8, 30, {"trainer.strategy=ddp"});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const std::vector<std::string> size = {"trainer.strategy=fsdp",
+                                         "trainer.fsdp_auto_wrap_policy=size"};
+  for (const std::string sharding : {"FULL_SHARD", "SHARD_GRAD_OP"}) {
+    std::vector<std::string> extra = size;
+    extra.insert(extra.end(),
+                 {"trainer.fsdp_min_num_params=10000", "trainer.fsdp_sharding_strategy=" + sharding,
+                  "model.activation_checkpointing=true"});
+    auto grouped = Train(sharding, 2, 8, 30, extra);
+    ASSERT_EQ(grouped.exit_code, 0) << grouped.err;
+    EXPECT_NE(ReadFile(Run(sharding) + "/train.log").find("1 units and the root"),
+              std::string::npos)
+        << sharding;
+    EXPECT_LT(WorstRelativeDifference(Losses(Run(sharding)), Losses(Run("ddp"))), 1e-5) << sharding;
+  }
+  std::vector<std::string> extra = size;
+  extra.push_back("trainer.fsdp_min_num_params=100000");
+  auto root = Train("root", 2, 8, 5, extra);
+  ASSERT_EQ(root.exit_code, 0) << root.err;
+  EXPECT_NE(ReadFile(Run("root") + "/train.log").find("0 units and the root"), std::string::npos);
+}
+
 TEST_F(FullyShardedTest, TheWholeModelAsOneUnitTrainsAnRnnToDataParallelsLosses) {
   // fsdp_auto_wrap_policy=none: any model, here an LSTM language model with no blocks.
   const std::vector<std::string> lstm = {"model=lstm_lm", "model.dim=16", "model.hidden=16",
