@@ -256,8 +256,9 @@ FitInputs Job::fit_inputs() const {
     auto path = cfg_.Get<std::string>(key);
     return path.ok() && !path->empty();
   };
-  inputs.adapters_only = task_ != nullptr && HasLora(task_->module()) &&
-                         (from_file("model.pretrained") || from_file("model.init_from"));
+  if (task_ != nullptr && HasLora(task_->module()) &&
+      (from_file("model.pretrained") || from_file("model.init_from")))
+    inputs.frozen_digest = FrozenDigest(task_->module());
   return inputs;
 }
 

@@ -22,8 +22,9 @@ struct FitInputs {
   std::string config_yaml;  // the resolved job config, stored in checkpoints
   std::string model_name;   // e.g. "cnn", checked when resuming
   // LoRA on a base the config loads from a file (model.pretrained, model.init_from): checkpoints
-  // hold the adapters alone (WriteTrainedModelState).
-  bool adapters_only = false;
+  // hold the adapters alone (WriteTrainedModelState) with this digest of the frozen weights, taken
+  // once, of the whole model (fsdp shards it later). Empty: whole checkpoints.
+  std::string frozen_digest;
 };
 
 }  // namespace kiln

@@ -271,13 +271,14 @@ void WriteModelState(const std::map<std::string, torch::Tensor>& state,
   });
 }
 
-void WriteTrainedModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+void WriteTrainedModelState(torch::nn::Module& module, const std::string& frozen_digest,
+                            torch::serialize::OutputArchive& archive) {
   WriteNamed(archive, [&](const auto& put) {
     for (const auto& p : module.named_parameters())
       if (p.value().requires_grad()) put(p.key(), p.value());
     for (const auto& b : module.named_buffers()) put(b.key(), b.value());
   });
-  archive.write("meta/frozen_digest", c10::IValue(FrozenDigest(module)));
+  archive.write("meta/frozen_digest", c10::IValue(frozen_digest));
 }
 
 std::string FrozenDigest(torch::nn::Module& module) {

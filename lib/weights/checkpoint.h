@@ -31,9 +31,11 @@ void WriteModelState(torch::nn::Module& module, torch::serialize::OutputArchive&
 void WriteModelState(const std::map<std::string, torch::Tensor>& state,
                      torch::serialize::OutputArchive& archive);
 // LoRA on a base that the config loads from a file (model.pretrained, model.init_from): the
-// trained parameters alone (the adapters) and the buffers, with a digest of the frozen parameters
-// they were trained beside ("meta/frozen_digest"), which LoadModelState checks.
-void WriteTrainedModelState(torch::nn::Module& module, torch::serialize::OutputArchive& archive);
+// trained parameters alone (the adapters) and the buffers, with `frozen_digest`, the digest of the
+// frozen parameters they were trained beside (FrozenDigest of the whole model, taken once before
+// training and any sharding), as "meta/frozen_digest", which LoadModelState checks.
+void WriteTrainedModelState(torch::nn::Module& module, const std::string& frozen_digest,
+                            torch::serialize::OutputArchive& archive);
 // The frozen parameters' names, shapes and bits, as a short hex string (exact: integer sums of the
 // bits, independent of threads and machines).
 std::string FrozenDigest(torch::nn::Module& module);

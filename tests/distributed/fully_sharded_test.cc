@@ -272,6 +272,14 @@ TEST_F(FullyShardedTest, LoraOnAFrozenBaseShardsAndItsCheckpointResumesWithDdp) 
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_TRUE(std::filesystem::is_regular_file(Run("fsdp") + "/checkpoints/last.ckpt"));
   EXPECT_EQ(Losses(Run("fsdp")).size(), 25u);
+  // On a base from a file, the sharded checkpoint holds the adapters alone, with the digest of
+  // the whole frozen model (taken before sharding, not of a rank's pieces): it resumes.
+  const std::string base = "+model.init_from=" + Run("ddp") + "/checkpoints/last.ckpt";
+  auto based = Train("based", 2, 8, 10, {"trainer.strategy=fsdp", lora, base});
+  ASSERT_EQ(based.exit_code, 0) << based.err;
+  auto again = Train("based", 2, 8, 15, {"trainer.strategy=fsdp", lora, base, "ckpt_path=last"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(Losses(Run("based")).size(), 15u);
 }
 
 TEST_F(FullyShardedTest, Bf16MixedGathersInBf16ReducesInFloat32AndTestsAfterFit) {

@@ -82,8 +82,8 @@ absl::Status SaveFitCheckpoint(const std::string& path, const FitParts& parts,
       replaced = c->CheckpointModelState();
       if (!replaced.empty()) break;
     }
-    if (replaced.empty() && parts.adapters_only) {
-      WriteTrainedModelState(parts.task->module(), archive);
+    if (replaced.empty() && !parts.frozen_digest.empty()) {
+      WriteTrainedModelState(parts.task->module(), parts.frozen_digest, archive);
     } else if (replaced.empty()) {
       WriteModelState(parts.task->module(), archive);
     } else {

@@ -36,9 +36,9 @@ struct FitParts {
   Scheduler* scheduler = nullptr;                // may be null
   GradScaler* scaler = nullptr;                  // 16-mixed's loss scale; null otherwise
   const std::vector<std::shared_ptr<Callback>>* callbacks = nullptr;
-  std::string model_name;      // "cnn": a checkpoint of another model is refused
-  std::string config_yaml;     // the resolved job config, kept for the record
-  bool adapters_only = false;  // LoRA on a base from a file: the trained tensors alone
+  std::string model_name;     // "cnn": a checkpoint of another model is refused
+  std::string config_yaml;    // the resolved job config, kept for the record
+  std::string frozen_digest;  // non-empty (LoRA on a base from a file): the trained tensors alone
 };
 
 // `extra` adds keys of its own (a sharded checkpoint's piece says whose it is).

@@ -109,7 +109,7 @@ FitParts LoopContext::Parts() const {
   parts.callbacks = &callbacks.callbacks();
   parts.model_name = state.inputs.model_name;
   parts.config_yaml = state.inputs.config_yaml;
-  parts.adapters_only = state.inputs.adapters_only;
+  parts.frozen_digest = state.inputs.frozen_digest;
   return parts;
 }
 
