@@ -637,6 +637,26 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     EXPECT_EQ(adapters, 4);
     EXPECT_FALSE(StoredFrozenDigest(archive).empty());
   }
+  // kiln average keeps the digest: the average of the adapters (here of one checkpoint with
+  // itself: the same values) exports the same adapter bytes; adapters and a whole model are not
+  // averaged.
+  {
+    const std::string last = d + "/lora/checkpoints/last.ckpt";
+    auto average = RunProcess({KILN_BINARY, "average", "ckpt=[" + last + "," + last + "]",
+                               "out=" + d + "/lora_avg.ckpt"});
+    ASSERT_EQ(average.exit_code, 0) << average.err;
+    auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora",
+                         "ckpt_path=" + d + "/lora_avg.ckpt", "format=peft",
+                         "hydra.run.dir=" + d + "/lora_avg_peft"});
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    EXPECT_EQ(ReadFile(d + "/lora_avg_peft/adapter_model.safetensors"),
+              ReadFile(d + "/lora_peft/adapter_model.safetensors"));
+    auto mixed = RunProcess({KILN_BINARY, "average",
+                             "ckpt=[" + last + "," + d + "/llama/checkpoints/last.ckpt]",
+                             "out=" + d + "/mixed.ckpt"});
+    EXPECT_NE(mixed.exit_code, 0);
+    EXPECT_NE(mixed.err.find("adapters and a whole model"), std::string::npos) << mixed.err;
+  }
   auto other_base =
       RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora", "format=hf",
                   "model.pretrained=" + d + "/lora_hf", "hydra.run.dir=" + d + "/lora_other"});
