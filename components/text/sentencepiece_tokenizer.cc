@@ -126,7 +126,10 @@ class SentencePieceTokenizer : public Tokenizer {
         // Small corpora (tests, a few files) may not have vocab_size pieces; take what there is.
         {"hard_vocab_limit", "false"},
         {"num_threads", std::to_string(threads)},
-        {"minloglevel", "1"}};
+        // Nothing on SentencePiece's own log: loaded as its own module (sentencepiece_backend.h),
+        // it writes to a std::cerr that was never set up there, which crashes the process. Its
+        // failures come back as a status; kiln says in its own log what it leaves out.
+        {"minloglevel", "3"}};
   }
 
   absl::StatusOr<std::string> TrainOrLoadCached(const std::vector<std::string>& texts,
