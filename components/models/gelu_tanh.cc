@@ -150,6 +150,108 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
   }
 };
 
+// sigmoid(g) = 1 / (1 + exp(-g)), -g capped at 88 (exp stays finite; sigmoid is 0 in float there).
+KILN_AVX2 inline __m256 Sigmoid8(__m256 g) {
+  const __m256 e =
+      bf16::Exp8(_mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_sub_ps(_mm256_setzero_ps(), g)));
+  return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// y = silu(g) u = g sigmoid(g) u.
+template <typename T>
+KILN_AVX2 inline void SiluMulForward8(const T* g, const T* u, T* y) {
+  const __m256 gv = Load8(g);
+  Store8(y, _mm256_mul_ps(_mm256_mul_ps(gv, Sigmoid8(gv)), Load8(u)));
+}
+
+// du = dy silu(g); dg = dy u s (1 + g (1 - s)), s = sigmoid(g).
+template <typename T>
+KILN_AVX2 inline void SiluMulBackward8(const T* dy, const T* g, const T* u, T* dg, T* du) {
+  const __m256 gv = Load8(g), dyv = Load8(dy), one = _mm256_set1_ps(1.0f);
+  const __m256 sv = Sigmoid8(gv);
+  Store8(du, _mm256_mul_ps(dyv, _mm256_mul_ps(gv, sv)));
+  const __m256 slope = _mm256_mul_ps(sv, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, sv), one));
+  Store8(dg, _mm256_mul_ps(_mm256_mul_ps(dyv, Load8(u)), slope));
+}
+
+// As ForwardRange: the tail through the same 8-lane code on padded copies.
+template <typename T>
+KILN_AVX2 void SiluMulForwardRange(const T* g, const T* u, T* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) SiluMulForward8(g + i, u + i, y + i);
+  if (i == n) return;
+  T bg[kLanes] = {}, bu[kLanes] = {}, by[kLanes];
+  std::copy(g + i, g + n, bg);
+  std::copy(u + i, u + n, bu);
+  SiluMulForward8(bg, bu, by);
+  std::copy(by, by + (n - i), y + i);
+}
+
+template <typename T>
+KILN_AVX2 void SiluMulBackwardRange(const T* dy, const T* g, const T* u, T* dg, T* du, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) SiluMulBackward8(dy + i, g + i, u + i, dg + i, du + i);
+  if (i == n) return;
+  T bdy[kLanes] = {}, bg[kLanes] = {}, bu[kLanes] = {}, bdg[kLanes], bdu[kLanes];
+  std::copy(dy + i, dy + n, bdy);
+  std::copy(g + i, g + n, bg);
+  std::copy(u + i, u + n, bu);
+  SiluMulBackward8(bdy, bg, bu, bdg, bdu);
+  std::copy(bdg, bdg + (n - i), dg + i);
+  std::copy(bdu, bdu + (n - i), du + i);
+}
+
+template <typename T>
+void RunSiluMul(const torch::Tensor& g, const torch::Tensor& u, torch::Tensor& y) {
+  const T *gp = g.data_ptr<T>(), *up = u.data_ptr<T>();
+  T* yp = y.data_ptr<T>();
+  ParallelFor(0, g.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    SiluMulForwardRange(gp + begin, up + begin, yp + begin, end - begin);
+  });
+}
+
+template <typename T>
+void RunSiluMulBackward(const torch::Tensor& dy, const torch::Tensor& g, const torch::Tensor& u,
+                        torch::Tensor& dg, torch::Tensor& du) {
+  const T *dyp = dy.data_ptr<T>(), *gp = g.data_ptr<T>(), *up = u.data_ptr<T>();
+  T *dgp = dg.data_ptr<T>(), *dup = du.data_ptr<T>();
+  ParallelFor(0, g.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    SiluMulBackwardRange(dyp + begin, gp + begin, up + begin, dgp + begin, dup + begin,
+                         end - begin);
+  });
+}
+
+class SiluMulFunction : public torch::autograd::Function<SiluMulFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
+                               const torch::Tensor& up) {
+    torch::Tensor g = gate.contiguous(), u = up.contiguous();
+    torch::Tensor y = torch::empty_like(g);
+    if (g.scalar_type() == torch::kBFloat16) {
+      RunSiluMul<c10::BFloat16>(g, u, y);
+    } else {
+      RunSiluMul<float>(g, u, y);
+    }
+    ctx->save_for_backward({g, u});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& g = saved[0];
+    const torch::Tensor& u = saved[1];
+    torch::Tensor dy = grads[0].to(g.scalar_type()).contiguous();
+    torch::Tensor dg = torch::empty_like(g), du = torch::empty_like(u);
+    if (g.scalar_type() == torch::kBFloat16) {
+      RunSiluMulBackward<c10::BFloat16>(dy, g, u, dg, du);
+    } else {
+      RunSiluMulBackward<float>(dy, g, u, dg, du);
+    }
+    return {dg, du};
+  }
+};
+
 }  // namespace
 #endif  // KILN_GELU_KERNEL
 
@@ -163,6 +265,21 @@ torch::Tensor GeluTanh(const torch::Tensor& x) {
   }
 #endif
   return torch::gelu(x, "tanh");
+}
+
+torch::Tensor SiluMul(const torch::Tensor& gate, const torch::Tensor& up) {
+#ifdef KILN_GELU_KERNEL
+  const bool recording =
+      torch::GradMode::is_enabled() && (gate.requires_grad() || up.requires_grad());
+  if (recording && gate.device().is_cpu() && up.device().is_cpu() &&
+      gate.scalar_type() == up.scalar_type() &&
+      (gate.scalar_type() == torch::kFloat32 || gate.scalar_type() == torch::kBFloat16) &&
+      gate.sizes() == up.sizes() && gate.layout() == torch::kStrided &&
+      up.layout() == torch::kStrided && HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
+    return SiluMulFunction::apply(gate, up);
+  }
+#endif
+  return torch::silu(gate) * up;
 }
 
 }  // namespace kiln

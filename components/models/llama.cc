@@ -26,6 +26,7 @@
 #include "components/models/autocast_linear.h"
 #include "components/models/causal_attention.h"
 #include "components/models/checkpointing.h"
+#include "components/models/gelu_tanh.h"
 #include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/model.h"
@@ -338,7 +339,7 @@ class LlamaMlpImpl : public torch::nn::Module {
     down_proj = register_module("down_proj", AutocastLinear(options(a.mlp_dim, a.dim)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+    return down_proj->forward(SiluMul(gate_proj->forward(x), up_proj->forward(x)));
   }
   // Generation: gate and up from one product where they are small.
   torch::Tensor forward_cached(const torch::Tensor& x) {

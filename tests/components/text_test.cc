@@ -792,6 +792,49 @@ TEST(GeluTanh, MatchesAtenValuesAndGradients) {
       torch::allclose(GeluTanh(m.to(torch::kFloat64)), torch::gelu(m.to(torch::kFloat64), "tanh")));
 }
 
+// The fused SwiGLU gate matches float64's silu(gate) * up in value and in both gradients, within
+// float32's rounding, at sizes that leave tails of every length and span parallel tasks, far out
+// where the sigmoid saturates too; bf16 within bf16's rounding; without autograd it is ATen's.
+TEST(SiluMul, MatchesTheCompositeInValuesAndGradients) {
+  torch::manual_seed(3);
+  for (int64_t n : {1, 7, 8, 13, 1000, 70001}) {
+    SCOPED_TRACE(n);
+    torch::Tensor gate = (torch::randn({n}) * 3).requires_grad_();
+    torch::Tensor up = torch::randn({n}).requires_grad_();
+    if (n > 8) {
+      torch::NoGradGuard no_grad;
+      gate.index_put_({torch::indexing::Slice(0, 6)},
+                      torch::tensor({0.0f, -1e-6f, 30.0f, -30.0f, -100.0f, 100.0f}));
+    }
+    torch::Tensor dy = torch::randn({n});
+    torch::Tensor got = SiluMul(gate, up);
+    auto got_grads = torch::autograd::grad({(got * dy).sum()}, {gate, up});
+    torch::Tensor g64 = gate.detach().to(torch::kFloat64).requires_grad_();
+    torch::Tensor u64 = up.detach().to(torch::kFloat64).requires_grad_();
+    torch::Tensor want = torch::silu(g64) * u64;
+    auto want_grads = torch::autograd::grad({(want * dy.to(torch::kFloat64)).sum()}, {g64, u64});
+    auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return torch::allclose(a.to(torch::kFloat64), b, 1e-5, 1e-6);
+    };
+    EXPECT_TRUE(close(got, want)) << (got.to(torch::kFloat64) - want).abs().max();
+    EXPECT_TRUE(close(got_grads[0], want_grads[0]));
+    EXPECT_TRUE(close(got_grads[1], want_grads[1]));
+    // bf16: computed in float32, rounded once.
+    torch::Tensor gate16 = gate.detach().to(torch::kBFloat16).requires_grad_();
+    torch::Tensor up16 = up.detach().to(torch::kBFloat16).requires_grad_();
+    torch::Tensor got16 = SiluMul(gate16, up16);
+    auto grads16 = torch::autograd::grad({(got16 * dy.to(torch::kBFloat16)).sum()}, {gate16, up16});
+    EXPECT_EQ(got16.scalar_type(), torch::kBFloat16);
+    torch::Tensor want16 =
+        torch::silu(gate16.detach().to(torch::kFloat64)) * up16.detach().to(torch::kFloat64);
+    EXPECT_TRUE(torch::allclose(got16.to(torch::kFloat64), want16, 1e-2, 1e-2));
+    EXPECT_TRUE(torch::allclose(grads16[1].to(torch::kFloat64), want_grads[1], 2e-2, 2e-2));
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(SiluMul(gate.detach(), up.detach()),
+                             torch::silu(gate.detach()) * up.detach()));
+  }
+}
+
 TEST(TextModels, GptIsCausalTiedAndNamedLikeNanoGpt) {
   torch::manual_seed(0);
   auto model = BuildModel(
