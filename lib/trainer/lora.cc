@@ -147,6 +147,9 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
         "model.lora.target_modules: name the layers that get adapters (e.g. [q_proj, v_proj]), "
         "or give model.lora.from=DIR");
   }
+  // An adapter folder's own settings (targets, modules_to_save) stand in for the config's, for
+  // every reader of the job's options (AddLora, export format=peft).
+  if (!o.from.empty()) KILN_RETURN_IF_ERROR(ReadAdapterConfig(o.from, &o));
   return std::optional<LoraOptions>(o);
 }
 

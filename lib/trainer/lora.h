@@ -53,7 +53,8 @@ class LoraLayer {
   virtual double lora_dropout() const = 0;
 };
 
-// model.lora read from a job config (none when the key is absent or null).
+// model.lora read from a job config (none when the key is absent or null); with `from`, the
+// settings are the adapter folder's (adapter_config.json), as AddLora reads them.
 absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config& job);
 
 // Adds adapters to `model`'s targeted layers and freezes the rest; returns the adapted layers'

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -621,6 +622,44 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
       ExpectPeftGivesTheMergedLogits("llama", base, d + "/lora", [](const std::string& n) {
         return n.find("q_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
       }));
+  // An adapter that trains a module whole (PEFT's modules_to_save, here the final norm, named in
+  // its adapter_config.json only) goes on training from model.lora.from, and format=peft writes
+  // that module again, trained.
+  {
+    const std::string saved = d + "/lora_norm";
+    std::filesystem::create_directories(saved);
+    std::string config = ReadFile(d + "/lora_peft/adapter_config.json");
+    const std::string none = "\"modules_to_save\": null";
+    ASSERT_NE(config.find(none), std::string::npos) << config;
+    config.replace(config.find(none), none.size(), "\"modules_to_save\": [\"norm\"]");
+    std::ofstream(saved + "/adapter_config.json") << config;
+    auto adapter = ReadSafetensors(d + "/lora_peft/adapter_model.safetensors");
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    const std::string norm = "base_model.model.model.norm.weight";
+    std::vector<std::pair<std::string, torch::Tensor>> tensors(adapter->begin(), adapter->end());
+    tensors.emplace_back(norm, torch::full({16}, 1.5));
+    ASSERT_TRUE(WriteSafetensors(saved + "/adapter_model.safetensors", tensors).ok());
+    auto resumed = Lm("train",
+                      {"test=false", "trainer.max_steps=2", "model.pretrained=" + base,
+                       "model.kv_heads=1", "model.mlp_dim=24", "model.lora={from:" + saved + "}",
+                       "optimizer.lr=0.05", "hydra.run.dir=" + d + "/lora_norm_run"},
+                      "mobydick_llama");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+    EXPECT_NE(resumed.err.find("model.norm trained whole"), std::string::npos) << resumed.err;
+    auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_norm_run", "format=peft",
+                         "hydra.run.dir=" + d + "/lora_norm_peft"});
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    EXPECT_NE(
+        ReadFile(d + "/lora_norm_peft/adapter_config.json").find("\"modules_to_save\": [\"norm\"]"),
+        std::string::npos);
+    auto exported = ReadSafetensors(d + "/lora_norm_peft/adapter_model.safetensors");
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    ASSERT_EQ(exported->count(norm), 1u);
+    EXPECT_EQ(exported->size(), adapter->size() + 1);
+    const torch::Tensor trained_norm = exported->at(norm);
+    EXPECT_FALSE(torch::equal(trained_norm, torch::full({16}, 1.5)));
+    EXPECT_LT((trained_norm - 1.5).abs().max().item<double>(), 0.5);
+  }
   // The run's checkpoints hold the adapters alone (the base is the config's model.pretrained),
   // with the frozen weights' digest: the same adapters against another base are refused.
   {
