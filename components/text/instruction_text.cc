@@ -3,7 +3,10 @@
 // torchtune's instruct datasets); an example is <s> prompt response </s> (the tokenizer's own
 // start and end ids), and the targets at the prompt's positions are SpecialTokens::kIgnore, which
 // the loss skips, so the loss is the mean cross-entropy of the response tokens (and the </s> that
-// ends them) alone. Examples keep their own lengths, cut to
+// ends them) alone. A JSONL record may instead be a conversation rendered through a model's chat
+// template (`python -m kiln.chat`, python/kiln/chat.py): its segments' tokens in order, as the
+// template wrote them (with its own start and end tokens), the assistant's turns the targets.
+// Examples keep their own lengths, cut to
 // block_size tokens (the model's context; the response's end goes first), and are padded per
 // batch; the held-out split's loss is the responses' loss.
 #include <algorithm>
@@ -27,6 +30,7 @@ struct InstructionOptions : TextDataOptions {
   std::string format = "auto";
   std::string prompt_field = "prompt";
   std::string response_field = "response";
+  std::string segments_field = "segments";
   double val_fraction = 0.1;
   int64_t split_seed = 1234;
   int64_t block_size = 512;
@@ -68,7 +72,7 @@ class InstructionText : public TextDataModule {
   InstructionText(InstructionOptions o, std::shared_ptr<Tokenizer> tokenizer)
       : TextDataModule(std::move(tokenizer), o.loader()),
         o_(std::move(o)),
-        fields_{o_.format, o_.prompt_field, o_.response_field} {}
+        fields_{o_.format, o_.prompt_field, o_.response_field, o_.segments_field} {}
 
   absl::Status Setup(data::Stage stage) override {
     KILN_ASSIGN_OR_RETURN(auto tok, tokenizer());
@@ -117,6 +121,7 @@ class InstructionText : public TextDataModule {
     for (const auto& r : train_records_) {
       texts.push_back(r.text);
       texts.push_back(r.label);
+      for (const auto& [text, trained] : r.segments) texts.push_back(text);
     }
     return texts;
   }
@@ -132,44 +137,76 @@ class InstructionText : public TextDataModule {
 
   absl::StatusOr<std::shared_ptr<InstructionExamples>> Encode(
       const Tokenizer& tok, const std::vector<TextRecord>& records, const std::string& split) {
-    std::vector<std::string> prompts, responses;
+    // Each record as texts in order, each with whether its tokens are targets: <s> prompt
+    // response </s> (the response and the end trained), or a rendered conversation's segments as
+    // they are (its chat template wrote the start and end tokens).
+    std::vector<std::string> texts;
+    std::vector<size_t> first_text;
     for (const auto& r : records) {
-      prompts.push_back(r.text);
-      responses.push_back(r.label);
+      first_text.push_back(texts.size());
+      if (r.segments.empty()) {
+        texts.push_back(r.text);
+        texts.push_back(r.label);
+      }
+      for (const auto& [text, trained] : r.segments) texts.push_back(text);
     }
-    std::vector<std::vector<int64_t>> p = tok.EncodeAll(prompts), q = tok.EncodeAll(responses);
+    const std::vector<std::vector<int64_t>> ids = tok.EncodeAll(texts);
     std::vector<InstructionExamples::Item> items;
     int64_t cut = 0, tokens = 0, chars = 0;
     // The tokenizer's own start and end of text (kiln's <s> and </s>; a pretrained model's), where
     // it has them.
     const SpecialIds special = tok.special_ids();
     for (size_t i = 0; i < records.size(); ++i) {
+      const TextRecord& record = records[i];
       std::vector<int64_t> seq;
-      if (special.bos >= 0) seq.push_back(special.bos);
-      seq.insert(seq.end(), p[i].begin(), p[i].end());
-      // The first response token's position; with no start token, the prompt's first token starts
-      // the sequence, and an empty prompt leaves the response's first token unpredicted.
-      const size_t prompt_end = std::max<size_t>(seq.size(), 1);
-      seq.insert(seq.end(), q[i].begin(), q[i].end());
-      if (special.eos >= 0) seq.push_back(special.eos);
+      std::vector<bool> trained;  // whether token k is learned (a target where predicted)
+      auto add = [&](const std::vector<int64_t>& part, bool train) {
+        seq.insert(seq.end(), part.begin(), part.end());
+        trained.insert(trained.end(), part.size(), train);
+      };
+      const size_t first = first_text[i];
+      if (record.segments.empty()) {
+        if (special.bos >= 0) add({special.bos}, false);
+        add(ids[first], false);
+        add(ids[first + 1], true);
+        if (special.eos >= 0) add({special.eos}, true);
+        // The end token stands for the end of the response.
+        chars += CountCodePoints(record.label) + (special.eos >= 0 ? 1 : 0);
+      } else {
+        for (size_t k = 0; k < record.segments.size(); ++k) {
+          add(ids[first + k], record.segments[k].second);
+          if (record.segments[k].second) chars += CountCodePoints(record.segments[k].first);
+        }
+      }
       if (static_cast<int64_t>(seq.size()) > o_.block_size + 1) {
         seq.resize(static_cast<size_t>(o_.block_size + 1));
+        trained.resize(seq.size());
         ++cut;
       }
-      if (seq.size() <= prompt_end) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            records[i].where, ": the prompt takes ", p[i].size(),
-            " tokens, and data.block_size=", o_.block_size, " leaves none of the response"));
-      }
       InstructionExamples::Item item;
-      item.input.assign(seq.begin(), seq.end() - 1);
-      item.target.assign(seq.begin() + 1, seq.end());
-      // Position t predicts token t+1: those that predict the prompt's tokens count nothing.
-      for (size_t t = 0; t + 1 < prompt_end; ++t) item.target[t] = SpecialTokens::kIgnore;
-      tokens += static_cast<int64_t>(seq.size() - prompt_end);
-      // The end token stands for the end of the response.
-      chars += CountCodePoints(records[i].label) + (special.eos >= 0 ? 1 : 0);
-      item.where = records[i].where;
+      item.input.assign(seq.begin(), seq.end() - std::min<size_t>(seq.size(), 1));
+      item.target.assign(seq.begin() + std::min<size_t>(seq.size(), 1), seq.end());
+      // Position t predicts token t+1: those that predict an untrained token count nothing. The
+      // first token is predicted by none (with no start token, an empty prompt leaves the
+      // response's first token unpredicted).
+      int64_t learned = 0;
+      for (size_t t = 0; t < item.target.size(); ++t) {
+        if (trained[t + 1])
+          ++learned;
+        else
+          item.target[t] = SpecialTokens::kIgnore;
+      }
+      if (learned == 0) {
+        return absl::InvalidArgumentError(
+            record.segments.empty()
+                ? absl::StrCat(record.where, ": the prompt takes ", ids[first].size(),
+                               " tokens, and data.block_size=", o_.block_size,
+                               " leaves none of the response")
+                : absl::StrCat(record.where, ": data.block_size=", o_.block_size,
+                               " leaves none of the conversation's trained turns"));
+      }
+      tokens += learned;
+      item.where = record.where;
       items.push_back(std::move(item));
     }
     if (cut > 0) {
@@ -222,7 +259,8 @@ class InstructionText : public TextDataModule {
 KILN_REGISTER_BOUND(
     data::DataModule, "instruction_text",
     "Supervised fine-tuning data for language_modeling: prompt and response fields of JSONL/CSV/"
-    "TSV records; the loss counts the response tokens only",
+    "TSV records, or conversations rendered through a chat template; the loss counts the "
+    "responses' tokens only",
     AddTextDataOptions(
         OptionBinding<InstructionOptions>()
             .Required("train", &InstructionOptions::train, "training file (.jsonl, .csv, .tsv)")
@@ -235,6 +273,10 @@ KILN_REGISTER_BOUND(
                    "the field holding the prompt (the instruction and its input)")
             .Field("response_field", &InstructionOptions::response_field,
                    "the field holding the response the model learns to give")
+            .Field("segments_field", &InstructionOptions::segments_field,
+                   "the JSONL field of a conversation rendered by python -m kiln.chat: [text, "
+                   "trained] pairs, the assistant's turns trained (a record without it has a "
+                   "prompt and a response)")
             .Field("val_fraction", &InstructionOptions::val_fraction,
                    "share of train held out for validation when val is null", InHalfOpenRange(0, 1))
             .Field("split_seed", &InstructionOptions::split_seed, "seed of that split")

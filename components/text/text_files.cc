@@ -105,6 +105,31 @@ absl::StatusOr<std::vector<TextRecord>> ReadJsonl(const std::string& path, const
     }
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+    if (!f.segments_field.empty()) {
+      auto segments = j.find(f.segments_field);
+      if (segments != j.end()) {
+        TextRecord r{"", "", where, {}};
+        bool good = segments->is_array() && !segments->empty();
+        for (const auto& pair : good ? *segments : nlohmann::json::array()) {
+          good = pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_boolean();
+          if (!good) break;
+          r.segments.emplace_back(pair[0].get<std::string>(), pair[1].get<bool>());
+        }
+        if (!good)
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": field '", f.segments_field,
+                           "' is not a non-empty list of [text, trained] pairs (as python -m "
+                           "kiln.chat writes them)"));
+        out.push_back(std::move(r));
+        return absl::OkStatus();
+      }
+      if (j.contains("messages") && !j.contains(f.text_field)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where,
+            ": a conversation (messages): render it through the model's chat template first, "
+            "python -m kiln.chat --tokenizer DIR IN.jsonl OUT.jsonl (docs/finetuning.md)"));
+      }
+    }
     auto field = j.find(f.text_field);
     if (field == j.end()) return MissingField(where, f.text_field, "text", keys);
     if (!field->is_string())

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,12 +15,19 @@ struct TextRecord {
   std::string text;
   std::string label;  // "" when labels are not read
   std::string where;  // "FILE:LINE" (or the file of a folder-per-class text), for messages
+  // A JSONL record of RecordFields::segments_field: its texts in order, each with whether a model
+  // learns to write it (a conversation rendered through a chat template by `python -m kiln.chat`:
+  // the assistant's turns). Then `text` and `label` are empty.
+  std::vector<std::pair<std::string, bool>> segments;
 };
 
 struct RecordFields {
   std::string format = "auto";  // auto (from the extension or a folder), jsonl, csv, tsv, folder
   std::string text_field = "text";
   std::string label_field = "label";
+  // A JSONL field that, where a record has it, stands for its text and label: a list of [text,
+  // trained] pairs (TextRecord::segments). Empty: not read.
+  std::string segments_field;
 };
 
 // The records of `path`; with `need_label` false the label field may be missing. An empty file, a

@@ -7,7 +7,9 @@
 #include <array>
 #include <filesystem>
 #include <numeric>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
 #include "components/models/generation.h"
@@ -593,11 +595,9 @@ TEST(TextDataModules, InstructionTextPackedRowsGiveThePaddedBatchsLoss) {
   }
 }
 
-// With a pretrained tokenizer an example is framed with the tokenizer's own start and end ids, and
-// a real token whose id is 0 (as GPT-2's "!") is a target like any other: only the prompt's
-// predictions and the padding are SpecialTokens::kIgnore (they were <pad> = 0 before).
-TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
-  testing::TempDir dir;
+// DIR/tok: a Hugging Face tokenizer of one id per character ("!" is 0, "a" 1, "b" 2, " " 3), with
+// <unk> 4, <s> 5 (its start) and </s> 6 (its end) as special tokens.
+void WriteCharTokenizer(testing::TempDir& dir) {
   dir.Write("tok/tokenizer.json", R"({"added_tokens": [
       {"id": 4, "content": "<unk>", "special": true, "normalized": false},
       {"id": 5, "content": "<s>", "special": true, "normalized": false},
@@ -609,6 +609,14 @@ TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
       "vocab": {"!": 0, "a": 1, "b": 2, " ": 3, "<unk>": 4, "<s>": 5, "</s>": 6}}})");
   dir.Write("tok/tokenizer_config.json",
             R"({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})");
+}
+
+// With a pretrained tokenizer an example is framed with the tokenizer's own start and end ids, and
+// a real token whose id is 0 (as GPT-2's "!") is a target like any other: only the prompt's
+// predictions and the padding are SpecialTokens::kIgnore (they were <pad> = 0 before).
+TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
+  testing::TempDir dir;
+  WriteCharTokenizer(dir);
   dir.Write("sft.jsonl",
             "{\"prompt\": \"a!\", \"response\": \"b!\"}\n"
             "{\"prompt\": \"ab\", \"response\": \"!!!\"}\n");
@@ -641,6 +649,62 @@ TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
   EXPECT_TRUE(batch->target[0].equal(torch::tensor(std::vector<int64_t>{x, x, 2, 0, 6, x})))
       << batch->target;
   EXPECT_EQ(batch->input[0][5].item<int64_t>(), 0);
+}
+
+// A conversation rendered through a chat template (python -m kiln.chat: [text, trained] segments)
+// is its segments' tokens as they are, with no start or end added (the template wrote them, and
+// the tokenizer reads "<s>" and "</s>" in the text as its special ids); the targets are the
+// trained segments' tokens alone. A prompt/response record beside it is framed as before. A
+// `messages` record, bad segments and a block that leaves nothing to learn are one line each.
+TEST(TextDataModules, InstructionTextLearnsTheAssistantTurnsOfARenderedConversation) {
+  testing::TempDir dir;
+  WriteCharTokenizer(dir);
+  dir.Write("chat.jsonl",
+            "{\"segments\": [[\"<s>a\", false], [\"b!</s>\", true], [\"a\", false], "
+            "[\"!</s>\", true]]}\n"
+            "{\"prompt\": \"ab\", \"response\": \"!\"}\n");
+  auto module = [&](const std::string& file, int64_t block) {
+    return InstantiateOk<data::DataModule>(
+        absl::StrCat("_target_: instruction_text\ntrain: ", dir.path(), "/", file,
+                     "\nval_fraction: 0\nblock_size: ", block,
+                     "\ntokenizer: {_target_: pretrained, path: '", dir.path(), "/tok'}\n"),
+        "data");
+  };
+  auto dm = module("chat.jsonl", 16);
+  ASSERT_TRUE(dm);
+  ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
+  ASSERT_EQ(dm->train_dataset()->size(), 2);
+  data::SampleRng rng(0, 0, 0);
+  const int64_t x = SpecialTokens::kIgnore;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> expected = {
+      {{5, 1, 2, 0, 6, 1, 0}, {x, 2, 0, 6, x, 0, 6}}, {{5, 1, 2, 0}, {x, x, 0, 6}}};
+  for (int64_t index = 0; index < 2; ++index) {
+    const std::string source = dm->train_dataset()->Source(index);
+    const size_t record = source.back() == '1' ? 0 : 1;
+    auto example = dm->train_dataset()->Get(index, rng);
+    ASSERT_TRUE(example.ok()) << example.status();
+    EXPECT_TRUE(example->input.equal(torch::tensor(expected[record].first))) << example->input;
+    EXPECT_TRUE(example->target.equal(torch::tensor(expected[record].second))) << example->target;
+  }
+  // Each file's first line refused in one line: `content` in a file FILE.jsonl, read with a block
+  // of `block` tokens.
+  const std::vector<std::tuple<std::string, std::string, int64_t, std::string>> refusals = {
+      // One token of block: the conversation's first trained token is never predicted.
+      {"conversation", "{\"segments\": [[\"<s>a\", false], [\"b!</s>\", true]]}", 1,
+       "data.block_size=1 leaves none of the conversation's trained turns"},
+      {"messages", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}", 16,
+       "a conversation (messages): render it through the model's chat template first, python -m "
+       "kiln.chat"},
+      {"bad", "{\"segments\": [[\"a\", 1]]}", 16,
+       "field 'segments' is not a non-empty list of [text, trained] pairs"}};
+  for (const auto& [name, content, block, expected] : refusals) {
+    dir.Write(name + ".jsonl", content + "\n");
+    auto refused_module = module(name + ".jsonl", block);
+    ASSERT_TRUE(refused_module);
+    absl::Status refused = refused_module->Setup(data::Stage::kFit);
+    EXPECT_NE(refused.message().find(absl::StrCat(name, ".jsonl:1: ", expected)), std::string::npos)
+        << refused;
+  }
 }
 
 std::shared_ptr<Model> BuildModel(const std::string& yaml) {
