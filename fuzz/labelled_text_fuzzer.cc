@@ -1,6 +1,7 @@
 // libFuzzer target: text data files (components/text/text_files.cc): labelled texts in JSONL, CSV
-// and TSV (the first byte chooses the format and whether labels are needed; the rest is the file),
-// a plain text file, and one text per line.
+// and TSV (the first byte chooses the format, whether labels are needed and whether a JSONL record
+// may be a rendered conversation's segments; the rest is the file), a plain text file, and one
+// text per line.
 #include "components/text/text_files.h"
 #include "fuzz/fuzz_input.h"
 
@@ -13,10 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fields.format = kFormats[data[0] % 3];
   if (data[0] & 4) fields.label_field = "category";
   bool need_label = (data[0] & 8) == 0;
+  if (data[0] & 32) fields.segments_field = "segments";
   auto records = kiln::text::ReadLabelledTexts(file.path(), fields, need_label);
   if (records.ok()) {
     for (const auto& r : *records) {
       if (r.where.empty()) __builtin_trap();
+      if (!r.segments.empty() && (!r.text.empty() || !r.label.empty())) __builtin_trap();
     }
   }
   if (data[0] & 16) {

@@ -115,13 +115,15 @@ seed_audio() {
   fi
 }
 # Text data: the first byte picks the format (0 jsonl, 1 csv, 2 tsv; +4 label field "category",
-# +8 labels optional, +16 also as plain text and lines), the rest is the file.
+# +8 labels optional, +16 also as plain text and lines, +32 a JSONL record may be a conversation's
+# [text, trained] segments), the rest is the file.
 seed_labelled_text() {
   printf '\000{"text": "a good film", "label": "pos"}\n\n{"text": "bad", "label": "neg"}\n' > "$1/labelled.jsonl"
   printf '\001text,label\n"quoted, ""with"" comma",pos\nplain,neg\n' > "$1/labelled.csv"
   printf '\002text\tlabel\nhello there\tx\r\nbye\ty\n' > "$1/labelled.tsv"
   printf '\015category,text\nsport,"multi\nline"\n' > "$1/category.csv"
   printf '\030{"text": "\\u00fcn\\u00efcode \\ud83d\\ude00"}\n{"text": "no label"}\n' > "$1/unlabelled.jsonl"
+  printf '\040{"segments": [["<s>user: hi ", false], ["hello</s>", true]]}\n{"text": "q", "label": "a"}\n{"messages": []}\n' > "$1/segments.jsonl"
 }
 # Audio manifests: the first byte says whether transcripts are needed (+0) or not (+1), bad lines
 # fail (+0) or are skipped (+2); the rest is the file.
