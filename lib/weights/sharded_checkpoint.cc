@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <sstream>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -235,12 +234,19 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
         sources.state_param[keys[0][i]] = params[i];
       }
     }
-    torch::serialize::OutputArchive whole;
-    Copy(ranks[0], whole, {}, sources);
-    std::ostringstream bytes;
-    whole.save_to(bytes);
-    std::istringstream in(bytes.str());
-    archive->load_from(in, device);
+    // At most two copies of the whole model at a time: the pieces and the joined archive, then
+    // the joined archive and its bytes, then the bytes and the archive read back from them.
+    std::string bytes;
+    {
+      torch::serialize::OutputArchive whole;
+      Copy(ranks[0], whole, {}, sources);
+      ranks.clear();  // the joined tensors are copies; rank 0's others stay referenced by `whole`
+      whole.save_to([&bytes](const void* data, size_t size) {
+        bytes.append(static_cast<const char*>(data), size);
+        return size;
+      });
+    }
+    archive->load_from(bytes.data(), bytes.size(), device);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": cannot join the pieces of this sharded checkpoint: ", e.what()));
