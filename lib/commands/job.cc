@@ -83,7 +83,12 @@ absl::Status PlaceTables(const config::Config& cfg, bool fit) {
   placement.world_size = env.world_size;
   placement.kind = distributed::TableShardingKindNamed(how);
   distributed::SetTablePlacement(placement);
-  SetPieceCutter(distributed::CutToPiece);  // a whole checkpoint loads into the pieces
+  // A checkpoint loads into the pieces: a whole one cut, a sharded one read as the pieces only.
+  SetPieceRowsOf([](const torch::Tensor& param) -> std::optional<PieceRows> {
+    std::optional<distributed::TableRows> rows = distributed::PieceRowsOf(param);
+    if (!rows) return std::nullopt;
+    return PieceRows{rows->first, rows->count, rows->rows};
+  });
   return absl::OkStatus();
 }
 

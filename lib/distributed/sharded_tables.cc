@@ -266,10 +266,12 @@ std::vector<torch::nn::Embedding> BuildTables(
   return tables;
 }
 
-torch::Tensor CutToPiece(const torch::Tensor& param, const torch::Tensor& whole) {
+std::optional<TableRows> PieceRowsOf(const torch::Tensor& param) {
   auto it = Pieces().find(param.unsafeGetTensorImpl());
-  if (it == Pieces().end() || whole.dim() < 1 || whole.size(0) != it->second.rows) return {};
-  return it->second.Piece(whole);
+  if (it == Pieces().end()) return std::nullopt;
+  const Layout& l = it->second;
+  if (l.row_wise) return TableRows{l.rank * l.rows_per_rank, l.rows_per_rank, l.rows};
+  return TableRows{0, l.placed == l.rank ? l.rows : 0, l.rows};
 }
 
 torch::Tensor ShardedTables::Lookup(const torch::Tensor& ids) {

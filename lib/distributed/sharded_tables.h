@@ -71,10 +71,13 @@ std::vector<torch::nn::Embedding> BuildTables(
     const std::vector<int64_t>& rows, int64_t dim, bool sparse,
     const std::function<void(size_t, int64_t, torch::Tensor)>& init);
 
-// `whole` (a whole table, or state with one entry per row) cut to the piece that `param` holds,
-// when `param` is a table piece; undefined otherwise. Loading a whole checkpoint into a sharded
-// model goes through it.
-torch::Tensor CutToPiece(const torch::Tensor& param, const torch::Tensor& whole);
+// The rows of its whole table that `param` holds, when it is a table piece: [first, first + count)
+// of `rows`, those past the end zero (row-wise: a block; table-wise: all rows on the table's
+// rank, none elsewhere). Loading a checkpoint into a sharded model reads and cuts by it.
+struct TableRows {
+  int64_t first = 0, count = 0, rows = 0;
+};
+std::optional<TableRows> PieceRowsOf(const torch::Tensor& param);
 
 class ShardedTables {
  public:

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -189,6 +190,15 @@ absl::Status WriteCheckpoint(const std::string& path,
   });
 }
 
+namespace {
+// A checkpoint that does not fit in the memory left: what and how big, in one line.
+absl::Status OutOfMemory(const std::string& path, int64_t bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat(path, ": out of memory reading this checkpoint (", bytes >> 20,
+                   " MB; it needs that much beside what the process holds)"));
+}
+}  // namespace
+
 absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArchive* archive,
                             torch::Device device) {
   struct stat st;
@@ -212,7 +222,12 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
     if (!ArchiveClaimsFit(path, static_cast<uint64_t>(st.st_size))) return corrupt();
     archive->load_from(path, device);
     has_format = archive->try_read("meta/format", format);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(path, st.st_size);
   } catch (const std::exception& e) {
+    // LibTorch's allocator says "can't allocate memory" in a c10::Error: not a corrupt file.
+    if (std::string(e.what()).find("can't allocate memory") != std::string::npos)
+      return OutOfMemory(path, st.st_size);
     return corrupt();
   }
   if (!has_format || !format.isInt()) {
@@ -345,13 +360,25 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
 }
 
 namespace {
-PieceCutter& Cutter() {
-  static PieceCutter cutter;
-  return cutter;
+PieceRowsOf& RowsOf() {
+  static PieceRowsOf rows_of;
+  return rows_of;
 }
 }  // namespace
 
-void SetPieceCutter(PieceCutter cutter) { Cutter() = std::move(cutter); }
+void SetPieceRowsOf(PieceRowsOf rows_of) { RowsOf() = std::move(rows_of); }
+
+absl::Status ReadCheckpointFor(const std::string& path, torch::nn::Module& module,
+                               torch::serialize::InputArchive* archive, torch::Device device) {
+  std::map<std::string, PieceRows> pieces;
+  if (RowsOf() && IsShardedCheckpoint(path)) {
+    for (const auto& p : module.named_parameters()) {
+      if (std::optional<PieceRows> rows = RowsOf()(p.value())) pieces[p.key()] = *rows;
+    }
+  }
+  if (pieces.empty()) return ReadCheckpoint(path, archive, device);
+  return ReadShardedCheckpoint(path, archive, device, pieces);
+}
 
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
                             torch::nn::Module& module, const std::string& path,
@@ -373,10 +400,17 @@ absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
           absl::StrCat(path, ": checkpoint of another model: no '", name, "'"));
     }
     if (it->second.sizes() != target.sizes()) {
-      // A table this worker holds a piece of (several workers, sharded_tables.h): its rows.
-      torch::Tensor piece = Cutter() ? Cutter()(target, it->second) : torch::Tensor();
-      if (piece.defined() && piece.sizes() == target.sizes()) {
-        target.copy_(piece);
+      // A table this worker holds a piece of (several workers, sharded_tables.h): its rows, those
+      // past the whole's end zero.
+      const std::optional<PieceRows> rows = RowsOf() ? RowsOf()(target) : std::nullopt;
+      const torch::Tensor& whole = it->second;
+      if (rows && whole.dim() == target.dim() && whole.dim() >= 1 && whole.size(0) == rows->whole &&
+          rows->count == target.size(0) && whole.sizes().slice(1) == target.sizes().slice(1)) {
+        target.zero_();
+        const int64_t begin = std::min(rows->first, rows->whole);
+        const int64_t end = std::min(rows->first + rows->count, rows->whole);
+        if (end > begin)
+          target.narrow(0, 0, end - begin).copy_(whole.narrow(0, begin, end - begin));
         return absl::OkStatus();
       }
       return absl::InvalidArgumentError(absl::StrCat(

@@ -6,10 +6,12 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/weights/sharded_checkpoint.h"
 
 namespace kiln {
 
@@ -45,18 +47,23 @@ std::string StoredFrozenDigest(torch::serialize::InputArchive& archive);
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
     torch::serialize::InputArchive& archive, const std::string& path);
 // Copies `state` into the module; every parameter and buffer must be there with its shape, or be
-// one that the piece cutter cuts from the whole tensor (a worker's piece of a sharded table).
+// a piece (PieceRowsOf) whose whole tensor is there (a worker's piece of a sharded table).
 // With `frozen_digest` (a WriteTrainedModelState checkpoint's), the frozen parameters may be
 // missing from `state`, and they must be those the checkpoint was trained beside.
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
                             torch::nn::Module& module, const std::string& path,
                             const std::string& frozen_digest = "");
 
-// The piece of `whole` that `param` holds, or an undefined tensor when `param` is not a piece.
-// Several-worker runs install distributed::CutToPiece (sharded_tables.h) here; none by default.
-using PieceCutter =
-    std::function<torch::Tensor(const torch::Tensor& param, const torch::Tensor& whole)>;
-void SetPieceCutter(PieceCutter cutter);
+// The rows of its whole tensor that `param` holds (a worker's piece of a sharded table), or
+// nullopt when `param` is whole. Several-worker runs install distributed::PieceRowsOf
+// (sharded_tables.h) here; none by default.
+using PieceRowsOf = std::function<std::optional<PieceRows>(const torch::Tensor& param)>;
+void SetPieceRowsOf(PieceRowsOf rows_of);
+// ReadCheckpoint for loading into `module`: of a sharded checkpoint, each parameter `module` holds
+// a piece of (PieceRowsOf), and its optimizer state per row, is read as that piece only.
+absl::Status ReadCheckpointFor(const std::string& path, torch::nn::Module& module,
+                               torch::serialize::InputArchive* archive,
+                               torch::Device device = torch::kCPU);
 
 // The checkpoint format version; readers refuse newer ones.
 inline constexpr int64_t kCheckpointFormat = 1;

@@ -1,14 +1,22 @@
 #include "lib/weights/sharded_checkpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/error_text.h"
 #include "lib/base/files.h"
 #include "lib/base/status_macros.h"
 #include "lib/weights/checkpoint.h"
@@ -48,18 +56,93 @@ torch::Tensor Join(const std::vector<torch::Tensor>& pieces, const std::vector<i
   return whole.contiguous();
 }
 
-struct Sources {
-  std::vector<torch::serialize::InputArchive>* ranks;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  std::vector<std::string> model_names;  // model/i -> name
-  // rank 0's optimizer-state key -> each rank's key for the same parameter, and its name
-  std::map<std::string, std::vector<std::string>> state_keys;
-  std::map<std::string, std::string> state_param;
+// A tensor each rank holds a piece of: a parameter, or a tensor of its optimizer state.
+struct ShardedEntry {
+  std::string id;  // "model/I", or "optimizer/state/KEY/NAME" with rank 0's KEY (PathId's form)
+  const std::vector<int64_t>* shape = nullptr;  // the parameter's whole shape
+  const PieceRows* wanted = nullptr;            // the rows the reader keeps; null: the whole
+  bool model = true;
+  size_t position = 0;  // optimizer state: the parameter's position in the optimizer's groups
+  std::string name;     // optimizer state: the tensor's name in the parameter's state
 };
 
-// Copies `in` (rank 0's archive at `path`) into `out`, joining the pieces of sharded tensors.
+std::string PathId(const std::vector<std::string>& path) { return absl::StrJoin(path, "/"); }
+
+// One rank's piece of `e`; `keys` are that rank's optimizer state keys by position.
+torch::Tensor ReadPiece(torch::serialize::InputArchive& archive, const ShardedEntry& e,
+                        const std::vector<std::string>& keys) {
+  torch::Tensor piece;
+  if (e.model) {
+    archive.read(e.id, piece);
+    return piece;
+  }
+  torch::serialize::InputArchive opt, state, param;
+  archive.read("optimizer", opt);
+  opt.read("state", state);
+  state.read(keys.at(e.position), param);
+  param.read(e.name, piece);
+  return piece;
+}
+
+// The pieces of one entry as the ranks' files are read one after another: kept to be joined, or,
+// with rows wanted, copied straight into those rows.
+struct Gathered {
+  std::vector<torch::Tensor> pieces;  // whole: every rank's
+  torch::Tensor scalar;               // wanted: rank 0's piece when it is not a block of rows
+  std::vector<int64_t> row_sizes;     // wanted: the first piece's sizes (a block of rows)
+  torch::Tensor rows;                 // wanted: the rows so far
+  int64_t offset = 0;                 // wanted: the next piece's first row in the whole
+};
+
+// Keeps what `e` needs of one rank's piece. Wanted rows are copied out at once, so no piece of
+// them outlives its rank's file.
+void Gather(const ShardedEntry& e, const torch::Tensor& piece, Gathered& g) {
+  if (e.wanted == nullptr) {
+    g.pieces.push_back(piece);
+    return;
+  }
+  // State that is not per row (a step count) is rank 0's, as Join takes it.
+  if (g.scalar.defined()) return;
+  if (g.row_sizes.empty()) {
+    if (piece.dim() == 0) {
+      g.scalar = piece.clone();
+      return;
+    }
+    g.row_sizes = piece.sizes().vec();
+  }
+  // A block of rows of the first piece's width (a table's [rows, dim], or per-row state such as
+  // row-wise Adagrad's [rows]).
+  if (piece.dim() != static_cast<int64_t>(g.row_sizes.size()) ||
+      piece.sizes().slice(1) != c10::IntArrayRef(g.row_sizes).slice(1)) {
+    throw std::runtime_error(absl::StrCat("the pieces of ", e.id, " do not line up (",
+                                          c10::str(piece.sizes()), " after ",
+                                          c10::str(c10::IntArrayRef(g.row_sizes)), ")"));
+  }
+  const int64_t rows = (*e.shape)[0];
+  if (!g.rows.defined()) {
+    std::vector<int64_t> size = g.row_sizes;
+    size[0] = e.wanted->count;
+    g.rows = torch::zeros(size, piece.options());
+  }
+  // Rows [offset, offset + n) of the whole, cut to the whole's rows and to the wanted ones.
+  const int64_t begin = std::max({g.offset, e.wanted->first, int64_t{0}});
+  const int64_t end = std::min({g.offset + piece.size(0), e.wanted->first + e.wanted->count, rows});
+  if (end > begin) {
+    g.rows.narrow(0, begin - e.wanted->first, end - begin)
+        .copy_(piece.narrow(0, begin - g.offset, end - begin));
+  }
+  g.offset += piece.size(0);
+}
+
+torch::Tensor Finish(const ShardedEntry& e, Gathered& g) {
+  if (e.wanted == nullptr) return Join(g.pieces, e.shape);
+  return g.scalar.defined() ? g.scalar : g.rows;
+}
+
+// Copies `in` (rank 0's archive) into `out`, with the joined tensors in place of rank 0's pieces.
 void Copy(torch::serialize::InputArchive& in, torch::serialize::OutputArchive& out,
-          const std::vector<std::string>& path, const Sources& sources) {
+          const std::vector<std::string>& path,
+          const std::map<std::string, torch::Tensor>& joined) {
   for (const std::string& key : in.keys()) {
     torch::Tensor t;
     torch::serialize::InputArchive sub;
@@ -67,47 +150,11 @@ void Copy(torch::serialize::InputArchive& in, torch::serialize::OutputArchive& o
     std::vector<std::string> here = path;
     here.push_back(key);
     if (in.try_read(key, t)) {
-      const std::vector<int64_t>* shape = nullptr;
-      std::vector<torch::Tensor> pieces;
-      auto each_rank =
-          [&](const std::function<torch::Tensor(torch::serialize::InputArchive&, size_t)>& read) {
-            for (size_t r = 0; r < sources.ranks->size(); ++r)
-              pieces.push_back(read((*sources.ranks)[r], r));
-          };
-      if (here.size() == 1 && absl::StartsWith(key, "model/") && key != "model/names") {
-        size_t i = std::stoul(key.substr(6));
-        auto it = i < sources.model_names.size() ? sources.shapes.find(sources.model_names[i])
-                                                 : sources.shapes.end();
-        if (it != sources.shapes.end()) {
-          shape = &it->second;
-          each_rank([&](torch::serialize::InputArchive& a, size_t) {
-            torch::Tensor piece;
-            a.read(key, piece);
-            return piece;
-          });
-        }
-      } else if (here.size() == 4 && here[0] == "optimizer" && here[1] == "state") {
-        auto keys = sources.state_keys.find(here[2]);
-        auto name = sources.state_param.find(here[2]);
-        auto it = name == sources.state_param.end() ? sources.shapes.end()
-                                                    : sources.shapes.find(name->second);
-        if (keys != sources.state_keys.end() && it != sources.shapes.end()) {
-          shape = &it->second;
-          each_rank([&](torch::serialize::InputArchive& a, size_t r) {
-            torch::serialize::InputArchive opt, state, param;
-            a.read("optimizer", opt);
-            opt.read("state", state);
-            state.read(keys->second[r], param);
-            torch::Tensor piece;
-            param.read(key, piece);
-            return piece;
-          });
-        }
-      }
-      out.write(key, shape != nullptr ? Join(pieces, shape) : t);
+      auto it = joined.find(PathId(here));
+      out.write(key, it != joined.end() ? it->second : t);
     } else if (in.try_read(key, sub)) {
       torch::serialize::OutputArchive nested(out.compilation_unit());
-      Copy(sub, nested, here, sources);
+      Copy(sub, nested, here, joined);
       out.write(key, nested);
     } else if (in.try_read(key, value)) {
       out.write(key, value);
@@ -171,7 +218,8 @@ void WriteShardKeys(torch::serialize::OutputArchive& archive, const ShardedCheck
 }
 
 absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::InputArchive* archive,
-                                   torch::Device device) {
+                                   torch::Device device,
+                                   const std::map<std::string, PieceRows>& wanted) {
   const std::string meta_path = dir + "/meta.json";
   ShardedCheckpointMeta meta;
   try {
@@ -194,62 +242,131 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
     return absl::InvalidArgumentError(
         absl::StrCat(meta_path, ": world_size ", meta.world_size, " is out of range"));
   }
-  std::vector<torch::serialize::InputArchive> ranks(static_cast<size_t>(meta.world_size));
-  for (int64_t r = 0; r < meta.world_size; ++r) {
+  // The ranks' files one after another: rank 0's is kept (the layout of everything else), each
+  // other one is read, gathered from and dropped, so at most two are held at a time.
+  auto open = [&](int64_t r, torch::serialize::InputArchive& a) -> absl::Status {
     const std::string file = absl::StrCat(dir, "/", ShardFileName(r, meta.world_size));
     if (!IsRegularFile(file)) {
       return absl::NotFoundError(absl::StrCat(file, ": missing; this sharded checkpoint has ",
                                               meta.world_size, " pieces, one per rank"));
     }
-    KILN_RETURN_IF_ERROR(ReadCheckpoint(file, &ranks[r], device));
+    KILN_RETURN_IF_ERROR(ReadCheckpoint(file, &a, device));
     c10::IValue run, rank, step;
-    if (!ranks[r].try_read("fsdp/run", run) || !run.isString() || run.toStringRef() != meta.run ||
-        !ranks[r].try_read("fsdp/rank", rank) || !rank.isInt() || rank.toInt() != r) {
+    if (!a.try_read("fsdp/run", run) || !run.isString() || run.toStringRef() != meta.run ||
+        !a.try_read("fsdp/rank", rank) || !rank.isInt() || rank.toInt() != r) {
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": a piece of another checkpoint (not run ", meta.run, "'s rank ", r,
                        "); every piece must come from the same save"));
     }
-    if (!ranks[r].try_read("loop/global_step", step) || !step.isInt() ||
-        step.toInt() != meta.step) {
+    if (!a.try_read("loop/global_step", step) || !step.isInt() || step.toInt() != meta.step) {
       return absl::InvalidArgumentError(absl::StrCat(
           file, ": written at step ", step.isInt() ? step.toInt() : -1, ", but ", meta_path,
           " is step ", meta.step, "'s; every piece must come from the same save"));
     }
-  }
+    return absl::OkStatus();
+  };
+  torch::serialize::InputArchive first;
+  KILN_RETURN_IF_ERROR(open(0, first));
   try {
-    Sources sources;
-    sources.ranks = &ranks;
-    sources.shapes = meta.shapes;
+    // What each rank holds a piece of, from rank 0's file.
+    std::vector<ShardedEntry> entries;
+    // Rows are wanted of a parameter of the whole's rows (another one is refused on loading).
+    auto wanted_rows = [&](const std::string& name) -> const PieceRows* {
+      auto it = wanted.find(name);
+      auto shape = meta.shapes.find(name);
+      if (it == wanted.end() || shape == meta.shapes.end() || shape->second.empty() ||
+          shape->second[0] != it->second.whole)
+        return nullptr;
+      return &it->second;
+    };
     c10::IValue names;
-    if (ranks[0].try_read("model/names", names)) sources.model_names = Lines(names);
+    std::vector<std::string> model_names;
+    if (first.try_read("model/names", names)) model_names = Lines(names);
+    for (size_t i = 0; i < model_names.size(); ++i) {
+      auto shape = meta.shapes.find(model_names[i]);
+      if (shape == meta.shapes.end()) continue;
+      ShardedEntry e;
+      e.id = absl::StrCat("model/", i);
+      e.shape = &shape->second;
+      e.wanted = wanted_rows(model_names[i]);
+      entries.push_back(std::move(e));
+    }
     c10::IValue opt_names;
-    if (ranks[0].try_read("fsdp/optimizer_params", opt_names)) {
+    const std::vector<std::string> first_keys = OptimizerKeys(first);
+    if (first.try_read("fsdp/optimizer_params", opt_names)) {
       std::vector<std::string> params = Lines(opt_names);
-      std::vector<std::vector<std::string>> keys;
-      for (auto& a : ranks) keys.push_back(OptimizerKeys(a));
-      for (size_t i = 0; i < params.size() && i < keys[0].size(); ++i) {
-        std::vector<std::string> per_rank;
-        for (const auto& k : keys) per_rank.push_back(i < k.size() ? k[i] : "");
-        sources.state_keys[keys[0][i]] = per_rank;
-        sources.state_param[keys[0][i]] = params[i];
+      torch::serialize::InputArchive opt, state;
+      const bool has_state = first.try_read("optimizer", opt) && opt.try_read("state", state);
+      for (size_t i = 0; has_state && i < params.size() && i < first_keys.size(); ++i) {
+        auto shape = meta.shapes.find(params[i]);
+        torch::serialize::InputArchive param;
+        if (shape == meta.shapes.end() || !state.try_read(first_keys[i], param)) continue;
+        for (const std::string& name : param.keys()) {
+          torch::Tensor t;
+          if (!param.try_read(name, t)) continue;
+          ShardedEntry e;
+          e.id = PathId({"optimizer", "state", first_keys[i], name});
+          e.shape = &shape->second;
+          e.wanted = wanted_rows(params[i]);
+          e.model = false;
+          e.position = i;
+          e.name = name;
+          entries.push_back(std::move(e));
+        }
       }
     }
-    // At most two copies of the whole model at a time: the pieces and the joined archive, then
-    // the joined archive and its bytes, then the bytes and the archive read back from them.
-    std::string bytes;
+    // One rank's file at a time: with rows wanted, rank 0's is dropped after its pieces are
+    // gathered and read again for the rest of the checkpoint at the end.
+    const bool drop_first = !wanted.empty();
+    std::vector<Gathered> gathered(entries.size());
+    for (int64_t r = 0; r < meta.world_size; ++r) {
+      torch::serialize::InputArchive other;
+      if (r > 0) KILN_RETURN_IF_ERROR(open(r, other));
+      torch::serialize::InputArchive& a = r == 0 ? first : other;
+      const std::vector<std::string> keys = r == 0 ? first_keys : OptimizerKeys(a);
+      for (size_t i = 0; i < entries.size(); ++i)
+        Gather(entries[i], ReadPiece(a, entries[i], keys), gathered[i]);
+      if (r == 0 && drop_first) first = torch::serialize::InputArchive();
+    }
+    std::map<std::string, torch::Tensor> joined;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      joined[entries[i].id] = Finish(entries[i], gathered[i]);
+      gathered[i] = Gathered();
+    }
+    if (drop_first) KILN_RETURN_IF_ERROR(open(0, first));
+    // The joined archive goes through a temporary file, not memory: the pieces and the joined
+    // tensors, then the joined tensors alone, then the archive read back are what a reader holds.
+    std::string scratch = (std::filesystem::temp_directory_path() / "kiln-joined-XXXXXX").string();
+    const int fd = ::mkstemp(scratch.data());
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrCat(dir, ": no temporary file to join the pieces in: ", std::strerror(errno)));
+    }
+    ::close(fd);
+    struct Unlink {
+      const std::string& path;
+      ~Unlink() { ::unlink(path.c_str()); }
+    } unlink_scratch{scratch};
     {
       torch::serialize::OutputArchive whole;
-      Copy(ranks[0], whole, {}, sources);
-      ranks.clear();  // the joined tensors are copies; rank 0's others stay referenced by `whole`
-      whole.save_to([&bytes](const void* data, size_t size) {
-        bytes.append(static_cast<const char*>(data), size);
-        return size;
-      });
+      Copy(first, whole, {}, joined);
+      joined.clear();
+      first =
+          torch::serialize::InputArchive();  // rank 0's other tensors stay referenced by `whole`
+      whole.save_to(scratch);
     }
-    archive->load_from(bytes.data(), bytes.size(), device);
+    archive->load_from(scratch, device);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": cannot join the pieces of this sharded checkpoint: ", e.what()));
+    const std::string what = e.what();
+    if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+        what.find("can't allocate memory") != std::string::npos) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          dir,
+          ": out of memory joining the pieces of this sharded checkpoint (a reader holds "
+          "one or two ranks' files and what it keeps of them at a time)"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": cannot join the pieces of this sharded checkpoint: ", ErrorLine(what)));
   }
   return absl::OkStatus();
 }

@@ -6,7 +6,8 @@
 //
 // Reading one (ReadCheckpoint does it for a folder) consolidates the pieces into the archive a
 // one-file checkpoint of the whole model would be, so resuming at another world size, `kiln
-// export` and evaluation read it as they read any checkpoint.
+// export` and evaluation read it as they read any checkpoint. A worker that holds pieces of sharded
+// tables reads those as its pieces only (ReadCheckpointFor).
 #pragma once
 
 #include <torch/torch.h>
@@ -33,9 +34,21 @@ absl::Status WriteShardedCheckpointMeta(const std::string& dir, const ShardedChe
 // Beside the usual contents, each rank's file holds these (see SaveFitCheckpoint's `extra`).
 void WriteShardKeys(torch::serialize::OutputArchive& archive, const ShardedCheckpointMeta& meta,
                     int64_t rank, const std::vector<std::string>& optimizer_params);
-// The whole checkpoint from `dir`'s pieces, with every tensor on `device`. A missing piece, one
-// from another run or step, or a meta.json that does not parse is a one-line error naming the file.
+// Rows [first, first + count) of a parameter's whole tensor (dimension 0), those past its end
+// zero: the piece of it a reader holds (a worker's piece of a sharded table).
+struct PieceRows {
+  int64_t first = 0;
+  int64_t count = 0;
+  int64_t whole = 0;  // the whole tensor's rows
+};
+
+// The whole checkpoint from `dir`'s pieces, with every tensor on `device`; a parameter named in
+// `wanted`, and its optimizer state per row, as those rows only. The ranks' files are read one
+// after another, so a reader of pieces never holds a whole parameter of `wanted`. A missing piece,
+// one from another run or step, or a meta.json that does not parse is a one-line error naming the
+// file.
 absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::InputArchive* archive,
-                                   torch::Device device);
+                                   torch::Device device,
+                                   const std::map<std::string, PieceRows>& wanted = {});
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -14,6 +15,7 @@
 #include "components/models/model.h"
 #include "components/vision/image_ops.h"
 #include "lib/base/exit_code.h"
+#include "lib/base/status_macros.h"
 #include "lib/config/yaml_io.h"
 #include "lib/data/datamodule.h"
 #include "lib/data/shards/tar_shard.h"
@@ -24,6 +26,7 @@
 #include "lib/trainer/trainer.h"
 #include "lib/tuner/lr_finder.h"
 #include "lib/weights/checkpoint.h"
+#include "lib/weights/sharded_checkpoint.h"
 #include "tests/support/process.h"
 #include "tests/trainer/fit_fixture.h"
 
@@ -369,6 +372,84 @@ TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
   RunResult last = Train(b.path(), kThreeEpochs, 2, "last");
   ASSERT_TRUE(last.status.ok()) << last.status;
   ExpectBitwiseEqual(fresh.params, last.params);
+}
+
+// A worker that holds a piece of a table (rows [first, first + count) of its whole) reads only
+// those rows of a sharded checkpoint, across the ranks' pieces and zero past the whole's end, and
+// cuts them from a one-file checkpoint's whole tensor; other parameters it reads whole.
+TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
+  struct Fc : torch::nn::Module {
+    Fc() {
+      weight = register_parameter("weight", torch::zeros({2, 2}));  // rows of a [3, 2] whole
+      bias = register_parameter("bias", torch::zeros({3}));
+    }
+    torch::Tensor weight, bias;
+  };
+  struct Net : torch::nn::Module {
+    Net() { fc = register_module("fc", std::make_shared<Fc>()); }
+    std::shared_ptr<Fc> fc;
+  };
+  testing::TempDir dir;
+  const std::string sharded = dir.path() + "/last.ckpt";
+  std::filesystem::create_directories(sharded);
+  ShardedCheckpointMeta meta;
+  meta.world_size = 2;
+  meta.run = "pieces";
+  meta.step = 3;
+  meta.shapes = {{"fc.weight", {3, 2}}, {"fc.bias", {3}}};
+  // Rank r's pieces: 2 rows each of weight (r * 10 + 0..3) and bias, the whole's third row in
+  // rank 1's first and its second padding.
+  for (int64_t r = 0; r < 2; ++r) {
+    std::map<std::string, torch::Tensor> state{
+        {"fc.weight", torch::arange(4, torch::kFloat32).view({2, 2}) + 10.0 * r},
+        {"fc.bias", torch::full({2}, static_cast<double>(r + 1))}};
+    ASSERT_TRUE(WriteCheckpoint(sharded + "/" + ShardFileName(r, 2),
+                                [&](torch::serialize::OutputArchive& a) {
+                                  WriteCheckpointMeta(a, "mlp", "");
+                                  WriteModelState(state, a);
+                                  a.write("loop/global_step", c10::IValue(meta.step));
+                                  WriteShardKeys(a, meta, r, {"fc.weight", "fc.bias"});
+                                })
+                    .ok());
+  }
+  ASSERT_TRUE(WriteShardedCheckpointMeta(sharded, meta).ok());
+  const torch::Tensor whole = torch::tensor({0.f, 1.f, 2.f, 3.f, 10.f, 11.f}).view({3, 2});
+  Net net;
+  // The checkpoint at `path` into `net`; `read` the rows the reader gave of fc.weight.
+  auto read_into = [&](const std::string& path, int64_t read) -> absl::Status {
+    torch::serialize::InputArchive archive;
+    KILN_RETURN_IF_ERROR(ReadCheckpointFor(path, net, &archive));
+    KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
+    EXPECT_EQ(state.at("fc.weight").size(0), read) << path;
+    return LoadModelState(state, net, path);
+  };
+  for (int64_t first : {0, 1, 2}) {
+    SetPieceRowsOf([&](const torch::Tensor& p) -> std::optional<PieceRows> {
+      if (!p.is_same(net.fc->weight)) return std::nullopt;
+      return PieceRows{first, 2, 3};
+    });
+    const torch::Tensor expected = torch::cat({whole, torch::zeros({1, 2})}).narrow(0, first, 2);
+    ASSERT_TRUE(read_into(sharded, 2).ok()) << first;  // the piece alone
+    EXPECT_TRUE(net.fc->weight.equal(expected)) << first << net.fc->weight;
+    EXPECT_TRUE(net.fc->bias.equal(torch::tensor({1.f, 1.f, 2.f})));
+    // A one-file checkpoint of the whole: cut to the same rows.
+    const std::string one_file = dir.path() + "/whole.ckpt";
+    ASSERT_TRUE(WriteCheckpoint(one_file, [&](torch::serialize::OutputArchive& a) {
+                  WriteCheckpointMeta(a, "mlp", "");
+                  WriteModelState({{"fc.weight", whole}, {"fc.bias", torch::ones({3})}}, a);
+                }).ok());
+    net.fc->weight.detach().fill_(-1);
+    ASSERT_TRUE(read_into(one_file, 3).ok());
+    EXPECT_TRUE(net.fc->weight.equal(expected)) << first << net.fc->weight;
+  }
+  SetPieceRowsOf(nullptr);
+  // Without pieces the whole is read, and a piece-shaped parameter cannot take it.
+  torch::serialize::InputArchive archive;
+  ASSERT_TRUE(ReadCheckpointFor(sharded, net, &archive).ok());
+  auto state = ReadModelState(archive, sharded);
+  ASSERT_TRUE(state.ok());
+  EXPECT_TRUE(state->at("fc.weight").equal(whole));
+  EXPECT_FALSE(LoadModelState(*state, net, sharded).ok());
 }
 
 }  // namespace resume_test

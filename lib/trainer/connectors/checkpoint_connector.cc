@@ -121,7 +121,7 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(
     const std::function<void(torch::nn::Module&)>& place_module,
     const std::function<absl::Status()>& callbacks_restored, int64_t batch_size) {
   torch::serialize::InputArchive archive;
-  KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &archive));
+  KILN_RETURN_IF_ERROR(ReadCheckpointFor(path, parts.task->module(), &archive));
   KILN_RETURN_IF_ERROR(LoadSameModel(path, archive, *parts.task, parts.model_name));
   LoopPosition loop;
   try {
@@ -151,7 +151,8 @@ absl::StatusOr<LoopPosition> RestoreFitCheckpoint(
     torch::serialize::InputArchive* optimizer_archive = &archive;
     std::vector<torch::Tensor> parameters = parts.task->module().parameters();
     if (parts.optimizer != nullptr && !parameters.empty() && !parameters[0].is_cpu()) {
-      KILN_RETURN_IF_ERROR(ReadCheckpoint(path, &on_device, parameters[0].device()));
+      KILN_RETURN_IF_ERROR(
+          ReadCheckpointFor(path, parts.task->module(), &on_device, parameters[0].device()));
       optimizer_archive = &on_device;
     }
     if (parts.optimizer != nullptr && optimizer_archive->try_read("optimizer", opt))
