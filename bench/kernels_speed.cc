@@ -4,6 +4,7 @@
 //              at::scaled_dot_product_attention(is_causal) on the same q, k, v (mobydick_gpt:
 //              B 32, T 128, D 128, 4 heads), float32 and bf16
 //   gelu       kiln::GeluTanh against at::gelu(x, "tanh") (the GPT's MLP: [32, 128, 512])
+//   silu_mul   kiln::SiluMul against silu(gate) * up (Llama's MLP: [32, 128, 344] each)
 //   bn_pool    kiln::BatchNormPoolRelu against batch_norm -> max_pool2d -> relu (the CNN's two
 //              blocks, bf16 channels-last activations with float32 BatchNorm parameters, training
 //              mode; float32 runs the composition on both sides, so it is not timed)
@@ -110,6 +111,16 @@ int main(int argc, char** argv) {
             ForwardBackward(h, [](const torch::Tensor& x) { return kiln::GeluTanh(x); }),
             ForwardBackward(h, [](const torch::Tensor& x) { return torch::gelu(x, "tanh"); }),
             rounds, reps);
+    // Llama's SwiGLU gate (mobydick_llama: [32, 128, 344] for gate and up, as one [.., 688]).
+    auto gu = torch::randn({32, 128, 2 * 344}).to(dtype);
+    auto split = [](const torch::Tensor& x, bool fused) {
+      auto parts = x.chunk(2, -1);
+      return fused ? kiln::SiluMul(parts[0], parts[1]) : torch::silu(parts[0]) * parts[1];
+    };
+    Compare("silu_mul" + suffix,
+            ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, true); }),
+            ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, false); }), rounds,
+            reps);
   }
 
   for (auto [channels, size] : {std::pair<int64_t, int64_t>{32, 28}, {64, 14}}) {
