@@ -11,7 +11,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "lib/weights/sharded_checkpoint.h"
 
 namespace kiln {
 
@@ -53,6 +52,14 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
 absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
                             torch::nn::Module& module, const std::string& path,
                             const std::string& frozen_digest = "");
+
+// Rows [first, first + count) of a parameter's whole tensor (dimension 0), those past its end
+// zero: the piece of it a reader holds (a worker's piece of a sharded table).
+struct PieceRows {
+  int64_t first = 0;
+  int64_t count = 0;
+  int64_t whole = 0;  // the whole tensor's rows
+};
 
 // The rows of its whole tensor that `param` holds (a worker's piece of a sharded table), or
 // nullopt when `param` is whole. Several-worker runs install distributed::PieceRowsOf

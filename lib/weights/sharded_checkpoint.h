@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/weights/checkpoint.h"
 
 namespace kiln {
 
@@ -34,14 +35,6 @@ absl::Status WriteShardedCheckpointMeta(const std::string& dir, const ShardedChe
 // Beside the usual contents, each rank's file holds these (see SaveFitCheckpoint's `extra`).
 void WriteShardKeys(torch::serialize::OutputArchive& archive, const ShardedCheckpointMeta& meta,
                     int64_t rank, const std::vector<std::string>& optimizer_params);
-// Rows [first, first + count) of a parameter's whole tensor (dimension 0), those past its end
-// zero: the piece of it a reader holds (a worker's piece of a sharded table).
-struct PieceRows {
-  int64_t first = 0;
-  int64_t count = 0;
-  int64_t whole = 0;  // the whole tensor's rows
-};
-
 // The whole checkpoint from `dir`'s pieces, with every tensor on `device`; a parameter named in
 // `wanted`, and its optimizer state per row, as those rows only. The ranks' files are read one
 // after another, so a reader of pieces never holds a whole parameter of `wanted`. A missing piece,
