@@ -133,9 +133,14 @@ def main(argv: Sequence[str] = None) -> None:
         _fail(f"{args.input}: no conversations")
     # Written whole or not at all.
     partial = args.output + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write("\n".join(out_lines) + "\n")
-    os.replace(partial, args.output)
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write("\n".join(out_lines) + "\n")
+        os.replace(partial, args.output)
+    except OSError as e:
+        if os.path.exists(partial):
+            os.unlink(partial)
+        _fail(f"{args.output}: cannot write it: {e.strerror or e}")
     print(f"kiln.chat: {len(out_lines)} conversations ({turns} assistant turns to learn) rendered "
           f"through {args.tokenizer}'s chat template into {args.output}", file=sys.stderr)
 

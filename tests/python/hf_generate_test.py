@@ -246,6 +246,15 @@ class HfGenerate(unittest.TestCase):
                 self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
                 self.assertIn(expected, err.getvalue())
                 self.assertFalse(os.path.exists(rendered + ".bad"))
+            # An output that cannot be written (its folder is missing) is one line too.
+            with open(source, "w") as f:
+                f.write(json.dumps({"messages": CONVERSATIONS[1]}) + "\n")
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as exit:
+                kiln.chat.main(["--tokenizer", chat, source, os.path.join(tmp, "no", "out.jsonl")])
+            self.assertEqual(exit.exception.code, 1, err.getvalue())
+            self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+            self.assertIn("out.jsonl: cannot write it", err.getvalue())
 
 
 if __name__ == "__main__":
