@@ -1,6 +1,7 @@
 // libFuzzer target: Criteo-format click data (components/recsys/criteo_line.cc and criteo_file.cc,
 // what data=criteo reads), plain or gzip: every input is rows or one error status, with bad lines
-// skipped and counted or refused, never a crash, a leak or a row that breaks the tables' bounds.
+// skipped and counted or refused, never a crash, a leak or a row that breaks the tables' bounds;
+// the rows a stream counts first are the rows read and skipped.
 #include "components/recsys/criteo_file.h"
 #include "fuzz/fuzz_input.h"
 
@@ -22,6 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.label_optional = bad == kiln::recsys::BadLines::kSkip;
     auto rows = kiln::recsys::ReadCriteoFile(file.path(), options);
     if (!rows.ok()) continue;
+    // What data.stream counts first: every row read or skipped, no more.
+    if (bad == kiln::recsys::BadLines::kSkip) {
+      auto counted = kiln::recsys::CountCriteoRows(file.path(), 0);
+      if (!counted.ok() || *counted != rows->features.size(0) + rows->skipped) __builtin_trap();
+    }
     auto features = rows->features.accessor<int32_t, 2>();
     for (int64_t i = 0; i < features.size(0); ++i) {
       for (int j = 0; j < kiln::recsys::kCriteoDense; ++j)

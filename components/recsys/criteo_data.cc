@@ -2,8 +2,9 @@
 // click_prediction. A batch's input is int64 [B, 39]: the 13 integer features as counts (the
 // model takes log(1 + x)), then the 26 categorical features as indices into their tables (one
 // value per feature: TorchRec's KeyedJaggedTensor with every length 1); its target the float
-// label. Each file is read once into compact rows (156 bytes a row); the validation split is a
-// seeded share of train unless `val` names a file.
+// label. Each file is read once into compact rows (160 bytes a row); the validation split is a
+// seeded share of train unless `val` names a file. With `stream: true` the files (several, by {..}
+// ranges or globs) are read as a stream each epoch instead (components/recsys/criteo_stream.h).
 #include <chrono>
 #include <map>
 
@@ -11,9 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "components/recsys/click_data.h"
 #include "components/recsys/criteo_file.h"
+#include "components/recsys/criteo_stream.h"
 #include "components/recsys/table_sizes.h"
 #include "lib/base/status_macros.h"
 #include "lib/data/batching_options.h"
+#include "lib/data/shards/shard_set.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 
@@ -29,6 +32,8 @@ struct CriteoDataOptions : data::BatchingOptions {
   std::vector<int64_t> num_embeddings_per_feature = std::vector<int64_t>(kCriteoSparse, 100000);
   std::string bad_lines = "error";
   int64_t max_rows = 0;
+  bool stream = false;
+  int64_t shuffle_buffer = 100000;
 };
 
 // A file's rows: Get is a row, GetStacked one index_select.
@@ -70,7 +75,7 @@ class CriteoData : public ClickDataModule {
         if (!o_.test.has_value() || o_.test->empty())
           return absl::InvalidArgumentError("data.test is not set: no file to test on");
         if (test_) return absl::OkStatus();
-        KILN_ASSIGN_OR_RETURN(test_, Read(*o_.test, false));
+        KILN_ASSIGN_OR_RETURN(test_, Open(*o_.test, "data.test"));
         return absl::OkStatus();
       }
       case data::Stage::kPredict: {
@@ -78,7 +83,8 @@ class CriteoData : public ClickDataModule {
         if (path.empty())
           return absl::InvalidArgumentError("data.predict is not set: no file to predict");
         if (predict_) return absl::OkStatus();
-        KILN_ASSIGN_OR_RETURN(predict_, Read(path, true));
+        KILN_ASSIGN_OR_RETURN(std::string file, OneFile(path, "data.predict"));
+        KILN_ASSIGN_OR_RETURN(predict_, Read(file, true));
         return absl::OkStatus();
       }
     }
@@ -107,16 +113,50 @@ class CriteoData : public ClickDataModule {
  private:
   absl::Status SetupFit() {
     if (train_) return absl::OkStatus();
-    KILN_ASSIGN_OR_RETURN(auto train, Read(o_.train, false));
-    if (o_.val.has_value() && !o_.val->empty()) {
+    const bool has_val = o_.val.has_value() && !o_.val->empty();
+    if (o_.stream && !has_val) {
+      return absl::InvalidArgumentError(
+          "data.stream=true reads data.train in order, so no val_fraction share can be held out "
+          "of it: set data.val to a file of its own (as Criteo's last day is)");
+    }
+    KILN_ASSIGN_OR_RETURN(auto train, Open(o_.train, "data.train"));
+    if (o_.stream) {
+      Logger::Instance().Info(
+          absl::StrCat("criteo: the training stream is shuffled through a "
+                       "buffer of ",
+                       o_.shuffle_buffer, " rows (data.shuffle_buffer)"));
+    }
+    if (has_val) {
       train_ = train;
-      KILN_ASSIGN_OR_RETURN(val_, Read(*o_.val, false));
+      KILN_ASSIGN_OR_RETURN(val_, Open(*o_.val, "data.val"));
       return absl::OkStatus();
     }
     auto [train_idx, val_idx] = data::RandomSplit(train->size(), o_.val_fraction, o_.split_seed);
     train_ = data::Subset(train, std::move(train_idx));
     if (!val_idx.empty()) val_ = data::Subset(train, std::move(val_idx));
     return absl::OkStatus();
+  }
+
+  // The rows `spec` names: a stream of its files (stream: true), or the one file's rows in memory.
+  absl::StatusOr<std::shared_ptr<const data::Dataset>> Open(const std::string& spec,
+                                                            const std::string& option) {
+    if (!o_.stream) {
+      KILN_ASSIGN_OR_RETURN(std::string file, OneFile(spec, option));
+      return Read(file, false);
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> files, data::shards::MatchFiles(spec, option));
+    return CriteoStream::Open(std::move(files), read_, o_.shuffle_buffer, option);
+  }
+
+  // The one file `spec` names (read into memory).
+  static absl::StatusOr<std::string> OneFile(const std::string& spec, const std::string& option) {
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> files, data::shards::MatchFiles(spec, option));
+    if (files.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          option, ": '", spec, "' names ", files.size(),
+          " files; data.stream=true reads several (read into memory, it is one file)"));
+    }
+    return files[0];
   }
 
   absl::StatusOr<std::shared_ptr<const data::Dataset>> Read(const std::string& path, bool predict) {
@@ -163,7 +203,13 @@ KILN_REGISTER_BOUND(
                    "file:line) or skip (leave it out, count it)",
                    OneOf({"error", "skip"}))
             .Field("max_rows", &CriteoDataOptions::max_rows,
-                   "read at most this many rows of each file (0: all)", AtLeast(0)),
+                   "read at most this many rows of each file (0: all)", AtLeast(0))
+            .Field("stream", &CriteoDataOptions::stream,
+                   "read train, val and test as a stream each epoch (memory: the shuffle buffer "
+                   "and the loader's look-ahead, whatever the data's size; several files by {..} "
+                   "ranges or globs; needs val) rather than into memory")
+            .Field("shuffle_buffer", &CriteoDataOptions::shuffle_buffer,
+                   "stream: rows in the training stream's shuffle buffer", AtLeast(1)),
         "rows"),
     [](const CriteoDataOptions& o) -> absl::StatusOr<std::shared_ptr<data::DataModule>> {
       return std::make_shared<CriteoData>(o);

@@ -7,62 +7,78 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 
 namespace kiln::recsys {
-namespace {
+absl::StatusOr<std::unique_ptr<CriteoLineReader>> CriteoLineReader::Open(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
+  return std::unique_ptr<CriteoLineReader>(new CriteoLineReader(path, file));
+}
 
-// A gzip or plain file read line by line (zlib reads plain files as they are).
-class LineReader {
- public:
-  explicit LineReader(gzFile file) : file_(file) {}
-  ~LineReader() { gzclose(file_); }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
+CriteoLineReader::CriteoLineReader(std::string path, gzFile_s* file)
+    : path_(std::move(path)), file_(file), buffer_(1 << 16) {}
 
-  // The next line without its '\n'; false at the end. A read error sets error().
-  bool Next(std::string* line) {
-    line->clear();
-    while (true) {
-      if (pos_ == end_) {
-        int n = gzread(file_, buffer_, sizeof(buffer_));
-        if (n <= 0) {
-          int code = 0;
-          const char* message = gzerror(file_, &code);
-          if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
-            // A damaged or cut stream: its partial last line is not handed out as a line.
-            error_ = true;
-            message_ = message ? message : "";
-            return false;
-          }
-          return !line->empty();
+CriteoLineReader::~CriteoLineReader() { gzclose(file_); }
+
+bool CriteoLineReader::Next(std::string* line) {
+  line->clear();
+  while (true) {
+    if (pos_ == end_) {
+      int n = gzread(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
+      if (n <= 0) {
+        int code = 0;
+        const char* message = gzerror(file_, &code);
+        if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+          // A damaged or cut stream: its partial last line is not handed out as a line.
+          status_ = absl::DataLossError(
+              absl::StrCat(path_, ": corrupt or truncated gzip data after line ", line_number_,
+                           " (", message ? message : "", ")"));
+          return false;
         }
-        pos_ = 0;
-        end_ = static_cast<size_t>(n);
-      }
-      const char* start = buffer_ + pos_;
-      const void* newline = memchr(start, '\n', end_ - pos_);
-      if (newline != nullptr) {
-        size_t len = static_cast<size_t>(static_cast<const char*>(newline) - start);
-        line->append(start, len);
-        pos_ += len + 1;
+        if (line->empty()) return false;
+        ++line_number_;
         return true;
       }
-      line->append(start, end_ - pos_);
-      pos_ = end_;
+      pos_ = 0;
+      end_ = static_cast<size_t>(n);
     }
+    const char* start = buffer_.data() + pos_;
+    const void* newline = memchr(start, '\n', end_ - pos_);
+    if (newline != nullptr) {
+      size_t len = static_cast<size_t>(static_cast<const char*>(newline) - start);
+      line->append(start, len);
+      pos_ += len + 1;
+      ++line_number_;
+      return true;
+    }
+    line->append(start, end_ - pos_);
+    pos_ = end_;
   }
-  bool error() const { return error_; }
-  const std::string& message() const { return message_; }
+}
 
- private:
-  gzFile file_;
-  char buffer_[1 << 16];
-  size_t pos_ = 0, end_ = 0;
-  bool error_ = false;
-  std::string message_;
-};
+bool IsBlankLine(std::string_view line) { return line.empty() || line == "\r"; }
 
-}  // namespace
+absl::Status BadLineError(const std::string& path, int64_t line_number,
+                          const std::string& problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ":", line_number, ": ", problem,
+                   " (data.bad_lines=skip leaves such lines out and counts them)"));
+}
+
+absl::StatusOr<int64_t> CountCriteoRows(const std::string& path, int64_t max_rows) {
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CriteoLineReader> reader, CriteoLineReader::Open(path));
+  std::string line;
+  int64_t rows = 0;
+  while ((max_rows == 0 || rows < max_rows) && reader->Next(&line)) {
+    if (!IsBlankLine(line)) ++rows;
+  }
+  KILN_RETURN_IF_ERROR(reader->status());
+  return rows;
+}
 
 void CriteoFeatures(const CriteoRow& row, const std::vector<int64_t>& num_embeddings,
                     int32_t* out) {
@@ -79,43 +95,31 @@ absl::StatusOr<CriteoRows> ReadCriteoFile(const std::string& path,
   if (options.num_embeddings.size() != kCriteoSparse)
     return absl::InvalidArgumentError(absl::StrCat("expected ", kCriteoSparse, " table sizes, got ",
                                                    options.num_embeddings.size()));
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
-  LineReader reader(file);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CriteoLineReader> reader, CriteoLineReader::Open(path));
   std::vector<int32_t> features;
   std::vector<float> labels;
   CriteoRows rows;
   std::string line;
   CriteoRow row;
-  int64_t line_number = 0;
   int64_t count = 0;
-  while ((options.max_rows == 0 || count < options.max_rows) && reader.Next(&line)) {
-    ++line_number;
-    if (line.empty() || (line.size() == 1 && line[0] == '\r')) continue;  // a blank line
+  while ((options.max_rows == 0 || count < options.max_rows) && reader->Next(&line)) {
+    if (IsBlankLine(line)) continue;
     std::string problem = ParseCriteoLine(line, options.label_optional, &row);
     if (!problem.empty()) {
       if (options.bad_lines == BadLines::kSkip) {
         ++rows.skipped;
         continue;
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_number, ": ", problem,
-                       " (data.bad_lines=skip leaves such lines out and counts them)"));
+      return BadLineError(path, reader->line_number(), problem);
     }
     size_t at = features.size();
     features.resize(at + kCriteoDense + kCriteoSparse);
     CriteoFeatures(row, options.num_embeddings, features.data() + at);
     labels.push_back(static_cast<float>(row.label));
-    rows.line_numbers.push_back(line_number);
+    rows.line_numbers.push_back(reader->line_number());
     ++count;
   }
-  if (reader.error()) {
-    return absl::DataLossError(absl::StrCat(path, ": corrupt or truncated gzip data after line ",
-                                            line_number, " (", reader.message(), ")"));
-  }
+  KILN_RETURN_IF_ERROR(reader->status());
   // The tensors own the vectors' memory (no copy of a large file's rows).
   auto* owned_features = new std::vector<int32_t>(std::move(features));
   auto* owned_labels = new std::vector<float>(std::move(labels));

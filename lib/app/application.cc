@@ -487,11 +487,16 @@ class Application {
         std::string what = e.what();
         // LibTorch's allocator out of memory (a limit, or the machine's): say so in words.
         const size_t oom = what.find("can't allocate memory: you tried to allocate ");
-        if (oom != std::string::npos) {
-          const std::string bytes = what.substr(oom + 45, what.find(' ', oom + 45) - oom - 45);
+        if (IsOutOfMemory(e)) {
+          const std::string which =
+              oom == std::string::npos
+                  ? "an allocation failed"
+                  : absl::StrCat("an allocation of ",
+                                 what.substr(oom + 45, what.find(' ', oom + 45) - oom - 45),
+                                 " bytes failed");
           status = absl::ResourceExhaustedError(absl::StrCat(
-              "kiln ", cl_.command, " ran out of memory (an allocation of ", bytes,
-              " bytes failed); a smaller batch, trainer.precision=bf16-mixed, "
+              "kiln ", cl_.command, " ran out of memory (", which,
+              "); a smaller batch, trainer.precision=bf16-mixed, "
               "model.activation_checkpointing=true, trainer.strategy=fsdp with several "
               "workers, or several workers for a model with embedding tables (sharded across "
               "them) need less"));

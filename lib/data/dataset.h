@@ -33,6 +33,13 @@ class EpochSource {
   virtual ~EpochSource() = default;
   // Blocks until sample `index` has been read; safe from several threads at once.
   virtual absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) = 0;
+  // The examples at `indices` stacked (input [B, ...], target [B, ...]) when the stream can hand
+  // them out in one go, as Dataset::GetStacked; samples it left out (a bad record skipped) are
+  // counted in `skipped`, and the batch is that much smaller. nullopt: Get serves, one by one.
+  virtual absl::StatusOr<std::optional<Example>> GetStacked(const std::vector<int64_t>& /*indices*/,
+                                                            int64_t* /*skipped*/) {
+    return std::optional<Example>();
+  }
 };
 
 class Dataset {

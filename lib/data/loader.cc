@@ -99,6 +99,27 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
       return batch;
     }
   }
+  if (!options_.collate && source != nullptr) {
+    int64_t skipped = 0;
+    KILN_ASSIGN_OR_RETURN(
+        std::optional<Example> stacked,
+        source->GetStacked(std::vector<int64_t>(order.begin() + static_cast<ptrdiff_t>(begin),
+                                                order.begin() + static_cast<ptrdiff_t>(end)),
+                           &skipped));
+    if (stacked) {
+      if (stacked->input.size(0) == 0) {
+        return absl::DataLossError(absl::StrCat("batch ", index, " of epoch ", epoch, ": all ",
+                                                skipped, " of its samples were skipped as bad"));
+      }
+      Batch batch;
+      batch.input = std::move(stacked->input);
+      batch.target = std::move(stacked->target);
+      batch.epoch = epoch;
+      batch.index = index;
+      batch.skipped = skipped;
+      return batch;
+    }
+  }
   std::vector<Example> examples;
   examples.reserve(end - begin);
   int64_t skipped = 0;

@@ -46,8 +46,9 @@ namespace kiln {
 // Bumped whenever KilnPluginInfo, KilnPluginManifest or Registrar change incompatibly, or the
 // virtual functions of an interface plugins implement (Task, Model, Callback, Logger, ...) change:
 // 3 for Callback::OnJobEnd and Task::Complete; 4 for Task::TokenizerFiles and
-// Tokenizer::HuggingFaceFiles; 5 for CausalLm::forward_packed and data::Example::segments.
-inline constexpr uint32_t kPluginAbiVersion = 5;
+// Tokenizer::HuggingFaceFiles; 5 for CausalLm::forward_packed and data::Example::segments; 6 for
+// data::EpochSource::GetStacked.
+inline constexpr uint32_t kPluginAbiVersion = 6;
 
 // What a plugin's register function adds: components of any kind (models, ..., launchers,
 // sweepers) and config resolvers. The loader adds all of it or, when one name is already

@@ -222,12 +222,9 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
     if (!ArchiveClaimsFit(path, static_cast<uint64_t>(st.st_size))) return corrupt();
     archive->load_from(path, device);
     has_format = archive->try_read("meta/format", format);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(path, st.st_size);
   } catch (const std::exception& e) {
-    // LibTorch's allocator says "can't allocate memory" in a c10::Error: not a corrupt file.
-    if (std::string(e.what()).find("can't allocate memory") != std::string::npos)
-      return OutOfMemory(path, st.st_size);
+    // Running out of memory (LibTorch's allocator says so in a c10::Error) is not a corrupt file.
+    if (IsOutOfMemory(e)) return OutOfMemory(path, st.st_size);
     return corrupt();
   }
   if (!has_format || !format.isInt()) {

@@ -358,8 +358,7 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
     archive->load_from(scratch, device);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-        what.find("can't allocate memory") != std::string::npos) {
+    if (IsOutOfMemory(e)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           dir,
           ": out of memory joining the pieces of this sharded checkpoint (a reader holds "

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -20,7 +21,10 @@
 #include "components/recsys/click_model.h"
 #include "components/recsys/criteo_file.h"
 #include "components/recsys/criteo_line.h"
+#include "components/recsys/criteo_stream.h"
 #include "lib/config/yaml_io.h"
+#include "lib/data/sample_rng.h"
+#include "lib/data/shards/shard_set.h"
 #include "lib/inference/predictor.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
@@ -172,6 +176,122 @@ TEST(CriteoFile, BadLinesSkippedAndCountedOrRefusedAtFileAndLine) {
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(cut.status().message().find("cut.tsv.gz: corrupt or truncated gzip"), std::string::npos)
       << cut.status();
+}
+
+// A row whose first integer feature I1 is `id` (the test's way of telling rows apart).
+std::string IdLine(int id, const std::string& label = "1") {
+  return WithField(Line(label), 1, std::to_string(id));
+}
+
+// The I1 ids of `positions` [first, last) of one rank's epoch, read in batches of 4 as the loader
+// asks; `skipped` adds up the rows a batch left out.
+std::vector<int64_t> StreamIds(const recsys::CriteoStream& stream, bool shuffle, int64_t epoch,
+                               int64_t rank, int64_t world, size_t first = 0,
+                               int64_t* skipped = nullptr, absl::Status* status = nullptr) {
+  auto sampler = stream.StreamSampler(shuffle, /*seed=*/7, rank, world);
+  std::vector<int64_t> order = sampler->EpochOrder(epoch);
+  auto source = stream.OpenEpoch(*sampler, epoch, order, first, /*ahead=*/4);
+  EXPECT_TRUE(source.ok()) << source.status();
+  std::vector<int64_t> ids;
+  for (size_t b = first; b < order.size(); b += 4) {
+    std::vector<int64_t> batch(
+        order.begin() + static_cast<ptrdiff_t>(b),
+        order.begin() + static_cast<ptrdiff_t>(std::min(b + 4, order.size())));
+    int64_t left_out = 0;
+    auto stacked = (*source)->GetStacked(batch, &left_out);
+    if (!stacked.ok()) {
+      if (status != nullptr) *status = stacked.status();
+      return ids;
+    }
+    EXPECT_TRUE(stacked->has_value());
+    EXPECT_EQ((*stacked)->input.scalar_type(), torch::kInt64);
+    EXPECT_EQ((*stacked)->input.size(0) + left_out, static_cast<int64_t>(batch.size()));
+    if (skipped != nullptr) *skipped += left_out;
+    for (int64_t i = 0; i < (*stacked)->input.size(0); ++i)
+      ids.push_back((*stacked)->input[i][0].item<int64_t>());
+  }
+  return ids;
+}
+
+// data.stream: the files' rows counted once, then each epoch read in order: storage order
+// unshuffled; shuffled, every row once, another order each epoch and the same for the same
+// epoch; ranks reading disjoint parts whose union is the epoch; a resume at position k giving
+// exactly the uninterrupted epoch's rows from k on; bad lines skipped or refused at file:line; a
+// file that lost rows since the count refused in one line.
+TEST(CriteoStream, EpochsAreExactShuffledPerEpochSplitAcrossRanksAndResumeWhereTheyStopped) {
+  testing::TempDir dir;
+  std::string a, c;
+  for (int id = 0; id < 7; ++id) a += IdLine(id) + (id == 3 ? "\n\n" : "\n");
+  for (int id = 7; id < 19; ++id) c += IdLine(id, id % 2 ? "1" : "0") + "\n";
+  dir.Write("part-0.tsv", a);
+  dir.Write("part-1.tsv", "");
+  WriteGzip(dir.path() + "/part-2.tsv.gz", c);
+  auto files = data::shards::MatchFiles(dir.path() + "/part-{0..2}.tsv*", "data.train");
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 3u);
+  auto stream = recsys::CriteoStream::Open(*files, ReadOptions(100), 5, "data.train");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ((*stream)->size(), 19);
+  EXPECT_EQ((*stream)->rows(), (std::vector<int64_t>{7, 0, 12}));
+  std::vector<int64_t> storage(19);
+  for (int64_t i = 0; i < 19; ++i) storage[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(StreamIds(**stream, false, 0, 0, 1), storage);
+
+  std::vector<int64_t> epoch0 = StreamIds(**stream, true, 0, 0, 1);
+  std::vector<int64_t> sorted = epoch0;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, storage);
+  EXPECT_NE(epoch0, storage);
+  EXPECT_EQ(StreamIds(**stream, true, 0, 0, 1), epoch0);
+  EXPECT_NE(StreamIds(**stream, true, 1, 0, 1), epoch0);
+  // Resuming at position 9 (mid-batch included): the same rows from there on.
+  for (size_t first : {8, 9}) {
+    EXPECT_EQ(StreamIds(**stream, true, 0, 0, 1, first),
+              std::vector<int64_t>(epoch0.begin() + static_cast<ptrdiff_t>(first), epoch0.end()));
+  }
+  // Two ranks: 10 rows each, the 20th wrapping round to the epoch's start.
+  for (bool shuffle : {false, true}) {
+    std::vector<int64_t> both = StreamIds(**stream, shuffle, 2, 0, 2);
+    std::vector<int64_t> second = StreamIds(**stream, shuffle, 2, 1, 2);
+    EXPECT_EQ(both.size(), 10u);
+    EXPECT_EQ(second.size(), 10u);
+    both.insert(both.end(), second.begin(), second.end());
+    std::sort(both.begin(), both.end());
+    both.erase(std::unique(both.begin(), both.end()), both.end());
+    EXPECT_EQ(both, storage) << "shuffle " << shuffle;
+  }
+  EXPECT_EQ(StreamIds(**stream, false, 0, 1, 2).back(), 0);  // the padding: the stream's first row
+
+  // A bad line: skipped (its batch one row smaller), or refused naming file:line.
+  dir.Write("bad.tsv", IdLine(0) + "\n" + WithField(IdLine(1), 0, "7") + "\n" + IdLine(2) + "\n");
+  auto skipping = recsys::CriteoStream::Open({dir.path() + "/bad.tsv"},
+                                             ReadOptions(100, BadLines::kSkip), 1, "data.train");
+  ASSERT_TRUE(skipping.ok()) << skipping.status();
+  int64_t skipped = 0;
+  EXPECT_EQ(StreamIds(**skipping, false, 0, 0, 1, 0, &skipped), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(skipped, 1);
+  auto refusing =
+      recsys::CriteoStream::Open({dir.path() + "/bad.tsv"}, ReadOptions(100), 1, "data.train");
+  ASSERT_TRUE(refusing.ok()) << refusing.status();
+  absl::Status status;
+  StreamIds(**refusing, false, 0, 0, 1, 0, nullptr, &status);
+  EXPECT_EQ(status.message(), dir.path() +
+                                  "/bad.tsv:2: label '7' is not 0 or 1 (data.bad_lines=skip "
+                                  "leaves such lines out and counts them)");
+  // Rows lost since the count; a missing file; no rows at all.
+  dir.Write("part-0.tsv", IdLine(0) + "\n");
+  status = absl::OkStatus();
+  StreamIds(**stream, false, 0, 0, 1, 0, nullptr, &status);
+  EXPECT_EQ(status.message(),
+            dir.path() + "/part-0.tsv: holds 1 rows, 7 when the run started (was it changed?)");
+  auto missing = recsys::CriteoStream::Open({dir.path() + "/none.tsv"}, ReadOptions(100), 1, "x");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto empty =
+      recsys::CriteoStream::Open({dir.path() + "/part-1.tsv"}, ReadOptions(100), 1, "data.train");
+  EXPECT_EQ(empty.status().message(), "data.train: no rows in 1 files");
+  // Random access is refused in one line.
+  data::SampleRng rng(0, 0, 0);
+  EXPECT_EQ((*stream)->Get(0, rng).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CriteoData, OptionsAreCheckedAndTheBatchIsCountsThenIndices) {
@@ -558,8 +678,26 @@ TEST(ClicksDlrm, TrainsNearTheTeachersAucPredictsAndRefusesABadLine) {
   EXPECT_EQ(refused.err.find("terminate"), std::string::npos) << refused.err;
 }
 
+// Tables that cannot be allocated (26 of 2e9 x 64 floats, 512 GB each) stop the run in one line
+// that says so in words, never an abort or LibTorch's message.
+TEST(ClicksDlrm, TablesLargerThanMemoryStopInOneLine) {
+  testing::TempDir dir;
+  dir.Write("clicks/train.tsv", Line("1") + "\n" + Line("0") + "\n");
+  auto r = testing::RunProcess(
+      {KILN_BINARY, "train", "experiment=clicks_dlrm", "paths.data_dir=" + dir.path(),
+       "data.num_embeddings_per_feature=2000000000", "model.embedding_dim=64",
+       "model.dense_arch_layer_sizes=[64]", "hydra.run.dir=" + dir.path() + "/run", "test=false"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("kiln train ran out of memory (an allocation of 512000000000 bytes failed)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("c10::"), std::string::npos) << r.err;
+}
+
 // The row-wise accumulators and the rest of the optimizer state resume from a checkpoint: one
-// epoch, then a second resumed from last.ckpt, ends where two epochs in one run end.
+// epoch, then a second resumed from last.ckpt, ends where two epochs in one run end; read as a
+// stream, a run stopped mid-epoch resumes bitwise too.
 TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEnds) {
   testing::TempDir dir;
   ASSERT_EQ(MakeClicks(dir.path(), "20000", "100", "0.01"), 0);
@@ -591,6 +729,32 @@ TEST(ClicksDlrm, ResumedRunEndsWhereAnUninterruptedOneEnds) {
   std::string straight_metrics = last_line(dir.path() + "/straight/metrics.csv");
   EXPECT_NE(straight_metrics.find("0."), std::string::npos);
   EXPECT_EQ(last_line(dir.path() + "/resumed/metrics.csv"), straight_metrics);
+
+  // data.stream: stopped mid-epoch (step 50 of 2 x 40) and resumed, the stream is read again up to
+  // there and the run ends bitwise where the uninterrupted one ends.
+  std::vector<std::string> stream = {"data.stream=true",
+                                     "data.val=" + dir.path() + "/clicks/test.tsv",
+                                     "data.shuffle_buffer=3000"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), stream.begin(), stream.end());
+    return extra;
+  };
+  std::string log = train("stream_straight", with({"trainer.max_epochs=2"}));
+  EXPECT_NE(log.find("criteo: data.train: 20000 rows in 1 files"), std::string::npos) << log;
+  train("stream_resumed", with({"trainer.max_epochs=2", "trainer.max_steps=50"}));
+  resumed = train("stream_resumed", with({"trainer.max_epochs=2", "ckpt_path=last"}));
+  EXPECT_NE(resumed.find("resumed from"), std::string::npos) << resumed;
+  // The line before the last: epoch 1's validation metrics (the last, the training loss's mean
+  // over the epoch, counts only the resumed run's part of it, as Lightning's does).
+  auto validation_line = [](const std::string& path) {
+    std::string text = testing::ReadFile(path);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    text = text.substr(0, text.rfind('\n'));
+    return text.substr(text.rfind('\n') + 1);
+  };
+  std::string stream_metrics = validation_line(dir.path() + "/stream_straight/metrics.csv");
+  EXPECT_NE(stream_metrics.find(",0.7"), std::string::npos) << stream_metrics;  // val/auc
+  EXPECT_EQ(validation_line(dir.path() + "/stream_resumed/metrics.csv"), stream_metrics);
 }
 
 // The largest relative difference (by norm) between two models' tensors of the same names.

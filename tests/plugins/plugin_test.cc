@@ -268,7 +268,7 @@ TEST_F(PluginTest, BuiltForAnotherAbi) {
   ExpectRefused(
       Kiln({"compose", "--config-path", conf(), "--plugin", TestPlugin("other_abi_plugin")}),
       "plugin 'other_abi_plugin' (" + TestPlugin("other_abi_plugin") +
-          ") was built for plugin ABI 99; this kiln loads ABI 5");
+          ") was built for plugin ABI 99; this kiln loads ABI 6");
 }
 
 TEST_F(PluginTest, BuiltAgainstAnotherKiln) {

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/data/sample_rng.h"
+#include "lib/data/shards/read_ahead.h"
+#include "lib/data/shards/shuffle_buffer.h"
 
 namespace kiln::data::shards {
 
@@ -61,28 +63,13 @@ std::vector<int64_t> ShardOrder::ReadOrder(int64_t epoch) const {
 std::vector<int64_t> ShardOrder::EpochOrder(int64_t epoch) const {
   std::vector<int64_t> read = ReadOrder(epoch);
   if (!shuffle_) return read;
-  // WebDataset's shuffle buffer: once full, each sample read replaces one drawn at random, which
-  // goes out; at the end of the stream the rest go out in random order.
-  std::mt19937_64 engine(
-      MixSeed(seed_, static_cast<uint64_t>(epoch), 0x4255464652ULL + static_cast<uint64_t>(rank_)));
-  std::vector<int64_t> out, pool;
+  ShuffleBuffer<int64_t> buffer(buffer_, MixSeed(seed_, static_cast<uint64_t>(epoch),
+                                                 0x4255464652ULL + static_cast<uint64_t>(rank_)));
+  std::vector<int64_t> out;
   out.reserve(read.size());
-  pool.reserve(static_cast<size_t>(buffer_));
-  for (int64_t id : read) {
-    if (static_cast<int64_t>(pool.size()) < buffer_) {
-      pool.push_back(id);
-      continue;
-    }
-    size_t k = engine() % pool.size();
-    out.push_back(pool[k]);
-    pool[k] = id;
-  }
-  while (!pool.empty()) {
-    size_t k = engine() % pool.size();
-    out.push_back(pool[k]);
-    pool[k] = pool.back();
-    pool.pop_back();
-  }
+  auto emit = [&out](int64_t id) { out.push_back(id); };
+  for (int64_t id : read) buffer.Push(id, emit);
+  buffer.Drain(emit);
   return out;
 }
 
@@ -91,7 +78,7 @@ namespace {
 // One epoch's reading: a thread streams this rank's part of the shards in read order, keeping the
 // samples still to be delivered until the loader's threads take them. It reads at most `ahead` +
 // the shuffle buffer past the furthest sample asked for, so memory stays bounded.
-class ShardEpochSource : public EpochSource {
+class ShardEpochSource : public ReadAheadSource {
  public:
   ShardEpochSource(const ShardSet& set, const ShardOrder& order, const ShardSampleDecoder& decode,
                    std::vector<int64_t> read, const std::vector<int64_t>& deliver, size_t first,
@@ -107,17 +94,10 @@ class ShardEpochSource : public EpochSource {
       ++it->second.uses;
     }
     asked_ = static_cast<int64_t>(first);
-    thread_ = std::thread([this] { Read(); });
+    Start();
   }
 
-  ~ShardEpochSource() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled_ = true;
-    }
-    more_.notify_all();
-    thread_.join();
-  }
+  ~ShardEpochSource() override { Stop(); }
 
   absl::StatusOr<Example> Get(int64_t index, SampleRng& rng) override {
     ShardSample sample;
@@ -129,7 +109,7 @@ class ShardEpochSource : public EpochSource {
         return absl::InternalError(absl::StrCat("shard sample ", index, " is not in this epoch"));
       if (wanted->second.position > asked_) {
         asked_ = wanted->second.position;
-        more_.notify_all();
+        room_.notify_all();
       }
       arrived_.wait(lock, [&] { return held_.count(index) > 0 || finished_; });
       auto it = held_.find(index);
@@ -159,15 +139,7 @@ class ShardEpochSource : public EpochSource {
     int64_t uses;
   };
 
-  void Read() {
-    absl::Status status = ReadAll();
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = status;
-    finished_ = true;
-    arrived_.notify_all();
-  }
-
-  absl::Status ReadAll() {
+  absl::Status ReadAll() override {
     std::unique_ptr<ShardReader> reader;
     size_t open_shard = 0;
     int64_t next_in_shard = 0;  // position of the reader's next sample
@@ -176,7 +148,7 @@ class ShardEpochSource : public EpochSource {
       int64_t uses = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        more_.wait(lock, [&] { return cancelled_ || static_cast<int64_t>(p) <= asked_ + slack_; });
+        room_.wait(lock, [&] { return cancelled_ || static_cast<int64_t>(p) <= asked_ + slack_; });
         if (cancelled_) return absl::OkStatus();
         auto it = wanted_.find(id);
         if (it != wanted_.end() && held_.count(id) == 0) uses = it->second.uses;
@@ -212,14 +184,9 @@ class ShardEpochSource : public EpochSource {
   const ShardSampleDecoder& decode_;
   const std::vector<int64_t> read_;
   const int64_t slack_;
-  std::mutex mu_;
-  std::condition_variable more_, arrived_;
   std::unordered_map<int64_t, Wanted> wanted_;
   std::unordered_map<int64_t, Held> held_;
   int64_t asked_ = 0;
-  bool cancelled_ = false, finished_ = false;
-  absl::Status status_;
-  std::thread thread_;
 };
 
 }  // namespace

@@ -62,6 +62,28 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& spec,
+                                                    const std::string& option) {
+  auto expanded = ExpandBraces(spec);
+  if (!expanded.ok())
+    return absl::InvalidArgumentError(absl::StrCat(option, ": ", expanded.status().message()));
+  std::vector<std::string> files;
+  for (const auto& url : *expanded) {
+    if (absl::StartsWith(url, "pipe:") || url.find_first_of("*?[") == std::string::npos) {
+      files.push_back(url);
+      continue;
+    }
+    glob_t found{};
+    int rc = ::glob(url.c_str(), 0, nullptr, &found);
+    if (rc == 0) {
+      for (size_t i = 0; i < found.gl_pathc; ++i) files.push_back(found.gl_pathv[i]);
+    }
+    globfree(&found);
+    if (rc != 0) return absl::NotFoundError(absl::StrCat(option, ": '", url, "' matches no file"));
+  }
+  return files;
+}
+
 namespace {
 
 std::string Dirname(const std::string& path) {
@@ -117,23 +139,8 @@ absl::StatusOr<ShardSet> ResolveShards(const std::string& spec, const std::strin
   if (absl::EndsWith(spec, ".json") && !absl::StartsWith(spec, "pipe:")) {
     KILN_ASSIGN_OR_RETURN(set, ReadIndex(spec, option));
   } else {
-    auto expanded = ExpandBraces(spec);
-    if (!expanded.ok())
-      return absl::InvalidArgumentError(absl::StrCat(option, ": ", expanded.status().message()));
-    for (const auto& url : *expanded) {
-      if (absl::StartsWith(url, "pipe:") || url.find_first_of("*?[") == std::string::npos) {
-        set.shards.push_back({url});
-        continue;
-      }
-      glob_t found{};
-      int rc = ::glob(url.c_str(), 0, nullptr, &found);
-      if (rc == 0) {
-        for (size_t i = 0; i < found.gl_pathc; ++i) set.shards.push_back({found.gl_pathv[i]});
-      }
-      globfree(&found);
-      if (rc != 0)
-        return absl::NotFoundError(absl::StrCat(option, ": '", url, "' matches no file"));
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> urls, MatchFiles(spec, option));
+    for (auto& url : urls) set.shards.push_back({std::move(url)});
     // Counted once, reading headers only (pipes are read through).
     for (auto& shard : set.shards) {
       if (!absl::StartsWith(shard.url, "pipe:")) {

@@ -33,6 +33,12 @@ struct ShardSet {
 // zero-padded to the width of their bounds) and "{a,b}" lists; several groups multiply out.
 absl::StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 
+// The files `spec` names, in order: its {..} ranges and lists expanded, each local glob (*, ?,
+// [..]) replaced by its matches in sorted order; a pipe:CMD or a path without wildcards as it is
+// (not checked). `option` names the setting in errors (a glob matching nothing is one).
+absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& spec,
+                                                    const std::string& option);
+
 // The shards `spec` names: an index file (*.json, its shard URLs relative to its folder), or URLs
 // with braces: local paths (globs allowed) or pipe:CMD. Without an index every shard is read once
 // to count its samples. `option` names the setting in errors (data.train_shards).
