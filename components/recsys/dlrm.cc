@@ -62,8 +62,7 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
     int64_t vectors = static_cast<int64_t>(sizes_.size()) + 1;
     if (cross == nullptr) {
       torch::Tensor pairs = torch::triu_indices(vectors, vectors, 1);
-      rows_ = pairs[0];
-      cols_ = pairs[1];
+      pairs_ = pairs[0] * vectors + pairs[1];  // in the flattened [B, (F + 1)^2] products
       width = o.embedding_dim + vectors * (vectors - 1) / 2;
     } else {
       width = vectors * o.embedding_dim;
@@ -109,7 +108,9 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
       return over_arch_->forward(xl).squeeze(1);
     }
     torch::Tensor z = torch::bmm(t, t.transpose(1, 2));  // [B, F + 1, F + 1]
-    torch::Tensor pairs = z.index({Slice(), rows_.to(z.device()), cols_.to(z.device())});
+    // One index_select of the flattened products (its backward an index_add, where indexing
+    // with two index tensors takes index_put's sorting accumulate).
+    torch::Tensor pairs = z.flatten(1).index_select(1, pairs_.to(z.device()));
     return over_arch_->forward(torch::cat({x, pairs}, 1)).squeeze(1);
   }
 
@@ -135,7 +136,7 @@ class Dlrm : public ClickModel, public distributed::EmbeddingTables {
   std::vector<int64_t> table_seeds_;
   torch::nn::Sequential dense_arch_{nullptr}, over_arch_{nullptr};
   std::vector<torch::nn::Embedding> tables_;
-  torch::Tensor rows_, cols_;                         // dlrm: the pairs
+  torch::Tensor pairs_;                               // dlrm: the pairs (i < j) as i * (F + 1) + j
   std::vector<torch::nn::Linear> cross_v_, cross_w_;  // dcn_v2: each cross layer's V_l, W_l
 };
 

@@ -25,6 +25,7 @@
 #include "lib/config/yaml_io.h"
 #include "lib/data/sample_rng.h"
 #include "lib/data/shards/shard_set.h"
+#include "lib/distributed/sharded_tables.h"
 #include "lib/inference/predictor.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/internal/cuda_graph_step.h"
@@ -380,6 +381,45 @@ TEST(DlrmModel, OneLogitPerRowAndSparseGradientsOfTheTouchedRows) {
   EXPECT_FALSE(dense->named_parameters()["sparse_arch.t_cat_0.weight"].grad().is_sparse());
 }
 
+// The tables' rows gathered in one op (float32 sparse tables on the CPU) are each Embedding's own
+// lookup, stacked, bitwise; so are the gradients (repeated ids summed); an id out of a table's
+// range is an error naming the table, not a read out of bounds.
+TEST(DlrmModel, TablesLookedUpInOneOpGiveEachEmbeddingsRowsAndGradients) {
+  auto model = Dlrm();
+  auto* owner = dynamic_cast<distributed::EmbeddingTables*>(model.get());
+  ASSERT_NE(owner, nullptr);
+  std::vector<torch::nn::Embedding> tables = owner->embedding_tables();
+  torch::Tensor ids = Batch(7, 4, 2).narrow(1, 13, 26);  // ids below 4: rows repeat
+  torch::manual_seed(5);
+  torch::Tensor weight = torch::randn({7, 26, 4});
+  torch::Tensor fused = distributed::LookupTables(*owner, ids);
+  (fused * weight).sum().backward();
+  std::vector<torch::Tensor> fused_grads;
+  for (auto& t : tables) {
+    ASSERT_TRUE(t->weight.grad().is_sparse());
+    fused_grads.push_back(t->weight.grad().to_dense());
+    t->weight.mutable_grad() = torch::Tensor();
+  }
+  std::vector<torch::Tensor> rows;
+  for (size_t j = 0; j < tables.size(); ++j)
+    rows.push_back(tables[j]->forward(ids.select(1, static_cast<int64_t>(j))));
+  torch::Tensor reference = torch::stack(rows, 1);
+  (reference * weight).sum().backward();
+  EXPECT_TRUE(torch::equal(fused, reference));
+  for (size_t j = 0; j < tables.size(); ++j)
+    EXPECT_TRUE(torch::equal(fused_grads[j], tables[j]->weight.grad().to_dense())) << j;
+  torch::Tensor wrong = ids.clone();
+  wrong.index_put_({3, 2}, 100);
+  try {
+    distributed::LookupTables(*owner, wrong);
+    ADD_FAILURE() << "an id out of range was looked up";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("table 2: index 100 out of range of its 100 rows"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // dcn_v2: with every cross layer's W_l and b_l zero, the cross network passes x0 through, so the
 // logit is the top MLP over the bottom MLP's output and the 26 table rows, written out here.
 TEST(DcnV2Model, CrossNetworkOverTheConcatenatedVectors) {
@@ -435,56 +475,62 @@ std::unique_ptr<torch::optim::Optimizer> RowwiseOver(torch::nn::Module& module,
 
 // Row-wise Adagrad, written out row by row in double: acc[r] += mean(g_r^2), w_r -= lr g_r /
 // (sqrt(acc[r]) + eps). The loss is linear in the table, so each step's gradient is known.
+// float32 tables on the CPU take the fused one-pass step, float64 ones ATen's op-by-op path: both
+// match the plain reference.
 TEST(RowwiseAdagradAdam, TablesMatchAPlainReferenceAndDenseParametersTakeAdam) {
-  struct Net : torch::nn::Module {
-    Net() {
-      table = register_module(
-          "table", torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 3).sparse(true)));
-      fc = register_module("fc", torch::nn::Linear(3, 1));
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    struct Net : torch::nn::Module {
+      Net() {
+        table = register_module(
+            "table", torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 3).sparse(true)));
+        fc = register_module("fc", torch::nn::Linear(3, 1));
+      }
+      torch::nn::Embedding table{nullptr};
+      torch::nn::Linear fc{nullptr};
+    } net;
+    net.to(dtype);
+    torch::Tensor start = net.table->weight.detach().clone();
+    torch::Tensor fc_start = net.fc->weight.detach().clone();
+    auto optimizer = RowwiseOver(net,
+                                 "{_target_: rowwise_adagrad_adam, lr: 0.01, sparse_lr: 0.3, "
+                                 "sparse_eps: 0.001}");
+    const std::vector<std::vector<int64_t>> steps = {{1, 3, 3, 7}, {3, 4}, {1, 1, 9}};
+    std::vector<std::vector<double>> w(10, std::vector<double>(3));
+    for (int r = 0; r < 10; ++r)
+      for (int d = 0; d < 3; ++d) w[r][d] = start[r][d].item<double>();
+    std::vector<double> acc(10, 0.0);
+    for (size_t s = 0; s < steps.size(); ++s) {
+      torch::Tensor idx = torch::tensor(steps[s], torch::kInt64);
+      torch::manual_seed(s);
+      torch::Tensor c = torch::randn({idx.size(0), 3}, dtype);
+      optimizer->zero_grad();
+      torch::Tensor loss = (net.table->forward(idx) * c).sum() + net.fc->forward(c).sum();
+      loss.backward();
+      optimizer->step();
+      // The reference: the gradient of row r is the sum of c over its occurrences.
+      std::map<int64_t, std::vector<double>> grads;
+      for (int64_t i = 0; i < idx.size(0); ++i) {
+        auto& g = grads.try_emplace(steps[s][static_cast<size_t>(i)], 3, 0.0).first->second;
+        for (int d = 0; d < 3; ++d) g[d] += c[i][d].item<double>();
+      }
+      for (const auto& [row, g] : grads) {
+        acc[row] += (g[0] * g[0] + g[1] * g[1] + g[2] * g[2]) / 3;
+        for (int d = 0; d < 3; ++d) w[row][d] -= 0.3 * g[d] / (std::sqrt(acc[row]) + 0.001);
+      }
     }
-    torch::nn::Embedding table{nullptr};
-    torch::nn::Linear fc{nullptr};
-  } net;
-  torch::Tensor start = net.table->weight.detach().clone();
-  torch::Tensor fc_start = net.fc->weight.detach().clone();
-  auto optimizer = RowwiseOver(net,
-                               "{_target_: rowwise_adagrad_adam, lr: 0.01, sparse_lr: 0.3, "
-                               "sparse_eps: 0.001}");
-  const std::vector<std::vector<int64_t>> steps = {{1, 3, 3, 7}, {3, 4}, {1, 1, 9}};
-  std::vector<std::vector<double>> w(10, std::vector<double>(3));
-  for (int r = 0; r < 10; ++r)
-    for (int d = 0; d < 3; ++d) w[r][d] = start[r][d].item<double>();
-  std::vector<double> acc(10, 0.0);
-  for (size_t s = 0; s < steps.size(); ++s) {
-    torch::Tensor idx = torch::tensor(steps[s], torch::kInt64);
-    torch::manual_seed(s);
-    torch::Tensor c = torch::randn({idx.size(0), 3});
-    optimizer->zero_grad();
-    torch::Tensor loss = (net.table->forward(idx) * c).sum() + net.fc->forward(c).sum();
-    loss.backward();
-    optimizer->step();
-    // The reference: the gradient of row r is the sum of c over its occurrences.
-    std::map<int64_t, std::vector<double>> grads;
-    for (int64_t i = 0; i < idx.size(0); ++i) {
-      auto& g = grads.try_emplace(steps[s][static_cast<size_t>(i)], 3, 0.0).first->second;
-      for (int d = 0; d < 3; ++d) g[d] += c[i][d].item<double>();
-    }
-    for (const auto& [row, g] : grads) {
-      acc[row] += (g[0] * g[0] + g[1] * g[1] + g[2] * g[2]) / 3;
-      for (int d = 0; d < 3; ++d) w[row][d] -= 0.3 * g[d] / (std::sqrt(acc[row]) + 0.001);
-    }
+    torch::Tensor got = net.table->weight.detach();
+    for (int r = 0; r < 10; ++r)
+      for (int d = 0; d < 3; ++d) EXPECT_NEAR(got[r][d].item<double>(), w[r][d], 1e-6) << r;
+    for (int r : {0, 2, 5, 6, 8}) EXPECT_TRUE(torch::equal(got[r], start[r])) << r;
+    EXPECT_FALSE(torch::equal(net.fc->weight.detach(), fc_start));
+    // The accumulator is one float per row, saved as Adam's own state.
+    std::ostringstream saved;
+    torch::serialize::OutputArchive archive;
+    optimizer->save(archive);
+    archive.save_to(saved);
+    EXPECT_GT(saved.str().size(), 0u);
   }
-  torch::Tensor got = net.table->weight.detach();
-  for (int r = 0; r < 10; ++r)
-    for (int d = 0; d < 3; ++d) EXPECT_NEAR(got[r][d].item<double>(), w[r][d], 1e-6) << r;
-  for (int r : {0, 2, 5, 6, 8}) EXPECT_TRUE(torch::equal(got[r], start[r])) << r;
-  EXPECT_FALSE(torch::equal(net.fc->weight.detach(), fc_start));
-  // The accumulator is one float per row, saved as Adam's own state.
-  std::ostringstream saved;
-  torch::serialize::OutputArchive archive;
-  optimizer->save(archive);
-  archive.save_to(saved);
-  EXPECT_GT(saved.str().size(), 0u);
 }
 
 TEST(RowwiseAdagradAdam, RowsNoBatchTouchedAreBitwiseUnchangedByTraining) {
