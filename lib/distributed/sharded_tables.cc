@@ -191,15 +191,31 @@ struct GatherTableRows : torch::autograd::Function<GatherTableRows> {
                                                  torch::autograd::variable_list grads) {
     torch::Tensor ids = ctx->saved_data["ids"].toTensor();
     std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    torch::Tensor grad = grads[0];
+    torch::Tensor grad = grads[0].to(torch::kFloat32).contiguous();  // [B, T, D]
+    const int64_t batch = grad.size(0), count = grad.size(1), dim = grad.size(2);
+    // Each table's rows of the gradient and their ids, in one pass over it.
+    std::vector<torch::Tensor> values, indices;
+    std::vector<float*> to_values;
+    std::vector<int64_t*> to_indices;
+    for (int64_t j = 0; j < count; ++j) {
+      values.push_back(torch::empty({batch, dim}, grad.options()));
+      indices.push_back(torch::empty({1, batch}, ids.options()));
+      to_values.push_back(values.back().data_ptr<float>());
+      to_indices.push_back(indices.back().data_ptr<int64_t>());
+    }
+    const float* from = grad.data_ptr<float>();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < count; ++j) {
+        const auto k = static_cast<size_t>(j);
+        std::copy_n(from + (b * count + j) * dim, dim, to_values[k] + b * dim);
+        to_indices[k][b] = id[b * count + j];
+      }
+    }
     torch::autograd::variable_list out = {torch::Tensor()};
     for (size_t j = 0; j < sizes.size(); ++j) {
-      const auto column = static_cast<int64_t>(j);
-      torch::Tensor values = grad.select(1, column).clone(at::MemoryFormat::Contiguous);
-      torch::Tensor indices =
-          ids.select(1, column).clone(at::MemoryFormat::Contiguous).unsqueeze(0);
-      out.push_back(at::_sparse_coo_tensor_unsafe(indices, values, {sizes[j], grad.size(2)},
-                                                  values.options().layout(torch::kSparse)));
+      out.push_back(at::_sparse_coo_tensor_unsafe(indices[j], values[j], {sizes[j], dim},
+                                                  values[j].options().layout(torch::kSparse)));
     }
     return out;
   }
