@@ -611,6 +611,43 @@ void WriteCharTokenizer(testing::TempDir& dir) {
             R"({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})");
 }
 
+// instruction_text over DIR/FILE, tokenized by the character tokenizer WriteCharTokenizer wrote
+// (as a pretrained folder), no validation share, blocks of `block` tokens.
+std::shared_ptr<data::DataModule> PretrainedInstructions(const testing::TempDir& dir,
+                                                         const std::string& file, int64_t block) {
+  return InstantiateOk<data::DataModule>(
+      absl::StrCat("_target_: instruction_text\ntrain: ", dir.path(), "/", file,
+                   "\nval_fraction: 0\nblock_size: ", block,
+                   "\ntokenizer: {_target_: pretrained, path: '", dir.path(), "/tok'}\n"),
+      "data");
+}
+
+// The training split's two examples in the order of their records (lines 1 and 2; the split
+// shuffles them); empty when one cannot be read.
+std::vector<data::Example> ExamplesByRecord(const data::DataModule& dm) {
+  if (dm.train_dataset()->size() != 2) return {};
+  data::SampleRng rng(0, 0, 0);
+  std::vector<data::Example> examples(2);
+  for (int64_t index = 0; index < 2; ++index) {
+    const std::string source = dm.train_dataset()->Source(index);
+    auto example = dm.train_dataset()->Get(index, rng);
+    if (!example.ok()) return {};
+    examples[source.back() == '1' ? 0 : 1] = *std::move(example);
+  }
+  return examples;
+}
+
+// Each example's input ids and targets.
+void ExpectIdsAndTargets(
+    const std::vector<data::Example>& examples,
+    const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& expected) {
+  ASSERT_EQ(examples.size(), expected.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    EXPECT_TRUE(examples[i].input.equal(torch::tensor(expected[i].first))) << examples[i].input;
+    EXPECT_TRUE(examples[i].target.equal(torch::tensor(expected[i].second))) << examples[i].target;
+  }
+}
+
 // With a pretrained tokenizer an example is framed with the tokenizer's own start and end ids, and
 // a real token whose id is 0 (as GPT-2's "!") is a target like any other: only the prompt's
 // predictions and the padding are SpecialTokens::kIgnore (they were <pad> = 0 before).
@@ -620,28 +657,14 @@ TEST(TextDataModules, InstructionTextFramesWithAPretrainedTokenizersIds) {
   dir.Write("sft.jsonl",
             "{\"prompt\": \"a!\", \"response\": \"b!\"}\n"
             "{\"prompt\": \"ab\", \"response\": \"!!!\"}\n");
-  auto dm = InstantiateOk<data::DataModule>("_target_: instruction_text\ntrain: " + dir.path() +
-                                                "/sft.jsonl\nval_fraction: 0\nblock_size: 16\n"
-                                                "tokenizer: {_target_: pretrained, path: '" +
-                                                dir.path() + "/tok'}\n",
-                                            "data");
+  auto dm = PretrainedInstructions(dir, "sft.jsonl", 16);
   ASSERT_TRUE(dm);
   ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
-  ASSERT_EQ(dm->train_dataset()->size(), 2);
-  data::SampleRng rng(0, 0, 0);
   const int64_t x = SpecialTokens::kIgnore;
-  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> expected = {
-      {{5, 1, 0, 2, 0}, {x, x, 2, 0, 6}}, {{5, 1, 2, 0, 0, 0}, {x, x, 0, 0, 0, 6}}};
-  std::vector<data::Example> examples(2);
-  for (int64_t index = 0; index < 2; ++index) {
-    const std::string source = dm->train_dataset()->Source(index);
-    const size_t record = source.back() == '1' ? 0 : 1;
-    examples[record] = *dm->train_dataset()->Get(index, rng);
-  }
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_TRUE(examples[i].input.equal(torch::tensor(expected[i].first))) << examples[i].input;
-    EXPECT_TRUE(examples[i].target.equal(torch::tensor(expected[i].second))) << examples[i].target;
-  }
+  std::vector<data::Example> examples = ExamplesByRecord(*dm);
+  ASSERT_EQ(examples.size(), 2u);
+  ExpectIdsAndTargets(
+      examples, {{{5, 1, 0, 2, 0}, {x, x, 2, 0, 6}}, {{5, 1, 2, 0, 0, 0}, {x, x, 0, 0, 0, 6}}});
   // Batched: the shorter example's target padded with kIgnore, its input with id 0 (the tokenizer
   // has no pad token; padding predicts nothing).
   auto batch = dm->loader_options().collate(examples);
@@ -664,28 +687,16 @@ TEST(TextDataModules, InstructionTextLearnsTheAssistantTurnsOfARenderedConversat
             "[\"!</s>\", true]]}\n"
             "{\"prompt\": \"ab\", \"response\": \"!\"}\n");
   auto module = [&](const std::string& file, int64_t block) {
-    return InstantiateOk<data::DataModule>(
-        absl::StrCat("_target_: instruction_text\ntrain: ", dir.path(), "/", file,
-                     "\nval_fraction: 0\nblock_size: ", block,
-                     "\ntokenizer: {_target_: pretrained, path: '", dir.path(), "/tok'}\n"),
-        "data");
+    return PretrainedInstructions(dir, file, block);
   };
   auto dm = module("chat.jsonl", 16);
   ASSERT_TRUE(dm);
   ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
-  ASSERT_EQ(dm->train_dataset()->size(), 2);
-  data::SampleRng rng(0, 0, 0);
   const int64_t x = SpecialTokens::kIgnore;
-  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> expected = {
-      {{5, 1, 2, 0, 6, 1, 0}, {x, 2, 0, 6, x, 0, 6}}, {{5, 1, 2, 0}, {x, x, 0, 6}}};
-  for (int64_t index = 0; index < 2; ++index) {
-    const std::string source = dm->train_dataset()->Source(index);
-    const size_t record = source.back() == '1' ? 0 : 1;
-    auto example = dm->train_dataset()->Get(index, rng);
-    ASSERT_TRUE(example.ok()) << example.status();
-    EXPECT_TRUE(example->input.equal(torch::tensor(expected[record].first))) << example->input;
-    EXPECT_TRUE(example->target.equal(torch::tensor(expected[record].second))) << example->target;
-  }
+  std::vector<data::Example> examples = ExamplesByRecord(*dm);
+  ASSERT_EQ(examples.size(), 2u);
+  ExpectIdsAndTargets(
+      examples, {{{5, 1, 2, 0, 6, 1, 0}, {x, 2, 0, 6, x, 0, 6}}, {{5, 1, 2, 0}, {x, x, 0, 6}}});
   // Each file's first line refused in one line: `content` in a file FILE.jsonl, read with a block
   // of `block` tokens.
   const std::vector<std::tuple<std::string, std::string, int64_t, std::string>> refusals = {
