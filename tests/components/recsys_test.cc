@@ -24,6 +24,7 @@
 #include "components/recsys/criteo_stream.h"
 #include "lib/config/yaml_io.h"
 #include "lib/data/sample_rng.h"
+#include "lib/data/sampler.h"
 #include "lib/data/shards/shard_set.h"
 #include "lib/distributed/sharded_tables.h"
 #include "lib/inference/predictor.h"
