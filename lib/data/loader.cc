@@ -85,27 +85,18 @@ absl::StatusOr<Batch> DataLoader::LoadBatch(const std::vector<int64_t>& order, i
                                             int64_t index, EpochSource* source) const {
   size_t begin = static_cast<size_t>(index * options_.batch_size);
   size_t end = std::min(order.size(), begin + static_cast<size_t>(options_.batch_size));
-  // A precomputed dataset gathers the batch in one go (the same tensors Get + Collate give).
-  if (!options_.collate && source == nullptr) {
-    std::optional<Example> stacked =
-        dataset_->GetStacked(std::vector<int64_t>(order.begin() + static_cast<ptrdiff_t>(begin),
-                                                  order.begin() + static_cast<ptrdiff_t>(end)));
-    if (stacked) {
-      Batch batch;
-      batch.input = std::move(stacked->input);
-      batch.target = std::move(stacked->target);
-      batch.epoch = epoch;
-      batch.index = index;
-      return batch;
-    }
-  }
-  if (!options_.collate && source != nullptr) {
+  // A precomputed dataset or a source that can gathers the batch in one go (the same tensors
+  // Get + Collate give); a source may skip bad samples in it.
+  if (!options_.collate) {
+    std::vector<int64_t> indices(order.begin() + static_cast<ptrdiff_t>(begin),
+                                 order.begin() + static_cast<ptrdiff_t>(end));
     int64_t skipped = 0;
-    KILN_ASSIGN_OR_RETURN(
-        std::optional<Example> stacked,
-        source->GetStacked(std::vector<int64_t>(order.begin() + static_cast<ptrdiff_t>(begin),
-                                                order.begin() + static_cast<ptrdiff_t>(end)),
-                           &skipped));
+    std::optional<Example> stacked;
+    if (source != nullptr) {
+      KILN_ASSIGN_OR_RETURN(stacked, source->GetStacked(indices, &skipped));
+    } else {
+      stacked = dataset_->GetStacked(indices);
+    }
     if (stacked) {
       if (stacked->input.size(0) == 0) {
         return absl::DataLossError(absl::StrCat("batch ", index, " of epoch ", epoch, ": all ",
