@@ -10,6 +10,12 @@ TorchRec, on the same Criteo-format file, tables, MLP sizes, batch and rows as k
 --impl reference_rowwise  the same model with kiln's optimizer: row-wise Adagrad on the tables'
                           sparse gradients (FBGEMM's EXACT_ROWWISE_ADAGRAD: acc[r] += mean(g_r^2),
                           w_r -= lr * g_r / (sqrt(acc[r]) + eps)) and fused Adam on the MLPs.
+--impl dense_floor        not a DLRM: the same model and step with the 26 lookups replaced by one
+                          constant [batch, 26, dim] tensor (no tables, no sparse gradient, no
+                          sparse optimizer): what the dense part alone (MLPs, interaction, loss,
+                          Adam) costs. A DLRM step with these MLPs cannot be faster than this
+                          unless its dense math is, so floor/torchrec bounds any speed-up over
+                          TorchRec that comes from the embedding side. Its test AUC means nothing.
 --impl torchrec           torchrec.models.dlrm.DLRM over an EmbeddingBagCollection, sharded by
                           DistributedModelParallel on one CPU process (Gloo), its tables in FBGEMM's
                           batched kernel with RowWiseAdagrad fused into the backward
@@ -38,7 +44,7 @@ INT_MAX = 2**31 - 1
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impl", choices=["reference_sgd", "reference_rowwise", "torchrec"])
+    ap.add_argument("--impl", choices=["reference_sgd", "reference_rowwise", "dense_floor", "torchrec"])
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
     ap.add_argument("--max-rows", type=int, default=0, help="0: every row (kiln's data.max_rows)")
@@ -117,6 +123,7 @@ class ReferenceDLRM(torch.nn.Module):
         self.register_buffer("li", li)
         self.register_buffer("lj", lj)
         self.register_buffer("offsets", torch.zeros(0, dtype=torch.int64))
+        self.pooled = None  # dense_floor: a constant [batch, 26, dim] in place of the lookups
 
     @staticmethod
     def _mlp(sizes, rng, sigmoid_last):
@@ -135,9 +142,12 @@ class ReferenceDLRM(torch.nn.Module):
     def forward(self, dense, sparse):
         x = self.bot(dense)
         batch = x.shape[0]
-        offsets = torch.arange(batch, dtype=torch.int64)  # one value per bag, as Criteo has
-        ly = [bag(sparse[:, j].contiguous(), offsets) for j, bag in enumerate(self.emb)]
-        t = torch.cat([x] + ly, dim=1).view(batch, -1, x.shape[1])
+        if self.pooled is not None:
+            t = torch.cat([x.unsqueeze(1), self.pooled[:batch]], dim=1)
+        else:
+            offsets = torch.arange(batch, dtype=torch.int64)  # one value per bag, as Criteo has
+            ly = [bag(sparse[:, j].contiguous(), offsets) for j, bag in enumerate(self.emb)]
+            t = torch.cat([x] + ly, dim=1).view(batch, -1, x.shape[1])
         z = torch.bmm(t, t.transpose(1, 2))
         r = torch.cat([x, z[:, self.li, self.lj]], dim=1)
         return self.top(r).squeeze(1)
@@ -169,6 +179,9 @@ def train_reference(args, data, rng):
     dense_params = list(model.bot.parameters()) + list(model.top.parameters())
     if args.impl == "reference_sgd":
         opts = [torch.optim.SGD(model.parameters(), lr=args.lr)]
+    elif args.impl == "dense_floor":
+        model.pooled = torch.randn(max(args.batch_size, 4096), NUM_SPARSE, args.embedding_dim) * 0.01
+        opts = [torch.optim.Adam(dense_params, lr=args.dense_lr, fused=True)]
     else:
         opts = [RowwiseAdagrad(tables, args.sparse_lr, args.sparse_eps),
                 torch.optim.Adam(dense_params, lr=args.dense_lr, fused=True)]

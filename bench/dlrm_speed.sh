@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # kiln's clicks_dlrm against the DLRM reference's recipe and TorchRec (issue 56), on the same
 # generated Criteo-format rows, tables (hash modulo TABLE rows), MLPs, batch (512), one epoch and
-# threads, interleaved: each round trains kiln, reference_sgd, reference_rowwise and torchrec once
-# (bench/dlrm_reference.py says what each is). Per round: training samples/s and test AUC; then
+# threads, interleaved: each round trains kiln, kiln_floor (tables of 1 row), reference_sgd,
+# reference_rowwise, dense_floor and torchrec once (bench/dlrm_reference.py says what each is;
+# dense_floor is the Python step without its tables). The floors bound the speed-up that any work
+# on the embedding side can give. Per round: training samples/s and test AUC; then
 # medians and kiln/them. kiln's samples/s is its epoch line's (the training loop; "fit done" adds
 # the validation pass and the checkpoint); the Python ones time their training loop alone, the
 # rows already parsed and in memory, with kiln's allocator settings (bench/common.sh).
@@ -29,7 +31,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 files=(--train "$data/train.tsv" --test "$data/test.tsv" --max-rows "$max_rows" --num-embeddings "$table"
   --threads "$threads")
 "$KILN_PYTHON" bench/dlrm_reference.py "${files[@]}" --prepare
-impls=(reference_sgd reference_rowwise)
+impls=(reference_sgd reference_rowwise dense_floor)
 torchrec_why=
 if "$torchrec_python" -c 'import fbgemm_gpu, torchrec' > "$work/torchrec.err" 2>&1; then
   impls+=(torchrec)
@@ -37,11 +39,14 @@ else
   torchrec_why=$(tail -n1 "$work/torchrec.err")
 fi
 
-# kiln_round DIR: "samples/s test_auc fit_done_samples/s" of one clicks_dlrm run.
+# kiln_round DIR [ROWS]: "samples/s test_auc fit_done_samples/s" of one clicks_dlrm run, its
+# tables of ROWS rows (default TABLE). kiln_floor is kiln with tables of 1 row: every lookup and
+# update is still made, on a table that stays in the cache, so the rest of the step (MLPs,
+# interaction, loss, Adam, loader, autograd) is what it measures.
 kiln_round() {
   "${KILN:-build/bin/kiln}" train experiment=clicks_dlrm hydra.run.dir="$1" logger=null \
     data.train="$data/train.tsv" data.test="$data/test.tsv" data.max_rows="$max_rows" \
-    data.num_embeddings_per_feature="$table" trainer.num_threads="$threads" > "$1.out" 2>&1 ||
+    data.num_embeddings_per_feature="${2:-$table}" trainer.num_threads="$threads" > "$1.out" 2>&1 ||
     { cat "$1.out" >&2; exit 1; }
   local rate auc fit
   rate=$(sed -n 's/.*epoch 0: .*, \([0-9.]*\) samples\/s).*/\1/p' "$1.out" | tail -n1)
@@ -67,6 +72,8 @@ echo "round system samples/s test_auc" | awk '{printf "%-6s %-18s %12s %9s\n", $
 for ((r = 1; r <= rounds; r++)); do
   read -r rate auc fit < <(kiln_round "$work/kiln$r")
   echo "$r kiln $rate $auc (fit done: $fit samples/s)" >> "$work/results"
+  read -r rate auc fit < <(kiln_round "$work/kiln_floor$r" 1)
+  echo "$r kiln_floor $rate $auc" >> "$work/results"
   for impl in "${impls[@]}"; do
     read -r rate auc < <(reference_round "$impl")
     echo "$r $impl $rate $auc" >> "$work/results"
@@ -82,4 +89,12 @@ for impl in "${impls[@]}"; do
   rate=$(column_of "$impl" 3) auc=$(column_of "$impl" 4)
   echo "  $impl: $rate samples/s, test AUC $auc; kiln/$impl $(ratio "$k_rate" "$rate")x samples/s," \
     "AUC kiln - $impl $(awk "BEGIN {printf \"%+.4f\", $k_auc - $auc}")"
+done
+# The ceilings: with the same dense math, kiln's step can at best become kiln_floor's, so
+# kiln_floor/them bounds what any work on kiln's embedding side can reach against them.
+floor=$(column_of kiln_floor 3)
+echo "  kiln_floor (tables of 1 row): $floor samples/s; kiln/kiln_floor $(ratio "$k_rate" "$floor")x"
+for impl in "${impls[@]}"; do
+  [[ $impl != dense_floor ]] || continue
+  echo "  ceiling over $impl (kiln_floor/$impl): $(ratio "$floor" "$(column_of "$impl" 3)")x"
 done
