@@ -686,10 +686,7 @@ TEST(TextDataModules, InstructionTextLearnsTheAssistantTurnsOfARenderedConversat
             "{\"segments\": [[\"<s>a\", false], [\"b!</s>\", true], [\"a\", false], "
             "[\"!</s>\", true]]}\n"
             "{\"prompt\": \"ab\", \"response\": \"!\"}\n");
-  auto module = [&](const std::string& file, int64_t block) {
-    return PretrainedInstructions(dir, file, block);
-  };
-  auto dm = module("chat.jsonl", 16);
+  auto dm = PretrainedInstructions(dir, "chat.jsonl", 16);
   ASSERT_TRUE(dm);
   ASSERT_TRUE(dm->Setup(data::Stage::kFit).ok());
   const int64_t x = SpecialTokens::kIgnore;
@@ -710,7 +707,7 @@ TEST(TextDataModules, InstructionTextLearnsTheAssistantTurnsOfARenderedConversat
        "field 'segments' is not a non-empty list of [text, trained] pairs"}};
   for (const auto& [name, content, block, expected] : refusals) {
     dir.Write(name + ".jsonl", content + "\n");
-    auto refused_module = module(name + ".jsonl", block);
+    auto refused_module = PretrainedInstructions(dir, name + ".jsonl", block);
     ASSERT_TRUE(refused_module);
     absl::Status refused = refused_module->Setup(data::Stage::kFit);
     EXPECT_NE(refused.message().find(absl::StrCat(name, ".jsonl:1: ", expected)), std::string::npos)
