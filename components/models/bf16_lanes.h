@@ -15,6 +15,12 @@
 
 namespace kiln::bf16 {
 
+// Whether this CPU runs the KILN_AVX2 functions (AVX2 and FMA).
+inline bool HasAvx2Fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
 KILN_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 KILN_AVX2 inline __m256 Load8(const c10::BFloat16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

@@ -35,6 +35,7 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 }
 
 // s[0, valid) <- softmax(s[0, valid)); s[valid, width) <- 0 (the masked keys of this row block).
+// Where the CPU has AVX2 and FMA, SoftmaxRowLanes below instead.
 void SoftmaxRow(float* s, int valid, int width) {
   float max = s[0];
   for (int j = 1; j < valid; ++j) max = std::max(max, s[j]);
@@ -48,6 +49,97 @@ void SoftmaxRow(float* s, int valid, int width) {
   std::fill(s + valid, s + width, 0.0f);
 }
 
+// ds[0, n) <- p * (ds - sum(p ds)) (the softmax backward of one row, in place).
+void SoftmaxBackwardRow(const float* p, float* ds, int n) {
+  float dot = 0;
+  for (int j = 0; j < n; ++j) dot += p[j] * ds[j];
+  for (int j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - dot);
+}
+
+#ifdef KILN_BF16_LANES
+KILN_AVX2 inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+KILN_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+
+// SoftmaxRow on 8 AVX2 lanes, exp by bf16::Exp8 (Cephes' polynomial, about 1 ulp from std::exp;
+// std::exp one value at a time was most of the forward's time, in bf16 and in float32 alike):
+// out[0, valid) <- softmax(s[0, valid)) in Out (float32 or bf16, rounded once), out[valid, width)
+// <- 0; s[0, valid) is overwritten with the unnormalized exponentials. `out` may be `s`.
+template <typename Out>
+KILN_AVX2 void SoftmaxRowLanes(float* s, int valid, int width, Out* out) {
+  const int full = valid / 8 * 8, rest = valid - full;
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int j = 0; j < full; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+  float max = HorizontalMax(mv);
+  for (int j = full; j < valid; ++j) max = std::max(max, s[j]);
+  const __m256 maxv = _mm256_set1_ps(max);
+  __m256 sumv = _mm256_setzero_ps();
+  for (int j = 0; j < full; j += 8) {
+    const __m256 e = bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), maxv));
+    _mm256_storeu_ps(s + j, e);
+    sumv = _mm256_add_ps(sumv, e);
+  }
+  float tail[8] = {};
+  if (rest > 0) {  // the last valid % 8 through the same lanes, padded with the max (unused)
+    std::copy(s + full, s + valid, tail);
+    std::fill(tail + rest, tail + 8, max);
+    _mm256_storeu_ps(tail, bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), maxv)));
+    std::fill(tail + rest, tail + 8, 0.0f);
+  }
+  const __m256 inv =
+      _mm256_set1_ps(1.0f / HorizontalSum(_mm256_add_ps(sumv, _mm256_loadu_ps(tail))));
+  for (int j = 0; j < full; j += 8)
+    bf16::Store8(out + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+  if (rest > 0) {
+    Out rounded[8];
+    bf16::Store8(rounded, _mm256_mul_ps(_mm256_loadu_ps(tail), inv));
+    std::copy(rounded, rounded + rest, out + full);
+  }
+  std::fill(out + valid, out + width, Out(0.0f));
+}
+
+// The softmax backward of one row on 8 AVX2 lanes: ds[0, n) <- p * (dp - sum(p dp)) in D (float32
+// or bf16), p the kept probabilities (float32 or bf16), dp the float32 gradient of the
+// probabilities. `ds` may be `dp`.
+template <typename P, typename D>
+KILN_AVX2 void SoftmaxBackwardRowLanes(const P* p, const float* dp, int n, D* ds) {
+  const int full = n / 8 * 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (int j = 0; j < full; j += 8)
+    acc = _mm256_fmadd_ps(bf16::Load8(p + j), _mm256_loadu_ps(dp + j), acc);
+  float dot = HorizontalSum(acc);
+  for (int j = full; j < n; ++j) dot += static_cast<float>(p[j]) * dp[j];
+  const __m256 dotv = _mm256_set1_ps(dot);
+  for (int j = 0; j < full; j += 8) {
+    bf16::Store8(ds + j,
+                 _mm256_mul_ps(bf16::Load8(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), dotv)));
+  }
+  for (int j = full; j < n; ++j) ds[j] = D(static_cast<float>(p[j]) * (dp[j] - dot));
+}
+#endif  // KILN_BF16_LANES
+
+void SoftmaxRowF32(float* s, int valid, int width) {
+#ifdef KILN_BF16_LANES
+  if (bf16::HasAvx2Fma()) return SoftmaxRowLanes(s, valid, width, s);
+#endif
+  SoftmaxRow(s, valid, width);
+}
+
+void SoftmaxBackwardRowF32(const float* p, float* ds, int n) {
+#ifdef KILN_BF16_LANES
+  if (bf16::HasAvx2Fma()) return SoftmaxBackwardRowLanes(p, ds, n, ds);
+#endif
+  SoftmaxBackwardRow(p, ds, n);
+}
+
 // One head. q, k, v: [t, hd] with row stride ld; o: [t, hd] with row stride ldo. p receives the
 // probabilities: all [t, t] rows when `keep` (for the backward), else one block of rows at a time.
 void ForwardHead(const float* q, const float* k, const float* v, int ld, int t, int hd, float scale,
@@ -58,23 +150,25 @@ void ForwardHead(const float* q, const float* k, const float* v, int ld, int t, 
     // Scores of rows [r0, r1) against keys [0, r1): the keys after r1 are masked for all of them.
     Gemm(false, true, rows, r1, hd, scale, q + static_cast<int64_t>(r0) * ld, ld, k, ld, 0.0f,
          block, t);
-    for (int i = r0; i < r1; ++i) SoftmaxRow(block + static_cast<int64_t>(i - r0) * t, i + 1, r1);
+    for (int i = r0; i < r1; ++i)
+      SoftmaxRowF32(block + static_cast<int64_t>(i - r0) * t, i + 1, r1);
     Gemm(false, false, rows, hd, r1, 1.0f, block, t, v, ld, 0.0f,
          o + static_cast<int64_t>(r0) * ldo, ldo);
   }
 }
 
 // The backward of ForwardHead: dq, dk, dv (row stride ld) from dO (row stride ldo) and the kept
-// probabilities p. ds is scratch for one block of rows ([kCausalRowBlock, t]).
+// probabilities p. ds is scratch for one block of rows ([kCausalRowBlock, t]). dk and dv are
+// written, or added to when `accumulate` (the second and later query heads of a key/value head).
 void BackwardHead(const float* q, const float* k, const float* v, int ld, int t, int hd,
                   float scale, const float* p, const float* dout, int ldo, float* dq, float* dk,
-                  float* dv, float* ds) {
+                  float* dv, float* ds, bool accumulate) {
   const int blocks = (t + kCausalRowBlock - 1) / kCausalRowBlock;
   // Last block first: it reaches every key, so it initializes dk and dv (beta 0) and the earlier
   // blocks add to their prefix.
   for (int blk = blocks - 1; blk >= 0; --blk) {
     const int r0 = blk * kCausalRowBlock, r1 = std::min(t, r0 + kCausalRowBlock), rows = r1 - r0;
-    const float beta = blk == blocks - 1 ? 0.0f : 1.0f;
+    const float beta = blk == blocks - 1 && !accumulate ? 0.0f : 1.0f;
     const float* pb = p + static_cast<int64_t>(r0) * t;
     const float* dob = dout + static_cast<int64_t>(r0) * ldo;
     // dv[0, r1) += P^T dO; dP = dO v^T.
@@ -82,11 +176,7 @@ void BackwardHead(const float* q, const float* k, const float* v, int ld, int t,
     Gemm(false, true, rows, r1, hd, 1.0f, dob, ldo, v, ld, 0.0f, ds, t);
     // Softmax backward: dS = P * (dP - rowsum(P * dP)); P is 0 on the masked keys, so is dS.
     for (int i = 0; i < rows; ++i) {
-      const float* pi = pb + static_cast<int64_t>(i) * t;
-      float* si = ds + static_cast<int64_t>(i) * t;
-      float dot = 0;
-      for (int j = 0; j < r1; ++j) dot += pi[j] * si[j];
-      for (int j = 0; j < r1; ++j) si[j] = pi[j] * (si[j] - dot);
+      SoftmaxBackwardRowF32(pb + static_cast<int64_t>(i) * t, ds + static_cast<int64_t>(i) * t, r1);
     }
     // dq = scale * dS k; dk[0, r1) += scale * dS^T q.
     Gemm(false, false, rows, hd, r1, scale, ds, t, k, ld, 0.0f, dq + static_cast<int64_t>(r0) * ld,
@@ -170,71 +260,6 @@ struct Bf16Scratch {
         rows_t16(rows_t.size()) {}
 };
 
-KILN_AVX2 inline float HorizontalMax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-KILN_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-}
-
-// The bf16 path's SoftmaxRow, 8 lanes at a time with bf16::Exp8 (std::exp one value at a time was
-// most of the forward's time): out[0, valid) <- softmax(s[0, valid)) rounded to bf16, out[valid,
-// width) <- 0; s[0, valid) is overwritten with the unnormalized exponentials. The float32 kernel
-// keeps SoftmaxRow, so its results do not change.
-KILN_AVX2 void SoftmaxRowToBf16(float* s, int valid, int width, Bf16* out) {
-  const int full = valid / 8 * 8, rest = valid - full;
-  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int j = 0; j < full; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
-  float max = HorizontalMax(mv);
-  for (int j = full; j < valid; ++j) max = std::max(max, s[j]);
-  const __m256 maxv = _mm256_set1_ps(max);
-  __m256 sumv = _mm256_setzero_ps();
-  for (int j = 0; j < full; j += 8) {
-    const __m256 e = bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), maxv));
-    _mm256_storeu_ps(s + j, e);
-    sumv = _mm256_add_ps(sumv, e);
-  }
-  float tail[8] = {};
-  if (rest > 0) {
-    std::copy(s + full, s + valid, tail);
-    std::fill(tail + rest, tail + 8, max);
-    _mm256_storeu_ps(tail, bf16::Exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), maxv)));
-    std::fill(tail + rest, tail + 8, 0.0f);
-  }
-  const __m256 inv =
-      _mm256_set1_ps(1.0f / HorizontalSum(_mm256_add_ps(sumv, _mm256_loadu_ps(tail))));
-  for (int j = 0; j < full; j += 8)
-    bf16::Store8(out + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
-  if (rest > 0) {
-    Bf16 rounded[8];
-    bf16::Store8(rounded, _mm256_mul_ps(_mm256_loadu_ps(tail), inv));
-    std::copy(rounded, rounded + rest, out + full);
-  }
-  std::fill(out + valid, out + width, Bf16(0.0f));
-}
-
-// The bf16 path's softmax backward of one row, 8 lanes at a time: ds[0, n) <- p * (dp - sum(p dp))
-// rounded to bf16, p the kept bf16 probabilities, dp the float32 gradient of the probabilities.
-KILN_AVX2 void SoftmaxBackwardRowBf16(const Bf16* p, const float* dp, int n, Bf16* ds) {
-  const int full = n / 8 * 8;
-  __m256 acc = _mm256_setzero_ps();
-  for (int j = 0; j < full; j += 8)
-    acc = _mm256_fmadd_ps(bf16::Load8(p + j), _mm256_loadu_ps(dp + j), acc);
-  float dot = HorizontalSum(acc);
-  for (int j = full; j < n; ++j) dot += static_cast<float>(p[j]) * dp[j];
-  const __m256 dotv = _mm256_set1_ps(dot);
-  for (int j = 0; j < full; j += 8) {
-    bf16::Store8(ds + j,
-                 _mm256_mul_ps(bf16::Load8(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), dotv)));
-  }
-  for (int j = full; j < n; ++j) ds[j] = Bf16(static_cast<float>(p[j]) * (dp[j] - dot));
-}
-
 // ForwardHead on bf16 q, k, v: bf16 products with float32 results; the scores and the softmax in
 // float32, the probabilities rounded to bf16 for the product with v (and kept so for the backward:
 // `p` [t, t] when keep), y rounded once.
@@ -248,7 +273,7 @@ void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t,
     Bf16* probs = keep ? p + static_cast<int64_t>(r0) * t : s.rows_t16.data();
     for (int i = r0; i < r1; ++i) {
       float* row = scores + static_cast<int64_t>(i - r0) * t;
-      SoftmaxRowToBf16(row, i + 1, r1, probs + static_cast<int64_t>(i - r0) * t);
+      SoftmaxRowLanes(row, i + 1, r1, probs + static_cast<int64_t>(i - r0) * t);
     }
     GemmBf16(false, false, rows, hd, r1, 1.0f, probs, t, v, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {
@@ -258,15 +283,17 @@ void ForwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t,
   }
 }
 
-// BackwardHead on bf16: dk and dv accumulate over row blocks in float32 and are rounded once.
+// BackwardHead on bf16: dk and dv accumulate over row blocks (and over the query heads of a
+// key/value head: `accumulate` on all but the first) in float32, and are rounded once, by the
+// group's last head (`round`).
 void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t, int hd,
                       float scale, const Bf16* p, const Bf16* dout, int ldo, Bf16* dq, Bf16* dk,
-                      Bf16* dv, Bf16Scratch& s) {
+                      Bf16* dv, Bf16Scratch& s, bool accumulate, bool round) {
   const int blocks = (t + kCausalRowBlock - 1) / kCausalRowBlock;
   float *dkf = s.t_hd.data(), *dvf = s.t_hd2.data();
   for (int blk = blocks - 1; blk >= 0; --blk) {
     const int r0 = blk * kCausalRowBlock, r1 = std::min(t, r0 + kCausalRowBlock), rows = r1 - r0;
-    const float beta = blk == blocks - 1 ? 0.0f : 1.0f;
+    const float beta = blk == blocks - 1 && !accumulate ? 0.0f : 1.0f;
     const Bf16* pb = p + static_cast<int64_t>(r0) * t;
     const Bf16* dob = dout + static_cast<int64_t>(r0) * ldo;
     GemmBf16(true, false, r1, hd, rows, 1.0f, pb, t, dob, ldo, beta, dvf, hd);
@@ -274,8 +301,8 @@ void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t
     GemmBf16(false, true, rows, r1, hd, 1.0f, dob, ldo, v, ld, 0.0f, ds, t);
     Bf16* ds16 = s.rows_t16.data();
     for (int i = 0; i < rows; ++i) {
-      SoftmaxBackwardRowBf16(pb + static_cast<int64_t>(i) * t, ds + static_cast<int64_t>(i) * t, r1,
-                             ds16 + static_cast<int64_t>(i) * t);
+      SoftmaxBackwardRowLanes(pb + static_cast<int64_t>(i) * t, ds + static_cast<int64_t>(i) * t,
+                              r1, ds16 + static_cast<int64_t>(i) * t);
     }
     GemmBf16(false, false, rows, hd, r1, scale, ds16, t, k, ld, 0.0f, s.rows_hd.data(), hd);
     for (int i = 0; i < rows; ++i) {
@@ -285,55 +312,64 @@ void BackwardHeadBf16(const Bf16* q, const Bf16* k, const Bf16* v, int ld, int t
     GemmBf16(true, false, r1, hd, rows, scale, ds16, t, q + static_cast<int64_t>(r0) * ld, ld, beta,
              dkf, hd);
   }
-  for (int j = 0; j < t; ++j) {
+  for (int j = 0; round && j < t; ++j) {
     bf16::Convert(dkf + static_cast<int64_t>(j) * hd, dk + static_cast<int64_t>(j) * ld, hd);
     bf16::Convert(dvf + static_cast<int64_t>(j) * hd, dv + static_cast<int64_t>(j) * ld, hd);
   }
 }
 #endif  // KILN_BF16_LANES
 
+// qkv [B, T, (heads + 2 kv_heads) hd]: q's heads, then k's, then v's; query head h reads key/value
+// head h / (heads / kv_heads).
 struct Shape {
-  int64_t batch, t, d, heads, hd;
+  int64_t batch, t, heads, kv_heads, hd, d, ld;  // d: the queries' width; ld: qkv's row
   float scale;
-  Shape(const torch::Tensor& qkv, int64_t heads)
+  Shape(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads)
       : batch(qkv.size(0)),
         t(qkv.size(1)),
-        d(qkv.size(2) / 3),
         heads(heads),
-        hd(d / heads),
+        kv_heads(kv_heads),
+        hd(qkv.size(2) / (heads + 2 * kv_heads)),
+        d(heads * hd),
+        ld(qkv.size(2)),
         scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))) {}
-  // Offsets of head `bh` (batch-major) in qkv [B, T, 3D] and in y [B, T, D].
-  int64_t qkv_offset(int64_t bh) const { return (bh / heads) * t * 3 * d + (bh % heads) * hd; }
+  int64_t group() const { return heads / kv_heads; }
+  // Offsets of query head `bh` (batch-major) in qkv and in y [B, T, D], and of its key and value
+  // heads in qkv.
+  int64_t q_offset(int64_t bh) const { return (bh / heads) * t * ld + (bh % heads) * hd; }
+  int64_t k_offset(int64_t bh) const {
+    return (bh / heads) * t * ld + d + (bh % heads) / group() * hd;
+  }
+  int64_t v_offset(int64_t bh) const { return k_offset(bh) + kv_heads * hd; }
   int64_t y_offset(int64_t bh) const { return (bh / heads) * t * d + (bh % heads) * hd; }
 };
 
 class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               int64_t heads) {
+                               int64_t heads, int64_t kv_heads) {
     torch::Tensor qkv = input.contiguous();
-    const Shape s(qkv, heads);
+    const Shape s(qkv, heads, kv_heads);
     const bool keep = input.requires_grad();
     torch::Tensor y = torch::empty({s.batch, s.t, s.d}, qkv.options());
     torch::Tensor p = torch::empty({keep ? s.batch * heads : 0, s.t, s.t}, qkv.options());
     if (keep) {
       ctx->save_for_backward({qkv, p});
       ctx->saved_data["heads"] = heads;
+      ctx->saved_data["kv_heads"] = kv_heads;
     }
 #ifdef KILN_BF16_LANES
     if (qkv.scalar_type() == torch::kBFloat16) {
       const Bf16* in = qkv.data_ptr<Bf16>();
       Bf16* out = y.data_ptr<Bf16>();
       Bf16* probs = p.data_ptr<Bf16>();
-      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
-                ld = static_cast<int>(3 * s.d);
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(s.ld);
       ParallelFor(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
         for (int64_t bh = begin; bh < end; ++bh) {
-          const Bf16* q = in + s.qkv_offset(bh);
-          ForwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale,
-                          keep ? probs + bh * s.t * s.t : nullptr, keep, out + s.y_offset(bh),
-                          static_cast<int>(s.d), scratch);
+          ForwardHeadBf16(in + s.q_offset(bh), in + s.k_offset(bh), in + s.v_offset(bh), ld, t, hd,
+                          s.scale, keep ? probs + bh * s.t * s.t : nullptr, keep,
+                          out + s.y_offset(bh), static_cast<int>(s.d), scratch);
         }
       });
       return y;
@@ -342,15 +378,13 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     const float* in = qkv.data_ptr<float>();
     float* out = y.data_ptr<float>();
     float* probs = p.data_ptr<float>();
-    const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
-              ld = static_cast<int>(3 * s.d);
+    const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(s.ld);
     ParallelFor(0, s.batch * heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scratch(keep ? 0 : static_cast<size_t>(kCausalRowBlock) * t);
       for (int64_t bh = begin; bh < end; ++bh) {
-        const float* q = in + s.qkv_offset(bh);
-        ForwardHead(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale,
-                    keep ? probs + bh * s.t * s.t : scratch.data(), keep, out + s.y_offset(bh),
-                    static_cast<int>(s.d));
+        ForwardHead(in + s.q_offset(bh), in + s.k_offset(bh), in + s.v_offset(bh), ld, t, hd,
+                    s.scale, keep ? probs + bh * s.t * s.t : scratch.data(), keep,
+                    out + s.y_offset(bh), static_cast<int>(s.d));
       }
     });
     return y;
@@ -361,7 +395,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     torch::autograd::variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& qkv = saved[0];
     const torch::Tensor& p = saved[1];
-    const Shape s(qkv, ctx->saved_data["heads"].toInt());
+    const Shape s(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["kv_heads"].toInt());
     torch::Tensor dy = grads[0].to(qkv.scalar_type()).contiguous();
     torch::Tensor dqkv = torch::empty_like(qkv);
 #ifdef KILN_BF16_LANES
@@ -370,38 +404,41 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       const Bf16* probs = p.data_ptr<Bf16>();
       const Bf16* dout = dy.data_ptr<Bf16>();
       Bf16* din = dqkv.data_ptr<Bf16>();
-      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
-                ld = static_cast<int>(3 * s.d);
-      ParallelFor(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+      const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(s.ld);
+      // One task per key/value head, which its query heads' gradients add to in turn.
+      ParallelFor(0, s.batch * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
         Bf16Scratch scratch(t, hd);
-        for (int64_t bh = begin; bh < end; ++bh) {
-          const Bf16* q = in + s.qkv_offset(bh);
-          Bf16* dq = din + s.qkv_offset(bh);
-          BackwardHeadBf16(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, probs + bh * s.t * s.t,
-                           dout + s.y_offset(bh), static_cast<int>(s.d), dq, dq + s.d, dq + 2 * s.d,
-                           scratch);
+        for (int64_t kv = begin; kv < end; ++kv) {
+          for (int64_t i = 0; i < s.group(); ++i) {
+            const int64_t bh = kv * s.group() + i;
+            BackwardHeadBf16(in + s.q_offset(bh), in + s.k_offset(bh), in + s.v_offset(bh), ld, t,
+                             hd, s.scale, probs + bh * s.t * s.t, dout + s.y_offset(bh),
+                             static_cast<int>(s.d), din + s.q_offset(bh), din + s.k_offset(bh),
+                             din + s.v_offset(bh), scratch, i > 0, i + 1 == s.group());
+          }
         }
       });
-      return {dqkv, torch::Tensor()};
+      return {dqkv, torch::Tensor(), torch::Tensor()};
     }
 #endif
     const float* in = qkv.data_ptr<float>();
     const float* probs = p.data_ptr<float>();
     const float* dout = dy.data_ptr<float>();
     float* din = dqkv.data_ptr<float>();
-    const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd),
-              ld = static_cast<int>(3 * s.d);
-    ParallelFor(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+    const int t = static_cast<int>(s.t), hd = static_cast<int>(s.hd), ld = static_cast<int>(s.ld);
+    ParallelFor(0, s.batch * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> ds(static_cast<size_t>(kCausalRowBlock) * t);
-      for (int64_t bh = begin; bh < end; ++bh) {
-        const float* q = in + s.qkv_offset(bh);
-        float* dq = din + s.qkv_offset(bh);
-        BackwardHead(q, q + s.d, q + 2 * s.d, ld, t, hd, s.scale, probs + bh * s.t * s.t,
-                     dout + s.y_offset(bh), static_cast<int>(s.d), dq, dq + s.d, dq + 2 * s.d,
-                     ds.data());
+      for (int64_t kv = begin; kv < end; ++kv) {
+        for (int64_t i = 0; i < s.group(); ++i) {
+          const int64_t bh = kv * s.group() + i;
+          BackwardHead(in + s.q_offset(bh), in + s.k_offset(bh), in + s.v_offset(bh), ld, t, hd,
+                       s.scale, probs + bh * s.t * s.t, dout + s.y_offset(bh),
+                       static_cast<int>(s.d), din + s.q_offset(bh), din + s.k_offset(bh),
+                       din + s.v_offset(bh), ds.data(), i > 0);
+        }
       }
     });
-    return {dqkv, torch::Tensor()};
+    return {dqkv, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -415,22 +452,26 @@ bool CausalAttentionHasBf16Kernel() {
 #endif
 }
 
-bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads) {
+bool CausalAttentionSupports(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  if (kv_heads == 0) kv_heads = heads;
   return qkv.device().is_cpu() &&
          (qkv.scalar_type() == torch::kFloat32 || qkv.scalar_type() == torch::kBFloat16) &&
-         qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0 && qkv.size(1) > 0 &&
+         qkv.dim() == 3 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
+         qkv.size(2) % (heads + 2 * kv_heads) == 0 && qkv.size(1) > 0 &&
          qkv.layout() == torch::kStrided;
 }
 
-torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads) {
-  TORCH_CHECK(CausalAttentionSupports(qkv, heads), "CausalAttention: unsupported input ",
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  if (kv_heads == 0) kv_heads = heads;
+  TORCH_CHECK(CausalAttentionSupports(qkv, heads, kv_heads), "CausalAttention: unsupported input ",
               qkv.sizes(), " ", qkv.dtype(), " on ", qkv.device());
   if (qkv.scalar_type() == torch::kBFloat16 && !CausalAttentionHasBf16Kernel()) {
     // bf16 autocast without a bf16 GEMM: the float32 kernel between two casts (autograd
     // ops, so the gradient comes back in bf16).
-    return CausalAttentionFunction::apply(qkv.to(torch::kFloat32), heads).to(torch::kBFloat16);
+    return CausalAttentionFunction::apply(qkv.to(torch::kFloat32), heads, kv_heads)
+        .to(torch::kBFloat16);
   }
-  return CausalAttentionFunction::apply(qkv, heads);
+  return CausalAttentionFunction::apply(qkv, heads, kv_heads);
 }
 
 }  // namespace kiln

@@ -91,11 +91,6 @@ KILN_AVX2 void BackwardRange(const T* g, const T* x, const float* t, T* dx, int6
   std::copy(bd, bd + (n - i), dx + i);
 }
 
-bool HasAvx2Fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
 template <typename T>
 void RunForward(const torch::Tensor& x, torch::Tensor& y, float* tp) {
   const T* xp = x.data_ptr<T>();
@@ -260,7 +255,7 @@ torch::Tensor GeluTanh(const torch::Tensor& x) {
   // Under LibTorch's tracer (TorchScript export) the ATen op, which the trace can record.
   if (x.device().is_cpu() &&
       (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
-      x.layout() == torch::kStrided && HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
+      x.layout() == torch::kStrided && bf16::HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
     return GeluTanhFunction::apply(x);
   }
 #endif
@@ -275,7 +270,7 @@ torch::Tensor SiluMul(const torch::Tensor& gate, const torch::Tensor& up) {
       gate.scalar_type() == up.scalar_type() &&
       (gate.scalar_type() == torch::kFloat32 || gate.scalar_type() == torch::kBFloat16) &&
       gate.sizes() == up.sizes() && gate.layout() == torch::kStrided &&
-      up.layout() == torch::kStrided && HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
+      up.layout() == torch::kStrided && bf16::HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
     return SiluMulFunction::apply(gate, up);
   }
 #endif

@@ -8,7 +8,6 @@
 // `model.pretrained=DIR` builds it from a folder that save_pretrained wrote: the sizes from its
 // config.json, the weights from its safetensors. Without it the sizes are options and the
 // weights are drawn as transformers draws them (N(0, initializer_range), RMSNorm weights 1).
-#include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +28,7 @@
 #include "components/models/gelu_tanh.h"
 #include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
+#include "components/models/llama_kernels.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
 #include "lib/distributed/sharding_units.h"
@@ -60,61 +60,16 @@ struct LlamaArchitecture {
   std::optional<int64_t> bos_token_id, eos_token_id;
 };
 
-// Hugging Face's RMSNorm: in float32 whatever the input's dtype, the weight applied after the
-// cast back.
+// Hugging Face's RMSNorm (components/models/llama_kernels.h).
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
     weight = register_parameter("weight", torch::ones({dim}));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (!torch::GradMode::is_enabled() && x.device().is_cpu() && x.is_contiguous() &&
-        weight.scalar_type() == x.scalar_type()) {
-      if (x.scalar_type() == torch::kFloat32) return Rows<float>(x);
-      if (x.scalar_type() == torch::kBFloat16) return Rows<c10::BFloat16>(x);
-    }
-    torch::Tensor h = x.to(torch::kFloat32);
-    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight * h.to(x.scalar_type());
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return RmsNormalize(x, weight, eps_); }
   torch::Tensor weight;
 
  private:
-  // Without autograd, on float32 or bf16 CPU rows: the same arithmetic in one pass per row instead
-  // of six kernels (a generation step's norms are small enough that the kernels' calls cost more
-  // than their work), the normalized row rounded to T before the weight's product as above. The
-  // sum of squares is added in another order than ATen's mean, so results can differ from the
-  // kernels' in the last bit.
-  template <typename T>
-  torch::Tensor Rows(const torch::Tensor& x) const {
-    torch::Tensor out = torch::empty_like(x);
-    const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
-    const T* in = x.data_ptr<T>();
-    const torch::Tensor scale_by = weight.contiguous();
-    const T* w = scale_by.data_ptr<T>();
-    T* o = out.data_ptr<T>();
-    const float eps = static_cast<float>(eps_);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = in + r * dim;
-      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 8 <= dim; i += 8) {
-        for (int j = 0; j < 8; ++j) {
-          const float v = static_cast<float>(row[i + j]);
-          partial[j] += v * v;
-        }
-      }
-      float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                  ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-      for (; i < dim; ++i) sum += static_cast<float>(row[i]) * static_cast<float>(row[i]);
-      const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
-      for (i = 0; i < dim; ++i) {
-        const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
-        o[r * dim + i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
-      }
-    }
-    return out;
-  }
   double eps_;
 };
 TORCH_MODULE(RmsNorm);
@@ -123,60 +78,6 @@ TORCH_MODULE(RmsNorm);
 // product when their weights together have at most this many elements (4 MB in float32): below
 // it a token's products are short enough that their call overhead counts.
 constexpr int64_t kFuseAtMost = int64_t{1} << 20;
-
-// [.., hd] -> [.., hd] with the halves swapped and the second negated (the "rotate half" form
-// of RoPE that Hugging Face's checkpoints are laid out for).
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return torch::cat({-halves[1], halves[0]}, -1);
-}
-
-// x * cos + RotateHalf(x) * sin for x [B, t, n, hd] and cos, sin [B, t, 1, hd]. Without autograd
-// on float32 or bf16 CPU tensors, one loop with the same roundings as the five kernels (each
-// product rounded to T, then their sum), so the results are equal bit for bit: a generation
-// step's rotations are small enough that the kernels' calls cost more than their work.
-template <typename T>
-torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
-                         const torch::Tensor& sin) {
-  const int64_t b = x.size(0), t = x.size(1), n = x.size(2), hd = x.size(3), half = hd / 2;
-  torch::Tensor out = torch::empty({b, t, n, hd}, x.options());
-  T* o = out.data_ptr<T>();
-  const T* xp = x.data_ptr<T>();
-  const T* cp = cos.data_ptr<T>();
-  const T* sp = sin.data_ptr<T>();
-  auto rounded = [](float v) { return static_cast<float>(static_cast<T>(v)); };
-  for (int64_t i = 0; i < b; ++i) {
-    for (int64_t j = 0; j < t; ++j) {
-      const T* c = cp + i * cos.stride(0) + j * cos.stride(1);
-      const T* s = sp + i * sin.stride(0) + j * sin.stride(1);
-      for (int64_t h = 0; h < n; ++h) {
-        const T* in = xp + i * x.stride(0) + j * x.stride(1) + h * x.stride(2);
-        T* dst = o + ((i * t + j) * n + h) * hd;
-        for (int64_t e = 0; e < hd; ++e) {
-          const float partner =
-              e < half ? -static_cast<float>(in[e + half]) : static_cast<float>(in[e - half]);
-          const float a = rounded(static_cast<float>(in[e]) * static_cast<float>(c[e]));
-          const float r = rounded(partner * static_cast<float>(s[e]));
-          dst[e] = static_cast<T>(a + r);
-        }
-      }
-    }
-  }
-  return out;
-}
-
-torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const auto dtype = x.scalar_type();
-  const bool loop = !torch::GradMode::is_enabled() && x.device().is_cpu() &&
-                    (dtype == torch::kFloat32 || dtype == torch::kBFloat16) &&
-                    cos.scalar_type() == dtype && sin.scalar_type() == dtype && x.dim() == 4 &&
-                    cos.dim() == 4 && sin.dim() == 4 && cos.size(2) == 1 && sin.size(2) == 1 &&
-                    x.stride(3) == 1 && cos.stride(3) == 1 && sin.stride(3) == 1 &&
-                    x.size(3) % 2 == 0;
-  if (!loop) return x * cos + RotateHalf(x) * sin;
-  return dtype == torch::kFloat32 ? RotateLoop<float>(x, cos, sin)
-                                  : RotateLoop<c10::BFloat16>(x, cos, sin);
-}
 
 // The rotary inverse frequencies [head_dim / 2], in float32 by transformers' own formulas.
 torch::Tensor InverseFrequencies(const LlamaArchitecture& a) {
@@ -221,12 +122,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
                         int64_t window, const torch::Tensor& packed) {
     const int64_t length = x.size(1);
     const bool windowed = window > 0 && length > window;
-    // bf16 on the CPU (bf16-mixed or bf16-true): kiln's causal kernel, 1.5x the step of SDPA's
-    // CPU flash attention (bench/lora_speed.sh); in float32 SDPA is as fast, without the copies.
-    const bool bf16 = x.scalar_type() == torch::kBFloat16 ||
-                      (at::autocast::is_autocast_enabled(at::kCPU) &&
-                       at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16);
-    if (bf16 && x.is_cpu() && !packed.defined() && !windowed && !(is_training() && dropout_ > 0) &&
+    // On the CPU, kiln's causal kernel: in bf16 (bf16-mixed or bf16-true) 1.5x the step of SDPA's
+    // CPU flash attention (bench/lora_speed.sh); in float32 its forward and backward take 0.57x
+    // of SDPA's time in a training step's profile, copies included (docs/precision.md).
+    if (x.is_cpu() && !packed.defined() && !windowed && !(is_training() && dropout_ > 0) &&
         cos.dim() == 2 && !torch::jit::tracer::isTracing()) {
       torch::Tensor y = FusedCausal(x, cos, sin);
       if (y.defined()) return o_proj->forward(y);
@@ -277,39 +176,37 @@ class LlamaAttentionImpl : public torch::nn::Module {
                                                                   const torch::Tensor& sin) {
     const int64_t batch = x.size(0), length = x.size(1);
     auto heads = [&](const torch::Tensor& t, int64_t n) {
-      return t.view({batch, length, n, head_dim_}).transpose(1, 2);
+      return t.view({batch, length, n, head_dim_});
     };
-    torch::Tensor q = heads(q_proj->forward(x), heads_);
-    torch::Tensor k = heads(k_proj->forward(x), kv_heads_);
-    torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
-    return {q * cos + RotateHalf(q) * sin, k * cos + RotateHalf(k) * sin, v};
+    // Rotate's cos and sin: [T, hd] or [B, T, 1, hd].
+    torch::Tensor c = cos.dim() == 4 ? cos.transpose(1, 2) : cos;
+    torch::Tensor s = sin.dim() == 4 ? sin.transpose(1, 2) : sin;
+    auto rotated = [&](const torch::Tensor& t, int64_t n) {
+      return Rotate(heads(t, n), c, s).transpose(1, 2);
+    };
+    torch::Tensor q = rotated(q_proj->forward(x), heads_);
+    torch::Tensor k = rotated(k_proj->forward(x), kv_heads_);
+    torch::Tensor v = heads(v_proj->forward(x), kv_heads_).transpose(1, 2);
+    return {q, k, v};
   }
   // Causal attention over the whole row on the CPU through kiln's kernel (causal_attention.h,
-  // as the GPT's blocks run it): q, k and v side by side in c_attn's layout [B, T, 3 * heads *
-  // hd], q and k rotated, each key/value head repeated for the heads / kv_heads query heads it
-  // serves, all in the projections' dtype (bf16 under autocast, as SDPA's autocast casts them).
-  // Returns [B, T, heads * hd], or undefined where the kernel cannot take them.
+  // as the GPT's blocks run it): q and k rotated, then q, k and v side by side [B, T, (heads + 2
+  // kv_heads) hd], all in the projections' dtype (bf16 under autocast, as SDPA's autocast casts
+  // them); the kernel reads each key/value head for its query heads in place. Returns [B, T,
+  // heads * hd], or undefined where the kernel cannot take them.
   torch::Tensor FusedCausal(const torch::Tensor& x, const torch::Tensor& cos,
                             const torch::Tensor& sin) {
     const int64_t b = x.size(0), t = x.size(1);
     torch::Tensor v = v_proj->forward(x);
-    torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [T, 1, hd]
     auto rotated = [&](const torch::Tensor& p, int64_t n) {
-      torch::Tensor h = p.view({b, t, n, head_dim_});
-      return (h * c + RotateHalf(h) * s).to(v.scalar_type());
+      return Rotate(p.view({b, t, n, head_dim_}), cos, sin)
+          .to(v.scalar_type())
+          .reshape({b, t, n * head_dim_});
     };
-    torch::Tensor q = rotated(q_proj->forward(x), heads_),
-                  k = rotated(k_proj->forward(x), kv_heads_);
-    auto all_heads = [&](const torch::Tensor& kv) {
-      if (kv_heads_ == heads_) return kv.reshape({b, t, heads_ * head_dim_});
-      return kv.view({b, t, kv_heads_, 1, head_dim_})
-          .expand({b, t, kv_heads_, heads_ / kv_heads_, head_dim_})
-          .reshape({b, t, heads_ * head_dim_});
-    };
-    torch::Tensor qkv =
-        torch::cat({q.reshape({b, t, heads_ * head_dim_}), all_heads(k), all_heads(v)}, -1);
-    if (!CausalAttentionSupports(qkv, heads_)) return {};
-    return CausalAttention(qkv, heads_);
+    torch::Tensor qkv = torch::cat(
+        {rotated(q_proj->forward(x), heads_), rotated(k_proj->forward(x), kv_heads_), v}, -1);
+    if (!CausalAttentionSupports(qkv, heads_, kv_heads_)) return {};
+    return CausalAttention(qkv, heads_, kv_heads_);
   }
   // The queries' attention over keys and values, through o_proj. Each key/value head serves
   // heads / kv_heads query heads in turn (SDPA's grouped-query attention).

@@ -15,6 +15,7 @@
 #include "components/models/batch_norm_pool_relu.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
+#include "components/models/llama_kernels.h"
 
 namespace kiln {
 namespace parallel_test {
@@ -127,7 +128,29 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
     ExpectSameBitsOnOneAndTwoThreads(
         [](const torch::Tensor& qkv) { return CausalAttention(qkv, 4); },
         torch::randn({4, 70, 3 * 32}).to(dtype));
+    ExpectSameBitsOnOneAndTwoThreads(  // grouped-query: 4 query heads over 2
+        [](const torch::Tensor& qkv) { return CausalAttention(qkv, 4, 2); },
+        torch::randn({4, 70, 8 * 16}).to(dtype));
   }
+  // The Llama's float32 kernels; RMSNorm's weight gradient too (partial sums over blocks of rows).
+  ExpectSameBitsOnOneAndTwoThreads(
+      [](const torch::Tensor& x) {
+        torch::Tensor cos = torch::linspace(0, 1, 70 * 16).view({70, 16});
+        return Rotate(x, cos, cos.flip(1));
+      },
+      torch::randn({4, 70, 3, 16}));
+  torch::Tensor rows = torch::randn({1000, 40}), weight = torch::randn({40}),
+                dy = torch::randn({1000, 40});
+  ExpectSameBitsOnOneAndTwoThreads(
+      [&](const torch::Tensor& x) { return RmsNormalize(x, weight, 1e-6); }, rows);
+  std::vector<torch::Tensor> weight_grads;
+  for (int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    torch::Tensor w = weight.clone().requires_grad_();
+    (RmsNormalize(rows, w, 1e-6) * dy).sum().backward();
+    weight_grads.push_back(w.grad());
+  }
+  EXPECT_TRUE(torch::equal(weight_grads[0], weight_grads[1]));
   torch::Tensor x =
       torch::randn({8, 32, 28, 28}).contiguous(at::MemoryFormat::ChannelsLast).to(torch::kBFloat16);
   torch::nn::BatchNorm2d bn(32);

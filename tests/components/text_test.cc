@@ -13,6 +13,7 @@
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
 #include "components/models/generation.h"
+#include "components/models/llama_kernels.h"
 #include "components/models/model.h"
 #include "components/models/text_transformer.h"
 #include "components/text/text_data_module.h"
@@ -821,6 +822,113 @@ TEST(CausalAttention, MatchesTheTextbookAcrossRowBlocks) {
   EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 24}, torch::kFloat64), 2));
   EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 24}), 5));
   EXPECT_FALSE(CausalAttentionSupports(torch::zeros({4, 24}), 2));
+}
+
+// Grouped-query attention: query head h reads key/value head h / (heads / kv_heads) in place. The
+// same values and gradients as the textbook on q with each key/value head repeated for its query
+// heads (the repeat's backward adds the group's gradients), at several group sizes and lengths
+// across row blocks; one key/value head per query head is the plain kernel.
+TEST(CausalAttention, GroupedQueryHeadsShareKeysAndValues) {
+  torch::manual_seed(4);
+  for (auto [b, t, heads, kv_heads, hd] :
+       std::vector<std::array<int64_t, 5>>{{2, 5, 4, 1, 4}, {2, 33, 4, 2, 8}, {1, 70, 6, 2, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << t << " heads " << heads << "/" << kv_heads);
+    const int64_t group = heads / kv_heads, d = heads * hd, kd = kv_heads * hd;
+    ASSERT_TRUE(CausalAttentionSupports(torch::zeros({b, t, d + 2 * kd}), heads, kv_heads));
+    torch::Tensor qkv = (2 * torch::randn({b, t, d + 2 * kd})).requires_grad_();
+    torch::Tensor weight = torch::randn({b, t, d});
+    torch::Tensor got = CausalAttention(qkv, heads, kv_heads);
+    torch::Tensor got_grad = torch::autograd::grad({(got * weight).sum()}, {qkv})[0];
+    auto repeated = [&](int64_t at) {
+      return qkv.narrow(2, at, kd)
+          .reshape({b, t, kv_heads, hd})
+          .repeat_interleave(group, 2)
+          .reshape({b, t, d});
+    };
+    torch::Tensor wide = torch::cat({qkv.narrow(2, 0, d), repeated(d), repeated(d + kd)}, -1);
+    torch::Tensor want = TextbookAttention(wide, heads, CausalBias(t, torch::kFloat32));
+    torch::Tensor want_grad = torch::autograd::grad({(want * weight).sum()}, {qkv})[0];
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max();
+    EXPECT_TRUE(torch::allclose(got_grad, want_grad, 1e-4, 1e-5))
+        << (got_grad - want_grad).abs().max();
+  }
+  torch::Tensor qkv = torch::randn({2, 9, 3 * 16});
+  EXPECT_TRUE(torch::equal(CausalAttention(qkv, 2, 2), CausalAttention(qkv, 2)));
+  EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 40}), 3, 2));  // 3 heads over 2
+  EXPECT_FALSE(CausalAttentionSupports(torch::zeros({1, 4, 42}), 4, 2));  // not (4 + 4) hd wide
+}
+
+// RMSNorm's loops against Hugging Face's formula in ATen: in training (float32, autograd) the
+// value and both gradients within float32's rounding, at widths that are and are not multiples of
+// 8 and row counts across parallel blocks (parallel_test: the same bits on one thread and two);
+// without autograd the bf16 rows rounded as the composite rounds them.
+TEST(LlamaKernels, RmsNormMatchesTheCompositeInValuesAndGradients) {
+  torch::manual_seed(5);
+  auto composite = [](const torch::Tensor& x, const torch::Tensor& w, double eps) {
+    torch::Tensor h = x.to(torch::kFloat32);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return w * h.to(x.scalar_type());
+  };
+  for (auto [rows, dim] :
+       std::vector<std::array<int64_t, 2>>{{1, 3}, {5, 8}, {300, 128}, {129, 13}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << dim);
+    torch::Tensor x = (3 * torch::randn({rows, dim})).requires_grad_();
+    torch::Tensor w = (1 + torch::randn({dim})).requires_grad_();
+    torch::Tensor dy = torch::randn({rows, dim});
+    torch::Tensor got = RmsNormalize(x.view({1, rows, dim}), w, 1e-6);
+    auto got_grads = torch::autograd::grad({(got.view({rows, dim}) * dy).sum()}, {x, w});
+    torch::Tensor x64 = x.detach().to(torch::kFloat64).requires_grad_();
+    torch::Tensor w64 = w.detach().to(torch::kFloat64).requires_grad_();
+    torch::Tensor want = composite(x64, w64, 1e-6);
+    auto want_grads = torch::autograd::grad({(want * dy.to(torch::kFloat64)).sum()}, {x64, w64});
+    auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return torch::allclose(a.to(torch::kFloat64), b, 1e-5, 1e-5);
+    };
+    EXPECT_TRUE(close(got.view({rows, dim}), want));
+    EXPECT_TRUE(close(got_grads[0], want_grads[0]))
+        << (got_grads[0].to(torch::kFloat64) - want_grads[0]).abs().max();
+    EXPECT_TRUE(close(got_grads[1], want_grads[1]))
+        << (got_grads[1].to(torch::kFloat64) - want_grads[1]).abs().max();
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(RmsNormalize(x, w, 1e-6), got.view({rows, dim})));
+    torch::Tensor x16 = x.to(torch::kBFloat16), w16 = w.to(torch::kBFloat16);
+    torch::Tensor got16 = RmsNormalize(x16, w16, 1e-6);
+    EXPECT_EQ(got16.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::allclose(got16.to(torch::kFloat32),
+                                composite(x16, w16, 1e-6).to(torch::kFloat32), 1e-2, 1e-2));
+  }
+}
+
+// The rotary loops against x * cos + RotateHalf(x) * sin: the forward the same bits (each product
+// rounded, then their sum, as ATen's kernels), with cos and sin [T, hd] shared by the batch or
+// [B, T, 1, hd] per row, on a strided view of x; the float32 backward within rounding.
+TEST(LlamaKernels, RotaryMatchesTheComposite) {
+  torch::manual_seed(6);
+  const int64_t b = 3, t = 70, n = 3, hd = 8;
+  torch::Tensor wide = torch::randn({b, t, n + 2, hd});
+  torch::Tensor angles = torch::rand({b, t, 1, hd}) * 6;
+  for (bool per_row : {false, true}) {
+    SCOPED_TRACE(per_row ? "[B, T, 1, hd]" : "[T, hd]");
+    torch::Tensor cos = per_row ? angles.cos() : angles[0].squeeze(1).cos();
+    torch::Tensor sin = per_row ? angles.sin() : angles[0].squeeze(1).sin();
+    torch::Tensor x = wide.narrow(2, 1, n).detach().requires_grad_();  // heads hd * (n + 2) apart
+    ASSERT_FALSE(x.is_contiguous());
+    torch::Tensor c = per_row ? cos : cos.unsqueeze(1), s = per_row ? sin : sin.unsqueeze(1);
+    torch::Tensor want = x * c + RotateHalf(x) * s;
+    torch::Tensor got = Rotate(x, cos, sin);
+    EXPECT_TRUE(torch::equal(got, want));
+    torch::Tensor dy = torch::randn({b, t, n, hd});
+    torch::Tensor got_grad = torch::autograd::grad({(got * dy).sum()}, {x})[0];
+    torch::Tensor want_grad = torch::autograd::grad({(want * dy).sum()}, {x})[0];
+    EXPECT_TRUE(torch::allclose(got_grad, want_grad, 1e-6, 1e-6))
+        << (got_grad - want_grad).abs().max();
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(Rotate(x, cos, sin), want));
+    torch::Tensor x16 = x.to(torch::kBFloat16);
+    torch::Tensor c16 = c.to(torch::kBFloat16), s16 = s.to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(Rotate(x16, cos.to(torch::kBFloat16), sin.to(torch::kBFloat16)),
+                             x16 * c16 + RotateHalf(x16) * s16));
+  }
 }
 
 // The fused GELU matches ATen's tanh GELU in value and gradient, over the range where it bends and

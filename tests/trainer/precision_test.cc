@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -264,11 +265,14 @@ TEST(Bf16Mixed, FusedCausalAttentionTakesBf16) {
   std::printf("bf16 attention kernel: %s\n",
               CausalAttentionHasBf16Kernel() ? "oneDNN" : "float32 between casts");
   torch::manual_seed(9);
-  for (int64_t t : {7, 32, 70}) {
-    torch::Tensor qkv16 = torch::randn({2, t, 3 * 16}).to(torch::kBFloat16).requires_grad_();
+  // The last: grouped-query attention, 4 query heads over 2 key/value heads.
+  for (auto [t, heads, kv_heads] :
+       std::vector<std::array<int64_t, 3>>{{7, 2, 2}, {32, 2, 2}, {70, 2, 2}, {70, 4, 2}}) {
+    torch::Tensor qkv16 =
+        torch::randn({2, t, (heads + 2 * kv_heads) * 8}).to(torch::kBFloat16).requires_grad_();
     torch::Tensor qkv32 = qkv16.detach().to(torch::kFloat32).requires_grad_();
-    torch::Tensor y16 = CausalAttention(qkv16, 2);
-    torch::Tensor y32 = CausalAttention(qkv32, 2);
+    torch::Tensor y16 = CausalAttention(qkv16, heads, kv_heads);
+    torch::Tensor y32 = CausalAttention(qkv32, heads, kv_heads);
     ASSERT_EQ(y16.scalar_type(), torch::kBFloat16);
     const double y_err = (y16.to(torch::kFloat32) - y32).abs().max().item<double>();
     EXPECT_LT(y_err, 0.03) << t;

@@ -1,0 +1,266 @@
+#include "components/models/llama_kernels.h"
+
+#include <torch/csrc/jit/frontend/tracer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "components/common/parallel.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kNormRowGrain = 64;  // rows per parallel task, and per partial sum of a gradient
+
+// The sum of a row's squares in 8 interleaved partial sums (the order is fixed: the results do not
+// depend on how rows are split among threads).
+template <typename T>
+float SumOfSquares(const T* row, int64_t dim) {
+  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float v = static_cast<float>(row[i + j]);
+      partial[j] += v * v;
+    }
+  }
+  float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+              ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  for (; i < dim; ++i) sum += static_cast<float>(row[i]) * static_cast<float>(row[i]);
+  return sum;
+}
+
+// out = w * T(x * scale) row by row; each row's scale into `scales` when it is not null.
+template <typename T>
+torch::Tensor NormRows(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                       float* scales) {
+  torch::Tensor out = torch::empty_like(x);
+  const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
+  const T* in = x.data_ptr<T>();
+  const torch::Tensor scale_by = weight.contiguous();
+  const T* w = scale_by.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  const float epsilon = static_cast<float>(eps);
+  ParallelFor(0, rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = in + r * dim;
+      const float scale =
+          1.0f / std::sqrt(SumOfSquares(row, dim) / static_cast<float>(dim) + epsilon);
+      if (scales != nullptr) scales[r] = scale;
+      for (int64_t i = 0; i < dim; ++i) {
+        const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
+        o[r * dim + i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
+      }
+    }
+  });
+  return out;
+}
+
+// float32 rows with autograd: the forward keeps each row's scale s = rsqrt(mean(x^2) + eps); with
+// g = dy * w and n = x * s, dx = s (g - n * mean(g * n)) and dw = the sum over rows of dy * n.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, double eps) {
+    const int64_t dim = x.size(-1);
+    torch::Tensor scales = torch::empty({x.numel() / std::max<int64_t>(dim, 1)}, x.options());
+    torch::Tensor y = NormRows<float>(x, weight, eps, scales.data_ptr<float>());
+    ctx->save_for_backward({x, weight, scales});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor weight = saved[1].contiguous();
+    const torch::Tensor& scales = saved[2];
+    const torch::Tensor dy = grads[0].to(torch::kFloat32).contiguous();
+    const int64_t dim = x.size(-1), rows = scales.numel();
+    const int64_t blocks = (rows + kNormRowGrain - 1) / kNormRowGrain;
+    torch::Tensor dx = torch::empty_like(x);
+    torch::Tensor partial = torch::zeros({std::max<int64_t>(blocks, 1), dim}, x.options());
+    const float *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>(),
+                *sp = scales.data_ptr<float>(), *gp = dy.data_ptr<float>();
+    float *dxp = dx.data_ptr<float>(), *pp = partial.data_ptr<float>();
+    ParallelFor(0, blocks, 1, [&](int64_t first, int64_t last) {
+      std::vector<float> g(dim);
+      for (int64_t block = first; block < last; ++block) {
+        float* dw = pp + block * dim;
+        const int64_t end = std::min(rows, (block + 1) * kNormRowGrain);
+        for (int64_t r = block * kNormRowGrain; r < end; ++r) {
+          const float* xr = xp + r * dim;
+          const float* dyr = gp + r * dim;
+          const float s = sp[r];
+          float dot = 0;
+          for (int64_t i = 0; i < dim; ++i) {
+            const float n = xr[i] * s;
+            g[i] = dyr[i] * wp[i];
+            dot += g[i] * n;
+            dw[i] += dyr[i] * n;
+          }
+          const float mean = dot / static_cast<float>(dim);
+          float* dxr = dxp + r * dim;
+          for (int64_t i = 0; i < dim; ++i) dxr[i] = s * (g[i] - xr[i] * s * mean);
+        }
+      }
+    });
+    torch::Tensor dw = partial.sum(0);
+    return {dx, dw.to(saved[1].scalar_type()), torch::Tensor()};
+  }
+};
+
+// One (B, T) row of x: n heads of hd, at `in` with heads `head_stride` apart; c and s the row's
+// cos and sin. out[e] = x[e] c[e] + partner[e] s[e], partner = -x[e + hd/2] in the first half and
+// x[e - hd/2] in the second, each product rounded to T first.
+template <typename T>
+void RotateRow(const T* in, int64_t head_stride, const T* c, const T* s, int64_t n, int64_t hd,
+               T* out) {
+  const int64_t half = hd / 2;
+  auto rounded = [](float v) { return static_cast<float>(static_cast<T>(v)); };
+  for (int64_t h = 0; h < n; ++h) {
+    const T* x = in + h * head_stride;
+    T* dst = out + h * hd;
+    for (int64_t e = 0; e < hd; ++e) {
+      const float partner =
+          e < half ? -static_cast<float>(x[e + half]) : static_cast<float>(x[e - half]);
+      const float a = rounded(static_cast<float>(x[e]) * static_cast<float>(c[e]));
+      const float r = rounded(partner * static_cast<float>(s[e]));
+      dst[e] = static_cast<T>(a + r);
+    }
+  }
+}
+
+// The rows' layout: x [B, T, n, hd] with its strides; cos and sin as [B, T, hd] strides (0 for a
+// batch they are shared across).
+struct RotaryLayout {
+  int64_t batch, length, heads, hd;
+  int64_t xb, xt, xh;  // x's strides
+  int64_t cb, ct;      // cos's and sin's
+};
+
+RotaryLayout RotaryLayoutOf(const torch::Tensor& x, const torch::Tensor& cos) {
+  RotaryLayout l{x.size(0),   x.size(1),   x.size(2), x.size(3), x.stride(0),
+                 x.stride(1), x.stride(2), 0,         0};
+  if (cos.dim() == 2) {
+    l.ct = cos.stride(0);
+  } else {
+    l.cb = cos.size(0) == 1 ? 0 : cos.stride(0);
+    l.ct = cos.stride(1);
+  }
+  return l;
+}
+
+template <typename T>
+torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin) {
+  const RotaryLayout l = RotaryLayoutOf(x, cos);
+  torch::Tensor out = torch::empty({l.batch, l.length, l.heads, l.hd}, x.options());
+  const T *xp = x.data_ptr<T>(), *cp = cos.data_ptr<T>(), *sp = sin.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  ParallelFor(0, l.batch * l.length, kNormRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t i = row / l.length, j = row % l.length;
+      const int64_t at = i * l.cb + j * l.ct;
+      RotateRow(xp + i * l.xb + j * l.xt, l.xh, cp + at, sp + at, l.heads, l.hd,
+                o + row * l.heads * l.hd);
+    }
+  });
+  return out;
+}
+
+// float32 with autograd. dx = dy * cos + RotateHalf^T(dy * sin): RotateHalf^T swaps the halves
+// and negates the first, so dx[e] = dy[e] c[e] + dy[e + hd/2] s[e + hd/2] in the first half and
+// dy[e] c[e] - dy[e - hd/2] s[e - hd/2] in the second.
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return RotateLoop<float>(x, cos, sin);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& cos = saved[0];
+    const torch::Tensor& sin = saved[1];
+    const torch::Tensor dy = grads[0].to(torch::kFloat32).contiguous();  // [B, T, n, hd]
+    const RotaryLayout l = RotaryLayoutOf(dy, cos);
+    torch::Tensor dx = torch::empty_like(dy);
+    const float *gp = dy.data_ptr<float>(), *cp = cos.data_ptr<float>(),
+                *sp = sin.data_ptr<float>();
+    float* dp = dx.data_ptr<float>();
+    const int64_t half = l.hd / 2;
+    ParallelFor(0, l.batch * l.length, kNormRowGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t i = row / l.length, j = row % l.length;
+        const float* c = cp + i * l.cb + j * l.ct;
+        const float* s = sp + i * l.cb + j * l.ct;
+        for (int64_t h = 0; h < l.heads; ++h) {
+          const float* g = gp + (row * l.heads + h) * l.hd;
+          float* d = dp + (row * l.heads + h) * l.hd;
+          for (int64_t e = 0; e < half; ++e) d[e] = g[e] * c[e] + g[e + half] * s[e + half];
+          for (int64_t e = half; e < l.hd; ++e) d[e] = g[e] * c[e] - g[e - half] * s[e - half];
+        }
+      }
+    });
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const bool rows = x.device().is_cpu() && weight.device().is_cpu() && x.is_contiguous() &&
+                    x.dim() >= 1 && x.layout() == torch::kStrided &&
+                    weight.scalar_type() == x.scalar_type() && weight.dim() == 1 &&
+                    weight.size(0) == x.size(-1) && !torch::jit::tracer::isTracing();
+  const bool recording =
+      torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  if (rows && !recording) {
+    if (x.scalar_type() == torch::kFloat32) return NormRows<float>(x, weight, eps, nullptr);
+    if (x.scalar_type() == torch::kBFloat16)
+      return NormRows<c10::BFloat16>(x, weight, eps, nullptr);
+  }
+  if (rows && recording && x.scalar_type() == torch::kFloat32) {
+    return RmsNormFunction::apply(x, weight, eps);
+  }
+  torch::Tensor h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto dtype = x.scalar_type();
+  const bool shaped = x.dim() == 4 && x.size(3) % 2 == 0 && x.stride(3) == 1 &&
+                      cos.sizes() == sin.sizes() && cos.strides() == sin.strides() &&
+                      ((cos.dim() == 2 && cos.size(0) == x.size(1)) ||
+                       (cos.dim() == 4 && cos.size(1) == x.size(1) && cos.size(2) == 1 &&
+                        (cos.size(0) == x.size(0) || cos.size(0) == 1))) &&
+                      cos.size(-1) == x.size(3) && cos.stride(-1) == 1;
+  const bool loop = shaped && x.device().is_cpu() && cos.device().is_cpu() &&
+                    x.layout() == torch::kStrided && cos.scalar_type() == dtype &&
+                    sin.scalar_type() == dtype && !torch::jit::tracer::isTracing();
+  const bool recording = torch::GradMode::is_enabled() && x.requires_grad();
+  if (loop && !recording && (dtype == torch::kFloat32 || dtype == torch::kBFloat16)) {
+    return dtype == torch::kFloat32 ? RotateLoop<float>(x, cos, sin)
+                                    : RotateLoop<c10::BFloat16>(x, cos, sin);
+  }
+  if (loop && recording && dtype == torch::kFloat32 && !cos.requires_grad() &&
+      !sin.requires_grad()) {
+    return RotaryFunction::apply(x, cos, sin);
+  }
+  // The composite: cos and sin broadcast over the heads.
+  torch::Tensor c = cos.dim() == 2 ? cos.unsqueeze(1) : cos;
+  torch::Tensor s = sin.dim() == 2 ? sin.unsqueeze(1) : sin;
+  return x * c + RotateHalf(x) * s;
+}
+
+}  // namespace kiln

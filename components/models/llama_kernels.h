@@ -1,0 +1,36 @@
+// The Llama family's RMSNorm and rotary embedding as CPU loops, each one pass over its rows where
+// ATen runs five to eight elementwise kernels (and as many again in the backward), with a tensor
+// written and read between each two. Other devices, dtypes and layouts take the ATen composite,
+// which is also the definition the loops follow.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace kiln {
+
+// Hugging Face's LlamaRMSNorm over the last dimension: weight * (x * rsqrt(mean(x^2) + eps)),
+// computed in float32 and the normalized row cast back to x's dtype before the weight's product.
+// - Without autograd, float32 or bf16 contiguous CPU rows with a weight of their dtype: one loop
+//   with the same roundings (a generation step's norms are small enough that the kernels' calls
+//   cost more than their work). The sum of squares is added in another order than ATen's mean, so
+//   results can differ from the composite's in the last bit.
+// - With autograd, float32 contiguous CPU rows and a float32 weight: one loop each way, in
+//   parallel over rows. The backward writes dx and the weight's gradient in one pass (the
+//   gradient's partial sums are over fixed blocks of rows, added in a fixed order, so it does not
+//   depend on the thread count); it is not itself differentiable.
+torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// Rotary position embedding in the "rotate half" form Hugging Face's checkpoints are laid out
+// for: x * cos + RotateHalf(x) * sin, where RotateHalf swaps the last dimension's halves and
+// negates the second. x [B, T, n, hd] (any strides but a contiguous last dimension); cos and sin
+// [T, hd] or [B, T, 1, hd]. Returns [B, T, n, hd], contiguous.
+// - float32 or bf16 CPU tensors of one dtype: one loop over (B, T) rows, each product rounded to
+//   the dtype and then their sum, as the composite's kernels round, so the forward equals it bit
+//   for bit. With autograd (float32 only) the backward, dy * cos + RotateHalf^T(dy * sin), is one
+//   loop too; cos and sin get no gradient (they come from positions).
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// The composite's RotateHalf: [.., hd] with the halves swapped and the second negated.
+torch::Tensor RotateHalf(const torch::Tensor& x);
+
+}  // namespace kiln
