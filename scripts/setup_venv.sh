@@ -37,8 +37,9 @@ site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 torch_dir=$site/torch
 
 # pip_install LABEL ARGS...: one line that says why, never pip's whole log. --no-compile: Python
-# compiles a module's bytecode when it is first imported anyway; compiling all of torch's ~10,000
-# files at install took 41 s of this 2-core machine's time against 15 s without (issue 50).
+# compiles a module's bytecode when it is first imported (and caches it, unless
+# PYTHONDONTWRITEBYTECODE is set: scripts/test.sh caches it in build/pycache); compiling all of
+# torch's ~10,000 files at install took 41 s of this 2-core machine's time against 15 s without.
 pip_install() {
   local label=$1 log
   shift
