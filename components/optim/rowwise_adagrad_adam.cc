@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "components/common/parallel.h"
 #include "components/optim/adam_options.h"
 #include "lib/registry/registry.h"
 
@@ -16,73 +19,114 @@ namespace {
 // The row-wise step of a float32 table on the CPU in one pass, without coalescing the gradient
 // first (at a batch's shape, coalesce, the mean of squares and the index_add/index_select pairs
 // were each a separate op per table: 40% of a DLRM step). The (row, position) pairs are sorted so
-// that duplicates are summed in their order, as coalesce sums them. False: another dtype or
-// device, which takes the op-by-op path.
-bool FusedRowwiseStep(const torch::Tensor& weights, const torch::Tensor& accumulator,
-                      const torch::Tensor& grad, double lr, double eps) {
-  if (!weights.device().is_cpu() || weights.scalar_type() != torch::kFloat32 ||
-      !weights.is_contiguous() || weights.dim() != 2 || grad.sparse_dim() != 1 ||
-      !accumulator.is_contiguous() || accumulator.scalar_type() != torch::kFloat32) {
-    return false;
-  }
-  const int64_t nnz = grad._nnz(), dim = weights.size(1);
-  if (nnz == 0) return true;  // no row touched (a sharded table's piece no batch asked of)
-  torch::Tensor indices = grad._indices()[0].contiguous();
-  torch::Tensor values = grad._values().to(torch::kFloat32).reshape({nnz, dim}).contiguous();
-  const int64_t* index = indices.data_ptr<int64_t>();
-  const float* value = values.data_ptr<float>();
-  float* w = weights.data_ptr<float>();
-  float* acc = accumulator.data_ptr<float>();
-  std::vector<std::pair<int64_t, int64_t>> order(static_cast<size_t>(nnz));
-  for (int64_t i = 0; i < nnz; ++i) {
-    if (index[i] < 0 || index[i] >= weights.size(0)) return false;  // ATen's path says so
-    order[static_cast<size_t>(i)] = {index[i], i};
-  }
-  std::sort(order.begin(), order.end());
-  std::vector<float> sum(static_cast<size_t>(dim));
-  const auto rate = static_cast<float>(lr), epsilon = static_cast<float>(eps);
-  for (size_t i = 0; i < order.size();) {
-    const int64_t row = order[i].first;
-    std::copy_n(value + order[i].second * dim, dim, sum.begin());
-    for (++i; i < order.size() && order[i].first == row; ++i) {
-      const float* more = value + order[i].second * dim;
-      for (int64_t d = 0; d < dim; ++d) sum[static_cast<size_t>(d)] += more[d];
+// that duplicates are summed in their order, as coalesce sums them.
+struct FusedRowwise {
+  torch::Tensor weights, accumulator, grad;
+  torch::Tensor indices, values;  // grad's: [nnz], [nnz, dim]
+  float lr, eps;
+
+  // The tensors' preparation (ATen ops: on the calling thread, under its no-grad guard). Empty:
+  // another dtype, layout or device, which takes the op-by-op path.
+  static std::optional<FusedRowwise> Prepare(const torch::Tensor& weights,
+                                             const torch::Tensor& accumulator,
+                                             const torch::Tensor& grad, double lr, double eps) {
+    if (!weights.device().is_cpu() || weights.scalar_type() != torch::kFloat32 ||
+        !weights.is_contiguous() || weights.dim() != 2 || grad.sparse_dim() != 1 ||
+        !accumulator.is_contiguous() || accumulator.scalar_type() != torch::kFloat32) {
+      return std::nullopt;
     }
-    float squares = 0;
-    for (float g : sum) squares += g * g;
-    acc[row] += squares / static_cast<float>(dim);
-    const float scale = rate / (std::sqrt(acc[row]) + epsilon);
-    float* out = w + row * dim;
-    for (int64_t d = 0; d < dim; ++d) out[d] -= sum[static_cast<size_t>(d)] * scale;
+    const int64_t nnz = grad._nnz();
+    FusedRowwise job{
+        weights,
+        accumulator,
+        grad,
+        grad._indices()[0].contiguous(),
+        grad._values().to(torch::kFloat32).reshape({nnz, weights.size(1)}).contiguous(),
+        static_cast<float>(lr),
+        static_cast<float>(eps)};
+    return job;
   }
-  return true;
-}
+
+  // The step itself, plain C++ (any thread). False, with nothing changed, where an index is out of
+  // the table's rows (the op-by-op path then says so).
+  bool Run() const {
+    const int64_t nnz = indices.numel(), dim = weights.size(1);
+    const int64_t* index = indices.data_ptr<int64_t>();
+    const float* value = values.data_ptr<float>();
+    float* w = weights.data_ptr<float>();
+    float* acc = accumulator.data_ptr<float>();
+    std::vector<std::pair<int64_t, int64_t>> order(static_cast<size_t>(nnz));
+    for (int64_t i = 0; i < nnz; ++i) {
+      if (index[i] < 0 || index[i] >= weights.size(0)) return false;
+      order[static_cast<size_t>(i)] = {index[i], i};
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<float> sum(static_cast<size_t>(dim));
+    for (size_t i = 0; i < order.size();) {
+      const int64_t row = order[i].first;
+      std::copy_n(value + order[i].second * dim, dim, sum.begin());
+      for (++i; i < order.size() && order[i].first == row; ++i) {
+        const float* more = value + order[i].second * dim;
+        for (int64_t d = 0; d < dim; ++d) sum[static_cast<size_t>(d)] += more[d];
+      }
+      float squares = 0;
+      for (float g : sum) squares += g * g;
+      acc[row] += squares / static_cast<float>(dim);
+      const float scale = lr / (std::sqrt(acc[row]) + eps);
+      float* out = w + row * dim;
+      for (int64_t d = 0; d < dim; ++d) out[d] -= sum[static_cast<size_t>(d)] * scale;
+    }
+    return true;
+  }
+};
 
 }  // namespace
 
 torch::Tensor RowwiseAdagradAdam::step(LossClosure closure) {
   // The sparse gradients take the row-wise step here and are hidden from Adam's, then restored
-  // (the trainer clears them as usual).
+  // (the trainer clears them as usual). The tables' fused steps run in parallel, one table per
+  // task (each touches its own table and accumulator alone, so the results do not depend on the
+  // thread count); the others, op by op, after them.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> hidden;
   {
     torch::NoGradGuard no_grad;
+    std::vector<FusedRowwise> fused;
+    std::vector<std::tuple<torch::Tensor, torch::Tensor, double>> op_by_op;
     for (auto& group : param_groups_) {
       double lr = sparse_lr_ * group.options().get_lr() / base_lr_;
       for (auto& p : group.params()) {
         if (!p.grad().defined() || !p.grad().is_sparse()) continue;
-        RowwiseStep(p, p.grad(), lr);
+        torch::Tensor accumulator = RowwiseState(p);
+        std::optional<FusedRowwise> job =
+            FusedRowwise::Prepare(p.detach(), accumulator, p.grad(), lr, sparse_eps_);
+        if (job) {
+          fused.push_back(std::move(*job));
+        } else {
+          op_by_op.emplace_back(p, p.grad(), lr);
+        }
         hidden.emplace_back(p, p.grad());
-        p.mutable_grad() = torch::Tensor();
       }
     }
+    std::vector<char> done(fused.size(), 0);
+    ParallelFor(0, static_cast<int64_t>(fused.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        done[static_cast<size_t>(i)] = fused[static_cast<size_t>(i)].Run();
+    });
+    for (size_t i = 0; i < fused.size(); ++i) {
+      // An index out of range: the op-by-op path, which refuses it in ATen's words.
+      const FusedRowwise& job = fused[i];
+      if (!done[i]) RowwiseStepOps(job.weights, job.accumulator, job.grad, job.lr);
+    }
+    for (auto& [param, grad, lr] : op_by_op)
+      RowwiseStepOps(param.detach(), RowwiseState(param, false), grad, lr);
+    for (auto& [param, grad] : hidden) param.mutable_grad() = torch::Tensor();
   }
   torch::Tensor loss = FusedAdam::step(std::move(closure));
   for (auto& [param, grad] : hidden) param.mutable_grad() = grad;
   return loss;
 }
 
-void RowwiseAdagradAdam::RowwiseStep(const torch::Tensor& param, const torch::Tensor& grad,
-                                     double lr) {
+torch::Tensor RowwiseAdagradAdam::RowwiseState(const torch::Tensor& param, bool count_step) {
   auto key = param.unsafeGetTensorImpl();
   auto found = state_.find(key);
   if (found == state_.end()) {
@@ -93,16 +137,19 @@ void RowwiseAdagradAdam::RowwiseStep(const torch::Tensor& param, const torch::Te
     found = state_.emplace(key, std::move(state)).first;
   }
   auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
-  state.step(state.step() + 1);
-  if (FusedRowwiseStep(param.detach(), state.exp_avg_sq(), grad, lr, sparse_eps_)) return;
+  if (count_step) state.step(state.step() + 1);
+  return state.exp_avg_sq();
+}
+
+void RowwiseAdagradAdam::RowwiseStepOps(const torch::Tensor& weights,
+                                        const torch::Tensor& accumulator, const torch::Tensor& grad,
+                                        double lr) {
   torch::Tensor g = grad.coalesce();
   torch::Tensor rows = g.indices()[0];
   if (rows.numel() == 0) return;  // no row touched (a sharded table's piece no batch asked of)
   torch::Tensor values = g.values().reshape({rows.size(0), -1});
-  torch::Tensor accumulator = state.exp_avg_sq();
   accumulator.index_add_(0, rows, values.to(torch::kFloat32).pow(2).mean(1));
   torch::Tensor scale = lr / (accumulator.index_select(0, rows).sqrt() + sparse_eps_);
-  torch::Tensor weights = param.detach();
   weights.index_add_(0, rows, (values * scale.unsqueeze(1)).neg().to(weights.scalar_type()));
 }
 

@@ -34,7 +34,12 @@ class RowwiseAdagradAdam : public FusedAdam {
   }
 
  private:
-  void RowwiseStep(const torch::Tensor& param, const torch::Tensor& grad, double lr);
+  // The table's row accumulator (made on its first step), its step counted unless `count_step`
+  // is false.
+  torch::Tensor RowwiseState(const torch::Tensor& param, bool count_step = true);
+  // The row-wise step in ATen ops (any dtype or device).
+  void RowwiseStepOps(const torch::Tensor& weights, const torch::Tensor& accumulator,
+                      const torch::Tensor& grad, double lr);
 
   double base_lr_, sparse_lr_, sparse_eps_;
 };
