@@ -28,15 +28,20 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
 
 bf16_flag() { [[ $1 == bf16-mixed ]] && echo --bf16 || true; }
-# The experiments' sizes (configs/experiment/mobydick_{gpt,llama}.yaml; vocab 128): FLOP per token
-# of a training step, as above.
+# The experiments' sizes (configs/experiment/mobydick_{gpt,llama}.yaml): batch, block, dim, depth,
+# heads, MLP width, as bench/lightning_reference.py takes them (vocab 128; the Llama's 2 key/value
+# heads are the reference's own).
+sizes() { case $1 in gpt) echo 32 128 128 4 4 512 ;; llama) echo 32 128 128 4 4 344 ;; esac; }
+# FLOP per token of a training step, as above.
 flop_per_token() {
-  local block=128 dim=128 depth=4 vocab=128 weights
-  case $1 in
-    gpt) weights=$((4 * dim * dim + 2 * dim * 512)) ;;
-    llama) weights=$((2 * dim * dim + 2 * dim * (2 * dim / 4) + 3 * dim * 344)) ;;  # 2 of 4 kv heads
-    *) echo -; return ;;
-  esac
+  [[ $1 == gpt || $1 == llama ]] || { echo -; return; }
+  local batch block dim depth heads mlp vocab=128 kv=2 weights
+  read -r batch block dim depth heads mlp <<<"$(sizes "$1")"
+  if [[ $1 == gpt ]]; then
+    weights=$((4 * dim * dim + 2 * dim * mlp))
+  else
+    weights=$((2 * dim * dim + 2 * dim * (kv * dim / heads) + 3 * dim * mlp))
+  fi
   echo $((6 * (depth * weights + dim * vocab) + 12 * depth * block * dim))
 }
 # matmul_peak PRECISION: GFLOP/s of torch.matmul on 2048 x 2048 matrices (float32, or bf16 for
@@ -62,8 +67,7 @@ share() { awk "BEGIN {printf \"%.0f%%\", 100 * $1 * $2 / ($3 * 1e9)}"; }
 lightning_rate() {
   case $1 in
     cnn) python_tuned bench/lightning_reference.py cnn 20 200 "$threads" --channels-last $(bf16_flag "$2") ;;
-    gpt) python_tuned bench/lightning_reference.py gpt 5 60 "$threads" 32 128 128 4 4 512 $(bf16_flag "$2") ;;
-    llama) python_tuned bench/lightning_reference.py llama 5 60 "$threads" 32 128 128 4 4 344 $(bf16_flag "$2") ;;
+    gpt | llama) python_tuned bench/lightning_reference.py "$1" 5 60 "$threads" $(sizes "$1") $(bf16_flag "$2") ;;
   esac 2>"$work/lightning.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/lightning.err" >&2; exit 1; }
 }

@@ -23,7 +23,7 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, 
 // Rotary position embedding in the "rotate half" form Hugging Face's checkpoints are laid out
 // for: x * cos + RotateHalf(x) * sin, where RotateHalf swaps the last dimension's halves and
 // negates the second. x [B, T, n, hd] (any strides but a contiguous last dimension); cos and sin
-// [T, hd] or [B, T, 1, hd]. Returns [B, T, n, hd], contiguous.
+// [T, hd] or [B, T, 1, hd]. Returns [B, T, n, hd] (contiguous from the loops below).
 // - float32 or bf16 CPU tensors of one dtype: one loop over (B, T) rows, each product rounded to
 //   the dtype and then their sum, as the composite's kernels round, so the forward equals it bit
 //   for bit. With autograd (float32 only) the backward, dy * cos + RotateHalf^T(dy * sin), is one

@@ -91,7 +91,7 @@ torch::Tensor RowwiseAdagradAdam::step(LossClosure closure) {
   {
     torch::NoGradGuard no_grad;
     std::vector<FusedRowwise> fused;
-    std::vector<std::tuple<torch::Tensor, torch::Tensor, double>> op_by_op;
+    std::vector<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, double>> op_by_op;
     for (auto& group : param_groups_) {
       double lr = sparse_lr_ * group.options().get_lr() / base_lr_;
       for (auto& p : group.params()) {
@@ -102,7 +102,7 @@ torch::Tensor RowwiseAdagradAdam::step(LossClosure closure) {
         if (job) {
           fused.push_back(std::move(*job));
         } else {
-          op_by_op.emplace_back(p, p.grad(), lr);
+          op_by_op.emplace_back(p.detach(), accumulator, p.grad(), lr);
         }
         hidden.emplace_back(p, p.grad());
       }
@@ -117,8 +117,8 @@ torch::Tensor RowwiseAdagradAdam::step(LossClosure closure) {
       const FusedRowwise& job = fused[i];
       if (!done[i]) RowwiseStepOps(job.weights, job.accumulator, job.grad, job.lr);
     }
-    for (auto& [param, grad, lr] : op_by_op)
-      RowwiseStepOps(param.detach(), RowwiseState(param, false), grad, lr);
+    for (auto& [weights, accumulator, grad, lr] : op_by_op)
+      RowwiseStepOps(weights, accumulator, grad, lr);
     for (auto& [param, grad] : hidden) param.mutable_grad() = torch::Tensor();
   }
   torch::Tensor loss = FusedAdam::step(std::move(closure));
@@ -126,7 +126,7 @@ torch::Tensor RowwiseAdagradAdam::step(LossClosure closure) {
   return loss;
 }
 
-torch::Tensor RowwiseAdagradAdam::RowwiseState(const torch::Tensor& param, bool count_step) {
+torch::Tensor RowwiseAdagradAdam::RowwiseState(const torch::Tensor& param) {
   auto key = param.unsafeGetTensorImpl();
   auto found = state_.find(key);
   if (found == state_.end()) {
@@ -137,7 +137,7 @@ torch::Tensor RowwiseAdagradAdam::RowwiseState(const torch::Tensor& param, bool 
     found = state_.emplace(key, std::move(state)).first;
   }
   auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
-  if (count_step) state.step(state.step() + 1);
+  state.step(state.step() + 1);
   return state.exp_avg_sq();
 }
 

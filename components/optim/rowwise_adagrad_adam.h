@@ -34,9 +34,8 @@ class RowwiseAdagradAdam : public FusedAdam {
   }
 
  private:
-  // The table's row accumulator (made on its first step), its step counted unless `count_step`
-  // is false.
-  torch::Tensor RowwiseState(const torch::Tensor& param, bool count_step = true);
+  // The table's row accumulator (made on its first step), its step counted.
+  torch::Tensor RowwiseState(const torch::Tensor& param);
   // The row-wise step in ATen ops (any dtype or device).
   void RowwiseStepOps(const torch::Tensor& weights, const torch::Tensor& accumulator,
                       const torch::Tensor& grad, double lr);
