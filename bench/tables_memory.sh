@@ -6,8 +6,8 @@
 # whole; WORLD workers each build and keep only their pieces (trainer.table_sharding=SHARDING), so
 # no process ever maps a whole table. Each run trains STEPS steps of 512 rows on data from
 # scripts/make_clicks_data.py. Then the WORLD workers resume from their sharded checkpoint for 5
-# more steps under the same limit: each reads only the rows of its pieces, one rank's file at a
-# time (KILN=another build to compare). Prints each run's exit status, the last line of its error
+# more steps under the same limit: each reads only the rows of its pieces, straight from the
+# files into its parameters (KILN=another build to compare). Prints each run's exit status, the last line of its error
 # if it failed, and every rank's table, model-state and peak-memory lines.
 #   bench/tables_memory.sh          # ROWS=2000000 WORLD=2 LIMIT_MB=3000 STEPS=20 SHARDING=row_wise
 set -euo pipefail

@@ -1,10 +1,13 @@
 // libFuzzer target: kiln checkpoints (lib/weights/checkpoint.cc: ReadCheckpoint checks the archive
 // and its header, ReadModelState reads the model's tensors), as `--resume`, `--weights` and
-// `kiln export` take them from outside.
+// `kiln export` take them from outside; and the same bytes opened without reading their tensors
+// (lib/weights/lazy_archive.cc, how a sharded checkpoint's pieces are read), then copied whole,
+// every tensor read from the file and a few rows of each alone.
 #include <cstdlib>
 
 #include "fuzz/fuzz_input.h"
 #include "lib/weights/checkpoint.h"
+#include "lib/weights/lazy_archive.h"
 
 // Seeds: checkpoints as kiln writes them (meta, then a model's weights; and one without weights).
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -32,6 +35,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kiln::ReadCheckpoint(file.path(), &archive).ok()) {
     auto state = kiln::ReadModelState(archive, file.path());
     (void)state;
+  }
+  auto lazy = kiln::LazyArchive::Open(file.path());
+  if (!lazy.ok()) return 0;
+  try {
+    torch::serialize::OutputArchive copy;
+    (*lazy)->CopyTo(copy, [&](const std::string&) { return std::nullopt; });
+    for (int i = 0; i < 4; ++i) {
+      std::optional<c10::IValue> t = (*lazy)->Find({"model/" + std::to_string(i)});
+      if (t && t->isTensor() && t->toTensor().dim() > 0 && t->toTensor().size(0) > 1)
+        (void)(*lazy)->ReadRows(t->toTensor(), 1, 1);
+    }
+  } catch (const std::exception&) {
+    // A tensor whose bytes are not in the file: the readers turn this into one line.
   }
   return 0;
 }

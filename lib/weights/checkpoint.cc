@@ -1,6 +1,5 @@
 #include "lib/weights/checkpoint.h"
 
-#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,139 +17,11 @@
 #include "lib/base/files.h"
 #include "lib/base/status_macros.h"
 #include "lib/base/torch_compat.h"
+#include "lib/weights/lazy_archive.h"
 #include "lib/weights/sharded_checkpoint.h"
 
 namespace kiln {
-namespace {
 
-// Whether every length a pickle's opcodes claim fits in the bytes that follow it. LibTorch's
-// unpickler allocates and zero-fills a claimed length before it reads it (4 GB, and seconds of
-// work, from a 300-byte corrupt file), and grows its memo table to whatever id a LONG_BINPUT
-// names (10 GB): fuzz/regressions/checkpoint/. Opcodes with no argument or fixed-size arguments
-// are stepped over; at an opcode this does not know the check ends and the unpickler judges the
-// rest.
-bool PickleLengthsFit(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  auto take = [&](size_t bytes) {
-    if (n - i < bytes) return false;
-    i += bytes;
-    return true;
-  };
-  auto claimed = [&](size_t width) {  // a little-endian length of `width` bytes, then its bytes
-    if (n - i < width) return false;
-    uint64_t len = 0;
-    for (size_t k = 0; k < width; ++k) len |= uint64_t{p[i + k]} << (8 * k);
-    i += width;
-    return take(len > n ? n + 1 : static_cast<size_t>(len));
-  };
-  auto lines = [&](int count) {  // newline-terminated arguments (GLOBAL, INT, ...)
-    for (; count > 0; --count) {
-      const void* nl = std::memchr(p + i, '\n', n - i);
-      if (nl == nullptr) return false;
-      i = static_cast<const uint8_t*>(nl) - p + 1;
-    }
-    return true;
-  };
-  while (i < n) {
-    const uint8_t op = p[i++];
-    bool ok = true;
-    switch (op) {
-      case '.': return true;  // STOP
-      case '(':
-      case '0':
-      case '1':
-      case '2':
-      case 'N':
-      case ')':
-      case ']':
-      case '}':
-      case 'a':
-      case 'e':
-      case 'l':
-      case 'd':
-      case 's':
-      case 'u':
-      case 't':
-      case 'R':
-      case 'b':
-      case 'o':
-      case 'Q':
-      case 0x81:
-      case 0x85:
-      case 0x86:
-      case 0x87:
-      case 0x88:
-      case 0x89:
-      case 0x90:
-      case 0x91:
-      case 0x92:
-      case 0x93:
-      case 0x94:
-      case 0x97:
-      case 0x98: break;
-      case 0x80:
-      case 'K':
-      case 'h':
-      case 'q':
-      case 0x82: ok = take(1); break;
-      case 'M':
-      case 0x83: ok = take(2); break;
-      case 'J':
-      case 'j':
-      case 0x84: ok = take(4); break;
-      case 'r': {  // LONG_BINPUT: the unpickler grows its memo to the id; kiln's pickler counts
-                   // from 0
-        uint64_t id = 0;
-        for (size_t k = 0; k < 4 && i + k < n; ++k) id |= uint64_t{p[i + k]} << (8 * k);
-        ok = id <= n && take(4);
-        break;
-      }
-      case 'G':
-      case 0x95: ok = take(8); break;
-      case 0x8c:
-      case 'C':
-      case 'U':
-      case 0x8a: ok = claimed(1); break;
-      case 'X':
-      case 'B':
-      case 'T':
-      case 0x8b: ok = claimed(4); break;
-      case 0x8d:
-      case 0x8e:
-      case 0x96: ok = claimed(8); break;
-      case 'c':
-      case 'i': ok = lines(2); break;
-      case 'I':
-      case 'L':
-      case 'F':
-      case 'S':
-      case 'V':
-      case 'P':
-      case 'g':
-      case 'p': ok = lines(1); break;
-      default: return true;
-    }
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// What LibTorch's loader would allocate for the archive at `path` fits in it: no record larger
-// than the file, and no pickle claiming more bytes than its record holds. Throws c10::Error for
-// an archive the zip reader cannot open.
-bool ArchiveClaimsFit(const std::string& path, uint64_t file_size) {
-  caffe2::serialize::PyTorchStreamReader reader(path);
-  for (const std::string& name : reader.getAllRecords()) {
-    if (reader.getRecordSize(name) > file_size) return false;
-    if (absl::EndsWith(name, ".pkl")) {
-      auto [data, size] = reader.getRecord(name);
-      if (!PickleLengthsFit(static_cast<const uint8_t*>(data.get()), size)) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 absl::Status WriteCheckpoint(const std::string& path,
                              const std::function<void(torch::serialize::OutputArchive&)>& fill) {
   // A sharded checkpoint (a folder) in the way: the file is written beside it first, then takes
@@ -227,13 +98,19 @@ absl::Status ReadCheckpoint(const std::string& path, torch::serialize::InputArch
     if (IsOutOfMemory(e)) return OutOfMemory(path, st.st_size);
     return corrupt();
   }
-  if (!has_format || !format.isInt()) {
+  return CheckCheckpointFormat(path,
+                               has_format ? std::optional<c10::IValue>(format) : std::nullopt);
+}
+
+absl::Status CheckCheckpointFormat(const std::string& path,
+                                   const std::optional<c10::IValue>& format) {
+  if (!format || !format->isInt()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a kiln checkpoint (no meta/format)"));
   }
-  if (format.toInt() > kCheckpointFormat) {
+  if (format->toInt() > kCheckpointFormat) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path, ": written by a newer kiln (checkpoint format ", format.toInt(),
+        absl::StrCat(path, ": written by a newer kiln (checkpoint format ", format->toInt(),
                      ", this build reads up to ", kCheckpointFormat, ")"));
   }
   return absl::OkStatus();
@@ -349,6 +226,13 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadModelState(
       }
       state[std::string(name)] = t;
     }
+    // Pieces read straight into their parameters (PieceRows::into): undefined, left alone.
+    c10::IValue read_into;
+    if (archive.try_read(kPiecesReadInto, read_into) && read_into.isString()) {
+      for (absl::string_view name :
+           absl::StrSplit(read_into.toStringRef(), '\n', absl::SkipEmpty()))
+        state[std::string(name)] = torch::Tensor();
+    }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": corrupt model weights in the checkpoint"));
@@ -370,7 +254,10 @@ absl::Status ReadCheckpointFor(const std::string& path, torch::nn::Module& modul
   std::map<std::string, PieceRows> pieces;
   if (RowsOf() && IsShardedCheckpoint(path)) {
     for (const auto& p : module.named_parameters()) {
-      if (std::optional<PieceRows> rows = RowsOf()(p.value())) pieces[p.key()] = *rows;
+      if (std::optional<PieceRows> rows = RowsOf()(p.value())) {
+        pieces[p.key()] = *rows;
+        pieces[p.key()].into = p.value();
+      }
     }
   }
   if (pieces.empty()) return ReadCheckpoint(path, archive, device);
@@ -389,6 +276,8 @@ absl::Status LoadModelState(const std::map<std::string, torch::Tensor>& state,
   }
   auto copy = [&](const std::string& name, torch::Tensor& target, bool parameter) -> absl::Status {
     auto it = state.find(name);
+    // Read straight into the parameter (a sharded checkpoint's piece: PieceRows::into).
+    if (it != state.end() && !it->second.defined() && parameter) return absl::OkStatus();
     if (it == state.end() && parameter && !frozen_digest.empty() && !target.requires_grad()) {
       return absl::OkStatus();  // a frozen base parameter: the config loaded it
     }

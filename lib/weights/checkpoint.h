@@ -59,6 +59,10 @@ struct PieceRows {
   int64_t first = 0;
   int64_t count = 0;
   int64_t whole = 0;  // the whole tensor's rows
+  // The parameter itself, when set: a sharded checkpoint's rows are read straight into it, and
+  // the archive read holds none of them (ReadModelState gives an undefined tensor under its
+  // name, which LoadModelState leaves alone), so resuming holds no second copy of the piece.
+  torch::Tensor into;
 };
 
 // The rows of its whole tensor that `param` holds (a worker's piece of a sharded table), or
@@ -74,5 +78,9 @@ absl::Status ReadCheckpointFor(const std::string& path, torch::nn::Module& modul
 
 // The checkpoint format version; readers refuse newer ones.
 inline constexpr int64_t kCheckpointFormat = 1;
+// A checkpoint's "meta/format" (nullopt: it has none), checked: a one-line error naming `path`
+// for a file that is not a kiln checkpoint or comes from a newer kiln.
+absl::Status CheckCheckpointFormat(const std::string& path,
+                                   const std::optional<c10::IValue>& format);
 
 }  // namespace kiln

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <new>
+#include <memory>
+#include <optional>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +20,7 @@
 #include "lib/base/files.h"
 #include "lib/base/status_macros.h"
 #include "lib/weights/checkpoint.h"
+#include "lib/weights/lazy_archive.h"
 #include "nlohmann/json.hpp"
 
 namespace kiln {
@@ -64,24 +65,20 @@ struct ShardedEntry {
   bool model = true;
   size_t position = 0;  // optimizer state: the parameter's position in the optimizer's groups
   std::string name;     // optimizer state: the tensor's name in the parameter's state
+  std::string param;    // the parameter's name
 };
 
 std::string PathId(const std::vector<std::string>& path) { return absl::StrJoin(path, "/"); }
 
-// One rank's piece of `e`; `keys` are that rank's optimizer state keys by position.
-torch::Tensor ReadPiece(torch::serialize::InputArchive& archive, const ShardedEntry& e,
-                        const std::vector<std::string>& keys) {
-  torch::Tensor piece;
-  if (e.model) {
-    archive.read(e.id, piece);
-    return piece;
-  }
-  torch::serialize::InputArchive opt, state, param;
-  archive.read("optimizer", opt);
-  opt.read("state", state);
-  state.read(keys.at(e.position), param);
-  param.read(e.name, piece);
-  return piece;
+// One rank's piece of `e`, unread; `keys` are that rank's optimizer state keys by position.
+torch::Tensor PieceOf(const LazyArchive& archive, const ShardedEntry& e,
+                      const std::vector<std::string>& keys) {
+  std::optional<c10::IValue> piece =
+      e.model ? archive.Find({e.id})
+              : archive.Find({"optimizer", "state", keys.at(e.position), e.name});
+  if (!piece || !piece->isTensor())
+    throw std::runtime_error(absl::StrCat(archive.path(), ": has no piece of ", e.id));
+  return piece->toTensor();
 }
 
 // The pieces of one entry as the ranks' files are read one after another: kept to be joined, or,
@@ -94,18 +91,26 @@ struct Gathered {
   int64_t offset = 0;                 // wanted: the next piece's first row in the whole
 };
 
-// Keeps what `e` needs of one rank's piece. Wanted rows are copied out at once, so no piece of
-// them outlives its rank's file.
-void Gather(const ShardedEntry& e, const torch::Tensor& piece, Gathered& g) {
+// Whether `e`'s rows go straight into the reader's parameter: a model entry whose parameter is
+// given (PieceRows::into) with the rows' shape.
+bool ReadsInto(const ShardedEntry& e, const std::vector<int64_t>& rows_shape) {
+  return e.model && e.wanted != nullptr && e.wanted->into.defined() &&
+         e.wanted->into.sizes() == c10::IntArrayRef(rows_shape);
+}
+
+// Reads what `e` needs of one rank's `piece` (unread, in `archive`): the whole piece to be
+// joined, or, with rows wanted, those rows of it alone, copied into place at once.
+void Gather(const ShardedEntry& e, const LazyArchive& archive, const torch::Tensor& piece,
+            Gathered& g) {
   if (e.wanted == nullptr) {
-    g.pieces.push_back(piece);
+    g.pieces.push_back(archive.Read(piece));
     return;
   }
   // State that is not per row (a step count) is rank 0's, as Join takes it.
   if (g.scalar.defined()) return;
   if (g.row_sizes.empty()) {
     if (piece.dim() == 0) {
-      g.scalar = piece.clone();
+      g.scalar = archive.Read(piece);
       return;
     }
     g.row_sizes = piece.sizes().vec();
@@ -122,14 +127,20 @@ void Gather(const ShardedEntry& e, const torch::Tensor& piece, Gathered& g) {
   if (!g.rows.defined()) {
     std::vector<int64_t> size = g.row_sizes;
     size[0] = e.wanted->count;
-    g.rows = torch::zeros(size, piece.options());
+    if (ReadsInto(e, size)) {
+      torch::NoGradGuard no_grad;
+      g.rows = e.wanted->into.detach();
+    } else {
+      g.rows = torch::empty(size, torch::TensorOptions().dtype(piece.dtype()));
+    }
+    g.rows.zero_();
   }
   // Rows [offset, offset + n) of the whole, cut to the whole's rows and to the wanted ones.
   const int64_t begin = std::max({g.offset, e.wanted->first, int64_t{0}});
   const int64_t end = std::min({g.offset + piece.size(0), e.wanted->first + e.wanted->count, rows});
   if (end > begin) {
-    g.rows.narrow(0, begin - e.wanted->first, end - begin)
-        .copy_(piece.narrow(0, begin - g.offset, end - begin));
+    archive.ReadRowsInto(piece, begin - g.offset, end - begin,
+                         g.rows.narrow(0, begin - e.wanted->first, end - begin));
   }
   g.offset += piece.size(0);
 }
@@ -139,46 +150,24 @@ torch::Tensor Finish(const ShardedEntry& e, Gathered& g) {
   return g.scalar.defined() ? g.scalar : g.rows;
 }
 
-// Copies `in` (rank 0's archive) into `out`, with the joined tensors in place of rank 0's pieces.
-void Copy(torch::serialize::InputArchive& in, torch::serialize::OutputArchive& out,
-          const std::vector<std::string>& path,
-          const std::map<std::string, torch::Tensor>& joined) {
-  for (const std::string& key : in.keys()) {
-    torch::Tensor t;
-    torch::serialize::InputArchive sub;
-    c10::IValue value;
-    std::vector<std::string> here = path;
-    here.push_back(key);
-    if (in.try_read(key, t)) {
-      auto it = joined.find(PathId(here));
-      out.write(key, it != joined.end() ? it->second : t);
-    } else if (in.try_read(key, sub)) {
-      torch::serialize::OutputArchive nested(out.compilation_unit());
-      Copy(sub, nested, here, joined);
-      out.write(key, nested);
-    } else if (in.try_read(key, value)) {
-      out.write(key, value);
-    }
-  }
-}
-
 // position in the optimizer's groups -> its state key, in one rank's archive.
-std::vector<std::string> OptimizerKeys(torch::serialize::InputArchive& archive) {
+std::vector<std::string> OptimizerKeys(const LazyArchive& archive) {
   std::vector<std::string> keys;
-  torch::serialize::InputArchive opt, groups;
-  if (!archive.try_read("optimizer", opt) || !opt.try_read("param_groups", groups)) return keys;
-  c10::IValue size_value;
-  torch::Tensor size;
-  if (!groups.try_read("param_groups/size", size)) return keys;
-  for (int64_t g = 0; g < size.item<int64_t>(); ++g) {
-    torch::serialize::InputArchive group;
-    groups.read(absl::StrCat("param_groups/", g), group);
-    torch::Tensor count;
-    group.read("params/size", count);
-    for (int64_t i = 0; i < count.item<int64_t>(); ++i) {
-      c10::IValue key;
-      group.read(absl::StrCat("params/", i), key);
-      keys.push_back(key.toStringRef());
+  auto count = [&](const std::vector<std::string>& at) -> int64_t {
+    std::optional<c10::IValue> v = archive.Find(at);
+    if (!v || !v->isTensor()) return 0;
+    return archive.Read(v->toTensor()).item<int64_t>();
+  };
+  const int64_t group_count = count({"optimizer", "param_groups", "param_groups/size"});
+  for (int64_t g = 0; g < group_count; ++g) {
+    const std::string group = absl::StrCat("param_groups/", g);
+    const int64_t params = count({"optimizer", "param_groups", group, "params/size"});
+    for (int64_t i = 0; i < params; ++i) {
+      std::optional<c10::IValue> key =
+          archive.Find({"optimizer", "param_groups", group, absl::StrCat("params/", i)});
+      if (!key || !key->isString())
+        throw std::runtime_error(absl::StrCat(archive.path(), ": optimizer state without keys"));
+      keys.push_back(key->toStringRef());
     }
   }
   return keys;
@@ -242,31 +231,34 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
     return absl::InvalidArgumentError(
         absl::StrCat(meta_path, ": world_size ", meta.world_size, " is out of range"));
   }
-  // The ranks' files one after another: rank 0's is kept (the layout of everything else), each
-  // other one is read, gathered from and dropped, so at most two are held at a time.
-  auto open = [&](int64_t r, torch::serialize::InputArchive& a) -> absl::Status {
+  // Every rank's file is opened without reading its tensors (its layout alone), and checked
+  // before anything is joined. Pieces are then read one entry at a time, so a reader holds what
+  // it keeps and one entry's pieces: with rows wanted, only those rows of each piece are read.
+  std::vector<std::unique_ptr<LazyArchive>> ranks;
+  for (int64_t r = 0; r < meta.world_size; ++r) {
     const std::string file = absl::StrCat(dir, "/", ShardFileName(r, meta.world_size));
     if (!IsRegularFile(file)) {
       return absl::NotFoundError(absl::StrCat(file, ": missing; this sharded checkpoint has ",
                                               meta.world_size, " pieces, one per rank"));
     }
-    KILN_RETURN_IF_ERROR(ReadCheckpoint(file, &a, device));
-    c10::IValue run, rank, step;
-    if (!a.try_read("fsdp/run", run) || !run.isString() || run.toStringRef() != meta.run ||
-        !a.try_read("fsdp/rank", rank) || !rank.isInt() || rank.toInt() != r) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<LazyArchive> a, LazyArchive::Open(file));
+    KILN_RETURN_IF_ERROR(CheckCheckpointFormat(file, a->Find({"meta/format"})));
+    std::optional<c10::IValue> run = a->Find({"fsdp/run"}), rank = a->Find({"fsdp/rank"});
+    if (!run || !run->isString() || run->toStringRef() != meta.run || !rank || !rank->isInt() ||
+        rank->toInt() != r) {
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": a piece of another checkpoint (not run ", meta.run, "'s rank ", r,
                        "); every piece must come from the same save"));
     }
-    if (!a.try_read("loop/global_step", step) || !step.isInt() || step.toInt() != meta.step) {
+    std::optional<c10::IValue> step = a->Find({"loop/global_step"});
+    if (!step || !step->isInt() || step->toInt() != meta.step) {
       return absl::InvalidArgumentError(absl::StrCat(
-          file, ": written at step ", step.isInt() ? step.toInt() : -1, ", but ", meta_path,
-          " is step ", meta.step, "'s; every piece must come from the same save"));
+          file, ": written at step ", step && step->isInt() ? step->toInt() : -1, ", but ",
+          meta_path, " is step ", meta.step, "'s; every piece must come from the same save"));
     }
-    return absl::OkStatus();
-  };
-  torch::serialize::InputArchive first;
-  KILN_RETURN_IF_ERROR(open(0, first));
+    ranks.push_back(std::move(a));
+  }
+  const LazyArchive& first = *ranks[0];
   try {
     // What each rank holds a piece of, from rank 0's file.
     std::vector<ShardedEntry> entries;
@@ -279,63 +271,56 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
         return nullptr;
       return &it->second;
     };
-    c10::IValue names;
     std::vector<std::string> model_names;
-    if (first.try_read("model/names", names)) model_names = Lines(names);
+    if (std::optional<c10::IValue> names = first.Find({"model/names"})) model_names = Lines(*names);
     for (size_t i = 0; i < model_names.size(); ++i) {
       auto shape = meta.shapes.find(model_names[i]);
       if (shape == meta.shapes.end()) continue;
       ShardedEntry e;
       e.id = absl::StrCat("model/", i);
+      e.param = model_names[i];
       e.shape = &shape->second;
       e.wanted = wanted_rows(model_names[i]);
       entries.push_back(std::move(e));
     }
-    c10::IValue opt_names;
-    const std::vector<std::string> first_keys = OptimizerKeys(first);
-    if (first.try_read("fsdp/optimizer_params", opt_names)) {
-      std::vector<std::string> params = Lines(opt_names);
-      torch::serialize::InputArchive opt, state;
-      const bool has_state = first.try_read("optimizer", opt) && opt.try_read("state", state);
-      for (size_t i = 0; has_state && i < params.size() && i < first_keys.size(); ++i) {
+    std::vector<std::vector<std::string>> keys;  // each rank's optimizer state keys
+    for (const auto& a : ranks) keys.push_back(OptimizerKeys(*a));
+    if (std::optional<c10::IValue> opt_names = first.Find({"fsdp/optimizer_params"})) {
+      std::vector<std::string> params = Lines(*opt_names);
+      for (size_t i = 0; i < params.size() && i < keys[0].size(); ++i) {
         auto shape = meta.shapes.find(params[i]);
-        torch::serialize::InputArchive param;
-        if (shape == meta.shapes.end() || !state.try_read(first_keys[i], param)) continue;
-        for (const std::string& name : param.keys()) {
-          torch::Tensor t;
-          if (!param.try_read(name, t)) continue;
+        std::optional<c10::IValue> param = first.Find({"optimizer", "state", keys[0][i]});
+        if (shape == meta.shapes.end() || !param || !param->isObject()) continue;
+        const auto type = param->toObjectRef().type();
+        for (size_t slot = 0; slot < type->numAttributes(); ++slot) {
+          if (!param->toObjectRef().getSlot(slot).isTensor()) continue;
           ShardedEntry e;
-          e.id = PathId({"optimizer", "state", first_keys[i], name});
+          e.id = PathId({"optimizer", "state", keys[0][i], type->getAttributeName(slot)});
           e.shape = &shape->second;
           e.wanted = wanted_rows(params[i]);
           e.model = false;
           e.position = i;
-          e.name = name;
+          e.name = type->getAttributeName(slot);
           entries.push_back(std::move(e));
         }
       }
     }
-    // One rank's file at a time: with rows wanted, rank 0's is dropped after its pieces are
-    // gathered and read again for the rest of the checkpoint at the end.
-    const bool drop_first = !wanted.empty();
-    std::vector<Gathered> gathered(entries.size());
-    for (int64_t r = 0; r < meta.world_size; ++r) {
-      torch::serialize::InputArchive other;
-      if (r > 0) KILN_RETURN_IF_ERROR(open(r, other));
-      torch::serialize::InputArchive& a = r == 0 ? first : other;
-      const std::vector<std::string> keys = r == 0 ? first_keys : OptimizerKeys(a);
-      for (size_t i = 0; i < entries.size(); ++i)
-        Gather(entries[i], ReadPiece(a, entries[i], keys), gathered[i]);
-      if (r == 0 && drop_first) first = torch::serialize::InputArchive();
-    }
     std::map<std::string, torch::Tensor> joined;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      joined[entries[i].id] = Finish(entries[i], gathered[i]);
-      gathered[i] = Gathered();
+    std::string read_into;  // the parameters whose rows went straight into them
+    for (const ShardedEntry& e : entries) {
+      Gathered g;
+      for (size_t r = 0; r < ranks.size(); ++r)
+        Gather(e, *ranks[r], PieceOf(*ranks[r], e, keys[r]), g);
+      if (!g.scalar.defined() &&
+          ReadsInto(e, g.rows.defined() ? g.rows.sizes().vec() : std::vector<int64_t>{})) {
+        read_into += e.param + "\n";
+        joined[e.id] = torch::empty({0});  // not in the archive: already where it goes
+      } else {
+        joined[e.id] = Finish(e, g);
+      }
     }
-    if (drop_first) KILN_RETURN_IF_ERROR(open(0, first));
-    // The joined archive goes through a temporary file, not memory: the pieces and the joined
-    // tensors, then the joined tensors alone, then the archive read back are what a reader holds.
+    // The joined archive goes through a temporary file, not memory: rank 0's archive with the
+    // joined tensors in place of its pieces, then the archive read back, are what a reader holds.
     std::string scratch = (std::filesystem::temp_directory_path() / "kiln-joined-XXXXXX").string();
     const int fd = ::mkstemp(scratch.data());
     if (fd < 0) {
@@ -349,10 +334,13 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
     } unlink_scratch{scratch};
     {
       torch::serialize::OutputArchive whole;
-      Copy(first, whole, {}, joined);
+      first.CopyTo(whole, [&](const std::string& path) -> std::optional<torch::Tensor> {
+        auto it = joined.find(path);
+        if (it == joined.end()) return std::nullopt;
+        return it->second;
+      });
       joined.clear();
-      first =
-          torch::serialize::InputArchive();  // rank 0's other tensors stay referenced by `whole`
+      if (!read_into.empty()) whole.write(kPiecesReadInto, c10::IValue(read_into));
       whole.save_to(scratch);
     }
     archive->load_from(scratch, device);
@@ -361,8 +349,8 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
     if (IsOutOfMemory(e)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           dir,
-          ": out of memory joining the pieces of this sharded checkpoint (a reader holds "
-          "one or two ranks' files and what it keeps of them at a time)"));
+          ": out of memory joining the pieces of this sharded checkpoint (a reader holds what it "
+          "keeps of them and one tensor's pieces at a time)"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         dir, ": cannot join the pieces of this sharded checkpoint: ", ErrorLine(what)));

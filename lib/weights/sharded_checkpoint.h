@@ -7,7 +7,7 @@
 // Reading one (ReadCheckpoint does it for a folder) consolidates the pieces into the archive a
 // one-file checkpoint of the whole model would be, so resuming at another world size, `kiln
 // export` and evaluation read it as they read any checkpoint. A worker that holds pieces of sharded
-// tables reads those as its pieces only (ReadCheckpointFor).
+// tables reads those as its pieces only, straight into its parameters (ReadCheckpointFor).
 #pragma once
 
 #include <torch/torch.h>
@@ -36,10 +36,14 @@ absl::Status WriteShardedCheckpointMeta(const std::string& dir, const ShardedChe
 void WriteShardKeys(torch::serialize::OutputArchive& archive, const ShardedCheckpointMeta& meta,
                     int64_t rank, const std::vector<std::string>& optimizer_params);
 // The whole checkpoint from `dir`'s pieces, with every tensor on `device`; a parameter named in
-// `wanted`, and its optimizer state per row, as those rows only. The ranks' files are read one
-// after another, so a reader of pieces never holds a whole parameter of `wanted`. A missing piece,
-// one from another run or step, or a meta.json that does not parse is a one-line error naming the
-// file.
+// `wanted`, and its optimizer state per row, as those rows only. The ranks' files are opened
+// without reading their tensors (lazy_archive.h) and the pieces read one tensor at a time, so a
+// reader holds what it keeps and one tensor's pieces, and a reader of rows reads only those rows
+// of each piece. A missing piece, one from another run or step, or a meta.json that does not
+// parse is a one-line error naming the file.
+// In the archive ReadShardedCheckpoint gives: the parameters (one a line) whose rows went
+// straight into the reader's own tensors (PieceRows::into) and are not in it.
+inline constexpr char kPiecesReadInto[] = "pieces/read_into";
 absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::InputArchive* archive,
                                    torch::Device device,
                                    const std::map<std::string, PieceRows>& wanted = {});

@@ -26,6 +26,7 @@
 #include "lib/trainer/trainer.h"
 #include "lib/tuner/lr_finder.h"
 #include "lib/weights/checkpoint.h"
+#include "lib/weights/lazy_archive.h"
 #include "lib/weights/sharded_checkpoint.h"
 #include "tests/support/process.h"
 #include "tests/trainer/fit_fixture.h"
@@ -377,6 +378,114 @@ TEST(TrainerResume, LastWithNoCheckpointStartsFresh) {
 // A worker that holds a piece of a table (rows [first, first + count) of its whole) reads only
 // those rows of a sharded checkpoint, across the ranks' pieces and zero past the whole's end, and
 // cuts them from a one-file checkpoint's whole tensor; other parameters it reads whole.
+// Every key of `a` is in `b` with the same value: tensors bitwise (dtype and shape too), nested
+// archives alike.
+void ExpectSameArchive(torch::serialize::InputArchive& a, torch::serialize::InputArchive& b,
+                       const std::string& where) {
+  std::vector<std::string> keys = a.keys(), other = b.keys();
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()),
+            std::set<std::string>(other.begin(), other.end()))
+      << where;
+  for (const std::string& key : keys) {
+    torch::Tensor x, y;
+    torch::serialize::InputArchive sub_a, sub_b;
+    c10::IValue u, v;
+    if (a.try_read(key, x)) {
+      ASSERT_TRUE(b.try_read(key, y)) << where << key;
+      EXPECT_EQ(x.scalar_type(), y.scalar_type()) << where << key;
+      EXPECT_TRUE(x.sizes() == y.sizes() && (x.numel() == 0 || x.equal(y))) << where << key;
+    } else if (a.try_read(key, sub_a)) {
+      ASSERT_TRUE(b.try_read(key, sub_b)) << where << key;
+      ExpectSameArchive(sub_a, sub_b, where + key + "/");
+    } else if (a.try_read(key, u)) {
+      ASSERT_TRUE(b.try_read(key, v)) << where << key;
+      EXPECT_EQ(u, v) << where << key;
+    }
+  }
+}
+
+TEST(LazyArchive, ReadsACheckpointAsLibTorchDoesAndRowsAloneFromTheFile) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/trained.ckpt";
+  // A model's state, an optimizer's (Adam after a step: per-parameter state and groups), and
+  // what else checkpoints hold: strings, ints, lists, a non-contiguous view, an empty tensor,
+  // a scalar, bf16 and int64 tensors.
+  torch::manual_seed(3);
+  torch::nn::Linear fc(4, 5);
+  torch::optim::Adam adam(fc->parameters(), torch::optim::AdamOptions(0.1));
+  fc(torch::randn({2, 4})).sum().backward();
+  adam.step();
+  const torch::Tensor table = torch::randn({7, 3});
+  ASSERT_TRUE(WriteCheckpoint(path, [&](torch::serialize::OutputArchive& a) {
+                WriteCheckpointMeta(a, "mlp", "model:\n  _target_: mlp\n");
+                WriteModelState(*fc, a);
+                torch::serialize::OutputArchive opt(a.compilation_unit());
+                adam.save(opt);
+                a.write("optimizer", opt);
+                a.write("table", table);
+                a.write("columns", table.t());  // strided over the same storage
+                a.write("empty", torch::empty({0, 3}));
+                a.write("scalar", torch::tensor(2.5));
+                a.write("half", torch::arange(6, torch::kBFloat16));
+                a.write("counts", torch::arange(5, torch::kInt64));
+                a.write("loop/global_step", c10::IValue(int64_t{42}));
+                a.write("sizes", c10::IValue(std::vector<int64_t>{3, 1, 4}));
+              }).ok());
+  auto lazy = LazyArchive::Open(path);
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
+  const LazyArchive& archive = **lazy;
+  // The layout without bytes, then rows straight from the file.
+  std::optional<c10::IValue> step = archive.Find({"loop/global_step"});
+  ASSERT_TRUE(step && step->isInt());
+  EXPECT_EQ(step->toInt(), 42);
+  EXPECT_FALSE(archive.Find({"optimizer", "no such key"}).has_value());
+  const torch::Tensor unread = archive.Find({"table"})->toTensor();
+  EXPECT_EQ(unread.sizes(), table.sizes());
+  EXPECT_TRUE(archive.ReadRows(unread, 2, 3).equal(table.narrow(0, 2, 3)));
+  EXPECT_TRUE(archive.ReadRows(unread, 7, 0).sizes() == torch::IntArrayRef({0, 3}));
+  const torch::Tensor columns = archive.Find({"columns"})->toTensor();
+  EXPECT_FALSE(columns.is_contiguous());
+  EXPECT_TRUE(archive.ReadRows(columns, 1, 2).equal(table.t().narrow(0, 1, 2)));
+  EXPECT_TRUE(archive.Read(archive.Find({"scalar"})->toTensor()).equal(torch::tensor(2.5)));
+  EXPECT_THROW(archive.ReadRows(unread, 5, 3), std::runtime_error);
+  // The whole archive copied through it is the archive LibTorch reads.
+  const std::string copy = dir.path() + "/copy.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(copy, [&](torch::serialize::OutputArchive& a) {
+                archive.CopyTo(a, [](const std::string&) { return std::nullopt; });
+              }).ok());
+  torch::serialize::InputArchive original, copied;
+  ASSERT_TRUE(ReadCheckpoint(path, &original).ok());
+  ASSERT_TRUE(ReadCheckpoint(copy, &copied).ok());
+  ExpectSameArchive(original, copied, "");
+  ExpectSameArchive(copied, original, "");
+  // A replaced tensor, by its path, and the optimizer's state loads from the copy.
+  const std::string replaced = dir.path() + "/replaced.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(replaced, [&](torch::serialize::OutputArchive& a) {
+                archive.CopyTo(a, [](const std::string& at) -> std::optional<torch::Tensor> {
+                  if (at == "table") return torch::zeros({1});
+                  return std::nullopt;
+                });
+              }).ok());
+  torch::serialize::InputArchive read;
+  ASSERT_TRUE(ReadCheckpoint(replaced, &read).ok());
+  torch::Tensor t;
+  read.read("table", t);
+  EXPECT_TRUE(t.equal(torch::zeros({1})));
+  torch::serialize::InputArchive opt;
+  read.read("optimizer", opt);
+  torch::optim::Adam again(fc->parameters(), torch::optim::AdamOptions(0.1));
+  again.load(opt);
+  // Bad files: one line each, nothing thrown.
+  EXPECT_TRUE(absl::IsNotFound(LazyArchive::Open(dir.path() + "/none.ckpt").status()));
+  const std::string cut = dir.path() + "/cut.ckpt";
+  std::filesystem::copy_file(path, cut);
+  std::filesystem::resize_file(cut, std::filesystem::file_size(path) / 2);
+  auto truncated = LazyArchive::Open(cut);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_TRUE(absl::StrContains(truncated.status().message(), "cut.ckpt: not a readable"))
+      << truncated.status();
+}
+
 TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
   struct Fc : torch::nn::Module {
     Fc() {
@@ -415,12 +524,14 @@ TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
   ASSERT_TRUE(WriteShardedCheckpointMeta(sharded, meta).ok());
   const torch::Tensor whole = torch::tensor({0.f, 1.f, 2.f, 3.f, 10.f, 11.f}).view({3, 2});
   Net net;
-  // The checkpoint at `path` into `net`; `read` the rows the reader gave of fc.weight.
+  // The checkpoint at `path` into `net`; `read` the rows the reader gave of fc.weight (0: none,
+  // they went straight into the parameter).
   auto read_into = [&](const std::string& path, int64_t read) -> absl::Status {
     torch::serialize::InputArchive archive;
     KILN_RETURN_IF_ERROR(ReadCheckpointFor(path, net, &archive));
     KILN_ASSIGN_OR_RETURN(auto state, ReadModelState(archive, path));
-    EXPECT_EQ(state.at("fc.weight").size(0), read) << path;
+    const torch::Tensor& rows = state.at("fc.weight");
+    EXPECT_EQ(rows.defined() ? rows.size(0) : 0, read) << path;
     return LoadModelState(state, net, path);
   };
   for (int64_t first : {0, 1, 2}) {
@@ -429,7 +540,8 @@ TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
       return PieceRows{first, 2, 3};
     });
     const torch::Tensor expected = torch::cat({whole, torch::zeros({1, 2})}).narrow(0, first, 2);
-    ASSERT_TRUE(read_into(sharded, 2).ok()) << first;  // the piece alone
+    net.fc->weight.detach().fill_(-1);
+    ASSERT_TRUE(read_into(sharded, 0).ok()) << first;  // the piece alone, into the parameter
     EXPECT_TRUE(net.fc->weight.equal(expected)) << first << net.fc->weight;
     EXPECT_TRUE(net.fc->bias.equal(torch::tensor({1.f, 1.f, 2.f})));
     // A one-file checkpoint of the whole: cut to the same rows.
