@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -140,7 +141,9 @@ bool ArchiveClaimsFit(const std::string& path, uint64_t file_size) {
   caffe2::serialize::PyTorchStreamReader reader(path);
   for (const std::string& name : reader.getAllRecords()) {
     if (reader.getRecordSize(name) > file_size) return false;
-    if (absl::EndsWith(name, ".pkl")) {
+    // The layout's pickles, and the code's source ranges (code/*.debug_pkl), which the loader
+    // unpickles when it reports an error in the code.
+    if (absl::EndsWith(name, ".pkl") || absl::EndsWith(name, ".debug_pkl")) {
       auto [data, size] = reader.getRecord(name);
       if (!PickleLengthsFit(static_cast<const uint8_t*>(data.get()), size)) return false;
     }
@@ -160,7 +163,10 @@ absl::StatusOr<std::unique_ptr<LazyArchive>> LazyArchive::Open(const std::string
           absl::StrCat(path, ": not a readable kiln checkpoint (corrupt or truncated)"));
     }
     caffe2::serialize::PyTorchStreamReader reader(path);
-    auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+    // Plain variables, not a structured binding: the reader lambda captures them (clang 14).
+    at::DataPtr pickle;
+    size_t pickle_size = 0;
+    std::tie(pickle, pickle_size) = reader.getRecord("data.pkl");
     const char* bytes = static_cast<const char*>(pickle.get());
     size_t at = 0;
     auto read = [&](char* into, size_t n) -> size_t {
