@@ -311,8 +311,12 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
       Gathered g;
       for (size_t r = 0; r < ranks.size(); ++r)
         Gather(e, *ranks[r], PieceOf(*ranks[r], e, keys[r]), g);
-      if (!g.scalar.defined() &&
-          ReadsInto(e, g.rows.defined() ? g.rows.sizes().vec() : std::vector<int64_t>{})) {
+      // Pieces that do not make the whole's rows are not per row (row-wise Adagrad's empty
+      // exp_avg): rank 0's, as it is, as Join takes them.
+      if (e.wanted != nullptr && !g.scalar.defined() && g.offset < (*e.shape)[0]) {
+        joined[e.id] = ranks[0]->Read(PieceOf(*ranks[0], e, keys[0]));
+      } else if (!g.scalar.defined() &&
+                 ReadsInto(e, g.rows.defined() ? g.rows.sizes().vec() : std::vector<int64_t>{})) {
         read_into += e.param + "\n";
         joined[e.id] = torch::empty({0});  // not in the archive: already where it goes
       } else {

@@ -508,16 +508,28 @@ TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
   meta.shapes = {{"fc.weight", {3, 2}}, {"fc.bias", {3}}};
   // Rank r's pieces: 2 rows each of weight (r * 10 + 0..3) and bias, the whole's third row in
   // rank 1's first and its second padding.
+  // The weight's optimizer state as row-wise Adagrad keeps it: per row (r * 10 + 0..1), and an
+  // empty exp_avg, which is not per row.
   for (int64_t r = 0; r < 2; ++r) {
     std::map<std::string, torch::Tensor> state{
         {"fc.weight", torch::arange(4, torch::kFloat32).view({2, 2}) + 10.0 * r},
         {"fc.bias", torch::full({2}, static_cast<double>(r + 1))}};
+    torch::Tensor piece = state.at("fc.weight").clone().requires_grad_();
+    torch::optim::Adam adam(std::vector<torch::Tensor>{piece});
+    auto rowwise = std::make_unique<torch::optim::AdamParamState>();
+    rowwise->step(3);
+    rowwise->exp_avg(torch::empty({0}));
+    rowwise->exp_avg_sq(torch::arange(2, torch::kFloat32) + 10.0 * r);
+    adam.state()[piece.unsafeGetTensorImpl()] = std::move(rowwise);
     ASSERT_TRUE(WriteCheckpoint(sharded + "/" + ShardFileName(r, 2),
                                 [&](torch::serialize::OutputArchive& a) {
                                   WriteCheckpointMeta(a, "mlp", "");
                                   WriteModelState(state, a);
+                                  torch::serialize::OutputArchive opt(a.compilation_unit());
+                                  adam.save(opt);
+                                  a.write("optimizer", opt);
                                   a.write("loop/global_step", c10::IValue(meta.step));
-                                  WriteShardKeys(a, meta, r, {"fc.weight", "fc.bias"});
+                                  WriteShardKeys(a, meta, r, {"fc.weight"});
                                 })
                     .ok());
   }
@@ -543,6 +555,22 @@ TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
     net.fc->weight.detach().fill_(-1);
     ASSERT_TRUE(read_into(sharded, 0).ok()) << first;  // the piece alone, into the parameter
     EXPECT_TRUE(net.fc->weight.equal(expected)) << first << net.fc->weight;
+    {
+      // Its optimizer state: the per-row tensor cut to the same rows, the empty one as it was.
+      torch::serialize::InputArchive archive, opt, state, param;
+      ASSERT_TRUE(ReadCheckpointFor(sharded, net, &archive).ok());
+      archive.read("optimizer", opt);
+      opt.read("state", state);
+      int archives = 0;  // the one parameter's state (beside the archive's own attributes)
+      for (const std::string& key : state.keys()) archives += state.try_read(key, param) ? 1 : 0;
+      ASSERT_EQ(archives, 1);
+      torch::Tensor exp_avg, exp_avg_sq;
+      param.read("exp_avg", exp_avg);
+      param.read("exp_avg_sq", exp_avg_sq);
+      EXPECT_EQ(exp_avg.numel(), 0) << first;
+      EXPECT_TRUE(exp_avg_sq.equal(torch::tensor({0.f, 1.f, 10.f, 0.f}).narrow(0, first, 2)))
+          << first << exp_avg_sq;
+    }
     EXPECT_TRUE(net.fc->bias.equal(torch::tensor({1.f, 1.f, 2.f})));
     // A one-file checkpoint of the whole: cut to the same rows.
     const std::string one_file = dir.path() + "/whole.ckpt";
