@@ -314,6 +314,11 @@ absl::Status ReadShardedCheckpoint(const std::string& dir, torch::serialize::Inp
       // Pieces that do not make the whole's rows are not per row (row-wise Adagrad's empty
       // exp_avg): rank 0's, as it is, as Join takes them.
       if (e.wanted != nullptr && !g.scalar.defined() && g.offset < (*e.shape)[0]) {
+        // A parameter's pieces always make its rows: short ones come from another checkpoint.
+        if (e.model) {
+          throw std::runtime_error(absl::StrCat("the pieces of ", e.param, " hold ", g.offset,
+                                                " rows of its ", (*e.shape)[0]));
+        }
         joined[e.id] = ranks[0]->Read(PieceOf(*ranks[0], e, keys[0]));
       } else if (!g.scalar.defined() &&
                  ReadsInto(e, g.rows.defined() ? g.rows.sizes().vec() : std::vector<int64_t>{})) {

@@ -582,6 +582,21 @@ TEST(ShardedCheckpoint, AWorkerHoldingPiecesReadsOnlyItsRows) {
     ASSERT_TRUE(read_into(one_file, 3).ok());
     EXPECT_TRUE(net.fc->weight.equal(expected)) << first << net.fc->weight;
   }
+  {
+    // A description claiming more rows than the pieces hold: one line, naming the parameter.
+    ShardedCheckpointMeta longer = meta;
+    longer.shapes["fc.weight"] = {9, 2};
+    ASSERT_TRUE(WriteShardedCheckpointMeta(sharded, longer).ok());
+    SetPieceRowsOf([&](const torch::Tensor& p) -> std::optional<PieceRows> {
+      if (!p.is_same(net.fc->weight)) return std::nullopt;
+      return PieceRows{0, 2, 9};
+    });
+    torch::serialize::InputArchive archive;
+    absl::Status short_pieces = ReadCheckpointFor(sharded, net, &archive);
+    EXPECT_TRUE(absl::StrContains(short_pieces.message(), "fc.weight hold 4 rows of its 9"))
+        << short_pieces;
+    ASSERT_TRUE(WriteShardedCheckpointMeta(sharded, meta).ok());
+  }
   SetPieceRowsOf(nullptr);
   // Without pieces the whole is read, and a piece-shaped parameter cannot take it.
   torch::serialize::InputArchive archive;
