@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "lib/base/freed_memory.h"  // KeepFreedMemoryForReuse, ReturnFreedMemory
 #include "lib/base/stop_signals.h"  // StopSignals, CheckStopSignal (the trainer's users take them from here)
 
 namespace kiln {
@@ -20,11 +21,6 @@ namespace kiln {
 // Sets the thread count (`num_threads` <= 0: every core, shared among `local_workers` processes
 // on this machine) and the allocator settings; returns the thread count.
 int ConfigureProcess(int num_threads, int local_workers);
-// The allocator settings alone: glibc malloc keeps freed memory for reuse (once per process).
-void KeepFreedMemoryForReuse();
-// Gives the memory glibc malloc keeps for reuse back to the system (malloc_trim): once an epoch,
-// so that a long run's RSS follows its live heap instead of growing with fragmentation.
-void ReturnFreedMemory();
 
 // " (MKL, AVX512 kernels)": LibTorch's BLAS (MKL in PyPI's wheel; OpenBLAS with the kernel set it
 // picked, from OPENBLAS_CORETYPE or the CPU, in a build that uses it) and the CPU capability its
