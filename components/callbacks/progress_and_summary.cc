@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/logging/logger.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/trainer.h"
@@ -61,10 +62,14 @@ class ModelSummary : public Callback {
     int64_t total = 0, trainable = 0;
     std::string table;
     for (const auto& p : trainer.task()->module().named_parameters()) {
-      total += p.value().numel();
-      if (p.value().requires_grad()) trainable += p.value().numel();
-      table += absl::StrFormat("  %-40s %-20s %d\n", p.key(), c10::str(p.value().sizes()),
-                               p.value().numel());
+      // A parameter built as this worker's piece (fsdp) counts as the whole it is a piece of.
+      std::vector<int64_t> shape = p.value().sizes().vec();
+      if (auto piece = distributed::BuiltPieceOf(p.value())) shape = piece->shape;
+      const int64_t numel = c10::multiply_integers(shape);
+      total += numel;
+      if (p.value().requires_grad()) trainable += numel;
+      table +=
+          absl::StrFormat("  %-40s %-20s %d\n", p.key(), c10::str(c10::IntArrayRef(shape)), numel);
     }
     Logger::Instance().Info(
         absl::StrFormat("model: %d parameters (%d trainable)\n%s", total, trainable, table));

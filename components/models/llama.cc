@@ -290,6 +290,7 @@ class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnit
     for (int64_t i = 0; i < a.depth; ++i) {
       layers_.push_back(LlamaLayer(a, a.windows.empty() ? 0 : a.windows[i]));
       layers->push_back(layers_.back());
+      distributed::KeepOwnPieces(*layers_.back());  // fsdp: this worker's rows of the layer
     }
     norm = register_module("norm", RmsNorm(a.dim, a.rms_norm_eps));
   }
@@ -377,14 +378,17 @@ class Llama : public CausalLm {
           "lm_head", AutocastLinear(torch::nn::LinearOptions(a.dim, a.vocab_size).bias(false)));
     }
     // transformers' _init_weights: N(0, initializer_range) for every matrix, zero biases; the
-    // RMSNorm weights stay 1.
+    // RMSNorm weights stay 1. A layer built in pieces (fsdp) draws as the whole model does.
     torch::NoGradGuard no_grad;
     for (auto& item : named_parameters()) {
-      if (item.value().dim() == 2) {
-        item.value().normal_(0.0, a.initializer_range);
-      } else if (item.key().find("norm") == std::string::npos) {
-        item.value().zero_();
-      }
+      const bool norm = item.key().find("norm") != std::string::npos;
+      distributed::InitWhole(item.value(), [&](torch::Tensor& whole) {
+        if (whole.dim() == 2) {
+          whole.normal_(0.0, a.initializer_range);
+        } else if (!norm) {
+          whole.zero_();
+        }
+      });
     }
   }
   torch::Tensor forward(torch::Tensor input) override { return Head(model->forward(input)); }

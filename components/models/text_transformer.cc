@@ -130,6 +130,7 @@ TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o
   for (int64_t i = 0; i < o.depth; ++i) {
     blocks_.push_back(TransformerBlock(o.dim, o.heads, o.mlp_dim, o.dropout));
     h->push_back(blocks_.back());
+    distributed::KeepOwnPieces(*blocks_.back());  // fsdp: this worker's rows of the block
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
 }
@@ -202,21 +203,24 @@ void InitTransformerWeights(torch::nn::Module& module, int64_t depth) {
   for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor& p = item.value();
-    bool is_norm = name.find("ln_") != std::string::npos || name.find(".ln") != std::string::npos ||
-                   name.rfind("ln", 0) == 0;
-    if (is_norm) {
-      if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0)
-        p.fill_(1.0);
-      else
-        p.zero_();
-    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-      p.zero_();
-    } else {
-      double std = 0.02;
-      if (name.find("c_proj.weight") != std::string::npos)
-        std /= std::sqrt(2.0 * static_cast<double>(depth));
-      p.normal_(0.0, std);
-    }
+    const bool is_norm = name.find("ln_") != std::string::npos ||
+                         name.find(".ln") != std::string::npos || name.rfind("ln", 0) == 0;
+    // A block built in pieces (fsdp) draws as the whole model does (InitWhole).
+    distributed::InitWhole(p, [&](torch::Tensor& whole) {
+      if (is_norm) {
+        if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0)
+          whole.fill_(1.0);
+        else
+          whole.zero_();
+      } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+        whole.zero_();
+      } else {
+        double std = 0.02;
+        if (name.find("c_proj.weight") != std::string::npos)
+          std /= std::sqrt(2.0 * static_cast<double>(depth));
+        whole.normal_(0.0, std);
+      }
+    });
   }
 }
 

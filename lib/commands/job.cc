@@ -5,12 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/directory_lock.h"
 #include "lib/base/files.h"
+#include "lib/base/freed_memory.h"
 #include "lib/base/stop_signals.h"
 #include "lib/config/compose.h"
 #include "lib/config/secrets.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/process_group.h"
 #include "lib/distributed/sharded_tables.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/logging/logger.h"
 #include "lib/run/command.h"
 #include "lib/run/environment.h"
@@ -83,13 +85,54 @@ absl::Status PlaceTables(const config::Config& cfg, bool fit) {
   placement.world_size = env.world_size;
   placement.kind = distributed::TableShardingKindNamed(how);
   distributed::SetTablePlacement(placement);
-  // A checkpoint loads into the pieces: a whole one cut, a sharded one read as the pieces only.
-  SetPieceRowsOf([](const torch::Tensor& param) -> std::optional<PieceRows> {
-    std::optional<distributed::TableRows> rows = distributed::PieceRowsOf(param);
-    if (!rows) return std::nullopt;
-    return PieceRows{rows->first, rows->count, rows->rows};
-  });
   return absl::OkStatus();
+}
+
+bool NotNull(const config::Config& cfg, const std::string& key) {
+  if (!cfg.Has(key) || IsNull(cfg, key)) return false;
+  auto text = cfg.Get<std::string>(key);
+  return !text.ok() || !text->empty();
+}
+
+// Under trainer.strategy=fsdp on several workers a model is built in pieces (KeepOwnPieces,
+// sharding_units.h): each worker keeps its rows of each block as it builds it, so a model larger
+// than one worker never exists whole. Not for a model that then loads whole weights
+// (model.init_from, model.pretrained) or gains adapters (model.lora), nor for NO_SHARD or a
+// HYBRID_SHARD over several nodes (the node's pieces are cut after the build, as before).
+absl::Status PlaceBlocks(const config::Config& cfg, bool fit) {
+  distributed::SetBuildPlacement(std::nullopt);
+  if (!fit) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(run::Environment env, run::ReadEnvironment());
+  KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, cfg.Sub("trainer"));
+  KILN_ASSIGN_OR_RETURN(TrainerOptions trainer, TrainerOptions::FromConfig(trainer_cfg));
+  using Sharding = TrainerOptions::Sharding;
+  if (!env.distributed() || trainer.strategy != TrainerOptions::StrategyKind::kFsdp ||
+      trainer.fsdp_sharding_strategy == Sharding::kNoShard ||
+      (trainer.fsdp_sharding_strategy == Sharding::kHybridShard && trainer.num_nodes > 1)) {
+    return absl::OkStatus();
+  }
+  for (const char* whole : {"model.init_from", "model.pretrained", "model.lora"}) {
+    if (NotNull(cfg, whole)) {
+      Logger::Instance().Info(
+          absl::StrCat("fsdp: the model is built whole on each worker, then cut (", whole,
+                       " loads into whole weights)"));
+      return absl::OkStatus();
+    }
+  }
+  distributed::SetBuildPlacement(distributed::BuildPlacement{env.rank, env.world_size});
+  return absl::OkStatus();
+}
+
+// A checkpoint loads into the pieces a worker holds (sharded tables, blocks built in pieces): a
+// whole one cut, a sharded one read as the pieces only.
+void ReadCheckpointsIntoPieces() {
+  SetPieceRowsOf([](const torch::Tensor& param) -> std::optional<PieceRows> {
+    if (std::optional<distributed::TableRows> rows = distributed::PieceRowsOf(param))
+      return PieceRows{rows->first, rows->count, rows->rows};
+    if (std::optional<distributed::BuiltPiece> piece = distributed::BuiltPieceOf(param))
+      return PieceRows{piece->first, piece->count, piece->shape.empty() ? 1 : piece->shape[0]};
+    return std::nullopt;
+  });
 }
 
 }  // namespace
@@ -107,9 +150,15 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
   torch::manual_seed(job->seed_);
   // A worker of a multi-worker fit builds only its pieces of a model's sparse tables.
   KILN_RETURN_IF_ERROR(PlaceTables(cfg, fit));
+  // A worker of a multi-worker fsdp fit builds only its pieces of a model's blocks.
+  KILN_RETURN_IF_ERROR(PlaceBlocks(cfg, fit));
+  ReadCheckpointsIntoPieces();
   // `model.init_*` and `model.freeze` say how the model starts; they are not model options, so
   // the model is built from the config without them, then started.
-  KILN_ASSIGN_OR_RETURN(ModelParts parts, BuildModelParts(cfg));
+  auto built = BuildModelParts(cfg);
+  distributed::SetBuildPlacement(std::nullopt);
+  ReturnFreedMemory();  // a model built in pieces: what the blocks' whole values took
+  KILN_ASSIGN_OR_RETURN(ModelParts parts, std::move(built));
   job->options_ = std::move(parts.options);
   job->task_ = std::move(parts.task);
   job->data_ = std::move(parts.data);

@@ -22,6 +22,7 @@ struct FullyShardedDataParallel::UnitParam {
   int64_t offset = 0;   // in the unit's flat piece, elements
   torch::Tensor shard;  // [rows_per_rank, ...]: this rank's rows, zero-padded
   torch::Tensor stash;  // the piece's gradient from earlier micro-steps
+  bool built = false;   // the model built it as this piece (KeepOwnPieces)
   int64_t shard_numel() const { return rows_per_rank * row_numel; }
 };
 
@@ -88,13 +89,30 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
   fsdp->options_ = options;
   fsdp->rank_ = group ? group->rank() : 0;
   fsdp->world_ = group ? group->world_size() : 1;
+  // Parameters the model built in pieces (KeepOwnPieces) hold this rank's rows already.
+  std::unordered_map<const c10::TensorImpl*, BuiltPiece> built;
+  for (const auto& item : module.named_parameters()) {
+    std::optional<BuiltPiece> piece = BuiltPieceOf(item.value());
+    if (!piece.has_value()) continue;
+    if (piece->world_size != fsdp->world_ || piece->first != fsdp->rank_ * piece->count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trainer.strategy=fsdp: ", item.key(), " was built as a piece for ",
+                       piece->world_size, " ranks, and this model is sharded over ", fsdp->world_));
+    }
+    built.emplace(item.value().unsafeGetTensorImpl(), *piece);
+  }
   if (group) {
-    // Rank 0's values everywhere first, as data parallel starts (the models must match).
-    std::vector<torch::Tensor> states;
-    for (const auto& p : module.parameters()) states.push_back(p.detach());
+    // Rank 0's values everywhere first, as data parallel starts (the models must match). Pieces
+    // built from the same seed stay as they are: every rank holds its own rows.
+    std::vector<torch::Tensor> states, whole;
+    for (const auto& p : module.parameters()) {
+      states.push_back(p.detach());
+      if (built.count(p.unsafeGetTensorImpl()) == 0) whole.push_back(p.detach());
+    }
     KILN_RETURN_IF_ERROR(fsdp->Guard("comparing the model across workers", [&] {
       c10d::verify_params_across_processes(group->group(), states, std::nullopt);
     }));
+    states = std::move(whole);
     for (const auto& b : module.buffers()) states.push_back(b.detach());
     KILN_RETURN_IF_ERROR(group->Broadcast(states));
     // HYBRID_SHARD: then node 0's values to the other nodes, each rank from its peer there.
@@ -129,9 +147,13 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     Unit::Param p;
     p.param = item.value();
     p.name = item.key();
-    p.shape = p.param.sizes().vec();
-    p.rows = p.param.dim() == 0 ? 1 : p.param.size(0);
-    p.row_numel = p.rows == 0 ? 0 : p.param.numel() / p.rows;
+    auto piece = built.find(p.param.unsafeGetTensorImpl());
+    p.built = piece != built.end();
+    p.shape = p.built ? piece->second.shape : p.param.sizes().vec();
+    p.rows = p.shape.empty() ? 1 : p.shape[0];
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    p.row_numel = p.rows == 0 ? 0 : numel / p.rows;
     p.rows_per_rank = (p.rows + fsdp->world_ - 1) / fsdp->world_;
     p.offset = unit.shard_numel;
     unit.shard_numel += p.shard_numel();
@@ -157,7 +179,8 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     unit.full = torch::empty({fsdp->world_ * unit.shard_numel}, whole);
     ResizeStorage(unit.full, 0);
     for (Unit::Param& p : unit.params) {
-      p.shard = fsdp->Piece(p, p.param.detach());
+      p.shard =
+          p.built ? p.param.detach() : RowsOfRank(p.param.detach(), fsdp->rank_, fsdp->world_);
       p.param.set_data(p.shard);
     }
     if (!unit.root()) {
@@ -194,20 +217,6 @@ FullyShardedDataParallel::Unit* FullyShardedDataParallel::Find(const torch::nn::
     }
   }
   return nullptr;
-}
-
-torch::Tensor FullyShardedDataParallel::Piece(const UnitParam& p,
-                                              const torch::Tensor& whole) const {
-  std::vector<int64_t> shape = p.shape;
-  if (shape.empty()) shape.push_back(1);
-  shape[0] = p.rows_per_rank;
-  torch::Tensor flat = whole.reshape({-1});
-  torch::Tensor piece = torch::zeros(shape, whole.options().requires_grad(false));
-  const int64_t begin = std::min(p.rows, rank_ * p.rows_per_rank) * p.row_numel;
-  const int64_t end = std::min(p.rows, (rank_ + 1) * p.rows_per_rank) * p.row_numel;
-  if (end > begin)
-    piece.view({-1}).narrow(0, 0, end - begin).copy_(flat.narrow(0, begin, end - begin));
-  return piece;
 }
 
 void FullyShardedDataParallel::StartGather(Unit& unit) {
@@ -421,6 +430,7 @@ absl::Status FullyShardedDataParallel::Unshard() {
     for (auto& p : unit->params) {
       // Whole tensors of their own, in the parameters' dtype (a bf16 gather is not kept).
       p.param.set_data(p.param.detach().to(p.shard.scalar_type()).clone());
+      ForgetBuiltPiece(p.param);
       p.param.mutable_grad() = torch::Tensor();
       p.shard = p.stash = torch::Tensor();
     }
@@ -469,7 +479,7 @@ void FullyShardedDataParallel::ShardState(
     for (auto& p : unit->params) {
       for (torch::Tensor* t : state_of(p.param)) {
         if (t == nullptr || !t->defined() || t->sizes().vec() != p.shape) continue;
-        *t = Piece(p, *t);
+        *t = RowsOfRank(*t, rank_, world_);
       }
     }
   }

@@ -53,7 +53,8 @@ struct ShardedMemory {
 class FullyShardedDataParallel : public UnitHooks {
  public:
   // Shards `module` over `group` (null: one process, world size 1): rank 0's parameters and buffers
-  // first go to every rank, then each parameter keeps this rank's piece. Each unit is a run of
+  // first go to every rank, then each parameter keeps this rank's piece. Parameters the model
+  // built as pieces (KeepOwnPieces, sharding_units.h) are kept as they are. Each unit is a run of
   // submodules of `module` that run through RunUnit one after the other (a transformer's blocks,
   // one or several): gathered at the first one's input, resharded after the last one's output.
   static absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> Create(
@@ -109,8 +110,6 @@ class FullyShardedDataParallel : public UnitHooks {
   void Gather(Unit& unit);
   void ReduceScatter(Unit& unit);
   void ReshardUnit(Unit& unit);
-  // This rank's rows of `whole` (a parameter's whole value), zero-padded to the piece's shape.
-  torch::Tensor Piece(const UnitParam& p, const torch::Tensor& whole) const;
   void PreBackward(Unit& unit);
   // Waits for the all-gathers still on the way and leaves every unit sharded.
   void DropPrefetches();

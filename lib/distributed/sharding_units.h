@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace kiln::distributed {
@@ -39,5 +40,39 @@ void SetUnitHooks(const torch::nn::Module* unit, UnitHooks* hooks);
 torch::Tensor RunUnit(const torch::nn::Module& unit,
                       const std::function<torch::Tensor(const torch::Tensor&)>& fn,
                       const torch::Tensor& x);
+
+// Building a model already in pieces (trainer.strategy=fsdp on several workers): a model larger
+// than one worker's memory never exists whole. With a placement set, a model calls
+// KeepOwnPieces(unit) right after it builds each unit: every parameter of the unit then holds
+// this rank's rows only (ceil(rows / N) of them, zero past the whole's end), as fully sharded
+// data parallelism would have cut it, and the next unit is built in the memory this one freed.
+// Every rank builds from the same seed, so the pieces are those of one whole model.
+struct BuildPlacement {
+  int rank = 0;
+  int world_size = 1;
+};
+void SetBuildPlacement(std::optional<BuildPlacement> placement);
+void KeepOwnPieces(torch::nn::Module& unit);
+
+// What a parameter KeepOwnPieces cut holds: rows [first, first + count) of a whole of `shape`
+// (those past its end zero), cut for `world_size` ranks. nullopt: the parameter is whole.
+struct BuiltPiece {
+  std::vector<int64_t> shape;
+  int64_t first = 0, count = 0;
+  int world_size = 1;
+};
+std::optional<BuiltPiece> BuiltPieceOf(const torch::Tensor& param);
+// The parameter is whole again (fsdp gathered it for good): BuiltPieceOf forgets it.
+void ForgetBuiltPiece(const torch::Tensor& param);
+
+// Initializes `param` as `init` would its whole value: for a piece, `init` fills a whole
+// temporary (drawing from the generator exactly as for the whole parameter) and the piece keeps
+// its rows; for a whole parameter, `init(param)`. The models' weight initialization goes through
+// it, so a model built in pieces starts with the values a whole one would.
+void InitWhole(torch::Tensor& param, const std::function<void(torch::Tensor&)>& init);
+
+// This rank's rows of `whole` (dimension 0; a scalar counts as one row): ceil(rows / world_size)
+// of them from rank * that on, zero past the whole's end.
+torch::Tensor RowsOfRank(const torch::Tensor& whole, int rank, int world_size);
 
 }  // namespace kiln::distributed

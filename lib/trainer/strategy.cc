@@ -17,6 +17,7 @@
 #include "lib/distributed/fully_sharded.h"
 #include "lib/distributed/process_group.h"
 #include "lib/distributed/sharded_tables.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/logging/logger.h"
 #include "lib/run/environment.h"
 #include "lib/trainer/internal/cuda_module.h"
@@ -261,7 +262,11 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
       int64_t count = 0;
       for (auto& block : blocks) {
         run.push_back(block);
-        for (const auto& p : block->parameters()) count += p.numel();
+        for (const auto& p : block->parameters()) {
+          // A block built in pieces counts as whole.
+          std::optional<distributed::BuiltPiece> piece = distributed::BuiltPieceOf(p);
+          count += piece ? c10::multiply_integers(piece->shape) : p.numel();
+        }
         if (count >= options_.fsdp_min_num_params) {
           units.push_back(std::move(run));
           run.clear();
@@ -301,6 +306,8 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   // gradients reduce in float32 into float32 pieces.
   if (bf16_autocast_ && !bf16_weights_) sharding.gather_dtype = at::kBFloat16;
   KILN_RETURN_IF_ERROR(ShareShardedRun());
+  int64_t built = 0;  // tensors the model built as this worker's pieces (job.cc's PlaceBlocks)
+  for (const auto& p : module.parameters()) built += distributed::BuiltPieceOf(p) ? 1 : 0;
   KILN_ASSIGN_OR_RETURN(sharded_, distributed::FullyShardedDataParallel::Create(shard_group, module,
                                                                                 units, sharding));
   distributed::ShardedMemory m = sharded_->memory();
@@ -311,10 +318,12 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
                                                                                   : "FULL_SHARD";
   Logger::Instance().Info(absl::StrFormat(
       "fsdp: %s over %d rank(s)%s, %d units and the root; parameters %.2f MB whole, %.2f MB on "
-      "each rank, the largest unit %.2f MB when gathered%s",
+      "each rank, the largest unit %.2f MB when gathered%s%s",
       name, piece_count(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
       mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes),
-      sharding.gather_dtype ? " (in bf16; gradients reduced in float32)" : ""));
+      sharding.gather_dtype ? " (in bf16; gradients reduced in float32)" : "",
+      built > 0 ? absl::StrCat("; ", built, " parameter tensors were built as pieces, never whole")
+                : ""));
   return absl::OkStatus();
 }
 
@@ -387,11 +396,11 @@ std::map<std::string, std::vector<int64_t>> Strategy::sharded_shapes() const {
 }
 
 absl::Status Strategy::EndSharding() {
-  if (tables_ && whole_tables_after_fit_) {
+  if (tables_ && whole_model_after_fit_) {
     KILN_RETURN_IF_ERROR(tables_->Unshard());
     tables_.reset();
   }
-  if (!sharded_) return absl::OkStatus();
+  if (!sharded_ || !whole_model_after_fit_) return absl::OkStatus();
   KILN_RETURN_IF_ERROR(sharded_->Unshard());
   sharded_.reset();
   return absl::OkStatus();

@@ -98,8 +98,9 @@ class Strategy {
   // After fit: the model whole on every rank again (testing, prediction and export read it as
   // they read any model). Nothing to do without fsdp.
   absl::Status EndSharding();
-  // Sharded tables gathered whole by EndSharding (the default), or left in their pieces.
-  void set_whole_tables_after_fit(bool whole) { whole_tables_after_fit_ = whole; }
+  // The model (sharded tables, fsdp's pieces) gathered whole by EndSharding (the default), or left
+  // in its pieces: a model larger than one worker ends its fit as it trained.
+  void set_whole_model_after_fit(bool whole) { whole_model_after_fit_ = whole; }
   // Gradient clipping by norm over all the pieces of all ranks (fsdp).
   absl::Status ClipShardedGradNorm(double max_norm);
   // fsdp: the optimizer's state, restored whole from a checkpoint before the model was sharded,
@@ -155,7 +156,7 @@ class Strategy {
   // HYBRID_SHARD over several nodes: this node's ranks (the model is sharded among them).
   std::shared_ptr<distributed::ProcessGroup> node_group_;
   std::shared_ptr<distributed::ShardedTables> tables_;
-  bool whole_tables_after_fit_ = true;
+  bool whole_model_after_fit_ = true;
   std::string sharded_run_;
   // The run's id in every piece of its sharded checkpoints: rank 0's, shared.
   absl::Status ShareShardedRun();

@@ -46,9 +46,9 @@ class Trainer {
   // reads its shard of the data, gradients are averaged, metrics are reduced, rank 0 logs and
   // writes checkpoints. Without a group (or with one rank) training is single-process.
   // Whether fit ends with the whole model on every rank (true, the default: testing, prediction
-  // and export read it whole). False leaves sharded tables in their pieces, for a run that only
-  // trains tables larger than one worker's memory.
-  void set_whole_model_after_fit(bool whole) { strategy_.set_whole_tables_after_fit(whole); }
+  // and export read it whole). False leaves sharded tables and fsdp's pieces as they are, for a
+  // run that only trains a model larger than one worker's memory.
+  void set_whole_model_after_fit(bool whole) { strategy_.set_whole_model_after_fit(whole); }
   void set_process_group(std::shared_ptr<distributed::ProcessGroup> group) {
     strategy_.set_process_group(std::move(group));
   }

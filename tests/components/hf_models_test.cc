@@ -15,6 +15,7 @@
 #include "components/models/generation.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
+#include "lib/distributed/sharding_units.h"
 #include "lib/registry/registry.h"
 #include "lib/trainer/lora.h"
 #include "lib/weights/hf_export.h"
@@ -459,6 +460,67 @@ TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
 // left, then three tokens one at a time, for kiln's gpt (learned positions) and llama (rotary,
 // grouped-query attention). Mistral's sliding window is checked by generation against
 // transformers (HfModels.LlamaMistralAndQwen2...).
+// trainer.strategy=fsdp on several workers builds a model in pieces (job.cc's PlaceBlocks): each
+// worker keeps its rows of each block as the block is built. Every piece must be the rows of the
+// model built whole from the same seed, bit for bit (the same draws from the generator, which
+// is where it was after a whole build), and what is not in a block stays whole. Three ranks, so
+// that some pieces end in padding (16 rows: 6, 6 and 4).
+TEST(ShardedBuild, EachPieceIsTheWholeModelsRowsBitForBit) {
+  const std::vector<std::string> cases = {
+      "_target_: gpt\nvocab_size: 41\nblock_size: 16\ndim: 16\ndepth: 2\nheads: 2\nmlp_dim: 24\n"
+      "tie_weights: false\n",
+      "_target_: transformer_classifier\nvocab_size: 41\nmax_length: 16\nnum_classes: 2\ndim: 16\n"
+      "depth: 2\nheads: 2\nmlp_dim: 24\n",
+      "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 2\nheads: 4\nkv_heads: 2\nmlp_dim: 24\n"
+      "max_positions: 32\n"};
+  constexpr int kWorld = 3;
+  for (const std::string& yaml : cases) {
+    torch::manual_seed(7);
+    auto whole = Instantiate(yaml);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const torch::Tensor after_whole = torch::randn({8});
+    std::map<std::string, torch::Tensor> values;
+    for (const auto& p : (*whole)->named_parameters()) values[p.key()] = p.value();
+    for (int rank = 0; rank < kWorld; ++rank) {
+      distributed::SetBuildPlacement(distributed::BuildPlacement{rank, kWorld});
+      torch::manual_seed(7);
+      auto pieces = Instantiate(yaml);
+      distributed::SetBuildPlacement(std::nullopt);
+      ASSERT_TRUE(pieces.ok()) << pieces.status();
+      EXPECT_TRUE(torch::equal(torch::randn({8}), after_whole)) << yaml;
+      int cut = 0, kept = 0;
+      for (const auto& p : (*pieces)->named_parameters()) {
+        const torch::Tensor& want = values.at(p.key());
+        std::optional<distributed::BuiltPiece> piece = distributed::BuiltPieceOf(p.value());
+        if (!piece.has_value()) {
+          EXPECT_TRUE(torch::equal(p.value(), want)) << p.key();
+          ++kept;
+          continue;
+        }
+        ++cut;
+        EXPECT_EQ(piece->shape, want.sizes().vec()) << p.key();
+        EXPECT_EQ(piece->count, (want.size(0) + kWorld - 1) / kWorld) << p.key();
+        EXPECT_EQ(piece->first, rank * piece->count) << p.key();
+        EXPECT_EQ(p.value().size(0), piece->count) << p.key();
+        EXPECT_TRUE(torch::equal(p.value(), distributed::RowsOfRank(want, rank, kWorld)))
+            << p.key() << " rank " << rank;
+        // The rows past the whole's end are zero: the whole's own rows and nothing else.
+        const int64_t real =
+            std::max<int64_t>(0, std::min(piece->count, want.size(0) - piece->first));
+        if (real > 0) {
+          EXPECT_TRUE(
+              torch::equal(p.value().narrow(0, 0, real), want.narrow(0, piece->first, real)));
+        }
+        EXPECT_EQ(p.value().narrow(0, real, piece->count - real).abs().sum().item<double>(), 0.0);
+      }
+      // The blocks are cut (12 tensors a GPT block, 9 a Llama layer); the embeddings, the final
+      // norm and the head are not.
+      EXPECT_GE(cut, 18) << yaml;
+      EXPECT_GE(kept, 2) << yaml;
+    }
+  }
+}
+
 TEST(Generation, CachedLogitsEqualTheFullForwardWithLeftPadding) {
   for (const std::string yaml :
        {"_target_: gpt\nvocab_size: 41\nblock_size: 32\ndim: 16\ndepth: 2\nheads: 2\n"

@@ -339,6 +339,27 @@ TEST_F(FullyShardedTest, ShardedCheckpointsResumeFromFourToTwoToOneWorker) {
   for (const auto& [name, tensor] : b) EXPECT_EQ(whole[name].sizes(), tensor.sizes()) << name;
 }
 
+// With several workers the fsdp model is built in pieces (each worker its rows of each block).
+// A whole checkpoint (data parallel's) resumes into those pieces, cut as it is read, and the run
+// stays on the curve of an uninterrupted one.
+TEST_F(FullyShardedTest, ADataParallelCheckpointResumesIntoAModelBuiltInPieces) {
+  const std::string lr = "scheduler.warmup_steps=100";
+  auto straight = Train("straight", 2, 8, 10, {"trainer.strategy=ddp", lr});
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  auto first = Train("mixed", 2, 8, 5, {"trainer.strategy=ddp", lr});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_FALSE(std::filesystem::is_directory(Run("mixed") + "/checkpoints/last.ckpt"));
+  auto then = Train("mixed", 2, 8, 10, {"trainer.strategy=fsdp", lr, "ckpt_path=last"});
+  ASSERT_EQ(then.exit_code, 0) << then.err;
+  const std::string log = ReadFile(Run("mixed") + "/train.log");
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_NE(log.find("parameter tensors were built as pieces, never whole"), std::string::npos)
+      << log;
+  auto losses = Losses(Run("mixed"));
+  EXPECT_EQ(losses.size(), 10u);
+  EXPECT_LT(WorstRelativeDifference(losses, Losses(Run("straight")), 5), 1e-5);
+}
+
 TEST_F(FullyShardedTest, WhatCannotWorkIsOneLine) {
   auto unknown = Train("unknown", 2, 8, 5,
                        {"trainer.strategy=fsdp", "trainer.fsdp_sharding_strategy=FULLSHARD"});
