@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/error_text.h"
 #include "lib/base/status_macros.h"
 #include "lib/distributed/internal/nccl_backend.h"
 
@@ -131,6 +132,9 @@ absl::Status ProcessGroup::Guard(const std::string& what, const std::function<vo
   try {
     fn();
   } catch (const std::exception& e) {
+    // This worker's own allocation failed (fsdp gathers into new buffers): not a peer's stop. It
+    // goes on to where a forward's out-of-memory goes, which says so in one line.
+    if (IsOutOfMemory(e)) throw;
     return absl::UnavailableError(
         absl::StrCat("rank ", rank_, " of ", world_size_, ": ", what,
                      " failed; another worker has probably stopped: ", FirstLine(e)));
