@@ -39,7 +39,8 @@ struct FullyShardedDataParallel::Unit {
   bool gathered = false;
   bool backward_expected = false;
   std::function<void()> post_backward;  // what the input's marker calls in the backward
-  // An all-gather on the way (a prefetch): its buffers live until it is waited for.
+  // An all-gather on the way (a prefetch): it sends from, and receives into, the gather buffers
+  // (views of them) until it is waited for.
   c10::intrusive_ptr<c10d::Work> work;
   torch::Tensor send, recv;
   size_t index = 0;
@@ -188,6 +189,13 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
       unit.post_backward = [self, u] { self->PostBackward(*u); };
       for (const torch::nn::Module* m : unit.modules) SetUnitHooks(m, self);
     }
+    GatherBuffers& buffers = fsdp->gather_buffers_[unit.full.scalar_type()];
+    if (!buffers.send.defined() || buffers.send.numel() < unit.shard_numel) {
+      buffers.send = torch::empty({unit.shard_numel}, unit.full.options());
+      buffers.recv = fsdp->world_ == 1
+                         ? buffers.send
+                         : torch::empty({fsdp->world_ * unit.shard_numel}, unit.full.options());
+    }
   }
   return fsdp;
 }
@@ -221,16 +229,18 @@ FullyShardedDataParallel::Unit* FullyShardedDataParallel::Find(const torch::nn::
 
 void FullyShardedDataParallel::StartGather(Unit& unit) {
   if (unit.gathered || unit.work || unit.params.empty()) return;
+  // The buffers are shared: a gather still on the way (a prefetch no forward or backward reached)
+  // lands in its unit first.
+  if (gathering_ != nullptr && gathering_ != &unit) Gather(*gathering_);
   torch::NoGradGuard no_grad;
-  unit.send = torch::empty({unit.shard_numel}, unit.full.options());
+  GatherBuffers& buffers = gather_buffers_.at(unit.full.scalar_type());
+  unit.send = buffers.send.narrow(0, 0, unit.shard_numel);
+  unit.recv = buffers.recv.narrow(0, 0, world_ * unit.shard_numel);
   for (const Unit::Param& p : unit.params) {
     unit.send.narrow(0, p.offset, p.shard_numel()).copy_(p.shard.reshape({-1}));
   }
-  if (world_ == 1) {
-    unit.recv = unit.send;
-    return;
-  }
-  unit.recv = torch::empty({world_ * unit.shard_numel}, unit.full.options());
+  gathering_ = &unit;
+  if (world_ == 1) return;
   unit.work = group_->group()->_allgather_base(unit.recv, unit.send);
 }
 
@@ -255,6 +265,7 @@ void FullyShardedDataParallel::Gather(Unit& unit) {
   }
   unit.send = torch::Tensor();
   unit.recv = torch::Tensor();
+  gathering_ = nullptr;
   unit.gathered = true;
 }
 
@@ -408,6 +419,7 @@ void FullyShardedDataParallel::DropPrefetches() {
     }
     unit->send = unit->recv = torch::Tensor();
     ReshardUnit(*unit);
+    gathering_ = nullptr;
   }
 }
 
@@ -438,6 +450,8 @@ absl::Status FullyShardedDataParallel::Unshard() {
     unit->full = torch::Tensor();
   }
   units_.clear();
+  gather_buffers_.clear();
+  gathering_ = nullptr;
   return absl::OkStatus();
 }
 

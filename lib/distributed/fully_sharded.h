@@ -123,6 +123,14 @@ class FullyShardedDataParallel : public UnitHooks {
   FullyShardedOptions options_;
   int rank_ = 0, world_ = 1;
   std::vector<std::unique_ptr<Unit>> units_;  // units in forward order, then the root
+  // What every unit's all-gather sends from and receives into, per dtype, sized for the largest
+  // unit: one gather is on the way at a time, and buffers made per gather (below glibc's mmap
+  // threshold, kept for reuse) left holes among the activations that the next one could not use.
+  struct GatherBuffers {
+    torch::Tensor send, recv;
+  };
+  std::map<at::ScalarType, GatherBuffers> gather_buffers_;
+  Unit* gathering_ = nullptr;  // the unit whose all-gather uses them now
   bool training_forward_ = false;
   struct Reducing {
     Unit* unit = nullptr;

@@ -1,7 +1,8 @@
 // kiln on a CUDA GPU, as a user runs it (`ctest -L cuda`): training and its log, bf16 on the GPU,
 // checkpoints that move GPU -> CPU -> GPU, `kiln test` and `kiln predict` on the GPU equal to the
-// CPU's, CUDA graphs equal to eager mode, and data parallel with two processes on one GPU. Every
-// test skips, with the reason, where there is no GPU (CI), so the file builds and runs everywhere.
+// CPU's, CUDA graphs equal to eager mode, data parallel with two processes on one GPU, and fsdp
+// training and resuming on the GPU (over NCCL with two GPUs). Every test skips, with the reason,
+// where there is no GPU (CI), so the file builds and runs everywhere.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -244,6 +245,37 @@ TEST_F(CudaTest, DataParallelOnTheGpu) {
               std::string::npos)
         << nccl.err;
   }
+}
+
+// trainer.strategy=fsdp on the GPU (issue 55): one process shards over a world of one (the
+// gathers and reductions on the device, no collective), its sharded checkpoint resumes, and with
+// two GPUs two processes shard over NCCL.
+TEST_F(CudaTest, FullyShardedTrainsAndResumesOnTheGpu) {
+  const std::vector<std::string> fsdp = {"trainer.accelerator=cuda", "trainer.strategy=fsdp",
+                                         "trainer.fsdp_auto_wrap_policy=none"};
+  std::vector<std::string> first = fsdp;
+  first.push_back("trainer.max_epochs=2");
+  auto two_epochs = Train("fsdp", first);
+  ASSERT_EQ(two_epochs.exit_code, 0) << two_epochs.err;
+  std::vector<std::string> again = fsdp;
+  again.push_back("ckpt_path=last");
+  auto resumed = Train("fsdp", again);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const std::string log = testing::ReadFile(dir_.path() + "/fsdp/train.log");
+  EXPECT_NE(log.find("fsdp: FULL_SHARD over 1 rank(s), 0 units and the root"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_TRUE(FileExists(dir_.path() + "/fsdp/checkpoints/last.ckpt/meta.json"));
+  EXPECT_GE(Accuracy("fsdp"), 0.9) << resumed.err;
+  if (torch::cuda::device_count() < 2) return;
+  std::vector<std::string> nccl = fsdp;
+  nccl.insert(nccl.end(), {"trainer.devices=2", "trainer.process_group_backend=nccl"});
+  auto sharded = Train("nccl", nccl);
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/nccl/train.log")
+                .find("fsdp: FULL_SHARD over 2 rank(s) (nccl)"),
+            std::string::npos);
+  EXPECT_GE(Accuracy("nccl"), 0.9) << sharded.err;
 }
 
 }  // namespace
