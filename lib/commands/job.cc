@@ -98,10 +98,11 @@ bool NotNull(const config::Config& cfg, const std::string& key) {
 // sharding_units.h): each worker keeps its rows of each block as it builds it, so a model larger
 // than one worker never exists whole. Not for a model that then loads whole weights
 // (model.init_from, model.pretrained) or gains adapters (model.lora), nor for NO_SHARD or a
-// HYBRID_SHARD over several nodes (the node's pieces are cut after the build, as before).
-absl::Status PlaceBlocks(const config::Config& cfg, bool fit) {
+// HYBRID_SHARD over several nodes (the node's pieces are cut after the build, as before). True when
+// the model is built in pieces.
+absl::StatusOr<bool> PlaceBlocks(const config::Config& cfg, bool fit) {
   distributed::SetBuildPlacement(std::nullopt);
-  if (!fit) return absl::OkStatus();
+  if (!fit) return false;
   KILN_ASSIGN_OR_RETURN(run::Environment env, run::ReadEnvironment());
   KILN_ASSIGN_OR_RETURN(config::Config trainer_cfg, cfg.Sub("trainer"));
   KILN_ASSIGN_OR_RETURN(TrainerOptions trainer, TrainerOptions::FromConfig(trainer_cfg));
@@ -109,18 +110,18 @@ absl::Status PlaceBlocks(const config::Config& cfg, bool fit) {
   if (!env.distributed() || trainer.strategy != TrainerOptions::StrategyKind::kFsdp ||
       trainer.fsdp_sharding_strategy == Sharding::kNoShard ||
       (trainer.fsdp_sharding_strategy == Sharding::kHybridShard && trainer.num_nodes > 1)) {
-    return absl::OkStatus();
+    return false;
   }
   for (const char* whole : {"model.init_from", "model.pretrained", "model.lora"}) {
     if (NotNull(cfg, whole)) {
       Logger::Instance().Info(
           absl::StrCat("fsdp: the model is built whole on each worker, then cut (", whole,
                        " loads into whole weights)"));
-      return absl::OkStatus();
+      return false;
     }
   }
   distributed::SetBuildPlacement(distributed::BuildPlacement{env.rank, env.world_size});
-  return absl::OkStatus();
+  return true;
 }
 
 // A checkpoint loads into the pieces a worker holds (sharded tables, blocks built in pieces): a
@@ -151,13 +152,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::FromConfig(const config::Config& cfg,
   // A worker of a multi-worker fit builds only its pieces of a model's sparse tables.
   KILN_RETURN_IF_ERROR(PlaceTables(cfg, fit));
   // A worker of a multi-worker fsdp fit builds only its pieces of a model's blocks.
-  KILN_RETURN_IF_ERROR(PlaceBlocks(cfg, fit));
+  KILN_ASSIGN_OR_RETURN(const bool in_pieces, PlaceBlocks(cfg, fit));
   ReadCheckpointsIntoPieces();
   // `model.init_*` and `model.freeze` say how the model starts; they are not model options, so
   // the model is built from the config without them, then started.
   auto built = BuildModelParts(cfg);
   distributed::SetBuildPlacement(std::nullopt);
-  ReturnFreedMemory();  // a model built in pieces: what the blocks' whole values took
+  if (in_pieces) ReturnFreedMemory();  // what the blocks' whole values took
   KILN_ASSIGN_OR_RETURN(ModelParts parts, std::move(built));
   job->options_ = std::move(parts.options);
   job->task_ = std::move(parts.task);

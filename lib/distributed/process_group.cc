@@ -20,8 +20,7 @@ NcclBackendMaker nccl_backend_maker = nullptr;
 // The first line of a c10d/Gloo message, without LibTorch's C++ backtrace.
 std::string FirstLine(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  return text.substr(0, text.find('\n'));
+  return ErrorLine(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
 }
 
 bool IsLoopback(const std::string& addr) {

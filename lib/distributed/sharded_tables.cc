@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/distributed/sharding_units.h"
 
 namespace kiln::distributed {
 
@@ -23,18 +24,13 @@ struct Layout {
   int placed = 0;             // table-wise: the rank holding it
   int64_t rows_per_rank = 0;  // row-wise: ceil(rows / N)
   int rank = 0;               // the rank this layout's piece is for
+  int world = 1;
 
   // `whole` (rows first) cut to this rank's piece: a row block, zero-padded (row-wise); the whole
   // table on its rank and an empty piece elsewhere (table-wise).
   torch::Tensor Piece(const torch::Tensor& whole) const {
     if (!row_wise) return placed == rank ? whole.contiguous() : whole.narrow(0, 0, 0).clone();
-    const int64_t begin = std::min(rows, rank * rows_per_rank);
-    const int64_t end = std::min(rows, begin + rows_per_rank);
-    std::vector<int64_t> shape = whole.sizes().vec();
-    shape[0] = rows_per_rank;
-    torch::Tensor piece = torch::zeros(shape, whole.options());
-    if (end > begin) piece.narrow(0, 0, end - begin).copy_(whole.narrow(0, begin, end - begin));
-    return piece;
+    return RowsOfRank(whole, rank, world);
   }
 };
 
@@ -51,10 +47,11 @@ std::vector<Layout> Plan(const std::vector<int64_t>& rows, int world, int rank,
     Layout& t = plan[j];
     t.rows = rows[j];
     t.rank = rank;
+    t.world = world;
     t.row_wise = kind == TableShardingKind::kRowWise ||
                  (kind == TableShardingKind::kAuto && world > 1 && rows[j] > share);
     if (t.row_wise) {
-      t.rows_per_rank = (t.rows + world - 1) / world;
+      t.rows_per_rank = RowsPerRank(t.rows, world);
     } else {
       table_wise.push_back(j);
     }

@@ -56,7 +56,7 @@ torch::Tensor RowsOfRank(const torch::Tensor& whole, int rank, int world_size) {
   std::vector<int64_t> shape = whole.sizes().vec();
   const int64_t rows = RowsIn(shape);
   if (shape.empty()) shape.push_back(1);
-  const int64_t per_rank = (rows + world_size - 1) / world_size;
+  const int64_t per_rank = RowsPerRank(rows, world_size);
   shape[0] = per_rank;
   torch::Tensor piece = torch::zeros(shape, whole.options().requires_grad(false));
   const int64_t row_numel = rows == 0 ? 0 : whole.numel() / rows;
@@ -85,7 +85,7 @@ void KeepOwnPieces(torch::nn::Module& unit) {
     BuiltPiece piece;
     piece.shape = p.sizes().vec();
     piece.world_size = placement->world_size;
-    piece.count = (RowsIn(piece.shape) + piece.world_size - 1) / piece.world_size;
+    piece.count = RowsPerRank(RowsIn(piece.shape), piece.world_size);
     piece.first = placement->rank * piece.count;
     p.set_data(RowsOfRank(p.detach(), placement->rank, placement->world_size));
     Built().insert_or_assign(

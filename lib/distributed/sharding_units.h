@@ -71,8 +71,14 @@ void ForgetBuiltPiece(const torch::Tensor& param);
 // it, so a model built in pieces starts with the values a whole one would.
 void InitWhole(torch::Tensor& param, const std::function<void(torch::Tensor&)>& init);
 
-// This rank's rows of `whole` (dimension 0; a scalar counts as one row): ceil(rows / world_size)
-// of them from rank * that on, zero past the whole's end.
+// The rows each rank holds of `rows` cut along dimension 0 (fsdp's pieces, row-wise tables):
+// ceil(rows / world_size), the last ranks' pieces padded.
+inline int64_t RowsPerRank(int64_t rows, int world_size) {
+  return (rows + world_size - 1) / world_size;
+}
+
+// This rank's rows of `whole` (dimension 0; a scalar counts as one row): RowsPerRank of them from
+// rank * that on, zero past the whole's end.
 torch::Tensor RowsOfRank(const torch::Tensor& whole, int rank, int world_size);
 
 }  // namespace kiln::distributed
