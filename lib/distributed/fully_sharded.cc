@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -152,10 +153,8 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     p.built = piece != built.end();
     p.shape = p.built ? piece->second.shape : p.param.sizes().vec();
     p.rows = p.shape.empty() ? 1 : p.shape[0];
-    int64_t numel = 1;
-    for (int64_t d : p.shape) numel *= d;
-    p.row_numel = p.rows == 0 ? 0 : numel / p.rows;
-    p.rows_per_rank = (p.rows + fsdp->world_ - 1) / fsdp->world_;
+    p.row_numel = p.rows == 0 ? 0 : c10::multiply_integers(p.shape) / p.rows;
+    p.rows_per_rank = RowsPerRank(p.rows, fsdp->world_);
     p.offset = unit.shard_numel;
     unit.shard_numel += p.shard_numel();
     if (unit.name.empty()) unit.name = item.key().substr(0, item.key().rfind('.'));
@@ -169,10 +168,17 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
   }
   torch::NoGradGuard no_grad;
   FullyShardedDataParallel* self = fsdp.get();
+  // The units compute where the model is; the pieces stay there, or in the CPU's memory.
+  for (const auto& p : module.parameters()) {
+    fsdp->compute_device_ = p.device();
+    break;
+  }
+  fsdp->piece_device_ = options.offload_to_cpu ? torch::Device(torch::kCPU) : fsdp->compute_device_;
   for (auto& unit_ptr : fsdp->units_) {
     Unit& unit = *unit_ptr;
     if (unit.params.empty()) continue;
-    torch::TensorOptions whole = unit.params[0].param.options().requires_grad(false);
+    torch::TensorOptions whole =
+        unit.params[0].param.options().device(fsdp->compute_device_).requires_grad(false);
     // Mixed precision: floating parameters gathered (and computed with) in the gather dtype; their
     // pieces, the gradients' reduction and the optimizer stay in the parameters' own.
     if (options.gather_dtype.has_value() && whole.dtype().isScalarType(torch::kFloat32))
@@ -182,6 +188,7 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
     for (Unit::Param& p : unit.params) {
       p.shard =
           p.built ? p.param.detach() : RowsOfRank(p.param.detach(), fsdp->rank_, fsdp->world_);
+      if (p.shard.device() != fsdp->piece_device_) p.shard = fsdp->PieceCopy(p.shard);
       p.param.set_data(p.shard);
     }
     if (!unit.root()) {
@@ -197,7 +204,26 @@ absl::StatusOr<std::unique_ptr<FullyShardedDataParallel>> FullyShardedDataParall
                          : torch::empty({fsdp->world_ * unit.shard_numel}, unit.full.options());
     }
   }
+  fsdp->WaitForHostCopies();
   return fsdp;
+}
+
+torch::Tensor FullyShardedDataParallel::PieceCopy(const torch::Tensor& t) {
+  if (t.device() == piece_device_) return t.clone();
+  // Pinned host memory: the copies between it and the GPU are queued on the stream (from pageable
+  // memory each one would wait for the GPU).
+  const bool from_gpu = t.is_cuda();
+  torch::Tensor piece =
+      torch::empty(t.sizes(), t.options().device(piece_device_).pinned_memory(from_gpu));
+  piece.copy_(t, /*non_blocking=*/from_gpu);
+  copying_to_host_ |= from_gpu;
+  return piece;
+}
+
+void FullyShardedDataParallel::WaitForHostCopies() {
+  if (!copying_to_host_) return;
+  torch::cuda::synchronize(compute_device_.has_index() ? compute_device_.index() : -1);
+  copying_to_host_ = false;
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
@@ -237,7 +263,9 @@ void FullyShardedDataParallel::StartGather(Unit& unit) {
   unit.send = buffers.send.narrow(0, 0, unit.shard_numel);
   unit.recv = buffers.recv.narrow(0, 0, world_ * unit.shard_numel);
   for (const Unit::Param& p : unit.params) {
-    unit.send.narrow(0, p.offset, p.shard_numel()).copy_(p.shard.reshape({-1}));
+    // From pinned host memory (offload), the copy is queued on the stream before the collective.
+    unit.send.narrow(0, p.offset, p.shard_numel())
+        .copy_(p.shard.reshape({-1}), /*non_blocking=*/true);
   }
   gathering_ = &unit;
   if (world_ == 1) return;
@@ -321,7 +349,7 @@ void FullyShardedDataParallel::PostBackward(Unit& unit) {
 void FullyShardedDataParallel::ReduceScatter(Unit& unit) {
   torch::NoGradGuard no_grad;
   unit.backward_expected = false;
-  torch::TensorOptions options = unit.params[0].shard.options();
+  torch::TensorOptions options = unit.params[0].shard.options().device(compute_device_);
   torch::Tensor in = torch::empty({world_ * unit.shard_numel}, options);
   torch::Tensor pieces = in.view({world_, unit.shard_numel});
   for (Unit::Param& p : unit.params) {
@@ -372,10 +400,11 @@ void FullyShardedDataParallel::FinishReduce() {
     if (!p.param.requires_grad()) continue;
     torch::Tensor piece = reducing_.out.narrow(0, p.offset, p.shard_numel()).view(p.shard.sizes());
     if (p.stash.defined()) {
-      p.param.mutable_grad() = p.stash.add_(piece);
+      p.param.mutable_grad() = p.stash.add_(piece.to(p.stash.device()));
       p.stash = torch::Tensor();
     } else {
-      p.param.mutable_grad() = piece.clone();  // its own tensor: optimizers detach_() gradients
+      // Its own tensor (optimizers detach_() gradients), where the piece is (offload: the CPU).
+      p.param.mutable_grad() = PieceCopy(piece);
     }
   }
   reducing_ = Reducing();
@@ -407,6 +436,7 @@ absl::Status FullyShardedDataParallel::FinishBackward() {
     FinishReduce();
     training_forward_ = false;
     DropPrefetches();
+    WaitForHostCopies();  // the optimizer reads the gradients next
   });
 }
 
@@ -467,8 +497,9 @@ absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(double max_norm) {
   // The padding's gradients are zero, so the pieces' squares sum to the whole model's.
   torch::Tensor squares = torch::zeros({1}, grads[0].options().dtype(torch::kFloat32));
   for (const auto& g : grads) squares += g.to(torch::kFloat32).pow(2).sum();
-  torch::Tensor on_wire = squares.to(torch::kCPU);
-  if (group_ && group_->backend() == "nccl") on_wire = squares;
+  // NCCL reduces on the GPU (the gradients may be on the CPU: offload), Gloo here on the CPU.
+  torch::Tensor on_wire =
+      squares.to(group_ && group_->backend() == "nccl" ? compute_device_ : torch::kCPU);
   if (group_) KILN_RETURN_IF_ERROR(group_->AllReduce(on_wire));
   double norm = std::sqrt(on_wire.item<double>());
   double coef = max_norm / (norm + 1e-6);
@@ -492,11 +523,13 @@ void FullyShardedDataParallel::ShardState(
   for (auto& unit : units_) {
     for (auto& p : unit->params) {
       for (torch::Tensor* t : state_of(p.param)) {
-        if (t == nullptr || !t->defined() || t->sizes().vec() != p.shape) continue;
-        *t = RowsOfRank(*t, rank_, world_);
+        if (t == nullptr || !t->defined()) continue;
+        if (t->sizes().vec() == p.shape) *t = RowsOfRank(*t, rank_, world_);
+        if (t->device() != piece_device_) *t = PieceCopy(*t);
       }
     }
   }
+  WaitForHostCopies();
 }
 
 ShardedMemory FullyShardedDataParallel::memory() const {

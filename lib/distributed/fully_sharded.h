@@ -40,6 +40,11 @@ struct FullyShardedOptions {
   // this group holds this rank's peers in the other nodes (the same piece), over which the
   // reduced pieces of the gradients are averaged again. Null: no replication.
   std::shared_ptr<ProcessGroup> replicate_group;
+  // CPU offload (Lightning's cpu_offload, FSDP2's CPUOffloadPolicy): between steps the pieces,
+  // their gradients and so the optimizer's state are in the CPU's memory (pinned when the model
+  // computes on a GPU). A unit's pieces are copied to the device for its all-gather, its reduced
+  // gradient pieces come back, and the optimizer steps on the CPU. On a CPU nothing moves.
+  bool offload_to_cpu = false;
 };
 
 // What one rank holds between steps, in bytes.
@@ -91,6 +96,10 @@ class FullyShardedDataParallel : public UnitHooks {
   // has none yet); each one with the parameter's whole shape is replaced by its piece.
   void ShardState(const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of);
   int world_size() const { return world_; }
+  // Where the pieces, their gradients and the optimizer's state are (the CPU with offload_to_cpu),
+  // and where the units compute (the model's device).
+  torch::Device piece_device() const { return piece_device_; }
+  torch::Device compute_device() const { return compute_device_; }
 
   torch::Tensor BeforeForward(const torch::nn::Module& unit, const torch::Tensor& input) override;
   void AfterForward(const torch::nn::Module& unit, const torch::Tensor& output) override;
@@ -118,10 +127,17 @@ class FullyShardedDataParallel : public UnitHooks {
   // Waits for the reduce-scatter in flight and hands its unit's pieces their gradients.
   void FinishReduce();
   Unit* Find(const torch::nn::Module& module);
+  // A tensor of its own with `t`'s values on the pieces' device; from a GPU to the CPU (offload)
+  // the copy is queued, and WaitForHostCopies waits for all of them.
+  torch::Tensor PieceCopy(const torch::Tensor& t);
+  void WaitForHostCopies();
 
   std::shared_ptr<ProcessGroup> group_;
   FullyShardedOptions options_;
   int rank_ = 0, world_ = 1;
+  torch::Device compute_device_{torch::kCPU}, piece_device_{torch::kCPU};
+  // Reduced gradient pieces are being copied to the CPU (offload from a GPU): FinishBackward waits.
+  bool copying_to_host_ = false;
   std::vector<std::unique_ptr<Unit>> units_;  // units in forward order, then the root
   // What every unit's all-gather sends from and receives into, per dtype, sized for the largest
   // unit: one gather is on the way at a time, and buffers made per gather (below glibc's mmap

@@ -30,8 +30,16 @@ bool GradScaler::UnscaleAndCheck(const std::vector<torch::Tensor>& parameters) {
     }
     if (!placed) groups.push_back({g});
   }
-  for (auto& group : groups)
-    at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
+  for (auto& group : groups) {
+    if (group[0].device() == found_inf_.device()) {
+      at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
+      continue;
+    }
+    // Gradients elsewhere (fsdp's pieces offloaded to the CPU): checked there, the finding added.
+    torch::Tensor found = torch::zeros_like(found_inf_, group[0].device());
+    at::_amp_foreach_non_finite_check_and_unscale_(group, found, inv_scale.to(group[0].device()));
+    found_inf_.add_(found.to(found_inf_.device()));
+  }
   bool found = found_inf_.item<float>() > 0;
   if (found) ++skipped_;
   return found;

@@ -305,6 +305,7 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
   // bf16-mixed: the parameters travel and compute in bf16, as Lightning's FSDP mixed precision;
   // gradients reduce in float32 into float32 pieces.
   if (bf16_autocast_ && !bf16_weights_) sharding.gather_dtype = at::kBFloat16;
+  sharding.offload_to_cpu = options_.fsdp_cpu_offload;
   KILN_RETURN_IF_ERROR(ShareShardedRun());
   int64_t built = 0;  // tensors the model built as this worker's pieces (job.cc's PlaceBlocks)
   for (const auto& p : module.parameters()) built += distributed::BuiltPieceOf(p) ? 1 : 0;
@@ -318,10 +319,15 @@ absl::Status Strategy::SetupSharding(torch::nn::Module& module) {
                                                                                   : "FULL_SHARD";
   Logger::Instance().Info(absl::StrFormat(
       "fsdp: %s over %d rank(s)%s, %d units and the root; parameters %.2f MB whole, %.2f MB on "
-      "each rank, the largest unit %.2f MB when gathered%s%s",
+      "each rank, the largest unit %.2f MB when gathered%s%s%s",
       name, piece_count(), group_ ? absl::StrCat(" (", group_->backend(), ")") : "", m.units,
       mb(m.full_parameter_bytes), mb(m.shard_parameter_bytes), mb(m.largest_unit_bytes),
       sharding.gather_dtype ? " (in bf16; gradients reduced in float32)" : "",
+      !options_.fsdp_cpu_offload ? ""
+      : device_.is_cpu()
+          ? "; cpu offload: the model is on the CPU already, nothing moves"
+          : "; cpu offload: the pieces, their gradients and the optimizer state are in the CPU's "
+            "memory (pinned), the optimizer steps there",
       built > 0 ? absl::StrCat("; ", built, " parameter tensors were built as pieces, never whole")
                 : ""));
   return absl::OkStatus();

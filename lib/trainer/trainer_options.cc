@@ -207,6 +207,10 @@ OptionBinding<TrainerOptions> MakeBinding() {
              "fsdp_auto_wrap_policy=size: the parameters a unit holds at least (blocks are "
              "grouped until they reach it)",
              AtLeast(1))
+      .Field("fsdp_cpu_offload", &TrainerOptions::fsdp_cpu_offload,
+             "fsdp: keep the parameters' pieces, their gradients and the optimizer state in the "
+             "CPU's memory between steps, the optimizer stepping there (the GPU holds only the "
+             "units it computes)")
       .Field("table_sharding", &TrainerOptions::table_sharding,
              "several workers: how a model's embedding tables (dlrm, dcn_v2) are sharded "
              "across them: table_wise (whole tables, balanced), row_wise (every table in row "
@@ -271,6 +275,21 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
     return absl::InvalidArgumentError(absl::StrCat(key, "devices lists GPU ids, but ", key,
                                                    "accelerator=cpu: give a count (", key,
                                                    "devices=", options.devices, ")"));
+  }
+  if (options.fsdp_cpu_offload) {
+    const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
+    if (options.strategy != StrategyKind::kFsdp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, "fsdp_cpu_offload=true offloads fsdp's pieces, and ", key,
+          "strategy is not fsdp (data parallel keeps the whole model on each device): set ", key,
+          "strategy=fsdp, or drop the offload"));
+    }
+    if (options.fsdp_sharding_strategy == Sharding::kNoShard) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, "fsdp_cpu_offload=true offloads pieces, and ", key,
+                       "fsdp_sharding_strategy=NO_SHARD makes none (it is data parallel): use "
+                       "FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD"));
+    }
   }
   return options;
 }

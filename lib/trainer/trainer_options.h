@@ -95,6 +95,9 @@ struct TrainerOptions {
   // parameters (size), or the whole model as one (none).
   std::string fsdp_auto_wrap_policy = "blocks";
   int64_t fsdp_min_num_params = 100000000;  // torch's size_based_auto_wrap_policy default
+  // Lightning's cpu_offload: between steps the pieces, their gradients and the optimizer's state
+  // in the CPU's memory, the optimizer stepping there (a GPU holds the units it computes).
+  bool fsdp_cpu_offload = false;
   // With several workers, the embedding tables of a model that has them (dlrm, dcn_v2) are
   // sharded across the workers, the rest data-parallel (lib/distributed/sharded_tables.h).
   std::string table_sharding = "auto";

@@ -278,5 +278,39 @@ TEST_F(CudaTest, FullyShardedTrainsAndResumesOnTheGpu) {
   EXPECT_GE(Accuracy("nccl"), 0.9) << sharded.err;
 }
 
+// trainer.fsdp_cpu_offload on the GPU: between steps the pieces, their gradients and the AdamW
+// state are in pinned host memory and the optimizer steps there; the units are copied to the GPU
+// to compute. The run learns as the one without offload (the optimizer's float32 arithmetic on the
+// CPU and the GPU differ in the last bits), and so does fp16-mixed, whose scaler checks the
+// gradients on the CPU.
+TEST_F(CudaTest, FullyShardedOffloadsToTheCpu) {
+  const std::vector<std::string> fsdp = {"trainer.accelerator=cuda", "trainer.strategy=fsdp",
+                                         "trainer.fsdp_auto_wrap_policy=none",
+                                         "trainer.deterministic=true"};
+  auto plain = Train("plain", fsdp);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  std::vector<std::string> offload = fsdp;
+  offload.push_back("trainer.fsdp_cpu_offload=true");
+  auto offloaded = Train("offload", offload);
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.err;
+  EXPECT_NE(testing::ReadFile(dir_.path() + "/offload/train.log")
+                .find("cpu offload: the pieces, their gradients and the optimizer state are in "
+                      "the CPU's memory"),
+            std::string::npos);
+  EXPECT_GE(Accuracy("offload"), 0.9) << offloaded.err;
+  EXPECT_NEAR(Accuracy("offload"), Accuracy("plain"), 0.02);
+  // Resumed from its own checkpoint (pieces and optimizer state written from the CPU).
+  std::vector<std::string> again = offload;
+  again.insert(again.end(), {"ckpt_path=last", "trainer.max_epochs=4"});
+  auto resumed = Train("offload", again);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_GE(Accuracy("offload"), 0.9) << resumed.err;
+  std::vector<std::string> fp16 = offload;
+  fp16.push_back("trainer.precision=16-mixed");
+  auto half = Train("fp16", fp16);
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  EXPECT_GE(Accuracy("fp16"), 0.9) << half.err;
+}
+
 }  // namespace
 }  // namespace kiln

@@ -360,6 +360,27 @@ TEST_F(FullyShardedTest, ADataParallelCheckpointResumesIntoAModelBuiltInPieces) 
   EXPECT_LT(WorstRelativeDifference(losses, Losses(Run("straight")), 5), 1e-5);
 }
 
+// trainer.fsdp_cpu_offload on the CPU: the pieces are where they were, so the run is the one
+// without it, bit for bit, through gradient accumulation (the stashed pieces) and clipping (the
+// norm over the pieces). On a GPU it moves them (CudaTest.FullyShardedOffloadsToTheCpu).
+TEST_F(FullyShardedTest, CpuOffloadOnTheCpuTrainsTheSameSteps) {
+  const std::vector<std::string> fsdp = {"trainer.strategy=fsdp",
+                                         "trainer.accumulate_grad_batches=2",
+                                         "trainer.gradient_clip_val=0.5"};
+  auto plain = Train("plain", 2, 8, 12, fsdp);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  std::vector<std::string> offload = fsdp;
+  offload.push_back("trainer.fsdp_cpu_offload=true");
+  auto offloaded = Train("offload", 2, 8, 12, offload);
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.err;
+  auto losses = Losses(Run("offload"));
+  EXPECT_EQ(losses.size(), 12u);
+  EXPECT_EQ(losses, Losses(Run("plain")));
+  EXPECT_NE(ReadFile(Run("offload") + "/train.log")
+                .find("cpu offload: the model is on the CPU already, nothing moves"),
+            std::string::npos);
+}
+
 TEST_F(FullyShardedTest, WhatCannotWorkIsOneLine) {
   auto unknown = Train("unknown", 2, 8, 5,
                        {"trainer.strategy=fsdp", "trainer.fsdp_sharding_strategy=FULLSHARD"});
@@ -367,6 +388,19 @@ TEST_F(FullyShardedTest, WhatCannotWorkIsOneLine) {
   EXPECT_NE(ErrorLine(unknown.err).find("fsdp_sharding_strategy"), std::string::npos)
       << unknown.err;
   EXPECT_NE(ErrorLine(unknown.err).find("FULL_SHARD"), std::string::npos) << unknown.err;
+
+  // CPU offload of what data parallel does not cut.
+  auto offload_ddp =
+      Train("offload_ddp", 2, 8, 5, {"trainer.strategy=ddp", "trainer.fsdp_cpu_offload=true"});
+  EXPECT_NE(offload_ddp.exit_code, 0);
+  EXPECT_NE(ErrorLine(offload_ddp.err).find("trainer.strategy is not fsdp"), std::string::npos)
+      << offload_ddp.err;
+  auto offload_no_shard = Train("offload_no_shard", 2, 8, 5,
+                                {"trainer.strategy=fsdp", "trainer.fsdp_sharding_strategy=NO_SHARD",
+                                 "trainer.fsdp_cpu_offload=true"});
+  EXPECT_NE(offload_no_shard.exit_code, 0);
+  EXPECT_NE(ErrorLine(offload_no_shard.err).find("NO_SHARD makes none"), std::string::npos)
+      << offload_no_shard.err;
 
   // A model without blocks under the blocks policy.
   auto blockless = Train("blockless", 2, 8, 5,
