@@ -11,7 +11,8 @@
 # alone exceed the limit fits in pieces (fsdp builds each block whole, then keeps its rows).
 # EXTRA adds overrides to both runs (model.activation_checkpointing=true).
 # STRATEGIES (default "ddp fsdp") picks the runs: a model whose ddp run needs more than this
-# machine's memory should only run under a limit.
+# machine's memory should only run under a limit. KILN (default build/bin/kiln) runs another build
+# (with LD_LIBRARY_PATH at its libraries, which the workers inherit): an A/B of two commits.
 #   bench/fsdp_memory.sh                        # DIM=1024 DEPTH=8 WORLD=2 LIMIT_MB=3000 STEPS=3
 #   DIM=1536 DEPTH=12 WORLD=4 LIMIT_MB=1400 OPTIMIZER=sgd bench/fsdp_memory.sh   # 1.36 GB whole
 set -euo pipefail
@@ -23,7 +24,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 echo "GPT dim $dim, $depth blocks ($((12 * depth * dim * dim / 1000000))M parameters in the blocks, $((48 * depth * dim * dim / 1000000)) MB); $world workers; ${OPTIMIZER:-adamw}; ulimit -v $((limit * 1024)) (${limit} MB) per process"
 for strategy in ${STRATEGIES:-ddp fsdp}; do
   rc=0
-  (ulimit -v $((limit * 1024)); exec build/bin/kiln train experiment=mobydick_gpt hydra.run.dir="$work/$strategy" \
+  (ulimit -v $((limit * 1024)); exec "${KILN:-build/bin/kiln}" train experiment=mobydick_gpt hydra.run.dir="$work/$strategy" \
     trainer.devices="$world" trainer.strategy="$strategy" trainer.max_steps="$steps" trainer.max_time=null \
     trainer.precision=32 trainer.limit_val_batches=0 trainer.num_sanity_val_steps=0 test=false callbacks=none \
     logger=null trainer.enable_progress_bar=false model.dim="$dim" model.depth="$depth" model.heads=16 \
