@@ -285,8 +285,7 @@ TEST_F(CudaTest, FullyShardedTrainsAndResumesOnTheGpu) {
 // gradients on the CPU.
 TEST_F(CudaTest, FullyShardedOffloadsToTheCpu) {
   const std::vector<std::string> fsdp = {"trainer.accelerator=cuda", "trainer.strategy=fsdp",
-                                         "trainer.fsdp_auto_wrap_policy=none",
-                                         "trainer.deterministic=true"};
+                                         "trainer.fsdp_auto_wrap_policy=none"};
   auto plain = Train("plain", fsdp);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   std::vector<std::string> offload = fsdp;
