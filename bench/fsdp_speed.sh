@@ -8,7 +8,8 @@
 # resident memory among the workers of each (kiln: the "fit done" lines of every rank's log; the
 # reference: getrusage in each rank). kiln's data parallel (trainer.strategy=ddp) runs beside them
 # for scale. The runs are interleaved in ROUNDS rounds, ratios taken within a round; the median is
-# the figure. Needs the prepared text data (scripts/prepare_text_data.sh).
+# the figure. Then the losses of both over 50 steps from the same weights and blocks
+# (bench/fsdp2_losses.py). Needs the prepared text data (scripts/prepare_text_data.sh).
 #   bench/fsdp_speed.sh                         # WORLD=2 BATCH=16 STEPS=60 ROUNDS=3
 #   WORLD=4 BATCH=8 bench/fsdp_speed.sh
 set -euo pipefail
@@ -46,3 +47,7 @@ echo "median kiln fsdp / PyTorch FSDP2 tokens/s: $(printf '%s\n' "${ratios[@]}" 
 echo "median kiln / FSDP2 peak resident memory per worker: $(printf '%s\n' "${mems[@]}" | median)x"
 grep -h "fsdp:\|model state on this rank" "$work/kiln_fsdp.out" | sed 's/.*- //'
 grep -h "model state on this rank" "$work/kiln_ddp.out" | sed 's/.*- /ddp /'
+# The same model, batch and workers take the same steps in both (bench/fsdp2_losses.py): rank 0's
+# losses over 50 steps from the same initial weights and blocks, against FSDP2 and PyTorch's DDP.
+BATCH=$batch BLOCK=$block DIM=$dim DEPTH=$depth HEADS=$heads MLP_DIM=$mlp \
+  GLIBC_TUNABLES=$KILN_TUNED_MALLOC "$KILN_PYTHON" bench/fsdp2_losses.py "$world" 50 | tail -1
