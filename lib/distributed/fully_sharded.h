@@ -96,10 +96,6 @@ class FullyShardedDataParallel : public UnitHooks {
   // has none yet); each one with the parameter's whole shape is replaced by its piece.
   void ShardState(const std::function<std::vector<torch::Tensor*>(const torch::Tensor&)>& state_of);
   int world_size() const { return world_; }
-  // Where the pieces, their gradients and the optimizer's state are (the CPU with offload_to_cpu),
-  // and where the units compute (the model's device).
-  torch::Device piece_device() const { return piece_device_; }
-  torch::Device compute_device() const { return compute_device_; }
 
   torch::Tensor BeforeForward(const torch::nn::Module& unit, const torch::Tensor& input) override;
   void AfterForward(const torch::nn::Module& unit, const torch::Tensor& output) override;
@@ -135,6 +131,8 @@ class FullyShardedDataParallel : public UnitHooks {
   std::shared_ptr<ProcessGroup> group_;
   FullyShardedOptions options_;
   int rank_ = 0, world_ = 1;
+  // Where the units compute (the model's device), and where the pieces, their gradients and the
+  // optimizer's state are between steps (the CPU with offload_to_cpu).
   torch::Device compute_device_{torch::kCPU}, piece_device_{torch::kCPU};
   // Reduced gradient pieces are being copied to the CPU (offload from a GPU): FinishBackward waits.
   bool copying_to_host_ = false;

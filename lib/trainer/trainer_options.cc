@@ -269,15 +269,14 @@ absl::StatusOr<TrainerOptions> TrainerOptions::FromConfig(const config::Config& 
   TrainerOptions options = Binding().Fill(config::Config(applied, trainer.prefix()));
   config::NodePtr devices = applied->Find("devices");
   options.devices_listed = devices != nullptr && devices->is_list();
+  const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
   if (options.devices_listed && options.accelerator == Accelerator::kCpu) {
     // The words `kiln` says before starting workers (lib/app/application.cc, UseListedGpus).
-    const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
     return absl::InvalidArgumentError(absl::StrCat(key, "devices lists GPU ids, but ", key,
                                                    "accelerator=cpu: give a count (", key,
                                                    "devices=", options.devices, ")"));
   }
   if (options.fsdp_cpu_offload) {
-    const std::string key = trainer.prefix().empty() ? "" : trainer.prefix() + ".";
     if (options.strategy != StrategyKind::kFsdp) {
       return absl::InvalidArgumentError(absl::StrCat(
           key, "fsdp_cpu_offload=true offloads fsdp's pieces, and ", key,
