@@ -60,6 +60,9 @@ def parse_args():
     ap.add_argument("--sparse-lr", type=float, default=0.05, help="row-wise Adagrad's")
     ap.add_argument("--sparse-eps", type=float, default=1e-8)
     ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--device", default="cpu",
+                    help="where the reference sides train (cuda: the model on the GPU, each batch "
+                         "copied there from pinned host memory, as kiln's loader does; not torchrec)")
     ap.add_argument("--prepare", action="store_true", help="only parse and cache the files")
     return ap.parse_args()
 
@@ -145,7 +148,8 @@ class ReferenceDLRM(torch.nn.Module):
         if self.pooled is not None:
             t = torch.cat([x.unsqueeze(1), self.pooled[:batch]], dim=1)
         else:
-            offsets = torch.arange(batch, dtype=torch.int64)  # one value per bag, as Criteo has
+            # one value per bag, as Criteo has
+            offsets = torch.arange(batch, dtype=torch.int64, device=x.device)
             ly = [bag(sparse[:, j].contiguous(), offsets) for j, bag in enumerate(self.emb)]
             t = torch.cat([x] + ly, dim=1).view(batch, -1, x.shape[1])
         z = torch.bmm(t, t.transpose(1, 2))
@@ -158,7 +162,7 @@ class RowwiseAdagrad:
 
     def __init__(self, params, lr, eps):
         self.params, self.lr, self.eps = list(params), lr, eps
-        self.acc = [torch.zeros(p.shape[0]) for p in self.params]
+        self.acc = [torch.zeros(p.shape[0], device=p.device) for p in self.params]
 
     @torch.no_grad()
     def step(self):
@@ -173,14 +177,15 @@ class RowwiseAdagrad:
 def train_reference(args, data, rng):
     bottom = [int(v) for v in args.bottom.split(",")]
     top = [int(v) for v in args.top.split(",")]
-    model = ReferenceDLRM(args.num_embeddings, args.embedding_dim, bottom, top, rng)
+    model = ReferenceDLRM(args.num_embeddings, args.embedding_dim, bottom, top, rng).to(args.device)
     loss_fn = torch.nn.BCELoss()
     tables = [bag.weight for bag in model.emb]
     dense_params = list(model.bot.parameters()) + list(model.top.parameters())
     if args.impl == "reference_sgd":
         opts = [torch.optim.SGD(model.parameters(), lr=args.lr)]
     elif args.impl == "dense_floor":
-        model.pooled = torch.randn(max(args.batch_size, 4096), NUM_SPARSE, args.embedding_dim) * 0.01
+        model.pooled = torch.randn(max(args.batch_size, 4096), NUM_SPARSE, args.embedding_dim,
+                                   device=args.device) * 0.01
         opts = [torch.optim.Adam(dense_params, lr=args.dense_lr, fused=True)]
     else:
         opts = [RowwiseAdagrad(tables, args.sparse_lr, args.sparse_eps),
@@ -197,9 +202,9 @@ def train_reference(args, data, rng):
             for p in tables:
                 p.grad = None
 
-    seconds = run_epoch(step, data, args.batch_size)
+    seconds = run_epoch(step, data, args.batch_size, args.device)
     model.eval()
-    return seconds, model
+    return seconds, lambda dense, sparse: model(dense.to(args.device), sparse.to(args.device)).cpu()
 
 
 def train_torchrec(args, data):
@@ -248,22 +253,35 @@ def train_torchrec(args, data):
         loss.backward()  # the tables step here, fused
         dense_opt.step()
 
-    seconds = run_epoch(step, data, args.batch_size)
+    seconds = run_epoch(step, data, args.batch_size, "cpu")
     dmp.eval()
     predict = lambda dense, sparse: torch.sigmoid(dmp(dense, kjt(sparse)).squeeze(1))  # noqa: E731
     return seconds, predict
 
 
-def run_epoch(step, data, batch_size):
+def run_epoch(step, data, batch_size, device):
+    """Seconds of one pass over DATA in batches; on a GPU each batch is copied there from pinned
+    host memory without blocking, and the clock stops when the device is done."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        data = [a.pin_memory() for a in data]
+        torch.cuda.synchronize()
     dense, sparse, labels = data
     start = time.perf_counter()
     for b in range(0, len(labels), batch_size):
-        step(dense[b:b + batch_size], sparse[b:b + batch_size], labels[b:b + batch_size])
+        batch = (dense[b:b + batch_size], sparse[b:b + batch_size], labels[b:b + batch_size])
+        if cuda:
+            batch = [a.to(device, non_blocking=True) for a in batch]
+        step(*batch)
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
 def main():
     args = parse_args()
+    if args.impl == "torchrec" and args.device != "cpu":
+        sys.exit("dlrm_reference.py: --impl torchrec runs on the CPU only here (FBGEMM's CPU build)")
     torch.set_num_threads(args.threads)
     train = read_criteo(args.train, args.num_embeddings, args.max_rows)
     test = read_criteo(args.test, args.num_embeddings, args.max_rows)

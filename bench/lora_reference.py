@@ -1,11 +1,12 @@
 """Hugging Face's Trainer with peft's LoRA on a Llama folder: the reference of bench/lora_speed.sh.
 
-usage: lora_reference.py FOLDER WARMUP TIMED THREADS BATCH BLOCK R ALPHA TARGETS [--bf16]
+usage: lora_reference.py FOLDER WARMUP TIMED THREADS BATCH BLOCK R ALPHA TARGETS [--bf16] [--cuda]
 
 Loads FOLDER with AutoModelForCausalLM, wraps it with peft's get_peft_model (LoraConfig r, alpha,
 no dropout, the comma-separated target modules) and trains WARMUP + TIMED steps of BATCH x BLOCK
 tokens with transformers' Trainer on the CPU (AdamW, no logging, saving or evaluation; bf16=True
-with --bf16, which runs the forward under torch.autocast in bf16 as Trainer does on the CPU). The
+with --bf16, which runs the forward under torch.autocast in bf16 as Trainer does on the CPU; with
+--cuda on the GPU, where Trainer puts the model, its batches and the autocast). The
 tokens are random ids below the model's vocab_size (their values do not change the work). Prints
 the timed steps' tokens/s on the last line, timed from the end of the last warm-up step.
 """
@@ -32,10 +33,15 @@ class Blocks(torch.utils.data.Dataset):
 
 
 class StepClock(TrainerCallback):
-    def __init__(self):
-        self.ends = []
+    """The time at each step's end; on a GPU, after the device finished the steps that bound the
+    timed ones (the last warm-up step and the last step)."""
+
+    def __init__(self, sync_at):
+        self.ends, self.sync_at = [], sync_at
 
     def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.sync_at:
+            torch.cuda.synchronize()
         self.ends.append(time.perf_counter())
 
 
@@ -43,17 +49,18 @@ def main():
     folder, warmup, timed, threads, batch, block, r, alpha, targets = sys.argv[1:10]
     warmup, timed, threads, batch, block = map(int, (warmup, timed, threads, batch, block))
     bf16 = "--bf16" in sys.argv[10:]
+    cuda = "--cuda" in sys.argv[10:]
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=int(r), lora_alpha=int(alpha), lora_dropout=0.0,
                                              target_modules=targets.split(",")))
     steps = warmup + timed
-    args = TrainingArguments(output_dir="/tmp/lora_reference", use_cpu=True, bf16=bf16,
+    args = TrainingArguments(output_dir="/tmp/lora_reference", use_cpu=not cuda, bf16=bf16,
                              per_device_train_batch_size=batch, max_steps=steps,
                              learning_rate=1e-3, optim="adamw_torch", logging_strategy="no",
                              save_strategy="no", eval_strategy="no", report_to=[],
                              dataloader_num_workers=0, disable_tqdm=True, seed=0)
-    clock = StepClock()
+    clock = StepClock((warmup, steps) if cuda else ())
     trainer = Trainer(model=model, args=args,
                       train_dataset=Blocks(batch * steps, block, model.config.vocab_size),
                       callbacks=[clock])

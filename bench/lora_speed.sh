@@ -12,6 +12,8 @@
 # Each round runs both once per precision; ratios are taken within a round and the medians are the
 # figures. Target (issue 54): kiln >= 2x the reference in float32 and bf16.
 #   bench/lora_speed.sh                  # PRECISIONS="32 bf16-mixed" ROUNDS=3 TARGETS=q_proj,v_proj
+# DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): both sides on the GPU; kiln's figure is its
+# second epoch's (KILN_WARM_EPOCHS=1), the reference's after its 5 warm-up steps.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/common.sh
@@ -19,6 +21,8 @@ rounds=${ROUNDS:-3}
 threads=${THREADS:-2}
 precisions=${PRECISIONS:-32 bf16-mixed}
 targets=${TARGETS:-q_proj,v_proj}
+device=${DEVICE:-cpu}
+[[ $device == cpu ]] || export KILN_WARM_EPOCHS=${KILN_WARM_EPOCHS:-1}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
 
@@ -34,17 +38,19 @@ lora="{r:8,alpha:16,dropout:0.0,target_modules:[${targets}]}"
 kiln_rate() {
   kiln_epoch_rate "$work/kiln" experiment=mobydick_llama model.pretrained="$hf" "model.lora=$lora" \
     trainer.max_steps=-1 trainer.max_time=null trainer.limit_train_batches=60 \
-    trainer.num_threads="$threads" trainer.precision="$1" | awk '{printf "%.1f", $1 * 128}'
+    trainer.num_threads="$threads" trainer.precision="$1" trainer.accelerator="$device" | awk '{printf "%.1f", $1 * 128}'
 }
 reference_rate() {
-  local flag=""; [[ $1 == bf16-mixed ]] && flag=--bf16
-  python_tuned bench/lora_reference.py "$hf" 5 40 "$threads" 32 128 8 16 "$targets" $flag \
+  local flags=()
+  [[ $1 != bf16-mixed ]] || flags+=(--bf16)
+  [[ $device == cpu ]] || flags+=(--cuda)
+  python_tuned bench/lora_reference.py "$hf" 5 40 "$threads" 32 128 8 16 "$targets" "${flags[@]}" \
     2>"$work/reference.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/reference.err" >&2; exit 1; }
 }
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
-  echo "== llama LoRA $precision (tokens/s, $threads threads, targets $targets, $versions)"
+  echo "== llama LoRA $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
   printf '%-6s %15s %15s %15s\n' round kiln hf_trainer kiln/hf
   ratios=()
   for ((r = 1; r <= rounds; r++)); do

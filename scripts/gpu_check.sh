@@ -17,10 +17,19 @@
 #            carry: .gpu/fashion-mnist data/text/mobydick
 #            fashion_mnist's accuracy (eager and with trainer.cuda_graphs), `kiln serve` on the GPU
 #            against the CPU, then bench/gpu_speed.sh for the CNN
-# Each writes $OUT/gpu_check_tests.json or gpu_check_bench.json (./gpu-check-out without $OUT)
-# and a log per step; a step that fails is recorded and the rest still run.
-# tests-local and bench-local run the same steps against this checkout's build and .venv (on a
-# machine without a GPU, with ACCELERATOR=cpu GRAPHS=0 and short runs, they check the script itself).
+#   or, for fine-tuning, sharding and recommendation (issues 54, 55, 56), one call:
+#   call:    bash scripts/gpu_check.sh unpack && bash scripts/gpu_check.sh models
+#            carry: .gpu/sys.txz .gpu/kiln.txz data/text/mobydick
+#            the CUDA tests (fsdp on the GPU, with CPU offload, among them) while the click data is
+#            generated, then bench/lora_speed.sh (kiln's LoRA step against Hugging Face's Trainer
+#            with peft, float32 and bf16-mixed), clicks_dlrm on the machine's CPU (the AUC to match)
+#            and bench/dlrm_speed.sh on the GPU (kiln against the DLRM reference's recipe)
+# Each writes $OUT/gpu_check_tests.json, gpu_check_bench.json or gpu_check_models.json
+# (./gpu-check-out without $OUT) and a log per step; a step that fails is recorded and the rest
+# still run.
+# tests-local, bench-local and models-local run the same steps against this checkout's build and
+# .venv (on a machine without a GPU, with ACCELERATOR=cpu GRAPHS=0 and short runs, they check the
+# script itself).
 # ROUNDS [2]: the speed bench's rounds; GRAPHS [1]: kiln also with trainer.cuda_graphs=true.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -65,7 +74,14 @@ step() {
   local secs; secs=$(awk "BEGIN {printf \"%.1f\", $(now) - $t0}")
   echo "$name: exit $rc, $secs s" | tee -a "$out/steps.txt"
   printf '{"step": "%s", "exit": %d, "seconds": %s}\n' "$name" "$rc" "$secs" >> "$out/steps.jsonl"
+  [[ -z ${LOGS_TGZ:-} ]] || save_logs
   return 0
+}
+
+# With LOGS_TGZ set (the models mode, whose steps leave more files than a device call brings back),
+# the logs so far as one tarball there, replaced after each step (written aside, then renamed).
+save_logs() {
+  tar -C "$out" -czf "$LOGS_TGZ.$BASHPID" . && mv -f "$LOGS_TGZ.$BASHPID" "$LOGS_TGZ"
 }
 
 # The value of `key: number` in a run's test_metrics.yaml.
@@ -122,10 +138,7 @@ tests_steps() {
   cp "$runs/gpt/test_metrics.yaml" "$out/gpt_test_metrics.yaml" 2> /dev/null
   step gpu_speed_gpt env KILN="$kiln" DEVICE="${ACCELERATOR:-cuda}" MODELS=gpt ROUNDS="${ROUNDS:-2}" \
     KILN_GRAPHS="${GRAPHS:-1}" GPU_SPEED_JSON="$out/gpu_speed_gpt.json" bash bench/gpu_speed.sh
-  local tests_line skipped
-  tests_line=$(grep -o 'tests="[0-9]*" failures="[0-9]*" disabled="[0-9]*" errors="[0-9]*"' "$out/cuda_test.xml" 2> /dev/null | head -1)
-  skipped=$(grep -c '<skipped' "$out/cuda_test.xml" 2> /dev/null)
-  write_json gpu_check_tests.json "cuda_tests=\"${tests_line//\"/} skipped=${skipped:-0}\"" \
+  write_json gpu_check_tests.json "cuda_tests=\"$(junit_line "$out/cuda_test.xml")\"" \
     "mobydick_gpt_test_bpc=\"$(metric "$runs/gpt" test/bpc)\"" \
     "speed_gpt=$(cat "$out/gpu_speed_gpt.json" 2> /dev/null || echo null)"
   rm -rf "$runs"
@@ -162,6 +175,60 @@ print(json.dumps({"answers": len(a["classes"]), "same_classes": a["classes"] == 
   rm -rf "$runs"
 }
 
+# The CUDA tests, then the LoRA step and clicks_dlrm on the GPU against their references (issues 54
+# and 56). CLICK_ROWS [1000000] rows of click data (TABLE [100000] rows per table, bench/dlrm_speed.sh's
+# size); ROUNDS [2] for both benches; LORA_PRECISIONS ["32 bf16-mixed"].
+models_steps() {
+  local kiln=$1 cuda_test=$2 runs; runs=$(mktemp -d)
+  local clicks=$runs/clicks table=${TABLE:-100000} device=${ACCELERATOR:-cuda}
+  # What comes back: gpu_check_models.json, steps.txt and logs.tgz (every step's log); the steps
+  # write in $runs/out.
+  local final=${OUT:-$ROOT/gpu-check-out}
+  mkdir -p "$final" && rm -f "$final/logs.tgz"
+  OUT=$runs/out setup_out
+  export LOGS_TGZ=$final/logs.tgz
+  STEP_TIMEOUT=${CUDA_TESTS_TIMEOUT:-200} step cuda_tests env KILN_TEST_KILN="$kiln" "$cuda_test" \
+    --gtest_output=xml:"$out/cuda_test.xml" &
+  # Meanwhile, on the CPU: the click data, its rows parsed for the Python sides (cached beside it),
+  # and the AUC the GPU's run is held to: the same job on this machine's CPU, on the same rows.
+  {
+    step clicks_data "$KILN_PYTHON" scripts/make_clicks_data.py --out "$clicks" --rows "${CLICK_ROWS:-1000000}"
+    step clicks_parse "$KILN_PYTHON" bench/dlrm_reference.py --train "$clicks/train.tsv" --test "$clicks/test.tsv" \
+      --max-rows 0 --num-embeddings "$table" --prepare
+    step clicks_dlrm_cpu "$kiln" train experiment=clicks_dlrm trainer.accelerator=cpu logger=null \
+      data.train="$clicks/train.tsv" data.test="$clicks/test.tsv" data.num_embeddings_per_feature="$table" \
+      hydra.run.dir="$runs/dlrm_cpu"
+  } &
+  wait
+  step lora_speed env KILN="$kiln" DEVICE="$device" ROUNDS="${ROUNDS:-2}" \
+    PRECISIONS="${LORA_PRECISIONS:-32 bf16-mixed}" bash bench/lora_speed.sh
+  step dlrm_speed env KILN="$kiln" DEVICE="$device" DATA="$clicks" TABLE="$table" ROUNDS="${ROUNDS:-2}" \
+    IMPLS="${DLRM_IMPLS:-reference_sgd reference_rowwise}" FLOORS="${DLRM_FLOORS:-0}" LOCK="$runs/lock" \
+    bash bench/dlrm_speed.sh
+  local lora dlrm
+  lora=$(grep 'median: ' "$out/lora_speed.log" | json_lines)
+  dlrm=$(sed -n '/^medians:/,$p' "$out/dlrm_speed.log" | json_lines)
+  write_json gpu_check_models.json \
+    "cuda_tests=\"$(junit_line "$out/cuda_test.xml")\"" \
+    "clicks_teacher=$(cat "$clicks/teacher.json" 2> /dev/null || echo null)" \
+    "clicks_dlrm_cpu_test_auc=\"$(metric "$runs/dlrm_cpu" test/auc)\"" \
+    "lora_speed=[$lora]" "dlrm_speed=[$dlrm]"
+  save_logs
+  cp "$out/gpu_check_models.json" "$out/steps.txt" "$final/"
+  rm -rf "$runs"
+}
+
+# The lines of stdin as a JSON list's items (quotes and backslashes dropped).
+json_lines() { tr -d '"\\' | awk 'NR > 1 {printf ", "} {printf "\"%s\"", $0}'; }
+
+# "tests=... failures=... skipped=N" of a gtest XML file.
+junit_line() {
+  local line skipped
+  line=$(grep -o 'tests="[0-9]*" failures="[0-9]*" disabled="[0-9]*" errors="[0-9]*"' "$1" 2> /dev/null | head -1)
+  skipped=$(grep -c '<skipped' "$1" 2> /dev/null)
+  echo "${line//\"/} skipped=${skipped:-0}"
+}
+
 # Call 1 on the GPU machine: the system libraries to /opt/kiln-sys, kiln to /tmp/kiln, and
 # wrappers that run kiln and its test with them (Python keeps the machine's own libraries).
 unpack() {
@@ -195,7 +262,9 @@ case $mode in
   unpack) unpack ;;
   tests) unpacked; SPEECH_TEST=/tmp/kiln/speech_cli_test tests_steps /tmp/kiln/kiln /tmp/kiln/cuda_test ;;
   bench) unpacked; fashion_data; bench_steps /tmp/kiln/kiln ;;
+  models) unpacked; models_steps /tmp/kiln/kiln /tmp/kiln/cuda_test ;;
   tests-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} tests_steps "$ROOT/build/bin/kiln" "$ROOT/build/bin/cuda_test" ;;
   bench-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} bench_steps "$ROOT/build/bin/kiln" ;;
-  *) echo "usage: scripts/gpu_check.sh pack|unpack|tests|bench|tests-local|bench-local" >&2; exit 2 ;;
+  models-local) KILN_PYTHON=${KILN_PYTHON_LOCAL:-$ROOT/.venv/bin/python} models_steps "$ROOT/build/bin/kiln" "$ROOT/build/bin/cuda_test" ;;
+  *) echo "usage: scripts/gpu_check.sh pack|unpack|tests|bench|models|tests-local|bench-local|models-local" >&2; exit 2 ;;
 esac
