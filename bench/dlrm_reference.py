@@ -57,7 +57,7 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.1, help="SGD's learning rate (reference_sgd)")
     ap.add_argument("--dense-lr", type=float, default=1e-3, help="Adam's (rowwise, torchrec)")
-    ap.add_argument("--sparse-lr", type=float, default=0.05, help="row-wise Adagrad's")
+    ap.add_argument("--sparse-lr", type=float, default=0.1, help="row-wise Adagrad's (clicks_dlrm's)")
     ap.add_argument("--sparse-eps", type=float, default=1e-8)
     ap.add_argument("--seed", type=int, default=12345)
     ap.add_argument("--device", default="cpu",

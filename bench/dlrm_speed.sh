@@ -12,6 +12,7 @@
 #   bench/dlrm_speed.sh     # DATA=/work/bench-data/clicks1m ROWS=1000000 MAX_ROWS=0 TABLE=100000
 #                           # ROUNDS=3 THREADS=2 TORCHREC_PYTHON=.venv/bin/python LOCK=/tmp/kiln-cpu.lock
 #                           # DEVICE=cpu IMPLS="reference_sgd reference_rowwise dense_floor" FLOORS=1
+#                           # SPARSE_LR=0.1 (row-wise Adagrad's rate on every side: clicks_dlrm's)
 # DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): kiln with trainer.accelerator=cuda and the
 # Python sides with --device cuda (batches copied from pinned host memory, the clock stopped after
 # a synchronize); TorchRec is left out there (FBGEMM's CPU build). IMPLS picks the Python sides;
@@ -34,8 +35,9 @@ device=${DEVICE:-cpu}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 [[ -f $data/train.tsv ]] || "$KILN_PYTHON" scripts/make_clicks_data.py --out "$data" --rows "$rows" >/dev/null
+sparse_lr=${SPARSE_LR:-0.1}
 files=(--train "$data/train.tsv" --test "$data/test.tsv" --max-rows "$max_rows" --num-embeddings "$table"
-  --threads "$threads")
+  --threads "$threads" --sparse-lr "$sparse_lr")
 "$KILN_PYTHON" bench/dlrm_reference.py "${files[@]}" --prepare
 read -r -a impls <<< "${IMPLS:-reference_sgd reference_rowwise dense_floor}"
 torchrec_why=
@@ -54,7 +56,7 @@ fi
 kiln_round() {
   "${KILN:-build/bin/kiln}" train experiment=clicks_dlrm hydra.run.dir="$1" logger=null \
     data.train="$data/train.tsv" data.test="$data/test.tsv" data.max_rows="$max_rows" \
-    data.num_embeddings_per_feature="${2:-$table}" trainer.num_threads="$threads" \
+    data.num_embeddings_per_feature="${2:-$table}" optimizer.sparse_lr="$sparse_lr" trainer.num_threads="$threads" \
     trainer.accelerator="$device" > "$1.out" 2>&1 ||
     { cat "$1.out" >&2; exit 1; }
   local rate auc fit
@@ -74,7 +76,7 @@ reference_round() {
 
 exec {lock}>"${LOCK:-/tmp/kiln-cpu.lock}"
 flock "$lock"
-echo "== clicks_dlrm on $device, $data (max_rows $max_rows), tables 26 x $table, batch 512, one epoch, $threads threads," \
+echo "== clicks_dlrm on $device, $data (max_rows $max_rows), tables 26 x $table, batch 512, one epoch, $threads threads, sparse lr $sparse_lr," \
   "torch $("$KILN_PYTHON" -c 'import torch; print(torch.__version__)')"
 [[ -z $torchrec_why ]] || echo "torchrec: not run: $torchrec_why"
 echo "round system samples/s test_auc" | awk '{printf "%-6s %-18s %12s %9s\n", $1, $2, $3, $4}'
