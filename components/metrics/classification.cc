@@ -16,8 +16,11 @@ absl::StatusOr<Rows> CountedRows(const MetricBatch& batch, const std::string& me
                      target.defined() ? c10::str(target.sizes()) : "none"));
   }
   Rows rows{preds.reshape({-1, preds.size(-1)}), target.reshape({-1}).to(torch::kInt64)};
+  // A mask that keeps every row (a language model's blocks without padding) costs no copy of the
+  // scores (a masked index is a nonzero and a gather).
   if (batch.mask.defined()) {
     torch::Tensor keep = batch.mask.reshape({-1}).to(rows.target.device(), torch::kBool);
+    if (keep.all().item<bool>()) return rows;
     rows.preds = rows.preds.index({keep});
     rows.target = rows.target.index({keep});
   }
