@@ -247,6 +247,39 @@ class SiluMulFunction : public torch::autograd::Function<SiluMulFunction> {
   }
 };
 
+// out = x + y, float32 x and bf16 y, in float32: the promoted add's arithmetic (y widened exactly,
+// then one float32 add), in one pass without y's float32 copy.
+KILN_AVX2 void AddWidenedRange(const float* x, const c10::BFloat16* y, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Store8(out + i, _mm256_add_ps(Load8(x + i), Load8(y + i)));
+  for (; i < n; ++i) out[i] = x[i] + static_cast<float>(y[i]);
+}
+
+torch::Tensor AddWidened(const torch::Tensor& x, const torch::Tensor& y) {
+  torch::Tensor out = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const c10::BFloat16* yp = y.data_ptr<c10::BFloat16>();
+  float* op = out.data_ptr<float>();
+  ParallelFor(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    AddWidenedRange(xp + begin, yp + begin, op + begin, end - begin);
+  });
+  return out;
+}
+
+// The backward of x + y as autograd gives it for the promoted add: the gradient itself for x, and
+// for y rounded to bf16.
+class ResidualAddFunction : public torch::autograd::Function<ResidualAddFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x,
+                               const torch::Tensor& y) {
+    return AddWidened(x, y);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], grads[0].to(torch::kBFloat16)};
+  }
+};
+
 }  // namespace
 #endif  // KILN_GELU_KERNEL
 
@@ -260,6 +293,20 @@ torch::Tensor GeluTanh(const torch::Tensor& x) {
   }
 #endif
   return torch::gelu(x, "tanh");
+}
+
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y) {
+#ifdef KILN_GELU_KERNEL
+  if (x.device().is_cpu() && y.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+      y.scalar_type() == torch::kBFloat16 && x.sizes() == y.sizes() && x.is_contiguous() &&
+      y.is_contiguous() && x.layout() == torch::kStrided && y.layout() == torch::kStrided &&
+      bf16::HasAvx2Fma() && !torch::jit::tracer::isTracing()) {
+    const bool recording =
+        torch::GradMode::is_enabled() && (x.requires_grad() || y.requires_grad());
+    return recording ? ResidualAddFunction::apply(x, y) : AddWidened(x, y);
+  }
+#endif
+  return x + y;
 }
 
 torch::Tensor SiluMul(const torch::Tensor& gate, const torch::Tensor& up) {

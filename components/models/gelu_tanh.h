@@ -22,6 +22,12 @@ torch::Tensor GeluTanh(const torch::Tensor& x);
 // to about 1e-7 relative. Otherwise (evaluation, generation, other devices) torch::silu(gate) * up.
 torch::Tensor SiluMul(const torch::Tensor& gate, const torch::Tensor& up);
 
+// A transformer block's residual add, x + y, where x is the float32 residual stream and y a
+// branch's output in bf16 (autocast's products): on CPUs with AVX2 and FMA, one pass that widens y
+// as it adds (ATen's promoted add first copies y to float32), the same bits as x + y both ways
+// (x's gradient passed through, y's rounded to bf16). Otherwise, and for any other dtypes, x + y.
+torch::Tensor ResidualAdd(const torch::Tensor& x, const torch::Tensor& y);
+
 // The same as a module, for Sequential.
 class GeluTanhLayerImpl : public torch::nn::Module {
  public:

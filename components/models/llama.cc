@@ -263,8 +263,8 @@ class LlamaLayerImpl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& packed) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, window_, packed);
-    return x + mlp->forward(post_attention_layernorm->forward(x));
+    x = ResidualAdd(x, self_attn->forward(input_layernorm->forward(x), cos, sin, window_, packed));
+    return ResidualAdd(x, mlp->forward(post_attention_layernorm->forward(x)));
   }
   torch::Tensor forward_cached(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                                KvCache& cache, size_t index, const KvCache::Mask& mask) {

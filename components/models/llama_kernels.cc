@@ -113,21 +113,23 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 
 // One (B, T) row of x: n heads of hd, at `in` with heads `head_stride` apart; c and s the row's
 // cos and sin. out[e] = x[e] c[e] + partner[e] s[e], partner = -x[e + hd/2] in the first half and
-// x[e - hd/2] in the second, each product rounded to T first.
-template <typename T>
-void RotateRow(const T* in, int64_t head_stride, const T* c, const T* s, int64_t n, int64_t hd,
-               T* out) {
+// x[e - hd/2] in the second, each product rounded to Out first. Out is the composite's result
+// type: x's and cos's dtype, or float32 for bf16 x with float32 cos and sin (the products
+// promoted).
+template <typename In, typename Cs, typename Out>
+void RotateRow(const In* in, int64_t head_stride, const Cs* c, const Cs* s, int64_t n, int64_t hd,
+               Out* out) {
   const int64_t half = hd / 2;
-  auto rounded = [](float v) { return static_cast<float>(static_cast<T>(v)); };
+  auto rounded = [](float v) { return static_cast<float>(static_cast<Out>(v)); };
   for (int64_t h = 0; h < n; ++h) {
-    const T* x = in + h * head_stride;
-    T* dst = out + h * hd;
+    const In* x = in + h * head_stride;
+    Out* dst = out + h * hd;
     for (int64_t e = 0; e < hd; ++e) {
       const float partner =
           e < half ? -static_cast<float>(x[e + half]) : static_cast<float>(x[e - half]);
       const float a = rounded(static_cast<float>(x[e]) * static_cast<float>(c[e]));
       const float r = rounded(partner * static_cast<float>(s[e]));
-      dst[e] = static_cast<T>(a + r);
+      dst[e] = static_cast<Out>(a + r);
     }
   }
 }
@@ -152,13 +154,15 @@ RotaryLayout RotaryLayoutOf(const torch::Tensor& x, const torch::Tensor& cos) {
   return l;
 }
 
-template <typename T>
+template <typename In, typename Cs = In, typename Out = In>
 torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
                          const torch::Tensor& sin) {
   const RotaryLayout l = RotaryLayoutOf(x, cos);
-  torch::Tensor out = torch::empty({l.batch, l.length, l.heads, l.hd}, x.options());
-  const T *xp = x.data_ptr<T>(), *cp = cos.data_ptr<T>(), *sp = sin.data_ptr<T>();
-  T* o = out.data_ptr<T>();
+  torch::Tensor out = torch::empty({l.batch, l.length, l.heads, l.hd},
+                                   x.options().dtype(c10::CppTypeToScalarType<Out>::value));
+  const In* xp = x.data_ptr<In>();
+  const Cs *cp = cos.data_ptr<Cs>(), *sp = sin.data_ptr<Cs>();
+  Out* o = out.data_ptr<Out>();
   ParallelFor(0, l.batch * l.length, kNormRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t i = row / l.length, j = row % l.length;
@@ -170,15 +174,20 @@ torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
   return out;
 }
 
-// float32 with autograd. dx = dy * cos + RotateHalf^T(dy * sin): RotateHalf^T swaps the halves
-// and negates the first, so dx[e] = dy[e] c[e] + dy[e + hd/2] s[e + hd/2] in the first half and
-// dy[e] c[e] - dy[e - hd/2] s[e - hd/2] in the second.
+// float32 cos and sin with autograd, x float32 or bf16 (the result float32, as the composite's).
+// dx = dy * cos + RotateHalf^T(dy * sin): RotateHalf^T swaps the halves and negates the first, so
+// dx[e] = dy[e] c[e] + dy[e + hd/2] s[e + hd/2] in the first half and dy[e] c[e] - dy[e - hd/2]
+// s[e - hd/2] in the second, in float32, rounded to x's dtype once (the composite rounds each of
+// the two terms to bf16 and adds them in bf16).
 class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& cos, const torch::Tensor& sin) {
     ctx->save_for_backward({cos, sin});
-    return RotateLoop<float>(x, cos, sin);
+    ctx->saved_data["bf16"] = x.scalar_type() == torch::kBFloat16;
+    return x.scalar_type() == torch::kBFloat16
+               ? RotateLoop<c10::BFloat16, float, float>(x, cos, sin)
+               : RotateLoop<float>(x, cos, sin);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -206,6 +215,7 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
         }
       }
     });
+    if (ctx->saved_data["bf16"].toBool()) dx = dx.to(torch::kBFloat16);
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -256,6 +266,17 @@ torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
   if (loop && recording && dtype == torch::kFloat32 && !cos.requires_grad() &&
       !sin.requires_grad()) {
     return RotaryFunction::apply(x, cos, sin);
+  }
+  // bf16 x (a projection under autocast) with the model's float32 cos and sin: the composite's
+  // float32 result from one loop, with autograd or without.
+  const bool mixed = shaped && x.device().is_cpu() && cos.device().is_cpu() &&
+                     x.layout() == torch::kStrided && dtype == torch::kBFloat16 &&
+                     cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32 &&
+                     !cos.requires_grad() && !sin.requires_grad() &&
+                     !torch::jit::tracer::isTracing();
+  if (mixed) {
+    return recording ? RotaryFunction::apply(x, cos, sin)
+                     : RotateLoop<c10::BFloat16, float, float>(x, cos, sin);
   }
   // The composite: cos and sin broadcast over the heads.
   torch::Tensor c = cos.dim() == 2 ? cos.unsqueeze(1) : cos;

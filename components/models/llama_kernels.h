@@ -28,6 +28,10 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, 
 //   the dtype and then their sum, as the composite's kernels round, so the forward equals it bit
 //   for bit. With autograd (float32 only) the backward, dy * cos + RotateHalf^T(dy * sin), is one
 //   loop too; cos and sin get no gradient (they come from positions).
+// - bf16 x with float32 cos and sin (a projection under autocast, the model's tables): the same
+//   loop with the composite's float32 result, equal to it bit for bit, with autograd or without;
+//   the backward computes dx in float32 and rounds it to bf16 once (the composite rounds its two
+//   terms to bf16 and adds them in bf16).
 torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // The composite's RotateHalf: [.., hd] with the halves swapped and the second negated.

@@ -111,10 +111,10 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t m
 torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const AttentionMask& mask) {
   torch::Tensor a = attn->forward(ln_1->forward(x), mask);
   if (dropout_ > 0) a = torch::dropout(a, dropout_, is_training());
-  x = x + a;
+  x = ResidualAdd(x, a);
   torch::Tensor m = mlp->forward(ln_2->forward(x));
   if (dropout_ > 0) m = torch::dropout(m, dropout_, is_training());
-  return x + m;
+  return ResidualAdd(x, m);
 }
 
 torch::Tensor TransformerBlockImpl::forward_cached(torch::Tensor x, KvCache& cache, size_t layer,

@@ -928,7 +928,51 @@ TEST(LlamaKernels, RotaryMatchesTheComposite) {
     torch::Tensor c16 = c.to(torch::kBFloat16), s16 = s.to(torch::kBFloat16);
     EXPECT_TRUE(torch::equal(Rotate(x16, cos.to(torch::kBFloat16), sin.to(torch::kBFloat16)),
                              x16 * c16 + RotateHalf(x16) * s16));
+    // bf16 x with float32 cos and sin (a projection under autocast): the composite's float32
+    // result, the same bits, and without grad too; its gradient within bf16's rounding of the
+    // exact one (the composite's within two roundings).
+    torch::Tensor want_mixed = x16 * c + RotateHalf(x16) * s;
+    EXPECT_EQ(want_mixed.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(Rotate(x16, cos, sin), want_mixed));
+    torch::AutoGradMode grad_mode(true);
+    torch::Tensor y16 = x16.detach().requires_grad_();
+    torch::Tensor got_mixed = Rotate(y16, cos, sin);
+    EXPECT_TRUE(torch::equal(got_mixed, want_mixed));
+    torch::Tensor g16 = torch::autograd::grad({(got_mixed * dy).sum()}, {y16})[0];
+    EXPECT_EQ(g16.scalar_type(), torch::kBFloat16);
+    torch::Tensor x64 = x16.to(torch::kFloat64).detach().requires_grad_();
+    torch::Tensor exact = torch::autograd::grad(
+        {(Rotate(x64, cos.to(torch::kFloat64), sin.to(torch::kFloat64)) * dy.to(torch::kFloat64))
+             .sum()},
+        {x64})[0];
+    EXPECT_TRUE(torch::allclose(g16.to(torch::kFloat64), exact, 1e-2, 1e-2))
+        << (g16.to(torch::kFloat64) - exact).abs().max();
   }
+}
+
+// The residual add of a bf16 branch into the float32 stream: the promoted add's bits forward,
+// and its gradients (x's passed through, y's rounded to bf16) bit for bit, at sizes with tails and
+// over several parallel tasks; other dtypes take x + y.
+TEST(ResidualAdd, EqualsThePromotedAddBothWays) {
+  torch::manual_seed(8);
+  for (int64_t n : {1, 7, 8, 9, 4096 * 33 + 5}) {
+    SCOPED_TRACE(n);
+    torch::Tensor x = torch::randn({n}).requires_grad_();
+    torch::Tensor y = torch::randn({n}).to(torch::kBFloat16).requires_grad_();
+    torch::Tensor got = ResidualAdd(x, y), want = x + y;
+    ASSERT_EQ(got.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(got, want));
+    torch::Tensor g = torch::randn({n});
+    auto got_grads = torch::autograd::grad({got}, {x, y}, {g});
+    auto want_grads = torch::autograd::grad({want}, {x, y}, {g});
+    EXPECT_TRUE(torch::equal(got_grads[0], want_grads[0]));
+    ASSERT_EQ(got_grads[1].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(got_grads[1], want_grads[1]));
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(ResidualAdd(x, y), want));
+  }
+  torch::Tensor a = torch::randn({5}), b = torch::randn({5});
+  EXPECT_TRUE(torch::equal(ResidualAdd(a, b), a + b));
 }
 
 // The fused GELU matches ATen's tanh GELU in value and gradient, over the range where it bends and
