@@ -13,22 +13,28 @@ namespace {
 
 constexpr int64_t kNormRowGrain = 64;  // rows per parallel task, and per partial sum of a gradient
 
-// The sum of a row's squares in 8 interleaved partial sums (the order is fixed: the results do not
-// depend on how rows are split among threads).
-template <typename T>
-float SumOfSquares(const T* row, int64_t dim) {
+// The sum of term(0) .. term(dim - 1) in 8 interleaved partial sums (the order is fixed: the
+// results do not depend on how rows are split among threads, and the compiler can use lanes).
+template <typename Term>
+float LaneSum(int64_t dim, Term term) {
   float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= dim; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const float v = static_cast<float>(row[i + j]);
-      partial[j] += v * v;
-    }
+    for (int j = 0; j < 8; ++j) partial[j] += term(i + j);
   }
   float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
               ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-  for (; i < dim; ++i) sum += static_cast<float>(row[i]) * static_cast<float>(row[i]);
+  for (; i < dim; ++i) sum += term(i);
   return sum;
+}
+
+// The sum of a row's squares.
+template <typename T>
+float SumOfSquares(const T* row, int64_t dim) {
+  return LaneSum(dim, [row](int64_t i) {
+    const float v = static_cast<float>(row[i]);
+    return v * v;
+  });
 }
 
 // out = w * T(x * scale) row by row; each row's scale into `scales` when it is not null.
@@ -108,6 +114,97 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     });
     torch::Tensor dw = partial.sum(0);
     return {dx, dw.to(saved[1].scalar_type()), torch::Tensor()};
+  }
+};
+
+// LayerNorm over float32 rows, written as Out (float32, or bf16 for the bf16 product that follows
+// under autocast): mean and variance in two passes over the row (8 interleaved partial sums, a
+// fixed order), y = (x - mean) rstd w + b in float32, rounded once to Out. Each row's mean and rstd
+// go to `stats` [rows, 2] for the backward.
+template <typename Out>
+torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
+                            const torch::Tensor& bias, double eps, float* stats) {
+  torch::Tensor out = torch::empty_like(x, x.options().dtype(c10::CppTypeToScalarType<Out>::value));
+  const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
+  const float *in = x.data_ptr<float>(), *w = weight.data_ptr<float>(), *b = bias.data_ptr<float>();
+  Out* o = out.data_ptr<Out>();
+  const float epsilon = static_cast<float>(eps);
+  ParallelFor(0, rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> centered(dim);
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = in + r * dim;
+      const float mean =
+          LaneSum(dim, [row](int64_t i) { return row[i]; }) / static_cast<float>(dim);
+      for (int64_t i = 0; i < dim; ++i) centered[i] = row[i] - mean;
+      const float var = SumOfSquares(centered.data(), dim) / static_cast<float>(dim);
+      const float rstd = 1.0f / std::sqrt(var + epsilon);
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+      for (int64_t i = 0; i < dim; ++i)
+        o[r * dim + i] = static_cast<Out>(centered[i] * rstd * w[i] + b[i]);
+    }
+  });
+  return out;
+}
+
+// With autograd: x float32 (the residual stream), the output bf16. With xh = (x - mean) rstd and
+// g = dy w: dx = rstd (g - mean(g) - xh mean(g xh)), dw = the sum over rows of dy xh, db = of dy,
+// the sums over fixed blocks of rows added in a fixed order (no dependence on the thread count).
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+    const int64_t dim = x.size(-1);
+    torch::Tensor stats = torch::empty({x.numel() / std::max<int64_t>(dim, 1), 2}, x.options());
+    torch::Tensor y = LayerNormRows<c10::BFloat16>(x, weight, bias, eps, stats.data_ptr<float>());
+    ctx->save_for_backward({x, weight, stats});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& stats = saved[2];
+    const torch::Tensor dy = grads[0].to(torch::kFloat32).contiguous();
+    const int64_t dim = x.size(-1), rows = stats.size(0);
+    const int64_t blocks = (rows + kNormRowGrain - 1) / kNormRowGrain;
+    torch::Tensor dx = torch::empty_like(x);
+    // Per block: dw's partial sums, then db's.
+    torch::Tensor partial = torch::zeros({std::max<int64_t>(blocks, 1), 2, dim}, x.options());
+    const float *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>(),
+                *sp = stats.data_ptr<float>(), *gp = dy.data_ptr<float>();
+    float *dxp = dx.data_ptr<float>(), *pp = partial.data_ptr<float>();
+    ParallelFor(0, blocks, 1, [&](int64_t first, int64_t last) {
+      std::vector<float> g(dim), xh(dim);
+      for (int64_t block = first; block < last; ++block) {
+        float* dw = pp + block * 2 * dim;
+        float* db = dw + dim;
+        const int64_t end = std::min(rows, (block + 1) * kNormRowGrain);
+        for (int64_t r = block * kNormRowGrain; r < end; ++r) {
+          const float* xr = xp + r * dim;
+          const float* dyr = gp + r * dim;
+          const float mean = sp[2 * r], rstd = sp[2 * r + 1];
+          for (int64_t i = 0; i < dim; ++i) {
+            xh[i] = (xr[i] - mean) * rstd;
+            g[i] = dyr[i] * wp[i];
+            dw[i] += dyr[i] * xh[i];
+            db[i] += dyr[i];
+          }
+          const float* gr = g.data();
+          const float* hr = xh.data();
+          const float mean_g =
+              LaneSum(dim, [gr](int64_t i) { return gr[i]; }) / static_cast<float>(dim);
+          const float mean_gx =
+              LaneSum(dim, [gr, hr](int64_t i) { return gr[i] * hr[i]; }) / static_cast<float>(dim);
+          float* dxr = dxp + r * dim;
+          for (int64_t i = 0; i < dim; ++i) dxr[i] = rstd * (g[i] - mean_g - xh[i] * mean_gx);
+        }
+      }
+    });
+    torch::Tensor sums = partial.sum(0);
+    return {dx, sums[0], sums[1], torch::Tensor()};
   }
 };
 
@@ -245,6 +342,28 @@ torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, 
   torch::Tensor h = x.to(torch::kFloat32);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor LayerNormToBf16(const torch::Tensor& x, const torch::Tensor& weight,
+                              const torch::Tensor& bias, double eps) {
+  const int64_t dim = x.dim() >= 1 ? x.size(-1) : 0;
+  const bool rows = x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                    x.is_contiguous() && x.dim() >= 1 && dim > 0 && x.layout() == torch::kStrided &&
+                    weight.defined() && bias.defined() && weight.device().is_cpu() &&
+                    bias.device().is_cpu() && weight.scalar_type() == torch::kFloat32 &&
+                    bias.scalar_type() == torch::kFloat32 && weight.dim() == 1 && bias.dim() == 1 &&
+                    weight.size(0) == dim && bias.size(0) == dim && weight.is_contiguous() &&
+                    bias.is_contiguous() && !torch::jit::tracer::isTracing();
+  if (!rows) {
+    // What autocast runs: the norm in float32 whatever its inputs' dtypes, then the cast.
+    auto f32 = [](const torch::Tensor& t) { return t.defined() ? t.to(torch::kFloat32) : t; };
+    return torch::layer_norm(f32(x), {dim}, f32(weight), f32(bias), eps).to(torch::kBFloat16);
+  }
+  const bool recording = torch::GradMode::is_enabled() &&
+                         (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  if (recording) return LayerNormFunction::apply(x, weight, bias, eps);
+  torch::Tensor stats = torch::empty({x.numel() / dim, 2}, x.options());
+  return LayerNormRows<c10::BFloat16>(x, weight, bias, eps, stats.data_ptr<float>());
 }
 
 torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {

@@ -20,6 +20,16 @@ namespace kiln {
 //   depend on the thread count); it is not itself differentiable.
 torch::Tensor RmsNormalize(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// LayerNorm over the last dimension with its weight and bias, the result rounded to bf16: what a
+// LayerNorm under CPU autocast (which runs it in float32) followed by the bf16 product that reads
+// it computes, in one loop over float32 rows and without the float32 result and its cast. The
+// mean and variance are summed in a fixed order of their own, so values can differ from ATen's
+// layer_norm in the last bit before the rounding. With autograd, the backward is one loop too
+// (dx, and the weight's and bias's gradients over fixed blocks of rows). Other inputs (a bf16
+// weight, say): torch::layer_norm in float32, then the cast, as autocast runs it.
+torch::Tensor LayerNormToBf16(const torch::Tensor& x, const torch::Tensor& weight,
+                              const torch::Tensor& bias, double eps);
+
 // Rotary position embedding in the "rotate half" form Hugging Face's checkpoints are laid out
 // for: x * cos + RotateHalf(x) * sin, where RotateHalf swaps the last dimension's halves and
 // negates the second. x [B, T, n, hd] (any strides but a contiguous last dimension); cos and sin

@@ -9,6 +9,8 @@
 #include "components/models/causal_attention.h"
 #include "components/models/checkpointing.h"
 #include "components/models/gelu_tanh.h"
+#include "components/models/llama_kernels.h"
+#include "lib/base/torch_compat.h"
 
 namespace kiln {
 
@@ -108,11 +110,25 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t m
   mlp = register_module("mlp", mlp);
 }
 
+namespace {
+
+// A block's LayerNorm: under CPU autocast in bf16 its float32 result would only be cast to bf16 for
+// the product that reads it, so one loop writes bf16 (LayerNormToBf16); otherwise the module.
+torch::Tensor BlockNorm(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
+  if (x.device().is_cpu() && at::autocast::is_autocast_enabled(at::kCPU) &&
+      at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16) {
+    return LayerNormToBf16(x, ln->weight, ln->bias, ln->options.eps());
+  }
+  return ln->forward(x);
+}
+
+}  // namespace
+
 torch::Tensor TransformerBlockImpl::forward(torch::Tensor x, const AttentionMask& mask) {
-  torch::Tensor a = attn->forward(ln_1->forward(x), mask);
+  torch::Tensor a = attn->forward(BlockNorm(ln_1, x), mask);
   if (dropout_ > 0) a = torch::dropout(a, dropout_, is_training());
   x = ResidualAdd(x, a);
-  torch::Tensor m = mlp->forward(ln_2->forward(x));
+  torch::Tensor m = mlp->forward(BlockNorm(ln_2, x));
   if (dropout_ > 0) m = torch::dropout(m, dropout_, is_training());
   return ResidualAdd(x, m);
 }

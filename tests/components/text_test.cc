@@ -950,6 +950,41 @@ TEST(LlamaKernels, RotaryMatchesTheComposite) {
   }
 }
 
+// LayerNorm written as bf16 (a block's norm under autocast): within one bf16 rounding of ATen's
+// layer_norm cast to bf16, its gradients within float32 rounding of ATen's for the same bf16
+// output gradient, the same bits without autograd, and ATen's path for what the loop does not take.
+TEST(LlamaKernels, LayerNormToBf16MatchesAtensNormThenCast) {
+  torch::manual_seed(9);
+  for (int64_t dim : {5, 8, 128, 133}) {
+    SCOPED_TRACE(dim);
+    torch::Tensor x = (torch::randn({3, 70, dim}) * 3 + 1).requires_grad_();
+    torch::Tensor w = (torch::randn({dim}) * 0.5 + 1).requires_grad_();
+    torch::Tensor b = torch::randn({dim}).requires_grad_();
+    torch::Tensor got = LayerNormToBf16(x, w, b, 1e-5);
+    ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
+    torch::Tensor exact = torch::layer_norm(x, {dim}, w, b, 1e-5);
+    // One bf16 rounding apart at most: 2^-8 relative, plus float32's last bits near zero.
+    torch::Tensor err = (got.to(torch::kFloat32) - exact).abs();
+    EXPECT_TRUE((err <= exact.abs() * (1.0 / 256) + 1e-6).all().item<bool>()) << err.max();
+    torch::Tensor dy = torch::randn(got.sizes()).to(torch::kBFloat16);
+    auto got_grads = torch::autograd::grad({got}, {x, w, b}, {dy});
+    auto want_grads = torch::autograd::grad({exact}, {x, w, b}, {dy.to(torch::kFloat32)});
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-4, 1e-4))
+          << i << ": " << (got_grads[i] - want_grads[i]).abs().max();
+    }
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(LayerNormToBf16(x, w, b, 1e-5), got));
+  }
+  // A bf16 weight (fsdp's bf16 gathers) takes ATen's norm, then the cast.
+  torch::Tensor x = torch::randn({4, 16});
+  torch::Tensor w = torch::ones({16}, torch::kBFloat16), b = torch::zeros({16}, torch::kBFloat16);
+  EXPECT_TRUE(
+      torch::equal(LayerNormToBf16(x, w, b, 1e-5),
+                   torch::layer_norm(x, {16}, w.to(torch::kFloat32), b.to(torch::kFloat32), 1e-5)
+                       .to(torch::kBFloat16)));
+}
+
 // The residual add of a bf16 branch into the float32 stream: the promoted add's bits forward,
 // and its gradients (x's passed through, y's rounded to bf16) bit for bit, at sizes with tails and
 // over several parallel tasks; other dtypes take x + y.
