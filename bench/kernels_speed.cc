@@ -5,6 +5,9 @@
 //              B 32, T 128, D 128, 4 heads), float32 and bf16
 //   gelu       kiln::GeluTanh against at::gelu(x, "tanh") (the GPT's MLP: [32, 128, 512])
 //   silu_mul   kiln::SiluMul against silu(gate) * up (Llama's MLP: [32, 128, 344] each)
+//   layernorm  kiln::LayerNormToBf16 against layer_norm then the cast to bf16 (the GPT block's norm
+//              under bf16 autocast: [32, 128, 128] float32 rows); rmsnorm: kiln::RmsNormalize
+//              against the composite, float32
 //   bn_pool    kiln::BatchNormPoolRelu against batch_norm -> max_pool2d -> relu (the CNN's two
 //              blocks, bf16 channels-last activations with float32 BatchNorm parameters, training
 //              mode; float32 runs the composition on both sides, so it is not timed)
@@ -28,6 +31,7 @@
 #include "components/models/batch_norm_pool_relu.h"
 #include "components/models/causal_attention.h"
 #include "components/models/gelu_tanh.h"
+#include "components/models/llama_kernels.h"
 
 namespace {
 
@@ -121,6 +125,29 @@ int main(int argc, char** argv) {
             ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, true); }),
             ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, false); }), rounds,
             reps);
+  }
+
+  // The GPT block's LayerNorm under bf16 autocast (float32 rows in, bf16 out: [32, 128, 128]),
+  // against ATen's layer_norm then the cast; and the Llama's RMSNorm in float32.
+  {
+    auto x = torch::randn({32, 128, 128});
+    auto w = torch::randn({128}).requires_grad_(true), b = torch::randn({128}).requires_grad_(true);
+    Compare("layernorm f32->bf16",
+            ForwardBackward(
+                x, [&](const torch::Tensor& t) { return kiln::LayerNormToBf16(t, w, b, 1e-5); }),
+            ForwardBackward(x,
+                            [&](const torch::Tensor& t) {
+                              return torch::layer_norm(t, {128}, w, b, 1e-5).to(torch::kBFloat16);
+                            }),
+            rounds, reps);
+    Compare(
+        "rmsnorm f32",
+        ForwardBackward(x, [&](const torch::Tensor& t) { return kiln::RmsNormalize(t, w, 1e-5); }),
+        ForwardBackward(x,
+                        [&](const torch::Tensor& t) {
+                          return w * (t * torch::rsqrt(t.pow(2).mean(-1, true) + 1e-5));
+                        }),
+        rounds, reps);
   }
 
   for (auto [channels, size] : {std::pair<int64_t, int64_t>{32, 28}, {64, 14}}) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "components/common/parallel.h"
+#include "components/models/bf16_lanes.h"
 
 namespace kiln {
 namespace {
@@ -37,6 +38,76 @@ float SumOfSquares(const T* row, int64_t dim) {
   });
 }
 
+#ifdef KILN_BF16_LANES
+// The rows below on AVX2 lanes, where the CPU has them: lane j of a sum is LaneSum's partial[j]
+// and LaneTotal adds the lanes in LaneSum's order, so each row's sums are taken in the same order
+// as the scalar rows' (a row's tail, dim % 8, is added after, as LaneSum adds it).
+using bf16::Load8;
+using bf16::Store8;
+
+KILN_AVX2 inline float LaneTotal(__m256 v) {
+  alignas(32) float p[8];
+  _mm256_store_ps(p, v);
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+// v rounded to T and widened back (bf16's rounding; float32's is none).
+KILN_AVX2 inline __m256 RoundedTo(const float* /*type*/, __m256 v) { return v; }
+KILN_AVX2 inline __m256 RoundedTo(const c10::BFloat16* /*type*/, __m256 v) {
+  c10::BFloat16 rounded[8];
+  Store8(rounded, v);
+  return Load8(rounded);
+}
+#endif
+
+// Whether this CPU runs the *Lanes rows (x86-64 with AVX2 and FMA).
+bool UseLanes() {
+#ifdef KILN_BF16_LANES
+  return bf16::HasAvx2Fma();
+#else
+  return false;
+#endif
+}
+
+// One row of RMSNorm: out = w * T(x * scale), scale = rsqrt(mean(x^2) + eps), returned.
+template <typename T>
+float NormRow(const T* row, const T* w, int64_t dim, float epsilon, T* out) {
+  const float scale = 1.0f / std::sqrt(SumOfSquares(row, dim) / static_cast<float>(dim) + epsilon);
+  for (int64_t i = 0; i < dim; ++i) {
+    const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
+    out[i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
+  }
+  return scale;
+}
+
+#ifdef KILN_BF16_LANES
+template <typename T>
+KILN_AVX2 float NormRowLanes(const T* row, const T* w, int64_t dim, float epsilon, T* out) {
+  const int64_t body = dim - dim % 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 v = Load8(row + i);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+  }
+  float squares = LaneTotal(acc);
+  for (int64_t i = body; i < dim; ++i) {
+    const float v = static_cast<float>(row[i]);
+    squares += v * v;
+  }
+  const float scale = 1.0f / std::sqrt(squares / static_cast<float>(dim) + epsilon);
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 normalized = RoundedTo(row, _mm256_mul_ps(Load8(row + i), s));
+    Store8(out + i, _mm256_mul_ps(Load8(w + i), normalized));
+  }
+  for (int64_t i = body; i < dim; ++i) {
+    const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
+    out[i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
+  }
+  return scale;
+}
+#endif
+
 // out = w * T(x * scale) row by row; each row's scale into `scales` when it is not null.
 template <typename T>
 torch::Tensor NormRows(const torch::Tensor& x, const torch::Tensor& weight, double eps,
@@ -48,20 +119,64 @@ torch::Tensor NormRows(const torch::Tensor& x, const torch::Tensor& weight, doub
   const T* w = scale_by.data_ptr<T>();
   T* o = out.data_ptr<T>();
   const float epsilon = static_cast<float>(eps);
+  [[maybe_unused]] const bool lanes = UseLanes();
   ParallelFor(0, rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* row = in + r * dim;
-      const float scale =
-          1.0f / std::sqrt(SumOfSquares(row, dim) / static_cast<float>(dim) + epsilon);
+#ifdef KILN_BF16_LANES
+      const float scale = lanes ? NormRowLanes(in + r * dim, w, dim, epsilon, o + r * dim)
+                                : NormRow(in + r * dim, w, dim, epsilon, o + r * dim);
+#else
+      const float scale = NormRow(in + r * dim, w, dim, epsilon, o + r * dim);
+#endif
       if (scales != nullptr) scales[r] = scale;
-      for (int64_t i = 0; i < dim; ++i) {
-        const T normalized = static_cast<T>(static_cast<float>(row[i]) * scale);
-        o[r * dim + i] = static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(normalized));
-      }
     }
   });
   return out;
 }
+
+// One row of RMSNorm's backward (float32): g = dy * w (into `g`, dim floats of scratch),
+// dx = s (g - x s mean(g * x s)), and dy * x s added into dw.
+void RmsNormBackwardRow(const float* xr, const float* dyr, const float* w, float s, int64_t dim,
+                        float* g, float* dw, float* dxr) {
+  for (int64_t i = 0; i < dim; ++i) {
+    g[i] = dyr[i] * w[i];
+    dw[i] += dyr[i] * (xr[i] * s);
+  }
+  const float mean =
+      LaneSum(dim, [&](int64_t i) { return g[i] * (xr[i] * s); }) / static_cast<float>(dim);
+  for (int64_t i = 0; i < dim; ++i) dxr[i] = s * (g[i] - xr[i] * s * mean);
+}
+
+#ifdef KILN_BF16_LANES
+KILN_AVX2 void RmsNormBackwardRowLanes(const float* xr, const float* dyr, const float* w, float s,
+                                       int64_t dim, float* g, float* dw, float* dxr) {
+  const int64_t body = dim - dim % 8;
+  const __m256 sv = _mm256_set1_ps(s);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 n = _mm256_mul_ps(_mm256_loadu_ps(xr + i), sv);
+    const __m256 dy = _mm256_loadu_ps(dyr + i);
+    const __m256 gv = _mm256_mul_ps(dy, _mm256_loadu_ps(w + i));
+    _mm256_storeu_ps(g + i, gv);
+    _mm256_storeu_ps(dw + i, _mm256_add_ps(_mm256_loadu_ps(dw + i), _mm256_mul_ps(dy, n)));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(gv, n));
+  }
+  float dot = LaneTotal(acc);
+  for (int64_t i = body; i < dim; ++i) {
+    g[i] = dyr[i] * w[i];
+    dw[i] += dyr[i] * (xr[i] * s);
+    dot += g[i] * (xr[i] * s);
+  }
+  const float mean = dot / static_cast<float>(dim);
+  const __m256 m = _mm256_set1_ps(mean);
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 n = _mm256_mul_ps(_mm256_loadu_ps(xr + i), sv);
+    _mm256_storeu_ps(dxr + i,
+                     _mm256_mul_ps(sv, _mm256_sub_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(n, m))));
+  }
+  for (int64_t i = body; i < dim; ++i) dxr[i] = s * (g[i] - xr[i] * s * mean);
+}
+#endif
 
 // float32 rows with autograd: the forward keeps each row's scale s = rsqrt(mean(x^2) + eps); with
 // g = dy * w and n = x * s, dx = s (g - n * mean(g * n)) and dw = the sum over rows of dy * n.
@@ -90,25 +205,22 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const float *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>(),
                 *sp = scales.data_ptr<float>(), *gp = dy.data_ptr<float>();
     float *dxp = dx.data_ptr<float>(), *pp = partial.data_ptr<float>();
+    [[maybe_unused]] const bool lanes = UseLanes();
     ParallelFor(0, blocks, 1, [&](int64_t first, int64_t last) {
       std::vector<float> g(dim);
       for (int64_t block = first; block < last; ++block) {
         float* dw = pp + block * dim;
         const int64_t end = std::min(rows, (block + 1) * kNormRowGrain);
         for (int64_t r = block * kNormRowGrain; r < end; ++r) {
-          const float* xr = xp + r * dim;
-          const float* dyr = gp + r * dim;
-          const float s = sp[r];
-          float dot = 0;
-          for (int64_t i = 0; i < dim; ++i) {
-            const float n = xr[i] * s;
-            g[i] = dyr[i] * wp[i];
-            dot += g[i] * n;
-            dw[i] += dyr[i] * n;
+#ifdef KILN_BF16_LANES
+          if (lanes) {
+            RmsNormBackwardRowLanes(xp + r * dim, gp + r * dim, wp, sp[r], dim, g.data(), dw,
+                                    dxp + r * dim);
+            continue;
           }
-          const float mean = dot / static_cast<float>(dim);
-          float* dxr = dxp + r * dim;
-          for (int64_t i = 0; i < dim; ++i) dxr[i] = s * (g[i] - xr[i] * s * mean);
+#endif
+          RmsNormBackwardRow(xp + r * dim, gp + r * dim, wp, sp[r], dim, g.data(), dw,
+                             dxp + r * dim);
         }
       }
     });
@@ -116,6 +228,112 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     return {dx, dw.to(saved[1].scalar_type()), torch::Tensor()};
   }
 };
+
+// One row of LayerNorm (below): `centered` is dim floats of scratch; the row's mean and rstd go to
+// stat[0] and stat[1].
+template <typename Out>
+void LayerNormRow(const float* row, const float* w, const float* b, int64_t dim, float epsilon,
+                  float* centered, Out* out, float* stat) {
+  const float mean = LaneSum(dim, [row](int64_t i) { return row[i]; }) / static_cast<float>(dim);
+  for (int64_t i = 0; i < dim; ++i) centered[i] = row[i] - mean;
+  const float var = SumOfSquares(centered, dim) / static_cast<float>(dim);
+  const float rstd = 1.0f / std::sqrt(var + epsilon);
+  stat[0] = mean;
+  stat[1] = rstd;
+  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<Out>(centered[i] * rstd * w[i] + b[i]);
+}
+
+#ifdef KILN_BF16_LANES
+template <typename Out>
+KILN_AVX2 void LayerNormRowLanes(const float* row, const float* w, const float* b, int64_t dim,
+                                 float epsilon, float* centered, Out* out, float* stat) {
+  const int64_t body = dim - dim % 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(row + i));
+  float sum = LaneTotal(acc);
+  for (int64_t i = body; i < dim; ++i) sum += row[i];
+  const float mean = sum / static_cast<float>(dim);
+  const __m256 m = _mm256_set1_ps(mean);
+  acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 c = _mm256_sub_ps(_mm256_loadu_ps(row + i), m);
+    _mm256_storeu_ps(centered + i, c);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(c, c));
+  }
+  float squares = LaneTotal(acc);
+  for (int64_t i = body; i < dim; ++i) {
+    centered[i] = row[i] - mean;
+    squares += centered[i] * centered[i];
+  }
+  const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(dim) + epsilon);
+  stat[0] = mean;
+  stat[1] = rstd;
+  const __m256 r = _mm256_set1_ps(rstd);
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(centered + i), r);
+    Store8(out + i,
+           _mm256_add_ps(_mm256_mul_ps(scaled, _mm256_loadu_ps(w + i)), _mm256_loadu_ps(b + i)));
+  }
+  for (int64_t i = body; i < dim; ++i) out[i] = static_cast<Out>(centered[i] * rstd * w[i] + b[i]);
+}
+
+// One row of LayerNorm's backward (below), dy float32 or bf16: xh and g are dim floats of scratch.
+template <typename G>
+KILN_AVX2 void LayerNormBackwardRowLanes(const float* xr, const G* dyr, const float* w, float mean,
+                                         float rstd, int64_t dim, float* g, float* xh, float* dw,
+                                         float* db, float* dxr) {
+  const int64_t body = dim - dim % 8;
+  const __m256 m = _mm256_set1_ps(mean), r = _mm256_set1_ps(rstd);
+  __m256 sum_g = _mm256_setzero_ps(), sum_gx = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 h = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), m), r);
+    const __m256 dy = Load8(dyr + i);
+    const __m256 gv = _mm256_mul_ps(dy, _mm256_loadu_ps(w + i));
+    _mm256_storeu_ps(xh + i, h);
+    _mm256_storeu_ps(g + i, gv);
+    _mm256_storeu_ps(dw + i, _mm256_add_ps(_mm256_loadu_ps(dw + i), _mm256_mul_ps(dy, h)));
+    _mm256_storeu_ps(db + i, _mm256_add_ps(_mm256_loadu_ps(db + i), dy));
+    sum_g = _mm256_add_ps(sum_g, gv);
+    sum_gx = _mm256_add_ps(sum_gx, _mm256_mul_ps(gv, h));
+  }
+  float total_g = LaneTotal(sum_g), total_gx = LaneTotal(sum_gx);
+  for (int64_t i = body; i < dim; ++i) {
+    const float dy = static_cast<float>(dyr[i]);
+    xh[i] = (xr[i] - mean) * rstd;
+    g[i] = dy * w[i];
+    dw[i] += dy * xh[i];
+    db[i] += dy;
+    total_g += g[i];
+    total_gx += g[i] * xh[i];
+  }
+  const float mean_g = total_g / static_cast<float>(dim);
+  const float mean_gx = total_gx / static_cast<float>(dim);
+  const __m256 mg = _mm256_set1_ps(mean_g), mgx = _mm256_set1_ps(mean_gx);
+  for (int64_t i = 0; i < body; i += 8) {
+    const __m256 centered_g = _mm256_sub_ps(_mm256_loadu_ps(g + i), mg);
+    _mm256_storeu_ps(
+        dxr + i,
+        _mm256_mul_ps(r, _mm256_sub_ps(centered_g, _mm256_mul_ps(_mm256_loadu_ps(xh + i), mgx))));
+  }
+  for (int64_t i = body; i < dim; ++i) dxr[i] = rstd * (g[i] - mean_g - xh[i] * mean_gx);
+}
+#endif
+
+template <typename G>
+void LayerNormBackwardRow(const float* xr, const G* dyr, const float* w, float mean, float rstd,
+                          int64_t dim, float* g, float* xh, float* dw, float* db, float* dxr) {
+  for (int64_t i = 0; i < dim; ++i) {
+    const float dy = static_cast<float>(dyr[i]);
+    xh[i] = (xr[i] - mean) * rstd;
+    g[i] = dy * w[i];
+    dw[i] += dy * xh[i];
+    db[i] += dy;
+  }
+  const float mean_g = LaneSum(dim, [g](int64_t i) { return g[i]; }) / static_cast<float>(dim);
+  const float mean_gx =
+      LaneSum(dim, [g, xh](int64_t i) { return g[i] * xh[i]; }) / static_cast<float>(dim);
+  for (int64_t i = 0; i < dim; ++i) dxr[i] = rstd * (g[i] - mean_g - xh[i] * mean_gx);
+}
 
 // LayerNorm over float32 rows, written as Out (float32, or bf16 for the bf16 product that follows
 // under autocast): mean and variance in two passes over the row (8 interleaved partial sums, a
@@ -129,19 +347,18 @@ torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
   const float *in = x.data_ptr<float>(), *w = weight.data_ptr<float>(), *b = bias.data_ptr<float>();
   Out* o = out.data_ptr<Out>();
   const float epsilon = static_cast<float>(eps);
+  [[maybe_unused]] const bool lanes = UseLanes();
   ParallelFor(0, rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> centered(dim);
     for (int64_t r = begin; r < end; ++r) {
-      const float* row = in + r * dim;
-      const float mean =
-          LaneSum(dim, [row](int64_t i) { return row[i]; }) / static_cast<float>(dim);
-      for (int64_t i = 0; i < dim; ++i) centered[i] = row[i] - mean;
-      const float var = SumOfSquares(centered.data(), dim) / static_cast<float>(dim);
-      const float rstd = 1.0f / std::sqrt(var + epsilon);
-      stats[2 * r] = mean;
-      stats[2 * r + 1] = rstd;
-      for (int64_t i = 0; i < dim; ++i)
-        o[r * dim + i] = static_cast<Out>(centered[i] * rstd * w[i] + b[i]);
+#ifdef KILN_BF16_LANES
+      if (lanes) {
+        LayerNormRowLanes(in + r * dim, w, b, dim, epsilon, centered.data(), o + r * dim,
+                          stats + 2 * r);
+        continue;
+      }
+#endif
+      LayerNormRow(in + r * dim, w, b, dim, epsilon, centered.data(), o + r * dim, stats + 2 * r);
     }
   });
   return out;
@@ -167,42 +384,45 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const torch::Tensor& x = saved[0];
     const torch::Tensor& weight = saved[1];
     const torch::Tensor& stats = saved[2];
-    const torch::Tensor dy = grads[0].to(torch::kFloat32).contiguous();
+    // The output's gradient as it comes (bf16 from the product that read the norm), read in place.
+    const torch::Tensor dy = grads[0].scalar_type() == torch::kBFloat16
+                                 ? grads[0].contiguous()
+                                 : grads[0].to(torch::kFloat32).contiguous();
     const int64_t dim = x.size(-1), rows = stats.size(0);
     const int64_t blocks = (rows + kNormRowGrain - 1) / kNormRowGrain;
     torch::Tensor dx = torch::empty_like(x);
     // Per block: dw's partial sums, then db's.
     torch::Tensor partial = torch::zeros({std::max<int64_t>(blocks, 1), 2, dim}, x.options());
     const float *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>(),
-                *sp = stats.data_ptr<float>(), *gp = dy.data_ptr<float>();
+                *sp = stats.data_ptr<float>();
     float *dxp = dx.data_ptr<float>(), *pp = partial.data_ptr<float>();
-    ParallelFor(0, blocks, 1, [&](int64_t first, int64_t last) {
-      std::vector<float> g(dim), xh(dim);
-      for (int64_t block = first; block < last; ++block) {
-        float* dw = pp + block * 2 * dim;
-        float* db = dw + dim;
-        const int64_t end = std::min(rows, (block + 1) * kNormRowGrain);
-        for (int64_t r = block * kNormRowGrain; r < end; ++r) {
-          const float* xr = xp + r * dim;
-          const float* dyr = gp + r * dim;
-          const float mean = sp[2 * r], rstd = sp[2 * r + 1];
-          for (int64_t i = 0; i < dim; ++i) {
-            xh[i] = (xr[i] - mean) * rstd;
-            g[i] = dyr[i] * wp[i];
-            dw[i] += dyr[i] * xh[i];
-            db[i] += dyr[i];
+    auto run = [&](const auto* gp) {
+      [[maybe_unused]] const bool lanes = UseLanes();
+      ParallelFor(0, blocks, 1, [&](int64_t first, int64_t last) {
+        std::vector<float> g(dim), xh(dim);
+        for (int64_t block = first; block < last; ++block) {
+          float* dw = pp + block * 2 * dim;
+          float* db = dw + dim;
+          const int64_t end = std::min(rows, (block + 1) * kNormRowGrain);
+          for (int64_t r = block * kNormRowGrain; r < end; ++r) {
+#ifdef KILN_BF16_LANES
+            if (lanes) {
+              LayerNormBackwardRowLanes(xp + r * dim, gp + r * dim, wp, sp[2 * r], sp[2 * r + 1],
+                                        dim, g.data(), xh.data(), dw, db, dxp + r * dim);
+              continue;
+            }
+#endif
+            LayerNormBackwardRow(xp + r * dim, gp + r * dim, wp, sp[2 * r], sp[2 * r + 1], dim,
+                                 g.data(), xh.data(), dw, db, dxp + r * dim);
           }
-          const float* gr = g.data();
-          const float* hr = xh.data();
-          const float mean_g =
-              LaneSum(dim, [gr](int64_t i) { return gr[i]; }) / static_cast<float>(dim);
-          const float mean_gx =
-              LaneSum(dim, [gr, hr](int64_t i) { return gr[i] * hr[i]; }) / static_cast<float>(dim);
-          float* dxr = dxp + r * dim;
-          for (int64_t i = 0; i < dim; ++i) dxr[i] = rstd * (g[i] - mean_g - xh[i] * mean_gx);
         }
-      }
-    });
+      });
+    };
+    if (dy.scalar_type() == torch::kBFloat16) {
+      run(dy.data_ptr<c10::BFloat16>());
+    } else {
+      run(dy.data_ptr<float>());
+    }
     torch::Tensor sums = partial.sum(0);
     return {dx, sums[0], sums[1], torch::Tensor()};
   }

@@ -151,6 +151,22 @@ TEST(ParallelFor, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
     weight_grads.push_back(w.grad());
   }
   EXPECT_TRUE(torch::equal(weight_grads[0], weight_grads[1]));
+  // The GPT block's LayerNorm written as bf16, at a width with a tail (37: four lanes of 8 and 5
+  // more): the value, dx, and the weight's and bias's gradients.
+  torch::Tensor ln_rows = torch::randn({1000, 37}), ln_weight = torch::randn({37}),
+                ln_bias = torch::randn({37}), ln_dy = torch::randn({1000, 37}).to(torch::kBFloat16);
+  ExpectSameBitsOnOneAndTwoThreads(
+      [&](const torch::Tensor& x) { return LayerNormToBf16(x, ln_weight, ln_bias, 1e-5); },
+      ln_rows);
+  std::vector<std::vector<torch::Tensor>> ln_grads;
+  for (int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    torch::Tensor w = ln_weight.clone().requires_grad_(), b = ln_bias.clone().requires_grad_();
+    LayerNormToBf16(ln_rows, w, b, 1e-5).backward(ln_dy);
+    ln_grads.push_back({w.grad(), b.grad()});
+  }
+  EXPECT_TRUE(torch::equal(ln_grads[0][0], ln_grads[1][0]));
+  EXPECT_TRUE(torch::equal(ln_grads[0][1], ln_grads[1][1]));
 }
 
 // Apart, so that a CPU without AVX-512 BF16 skips this one alone and still runs the others.
