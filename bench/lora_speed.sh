@@ -11,6 +11,10 @@
 # Both Python sides run with kiln's allocator settings (bench/common.sh) and the same threads.
 # Each round runs both once per precision; ratios are taken within a round and the medians are the
 # figures. Target (issue 54): kiln >= 2x the reference in float32 and bf16.
+# On the CPU each round also times bench/lora_floor.py: the step's matrix products alone (the same
+# shapes and MKL calls, no attention, norms or optimizer), a floor under either side's step; the
+# ceiling column is the reference's step over that floor, the most any step of these products
+# could gain on it.
 #   bench/lora_speed.sh                  # PRECISIONS="32 bf16-mixed" ROUNDS=3 TARGETS=q_proj,v_proj
 # DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): both sides on the GPU; kiln's figure is its
 # second epoch's (KILN_WARM_EPOCHS=1), the reference's after its 5 warm-up steps.
@@ -51,13 +55,22 @@ reference_rate() {
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
   echo "== llama LoRA $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
-  printf '%-6s %15s %15s %15s\n' round kiln hf_trainer kiln/hf
-  ratios=()
+  printf '%-6s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf products_ms ceiling
+  ratios=() ceilings=()
   for ((r = 1; r <= rounds; r++)); do
     k=$(kiln_rate "$precision")
     h=$(reference_rate "$precision")
     ratios+=("$(ratio "$k" "$h")")
-    printf '%-6s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}"
+    f=- c=-
+    if [[ $device == cpu ]]; then
+      floor_flags=()
+      [[ $precision != bf16-mixed ]] || floor_flags+=(--bf16)
+      f=$(python_tuned bench/lora_floor.py "$threads" 32 128 8 "${floor_flags[@]}" | tail -n1)
+      c=$(awk "BEGIN {printf \"%.2f\", 32 * 128 * 1000 / $h / $f}")  # the reference's ms a step / floor
+      ceilings+=("$c")
+    fi
+    printf '%-6s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c"
   done
-  echo "llama LoRA $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x"
+  echo "llama LoRA $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
+    "${ceilings:+(ceiling from the products alone $(printf '%s\n' "${ceilings[@]}" | median)x)}"
 done
