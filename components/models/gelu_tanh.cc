@@ -33,61 +33,60 @@ KILN_AVX2 inline __m256 Tanh8(__m256 u) {
   return _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
 }
 
-// y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); t (float32 whatever x is: 1 - t^2
-// in the backward needs its low bits) is kept when `t` is not null.
+// y = 0.5 x (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)). When `slope` is not null, the
+// derivative dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) goes there, in
+// float32 whatever x is, so that the backward is one product and reads neither x nor t.
 template <typename T>
-KILN_AVX2 inline void Forward8(const T* x, T* y, float* t) {
-  const __m256 xv = Load8(x);
+KILN_AVX2 inline void Forward8(const T* x, T* y, float* slope) {
+  const __m256 xv = Load8(x), half = _mm256_set1_ps(0.5f);
   const __m256 u = _mm256_mul_ps(
       xv, _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(kSqrt2OverPi * kCubic),
                           _mm256_set1_ps(kSqrt2OverPi)));
   const __m256 th = Tanh8(u);
-  const __m256 half_x = _mm256_mul_ps(xv, _mm256_set1_ps(0.5f));
+  const __m256 half_x = _mm256_mul_ps(xv, half);
   Store8(y, _mm256_fmadd_ps(half_x, th, half_x));
-  if (t != nullptr) _mm256_storeu_ps(t, th);
-}
-
-// dx = g (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
-template <typename T>
-KILN_AVX2 inline void Backward8(const T* g, const T* x, const float* t, T* dx) {
-  const __m256 xv = Load8(x), tv = _mm256_loadu_ps(t), half = _mm256_set1_ps(0.5f);
+  if (slope == nullptr) return;
   const __m256 du =
       _mm256_fmadd_ps(_mm256_mul_ps(xv, xv), _mm256_set1_ps(3 * kSqrt2OverPi * kCubic),
                       _mm256_set1_ps(kSqrt2OverPi));
   // 1 - t^2 as (1 - t)(1 + t): near t = +-1 the factor that matters is computed exactly.
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 sech2 = _mm256_mul_ps(_mm256_sub_ps(one, tv), _mm256_add_ps(one, tv));
-  const __m256 slope = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, xv), sech2), du,
-                                       _mm256_fmadd_ps(half, tv, half));
-  Store8(dx, _mm256_mul_ps(Load8(g), slope));
+  const __m256 sech2 = _mm256_mul_ps(_mm256_sub_ps(one, th), _mm256_add_ps(one, th));
+  _mm256_storeu_ps(
+      slope, _mm256_fmadd_ps(_mm256_mul_ps(half_x, sech2), du, _mm256_fmadd_ps(half, th, half)));
+}
+
+// dx = g dy/dx.
+template <typename T>
+KILN_AVX2 inline void Backward8(const T* g, const float* slope, T* dx) {
+  Store8(dx, _mm256_mul_ps(Load8(g), _mm256_loadu_ps(slope)));
 }
 
 // The last n % 8 elements go through the same 8-lane code on a padded copy, so every element's
 // value is the same whatever the split into parallel tasks.
 template <typename T>
-KILN_AVX2 void ForwardRange(const T* x, T* y, float* t, int64_t n) {
+KILN_AVX2 void ForwardRange(const T* x, T* y, float* slope, int64_t n) {
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) Forward8(x + i, y + i, t ? t + i : nullptr);
+  for (; i + kLanes <= n; i += kLanes) Forward8(x + i, y + i, slope ? slope + i : nullptr);
   if (i == n) return;
   T bx[kLanes] = {}, by[kLanes];
-  float bt[kLanes];
+  float bs[kLanes];
   std::copy(x + i, x + n, bx);
-  Forward8(bx, by, bt);
+  Forward8(bx, by, bs);
   std::copy(by, by + (n - i), y + i);
-  if (t != nullptr) std::copy(bt, bt + (n - i), t + i);
+  if (slope != nullptr) std::copy(bs, bs + (n - i), slope + i);
 }
 
 template <typename T>
-KILN_AVX2 void BackwardRange(const T* g, const T* x, const float* t, T* dx, int64_t n) {
+KILN_AVX2 void BackwardRange(const T* g, const float* slope, T* dx, int64_t n) {
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) Backward8(g + i, x + i, t + i, dx + i);
+  for (; i + kLanes <= n; i += kLanes) Backward8(g + i, slope + i, dx + i);
   if (i == n) return;
-  T bg[kLanes] = {}, bx[kLanes] = {}, bd[kLanes];
-  float bt[kLanes] = {};
+  T bg[kLanes] = {}, bd[kLanes];
+  float bs[kLanes] = {};
   std::copy(g + i, g + n, bg);
-  std::copy(x + i, x + n, bx);
-  std::copy(t + i, t + n, bt);
-  Backward8(bg, bx, bt, bd);
+  std::copy(slope + i, slope + n, bs);
+  Backward8(bg, bs, bd);
   std::copy(bd, bd + (n - i), dx + i);
 }
 
@@ -101,12 +100,11 @@ void RunForward(const torch::Tensor& x, torch::Tensor& y, float* tp) {
 }
 
 template <typename T>
-void RunBackward(const torch::Tensor& g, const torch::Tensor& x, const float* tp,
-                 torch::Tensor& dx) {
-  const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
+void RunBackward(const torch::Tensor& g, const float* sp, torch::Tensor& dx) {
+  const T* gp = g.data_ptr<T>();
   T* dp = dx.data_ptr<T>();
-  ParallelFor(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    BackwardRange(gp + begin, xp + begin, tp + begin, dp + begin, end - begin);
+  ParallelFor(0, g.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    BackwardRange(gp + begin, sp + begin, dp + begin, end - begin);
   });
 }
 
@@ -117,29 +115,33 @@ class GeluTanhFunction : public torch::autograd::Function<GeluTanhFunction> {
     torch::Tensor x = input.contiguous();
     const bool keep = input.requires_grad();
     torch::Tensor y = torch::empty_like(x);
-    torch::Tensor t =
+    // The derivative at each element (float32): all the backward reads besides the gradient.
+    torch::Tensor slope =
         keep ? torch::empty_like(x, x.options().dtype(torch::kFloat32)) : torch::Tensor();
-    float* tp = keep ? t.data_ptr<float>() : nullptr;
-    if (x.scalar_type() == torch::kBFloat16) {
-      RunForward<c10::BFloat16>(x, y, tp);
+    float* sp = keep ? slope.data_ptr<float>() : nullptr;
+    const bool bf16 = x.scalar_type() == torch::kBFloat16;
+    if (bf16) {
+      RunForward<c10::BFloat16>(x, y, sp);
     } else {
-      RunForward<float>(x, y, tp);
+      RunForward<float>(x, y, sp);
     }
-    if (keep) ctx->save_for_backward({x, t});
+    if (keep) {
+      ctx->save_for_backward({slope});
+      ctx->saved_data["bf16"] = bf16;
+    }
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor& x = saved[0];
-    const torch::Tensor& t = saved[1];
-    torch::Tensor g = grads[0].to(x.scalar_type()).contiguous();
-    torch::Tensor dx = torch::empty_like(x);
-    if (x.scalar_type() == torch::kBFloat16) {
-      RunBackward<c10::BFloat16>(g, x, t.data_ptr<float>(), dx);
+    const torch::Tensor slope = ctx->get_saved_variables()[0];
+    const bool bf16 = ctx->saved_data["bf16"].toBool();
+    torch::Tensor g = grads[0].to(bf16 ? torch::kBFloat16 : torch::kFloat32).contiguous();
+    torch::Tensor dx = torch::empty_like(g);
+    if (bf16) {
+      RunBackward<c10::BFloat16>(g, slope.data_ptr<float>(), dx);
     } else {
-      RunBackward<float>(g, x, t.data_ptr<float>(), dx);
+      RunBackward<float>(g, slope.data_ptr<float>(), dx);
     }
     return {dx};
   }

@@ -1,9 +1,10 @@
 // GELU with the tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //
 // On CPUs with AVX2 and FMA, float32 and bfloat16 CPU tensors take one fused kernel (bfloat16 is
-// computed in float32 and rounded once at the end, as ATen's bf16 kernels do) that keeps the tanh
-// it computed, so the backward is arithmetic only (ATen's gelu_backward evaluates tanh again, and
-// tanh is most of GELU's cost). The tanh comes from one exp (a Cephes polynomial), to about 1e-7
+// computed in float32 and rounded once at the end, as ATen's bf16 kernels do) that keeps the
+// derivative it computed from its tanh, so the backward is one product that reads the gradient and
+// the derivative only (ATen's gelu_backward evaluates tanh again, and tanh is most of GELU's
+// cost). The tanh comes from one exp (a Cephes polynomial), to about 1e-7
 // absolute. Everything else goes to torch::gelu(x, "tanh"). The kernel's backward is not
 // itself differentiable (no second derivatives).
 #pragma once
