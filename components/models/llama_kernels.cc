@@ -230,7 +230,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 };
 
 // One row of LayerNorm (below): `centered` is dim floats of scratch; the row's mean and rstd go to
-// stat[0] and stat[1].
+// stat[0] and stat[1] when `stat` is not null.
 template <typename Out>
 void LayerNormRow(const float* row, const float* w, const float* b, int64_t dim, float epsilon,
                   float* centered, Out* out, float* stat) {
@@ -238,8 +238,10 @@ void LayerNormRow(const float* row, const float* w, const float* b, int64_t dim,
   for (int64_t i = 0; i < dim; ++i) centered[i] = row[i] - mean;
   const float var = SumOfSquares(centered, dim) / static_cast<float>(dim);
   const float rstd = 1.0f / std::sqrt(var + epsilon);
-  stat[0] = mean;
-  stat[1] = rstd;
+  if (stat != nullptr) {
+    stat[0] = mean;
+    stat[1] = rstd;
+  }
   for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<Out>(centered[i] * rstd * w[i] + b[i]);
 }
 
@@ -266,8 +268,10 @@ KILN_AVX2 void LayerNormRowLanes(const float* row, const float* w, const float* 
     squares += centered[i] * centered[i];
   }
   const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(dim) + epsilon);
-  stat[0] = mean;
-  stat[1] = rstd;
+  if (stat != nullptr) {
+    stat[0] = mean;
+    stat[1] = rstd;
+  }
   const __m256 r = _mm256_set1_ps(rstd);
   for (int64_t i = 0; i < body; i += 8) {
     const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(centered + i), r);
@@ -338,7 +342,7 @@ void LayerNormBackwardRow(const float* xr, const G* dyr, const float* w, float m
 // LayerNorm over float32 rows, written as Out (float32, or bf16 for the bf16 product that follows
 // under autocast): mean and variance in two passes over the row (8 interleaved partial sums, a
 // fixed order), y = (x - mean) rstd w + b in float32, rounded once to Out. Each row's mean and rstd
-// go to `stats` [rows, 2] for the backward.
+// go to `stats` [rows, 2] for the backward (when it is not null).
 template <typename Out>
 torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
                             const torch::Tensor& bias, double eps, float* stats) {
@@ -354,11 +358,12 @@ torch::Tensor LayerNormRows(const torch::Tensor& x, const torch::Tensor& weight,
 #ifdef KILN_BF16_LANES
       if (lanes) {
         LayerNormRowLanes(in + r * dim, w, b, dim, epsilon, centered.data(), o + r * dim,
-                          stats + 2 * r);
+                          stats ? stats + 2 * r : nullptr);
         continue;
       }
 #endif
-      LayerNormRow(in + r * dim, w, b, dim, epsilon, centered.data(), o + r * dim, stats + 2 * r);
+      LayerNormRow(in + r * dim, w, b, dim, epsilon, centered.data(), o + r * dim,
+                   stats ? stats + 2 * r : nullptr);
     }
   });
   return out;
@@ -582,8 +587,7 @@ torch::Tensor LayerNormToBf16(const torch::Tensor& x, const torch::Tensor& weigh
   const bool recording = torch::GradMode::is_enabled() &&
                          (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   if (recording) return LayerNormFunction::apply(x, weight, bias, eps);
-  torch::Tensor stats = torch::empty({x.numel() / dim, 2}, x.options());
-  return LayerNormRows<c10::BFloat16>(x, weight, bias, eps, stats.data_ptr<float>());
+  return LayerNormRows<c10::BFloat16>(x, weight, bias, eps, /*stats=*/nullptr);
 }
 
 torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -595,25 +599,20 @@ torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
                         (cos.size(0) == x.size(0) || cos.size(0) == 1))) &&
                       cos.size(-1) == x.size(3) && cos.stride(-1) == 1;
   const bool loop = shaped && x.device().is_cpu() && cos.device().is_cpu() &&
-                    x.layout() == torch::kStrided && cos.scalar_type() == dtype &&
-                    sin.scalar_type() == dtype && !torch::jit::tracer::isTracing();
+                    x.layout() == torch::kStrided && sin.scalar_type() == cos.scalar_type() &&
+                    !torch::jit::tracer::isTracing();
+  const auto tables = cos.scalar_type();
   const bool recording = torch::GradMode::is_enabled() && x.requires_grad();
-  if (loop && !recording && (dtype == torch::kFloat32 || dtype == torch::kBFloat16)) {
+  if (loop && !recording && tables == dtype &&
+      (dtype == torch::kFloat32 || dtype == torch::kBFloat16)) {
     return dtype == torch::kFloat32 ? RotateLoop<float>(x, cos, sin)
                                     : RotateLoop<c10::BFloat16>(x, cos, sin);
   }
-  if (loop && recording && dtype == torch::kFloat32 && !cos.requires_grad() &&
+  // float32 tables with float32 x, or with bf16 x (a projection under autocast: the composite's
+  // float32 result), with autograd or without.
+  if (loop && tables == torch::kFloat32 &&
+      (dtype == torch::kFloat32 || dtype == torch::kBFloat16) && !cos.requires_grad() &&
       !sin.requires_grad()) {
-    return RotaryFunction::apply(x, cos, sin);
-  }
-  // bf16 x (a projection under autocast) with the model's float32 cos and sin: the composite's
-  // float32 result from one loop, with autograd or without.
-  const bool mixed = shaped && x.device().is_cpu() && cos.device().is_cpu() &&
-                     x.layout() == torch::kStrided && dtype == torch::kBFloat16 &&
-                     cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32 &&
-                     !cos.requires_grad() && !sin.requires_grad() &&
-                     !torch::jit::tracer::isTracing();
-  if (mixed) {
     return recording ? RotaryFunction::apply(x, cos, sin)
                      : RotateLoop<c10::BFloat16, float, float>(x, cos, sin);
   }

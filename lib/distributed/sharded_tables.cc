@@ -15,9 +15,10 @@ namespace kiln::distributed {
 
 EmbeddingTables::~EmbeddingTables() = default;
 
-namespace {
+// Where one table's rows are, and which of them a rank holds. Outside the anonymous namespace
+// because ShardedTables::Table (which has external linkage) holds one.
+namespace sharded_tables_detail {
 
-// Where one table's rows are, and which of them a rank holds.
 struct Layout {
   int64_t rows = 0;
   bool row_wise = false;
@@ -33,6 +34,12 @@ struct Layout {
     return RowsOfRank(whole, rank, world);
   }
 };
+
+}  // namespace sharded_tables_detail
+
+using sharded_tables_detail::Layout;
+
+namespace {
 
 // Table-wise tables largest first onto the rank holding the fewest rows; with kAuto, row-wise for
 // a table larger than an even share (the tables share one width, so rows stand for bytes).

@@ -109,7 +109,7 @@ TEST(CriteoLine, SaysWhatIsWrong) {
             "categorical feature C3 '123456789' is not a hex hash (1 to 8 hex digits)");
   // Control bytes are not echoed.
   EXPECT_EQ(ParseCriteoLine(WithField(Line(), 0, std::string("\x01\xff", 2)), false, &row),
-            "label '??' is not 0 or 1");
+            "label '\?\?' is not 0 or 1");
   // 39 fields: a prediction line without its label, when allowed.
   std::string unlabelled = Line().substr(2);
   EXPECT_NE(ParseCriteoLine(unlabelled, false, &row), "");
