@@ -12,9 +12,9 @@
 # Each round runs both once per precision; ratios are taken within a round and the medians are the
 # figures. Target (issue 54): kiln >= 2x the reference in float32 and bf16.
 # On the CPU each round also times bench/lora_floor.py: the step's matrix products alone (the same
-# shapes and MKL calls, no attention, norms or optimizer), a floor under either side's step; the
-# ceiling column is the reference's step over that floor, the most any step of these products
-# could gain on it.
+# shapes and MKL calls; the attention's own products at half their time, for the causal mask; no
+# softmax, norms, loss or optimizer), a floor under either side's step; the ceiling column is the
+# reference's step over that floor, the most any step of these products could gain on it.
 #   bench/lora_speed.sh                  # PRECISIONS="32 bf16-mixed" ROUNDS=3 TARGETS=q_proj,v_proj
 # DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): both sides on the GPU; kiln's figure is its
 # second epoch's (KILN_WARM_EPOCHS=1), the reference's after its 5 warm-up steps.
@@ -55,7 +55,7 @@ reference_rate() {
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
   echo "== llama LoRA $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
-  printf '%-6s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf products_ms ceiling
+  printf '%-6s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf floor_ms ceiling
   ratios=() ceilings=()
   for ((r = 1; r <= rounds; r++)); do
     k=$(kiln_rate "$precision")
@@ -72,5 +72,5 @@ for precision in $precisions; do
     printf '%-6s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c"
   done
   echo "llama LoRA $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
-    "${ceilings:+(ceiling from the products alone $(printf '%s\n' "${ceilings[@]}" | median)x)}"
+    "${ceilings:+(ceiling from the floor $(printf '%s\n' "${ceilings[@]}" | median)x)}"
 done
