@@ -25,6 +25,11 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
+    if (lora_A && !compat::AutocastEnabled() && input.dim() >= 1 &&
+        lora_A->weight.scalar_type() == input.scalar_type() &&
+        lora_B->weight.scalar_type() == input.scalar_type()) {
+      return ForwardFoldingLora(input);
+    }
     torch::Tensor y;
     if (compat::AutocastEnabled()) {
       y = torch::linear(input, weight, bias);
@@ -39,6 +44,25 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     torch::Tensor x =
         lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
     return y + lora_B->forward(lora_A->forward(x)) * (lora_alpha_ / static_cast<double>(lora_r_));
+  }
+
+  // Outside autocast, with the adapters in the activations' dtype: W x + b on the rows as one
+  // [rows, out] product, then the adapter's (alpha / r) B (A x) added into it by one more product
+  // (addmm_, beta 1) instead of a product, a scaling and a sum over [rows, out] each way. The
+  // in-place update is safe for autograd: the base's product keeps its inputs, not its result.
+  torch::Tensor ForwardFoldingLora(const torch::Tensor& input) {
+    const int64_t in = weight.size(1), out = weight.size(0);
+    torch::Tensor rows = input.reshape({-1, in});
+    torch::Tensor y =
+        weight.scalar_type() == input.scalar_type()
+            ? torch::linear(rows, weight, bias)
+            : torch::linear(rows.to(weight.scalar_type()), weight, bias).to(input.scalar_type());
+    torch::Tensor x = lora_dropout_ > 0 ? torch::dropout(rows, lora_dropout_, is_training()) : rows;
+    y.addmm_(torch::mm(x, lora_A->weight.t()), lora_B->weight.t(), /*beta=*/1,
+             /*alpha=*/lora_alpha_ / static_cast<double>(lora_r_));
+    std::vector<int64_t> sizes = input.sizes().vec();
+    sizes.back() = out;
+    return y.view(sizes);
   }
 
   void AddLora(int64_t r, double alpha, double dropout) override {
