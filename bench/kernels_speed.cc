@@ -115,16 +115,17 @@ int main(int argc, char** argv) {
             ForwardBackward(h, [](const torch::Tensor& x) { return kiln::GeluTanh(x); }),
             ForwardBackward(h, [](const torch::Tensor& x) { return torch::gelu(x, "tanh"); }),
             rounds, reps);
-    // Llama's SwiGLU gate (mobydick_llama: [32, 128, 344] for gate and up, as one [.., 688]).
-    auto gu = torch::randn({32, 128, 2 * 344}).to(dtype);
-    auto split = [](const torch::Tensor& x, bool fused) {
-      auto parts = x.chunk(2, -1);
-      return fused ? kiln::SiluMul(parts[0], parts[1]) : torch::silu(parts[0]) * parts[1];
+    // Llama's SwiGLU gate (mobydick_llama: [32, 128, 344] for gate and up, each its own product's
+    // contiguous result, as LlamaMlp computes them).
+    auto gate = torch::randn({32, 128, 344}).to(dtype), up = torch::randn({32, 128, 344}).to(dtype);
+    auto swiglu = [up](bool fused) {
+      torch::Tensor u = up.detach().requires_grad_(true);
+      return [u, fused](const torch::Tensor& g) {
+        return fused ? kiln::SiluMul(g, u) : torch::silu(g) * u;
+      };
     };
-    Compare("silu_mul" + suffix,
-            ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, true); }),
-            ForwardBackward(gu, [&](const torch::Tensor& x) { return split(x, false); }), rounds,
-            reps);
+    Compare("silu_mul" + suffix, ForwardBackward(gate, swiglu(true)),
+            ForwardBackward(gate, swiglu(false)), rounds, reps);
   }
 
   // The GPT block's LayerNorm under bf16 autocast (float32 rows in, bf16 out: [32, 128, 128]),

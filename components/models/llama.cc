@@ -196,15 +196,9 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // heads * hd], or undefined where the kernel cannot take them.
   torch::Tensor FusedCausal(const torch::Tensor& x, const torch::Tensor& cos,
                             const torch::Tensor& sin) {
-    const int64_t b = x.size(0), t = x.size(1);
     torch::Tensor v = v_proj->forward(x);
-    auto rotated = [&](const torch::Tensor& p, int64_t n) {
-      return Rotate(p.view({b, t, n, head_dim_}), cos, sin)
-          .to(v.scalar_type())
-          .reshape({b, t, n * head_dim_});
-    };
-    torch::Tensor qkv = torch::cat(
-        {rotated(q_proj->forward(x), heads_), rotated(k_proj->forward(x), kv_heads_), v}, -1);
+    torch::Tensor qkv =
+        RotateQkv(q_proj->forward(x), k_proj->forward(x), v, cos, sin, heads_, kv_heads_);
     if (!CausalAttentionSupports(qkv, heads_, kv_heads_)) return {};
     return CausalAttention(qkv, heads_, kv_heads_);
   }

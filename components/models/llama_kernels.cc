@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "components/common/parallel.h"
@@ -496,6 +498,24 @@ torch::Tensor RotateLoop(const torch::Tensor& x, const torch::Tensor& cos,
   return out;
 }
 
+// The rotation's backward on one (B, T) row of n heads of hd, contiguous: d[e] = g[e] c[e] +
+// g[e + hd/2] s[e + hd/2] in the first half and g[e] c[e] - g[e - hd/2] s[e - hd/2] in the second,
+// in float32 (g widened), rounded to D once.
+template <typename G, typename D>
+void UnrotateRow(const G* g, const float* c, const float* s, int64_t n, int64_t hd, D* d) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n; ++h, g += hd, d += hd) {
+    for (int64_t e = 0; e < half; ++e) {
+      d[e] = static_cast<D>(static_cast<float>(g[e]) * c[e] +
+                            static_cast<float>(g[e + half]) * s[e + half]);
+    }
+    for (int64_t e = half; e < hd; ++e) {
+      d[e] = static_cast<D>(static_cast<float>(g[e]) * c[e] -
+                            static_cast<float>(g[e - half]) * s[e - half]);
+    }
+  }
+}
+
 // float32 cos and sin with autograd, x float32 or bf16 (the result float32, as the composite's).
 // dx = dy * cos + RotateHalf^T(dy * sin): RotateHalf^T swaps the halves and negates the first, so
 // dx[e] = dy[e] c[e] + dy[e + hd/2] s[e + hd/2] in the first half and dy[e] c[e] - dy[e - hd/2]
@@ -523,22 +543,149 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
     const float *gp = dy.data_ptr<float>(), *cp = cos.data_ptr<float>(),
                 *sp = sin.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
-    const int64_t half = l.hd / 2;
     ParallelFor(0, l.batch * l.length, kNormRowGrain, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
-        const int64_t i = row / l.length, j = row % l.length;
-        const float* c = cp + i * l.cb + j * l.ct;
-        const float* s = sp + i * l.cb + j * l.ct;
-        for (int64_t h = 0; h < l.heads; ++h) {
-          const float* g = gp + (row * l.heads + h) * l.hd;
-          float* d = dp + (row * l.heads + h) * l.hd;
-          for (int64_t e = 0; e < half; ++e) d[e] = g[e] * c[e] + g[e + half] * s[e + half];
-          for (int64_t e = half; e < l.hd; ++e) d[e] = g[e] * c[e] - g[e - half] * s[e - half];
-        }
+        const int64_t at = row / l.length * l.cb + row % l.length * l.ct;
+        UnrotateRow(gp + row * l.heads * l.hd, cp + at, sp + at, l.heads, l.hd,
+                    dp + row * l.heads * l.hd);
       }
     });
     if (ctx->saved_data["bf16"].toBool()) dx = dx.to(torch::kBFloat16);
     return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+#ifdef KILN_BF16_LANES
+// v, opaque to the optimizer: a product passed through it is not contracted with the sum that
+// reads it into one FMA, so the lanes below round each product and then the sum, as the scalar
+// rows (compiled without FMA) do.
+KILN_AVX2 inline __m256 Opaque(__m256 v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// RotateRow (float32 cos, sin and result) on AVX2 lanes, for n contiguous heads of hd (a multiple
+// of 16): the same bits. First half x c - x[e + hd/2] s, second half x c + x[e - hd/2] s. With
+// kBack, UnrotateRow's transpose instead (the gradient's rotation back, rounded to Out once):
+// first half g c + g[e + hd/2] s[e + hd/2], second half g c - g[e - hd/2] s[e - hd/2].
+template <bool kBack, typename In, typename Out>
+KILN_AVX2 void RotateHeadsLanes(const In* x, const float* c, const float* s, int64_t n, int64_t hd,
+                                Out* out) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n; ++h, x += hd, out += hd) {
+    for (int64_t e = 0; e < half; e += 8) {
+      const __m256 lo = Load8(x + e), hi = Load8(x + e + half);
+      const __m256 lo_c = Opaque(_mm256_mul_ps(lo, Load8(c + e)));
+      const __m256 hi_c = Opaque(_mm256_mul_ps(hi, Load8(c + e + half)));
+      const __m256 hi_s = Opaque(_mm256_mul_ps(hi, Load8(s + (kBack ? e + half : e))));
+      const __m256 lo_s = Opaque(_mm256_mul_ps(lo, Load8(s + (kBack ? e : e + half))));
+      Store8(out + e, kBack ? _mm256_add_ps(lo_c, hi_s) : _mm256_sub_ps(lo_c, hi_s));
+      Store8(out + e + half, kBack ? _mm256_sub_ps(hi_c, lo_s) : _mm256_add_ps(hi_c, lo_s));
+    }
+  }
+}
+#endif
+
+// RotateQkv's loop: q [B, T, heads hd] and k [B, T, kv hd] of X (float32, or bf16 under
+// autocast), v [B, T, kv hd] of Out, contiguous; float32 cos and sin [T, hd]. Each row of the
+// result [B, T, (heads + 2 kv) hd] is q's heads rotated, k's rotated, then v's, in Out: the
+// rotation computed as RotateLoop<X, float, float> computes it and rounded to Out once.
+struct QkvLayout {
+  int64_t rows, length, heads, kv, hd;
+};
+
+template <typename X, typename Out>
+torch::Tensor RotateQkvLoop(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& cos, const torch::Tensor& sin,
+                            const QkvLayout& l) {
+  const int64_t width = (l.heads + 2 * l.kv) * l.hd;
+  torch::Tensor out = torch::empty({q.size(0), l.length, width}, v.options());
+  const X *qp = q.data_ptr<X>(), *kp = k.data_ptr<X>();
+  const Out* vp = v.data_ptr<Out>();
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  Out* op = out.data_ptr<Out>();
+  [[maybe_unused]] const bool lanes = UseLanes() && l.hd % 16 == 0;
+  auto rotate = [&](const X* x, const float* c, const float* s, int64_t n, float* r) {
+#ifdef KILN_BF16_LANES
+    if (lanes) return RotateHeadsLanes<false>(x, c, s, n, l.hd, r);
+#endif
+    RotateRow(x, l.hd, c, s, n, l.hd, r);
+  };
+  ParallelFor(0, l.rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> rotated(std::is_same_v<Out, float> ? 0 : (l.heads + l.kv) * l.hd);
+    for (int64_t row = begin; row < end; ++row) {
+      const float* c = cp + row % l.length * l.hd;
+      const float* s = sp + row % l.length * l.hd;
+      Out* o = op + row * width;
+      float* r = std::is_same_v<Out, float> ? reinterpret_cast<float*>(o) : rotated.data();
+      rotate(qp + row * l.heads * l.hd, c, s, l.heads, r);
+      rotate(kp + row * l.kv * l.hd, c, s, l.kv, r + l.heads * l.hd);
+      if constexpr (!std::is_same_v<Out, float>) {
+        for (int64_t e = 0; e < (l.heads + l.kv) * l.hd; ++e) o[e] = static_cast<Out>(r[e]);
+      }
+      std::copy(vp + row * l.kv * l.hd, vp + (row + 1) * l.kv * l.hd, o + (l.heads + l.kv) * l.hd);
+    }
+  });
+  return out;
+}
+
+// dq and dk: the rows' rotation undone on the gradient's q and k heads, in X; dv: the gradient's
+// v heads as they are (a view).
+template <typename X, typename Out>
+std::pair<torch::Tensor, torch::Tensor> UnrotateQk(const torch::Tensor& g, const torch::Tensor& cos,
+                                                   const torch::Tensor& sin, const QkvLayout& l) {
+  const int64_t width = (l.heads + 2 * l.kv) * l.hd;
+  const auto options = g.options().dtype(c10::CppTypeToScalarType<X>::value);
+  torch::Tensor dq = torch::empty({g.size(0), l.length, l.heads * l.hd}, options);
+  torch::Tensor dk = torch::empty({g.size(0), l.length, l.kv * l.hd}, options);
+  const Out* gp = g.data_ptr<Out>();
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  X *qp = dq.data_ptr<X>(), *kp = dk.data_ptr<X>();
+  [[maybe_unused]] const bool lanes = UseLanes() && l.hd % 16 == 0;
+  auto unrotate = [&](const Out* g, const float* c, const float* s, int64_t n, X* d) {
+#ifdef KILN_BF16_LANES
+    if (lanes) return RotateHeadsLanes<true>(g, c, s, n, l.hd, d);
+#endif
+    UnrotateRow(g, c, s, n, l.hd, d);
+  };
+  ParallelFor(0, l.rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float* c = cp + row % l.length * l.hd;
+      const float* s = sp + row % l.length * l.hd;
+      const Out* gr = gp + row * width;
+      unrotate(gr, c, s, l.heads, qp + row * l.heads * l.hd);
+      unrotate(gr + l.heads * l.hd, c, s, l.kv, kp + row * l.kv * l.hd);
+    }
+  });
+  return {dq, dk};
+}
+
+class RotaryQkvFunction : public torch::autograd::Function<RotaryQkvFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                               int64_t kv_heads) {
+    const QkvLayout l{q.size(0) * q.size(1), q.size(1), heads, kv_heads, cos.size(1)};
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    if (q.scalar_type() == torch::kFloat32)
+      return RotateQkvLoop<float, float>(q, k, v, cos, sin, l);
+    return RotateQkvLoop<c10::BFloat16, c10::BFloat16>(q, k, v, cos, sin, l);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor g = grads[0].contiguous();
+    const QkvLayout l{g.size(0) * g.size(1), g.size(1), ctx->saved_data["heads"].toInt(),
+                      ctx->saved_data["kv_heads"].toInt(), saved[0].size(1)};
+    auto [dq, dk] = g.scalar_type() == torch::kFloat32
+                        ? UnrotateQk<float, float>(g, saved[0], saved[1], l)
+                        : UnrotateQk<c10::BFloat16, c10::BFloat16>(g, saved[0], saved[1], l);
+    torch::Tensor dv = g.narrow(2, (l.heads + l.kv) * l.hd, l.kv * l.hd);
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -620,6 +767,33 @@ torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
   torch::Tensor c = cos.dim() == 2 ? cos.unsqueeze(1) : cos;
   torch::Tensor s = sin.dim() == 2 ? sin.unsqueeze(1) : sin;
   return x * c + RotateHalf(x) * s;
+}
+
+torch::Tensor RotateQkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                        int64_t kv_heads) {
+  const auto x = q.scalar_type(), out = v.scalar_type();
+  const bool types = k.scalar_type() == x && cos.scalar_type() == torch::kFloat32 &&
+                     sin.scalar_type() == torch::kFloat32 &&
+                     ((x == torch::kFloat32 && out == torch::kFloat32) ||
+                      (x == torch::kBFloat16 && out == torch::kBFloat16));
+  const bool shaped = q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && cos.dim() == 2 && heads > 0 &&
+                      kv_heads > 0 && cos.size(1) % 2 == 0 && q.size(2) == heads * cos.size(1) &&
+                      k.size(2) == kv_heads * cos.size(1) && v.sizes() == k.sizes() &&
+                      q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
+                      cos.size(0) == q.size(1) && sin.sizes() == cos.sizes();
+  const bool loop = types && shaped && q.device().is_cpu() && k.device().is_cpu() &&
+                    v.device().is_cpu() && cos.device().is_cpu() && q.is_contiguous() &&
+                    k.is_contiguous() && v.is_contiguous() && cos.is_contiguous() &&
+                    sin.is_contiguous() && !cos.requires_grad() && !sin.requires_grad() &&
+                    !torch::jit::tracer::isTracing();
+  if (loop) return RotaryQkvFunction::apply(q, k, v, cos, sin, heads, kv_heads);
+  auto rotated = [&](const torch::Tensor& p, int64_t n) {
+    return Rotate(p.view({p.size(0), p.size(1), n, cos.size(-1)}), cos, sin)
+        .to(out)
+        .reshape({p.size(0), p.size(1), n * cos.size(-1)});
+  };
+  return torch::cat({rotated(q, heads), rotated(k, kv_heads), v}, -1);
 }
 
 }  // namespace kiln

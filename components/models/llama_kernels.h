@@ -44,6 +44,17 @@ torch::Tensor LayerNormToBf16(const torch::Tensor& x, const torch::Tensor& weigh
 //   terms to bf16 and adds them in bf16).
 torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
+// Attention's input from the projections in one pass: q [B, T, heads hd], k and v [B, T, kv_heads
+// hd] -> [B, T, (heads + 2 kv_heads) hd], q's and k's heads rotated by cos and sin [T, hd] (as
+// Rotate), then v's, in v's dtype: what cat({Rotate(q).to(v's dtype), Rotate(k).to(..), v}) gives,
+// bit for bit, without the rotated tensors and the copy into the concatenation. One loop each way
+// for contiguous CPU float32 q, k and v, or bf16 ones (autocast) with float32 cos and sin; the
+// backward is Rotate's, rounded once to q's dtype, and hands v the gradient's v heads. Other
+// inputs take that composite.
+torch::Tensor RotateQkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                        int64_t kv_heads);
+
 // The composite's RotateHalf: [.., hd] with the halves swapped and the second negated.
 torch::Tensor RotateHalf(const torch::Tensor& x);
 
