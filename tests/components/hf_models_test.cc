@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "components/models/autocast_linear.h"
 #include "components/models/generation.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
@@ -690,6 +691,48 @@ TEST(Lora, BaseHeldInBf16TrainsFloat32Adapters) {
             torch::kFloat32);
   // Merged, the adapted layers compute in float32 from inputs no longer rounded to bf16.
   EXPECT_LT((half->forward(ids) - cached).abs().max().item<double>(), 0.01);
+}
+
+// AutocastLinear with an adapter, outside autocast, adds (alpha / r) B (A x) into the base's
+// product in one addmm_: its output and the gradients of the input, the adapter and (when it
+// trains) the base equal PEFT's composite, W x + b + (B (A x)) * (alpha / r), in float32; with a
+// bias and without, on [B, T, in] and [in] inputs; the base's weight gets no gradient when frozen.
+TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
+  for (bool bias : {false, true}) {
+    for (bool frozen : {true, false}) {
+      SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + (frozen ? ", frozen" : ", trained"));
+      torch::manual_seed(11);
+      AutocastLinear layer(torch::nn::LinearOptions(24, 10).bias(bias));
+      layer->AddLora(4, 16, 0.0);
+      {
+        torch::NoGradGuard no_grad;
+        layer->lora_B->weight.normal_(0, 0.5);  // PEFT starts B at zero; a trained one is not
+      }
+      layer->weight.requires_grad_(!frozen);
+      if (bias) layer->bias.requires_grad_(!frozen);
+      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 5, 24}, {24}}) {
+        torch::Tensor x = torch::randn(shape).requires_grad_();
+        torch::Tensor dy = torch::randn(layer->forward(x).sizes());
+        std::vector<torch::Tensor> inputs = {x, layer->lora_A->weight, layer->lora_B->weight};
+        if (!frozen) inputs.push_back(layer->weight);
+        torch::Tensor got = layer->forward(x);
+        torch::Tensor base = torch::matmul(x, layer->weight.t());
+        if (bias) base = base + layer->bias;
+        torch::Tensor want = base + torch::matmul(torch::matmul(x, layer->lora_A->weight.t()),
+                                                  layer->lora_B->weight.t()) *
+                                        4.0;
+        ASSERT_EQ(got.sizes(), want.sizes());
+        EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-5)) << (got - want).abs().max();
+        auto got_grads = torch::autograd::grad({got}, inputs, {dy});
+        auto want_grads = torch::autograd::grad({want}, inputs, {dy});
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-6, 1e-5))
+              << i << ": " << (got_grads[i] - want_grads[i]).abs().max();
+        }
+        if (frozen) EXPECT_FALSE(layer->weight.requires_grad());
+      }
+    }
+  }
 }
 
 // activation_checkpointing recomputes each block in the backward: the gradients equal those of
