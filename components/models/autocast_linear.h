@@ -10,6 +10,7 @@
 // output W x + b + (alpha / r) B A dropout(x), as PEFT's lora.Linear computes it.
 #pragma once
 
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -25,8 +26,8 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
-    if (lora_A && !compat::AutocastEnabled() && input.dim() >= 1 &&
-        lora_A->weight.scalar_type() == input.scalar_type() &&
+    if (lora_A && !compat::AutocastEnabled() && !torch::jit::tracer::isTracing() &&
+        input.dim() >= 1 && lora_A->weight.scalar_type() == input.scalar_type() &&
         lora_B->weight.scalar_type() == input.scalar_type()) {
       return ForwardFoldingLora(input);
     }
@@ -46,10 +47,12 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     return y + lora_B->forward(lora_A->forward(x)) * (lora_alpha_ / static_cast<double>(lora_r_));
   }
 
-  // Outside autocast, with the adapters in the activations' dtype: W x + b on the rows as one
-  // [rows, out] product, then the adapter's (alpha / r) B (A x) added into it by one more product
-  // (addmm_, beta 1) instead of a product, a scaling and a sum over [rows, out] each way. The
-  // in-place update is safe for autograd: the base's product keeps its inputs, not its result.
+  // Outside autocast and tracing (the rows' shape would be recorded as a constant, so a traced
+  // module would take one batch size only), with the adapters in the activations' dtype: W x + b on
+  // the rows as one [rows, out] product, then the adapter's (alpha / r) B (A x) added into it by
+  // one more product (addmm_, beta 1) instead of a product, a scaling and a sum over [rows, out]
+  // each way. The in-place update is safe for autograd: the base's product keeps its inputs, not
+  // its result.
   torch::Tensor ForwardFoldingLora(const torch::Tensor& input) {
     const int64_t in = weight.size(1), out = weight.size(0);
     torch::Tensor rows = input.reshape({-1, in});

@@ -174,9 +174,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x,
                                                                   const torch::Tensor& cos,
                                                                   const torch::Tensor& sin) {
-    const int64_t batch = x.size(0), length = x.size(1);
+    // The batch as -1, so that a trace (kiln export format=torchscript) takes any batch size.
+    const int64_t length = x.size(1);
     auto heads = [&](const torch::Tensor& t, int64_t n) {
-      return t.view({batch, length, n, head_dim_});
+      return t.view({-1, length, n, head_dim_});
     };
     // Rotate's cos and sin: [T, hd] or [B, T, 1, hd].
     torch::Tensor c = cos.dim() == 4 ? cos.transpose(1, 2) : cos;
@@ -209,7 +210,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
     torch::Tensor y = at::scaled_dot_product_attention(
         q, k, v, mask.bias, is_training() ? dropout_ : 0.0, mask.causal, 1.0 / std::sqrt(head_dim_),
         /*enable_gqa=*/kv_heads_ != heads_);
-    return o_proj->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), heads_ * head_dim_}));
+    return o_proj->forward(y.transpose(1, 2).reshape({-1, x.size(1), heads_ * head_dim_}));
   }
 
   int64_t heads_, kv_heads_, head_dim_;
