@@ -20,13 +20,23 @@ class TokenLoss : public Metric {
 
   absl::Status Update(const MetricBatch& batch) override {
     if (per_character_ && batch.characters <= 0) return absl::OkStatus();  // characters unknown
-    KILN_ASSIGN_OR_RETURN(Rows rows,
-                          CountedRows(batch, per_character_ ? "bits_per_character" : "perplexity"));
-    torch::Tensor losses = torch::nn::functional::cross_entropy(
-        rows.preds.to(torch::kFloat32), rows.target,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    torch::Tensor losses;
+    if (batch.losses.defined() && batch.target.defined() &&
+        batch.losses.sizes() == batch.target.sizes()) {
+      // The task's own per-position losses: the same values as below, without a second pass.
+      losses = batch.losses.reshape({-1});
+      if (batch.mask.defined()) {
+        losses = losses.masked_select(batch.mask.reshape({-1}).to(losses.device(), torch::kBool));
+      }
+    } else {
+      KILN_ASSIGN_OR_RETURN(
+          Rows rows, CountedRows(batch, per_character_ ? "bits_per_character" : "perplexity"));
+      losses = torch::nn::functional::cross_entropy(
+          rows.preds.to(torch::kFloat32), rows.target,
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    }
     loss_sum_ += losses.to(torch::kFloat64).sum().item<double>();
-    count_ += per_character_ ? batch.characters : static_cast<double>(rows.target.size(0));
+    count_ += per_character_ ? batch.characters : static_cast<double>(losses.numel());
     return absl::OkStatus();
   }
 

@@ -27,6 +27,10 @@ struct MetricBatch {
   torch::Tensor target;
   // Which target positions count (bool, the shape of target); undefined: all (padding is not).
   torch::Tensor mask;
+  // Optional: the cross-entropy of each target position under preds (float32, the shape of
+  // target), as the task's loss computed it; the metrics of that loss (perplexity,
+  // bits_per_character) read it rather than computing it again.
+  torch::Tensor losses;
   // Decoded texts, one per example (speech recognition): what the model said and the reference.
   std::vector<std::string> predicted_texts;
   std::vector<std::string> target_texts;

@@ -49,6 +49,8 @@ class Task {
   struct TrainingOutputs {
     torch::Tensor loss;   // the scalar to minimize
     torch::Tensor preds;  // what the training metrics see (logits), outside autograd
+    // Optional: the loss of each target position, outside autograd (MetricBatch::losses).
+    torch::Tensor losses;
   };
   virtual bool splits_training_step() const { return false; }
   virtual absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& /*batch*/) {

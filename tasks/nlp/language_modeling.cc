@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -76,8 +77,8 @@ class LanguageModeling : public Task {
   absl::StatusOr<TrainingOutputs> TrainingLoss(const data::Batch& batch) override {
     KILN_RETURN_IF_ERROR(binding_.Check());
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
-    torch::Tensor loss = Loss(logits, batch);
-    return TrainingOutputs{loss, logits.detach()};
+    auto [loss, losses] = Loss(logits, batch);
+    return TrainingOutputs{loss, logits.detach(), losses};
   }
 
   absl::Status LogTrainingStep(const data::Batch& batch, const TrainingOutputs& outputs,
@@ -85,7 +86,8 @@ class LanguageModeling : public Task {
     double tokens = Tokens(batch);
     if (tokens <= 0) return absl::OkStatus();
     log.Log("train/loss", outputs.loss.item<double>(), tokens);
-    return metrics_.Update("train", Scores(outputs.preds, batch, tokens, "train"), log);
+    return metrics_.Update("train", Scores(outputs.preds, outputs.losses, batch, tokens, "train"),
+                           log);
   }
 
   absl::Status EvaluationStep(const data::Batch& batch, const std::string& stage,
@@ -94,8 +96,9 @@ class LanguageModeling : public Task {
     KILN_ASSIGN_OR_RETURN(torch::Tensor logits, Logits(batch));
     double tokens = Tokens(batch);
     if (tokens <= 0) return absl::OkStatus();
-    log.Log(stage + "/loss", Loss(logits, batch).item<double>(), tokens);
-    return metrics_.Update(stage, Scores(logits, batch, tokens, stage), log);
+    auto [loss, losses] = Loss(logits, batch);
+    log.Log(stage + "/loss", loss.item<double>(), tokens);
+    return metrics_.Update(stage, Scores(logits, losses, batch, tokens, stage), log);
   }
 
   absl::StatusOr<std::map<std::string, double>> TrainingEpochEnd(
@@ -295,20 +298,29 @@ class LanguageModeling : public Task {
     return logits;
   }
 
-  // Cross-entropy over the real (non-padding) targets.
-  static torch::Tensor Loss(const torch::Tensor& logits, const data::Batch& batch) {
-    return torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), batch.target.reshape({-1}),
-        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(
-            text::SpecialTokens::kIgnore));
+  // The mean cross-entropy over the real (non-padding) targets, and the loss of each target
+  // position (0 at padding; outside autograd) for the metrics. The mean is the positions' sum over
+  // their count, whose gradient is the bits of cross_entropy's own mean reduction (-1 / count at
+  // each target); its value can differ from that reduction's in the last bit (another order).
+  static std::pair<torch::Tensor, torch::Tensor> Loss(const torch::Tensor& logits,
+                                                      const data::Batch& batch) {
+    torch::Tensor target = batch.target.reshape({-1});
+    torch::Tensor each = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(2)}).to(torch::kFloat32), target,
+        torch::nn::functional::CrossEntropyFuncOptions()
+            .ignore_index(text::SpecialTokens::kIgnore)
+            .reduction(torch::kNone));
+    torch::Tensor counted = target.ne(text::SpecialTokens::kIgnore).sum();
+    return {each.sum() / counted, each.detach().view(batch.target.sizes())};
   }
 
   // What the metrics see of a batch: the scores of its real targets, and for bits per character
   // how many characters its `tokens` stand for in the stage's split.
-  MetricBatch Scores(const torch::Tensor& logits, const data::Batch& batch, double tokens,
-                     const std::string& stage) const {
+  MetricBatch Scores(const torch::Tensor& logits, const torch::Tensor& losses,
+                     const data::Batch& batch, double tokens, const std::string& stage) const {
     MetricBatch scores;
     scores.preds = logits;
+    scores.losses = losses;
     scores.target = batch.target;
     scores.mask = batch.target.ne(text::SpecialTokens::kIgnore);
     double per_char = binding_.data() ? binding_.data()->tokens_per_char(stage) : 0;

@@ -252,6 +252,27 @@ TEST(TokenLoss, PerplexityAndBitsPerCharacterOverCountedTokens) {
   EXPECT_NEAR(Values(*bpc).at(""), 0.5, 1e-6);  // ln 2 nats over 2 characters: half a bit each
   ASSERT_TRUE(ppl->Sync(Double).ok());
   EXPECT_NEAR(Values(*ppl).at(""), 2.0, 1e-6);
+
+  // The task's own per-position losses (MetricBatch::losses) are read as they are, under the
+  // mask: the same values as from the scores, and no scores are needed for them.
+  torch::Tensor logits = torch::randn({2, 5, 7});
+  torch::Tensor target = torch::randint(0, 7, {2, 5}, torch::kInt64);
+  MetricBatch from_scores = Scores(logits, target);
+  from_scores.mask = torch::rand({2, 5}) > 0.3;
+  from_scores.characters = 9;
+  MetricBatch from_losses = from_scores;
+  from_losses.preds = torch::Tensor();
+  from_losses.losses = torch::nn::functional::cross_entropy(
+                           logits.reshape({-1, 7}), target.reshape({-1}),
+                           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+                           .view({2, 5});
+  for (const std::string& name : {"perplexity", "bits_per_character"}) {
+    SCOPED_TRACE(name);
+    auto a = Make("_target_: " + name + "\n", 0), b = Make("_target_: " + name + "\n", 0);
+    ASSERT_TRUE(a->Update(from_scores).ok());
+    ASSERT_TRUE(b->Update(from_losses).ok());
+    EXPECT_EQ(Values(*a).at(""), Values(*b).at(""));
+  }
 }
 
 TEST(FillerRates, FalseAcceptsAndMissesOverFillerAndKeywordRows) {
