@@ -1,7 +1,9 @@
 #include "lib/distributed/data_parallel.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -64,35 +66,44 @@ absl::Status DataParallel::BroadcastBuffers() {
 }
 
 absl::Status DataParallel::PrepareSyncedBackward(const torch::Tensor& loss) {
-  try {
-    // As DDP's forward: the check that the previous step reduced every bucket (the reducer throws
-    // when it did not), and once, after the first step, buckets rebuilt in the order backward
-    // produced the gradients.
-    reducer_->rebuild_buckets();
-    reducer_->prepare_for_forward();
-    reducer_->prepare_for_backward({loss});
-    return absl::OkStatus();
-  } catch (const c10::Error& e) {
-    // The reducer finds out at the next step that the previous one never reduced some buckets,
-    // and says which parameter indices got no gradient.
-    const std::string message = e.what_without_backtrace();
-    std::vector<std::string> unused;
-    const std::string marker = "did not receive grad for rank ";
-    if (size_t at = message.find(marker); at != std::string::npos) {
-      std::istringstream indices(message.substr(message.find(':', at) + 1));
-      for (size_t i; indices >> i;) {
-        if (i < names_.size()) unused.push_back(names_[i]);
-      }
+  std::optional<std::string> reducer_error;
+  // Rebuilding the buckets broadcasts their new order (a collective), so a worker that stopped
+  // shows here too: the transport's error (gloo's is not a c10::Error) goes to Guard, which says
+  // so; the reducer's own checks throw c10::Error and are read below.
+  absl::Status status = group_->Guard("preparing the gradient reduction", [&] {
+    try {
+      // As DDP's forward: the check that the previous step reduced every bucket (the reducer
+      // throws when it did not), and once, after the first step, buckets rebuilt in the order
+      // backward produced the gradients.
+      reducer_->rebuild_buckets();
+      reducer_->prepare_for_forward();
+      reducer_->prepare_for_backward({loss});
+    } catch (const c10::DistError&) {
+      throw;
+    } catch (const c10::Error& e) {
+      reducer_error = e.what_without_backtrace();
     }
-    if (!unused.empty() || message.find("not used in producing loss") != std::string::npos) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("data parallel: the loss does not use every parameter",
-                       unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
-                       ", and the gradient reduction waits for them; set "
-                       "trainer.ddp_find_unused_parameters=true"));
+  });
+  if (!reducer_error) return status;
+  // The reducer finds out at the next step that the previous one never reduced some buckets, and
+  // says which parameter indices got no gradient.
+  const std::string& message = *reducer_error;
+  std::vector<std::string> unused;
+  const std::string marker = "did not receive grad for rank ";
+  if (size_t at = message.find(marker); at != std::string::npos) {
+    std::istringstream indices(message.substr(message.find(':', at) + 1));
+    for (size_t i; indices >> i;) {
+      if (i < names_.size()) unused.push_back(names_[i]);
     }
-    return absl::InternalError(absl::StrCat("data parallel: ", ErrorLine(message)));
   }
+  if (!unused.empty() || message.find("not used in producing loss") != std::string::npos) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data parallel: the loss does not use every parameter",
+                     unused.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unused, ", "), ")"),
+                     ", and the gradient reduction waits for them; set "
+                     "trainer.ddp_find_unused_parameters=true"));
+  }
+  return absl::InternalError(absl::StrCat("data parallel: ", ErrorLine(message)));
 }
 
 }  // namespace kiln::distributed
