@@ -586,42 +586,41 @@ KILN_AVX2 void RotateHeadsLanes(const In* x, const float* c, const float* s, int
 }
 #endif
 
-// RotateQkv's loop: q [B, T, heads hd] and k [B, T, kv hd] of X (float32, or bf16 under
-// autocast), v [B, T, kv hd] of Out, contiguous; float32 cos and sin [T, hd]. Each row of the
-// result [B, T, (heads + 2 kv) hd] is q's heads rotated, k's rotated, then v's, in Out: the
-// rotation computed as RotateLoop<X, float, float> computes it and rounded to Out once.
+// RotateQkv's loop: q [B, T, heads hd], k and v [B, T, kv hd] of T (float32, or bf16 under
+// autocast), contiguous; float32 cos and sin [T, hd]. Each row of the result
+// [B, T, (heads + 2 kv) hd] is q's heads rotated, k's rotated, then v's, in T: the rotation
+// computed as RotateLoop<T, float, float> computes it and rounded to T once.
 struct QkvLayout {
   int64_t rows, length, heads, kv, hd;
 };
 
-template <typename X, typename Out>
+template <typename T>
 torch::Tensor RotateQkvLoop(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& cos, const torch::Tensor& sin,
                             const QkvLayout& l) {
   const int64_t width = (l.heads + 2 * l.kv) * l.hd;
   torch::Tensor out = torch::empty({q.size(0), l.length, width}, v.options());
-  const X *qp = q.data_ptr<X>(), *kp = k.data_ptr<X>();
-  const Out* vp = v.data_ptr<Out>();
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
   const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-  Out* op = out.data_ptr<Out>();
+  T* op = out.data_ptr<T>();
   [[maybe_unused]] const bool lanes = UseLanes() && l.hd % 16 == 0;
-  auto rotate = [&](const X* x, const float* c, const float* s, int64_t n, float* r) {
+  auto rotate = [&](const T* x, const float* c, const float* s, int64_t n, float* r) {
 #ifdef KILN_BF16_LANES
     if (lanes) return RotateHeadsLanes<false>(x, c, s, n, l.hd, r);
 #endif
     RotateRow(x, l.hd, c, s, n, l.hd, r);
   };
   ParallelFor(0, l.rows, kNormRowGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> rotated(std::is_same_v<Out, float> ? 0 : (l.heads + l.kv) * l.hd);
+    std::vector<float> rotated(std::is_same_v<T, float> ? 0 : (l.heads + l.kv) * l.hd);
     for (int64_t row = begin; row < end; ++row) {
       const float* c = cp + row % l.length * l.hd;
       const float* s = sp + row % l.length * l.hd;
-      Out* o = op + row * width;
-      float* r = std::is_same_v<Out, float> ? reinterpret_cast<float*>(o) : rotated.data();
+      T* o = op + row * width;
+      float* r = std::is_same_v<T, float> ? reinterpret_cast<float*>(o) : rotated.data();
       rotate(qp + row * l.heads * l.hd, c, s, l.heads, r);
       rotate(kp + row * l.kv * l.hd, c, s, l.kv, r + l.heads * l.hd);
-      if constexpr (!std::is_same_v<Out, float>) {
-        for (int64_t e = 0; e < (l.heads + l.kv) * l.hd; ++e) o[e] = static_cast<Out>(r[e]);
+      if constexpr (!std::is_same_v<T, float>) {
+        for (int64_t e = 0; e < (l.heads + l.kv) * l.hd; ++e) o[e] = static_cast<T>(r[e]);
       }
       std::copy(vp + row * l.kv * l.hd, vp + (row + 1) * l.kv * l.hd, o + (l.heads + l.kv) * l.hd);
     }
@@ -629,20 +628,19 @@ torch::Tensor RotateQkvLoop(const torch::Tensor& q, const torch::Tensor& k, cons
   return out;
 }
 
-// dq and dk: the rows' rotation undone on the gradient's q and k heads, in X; dv: the gradient's
-// v heads as they are (a view).
-template <typename X, typename Out>
+// dq and dk: the rows' rotation undone on the gradient's q and k heads (T, as the gradient); dv:
+// the gradient's v heads as they are (a view).
+template <typename T>
 std::pair<torch::Tensor, torch::Tensor> UnrotateQk(const torch::Tensor& g, const torch::Tensor& cos,
                                                    const torch::Tensor& sin, const QkvLayout& l) {
   const int64_t width = (l.heads + 2 * l.kv) * l.hd;
-  const auto options = g.options().dtype(c10::CppTypeToScalarType<X>::value);
-  torch::Tensor dq = torch::empty({g.size(0), l.length, l.heads * l.hd}, options);
-  torch::Tensor dk = torch::empty({g.size(0), l.length, l.kv * l.hd}, options);
-  const Out* gp = g.data_ptr<Out>();
+  torch::Tensor dq = torch::empty({g.size(0), l.length, l.heads * l.hd}, g.options());
+  torch::Tensor dk = torch::empty({g.size(0), l.length, l.kv * l.hd}, g.options());
+  const T* gp = g.data_ptr<T>();
   const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-  X *qp = dq.data_ptr<X>(), *kp = dk.data_ptr<X>();
+  T *qp = dq.data_ptr<T>(), *kp = dk.data_ptr<T>();
   [[maybe_unused]] const bool lanes = UseLanes() && l.hd % 16 == 0;
-  auto unrotate = [&](const Out* g, const float* c, const float* s, int64_t n, X* d) {
+  auto unrotate = [&](const T* g, const float* c, const float* s, int64_t n, T* d) {
 #ifdef KILN_BF16_LANES
     if (lanes) return RotateHeadsLanes<true>(g, c, s, n, l.hd, d);
 #endif
@@ -652,7 +650,7 @@ std::pair<torch::Tensor, torch::Tensor> UnrotateQk(const torch::Tensor& g, const
     for (int64_t row = begin; row < end; ++row) {
       const float* c = cp + row % l.length * l.hd;
       const float* s = sp + row % l.length * l.hd;
-      const Out* gr = gp + row * width;
+      const T* gr = gp + row * width;
       unrotate(gr, c, s, l.heads, qp + row * l.heads * l.hd);
       unrotate(gr + l.heads * l.hd, c, s, l.kv, kp + row * l.kv * l.hd);
     }
@@ -670,9 +668,8 @@ class RotaryQkvFunction : public torch::autograd::Function<RotaryQkvFunction> {
     ctx->save_for_backward({cos, sin});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["kv_heads"] = kv_heads;
-    if (q.scalar_type() == torch::kFloat32)
-      return RotateQkvLoop<float, float>(q, k, v, cos, sin, l);
-    return RotateQkvLoop<c10::BFloat16, c10::BFloat16>(q, k, v, cos, sin, l);
+    if (q.scalar_type() == torch::kFloat32) return RotateQkvLoop<float>(q, k, v, cos, sin, l);
+    return RotateQkvLoop<c10::BFloat16>(q, k, v, cos, sin, l);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -682,8 +679,8 @@ class RotaryQkvFunction : public torch::autograd::Function<RotaryQkvFunction> {
     const QkvLayout l{g.size(0) * g.size(1), g.size(1), ctx->saved_data["heads"].toInt(),
                       ctx->saved_data["kv_heads"].toInt(), saved[0].size(1)};
     auto [dq, dk] = g.scalar_type() == torch::kFloat32
-                        ? UnrotateQk<float, float>(g, saved[0], saved[1], l)
-                        : UnrotateQk<c10::BFloat16, c10::BFloat16>(g, saved[0], saved[1], l);
+                        ? UnrotateQk<float>(g, saved[0], saved[1], l)
+                        : UnrotateQk<c10::BFloat16>(g, saved[0], saved[1], l);
     torch::Tensor dv = g.narrow(2, (l.heads + l.kv) * l.hd, l.kv * l.hd);
     return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -772,11 +769,10 @@ torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
 torch::Tensor RotateQkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
                         int64_t kv_heads) {
-  const auto x = q.scalar_type(), out = v.scalar_type();
-  const bool types = k.scalar_type() == x && cos.scalar_type() == torch::kFloat32 &&
-                     sin.scalar_type() == torch::kFloat32 &&
-                     ((x == torch::kFloat32 && out == torch::kFloat32) ||
-                      (x == torch::kBFloat16 && out == torch::kBFloat16));
+  const auto out = v.scalar_type();
+  const bool types = q.scalar_type() == out && k.scalar_type() == out &&
+                     (out == torch::kFloat32 || out == torch::kBFloat16) &&
+                     cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32;
   const bool shaped = q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && cos.dim() == 2 && heads > 0 &&
                       kv_heads > 0 && cos.size(1) % 2 == 0 && q.size(2) == heads * cos.size(1) &&
                       k.size(2) == kv_heads * cos.size(1) && v.sizes() == k.sizes() &&
