@@ -117,6 +117,38 @@ void ExpectRefused(const testing::ProcessResult& r, const std::string& dir, pid_
       << errors[0];
 }
 
+// A process a test starts in its own group (a `kiln serve`, a sweep) ends when the test's process
+// is killed (ctest's timeout, Ctrl-C), instead of living on with its port and CPU.
+TEST(TestProcesses, OneStartedInItsOwnGroupEndsWithTheTest) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t test = ::fork();
+  ASSERT_GE(test, 0);
+  if (test == 0) {  // the "test": starts a long sleep in its own group, says its pid, waits
+    ::close(fds[0]);
+    pid_t sleeper = testing::StartInOwnGroup({"/bin/sleep", "1000"});
+    ssize_t written = ::write(fds[1], &sleeper, sizeof(sleeper));
+    (void)written;
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  pid_t sleeper = -1;
+  ASSERT_EQ(::read(fds[0], &sleeper, sizeof(sleeper)), static_cast<ssize_t>(sizeof(sleeper)));
+  ::close(fds[0]);
+  ASSERT_GT(sleeper, 0);
+  EXPECT_EQ(testing::ProcessesInGroup(sleeper), std::vector<pid_t>{sleeper});
+  ::kill(test, SIGKILL);
+  ::waitpid(test, nullptr, 0);
+  std::vector<pid_t> alive = testing::ProcessesInGroup(sleeper);
+  for (int i = 0; i < 100 && !alive.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    alive = testing::ProcessesInGroup(sleeper);
+  }
+  EXPECT_TRUE(alive.empty()) << "the sleep started by the killed test still runs";
+  if (!alive.empty()) ::kill(sleeper, SIGKILL);
+}
+
 TEST(DirectoryLock, SecondHolderIsRefusedUntilTheFirstReleases) {
   TempDir dir;
   auto first = DirectoryLock::Acquire(dir.path(), "run directory");

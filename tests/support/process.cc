@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -51,9 +52,14 @@ std::vector<char*> ExecArgs(const std::vector<std::string>& argv) {
 }  // namespace
 
 pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd) {
+  const pid_t test = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    // Its own group keeps it out of the terminal's Ctrl-C and ctest's kill of the test; so that it
+    // still ends with the test (a server would hold its port), the kernel kills it when the test
+    // dies. A test that died before this line is caught by the parent check.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != test) _exit(127);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(127);
     if (freopen("/dev/null", "w", stdout) == nullptr ||
         freopen("/dev/null", "w", stderr) == nullptr)

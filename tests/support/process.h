@@ -22,7 +22,8 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
 
 // Starts `argv` in a process group of its own, its output discarded, and returns its pid (-1 when
 // fork fails): a test kills it midway with kill(pid, ...) or, with everything it started,
-// kill(-pid, ...), then reaps it with waitpid.
+// kill(-pid, ...), then reaps it with waitpid. It is killed when the thread that started it ends
+// (the test process killed by ctest's timeout or Ctrl-C): start it from the test's own thread.
 pid_t StartInOwnGroup(const std::vector<std::string>& argv, const std::string& cwd = "");
 // The live processes of process group `group` (zombies left out), read from /proc.
 std::vector<pid_t> ProcessesInGroup(pid_t group);
