@@ -1,12 +1,15 @@
 """Hugging Face's Trainer with peft's LoRA on a Llama folder: the reference of bench/lora_speed.sh.
 
 usage: lora_reference.py FOLDER WARMUP TIMED THREADS BATCH BLOCK R ALPHA TARGETS [--bf16] [--cuda]
+                         [--compile]
 
 Loads FOLDER with AutoModelForCausalLM, wraps it with peft's get_peft_model (LoraConfig r, alpha,
 no dropout, the comma-separated target modules) and trains WARMUP + TIMED steps of BATCH x BLOCK
 tokens with transformers' Trainer on the CPU (AdamW, no logging, saving or evaluation; bf16=True
 with --bf16, which runs the forward under torch.autocast in bf16 as Trainer does on the CPU; with
---cuda on the GPU, where Trainer puts the model, its batches and the autocast). The
+--cuda on the GPU, where Trainer puts the model, its batches and the autocast; with --compile,
+Trainer's torch_compile=True: the model through torch.compile's Inductor, which fuses elementwise
+work into generated C++ or Triton kernels, compiled during the warm-up steps). The
 tokens are random ids below the model's vocab_size (their values do not change the work). Prints
 the timed steps' tokens/s on the last line, timed from the end of the last warm-up step.
 """
@@ -50,6 +53,7 @@ def main():
     warmup, timed, threads, batch, block = map(int, (warmup, timed, threads, batch, block))
     bf16 = "--bf16" in sys.argv[10:]
     cuda = "--cuda" in sys.argv[10:]
+    compile_model = "--compile" in sys.argv[10:]
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=int(r), lora_alpha=int(alpha), lora_dropout=0.0,
@@ -59,7 +63,7 @@ def main():
                              per_device_train_batch_size=batch, max_steps=steps,
                              learning_rate=1e-3, optim="adamw_torch", logging_strategy="no",
                              save_strategy="no", eval_strategy="no", report_to=[],
-                             dataloader_num_workers=0, disable_tqdm=True, seed=0)
+                             torch_compile=compile_model, dataloader_num_workers=0, disable_tqdm=True, seed=0)
     clock = StepClock((warmup, steps) if cuda else ())
     trainer = Trainer(model=model, args=args,
                       train_dataset=Blocks(batch * steps, block, model.config.vocab_size),

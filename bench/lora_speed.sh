@@ -11,6 +11,9 @@
 # Both Python sides run with kiln's allocator settings (bench/common.sh) and the same threads.
 # Each round runs both once per precision; ratios are taken within a round and the medians are the
 # figures. Target (issue 54): kiln >= 2x the reference in float32 and bf16.
+# The reference is also run with COMPILED=1 (the default on the CPU): the same Trainer with
+# torch_compile=True, Inductor's fused kernels, the strongest Python step on this torch; the
+# compiled column and the kiln/compiled ratio come from it. Its compilation runs in the warm-up.
 # On the CPU each round also times bench/lora_floor.py: the step's matrix products alone (the same
 # shapes and MKL calls; the attention's own products at half their time, for the causal mask; no
 # softmax, norms, loss or optimizer), a floor under either side's step; the ceiling column is the
@@ -26,6 +29,7 @@ threads=${THREADS:-2}
 precisions=${PRECISIONS:-32 bf16-mixed}
 targets=${TARGETS:-q_proj,v_proj}
 device=${DEVICE:-cpu}
+compiled=${COMPILED:-$([[ $device == cpu ]] && echo 1 || echo 0)}
 [[ $device == cpu ]] || export KILN_WARM_EPOCHS=${KILN_WARM_EPOCHS:-1}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
@@ -48,6 +52,7 @@ reference_rate() {
   local flags=()
   [[ $1 != bf16-mixed ]] || flags+=(--bf16)
   [[ $device == cpu ]] || flags+=(--cuda)
+  [[ ${2:-} != compiled ]] || flags+=(--compile)
   python_tuned bench/lora_reference.py "$hf" 5 40 "$threads" 32 128 8 16 "$targets" "${flags[@]}" \
     2>"$work/reference.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/reference.err" >&2; exit 1; }
@@ -55,8 +60,9 @@ reference_rate() {
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
   echo "== llama LoRA $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
-  printf '%-6s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf floor_ms ceiling
-  ratios=() ceilings=()
+  printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf floor_ms ceiling \
+    hf_compiled kiln/compiled
+  ratios=() ceilings=() compiled_ratios=()
   for ((r = 1; r <= rounds; r++)); do
     k=$(kiln_rate "$precision")
     h=$(reference_rate "$precision")
@@ -69,8 +75,15 @@ for precision in $precisions; do
       c=$(awk "BEGIN {printf \"%.2f\", 32 * 128 * 1000 / $h / $f}")  # the reference's ms a step / floor
       ceilings+=("$c")
     fi
-    printf '%-6s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c"
+    hc=- kc=-
+    if [[ $compiled == 1 ]]; then
+      hc=$(reference_rate "$precision" compiled)
+      kc=$(ratio "$k" "$hc")
+      compiled_ratios+=("$kc")
+    fi
+    printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c" "$hc" "$kc"
   done
   echo "llama LoRA $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
-    "${ceilings:+(ceiling from the floor $(printf '%s\n' "${ceilings[@]}" | median)x)}"
+    "${ceilings:+(ceiling from the floor $(printf '%s\n' "${ceilings[@]}" | median)x)}" \
+    "${compiled_ratios:+kiln/compiled Trainer+peft $(printf '%s\n' "${compiled_ratios[@]}" | median)x}"
 done
