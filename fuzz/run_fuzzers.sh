@@ -26,6 +26,7 @@ table=(
   "image_decode     seed_written          2000"
   "jpeg_crop        seed_written          2000"
   "safetensors      seed_written          8000"
+  "peft_adapter     seed_peft_adapter     5000"
   "checkpoint       seed_written          1000"
   "sharded_checkpoint seed_written        5000"
   "plugin_manifest  seed_plugin_manifest  10000"
@@ -130,6 +131,19 @@ seed_labelled_text() {
 seed_audio_manifest() {
   printf '\000{"audio": "a.wav", "text": "hello there", "duration": 1.5}\n\n{"audio": "/abs/b.flac", "text": "bye"}\n' > "$1/manifest.jsonl"
   printf '\003{"audio": "c.wav"}\n{"audio": 3}\nnot json\n{"audio": "d.wav", "duration": "long"}\n' > "$1/skip.jsonl"
+}
+# adapter_config.json as kiln's export and PEFT's save_pretrained write it (a list of last names;
+# all-linear saved as full names), the all-linear string, a regular expression, DoRA.
+seed_peft_adapter() {
+  printf '%s\n' '{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,' \
+    '"lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"], "bias": "none",' \
+    '"modules_to_save": null, "use_dora": false, "use_rslora": false}' > "$1/kiln.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules":' \
+    '["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"],' \
+    '"modules_to_save": ["classifier", "score"], "bias": "none"}' > "$1/full_names.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2.5, "target_modules": "ALL-linear"}' > "$1/all_linear.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ".*\\.(q|v)_proj"}' > "$1/regex.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_dora": true, "target_modules": ["q"]}' > "$1/dora.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

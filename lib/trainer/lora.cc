@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,7 +33,8 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("dropout", &LoraOptions::dropout, "dropout on the adapters' input",
                  InHalfOpenRange(0, 1))
           .Field("target_modules", &LoraOptions::target_modules,
-                 "last names of the layers that get adapters (q_proj, v_proj, c_attn, ...)")
+                 "the layers that get adapters, by last name or full name (q_proj, v_proj, "
+                 "c_attn, ...), or all-linear: every layer that can carry one")
           .Field("modules_to_save", &LoraOptions::modules_to_save,
                  "last names of modules that train whole beside the adapters and are saved "
                  "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
@@ -61,18 +63,44 @@ bool Within(const std::string& name, const std::vector<std::string>& modules) {
   });
 }
 
-// The layers of `model` whose last name is in `targets`, by full name, outside the modules that
-// train whole (`saved`).
+bool IsAllLinear(const std::vector<std::string>& targets) {
+  return targets.size() == 1 && targets[0] == kAllLinear;
+}
+
+// PEFT's list matching (check_target_module_exists): the target is the module's full name, or
+// ends it after a dot.
+bool Names(const std::string& target, const std::string& module) {
+  return module == target || absl::EndsWith(module, "." + target);
+}
+
+// The layers of `model` that `targets` names, by full name, outside the modules that train whole
+// (`saved`); for all-linear, every layer that can carry an adapter there but the output head
+// (`lm_head`, what PEFT leaves out as transformers' get_output_embeddings()).
 std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
     torch::nn::Module& model, const std::vector<std::string>& targets,
     const std::vector<std::string>& saved) {
   std::vector<std::pair<std::string, torch::nn::Module*>> found;
+  const bool all = IsAllLinear(targets);
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (std::find(targets.begin(), targets.end(), LastName(item.key())) != targets.end() &&
-        !Within(item.key(), saved))
-      found.emplace_back(item.key(), item.value().get());
+    if (Within(item.key(), saved)) continue;
+    const bool named =
+        all ? dynamic_cast<LoraLayer*>(item.value().get()) != nullptr && item.key() != "lm_head"
+            : std::any_of(targets.begin(), targets.end(),
+                          [&](const std::string& t) { return Names(t, item.key()); });
+    if (named) found.emplace_back(item.key(), item.value().get());
   }
   return found;
+}
+
+// PEFT's target_modules given as a string: its all-linear shorthand (any case), or a regular
+// expression, which kiln refuses in one line that starts with `where`.
+absl::StatusOr<std::vector<std::string>> StringTargets(const std::string& text,
+                                                       const std::string& where) {
+  if (absl::AsciiStrToLower(text) == kAllLinear) return std::vector<std::string>{kAllLinear};
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, "target_modules is the string '", text,
+      "', which PEFT reads as a regular expression; kiln takes a list of layer names ([q_proj, "
+      "v_proj]) or all-linear"));
 }
 
 // adapter_config.json's r, lora_alpha, lora_dropout and target_modules.
@@ -119,8 +147,8 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   if (targets && targets->is_list()) {
     for (const auto& t : targets->items()) o->target_modules.push_back(config::PythonStr(*t));
   } else if (targets && targets->kind() == config::NodeKind::kString) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": target_modules is a regular expression; kiln reads a list of layer names"));
+    KILN_ASSIGN_OR_RETURN(o->target_modules,
+                          StringTargets(targets->as_string(), absl::StrCat(path, ": ")));
   }
   config::NodePtr saved = root->Find("modules_to_save");
   o->modules_to_save.clear();
@@ -139,6 +167,21 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
   if (!job.Has("model.lora")) return std::optional<LoraOptions>();
   KILN_ASSIGN_OR_RETURN(config::NodePtr node, job.Get<config::NodePtr>("model.lora"));
   if (node == nullptr || node->is_null()) return std::optional<LoraOptions>();
+  if (config::NodePtr targets = node->is_map() ? node->Find("target_modules") : nullptr;
+      targets != nullptr && targets->kind() == config::NodeKind::kString) {
+    // PEFT's string form, as a one-item list for the schema.
+    absl::StatusOr<std::vector<std::string>> named =
+        StringTargets(targets->as_string(), "model.lora.");
+    if (std::string where = targets->source().Describe(); !named.ok() && !where.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(named.status().message(), " (set at ", where, ")"));
+    if (!named.ok()) return named.status();
+    node = node->Clone();
+    config::NodePtr list = config::Node::List();
+    list->Append(config::Node::String((*named)[0]));
+    list->set_source(targets->source());
+    node->Set("target_modules", list);
+  }
   KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
                         LoraBinding().schema().Apply(*node, "model.lora", "model.lora"));
   LoraOptions o = LoraBinding().Fill(config::Config(filled, "model.lora"));
@@ -164,11 +207,11 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     }
     KILN_ASSIGN_OR_RETURN(file, ReadSafetensors(weights));
   }
+  const auto modules = model.named_modules("", /*include_self=*/false);
   for (const std::string& m : o.modules_to_save) {
     // PEFT's SEQ_CLS files name both heads; a model has one of them.
     const bool head =
         std::find(ClassifierHeads().begin(), ClassifierHeads().end(), m) != ClassifierHeads().end();
-    const auto modules = model.named_modules("", /*include_self=*/false);
     if (!head && std::none_of(modules.begin(), modules.end(),
                               [&](const auto& item) { return LastName(item.key()) == m; })) {
       return absl::InvalidArgumentError(
@@ -188,10 +231,20 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
                        "Linear layers can)"));
     }
     names.push_back(name);
-    matched.insert(name.substr(name.rfind('.') + 1));
+    for (const std::string& t : o.target_modules)
+      if (Names(t, name)) matched.insert(t);
   }
+  if (IsAllLinear(o.target_modules) && names.empty()) {
+    return absl::InvalidArgumentError(
+        "model.lora.target_modules: all-linear finds no layer that can carry an adapter in the "
+        "model");
+  }
+  // A target inside a module that trains whole is no error: PEFT lists a RoBERTa head's layers
+  // among an all-linear adapter's targets, and trains them whole.
   for (const std::string& t : o.target_modules) {
-    if (matched.count(t) == 0) {
+    if (matched.count(t) != 0 || IsAllLinear(o.target_modules)) continue;
+    if (std::none_of(modules.begin(), modules.end(),
+                     [&](const auto& item) { return Names(t, item.key()); })) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.lora.target_modules: '", t, "' names no layer of the model"));
     }

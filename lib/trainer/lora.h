@@ -4,10 +4,13 @@
 // and B as zeros, so training starts from the base model. Every other parameter is frozen, so
 // only the adapters reach the optimizer.
 //
-// `model.lora: {r, alpha, dropout, target_modules}` adds adapters to the layers whose last name
-// is in target_modules (q_proj, v_proj, c_attn, ...); `model.lora.from=DIR` reads an adapter PEFT
-// saved (adapter_config.json, adapter_model.safetensors) instead. The adapter is written back in
-// PEFT's format (WritePeftAdapter) or merged into W (MergeLora) for a plain export.
+// `model.lora: {r, alpha, dropout, target_modules}` adds adapters to the layers target_modules
+// names as PEFT's list does: a layer matches a name that is its full name or ends it after a dot
+// (q_proj, v_proj, c_attn, model.layers.0.self_attn.q_proj), and `all-linear` (PEFT's shorthand)
+// every layer that can carry one but the output head (lm_head); `model.lora.from=DIR` reads an
+// adapter PEFT saved (adapter_config.json, adapter_model.safetensors) instead. The adapter
+// is written back in PEFT's format (WritePeftAdapter) or merged into W (MergeLora) for a plain
+// export.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,10 +25,14 @@
 
 namespace kiln {
 
+// PEFT's target_modules="all-linear": every Linear layer but the output head (lm_head).
+inline constexpr char kAllLinear[] = "all-linear";
+
 struct LoraOptions {
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
+  // Layer names (last names, or full names, as PEFT's list), or {kAllLinear}.
   std::vector<std::string> target_modules;
   // Last names of modules that train whole beside the adapters and are saved with them (PEFT's
   // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,7 +156,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   ASSERT_TRUE(from_peft.ok()) << from_peft.status();
   LoraOptions from;
   from.from = peft_adapter;
-  ASSERT_TRUE(AddLora(**from_peft, from).ok());
+  auto loaded = AddLora(**from_peft, from);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto peft_reference = ReadSafetensors(peft_adapter + "/peft_logits.safetensors");
   ASSERT_TRUE(peft_reference.ok()) << peft_reference.status();
   torch::Tensor peft_logits = logits_of(**from_peft, peft_reference->at("ids"));
@@ -327,6 +329,12 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
   // weights and biases) trained whole and saved with the adapters.
   ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {"query", "value"}, 4, dir_->path(),
                      4);
+  // all-linear: each layer's query, key, value and three dense layers, the head's left whole, as
+  // PEFT's SEQ_CLS leaves it; BERT's pooler is a layer too (6 per layer, and 1).
+  ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {kAllLinear}, 12,
+                     dir_->path() + "/roberta_all_linear", 4);
+  ExpectLoraBothWays("bert", dir_->path() + "/bert/model", {kAllLinear}, 13,
+                     dir_->path() + "/bert_all_linear", 2);
 }
 
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml);
@@ -421,6 +429,10 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   if (IsSkipped()) return;
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj", "v_proj"}, 4,
                      dir_->path());
+  // PEFT's all-linear: the 7 projections of both layers, not lm_head, on both sides; peft saves
+  // the layers' full names as its targets, which kiln reads back.
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {kAllLinear}, 14,
+                     dir_->path() + "/all_linear");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -805,6 +817,64 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
          "\"target_modules\": [\"q_proj\"]}";
   refused(o, "use_dora is true");
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
+}
+
+// target_modules as PEFT reads it: a name is a layer's last name or its full name, and the string
+// all-linear (any case) is every layer that can carry an adapter, so not the output head; another
+// string, a regular expression to PEFT, is refused in one line, from the config or a folder.
+TEST(Lora, TargetModulesTakePeftsFullNamesAndAllLinear) {
+  const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 2\nheads: 2\n";
+  auto options = [](const std::string& targets) {
+    auto node =
+        config::ParseYaml("model:\n  lora:\n    r: 2\n    target_modules: " + targets, "job.yaml");
+    EXPECT_TRUE(node.ok()) << node.status();
+    return ReadLoraOptions(config::Config(*node));
+  };
+  for (const std::string spelling : {"all-linear", "ALL-Linear", "[all-linear]"}) {
+    auto o = options(spelling);
+    ASSERT_TRUE(o.ok()) << spelling << ": " << o.status();
+    ASSERT_TRUE(o->has_value());
+    EXPECT_EQ((*o)->target_modules, std::vector<std::string>{kAllLinear}) << spelling;
+  }
+  auto model = Instantiate(llama);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto all = AddLora(**model, **options("all-linear"));
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::multiset<std::string> last;
+  for (const std::string& name : *all) last.insert(name.substr(name.rfind('.') + 1));
+  EXPECT_EQ(last,
+            (std::multiset<std::string>{"q_proj", "q_proj", "k_proj", "k_proj", "v_proj", "v_proj",
+                                        "o_proj", "o_proj", "gate_proj", "gate_proj", "up_proj",
+                                        "up_proj", "down_proj", "down_proj"}));
+
+  auto one = Instantiate(llama);
+  ASSERT_TRUE(one.ok());
+  auto full = AddLora(**one, **options("[model.layers.1.self_attn.q_proj, down_proj]"));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(*full, (std::vector<std::string>{"model.layers.0.mlp.down_proj",
+                                             "model.layers.1.self_attn.q_proj",
+                                             "model.layers.1.mlp.down_proj"}));
+
+  auto refused = [](const absl::Status& status, const std::string& expected) {
+    EXPECT_NE(std::string(status.message()).find(expected), std::string::npos) << status;
+  };
+  refused(options("'.*\\.(q|v)_proj'").status(),
+          "model.lora.target_modules is the string '.*\\.(q|v)_proj', which PEFT reads as a "
+          "regular expression");
+  auto partial = Instantiate(llama);
+  ASSERT_TRUE(partial.ok());
+  LoraOptions o;
+  o.target_modules = {"layers.1.self_attn.q_proj", "layers.2.self_attn.q_proj"};
+  refused(AddLora(**partial, o).status(),
+          "'layers.2.self_attn.q_proj' names no layer of the model");
+  testing::TempDir dir;
+  std::ofstream(dir.path() + "/adapter_config.json")
+      << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+         "\"q_proj|v_proj\"}";
+  o.from = dir.path();
+  refused(AddLora(**partial, o).status(),
+          "adapter_config.json: target_modules is the string 'q_proj|v_proj'");
+  EXPECT_FALSE(HasLora(**partial));
 }
 
 // model=FAMILY on `dir` whose config.json is `json`: refused in one line that names the file and

@@ -1,7 +1,8 @@
 """LoRA adapters between kiln and peft, both ways, on a folder BASE (make_models.py's):
   - KILN_ADAPTER (kiln wrote it): PeftModel.from_pretrained(base, KILN_ADAPTER) must load every
     adapter tensor; its logits on 8 rows of ids go to KILN_ADAPTER/peft_logits.safetensors;
-  - PEFT_ADAPTER: peft makes an adapter of its own (r 4, alpha 8 on the comma-separated TARGETS,
+  - PEFT_ADAPTER: peft makes an adapter of its own (r 4, alpha 8 on the comma-separated TARGETS
+    or PEFT's all-linear, which it saves as the layers' full names,
     lora_B drawn at random rather than zero, so it changes the logits) and save_pretrained()s it
     there, with its logits in PEFT_ADAPTER/peft_logits.safetensors.
 A *ForSequenceClassification base is PEFT's SEQ_CLS task: its head trains whole and is saved with
@@ -48,7 +49,8 @@ def main():
         return
     peft_adapter = sys.argv[3]
     torch.manual_seed(9)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=sys.argv[4].split(","), lora_dropout=0.0,
+    targets = sys.argv[4] if sys.argv[4] == "all-linear" else sys.argv[4].split(",")
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
                         fan_in_fan_out=auto.from_pretrained(base).config.model_type == "gpt2")
     model = get_peft_model(auto.from_pretrained(base), config)
