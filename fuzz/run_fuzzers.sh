@@ -133,7 +133,8 @@ seed_audio_manifest() {
   printf '\003{"audio": "c.wav"}\n{"audio": 3}\nnot json\n{"audio": "d.wav", "duration": "long"}\n' > "$1/skip.jsonl"
 }
 # adapter_config.json as kiln's export and PEFT's save_pretrained write it (a list of last names;
-# all-linear saved as full names), the all-linear string, a regular expression, DoRA.
+# all-linear saved as full names), the all-linear string, a regular expression, DoRA, rsLoRA with
+# an alpha_pattern.
 seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,' \
     '"lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"], "bias": "none",' \
@@ -144,6 +145,8 @@ seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2.5, "target_modules": "ALL-linear"}' > "$1/all_linear.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ".*\\.(q|v)_proj"}' > "$1/regex.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_dora": true, "target_modules": ["q"]}' > "$1/dora.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_rslora": true, "target_modules": ["q"],' \
+    '"alpha_pattern": {"q": 4}, "rank_pattern": {}, "lora_bias": false, "exclude_modules": null}' > "$1/patterns.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

@@ -7,7 +7,8 @@
 // unchanged.
 //
 // It can carry a LoRA adapter (lib/trainer/lora.h): lora_A and lora_B beside the frozen weight, the
-// output W x + b + (alpha / r) B A dropout(x), as PEFT's lora.Linear computes it.
+// output W x + b + s B A dropout(x) with s = alpha / r (alpha / sqrt(r) for rsLoRA), as PEFT's
+// lora.Linear computes it.
 #pragma once
 
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -44,12 +45,12 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     if (!lora_A) return y;
     torch::Tensor x =
         lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
-    return y + lora_B->forward(lora_A->forward(x)) * (lora_alpha_ / static_cast<double>(lora_r_));
+    return y + lora_B->forward(lora_A->forward(x)) * lora_scaling_;
   }
 
   // Outside autocast and tracing (the rows' shape would be recorded as a constant, so a traced
   // module would take one batch size only), with the adapters in the activations' dtype: W x + b on
-  // the rows as one [rows, out] product, then the adapter's (alpha / r) B (A x) added into it by
+  // the rows as one [rows, out] product, then the adapter's s B (A x) added into it by
   // one more product (addmm_, beta 1) instead of a product, a scaling and a sum over [rows, out]
   // each way. The in-place update is safe for autograd: the base's product keeps its inputs, not
   // its result.
@@ -62,16 +63,18 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
             : torch::linear(rows.to(weight.scalar_type()), weight, bias).to(input.scalar_type());
     torch::Tensor x = lora_dropout_ > 0 ? torch::dropout(rows, lora_dropout_, is_training()) : rows;
     y.addmm_(torch::mm(x, lora_A->weight.t()), lora_B->weight.t(), /*beta=*/1,
-             /*alpha=*/lora_alpha_ / static_cast<double>(lora_r_));
+             /*alpha=*/lora_scaling_);
     std::vector<int64_t> sizes = input.sizes().vec();
     sizes.back() = out;
     return y.view(sizes);
   }
 
-  void AddLora(int64_t r, double alpha, double dropout) override {
+  void AddLora(int64_t r, double alpha, double dropout, bool rslora) override {
     lora_r_ = r;
     lora_alpha_ = alpha;
     lora_dropout_ = dropout;
+    lora_rslora_ = rslora;
+    lora_scaling_ = LoraScaling(r, alpha, rslora);
     const auto& o = options;
     // lora_A: nn.Linear's own initialization (Kaiming uniform), as PEFT's default; lora_B: zeros.
     lora_A = register_module(
@@ -86,8 +89,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   bool has_lora() const override { return static_cast<bool>(lora_A); }
   torch::Tensor MergedWeight() const override {
     if (!lora_A) return weight;
-    return weight + torch::matmul(lora_B->weight, lora_A->weight) *
-                        (lora_alpha_ / static_cast<double>(lora_r_));
+    return weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
   }
   void MergeLora() override {
     if (!lora_A) return;
@@ -107,12 +109,14 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   int64_t lora_r() const override { return lora_r_; }
   double lora_alpha() const override { return lora_alpha_; }
   double lora_dropout() const override { return lora_dropout_; }
+  bool lora_rslora() const override { return lora_rslora_; }
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
 
  private:
   int64_t lora_r_ = 0;
-  double lora_alpha_ = 0, lora_dropout_ = 0;
+  double lora_alpha_ = 0, lora_dropout_ = 0, lora_scaling_ = 0;
+  bool lora_rslora_ = false;
 };
 TORCH_MODULE(AutocastLinear);
 

@@ -1,6 +1,7 @@
 #include "lib/trainer/lora.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -35,6 +36,9 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("target_modules", &LoraOptions::target_modules,
                  "the layers that get adapters, by last name or full name (q_proj, v_proj, "
                  "c_attn, ...), or all-linear: every layer that can carry one")
+          .Field("use_rslora", &LoraOptions::use_rslora,
+                 "rsLoRA: the adapters' output scaled by alpha / sqrt(r), not alpha / r "
+                 "(PEFT's use_rslora)")
           .Field("modules_to_save", &LoraOptions::modules_to_save,
                  "last names of modules that train whole beside the adapters and are saved "
                  "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
@@ -103,7 +107,48 @@ absl::StatusOr<std::vector<std::string>> StringTargets(const std::string& text,
       "v_proj]) or all-linear"));
 }
 
-// adapter_config.json's r, lora_alpha, lora_dropout and target_modules.
+// The keys of adapter_config.json that kiln reads, and those that do not change what a trained
+// adapter computes (how it was initialized, bookkeeping, settings of options that are unset).
+bool ReadOrHarmless(const std::string& key) {
+  static const auto* keys = new std::set<std::string>{"peft_type",
+                                                      "task_type",
+                                                      "r",
+                                                      "lora_alpha",
+                                                      "lora_dropout",
+                                                      "target_modules",
+                                                      "modules_to_save",
+                                                      "bias",
+                                                      "use_rslora",
+                                                      "use_dora",
+                                                      "fan_in_fan_out",
+                                                      "inference_mode",
+                                                      "init_lora_weights",
+                                                      "base_model_name_or_path",
+                                                      "revision",
+                                                      "auto_mapping",
+                                                      "peft_version",
+                                                      "layers_pattern",
+                                                      "qalora_group_size",
+                                                      "megatron_core",
+                                                      "loftq_config",
+                                                      "eva_config",
+                                                      "corda_config",
+                                                      "lora_ga_config",
+                                                      "ensure_weight_tying"};
+  return keys->count(key) != 0;
+}
+
+// A value PEFT leaves at its default: null, false, an empty map, list or string.
+bool Unset(const config::Node& n) {
+  return n.is_null() || (n.kind() == config::NodeKind::kBool && !n.as_bool()) ||
+         ((n.is_map() || n.is_list()) && n.size() == 0) ||
+         (n.kind() == config::NodeKind::kString && n.as_string().empty());
+}
+
+// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, target_modules and
+// modules_to_save. Any other setting that changes what the adapter computes (alpha_pattern,
+// rank_pattern, lora_bias, layers_to_transform, exclude_modules, target_parameters, trainable
+// tokens, aLoRA, ...) is refused in one line rather than loaded as something else.
 absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   const std::string path = dir + "/adapter_config.json";
   if (!IsRegularFile(path)) {
@@ -121,11 +166,18 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   if (text("peft_type") != "LORA")
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": peft_type is '", text("peft_type"), "'; kiln reads LORA adapters"));
-  for (const char* unsupported : {"use_dora", "use_rslora"}) {
-    if (text(unsupported) == "True" || text(unsupported) == "true")
+  for (const auto& [key, value] : root->entries()) {
+    if (!ReadOrHarmless(key) && value != nullptr && !Unset(*value))
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", unsupported, " is true; kiln's adapters are plain LoRA"));
+          absl::StrCat(path, ": ", key,
+                       " is set; kiln reads LoRA and rsLoRA adapters with one r and lora_alpha "
+                       "for all their layers, without it"));
   }
+  auto flag = [&](const char* key) { return text(key) == "True" || text(key) == "true"; };
+  if (flag("use_dora"))
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": use_dora is true; kiln's adapters are LoRA and rsLoRA, not DoRA"));
+  o->use_rslora = flag("use_rslora");
   if (std::string bias = text("bias"); !bias.empty() && bias != "none")
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bias is '", bias, "'; kiln's adapters train no biases"));
@@ -252,7 +304,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.set_requires_grad(false);
   for (auto& [name, module] : targets)
-    dynamic_cast<LoraLayer*>(module)->AddLora(o.r, o.alpha, o.dropout);
+    dynamic_cast<LoraLayer*>(module)->AddLora(o.r, o.alpha, o.dropout, o.use_rslora);
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
@@ -324,6 +376,10 @@ std::vector<std::string> ModulesToSave(torch::nn::Module& model,
   return found;
 }
 
+double LoraScaling(int64_t r, double alpha, bool rslora) {
+  return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
 bool HasLora(torch::nn::Module& model) {
   for (const auto& m : model.modules()) {
     auto* layer = dynamic_cast<LoraLayer*>(m.get());
@@ -365,7 +421,8 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       ",\n  \"lora_dropout\": ", first->lora_dropout(), ",\n  \"target_modules\": [",
       absl::StrJoin(quoted, ", "),
       "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
-      ",\n  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"init_lora_weights\": true,\n"
+      ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
+      ",\n  \"use_dora\": false,\n  \"init_lora_weights\": true,\n"
       "  \"inference_mode\": true,\n  \"modules_to_save\": ",
       saved_names.empty() ? "null" : absl::StrCat("[", absl::StrJoin(saved_names, ", "), "]"),
       ",\n  \"base_model_name_or_path\": \"",

@@ -38,6 +38,9 @@ struct LoraOptions {
   // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's
   // SEQ_CLS task adds it: a head fitted to new labels must train.
   std::vector<std::string> modules_to_save;
+  // rsLoRA (Kalajdzievski 2023, PEFT's use_rslora): the adapter's output scaled by alpha / sqrt(r)
+  // instead of alpha / r, so that its updates keep their size as r grows.
+  bool use_rslora = false;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -48,17 +51,22 @@ struct LoraOptions {
 class LoraLayer {
  public:
   virtual ~LoraLayer() = default;
-  // Registers lora_A and lora_B (PEFT's names) as submodules.
-  virtual void AddLora(int64_t r, double alpha, double dropout) = 0;
+  // Registers lora_A and lora_B (PEFT's names) as submodules; the adapter's output is scaled by
+  // LoraScaling(r, alpha, rslora).
+  virtual void AddLora(int64_t r, double alpha, double dropout, bool rslora) = 0;
   virtual bool has_lora() const = 0;
-  // W + (alpha / r) B A: the weight the adapted layer computes with.
+  // W + scaling B A: the weight the adapted layer computes with.
   virtual torch::Tensor MergedWeight() const = 0;
   // Adds the adapter's product to W and drops the adapter.
   virtual void MergeLora() = 0;
   virtual int64_t lora_r() const = 0;
   virtual double lora_alpha() const = 0;
   virtual double lora_dropout() const = 0;
+  virtual bool lora_rslora() const = 0;
 };
+
+// The factor on an adapter's B A: alpha / r, or alpha / sqrt(r) for rsLoRA (PEFT's LoraLayer).
+double LoraScaling(int64_t r, double alpha, bool rslora);
 
 // model.lora read from a job config (none when the key is absent or null); with `from`, the
 // settings are the adapter folder's (adapter_config.json), as AddLora reads them.

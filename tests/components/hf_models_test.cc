@@ -97,16 +97,18 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights keeps the
 // logits and leaves no adapter tensor. Only the adapters train, and a classifier's head
 // (`head_tensors` of them), whole, as PEFT's SEQ_CLS task trains it: both sides change it, and
-// the other side's logits show the change loaded.
+// the other side's logits show the change loaded. With `rslora`, both sides' adapters are rsLoRA's
+// (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r).
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
-                        const std::string& scratch, size_t head_tensors = 0) {
+                        const std::string& scratch, size_t head_tensors = 0, bool rslora = false) {
   auto model = Pretrained(family, base);
   ASSERT_TRUE(model.ok()) << model.status();
   LoraOptions options;
   options.r = 4;
   options.alpha = 8;
   options.target_modules = targets;
+  options.use_rslora = rslora;
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
@@ -133,7 +135,7 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   const std::string peft_adapter = scratch + "/peft_adapter";
   auto checked = testing::RunProcess(
       {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
-       kiln_adapter, peft_adapter, absl::StrJoin(targets, ",")});
+       kiln_adapter, peft_adapter, absl::StrJoin(targets, ","), rslora ? "rslora" : ""});
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
   auto logits_of = [](Model& m, const torch::Tensor& ids) {
     m.eval();
@@ -430,9 +432,9 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj", "v_proj"}, 4,
                      dir_->path());
   // PEFT's all-linear: the 7 projections of both layers, not lm_head, on both sides; peft saves
-  // the layers' full names as its targets, which kiln reads back.
+  // the layers' full names as its targets, which kiln reads back. With rsLoRA's scaling.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {kAllLinear}, 14,
-                     dir_->path() + "/all_linear");
+                     dir_->path() + "/all_linear", 0, /*rslora=*/true);
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -715,7 +717,7 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
       SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + (frozen ? ", frozen" : ", trained"));
       torch::manual_seed(11);
       AutocastLinear layer(torch::nn::LinearOptions(24, 10).bias(bias));
-      layer->AddLora(4, 16, 0.0);
+      layer->AddLora(4, 16, 0.0, /*rslora=*/false);
       {
         torch::NoGradGuard no_grad;
         layer->lora_B->weight.normal_(0, 0.5);  // PEFT starts B at zero; a trained one is not
@@ -816,6 +818,21 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
          "\"target_modules\": [\"q_proj\"]}";
   refused(o, "use_dora is true");
+  // A setting that changes what the adapter computes, where kiln would load something else:
+  // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
+  // in the tests above shows.
+  for (const std::string setting :
+       {"\"alpha_pattern\": {\"q_proj\": 32}", "\"rank_pattern\": {\"q_proj\": 8}",
+        "\"lora_bias\": true", "\"layers_to_transform\": [0]", "\"exclude_modules\": [\"q_proj\"]",
+        "\"trainable_token_indices\": [3, 5]", "\"some_future_option\": \"on\""}) {
+    std::ofstream(dir.path() + "/adapter_config.json")
+        << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+           "[\"q_proj\"], \"megatron_config\": null, \"target_parameters\": [], \"use_qalora\": "
+           "false, "
+        << setting << "}";
+    const std::string key = setting.substr(1, setting.find('"', 1) - 1);
+    refused(o, "adapter_config.json: " + key + " is set; kiln reads LoRA and rsLoRA adapters");
+  }
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
 }
 

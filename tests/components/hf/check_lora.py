@@ -10,7 +10,9 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora]]
+
+With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)).
 """
 import os
 import sys
@@ -52,6 +54,7 @@ def main():
     targets = sys.argv[4] if sys.argv[4] == "all-linear" else sys.argv[4].split(",")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
+                        use_rslora=sys.argv[5:6] == ["rslora"],
                         fan_in_fan_out=auto.from_pretrained(base).config.model_type == "gpt2")
     model = get_peft_model(auto.from_pretrained(base), config)
     with torch.no_grad():
