@@ -36,6 +36,9 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("target_modules", &LoraOptions::target_modules,
                  "the layers that get adapters, by last name or full name (q_proj, v_proj, "
                  "c_attn, ...), or all-linear: every layer that can carry one")
+          .Field("exclude_modules", &LoraOptions::exclude_modules,
+                 "layers that get no adapter although target_modules names them, by last or "
+                 "full name (PEFT's exclude_modules)")
           .Field("use_rslora", &LoraOptions::use_rslora,
                  "rsLoRA: the adapters' output scaled by alpha / sqrt(r), not alpha / r "
                  "(PEFT's use_rslora)")
@@ -110,31 +113,16 @@ absl::StatusOr<std::vector<std::string>> StringTargets(const std::string& text,
 // The keys of adapter_config.json that kiln reads, and those that do not change what a trained
 // adapter computes (how it was initialized, bookkeeping, settings of options that are unset).
 bool ReadOrHarmless(const std::string& key) {
-  static const auto* keys = new std::set<std::string>{"peft_type",
-                                                      "task_type",
-                                                      "r",
-                                                      "lora_alpha",
-                                                      "lora_dropout",
-                                                      "target_modules",
-                                                      "modules_to_save",
-                                                      "bias",
-                                                      "use_rslora",
-                                                      "use_dora",
-                                                      "fan_in_fan_out",
-                                                      "inference_mode",
-                                                      "init_lora_weights",
-                                                      "base_model_name_or_path",
-                                                      "revision",
-                                                      "auto_mapping",
-                                                      "peft_version",
-                                                      "layers_pattern",
-                                                      "qalora_group_size",
-                                                      "megatron_core",
-                                                      "loftq_config",
-                                                      "eva_config",
-                                                      "corda_config",
-                                                      "lora_ga_config",
-                                                      "ensure_weight_tying"};
+  static const auto* keys =
+      new std::set<std::string>{"peft_type",       "task_type",          "r",
+                                "lora_alpha",      "lora_dropout",       "target_modules",
+                                "exclude_modules", "modules_to_save",    "bias",
+                                "use_rslora",      "use_dora",           "fan_in_fan_out",
+                                "inference_mode",  "init_lora_weights",  "base_model_name_or_path",
+                                "revision",        "auto_mapping",       "peft_version",
+                                "layers_pattern",  "qalora_group_size",  "megatron_core",
+                                "loftq_config",    "eva_config",         "corda_config",
+                                "lora_ga_config",  "ensure_weight_tying"};
   return keys->count(key) != 0;
 }
 
@@ -145,9 +133,9 @@ bool Unset(const config::Node& n) {
          (n.kind() == config::NodeKind::kString && n.as_string().empty());
 }
 
-// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, target_modules and
-// modules_to_save. Any other setting that changes what the adapter computes (alpha_pattern,
-// rank_pattern, lora_bias, layers_to_transform, exclude_modules, target_parameters, trainable
+// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, target_modules,
+// exclude_modules and modules_to_save. Any other setting that changes what the adapter computes
+// (alpha_pattern, rank_pattern, lora_bias, layers_to_transform, target_parameters, trainable
 // tokens, aLoRA, ...) is refused in one line rather than loaded as something else.
 absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   const std::string path = dir + "/adapter_config.json";
@@ -201,6 +189,16 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   } else if (targets && targets->kind() == config::NodeKind::kString) {
     KILN_ASSIGN_OR_RETURN(o->target_modules,
                           StringTargets(targets->as_string(), absl::StrCat(path, ": ")));
+  }
+  config::NodePtr excluded = root->Find("exclude_modules");
+  o->exclude_modules.clear();
+  if (excluded && excluded->is_list()) {
+    for (const auto& t : excluded->items()) o->exclude_modules.push_back(config::PythonStr(*t));
+  } else if (excluded && excluded->kind() == config::NodeKind::kString &&
+             !excluded->as_string().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": exclude_modules is the string '", excluded->as_string(),
+        "', which PEFT reads as a regular expression; kiln reads a list of layer names"));
   }
   config::NodePtr saved = root->Find("modules_to_save");
   o->modules_to_save.clear();
@@ -272,6 +270,13 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   }
   const std::vector<std::string> saved = ModulesToSave(model, o.modules_to_save);
   auto targets = Targets(model, o.target_modules, saved);
+  targets.erase(std::remove_if(targets.begin(), targets.end(),
+                               [&](const auto& target) {
+                                 return std::any_of(
+                                     o.exclude_modules.begin(), o.exclude_modules.end(),
+                                     [&](const std::string& e) { return Names(e, target.first); });
+                               }),
+                targets.end());
   std::set<std::string> matched;
   std::vector<std::string> names;
   for (auto& [name, module] : targets) {
@@ -391,13 +396,14 @@ bool HasLora(torch::nn::Module& model) {
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
                               const std::string& dir) {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  std::set<std::string> targets;
+  std::set<std::string> adapted;
   const LoraLayer* first = nullptr;
-  for (const auto& item : model.named_modules("", false)) {
+  const auto modules = model.named_modules("", false);
+  for (const auto& item : modules) {
     auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
     if (layer == nullptr || !layer->has_lora()) continue;
     if (first == nullptr) first = layer;
-    targets.insert(item.key().substr(item.key().rfind('.') + 1));
+    adapted.insert(item.key());
     for (const auto& p : item.value()->named_parameters()) {
       if (absl::StrContains(p.key(), "lora_"))
         tensors.emplace_back(kPrefix + item.key() + "." + p.key(),
@@ -412,6 +418,17 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       tensors.emplace_back(kPrefix + p.key(), p.value().detach().to(torch::kCPU, torch::kFloat32));
   }
   for (const std::string& m : saved) saved_names.insert(absl::StrCat("\"", LastName(m), "\""));
+  // PEFT's targets: a last name where every layer of that name (outside the modules trained whole)
+  // carries an adapter, else the adapted layers' full names, so that PEFT adapts the same layers.
+  std::set<std::string> targets;
+  for (const std::string& name : adapted) {
+    const std::string last = LastName(name);
+    const bool every = std::all_of(modules.begin(), modules.end(), [&](const auto& item) {
+      return LastName(item.key()) != last || Within(item.key(), saved) ||
+             adapted.count(item.key()) != 0;
+    });
+    targets.insert(every ? last : name);
+  }
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   std::vector<std::string> quoted;
   for (const std::string& t : targets) quoted.push_back(absl::StrCat("\"", t, "\""));

@@ -34,6 +34,9 @@ struct LoraOptions {
   double dropout = 0.0;
   // Layer names (last names, or full names, as PEFT's list), or {kAllLinear}.
   std::vector<std::string> target_modules;
+  // Layers left without an adapter although target_modules names them, named alike (PEFT's
+  // exclude_modules as a list): all-linear but the MLP's down_proj, say.
+  std::vector<std::string> exclude_modules;
   // Last names of modules that train whole beside the adapters and are saved with them (PEFT's
   // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's
   // SEQ_CLS task adds it: a head fitted to new labels must train.

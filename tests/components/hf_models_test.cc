@@ -823,7 +823,7 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   // in the tests above shows.
   for (const std::string setting :
        {"\"alpha_pattern\": {\"q_proj\": 32}", "\"rank_pattern\": {\"q_proj\": 8}",
-        "\"lora_bias\": true", "\"layers_to_transform\": [0]", "\"exclude_modules\": [\"q_proj\"]",
+        "\"lora_bias\": true", "\"layers_to_transform\": [0]",
         "\"trainable_token_indices\": [3, 5]", "\"some_future_option\": \"on\""}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
@@ -833,13 +833,20 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
     const std::string key = setting.substr(1, setting.find('"', 1) - 1);
     refused(o, "adapter_config.json: " + key + " is set; kiln reads LoRA and rsLoRA adapters");
   }
+  std::ofstream(dir.path() + "/adapter_config.json")
+      << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+         "[\"q_proj\"], \"exclude_modules\": \"q.*|v.*\"}";
+  refused(o,
+          "adapter_config.json: exclude_modules is the string 'q.*|v.*', which PEFT reads as a "
+          "regular expression");
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
 }
 
 // target_modules as PEFT reads it: a name is a layer's last name or its full name, and the string
 // all-linear (any case) is every layer that can carry an adapter, so not the output head; another
 // string, a regular expression to PEFT, is refused in one line, from the config or a folder.
-TEST(Lora, TargetModulesTakePeftsFullNamesAndAllLinear) {
+// exclude_modules as PEFT's list.
+TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 2\nheads: 2\n";
   auto options = [](const std::string& targets) {
     auto node =
@@ -871,6 +878,29 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAndAllLinear) {
   EXPECT_EQ(*full, (std::vector<std::string>{"model.layers.0.mlp.down_proj",
                                              "model.layers.1.self_attn.q_proj",
                                              "model.layers.1.mlp.down_proj"}));
+
+  // exclude_modules, named alike, takes layers out; PEFT's targets written on export name the
+  // same layers: a last name where all its layers are adapted, else the full names.
+  auto excluding = Instantiate(llama);
+  ASSERT_TRUE(excluding.ok());
+  auto kept = AddLora(**excluding, **options("all-linear\n    exclude_modules: [down_proj, "
+                                             "model.layers.0.self_attn.q_proj]"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->size(), 11u);
+  for (const std::string& name : *kept) {
+    EXPECT_EQ(name.find("down_proj"), std::string::npos) << name;
+    EXPECT_NE(name, "model.layers.0.self_attn.q_proj");
+  }
+  testing::TempDir written;
+  ASSERT_TRUE(WritePeftAdapter(**excluding, PeftAdapterInfo{}, written.path()).ok());
+  auto adapter_config = config::LoadYamlFile(written.path() + "/adapter_config.json");
+  ASSERT_TRUE(adapter_config.ok()) << adapter_config.status();
+  std::vector<std::string> targets;
+  for (const auto& t : (*adapter_config)->Find("target_modules")->items())
+    targets.push_back(t->as_string());
+  EXPECT_EQ(targets,
+            (std::vector<std::string>{"gate_proj", "k_proj", "model.layers.1.self_attn.q_proj",
+                                      "o_proj", "up_proj", "v_proj"}));
 
   auto refused = [](const absl::Status& status, const std::string& expected) {
     EXPECT_NE(std::string(status.message()).find(expected), std::string::npos) << status;
