@@ -158,8 +158,8 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
     if (!ReadOrHarmless(key) && value != nullptr && !Unset(*value))
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": ", key,
-                       " is set; kiln reads LoRA and rsLoRA adapters with one r and lora_alpha "
-                       "for all their layers, without it"));
+                       " is set; kiln reads LoRA and rsLoRA adapters without it (it changes "
+                       "what the adapter computes)"));
   }
   auto flag = [&](const char* key) { return text(key) == "True" || text(key) == "true"; };
   if (flag("use_dora"))
@@ -295,6 +295,11 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     return absl::InvalidArgumentError(
         "model.lora.target_modules: all-linear finds no layer that can carry an adapter in the "
         "model");
+  }
+  if (names.empty() && !o.exclude_modules.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.lora.exclude_modules: [", absl::StrJoin(o.exclude_modules, ", "),
+                     "] leaves out every layer that target_modules names; no adapter would train"));
   }
   // A target inside a module that trains whole is no error: PEFT lists a RoBERTa head's layers
   // among an all-linear adapter's targets, and trains them whole.

@@ -914,6 +914,13 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   o.target_modules = {"layers.1.self_attn.q_proj", "layers.2.self_attn.q_proj"};
   refused(AddLora(**partial, o).status(),
           "'layers.2.self_attn.q_proj' names no layer of the model");
+  o.target_modules = {"q_proj"};
+  o.exclude_modules = {"model.layers.0.self_attn.q_proj", "layers.1.self_attn.q_proj"};
+  refused(AddLora(**partial, o).status(),
+          "model.lora.exclude_modules: [model.layers.0.self_attn.q_proj, "
+          "layers.1.self_attn.q_proj] leaves out every layer that target_modules "
+          "names; no adapter would train");
+  o.exclude_modules.clear();
   testing::TempDir dir;
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
