@@ -80,34 +80,42 @@ bool Names(const std::string& target, const std::string& module) {
   return module == target || absl::EndsWith(module, "." + target);
 }
 
-// The layers of `model` that `targets` names, by full name, outside the modules that train whole
-// (`saved`); for all-linear, every layer that can carry an adapter there but the output head
-// (`lm_head`, what PEFT leaves out as transformers' get_output_embeddings()).
+bool NamesAny(const std::vector<std::string>& names, const std::string& module) {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return Names(n, module); });
+}
+
+// The layers of `model` that `o.target_modules` names and `o.exclude_modules` does not, by full
+// name, outside the modules that train whole (`saved`); for all-linear, every layer that can carry
+// an adapter there but the output head (`lm_head`, what PEFT leaves out as transformers'
+// get_output_embeddings()).
 std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
-    torch::nn::Module& model, const std::vector<std::string>& targets,
-    const std::vector<std::string>& saved) {
+    torch::nn::Module& model, const LoraOptions& o, const std::vector<std::string>& saved) {
   std::vector<std::pair<std::string, torch::nn::Module*>> found;
-  const bool all = IsAllLinear(targets);
+  const bool all = IsAllLinear(o.target_modules);
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (Within(item.key(), saved)) continue;
+    if (Within(item.key(), saved) || NamesAny(o.exclude_modules, item.key())) continue;
     const bool named =
         all ? dynamic_cast<LoraLayer*>(item.value().get()) != nullptr && item.key() != "lm_head"
-            : std::any_of(targets.begin(), targets.end(),
-                          [&](const std::string& t) { return Names(t, item.key()); });
+            : NamesAny(o.target_modules, item.key());
     if (named) found.emplace_back(item.key(), item.value().get());
   }
   return found;
 }
 
-// PEFT's target_modules given as a string: its all-linear shorthand (any case), or a regular
-// expression, which kiln refuses in one line that starts with `where`.
-absl::StatusOr<std::vector<std::string>> StringTargets(const std::string& text,
-                                                       const std::string& where) {
-  if (absl::AsciiStrToLower(text) == kAllLinear) return std::vector<std::string>{kAllLinear};
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, "target_modules is the string '", text,
-      "', which PEFT reads as a regular expression; kiln takes a list of layer names ([q_proj, "
-      "v_proj]) or all-linear"));
+// PEFT's `key` (target_modules, exclude_modules) given as a string: target_modules' all-linear
+// shorthand (any case), else a regular expression, which kiln refuses in one line that starts with
+// `where`.
+absl::StatusOr<std::vector<std::string>> StringNames(const std::string& key,
+                                                     const std::string& text,
+                                                     const std::string& where) {
+  const bool targets = key == "target_modules";
+  if (targets && absl::AsciiStrToLower(text) == kAllLinear)
+    return std::vector<std::string>{kAllLinear};
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, key, " is the string '", text,
+                   "', which PEFT reads as a regular expression; kiln takes a list of layer names",
+                   targets ? " ([q_proj, v_proj]) or all-linear" : ""));
 }
 
 // The keys of adapter_config.json that kiln reads, and those that do not change what a trained
@@ -182,29 +190,20 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_RETURN_IF_ERROR(number("lora_alpha", &o->alpha));
   if (root->Find("lora_dropout")) KILN_RETURN_IF_ERROR(number("lora_dropout", &o->dropout));
   o->r = static_cast<int64_t>(r);
-  config::NodePtr targets = root->Find("target_modules");
-  o->target_modules.clear();
-  if (targets && targets->is_list()) {
-    for (const auto& t : targets->items()) o->target_modules.push_back(config::PythonStr(*t));
-  } else if (targets && targets->kind() == config::NodeKind::kString) {
-    KILN_ASSIGN_OR_RETURN(o->target_modules,
-                          StringTargets(targets->as_string(), absl::StrCat(path, ": ")));
-  }
-  config::NodePtr excluded = root->Find("exclude_modules");
-  o->exclude_modules.clear();
-  if (excluded && excluded->is_list()) {
-    for (const auto& t : excluded->items()) o->exclude_modules.push_back(config::PythonStr(*t));
-  } else if (excluded && excluded->kind() == config::NodeKind::kString &&
-             !excluded->as_string().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": exclude_modules is the string '", excluded->as_string(),
-        "', which PEFT reads as a regular expression; kiln reads a list of layer names"));
-  }
-  config::NodePtr saved = root->Find("modules_to_save");
-  o->modules_to_save.clear();
-  if (saved && saved->is_list()) {
-    for (const auto& t : saved->items()) o->modules_to_save.push_back(config::PythonStr(*t));
-  }
+  // A list of names; a string as PEFT's (StringNames); absent or null, none.
+  auto names = [&](const std::string& key) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> out;
+    config::NodePtr n = root->Find(key);
+    if (n && n->is_list()) {
+      for (const auto& t : n->items()) out.push_back(config::PythonStr(*t));
+    } else if (n && n->kind() == config::NodeKind::kString && !n->as_string().empty()) {
+      return StringNames(key, n->as_string(), absl::StrCat(path, ": "));
+    }
+    return out;
+  };
+  KILN_ASSIGN_OR_RETURN(o->target_modules, names("target_modules"));
+  KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
+  KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
   if (o->r < 1 || o->target_modules.empty())
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": r must be positive and target_modules a non-empty list"));
@@ -221,7 +220,7 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
       targets != nullptr && targets->kind() == config::NodeKind::kString) {
     // PEFT's string form, as a one-item list for the schema.
     absl::StatusOr<std::vector<std::string>> named =
-        StringTargets(targets->as_string(), "model.lora.");
+        StringNames("target_modules", targets->as_string(), "model.lora.");
     if (std::string where = targets->source().Describe(); !named.ok() && !where.empty())
       return absl::InvalidArgumentError(
           absl::StrCat(named.status().message(), " (set at ", where, ")"));
@@ -269,14 +268,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     }
   }
   const std::vector<std::string> saved = ModulesToSave(model, o.modules_to_save);
-  auto targets = Targets(model, o.target_modules, saved);
-  targets.erase(std::remove_if(targets.begin(), targets.end(),
-                               [&](const auto& target) {
-                                 return std::any_of(
-                                     o.exclude_modules.begin(), o.exclude_modules.end(),
-                                     [&](const std::string& e) { return Names(e, target.first); });
-                               }),
-                targets.end());
+  auto targets = Targets(model, o, saved);
   std::set<std::string> matched;
   std::vector<std::string> names;
   for (auto& [name, module] : targets) {
