@@ -8,7 +8,7 @@
 //
 // It can carry a LoRA adapter (lib/trainer/lora.h): lora_A and lora_B beside the frozen weight, the
 // output W x + b + s B A dropout(x) with s = alpha / r (alpha / sqrt(r) for rsLoRA), as PEFT's
-// lora.Linear computes it.
+// lora.Linear computes it; with DoRA (use_dora), also the magnitudes m, as PEFT's DoraLinearLayer.
 #pragma once
 
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -27,25 +27,60 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
+    if (lora_dora_) return ForwardDora(input);
     if (lora_A && !compat::AutocastEnabled() && !torch::jit::tracer::isTracing() &&
         input.dim() >= 1 && lora_A->weight.scalar_type() == input.scalar_type() &&
         lora_B->weight.scalar_type() == input.scalar_type()) {
       return ForwardFoldingLora(input);
     }
-    torch::Tensor y;
-    if (compat::AutocastEnabled()) {
-      y = torch::linear(input, weight, bias);
-    } else if (weight.scalar_type() != input.scalar_type()) {
-      // A frozen base held in bf16 (model.lora.base_dtype): computed in it, returned in the
-      // input's.
-      y = torch::linear(input.to(weight.scalar_type()), weight, bias).to(input.scalar_type());
-    } else {
-      y = torch::nn::LinearImpl::forward(input);
-    }
+    torch::Tensor y = BaseForward(input, /*with_bias=*/true);
     if (!lora_A) return y;
     torch::Tensor x =
         lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
     return y + lora_B->forward(lora_A->forward(x)) * lora_scaling_;
+  }
+
+  // W x, plus b where `with_bias`, in the base's precision: ATen's linear under autocast; a frozen
+  // base held in bf16 (model.lora.base_dtype) computes in it and returns the input's dtype.
+  torch::Tensor BaseForward(const torch::Tensor& input, bool with_bias) {
+    const torch::Tensor& b = with_bias ? bias : torch::Tensor();
+    if (compat::AutocastEnabled()) return torch::linear(input, weight, b);
+    if (weight.scalar_type() != input.scalar_type())
+      return torch::linear(input.to(weight.scalar_type()), weight, b).to(input.scalar_type());
+    return with_bias ? torch::nn::LinearImpl::forward(input) : torch::linear(input, weight);
+  }
+
+  // DoRA as PEFT's DoraLinearLayer computes it: with s B A the adapter's product and
+  // n = |W + s B A| over each output row, held constant (no gradient), the output is
+  // W x + b + (m / n - 1) W x' + (m / n) s B A x' with x' = dropout(x); without dropout (or in
+  // evaluation) that is (m / n)(W x + s B A x) + b, computed so.
+  torch::Tensor ForwardDora(const torch::Tensor& input) {
+    torch::Tensor scale = lora_magnitude_vector / DoraWeightNorm();
+    auto adapter = [&](const torch::Tensor& x) {
+      return lora_B->forward(lora_A->forward(x)) * lora_scaling_;
+    };
+    torch::Tensor y;
+    if (lora_dropout_ > 0 && is_training()) {
+      torch::Tensor x = torch::dropout(input, lora_dropout_, /*train=*/true);
+      y = BaseForward(input, /*with_bias=*/true) +
+          (scale - 1) * BaseForward(x, /*with_bias=*/false) + scale * adapter(x);
+    } else {
+      y = scale * (BaseForward(input, /*with_bias=*/false) + adapter(input));
+      if (bias.defined()) y = y + bias;
+    }
+    return y;
+  }
+
+  // |W + s B A| over each output row, in the adapters' precision (also under autocast), without
+  // gradient.
+  torch::Tensor DoraWeightNorm() const {
+    torch::NoGradGuard no_grad;
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(
+        c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+    const torch::Tensor& a = lora_A->weight;
+    torch::Tensor merged =
+        weight.to(a.scalar_type()).addmm(lora_B->weight, a, /*beta=*/1, /*alpha=*/lora_scaling_);
+    return torch::linalg_vector_norm(merged, 2, {1});
   }
 
   // Outside autocast and tracing (the rows' shape would be recorded as a constant, so a traced
@@ -69,27 +104,36 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     return y.view(sizes);
   }
 
-  void AddLora(int64_t r, double alpha, double dropout, bool rslora) override {
-    lora_r_ = r;
-    lora_alpha_ = alpha;
-    lora_dropout_ = dropout;
-    lora_rslora_ = rslora;
-    lora_scaling_ = LoraScaling(r, alpha, rslora);
-    const auto& o = options;
+  void AddLora(const LoraOptions& o) override {
+    lora_r_ = o.r;
+    lora_alpha_ = o.alpha;
+    lora_dropout_ = o.dropout;
+    lora_rslora_ = o.use_rslora;
+    lora_scaling_ = LoraScaling(o.r, o.alpha, o.use_rslora);
+    const auto& sizes = options;
     // lora_A: nn.Linear's own initialization (Kaiming uniform), as PEFT's default; lora_B: zeros.
     lora_A = register_module(
-        "lora_A", torch::nn::Linear(torch::nn::LinearOptions(o.in_features(), r).bias(false)));
+        "lora_A",
+        torch::nn::Linear(torch::nn::LinearOptions(sizes.in_features(), o.r).bias(false)));
     lora_B = register_module(
-        "lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, o.out_features()).bias(false)));
+        "lora_B",
+        torch::nn::Linear(torch::nn::LinearOptions(o.r, sizes.out_features()).bias(false)));
     torch::NoGradGuard no_grad;
     lora_B->weight.zero_();
     lora_A->to(weight.device(), weight.scalar_type());
     lora_B->to(weight.device(), weight.scalar_type());
+    lora_dora_ = o.use_dora;
+    if (lora_dora_) {
+      lora_magnitude_vector = register_parameter("lora_magnitude_vector", DoraWeightNorm());
+    }
   }
   bool has_lora() const override { return static_cast<bool>(lora_A); }
   torch::Tensor MergedWeight() const override {
     if (!lora_A) return weight;
-    return weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
+    torch::Tensor merged = weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
+    if (!lora_dora_) return merged;
+    torch::NoGradGuard no_grad;
+    return merged * (lora_magnitude_vector / DoraWeightNorm()).unsqueeze(1);
   }
   void MergeLora() override {
     if (!lora_A) return;
@@ -105,18 +149,30 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     unregister_module("lora_B");
     lora_A = nullptr;
     lora_B = nullptr;
+    if (lora_dora_) {
+      parameters_.erase("lora_magnitude_vector");
+      lora_magnitude_vector = torch::Tensor();
+      lora_dora_ = false;
+    }
+  }
+  void ResetDoraMagnitude() override {
+    if (!lora_dora_) return;
+    torch::NoGradGuard no_grad;
+    lora_magnitude_vector.copy_(DoraWeightNorm());
   }
   int64_t lora_r() const override { return lora_r_; }
   double lora_alpha() const override { return lora_alpha_; }
   double lora_dropout() const override { return lora_dropout_; }
   bool lora_rslora() const override { return lora_rslora_; }
+  bool lora_dora() const override { return lora_dora_; }
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+  torch::Tensor lora_magnitude_vector;  // DoRA's m, one per output (PEFT's name)
 
  private:
   int64_t lora_r_ = 0;
   double lora_alpha_ = 0, lora_dropout_ = 0, lora_scaling_ = 0;
-  bool lora_rslora_ = false;
+  bool lora_rslora_ = false, lora_dora_ = false;
 };
 TORCH_MODULE(AutocastLinear);
 
@@ -144,6 +200,8 @@ class FusedLinears {
         for (const torch::nn::Linear& lora : {layer->lora_A, layer->lora_B})
           key.emplace_back(lora->weight.data_ptr(), lora->weight._version());
       }
+      const torch::Tensor& m = layer->lora_magnitude_vector;
+      if (m.defined()) key.emplace_back(m.data_ptr(), m._version());
     }
     if (elements > max_elements) return {};
     if (key != key_ || !weight_.defined()) {

@@ -13,6 +13,7 @@
 #include "lib/registry/registry.h"
 #include "lib/trainer/connectors/checkpoint_connector.h"
 #include "lib/trainer/internal/cuda_module.h"
+#include "lib/trainer/lora.h"
 #include "lib/trainer/model_start.h"
 #include "lib/trainer/process_settings.h"
 #include "lib/weights/checkpoint.h"
@@ -90,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
   std::unique_ptr<Predictor> p(new Predictor());
   p->job_ = job;
   p->weights_ = weights;
-  // model.init_from and model.freeze say how training started; the weights below replace them.
+  // model.init_from and model.freeze say how training started; the weights below replace them
+  // (but for a LoRA run's frozen base).
   KILN_ASSIGN_OR_RETURN(ModelParts parts, BuildModelParts(job));
   p->model_name_ = std::move(parts.model_name);
   p->trainer_options_ = std::move(parts.options);
@@ -108,6 +110,14 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromConfig(const config::C
     KILN_ASSIGN_OR_RETURN(auto state, ReadSafetensors(weights));
     KILN_RETURN_IF_ERROR(LoadModelState(state, p->task_->module(), weights));
   } else {
+    // A LoRA run's checkpoint on a base from model.init_from holds the adapters alone: the base
+    // comes from that file first, as in training.
+    auto init_from = job.Get<std::string>("model.init_from");
+    if (HasLora(p->task_->module()) && init_from.ok() && !init_from->empty()) {
+      std::vector<std::shared_ptr<Callback>> unused;
+      KILN_RETURN_IF_ERROR(
+          ApplyModelStart(parts.start, p->task_->module(), /*fit=*/false, &unused));
+    }
     KILN_RETURN_IF_ERROR(LoadCheckpointWeights(weights, *p->task_, p->model_name_));
   }
   if (options.device.has_value()) {

@@ -42,6 +42,9 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("use_rslora", &LoraOptions::use_rslora,
                  "rsLoRA: the adapters' output scaled by alpha / sqrt(r), not alpha / r "
                  "(PEFT's use_rslora)")
+          .Field("use_dora", &LoraOptions::use_dora,
+                 "DoRA: each adapted weight's rows scaled to trained magnitudes, "
+                 "m / |W + s B A| (W + s B A) (PEFT's use_dora)")
           .Field("modules_to_save", &LoraOptions::modules_to_save,
                  "last names of modules that train whole beside the adapters and are saved "
                  "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
@@ -141,7 +144,7 @@ bool Unset(const config::Node& n) {
          (n.kind() == config::NodeKind::kString && n.as_string().empty());
 }
 
-// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, target_modules,
+// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, use_dora, target_modules,
 // exclude_modules and modules_to_save. Any other setting that changes what the adapter computes
 // (alpha_pattern, rank_pattern, lora_bias, layers_to_transform, target_parameters, trainable
 // tokens, aLoRA, ...) is refused in one line rather than loaded as something else.
@@ -166,14 +169,12 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
     if (!ReadOrHarmless(key) && value != nullptr && !Unset(*value))
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": ", key,
-                       " is set; kiln reads LoRA and rsLoRA adapters without it (it changes "
-                       "what the adapter computes)"));
+                       " is set; kiln reads LoRA, rsLoRA and DoRA adapters without it (it "
+                       "changes what the adapter computes)"));
   }
   auto flag = [&](const char* key) { return text(key) == "True" || text(key) == "true"; };
-  if (flag("use_dora"))
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": use_dora is true; kiln's adapters are LoRA and rsLoRA, not DoRA"));
   o->use_rslora = flag("use_rslora");
+  o->use_dora = flag("use_dora");
   if (std::string bias = text("bias"); !bias.empty() && bias != "none")
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bias is '", bias, "'; kiln's adapters train no biases"));
@@ -305,8 +306,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   }
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.set_requires_grad(false);
-  for (auto& [name, module] : targets)
-    dynamic_cast<LoraLayer*>(module)->AddLora(o.r, o.alpha, o.dropout, o.use_rslora);
+  for (auto& [name, module] : targets) dynamic_cast<LoraLayer*>(module)->AddLora(o);
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
@@ -359,7 +359,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     if (p.requires_grad()) trained += p.numel();
   }
   Logger::Instance().Info(absl::StrCat(
-      "model.lora: adapters of rank ", o.r, " on ", names.size(), " layers",
+      "model.lora: ", o.use_dora ? "DoRA " : "", "adapters of rank ", o.r, " on ", names.size(),
+      " layers",
       saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"), "; ",
       trained, " of ", total, " parameters train"));
   return names;
@@ -382,12 +383,24 @@ double LoraScaling(int64_t r, double alpha, bool rslora) {
   return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
 }
 
-bool HasLora(torch::nn::Module& model) {
+namespace {
+
+bool AnyLayer(torch::nn::Module& model, bool (*test)(const LoraLayer&)) {
   for (const auto& m : model.modules()) {
     auto* layer = dynamic_cast<LoraLayer*>(m.get());
-    if (layer != nullptr && layer->has_lora()) return true;
+    if (layer != nullptr && layer->has_lora() && test(*layer)) return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool HasLora(torch::nn::Module& model) {
+  return AnyLayer(model, [](const LoraLayer&) { return true; });
+}
+
+bool HasDora(torch::nn::Module& model) {
+  return AnyLayer(model, [](const LoraLayer& l) { return l.lora_dora(); });
 }
 
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
@@ -436,13 +449,25 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       absl::StrJoin(quoted, ", "),
       "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
       ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
-      ",\n  \"use_dora\": false,\n  \"init_lora_weights\": true,\n"
+      ",\n  \"use_dora\": ", first->lora_dora() ? "true" : "false",
+      ",\n  \"init_lora_weights\": true,\n"
       "  \"inference_mode\": true,\n  \"modules_to_save\": ",
       saved_names.empty() ? "null" : absl::StrCat("[", absl::StrJoin(saved_names, ", "), "]"),
       ",\n  \"base_model_name_or_path\": \"",
       absl::StrReplaceAll(info.base_model, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"\n}\n");
   KILN_RETURN_IF_ERROR(WriteFileAtomically(dir + "/adapter_config.json", config));
   return WriteSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+}
+
+int64_t ResetDoraMagnitudes(torch::nn::Module& model) {
+  int64_t reset = 0;
+  for (const auto& m : model.modules()) {
+    auto* layer = dynamic_cast<LoraLayer*>(m.get());
+    if (layer == nullptr || !layer->has_lora() || !layer->lora_dora()) continue;
+    layer->ResetDoraMagnitude();
+    ++reset;
+  }
+  return reset;
 }
 
 void MergeLora(torch::nn::Module& model) {

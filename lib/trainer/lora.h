@@ -44,6 +44,11 @@ struct LoraOptions {
   // rsLoRA (Kalajdzievski 2023, PEFT's use_rslora): the adapter's output scaled by alpha / sqrt(r)
   // instead of alpha / r, so that its updates keep their size as r grows.
   bool use_rslora = false;
+  // DoRA (Liu et al. 2024, PEFT's use_dora): the adapted weight W + s B A split into a direction,
+  // each output row divided by its norm, and a trained magnitude m per output
+  // (lora_magnitude_vector, which starts as the base's row norms): m / |W + s B A| (W x + s B A x)
+  // + b. The norm is held constant in the backward, as the paper's section 4.3 and PEFT do.
+  bool use_dora = false;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -54,11 +59,13 @@ struct LoraOptions {
 class LoraLayer {
  public:
   virtual ~LoraLayer() = default;
-  // Registers lora_A and lora_B (PEFT's names) as submodules; the adapter's output is scaled by
-  // LoraScaling(r, alpha, rslora).
-  virtual void AddLora(int64_t r, double alpha, double dropout, bool rslora) = 0;
+  // Registers lora_A and lora_B (PEFT's names) as submodules, from `o`'s r, alpha, dropout,
+  // use_rslora and use_dora (then also the parameter lora_magnitude_vector, the base's row norms);
+  // the adapter's output is scaled by LoraScaling(r, alpha, rslora).
+  virtual void AddLora(const LoraOptions& o) = 0;
   virtual bool has_lora() const = 0;
-  // W + scaling B A: the weight the adapted layer computes with.
+  // W + scaling B A (DoRA: its rows scaled to the magnitudes): the weight the adapted layer
+  // computes with.
   virtual torch::Tensor MergedWeight() const = 0;
   // Adds the adapter's product to W and drops the adapter.
   virtual void MergeLora() = 0;
@@ -66,6 +73,10 @@ class LoraLayer {
   virtual double lora_alpha() const = 0;
   virtual double lora_dropout() const = 0;
   virtual bool lora_rslora() const = 0;
+  virtual bool lora_dora() const = 0;
+  // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
+  // for a base whose weights were loaded after the adapters were added.
+  virtual void ResetDoraMagnitude() = 0;
 };
 
 // The factor on an adapter's B A: alpha / r, or alpha / sqrt(r) for rsLoRA (PEFT's LoraLayer).
@@ -85,8 +96,14 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
 std::vector<std::string> ModulesToSave(torch::nn::Module& model,
                                        const std::vector<std::string>& modules_to_save);
 
-// Whether any layer of `model` carries an adapter.
+// Whether any layer of `model` carries an adapter; a DoRA one.
 bool HasLora(torch::nn::Module& model);
+bool HasDora(torch::nn::Module& model);
+
+// DoRA's magnitudes set to the row norms of the weights `model` now holds (LoraLayer's
+// ResetDoraMagnitude), for new adapters on a base loaded after AddLora (model.init_from); returns
+// how many layers it set.
+int64_t ResetDoraMagnitudes(torch::nn::Module& model);
 
 // How an adapter folder describes its model (adapter_config.json).
 struct PeftAdapterInfo {

@@ -77,6 +77,7 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
     spec.strict = o.init_strict;
     // LoRA adapters (model.lora) start as their own initialization, not from the base's file.
     if (HasLora(module)) spec.ignore.insert(spec.ignore.end(), {"*.lora_A.*", "*.lora_B.*"});
+    if (HasDora(module)) spec.ignore.push_back("*.lora_magnitude_vector");
     if (o.init_map && !o.init_map->is_null()) {
       for (const auto& [from, to] : o.init_map->entries())
         spec.rename.emplace_back(from, config::PythonStr(*to));
@@ -88,6 +89,7 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
                      report.Count("ignored"), " ignored, ", report.Count("missing"), " missing, ",
                      report.Count("mismatched"), " mismatched, ", report.Count("unused"),
                      " unused\n", report.Table()));
+    if (o.reset_dora_magnitudes) ResetDoraMagnitudes(module);
   } else if (!o.init_ignore.empty() || (o.init_map && !o.init_map->is_null())) {
     // A from-scratch baseline of a fine-tuning recipe sets only model.init_from=null.
     Logger::Instance().Warning(
@@ -121,6 +123,7 @@ absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg) {
   KILN_ASSIGN_OR_RETURN(std::optional<LoraOptions> lora, ReadLoraOptions(cfg));
   if (lora) {
     KILN_RETURN_IF_ERROR(AddLora(parts.task->module(), *lora).status());
+    parts.start.reset_dora_magnitudes = lora->use_dora && lora->from.empty();
   }
   parts.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));

@@ -26,6 +26,9 @@ struct ModelStartOptions {
   config::NodePtr init_map;  // {file prefix: model prefix}
   bool init_strict = true;
   std::vector<std::string> freeze;
+  // New DoRA adapters (model.lora.use_dora without `from`): their magnitudes start as the row norms
+  // of the base's weights, so they are set again once init_from has loaded those.
+  bool reset_dora_magnitudes = false;
 };
 
 struct ModelStart {

@@ -662,6 +662,61 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     EXPECT_FALSE(torch::equal(trained_norm, torch::full({16}, 1.5)));
     EXPECT_LT((trained_norm - 1.5).abs().max().item<double>(), 0.5);
   }
+  // DoRA (use_dora) on the same base given as kiln's own checkpoint (model.init_from, loaded after
+  // the adapters are added): the magnitudes start at that base's row norms, not the random
+  // initialization's, so after 3 small steps they are still within 0.01 of |W + s B A|. peft reads
+  // the adapter (use_dora true) and gives the logits of the merged folder.
+  {
+    auto dora = Lm("train",
+                   {"test=false", "trainer.max_steps=3",
+                    "+model.init_from=" + d + "/llama/checkpoints/last.ckpt", "model.kv_heads=1",
+                    "model.mlp_dim=24",
+                    "model.lora={r:4,alpha:8,target_modules:[q_proj,v_proj],use_dora:true}",
+                    "optimizer.lr=0.001", "hydra.run.dir=" + d + "/dora"},
+                   "mobydick_llama");
+    ASSERT_EQ(dora.exit_code, 0) << dora.err;
+    EXPECT_NE(dora.err.find("model.lora: DoRA adapters of rank 4 on 2 layers"), std::string::npos)
+        << dora.err;
+    for (const std::string format : {"peft", "hf"}) {
+      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/dora", "format=" + format,
+                           "hydra.run.dir=" + d + "/dora_" + format});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+    }
+    EXPECT_NE(ReadFile(d + "/dora_peft/adapter_config.json").find("\"use_dora\": true"),
+              std::string::npos);
+    auto adapter = ReadSafetensors(d + "/dora_peft/adapter_model.safetensors");
+    auto weights = ReadSafetensors(base + "/model.safetensors");
+    ASSERT_TRUE(adapter.ok() && weights.ok());
+    for (const std::string layer : {"q_proj", "v_proj"}) {
+      const std::string name = "model.layers.0.self_attn." + layer;
+      const std::string key = "base_model.model." + name;
+      ASSERT_EQ(adapter->count(key + ".lora_magnitude_vector"), 1u) << key;
+      torch::Tensor norm =
+          (weights->at(name + ".weight") +
+           2 * torch::mm(adapter->at(key + ".lora_B.weight"), adapter->at(key + ".lora_A.weight")))
+              .norm(2, {1});
+      EXPECT_LT((adapter->at(key + ".lora_magnitude_vector") - norm).abs().max().item<double>(),
+                0.01)
+          << key;
+    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectPeftGivesTheMergedLogits("llama", base, d + "/dora", [](const std::string& n) {
+          return n.find("q_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
+        }));
+    // kiln predict from the checkpoint (the adapters alone) takes the base from model.init_from,
+    // as training did, and generates what the merged folder generates.
+    auto from_checkpoint =
+        RunProcess({KILN_BINARY, "predict", "ckpt_path=" + d + "/dora/checkpoints/last.ckpt",
+                    "task.prompt=Call me", "task.max_tokens=12", "task.temperature=0",
+                    "hydra.run.dir=" + d + "/dora_predict"});
+    ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.err;
+    auto from_merged = RunProcess({KILN_BINARY, "predict", "experiment=pretrained_lm",
+                                   "model.pretrained=" + d + "/dora_hf", "task.prompt=Call me",
+                                   "task.max_tokens=12", "task.temperature=0",
+                                   "hydra.run.dir=" + d + "/dora_hf_predict"});
+    ASSERT_EQ(from_merged.exit_code, 0) << from_merged.err;
+    EXPECT_EQ(from_checkpoint.out, from_merged.out);
+  }
   // The run's checkpoints hold the adapters alone (the base is the config's model.pretrained),
   // with the frozen weights' digest: the same adapters against another base are refused.
   {

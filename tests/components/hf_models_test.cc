@@ -97,18 +97,21 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // kiln (model.lora.from) and gives peft's logits; merging the adapter into the weights keeps the
 // logits and leaves no adapter tensor. Only the adapters train, and a classifier's head
 // (`head_tensors` of them), whole, as PEFT's SEQ_CLS task trains it: both sides change it, and
-// the other side's logits show the change loaded. With `rslora`, both sides' adapters are rsLoRA's
-// (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r).
+// the other side's logits show the change loaded. With `variant` "rslora", both sides' adapters are
+// rsLoRA's (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r); with "dora", DoRA's, whose
+// magnitudes both sides move off the row norms they start at (a third trained tensor a layer).
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
-                        const std::string& scratch, size_t head_tensors = 0, bool rslora = false) {
+                        const std::string& scratch, size_t head_tensors = 0,
+                        const std::string& variant = "") {
   auto model = Pretrained(family, base);
   ASSERT_TRUE(model.ok()) << model.status();
   LoraOptions options;
   options.r = 4;
   options.alpha = 8;
   options.target_modules = targets;
-  options.use_rslora = rslora;
+  options.use_rslora = variant == "rslora";
+  options.use_dora = variant == "dora";
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
@@ -123,9 +126,11 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
         ++trained;
       }
       if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
+      if (p.key().find("lora_magnitude_vector") != std::string::npos)
+        p.value().mul_(1 + 0.2 * torch::randn_like(p.value()));
     }
   }
-  EXPECT_EQ(trained, 2 * layers + head_tensors);
+  EXPECT_EQ(trained, (variant == "dora" ? 3 : 2) * layers + head_tensors);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
   PeftAdapterInfo info;
   info.base_model = base;
@@ -135,7 +140,7 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   const std::string peft_adapter = scratch + "/peft_adapter";
   auto checked = testing::RunProcess(
       {kPython, std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py", base,
-       kiln_adapter, peft_adapter, absl::StrJoin(targets, ","), rslora ? "rslora" : ""});
+       kiln_adapter, peft_adapter, absl::StrJoin(targets, ","), variant});
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
   auto logits_of = [](Model& m, const torch::Tensor& ids) {
     m.eval();
@@ -219,8 +224,11 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
   std::ifstream index(dir_->path() + "/sharded/model/model.safetensors.index.json");
   EXPECT_TRUE(index.good()) << "transformers wrote one file; the shard size is too large";
   ExpectSameLogits("gpt2", "sharded");
-  // LoRA on GPT-2's fused attention input (Conv1D in transformers: fan_in_fan_out).
+  // LoRA on GPT-2's fused attention input (Conv1D in transformers: fan_in_fan_out), and DoRA there
+  // (its magnitudes are per output, with a bias beside them).
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path());
+  ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path() + "/dora",
+                     0, "dora");
 }
 
 // Llama (grouped-query attention, Llama 3's rope scaling, biases; transformers 4's rope keys
@@ -327,10 +335,10 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
     EXPECT_NE(checked.out.find(family), std::string::npos) << checked.out;
   EXPECT_NE(checked.out.find("'positive'"), std::string::npos) << checked.out;
   ExpectSameLogitsAsTransformers(models, argv);
-  // LoRA on the encoder's query and value (2 layers), the head (classifier.dense and out_proj,
+  // DoRA on the encoder's query and value (2 layers), the head (classifier.dense and out_proj,
   // weights and biases) trained whole and saved with the adapters.
   ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {"query", "value"}, 4, dir_->path(),
-                     4);
+                     4, "dora");
   // all-linear: each layer's query, key, value and three dense layers, the head's left whole, as
   // PEFT's SEQ_CLS leaves it; BERT's pooler is a layer too (6 per layer, and 1).
   ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {kAllLinear}, 12,
@@ -434,7 +442,7 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   // PEFT's all-linear: the 7 projections of both layers, not lm_head, on both sides; peft saves
   // the layers' full names as its targets, which kiln reads back. With rsLoRA's scaling.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {kAllLinear}, 14,
-                     dir_->path() + "/all_linear", 0, /*rslora=*/true);
+                     dir_->path() + "/all_linear", 0, "rslora");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -717,7 +725,9 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
       SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + (frozen ? ", frozen" : ", trained"));
       torch::manual_seed(11);
       AutocastLinear layer(torch::nn::LinearOptions(24, 10).bias(bias));
-      layer->AddLora(4, 16, 0.0, /*rslora=*/false);
+      LoraOptions o;
+      o.r = 4;
+      layer->AddLora(o);
       {
         torch::NoGradGuard no_grad;
         layer->lora_B->weight.normal_(0, 0.5);  // PEFT starts B at zero; a trained one is not
@@ -747,6 +757,81 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
       }
     }
   }
+}
+
+// DoRA in AutocastLinear against PEFT's DoraLinearLayer written out here: with n = |W + s B A| per
+// output row (no gradient through it), W x + b + (m / n - 1) W x' + (m / n) s B A x', x' the
+// dropped-out input. The output and the gradients of x, A, B and m, in float32, with a bias and
+// without, with dropout in training (the same mask drawn from the same seed) and without. The
+// magnitudes start at the base's row norms (B is zero at the start); merged, the weight
+// m / n (W + s B A) gives the same output and no adapter tensor is left; ResetDoraMagnitude sets
+// them to the norms of a weight changed after the adapter was added.
+TEST(Lora, DoraEqualsPeftsDecompositionWithItsGradients) {
+  for (bool bias : {false, true}) {
+    for (double dropout : {0.0, 0.25}) {
+      SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + ", dropout " + std::to_string(dropout));
+      torch::manual_seed(12);
+      AutocastLinear layer(torch::nn::LinearOptions(24, 10).bias(bias));
+      LoraOptions o;
+      o.r = 4;
+      o.alpha = 8;
+      o.dropout = dropout;
+      o.use_dora = true;
+      layer->AddLora(o);
+      ASSERT_TRUE(layer->lora_magnitude_vector.defined());
+      EXPECT_TRUE(
+          torch::allclose(layer->lora_magnitude_vector, layer->weight.norm(2, {1}), 1e-6, 1e-6));
+      EXPECT_TRUE(layer->named_parameters().contains("lora_magnitude_vector"));
+      {
+        torch::NoGradGuard no_grad;
+        layer->lora_B->weight.normal_(0, 0.5);
+        layer->lora_magnitude_vector.mul_(1 + 0.2 * torch::randn({10}));
+      }
+      layer->weight.requires_grad_(false);
+      if (bias) layer->bias.requires_grad_(false);
+      layer->train();
+      torch::Tensor x = torch::randn({3, 5, 24}).requires_grad_();
+      const torch::Tensor &w = layer->weight, &a = layer->lora_A->weight,
+                          &b = layer->lora_B->weight, &m = layer->lora_magnitude_vector;
+      torch::manual_seed(3);
+      torch::Tensor got = layer->forward(x);
+      torch::manual_seed(3);
+      torch::Tensor dropped = dropout > 0 ? torch::dropout(x, dropout, true) : x;
+      const double s = 2.0;  // alpha / r
+      torch::Tensor norm = (w + s * torch::mm(b, a)).norm(2, {1}).detach();
+      torch::Tensor scale = m / norm;
+      torch::Tensor base = torch::matmul(x, w.t());
+      if (bias) base = base + layer->bias;
+      torch::Tensor want = base + (scale - 1) * torch::matmul(dropped, w.t()) +
+                           scale * torch::matmul(torch::matmul(dropped, a.t()), b.t()) * s;
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max();
+      torch::Tensor dy = torch::randn(got.sizes());
+      std::vector<torch::Tensor> inputs = {x, a, b, m};
+      auto got_grads = torch::autograd::grad({got}, inputs, {dy});
+      auto want_grads = torch::autograd::grad({want}, inputs, {dy});
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-5, 1e-5))
+            << i << ": " << (got_grads[i] - want_grads[i]).abs().max();
+      }
+      layer->eval();
+      torch::NoGradGuard no_grad;
+      torch::Tensor adapted = layer->forward(x);
+      layer->MergeLora();
+      EXPECT_FALSE(layer->has_lora());
+      EXPECT_FALSE(layer->named_parameters().contains("lora_magnitude_vector"));
+      EXPECT_LT((layer->forward(x) - adapted).abs().max().item<double>(), 1e-5);
+    }
+  }
+  AutocastLinear layer(torch::nn::LinearOptions(6, 3));
+  LoraOptions o;
+  o.use_dora = true;
+  layer->AddLora(o);
+  torch::NoGradGuard no_grad;
+  layer->weight.mul_(3);  // a base loaded after the adapter was added (model.init_from)
+  EXPECT_FALSE(torch::allclose(layer->lora_magnitude_vector, layer->weight.norm(2, {1})));
+  layer->ResetDoraMagnitude();
+  EXPECT_TRUE(torch::allclose(layer->lora_magnitude_vector, layer->weight.norm(2, {1})));
 }
 
 // activation_checkpointing recomputes each block in the backward: the gradients equal those of
@@ -814,10 +899,6 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   testing::TempDir dir;
   o.from = dir.path();
   refused(o, "holds no adapter_config.json");
-  std::ofstream(dir.path() + "/adapter_config.json")
-      << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
-         "\"target_modules\": [\"q_proj\"]}";
-  refused(o, "use_dora is true");
   // A setting that changes what the adapter computes, where kiln would load something else:
   // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
   // in the tests above shows.
@@ -831,7 +912,8 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
            "false, "
         << setting << "}";
     const std::string key = setting.substr(1, setting.find('"', 1) - 1);
-    refused(o, "adapter_config.json: " + key + " is set; kiln reads LoRA and rsLoRA adapters");
+    refused(o,
+            "adapter_config.json: " + key + " is set; kiln reads LoRA, rsLoRA and DoRA adapters");
   }
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "

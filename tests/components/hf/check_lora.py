@@ -10,9 +10,10 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora]]
 
-With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)).
+With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
+DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them.
 """
 import os
 import sys
@@ -54,13 +55,15 @@ def main():
     targets = sys.argv[4] if sys.argv[4] == "all-linear" else sys.argv[4].split(",")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
-                        use_rslora=sys.argv[5:6] == ["rslora"],
+                        use_rslora=sys.argv[5:6] == ["rslora"], use_dora=sys.argv[5:6] == ["dora"],
                         fan_in_fan_out=auto.from_pretrained(base).config.model_type == "gpt2")
     model = get_peft_model(auto.from_pretrained(base), config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "modules_to_save" in name:
                 p.normal_(0, 0.3)
+            if "lora_magnitude_vector" in name:
+                p.mul_(1 + 0.2 * torch.randn_like(p))
     model.save_pretrained(peft_adapter)
     logits(model, peft_adapter, task)
     print("ok: %d adapted layers" % len(loaded))
