@@ -1,7 +1,7 @@
 // libFuzzer target: a PEFT adapter's adapter_config.json (ReadLoraOptions with model.lora.from, in
 // lib/trainer/lora.cc: adapters trained elsewhere): the JSON, its r, lora_alpha, lora_dropout,
 // target_modules (a list of names, PEFT's all-linear, or a refused regular expression),
-// modules_to_save, use_rslora, use_dora, and the refused bias and pattern settings.
+// modules_to_save, use_rslora, use_dora, rank_pattern and alpha_pattern, and the refused settings.
 #include "fuzz/fuzz_input.h"
 #include "lib/config/node.h"
 #include "lib/trainer/lora.h"

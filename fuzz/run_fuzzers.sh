@@ -134,7 +134,7 @@ seed_audio_manifest() {
 }
 # adapter_config.json as kiln's export and PEFT's save_pretrained write it (a list of last names;
 # all-linear saved as full names), the all-linear string, a regular expression, DoRA, rsLoRA with
-# an alpha_pattern.
+# an alpha_pattern, ranks by pattern with a refused regular-expression key.
 seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,' \
     '"lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"], "bias": "none",' \
@@ -147,6 +147,8 @@ seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_dora": true, "target_modules": ["q"]}' > "$1/dora.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_rslora": true, "target_modules": ["q"],' \
     '"alpha_pattern": {"q": 4}, "rank_pattern": {}, "lora_bias": false, "exclude_modules": null}' > "$1/patterns.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q", "v"],' \
+    '"rank_pattern": {"^model.q": 4, "v": 1, "layers\\.[0-9]\\.q": 3}, "alpha_pattern": {"q": 2.5}}' > "$1/rank_pattern.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

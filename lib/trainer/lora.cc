@@ -45,6 +45,11 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("use_dora", &LoraOptions::use_dora,
                  "DoRA: each adapted weight's rows scaled to trained magnitudes, "
                  "m / |W + s B A| (W + s B A) (PEFT's use_dora)")
+          .Field("rank_pattern", &LoraOptions::rank_pattern,
+                 "{NAME: r} for the layers NAME matches (PEFT's rank_pattern); the others take r")
+          .Field("alpha_pattern", &LoraOptions::alpha_pattern,
+                 "{NAME: alpha} for the layers NAME matches (PEFT's alpha_pattern); the others "
+                 "take alpha")
           .Field("modules_to_save", &LoraOptions::modules_to_save,
                  "last names of modules that train whole beside the adapters and are saved "
                  "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
@@ -88,6 +93,62 @@ bool NamesAny(const std::vector<std::string>& names, const std::string& module) 
                      [&](const std::string& n) { return Names(n, module); });
 }
 
+// One entry of PEFT's rank_pattern or alpha_pattern: a name as target_modules takes it, or `^NAME`
+// (PEFT's regular expression anchored at the start: the full name only).
+struct PatternEntry {
+  std::string name;
+  bool full_name_only = false;
+  double value = 0;
+};
+
+// `key` (rank_pattern or alpha_pattern) of model.lora or of adapter_config.json, in its order
+// (PEFT takes the first key that matches). A key must be a layer name (letters, digits, _, -, and
+// dots, which PEFT's regular expression also lets match any character; `\.` reads as a dot), with
+// an optional leading ^; any other regular expression is refused in one line that starts with
+// `where`, and so is a rank that is not a positive integer or an alpha that is not a positive
+// number.
+absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& node,
+                                                      const std::string& key,
+                                                      const std::string& where) {
+  std::vector<PatternEntry> out;
+  if (node == nullptr || node->is_null()) return out;
+  if (!node->is_map())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, key, " must be a mapping of layer name: value"));
+  const bool rank = key == "rank_pattern";
+  for (const auto& [name, value] : node->entries()) {
+    PatternEntry e;
+    e.full_name_only = absl::StartsWith(name, "^");
+    e.name = absl::StrReplaceAll(name.substr(e.full_name_only ? 1 : 0), {{"\\.", "."}});
+    const bool plain = !e.name.empty() && std::all_of(e.name.begin(), e.name.end(), [](char c) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (!plain)
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, ": '", name,
+                       "' is a regular expression to PEFT; kiln takes layer names (q_proj, "
+                       "model.layers.0.self_attn.q_proj) and ^ before a full name"));
+    const bool integer = value != nullptr && value->kind() == config::NodeKind::kInt;
+    const bool number = integer || (value != nullptr && value->kind() == config::NodeKind::kFloat);
+    e.value = !number ? 0 : integer ? static_cast<double>(value->as_int()) : value->as_float();
+    if ((rank && !integer) || !number || e.value <= 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, ".", name, ": ", value ? config::PythonStr(*value) : "null",
+                       rank ? " is not a positive integer rank" : " is not a positive alpha"));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The value of the first entry of `pattern` that matches the layer `module`, if any.
+std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
+                                   const std::string& module) {
+  for (const PatternEntry& e : pattern) {
+    if (e.full_name_only ? module == e.name : Names(e.name, module)) return e.value;
+  }
+  return std::nullopt;
+}
+
 // The layers of `model` that `o.target_modules` names and `o.exclude_modules` does not, by full
 // name, outside the modules that train whole (`saved`); for all-linear, every layer that can carry
 // an adapter there but the output head (`lm_head`, what PEFT leaves out as transformers'
@@ -124,16 +185,34 @@ absl::StatusOr<std::vector<std::string>> StringNames(const std::string& key,
 // The keys of adapter_config.json that kiln reads, and those that do not change what a trained
 // adapter computes (how it was initialized, bookkeeping, settings of options that are unset).
 bool ReadOrHarmless(const std::string& key) {
-  static const auto* keys =
-      new std::set<std::string>{"peft_type",       "task_type",          "r",
-                                "lora_alpha",      "lora_dropout",       "target_modules",
-                                "exclude_modules", "modules_to_save",    "bias",
-                                "use_rslora",      "use_dora",           "fan_in_fan_out",
-                                "inference_mode",  "init_lora_weights",  "base_model_name_or_path",
-                                "revision",        "auto_mapping",       "peft_version",
-                                "layers_pattern",  "qalora_group_size",  "megatron_core",
-                                "loftq_config",    "eva_config",         "corda_config",
-                                "lora_ga_config",  "ensure_weight_tying"};
+  static const auto* keys = new std::set<std::string>{"peft_type",
+                                                      "task_type",
+                                                      "r",
+                                                      "lora_alpha",
+                                                      "lora_dropout",
+                                                      "target_modules",
+                                                      "exclude_modules",
+                                                      "modules_to_save",
+                                                      "bias",
+                                                      "use_rslora",
+                                                      "use_dora",
+                                                      "fan_in_fan_out",
+                                                      "inference_mode",
+                                                      "init_lora_weights",
+                                                      "base_model_name_or_path",
+                                                      "revision",
+                                                      "auto_mapping",
+                                                      "peft_version",
+                                                      "layers_pattern",
+                                                      "qalora_group_size",
+                                                      "megatron_core",
+                                                      "loftq_config",
+                                                      "eva_config",
+                                                      "corda_config",
+                                                      "lora_ga_config",
+                                                      "ensure_weight_tying",
+                                                      "rank_pattern",
+                                                      "alpha_pattern"};
   return keys->count(key) != 0;
 }
 
@@ -205,6 +284,10 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_ASSIGN_OR_RETURN(o->target_modules, names("target_modules"));
   KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
   KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
+  o->rank_pattern = root->Find("rank_pattern");
+  o->alpha_pattern = root->Find("alpha_pattern");
+  for (const char* key : {"rank_pattern", "alpha_pattern"})
+    KILN_RETURN_IF_ERROR(ReadPattern(root->Find(key), key, absl::StrCat(path, ": ")).status());
   if (o->r < 1 || o->target_modules.empty())
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": r must be positive and target_modules a non-empty list"));
@@ -240,6 +323,8 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
         "model.lora.target_modules: name the layers that get adapters (e.g. [q_proj, v_proj]), "
         "or give model.lora.from=DIR");
   }
+  KILN_RETURN_IF_ERROR(ReadPattern(o.rank_pattern, "rank_pattern", "model.lora.").status());
+  KILN_RETURN_IF_ERROR(ReadPattern(o.alpha_pattern, "alpha_pattern", "model.lora.").status());
   // An adapter folder's own settings (targets, modules_to_save) stand in for the config's, for
   // every reader of the job's options (AddLora, export format=peft).
   if (!o.from.empty()) KILN_RETURN_IF_ERROR(ReadAdapterConfig(o.from, &o));
@@ -304,9 +389,29 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
           absl::StrCat("model.lora.target_modules: '", t, "' names no layer of the model"));
     }
   }
+  KILN_ASSIGN_OR_RETURN(std::vector<PatternEntry> ranks,
+                        ReadPattern(o.rank_pattern, "rank_pattern", "model.lora."));
+  KILN_ASSIGN_OR_RETURN(std::vector<PatternEntry> alphas,
+                        ReadPattern(o.alpha_pattern, "alpha_pattern", "model.lora."));
+  for (const auto* pattern : {&ranks, &alphas}) {
+    for (const PatternEntry& e : *pattern) {
+      if (std::none_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return PatternValue({e}, n).has_value(); }))
+        Logger::Instance().Warning(
+            absl::StrCat("model.lora.", pattern == &ranks ? "rank" : "alpha", "_pattern: '", e.name,
+                         "' matches no layer that gets an adapter; it changes nothing"));
+    }
+  }
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.set_requires_grad(false);
-  for (auto& [name, module] : targets) dynamic_cast<LoraLayer*>(module)->AddLora(o);
+  std::set<int64_t> rank_set;
+  for (auto& [name, module] : targets) {
+    LoraOptions layer = o;
+    layer.r = static_cast<int64_t>(PatternValue(ranks, name).value_or(static_cast<double>(o.r)));
+    layer.alpha = PatternValue(alphas, name).value_or(o.alpha);
+    rank_set.insert(layer.r);
+    dynamic_cast<LoraLayer*>(module)->AddLora(layer);
+  }
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
@@ -359,7 +464,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     if (p.requires_grad()) trained += p.numel();
   }
   Logger::Instance().Info(absl::StrCat(
-      "model.lora: ", o.use_dora ? "DoRA " : "", "adapters of rank ", o.r, " on ", names.size(),
+      "model.lora: ", o.use_dora ? "DoRA " : "", "adapters of rank",
+      rank_set.size() > 1 ? "s " : " ", absl::StrJoin(rank_set, ", "), " on ", names.size(),
       " layers",
       saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"), "; ",
       trained, " of ", total, " parameters train"));
@@ -407,12 +513,12 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
                               const std::string& dir) {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<std::string> adapted;
-  const LoraLayer* first = nullptr;
+  std::vector<std::pair<std::string, const LoraLayer*>> layers;
   const auto modules = model.named_modules("", false);
   for (const auto& item : modules) {
     auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
     if (layer == nullptr || !layer->has_lora()) continue;
-    if (first == nullptr) first = layer;
+    layers.emplace_back(item.key(), layer);
     adapted.insert(item.key());
     for (const auto& p : item.value()->named_parameters()) {
       if (absl::StrContains(p.key(), "lora_"))
@@ -420,7 +526,8 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
                              p.value().detach().to(torch::kCPU, torch::kFloat32));
     }
   }
-  if (first == nullptr) return absl::FailedPreconditionError("the model has no LoRA adapters");
+  if (layers.empty()) return absl::FailedPreconditionError("the model has no LoRA adapters");
+  const LoraLayer* first = layers.front().second;
   const std::vector<std::string> saved = ModulesToSave(model, info.modules_to_save);
   std::set<std::string> saved_names;
   for (const auto& p : model.named_parameters()) {
@@ -439,14 +546,48 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
     });
     targets.insert(every ? last : name);
   }
+  // r and lora_alpha: the values most layers have (the first layer's, of equally many);
+  // rank_pattern and alpha_pattern name the others,
+  // by last name where every adapted layer of that name has the same value, else by full name
+  // (PEFT matches either, as it matches target_modules).
+  auto pattern = [&](auto value) {
+    std::vector<std::pair<std::string, int>>
+        count;  // in the layers' order: a tie goes to the first
+    for (const auto& [name, layer] : layers) {
+      const std::string v = absl::StrCat(value(*layer));
+      auto it =
+          std::find_if(count.begin(), count.end(), [&](const auto& c) { return c.first == v; });
+      if (it == count.end()) it = count.insert(count.end(), {v, 0});
+      ++it->second;
+    }
+    const std::string common =
+        std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
+          return a.second < b.second;
+        })->first;
+    std::vector<std::string> entries;
+    std::set<std::string> keys;
+    for (const auto& [name, layer] : layers) {
+      const std::string v = absl::StrCat(value(*layer));
+      if (v == common) continue;
+      const std::string last = LastName(name);
+      const bool alike = std::all_of(layers.begin(), layers.end(), [&](const auto& other) {
+        return LastName(other.first) != last || absl::StrCat(value(*other.second)) == v;
+      });
+      const std::string key = alike ? last : name;
+      if (keys.insert(key).second) entries.push_back(absl::StrCat("\"", key, "\": ", v));
+    }
+    return std::make_pair(common, absl::StrCat("{", absl::StrJoin(entries, ", "), "}"));
+  };
+  const auto [r, rank_pattern] = pattern([](const LoraLayer& l) { return l.lora_r(); });
+  const auto [alpha, alpha_pattern] = pattern([](const LoraLayer& l) { return l.lora_alpha(); });
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   std::vector<std::string> quoted;
   for (const std::string& t : targets) quoted.push_back(absl::StrCat("\"", t, "\""));
   const std::string config = absl::StrCat(
-      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"", info.task_type,
-      "\",\n  \"r\": ", first->lora_r(), ",\n  \"lora_alpha\": ", first->lora_alpha(),
-      ",\n  \"lora_dropout\": ", first->lora_dropout(), ",\n  \"target_modules\": [",
-      absl::StrJoin(quoted, ", "),
+      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"", info.task_type, "\",\n  \"r\": ", r,
+      ",\n  \"lora_alpha\": ", alpha, ",\n  \"rank_pattern\": ", rank_pattern,
+      ",\n  \"alpha_pattern\": ", alpha_pattern, ",\n  \"lora_dropout\": ", first->lora_dropout(),
+      ",\n  \"target_modules\": [", absl::StrJoin(quoted, ", "),
       "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
       ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
       ",\n  \"use_dora\": ", first->lora_dora() ? "true" : "false",

@@ -49,6 +49,10 @@ struct LoraOptions {
   // (lora_magnitude_vector, which starts as the base's row norms): m / |W + s B A| (W x + s B A x)
   // + b. The norm is held constant in the backward, as the paper's section 4.3 and PEFT do.
   bool use_dora = false;
+  // PEFT's rank_pattern and alpha_pattern: {NAME: r} and {NAME: alpha} for the layers NAME matches
+  // (as target_modules names them; `^NAME`, a full name only), the first that matches; the other
+  // layers take r and alpha. Null, or an empty mapping: none.
+  config::NodePtr rank_pattern, alpha_pattern;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).

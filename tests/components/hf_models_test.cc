@@ -99,7 +99,8 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // (`head_tensors` of them), whole, as PEFT's SEQ_CLS task trains it: both sides change it, and
 // the other side's logits show the change loaded. With `variant` "rslora", both sides' adapters are
 // rsLoRA's (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r); with "dora", DoRA's, whose
-// magnitudes both sides move off the row norms they start at (a third trained tensor a layer).
+// magnitudes both sides move off the row norms they start at (a third trained tensor a layer); with
+// "patterns" (a Llama's q_proj and v_proj), PEFT's rank_pattern and alpha_pattern.
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -112,6 +113,12 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   options.target_modules = targets;
   options.use_rslora = variant == "rslora";
   options.use_dora = variant == "dora";
+  if (variant == "patterns") {
+    // PEFT's per-layer ranks and alphas: v_proj's adapters at r 2, layer 0's q_proj at alpha 16.
+    options.rank_pattern = *config::ParseYaml("{v_proj: 2}", "rank_pattern");
+    options.alpha_pattern =
+        *config::ParseYaml("{model.layers.0.self_attn.q_proj: 16}", "alpha_pattern");
+  }
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
@@ -437,8 +444,8 @@ absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml) {
 TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   ASSERT_NO_FATAL_FAILURE(Make("llama"));
   if (IsSkipped()) return;
-  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj", "v_proj"}, 4,
-                     dir_->path());
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj", "v_proj"}, 4, dir_->path(),
+                     0, "patterns");
   // PEFT's all-linear: the 7 projections of both layers, not lm_head, on both sides; peft saves
   // the layers' full names as its targets, which kiln reads back. With rsLoRA's scaling.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {kAllLinear}, 14,
@@ -903,8 +910,7 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
   // in the tests above shows.
   for (const std::string setting :
-       {"\"alpha_pattern\": {\"q_proj\": 32}", "\"rank_pattern\": {\"q_proj\": 8}",
-        "\"lora_bias\": true", "\"layers_to_transform\": [0]",
+       {"\"lora_bias\": true", "\"layers_to_transform\": [0]",
         "\"trainable_token_indices\": [3, 5]", "\"some_future_option\": \"on\""}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
@@ -914,6 +920,22 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
     const std::string key = setting.substr(1, setting.find('"', 1) - 1);
     refused(o,
             "adapter_config.json: " + key + " is set; kiln reads LoRA, rsLoRA and DoRA adapters");
+  }
+  // rank_pattern and alpha_pattern: layer names (and ^ before a full name); a regular expression,
+  // a rank that is not a positive integer, an alpha that is not a positive number are refused.
+  for (const auto& [pattern, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"\"rank_pattern\": {\"layers\\\\.[0-3]\\\\.q_proj\": 8}",
+            "rank_pattern: 'layers\\.[0-3]\\.q_proj' is a regular expression to PEFT"},
+           {"\"rank_pattern\": {\"q_proj\": 2.5}",
+            "rank_pattern.q_proj: 2.5 is not a positive integer"},
+           {"\"alpha_pattern\": {\"q_proj\": 0}",
+            "alpha_pattern.q_proj: 0 is not a positive alpha"},
+           {"\"alpha_pattern\": [1]", "alpha_pattern must be a mapping"}}) {
+    std::ofstream(dir.path() + "/adapter_config.json")
+        << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+           "[\"q_proj\"], "
+        << pattern << "}";
+    refused(o, "adapter_config.json: " + expected);
   }
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
@@ -984,9 +1006,55 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
             (std::vector<std::string>{"gate_proj", "k_proj", "model.layers.1.self_attn.q_proj",
                                       "o_proj", "up_proj", "v_proj"}));
 
+  // rank_pattern and alpha_pattern from the config, in PEFT's order (the first key that matches):
+  // ^ before a full name is that layer only. Written back as r and lora_alpha (the most common
+  // values) with patterns for the rest, which read back to the same layers' ranks and alphas.
+  auto patterned = Instantiate(llama);
+  ASSERT_TRUE(patterned.ok());
+  auto with_patterns = options(
+      "[q_proj, v_proj]\n    rank_pattern: {^model.layers.1.self_attn.q_proj: 3, "
+      "q_proj: 5}\n    alpha_pattern: {v_proj: 1.5}");
+  ASSERT_TRUE(with_patterns.ok()) << with_patterns.status();
+  ASSERT_TRUE(AddLora(**patterned, **with_patterns).ok());
+  auto rank_and_alpha = [](Model& m) {
+    std::map<std::string, std::pair<int64_t, double>> out;
+    for (const auto& item : m.named_modules("", false)) {
+      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+      if (layer != nullptr && layer->has_lora())
+        out[item.key()] = {layer->lora_r(), layer->lora_alpha()};
+    }
+    return out;
+  };
+  const std::map<std::string, std::pair<int64_t, double>> expected_ranks = {
+      {"model.layers.0.self_attn.q_proj", {5, 16}},
+      {"model.layers.0.self_attn.v_proj", {2, 1.5}},
+      {"model.layers.1.self_attn.q_proj", {3, 16}},
+      {"model.layers.1.self_attn.v_proj", {2, 1.5}}};
+  EXPECT_EQ(rank_and_alpha(**patterned), expected_ranks);
+  EXPECT_EQ(
+      (*patterned)->named_parameters()["model.layers.1.self_attn.q_proj.lora_A.weight"].size(0), 3);
+  testing::TempDir patterns_written;
+  ASSERT_TRUE(WritePeftAdapter(**patterned, PeftAdapterInfo{}, patterns_written.path()).ok());
+  const std::string written_config =
+      testing::ReadFile(patterns_written.path() + "/adapter_config.json");
+  EXPECT_NE(written_config.find("\"rank_pattern\": {\"model.layers.0.self_attn.q_proj\": 5, "
+                                "\"model.layers.1.self_attn.q_proj\": 3}"),
+            std::string::npos)
+      << written_config;
+  EXPECT_NE(written_config.find("\"alpha_pattern\": {\"v_proj\": 1.5}"), std::string::npos)
+      << written_config;
+  auto reread = Instantiate(llama);
+  ASSERT_TRUE(reread.ok());
+  LoraOptions from_written;
+  from_written.from = patterns_written.path();
+  ASSERT_TRUE(AddLora(**reread, from_written).ok());
+  EXPECT_EQ(rank_and_alpha(**reread), expected_ranks);
+
   auto refused = [](const absl::Status& status, const std::string& expected) {
     EXPECT_NE(std::string(status.message()).find(expected), std::string::npos) << status;
   };
+  refused(options("[q_proj]\n    rank_pattern: {'q_.*': 4}").status(),
+          "model.lora.rank_pattern: 'q_.*' is a regular expression to PEFT");
   refused(options("'.*\\.(q|v)_proj'").status(),
           "model.lora.target_modules is the string '.*\\.(q|v)_proj', which PEFT reads as a "
           "regular expression");
