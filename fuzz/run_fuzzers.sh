@@ -149,6 +149,8 @@ seed_peft_adapter() {
     '"alpha_pattern": {"q": 4}, "rank_pattern": {}, "lora_bias": false, "exclude_modules": null}' > "$1/patterns.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q", "v"],' \
     '"rank_pattern": {"^model.q": 4, "v": 1, "layers\\.[0-9]\\.q": 3}, "alpha_pattern": {"q": 2.5}}' > "$1/rank_pattern.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q", "v"],' \
+    '"layers_to_transform": [0, 2], "layers_pattern": ["layers", "h"]}' > "$1/layers.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

@@ -39,6 +39,12 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("exclude_modules", &LoraOptions::exclude_modules,
                  "layers that get no adapter although target_modules names them, by last or "
                  "full name (PEFT's exclude_modules)")
+          .Field("layers_to_transform", &LoraOptions::layers_to_transform,
+                 "only the targeted layers of these numbered blocks get adapters (PEFT's "
+                 "layers_to_transform); empty: every block")
+          .Field("layers_pattern", &LoraOptions::layers_pattern,
+                 "the name before the block's number, for layers_to_transform (layers, h, ...; "
+                 "PEFT's layers_pattern); empty: the first number in the layer's name")
           .Field("use_rslora", &LoraOptions::use_rslora,
                  "rsLoRA: the adapters' output scaled by alpha / sqrt(r), not alpha / r "
                  "(PEFT's use_rslora)")
@@ -93,6 +99,44 @@ bool NamesAny(const std::vector<std::string>& names, const std::string& module) 
                      [&](const std::string& n) { return Names(n, module); });
 }
 
+// A layer name's part that PEFT's regular expressions would read as itself (letters, digits, _, -;
+// dots, which they would also let match any character).
+bool PlainName(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// The block index of the layer `module` as PEFT's check_target_module_exists finds it for
+// layers_to_transform: the number that follows the first of `patterns` (in their order) that
+// appears as whole segments of the name; with no patterns, the first number that follows the
+// name's second segment or a later one. The number must be a whole segment, not the last.
+std::optional<int64_t> LayerIndex(const std::string& module,
+                                  const std::vector<std::string>& patterns) {
+  const std::vector<std::string> s = absl::StrSplit(module, '.');
+  auto number = [&](size_t i) -> std::optional<int64_t> {
+    if (i + 1 >= s.size() || s[i].empty() || s[i].size() > 9 ||
+        !std::all_of(s[i].begin(), s[i].end(),
+                     [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }))
+      return std::nullopt;
+    return std::stoll(s[i]);
+  };
+  if (patterns.empty()) {
+    for (size_t k = 1; k + 1 < s.size(); ++k) {
+      if (auto n = number(k + 1)) return n;
+    }
+    return std::nullopt;
+  }
+  for (const std::string& pattern : patterns) {
+    const std::vector<std::string> p = absl::StrSplit(pattern, '.');
+    for (size_t j = 0; j + p.size() < s.size(); ++j) {
+      if (!std::equal(p.begin(), p.end(), s.begin() + static_cast<std::ptrdiff_t>(j))) continue;
+      if (auto n = number(j + p.size())) return n;
+    }
+  }
+  return std::nullopt;
+}
+
 // One entry of PEFT's rank_pattern or alpha_pattern: a name as target_modules takes it, or `^NAME`
 // (PEFT's regular expression anchored at the start: the full name only).
 struct PatternEntry {
@@ -120,10 +164,7 @@ absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& nod
     PatternEntry e;
     e.full_name_only = absl::StartsWith(name, "^");
     e.name = absl::StrReplaceAll(name.substr(e.full_name_only ? 1 : 0), {{"\\.", "."}});
-    const bool plain = !e.name.empty() && std::all_of(e.name.begin(), e.name.end(), [](char c) {
-      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-    });
-    if (!plain)
+    if (!PlainName(e.name))
       return absl::InvalidArgumentError(
           absl::StrCat(where, key, ": '", name,
                        "' is a regular expression to PEFT; kiln takes layer names (q_proj, "
@@ -159,9 +200,18 @@ std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
   const bool all = IsAllLinear(o.target_modules);
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (Within(item.key(), saved) || NamesAny(o.exclude_modules, item.key())) continue;
-    const bool named =
+    bool named =
         all ? dynamic_cast<LoraLayer*>(item.value().get()) != nullptr && item.key() != "lm_head"
             : NamesAny(o.target_modules, item.key());
+    // layers_to_transform, as PEFT: not for a layer that target_modules names by its full name.
+    const bool full_name = !all && std::find(o.target_modules.begin(), o.target_modules.end(),
+                                             item.key()) != o.target_modules.end();
+    if (named && !full_name && !o.layers_to_transform.empty()) {
+      std::optional<int64_t> index = LayerIndex(item.key(), o.layers_pattern);
+      named = index.has_value() &&
+              std::find(o.layers_to_transform.begin(), o.layers_to_transform.end(), *index) !=
+                  o.layers_to_transform.end();
+    }
     if (named) found.emplace_back(item.key(), item.value().get());
   }
   return found;
@@ -204,6 +254,7 @@ bool ReadOrHarmless(const std::string& key) {
                                                       "auto_mapping",
                                                       "peft_version",
                                                       "layers_pattern",
+                                                      "layers_to_transform",
                                                       "qalora_group_size",
                                                       "megatron_core",
                                                       "loftq_config",
@@ -284,6 +335,28 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_ASSIGN_OR_RETURN(o->target_modules, names("target_modules"));
   KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
   KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
+  // layers_to_transform: an index or a list of them; layers_pattern: a name or a list of them.
+  if (config::NodePtr n = root->Find("layers_to_transform"); n != nullptr && !n->is_null()) {
+    std::vector<config::NodePtr> items = n->is_list() ? n->items() : std::vector{n};
+    for (const auto& item : items) {
+      if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": layers_to_transform must be a block index or a list of them"));
+      o->layers_to_transform.push_back(item->as_int());
+    }
+  }
+  if (config::NodePtr n = root->Find("layers_pattern"); n != nullptr && !n->is_null()) {
+    std::vector<config::NodePtr> items = n->is_list() ? n->items() : std::vector{n};
+    for (const auto& item : items) {
+      const std::string name = item != nullptr && item->is_scalar() ? config::PythonStr(*item) : "";
+      if (!PlainName(name))
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": layers_pattern '", name,
+            "' is a regular expression to PEFT; kiln takes the name before the block's number "
+            "(layers, h)"));
+      o->layers_pattern.push_back(name);
+    }
+  }
   o->rank_pattern = root->Find("rank_pattern");
   o->alpha_pattern = root->Find("alpha_pattern");
   for (const char* key : {"rank_pattern", "alpha_pattern"})
@@ -373,6 +446,14 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     return absl::InvalidArgumentError(
         "model.lora.target_modules: all-linear finds no layer that can carry an adapter in the "
         "model");
+  }
+  if (names.empty() && !o.layers_to_transform.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.lora.layers_to_transform: [", absl::StrJoin(o.layers_to_transform, ", "),
+        "] leaves out every layer that target_modules names (no block of those numbers",
+        o.layers_pattern.empty() ? ""
+                                 : absl::StrCat(" after ", absl::StrJoin(o.layers_pattern, " or ")),
+        "); no adapter would train"));
   }
   if (names.empty() && !o.exclude_modules.empty()) {
     return absl::InvalidArgumentError(

@@ -37,6 +37,13 @@ struct LoraOptions {
   // Layers left without an adapter although target_modules names them, named alike (PEFT's
   // exclude_modules as a list): all-linear but the MLP's down_proj, say.
   std::vector<std::string> exclude_modules;
+  // PEFT's layers_to_transform and layers_pattern: only the targeted layers inside these numbered
+  // blocks get adapters (a layer that target_modules names by its full name always does). A
+  // layer's index is the number after the first of `layers_pattern` found in its name (layers,
+  // h, layer, blocks), or with none, the first number that follows the name's second segment or
+  // a later one, as PEFT finds it. Empty: every block.
+  std::vector<int64_t> layers_to_transform;
+  std::vector<std::string> layers_pattern;
   // Last names of modules that train whole beside the adapters and are saved with them (PEFT's
   // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's
   // SEQ_CLS task adds it: a head fitted to new labels must train.

@@ -100,7 +100,8 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // the other side's logits show the change loaded. With `variant` "rslora", both sides' adapters are
 // rsLoRA's (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r); with "dora", DoRA's, whose
 // magnitudes both sides move off the row norms they start at (a third trained tensor a layer); with
-// "patterns" (a Llama's q_proj and v_proj), PEFT's rank_pattern and alpha_pattern.
+// "patterns" (a Llama's q_proj and v_proj), PEFT's rank_pattern and alpha_pattern; with "layers",
+// PEFT's layers_to_transform [1] and layers_pattern "layers".
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -113,6 +114,11 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   options.target_modules = targets;
   options.use_rslora = variant == "rslora";
   options.use_dora = variant == "dora";
+  if (variant == "layers") {
+    // PEFT's layers_to_transform: the second block's layers only.
+    options.layers_to_transform = {1};
+    options.layers_pattern = {"layers"};
+  }
   if (variant == "patterns") {
     // PEFT's per-layer ranks and alphas: v_proj's adapters at r 2, layer 0's q_proj at alpha 16.
     options.rank_pattern = *config::ParseYaml("{v_proj: 2}", "rank_pattern");
@@ -450,6 +456,11 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   // the layers' full names as its targets, which kiln reads back. With rsLoRA's scaling.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {kAllLinear}, 14,
                      dir_->path() + "/all_linear", 0, "rslora");
+  // The 7 projections of the second block only (layers_to_transform; PEFT takes it with a list of
+  // targets, not with all-linear).
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model",
+                     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+                     7, dir_->path() + "/second_block", 0, "layers");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -909,9 +920,8 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   // A setting that changes what the adapter computes, where kiln would load something else:
   // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
   // in the tests above shows.
-  for (const std::string setting :
-       {"\"lora_bias\": true", "\"layers_to_transform\": [0]",
-        "\"trainable_token_indices\": [3, 5]", "\"some_future_option\": \"on\""}) {
+  for (const std::string setting : {"\"lora_bias\": true", "\"trainable_token_indices\": [3, 5]",
+                                    "\"some_future_option\": \"on\""}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
            "[\"q_proj\"], \"megatron_config\": null, \"target_parameters\": [], \"use_qalora\": "
@@ -930,7 +940,10 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
             "rank_pattern.q_proj: 2.5 is not a positive integer"},
            {"\"alpha_pattern\": {\"q_proj\": 0}",
             "alpha_pattern.q_proj: 0 is not a positive alpha"},
-           {"\"alpha_pattern\": [1]", "alpha_pattern must be a mapping"}}) {
+           {"\"alpha_pattern\": [1]", "alpha_pattern must be a mapping"},
+           {"\"layers_to_transform\": [\"0\"]", "layers_to_transform must be a block index"},
+           {"\"layers_to_transform\": 0, \"layers_pattern\": \"layers|h\"",
+            "layers_pattern 'layers|h' is a regular expression to PEFT"}}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
            "[\"q_proj\"], "
@@ -1050,9 +1063,37 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   ASSERT_TRUE(AddLora(**reread, from_written).ok());
   EXPECT_EQ(rank_and_alpha(**reread), expected_ranks);
 
+  // layers_to_transform as PEFT: a block's number found after layers_pattern, or without one, the
+  // first number after the name's second segment; a target named by its full name is kept.
+  for (const auto& [yaml, expected] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"[q_proj, down_proj]\n    layers_to_transform: [1]",
+            {"model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj"}},
+           {"[model.layers.0.self_attn.q_proj, v_proj]\n    layers_to_transform: [1]\n"
+            "    layers_pattern: [h, layers]",
+            {"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}},
+           {"[q_proj]\n    layers_to_transform: [0, 1]\n    layers_pattern: [model.layers]",
+            {"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj"}}}) {
+    auto blocks = Instantiate(llama);
+    ASSERT_TRUE(blocks.ok());
+    auto o = options(yaml);
+    ASSERT_TRUE(o.ok()) << o.status();
+    auto added = AddLora(**blocks, **o);
+    ASSERT_TRUE(added.ok()) << yaml << ": " << added.status();
+    EXPECT_EQ(*added, expected) << yaml;
+  }
+
   auto refused = [](const absl::Status& status, const std::string& expected) {
     EXPECT_NE(std::string(status.message()).find(expected), std::string::npos) << status;
   };
+  {
+    auto blocks = Instantiate(llama);
+    ASSERT_TRUE(blocks.ok());
+    refused(AddLora(**blocks, **options("[q_proj]\n    layers_to_transform: [1]\n"
+                                        "    layers_pattern: [h]"))
+                .status(),
+            "model.lora.layers_to_transform: [1] leaves out every layer that target_modules "
+            "names (no block of those numbers after h); no adapter would train");
+  }
   refused(options("[q_proj]\n    rank_pattern: {'q_.*': 4}").status(),
           "model.lora.rank_pattern: 'q_.*' is a regular expression to PEFT");
   refused(options("'.*\\.(q|v)_proj'").status(),

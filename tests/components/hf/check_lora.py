@@ -10,12 +10,13 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers]]
 
 With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
 DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them;
 with patterns, a Llama's v_proj adapters at r 2 (rank_pattern) and layer 0's q_proj at alpha 16
-(alpha_pattern).
+(alpha_pattern); with layers, the second block's layers only (layers_to_transform [1],
+layers_pattern "layers").
 """
 import os
 import sys
@@ -58,6 +59,8 @@ def main():
     patterns = {}
     if sys.argv[5:6] == ["patterns"]:
         patterns = dict(rank_pattern={"v_proj": 2}, alpha_pattern={"model.layers.0.self_attn.q_proj": 16})
+    if sys.argv[5:6] == ["layers"]:
+        patterns = dict(layers_to_transform=[1], layers_pattern="layers")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
                         use_rslora=sys.argv[5:6] == ["rslora"], use_dora=sys.argv[5:6] == ["dora"],
