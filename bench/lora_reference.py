@@ -1,7 +1,7 @@
 """Hugging Face's Trainer with peft's LoRA on a Llama folder: the reference of bench/lora_speed.sh.
 
 usage: lora_reference.py FOLDER WARMUP TIMED THREADS BATCH BLOCK R ALPHA TARGETS [--bf16] [--cuda]
-                         [--compile]
+                         [--compile] [--dora]
 
 Loads FOLDER with AutoModelForCausalLM, wraps it with peft's get_peft_model (LoraConfig r, alpha,
 no dropout, the comma-separated target modules) and trains WARMUP + TIMED steps of BATCH x BLOCK
@@ -9,7 +9,8 @@ tokens with transformers' Trainer on the CPU (AdamW, no logging, saving or evalu
 with --bf16, which runs the forward under torch.autocast in bf16 as Trainer does on the CPU; with
 --cuda on the GPU, where Trainer puts the model, its batches and the autocast; with --compile,
 Trainer's torch_compile=True: the model through torch.compile's Inductor, which fuses elementwise
-work into generated C++ or Triton kernels, compiled during the warm-up steps). The
+work into generated C++ or Triton kernels, compiled during the warm-up steps; with --dora, peft's
+DoRA, use_dora=True). The
 tokens are random ids below the model's vocab_size (their values do not change the work). Prints
 the timed steps' tokens/s on the last line, timed from the end of the last warm-up step.
 """
@@ -54,10 +55,11 @@ def main():
     bf16 = "--bf16" in sys.argv[10:]
     cuda = "--cuda" in sys.argv[10:]
     compile_model = "--compile" in sys.argv[10:]
+    dora = "--dora" in sys.argv[10:]
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=int(r), lora_alpha=int(alpha), lora_dropout=0.0,
-                                             target_modules=targets.split(",")))
+                                             target_modules=targets.split(","), use_dora=dora))
     steps = warmup + timed
     args = TrainingArguments(output_dir="/tmp/lora_reference", use_cpu=not cuda, bf16=bf16,
                              per_device_train_batch_size=batch, max_steps=steps,

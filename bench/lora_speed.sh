@@ -19,6 +19,8 @@
 # softmax, norms, loss or optimizer), a floor under either side's step; the ceiling column is the
 # reference's step over that floor, the most any step of these products could gain on it.
 #   bench/lora_speed.sh                  # PRECISIONS="32 bf16-mixed" ROUNDS=3 TARGETS=q_proj,v_proj
+# DORA=1: both sides' adapters are DoRA's (kiln's use_dora, peft's use_dora=True); the floor, which
+# counts LoRA's products only, is then not a floor of either step.
 # DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): both sides on the GPU; kiln's figure is its
 # second epoch's (KILN_WARM_EPOCHS=1), the reference's after its 5 warm-up steps.
 set -euo pipefail
@@ -30,6 +32,7 @@ precisions=${PRECISIONS:-32 bf16-mixed}
 targets=${TARGETS:-q_proj,v_proj}
 device=${DEVICE:-cpu}
 compiled=${COMPILED:-$([[ $device == cpu ]] && echo 1 || echo 0)}
+dora=${DORA:-0}
 [[ $device == cpu ]] || export KILN_WARM_EPOCHS=${KILN_WARM_EPOCHS:-1}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
@@ -42,7 +45,9 @@ base=$work/base hf=$work/hf
 "${KILN:-build/bin/kiln}" export run_dir="$base" format=hf hydra.run.dir="$work/hf" > "$work/export.out" 2>&1 ||
   { cat "$work/export.out" >&2; exit 1; }
 
-lora="{r:8,alpha:16,dropout:0.0,target_modules:[${targets}]}"
+variant=LoRA dora_key=""
+[[ $dora != 1 ]] || variant=DoRA dora_key=",use_dora:true"
+lora="{r:8,alpha:16,dropout:0.0,target_modules:[${targets}]${dora_key}}"
 kiln_rate() {
   kiln_epoch_rate "$work/kiln" experiment=mobydick_llama model.pretrained="$hf" "model.lora=$lora" \
     trainer.max_steps=-1 trainer.max_time=null trainer.limit_train_batches=60 \
@@ -53,13 +58,14 @@ reference_rate() {
   [[ $1 != bf16-mixed ]] || flags+=(--bf16)
   [[ $device == cpu ]] || flags+=(--cuda)
   [[ ${2:-} != compiled ]] || flags+=(--compile)
+  [[ $dora != 1 ]] || flags+=(--dora)
   python_tuned bench/lora_reference.py "$hf" 5 40 "$threads" 32 128 8 16 "$targets" "${flags[@]}" \
     2>"$work/reference.err" | tail -n1
   [[ ${PIPESTATUS[0]} == 0 ]] || { cat "$work/reference.err" >&2; exit 1; }
 }
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
-  echo "== llama LoRA $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
+  echo "== llama $variant $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
   printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf floor_ms ceiling \
     hf_compiled kiln/compiled
   ratios=() ceilings=() compiled_ratios=()
@@ -83,7 +89,7 @@ for precision in $precisions; do
     fi
     printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c" "$hc" "$kc"
   done
-  echo "llama LoRA $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
+  echo "llama $variant $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
     "${ceilings:+(ceiling from the floor $(printf '%s\n' "${ceilings[@]}" | median)x)}" \
     "${compiled_ratios:+kiln/compiled Trainer+peft $(printf '%s\n' "${compiled_ratios[@]}" | median)x}"
 done

@@ -28,11 +28,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
     if (lora_dora_) return ForwardDora(input);
-    if (lora_A && !compat::AutocastEnabled() && !torch::jit::tracer::isTracing() &&
-        input.dim() >= 1 && lora_A->weight.scalar_type() == input.scalar_type() &&
-        lora_B->weight.scalar_type() == input.scalar_type()) {
-      return ForwardFoldingLora(input);
-    }
+    if (CanFold(input)) return ForwardFoldingLora(input, /*with_bias=*/true);
     torch::Tensor y = BaseForward(input, /*with_bias=*/true);
     if (!lora_A) return y;
     torch::Tensor x =
@@ -53,7 +49,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   // DoRA as PEFT's DoraLinearLayer computes it: with s B A the adapter's product and
   // n = |W + s B A| over each output row, held constant (no gradient), the output is
   // W x + b + (m / n - 1) W x' + (m / n) s B A x' with x' = dropout(x); without dropout (or in
-  // evaluation) that is (m / n)(W x + s B A x) + b, computed so.
+  // evaluation) that is (m / n)(W x + s B A x) + b, computed so (the sum folded as LoRA's is).
   torch::Tensor ForwardDora(const torch::Tensor& input) {
     torch::Tensor scale = lora_magnitude_vector / DoraWeightNorm();
     auto adapter = [&](const torch::Tensor& x) {
@@ -65,10 +61,19 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
       y = BaseForward(input, /*with_bias=*/true) +
           (scale - 1) * BaseForward(x, /*with_bias=*/false) + scale * adapter(x);
     } else {
-      y = scale * (BaseForward(input, /*with_bias=*/false) + adapter(input));
-      if (bias.defined()) y = y + bias;
+      torch::Tensor sum = CanFold(input) ? ForwardFoldingLora(input, /*with_bias=*/false)
+                                         : BaseForward(input, /*with_bias=*/false) + adapter(input);
+      y = bias.defined() ? torch::addcmul(bias, sum, scale) : sum * scale;
     }
     return y;
+  }
+
+  // Whether ForwardFoldingLora applies: outside autocast and tracing, with the adapters in the
+  // activations' dtype.
+  bool CanFold(const torch::Tensor& input) const {
+    return lora_A && !compat::AutocastEnabled() && !torch::jit::tracer::isTracing() &&
+           input.dim() >= 1 && lora_A->weight.scalar_type() == input.scalar_type() &&
+           lora_B->weight.scalar_type() == input.scalar_type();
   }
 
   // |W + s B A| over each output row, in the adapters' precision (also under autocast), without
@@ -84,18 +89,20 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   }
 
   // Outside autocast and tracing (the rows' shape would be recorded as a constant, so a traced
-  // module would take one batch size only), with the adapters in the activations' dtype: W x + b on
+  // module would take one batch size only), with the adapters in the activations' dtype: W x (+ b
+  // where `with_bias`) on
   // the rows as one [rows, out] product, then the adapter's s B (A x) added into it by
   // one more product (addmm_, beta 1) instead of a product, a scaling and a sum over [rows, out]
   // each way. The in-place update is safe for autograd: the base's product keeps its inputs, not
   // its result.
-  torch::Tensor ForwardFoldingLora(const torch::Tensor& input) {
+  torch::Tensor ForwardFoldingLora(const torch::Tensor& input, bool with_bias) {
     const int64_t in = weight.size(1), out = weight.size(0);
     torch::Tensor rows = input.reshape({-1, in});
+    const torch::Tensor& b = with_bias ? bias : torch::Tensor();
     torch::Tensor y =
         weight.scalar_type() == input.scalar_type()
-            ? torch::linear(rows, weight, bias)
-            : torch::linear(rows.to(weight.scalar_type()), weight, bias).to(input.scalar_type());
+            ? torch::linear(rows, weight, b)
+            : torch::linear(rows.to(weight.scalar_type()), weight, b).to(input.scalar_type());
     torch::Tensor x = lora_dropout_ > 0 ? torch::dropout(rows, lora_dropout_, is_training()) : rows;
     y.addmm_(torch::mm(x, lora_A->weight.t()), lora_B->weight.t(), /*beta=*/1,
              /*alpha=*/lora_scaling_);
