@@ -336,6 +336,8 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
   KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
   // layers_to_transform: an index or a list of them; layers_pattern: a name or a list of them.
+  o->layers_to_transform.clear();
+  o->layers_pattern.clear();
   if (config::NodePtr n = root->Find("layers_to_transform"); n != nullptr && !n->is_null()) {
     std::vector<config::NodePtr> items = n->is_list() ? n->items() : std::vector{n};
     for (const auto& item : items) {
