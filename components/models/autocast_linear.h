@@ -76,16 +76,18 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
            lora_B->weight.scalar_type() == input.scalar_type();
   }
 
-  // |W + s B A| over each output row, in the adapters' precision (also under autocast), without
-  // gradient.
-  torch::Tensor DoraWeightNorm() const {
+  // W + s B A in the adapters' precision (also under autocast), without gradient.
+  torch::Tensor AdaptedWeight() const {
     torch::NoGradGuard no_grad;
     c10::impl::ExcludeDispatchKeyGuard no_autocast(
         c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
     const torch::Tensor& a = lora_A->weight;
-    torch::Tensor merged =
-        weight.to(a.scalar_type()).addmm(lora_B->weight, a, /*beta=*/1, /*alpha=*/lora_scaling_);
-    return torch::linalg_vector_norm(merged, 2, {1});
+    return weight.to(a.scalar_type()).addmm(lora_B->weight, a, /*beta=*/1, /*alpha=*/lora_scaling_);
+  }
+
+  // |W + s B A| over each output row, held constant (DoRA's n).
+  torch::Tensor DoraWeightNorm() const {
+    return torch::linalg_vector_norm(AdaptedWeight(), 2, {1});
   }
 
   // Outside autocast and tracing (the rows' shape would be recorded as a constant, so a traced
@@ -137,10 +139,11 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   bool has_lora() const override { return static_cast<bool>(lora_A); }
   torch::Tensor MergedWeight() const override {
     if (!lora_A) return weight;
-    torch::Tensor merged = weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
-    if (!lora_dora_) return merged;
+    if (!lora_dora_) return weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
     torch::NoGradGuard no_grad;
-    return merged * (lora_magnitude_vector / DoraWeightNorm()).unsqueeze(1);
+    torch::Tensor merged = AdaptedWeight();
+    return merged *
+           (lora_magnitude_vector / torch::linalg_vector_norm(merged, 2, {1})).unsqueeze(1);
   }
   void MergeLora() override {
     if (!lora_A) return;

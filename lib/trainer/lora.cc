@@ -181,11 +181,15 @@ absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& nod
   return out;
 }
 
+bool Matches(const PatternEntry& e, const std::string& module) {
+  return e.full_name_only ? module == e.name : Names(e.name, module);
+}
+
 // The value of the first entry of `pattern` that matches the layer `module`, if any.
 std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
                                    const std::string& module) {
   for (const PatternEntry& e : pattern) {
-    if (e.full_name_only ? module == e.name : Names(e.name, module)) return e.value;
+    if (Matches(e, module)) return e.value;
   }
   return std::nullopt;
 }
@@ -336,28 +340,27 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
   KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
   // layers_to_transform: an index or a list of them; layers_pattern: a name or a list of them.
+  auto one_or_many = [&](const char* key) -> std::vector<config::NodePtr> {
+    config::NodePtr n = root->Find(key);
+    if (n == nullptr || n->is_null()) return {};
+    return n->is_list() ? n->items() : std::vector{n};
+  };
   o->layers_to_transform.clear();
   o->layers_pattern.clear();
-  if (config::NodePtr n = root->Find("layers_to_transform"); n != nullptr && !n->is_null()) {
-    std::vector<config::NodePtr> items = n->is_list() ? n->items() : std::vector{n};
-    for (const auto& item : items) {
-      if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": layers_to_transform must be a block index or a list of them"));
-      o->layers_to_transform.push_back(item->as_int());
-    }
+  for (const auto& item : one_or_many("layers_to_transform")) {
+    if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": layers_to_transform must be a block index or a list of them"));
+    o->layers_to_transform.push_back(item->as_int());
   }
-  if (config::NodePtr n = root->Find("layers_pattern"); n != nullptr && !n->is_null()) {
-    std::vector<config::NodePtr> items = n->is_list() ? n->items() : std::vector{n};
-    for (const auto& item : items) {
-      const std::string name = item != nullptr && item->is_scalar() ? config::PythonStr(*item) : "";
-      if (!PlainName(name))
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": layers_pattern '", name,
-            "' is a regular expression to PEFT; kiln takes the name before the block's number "
-            "(layers, h)"));
-      o->layers_pattern.push_back(name);
-    }
+  for (const auto& item : one_or_many("layers_pattern")) {
+    const std::string name = item != nullptr && item->is_scalar() ? config::PythonStr(*item) : "";
+    if (!PlainName(name))
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": layers_pattern '", name,
+          "' is a regular expression to PEFT; kiln takes the name before the block's number "
+          "(layers, h)"));
+    o->layers_pattern.push_back(name);
   }
   o->rank_pattern = root->Find("rank_pattern");
   o->alpha_pattern = root->Find("alpha_pattern");
@@ -479,7 +482,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (const auto* pattern : {&ranks, &alphas}) {
     for (const PatternEntry& e : *pattern) {
       if (std::none_of(names.begin(), names.end(),
-                       [&](const std::string& n) { return PatternValue({e}, n).has_value(); }))
+                       [&](const std::string& n) { return Matches(e, n); }))
         Logger::Instance().Warning(
             absl::StrCat("model.lora.", pattern == &ranks ? "rank" : "alpha", "_pattern: '", e.name,
                          "' matches no layer that gets an adapter; it changes nothing"));
@@ -574,22 +577,23 @@ double LoraScaling(int64_t r, double alpha, bool rslora) {
 
 namespace {
 
-bool AnyLayer(torch::nn::Module& model, bool (*test)(const LoraLayer&)) {
+// The layers of `model` that carry an adapter.
+std::vector<LoraLayer*> AdaptedLayers(torch::nn::Module& model) {
+  std::vector<LoraLayer*> layers;
   for (const auto& m : model.modules()) {
     auto* layer = dynamic_cast<LoraLayer*>(m.get());
-    if (layer != nullptr && layer->has_lora() && test(*layer)) return true;
+    if (layer != nullptr && layer->has_lora()) layers.push_back(layer);
   }
-  return false;
+  return layers;
 }
 
 }  // namespace
 
-bool HasLora(torch::nn::Module& model) {
-  return AnyLayer(model, [](const LoraLayer&) { return true; });
-}
+bool HasLora(torch::nn::Module& model) { return !AdaptedLayers(model).empty(); }
 
 bool HasDora(torch::nn::Module& model) {
-  return AnyLayer(model, [](const LoraLayer& l) { return l.lora_dora(); });
+  const std::vector<LoraLayer*> layers = AdaptedLayers(model);
+  return std::any_of(layers.begin(), layers.end(), [](LoraLayer* l) { return l->lora_dora(); });
 }
 
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
@@ -683,22 +687,12 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
   return WriteSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
 }
 
-int64_t ResetDoraMagnitudes(torch::nn::Module& model) {
-  int64_t reset = 0;
-  for (const auto& m : model.modules()) {
-    auto* layer = dynamic_cast<LoraLayer*>(m.get());
-    if (layer == nullptr || !layer->has_lora() || !layer->lora_dora()) continue;
-    layer->ResetDoraMagnitude();
-    ++reset;
-  }
-  return reset;
+void ResetDoraMagnitudes(torch::nn::Module& model) {
+  for (LoraLayer* layer : AdaptedLayers(model)) layer->ResetDoraMagnitude();  // DoRA's only
 }
 
 void MergeLora(torch::nn::Module& model) {
-  for (const auto& m : model.modules()) {
-    auto* layer = dynamic_cast<LoraLayer*>(m.get());
-    if (layer != nullptr && layer->has_lora()) layer->MergeLora();
-  }
+  for (LoraLayer* layer : AdaptedLayers(model)) layer->MergeLora();
 }
 
 }  // namespace kiln

@@ -112,9 +112,8 @@ bool HasLora(torch::nn::Module& model);
 bool HasDora(torch::nn::Module& model);
 
 // DoRA's magnitudes set to the row norms of the weights `model` now holds (LoraLayer's
-// ResetDoraMagnitude), for new adapters on a base loaded after AddLora (model.init_from); returns
-// how many layers it set.
-int64_t ResetDoraMagnitudes(torch::nn::Module& model);
+// ResetDoraMagnitude), for new adapters on a base loaded after AddLora (model.init_from).
+void ResetDoraMagnitudes(torch::nn::Module& model);
 
 // How an adapter folder describes its model (adapter_config.json).
 struct PeftAdapterInfo {
