@@ -1,7 +1,8 @@
 // libFuzzer target: a PEFT adapter's adapter_config.json (ReadLoraOptions with model.lora.from, in
 // lib/trainer/lora.cc: adapters trained elsewhere): the JSON, its r, lora_alpha, lora_dropout,
-// target_modules (a list of names, PEFT's all-linear, or a refused regular expression),
-// modules_to_save, use_rslora, use_dora, rank_pattern and alpha_pattern, and the refused settings.
+// target_modules and exclude_modules (lists of names, PEFT's all-linear, or regular expressions),
+// modules_to_save, use_rslora, use_dora, rank_pattern and alpha_pattern, layers_to_transform, and
+// the refused settings; what it accepts then selects layers (LoraSelection) from a Llama's names.
 #include "fuzz/fuzz_input.h"
 #include "lib/config/node.h"
 #include "lib/trainer/lora.h"
@@ -20,8 +21,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto options = kiln::ReadLoraOptions(kiln::config::Config(job));
   if (options.ok()) {
     // What the reader accepts is usable: an adapter of positive rank on named layers.
-    if (!options->has_value() || (*options)->r < 1 || (*options)->target_modules.empty())
+    if (!options->has_value() || (*options)->r < 1 ||
+        ((*options)->target_modules.empty() && (*options)->target_regex.empty()))
       __builtin_trap();
+    auto selection = kiln::LoraSelection::Make(**options, "");
+    if (!selection.ok()) __builtin_trap();
+    for (const char* name :
+         {"model.layers.0.self_attn.q_proj", "model.layers.11.mlp.down_proj", "lm_head", "q"})
+      (void)selection->Selects(name);
   }
   return 0;
 }

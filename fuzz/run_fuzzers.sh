@@ -134,7 +134,8 @@ seed_audio_manifest() {
 }
 # adapter_config.json as kiln's export and PEFT's save_pretrained write it (a list of last names;
 # all-linear saved as full names), the all-linear string, a regular expression, DoRA, rsLoRA with
-# an alpha_pattern, ranks by pattern with a refused regular-expression key.
+# an alpha_pattern, ranks by pattern (regular-expression keys), regular expressions with
+# lookahead, exclusions and a refused Python-only group.
 seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,' \
     '"lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"], "bias": "none",' \
@@ -151,6 +152,9 @@ seed_peft_adapter() {
     '"rank_pattern": {"^model.q": 4, "v": 1, "layers\\.[0-9]\\.q": 3}, "alpha_pattern": {"q": 2.5}}' > "$1/rank_pattern.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q", "v"],' \
     '"layers_to_transform": [0, 2], "layers_pattern": ["layers", "h"]}' > "$1/layers.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": "model\\.layers\\.(1|11)\\.(?!o_)[a-z]{1,4}_proj",' \
+    '"exclude_modules": ".*(gate|k)_proj", "rank_pattern": {"layers\\.1\\..*": 3, "lm_head|q": 2}}' > "$1/regex_lookahead.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": "(?P<x>q)_proj"}' > "$1/regex_python.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

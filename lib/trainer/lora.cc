@@ -4,7 +4,10 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <regex>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -35,10 +38,11 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  InHalfOpenRange(0, 1))
           .Field("target_modules", &LoraOptions::target_modules,
                  "the layers that get adapters, by last name or full name (q_proj, v_proj, "
-                 "c_attn, ...), or all-linear: every layer that can carry one")
+                 "c_attn, ...), or all-linear: every layer that can carry one; a string is "
+                 "PEFT's regular expression, which a layer's full name matches whole")
           .Field("exclude_modules", &LoraOptions::exclude_modules,
                  "layers that get no adapter although target_modules names them, by last or "
-                 "full name (PEFT's exclude_modules)")
+                 "full name, or a regular expression as a string (PEFT's exclude_modules)")
           .Field("layers_to_transform", &LoraOptions::layers_to_transform,
                  "only the targeted layers of these numbered blocks get adapters (PEFT's "
                  "layers_to_transform); empty: every block")
@@ -137,19 +141,86 @@ std::optional<int64_t> LayerIndex(const std::string& module,
   return std::nullopt;
 }
 
-// One entry of PEFT's rank_pattern or alpha_pattern: a name as target_modules takes it, or `^NAME`
-// (PEFT's regular expression anchored at the start: the full name only).
+// Whether `pattern`, one of PEFT's regular expressions (Python's re), reads the same to
+// std::regex's ECMAScript grammar (LoraSelection's comment in lora.h): refused in one line that
+// starts with `where`, a pattern longer than 1000 characters, Python's own syntax, a count of 5
+// digits, or one std::regex cannot compile.
+absl::Status CheckRegex(const std::string& pattern, const std::string& where) {
+  constexpr size_t kLongest = 1000;
+  if (pattern.size() > kLongest)
+    return absl::InvalidArgumentError(absl::StrCat(where, "a regular expression of ",
+                                                   pattern.size(), " characters; kiln reads up to ",
+                                                   kLongest));
+  for (size_t i = 0; i + 1 < pattern.size(); ++i) {
+    const char c = pattern[i], next = pattern[i + 1];
+    std::string python;
+    if (c == '\\' && (absl::ascii_isdigit(static_cast<unsigned char>(next)) ||
+                      std::string_view("AZzGNUapPg").find(next) != std::string_view::npos)) {
+      python = pattern.substr(i, 2);
+    } else if (c == '(' && next == '?' &&
+               (i + 2 == pattern.size() ||
+                std::string_view(":=!").find(pattern[i + 2]) == std::string_view::npos)) {
+      python = pattern.substr(i, 3);
+    }
+    if (!python.empty())
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "'", pattern, "' uses ", python,
+          ", which Python's re reads and kiln's regular expressions (ECMAScript's grammar) read "
+          "otherwise or not at all"));
+    if (c == '\\') ++i;
+  }
+  // libstdc++ reads a repetition's count ({m,n}) into a long without a bound, which is undefined
+  // past its range; layer names need no count of 5 digits.
+  for (size_t i = 0, run = 0; i < pattern.size(); ++i) {
+    run = absl::ascii_isdigit(static_cast<unsigned char>(pattern[i])) ? run + 1 : 0;
+    if (run == 5 && i >= 5 && (pattern[i - 5] == '{' || pattern[i - 5] == ','))
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "'", pattern, "' repeats something more than 9999 times (",
+                       pattern.substr(i - 5, 6), "...); kiln reads counts of up to 4 digits"));
+  }
+  try {
+    std::regex compiled(pattern, std::regex::ECMAScript);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "'", pattern, "' is not a regular expression (", e.what(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// A predicate: whether a layer's full name matches `pattern` whole (re.fullmatch), without
+// backtracking where the library has a polynomial executor (libstdc++'s); a pattern that does not
+// compile matches nothing (CheckRegex refuses it first).
+std::function<bool(const std::string&)> FullMatch(const std::string& pattern) {
+  auto flags = std::regex::ECMAScript;
+#ifdef __GLIBCXX__
+  flags |= std::regex_constants::__polynomial;
+#endif
+  std::shared_ptr<const std::regex> re;
+  try {
+    re = std::make_shared<const std::regex>(pattern, flags);
+  } catch (const std::exception&) {
+    return [](const std::string&) { return false; };
+  }
+  return [re](const std::string& name) {
+    try {
+      return std::regex_match(name, *re);
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+}
+
+// One entry of PEFT's rank_pattern or alpha_pattern: its key, and whether a layer's full name
+// matches it (PEFT's get_pattern_key: `(.*\.)?(KEY)` whole).
 struct PatternEntry {
   std::string name;
-  bool full_name_only = false;
+  std::function<bool(const std::string&)> matches;
   double value = 0;
 };
 
 // `key` (rank_pattern or alpha_pattern) of model.lora or of adapter_config.json, in its order
-// (PEFT takes the first key that matches). A key must be a layer name (letters, digits, _, -, and
-// dots, which PEFT's regular expression also lets match any character; `\.` reads as a dot), with
-// an optional leading ^; any other regular expression is refused in one line that starts with
-// `where`, and so is a rank that is not a positive integer or an alpha that is not a positive
+// (PEFT takes the first key that matches). Refused in one line that starts with `where`: a key
+// CheckRegex refuses, a rank that is not a positive integer, an alpha that is not a positive
 // number.
 absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& node,
                                                       const std::string& key,
@@ -162,13 +233,9 @@ absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& nod
   const bool rank = key == "rank_pattern";
   for (const auto& [name, value] : node->entries()) {
     PatternEntry e;
-    e.full_name_only = absl::StartsWith(name, "^");
-    e.name = absl::StrReplaceAll(name.substr(e.full_name_only ? 1 : 0), {{"\\.", "."}});
-    if (!PlainName(e.name))
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, key, ": '", name,
-                       "' is a regular expression to PEFT; kiln takes layer names (q_proj, "
-                       "model.layers.0.self_attn.q_proj) and ^ before a full name"));
+    e.name = name;
+    KILN_RETURN_IF_ERROR(CheckRegex(name, absl::StrCat(where, key, ": ")));
+    e.matches = FullMatch(absl::StrCat("(.*\\.)?(", name, ")"));
     const bool integer = value != nullptr && value->kind() == config::NodeKind::kInt;
     const bool number = integer || (value != nullptr && value->kind() == config::NodeKind::kFloat);
     e.value = !number ? 0 : integer ? static_cast<double>(value->as_int()) : value->as_float();
@@ -181,59 +248,28 @@ absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& nod
   return out;
 }
 
-bool Matches(const PatternEntry& e, const std::string& module) {
-  return e.full_name_only ? module == e.name : Names(e.name, module);
-}
-
 // The value of the first entry of `pattern` that matches the layer `module`, if any.
 std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
                                    const std::string& module) {
   for (const PatternEntry& e : pattern) {
-    if (Matches(e, module)) return e.value;
+    if (e.matches(module)) return e.value;
   }
   return std::nullopt;
 }
 
-// The layers of `model` that `o.target_modules` names and `o.exclude_modules` does not, by full
-// name, outside the modules that train whole (`saved`); for all-linear, every layer that can carry
-// an adapter there but the output head (`lm_head`, what PEFT leaves out as transformers'
-// get_output_embeddings()).
-std::vector<std::pair<std::string, torch::nn::Module*>> Targets(
-    torch::nn::Module& model, const LoraOptions& o, const std::vector<std::string>& saved) {
-  std::vector<std::pair<std::string, torch::nn::Module*>> found;
-  const bool all = IsAllLinear(o.target_modules);
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (Within(item.key(), saved) || NamesAny(o.exclude_modules, item.key())) continue;
-    bool named =
-        all ? dynamic_cast<LoraLayer*>(item.value().get()) != nullptr && item.key() != "lm_head"
-            : NamesAny(o.target_modules, item.key());
-    // layers_to_transform, as PEFT: not for a layer that target_modules names by its full name.
-    const bool full_name = !all && std::find(o.target_modules.begin(), o.target_modules.end(),
-                                             item.key()) != o.target_modules.end();
-    if (named && !full_name && !o.layers_to_transform.empty()) {
-      std::optional<int64_t> index = LayerIndex(item.key(), o.layers_pattern);
-      named = index.has_value() &&
-              std::find(o.layers_to_transform.begin(), o.layers_to_transform.end(), *index) !=
-                  o.layers_to_transform.end();
-    }
-    if (named) found.emplace_back(item.key(), item.value().get());
+// PEFT's `key` (target_modules, exclude_modules) given as `text`, a string: target_modules'
+// all-linear shorthand (any case) into `list`, else a regular expression into `regex` (CheckRegex
+// refuses it in one line that starts with `where`).
+absl::Status StringTargets(const std::string& key, const std::string& text,
+                           const std::string& where, std::vector<std::string>* list,
+                           std::string* regex) {
+  if (key == "target_modules" && absl::AsciiStrToLower(text) == kAllLinear) {
+    *list = {kAllLinear};
+    return absl::OkStatus();
   }
-  return found;
-}
-
-// PEFT's `key` (target_modules, exclude_modules) given as a string: target_modules' all-linear
-// shorthand (any case), else a regular expression, which kiln refuses in one line that starts with
-// `where`.
-absl::StatusOr<std::vector<std::string>> StringNames(const std::string& key,
-                                                     const std::string& text,
-                                                     const std::string& where) {
-  const bool targets = key == "target_modules";
-  if (targets && absl::AsciiStrToLower(text) == kAllLinear)
-    return std::vector<std::string>{kAllLinear};
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, key, " is the string '", text,
-                   "', which PEFT reads as a regular expression; kiln takes a list of layer names",
-                   targets ? " ([q_proj, v_proj]) or all-linear" : ""));
+  KILN_RETURN_IF_ERROR(CheckRegex(text, absl::StrCat(where, key, ": ")));
+  *regex = text;
+  return absl::OkStatus();
 }
 
 // The keys of adapter_config.json that kiln reads, and those that do not change what a trained
@@ -278,10 +314,11 @@ bool Unset(const config::Node& n) {
          (n.kind() == config::NodeKind::kString && n.as_string().empty());
 }
 
-// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, use_dora, target_modules,
-// exclude_modules and modules_to_save. Any other setting that changes what the adapter computes
-// (alpha_pattern, rank_pattern, lora_bias, layers_to_transform, target_parameters, trainable
-// tokens, aLoRA, ...) is refused in one line rather than loaded as something else.
+// adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, use_dora, target_modules and
+// exclude_modules (lists, all-linear, or regular expressions), modules_to_save, rank_pattern,
+// alpha_pattern, layers_to_transform and layers_pattern, into `o` (replacing its own). Any other
+// setting that changes what the adapter computes (lora_bias, target_parameters, trainable tokens,
+// aLoRA, ...) is refused in one line rather than loaded as something else.
 absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   const std::string path = dir + "/adapter_config.json";
   if (!IsRegularFile(path)) {
@@ -325,20 +362,27 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_RETURN_IF_ERROR(number("lora_alpha", &o->alpha));
   if (root->Find("lora_dropout")) KILN_RETURN_IF_ERROR(number("lora_dropout", &o->dropout));
   o->r = static_cast<int64_t>(r);
-  // A list of names; a string as PEFT's (StringNames); absent or null, none.
-  auto names = [&](const std::string& key) -> absl::StatusOr<std::vector<std::string>> {
-    std::vector<std::string> out;
+  // A list of names; a string as PEFT's (StringTargets, where `regex` takes one); absent or null,
+  // none.
+  auto names = [&](const std::string& key, std::vector<std::string>* out,
+                   std::string* regex) -> absl::Status {
+    out->clear();
+    if (regex != nullptr) regex->clear();
     config::NodePtr n = root->Find(key);
     if (n && n->is_list()) {
-      for (const auto& t : n->items()) out.push_back(config::PythonStr(*t));
+      for (const auto& t : n->items()) out->push_back(config::PythonStr(*t));
     } else if (n && n->kind() == config::NodeKind::kString && !n->as_string().empty()) {
-      return StringNames(key, n->as_string(), absl::StrCat(path, ": "));
+      if (regex == nullptr)
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is the string '",
+                                                       n->as_string(),
+                                                       "'; kiln reads a list of module names"));
+      return StringTargets(key, n->as_string(), absl::StrCat(path, ": "), out, regex);
     }
-    return out;
+    return absl::OkStatus();
   };
-  KILN_ASSIGN_OR_RETURN(o->target_modules, names("target_modules"));
-  KILN_ASSIGN_OR_RETURN(o->exclude_modules, names("exclude_modules"));
-  KILN_ASSIGN_OR_RETURN(o->modules_to_save, names("modules_to_save"));
+  KILN_RETURN_IF_ERROR(names("target_modules", &o->target_modules, &o->target_regex));
+  KILN_RETURN_IF_ERROR(names("exclude_modules", &o->exclude_modules, &o->exclude_regex));
+  KILN_RETURN_IF_ERROR(names("modules_to_save", &o->modules_to_save, nullptr));
   // layers_to_transform: an index or a list of them; layers_pattern: a name or a list of them.
   auto one_or_many = [&](const char* key) -> std::vector<config::NodePtr> {
     config::NodePtr n = root->Find(key);
@@ -366,10 +410,10 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   o->alpha_pattern = root->Find("alpha_pattern");
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     KILN_RETURN_IF_ERROR(ReadPattern(root->Find(key), key, absl::StrCat(path, ": ")).status());
-  if (o->r < 1 || o->target_modules.empty())
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": r must be positive and target_modules a non-empty list"));
-  return absl::OkStatus();
+  if (o->r < 1 || (o->target_modules.empty() && o->target_regex.empty()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": r must be positive and target_modules a non-empty list or a regular expression"));
+  return LoraSelection::Make(*o, absl::StrCat(path, ": ")).status();
 }
 
 }  // namespace
@@ -378,31 +422,39 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
   if (!job.Has("model.lora")) return std::optional<LoraOptions>();
   KILN_ASSIGN_OR_RETURN(config::NodePtr node, job.Get<config::NodePtr>("model.lora"));
   if (node == nullptr || node->is_null()) return std::optional<LoraOptions>();
-  if (config::NodePtr targets = node->is_map() ? node->Find("target_modules") : nullptr;
-      targets != nullptr && targets->kind() == config::NodeKind::kString) {
-    // PEFT's string form, as a one-item list for the schema.
-    absl::StatusOr<std::vector<std::string>> named =
-        StringNames("target_modules", targets->as_string(), "model.lora.");
-    if (std::string where = targets->source().Describe(); !named.ok() && !where.empty())
-      return absl::InvalidArgumentError(
-          absl::StrCat(named.status().message(), " (set at ", where, ")"));
-    if (!named.ok()) return named.status();
+  // PEFT's string forms of target_modules and exclude_modules (all-linear, or a regular
+  // expression), as lists for the schema: all-linear's one item, or an empty list beside the
+  // regular expression.
+  std::string regex[2];
+  std::vector<std::string> lists[2];
+  const char* const kStringKeys[2] = {"target_modules", "exclude_modules"};
+  for (int k = 0; k < 2; ++k) {
+    config::NodePtr value = node->is_map() ? node->Find(kStringKeys[k]) : nullptr;
+    if (value == nullptr || value->kind() != config::NodeKind::kString) continue;
+    absl::Status read =
+        StringTargets(kStringKeys[k], value->as_string(), "model.lora.", &lists[k], &regex[k]);
+    if (std::string where = value->source().Describe(); !read.ok() && !where.empty())
+      return absl::InvalidArgumentError(absl::StrCat(read.message(), " (set at ", where, ")"));
+    KILN_RETURN_IF_ERROR(read);
     node = node->Clone();
     config::NodePtr list = config::Node::List();
-    list->Append(config::Node::String((*named)[0]));
-    list->set_source(targets->source());
-    node->Set("target_modules", list);
+    for (const std::string& item : lists[k]) list->Append(config::Node::String(item));
+    list->set_source(value->source());
+    node->Set(kStringKeys[k], list);
   }
   KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
                         LoraBinding().schema().Apply(*node, "model.lora", "model.lora"));
   LoraOptions o = LoraBinding().Fill(config::Config(filled, "model.lora"));
-  if (o.from.empty() && o.target_modules.empty()) {
+  o.target_regex = regex[0];
+  o.exclude_regex = regex[1];
+  if (o.from.empty() && o.target_modules.empty() && o.target_regex.empty()) {
     return absl::InvalidArgumentError(
         "model.lora.target_modules: name the layers that get adapters (e.g. [q_proj, v_proj]), "
         "or give model.lora.from=DIR");
   }
   KILN_RETURN_IF_ERROR(ReadPattern(o.rank_pattern, "rank_pattern", "model.lora.").status());
   KILN_RETURN_IF_ERROR(ReadPattern(o.alpha_pattern, "alpha_pattern", "model.lora.").status());
+  KILN_RETURN_IF_ERROR(LoraSelection::Make(o, "model.lora.").status());
   // An adapter folder's own settings (targets, modules_to_save) stand in for the config's, for
   // every reader of the job's options (AddLora, export format=peft).
   if (!o.from.empty()) KILN_RETURN_IF_ERROR(ReadAdapterConfig(o.from, &o));
@@ -432,7 +484,15 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     }
   }
   const std::vector<std::string> saved = ModulesToSave(model, o.modules_to_save);
-  auto targets = Targets(model, o, saved);
+  KILN_ASSIGN_OR_RETURN(const LoraSelection selection, LoraSelection::Make(o, "model.lora."));
+  // The selected layers outside the modules that train whole; for all-linear, those that can carry
+  // an adapter.
+  std::vector<std::pair<std::string, torch::nn::Module*>> targets;
+  for (const auto& item : modules) {
+    if (!Within(item.key(), saved) && selection.Selects(item.key()) &&
+        (!IsAllLinear(o.target_modules) || dynamic_cast<LoraLayer*>(item.value().get()) != nullptr))
+      targets.emplace_back(item.key(), item.value().get());
+  }
   std::set<std::string> matched;
   std::vector<std::string> names;
   for (auto& [name, module] : targets) {
@@ -460,10 +520,16 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
                                  : absl::StrCat(" after ", absl::StrJoin(o.layers_pattern, " or ")),
         "); no adapter would train"));
   }
-  if (names.empty() && !o.exclude_modules.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.lora.exclude_modules: [", absl::StrJoin(o.exclude_modules, ", "),
-                     "] leaves out every layer that target_modules names; no adapter would train"));
+  if (names.empty() && (!o.exclude_modules.empty() || !o.exclude_regex.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.lora.exclude_modules: ",
+        o.exclude_regex.empty() ? absl::StrCat("[", absl::StrJoin(o.exclude_modules, ", "), "]")
+                                : absl::StrCat("'", o.exclude_regex, "'"),
+        " leaves out every layer that target_modules names; no adapter would train"));
+  }
+  if (names.empty() && !o.target_regex.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model.lora.target_modules: '", o.target_regex,
+                                                   "' matches no layer's full name whole"));
   }
   // A target inside a module that trains whole is no error: PEFT lists a RoBERTa head's layers
   // among an all-linear adapter's targets, and trains them whole.
@@ -482,7 +548,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (const auto* pattern : {&ranks, &alphas}) {
     for (const PatternEntry& e : *pattern) {
       if (std::none_of(names.begin(), names.end(),
-                       [&](const std::string& n) { return Matches(e, n); }))
+                       [&](const std::string& n) { return e.matches(n); }))
         Logger::Instance().Warning(
             absl::StrCat("model.lora.", pattern == &ranks ? "rank" : "alpha", "_pattern: '", e.name,
                          "' matches no layer that gets an adapter; it changes nothing"));
@@ -569,6 +635,40 @@ std::vector<std::string> ModulesToSave(torch::nn::Module& model,
       found.push_back(item.key());
   }
   return found;
+}
+
+absl::StatusOr<LoraSelection> LoraSelection::Make(const LoraOptions& o, const std::string& where) {
+  LoraSelection s;
+  s.o_ = o;
+  if (!o.target_regex.empty()) {
+    if (!o.layers_to_transform.empty() || !o.layers_pattern.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "layers_to_transform and layers_pattern need target_modules as a "
+                       "list of names, not a regular expression (as PEFT)"));
+    KILN_RETURN_IF_ERROR(CheckRegex(o.target_regex, absl::StrCat(where, "target_modules: ")));
+    s.target_regex_ = FullMatch(o.target_regex);
+  }
+  if (!o.exclude_regex.empty()) {
+    KILN_RETURN_IF_ERROR(CheckRegex(o.exclude_regex, absl::StrCat(where, "exclude_modules: ")));
+    s.exclude_regex_ = FullMatch(o.exclude_regex);
+  }
+  return s;
+}
+
+bool LoraSelection::Selects(const std::string& name) const {
+  if (NamesAny(o_.exclude_modules, name) || (exclude_regex_ && exclude_regex_(name))) return false;
+  if (target_regex_) return target_regex_(name);
+  const bool all = IsAllLinear(o_.target_modules);
+  if (all ? name == "lm_head" : !NamesAny(o_.target_modules, name)) return false;
+  // layers_to_transform, as PEFT: not for a layer that target_modules names by its full name.
+  const bool full_name = !all && std::find(o_.target_modules.begin(), o_.target_modules.end(),
+                                           name) != o_.target_modules.end();
+  if (full_name || o_.layers_to_transform.empty()) return true;
+  std::optional<int64_t> index = LayerIndex(name, o_.layers_pattern);
+  return index.has_value() &&
+         std::find(o_.layers_to_transform.begin(), o_.layers_to_transform.end(), *index) !=
+             o_.layers_to_transform.end();
 }
 
 double LoraScaling(int64_t r, double alpha, bool rslora) {

@@ -7,7 +7,8 @@
 // `model.lora: {r, alpha, dropout, target_modules}` adds adapters to the layers target_modules
 // names as PEFT's list does: a layer matches a name that is its full name or ends it after a dot
 // (q_proj, v_proj, c_attn, model.layers.0.self_attn.q_proj), and `all-linear` (PEFT's shorthand)
-// every layer that can carry one but the output head (lm_head); `model.lora.from=DIR` reads an
+// every layer that can carry one but the output head (lm_head), and another string is a regular
+// expression a layer's full name matches whole (LoraSelection); `model.lora.from=DIR` reads an
 // adapter PEFT saved (adapter_config.json, adapter_model.safetensors) instead. The adapter
 // is written back in PEFT's format (WritePeftAdapter) or merged into W (MergeLora) for a plain
 // export.
@@ -16,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,10 @@ struct LoraOptions {
   // Layers left without an adapter although target_modules names them, named alike (PEFT's
   // exclude_modules as a list): all-linear but the MLP's down_proj, say.
   std::vector<std::string> exclude_modules;
+  // PEFT's target_modules and exclude_modules given as a string (not all-linear): a regular
+  // expression that a layer's full name matches whole (Python's re.fullmatch), used instead of
+  // (target) or beside (exclude) the lists above. Empty: none. See LoraSelection.
+  std::string target_regex, exclude_regex;
   // PEFT's layers_to_transform and layers_pattern: only the targeted layers inside these numbered
   // blocks get adapters (a layer that target_modules names by its full name always does). A
   // layer's index is the number after the first of `layers_pattern` found in its name (layers,
@@ -56,9 +62,11 @@ struct LoraOptions {
   // (lora_magnitude_vector, which starts as the base's row norms): m / |W + s B A| (W x + s B A x)
   // + b. The norm is held constant in the backward, as the paper's section 4.3 and PEFT do.
   bool use_dora = false;
-  // PEFT's rank_pattern and alpha_pattern: {NAME: r} and {NAME: alpha} for the layers NAME matches
-  // (as target_modules names them; `^NAME`, a full name only), the first that matches; the other
-  // layers take r and alpha. Null, or an empty mapping: none.
+  // PEFT's rank_pattern and alpha_pattern: {KEY: r} and {KEY: alpha}, each KEY a regular
+  // expression that a layer's full name matches after a dot or whole (PEFT's get_pattern_key:
+  // `(.*\.)?(KEY)`, so q_proj as target_modules names it, and `^NAME` a full name only); the first
+  // key that matches, in the mapping's order, gives the layer its r or alpha; the other layers take
+  // r and alpha. Null, or an empty mapping: none.
   config::NodePtr rank_pattern, alpha_pattern;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
@@ -88,6 +96,30 @@ class LoraLayer {
   // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
   // for a base whose weights were loaded after the adapters were added.
   virtual void ResetDoraMagnitude() = 0;
+};
+
+// The layers LoraOptions selects, by full name, as PEFT's check_target_module_exists: those
+// target_modules names (a list of names, all-linear, or target_regex), but not those
+// exclude_modules or exclude_regex names, within layers_to_transform's blocks (not for a layer
+// named by its full name, nor with target_regex, as PEFT).
+// The regular expressions are PEFT's, written for Python's re; kiln matches them with std::regex's
+// ECMAScript grammar, which shares Python's for what layer names need (., *, +, ?, {m,n}, |,
+// groups, (?:...), classes, \d, \w, \., ^, $, lookahead), without backtracking (libstdc++'s
+// polynomial executor). What Python reads otherwise ((?P<name>...), inline flags, lookbehind, \A,
+// \Z, back-references) is refused in one line rather than matched as something else.
+class LoraSelection {
+ public:
+  // Refused in one line that starts with `where` (model.lora., or the adapter_config.json's path):
+  // a regular expression kiln cannot read as PEFT does, layers_to_transform or layers_pattern
+  // beside target_regex.
+  static absl::StatusOr<LoraSelection> Make(const LoraOptions& o, const std::string& where);
+  // Whether the layer named `name` (full name) gets an adapter; for all-linear, every name but
+  // lm_head (the caller keeps the layers that can carry one).
+  bool Selects(const std::string& name) const;
+
+ private:
+  LoraOptions o_;
+  std::function<bool(const std::string&)> target_regex_, exclude_regex_;
 };
 
 // The factor on an adapter's B A: alpha / r, or alpha / sqrt(r) for rsLoRA (PEFT's LoraLayer).

@@ -101,7 +101,9 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // rsLoRA's (scaled by alpha / sqrt(r), which at r 4 is twice alpha / r); with "dora", DoRA's, whose
 // magnitudes both sides move off the row norms they start at (a third trained tensor a layer); with
 // "patterns" (a Llama's q_proj and v_proj), PEFT's rank_pattern and alpha_pattern; with "layers",
-// PEFT's layers_to_transform [1] and layers_pattern "layers".
+// PEFT's layers_to_transform [1] and layers_pattern "layers"; with "regex", `targets` is one
+// regular expression (PEFT's target_modules as a string), beside exclude_modules as one and a
+// rank_pattern key that is one.
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -112,6 +114,13 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   options.r = 4;
   options.alpha = 8;
   options.target_modules = targets;
+  if (variant == "regex") {
+    // The second block's layers but o_proj and k_proj, at r 2 in its MLP.
+    options.target_modules.clear();
+    options.target_regex = targets.at(0);
+    options.exclude_regex = ".*\\.(o|k)_proj";
+    options.rank_pattern = *config::ParseYaml("{'layers\\.1\\.mlp\\..*': 2}", "rank_pattern");
+  }
   options.use_rslora = variant == "rslora";
   options.use_dora = variant == "dora";
   if (variant == "layers") {
@@ -461,6 +470,9 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model",
                      {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
                      7, dir_->path() + "/second_block", 0, "layers");
+  // PEFT's regular expressions: target_modules and exclude_modules as strings, a rank_pattern key.
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"model\\.layers\\.1\\..*_proj"}, 5,
+                     dir_->path() + "/regex", 0, "regex");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -931,11 +943,18 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
     refused(o,
             "adapter_config.json: " + key + " is set; kiln reads LoRA, rsLoRA and DoRA adapters");
   }
-  // rank_pattern and alpha_pattern: layer names (and ^ before a full name); a regular expression,
-  // a rank that is not a positive integer, an alpha that is not a positive number are refused.
+  // rank_pattern's keys and string targets are PEFT's regular expressions: Python's own syntax and
+  // what does not compile are refused, and so are a rank that is not a positive integer, an alpha
+  // that is not a positive number, layers_to_transform beside a regular expression's targets.
   for (const auto& [pattern, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"\"rank_pattern\": {\"layers\\\\.[0-3]\\\\.q_proj\": 8}",
-            "rank_pattern: 'layers\\.[0-3]\\.q_proj' is a regular expression to PEFT"},
+           {"\"rank_pattern\": {\"(?P<p>q)_proj\": 8}",
+            "rank_pattern: '(?P<p>q)_proj' uses (?P, which Python's re reads and kiln's regular "
+            "expressions (ECMAScript's grammar) read otherwise or not at all"},
+           {"\"rank_pattern\": {\"q{1,123456}\": 8}",
+            "rank_pattern: 'q{1,123456}' repeats something more than 9999 times (,12345...)"},
+           {"\"exclude_modules\": \"q_proj(\"",
+            "exclude_modules: 'q_proj(' is not a regular expression ("},
+           {"\"rank_pattern\": {\"\\\\Aq_proj\": 8}", "rank_pattern: '\\Aq_proj' uses \\A"},
            {"\"rank_pattern\": {\"q_proj\": 2.5}",
             "rank_pattern.q_proj: 2.5 is not a positive integer"},
            {"\"alpha_pattern\": {\"q_proj\": 0}",
@@ -952,17 +971,23 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   }
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
-         "[\"q_proj\"], \"exclude_modules\": \"q.*|v.*\"}";
+         "\".*q_proj\", \"layers_to_transform\": [0]}";
   refused(o,
-          "adapter_config.json: exclude_modules is the string 'q.*|v.*', which PEFT reads as a "
-          "regular expression");
+          "adapter_config.json: layers_to_transform and layers_pattern need target_modules as a "
+          "list of names, not a regular expression (as PEFT)");
+  std::ofstream(dir.path() + "/adapter_config.json")
+      << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+         "[\"q_proj\"], \"modules_to_save\": \"lm_head\"}";
+  refused(o,
+          "adapter_config.json: modules_to_save is the string 'lm_head'; kiln reads a list of "
+          "module names");
   EXPECT_FALSE(HasLora(**model));  // nothing was added by the refusals
 }
 
-// target_modules as PEFT reads it: a name is a layer's last name or its full name, and the string
-// all-linear (any case) is every layer that can carry an adapter, so not the output head; another
-// string, a regular expression to PEFT, is refused in one line, from the config or a folder.
-// exclude_modules as PEFT's list.
+// target_modules as PEFT reads it: a name is a layer's last name or its full name, the string
+// all-linear (any case) is every layer that can carry an adapter, so not the output head, and
+// another string is a regular expression that a layer's full name matches whole. exclude_modules
+// alike; rank_pattern's and alpha_pattern's keys are regular expressions matched after a dot.
 TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 2\nheads: 2\n";
   auto options = [](const std::string& targets) {
@@ -1022,13 +1047,20 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   // rank_pattern and alpha_pattern from the config, in PEFT's order (the first key that matches):
   // ^ before a full name is that layer only. Written back as r and lora_alpha (the most common
   // values) with patterns for the rest, which read back to the same layers' ranks and alphas.
-  auto patterned = Instantiate(llama);
-  ASSERT_TRUE(patterned.ok());
-  auto with_patterns = options(
-      "[q_proj, v_proj]\n    rank_pattern: {^model.layers.1.self_attn.q_proj: 3, "
-      "q_proj: 5}\n    alpha_pattern: {v_proj: 1.5}");
-  ASSERT_TRUE(with_patterns.ok()) << with_patterns.status();
-  ASSERT_TRUE(AddLora(**patterned, **with_patterns).ok());
+  // The llama with the adapters `yaml` gives (model.lora's keys after target_modules).
+  auto adapted_llama = [&](const std::string& yaml) {
+    auto m = Instantiate(llama);
+    EXPECT_TRUE(m.ok()) << m.status();
+    auto o = options(yaml);
+    EXPECT_TRUE(o.ok()) << yaml << ": " << o.status();
+    auto added = AddLora(**m, **o);
+    EXPECT_TRUE(added.ok()) << yaml << ": " << added.status();
+    return std::make_pair(*m, added.value_or(std::vector<std::string>{}));
+  };
+  auto patterned = adapted_llama(
+                       "[q_proj, v_proj]\n    rank_pattern: {^model.layers.1.self_attn.q_proj: 3, "
+                       "q_proj: 5}\n    alpha_pattern: {v_proj: 1.5}")
+                       .first;
   auto rank_and_alpha = [](Model& m) {
     std::map<std::string, std::pair<int64_t, double>> out;
     for (const auto& item : m.named_modules("", false)) {
@@ -1043,11 +1075,11 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
       {"model.layers.0.self_attn.v_proj", {2, 1.5}},
       {"model.layers.1.self_attn.q_proj", {3, 16}},
       {"model.layers.1.self_attn.v_proj", {2, 1.5}}};
-  EXPECT_EQ(rank_and_alpha(**patterned), expected_ranks);
-  EXPECT_EQ(
-      (*patterned)->named_parameters()["model.layers.1.self_attn.q_proj.lora_A.weight"].size(0), 3);
+  EXPECT_EQ(rank_and_alpha(*patterned), expected_ranks);
+  EXPECT_EQ(patterned->named_parameters()["model.layers.1.self_attn.q_proj.lora_A.weight"].size(0),
+            3);
   testing::TempDir patterns_written;
-  ASSERT_TRUE(WritePeftAdapter(**patterned, PeftAdapterInfo{}, patterns_written.path()).ok());
+  ASSERT_TRUE(WritePeftAdapter(*patterned, PeftAdapterInfo{}, patterns_written.path()).ok());
   const std::string written_config =
       testing::ReadFile(patterns_written.path() + "/adapter_config.json");
   EXPECT_NE(written_config.find("\"rank_pattern\": {\"model.layers.0.self_attn.q_proj\": 5, "
@@ -1094,11 +1126,46 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
             "model.lora.layers_to_transform: [1] leaves out every layer that target_modules "
             "names (no block of those numbers after h); no adapter would train");
   }
-  refused(options("[q_proj]\n    rank_pattern: {'q_.*': 4}").status(),
-          "model.lora.rank_pattern: 'q_.*' is a regular expression to PEFT");
-  refused(options("'.*\\.(q|v)_proj'").status(),
-          "model.lora.target_modules is the string '.*\\.(q|v)_proj', which PEFT reads as a "
-          "regular expression");
+  // Regular expressions: targets and exclusions matched whole, pattern keys after a dot.
+  for (const auto& [yaml, expected] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"'.*\\.(q|v)_proj'",
+            {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+             "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}},
+           {"'model\\.layers\\.1\\.(self_attn|mlp)\\.(?!o_)[a-z]+_proj'\n"
+            "    exclude_modules: '.*(gate|k)_proj'",
+            {"model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj",
+             "model.layers.1.mlp.up_proj", "model.layers.1.mlp.down_proj"}},
+           {"all-linear\n    exclude_modules: '.*\\.0\\..*|.*mlp.*'",
+            {"model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
+             "model.layers.1.self_attn.v_proj", "model.layers.1.self_attn.o_proj"}}}) {
+    EXPECT_EQ(adapted_llama(yaml).second, expected) << yaml;
+  }
+  {
+    auto ranks =
+        rank_and_alpha(*adapted_llama("[q_proj, v_proj]\n    rank_pattern: "
+                                      "{'layers\\.1\\.self_attn\\.[qv]_proj': 3, 'q_pr.j': 5, "
+                                      "'proj': 7}")
+                            .first);
+    EXPECT_EQ(ranks["model.layers.0.self_attn.q_proj"].first, 5);
+    EXPECT_EQ(ranks["model.layers.0.self_attn.v_proj"].first, 2);  // 'proj' is no whole segment
+    EXPECT_EQ(ranks["model.layers.1.self_attn.q_proj"].first, 3);
+    EXPECT_EQ(ranks["model.layers.1.self_attn.v_proj"].first, 3);
+  }
+  refused(options("'(?i)Q_PROJ'").status(),
+          "model.lora.target_modules: '(?i)Q_PROJ' uses (?i, which Python's re reads");
+  refused(options("'.*\\.(q|v)_proj'\n    layers_to_transform: [1]").status(),
+          "model.lora.layers_to_transform and layers_pattern need target_modules as a list");
+  {
+    auto regex = Instantiate(llama);
+    ASSERT_TRUE(regex.ok());
+    refused(AddLora(**regex, **options("'q_proj'")).status(),
+            "model.lora.target_modules: 'q_proj' matches no layer's full name whole");
+    refused(AddLora(**regex, **options("'.*layernorm'")).status(),
+            "model.layers.0.input_layernorm is not a layer that can carry an adapter");
+    refused(AddLora(**regex, **options("'.*_proj'\n    exclude_modules: '.*'")).status(),
+            "model.lora.exclude_modules: '.*' leaves out every layer that target_modules names");
+    EXPECT_FALSE(HasLora(**regex));
+  }
   auto partial = Instantiate(llama);
   ASSERT_TRUE(partial.ok());
   LoraOptions o;
@@ -1115,10 +1182,11 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
   testing::TempDir dir;
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
-         "\"q_proj|v_proj\"}";
+         "\"(?P<t>q)_proj\"}";
   o.from = dir.path();
   refused(AddLora(**partial, o).status(),
-          "adapter_config.json: target_modules is the string 'q_proj|v_proj'");
+          "adapter_config.json: target_modules: '(?P<t>q)_proj' uses (?P, which Python's re "
+          "reads");
   EXPECT_FALSE(HasLora(**partial));
 }
 

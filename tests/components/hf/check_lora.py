@@ -10,13 +10,14 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex]]
 
 With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
 DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them;
 with patterns, a Llama's v_proj adapters at r 2 (rank_pattern) and layer 0's q_proj at alpha 16
 (alpha_pattern); with layers, the second block's layers only (layers_to_transform [1],
-layers_pattern "layers").
+layers_pattern "layers"); with regex, TARGETS is one regular expression (target_modules as a
+string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\\.mlp\\..*": 2}.
 """
 import os
 import sys
@@ -61,6 +62,9 @@ def main():
         patterns = dict(rank_pattern={"v_proj": 2}, alpha_pattern={"model.layers.0.self_attn.q_proj": 16})
     if sys.argv[5:6] == ["layers"]:
         patterns = dict(layers_to_transform=[1], layers_pattern="layers")
+    if sys.argv[5:6] == ["regex"]:
+        targets = sys.argv[4]
+        patterns = dict(exclude_modules=r".*\.(o|k)_proj", rank_pattern={r"layers\.1\.mlp\..*": 2})
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
                         use_rslora=sys.argv[5:6] == ["rslora"], use_dora=sys.argv[5:6] == ["dora"],
