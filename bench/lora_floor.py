@@ -15,9 +15,10 @@ precision is faster. Prints both parts, then the floor in ms per step (the last 
 """
 
 import sys
-import time
 
 import torch
+
+import timing
 
 threads, batch, length, r = (int(a) for a in sys.argv[1:5])
 bf16 = "--bf16" in sys.argv
@@ -72,15 +73,7 @@ def attention():
 
 
 def median_ms(fn):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2] * 1e3
+    return timing.median_ms(fn, reps)
 
 
 product_ms = median_ms(products)

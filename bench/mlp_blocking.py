@@ -18,10 +18,11 @@ alone (the four products on whole tensors, no elementwise pass) for scale.
 import os
 import sys
 import tempfile
-import time
 
 import torch
 from torch.utils.cpp_extension import load_inline
+
+import timing
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -137,15 +138,8 @@ def main():
         assert torch.allclose(y, y2, atol=1e-4) and torch.allclose(dx, dx2, atol=1e-4), block
     h, dgu = torch.randn(n, hidden), torch.randn(n, 2 * hidden)
 
-    def ms(fn, reps=100):
-        for _ in range(5):
-            fn()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return sorted(times)[reps // 2] * 1e3
+    def ms(fn):
+        return timing.median_ms(fn, 100, warmup=5)
 
     print("# ms per layer (median of 100 calls), %d threads, torch %s; rows %d, dim %d, SwiGLU %d"
           % (threads, torch.__version__, n, d, hidden))
