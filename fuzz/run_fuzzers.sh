@@ -142,7 +142,7 @@ seed_peft_adapter() {
     '"modules_to_save": null, "use_dora": false, "use_rslora": false}' > "$1/kiln.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules":' \
     '["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"],' \
-    '"modules_to_save": ["classifier", "score"], "bias": "none"}' > "$1/full_names.json"
+    '"modules_to_save": ["classifier", "score"], "bias": "lora_only"}' > "$1/full_names.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2.5, "target_modules": "ALL-linear"}' > "$1/all_linear.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ".*\\.(q|v)_proj"}' > "$1/regex.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "use_dora": true, "target_modules": ["q"]}' > "$1/dora.json"

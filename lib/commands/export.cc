@@ -207,7 +207,10 @@ absl::Status ExportPeft(run::JobContext& ctx, Job& job, const std::string& sourc
   // saves the head whole.
   if (job.model_name() == "bert") info.task_type = "SEQ_CLS";
   KILN_ASSIGN_OR_RETURN(std::optional<LoraOptions> lora, ReadLoraOptions(ctx.cfg));
-  if (lora) info.modules_to_save = lora->modules_to_save;
+  if (lora) {
+    info.modules_to_save = lora->modules_to_save;
+    info.bias = lora->bias;
+  }
   KILN_RETURN_IF_ERROR(CheckStopSignal("while loading the checkpoint; nothing was written"));
   KILN_RETURN_IF_ERROR(WritePeftAdapter(job.task().module(), info, ctx.output_dir));
   KILN_RETURN_IF_ERROR(WriteExportConfig(ctx));

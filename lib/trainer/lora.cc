@@ -64,6 +64,10 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  "last names of modules that train whole beside the adapters and are saved "
                  "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
                  "always does")
+          .Field("bias", &LoraOptions::bias,
+                 "biases that train beside the adapters (PEFT's bias): none; all, every "
+                 "parameter named bias, the norms' too; lora_only, the adapted layers'",
+                 OneOf({"none", "all", "lora_only"}))
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
                  "adapters, instead of new ones")
@@ -257,6 +261,42 @@ std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
   return std::nullopt;
 }
 
+// The parameters PEFT's `bias` trains beside the adapters (LoraOptions::bias), by name, outside the
+// modules that train whole (`saved`): "all", every one named bias; "lora_only", the adapted
+// layers'.
+std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::string& bias,
+                                       const std::vector<std::string>& saved) {
+  std::vector<std::string> names;
+  if (bias == "none") return names;
+  std::set<std::string> adapted;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+    if (layer != nullptr && layer->has_lora()) adapted.insert(item.key());
+  }
+  for (const auto& p : model.named_parameters()) {
+    const std::string& name = p.key();
+    if (name != "bias" && !absl::EndsWith(name, ".bias")) continue;
+    const std::string module = name.size() > 5 ? name.substr(0, name.size() - 5) : "";
+    if (!Within(name, saved) && (bias == "all" || adapted.count(module) != 0))
+      names.push_back(name);
+  }
+  return names;
+}
+
+// The key PEFT saves the parameter `name` under: an adapted layer's bias is its base layer's
+// (NAME.base_layer.bias), any other its own name, after base_model.model.
+std::string PeftKey(torch::nn::Module& model, const std::string& name) {
+  if (absl::EndsWith(name, ".bias")) {
+    const std::string module = name.substr(0, name.size() - 5);
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      if (item.key() != module) continue;
+      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+      if (layer != nullptr && layer->has_lora()) return kPrefix + module + ".base_layer.bias";
+    }
+  }
+  return kPrefix + name;
+}
+
 // PEFT's `key` (target_modules, exclude_modules) given as `text`, a string: target_modules'
 // all-linear shorthand (any case) into `list`, else a regular expression into `regex` (CheckRegex
 // refuses it in one line that starts with `where`).
@@ -346,9 +386,10 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   auto flag = [&](const char* key) { return text(key) == "True" || text(key) == "true"; };
   o->use_rslora = flag("use_rslora");
   o->use_dora = flag("use_dora");
-  if (std::string bias = text("bias"); !bias.empty() && bias != "none")
+  o->bias = text("bias").empty() ? "none" : text("bias");
+  if (o->bias != "none" && o->bias != "all" && o->bias != "lora_only")
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": bias is '", bias, "'; kiln's adapters train no biases"));
+        absl::StrCat(path, ": bias is '", o->bias, "'; kiln reads PEFT's none, all and lora_only"));
   auto number = [&](const char* key, double* out) -> absl::Status {
     config::NodePtr n = root->Find(key);
     if (n == nullptr ||
@@ -483,6 +524,11 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
           absl::StrCat("model.lora.modules_to_save: '", m, "' names no module of the model"));
     }
   }
+  if (o.bias != "none" && o.base_dtype == "bfloat16")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.lora.bias=", o.bias,
+        " trains biases of layers whose weights model.lora.base_dtype=bfloat16 holds in bf16; "
+        "kiln trains them with float32 weights only (base_dtype=float32)"));
   const std::vector<std::string> saved = ModulesToSave(model, o.modules_to_save);
   KILN_ASSIGN_OR_RETURN(const LoraSelection selection, LoraSelection::Make(o, "model.lora."));
   // The selected layers outside the modules that train whole; for all-linear, those that can carry
@@ -567,13 +613,17 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
+  const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved);
+  for (const std::string& b : biases) model.named_parameters()[b].set_requires_grad(true);
   if (!o.from.empty()) {
-    // PEFT's names: base_model.model.NAME.lora_A.weight, and a saved module's tensors as
-    // base_model.model.NAME.weight.
+    // PEFT's names: base_model.model.NAME.lora_A.weight, a saved module's tensors as
+    // base_model.model.NAME.weight, a trained bias as PeftKey names it.
     int64_t loaded = 0;
     for (auto& item : model.named_parameters()) {
-      if (!absl::StrContains(item.key(), ".lora_") && !Within(item.key(), saved)) continue;
-      std::string key = kPrefix + item.key();
+      if (!absl::StrContains(item.key(), ".lora_") && !Within(item.key(), saved) &&
+          std::find(biases.begin(), biases.end(), item.key()) == biases.end())
+        continue;
+      const std::string key = PeftKey(model, item.key());
       auto it = file.find(key);
       if (it == file.end()) {
         return absl::InvalidArgumentError(
@@ -722,6 +772,9 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       tensors.emplace_back(kPrefix + p.key(), p.value().detach().to(torch::kCPU, torch::kFloat32));
   }
   for (const std::string& m : saved) saved_names.insert(absl::StrCat("\"", LastName(m), "\""));
+  auto params = model.named_parameters();
+  for (const std::string& b : TrainedBiases(model, info.bias, saved))
+    tensors.emplace_back(PeftKey(model, b), params[b].detach().to(torch::kCPU, torch::kFloat32));
   // PEFT's targets: a last name where every layer of that name (outside the modules trained whole)
   // carries an adapter, else the adapted layers' full names, so that PEFT adapts the same layers.
   std::set<std::string> targets;
@@ -774,8 +827,8 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"", info.task_type, "\",\n  \"r\": ", r,
       ",\n  \"lora_alpha\": ", alpha, ",\n  \"rank_pattern\": ", rank_pattern,
       ",\n  \"alpha_pattern\": ", alpha_pattern, ",\n  \"lora_dropout\": ", first->lora_dropout(),
-      ",\n  \"target_modules\": [", absl::StrJoin(quoted, ", "),
-      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
+      ",\n  \"target_modules\": [", absl::StrJoin(quoted, ", "), "],\n  \"bias\": \"", info.bias,
+      "\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
       ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
       ",\n  \"use_dora\": ", first->lora_dora() ? "true" : "false",
       ",\n  \"init_lora_weights\": true,\n"

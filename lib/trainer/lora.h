@@ -68,6 +68,10 @@ struct LoraOptions {
   // key that matches, in the mapping's order, gives the layer its r or alpha; the other layers take
   // r and alpha. Null, or an empty mapping: none.
   config::NodePtr rank_pattern, alpha_pattern;
+  // PEFT's bias: "none"; "all", every parameter named bias (`.bias`: the Linear layers', the
+  // norms') trains beside the adapters; "lora_only", the adapted layers' biases do. Trained
+  // biases are checkpointed and saved with the adapters, as PEFT saves them.
+  std::string bias = "none";
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -153,6 +157,7 @@ struct PeftAdapterInfo {
   std::string task_type = "CAUSAL_LM";       // PEFT's: CAUSAL_LM, SEQ_CLS
   bool fan_in_fan_out = false;               // GPT-2's Conv1D layers
   std::vector<std::string> modules_to_save;  // as LoraOptions
+  std::string bias = "none";                 // as LoraOptions: which biases trained
 };
 
 // Writes the adapters in PEFT's format into `dir`: adapter_config.json and

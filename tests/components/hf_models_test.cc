@@ -103,7 +103,9 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // "patterns" (a Llama's q_proj and v_proj), PEFT's rank_pattern and alpha_pattern; with "layers",
 // PEFT's layers_to_transform [1] and layers_pattern "layers"; with "regex", `targets` is one
 // regular expression (PEFT's target_modules as a string), beside exclude_modules as one and a
-// rank_pattern key that is one.
+// rank_pattern key that is one; with "bias_all" or "bias_lora_only", PEFT's bias: every bias
+// trains beside the adapters, or the adapted layers' (changed on both sides, so that loading them
+// shows in the logits).
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -123,6 +125,7 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   }
   options.use_rslora = variant == "rslora";
   options.use_dora = variant == "dora";
+  if (absl::StartsWith(variant, "bias_")) options.bias = variant.substr(5);
   if (variant == "layers") {
     // PEFT's layers_to_transform: the second block's layers only.
     options.layers_to_transform = {1};
@@ -137,26 +140,37 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
-  size_t trained = 0;
+  size_t trained = 0, biases = 0;
   {
     torch::NoGradGuard no_grad;
     torch::manual_seed(4);
     for (auto& p : (*model)->named_parameters()) {
       const bool head = p.key().rfind("classifier.", 0) == 0;
-      if (p.value().requires_grad()) {
-        EXPECT_TRUE(p.key().find(".lora_") != std::string::npos || head) << p.key();
-        ++trained;
-      }
+      // The biases that train: all but the head's (bias_all), or the adapted layers'.
+      const bool bias = absl::EndsWith(p.key(), ".bias") && !head &&
+                        (options.bias == "all" ||
+                         (options.bias == "lora_only" &&
+                          std::any_of(adapted->begin(), adapted->end(), [&](const std::string& a) {
+                            return p.key() == a + ".bias";
+                          })));
+      biases += bias;
+      EXPECT_EQ(p.value().requires_grad(),
+                p.key().find(".lora_") != std::string::npos || head || bias)
+          << p.key();
+      trained += p.value().requires_grad();
+      if (bias) p.value().add_(torch::randn_like(p.value()) * 0.3);
       if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
       if (p.key().find("lora_magnitude_vector") != std::string::npos)
         p.value().mul_(1 + 0.2 * torch::randn_like(p.value()));
     }
   }
-  EXPECT_EQ(trained, (variant == "dora" ? 3 : 2) * layers + head_tensors);
+  EXPECT_EQ(trained, (variant == "dora" ? 3 : 2) * layers + head_tensors + biases);
+  if (absl::StartsWith(variant, "bias_")) EXPECT_GT(biases, 0u);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
   PeftAdapterInfo info;
   info.base_model = base;
   info.fan_in_fan_out = family == "gpt2";
+  info.bias = options.bias;
   if (family == "bert") info.task_type = "SEQ_CLS";
   ASSERT_TRUE(WritePeftAdapter(**model, info, kiln_adapter).ok());
   const std::string peft_adapter = scratch + "/peft_adapter";
@@ -249,6 +263,10 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
   // LoRA on GPT-2's fused attention input (Conv1D in transformers: fan_in_fan_out), and DoRA there
   // (its magnitudes are per output, with a bias beside them).
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path());
+  // PEFT's bias="all": every bias trains (the norms', c_proj's, c_fc's; c_attn's saved as its
+  // base layer's).
+  ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2,
+                     dir_->path() + "/bias_all", 0, "bias_all");
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path() + "/dora",
                      0, "dora");
 }
@@ -362,9 +380,10 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
   ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {"query", "value"}, 4, dir_->path(),
                      4, "dora");
   // all-linear: each layer's query, key, value and three dense layers, the head's left whole, as
-  // PEFT's SEQ_CLS leaves it; BERT's pooler is a layer too (6 per layer, and 1).
+  // PEFT's SEQ_CLS leaves it; BERT's pooler is a layer too (6 per layer, and 1). On the RoBERTa,
+  // with PEFT's bias="lora_only": the adapted layers' biases train too.
   ExpectLoraBothWays("bert", dir_->path() + "/roberta/model", {kAllLinear}, 12,
-                     dir_->path() + "/roberta_all_linear", 4);
+                     dir_->path() + "/roberta_all_linear", 4, "bias_lora_only");
   ExpectLoraBothWays("bert", dir_->path() + "/bert/model", {kAllLinear}, 13,
                      dir_->path() + "/bert_all_linear", 2);
 }
@@ -926,6 +945,14 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   refused(o, "model.lora.target_modules: 'w_q' names no layer of the model");
   o.target_modules = {"input_layernorm"};
   refused(o, "model.layers.0.input_layernorm is not a layer that can carry an adapter");
+  o.target_modules = {"q_proj"};
+  o.bias = "all";
+  o.base_dtype = "bfloat16";
+  refused(
+      o,
+      "model.lora.bias=all trains biases of layers whose weights model.lora.base_dtype=bfloat16 "
+      "holds in bf16");
+  o = LoraOptions();
   testing::TempDir dir;
   o.from = dir.path();
   refused(o, "holds no adapter_config.json");
@@ -952,6 +979,8 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
             "expressions (ECMAScript's grammar) read otherwise or not at all"},
            {"\"rank_pattern\": {\"q{1,123456}\": 8}",
             "rank_pattern: 'q{1,123456}' repeats something more than 9999 times (,12345...)"},
+           {"\"bias\": \"boft_only\"",
+            "bias is 'boft_only'; kiln reads PEFT's none, all and lora_only"},
            {"\"exclude_modules\": \"q_proj(\"",
             "exclude_modules: 'q_proj(' is not a regular expression ("},
            {"\"rank_pattern\": {\"\\\\Aq_proj\": 8}", "rank_pattern: '\\Aq_proj' uses \\A"},

@@ -10,14 +10,16 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only]]
 
 With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
 DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them;
 with patterns, a Llama's v_proj adapters at r 2 (rank_pattern) and layer 0's q_proj at alpha 16
 (alpha_pattern); with layers, the second block's layers only (layers_to_transform [1],
 layers_pattern "layers"); with regex, TARGETS is one regular expression (target_modules as a
-string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\\.mlp\\..*": 2}.
+string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\\.mlp\\..*": 2};
+with bias_all or bias_lora_only, PEFT's bias="all" or "lora_only", the trained biases moved off the
+base's.
 """
 import os
 import sys
@@ -65,6 +67,8 @@ def main():
     if sys.argv[5:6] == ["regex"]:
         targets = sys.argv[4]
         patterns = dict(exclude_modules=r".*\.(o|k)_proj", rank_pattern={r"layers\.1\.mlp\..*": 2})
+    if sys.argv[5:6] in (["bias_all"], ["bias_lora_only"]):
+        patterns = dict(bias=sys.argv[5][5:])
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
                         use_rslora=sys.argv[5:6] == ["rslora"], use_dora=sys.argv[5:6] == ["dora"],
@@ -75,6 +79,8 @@ def main():
         for name, p in model.named_parameters():
             if "modules_to_save" in name:
                 p.normal_(0, 0.3)
+            if p.requires_grad and name.endswith(".bias") and "modules_to_save" not in name:
+                p.add_(0.3 * torch.randn_like(p))
             if "lora_magnitude_vector" in name:
                 p.mul_(1 + 0.2 * torch.randn_like(p))
     model.save_pretrained(peft_adapter)
