@@ -8,7 +8,8 @@
 //
 // It can carry a LoRA adapter (lib/trainer/lora.h): lora_A and lora_B beside the frozen weight, the
 // output W x + b + s B A dropout(x) with s = alpha / r (alpha / sqrt(r) for rsLoRA), as PEFT's
-// lora.Linear computes it; with DoRA (use_dora), also the magnitudes m, as PEFT's DoraLinearLayer.
+// lora.Linear computes it (with lora_bias, lora_B's bias b_B too: + s b_B); with DoRA (use_dora),
+// also the magnitudes m, as PEFT's DoraLinearLayer.
 #pragma once
 
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -108,6 +109,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     torch::Tensor x = lora_dropout_ > 0 ? torch::dropout(rows, lora_dropout_, is_training()) : rows;
     y.addmm_(torch::mm(x, lora_A->weight.t()), lora_B->weight.t(), /*beta=*/1,
              /*alpha=*/lora_scaling_);
+    if (lora_B->bias.defined()) y.add_(lora_B->bias, lora_scaling_);
     std::vector<int64_t> sizes = input.sizes().vec();
     sizes.back() = out;
     return y.view(sizes);
@@ -126,9 +128,10 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
         torch::nn::Linear(torch::nn::LinearOptions(sizes.in_features(), o.r).bias(false)));
     lora_B = register_module(
         "lora_B",
-        torch::nn::Linear(torch::nn::LinearOptions(o.r, sizes.out_features()).bias(false)));
+        torch::nn::Linear(torch::nn::LinearOptions(o.r, sizes.out_features()).bias(o.lora_bias)));
     torch::NoGradGuard no_grad;
     lora_B->weight.zero_();
+    if (o.lora_bias) lora_B->bias.zero_();
     lora_A->to(weight.device(), weight.scalar_type());
     lora_B->to(weight.device(), weight.scalar_type());
     lora_dora_ = o.use_dora;
@@ -145,9 +148,15 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     return merged *
            (lora_magnitude_vector / torch::linalg_vector_norm(merged, 2, {1})).unsqueeze(1);
   }
+  // b + s b_B (PEFT's lora_bias), or b.
+  torch::Tensor MergedBias() const {
+    if (!lora_A || !lora_B->bias.defined()) return bias;
+    return bias + lora_B->bias.to(bias.scalar_type()) * lora_scaling_;
+  }
   void MergeLora() override {
     if (!lora_A) return;
     torch::NoGradGuard no_grad;
+    if (lora_B->bias.defined()) bias.copy_(MergedBias());
     // A bf16 base (model.lora.base_dtype) merges into float32, the adapters' precision.
     torch::Tensor merged = MergedWeight();
     if (merged.scalar_type() != weight.scalar_type()) {
@@ -175,6 +184,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   double lora_dropout() const override { return lora_dropout_; }
   bool lora_rslora() const override { return lora_rslora_; }
   bool lora_dora() const override { return lora_dora_; }
+  bool lora_has_bias() const override { return lora_A && lora_B->bias.defined(); }
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   torch::Tensor lora_magnitude_vector;  // DoRA's m, one per output (PEFT's name)
@@ -209,6 +219,8 @@ class FusedLinears {
       if (layer->lora_A) {
         for (const torch::nn::Linear& lora : {layer->lora_A, layer->lora_B})
           key.emplace_back(lora->weight.data_ptr(), lora->weight._version());
+        const torch::Tensor& b = layer->lora_B->bias;
+        if (b.defined()) key.emplace_back(b.data_ptr(), b._version());
       }
       const torch::Tensor& m = layer->lora_magnitude_vector;
       if (m.defined()) key.emplace_back(m.data_ptr(), m._version());
@@ -222,7 +234,7 @@ class FusedLinears {
         weights.push_back(layer->MergedWeight());
         any_bias = any_bias || layer->bias.defined();
         biases.push_back(layer->bias.defined()
-                             ? layer->bias
+                             ? layer->MergedBias()
                              : torch::zeros({layer->weight.size(0)}, layer->weight.options()));
       }
       weight_ = torch::cat(weights, 0);

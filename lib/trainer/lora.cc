@@ -68,6 +68,9 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  "biases that train beside the adapters (PEFT's bias): none; all, every "
                  "parameter named bias, the norms' too; lora_only, the adapted layers'",
                  OneOf({"none", "all", "lora_only"}))
+          .Field("lora_bias", &LoraOptions::lora_bias,
+                 "lora_B with a bias, scaled with B A and merged into the layer's bias (PEFT's "
+                 "lora_bias); the adapted layers must have biases")
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
                  "adapters, instead of new ones")
@@ -275,7 +278,8 @@ std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::stri
   }
   for (const auto& p : model.named_parameters()) {
     const std::string& name = p.key();
-    if (name != "bias" && !absl::EndsWith(name, ".bias")) continue;
+    if ((name != "bias" && !absl::EndsWith(name, ".bias")) || absl::StrContains(name, ".lora_"))
+      continue;  // lora_B's own bias (lora_bias) is the adapter's
     const std::string module = name.size() > 5 ? name.substr(0, name.size() - 5) : "";
     if (!Within(name, saved) && (bias == "all" || adapted.count(module) != 0))
       names.push_back(name);
@@ -343,7 +347,8 @@ bool ReadOrHarmless(const std::string& key) {
                                                       "lora_ga_config",
                                                       "ensure_weight_tying",
                                                       "rank_pattern",
-                                                      "alpha_pattern"};
+                                                      "alpha_pattern",
+                                                      "lora_bias"};
   return keys->count(key) != 0;
 }
 
@@ -386,6 +391,7 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   auto flag = [&](const char* key) { return text(key) == "True" || text(key) == "true"; };
   o->use_rslora = flag("use_rslora");
   o->use_dora = flag("use_dora");
+  o->lora_bias = flag("lora_bias");
   o->bias = text("bias").empty() ? "none" : text("bias");
   if (o->bias != "none" && o->bias != "all" && o->bias != "lora_only")
     return absl::InvalidArgumentError(
@@ -603,6 +609,18 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.set_requires_grad(false);
   std::set<int64_t> rank_set;
+  if (o.lora_bias && o.use_dora)
+    return absl::InvalidArgumentError(
+        "model.lora.lora_bias: kiln's DoRA layers take no bias on lora_B; set lora_bias or "
+        "use_dora, not both");
+  for (auto& [name, module] : targets) {
+    auto* linear = dynamic_cast<torch::nn::LinearImpl*>(module);
+    if (o.lora_bias && (linear == nullptr || !linear->bias.defined()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.lora.lora_bias: ", name,
+          " has no bias to merge lora_B's into (PEFT could not merge it either); leave it out of "
+          "target_modules or set lora_bias=false"));
+  }
   for (auto& [name, module] : targets) {
     LoraOptions layer = o;
     layer.r = static_cast<int64_t>(PatternValue(ranks, name).value_or(static_cast<double>(o.r)));
@@ -614,7 +632,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
   const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved);
-  for (const std::string& b : biases) model.named_parameters()[b].set_requires_grad(true);
+  auto parameters = model.named_parameters();
+  for (const std::string& b : biases) parameters[b].set_requires_grad(true);
   if (!o.from.empty()) {
     // PEFT's names: base_model.model.NAME.lora_A.weight, a saved module's tensors as
     // base_model.model.NAME.weight, a trained bias as PeftKey names it.
@@ -831,6 +850,7 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       "\",\n  \"fan_in_fan_out\": ", info.fan_in_fan_out ? "true" : "false",
       ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
       ",\n  \"use_dora\": ", first->lora_dora() ? "true" : "false",
+      ",\n  \"lora_bias\": ", first->lora_has_bias() ? "true" : "false",
       ",\n  \"init_lora_weights\": true,\n"
       "  \"inference_mode\": true,\n  \"modules_to_save\": ",
       saved_names.empty() ? "null" : absl::StrCat("[", absl::StrJoin(saved_names, ", "), "]"),

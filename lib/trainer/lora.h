@@ -72,6 +72,9 @@ struct LoraOptions {
   // norms') trains beside the adapters; "lora_only", the adapted layers' biases do. Trained
   // biases are checkpointed and saved with the adapters, as PEFT saves them.
   std::string bias = "none";
+  // PEFT's lora_bias: lora_B carries a bias too (starting at zero, scaled with B A), which merging
+  // adds to the layer's own bias. Each adapted layer needs a bias of its own to merge it into.
+  bool lora_bias = false;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -97,6 +100,8 @@ class LoraLayer {
   virtual double lora_dropout() const = 0;
   virtual bool lora_rslora() const = 0;
   virtual bool lora_dora() const = 0;
+  // Whether lora_B carries a bias (PEFT's lora_bias).
+  virtual bool lora_has_bias() const = 0;
   // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
   // for a base whose weights were loaded after the adapters were added.
   virtual void ResetDoraMagnitude() = 0;

@@ -105,7 +105,7 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // regular expression (PEFT's target_modules as a string), beside exclude_modules as one and a
 // rank_pattern key that is one; with "bias_all" or "bias_lora_only", PEFT's bias: every bias
 // trains beside the adapters, or the adapted layers' (changed on both sides, so that loading them
-// shows in the logits).
+// shows in the logits); "+lora_bias" after either, PEFT's lora_bias too.
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -125,7 +125,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   }
   options.use_rslora = variant == "rslora";
   options.use_dora = variant == "dora";
-  if (absl::StartsWith(variant, "bias_")) options.bias = variant.substr(5);
+  if (absl::StartsWith(variant, "bias_")) options.bias = variant.substr(5, variant.find('+') - 5);
+  options.lora_bias = absl::StrContains(variant, "+lora_bias");
   if (variant == "layers") {
     // PEFT's layers_to_transform: the second block's layers only.
     options.layers_to_transform = {1};
@@ -147,16 +148,15 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
     for (auto& p : (*model)->named_parameters()) {
       const bool head = p.key().rfind("classifier.", 0) == 0;
       // The biases that train: all but the head's (bias_all), or the adapted layers'.
-      const bool bias = absl::EndsWith(p.key(), ".bias") && !head &&
+      const bool lora = p.key().find(".lora_") != std::string::npos;
+      const bool bias = absl::EndsWith(p.key(), ".bias") && !head && !lora &&
                         (options.bias == "all" ||
                          (options.bias == "lora_only" &&
                           std::any_of(adapted->begin(), adapted->end(), [&](const std::string& a) {
                             return p.key() == a + ".bias";
                           })));
       biases += bias;
-      EXPECT_EQ(p.value().requires_grad(),
-                p.key().find(".lora_") != std::string::npos || head || bias)
-          << p.key();
+      EXPECT_EQ(p.value().requires_grad(), lora || head || bias) << p.key();
       trained += p.value().requires_grad();
       if (bias) p.value().add_(torch::randn_like(p.value()) * 0.3);
       if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
@@ -164,7 +164,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
         p.value().mul_(1 + 0.2 * torch::randn_like(p.value()));
     }
   }
-  EXPECT_EQ(trained, (variant == "dora" ? 3 : 2) * layers + head_tensors + biases);
+  EXPECT_EQ(trained,
+            (variant == "dora" || options.lora_bias ? 3 : 2) * layers + head_tensors + biases);
   if (absl::StartsWith(variant, "bias_")) EXPECT_GT(biases, 0u);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
   PeftAdapterInfo info;
@@ -264,9 +265,9 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
   // (its magnitudes are per output, with a bias beside them).
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path());
   // PEFT's bias="all": every bias trains (the norms', c_proj's, c_fc's; c_attn's saved as its
-  // base layer's).
+  // base layer's); and lora_bias, lora_B with a bias.
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2,
-                     dir_->path() + "/bias_all", 0, "bias_all");
+                     dir_->path() + "/bias_all", 0, "bias_all+lora_bias");
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path() + "/dora",
                      0, "dora");
 }
@@ -767,7 +768,9 @@ TEST(Lora, BaseHeldInBf16TrainsFloat32Adapters) {
 // AutocastLinear with an adapter, outside autocast, adds (alpha / r) B (A x) into the base's
 // product in one addmm_: its output and the gradients of the input, the adapter and (when it
 // trains) the base equal PEFT's composite, W x + b + (B (A x)) * (alpha / r), in float32; with a
-// bias and without, on [B, T, in] and [in] inputs; the base's weight gets no gradient when frozen.
+// bias and without (with one, PEFT's lora_bias: B's own bias b_B, + (alpha / r) b_B), on
+// [B, T, in] and [in] inputs; the base's weight gets no gradient when frozen; merged, the same
+// output.
 TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
   for (bool bias : {false, true}) {
     for (bool frozen : {true, false}) {
@@ -776,10 +779,12 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
       AutocastLinear layer(torch::nn::LinearOptions(24, 10).bias(bias));
       LoraOptions o;
       o.r = 4;
+      o.lora_bias = bias;  // PEFT's lora_bias: B with a bias of its own, where the layer has one
       layer->AddLora(o);
       {
         torch::NoGradGuard no_grad;
         layer->lora_B->weight.normal_(0, 0.5);  // PEFT starts B at zero; a trained one is not
+        if (bias) layer->lora_B->bias.normal_(0, 0.5);
       }
       layer->weight.requires_grad_(!frozen);
       if (bias) layer->bias.requires_grad_(!frozen);
@@ -788,12 +793,14 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
         torch::Tensor dy = torch::randn(layer->forward(x).sizes());
         std::vector<torch::Tensor> inputs = {x, layer->lora_A->weight, layer->lora_B->weight};
         if (!frozen) inputs.push_back(layer->weight);
+        if (bias) inputs.push_back(layer->lora_B->bias);
         torch::Tensor got = layer->forward(x);
         torch::Tensor base = torch::matmul(x, layer->weight.t());
         if (bias) base = base + layer->bias;
-        torch::Tensor want = base + torch::matmul(torch::matmul(x, layer->lora_A->weight.t()),
-                                                  layer->lora_B->weight.t()) *
-                                        4.0;
+        torch::Tensor adapter =
+            torch::matmul(torch::matmul(x, layer->lora_A->weight.t()), layer->lora_B->weight.t());
+        if (bias) adapter = adapter + layer->lora_B->bias;
+        torch::Tensor want = base + adapter * 4.0;
         ASSERT_EQ(got.sizes(), want.sizes());
         EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-5)) << (got - want).abs().max();
         auto got_grads = torch::autograd::grad({got}, inputs, {dy});
@@ -804,6 +811,11 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
         }
         if (frozen) EXPECT_FALSE(layer->weight.requires_grad());
       }
+      // Merged: lora_B's bias, scaled, in the layer's bias.
+      torch::Tensor x = torch::randn({3, 24});
+      torch::Tensor adapted = layer->forward(x).detach();
+      layer->MergeLora();
+      EXPECT_TRUE(torch::allclose(layer->forward(x), adapted, 1e-6, 1e-5));
     }
   }
 }
@@ -952,6 +964,14 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
       o,
       "model.lora.bias=all trains biases of layers whose weights model.lora.base_dtype=bfloat16 "
       "holds in bf16");
+  o.bias = "none";
+  o.base_dtype = "float32";
+  o.lora_bias = true;  // a Llama's projections have no bias to merge B's into
+  refused(
+      o,
+      "model.lora.lora_bias: model.layers.0.self_attn.q_proj has no bias to merge lora_B's into");
+  o.use_dora = true;
+  refused(o, "model.lora.lora_bias: kiln's DoRA layers take no bias on lora_B");
   o = LoraOptions();
   testing::TempDir dir;
   o.from = dir.path();
@@ -959,8 +979,9 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   // A setting that changes what the adapter computes, where kiln would load something else:
   // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
   // in the tests above shows.
-  for (const std::string setting : {"\"lora_bias\": true", "\"trainable_token_indices\": [3, 5]",
-                                    "\"some_future_option\": \"on\""}) {
+  for (const std::string setting :
+       {"\"alora_invocation_tokens\": [3, 5]", "\"trainable_token_indices\": [3, 5]",
+        "\"some_future_option\": \"on\""}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
            "[\"q_proj\"], \"megatron_config\": null, \"target_parameters\": [], \"use_qalora\": "

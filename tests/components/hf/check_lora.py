@@ -10,7 +10,7 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]]]
 
 With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
 DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them;
@@ -19,7 +19,7 @@ with patterns, a Llama's v_proj adapters at r 2 (rank_pattern) and layer 0's q_p
 layers_pattern "layers"); with regex, TARGETS is one regular expression (target_modules as a
 string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\\.mlp\\..*": 2};
 with bias_all or bias_lora_only, PEFT's bias="all" or "lora_only", the trained biases moved off the
-base's.
+base's; +lora_bias after either, lora_bias=True too (lora_B's bias drawn as nn.Linear draws it).
 """
 import os
 import sys
@@ -67,8 +67,9 @@ def main():
     if sys.argv[5:6] == ["regex"]:
         targets = sys.argv[4]
         patterns = dict(exclude_modules=r".*\.(o|k)_proj", rank_pattern={r"layers\.1\.mlp\..*": 2})
-    if sys.argv[5:6] in (["bias_all"], ["bias_lora_only"]):
-        patterns = dict(bias=sys.argv[5][5:])
+    if sys.argv[5:6] and sys.argv[5].startswith("bias_"):
+        bias, _, lora_bias = sys.argv[5][5:].partition("+")
+        patterns = dict(bias=bias, lora_bias=lora_bias == "lora_bias")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
                         init_lora_weights=False, task_type=task,
                         use_rslora=sys.argv[5:6] == ["rslora"], use_dora=sys.argv[5:6] == ["dora"],
