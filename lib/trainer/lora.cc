@@ -61,9 +61,9 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  "{NAME: alpha} for the layers NAME matches (PEFT's alpha_pattern); the others "
                  "take alpha")
           .Field("modules_to_save", &LoraOptions::modules_to_save,
-                 "last names of modules that train whole beside the adapters and are saved "
-                 "with them (PEFT's modules_to_save); a classifier's head (classifier, score) "
-                 "always does")
+                 "modules that train whole beside the adapters and are saved with them: those "
+                 "whose full names end with one of these (PEFT's modules_to_save); a classifier's "
+                 "head (classifier, score) always does")
           .Field("bias", &LoraOptions::bias,
                  "biases that train beside the adapters (PEFT's bias): none; all, every "
                  "parameter named bias, the norms' too; lora_only, the adapted layers'",
@@ -525,7 +525,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     const bool head =
         std::find(ClassifierHeads().begin(), ClassifierHeads().end(), m) != ClassifierHeads().end();
     if (!head && std::none_of(modules.begin(), modules.end(),
-                              [&](const auto& item) { return LastName(item.key()) == m; })) {
+                              [&](const auto& item) { return absl::EndsWith(item.key(), m); })) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.lora.modules_to_save: '", m, "' names no module of the model"));
     }
@@ -699,9 +699,11 @@ std::vector<std::string> ModulesToSave(torch::nn::Module& model,
   names.insert(names.end(), modules_to_save.begin(), modules_to_save.end());
   std::vector<std::string> found;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (std::find(names.begin(), names.end(), LastName(item.key())) != names.end() &&
-        !Within(item.key(), found))
-      found.push_back(item.key());
+    // PEFT's _set_trainable: a module whose name ends with one of them, the outermost.
+    const bool named = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return absl::EndsWith(item.key(), n);
+    });
+    if (named && !Within(item.key(), found)) found.push_back(item.key());
   }
   return found;
 }
@@ -790,7 +792,15 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
     if (Within(p.key(), saved))
       tensors.emplace_back(kPrefix + p.key(), p.value().detach().to(torch::kCPU, torch::kFloat32));
   }
-  for (const std::string& m : saved) saved_names.insert(absl::StrCat("\"", LastName(m), "\""));
+  // A saved module by its last name where PEFT's suffix match finds no other module with it, else
+  // by its full name.
+  for (const std::string& m : saved) {
+    const std::string last = LastName(m);
+    const bool unique = std::all_of(modules.begin(), modules.end(), [&](const auto& item) {
+      return !absl::EndsWith(item.key(), last) || item.key() == m || Within(item.key(), saved);
+    });
+    saved_names.insert(absl::StrCat("\"", unique ? last : m, "\""));
+  }
   auto params = model.named_parameters();
   for (const std::string& b : TrainedBiases(model, info.bias, saved))
     tensors.emplace_back(PeftKey(model, b), params[b].detach().to(torch::kCPU, torch::kFloat32));

@@ -50,9 +50,10 @@ struct LoraOptions {
   // a later one, as PEFT finds it. Empty: every block.
   std::vector<int64_t> layers_to_transform;
   std::vector<std::string> layers_pattern;
-  // Last names of modules that train whole beside the adapters and are saved with them (PEFT's
-  // modules_to_save). A sequence classifier's head (`classifier`, `score`) always is, as PEFT's
-  // SEQ_CLS task adds it: a head fitted to new labels must train.
+  // Modules that train whole beside the adapters and are saved with them: each module whose full
+  // name ends with one of these, the outermost (PEFT's modules_to_save, a plain suffix: `norm`
+  // is every norm, `model.norm` the final one). A sequence classifier's head (`classifier`,
+  // `score`) always is, as PEFT's SEQ_CLS task adds it: a head fitted to new labels must train.
   std::vector<std::string> modules_to_save;
   // rsLoRA (Kalajdzievski 2023, PEFT's use_rslora): the adapter's output scaled by alpha / sqrt(r)
   // instead of alpha / r, so that its updates keep their size as r grows.
@@ -144,7 +145,8 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
 absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraOptions options);
 
 // The full names of the modules of `model` that train whole beside the adapters:
-// `modules_to_save` and a classifier's head (PEFT's `classifier` and `score`), each by last name.
+// `modules_to_save` and a classifier's head (PEFT's `classifier` and `score`), each a suffix of
+// the module's full name (the outermost such module).
 std::vector<std::string> ModulesToSave(torch::nn::Module& model,
                                        const std::vector<std::string>& modules_to_save);
 

@@ -625,15 +625,16 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
         return n.find("q_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
       }));
   // An adapter that trains a module whole (PEFT's modules_to_save, here the final norm, named in
-  // its adapter_config.json only) goes on training from model.lora.from, and format=peft writes
-  // that module again, trained.
+  // its adapter_config.json only, by its full name: PEFT reads "norm" as a suffix, every norm)
+  // goes on training from model.lora.from, and format=peft writes that module again, trained,
+  // and names it so again.
   {
     const std::string saved = d + "/lora_norm";
     std::filesystem::create_directories(saved);
     std::string config = ReadFile(d + "/lora_peft/adapter_config.json");
     const std::string none = "\"modules_to_save\": null";
     ASSERT_NE(config.find(none), std::string::npos) << config;
-    config.replace(config.find(none), none.size(), "\"modules_to_save\": [\"norm\"]");
+    config.replace(config.find(none), none.size(), "\"modules_to_save\": [\"model.norm\"]");
     std::ofstream(saved + "/adapter_config.json") << config;
     auto adapter = ReadSafetensors(d + "/lora_peft/adapter_model.safetensors");
     ASSERT_TRUE(adapter.ok()) << adapter.status();
@@ -651,9 +652,9 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_norm_run", "format=peft",
                          "hydra.run.dir=" + d + "/lora_norm_peft"});
     ASSERT_EQ(e.exit_code, 0) << e.err;
-    EXPECT_NE(
-        ReadFile(d + "/lora_norm_peft/adapter_config.json").find("\"modules_to_save\": [\"norm\"]"),
-        std::string::npos);
+    EXPECT_NE(ReadFile(d + "/lora_norm_peft/adapter_config.json")
+                  .find("\"modules_to_save\": [\"model.norm\"]"),
+              std::string::npos);
     auto exported = ReadSafetensors(d + "/lora_norm_peft/adapter_model.safetensors");
     ASSERT_TRUE(exported.ok()) << exported.status();
     ASSERT_EQ(exported->count(norm), 1u);

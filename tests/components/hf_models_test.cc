@@ -1216,6 +1216,29 @@ TEST(Lora, TargetModulesTakePeftsFullNamesAllLinearAndExclusions) {
             "model.lora.exclude_modules: '.*' leaves out every layer that target_modules names");
     EXPECT_FALSE(HasLora(**regex));
   }
+  // modules_to_save as PEFT's suffixes of full names: model.norm is the final norm only, written
+  // back by its full name, since PEFT would read its last name, norm, as every norm of the model
+  // (which kiln reads the same way).
+  {
+    auto [saving, adapted] = adapted_llama("[q_proj]\n    modules_to_save: [model.norm]");
+    std::vector<std::string> whole;
+    for (const auto& p : saving->named_parameters())
+      if (p.value().requires_grad() && p.key().find(".lora_") == std::string::npos)
+        whole.push_back(p.key());
+    EXPECT_EQ(whole, std::vector<std::string>{"model.norm.weight"});
+    testing::TempDir saved;
+    PeftAdapterInfo info;
+    info.modules_to_save = {"model.norm"};
+    ASSERT_TRUE(WritePeftAdapter(*saving, info, saved.path()).ok());
+    const std::string written = testing::ReadFile(saved.path() + "/adapter_config.json");
+    EXPECT_NE(written.find("\"modules_to_save\": [\"model.norm\"]"), std::string::npos) << written;
+    auto every_norm = adapted_llama("[q_proj]\n    modules_to_save: [norm]").first;
+    EXPECT_EQ(ModulesToSave(*every_norm, {"norm"}),
+              (std::vector<std::string>{"model.layers.0.input_layernorm",
+                                        "model.layers.0.post_attention_layernorm",
+                                        "model.layers.1.input_layernorm",
+                                        "model.layers.1.post_attention_layernorm", "model.norm"}));
+  }
   auto partial = Instantiate(llama);
   ASSERT_TRUE(partial.ok());
   LoraOptions o;
