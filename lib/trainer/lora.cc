@@ -27,6 +27,9 @@ namespace kiln {
 namespace {
 
 constexpr char kPrefix[] = "base_model.model.";
+// The largest rank kiln takes: far above any layer's width, and safely inside int64_t when it
+// comes as a JSON number (a double).
+constexpr int64_t kMaxRank = int64_t{1} << 20;
 
 const OptionBinding<LoraOptions>& LoraBinding() {
   static const auto* binding = new OptionBinding<LoraOptions>(
@@ -246,10 +249,10 @@ absl::StatusOr<std::vector<PatternEntry>> ReadPattern(const config::NodePtr& nod
     const bool integer = value != nullptr && value->kind() == config::NodeKind::kInt;
     const bool number = integer || (value != nullptr && value->kind() == config::NodeKind::kFloat);
     e.value = !number ? 0 : integer ? static_cast<double>(value->as_int()) : value->as_float();
-    if ((rank && !integer) || !number || e.value <= 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, key, ".", name, ": ", value ? config::PythonStr(*value) : "null",
-                       rank ? " is not a positive integer rank" : " is not a positive alpha"));
+    if ((rank && (!integer || e.value > static_cast<double>(kMaxRank))) || !number || e.value <= 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, key, ".", name, ": ", value ? config::PythonStr(*value) : "null",
+          rank ? " is not a positive integer rank up to 1048576" : " is not a positive alpha"));
     out.push_back(std::move(e));
   }
   return out;
@@ -408,6 +411,9 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   KILN_RETURN_IF_ERROR(number("r", &r));
   KILN_RETURN_IF_ERROR(number("lora_alpha", &o->alpha));
   if (root->Find("lora_dropout")) KILN_RETURN_IF_ERROR(number("lora_dropout", &o->dropout));
+  if (!(r >= 1 && r <= static_cast<double>(kMaxRank) && r == std::floor(r)))
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": r is ", r, "; kiln reads ranks from 1 to ", kMaxRank));
   o->r = static_cast<int64_t>(r);
   // A list of names; a string as PEFT's (StringTargets, where `regex` takes one); absent or null,
   // none.
@@ -499,6 +505,9 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
         "model.lora.target_modules: name the layers that get adapters (e.g. [q_proj, v_proj]), "
         "or give model.lora.from=DIR");
   }
+  if (o.r > kMaxRank)
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.lora.r is ", o.r, "; kiln reads ranks from 1 to ", kMaxRank));
   KILN_RETURN_IF_ERROR(ReadPattern(o.rank_pattern, "rank_pattern", "model.lora.").status());
   KILN_RETURN_IF_ERROR(ReadPattern(o.alpha_pattern, "alpha_pattern", "model.lora.").status());
   KILN_RETURN_IF_ERROR(LoraSelection::Make(o, "model.lora.").status());

@@ -1019,6 +1019,15 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
         << pattern << "}";
     refused(o, "adapter_config.json: " + expected);
   }
+  // A rank that is no whole number, or beyond any layer's width (a JSON number past int64_t once
+  // read as one: the fuzzer's find).
+  for (const std::string r : {"2.5", "130001660160000030000000166016000006300166330000000"}) {
+    std::ofstream(dir.path() + "/adapter_config.json")
+        << "{\"peft_type\": \"LORA\", \"r\": " << r
+        << ", \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}";
+    refused(o, "adapter_config.json: r is ");
+    refused(o, "; kiln reads ranks from 1 to 1048576");
+  }
   std::ofstream(dir.path() + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
          "\".*q_proj\", \"layers_to_transform\": [0]}";
