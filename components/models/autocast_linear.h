@@ -24,7 +24,7 @@
 
 namespace kiln {
 
-class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
+class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSettings {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
@@ -116,11 +116,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   }
 
   void AddLora(const LoraOptions& o) override {
-    lora_r_ = o.r;
-    lora_alpha_ = o.alpha;
-    lora_dropout_ = o.dropout;
-    lora_rslora_ = o.use_rslora;
-    lora_scaling_ = LoraScaling(o.r, o.alpha, o.use_rslora);
+    KeepLoraSettings(o);
     const auto& sizes = options;
     // lora_A: nn.Linear's own initialization (Kaiming uniform), as PEFT's default; lora_B: zeros.
     lora_A = register_module(
@@ -179,10 +175,6 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
     torch::NoGradGuard no_grad;
     lora_magnitude_vector.copy_(DoraWeightNorm());
   }
-  int64_t lora_r() const override { return lora_r_; }
-  double lora_alpha() const override { return lora_alpha_; }
-  double lora_dropout() const override { return lora_dropout_; }
-  bool lora_rslora() const override { return lora_rslora_; }
   bool lora_dora() const override { return lora_dora_; }
   bool lora_has_bias() const override { return lora_A && lora_B->bias.defined(); }
 
@@ -190,9 +182,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayer {
   torch::Tensor lora_magnitude_vector;  // DoRA's m, one per output (PEFT's name)
 
  private:
-  int64_t lora_r_ = 0;
-  double lora_alpha_ = 0, lora_dropout_ = 0, lora_scaling_ = 0;
-  bool lora_rslora_ = false, lora_dora_ = false;
+  bool lora_dora_ = false;
 };
 TORCH_MODULE(AutocastLinear);
 

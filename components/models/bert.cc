@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "components/models/autocast_linear.h"
 #include "components/models/hf_checkpoint.h"
+#include "components/models/lora_embedding.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
 #include "lib/registry/registry.h"
@@ -146,9 +147,9 @@ TORCH_MODULE(BertLayer);
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:
   explicit BertEmbeddingsImpl(const BertArchitecture& a) : dropout_(a.dropout) {
-    word_embeddings = register_module("word_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
+    word_embeddings = register_module("word_embeddings", LoraEmbedding(a.vocab_size, a.dim));
     position_embeddings =
-        register_module("position_embeddings", torch::nn::Embedding(a.max_positions, a.dim));
+        register_module("position_embeddings", LoraEmbedding(a.max_positions, a.dim));
     token_type_embeddings =
         register_module("token_type_embeddings", torch::nn::Embedding(a.type_vocab_size, a.dim));
     LayerNorm = register_module(
@@ -161,9 +162,9 @@ class BertEmbeddingsImpl : public torch::nn::Module {
                       position_embeddings->forward(positions);
     return torch::dropout(LayerNorm->forward(x), dropout_, is_training());
   }
-  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr},
-      token_type_embeddings{nullptr};
-  torch::nn::LayerNorm LayerNorm{nullptr};  // NOLINT: Hugging Face's name
+  LoraEmbedding word_embeddings{nullptr}, position_embeddings{nullptr};
+  torch::nn::Embedding token_type_embeddings{nullptr};  // row 0 read directly: no adapter
+  torch::nn::LayerNorm LayerNorm{nullptr};              // NOLINT: Hugging Face's name
 
  private:
   double dropout_;

@@ -27,6 +27,7 @@ class Gpt : public CausalLm {
  public:
   Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights), options_(o) {
     transformer = register_module("transformer", TextTransformer(o));
+    transformer->wte->tied_head = tie_weights;
     if (!tie_weights) {
       lm_head = register_module(
           "lm_head", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));

@@ -29,6 +29,7 @@
 #include "components/models/generation.h"
 #include "components/models/hf_checkpoint.h"
 #include "components/models/llama_kernels.h"
+#include "components/models/lora_embedding.h"
 #include "components/models/model.h"
 #include "lib/base/status_macros.h"
 #include "lib/distributed/sharding_units.h"
@@ -280,7 +281,8 @@ TORCH_MODULE(LlamaLayer);
 class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnits {
  public:
   explicit LlamaBodyImpl(const LlamaArchitecture& a) : inv_freq_(InverseFrequencies(a)) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.dim));
+    embed_tokens = register_module("embed_tokens", LoraEmbedding(a.vocab_size, a.dim));
+    embed_tokens->tied_head = a.tie_weights;
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < a.depth; ++i) {
       layers_.push_back(LlamaLayer(a, a.windows.empty() ? 0 : a.windows[i]));
@@ -342,7 +344,7 @@ class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnit
     }
     return norm->forward(x);
   }
-  torch::nn::Embedding embed_tokens{nullptr};
+  LoraEmbedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RmsNorm norm{nullptr};
   // Each layer's activations recomputed in the backward (components/models/checkpointing.h).

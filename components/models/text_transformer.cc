@@ -140,8 +140,8 @@ torch::Tensor TransformerBlockImpl::forward_cached(torch::Tensor x, KvCache& cac
 }
 
 TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o) {
-  wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.dim));
-  wpe = register_module("wpe", torch::nn::Embedding(o.positions, o.dim));
+  wte = register_module("wte", LoraEmbedding(o.vocab_size, o.dim));
+  wpe = register_module("wpe", LoraEmbedding(o.positions, o.dim));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.depth; ++i) {
     blocks_.push_back(TransformerBlock(o.dim, o.heads, o.mlp_dim, o.dropout));

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "components/models/autocast_linear.h"
 #include "components/models/generation.h"
+#include "components/models/lora_embedding.h"
 #include "lib/distributed/sharding_units.h"
 #include "lib/registry/options.h"
 
@@ -76,7 +77,7 @@ class TextTransformerImpl : public torch::nn::Module, public distributed::Shardi
   torch::Tensor forward_cached(const torch::Tensor& tokens, const torch::Tensor& positions,
                                KvCache& cache);
 
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  LoraEmbedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
   // Each block's activations recomputed in the backward (components/models/checkpointing.h).

@@ -270,15 +270,22 @@ std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
 // The parameters PEFT's `bias` trains beside the adapters (LoraOptions::bias), by name, outside the
 // modules that train whole (`saved`): "all", every one named bias; "lora_only", the adapted
 // layers'.
-std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::string& bias,
-                                       const std::vector<std::string>& saved) {
-  std::vector<std::string> names;
-  if (bias == "none") return names;
+// The full names of the layers of `model` that carry an adapter.
+std::set<std::string> AdaptedNames(torch::nn::Module& model) {
   std::set<std::string> adapted;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
     if (layer != nullptr && layer->has_lora()) adapted.insert(item.key());
   }
+  return adapted;
+}
+
+// `adapted`: AdaptedNames(model).
+std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::string& bias,
+                                       const std::vector<std::string>& saved,
+                                       const std::set<std::string>& adapted) {
+  std::vector<std::string> names;
+  if (bias == "none") return names;
   for (const auto& p : model.named_parameters()) {
     const std::string& name = p.key();
     if ((name != "bias" && !absl::EndsWith(name, ".bias")) || absl::StrContains(name, ".lora_"))
@@ -290,16 +297,13 @@ std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::stri
   return names;
 }
 
-// The key PEFT saves the parameter `name` under: an adapted layer's bias is its base layer's
-// (NAME.base_layer.bias), any other its own name, after base_model.model.
-std::string PeftKey(torch::nn::Module& model, const std::string& name) {
+// The key PEFT saves the parameter `name` under: an adapted layer's bias (`adapted`:
+// AdaptedNames) is its base layer's (NAME.base_layer.bias), any other its own name, after
+// base_model.model.
+std::string PeftKey(const std::set<std::string>& adapted, const std::string& name) {
   if (absl::EndsWith(name, ".bias")) {
     const std::string module = name.substr(0, name.size() - 5);
-    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-      if (item.key() != module) continue;
-      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
-      if (layer != nullptr && layer->has_lora()) return kPrefix + module + ".base_layer.bias";
-    }
+    if (adapted.count(module) != 0) return kPrefix + module + ".base_layer.bias";
   }
   return kPrefix + name;
 }
@@ -551,7 +555,9 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   std::vector<std::pair<std::string, torch::nn::Module*>> targets;
   for (const auto& item : modules) {
     if (!Within(item.key(), saved) && selection.Selects(item.key()) &&
-        (!IsAllLinear(o.target_modules) || dynamic_cast<LoraLayer*>(item.value().get()) != nullptr))
+        (!IsAllLinear(o.target_modules) ||
+         (dynamic_cast<LoraLayer*>(item.value().get()) != nullptr &&
+          dynamic_cast<torch::nn::LinearImpl*>(item.value().get()) != nullptr)))
       targets.emplace_back(item.key(), item.value().get());
   }
   std::set<std::string> matched;
@@ -562,7 +568,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
       return absl::InvalidArgumentError(
           absl::StrCat("model.lora.target_modules: ", name,
                        " is not a layer that can carry an adapter (kiln's "
-                       "Linear layers can)"));
+                       "Linear layers and token embeddings can)"));
     }
     names.push_back(name);
     for (const std::string& t : o.target_modules)
@@ -624,6 +630,12 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
         "use_dora, not both");
   for (auto& [name, module] : targets) {
     auto* linear = dynamic_cast<torch::nn::LinearImpl*>(module);
+    if (linear == nullptr && (o.use_dora || o.lora_bias))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.lora.", o.use_dora ? "use_dora" : "lora_bias", ": ", name,
+          " is an embedding; kiln's embedding adapters are plain LoRA (PEFT takes no lora_bias "
+          "there either); leave it out of target_modules or set ",
+          o.use_dora ? "use_dora" : "lora_bias", "=false"));
     if (o.lora_bias && (linear == nullptr || !linear->bias.defined()))
       return absl::InvalidArgumentError(absl::StrCat(
           "model.lora.lora_bias: ", name,
@@ -640,7 +652,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
-  const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved);
+  const std::set<std::string> adapted = AdaptedNames(model);
+  const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved, adapted);
   auto parameters = model.named_parameters();
   for (const std::string& b : biases) parameters[b].set_requires_grad(true);
   if (!o.from.empty()) {
@@ -651,7 +664,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
       if (!absl::StrContains(item.key(), ".lora_") && !Within(item.key(), saved) &&
           std::find(biases.begin(), biases.end(), item.key()) == biases.end())
         continue;
-      const std::string key = PeftKey(model, item.key());
+      const std::string key = PeftKey(adapted, item.key());
       auto it = file.find(key);
       if (it == file.end()) {
         return absl::InvalidArgumentError(
@@ -663,6 +676,21 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
                          " in the file and ", c10::str(item.value().sizes()), " in the model"));
       }
       item.value().copy_(it->second);
+      ++loaded;
+    }
+    // PEFT saves an adapted embedding's table beside its adapter (save_embedding_layers, for a
+    // vocabulary resized in fine-tuning) and loads it back over the base's; so does kiln, at the
+    // base's size.
+    for (const auto& [name, module] : targets) {
+      auto* table = dynamic_cast<torch::nn::EmbeddingImpl*>(module);
+      auto it = file.find(kPrefix + name + ".base_layer.weight");
+      if (table == nullptr || it == file.end()) continue;
+      if (it->second.sizes() != table->weight.sizes())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.lora.from: ", it->first, " is ", c10::str(it->second.sizes()),
+            " in the file and ", c10::str(table->weight.sizes()),
+            " in the model (a vocabulary resized in fine-tuning; kiln loads the base's size)"));
+      table->weight.copy_(it->second);
       ++loaded;
     }
     Logger::Instance().Info(absl::StrCat("model.lora.from ", o.from, ": ", loaded,
@@ -751,6 +779,14 @@ bool LoraSelection::Selects(const std::string& name) const {
              o_.layers_to_transform.end();
 }
 
+void LoraLayerSettings::KeepLoraSettings(const LoraOptions& o) {
+  lora_r_ = o.r;
+  lora_alpha_ = o.alpha;
+  lora_dropout_ = o.dropout;
+  lora_rslora_ = o.use_rslora;
+  lora_scaling_ = LoraScaling(o.r, o.alpha, o.use_rslora);
+}
+
 double LoraScaling(int64_t r, double alpha, bool rslora) {
   return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
 }
@@ -811,8 +847,8 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
     saved_names.insert(absl::StrCat("\"", unique ? last : m, "\""));
   }
   auto params = model.named_parameters();
-  for (const std::string& b : TrainedBiases(model, info.bias, saved))
-    tensors.emplace_back(PeftKey(model, b), params[b].detach().to(torch::kCPU, torch::kFloat32));
+  for (const std::string& b : TrainedBiases(model, info.bias, saved, adapted))
+    tensors.emplace_back(PeftKey(adapted, b), params[b].detach().to(torch::kCPU, torch::kFloat32));
   // PEFT's targets: a last name where every layer of that name (outside the modules trained whole)
   // carries an adapter, else the adapted layers' full names, so that PEFT adapts the same layers.
   std::set<std::string> targets;
@@ -881,6 +917,20 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
 
 void ResetDoraMagnitudes(torch::nn::Module& model) {
   for (LoraLayer* layer : AdaptedLayers(model)) layer->ResetDoraMagnitude();  // DoRA's only
+}
+
+absl::Status CheckMergeable(torch::nn::Module& model) {
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+    if (layer != nullptr && layer->has_lora() && layer->lora_tied_head())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the adapter on ", item.key(),
+          " cannot be merged: the tied output head reads the same table and, like PEFT's model "
+          "without ensure_weight_tying, was trained on the base's, so the merged model would "
+          "compute other logits; write the adapter alone (format=peft), or train without an "
+          "adapter on the tied embedding"));
+  }
+  return absl::OkStatus();
 }
 
 void MergeLora(torch::nn::Module& model) {

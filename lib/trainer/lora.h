@@ -6,8 +6,9 @@
 //
 // `model.lora: {r, alpha, dropout, target_modules}` adds adapters to the layers target_modules
 // names as PEFT's list does: a layer matches a name that is its full name or ends it after a dot
-// (q_proj, v_proj, c_attn, model.layers.0.self_attn.q_proj), and `all-linear` (PEFT's shorthand)
-// every layer that can carry one but the output head (lm_head), and another string is a regular
+// (q_proj, v_proj, c_attn, model.layers.0.self_attn.q_proj; a token embedding too, embed_tokens,
+// wte), and `all-linear` (PEFT's shorthand) every Linear layer but the output head (lm_head), and
+// another string is a regular
 // expression a layer's full name matches whole (LoraSelection); `model.lora.from=DIR` reads an
 // adapter PEFT saved (adapter_config.json, adapter_model.safetensors) instead. The adapter
 // is written back in PEFT's format (WritePeftAdapter) or merged into W (MergeLora) for a plain
@@ -82,7 +83,8 @@ struct LoraOptions {
   std::string base_dtype = "float32";
 };
 
-// A layer that can carry an adapter (kiln's Linear layers: components/models/autocast_linear.h).
+// A layer that can carry an adapter: kiln's Linear layers (components/models/autocast_linear.h) and
+// token embeddings (components/models/lora_embedding.h).
 class LoraLayer {
  public:
   virtual ~LoraLayer() = default;
@@ -106,6 +108,26 @@ class LoraLayer {
   // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
   // for a base whose weights were loaded after the adapters were added.
   virtual void ResetDoraMagnitude() = 0;
+  // Whether an output head also reads this layer's weight (a tied embedding) and keeps reading the
+  // base's, so that merging the adapter would change the head as well.
+  virtual bool lora_tied_head() const { return false; }
+};
+
+// The settings an adapted layer keeps from AddLora's options (LoraLayer's r, alpha, dropout and
+// rsLoRA), and its scaling; for the layers to share.
+class LoraLayerSettings : public LoraLayer {
+ public:
+  int64_t lora_r() const override { return lora_r_; }
+  double lora_alpha() const override { return lora_alpha_; }
+  double lora_dropout() const override { return lora_dropout_; }
+  bool lora_rslora() const override { return lora_rslora_; }
+
+ protected:
+  void KeepLoraSettings(const LoraOptions& o);
+
+  int64_t lora_r_ = 0;
+  double lora_alpha_ = 0, lora_dropout_ = 0, lora_scaling_ = 0;
+  bool lora_rslora_ = false;
 };
 
 // The layers LoraOptions selects, by full name, as PEFT's check_target_module_exists: those
@@ -172,6 +194,11 @@ struct PeftAdapterInfo {
 // tensors as base_model.model.NAME.weight, as PEFT writes them).
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
                               const std::string& dir);
+
+// Refused in one line: an adapter that MergeLora cannot fold into its weight without changing
+// what the model computes (an adapted embedding whose table a tied output head reads too; PEFT's
+// merge changes that head silently).
+absl::Status CheckMergeable(torch::nn::Module& model);
 
 // Adds each adapter's product to its weight and removes the adapters: a plain model again.
 void MergeLora(torch::nn::Module& model);

@@ -650,18 +650,28 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
     EXPECT_NE(resumed.err.find("model.norm trained whole"), std::string::npos) << resumed.err;
     auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_norm_run", "format=peft",
-                         "hydra.run.dir=" + d + "/lora_norm_peft"});
+                         "hydra.run.dir=" + d + "/lora_norm_run_peft"});
     ASSERT_EQ(e.exit_code, 0) << e.err;
-    EXPECT_NE(ReadFile(d + "/lora_norm_peft/adapter_config.json")
+    EXPECT_NE(ReadFile(d + "/lora_norm_run_peft/adapter_config.json")
                   .find("\"modules_to_save\": [\"model.norm\"]"),
               std::string::npos);
-    auto exported = ReadSafetensors(d + "/lora_norm_peft/adapter_model.safetensors");
+    auto exported = ReadSafetensors(d + "/lora_norm_run_peft/adapter_model.safetensors");
     ASSERT_TRUE(exported.ok()) << exported.status();
     ASSERT_EQ(exported->count(norm), 1u);
     EXPECT_EQ(exported->size(), adapter->size() + 1);
     const torch::Tensor trained_norm = exported->at(norm);
     EXPECT_FALSE(torch::equal(trained_norm, torch::full({16}, 1.5)));
     EXPECT_LT((trained_norm - 1.5).abs().max().item<double>(), 0.5);
+    // peft reads that file as kiln wrote it (modules_to_save ["model.norm"]) and gives the merged
+    // folder's logits, the trained final norm's part in them.
+    auto merged = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_norm_run", "format=hf",
+                              "hydra.run.dir=" + d + "/lora_norm_run_hf"});
+    ASSERT_EQ(merged.exit_code, 0) << merged.err;
+    ASSERT_NO_FATAL_FAILURE(ExpectPeftGivesTheMergedLogits(
+        "llama", base, d + "/lora_norm_run", [](const std::string& n) {
+          return n == "model.norm.weight" || n.find("q_proj") != std::string::npos ||
+                 n.find("v_proj") != std::string::npos;
+        }));
   }
   // DoRA (use_dora) on the same base given as kiln's own checkpoint (model.init_from, loaded after
   // the adapters are added): the magnitudes start at that base's row norms, not the random
@@ -761,6 +771,30 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   EXPECT_NE(other_base.err.find("holds LoRA adapters trained beside other frozen weights"),
             std::string::npos)
       << other_base.err;
+  // An adapter on the embedding that gpt's tied head reads too (the head keeps the base's table,
+  // as in PEFT): format=hf refuses the merge, which would change the head as well, and writes
+  // nothing; format=peft writes the adapter, the embedding's as PEFT's lora_embedding_A and _B.
+  {
+    auto tied = Lm("train", {"test=false", "trainer.max_steps=1",
+                             "model.lora={r:2,alpha:4,target_modules:[wte,c_attn]}",
+                             "hydra.run.dir=" + d + "/lora_wte"});
+    ASSERT_EQ(tied.exit_code, 0) << tied.err;
+    auto merged = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=hf",
+                              "hydra.run.dir=" + d + "/lora_wte_hf"});
+    EXPECT_NE(merged.exit_code, 0);
+    EXPECT_NE(merged.err.find("kiln export format=hf: the adapter on transformer.wte cannot be "
+                              "merged: the tied output head reads the same table"),
+              std::string::npos)
+        << merged.err;
+    EXPECT_FALSE(std::ifstream(d + "/lora_wte_hf/config.json").good());
+    auto alone = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=peft",
+                             "hydra.run.dir=" + d + "/lora_wte_peft"});
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    auto adapter = ReadSafetensors(d + "/lora_wte_peft/adapter_model.safetensors");
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    EXPECT_EQ(adapter->count("base_model.model.transformer.wte.lora_embedding_A"), 1u);
+    EXPECT_EQ(adapter->count("base_model.model.transformer.wte.lora_embedding_B"), 1u);
+  }
   auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
                                  "hydra.run.dir=" + d + "/no_peft"});
   EXPECT_NE(no_adapters.exit_code, 0);

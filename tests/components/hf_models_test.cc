@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "components/models/autocast_linear.h"
 #include "components/models/generation.h"
+#include "components/models/lora_embedding.h"
 #include "components/models/model.h"
 #include "lib/config/yaml_io.h"
 #include "lib/distributed/sharding_units.h"
@@ -105,7 +106,9 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // regular expression (PEFT's target_modules as a string), beside exclude_modules as one and a
 // rank_pattern key that is one; with "bias_all" or "bias_lora_only", PEFT's bias: every bias
 // trains beside the adapters, or the adapted layers' (changed on both sides, so that loading them
-// shows in the logits); "+lora_bias" after either, PEFT's lora_bias too.
+// shows in the logits); "+lora_bias" after either, PEFT's lora_bias too. A target that is a token
+// embedding gets PEFT's lora_embedding_A and _B; with "tied", the base's head reads that table, so
+// both sides' heads keep the base's and the merge is refused (CheckMergeable) rather than checked.
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -160,6 +163,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
       trained += p.value().requires_grad();
       if (bias) p.value().add_(torch::randn_like(p.value()) * 0.3);
       if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
+      // An embedding's adapter starts with A at zero (PEFT's), B drawn.
+      if (p.key().find("lora_embedding_") != std::string::npos) p.value().normal_(0, 0.3);
       if (p.key().find("lora_magnitude_vector") != std::string::npos)
         p.value().mul_(1 + 0.2 * torch::randn_like(p.value()));
     }
@@ -190,11 +195,19 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   torch::Tensor adapted_logits = logits_of(**model, ids);
   EXPECT_LT((adapted_logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
 
-  MergeLora(**model);
-  EXPECT_FALSE(HasLora(**model));
-  for (const auto& [name, tensor] : StateDict(**model))
-    EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
-  EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
+  const absl::Status mergeable = CheckMergeable(**model);
+  if (variant == "tied") {
+    EXPECT_NE(mergeable.message().find("the tied output head reads the same table"),
+              std::string::npos)
+        << mergeable;
+  } else {
+    ASSERT_TRUE(mergeable.ok()) << mergeable;
+    MergeLora(**model);
+    EXPECT_FALSE(HasLora(**model));
+    for (const auto& [name, tensor] : StateDict(**model))
+      EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+    EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
+  }
 
   auto from_peft = Pretrained(family, base);
   ASSERT_TRUE(from_peft.ok()) << from_peft.status();
@@ -270,6 +283,9 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
                      dir_->path() + "/bias_all", 0, "bias_all+lora_bias");
   ExpectLoraBothWays("gpt2", dir_->path() + "/untied/model", {"c_attn"}, 2, dir_->path() + "/dora",
                      0, "dora");
+  // Adapters on both embeddings (token and position), GPT-2's head tied to the first.
+  ExpectLoraBothWays("gpt2", dir_->path() + "/tied/model", {"wte", "wpe", "c_attn"}, 4,
+                     dir_->path() + "/embeddings", 0, "tied");
 }
 
 // Llama (grouped-query attention, Llama 3's rope scaling, biases; transformers 4's rope keys
@@ -387,6 +403,10 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
                      dir_->path() + "/roberta_all_linear", 4, "bias_lora_only");
   ExpectLoraBothWays("bert", dir_->path() + "/bert/model", {kAllLinear}, 13,
                      dir_->path() + "/bert_all_linear", 2);
+  // Adapters on the word and position embeddings (PEFT's lora.Embedding) beside each query.
+  ExpectLoraBothWays("bert", dir_->path() + "/bert/model",
+                     {"word_embeddings", "position_embeddings", "query"}, 4,
+                     dir_->path() + "/bert_embeddings", 2);
 }
 
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml);
@@ -493,6 +513,12 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   // PEFT's regular expressions: target_modules and exclude_modules as strings, a rank_pattern key.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"model\\.layers\\.1\\..*_proj"}, 5,
                      dir_->path() + "/regex", 0, "regex");
+  // An adapter on the token embedding (PEFT's lora.Embedding; peft saves the table beside it,
+  // which kiln loads back), untied and tied (the head keeps the base's table on both sides).
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"embed_tokens", "q_proj"}, 3,
+                     dir_->path() + "/embedding");
+  ExpectLoraBothWays("llama", dir_->path() + "/tied/model", {"embed_tokens", "v_proj"}, 3,
+                     dir_->path() + "/embedding_tied", 0, "tied");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -817,6 +843,92 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
       layer->MergeLora();
       EXPECT_TRUE(torch::allclose(layer->forward(x), adapted, 1e-6, 1e-5));
     }
+  }
+}
+
+// An embedding's adapter against PEFT's lora.Embedding written out here: W[id] + s (A^T[id] B^T),
+// its gradients (none for the padding row's column of A, as F.embedding's padding_idx), the merged
+// table W + s (B A)^T. In a model: all-linear leaves embeddings out, DoRA on one is refused, and a
+// tied head's table is refused for merging.
+TEST(Lora, AnEmbeddingsAdapterIsPeftsComposite) {
+  torch::manual_seed(3);
+  LoraEmbedding table(torch::nn::EmbeddingOptions(10, 6).padding_idx(0));
+  LoraOptions o;
+  o.r = 3;
+  o.alpha = 6;
+  table->AddLora(o);
+  EXPECT_EQ(table->lora_embedding_A.abs().sum().item<float>(), 0.0f);  // PEFT's start: A zero
+  EXPECT_GT(table->lora_embedding_B.abs().sum().item<float>(), 0.0f);
+  {
+    torch::NoGradGuard no_grad;
+    table->lora_embedding_A.normal_();
+  }
+  const torch::Tensor ids = torch::tensor({{0, 3, 9}, {3, 1, 0}});
+  torch::Tensor got = table->forward(ids);
+  torch::Tensor want =
+      table->weight.index_select(0, ids.flatten()).view({2, 3, 6}) +
+      torch::matmul(table->lora_embedding_A.t().index_select(0, ids.flatten()).view({2, 3, 3}),
+                    table->lora_embedding_B.t()) *
+          2.0;
+  EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-5)) << (got - want).abs().max();
+  const torch::Tensor dy = torch::randn(got.sizes());
+  const std::vector<torch::Tensor> adapters = {table->lora_embedding_A, table->lora_embedding_B};
+  auto got_grads = torch::autograd::grad({got}, adapters, {dy});
+  auto want_grads = torch::autograd::grad({want}, adapters, {dy});
+  EXPECT_TRUE(torch::allclose(got_grads[1], want_grads[1], 1e-6, 1e-5));
+  // The padding row's column of A has none; the others are the composite's.
+  EXPECT_EQ(got_grads[0].select(1, 0).abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(want_grads[0].select(1, 0).abs().sum().item<float>(), 0.0f);
+  EXPECT_TRUE(
+      torch::allclose(got_grads[0].narrow(1, 1, 9), want_grads[0].narrow(1, 1, 9), 1e-6, 1e-5));
+  torch::Tensor adapted = table->forward(ids).detach();
+  table->MergeLora();
+  EXPECT_FALSE(table->has_lora());
+  EXPECT_TRUE(torch::allclose(table->forward(ids), adapted, 1e-6, 1e-5));
+  EXPECT_EQ(table->named_parameters().size(), 1u);
+
+  const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 1\nheads: 2\n";
+  LoraOptions dora;
+  dora.target_modules = {"embed_tokens", "q_proj"};
+  dora.use_dora = true;
+  auto model = Instantiate(llama);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::Status refused = AddLora(**model, dora).status();
+  EXPECT_EQ(refused.message(),
+            "model.lora.use_dora: model.embed_tokens is an embedding; kiln's embedding adapters "
+            "are plain LoRA (PEFT takes no lora_bias there either); leave it out of "
+            "target_modules or set use_dora=false");
+  for (const bool tied : {false, true}) {
+    auto m = Instantiate(llama + (tied ? "tie_weights: true\n" : ""));
+    ASSERT_TRUE(m.ok()) << m.status();
+    LoraOptions plain;
+    plain.target_modules = {"embed_tokens"};
+    ASSERT_TRUE(AddLora(**m, plain).ok());
+    const absl::Status mergeable = CheckMergeable(**m);
+    EXPECT_EQ(mergeable.ok(), !tied) << mergeable;
+    if (!tied) {
+      // PEFT's file may carry the table itself (a vocabulary resized in fine-tuning): loaded at
+      // the base's size, refused at another.
+      testing::TempDir dir;
+      ASSERT_TRUE(WritePeftAdapter(**m, PeftAdapterInfo{}, dir.path()).ok());
+      auto tensors = ReadSafetensors(dir.path() + "/adapter_model.safetensors");
+      ASSERT_TRUE(tensors.ok()) << tensors.status();
+      std::vector<std::pair<std::string, torch::Tensor>> grown(tensors->begin(), tensors->end());
+      grown.emplace_back("base_model.model.model.embed_tokens.base_layer.weight",
+                         torch::zeros({9, 8}));
+      ASSERT_TRUE(WriteSafetensors(dir.path() + "/adapter_model.safetensors", grown).ok());
+      auto other = Instantiate(llama);
+      ASSERT_TRUE(other.ok());
+      LoraOptions from;
+      from.from = dir.path();
+      EXPECT_EQ(AddLora(**other, from).status().message(),
+                "model.lora.from: base_model.model.model.embed_tokens.base_layer.weight is [9, 8] "
+                "in the file and [8, 8] in the model (a vocabulary resized in fine-tuning; kiln "
+                "loads the base's size)");
+    }
+    if (tied)
+      EXPECT_EQ(mergeable.message().substr(0, 80),
+                "the adapter on model.embed_tokens cannot be merged: the tied output head reads t");
   }
 }
 

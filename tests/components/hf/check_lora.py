@@ -10,7 +10,12 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]|tied]]
+
+A target that is a token embedding gets peft's lora.Embedding (its A and B drawn at random and
+scaled to 0.3), and peft saves an adapted embed_tokens' table beside it, moved here so that
+loading it shows; with tied (a base whose head is its embedding), peft's default is kept: the head
+reads the base's table.
 
 With rslora, peft's adapter is rsLoRA's (use_rslora=True: scaled by alpha / sqrt(r)); with dora,
 DoRA's (use_dora=True), its magnitudes moved off the row norms they start at, as training moves them;
@@ -82,6 +87,12 @@ def main():
                 p.normal_(0, 0.3)
             if p.requires_grad and name.endswith(".bias") and "modules_to_save" not in name:
                 p.add_(0.3 * torch.randn_like(p))
+            if "lora_embedding_" in name:
+                p.mul_(0.3)  # drawn from a standard normal, both (init_lora_weights=False)
+            if name.endswith("embed_tokens.base_layer.weight"):
+                # peft saves this table beside its adapter (a vocabulary grown in fine-tuning, say):
+                # moved, so that the other side's logits show whether it loaded.
+                p.add_(0.05 * torch.randn_like(p))
             if "lora_magnitude_vector" in name:
                 p.mul_(1 + 0.2 * torch.randn_like(p))
     model.save_pretrained(peft_adapter)
