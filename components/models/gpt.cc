@@ -27,10 +27,20 @@ class Gpt : public CausalLm {
  public:
   Gpt(const TextTransformerOptions& o, bool tie_weights) : tie_weights_(tie_weights), options_(o) {
     transformer = register_module("transformer", TextTransformer(o));
-    transformer->wte->tied_head = tie_weights;
     if (!tie_weights) {
       lm_head = register_module(
           "lm_head", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    } else {
+      // A LoRA update merged into the tied table leaves the head the base's (MergeLora).
+      transformer->wte->untie_head = [this](const torch::Tensor& base) {
+        lm_head = register_module(
+            "lm_head",
+            torch::nn::Linear(
+                torch::nn::LinearOptions(options_.dim, options_.vocab_size).bias(false)));
+        lm_head->weight.set_data(base);
+        lm_head->weight.set_requires_grad(false);
+        tie_weights_ = false;
+      };
     }
     InitTransformerWeights(*this, o.depth);
   }

@@ -282,7 +282,6 @@ class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnit
  public:
   explicit LlamaBodyImpl(const LlamaArchitecture& a) : inv_freq_(InverseFrequencies(a)) {
     embed_tokens = register_module("embed_tokens", LoraEmbedding(a.vocab_size, a.dim));
-    embed_tokens->tied_head = a.tie_weights;
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < a.depth; ++i) {
       layers_.push_back(LlamaLayer(a, a.windows.empty() ? 0 : a.windows[i]));
@@ -373,6 +372,15 @@ class Llama : public CausalLm {
     if (!a.tie_weights) {
       lm_head = register_module(
           "lm_head", AutocastLinear(torch::nn::LinearOptions(a.dim, a.vocab_size).bias(false)));
+    } else {
+      // A LoRA update merged into the tied table leaves the head the base's (MergeLora).
+      model->embed_tokens->untie_head = [this](const torch::Tensor& base) {
+        lm_head = register_module(
+            "lm_head", AutocastLinear(torch::nn::LinearOptions(a_.dim, a_.vocab_size).bias(false)));
+        lm_head->weight.set_data(base);
+        lm_head->weight.set_requires_grad(false);
+        a_.tie_weights = false;
+      };
     }
     // transformers' _init_weights: N(0, initializer_range) for every matrix, zero biases; the
     // RMSNorm weights stay 1. A layer built in pieces (fsdp) draws as the whole model does.

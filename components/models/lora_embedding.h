@@ -7,14 +7,16 @@
 // embeddings too).
 //
 // A model whose output head reads this table (a tied head: llama's tie_word_embeddings, GPT-2)
-// sets tied_head: the head keeps the base table, as in PEFT without ensure_weight_tying, so
-// merging the adapter into the shared table would change the head too; lib/trainer/lora.h's
-// CheckMergeable refuses that merge.
+// sets untie_head: the head keeps reading the base table, as in PEFT without ensure_weight_tying,
+// so merging the adapter into the shared table would change the head too. MergeLora first hands
+// the model the base table for a head of its own (which an export then writes untied), and then
+// merges. (PEFT's merge_and_unload changes the head silently.)
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "lib/trainer/lora.h"
@@ -50,6 +52,10 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
   void MergeLora() override {
     if (!has_lora()) return;
     torch::NoGradGuard no_grad;
+    if (untie_head) {
+      untie_head(weight.detach().clone());
+      untie_head = nullptr;
+    }
     weight.copy_(MergedWeight());
     parameters_.erase("lora_embedding_A");
     parameters_.erase("lora_embedding_B");
@@ -58,10 +64,11 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
   bool lora_dora() const override { return false; }
   bool lora_has_bias() const override { return false; }
   void ResetDoraMagnitude() override {}
-  bool lora_tied_head() const override { return tied_head; }
 
   torch::Tensor lora_embedding_A, lora_embedding_B;  // PEFT's names
-  bool tied_head = false;  // an output head reads `weight` (see the top of this file)
+  // Set by a model whose output head reads `weight`: gives the head the table it is passed as a
+  // weight of its own (see the top of this file).
+  std::function<void(const torch::Tensor&)> untie_head;
 };
 TORCH_MODULE(LoraEmbedding);
 

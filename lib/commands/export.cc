@@ -159,9 +159,6 @@ absl::Status ExportHf(run::JobContext& ctx, Job& job, const std::string& source)
         "' has no Hugging Face layout in kiln; these do: ", absl::StrJoin(names, ", ")));
   }
   if (HasLora(job.task().module())) {
-    if (absl::Status mergeable = CheckMergeable(job.task().module()); !mergeable.ok())
-      return absl::FailedPreconditionError(
-          absl::StrCat("kiln export format=hf: ", mergeable.message()));
     MergeLora(job.task().module());
     Logger::Instance().Info(
         "format=hf: the LoRA adapters are merged into their layers' weights "

@@ -919,20 +919,6 @@ void ResetDoraMagnitudes(torch::nn::Module& model) {
   for (LoraLayer* layer : AdaptedLayers(model)) layer->ResetDoraMagnitude();  // DoRA's only
 }
 
-absl::Status CheckMergeable(torch::nn::Module& model) {
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
-    if (layer != nullptr && layer->has_lora() && layer->lora_tied_head())
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the adapter on ", item.key(),
-          " cannot be merged: the tied output head reads the same table and, like PEFT's model "
-          "without ensure_weight_tying, was trained on the base's, so the merged model would "
-          "compute other logits; write the adapter alone (format=peft), or train without an "
-          "adapter on the tied embedding"));
-  }
-  return absl::OkStatus();
-}
-
 void MergeLora(torch::nn::Module& model) {
   for (LoraLayer* layer : AdaptedLayers(model)) layer->MergeLora();
 }

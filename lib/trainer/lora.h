@@ -108,9 +108,6 @@ class LoraLayer {
   // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
   // for a base whose weights were loaded after the adapters were added.
   virtual void ResetDoraMagnitude() = 0;
-  // Whether an output head also reads this layer's weight (a tied embedding) and keeps reading the
-  // base's, so that merging the adapter would change the head as well.
-  virtual bool lora_tied_head() const { return false; }
 };
 
 // The settings an adapted layer keeps from AddLora's options (LoraLayer's r, alpha, dropout and
@@ -195,12 +192,9 @@ struct PeftAdapterInfo {
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
                               const std::string& dir);
 
-// Refused in one line: an adapter that MergeLora cannot fold into its weight without changing
-// what the model computes (an adapted embedding whose table a tied output head reads too; PEFT's
-// merge changes that head silently).
-absl::Status CheckMergeable(torch::nn::Module& model);
-
-// Adds each adapter's product to its weight and removes the adapters: a plain model again.
+// Adds each adapter's product to its weight and removes the adapters: a plain model again. A tied
+// output head whose embedding carried an adapter gets the base table as a weight of its own
+// (components/models/lora_embedding.h), so the logits stay what they were.
 void MergeLora(torch::nn::Module& model);
 
 }  // namespace kiln

@@ -772,21 +772,23 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
             std::string::npos)
       << other_base.err;
   // An adapter on the embedding that gpt's tied head reads too (the head keeps the base's table,
-  // as in PEFT): format=hf refuses the merge, which would change the head as well, and writes
-  // nothing; format=peft writes the adapter, the embedding's as PEFT's lora_embedding_A and _B.
+  // as in PEFT): format=hf merges it into the table and writes the head untied, with the base's
+  // table as its weight; format=peft writes the adapter, the embedding's as PEFT's
+  // lora_embedding_A and _B.
   {
-    auto tied = Lm("train", {"test=false", "trainer.max_steps=1",
+    auto tied = Lm("train", {"test=false", "trainer.max_steps=3",
                              "model.lora={r:2,alpha:4,target_modules:[wte,c_attn]}",
                              "hydra.run.dir=" + d + "/lora_wte"});
     ASSERT_EQ(tied.exit_code, 0) << tied.err;
     auto merged = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=hf",
                               "hydra.run.dir=" + d + "/lora_wte_hf"});
-    EXPECT_NE(merged.exit_code, 0);
-    EXPECT_NE(merged.err.find("kiln export format=hf: the adapter on transformer.wte cannot be "
-                              "merged: the tied output head reads the same table"),
-              std::string::npos)
-        << merged.err;
-    EXPECT_FALSE(std::ifstream(d + "/lora_wte_hf/config.json").good());
+    ASSERT_EQ(merged.exit_code, 0) << merged.err;
+    EXPECT_NE(ReadFile(d + "/lora_wte_hf/config.json").find("\"tie_word_embeddings\": false"),
+              std::string::npos);
+    auto folder = ReadSafetensors(d + "/lora_wte_hf/model.safetensors");
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    ASSERT_EQ(folder->count("lm_head.weight"), 1u);
+    EXPECT_FALSE(torch::equal(folder->at("lm_head.weight"), folder->at("transformer.wte.weight")));
     auto alone = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=peft",
                              "hydra.run.dir=" + d + "/lora_wte_peft"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
@@ -794,6 +796,10 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     ASSERT_TRUE(adapter.ok()) << adapter.status();
     EXPECT_EQ(adapter->count("base_model.model.transformer.wte.lora_embedding_A"), 1u);
     EXPECT_EQ(adapter->count("base_model.model.transformer.wte.lora_embedding_B"), 1u);
+    // A starts at zero (PEFT's); trained, it has moved.
+    EXPECT_GT(
+        adapter->at("base_model.model.transformer.wte.lora_embedding_A").abs().max().item<float>(),
+        0.0f);
   }
   auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
                                  "hydra.run.dir=" + d + "/no_peft"});

@@ -108,7 +108,7 @@ void ExpectSameGreedy(Model& model, const std::string& dir, int64_t eos) {
 // trains beside the adapters, or the adapted layers' (changed on both sides, so that loading them
 // shows in the logits); "+lora_bias" after either, PEFT's lora_bias too. A target that is a token
 // embedding gets PEFT's lora_embedding_A and _B; with "tied", the base's head reads that table, so
-// both sides' heads keep the base's and the merge is refused (CheckMergeable) rather than checked.
+// both sides' heads keep the base's, and merging gives the head that table as its own (lm_head).
 void ExpectLoraBothWays(const std::string& family, const std::string& base,
                         const std::vector<std::string>& targets, size_t layers,
                         const std::string& scratch, size_t head_tensors = 0,
@@ -195,19 +195,17 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   torch::Tensor adapted_logits = logits_of(**model, ids);
   EXPECT_LT((adapted_logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
 
-  const absl::Status mergeable = CheckMergeable(**model);
+  MergeLora(**model);
+  EXPECT_FALSE(HasLora(**model));
+  const auto merged_state = StateDict(**model);
+  for (const auto& [name, tensor] : merged_state)
+    EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
   if (variant == "tied") {
-    EXPECT_NE(mergeable.message().find("the tied output head reads the same table"),
-              std::string::npos)
-        << mergeable;
-  } else {
-    ASSERT_TRUE(mergeable.ok()) << mergeable;
-    MergeLora(**model);
-    EXPECT_FALSE(HasLora(**model));
-    for (const auto& [name, tensor] : StateDict(**model))
-      EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
-    EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
+    const auto head = std::find_if(merged_state.begin(), merged_state.end(),
+                                   [](const auto& item) { return item.first == "lm_head.weight"; });
+    ASSERT_NE(head, merged_state.end()) << "the merged table's head is still the table";
   }
+  EXPECT_LT((logits_of(**model, ids) - adapted_logits).abs().max().item<double>(), 1e-5);
 
   auto from_peft = Pretrained(family, base);
   ASSERT_TRUE(from_peft.ok()) << from_peft.status();
@@ -849,7 +847,7 @@ TEST(Lora, TheFoldedAdapterEqualsItsComposite) {
 // An embedding's adapter against PEFT's lora.Embedding written out here: W[id] + s (A^T[id] B^T),
 // its gradients (none for the padding row's column of A, as F.embedding's padding_idx), the merged
 // table W + s (B A)^T. In a model: all-linear leaves embeddings out, DoRA on one is refused, and a
-// tied head's table is refused for merging.
+// tied head gets the base table as its own weight when the adapter is merged.
 TEST(Lora, AnEmbeddingsAdapterIsPeftsComposite) {
   torch::manual_seed(3);
   LoraEmbedding table(torch::nn::EmbeddingOptions(10, 6).padding_idx(0));
@@ -904,9 +902,24 @@ TEST(Lora, AnEmbeddingsAdapterIsPeftsComposite) {
     LoraOptions plain;
     plain.target_modules = {"embed_tokens"};
     ASSERT_TRUE(AddLora(**m, plain).ok());
-    const absl::Status mergeable = CheckMergeable(**m);
-    EXPECT_EQ(mergeable.ok(), !tied) << mergeable;
-    if (!tied) {
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : (*m)->named_parameters())
+        if (p.key().find("lora_embedding_A") != std::string::npos) p.value().normal_();
+    }
+    if (tied) {
+      const torch::Tensor ids = torch::tensor({{1, 5, 7}});
+      (*m)->eval();
+      torch::NoGradGuard no_grad;
+      const torch::Tensor adapted_logits = (*m)->forward(ids);
+      const torch::Tensor base = (*m)->named_parameters()["model.embed_tokens.weight"].clone();
+      MergeLora(**m);
+      auto merged = (*m)->named_parameters();
+      ASSERT_EQ(merged.find("lm_head.weight") != nullptr, true);
+      EXPECT_TRUE(torch::equal(merged["lm_head.weight"], base));
+      EXPECT_FALSE(torch::equal(merged["model.embed_tokens.weight"], base));
+      EXPECT_TRUE(torch::allclose((*m)->forward(ids), adapted_logits, 1e-6, 1e-5));
+    } else {
       // PEFT's file may carry the table itself (a vocabulary resized in fine-tuning): loaded at
       // the base's size, refused at another.
       testing::TempDir dir;
@@ -926,9 +939,6 @@ TEST(Lora, AnEmbeddingsAdapterIsPeftsComposite) {
                 "in the file and [8, 8] in the model (a vocabulary resized in fine-tuning; kiln "
                 "loads the base's size)");
     }
-    if (tied)
-      EXPECT_EQ(mergeable.message().substr(0, 80),
-                "the adapter on model.embed_tokens cannot be merged: the tied output head reads t");
   }
 }
 
