@@ -789,6 +789,27 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     ASSERT_TRUE(folder.ok()) << folder.status();
     ASSERT_EQ(folder->count("lm_head.weight"), 1u);
     EXPECT_FALSE(torch::equal(folder->at("lm_head.weight"), folder->at("transformer.wte.weight")));
+    // transformers loads the untied folder as GPT-2, with kiln's logits from it.
+    auto loaded = RunProcess({KILN_PYTHON_EXE,
+                              std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py",
+                              d + "/lora_wte_hf"});
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+    auto node =
+        config::ParseYaml("_target_: gpt2\npretrained: '" + d + "/lora_wte_hf'\n", "model.yaml");
+    ASSERT_TRUE(node.ok());
+    auto untied = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(untied.ok()) << untied.status();
+    auto reference = ReadSafetensors(d + "/lora_wte_hf/transformers_logits.safetensors");
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    (*untied)->eval();
+    {
+      torch::NoGradGuard no_grad;
+      EXPECT_LT(((*untied)->forward(reference->at("ids")) - reference->at("logits"))
+                    .abs()
+                    .max()
+                    .item<double>(),
+                1e-5);
+    }
     auto alone = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=peft",
                              "hydra.run.dir=" + d + "/lora_wte_peft"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
