@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -24,20 +25,43 @@
 namespace kiln::run {
 namespace {
 
-// A TCP port nobody listens on right now, for rank 0's rendezvous store.
-absl::StatusOr<int> FreePort() {
+// Binds a TCP socket on the loopback address to `port` (0: any) and closes it: the port bound, or
+// -1 where it is taken.
+int BindAndClose(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
   int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
-  if (rc != 0)
+  return rc == 0 ? static_cast<int>(ntohs(addr.sin_port)) : -1;
+}
+
+// A TCP port nobody listens on right now, for rank 0's rendezvous store. Drawn below the kernel's
+// ephemeral range (ip_local_port_range), which the source ports of outgoing connections come from:
+// a port bind(0) gives lies in that range, and another job's connection can take it before rank 0
+// listens on it (EADDRINUSE, seen in CI with tests in parallel). bind(0) where the range cannot be
+// read or leaves no room below it.
+absl::StatusOr<int> FreePort() {
+  int low = 0, high = 0;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  constexpr int kLowest = 10000;
+  if (range >> low >> high && low > kLowest + 1000) {
+    std::mt19937 draw(std::random_device{}());
+    std::uniform_int_distribution<int> port(kLowest, low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int bound = BindAndClose(port(draw));
+      if (bound > 0) return bound;
+    }
+  }
+  const int bound = BindAndClose(0);
+  if (bound < 0)
     return absl::InternalError(absl::StrCat("finding a free port: ", std::strerror(errno)));
-  return static_cast<int>(ntohs(addr.sin_port));
+  return bound;
 }
 
 }  // namespace
