@@ -85,6 +85,27 @@ class NlpCliTest : public ::testing::Test {
   // peft on the folder `base` with the adapter `run`_peft (kiln export format=peft) gives the
   // logits of the merged folder `run`_hf (format=hf) read by kiln's `model`, within 1e-5; the
   // merged folder differs from the base in the weights `trained` names only.
+  // kiln's model `target` (gpt2, llama, bert) read from `folder` (pretrained=FOLDER) gives, on the
+  // ids in `reference` (a safetensors file of ids and logits another library wrote), its logits
+  // within 1e-5.
+  static void ExpectKilnGivesTheLogits(const std::string& target, const std::string& folder,
+                                       const std::string& reference) {
+    auto node =
+        config::ParseYaml("_target_: " + target + "\npretrained: '" + folder + "'\n", "model.yaml");
+    ASSERT_TRUE(node.ok());
+    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto expected = ReadSafetensors(reference);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    (*model)->eval();
+    torch::NoGradGuard no_grad;
+    EXPECT_LT(((*model)->forward(expected->at("ids")) - expected->at("logits"))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-5);
+  }
+
   static void ExpectPeftGivesTheMergedLogits(
       const std::string& model, const std::string& base, const std::string& run,
       const std::function<bool(const std::string&)>& trained) {
@@ -92,19 +113,8 @@ class NlpCliTest : public ::testing::Test {
                             std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_lora.py",
                             base, run + "_peft"});
     ASSERT_EQ(peft.exit_code, 0) << peft.err;
-    auto node =
-        config::ParseYaml("_target_: " + model + "\npretrained: '" + run + "_hf'\n", "m.yaml");
-    ASSERT_TRUE(node.ok());
-    auto merged = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
-    ASSERT_TRUE(merged.ok()) << merged.status();
-    auto reference = ReadSafetensors(run + "_peft/peft_logits.safetensors");
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    (*merged)->eval();
-    {
-      torch::NoGradGuard no_grad;
-      torch::Tensor logits = (*merged)->forward(reference->at("ids"));
-      EXPECT_LT((logits - reference->at("logits")).abs().max().item<double>(), 1e-5);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectKilnGivesTheLogits(model, run + "_hf", run + "_peft/peft_logits.safetensors"));
     auto before = ReadSafetensors(base + "/model.safetensors");
     auto after = ReadSafetensors(run + "_hf/model.safetensors");
     ASSERT_TRUE(before.ok() && after.ok());
@@ -492,21 +502,8 @@ TEST_F(NlpCliTest, BertFamiliesFineTuneAndExportAFolderThatTransformersLoads) {
   auto scratch_loaded = RunProcess({check[0], check[1], d + "/scratch_hf"});
   ASSERT_EQ(scratch_loaded.exit_code, 0) << scratch_loaded.err;
   EXPECT_NE(scratch_loaded.out.find("BertForSequenceClassification"), std::string::npos);
-  {
-    auto node = config::ParseYaml("_target_: bert\npretrained: '" + d + "/scratch_hf'\n", "m.yaml");
-    ASSERT_TRUE(node.ok());
-    auto model = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
-    ASSERT_TRUE(model.ok()) << model.status();
-    auto reference = ReadSafetensors(d + "/scratch_hf/transformers_logits.safetensors");
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    (*model)->eval();
-    torch::NoGradGuard no_grad;
-    EXPECT_LT(((*model)->forward(reference->at("ids")) - reference->at("logits"))
-                  .abs()
-                  .max()
-                  .item<double>(),
-              1e-5);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectKilnGivesTheLogits(
+      "bert", d + "/scratch_hf", d + "/scratch_hf/transformers_logits.safetensors"));
   // A tokenizer that pads with another id than the one the model masks is refused in one line.
   auto mismatched = RunProcess(
       {KILN_BINARY, "train", "task=text_classification", "data=spam", "model=bert",
@@ -794,22 +791,8 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
                               std::string(KILN_SOURCE_DIR) + "/tests/components/hf/check_export.py",
                               d + "/lora_wte_hf"});
     ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
-    auto node =
-        config::ParseYaml("_target_: gpt2\npretrained: '" + d + "/lora_wte_hf'\n", "model.yaml");
-    ASSERT_TRUE(node.ok());
-    auto untied = Registry<Model>::Get().Instantiate(config::Config(*node, "model"));
-    ASSERT_TRUE(untied.ok()) << untied.status();
-    auto reference = ReadSafetensors(d + "/lora_wte_hf/transformers_logits.safetensors");
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    (*untied)->eval();
-    {
-      torch::NoGradGuard no_grad;
-      EXPECT_LT(((*untied)->forward(reference->at("ids")) - reference->at("logits"))
-                    .abs()
-                    .max()
-                    .item<double>(),
-                1e-5);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectKilnGivesTheLogits(
+        "gpt2", d + "/lora_wte_hf", d + "/lora_wte_hf/transformers_logits.safetensors"));
     auto alone = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=peft",
                              "hydra.run.dir=" + d + "/lora_wte_peft"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
