@@ -10,6 +10,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 source scripts/timing.sh
 
+# A first setup writes about 6 GB (the venv's torch and test packages 2-3, pip's downloads while it
+# installs, the build 2): on a fuller disk say so in one line, before pip or the compiler fails
+# half-way. KILN_SETUP_NEED_GB changes the figure (0 skips the check).
+if [[ ! -d .venv || ! -f "${KILN_BUILD_DIR:-build}/build.ninja" ]]; then
+  need_gb=${KILN_SETUP_NEED_GB:-6}
+  read -r free_kb mount < <(df -Pk . | awk 'NR == 2 { print $4, $6 }')
+  if ((free_kb < need_gb * 1024 * 1024)); then
+    echo "kiln setup: $((free_kb / 1024 / 1024)) GB free on $mount, a first setup needs about $need_gb GB;" \
+      "free some space (KILN_SETUP_NEED_GB=0 tries anyway)" >&2
+    exit 1
+  fi
+fi
+
 # KILN_DEPS=test (scripts/test.sh) also installs what only the tests need.
 timed "Debian packages" bash scripts/install_deps.sh ${KILN_DEPS:-}
 
