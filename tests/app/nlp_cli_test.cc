@@ -771,12 +771,17 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
   // An adapter on the embedding that gpt's tied head reads too (the head keeps the base's table,
   // as in PEFT): format=hf merges it into the table and writes the head untied, with the base's
   // table as its weight; format=peft writes the adapter, the embedding's as PEFT's
-  // lora_embedding_A and _B.
+  // lora_embedding_A and _B. The run trains in bf16-mixed (the adapter's product under autocast,
+  // added to the float32 table's rows), and format=torchscript traces the adapters unmerged.
   {
-    auto tied = Lm("train", {"test=false", "trainer.max_steps=3",
+    auto tied = Lm("train", {"test=false", "trainer.max_steps=3", "trainer.precision=bf16-mixed",
                              "model.lora={r:2,alpha:4,target_modules:[wte,c_attn]}",
                              "hydra.run.dir=" + d + "/lora_wte"});
     ASSERT_EQ(tied.exit_code, 0) << tied.err;
+    auto traced = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte",
+                              "format=torchscript", "hydra.run.dir=" + d + "/lora_wte_ts"});
+    ASSERT_EQ(traced.exit_code, 0) << traced.err;
+    EXPECT_TRUE(std::filesystem::is_regular_file(d + "/lora_wte_ts/model.pt"));
     auto merged = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_wte", "format=hf",
                               "hydra.run.dir=" + d + "/lora_wte_hf"});
     ASSERT_EQ(merged.exit_code, 0) << merged.err;

@@ -259,12 +259,16 @@ TEST_F(FullyShardedTest, LlamaShardsWithActivationCheckpointingToDataParallelsLo
 
 TEST_F(FullyShardedTest, LoraOnAFrozenBaseShardsAndItsCheckpointResumesWithDdp) {
   // Only the adapters train: a unit's backward ends after the last of its trainable parameters
-  // has its gradient (the frozen LayerNorm before them still needs its weights).
-  const std::string lora = "model.lora={r: 4, alpha: 8, target_modules: [c_attn]}";
+  // has its gradient (the frozen LayerNorm before them still needs its weights). The token table
+  // (tied to the head, which stays on the base table) carries an adapter too, outside the blocks'
+  // units.
+  const std::string lora = "model.lora={r: 4, alpha: 8, target_modules: [c_attn, wte]}";
   auto reference = Train("ddp", 2, 8, 20, {"trainer.strategy=ddp", lora});
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   auto sharded = Train("fsdp", 2, 8, 20, {"trainer.strategy=fsdp", lora});
   ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  // Two blocks' c_attn and the table.
+  EXPECT_NE(sharded.err.find("adapters of rank 4 on 3 layers"), std::string::npos) << sharded.err;
   EXPECT_LT(WorstRelativeDifference(Losses(Run("fsdp")), Losses(Run("ddp"))), 1e-5);
   // The sharded checkpoint resumes in one process with ddp, whose one-file checkpoint then takes
   // the folder's place.
