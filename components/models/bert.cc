@@ -148,6 +148,7 @@ class BertEmbeddingsImpl : public torch::nn::Module {
  public:
   explicit BertEmbeddingsImpl(const BertArchitecture& a) : dropout_(a.dropout) {
     word_embeddings = register_module("word_embeddings", LoraEmbedding(a.vocab_size, a.dim));
+    word_embeddings->token_table = true;
     position_embeddings =
         register_module("position_embeddings", LoraEmbedding(a.max_positions, a.dim));
     token_type_embeddings =

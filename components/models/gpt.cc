@@ -73,7 +73,7 @@ class Gpt : public CausalLm {
  private:
   // Tied: the logits reuse the embedding matrix (one parameter, not two names for one tensor).
   torch::Tensor Head(const torch::Tensor& x) {
-    return tie_weights_ ? torch::linear(x, transformer->wte->weight) : lm_head->forward(x);
+    return tie_weights_ ? torch::linear(x, transformer->wte->table()) : lm_head->forward(x);
   }
   bool tie_weights_;
   TextTransformerOptions options_;

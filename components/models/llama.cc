@@ -282,6 +282,7 @@ class LlamaBodyImpl : public torch::nn::Module, public distributed::ShardingUnit
  public:
   explicit LlamaBodyImpl(const LlamaArchitecture& a) : inv_freq_(InverseFrequencies(a)) {
     embed_tokens = register_module("embed_tokens", LoraEmbedding(a.vocab_size, a.dim));
+    embed_tokens->token_table = true;
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < a.depth; ++i) {
       layers_.push_back(LlamaLayer(a, a.windows.empty() ? 0 : a.windows[i]));
@@ -413,7 +414,7 @@ class Llama : public CausalLm {
 
  private:
   torch::Tensor Head(const torch::Tensor& x) {
-    return a_.tie_weights ? torch::linear(x, model->embed_tokens->weight) : lm_head->forward(x);
+    return a_.tie_weights ? torch::linear(x, model->embed_tokens->table()) : lm_head->forward(x);
   }
   LlamaArchitecture a_;
 };

@@ -141,6 +141,7 @@ torch::Tensor TransformerBlockImpl::forward_cached(torch::Tensor x, KvCache& cac
 
 TextTransformerImpl::TextTransformerImpl(const TextTransformerOptions& o) : o_(o) {
   wte = register_module("wte", LoraEmbedding(o.vocab_size, o.dim));
+  wte->token_table = true;
   wpe = register_module("wpe", LoraEmbedding(o.positions, o.dim));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.depth; ++i) {

@@ -74,6 +74,10 @@ const OptionBinding<LoraOptions>& LoraBinding() {
           .Field("lora_bias", &LoraOptions::lora_bias,
                  "lora_B with a bias, scaled with B A and merged into the layer's bias (PEFT's "
                  "lora_bias); the adapted layers must have biases")
+          .Field("trainable_token_indices", &LoraOptions::trainable_token_indices,
+                 "ids of the token table's rows that train beside the adapters, the rest of the "
+                 "table frozen (PEFT's trainable_token_indices; {MODULE: ids} names the table); "
+                 "a tied head reads the trained rows too")
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
                  "adapters, instead of new ones")
@@ -267,9 +271,6 @@ std::optional<double> PatternValue(const std::vector<PatternEntry>& pattern,
   return std::nullopt;
 }
 
-// The parameters PEFT's `bias` trains beside the adapters (LoraOptions::bias), by name, outside the
-// modules that train whole (`saved`): "all", every one named bias; "lora_only", the adapted
-// layers'.
 // The full names of the layers of `model` that carry an adapter.
 std::set<std::string> AdaptedNames(torch::nn::Module& model) {
   std::set<std::string> adapted;
@@ -280,7 +281,9 @@ std::set<std::string> AdaptedNames(torch::nn::Module& model) {
   return adapted;
 }
 
-// `adapted`: AdaptedNames(model).
+// The parameters PEFT's `bias` trains beside the adapters (LoraOptions::bias), by name, outside the
+// modules that train whole (`saved`): "all", every one named bias; "lora_only", the adapted
+// layers' (`adapted`: AdaptedNames(model)).
 std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::string& bias,
                                        const std::vector<std::string>& saved,
                                        const std::set<std::string>& adapted) {
@@ -298,9 +301,14 @@ std::vector<std::string> TrainedBiases(torch::nn::Module& model, const std::stri
 }
 
 // The key PEFT saves the parameter `name` under: an adapted layer's bias (`adapted`:
-// AdaptedNames) is its base layer's (NAME.base_layer.bias), any other its own name, after
+// AdaptedNames) is its base layer's (NAME.base_layer.bias), trainable tokens' rows its token
+// adapter's (NAME.token_adapter.trainable_tokens_delta), any other its own name, after
 // base_model.model.
 std::string PeftKey(const std::set<std::string>& adapted, const std::string& name) {
+  const std::string tokens = ".trainable_tokens_delta";
+  if (absl::EndsWith(name, tokens))
+    return absl::StrCat(kPrefix, name.substr(0, name.size() - tokens.size()), ".token_adapter",
+                        tokens);
   if (absl::EndsWith(name, ".bias")) {
     const std::string module = name.substr(0, name.size() - 5);
     if (adapted.count(module) != 0) return kPrefix + module + ".base_layer.bias";
@@ -320,6 +328,41 @@ absl::Status StringTargets(const std::string& key, const std::string& text,
   }
   KILN_RETURN_IF_ERROR(CheckRegex(text, absl::StrCat(where, key, ": ")));
   *regex = text;
+  return absl::OkStatus();
+}
+
+// PEFT's trainable_token_indices, `n`: a list of token ids, or {MODULE: ids} with one MODULE, into
+// `o`. Refused in one line that starts with `where`: another form, more than one module, an id
+// that is not a non-negative integer or comes twice.
+absl::Status ReadTrainableTokens(const config::NodePtr& n, const std::string& where,
+                                 LoraOptions* o) {
+  o->trainable_token_indices.clear();
+  o->trainable_tokens_module.clear();
+  if (n == nullptr || n->is_null()) return absl::OkStatus();
+  const std::string key = absl::StrCat(where, "trainable_token_indices");
+  config::NodePtr list = n;
+  if (n->is_map()) {
+    if (n->size() != 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " names ", n->size(),
+                       " modules; kiln trains tokens of the model's token table, one module"));
+    o->trainable_tokens_module = n->entries().front().first;
+    list = n->entries().front().second;
+  }
+  if (list == nullptr || !list->is_list())
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " must be a list of token ids, or {MODULE: [ids]}"));
+  std::set<int64_t> seen;
+  for (const auto& item : list->items()) {
+    if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": ", item ? config::PythonStr(*item) : "null",
+                       " is not a token id (a non-negative integer)"));
+    if (!seen.insert(item->as_int()).second)
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": token ", item->as_int(), " is listed twice"));
+    o->trainable_token_indices.push_back(item->as_int());
+  }
   return absl::OkStatus();
 }
 
@@ -355,7 +398,8 @@ bool ReadOrHarmless(const std::string& key) {
                                                       "ensure_weight_tying",
                                                       "rank_pattern",
                                                       "alpha_pattern",
-                                                      "lora_bias"};
+                                                      "lora_bias",
+                                                      "trainable_token_indices"};
   return keys->count(key) != 0;
 }
 
@@ -368,9 +412,9 @@ bool Unset(const config::Node& n) {
 
 // adapter_config.json's r, lora_alpha, lora_dropout, use_rslora, use_dora, target_modules and
 // exclude_modules (lists, all-linear, or regular expressions), modules_to_save, rank_pattern,
-// alpha_pattern, layers_to_transform and layers_pattern, into `o` (replacing its own). Any other
-// setting that changes what the adapter computes (lora_bias, target_parameters, trainable tokens,
-// aLoRA, ...) is refused in one line rather than loaded as something else.
+// alpha_pattern, layers_to_transform, layers_pattern, bias, lora_bias and trainable_token_indices,
+// into `o` (replacing its own). Any other setting that changes what the adapter computes
+// (target_parameters, aLoRA, ...) is refused in one line rather than loaded as something else.
 absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   const std::string path = dir + "/adapter_config.json";
   if (!IsRegularFile(path)) {
@@ -465,6 +509,8 @@ absl::Status ReadAdapterConfig(const std::string& dir, LoraOptions* o) {
   }
   o->rank_pattern = root->Find("rank_pattern");
   o->alpha_pattern = root->Find("alpha_pattern");
+  KILN_RETURN_IF_ERROR(
+      ReadTrainableTokens(root->Find("trainable_token_indices"), absl::StrCat(path, ": "), o));
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     KILN_RETURN_IF_ERROR(ReadPattern(root->Find(key), key, absl::StrCat(path, ": ")).status());
   if (o->r < 1 || (o->target_modules.empty() && o->target_regex.empty()))
@@ -499,9 +545,19 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
     list->set_source(value->source());
     node->Set(kStringKeys[k], list);
   }
+  // trainable_token_indices as {MODULE: ids}: the list for the schema, the module beside it.
+  LoraOptions tokens;
+  config::NodePtr token_node = node->is_map() ? node->Find("trainable_token_indices") : nullptr;
+  KILN_RETURN_IF_ERROR(ReadTrainableTokens(token_node, "model.lora.", &tokens));
+  if (token_node != nullptr && token_node->is_map()) {
+    node = node->Clone();
+    node->Set("trainable_token_indices", token_node->entries().front().second);
+  }
   KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
                         LoraBinding().schema().Apply(*node, "model.lora", "model.lora"));
   LoraOptions o = LoraBinding().Fill(config::Config(filled, "model.lora"));
+  o.trainable_token_indices = tokens.trainable_token_indices;
+  o.trainable_tokens_module = tokens.trainable_tokens_module;
   o.target_regex = regex[0];
   o.exclude_regex = regex[1];
   if (o.from.empty() && o.target_modules.empty() && o.target_regex.empty()) {
@@ -652,6 +708,45 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
+  // PEFT's trainable tokens: on the model's token table (the one the module's name names).
+  std::string token_table;
+  if (!o.trainable_token_indices.empty()) {
+    const std::string where = "model.lora.trainable_token_indices: ";
+    const std::string& named = o.trainable_tokens_module;
+    torch::nn::Module* module = nullptr;
+    for (const auto& item : modules) {
+      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+      if (layer != nullptr && layer->is_token_table() &&
+          (named.empty() || Names(named, item.key()))) {
+        token_table = item.key();
+        module = item.value().get();
+      }
+    }
+    auto* embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(module);
+    if (embedding == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          named.empty() ? "the model has no token table"
+                        : absl::StrCat("'", named, "' is not the model's token table"),
+          " (kiln trains tokens of a token table: llama's embed_tokens, GPT-2's wte, BERT's "
+          "word_embeddings)"));
+    auto* layer = dynamic_cast<LoraLayer*>(module);
+    if (layer->has_lora())
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, token_table,
+          " carries a LoRA adapter too (target_modules); train its tokens or adapt it, not both"));
+    if (Within(token_table, saved))
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, token_table,
+          " trains whole (modules_to_save); name it there or here, not both (as PEFT)"));
+    const int64_t rows = embedding->weight.size(0);
+    for (int64_t id : o.trainable_token_indices) {
+      if (id >= rows)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "token ", id, " is outside ", token_table, "'s ", rows, " rows"));
+    }
+    layer->AddTrainableTokens(o.trainable_token_indices);
+  }
   const std::set<std::string> adapted = AdaptedNames(model);
   const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved, adapted);
   auto parameters = model.named_parameters();
@@ -662,6 +757,7 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
     int64_t loaded = 0;
     for (auto& item : model.named_parameters()) {
       if (!absl::StrContains(item.key(), ".lora_") && !Within(item.key(), saved) &&
+          !absl::EndsWith(item.key(), ".trainable_tokens_delta") &&
           std::find(biases.begin(), biases.end(), item.key()) == biases.end())
         continue;
       const std::string key = PeftKey(adapted, item.key());
@@ -725,8 +821,11 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
       "model.lora: ", o.use_dora ? "DoRA " : "", "adapters of rank",
       rank_set.size() > 1 ? "s " : " ", absl::StrJoin(rank_set, ", "), " on ", names.size(),
       " layers",
-      saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"), "; ",
-      trained, " of ", total, " parameters train"));
+      saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"),
+      token_table.empty()
+          ? ""
+          : absl::StrCat(", ", o.trainable_token_indices.size(), " tokens of ", token_table),
+      "; ", trained, " of ", total, " parameters train"));
   return names;
 }
 
@@ -817,9 +916,18 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<std::string> adapted;
   std::vector<std::pair<std::string, const LoraLayer*>> layers;
+  std::string tokens = "null";  // trainable_token_indices
   const auto modules = model.named_modules("", false);
   for (const auto& item : modules) {
     auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+    if (layer != nullptr && !layer->trainable_tokens().empty()) {
+      // A list: PEFT puts it on the input embeddings, which a token table is.
+      tokens = absl::StrCat("[", absl::StrJoin(layer->trainable_tokens(), ", "), "]");
+      const torch::Tensor rows =
+          item.value()->named_parameters(/*recurse=*/false)["trainable_tokens_delta"];
+      tensors.emplace_back(PeftKey(adapted, item.key() + ".trainable_tokens_delta"),
+                           rows.detach().to(torch::kCPU, torch::kFloat32));
+    }
     if (layer == nullptr || !layer->has_lora()) continue;
     layers.emplace_back(item.key(), layer);
     adapted.insert(item.key());
@@ -906,6 +1014,7 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
       ",\n  \"use_rslora\": ", first->lora_rslora() ? "true" : "false",
       ",\n  \"use_dora\": ", first->lora_dora() ? "true" : "false",
       ",\n  \"lora_bias\": ", first->lora_has_bias() ? "true" : "false",
+      ",\n  \"trainable_token_indices\": ", tokens,
       ",\n  \"init_lora_weights\": true,\n"
       "  \"inference_mode\": true,\n  \"modules_to_save\": ",
       saved_names.empty() ? "null" : absl::StrCat("[", absl::StrJoin(saved_names, ", "), "]"),
@@ -915,12 +1024,21 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
   return WriteSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
 }
 
-void ResetDoraMagnitudes(torch::nn::Module& model) {
-  for (LoraLayer* layer : AdaptedLayers(model)) layer->ResetDoraMagnitude();  // DoRA's only
+void StartAdaptersFromBase(torch::nn::Module& model) {
+  for (const auto& m : model.modules()) {
+    auto* layer = dynamic_cast<LoraLayer*>(m.get());
+    if (layer == nullptr) continue;
+    if (layer->has_lora()) layer->ResetDoraMagnitude();  // DoRA's only
+    layer->ResetTrainableTokens();
+  }
 }
 
 void MergeLora(torch::nn::Module& model) {
-  for (LoraLayer* layer : AdaptedLayers(model)) layer->MergeLora();
+  for (const auto& m : model.modules()) {
+    auto* layer = dynamic_cast<LoraLayer*>(m.get());
+    if (layer != nullptr && (layer->has_lora() || !layer->trainable_tokens().empty()))
+      layer->MergeLora();
+  }
 }
 
 }  // namespace kiln

@@ -77,6 +77,15 @@ struct LoraOptions {
   // PEFT's lora_bias: lora_B carries a bias too (starting at zero, scaled with B A), which merging
   // adds to the layer's own bias. Each adapted layer needs a bias of its own to merge it into.
   bool lora_bias = false;
+  // PEFT's trainable_token_indices: these rows of the model's token table train (each a parameter
+  // row of trainable_tokens_delta that starts as the base's row and replaces it), the rest of the
+  // table stays frozen; a head tied to the table reads the trained rows too (PEFT ties them).
+  // For tokens a fine-tune adds to the vocabulary's reserved rows, say a chat template's. In
+  // model.lora and adapter_config.json a list of token ids, or {MODULE: ids} with one MODULE,
+  // the token table's name (its last name or its full name: embed_tokens, wte, word_embeddings),
+  // kept in trainable_tokens_module. Empty: none.
+  std::vector<int64_t> trainable_token_indices;
+  std::string trainable_tokens_module;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -108,6 +117,18 @@ class LoraLayer {
   // DoRA: sets the magnitudes to the current |W + s B A| row norms (what AddLora starts them at),
   // for a base whose weights were loaded after the adapters were added.
   virtual void ResetDoraMagnitude() = 0;
+
+  // PEFT's trainable tokens (LoraOptions::trainable_token_indices), which a model's token table
+  // can carry (components/models/lora_embedding.h): whether this layer is one, its trained rows'
+  // ids, adding them (parameter trainable_tokens_delta, the base's rows; the caller checks the ids)
+  // and setting them to the base's rows again (for a base loaded after AddLora).
+  virtual bool is_token_table() const { return false; }
+  virtual const std::vector<int64_t>& trainable_tokens() const {
+    static const std::vector<int64_t> none;
+    return none;
+  }
+  virtual void AddTrainableTokens(const std::vector<int64_t>& ids) {}
+  virtual void ResetTrainableTokens() {}
 };
 
 // The settings an adapted layer keeps from AddLora's options (LoraLayer's r, alpha, dropout and
@@ -173,9 +194,10 @@ std::vector<std::string> ModulesToSave(torch::nn::Module& model,
 bool HasLora(torch::nn::Module& model);
 bool HasDora(torch::nn::Module& model);
 
-// DoRA's magnitudes set to the row norms of the weights `model` now holds (LoraLayer's
-// ResetDoraMagnitude), for new adapters on a base loaded after AddLora (model.init_from).
-void ResetDoraMagnitudes(torch::nn::Module& model);
+// The adapters that start from the base's weights set again from the weights `model` now holds, for
+// new adapters on a base loaded after AddLora (model.init_from): DoRA's magnitudes (LoraLayer's
+// ResetDoraMagnitude) and trainable tokens' rows (ResetTrainableTokens).
+void StartAdaptersFromBase(torch::nn::Module& model);
 
 // How an adapter folder describes its model (adapter_config.json).
 struct PeftAdapterInfo {
@@ -188,11 +210,13 @@ struct PeftAdapterInfo {
 
 // Writes the adapters in PEFT's format into `dir`: adapter_config.json and
 // adapter_model.safetensors (base_model.model.NAME.lora_A.weight, ...; a saved module's own
-// tensors as base_model.model.NAME.weight, as PEFT writes them).
+// tensors as base_model.model.NAME.weight, trainable tokens as
+// base_model.model.NAME.token_adapter.trainable_tokens_delta, as PEFT writes them).
 absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& info,
                               const std::string& dir);
 
-// Adds each adapter's product to its weight and removes the adapters: a plain model again. A tied
+// Adds each adapter's product to its weight (trainable tokens: their rows replace the table's) and
+// removes the adapters: a plain model again. A tied
 // output head whose embedding carried an adapter gets the base table as a weight of its own
 // (components/models/lora_embedding.h), so the logits stay what they were.
 void MergeLora(torch::nn::Module& model);

@@ -1,5 +1,7 @@
 #include "lib/trainer/model_start.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/status_macros.h"
@@ -75,9 +77,15 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
     spec.path = *o.init_from;
     spec.ignore = o.init_ignore;
     spec.strict = o.init_strict;
-    // LoRA adapters (model.lora) start as their own initialization, not from the base's file.
-    if (HasLora(module)) spec.ignore.insert(spec.ignore.end(), {"*.lora_A.*", "*.lora_B.*"});
-    if (HasDora(module)) spec.ignore.push_back("*.lora_magnitude_vector");
+    // The adapters (model.lora) start as their own initialization, not from the base's file: each
+    // kind the model has (a glob that matches nothing is refused).
+    const auto names = module.named_parameters();
+    for (const char* glob : {"*.lora_A.*", "*.lora_B.*", "*.lora_embedding_[AB]",
+                             "*.lora_magnitude_vector", "*.trainable_tokens_delta"}) {
+      if (std::any_of(names.begin(), names.end(),
+                      [&](const auto& p) { return GlobMatches(glob, p.key()); }))
+        spec.ignore.push_back(glob);
+    }
     if (o.init_map && !o.init_map->is_null()) {
       for (const auto& [from, to] : o.init_map->entries())
         spec.rename.emplace_back(from, config::PythonStr(*to));
@@ -89,7 +97,7 @@ absl::Status ApplyModelStart(const ModelStartOptions& o, torch::nn::Module& modu
                      report.Count("ignored"), " ignored, ", report.Count("missing"), " missing, ",
                      report.Count("mismatched"), " mismatched, ", report.Count("unused"),
                      " unused\n", report.Table()));
-    if (o.reset_dora_magnitudes) ResetDoraMagnitudes(module);
+    if (o.start_adapters_from_base) StartAdaptersFromBase(module);
   } else if (!o.init_ignore.empty() || (o.init_map && !o.init_map->is_null())) {
     // A from-scratch baseline of a fine-tuning recipe sets only model.init_from=null.
     Logger::Instance().Warning(
@@ -123,7 +131,8 @@ absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg) {
   KILN_ASSIGN_OR_RETURN(std::optional<LoraOptions> lora, ReadLoraOptions(cfg));
   if (lora) {
     KILN_RETURN_IF_ERROR(AddLora(parts.task->module(), *lora).status());
-    parts.start.reset_dora_magnitudes = lora->use_dora && lora->from.empty();
+    parts.start.start_adapters_from_base =
+        (lora->use_dora || !lora->trainable_token_indices.empty()) && lora->from.empty();
   }
   parts.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));

@@ -26,9 +26,9 @@ struct ModelStartOptions {
   config::NodePtr init_map;  // {file prefix: model prefix}
   bool init_strict = true;
   std::vector<std::string> freeze;
-  // New DoRA adapters (model.lora.use_dora without `from`): their magnitudes start as the row norms
-  // of the base's weights, so they are set again once init_from has loaded those.
-  bool reset_dora_magnitudes = false;
+  // New DoRA adapters or trainable tokens (model.lora without `from`): they start from the base's
+  // weights (the row norms; the rows), so they are set again once init_from has loaded those.
+  bool start_adapters_from_base = false;
 };
 
 struct ModelStart {

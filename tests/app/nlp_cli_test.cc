@@ -810,6 +810,34 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
         adapter->at("base_model.model.transformer.wte.lora_embedding_A").abs().max().item<float>(),
         0.0f);
   }
+  // PEFT's trainable tokens from the command line, as {MODULE: ids}: the rows of tokens 3 and 5
+  // train beside c_attn's adapters; format=peft writes them under PEFT's key and
+  // trainable_token_indices, and format=hf merges them into the (still tied) table.
+  {
+    auto tokens = Lm("train", {"test=false", "trainer.max_steps=3",
+                               "model.lora={r:2,alpha:4,target_modules:[c_attn],"
+                               "trainable_token_indices:{wte:[3,5]},dropout:0.0}",
+                               "optimizer.lr=0.05", "hydra.run.dir=" + d + "/lora_tokens"});
+    ASSERT_EQ(tokens.exit_code, 0) << tokens.err;
+    EXPECT_NE(tokens.err.find("2 tokens of transformer.wte"), std::string::npos) << tokens.err;
+    for (const std::string format : {"peft", "hf"}) {
+      auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_tokens",
+                           "format=" + format, "hydra.run.dir=" + d + "/lora_tokens_" + format});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+    }
+    EXPECT_NE(ReadFile(d + "/lora_tokens_peft/adapter_config.json")
+                  .find("\"trainable_token_indices\": [3, 5]"),
+              std::string::npos);
+    auto adapter = ReadSafetensors(d + "/lora_tokens_peft/adapter_model.safetensors");
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    const std::string key = "base_model.model.transformer.wte.token_adapter.trainable_tokens_delta";
+    ASSERT_EQ(adapter->count(key), 1u);
+    auto merged = ReadSafetensors(d + "/lora_tokens_hf/model.safetensors");
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    EXPECT_EQ(merged->count("lm_head.weight"), 0u);
+    const torch::Tensor wte = merged->at("transformer.wte.weight");
+    EXPECT_TRUE(torch::equal(wte.index_select(0, torch::tensor({3, 5})), adapter->at(key)));
+  }
   auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
                                  "hydra.run.dir=" + d + "/no_peft"});
   EXPECT_NE(no_adapters.exit_code, 0);

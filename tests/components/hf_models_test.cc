@@ -141,6 +141,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
     options.alpha_pattern =
         *config::ParseYaml("{model.layers.0.self_attn.q_proj: 16}", "alpha_pattern");
   }
+  // PEFT's trainable tokens: 3 rows of the token table (the ids check_lora.py puts in every row).
+  if (variant == "tokens") options.trainable_token_indices = {3, 5, 7};
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
@@ -152,6 +154,7 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
       const bool head = p.key().rfind("classifier.", 0) == 0;
       // The biases that train: all but the head's (bias_all), or the adapted layers'.
       const bool lora = p.key().find(".lora_") != std::string::npos;
+      const bool tokens = absl::EndsWith(p.key(), ".trainable_tokens_delta");
       const bool bias = absl::EndsWith(p.key(), ".bias") && !head && !lora &&
                         (options.bias == "all" ||
                          (options.bias == "lora_only" &&
@@ -159,8 +162,12 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
                             return p.key() == a + ".bias";
                           })));
       biases += bias;
-      EXPECT_EQ(p.value().requires_grad(), lora || head || bias) << p.key();
+      EXPECT_EQ(p.value().requires_grad(), lora || head || bias || tokens) << p.key();
       trained += p.value().requires_grad();
+      if (tokens) {
+        EXPECT_EQ(p.value().size(0), 3);
+        p.value().add_(torch::randn_like(p.value()) * 0.3);
+      }
       if (bias) p.value().add_(torch::randn_like(p.value()) * 0.3);
       if (p.key().find("lora_B") != std::string::npos || head) p.value().normal_(0, 0.3);
       // An embedding's adapter starts with A at zero (PEFT's), B drawn.
@@ -169,8 +176,8 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
         p.value().mul_(1 + 0.2 * torch::randn_like(p.value()));
     }
   }
-  EXPECT_EQ(trained,
-            (variant == "dora" || options.lora_bias ? 3 : 2) * layers + head_tensors + biases);
+  EXPECT_EQ(trained, (variant == "dora" || options.lora_bias ? 3 : 2) * layers + head_tensors +
+                         biases + (variant == "tokens"));
   if (absl::StartsWith(variant, "bias_")) EXPECT_GT(biases, 0u);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
   PeftAdapterInfo info;
@@ -198,8 +205,10 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   MergeLora(**model);
   EXPECT_FALSE(HasLora(**model));
   const auto merged_state = StateDict(**model);
-  for (const auto& [name, tensor] : merged_state)
+  for (const auto& [name, tensor] : merged_state) {
     EXPECT_EQ(name.find("lora_"), std::string::npos) << name;
+    EXPECT_EQ(name.find("trainable_tokens"), std::string::npos) << name;
+  }
   if (variant == "tied") {
     const auto head = std::find_if(merged_state.begin(), merged_state.end(),
                                    [](const auto& item) { return item.first == "lm_head.weight"; });
@@ -284,6 +293,9 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
   // Adapters on both embeddings (token and position), GPT-2's head tied to the first.
   ExpectLoraBothWays("gpt2", dir_->path() + "/tied/model", {"wte", "wpe", "c_attn"}, 4,
                      dir_->path() + "/embeddings", 0, "tied");
+  // Trainable tokens of wte, which the tied head reads too.
+  ExpectLoraBothWays("gpt2", dir_->path() + "/tied/model", {"c_attn"}, 2, dir_->path() + "/tokens",
+                     0, "tokens");
 }
 
 // Llama (grouped-query attention, Llama 3's rope scaling, biases; transformers 4's rope keys
@@ -405,6 +417,9 @@ TEST_F(HfModels, BertRobertaAndXlmRobertaClassifyAsTransformersAndExportBack) {
   ExpectLoraBothWays("bert", dir_->path() + "/bert/model",
                      {"word_embeddings", "position_embeddings", "query"}, 4,
                      dir_->path() + "/bert_embeddings", 2);
+  // Trainable tokens of word_embeddings beside each query's adapter.
+  ExpectLoraBothWays("bert", dir_->path() + "/bert/model", {"query"}, 2,
+                     dir_->path() + "/bert_tokens", 2, "tokens");
 }
 
 absl::StatusOr<std::shared_ptr<Model>> Instantiate(const std::string& yaml);
@@ -517,6 +532,12 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
                      dir_->path() + "/embedding");
   ExpectLoraBothWays("llama", dir_->path() + "/tied/model", {"embed_tokens", "v_proj"}, 3,
                      dir_->path() + "/embedding_tied", 0, "tied");
+  // PEFT's trainable tokens (trainable_token_indices) beside the adapters: the rows of 3 tokens
+  // train; a tied head reads them too, on both sides, and merged.
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj"}, 2,
+                     dir_->path() + "/tokens", 0, "tokens");
+  ExpectLoraBothWays("llama", dir_->path() + "/tied/model", {"v_proj"}, 2,
+                     dir_->path() + "/tokens_tied", 0, "tokens");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -940,6 +961,87 @@ TEST(Lora, AnEmbeddingsAdapterIsPeftsComposite) {
                 "loads the base's size)");
     }
   }
+}
+
+// PEFT's trainable tokens on a token table: the listed rows are a parameter of their own that
+// starts as the base's rows and replaces them in the forward (the padding row's gets no gradient,
+// as the table's own), in table() for a tied head, and in the table when merged. The config takes a
+// list or {MODULE: ids}; ids out of the table, repeated, a module that is not the token table, and
+// a table that also carries a LoRA adapter are refused in one line each.
+TEST(Lora, TrainableTokensReplaceTheirRows) {
+  torch::manual_seed(5);
+  LoraEmbedding table(torch::nn::EmbeddingOptions(10, 6).padding_idx(0));
+  table->weight.set_requires_grad(false);
+  table->AddTrainableTokens({4, 0});
+  ASSERT_TRUE(table->trainable_tokens_delta.requires_grad());
+  EXPECT_TRUE(torch::equal(table->trainable_tokens_delta,
+                           table->weight.index_select(0, torch::tensor({4, 0}))));
+  {
+    torch::NoGradGuard no_grad;
+    table->trainable_tokens_delta.add_(torch::randn({2, 6}));
+  }
+  const torch::Tensor ids = torch::tensor({{0, 4, 9}, {4, 1, 4}});
+  const torch::Tensor replaced =
+      table->weight.index_copy(0, torch::tensor({4, 0}), table->trainable_tokens_delta.detach());
+  EXPECT_TRUE(torch::equal(table->table(), replaced));
+  torch::Tensor got = table->forward(ids);
+  EXPECT_TRUE(torch::equal(got, replaced.index_select(0, ids.flatten()).view({2, 3, 6})));
+  const torch::Tensor dy = torch::randn(got.sizes());
+  torch::Tensor grad = torch::autograd::grad({got}, {table->trainable_tokens_delta}, {dy})[0];
+  // Token 4's row: the sum of its three positions' gradients; the padding token's: none.
+  EXPECT_TRUE(torch::allclose(grad[0], dy[0][1] + dy[1][0] + dy[1][2], 1e-6, 1e-6));
+  EXPECT_EQ(grad[1].abs().sum().item<float>(), 0.0f);
+  const torch::Tensor before = table->forward(ids).detach();
+  table->MergeLora();
+  EXPECT_TRUE(table->trainable_tokens().empty());
+  EXPECT_EQ(table->named_parameters().size(), 1u);
+  EXPECT_TRUE(torch::equal(table->weight, replaced));
+  EXPECT_TRUE(torch::equal(table->forward(ids), before));
+
+  auto read = [](const std::string& lora) {
+    auto node = config::ParseYaml("model:\n  lora: " + lora, "job.yaml");
+    EXPECT_TRUE(node.ok()) << node.status();
+    return ReadLoraOptions(config::Config(*node));
+  };
+  auto listed = read("{target_modules: [q_proj], trainable_token_indices: [1, 2]}");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ((*listed)->trainable_token_indices, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ((*listed)->trainable_tokens_module, "");
+  auto named = read("{target_modules: [q_proj], trainable_token_indices: {embed_tokens: [6]}}");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ((*named)->trainable_token_indices, (std::vector<int64_t>{6}));
+  EXPECT_EQ((*named)->trainable_tokens_module, "embed_tokens");
+  EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: [2, 2]}").status().message(),
+            "model.lora.trainable_token_indices: token 2 is listed twice");
+  EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: [-1]}").status().message(),
+            "model.lora.trainable_token_indices: -1 is not a token id (a non-negative integer)");
+  EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: {a: [1], b: [2]}}")
+                .status()
+                .message(),
+            "model.lora.trainable_token_indices names 2 modules; kiln trains tokens of the model's "
+            "token table, one module");
+
+  const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 1\nheads: 2\n";
+  auto refusal = [&](std::vector<std::string> targets, std::vector<int64_t> tokens,
+                     const std::string& module) {
+    auto model = Instantiate(llama);
+    EXPECT_TRUE(model.ok()) << model.status();
+    LoraOptions o;
+    o.target_modules = std::move(targets);
+    o.trainable_token_indices = std::move(tokens);
+    o.trainable_tokens_module = module;
+    return std::string(AddLora(**model, o).status().message());
+  };
+  EXPECT_EQ(refusal({"q_proj"}, {7}, "embed_tokens"), "");
+  EXPECT_EQ(refusal({"q_proj"}, {8}, ""),
+            "model.lora.trainable_token_indices: token 8 is outside model.embed_tokens's 8 rows");
+  EXPECT_EQ(refusal({"q_proj"}, {1}, "lm_head"),
+            "model.lora.trainable_token_indices: 'lm_head' is not the model's token table (kiln "
+            "trains tokens of a token table: llama's embed_tokens, GPT-2's wte, BERT's "
+            "word_embeddings)");
+  EXPECT_EQ(refusal({"embed_tokens"}, {1}, ""),
+            "model.lora.trainable_token_indices: model.embed_tokens carries a LoRA adapter too "
+            "(target_modules); train its tokens or adapt it, not both");
 }
 
 // DoRA in AutocastLinear against PEFT's DoraLinearLayer written out here: with n = |W + s B A| per

@@ -10,7 +10,7 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]|tied]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]|tied|tokens]]
 
 A target that is a token embedding gets peft's lora.Embedding (its A and B drawn at random and
 scaled to 0.3), and peft saves an adapted embed_tokens' table beside it, moved here so that
@@ -24,13 +24,19 @@ with patterns, a Llama's v_proj adapters at r 2 (rank_pattern) and layer 0's q_p
 layers_pattern "layers"); with regex, TARGETS is one regular expression (target_modules as a
 string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\\.mlp\\..*": 2};
 with bias_all or bias_lora_only, PEFT's bias="all" or "lora_only", the trained biases moved off the
-base's; +lora_bias after either, lora_bias=True too (lora_B's bias drawn as nn.Linear draws it).
+base's; +lora_bias after either, lora_bias=True too (lora_B's bias drawn as nn.Linear draws it);
+with tokens, PEFT's trainable tokens of the input embeddings (trainable_token_indices [3, 5, 7], the
+rows moved off the base's).
+Every row of ids starts with tokens 3, 5 and 7, so that trained rows of them show in the logits.
 """
 import os
 import sys
 
 import torch
 from safetensors.torch import save_file
+
+
+TOKENS = [3, 5, 7]
 
 
 def auto_class(base):
@@ -44,6 +50,7 @@ def auto_class(base):
 def logits(model, folder, task):
     low = model.config.pad_token_id + 1 if task == "SEQ_CLS" else 0
     ids = torch.randint(low, model.config.vocab_size, (8, 11), generator=torch.Generator().manual_seed(5))
+    ids[:, :3] = torch.tensor(TOKENS)
     with torch.no_grad():
         out = model.eval()(input_ids=ids).logits
     save_file({"ids": ids, "logits": out.contiguous()}, os.path.join(folder, "peft_logits.safetensors"))
@@ -72,6 +79,8 @@ def main():
     if sys.argv[5:6] == ["regex"]:
         targets = sys.argv[4]
         patterns = dict(exclude_modules=r".*\.(o|k)_proj", rank_pattern={r"layers\.1\.mlp\..*": 2})
+    if sys.argv[5:6] == ["tokens"]:
+        patterns = dict(trainable_token_indices=TOKENS)
     if sys.argv[5:6] and sys.argv[5].startswith("bias_"):
         bias, _, lora_bias = sys.argv[5][5:].partition("+")
         patterns = dict(bias=bias, lora_bias=lora_bias == "lora_bias")
@@ -93,6 +102,8 @@ def main():
                 # peft saves this table beside its adapter (a vocabulary grown in fine-tuning, say):
                 # moved, so that the other side's logits show whether it loaded.
                 p.add_(0.05 * torch.randn_like(p))
+            if "trainable_tokens_delta" in name:
+                p.add_(0.3 * torch.randn_like(p))
             if "lora_magnitude_vector" in name:
                 p.mul_(1 + 0.2 * torch.randn_like(p))
     model.save_pretrained(peft_adapter)
