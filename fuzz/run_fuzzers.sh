@@ -155,6 +155,10 @@ seed_peft_adapter() {
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": "model\\.layers\\.(1|11)\\.(?!o_)[a-z]{1,4}_proj",' \
     '"exclude_modules": ".*(gate|k)_proj", "rank_pattern": {"layers\\.1\\..*": 3, "lm_head|q": 2}}' > "$1/regex_lookahead.json"
   printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": "(?P<x>q)_proj"}' > "$1/regex_python.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q"],' \
+    '"trainable_token_indices": [3, 5, 128000]}' > "$1/tokens.json"
+  printf '%s\n' '{"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q"],' \
+    '"trainable_token_indices": {"embed_tokens": [0, 7]}}' > "$1/tokens_named.json"
 }
 # A ledger as AppendLedger writes it, with a line cut short by a killed process.
 seed_sweep_ledger() {

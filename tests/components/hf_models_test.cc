@@ -1204,7 +1204,7 @@ TEST(HfModelsErrors, WhatCannotCarryALoraAdapterIsOneLine) {
   // refused by name. PEFT's defaults for them (null, false, {}) load, as every adapter peft saves
   // in the tests above shows.
   for (const std::string setting :
-       {"\"alora_invocation_tokens\": [3, 5]", "\"trainable_token_indices\": [3, 5]",
+       {"\"alora_invocation_tokens\": [3, 5]", "\"layer_replication\": [[0, 1]]",
         "\"some_future_option\": \"on\""}) {
     std::ofstream(dir.path() + "/adapter_config.json")
         << "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
