@@ -10,6 +10,12 @@
 // output W x + b + s B A dropout(x) with s = alpha / r (alpha / sqrt(r) for rsLoRA), as PEFT's
 // lora.Linear computes it (with lora_bias, lora_B's bias b_B too: + s b_B); with DoRA (use_dora),
 // also the magnitudes m, as PEFT's DoraLinearLayer.
+//
+// A model's untied output head (token_head: llama's lm_head) can carry PEFT's trainable tokens
+// instead: trainable_tokens_delta [k, in], the weight's rows of k token ids, starting as the
+// base's, that replace them, so those tokens' logits are x . row. PEFT's TrainableTokensLayer
+// computes x W'^T there, without the layer's bias: a head with a bias is not taken
+// (lib/trainer/lora.cc).
 #pragma once
 
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -28,6 +34,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input) {
+    if (tokens_.defined()) return ForwardTokens(input);
     if (lora_dora_) return ForwardDora(input);
     if (CanFold(input)) return ForwardFoldingLora(input, /*with_bias=*/true);
     torch::Tensor y = BaseForward(input, /*with_bias=*/true);
@@ -45,6 +52,15 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
     if (weight.scalar_type() != input.scalar_type())
       return torch::linear(input.to(weight.scalar_type()), weight, b).to(input.scalar_type());
     return with_bias ? torch::nn::LinearImpl::forward(input) : torch::linear(input, weight);
+  }
+
+  // The base's outputs with the trained tokens' replaced: x . row for each, written into the
+  // columns in place (the base's product keeps its inputs for the backward, not its result).
+  torch::Tensor ForwardTokens(const torch::Tensor& input) {
+    torch::Tensor y = BaseForward(input, /*with_bias=*/false);
+    torch::Tensor rows = torch::linear(
+        input, compat::AutocastEnabled() ? tokens_.delta : tokens_.delta.to(input.scalar_type()));
+    return y.index_copy_(-1, tokens_.index(y.device()), rows.to(y.scalar_type()));
   }
 
   // DoRA as PEFT's DoraLinearLayer computes it: with s B A the adapter's product and
@@ -137,6 +153,7 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
   }
   bool has_lora() const override { return static_cast<bool>(lora_A); }
   torch::Tensor MergedWeight() const override {
+    if (tokens_.defined()) return tokens_.Replaced(weight);
     if (!lora_A) return weight;
     if (!lora_dora_) return weight + torch::matmul(lora_B->weight, lora_A->weight) * lora_scaling_;
     torch::NoGradGuard no_grad;
@@ -150,8 +167,12 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
     return bias + lora_B->bias.to(bias.scalar_type()) * lora_scaling_;
   }
   void MergeLora() override {
-    if (!lora_A) return;
     torch::NoGradGuard no_grad;
+    if (tokens_.defined()) {
+      tokens_.Merge(weight);
+      parameters_.erase("trainable_tokens_delta");
+    }
+    if (!lora_A) return;
     if (lora_B->bias.defined()) bias.copy_(MergedBias());
     // A bf16 base (model.lora.base_dtype) merges into float32, the adapters' precision.
     torch::Tensor merged = MergedWeight();
@@ -178,11 +199,23 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
   bool lora_dora() const override { return lora_dora_; }
   bool lora_has_bias() const override { return lora_A && lora_B->bias.defined(); }
 
+  bool can_train_tokens() const override { return token_head; }
+  const std::vector<int64_t>& trainable_tokens() const override { return tokens_.ids(); }
+  void AddTrainableTokens(const std::vector<int64_t>& ids) override {
+    tokens_.Add(*this, weight, ids);
+  }
+  void ResetTrainableTokens() override { tokens_.Reset(weight); }
+  // PEFT's trainable_tokens_delta, or undefined.
+  const torch::Tensor& trainable_tokens_delta() const { return tokens_.delta; }
+
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   torch::Tensor lora_magnitude_vector;  // DoRA's m, one per output (PEFT's name)
+  // Set by a model for its untied output head.
+  bool token_head = false;
 
  private:
   bool lora_dora_ = false;
+  TrainableTokenRows tokens_;
 };
 TORCH_MODULE(AutocastLinear);
 

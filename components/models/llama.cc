@@ -373,6 +373,7 @@ class Llama : public CausalLm {
     if (!a.tie_weights) {
       lm_head = register_module(
           "lm_head", AutocastLinear(torch::nn::LinearOptions(a.dim, a.vocab_size).bias(false)));
+      lm_head->token_head = true;
     } else {
       // A LoRA update merged into the tied table leaves the head the base's (MergeLora).
       model->embed_tokens->untie_head = [this](const torch::Tensor& base) {

@@ -36,13 +36,11 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
   using torch::nn::EmbeddingImpl::EmbeddingImpl;
   torch::Tensor forward(const torch::Tensor& ids) {
     torch::Tensor y = torch::nn::EmbeddingImpl::forward(ids);
-    if (trainable_tokens_delta.defined()) {
+    if (tokens_.defined()) {
       // Each position's slot among the trained rows (-1: the base's row); the padding id's slot,
       // if it trains, gets no gradient, as the table's padding row.
-      torch::Tensor slot =
-          token_slot_.to(ids.device()).index_select(0, ids.reshape(-1)).view(ids.sizes());
-      torch::Tensor rows =
-          torch::embedding(trainable_tokens_delta, slot.clamp_min(0), padding_slot_);
+      torch::Tensor slot = token_slot_.to(ids.device()).index({ids});  // ids' shape, traced too
+      torch::Tensor rows = torch::embedding(tokens_.delta, slot.clamp_min(0), padding_slot_);
       y = torch::where(slot.ge(0).unsqueeze(-1), rows.to(y.scalar_type()), y);
     }
     if (!lora_embedding_A.defined()) return y;
@@ -72,46 +70,36 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
       untie_head(weight.detach().clone());
       untie_head = nullptr;
     }
-    weight.copy_(MergedWeight());
+    if (has_lora()) weight.copy_(MergedWeight());
+    tokens_.Merge(weight);
     for (const char* name : {"lora_embedding_A", "lora_embedding_B", "trainable_tokens_delta"}) {
       if (parameters_.contains(name)) parameters_.erase(name);
     }
-    lora_embedding_A = lora_embedding_B = trainable_tokens_delta = torch::Tensor();
-    token_ids_.clear();
+    lora_embedding_A = lora_embedding_B = torch::Tensor();
   }
   bool lora_dora() const override { return false; }
   bool lora_has_bias() const override { return false; }
   void ResetDoraMagnitude() override {}
 
   bool is_token_table() const override { return token_table; }
-  const std::vector<int64_t>& trainable_tokens() const override { return token_ids_; }
+  const std::vector<int64_t>& trainable_tokens() const override { return tokens_.ids(); }
   void AddTrainableTokens(const std::vector<int64_t>& ids) override {
+    tokens_.Add(*this, weight, ids);
     torch::NoGradGuard no_grad;
-    token_ids_ = ids;
     const auto index_options = weight.options().dtype(torch::kInt64);
-    token_index_ = torch::tensor(ids, index_options.device(torch::kCPU)).to(weight.device());
     token_slot_ = torch::full({weight.size(0)}, -1, index_options);
-    token_slot_.index_put_({token_index_},
+    token_slot_.index_put_({tokens_.index(weight.device())},
                            torch::arange(static_cast<int64_t>(ids.size()), index_options));
     const std::optional<int64_t> pad = options.padding_idx();
     padding_slot_ = pad.has_value() ? token_slot_[*pad].item<int64_t>() : -1;
-    trainable_tokens_delta = register_parameter(
-        "trainable_tokens_delta", weight.index_select(0, token_index_).to(torch::kFloat32));
   }
-  void ResetTrainableTokens() override {
-    if (!trainable_tokens_delta.defined()) return;
-    torch::NoGradGuard no_grad;
-    trainable_tokens_delta.copy_(weight.index_select(0, token_index_.to(weight.device())));
-  }
+  void ResetTrainableTokens() override { tokens_.Reset(weight); }
   // The table with the trained rows in place: what a tied head reads.
-  torch::Tensor table() const {
-    if (!trainable_tokens_delta.defined()) return weight;
-    return weight.index_copy(0, token_index_.to(weight.device()),
-                             trainable_tokens_delta.to(weight.scalar_type()));
-  }
+  torch::Tensor table() const { return tokens_.Replaced(weight); }
+  // PEFT's trainable_tokens_delta, or undefined.
+  const torch::Tensor& trainable_tokens_delta() const { return tokens_.delta; }
 
   torch::Tensor lora_embedding_A, lora_embedding_B;  // PEFT's names
-  torch::Tensor trainable_tokens_delta;              // PEFT's name
   // Set by a model for its token table (the one PEFT's get_input_embeddings returns).
   bool token_table = false;
   // Set by a model whose output head reads `weight`: gives the head the table it is passed as a
@@ -119,10 +107,10 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
   std::function<void(const torch::Tensor&)> untie_head;
 
  private:
-  std::vector<int64_t> token_ids_;
-  // The trained rows' ids, and for each id of the table its row among them or -1 (on the device
-  // the table was on when they were added; moved where they are used).
-  torch::Tensor token_index_, token_slot_;
+  TrainableTokenRows tokens_;
+  // For each id of the table its row among the trained ones, or -1 (on the device the table was
+  // on when they were added; moved where it is used).
+  torch::Tensor token_slot_;
   int64_t padding_slot_ = -1;
 };
 TORCH_MODULE(LoraEmbedding);

@@ -331,37 +331,38 @@ absl::Status StringTargets(const std::string& key, const std::string& text,
   return absl::OkStatus();
 }
 
-// PEFT's trainable_token_indices, `n`: a list of token ids, or {MODULE: ids} with one MODULE, into
-// `o`. Refused in one line that starts with `where`: another form, more than one module, an id
-// that is not a non-negative integer or comes twice.
+// PEFT's trainable_token_indices, `n`: a list of token ids, or {MODULE: ids}, into `o`. Refused in
+// one line that starts with `where`: another form, an id that is not a non-negative integer or
+// comes twice in a list.
 absl::Status ReadTrainableTokens(const config::NodePtr& n, const std::string& where,
                                  LoraOptions* o) {
   o->trainable_token_indices.clear();
-  o->trainable_tokens_module.clear();
+  o->trainable_tokens_named.clear();
   if (n == nullptr || n->is_null()) return absl::OkStatus();
+  auto ids = [&](const config::NodePtr& list, const std::string& key,
+                 std::vector<int64_t>* out) -> absl::Status {
+    if (list == nullptr || !list->is_list())
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " must be a list of token ids, or {MODULE: [ids]}"));
+    std::set<int64_t> seen;
+    for (const auto& item : list->items()) {
+      if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat(key, ": ", item ? config::PythonStr(*item) : "null",
+                         " is not a token id (a non-negative integer)"));
+      if (!seen.insert(item->as_int()).second)
+        return absl::InvalidArgumentError(
+            absl::StrCat(key, ": token ", item->as_int(), " is listed twice"));
+      out->push_back(item->as_int());
+    }
+    return absl::OkStatus();
+  };
   const std::string key = absl::StrCat(where, "trainable_token_indices");
-  config::NodePtr list = n;
-  if (n->is_map()) {
-    if (n->size() != 1)
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, " names ", n->size(),
-                       " modules; kiln trains tokens of the model's token table, one module"));
-    o->trainable_tokens_module = n->entries().front().first;
-    list = n->entries().front().second;
-  }
-  if (list == nullptr || !list->is_list())
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, " must be a list of token ids, or {MODULE: [ids]}"));
-  std::set<int64_t> seen;
-  for (const auto& item : list->items()) {
-    if (item == nullptr || item->kind() != config::NodeKind::kInt || item->as_int() < 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ": ", item ? config::PythonStr(*item) : "null",
-                       " is not a token id (a non-negative integer)"));
-    if (!seen.insert(item->as_int()).second)
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ": token ", item->as_int(), " is listed twice"));
-    o->trainable_token_indices.push_back(item->as_int());
+  if (!n->is_map()) return ids(n, key, &o->trainable_token_indices);
+  for (const auto& [module, list] : n->entries()) {
+    o->trainable_tokens_named.emplace_back(module, std::vector<int64_t>());
+    KILN_RETURN_IF_ERROR(
+        ids(list, absl::StrCat(key, ".", module), &o->trainable_tokens_named.back().second));
   }
   return absl::OkStatus();
 }
@@ -545,19 +546,19 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
     list->set_source(value->source());
     node->Set(kStringKeys[k], list);
   }
-  // trainable_token_indices as {MODULE: ids}: the list for the schema, the module beside it.
+  // trainable_token_indices as {MODULE: ids}: read beside the schema, which takes a list.
   LoraOptions tokens;
   config::NodePtr token_node = node->is_map() ? node->Find("trainable_token_indices") : nullptr;
   KILN_RETURN_IF_ERROR(ReadTrainableTokens(token_node, "model.lora.", &tokens));
   if (token_node != nullptr && token_node->is_map()) {
     node = node->Clone();
-    node->Set("trainable_token_indices", token_node->entries().front().second);
+    node->Set("trainable_token_indices", config::Node::List());
   }
   KILN_ASSIGN_OR_RETURN(config::NodePtr filled,
                         LoraBinding().schema().Apply(*node, "model.lora", "model.lora"));
   LoraOptions o = LoraBinding().Fill(config::Config(filled, "model.lora"));
   o.trainable_token_indices = tokens.trainable_token_indices;
-  o.trainable_tokens_module = tokens.trainable_tokens_module;
+  o.trainable_tokens_named = tokens.trainable_tokens_named;
   o.target_regex = regex[0];
   o.exclude_regex = regex[1];
   if (o.from.empty() && o.target_modules.empty() && o.target_regex.empty()) {
@@ -576,6 +577,76 @@ absl::StatusOr<std::optional<LoraOptions>> ReadLoraOptions(const config::Config&
   if (!o.from.empty()) KILN_RETURN_IF_ERROR(ReadAdapterConfig(o.from, &o));
   return std::optional<LoraOptions>(o);
 }
+
+namespace {
+
+// PEFT's trainable tokens (LoraOptions::trainable_token_indices) added to the layers of `modules`
+// that they name; "K tokens of NAME" for each. Refused in one line: a name that finds no layer, or
+// one that cannot train tokens, a layer named twice, one that carries a LoRA adapter or trains
+// whole (modules_to_save, `saved`), an id outside the layer's rows.
+absl::StatusOr<std::vector<std::string>> AddTrainableTokens(
+    const torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& modules,
+    const LoraOptions& o, const std::vector<std::string>& saved) {
+  const char* const kWhich =
+      " (a token table can: llama's embed_tokens, GPT-2's wte, BERT's word_embeddings; and an "
+      "untied output head: llama's lm_head; a tied head reads the table's trained rows)";
+  std::vector<std::pair<std::string, std::vector<int64_t>>> wanted = o.trainable_tokens_named;
+  if (!o.trainable_token_indices.empty()) wanted.emplace_back("", o.trainable_token_indices);
+  std::vector<std::string> added;
+  std::set<std::string> done;
+  for (const auto& [key, ids] : wanted) {
+    const std::string where =
+        absl::StrCat("model.lora.trainable_token_indices", key.empty() ? "" : ".", key, ": ");
+    std::vector<std::pair<std::string, torch::nn::Module*>> found;
+    for (const auto& item : modules) {
+      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
+      // The list: the token table; a name: each module whose full name ends with it (PEFT's).
+      if (key.empty() ? layer != nullptr && layer->is_token_table()
+                      : absl::EndsWith(item.key(), key))
+        found.emplace_back(item.key(), item.value().get());
+    }
+    if (found.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       key.empty() ? "the model has no token table"
+                                   : absl::StrCat("'", key, "' names no module of the model"),
+                       kWhich));
+    for (const auto& [name, module] : found) {
+      auto* layer = dynamic_cast<LoraLayer*>(module);
+      if (layer == nullptr || !layer->can_train_tokens())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, name, " cannot train tokens", kWhich));
+      if (!done.insert(name).second)
+        return absl::InvalidArgumentError(absl::StrCat(where, name, " is named twice"));
+      if (layer->has_lora())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, name,
+                         " carries a LoRA adapter too (target_modules); train its tokens or adapt "
+                         "it, not both"));
+      if (Within(name, saved))
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, name,
+            " trains whole (modules_to_save); name it there or here, not both (as PEFT)"));
+      const auto own = module->named_parameters(/*recurse=*/false);
+      if (const torch::Tensor* bias = own.find("bias"); bias != nullptr && bias->defined())
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, name,
+            " has a bias, which PEFT's trainable tokens leave out of its outputs; kiln takes "
+            "heads without one"));
+      const int64_t rows = own["weight"].size(0);
+      for (int64_t id : ids) {
+        if (id >= rows)
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "token ", id, " is outside ", name, "'s ", rows, " rows"));
+      }
+      layer->AddTrainableTokens(ids);
+      added.push_back(absl::StrCat(ids.size(), " tokens of ", name));
+    }
+  }
+  return added;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraOptions o) {
   std::map<std::string, torch::Tensor> file;
@@ -708,45 +779,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
   for (auto& item : model.named_parameters()) {
     if (Within(item.key(), saved)) item.value().set_requires_grad(true);
   }
-  // PEFT's trainable tokens: on the model's token table (the one the module's name names).
-  std::string token_table;
-  if (!o.trainable_token_indices.empty()) {
-    const std::string where = "model.lora.trainable_token_indices: ";
-    const std::string& named = o.trainable_tokens_module;
-    torch::nn::Module* module = nullptr;
-    for (const auto& item : modules) {
-      auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
-      if (layer != nullptr && layer->is_token_table() &&
-          (named.empty() || Names(named, item.key()))) {
-        token_table = item.key();
-        module = item.value().get();
-      }
-    }
-    auto* embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(module);
-    if (embedding == nullptr)
-      return absl::InvalidArgumentError(absl::StrCat(
-          where,
-          named.empty() ? "the model has no token table"
-                        : absl::StrCat("'", named, "' is not the model's token table"),
-          " (kiln trains tokens of a token table: llama's embed_tokens, GPT-2's wte, BERT's "
-          "word_embeddings)"));
-    auto* layer = dynamic_cast<LoraLayer*>(module);
-    if (layer->has_lora())
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, token_table,
-          " carries a LoRA adapter too (target_modules); train its tokens or adapt it, not both"));
-    if (Within(token_table, saved))
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, token_table,
-          " trains whole (modules_to_save); name it there or here, not both (as PEFT)"));
-    const int64_t rows = embedding->weight.size(0);
-    for (int64_t id : o.trainable_token_indices) {
-      if (id >= rows)
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "token ", id, " is outside ", token_table, "'s ", rows, " rows"));
-    }
-    layer->AddTrainableTokens(o.trainable_token_indices);
-  }
+  KILN_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
+                        AddTrainableTokens(modules, o, saved));
   const std::set<std::string> adapted = AdaptedNames(model);
   const std::vector<std::string> biases = TrainedBiases(model, o.bias, saved, adapted);
   auto parameters = model.named_parameters();
@@ -822,10 +856,8 @@ absl::StatusOr<std::vector<std::string>> AddLora(torch::nn::Module& model, LoraO
       rank_set.size() > 1 ? "s " : " ", absl::StrJoin(rank_set, ", "), " on ", names.size(),
       " layers",
       saved.empty() ? "" : absl::StrCat(", ", absl::StrJoin(saved, ", "), " trained whole"),
-      token_table.empty()
-          ? ""
-          : absl::StrCat(", ", o.trainable_token_indices.size(), " tokens of ", token_table),
-      "; ", trained, " of ", total, " parameters train"));
+      tokens.empty() ? "" : absl::StrCat(", ", absl::StrJoin(tokens, ", ")), "; ", trained, " of ",
+      total, " parameters train"));
   return names;
 }
 
@@ -878,6 +910,34 @@ bool LoraSelection::Selects(const std::string& name) const {
              o_.layers_to_transform.end();
 }
 
+void TrainableTokenRows::Add(torch::nn::Module& layer, const torch::Tensor& weight,
+                             const std::vector<int64_t>& ids) {
+  torch::NoGradGuard no_grad;
+  ids_ = ids;
+  index_ = torch::tensor(ids, torch::kInt64).to(weight.device());
+  delta = layer.register_parameter("trainable_tokens_delta",
+                                   weight.index_select(0, index_).to(torch::kFloat32));
+}
+
+void TrainableTokenRows::Reset(const torch::Tensor& weight) {
+  if (!delta.defined()) return;
+  torch::NoGradGuard no_grad;
+  delta.copy_(weight.index_select(0, index(weight.device())));
+}
+
+torch::Tensor TrainableTokenRows::Replaced(const torch::Tensor& weight) const {
+  if (!delta.defined()) return weight;
+  return weight.index_copy(0, index(weight.device()), delta.to(weight.scalar_type()));
+}
+
+void TrainableTokenRows::Merge(torch::Tensor& weight) {
+  if (!delta.defined()) return;
+  torch::NoGradGuard no_grad;
+  weight.index_copy_(0, index(weight.device()), delta.to(weight.scalar_type()));
+  delta = torch::Tensor();
+  ids_.clear();
+}
+
 void LoraLayerSettings::KeepLoraSettings(const LoraOptions& o) {
   lora_r_ = o.r;
   lora_alpha_ = o.alpha;
@@ -916,13 +976,18 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<std::string> adapted;
   std::vector<std::pair<std::string, const LoraLayer*>> layers;
-  std::string tokens = "null";  // trainable_token_indices
+  // trainable_token_indices: a list where only the token table trains tokens (PEFT puts a list on
+  // the input embeddings, which the token table is), else {full name: ids}.
+  std::vector<std::string> token_entries;
+  std::string token_list;
   const auto modules = model.named_modules("", false);
   for (const auto& item : modules) {
     auto* layer = dynamic_cast<LoraLayer*>(item.value().get());
     if (layer != nullptr && !layer->trainable_tokens().empty()) {
-      // A list: PEFT puts it on the input embeddings, which a token table is.
-      tokens = absl::StrCat("[", absl::StrJoin(layer->trainable_tokens(), ", "), "]");
+      const std::string ids =
+          absl::StrCat("[", absl::StrJoin(layer->trainable_tokens(), ", "), "]");
+      if (layer->is_token_table()) token_list = ids;
+      token_entries.push_back(absl::StrCat("\"", item.key(), "\": ", ids));
       const torch::Tensor rows =
           item.value()->named_parameters(/*recurse=*/false)["trainable_tokens_delta"];
       tensors.emplace_back(PeftKey(adapted, item.key() + ".trainable_tokens_delta"),
@@ -1000,6 +1065,10 @@ absl::Status WritePeftAdapter(torch::nn::Module& model, const PeftAdapterInfo& i
     }
     return std::make_pair(common, absl::StrCat("{", absl::StrJoin(entries, ", "), "}"));
   };
+  const std::string tokens = token_entries.empty() ? "null"
+                             : token_entries.size() == 1 && !token_list.empty()
+                                 ? token_list
+                                 : absl::StrCat("{", absl::StrJoin(token_entries, ", "), "}");
   const auto [r, rank_pattern] = pattern([](const LoraLayer& l) { return l.lora_r(); });
   const auto [alpha, alpha_pattern] = pattern([](const LoraLayer& l) { return l.lora_alpha(); });
   KILN_RETURN_IF_ERROR(MakeDirs(dir));

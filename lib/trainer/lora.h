@@ -21,6 +21,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -80,12 +81,13 @@ struct LoraOptions {
   // PEFT's trainable_token_indices: these rows of the model's token table train (each a parameter
   // row of trainable_tokens_delta that starts as the base's row and replaces it), the rest of the
   // table stays frozen; a head tied to the table reads the trained rows too (PEFT ties them).
-  // For tokens a fine-tune adds to the vocabulary's reserved rows, say a chat template's. In
-  // model.lora and adapter_config.json a list of token ids, or {MODULE: ids} with one MODULE,
-  // the token table's name (its last name or its full name: embed_tokens, wte, word_embeddings),
-  // kept in trainable_tokens_module. Empty: none.
+  // For tokens a fine-tune gives a meaning to, say a chat template's in the vocabulary's reserved
+  // rows. In model.lora and adapter_config.json a list of token ids (the token table's), or
+  // {MODULE: ids}, kept in trainable_tokens_named: the layers whose full names end with MODULE
+  // (PEFT's suffix), each a token table (embed_tokens, wte, word_embeddings) or an untied output
+  // head (lm_head, whose rows are the tokens' logits). Empty: none.
   std::vector<int64_t> trainable_token_indices;
-  std::string trainable_tokens_module;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> trainable_tokens_named;
   std::string from;  // a PEFT adapter folder: r, alpha, dropout and targets come from it
   // The frozen Linear weights' dtype: float32, or bfloat16 (half their memory; the adapters, the
   // embeddings and the norms stay float32, as PEFT trains adapters on a bf16 base).
@@ -119,16 +121,42 @@ class LoraLayer {
   virtual void ResetDoraMagnitude() = 0;
 
   // PEFT's trainable tokens (LoraOptions::trainable_token_indices), which a model's token table
-  // can carry (components/models/lora_embedding.h): whether this layer is one, its trained rows'
-  // ids, adding them (parameter trainable_tokens_delta, the base's rows; the caller checks the ids)
-  // and setting them to the base's rows again (for a base loaded after AddLora).
+  // (components/models/lora_embedding.h) and its untied output head (autocast_linear.h) can carry:
+  // whether this layer is the token table, whether it can carry them, its trained rows' ids, adding
+  // them (parameter trainable_tokens_delta, the base's rows; the caller checks the ids) and setting
+  // them to the base's rows again (for a base loaded after AddLora).
   virtual bool is_token_table() const { return false; }
+  virtual bool can_train_tokens() const { return is_token_table(); }
   virtual const std::vector<int64_t>& trainable_tokens() const {
     static const std::vector<int64_t> none;
     return none;
   }
   virtual void AddTrainableTokens(const std::vector<int64_t>& ids) {}
   virtual void ResetTrainableTokens() {}
+};
+
+// The trained rows of a layer that carries trainable tokens (LoraLayer), for the layers to share:
+// their ids, and the parameter trainable_tokens_delta they register on the layer.
+class TrainableTokenRows {
+ public:
+  // Registers `delta` on `layer` as trainable_tokens_delta: the rows `ids` of `weight`, in float32.
+  void Add(torch::nn::Module& layer, const torch::Tensor& weight, const std::vector<int64_t>& ids);
+  // Sets the rows to `weight`'s again.
+  void Reset(const torch::Tensor& weight);
+  // `weight` with the rows in place (differentiable in them).
+  torch::Tensor Replaced(const torch::Tensor& weight) const;
+  // Writes the rows into `weight` and lets go of them (the layer drops its parameter).
+  void Merge(torch::Tensor& weight);
+  bool defined() const { return delta.defined(); }
+  const std::vector<int64_t>& ids() const { return ids_; }
+  // The ids as a tensor on `device`.
+  torch::Tensor index(const torch::Device& device) const { return index_.to(device); }
+
+  torch::Tensor delta;  // PEFT's trainable_tokens_delta
+
+ private:
+  std::vector<int64_t> ids_;
+  torch::Tensor index_;
 };
 
 // The settings an adapted layer keeps from AddLora's options (LoraLayer's r, alpha, dropout and

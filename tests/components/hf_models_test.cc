@@ -143,6 +143,9 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
   }
   // PEFT's trainable tokens: 3 rows of the token table (the ids check_lora.py puts in every row).
   if (variant == "tokens") options.trainable_token_indices = {3, 5, 7};
+  // Both ends of an untied Llama: the table's rows and the head's (PEFT's {MODULE: ids}).
+  if (variant == "tokens_head")
+    options.trainable_tokens_named = {{"embed_tokens", {3, 5, 7}}, {"lm_head", {3, 5, 7}}};
   auto adapted = AddLora(**model, options);
   ASSERT_TRUE(adapted.ok()) << adapted.status();
   EXPECT_EQ(adapted->size(), layers);
@@ -177,7 +180,7 @@ void ExpectLoraBothWays(const std::string& family, const std::string& base,
     }
   }
   EXPECT_EQ(trained, (variant == "dora" || options.lora_bias ? 3 : 2) * layers + head_tensors +
-                         biases + (variant == "tokens"));
+                         biases + (variant == "tokens") + 2 * (variant == "tokens_head"));
   if (absl::StartsWith(variant, "bias_")) EXPECT_GT(biases, 0u);
   const std::string kiln_adapter = scratch + "/kiln_adapter";
   PeftAdapterInfo info;
@@ -538,6 +541,9 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
                      dir_->path() + "/tokens", 0, "tokens");
   ExpectLoraBothWays("llama", dir_->path() + "/tied/model", {"v_proj"}, 2,
                      dir_->path() + "/tokens_tied", 0, "tokens");
+  // An untied Llama's table and head, as PEFT's {embed_tokens: ids, lm_head: ids}.
+  ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj"}, 2,
+                     dir_->path() + "/tokens_head", 0, "tokens_head");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -973,21 +979,21 @@ TEST(Lora, TrainableTokensReplaceTheirRows) {
   LoraEmbedding table(torch::nn::EmbeddingOptions(10, 6).padding_idx(0));
   table->weight.set_requires_grad(false);
   table->AddTrainableTokens({4, 0});
-  ASSERT_TRUE(table->trainable_tokens_delta.requires_grad());
-  EXPECT_TRUE(torch::equal(table->trainable_tokens_delta,
+  ASSERT_TRUE(table->trainable_tokens_delta().requires_grad());
+  EXPECT_TRUE(torch::equal(table->trainable_tokens_delta(),
                            table->weight.index_select(0, torch::tensor({4, 0}))));
   {
     torch::NoGradGuard no_grad;
-    table->trainable_tokens_delta.add_(torch::randn({2, 6}));
+    table->trainable_tokens_delta().add_(torch::randn({2, 6}));
   }
   const torch::Tensor ids = torch::tensor({{0, 4, 9}, {4, 1, 4}});
   const torch::Tensor replaced =
-      table->weight.index_copy(0, torch::tensor({4, 0}), table->trainable_tokens_delta.detach());
+      table->weight.index_copy(0, torch::tensor({4, 0}), table->trainable_tokens_delta().detach());
   EXPECT_TRUE(torch::equal(table->table(), replaced));
   torch::Tensor got = table->forward(ids);
   EXPECT_TRUE(torch::equal(got, replaced.index_select(0, ids.flatten()).view({2, 3, 6})));
   const torch::Tensor dy = torch::randn(got.sizes());
-  torch::Tensor grad = torch::autograd::grad({got}, {table->trainable_tokens_delta}, {dy})[0];
+  torch::Tensor grad = torch::autograd::grad({got}, {table->trainable_tokens_delta()}, {dy})[0];
   // Token 4's row: the sum of its three positions' gradients; the padding token's: none.
   EXPECT_TRUE(torch::allclose(grad[0], dy[0][1] + dy[1][0] + dy[1][2], 1e-6, 1e-6));
   EXPECT_EQ(grad[1].abs().sum().item<float>(), 0.0f);
@@ -998,6 +1004,30 @@ TEST(Lora, TrainableTokensReplaceTheirRows) {
   EXPECT_TRUE(torch::equal(table->weight, replaced));
   EXPECT_TRUE(torch::equal(table->forward(ids), before));
 
+  // An output head's rows: those tokens' logits are x . row, the others the base's.
+  AutocastLinear head(torch::nn::LinearOptions(6, 10).bias(false));
+  head->weight.set_requires_grad(false);
+  head->token_head = true;
+  head->AddTrainableTokens({7, 2});
+  {
+    torch::NoGradGuard no_grad;
+    head->trainable_tokens_delta().add_(torch::randn({2, 6}));
+  }
+  const torch::Tensor x = torch::randn({2, 3, 6});
+  const torch::Tensor head_rows =
+      head->weight.index_copy(0, torch::tensor({7, 2}), head->trainable_tokens_delta().detach());
+  torch::Tensor logits = head->forward(x);
+  EXPECT_TRUE(torch::allclose(logits, torch::matmul(x, head_rows.t()), 1e-6, 1e-6));
+  const torch::Tensor dlogits = torch::randn(logits.sizes());
+  torch::Tensor head_grad =
+      torch::autograd::grad({logits}, {head->trainable_tokens_delta()}, {dlogits})[0];
+  const torch::Tensor want_grad = torch::matmul(dlogits.reshape({-1, 10}).t(), x.reshape({-1, 6}));
+  EXPECT_TRUE(torch::allclose(head_grad[0], want_grad[7], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(head_grad[1], want_grad[2], 1e-5, 1e-5));
+  head->MergeLora();
+  EXPECT_TRUE(torch::equal(head->weight, head_rows));
+  EXPECT_EQ(head->named_parameters().size(), 1u);
+
   auto read = [](const std::string& lora) {
     auto node = config::ParseYaml("model:\n  lora: " + lora, "job.yaml");
     EXPECT_TRUE(node.ok()) << node.status();
@@ -1006,20 +1036,21 @@ TEST(Lora, TrainableTokensReplaceTheirRows) {
   auto listed = read("{target_modules: [q_proj], trainable_token_indices: [1, 2]}");
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ((*listed)->trainable_token_indices, (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ((*listed)->trainable_tokens_module, "");
-  auto named = read("{target_modules: [q_proj], trainable_token_indices: {embed_tokens: [6]}}");
+  EXPECT_TRUE((*listed)->trainable_tokens_named.empty());
+  auto named = read(
+      "{target_modules: [q_proj], trainable_token_indices: {embed_tokens: [6], lm_head: [6, 1]}}");
   ASSERT_TRUE(named.ok()) << named.status();
-  EXPECT_EQ((*named)->trainable_token_indices, (std::vector<int64_t>{6}));
-  EXPECT_EQ((*named)->trainable_tokens_module, "embed_tokens");
+  EXPECT_TRUE((*named)->trainable_token_indices.empty());
+  using Named = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+  EXPECT_EQ((*named)->trainable_tokens_named, (Named{{"embed_tokens", {6}}, {"lm_head", {6, 1}}}));
   EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: [2, 2]}").status().message(),
             "model.lora.trainable_token_indices: token 2 is listed twice");
   EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: [-1]}").status().message(),
             "model.lora.trainable_token_indices: -1 is not a token id (a non-negative integer)");
-  EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: {a: [1], b: [2]}}")
+  EXPECT_EQ(read("{target_modules: [q_proj], trainable_token_indices: {a: [1], b: [-2]}}")
                 .status()
                 .message(),
-            "model.lora.trainable_token_indices names 2 modules; kiln trains tokens of the model's "
-            "token table, one module");
+            "model.lora.trainable_token_indices.b: -2 is not a token id (a non-negative integer)");
 
   const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 1\nheads: 2\n";
   auto refusal = [&](std::vector<std::string> targets, std::vector<int64_t> tokens,
@@ -1028,17 +1059,26 @@ TEST(Lora, TrainableTokensReplaceTheirRows) {
     EXPECT_TRUE(model.ok()) << model.status();
     LoraOptions o;
     o.target_modules = std::move(targets);
-    o.trainable_token_indices = std::move(tokens);
-    o.trainable_tokens_module = module;
+    if (module.empty()) {
+      o.trainable_token_indices = std::move(tokens);
+    } else {
+      o.trainable_tokens_named = {{module, std::move(tokens)}};
+    }
     return std::string(AddLora(**model, o).status().message());
   };
   EXPECT_EQ(refusal({"q_proj"}, {7}, "embed_tokens"), "");
+  EXPECT_EQ(refusal({"q_proj"}, {7, 0}, "lm_head"), "");  // the untied head's rows
   EXPECT_EQ(refusal({"q_proj"}, {8}, ""),
             "model.lora.trainable_token_indices: token 8 is outside model.embed_tokens's 8 rows");
-  EXPECT_EQ(refusal({"q_proj"}, {1}, "lm_head"),
-            "model.lora.trainable_token_indices: 'lm_head' is not the model's token table (kiln "
-            "trains tokens of a token table: llama's embed_tokens, GPT-2's wte, BERT's "
-            "word_embeddings)");
+  const std::string which =
+      " (a token table can: llama's embed_tokens, GPT-2's wte, BERT's word_embeddings; and an "
+      "untied output head: llama's lm_head; a tied head reads the table's trained rows)";
+  EXPECT_EQ(refusal({"q_proj"}, {1}, "o_proj"),
+            "model.lora.trainable_token_indices.o_proj: model.layers.0.self_attn.o_proj cannot "
+            "train tokens" +
+                which);
+  EXPECT_EQ(refusal({"q_proj"}, {1}, "wte"),
+            "model.lora.trainable_token_indices.wte: 'wte' names no module of the model" + which);
   EXPECT_EQ(refusal({"embed_tokens"}, {1}, ""),
             "model.lora.trainable_token_indices: model.embed_tokens carries a LoRA adapter too "
             "(target_modules); train its tokens or adapt it, not both");

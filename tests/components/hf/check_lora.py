@@ -10,7 +10,7 @@ the adapters (peft's own head is redrawn here too, so that loading it shows in t
 ids avoid the pad id, which kiln masks.
 One process for both: importing transformers and peft takes seconds.
 
-  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]|tied|tokens]]
+  check_lora.py BASE KILN_ADAPTER [PEFT_ADAPTER TARGETS [rslora|dora|patterns|layers|regex|bias_all|bias_lora_only[+lora_bias]|tied|tokens|tokens_head]]
 
 A target that is a token embedding gets peft's lora.Embedding (its A and B drawn at random and
 scaled to 0.3), and peft saves an adapted embed_tokens' table beside it, moved here so that
@@ -26,7 +26,8 @@ string), beside exclude_modules ".*\\.(o|k)_proj" and rank_pattern {"layers\\.1\
 with bias_all or bias_lora_only, PEFT's bias="all" or "lora_only", the trained biases moved off the
 base's; +lora_bias after either, lora_bias=True too (lora_B's bias drawn as nn.Linear draws it);
 with tokens, PEFT's trainable tokens of the input embeddings (trainable_token_indices [3, 5, 7], the
-rows moved off the base's).
+rows moved off the base's); with tokens_head, those of {"embed_tokens": ..., "lm_head": ...} (an
+untied head's rows too).
 Every row of ids starts with tokens 3, 5 and 7, so that trained rows of them show in the logits.
 """
 import os
@@ -81,6 +82,8 @@ def main():
         patterns = dict(exclude_modules=r".*\.(o|k)_proj", rank_pattern={r"layers\.1\.mlp\..*": 2})
     if sys.argv[5:6] == ["tokens"]:
         patterns = dict(trainable_token_indices=TOKENS)
+    if sys.argv[5:6] == ["tokens_head"]:
+        patterns = dict(trainable_token_indices={"embed_tokens": TOKENS, "lm_head": TOKENS})
     if sys.argv[5:6] and sys.argv[5].startswith("bias_"):
         bias, _, lora_bias = sys.argv[5][5:].partition("+")
         patterns = dict(bias=bias, lora_bias=lora_bias == "lora_bias")
