@@ -132,7 +132,9 @@ absl::StatusOr<ModelParts> BuildModelParts(const config::Config& cfg) {
   if (lora) {
     KILN_RETURN_IF_ERROR(AddLora(parts.task->module(), *lora).status());
     parts.start.start_adapters_from_base =
-        (lora->use_dora || !lora->trainable_token_indices.empty()) && lora->from.empty();
+        (lora->use_dora || !lora->trainable_token_indices.empty() ||
+         !lora->trainable_tokens_named.empty()) &&
+        lora->from.empty();
   }
   parts.model_name = cfg.Get<std::string>("model._target_").value_or("");
   KILN_ASSIGN_OR_RETURN(config::Config data_cfg, cfg.Sub("data"));

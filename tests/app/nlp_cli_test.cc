@@ -811,15 +811,21 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
         0.0f);
   }
   // PEFT's trainable tokens from the command line, as {MODULE: ids}: the rows of tokens 3 and 5
-  // train beside c_attn's adapters; format=peft writes them under PEFT's key and
+  // train beside an adapter on the position table, on the gpt trained above as the base
+  // (model.init_from, loaded after the adapters are made: the rows start again from its rows, and
+  // an adapter on embeddings alone is no "*.lora_A.*" for init_from to skip). At a rate of 1e-9
+  // the rows stay the base's. format=peft writes them under PEFT's key and
   // trainable_token_indices, and format=hf merges them into the (still tied) table.
   {
-    auto tokens = Lm("train", {"test=false", "trainer.max_steps=3",
-                               "model.lora={r:2,alpha:4,target_modules:[c_attn],"
+    auto tokens = Lm("train", {"test=false", "trainer.max_steps=3", "optimizer.lr=1e-9",
+                               "+model.init_from=" + d + "/gpt/checkpoints/last.ckpt",
+                               "model.lora={r:2,alpha:4,target_modules:[wpe],"
                                "trainable_token_indices:{wte:[3,5]},dropout:0.0}",
-                               "optimizer.lr=0.05", "hydra.run.dir=" + d + "/lora_tokens"});
+                               "hydra.run.dir=" + d + "/lora_tokens"});
     ASSERT_EQ(tokens.exit_code, 0) << tokens.err;
-    EXPECT_NE(tokens.err.find("2 tokens of transformer.wte"), std::string::npos) << tokens.err;
+    EXPECT_NE(tokens.err.find("adapters of rank 2 on 1 layers, 2 tokens of transformer.wte"),
+              std::string::npos)
+        << tokens.err;
     // torchscript: the rows traced in place, at any batch size.
     for (const std::string format : {"peft", "hf", "torchscript"}) {
       auto e = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/lora_tokens",
@@ -833,11 +839,19 @@ TEST_F(NlpCliTest, LanguageModelExportsAFolderThatTransformersLoads) {
     ASSERT_TRUE(adapter.ok()) << adapter.status();
     const std::string key = "base_model.model.transformer.wte.token_adapter.trainable_tokens_delta";
     ASSERT_EQ(adapter->count(key), 1u);
+    auto base = ReadSafetensors(d + "/gpt_hf/model.safetensors");
+    ASSERT_TRUE(base.ok()) << base.status();
+    const torch::Tensor ids = torch::tensor({3, 5});
+    EXPECT_LT((adapter->at(key) - base->at("transformer.wte.weight").index_select(0, ids))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-6);
     auto merged = ReadSafetensors(d + "/lora_tokens_hf/model.safetensors");
     ASSERT_TRUE(merged.ok()) << merged.status();
     EXPECT_EQ(merged->count("lm_head.weight"), 0u);
-    const torch::Tensor wte = merged->at("transformer.wte.weight");
-    EXPECT_TRUE(torch::equal(wte.index_select(0, torch::tensor({3, 5})), adapter->at(key)));
+    EXPECT_TRUE(
+        torch::equal(merged->at("transformer.wte.weight").index_select(0, ids), adapter->at(key)));
   }
   auto no_adapters = RunProcess({KILN_BINARY, "export", "run_dir=" + d + "/llama", "format=peft",
                                  "hydra.run.dir=" + d + "/no_peft"});
