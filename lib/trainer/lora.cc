@@ -76,8 +76,8 @@ const OptionBinding<LoraOptions>& LoraBinding() {
                  "lora_bias); the adapted layers must have biases")
           .Field("trainable_token_indices", &LoraOptions::trainable_token_indices,
                  "ids of the token table's rows that train beside the adapters, the rest of the "
-                 "table frozen (PEFT's trainable_token_indices; {MODULE: ids} names the table); "
-                 "a tied head reads the trained rows too")
+                 "table frozen (PEFT's trainable_token_indices); {MODULE: ids} names the layers: "
+                 "the table, an untied head (lm_head); a tied head reads the table's rows")
           .Field("from", &LoraOptions::from,
                  "a folder PEFT saved (adapter_config.json, adapter_model.safetensors): its "
                  "adapters, instead of new ones")
@@ -333,7 +333,7 @@ absl::Status StringTargets(const std::string& key, const std::string& text,
 
 // PEFT's trainable_token_indices, `n`: a list of token ids, or {MODULE: ids}, into `o`. Refused in
 // one line that starts with `where`: another form, an id that is not a non-negative integer or
-// comes twice in a list.
+// comes twice in a list, a module with an empty list.
 absl::Status ReadTrainableTokens(const config::NodePtr& n, const std::string& where,
                                  LoraOptions* o) {
   o->trainable_token_indices.clear();
@@ -363,6 +363,8 @@ absl::Status ReadTrainableTokens(const config::NodePtr& n, const std::string& wh
     o->trainable_tokens_named.emplace_back(module, std::vector<int64_t>());
     KILN_RETURN_IF_ERROR(
         ids(list, absl::StrCat(key, ".", module), &o->trainable_tokens_named.back().second));
+    if (o->trainable_tokens_named.back().second.empty())
+      return absl::InvalidArgumentError(absl::StrCat(key, ".", module, " lists no token"));
   }
   return absl::OkStatus();
 }

@@ -1051,6 +1051,9 @@ TEST(Lora, TrainableTokensReplaceTheirRows) {
                 .status()
                 .message(),
             "model.lora.trainable_token_indices.b: -2 is not a token id (a non-negative integer)");
+  EXPECT_EQ(
+      read("{target_modules: [q_proj], trainable_token_indices: {lm_head: []}}").status().message(),
+      "model.lora.trainable_token_indices.lm_head lists no token");
 
   const std::string llama = "_target_: llama\nvocab_size: 8\ndim: 8\ndepth: 1\nheads: 2\n";
   auto refusal = [&](std::vector<std::string> targets, std::vector<int64_t> tokens,
