@@ -347,7 +347,7 @@ absl::StatusOr<std::unique_ptr<Predictor>> LoadHfFolder(const std::string& path,
   if (family != "llama" && family != "gpt2") {
     return hf.Refuse("model_type",
                      "kiln.Predictor generates from the language models kiln reads (llama, "
-                     "mistral, qwen2, gpt2)");
+                     "mistral, qwen2, qwen3, gpt2)");
   }
   std::vector<std::string> overrides = {"experiment=pretrained_lm", "model=" + family,
                                         "model.pretrained='" + AbsolutePath(path) + "'"};

@@ -106,8 +106,9 @@ namespace {
 
 const std::map<std::string, std::string>& ModelsByType() {
   static const auto* models = new std::map<std::string, std::string>{
-      {"bert", "bert"},   {"gpt2", "gpt2"},    {"llama", "llama"}, {"mistral", "llama"},
-      {"qwen2", "llama"}, {"roberta", "bert"}, {"vit", "hf_vit"},  {"xlm-roberta", "bert"}};
+      {"bert", "bert"},     {"gpt2", "gpt2"},   {"llama", "llama"},
+      {"mistral", "llama"}, {"qwen2", "llama"}, {"qwen3", "llama"},
+      {"roberta", "bert"},  {"vit", "hf_vit"},  {"xlm-roberta", "bert"}};
   return *models;
 }
 

@@ -61,7 +61,7 @@ class HfConfig {
 };
 
 // The kiln model (its registered name) that reads a config.json of `model_type`: llama for llama,
-// mistral and qwen2; gpt2; bert for bert, roberta and xlm-roberta; hf_vit for vit; "" for a
+// mistral, qwen2 and qwen3; gpt2; bert for bert, roberta and xlm-roberta; hf_vit for vit; "" for a
 // model_type kiln has no model for.
 std::string KilnModelFor(const std::string& model_type);
 // The model_types kiln reads, sorted.

@@ -2,8 +2,9 @@
 // parameter names (LlamaForCausalLM: model.embed_tokens, model.layers.N.{self_attn,mlp,
 // input_layernorm,post_attention_layernorm}, model.norm, lm_head): rotary position embeddings
 // (with Llama 3's and linear rope scaling), RMSNorm, SwiGLU, grouped-query attention, a tied or
-// untied output layer. The same component reads Mistral (sliding-window attention) and Qwen2 (bias
-// on q, k and v) folders, whose layers are Llama's. Input [B, T] ids -> [B, T, vocab].
+// untied output layer. The same component reads Mistral (sliding-window attention), Qwen2 (bias
+// on q, k and v) and Qwen3 (an RMSNorm on each query and key head) folders, whose layers are
+// otherwise Llama's. Input [B, T] ids -> [B, T, vocab].
 //
 // `model.pretrained=DIR` builds it from a folder that save_pretrained wrote: the sizes from its
 // config.json, the weights from its safetensors. Without it the sizes are options and the
@@ -51,11 +52,12 @@ struct RopeScaling {
 
 // Everything that shapes a Llama-family model, as config.json says it.
 struct LlamaArchitecture {
-  std::string model_type = "llama";  // llama, mistral, qwen2: what export writes back
+  std::string model_type = "llama";  // llama, mistral, qwen2, qwen3: what export writes back
   int64_t vocab_size = 0, dim = 256, depth = 4, heads = 4, kv_heads = 4, head_dim = 64,
           mlp_dim = 688, max_positions = 2048;
   double rope_theta = 10000, rms_norm_eps = 1e-6, attention_dropout = 0, initializer_range = 0.02;
   bool tie_weights = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool qk_norm = false;  // Qwen3: each query and key head RMS-normalized before the rotation
   RopeScaling rope;
   std::vector<int64_t> windows;  // per layer: 0 attends to the whole past, W to the last W keys
   std::optional<int64_t> bos_token_id, eos_token_id;
@@ -114,6 +116,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
     k_proj = register_module("k_proj", linear(a.dim, a.kv_heads * a.head_dim, a.qkv_bias));
     v_proj = register_module("v_proj", linear(a.dim, a.kv_heads * a.head_dim, a.qkv_bias));
     o_proj = register_module("o_proj", linear(a.heads * a.head_dim, a.dim, a.o_bias));
+    if (a.qk_norm) {
+      q_norm = register_module("q_norm", RmsNorm(a.head_dim, a.rms_norm_eps));
+      k_norm = register_module("k_norm", RmsNorm(a.head_dim, a.rms_norm_eps));
+    }
   }
 
   // x [B, T, D]; cos and sin [T, head_dim] (or [B, 1, T, head_dim]) in x's dtype; window 0 or
@@ -160,6 +166,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
     const int64_t batch = x.size(0), length = x.size(1);
     qkv = qkv.view({batch, length, heads_ + 2 * kv_heads_, head_dim_});
     torch::Tensor qk = qkv.narrow(2, 0, heads_ + kv_heads_);
+    if (q_norm) {
+      qk = torch::cat({q_norm->forward(qkv.narrow(2, 0, heads_)),
+                       k_norm->forward(qkv.narrow(2, heads_, kv_heads_))},
+                      2);
+    }
     torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // [B, t, 1, hd]
     torch::Tensor rotated = Rotate(qk, c, s);
     auto [keys, values] =
@@ -169,6 +180,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
     return Attend(x, q, keys, values, mask);
   }
   AutocastLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3's, over each head's hd values
 
  private:
   // q [B, heads, T, hd], k and v [B, kv_heads, T, hd], q and k rotated.
@@ -183,11 +195,12 @@ class LlamaAttentionImpl : public torch::nn::Module {
     // Rotate's cos and sin: [T, hd] or [B, T, 1, hd].
     torch::Tensor c = cos.dim() == 4 ? cos.transpose(1, 2) : cos;
     torch::Tensor s = sin.dim() == 4 ? sin.transpose(1, 2) : sin;
-    auto rotated = [&](const torch::Tensor& t, int64_t n) {
-      return Rotate(heads(t, n), c, s).transpose(1, 2);
+    auto rotated = [&](const torch::Tensor& t, int64_t n, RmsNorm& norm) {
+      torch::Tensor h = heads(t, n);
+      return Rotate(norm ? norm->forward(h) : h, c, s).transpose(1, 2);
     };
-    torch::Tensor q = rotated(q_proj->forward(x), heads_);
-    torch::Tensor k = rotated(k_proj->forward(x), kv_heads_);
+    torch::Tensor q = rotated(q_proj->forward(x), heads_, q_norm);
+    torch::Tensor k = rotated(k_proj->forward(x), kv_heads_, k_norm);
     torch::Tensor v = heads(v_proj->forward(x), kv_heads_).transpose(1, 2);
     return {q, k, v};
   }
@@ -199,8 +212,12 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor FusedCausal(const torch::Tensor& x, const torch::Tensor& cos,
                             const torch::Tensor& sin) {
     torch::Tensor v = v_proj->forward(x);
-    torch::Tensor qkv =
-        RotateQkv(q_proj->forward(x), k_proj->forward(x), v, cos, sin, heads_, kv_heads_);
+    torch::Tensor q = q_proj->forward(x), k = k_proj->forward(x);
+    if (q_norm) {  // [B, T, n hd] normalized head by head, as one [B, T, n, hd] pass each
+      q = q_norm->forward(q.view({x.size(0), x.size(1), heads_, head_dim_})).flatten(2);
+      k = k_norm->forward(k.view({x.size(0), x.size(1), kv_heads_, head_dim_})).flatten(2);
+    }
+    torch::Tensor qkv = RotateQkv(q, k, v, cos, sin, heads_, kv_heads_);
     if (!CausalAttentionSupports(qkv, heads_, kv_heads_)) return {};
     return CausalAttention(qkv, heads_, kv_heads_);
   }
@@ -420,16 +437,17 @@ class Llama : public CausalLm {
   LlamaArchitecture a_;
 };
 
-// config.json (llama, mistral or qwen2) as a LlamaArchitecture; what kiln's layers do not compute
-// (another activation, a rope scaling other than linear and llama3, a partial rotary factor,
-// tensor-parallel pretraining slices) is refused in one line.
+// config.json (llama, mistral, qwen2 or qwen3) as a LlamaArchitecture; what kiln's layers do not
+// compute (another activation, a rope scaling other than linear and llama3, a partial rotary
+// factor, tensor-parallel pretraining slices) is refused in one line.
 absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
   LlamaArchitecture a;
   a.model_type = c.model_type();
-  if (a.model_type != "llama" && a.model_type != "mistral" && a.model_type != "qwen2") {
+  if (a.model_type != "llama" && a.model_type != "mistral" && a.model_type != "qwen2" &&
+      a.model_type != "qwen3") {
     return c.RefuseModelType(
-        "model=llama reads Llama, Mistral and Qwen2 checkpoints (model_type llama, "
-        "mistral or qwen2)");
+        "model=llama reads Llama, Mistral, Qwen2 and Qwen3 checkpoints (model_type llama, "
+        "mistral, qwen2 or qwen3)");
   }
   KILN_ASSIGN_OR_RETURN(a.vocab_size, c.Int("vocab_size"));
   KILN_ASSIGN_OR_RETURN(a.dim, c.Int("hidden_size"));
@@ -456,6 +474,9 @@ absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
   } else if (a.model_type == "llama") {
     a.qkv_bias = a.o_bias = c.Bool("attention_bias", false);
     a.mlp_bias = c.Bool("mlp_bias", false);
+  } else if (a.model_type == "qwen3") {
+    a.qkv_bias = a.o_bias = c.Bool("attention_bias", false);
+    a.qk_norm = true;
   }
   if (a.vocab_size < 1 || a.dim < 1 || a.depth < 1 || a.heads < 1 || a.kv_heads < 1 ||
       a.head_dim < 1 || a.head_dim % 2 != 0 || a.mlp_dim < 1 || a.heads % a.kv_heads != 0) {
@@ -504,8 +525,8 @@ absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
     if (a.rope.factor <= 0) return scaling->Refuse("factor", "must be positive");
   }
 
-  // Sliding windows: Mistral's on every layer; Qwen2's on the layers layer_types marks (when
-  // use_sliding_window is true).
+  // Sliding windows: Mistral's on every layer; Qwen2's and Qwen3's on the layers layer_types marks
+  // (when use_sliding_window is true).
   KILN_ASSIGN_OR_RETURN(std::optional<int64_t> window, c.OptionalInt("sliding_window"));
   if (window && *window < 1) return c.Refuse("sliding_window", "must be positive or null");
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> types, c.Strings("layer_types"));
@@ -519,7 +540,8 @@ absl::StatusOr<LlamaArchitecture> ReadArchitecture(const HfConfig& c) {
         return c.Refuse("layer_types", "kiln's layers are full_attention or sliding_attention");
       sliding = types[i] == "sliding_attention";
     }
-    if (a.model_type == "qwen2" && !c.Bool("use_sliding_window", false)) sliding = false;
+    const bool qwen = a.model_type == "qwen2" || a.model_type == "qwen3";
+    if (qwen && !c.Bool("use_sliding_window", false)) sliding = false;
     if (sliding && window) a.windows[i] = *window;
   }
   return a;
@@ -609,7 +631,7 @@ std::string Describe(const LlamaArchitecture& a) {
 
 KILN_REGISTER_BOUND(
     Model, "llama",
-    "Llama-family decoder LM (Llama, Mistral, Qwen2): RoPE, RMSNorm, SwiGLU, grouped-query "
+    "Llama-family decoder LM (Llama, Mistral, Qwen2, Qwen3): RoPE, RMSNorm, SwiGLU, grouped-query "
     "attention; Hugging Face's names; from a folder (pretrained) or from the sizes; "
     "trainer.strategy=fsdp shards it layer by layer",
     OptionBinding<LlamaOptions>()
@@ -664,7 +686,8 @@ absl::StatusOr<HfFolder> LlamaFolder(torch::nn::Module& module) {
   static const std::map<std::string, std::string> kArchitectures = {
       {"llama", "LlamaForCausalLM"},
       {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"}};
   nlohmann::ordered_json c;
   c["architectures"] = {kArchitectures.at(a.model_type)};
   c["model_type"] = a.model_type;
@@ -689,10 +712,8 @@ absl::StatusOr<HfFolder> LlamaFolder(torch::nn::Module& module) {
     rope["original_max_position_embeddings"] = a.rope.original_max_positions;
   }
   c["rope_parameters"] = rope;
-  if (a.model_type == "llama") {
-    c["attention_bias"] = a.qkv_bias;
-    c["mlp_bias"] = a.mlp_bias;
-  }
+  if (a.model_type == "llama" || a.model_type == "qwen3") c["attention_bias"] = a.qkv_bias;
+  if (a.model_type == "llama") c["mlp_bias"] = a.mlp_bias;
   int64_t window = 0;
   std::vector<std::string> types;
   for (int64_t w : a.windows) {
@@ -701,7 +722,7 @@ absl::StatusOr<HfFolder> LlamaFolder(torch::nn::Module& module) {
   }
   if (a.model_type == "mistral")
     c["sliding_window"] = window > 0 ? nlohmann::json(window) : nullptr;
-  if (a.model_type == "qwen2") {
+  if (a.model_type == "qwen2" || a.model_type == "qwen3") {
     c["use_sliding_window"] = window > 0;
     c["sliding_window"] = window > 0 ? nlohmann::json(window) : nullptr;
     c["layer_types"] = types;

@@ -302,20 +302,21 @@ TEST_F(HfModels, Gpt2GivesTransformersLogitsAndGeneratesAndAdaptsAsTransformers)
 }
 
 // Llama (grouped-query attention, Llama 3's rope scaling, biases; transformers 4's rope keys
-// with linear scaling), Mistral (a sliding window shorter than the rows) and Qwen2 (q, k, v
-// biases), all through model=llama; then each written back by kiln's exporter loads in
-// transformers as its own family with kiln's logits.
-TEST_F(HfModels, LlamaMistralAndQwen2GiveTransformersLogitsAndExportBack) {
+// with linear scaling), Mistral (a sliding window shorter than the rows), Qwen2 (q, k, v
+// biases) and Qwen3 (each query and key head RMS-normalized; a window on one layer), all through
+// model=llama; then each written back by kiln's exporter loads in transformers as its own family
+// with kiln's logits.
+TEST_F(HfModels, LlamaMistralAndQwenGiveTransformersLogitsAndExportBack) {
   ASSERT_NO_FATAL_FAILURE(Make("llama"));
   if (IsSkipped()) return;
   std::vector<std::shared_ptr<Model>> models;
   std::vector<std::string> argv = {kPython, kCheckExport};
   const HfExporter* exporter = FindHfExporter("llama");
   ASSERT_NE(exporter, nullptr);
-  for (const std::string how : {"tied", "untied", "mistral", "qwen2", "sharded"}) {
+  for (const std::string how : {"tied", "untied", "mistral", "qwen2", "qwen3", "sharded"}) {
     std::shared_ptr<Model> model = ExpectSameLogits("llama", how);
     if (model == nullptr) continue;
-    if (how == "tied" || how == "mistral" || how == "qwen2")
+    if (how == "tied" || how == "mistral" || how == "qwen2" || how == "qwen3")
       ExpectSameGreedy(*model, dir_->path() + "/" + how, 2);
     auto folder = (*exporter)(*model);
     ASSERT_TRUE(folder.ok()) << folder.status();
@@ -323,10 +324,11 @@ TEST_F(HfModels, LlamaMistralAndQwen2GiveTransformersLogitsAndExportBack) {
     ASSERT_TRUE(WriteHfFolder(*folder, argv.back()).ok());
     models.push_back(model);
   }
-  ASSERT_EQ(models.size(), 5u);
+  ASSERT_EQ(models.size(), 6u);
   auto checked = testing::RunProcess(argv);
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
-  for (const char* family : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
+  for (const char* family :
+       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
     EXPECT_NE(checked.out.find(family), std::string::npos) << checked.out;
   ExpectSameLogitsAsTransformers(models, argv);
 
@@ -544,6 +546,10 @@ TEST_F(HfModels, LoraAdaptersGoBothWaysWithPeft) {
   // An untied Llama's table and head, as PEFT's {embed_tokens: ids, lm_head: ids}.
   ExpectLoraBothWays("llama", dir_->path() + "/untied/model", {"q_proj"}, 2,
                      dir_->path() + "/tokens_head", 0, "tokens_head");
+  // Qwen3 (its heads' norms between q_proj or k_proj and the attention; biases on q, k, v and o):
+  // PEFT's all-linear, the 7 projections of both layers.
+  ExpectLoraBothWays("llama", dir_->path() + "/qwen3/model", {kAllLinear}, 14,
+                     dir_->path() + "/qwen3_all_linear");
 }
 
 TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
@@ -583,7 +589,7 @@ TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
 // The cache gives the logits a full forward gives: prompts of different lengths padded on the
 // left, then three tokens one at a time, for kiln's gpt (learned positions) and llama (rotary,
 // grouped-query attention). Mistral's sliding window is checked by generation against
-// transformers (HfModels.LlamaMistralAndQwen2...).
+// transformers (HfModels.LlamaMistralAndQwen...).
 // trainer.strategy=fsdp on several workers builds a model in pieces (job.cc's PlaceBlocks): each
 // worker keeps its rows of each block as the block is built. Every piece must be the rows of the
 // model built whole from the same seed, bit for bit (the same draws from the generator, which
@@ -1567,7 +1573,7 @@ TEST(HfModelsErrors, WhatModelBertCannotTakeIsOneLine) {
           sizes + "}",
       "model_type is \"deberta-v2\"; model=bert reads BERT, RoBERTa and XLM-RoBERTa "
       "checkpoints (model_type bert, roberta or xlm-roberta); kiln reads the model_types bert, "
-      "gpt2, llama, mistral, qwen2, roberta, vit, xlm-roberta");
+      "gpt2, llama, mistral, qwen2, qwen3, roberta, vit, xlm-roberta");
   expect_refused("{\"model_type\": \"roberta\", " + sizes + ", \"hidden_act\": \"silu\"}",
                  "hidden_act is \"silu\"");
   expect_refused(
@@ -1594,7 +1600,7 @@ TEST(HfModelsErrors, WhatModelHfVitCannotTakeIsOneLine) {
       "\"model_type\": \"deit\", " +
           sizes + "}",
       "model_type is \"deit\"; model=hf_vit reads ViT checkpoints (model_type vit); kiln reads "
-      "the model_types bert, gpt2, llama, mistral, qwen2, roberta, vit, xlm-roberta");
+      "the model_types bert, gpt2, llama, mistral, qwen2, qwen3, roberta, vit, xlm-roberta");
   expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"hidden_act\": \"gelu_new\"}",
                  "hidden_act is \"gelu_new\"");
   expect_refused("{\"model_type\": \"vit\", " + sizes + ", \"use_mask_token\": true}",
@@ -1658,8 +1664,9 @@ TEST(HfModelsErrors, WhatModelLlamaCannotTakeIsOneLine) {
         << model.status();
   };
   expect_refused("{\"model_type\": \"gpt2\"}",
-                 "model_type is \"gpt2\"; model=llama reads Llama, Mistral and Qwen2 checkpoints "
-                 "(model_type llama, mistral or qwen2); model=gpt2 reads this folder");
+                 "model_type is \"gpt2\"; model=llama reads Llama, Mistral, Qwen2 and Qwen3 "
+                 "checkpoints (model_type llama, mistral, qwen2 or qwen3); model=gpt2 reads this "
+                 "folder");
   expect_refused("{\"model_type\": \"llama\", " + sizes + ", \"hidden_act\": \"gelu\"}",
                  "hidden_act is \"gelu\"");
   expect_refused("{\"model_type\": \"llama\", " + sizes + ", \"num_key_value_heads\": 3}",

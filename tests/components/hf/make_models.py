@@ -10,7 +10,10 @@ Families and their variants:
         model.safetensors.index.json);
   llama: tied (grouped-query attention, Llama 3's rope scaling, attention and MLP biases), untied
          (old-style rope_theta/rope_scaling keys: linear scaling), mistral (a sliding window
-         shorter than the rows), qwen2 (bias on q, k and v; untied), sharded (tied).
+         shorter than the rows), qwen2 (bias on q, k and v; untied), qwen3 (tied; an RMSNorm of
+         each query and key head, their weights drawn off 1; head_dim 16 with hidden 32 and 4
+         heads; biases on q, k, v and o; a sliding window on the second layer only), sharded
+         (tied).
   bert: bert, roberta, xlm-roberta: *ForSequenceClassification with a tokenizer of their kind
         trained on a few sentences in the same folder (WordPiece with [CLS] A [SEP]; byte-level
         BPE and Unigram with <s> A </s>), the model's vocabulary the tokenizer's; the 8 rows
@@ -45,6 +48,16 @@ def llama(how):
     if how == "qwen2":
         config = t.Qwen2Config(tie_word_embeddings=False, **sizes)
         return t.Qwen2ForCausalLM(config), 97
+    if how == "qwen3":
+        config = t.Qwen3Config(tie_word_embeddings=True, head_dim=16, attention_bias=True,
+                               use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                               **sizes)
+        model = t.Qwen3ForCausalLM(config)
+        with torch.no_grad():  # norms that are not the identity's scale, so a mix-up shows
+            for name, p in model.named_parameters():
+                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                    p.normal_(1.0, 0.3)
+        return model, 97
     rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
     config = t.LlamaConfig(tie_word_embeddings=how != "untied", attention_bias=how == "tied",
@@ -228,7 +241,7 @@ def padded_rows(vocab, pad, gen, length=11):
 
 FAMILIES = {
     "gpt2": ("tied", "untied", "sharded"),
-    "llama": ("tied", "untied", "mistral", "qwen2", "sharded"),
+    "llama": ("tied", "untied", "mistral", "qwen2", "qwen3", "sharded"),
     "bert": ("bert", "roberta", "xlm-roberta"),
     "vit": ("fashion", "rgb"),
 }
@@ -286,9 +299,12 @@ def main():
             assert_moves(model, ids, logits, "rope scaling", rope_parameters=plain)
         if how == "mistral":  # and the window: attending to the whole past moves the logits
             assert_moves(model, ids, logits, "the sliding window", sliding_window=None)
+        if how == "qwen3":  # its one windowed layer
+            assert_moves(model, ids, logits, "qwen3's sliding window", use_sliding_window=False,
+                         layer_types=["full_attention"] * model.config.num_hidden_layers)
         save_file({"ids": ids.contiguous(), "logits": logits.contiguous()},
                   os.path.join(out, how, "logits.safetensors"))
-        if how in ("tied", "mistral", "qwen2"):
+        if how in ("tied", "mistral", "qwen2", "qwen3"):
             greedy_reference(model, os.path.join(out, how))
     processors_reference(out)
 
