@@ -207,6 +207,16 @@ class AutocastLinearImpl : public torch::nn::LinearImpl, public LoraLayerSetting
   void ResetTrainableTokens() override { tokens_.Reset(weight); }
   // PEFT's trainable_tokens_delta, or undefined.
   const torch::Tensor& trainable_tokens_delta() const { return tokens_.delta; }
+  // The trained rows' indices move with the weight (as LoraEmbedding's).
+  using torch::nn::LinearImpl::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
+    torch::nn::LinearImpl::to(device, dtype, non_blocking);
+    tokens_.MoveTo(device);
+  }
+  void to(torch::Device device, bool non_blocking = false) override {
+    torch::nn::LinearImpl::to(device, non_blocking);
+    tokens_.MoveTo(device);
+  }
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   torch::Tensor lora_magnitude_vector;  // DoRA's m, one per output (PEFT's name)

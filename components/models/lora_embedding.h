@@ -94,6 +94,17 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
     padding_slot_ = pad.has_value() ? token_slot_[*pad].item<int64_t>() : -1;
   }
   void ResetTrainableTokens() override { tokens_.Reset(weight); }
+  // The trained rows' indices move with the table (module.to(cuda) after AddLora), so that a
+  // forward does not copy them there each time.
+  using torch::nn::EmbeddingImpl::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
+    torch::nn::EmbeddingImpl::to(device, dtype, non_blocking);
+    MoveTokenIndices(device);
+  }
+  void to(torch::Device device, bool non_blocking = false) override {
+    torch::nn::EmbeddingImpl::to(device, non_blocking);
+    MoveTokenIndices(device);
+  }
   // The table with the trained rows in place: what a tied head reads.
   torch::Tensor table() const { return tokens_.Replaced(weight); }
   // PEFT's trainable_tokens_delta, or undefined.
@@ -108,8 +119,11 @@ class LoraEmbeddingImpl : public torch::nn::EmbeddingImpl, public LoraLayerSetti
 
  private:
   TrainableTokenRows tokens_;
-  // For each id of the table its row among the trained ones, or -1 (on the device the table was
-  // on when they were added; moved where it is used).
+  void MoveTokenIndices(const torch::Device& device) {
+    tokens_.MoveTo(device);
+    if (token_slot_.defined()) token_slot_ = token_slot_.to(device);
+  }
+  // For each id of the table its row among the trained ones, or -1 (on the table's device).
   torch::Tensor token_slot_;
   int64_t padding_slot_ = -1;
 };

@@ -149,8 +149,13 @@ class TrainableTokenRows {
   void Merge(torch::Tensor& weight);
   bool defined() const { return delta.defined(); }
   const std::vector<int64_t>& ids() const { return ids_; }
-  // The ids as a tensor on `device`.
+  // The ids as a tensor on `device` (no copy once MoveTo has moved them there).
   torch::Tensor index(const torch::Device& device) const { return index_.to(device); }
+  // Keeps the ids on `device`: a layer's to() calls it, as the ids are no parameter or buffer
+  // (PEFT's files and kiln's checkpoints do not hold them) for Module::to to move.
+  void MoveTo(const torch::Device& device) {
+    if (index_.defined()) index_ = index_.to(device);
+  }
 
   torch::Tensor delta;  // PEFT's trainable_tokens_delta
 
