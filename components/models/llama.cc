@@ -553,7 +553,7 @@ struct LlamaOptions {
   std::string pretrained;
   std::optional<int64_t> vocab_size, dim, depth, heads, kv_heads, head_dim, mlp_dim, max_positions;
   std::optional<double> rope_theta, rms_norm_eps, dropout;
-  std::optional<bool> tie_weights;
+  std::optional<bool> tie_weights, qk_norm;
   bool activation_checkpointing = false;
 };
 
@@ -587,6 +587,10 @@ absl::StatusOr<LlamaArchitecture> Architecture(const LlamaOptions& o,
       return context.Refuse("tie_weights",
                             absl::StrCat(a.tie_weights ? "true" : "false", " as ", o.pretrained,
                                          "/config.json's tie_word_embeddings says"));
+    if (o.qk_norm && *o.qk_norm != a.qk_norm)
+      return context.Refuse("qk_norm",
+                            absl::StrCat(a.qk_norm ? "true" : "false", " as ", o.pretrained,
+                                         "/config.json's model_type ", a.model_type, " says"));
     if (o.rope_theta && *o.rope_theta != a.rope_theta)
       return context.Refuse("rope_theta",
                             absl::StrCat(a.rope_theta, " as ", o.pretrained, "/config.json says"));
@@ -615,6 +619,8 @@ absl::StatusOr<LlamaArchitecture> Architecture(const LlamaOptions& o,
   a.rms_norm_eps = o.rms_norm_eps.value_or(a.rms_norm_eps);
   a.attention_dropout = o.dropout.value_or(0.0);
   a.tie_weights = o.tie_weights.value_or(false);
+  a.qk_norm = o.qk_norm.value_or(false);
+  if (a.qk_norm) a.model_type = "qwen3";  // the family whose layers these are, for export
   a.windows.assign(a.depth, 0);
   if (a.heads % a.kv_heads != 0)
     return context.Refuse("kv_heads", absl::StrCat("a divisor of heads (", a.heads, ")"));
@@ -661,6 +667,9 @@ KILN_REGISTER_BOUND(
                InHalfOpenRange(0, 1))
         .Field("tie_weights", &LlamaOptions::tie_weights,
                "the output layer reuses the token embedding (false when unset)")
+        .Field("qk_norm", &LlamaOptions::qk_norm,
+               "an RMSNorm over each query and key head before the rotation, as Qwen3's "
+               "(false when unset; exported as Qwen3)")
         .Field("activation_checkpointing", &LlamaOptions::activation_checkpointing,
                "recompute each layer's activations in the backward: less memory, one more "
                "forward"),

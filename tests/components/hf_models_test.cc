@@ -567,7 +567,9 @@ TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
       {"gpt", gpt + "tie_weights: true\n"},
       {"gpt", gpt + "tie_weights: false\n"},
       {"llama", llama + "tie_weights: true\n"},
-      {"llama", llama + "tie_weights: false\nrope_theta: 500.0\n"}};
+      {"llama", llama + "tie_weights: false\nrope_theta: 500.0\n"},
+      // Qwen3's heads' norms, from scratch: exported as Qwen3ForCausalLM.
+      {"llama", llama + "tie_weights: true\nqk_norm: true\n"}};
   for (const auto& [target, yaml] : cases) {
     torch::manual_seed(7);
     auto model = Instantiate(yaml);
@@ -583,6 +585,7 @@ TEST(HfExport, KilnsGptAndLlamaLoadInTransformersWithKilnsLogits) {
   }
   auto checked = testing::RunProcess(argv);
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("export_4: Qwen3ForCausalLM"), std::string::npos) << checked.out;
   ExpectSameLogitsAsTransformers(models, argv);
 }
 
@@ -602,7 +605,7 @@ TEST(ShardedBuild, EachPieceIsTheWholeModelsRowsBitForBit) {
       "_target_: transformer_classifier\nvocab_size: 41\nmax_length: 16\nnum_classes: 2\ndim: 16\n"
       "depth: 2\nheads: 2\nmlp_dim: 24\n",
       "_target_: llama\nvocab_size: 41\ndim: 16\ndepth: 2\nheads: 4\nkv_heads: 2\nmlp_dim: 24\n"
-      "max_positions: 32\n"};
+      "max_positions: 32\nqk_norm: true\n"};
   constexpr int kWorld = 3;
   for (const std::string& yaml : cases) {
     torch::manual_seed(7);
@@ -1680,6 +1683,8 @@ TEST(HfModelsErrors, WhatModelLlamaCannotTakeIsOneLine) {
                  "config.json: no rope_scaling.low_freq_factor");
   expect_refused("{\"model_type\": \"llama\", " + sizes + "}",
                  "option 'model.dim' of model 'llama' must be 8 as ", "dim: 16\n");
+  expect_refused("{\"model_type\": \"llama\", " + sizes + "}",
+                 "option 'model.qk_norm' of model 'llama' must be false as ", "qk_norm: true\n");
   expect_refused("{\"model_type\": \"llama\", " + sizes + "}",
                  "neither model.safetensors nor model.safetensors.index.json");
 
