@@ -21,6 +21,8 @@
 #   bench/lora_speed.sh                  # PRECISIONS="32 bf16-mixed" ROUNDS=3 TARGETS=q_proj,v_proj
 # DORA=1: both sides' adapters are DoRA's (kiln's use_dora, peft's use_dora=True); the floor, which
 # counts LoRA's products only, is then not a floor of either step.
+# FAMILY=qwen3: the same base as a Qwen3 folder (bench/as_qwen3.py: the same weights, plus the
+# RMSNorm of each query and key head that Qwen3 adds), which both sides load.
 # DEVICE=cuda (scripts/gpu_check.sh on a lent GPU): both sides on the GPU; kiln's figure is its
 # second epoch's (KILN_WARM_EPOCHS=1), the reference's after its 5 warm-up steps.
 set -euo pipefail
@@ -33,6 +35,7 @@ targets=${TARGETS:-q_proj,v_proj}
 device=${DEVICE:-cpu}
 compiled=${COMPILED:-$([[ $device == cpu ]] && echo 1 || echo 0)}
 dora=${DORA:-0}
+family=${FAMILY:-llama}
 [[ $device == cpu ]] || export KILN_WARM_EPOCHS=${KILN_WARM_EPOCHS:-1}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 [[ -f data/text/mobydick/train.txt ]] || bash scripts/prepare_text_data.sh >/dev/null
@@ -44,6 +47,13 @@ base=$work/base hf=$work/hf
   > "$work/base.out" 2>&1 || { cat "$work/base.out" >&2; exit 1; }
 "${KILN:-build/bin/kiln}" export run_dir="$base" format=hf hydra.run.dir="$work/hf" > "$work/export.out" 2>&1 ||
   { cat "$work/export.out" >&2; exit 1; }
+if [[ $family == qwen3 ]]; then
+  python_tuned bench/as_qwen3.py "$hf" "$work/qwen3" > "$work/qwen3.out" 2>&1 || { cat "$work/qwen3.out" >&2; exit 1; }
+  hf=$work/qwen3
+elif [[ $family != llama ]]; then
+  echo "bench/lora_speed.sh: FAMILY is '$family'; it takes llama or qwen3" >&2
+  exit 1
+fi
 
 variant=LoRA dora_key=""
 [[ $dora != 1 ]] || variant=DoRA dora_key=",use_dora:true"
@@ -65,7 +75,7 @@ reference_rate() {
 }
 versions=$("$KILN_PYTHON" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)')
 for precision in $precisions; do
-  echo "== llama $variant $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
+  echo "== $family $variant $precision on $device (tokens/s, $threads threads, targets $targets, $versions)"
   printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' round kiln hf_trainer kiln/hf floor_ms ceiling \
     hf_compiled kiln/compiled
   ratios=() ceilings=() compiled_ratios=()
@@ -89,7 +99,7 @@ for precision in $precisions; do
     fi
     printf '%-6s %15s %15s %15s %15s %15s %15s %15s\n' "$r" "$k" "$h" "${ratios[-1]}" "$f" "$c" "$hc" "$kc"
   done
-  echo "llama $variant $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
+  echo "$family $variant $precision median: kiln/HF Trainer+peft $(printf '%s\n' "${ratios[@]}" | median)x" \
     "${ceilings:+(ceiling from the floor $(printf '%s\n' "${ceilings[@]}" | median)x)}" \
     "${compiled_ratios:+kiln/compiled Trainer+peft $(printf '%s\n' "${compiled_ratios[@]}" | median)x}"
 done
