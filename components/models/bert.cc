@@ -453,11 +453,11 @@ KILN_REGISTER_BOUND(
     [](const BertOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(BertArchitecture a, BertArchitectureOf(o, context));
-      auto model = std::make_shared<BertClassifier>(a);
-      if (!o.pretrained.empty()) {
-        KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
-        KILN_RETURN_IF_ERROR(LoadHfState(file, *model, o.pretrained, DescribeBert(a)));
-      }
+      auto build = [&a] { return std::make_shared<BertClassifier>(a); };
+      if (o.pretrained.empty()) return std::shared_ptr<Model>(build());
+      KILN_ASSIGN_OR_RETURN(auto model, BuildFromFolder(o.pretrained, DescribeBert(a), build));
+      KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
+      KILN_RETURN_IF_ERROR(LoadHfState(file, *model, o.pretrained, DescribeBert(a)));
       return std::shared_ptr<Model>(model);
     });
 

@@ -192,13 +192,16 @@ KILN_REGISTER_BOUND(
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Read(o.pretrained));
       KILN_ASSIGN_OR_RETURN(auto options, Gpt2Architecture(hf));
-      auto model = std::make_shared<Gpt>(options.first, options.second);
+      const std::string summary =
+          absl::StrCat("gpt2, ", options.first.depth, " layers, dim ", options.first.dim,
+                       ", vocab ", options.first.vocab_size);
+      KILN_ASSIGN_OR_RETURN(auto model, BuildFromFolder(o.pretrained, summary, [&options] {
+                              return std::make_shared<Gpt>(options.first, options.second);
+                            }));
       model->transformer->activation_checkpointing = o.activation_checkpointing;
       KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
       KILN_RETURN_IF_ERROR(
-          LoadHfState(Gpt2State(std::move(file), options.second), *model, o.pretrained,
-                      absl::StrCat("gpt2, ", options.first.depth, " layers, dim ",
-                                   options.first.dim, ", vocab ", options.first.vocab_size)));
+          LoadHfState(Gpt2State(std::move(file), options.second), *model, o.pretrained, summary));
       return std::shared_ptr<Model>(model);
     });
 

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/error_text.h"
 #include "lib/config/node.h"
 #include "lib/registry/options.h"
 #include "lib/trainer/pretrained_weights.h"
@@ -76,6 +78,23 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadHfWeights(const std::st
 absl::Status LoadHfState(const std::map<std::string, torch::Tensor>& state,
                          torch::nn::Module& model, const std::string& dir,
                          const std::string& summary);
+
+// Builds the model that DIR/config.json describes (`build` constructs it; `summary` as
+// LoadHfState's): an allocation that fails meanwhile, as the sizes of a corrupt or mistyped
+// config.json make it, is refused in one line that names the file and those sizes, before any
+// weights are read, rather than reaching the job's out-of-memory advice about batches.
+template <class Build>
+auto BuildFromFolder(const std::string& dir, const std::string& summary, Build build)
+    -> absl::StatusOr<decltype(build())> {
+  try {
+    return build();
+  } catch (const std::exception& e) {
+    if (!IsOutOfMemory(e)) throw;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        dir, "/config.json describes ", summary,
+        ", which does not fit in this machine's memory (building it, an allocation failed)"));
+  }
+}
 
 // A size option of a family that reads folders, beside model.pretrained: what the option says
 // (none: unset) and what DIR/config.json says under `hf_key`.

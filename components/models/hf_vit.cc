@@ -349,11 +349,11 @@ KILN_REGISTER_BOUND(
     [](const HfVitOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(HfVitArchitecture a, HfVitArchitectureOf(o, context));
-      auto model = std::make_shared<HfVitClassifier>(a);
-      if (!o.pretrained.empty()) {
-        KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
-        KILN_RETURN_IF_ERROR(LoadHfState(file, *model, o.pretrained, DescribeHfVit(a)));
-      }
+      auto build = [&a] { return std::make_shared<HfVitClassifier>(a); };
+      if (o.pretrained.empty()) return std::shared_ptr<Model>(build());
+      KILN_ASSIGN_OR_RETURN(auto model, BuildFromFolder(o.pretrained, DescribeHfVit(a), build));
+      KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));
+      KILN_RETURN_IF_ERROR(LoadHfState(file, *model, o.pretrained, DescribeHfVit(a)));
       return std::shared_ptr<Model>(model);
     });
 

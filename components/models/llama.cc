@@ -676,7 +676,13 @@ KILN_REGISTER_BOUND(
     [](const LlamaOptions& o,
        const OptionContext& context) -> absl::StatusOr<std::shared_ptr<Model>> {
       KILN_ASSIGN_OR_RETURN(LlamaArchitecture a, Architecture(o, context));
-      auto model = std::make_shared<Llama>(a);
+      auto build = [&a] { return std::make_shared<Llama>(a); };
+      std::shared_ptr<Llama> model;
+      if (o.pretrained.empty()) {
+        model = build();
+      } else {
+        KILN_ASSIGN_OR_RETURN(model, BuildFromFolder(o.pretrained, Describe(a), build));
+      }
       model->model->activation_checkpointing = o.activation_checkpointing;
       if (!o.pretrained.empty()) {
         KILN_ASSIGN_OR_RETURN(auto file, ReadHfWeights(o.pretrained));

@@ -1687,6 +1687,20 @@ TEST(HfModelsErrors, WhatModelLlamaCannotTakeIsOneLine) {
                  "option 'model.qk_norm' of model 'llama' must be false as ", "qk_norm: true\n");
   expect_refused("{\"model_type\": \"llama\", " + sizes + "}",
                  "neither model.safetensors nor model.safetensors.index.json");
+  // Sizes past any machine's memory (a 4 TB table), as a corrupt config.json can give: refused
+  // while the model is built, naming the file, before its weights are looked for. (Where the
+  // kernel grants any allocation, vm.overcommit_memory 1, the table would be touched instead.)
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  overcommit >> mode;
+  if (mode != 1) {
+    expect_refused(
+        "{\"model_type\": \"llama\", \"vocab_size\": 1000000, \"hidden_size\": 1000000, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 8}",
+        dir.path() +
+            "/config.json describes llama, 1 layers, dim 1000000, 2 heads (2 key/value), "
+            "vocab 1000000, rope default, which does not fit in this machine's memory");
+  }
 
   // Without a folder, the sizes are options: vocab_size is required, heads divisible.
   auto scratch = Instantiate("_target_: llama\ndim: 16\n");
