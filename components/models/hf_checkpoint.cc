@@ -24,7 +24,11 @@ std::string Describe(const config::Node& node) {
     case config::NodeKind::kBool: return node.as_bool() ? "true" : "false";
     case config::NodeKind::kInt: return node.int_text();
     case config::NodeKind::kFloat: return absl::StrCat(node.as_float());
-    case config::NodeKind::kString: return absl::StrCat("\"", node.as_string(), "\"");
+    // As JSON writes it: a newline or a quote inside stays one escaped character, so that the
+    // message is one line (bytes that are no UTF-8 become U+FFFD).
+    case config::NodeKind::kString:
+      return nlohmann::json(node.as_string())
+          .dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
     default: return node.is_map() ? "a mapping" : "a list";
   }
 }

@@ -1645,6 +1645,10 @@ TEST(HfModelsErrors, WhatIsNotAGpt2FolderIsOneLine) {
                  "model=llama reads this folder");
   expect_refused("{\"model_type\": \"gpt2\", " + sizes(2) + ", \"activation_function\": \"relu\"}",
                  "activation_function is \"relu\"");
+  // A value with a newline in it is quoted as JSON writes it: the message stays one line
+  // (hf_config_fuzzer's finding, fuzz/regressions/hf_config/).
+  ExpectFolderRefused("gpt2", dir.path(), "{\"model_type\": \"gpt\\n2\"}",
+                      "model_type is \"gpt\\n2\"; model=gpt2 reads GPT-2 checkpoints");
   expect_refused("{\"model_type\": \"gpt2\", " + sizes(3) + "}", "multiple of n_head");
   // 1e-05 without a dot: YAML 1.1 reads it as a string; it is still the number JSON means.
   expect_refused("{\"model_type\": \"gpt2\", " + sizes(2) + ", \"layer_norm_epsilon\": 1e-05}",
