@@ -36,6 +36,7 @@ table=(
   "criteo           seed_criteo           30000"
   "sentencepiece_model seed_written       3000"
   "hf_tokenizer     seed_written          3000"
+  "hf_config        seed_written          3000"
   "sweep_ledger     seed_sweep_ledger     2000"
   "serve_request    seed_serve_request    20000"
 )
